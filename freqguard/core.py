@@ -1,0 +1,242 @@
+"""The I/O-free core shared by Guard and AsyncGuard.
+
+A policy is compiled once into a :class:`PolicyPlan`: which slots it spans, which keys each
+slot touches, the integers each rule needs, and how replies map back to rules. Operations are
+generators that yield what to do (a batch of script calls, or a :class:`Sleep`) and receive the
+replies; the sync and async guards only drive them (``guard.py``). Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable, Mapping
+from typing import NamedTuple, TypeVar
+
+from freqguard.backends.base import Reply, ScriptCall
+from freqguard.clock import Clock
+from freqguard.decision import Decision, RuleState
+from freqguard.errors import CapExceeded, ConfigError
+from freqguard.keys import KeyLayout, value_text
+from freqguard.policy import Policy
+from freqguard.rules import Rule, Strategy
+from freqguard.script import CHECK, HIT, REFUND, KeySpec, SlotPlan
+from freqguard.strategies import TWINS, RuleParams
+
+__all__ = ["PolicyPlan", "Sleep", "acquire_op", "decide_op", "many_op"]
+
+_US = 1_000_000.0
+T = TypeVar("T")
+
+
+class Sleep(NamedTuple):
+    """An operation step: wait this many seconds, then resume."""
+
+    seconds: float
+
+
+Step = list[ScriptCall] | Sleep
+Op = Generator[Step, list[Reply], T]
+
+
+def rule_params(rule: Rule) -> RuleParams:
+    window = rule.rate.window_us
+    interval = -(-window // rule.limit) if rule.strategy.uses_burst else 0
+    return RuleParams(rule.capacity, window, interval, rule.shadow)
+
+
+class _Slot(NamedTuple):
+    plan: SlotPlan
+    layouts: tuple[KeyLayout, ...]
+    rule_index: tuple[int, ...]  # policy rule index of each rule in reply order
+
+
+class PolicyPlan:
+    """A policy compiled for execution: keys, parameters, reply layout."""
+
+    __slots__ = ("_dimset", "_narrow", "dimensions", "max_cost", "name", "policy", "slots")
+
+    def __init__(self, policy: Policy, prefix: str) -> None:
+        self.policy = policy
+        self.name = policy.name
+        self.dimensions = policy.dimensions
+        self._dimset = frozenset(self.dimensions)
+        rules = policy.rules
+        shared = [d for d in self.dimensions if all(d in r.by for r in rules)]
+        groups: dict[str | None, list[int]] = {}
+        for index, rule in enumerate(rules):
+            part = shared[0] if shared else (rule.by[0] if rule.by else None)
+            groups.setdefault(part, []).append(index)
+        self.slots = tuple(
+            self._compile_slot(prefix, part, indices) for part, indices in groups.items()
+        )
+        enforcing = [r for r in rules if not r.shadow]
+        self._narrow = min(enforcing, key=lambda r: r.capacity) if enforcing else None
+        self.max_cost = self._narrow.capacity if self._narrow else max(r.capacity for r in rules)
+
+    def _compile_slot(self, prefix: str, partition: str | None, indices: list[int]) -> _Slot:
+        rules = self.policy.rules
+        order = {d: i for i, d in enumerate(self.dimensions)}
+        groups: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+        for index in indices:
+            rule = rules[index]
+            dims = tuple(sorted(rule.by, key=order.__getitem__))
+            shared_log = rule.strategy is Strategy.SLIDING_LOG and not rule.shadow
+            # every non-shadow sliding-log rule with the same dimensions shares one log
+            groups.setdefault(("log" if shared_log else rule.id, dims), []).append(index)
+        specs, layouts, rule_index, argv = [], [], [], [str(len(groups))]
+        for (key_id, dims), members in groups.items():
+            first = rules[members[0]]
+            params = tuple(rule_params(rules[i]) for i in members)
+            twin = TWINS[first.strategy]
+            specs.append(KeySpec(twin, params, twin.max_ttl(params), first.shadow))
+            layouts.append(KeyLayout(prefix, self.name, key_id, partition, dims))
+            rule_index.extend(members)
+            argv += [str(twin.code), str(int(first.shadow)), str(len(params))]
+            for p in params:
+                argv += [str(p.capacity), str(p.window), str(p.interval), str(int(p.shadow))]
+        plan = SlotPlan(tuple(specs), tuple(argv))
+        return _Slot(plan, tuple(layouts), tuple(rule_index))
+
+    # -- requests --------------------------------------------------------------------------
+
+    def texts(self, ctx: Mapping[str, object]) -> dict[str, str]:
+        """Validate a hit's context and turn its values into text."""
+        if ctx.keys() != self._dimset:
+            missing = [d for d in self.dimensions if d not in ctx]
+            unknown = sorted(set(ctx) - self._dimset)
+            wanted = ", ".join(self.dimensions) or "none"
+            problems = []
+            if missing:
+                problems.append(f"missing dimension(s) {', '.join(missing)}")
+            if unknown:
+                problems.append(f"unknown dimension(s) {', '.join(unknown)}")
+            raise ConfigError(f"policy {self.name!r}: {'; '.join(problems)} (it takes: {wanted})")
+        return {d: value_text(self.name, d, v) for d, v in ctx.items()}
+
+    def check_cost(self, cost: object, *, upper: bool = True) -> int:
+        """Validate a cost: an integer >= 0 that some hit could ever be granted."""
+        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+            raise ConfigError(f"cost must be an integer >= 0, got {cost!r} (policy {self.name!r})")
+        if upper and cost > self.max_cost:
+            rule = self._narrow.id if self._narrow else "every rule"
+            raise ConfigError(
+                f"cost {cost} exceeds the capacity {self.max_cost} of rule {rule!r} "
+                f"(policy {self.name!r}): no hit of that cost could ever be allowed"
+            )
+        return cost
+
+    def calls(
+        self, texts: Mapping[str, str], now: int | None, cost: int, mode: int
+    ) -> list[ScriptCall]:
+        return [
+            ScriptCall(
+                slot.plan, tuple(layout.build(texts) for layout in slot.layouts), now, cost, mode
+            )
+            for slot in self.slots
+        ]
+
+    # -- replies ---------------------------------------------------------------------------
+
+    def decide(self, replies: list[Reply]) -> Decision:
+        """Turn one reply per slot (in slot order) into a Decision."""
+        rules = self.policy.rules
+        states: list[RuleState] = [None] * len(rules)  # type: ignore[list-item]
+        for slot, reply in zip(self.slots, replies, strict=True):
+            at = 1
+            for index in slot.rule_index:
+                rule = rules[index]
+                retry = reply[at + 2]
+                states[index] = RuleState(
+                    rule, retry == 0, rule.capacity, reply[at], reply[at + 1] / _US, retry / _US
+                )
+                at += 3
+        enforcing = [s for s in states if not s.rule.shadow] or states
+        denied = [s for s in enforcing if not s.allowed]
+        if denied:
+            binding = max(denied, key=lambda s: s.retry_after)
+        else:
+            binding = min(enforcing, key=lambda s: (s.remaining, -s.reset_after))
+        return Decision(
+            self.name,
+            not denied,
+            binding.remaining,
+            binding.limit,
+            binding.reset_after,
+            binding.retry_after if denied else 0.0,
+            tuple(s.rule for s in denied),
+            tuple(states),
+        )
+
+
+# -- operations (sans-IO) ------------------------------------------------------------------
+
+
+def decide_op(
+    plan: PolicyPlan, texts: Mapping[str, str], cost: int, mode: int, now: int | None
+) -> Op[Decision]:
+    """One hit/check/refund/reset of one context.
+
+    A policy on one slot is one script call. A hit on several slots goes slot by slot; when a
+    slot denies, the slots that consumed are refunded and the rest are only checked, so a
+    denied hit consumes nothing (atomic per slot, compensated across slots).
+    """
+    calls = plan.calls(texts, now, cost, mode)
+    if len(calls) == 1 or mode != HIT or cost == 0:
+        return plan.decide((yield calls))
+    replies: list[Reply] = []
+    for i, call in enumerate(calls):
+        (reply,) = yield [call]
+        if not reply[0]:
+            undo = [c._replace(mode=REFUND) for c in calls[:i]]
+            rest = [c._replace(mode=CHECK) for c in calls[i + 1 :]]
+            others = yield undo + rest
+            return plan.decide([*others[:i], reply, *others[i:]])
+        replies.append(reply)
+    return plan.decide(replies)
+
+
+def many_op(
+    plan: PolicyPlan, texts: list[dict[str, str]], cost: int, now: Callable[[], int | None]
+) -> Op[list[Decision]]:
+    """Many contexts at once, in order; one batch when the policy lives on one slot."""
+    if len(plan.slots) > 1 and cost > 0:
+        decisions = []
+        for t in texts:  # a comprehension cannot yield
+            decisions.append((yield from decide_op(plan, t, cost, HIT, now())))  # noqa: PERF401
+        return decisions
+    at = now()
+    width = len(plan.slots)
+    calls = [call for t in texts for call in plan.calls(t, at, cost, HIT)]
+    replies = yield calls
+    return [plan.decide(replies[i : i + width]) for i in range(0, len(replies), width)]
+
+
+def acquire_op(
+    plan: PolicyPlan,
+    texts: Mapping[str, str],
+    cost: int,
+    timeout: float | None,
+    now: Callable[[], int | None],
+    clock: Clock,
+) -> Op[Decision]:
+    """Wait for this caller's own turn, then consume; never reserve future capacity.
+
+    Each denial says exactly when the hit would fit (``retry_after``); the caller sleeps that
+    long and tries again, so there is no polling, and nothing is taken from the future. If the
+    turn is further away than the timeout allows, it fails at once with ``CapExceeded``.
+    """
+    deadline = None if timeout is None else clock.now() + timeout
+    while True:
+        decision = yield from decide_op(plan, texts, cost, HIT, now())
+        if decision.allowed:
+            return decision
+        if deadline is not None and clock.now() + decision.retry_after > deadline:
+            raise CapExceeded(
+                decision,
+                f"policy {plan.name!r}: the next turn is in {decision.retry_after:.3f}s, "
+                f"later than the timeout of {timeout}s allows",
+            )
+        yield Sleep(decision.retry_after)
+
+
+def compile_policies(policies: Iterable[Policy], prefix: str) -> dict[str, PolicyPlan]:
+    return {p.name: PolicyPlan(p, prefix) for p in policies}

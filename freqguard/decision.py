@@ -1,0 +1,64 @@
+"""The answer to a hit: allowed or not, and the state of every rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from freqguard.rules import Rule
+
+__all__ = ["Decision", "RuleState"]
+
+
+@dataclass(frozen=True, slots=True)
+class RuleState:
+    """What one rule said.
+
+    Attributes:
+        rule: the rule.
+        allowed: whether this rule admitted the hit (a shadow rule's "no" does not block).
+        limit: the rule's capacity (its limit; the burst for token-bucket and gcra).
+        remaining: cost units it would still admit now (after this hit, if it consumed).
+        reset_after: seconds until the rule is back to full capacity.
+        retry_after: seconds until this hit would fit; 0.0 when it did.
+    """
+
+    rule: Rule
+    allowed: bool
+    limit: int
+    remaining: int
+    reset_after: float
+    retry_after: float
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The answer for one hit of one policy; true when allowed.
+
+    The top-level ``remaining``, ``limit`` and ``reset_after`` are those of the binding rule:
+    the denying rule that frees up last, or else the rule with the least remaining.
+    ``retry_after`` is the seconds until every denying rule admits the hit (0.0 when allowed):
+    a denied hit consumes nothing, so waiting that long is enough unless others get there
+    first.
+
+    Attributes:
+        policy: the policy's name.
+        allowed: whether the hit was admitted (and, for ``hit``, consumed by every rule).
+        remaining: see above.
+        limit: see above.
+        reset_after: see above.
+        retry_after: see above.
+        denied_by: the non-shadow rules that said no, in policy order.
+        rules: one :class:`RuleState` per rule of the policy, in policy order.
+    """
+
+    policy: str
+    allowed: bool
+    remaining: int
+    limit: int
+    reset_after: float
+    retry_after: float
+    denied_by: tuple[Rule, ...]
+    rules: tuple[RuleState, ...]
+
+    def __bool__(self) -> bool:
+        return self.allowed

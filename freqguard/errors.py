@@ -1,0 +1,51 @@
+"""The exception tree of freqguard.
+
+Every error freqguard raises derives from :class:`FreqGuardError`::
+
+    FreqGuardError
+    ├── ConfigError          bad rule, policy, URL, context or cost (also a ValueError)
+    ├── CapExceeded          a hit was denied where the caller asked for an exception
+    └── BackendUnavailable   the store failed; ``__cause__`` holds the original error
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from freqguard.decision import Decision
+
+__all__ = ["BackendUnavailable", "CapExceeded", "ConfigError", "FreqGuardError"]
+
+
+class FreqGuardError(Exception):
+    """Base class of every error raised by freqguard."""
+
+
+class ConfigError(FreqGuardError, ValueError):
+    """A rule, policy, URL, context value or cost is invalid.
+
+    The message names the bad value and what is allowed. Raised before any state changes.
+    """
+
+
+class CapExceeded(FreqGuardError):
+    """A hit was denied (or could not be had within a timeout).
+
+    Attributes:
+        decision: the :class:`~freqguard.Decision` that denied it, with ``retry_after``.
+    """
+
+    def __init__(self, decision: Decision, message: str | None = None) -> None:
+        self.decision = decision
+        if message is None:
+            names = ", ".join(rule.id for rule in decision.denied_by) or "?"
+            message = (
+                f"policy {decision.policy!r} denied by {names}; "
+                f"retry after {decision.retry_after:.3f}s"
+            )
+        super().__init__(message)
+
+
+class BackendUnavailable(FreqGuardError):
+    """The state store could not be reached or failed; the cause is chained."""

@@ -1,0 +1,238 @@
+"""Guard and AsyncGuard: the engine every operation goes through.
+
+Both drive the same I/O-free operations (``freqguard.core``); they differ only in how a batch
+of script calls is sent and how a wait is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+from freqguard.backends.base import AsyncBackend, SyncBackend
+from freqguard.backends.memory import MemoryBackend
+from freqguard.clock import Clock
+from freqguard.core import Op, PolicyPlan, Sleep, acquire_op, decide_op, many_op
+from freqguard.decision import Decision
+from freqguard.errors import ConfigError
+from freqguard.policy import Policy
+from freqguard.rules import check_name
+from freqguard.script import CHECK, HIT, REFUND, RESET
+
+__all__ = ["AsyncGuard", "Guard"]
+
+T = TypeVar("T")
+
+
+class _GuardBase:
+    """Policies, clock and validation: everything but I/O."""
+
+    def __init__(self, policies: Iterable[Policy], clock: Clock | None, prefix: str) -> None:
+        self.clock = clock
+        self.prefix = check_name("key prefix", prefix)
+        self._plans: dict[str, PolicyPlan] = {}
+        for policy in policies:
+            self.add_policy(policy)
+
+    def add_policy(self, policy: Policy) -> None:
+        """Register a policy; re-adding an equal one is a no-op, a different one an error."""
+        if not isinstance(policy, Policy):
+            raise ConfigError(f"add_policy takes a Policy, got {policy!r}")
+        known = self._plans.get(policy.name)
+        if known is not None:
+            if known.policy == policy:
+                return
+            raise ConfigError(f"a different policy named {policy.name!r} is already registered")
+        self._plans[policy.name] = PolicyPlan(policy, self.prefix)
+
+    @property
+    def policies(self) -> Mapping[str, Policy]:
+        """The registered policies by name."""
+        return {name: plan.policy for name, plan in self._plans.items()}
+
+    def _plan(self, policy: str) -> PolicyPlan:
+        plan = self._plans.get(policy)
+        if plan is None:
+            known = ", ".join(sorted(self._plans)) or "none"
+            raise ConfigError(f"unknown policy {policy!r} (registered: {known})")
+        return plan
+
+    def _now(self) -> int | None:
+        return None if self.clock is None else self.clock.now_us()
+
+    def _decide(
+        self, policy: str, cost: object, ctx: Mapping[str, object], mode: int
+    ) -> Op[Decision]:
+        plan = self._plan(policy)
+        checked = plan.check_cost(cost, upper=mode == HIT)
+        return decide_op(plan, plan.texts(ctx), checked, mode, self._now())
+
+    def _many(
+        self, policy: str, contexts: Iterable[Mapping[str, object]], cost: object
+    ) -> Op[list[Decision]]:
+        plan = self._plan(policy)
+        checked = plan.check_cost(cost)
+        texts = [plan.texts(ctx) for ctx in contexts]  # all validated before anything is sent
+        return many_op(plan, texts, checked, self._now)
+
+    def _acquire(
+        self,
+        policy: str,
+        timeout: float | None,
+        cost: object,
+        ctx: Mapping[str, object],
+        clock: Clock,
+    ) -> Op[Decision]:
+        plan = self._plan(policy)
+        checked = plan.check_cost(cost)
+        if timeout is not None and not timeout >= 0:
+            raise ConfigError(f"timeout must be None or seconds >= 0, got {timeout!r}")
+        return acquire_op(plan, plan.texts(ctx), checked, timeout, self._now, clock)
+
+
+class Guard(_GuardBase):
+    """The synchronous engine.
+
+    Args:
+        backend: where state lives (default: a new :class:`MemoryBackend`).
+        policies: the policies to register.
+        clock: pins time for every backend (tests, replays); default: the backend's own time.
+        prefix: the key prefix.
+    """
+
+    def __init__(
+        self,
+        backend: SyncBackend | None = None,
+        policies: Iterable[Policy] = (),
+        clock: Clock | None = None,
+        *,
+        prefix: str = "fg",
+    ) -> None:
+        super().__init__(policies, clock, prefix)
+        self.backend: SyncBackend = backend if backend is not None else MemoryBackend()
+
+    def _run(self, op: Op[T]) -> T:
+        execute_many = self.backend.execute_many
+        try:
+            step = next(op)
+            while True:
+                if isinstance(step, Sleep):
+                    (self.clock or self.backend.clock).sleep(step.seconds)
+                    step = op.send([])
+                else:
+                    step = op.send(execute_many(step))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    def hit(self, policy: str, cost: int = 1, **ctx: object) -> Decision:
+        """Check and consume, all-or-nothing. ``cost=0`` only checks (as ``peek``).
+
+        Raises:
+            ConfigError: unknown policy, missing or unknown dimension, bad cost.
+            BackendUnavailable: the store failed.
+        """
+        return self._run(self._decide(policy, cost, ctx, HIT))
+
+    def peek(self, policy: str, **ctx: object) -> Decision:
+        """What a hit of cost 1 would answer (remaining as of now); changes nothing."""
+        return self._run(self._decide(policy, 1, ctx, CHECK))
+
+    def hit_many(
+        self, policy: str, contexts: Iterable[Mapping[str, object]], cost: int = 1
+    ) -> list[Decision]:
+        """Many hits in one batch, decided in order; every context is validated first."""
+        return self._run(self._many(policy, contexts, cost))
+
+    def acquire(
+        self, policy: str, timeout: float | None = None, cost: int = 1, **ctx: object
+    ) -> Decision:
+        """Wait for the hit's turn (at most ``timeout`` seconds), then consume.
+
+        Raises:
+            CapExceeded: when the turn comes later than the timeout allows (at once, no wait).
+        """
+        clock = self.clock or self.backend.clock
+        return self._run(self._acquire(policy, timeout, cost, ctx, clock))
+
+    def refund(self, policy: str, cost: int = 1, **ctx: object) -> Decision:
+        """Give back ``cost`` that a hit consumed (e.g. the vendor call failed)."""
+        return self._run(self._decide(policy, cost, ctx, REFUND))
+
+    def reset(self, policy: str, **ctx: object) -> None:
+        """Forget every rule's state for this context."""
+        self._run(self._decide(policy, 1, ctx, RESET))
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def __enter__(self) -> Guard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncGuard(_GuardBase):
+    """The asyncio engine; the same operations as :class:`Guard`, awaited."""
+
+    def __init__(
+        self,
+        backend: AsyncBackend | None = None,
+        policies: Iterable[Policy] = (),
+        clock: Clock | None = None,
+        *,
+        prefix: str = "fg",
+    ) -> None:
+        super().__init__(policies, clock, prefix)
+        self.backend: AsyncBackend = backend if backend is not None else MemoryBackend()
+
+    async def _run(self, op: Op[T]) -> T:
+        execute_many = self.backend.aexecute_many
+        try:
+            step = next(op)
+            while True:
+                if isinstance(step, Sleep):
+                    await (self.clock or self.backend.clock).asleep(step.seconds)
+                    step = op.send([])
+                else:
+                    step = op.send(await execute_many(step))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def hit(self, policy: str, cost: int = 1, **ctx: object) -> Decision:
+        """See :meth:`Guard.hit`."""
+        return await self._run(self._decide(policy, cost, ctx, HIT))
+
+    async def peek(self, policy: str, **ctx: object) -> Decision:
+        """See :meth:`Guard.peek`."""
+        return await self._run(self._decide(policy, 1, ctx, CHECK))
+
+    async def hit_many(
+        self, policy: str, contexts: Iterable[Mapping[str, object]], cost: int = 1
+    ) -> list[Decision]:
+        """See :meth:`Guard.hit_many`."""
+        return await self._run(self._many(policy, contexts, cost))
+
+    async def acquire(
+        self, policy: str, timeout: float | None = None, cost: int = 1, **ctx: object
+    ) -> Decision:
+        """See :meth:`Guard.acquire`."""
+        clock = self.clock or self.backend.clock
+        return await self._run(self._acquire(policy, timeout, cost, ctx, clock))
+
+    async def refund(self, policy: str, cost: int = 1, **ctx: object) -> Decision:
+        """See :meth:`Guard.refund`."""
+        return await self._run(self._decide(policy, cost, ctx, REFUND))
+
+    async def reset(self, policy: str, **ctx: object) -> None:
+        """See :meth:`Guard.reset`."""
+        await self._run(self._decide(policy, 1, ctx, RESET))
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+
+    async def __aenter__(self) -> AsyncGuard:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,103 @@
+"""Storage keys, built in one place and cluster-safe by construction.
+
+Layout::
+
+    <prefix>:{<partition>}:<policy>:<key id>@<dimensions>[:<digest>]
+
+* ``{<partition>}`` is the Redis Cluster hash tag: the value of the policy's partition
+  dimension (the first dimension every rule shares, e.g. the recipient), so every key of one
+  hit lands on one slot. A value made only of ``A-Z a-z 0-9 _ . @ + -`` and at most 64
+  characters long is kept verbatim (readable in ``redis-cli``); any other value (``{``, ``}``,
+  ``:``, spaces, non-ASCII, empty, long) becomes ``=`` plus a digest. ``=`` is not a safe
+  character, so a digest never equals a verbatim value. A rule keyed by no dimension uses
+  ``*<policy>``, which no value can produce either.
+* ``<key id>`` names the state (a rule, or a sliding log shared by several rules) and
+  ``<dimensions>`` the dimension names it is keyed by, so two dimensions holding the same value
+  never share a key.
+* ``<digest>`` covers every other dimension value (message content among them): values are
+  never stored verbatim outside the hash tag, and keys stay short whatever their length.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from collections.abc import Mapping
+
+from freqguard.errors import ConfigError
+from freqguard.rules import check_name
+
+__all__ = ["KeyLayout", "digest", "partition_token", "value_text"]
+
+_SAFE_VALUE = re.compile(r"[A-Za-z0-9_.@+\-]{1,64}")
+_DIGEST_BYTES = 9  # 72 bits, 12 characters; collisions only matter inside one partition
+
+
+def value_text(policy: str, dimension: str, value: object) -> str:
+    """The text form of one dimension value; only ``str`` and ``int`` are accepted."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise ConfigError(
+        f"dimension {dimension!r} of policy {policy!r} must be a str or an int, got {value!r}"
+    )
+
+
+def digest(*texts: str) -> str:
+    """A short, key-safe digest of one or several texts (length-prefixed, so unambiguous)."""
+    h = hashlib.blake2b(digest_size=_DIGEST_BYTES)
+    for text in texts:
+        data = text.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(4, "big"))
+        h.update(data)
+    return base64.urlsafe_b64encode(h.digest()).decode("ascii")
+
+
+def partition_token(text: str) -> str:
+    """The hash-tag form of a partition value: verbatim when safe, else ``=`` + digest."""
+    if _SAFE_VALUE.fullmatch(text):
+        return text
+    return "=" + digest(text)
+
+
+class KeyLayout:
+    """Builds the key of one piece of state from a hit's context.
+
+    Args:
+        prefix: the key prefix (``fg``).
+        policy: the policy name.
+        key_id: what the state is (a rule id, or ``log`` for a shared sliding log).
+        partition: the hash-tag dimension, or ``None`` for a global key.
+        dimensions: every dimension the key is keyed by, partition included, in rule order.
+    """
+
+    __slots__ = ("_extra", "_global_head", "_head", "_mid", "_partition", "_policy", "key_id")
+
+    def __init__(
+        self,
+        prefix: str,
+        policy: str,
+        key_id: str,
+        partition: str | None,
+        dimensions: tuple[str, ...],
+    ) -> None:
+        check_name("key prefix", prefix)
+        self._policy = policy
+        self.key_id = f"{key_id}@{','.join(dimensions)}"
+        self._partition = partition
+        self._extra = tuple(d for d in dimensions if d != partition)
+        self._head = f"{prefix}:{{"
+        self._mid = f"}}:{policy}:{self.key_id}"
+        self._global_head = f"{prefix}:{{*{policy}}}:{policy}:{self.key_id}"
+
+    def build(self, texts: Mapping[str, str]) -> str:
+        """The key for a context whose values were already turned into text."""
+        if self._partition is None:
+            key = self._global_head
+        else:
+            key = self._head + partition_token(texts[self._partition]) + self._mid
+        if self._extra:
+            key += ":" + digest(*(texts[d] for d in self._extra))
+        return key

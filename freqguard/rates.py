@@ -1,0 +1,113 @@
+"""Rates: ``limit`` per ``window``, parsed once from the grammar of ``limits``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+
+import limits
+
+from freqguard.errors import ConfigError
+
+__all__ = ["Rate", "parse_rate", "parse_rates"]
+
+_GRAMMAR = (
+    "'N per M unit' or 'N/M unit' (M optional, unit one of second, minute, hour, day, "
+    "month, year, plural allowed), several joined by ';', ',' or '|'"
+)
+# Limits beyond these would break the 2**53 integer contract of the scripts (or be absurd).
+MAX_LIMIT = 1_000_000_000
+# limits reads "5/0 minutes" as 5 per 1 minute; we refuse a zero multiple instead.
+_ZERO_MULTIPLE = re.compile(r"(?:/|per)\s*0+\s*[a-z]")
+MAX_WINDOW_US = 10 * 366 * 86_400 * 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """``limit`` hits per rolling ``window``.
+
+    Args:
+        limit: how many hits (cost units) a window admits, an integer >= 1.
+        window: the window length, at least one microsecond and at most ten years.
+
+    Raises:
+        ConfigError: when either value is out of range.
+    """
+
+    limit: int
+    window: timedelta
+
+    def __post_init__(self) -> None:
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int):
+            raise ConfigError(f"rate limit must be an integer >= 1, got {self.limit!r}")
+        if not 1 <= self.limit <= MAX_LIMIT:
+            raise ConfigError(
+                f"rate limit must be an integer from 1 to {MAX_LIMIT}, got {self.limit}"
+            )
+        if not isinstance(self.window, timedelta):
+            raise ConfigError(f"rate window must be a datetime.timedelta, got {self.window!r}")
+        if not 0 < _us(self.window) <= MAX_WINDOW_US:
+            raise ConfigError(
+                f"rate window must be longer than 0 and at most 10 years, got {self.window}"
+            )
+
+    @property
+    def window_us(self) -> int:
+        """The window in integer microseconds."""
+        return _us(self.window)
+
+    @property
+    def window_seconds(self) -> float:
+        return self.window.total_seconds()
+
+    def __str__(self) -> str:
+        seconds = self.window.total_seconds()
+        if seconds == int(seconds):
+            unit = "second" if seconds == 1 else f"{int(seconds)} seconds"
+        else:
+            unit = f"{seconds:g} seconds"
+        return f"{self.limit} per {unit}"
+
+
+def _us(window: timedelta) -> int:
+    return (window.days * 86_400 + window.seconds) * 1_000_000 + window.microseconds
+
+
+def parse_rates(text: str) -> tuple[Rate, ...]:
+    """Parse one or several rates: ``"15/minute; 50 per day"``.
+
+    Raises:
+        ConfigError: naming the text and the grammar when it does not parse.
+    """
+    if not isinstance(text, str):
+        raise ConfigError(f"a rate must be a string like '15/minute', got {text!r}")
+    normalized = text.strip().lower()
+    if _ZERO_MULTIPLE.search(normalized):
+        raise ConfigError(f"rate {text!r} has a window of 0 units; it must be at least 1")
+    try:
+        items = limits.parse_many(normalized)
+    except ValueError:
+        raise ConfigError(f"cannot parse rate {text!r}: expected {_GRAMMAR}") from None
+    rates = []
+    for item in items:
+        if item.amount < 1:
+            raise ConfigError(f"rate {text!r} has limit {item.amount}; a limit must be >= 1")
+        window = item.GRANULARITY.seconds * item.multiples
+        rates.append(Rate(item.amount, timedelta(seconds=window)))
+    return tuple(rates)
+
+
+def parse_rate(text: str) -> Rate:
+    """Parse exactly one rate: ``"2 per 59 seconds"``.
+
+    Raises:
+        ConfigError: when the text does not parse or holds more than one rate.
+    """
+    rates = parse_rates(text)
+    if len(rates) != 1:
+        raise ConfigError(
+            f"expected exactly one rate, got {len(rates)} in {text!r}; "
+            "use parse_rates() or one Rule per rate"
+        )
+    return rates[0]

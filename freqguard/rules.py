@@ -1,0 +1,179 @@
+"""Rules: one cap, keyed by dimensions, enforced by one strategy."""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from freqguard.errors import ConfigError
+from freqguard.rates import Rate, parse_rate
+
+__all__ = ["RESERVED_DIMENSIONS", "Rule", "Strategy"]
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+_DIMENSION = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+# Names the Guard's own keyword arguments take; a dimension by these names could not be passed.
+RESERVED_DIMENSIONS = frozenset({"policy", "cost", "contexts", "timeout", "self"})
+MAX_BURST = 1_000_000_000
+
+
+class Strategy(str, Enum):
+    """How a rule counts. See docs/strategies.md for the exact guarantee of each."""
+
+    FIXED_WINDOW = "fixed-window"
+    SLIDING_LOG = "sliding-log"
+    TOKEN_BUCKET = "token-bucket"
+    GCRA = "gcra"
+
+    @classmethod
+    def parse(cls, value: Strategy | str) -> Strategy:
+        """Accept a member, its value (``"sliding-log"``) or its name (``"SLIDING_LOG"``)."""
+        if isinstance(value, Strategy):
+            return value
+        if isinstance(value, str):
+            wanted = value.strip().lower().replace("_", "-")
+            for member in cls:
+                if member.value == wanted:
+                    return member
+        allowed = ", ".join(repr(m.value) for m in cls)
+        raise ConfigError(f"unknown strategy {value!r}; allowed: {allowed}")
+
+    @property
+    def uses_burst(self) -> bool:
+        return self in (Strategy.TOKEN_BUCKET, Strategy.GCRA)
+
+    @property
+    def short(self) -> str:
+        return _SHORT[self]
+
+
+_SHORT = {
+    Strategy.FIXED_WINDOW: "fw",
+    Strategy.SLIDING_LOG: "sl",
+    Strategy.TOKEN_BUCKET: "tb",
+    Strategy.GCRA: "gcra",
+}
+
+
+def check_name(kind: str, value: object) -> str:
+    """Validate a policy, rule or prefix name: it appears verbatim in keys."""
+    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
+        raise ConfigError(f"{kind} must be 1 to 64 characters of A-Z a-z 0-9 _ . -, got {value!r}")
+    return value
+
+
+def _dimensions(by: str | Sequence[str]) -> tuple[str, ...]:
+    names = (by,) if isinstance(by, str) else tuple(by)
+    for name in names:
+        if (
+            not isinstance(name, str)
+            or not _DIMENSION.fullmatch(name)
+            or keyword.iskeyword(name)
+            or name in RESERVED_DIMENSIONS
+        ):
+            reserved = ", ".join(sorted(RESERVED_DIMENSIONS))
+            raise ConfigError(
+                f"dimension {name!r} is not allowed: use a Python identifier of at most 64 "
+                f"characters that is not a keyword nor one of {reserved}"
+            )
+    if len(set(names)) != len(names):
+        raise ConfigError(f"dimensions must be distinct, got {names!r}")
+    return names
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Rule:
+    """One cap: ``rate`` per set of ``by`` values, enforced by ``strategy``.
+
+    Args:
+        rate: a :class:`Rate` or one rate string (``"15/minute"``).
+        by: the dimension(s) the rule is keyed by; ``()`` for one global cap.
+        strategy: a :class:`Strategy` or its value; sliding-log (exact) by default.
+        name: a stable name; it is part of the storage key. Derived from the rate when omitted.
+        burst: the capacity of token-bucket and gcra rules (default: the limit).
+        shadow: evaluate and report, never block.
+
+    Raises:
+        ConfigError: for any invalid argument, naming it.
+    """
+
+    rate: Rate
+    by: tuple[str, ...]
+    strategy: Strategy
+    name: str | None
+    burst: int | None
+    shadow: bool
+
+    def __init__(
+        self,
+        rate: Rate | str,
+        by: str | Sequence[str] = (),
+        strategy: Strategy | str = Strategy.SLIDING_LOG,
+        *,
+        name: str | None = None,
+        burst: int | None = None,
+        shadow: bool = False,
+    ) -> None:
+        rate = parse_rate(rate) if isinstance(rate, str) else rate
+        if not isinstance(rate, Rate):
+            raise ConfigError(f"rate must be a Rate or a rate string, got {rate!r}")
+        strategy = Strategy.parse(strategy)
+        if name is not None:
+            check_name("rule name", name)
+        if burst is not None:
+            if not strategy.uses_burst:
+                raise ConfigError(
+                    f"burst applies to token-bucket and gcra only, not {strategy.value} "
+                    f"(rule {name or rate!s})"
+                )
+            if (
+                isinstance(burst, bool)
+                or not isinstance(burst, int)
+                or not (1 <= burst <= MAX_BURST)
+            ):
+                raise ConfigError(f"burst must be an integer from 1 to {MAX_BURST}, got {burst!r}")
+        if not isinstance(shadow, bool):
+            raise ConfigError(f"shadow must be a bool, got {shadow!r}")
+        set_ = object.__setattr__
+        set_(self, "rate", rate)
+        set_(self, "by", _dimensions(by))
+        set_(self, "strategy", strategy)
+        set_(self, "name", name)
+        set_(self, "burst", burst)
+        set_(self, "shadow", shadow)
+
+    @property
+    def limit(self) -> int:
+        return self.rate.limit
+
+    @property
+    def capacity(self) -> int:
+        """The most cost one hit can ever take: the burst for buckets, else the limit."""
+        return self.burst if self.burst is not None else self.rate.limit
+
+    @property
+    def id(self) -> str:
+        """The rule's stable identity inside its policy (its name, or one derived from it)."""
+        if self.name is not None:
+            return self.name
+        window_us = self.rate.window_us
+        window = f"{window_us // 1_000_000}s" if window_us % 1_000_000 == 0 else f"{window_us}us"
+        ident = f"{self.strategy.short}.{self.rate.limit}.{window}"
+        if self.burst is not None:
+            ident += f".b{self.burst}"
+        if self.shadow:
+            ident += ".shadow"
+        return ident
+
+    def __repr__(self) -> str:
+        parts = [repr(str(self.rate)), f"by={self.by!r}", f"strategy={self.strategy.value!r}"]
+        if self.name is not None:
+            parts.append(f"name={self.name!r}")
+        if self.burst is not None:
+            parts.append(f"burst={self.burst}")
+        if self.shadow:
+            parts.append("shadow=True")
+        return f"Rule({', '.join(parts)})"

@@ -1,0 +1,47 @@
+"""What every strategy twin offers the policy script.
+
+A twin is the Python half of a strategy whose other half is a Lua function in
+``freqguard/lua/policy.lua``. Both use the same names in the same order:
+
+* ``load(state, now, rules)``: the state normalized to ``now`` (``None`` means no state);
+* ``check(view, now, need, rule)``: microseconds until a hit of ``need`` fits, 0 if it fits now;
+* ``consume(view, now, cost, rules)`` and ``refund(...)``: the state to store (``None``: delete);
+* ``report(view, now, rule)``: ``(remaining, reset_after_us)``;
+* ``ttl(state, now, rules)``: how long, from ``now``, the stored state can still matter.
+
+All values are integers (time in microseconds). A key holds the state of one rule, except a
+sliding log, which one or more rules with the same dimensions share.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol
+
+__all__ = ["RuleParams", "Twin"]
+
+
+class RuleParams(NamedTuple):
+    """The integers a twin needs of one rule."""
+
+    capacity: int  # the limit (windows) or the burst (buckets)
+    window: int  # microseconds
+    interval: int  # microseconds per token (buckets), else 0
+    shadow: bool
+
+
+class Twin(Protocol):
+    code: int  # the strategy's number in the script's ARGV
+
+    def load(self, state: Any, now: int, rules: tuple[RuleParams, ...]) -> Any: ...
+
+    def check(self, view: Any, now: int, need: int, rule: RuleParams) -> int: ...
+
+    def consume(self, view: Any, now: int, cost: int, rules: tuple[RuleParams, ...]) -> Any: ...
+
+    def refund(self, view: Any, now: int, cost: int, rules: tuple[RuleParams, ...]) -> Any: ...
+
+    def report(self, view: Any, now: int, rule: RuleParams) -> tuple[int, int]: ...
+
+    def ttl(self, state: Any, now: int, rules: tuple[RuleParams, ...]) -> int: ...
+
+    def max_ttl(self, rules: tuple[RuleParams, ...]) -> int: ...

@@ -1,0 +1,51 @@
+"""fixed-window: a counter per window aligned to the epoch (``now - now % window``).
+
+State: ``(window_start, count)``.
+
+Guarantee: at most ``limit`` per aligned window, so up to ``2 * limit`` in an unaligned
+interval of length ``window`` that straddles a boundary. Cheapest state; not exact.
+"""
+
+from __future__ import annotations
+
+from freqguard.strategies.base import RuleParams
+
+code = 1
+
+View = tuple[int, int]
+
+
+def load(state: View | None, now: int, rules: tuple[RuleParams, ...]) -> View:
+    start = now - now % rules[0].window
+    if state is None or state[0] != start:
+        return (start, 0)
+    return state
+
+
+def check(view: View, now: int, need: int, rule: RuleParams) -> int:
+    if view[1] + need <= rule.capacity:
+        return 0
+    return view[0] + rule.window - now
+
+
+def consume(view: View, now: int, cost: int, rules: tuple[RuleParams, ...]) -> View:
+    return (view[0], view[1] + cost)
+
+
+def refund(view: View, now: int, cost: int, rules: tuple[RuleParams, ...]) -> View | None:
+    count = max(0, view[1] - cost)
+    return (view[0], count) if count else None
+
+
+def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
+    if view[1] == 0:
+        return rule.capacity, 0
+    return max(0, rule.capacity - view[1]), view[0] + rule.window - now
+
+
+def ttl(state: View, now: int, rules: tuple[RuleParams, ...]) -> int:
+    return state[0] + rules[0].window - now
+
+
+def max_ttl(rules: tuple[RuleParams, ...]) -> int:
+    return rules[0].window

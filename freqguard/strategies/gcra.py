@@ -1,0 +1,45 @@
+"""gcra: the generic cell rate algorithm, as redis-cell computes it.
+
+State: the theoretical arrival time ``tat`` (µs). Emission interval ``interval =
+ceil(window / limit)``; capacity ``burst`` (default ``limit``; redis-cell's ``max_burst + 1``).
+A hit of ``cost`` is allowed when ``max(tat, now) + cost * interval - now <= burst * interval``.
+
+Guarantee: as token-bucket (the same decisions, one integer of state).
+"""
+
+from __future__ import annotations
+
+from freqguard.strategies.base import RuleParams
+
+code = 4
+
+
+def load(state: int | None, now: int, rules: tuple[RuleParams, ...]) -> int:
+    return now if state is None or state < now else state
+
+
+def check(tat: int, now: int, need: int, rule: RuleParams) -> int:
+    over = tat + need * rule.interval - now - rule.capacity * rule.interval
+    return over if over > 0 else 0
+
+
+def consume(tat: int, now: int, cost: int, rules: tuple[RuleParams, ...]) -> int:
+    return tat + cost * rules[0].interval
+
+
+def refund(tat: int, now: int, cost: int, rules: tuple[RuleParams, ...]) -> int | None:
+    tat -= cost * rules[0].interval
+    return tat if tat > now else None
+
+
+def report(tat: int, now: int, rule: RuleParams) -> tuple[int, int]:
+    ahead = tat - now
+    return max(0, (rule.capacity * rule.interval - ahead) // rule.interval), ahead
+
+
+def ttl(tat: int, now: int, rules: tuple[RuleParams, ...]) -> int:
+    return tat - now
+
+
+def max_ttl(rules: tuple[RuleParams, ...]) -> int:
+    return rules[0].capacity * rules[0].interval

@@ -1,0 +1,62 @@
+"""sliding-log: exact rolling windows.
+
+State: the ascending timestamps (µs) of admitted hits, one per cost unit, kept only while
+inside the longest window and at most ``max(limit)`` of them. Rules of a policy with the same
+dimensions share one log: every one of them admits exactly the hits the policy admits.
+
+Guarantee: in every interval of length ``window`` at most ``limit`` cost units are admitted,
+and a hit is denied only if admitting it would break that. A timestamp ``t`` counts while
+``now - window < t``.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from freqguard.strategies.base import RuleParams
+
+code = 2
+
+
+def load(state: list[int] | None, now: int, rules: tuple[RuleParams, ...]) -> list[int]:
+    return [] if state is None else state
+
+
+def check(log: list[int], now: int, need: int, rule: RuleParams) -> int:
+    lo = bisect_right(log, now - rule.window)
+    count = len(log) - lo
+    excess = count + need - rule.capacity
+    if excess <= 0:
+        return 0
+    if excess > count:  # more than the rule could ever admit: report when it is empty
+        return max(1, log[-1] + rule.window - now) if count else rule.window
+    return log[lo + excess - 1] + rule.window - now
+
+
+def consume(log: list[int], now: int, cost: int, rules: tuple[RuleParams, ...]) -> list[int]:
+    lo = bisect_right(log, now - max(r.window for r in rules))
+    at = bisect_right(log, now)
+    kept = log[lo:at] + [now] * cost + log[at:]
+    cap = max(r.capacity for r in rules)
+    return kept[-cap:] if len(kept) > cap else kept
+
+
+def refund(log: list[int], now: int, cost: int, rules: tuple[RuleParams, ...]) -> list[int] | None:
+    lo = bisect_right(log, now - max(r.window for r in rules))
+    kept = log[lo : max(lo, len(log) - cost)]
+    return kept or None
+
+
+def report(log: list[int], now: int, rule: RuleParams) -> tuple[int, int]:
+    count = len(log) - bisect_right(log, now - rule.window)
+    if count == 0:
+        return rule.capacity, 0
+    return max(0, rule.capacity - count), log[-1] + rule.window - now
+
+
+def ttl(log: list[int], now: int, rules: tuple[RuleParams, ...]) -> int:
+    return log[-1] + max(r.window for r in rules) - now
+
+
+def max_ttl(rules: tuple[RuleParams, ...]) -> int:
+    return max(r.window for r in rules)

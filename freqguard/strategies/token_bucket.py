@@ -1,0 +1,64 @@
+"""token-bucket: ``burst`` tokens, one more every ``interval = ceil(window / limit)`` µs.
+
+State: ``(tokens, last)``: whole tokens, and the instant the last whole token was credited
+(partial progress towards the next token is kept). A full bucket stops accruing.
+
+Guarantee: at most ``burst + n`` cost units in any interval holding ``n`` intervals; in the
+long run ``limit`` per ``window`` (the interval is rounded up to a whole microsecond, so never
+faster). It admits exactly what gcra admits: the two are the same bucket stored two ways; this
+one keeps two numbers and reports tokens.
+"""
+
+from __future__ import annotations
+
+from freqguard.strategies.base import RuleParams
+
+code = 3
+
+View = tuple[int, int]
+
+
+def load(state: View | None, now: int, rules: tuple[RuleParams, ...]) -> View:
+    rule = rules[0]
+    if state is None:
+        return (rule.capacity, now)
+    tokens, last = state
+    if now > last:
+        earned = (now - last) // rule.interval
+        tokens += earned
+        last += earned * rule.interval
+    if tokens >= rule.capacity:
+        return (rule.capacity, now)
+    return (tokens, last)
+
+
+def check(view: View, now: int, need: int, rule: RuleParams) -> int:
+    tokens, last = view
+    if tokens >= need:
+        return 0
+    return (need - tokens) * rule.interval - (now - last)
+
+
+def consume(view: View, now: int, cost: int, rules: tuple[RuleParams, ...]) -> View:
+    return (view[0] - cost, view[1])
+
+
+def refund(view: View, now: int, cost: int, rules: tuple[RuleParams, ...]) -> View | None:
+    tokens = view[0] + cost
+    return None if tokens >= rules[0].capacity else (tokens, view[1])
+
+
+def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
+    tokens, last = view
+    if tokens >= rule.capacity:
+        return rule.capacity, 0
+    return tokens, (rule.capacity - tokens) * rule.interval - (now - last)
+
+
+def ttl(state: View, now: int, rules: tuple[RuleParams, ...]) -> int:
+    rule = rules[0]
+    return (rule.capacity - state[0]) * rule.interval - (now - state[1])
+
+
+def max_ttl(rules: tuple[RuleParams, ...]) -> int:
+    return rules[0].capacity * rules[0].interval
