@@ -70,7 +70,8 @@ class PolicyPlan:
         )
         enforcing = [r for r in rules if not r.shadow]
         self._narrow = min(enforcing, key=lambda r: r.capacity) if enforcing else None
-        self.max_cost = self._narrow.capacity if self._narrow else max(r.capacity for r in rules)
+        # the largest cost some hit could be granted; a shadow-only policy grants any cost
+        self.max_cost = self._narrow.capacity if self._narrow else None
 
     def _compile_slot(self, prefix: str, partition: str | None, indices: list[int]) -> _Slot:
         rules = self.policy.rules
@@ -116,10 +117,10 @@ class PolicyPlan:
         """Validate a cost: an integer >= 0 that some hit could ever be granted."""
         if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
             raise ConfigError(f"cost must be an integer >= 0, got {cost!r} (policy {self.name!r})")
-        if upper and cost > self.max_cost:
-            rule = self._narrow.id if self._narrow else "every rule"
+        if upper and self._narrow is not None and cost > self._narrow.capacity:
+            rule = self._narrow.id
             raise ConfigError(
-                f"cost {cost} exceeds the capacity {self.max_cost} of rule {rule!r} "
+                f"cost {cost} exceeds the capacity {self._narrow.capacity} of rule {rule!r} "
                 f"(policy {self.name!r}): no hit of that cost could ever be allowed"
             )
         return cost
@@ -149,12 +150,12 @@ class PolicyPlan:
                     rule, retry == 0, rule.capacity, reply[at], reply[at + 1] / _US, retry / _US
                 )
                 at += 3
-        enforcing = [s for s in states if not s.rule.shadow] or states
+        enforcing = [s for s in states if not s.rule.shadow]
         denied = [s for s in enforcing if not s.allowed]
         if denied:
             binding = max(denied, key=lambda s: s.retry_after)
-        else:
-            binding = min(enforcing, key=lambda s: (s.remaining, -s.reset_after))
+        else:  # a policy of shadow rules only never denies, but still reports its tightest
+            binding = min(enforcing or states, key=lambda s: (s.remaining, -s.reset_after))
         return Decision(
             self.name,
             not denied,

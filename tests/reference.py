@@ -1,0 +1,109 @@
+"""Brute-force reference models of the strategies: slow, obvious, independent of the twins."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+from freqguard import Rule, Strategy
+
+
+class RefRule:
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        self.capacity = rule.capacity
+        self.window = rule.rate.window_us
+        self.interval = math.ceil(self.window / rule.limit)
+        self.admitted: list[int] = []  # one timestamp per admitted cost unit, never trimmed
+        self.tokens = Fraction(self.capacity)
+        self.last: int | None = None
+
+    # -- sliding log ---------------------------------------------------------------------
+    def _count(self, now: int) -> int:
+        return sum(1 for t in self.admitted if t > now - self.window)
+
+    # -- fixed window --------------------------------------------------------------------
+    def _fixed_count(self, now: int) -> int:
+        start = now - now % self.window
+        return sum(1 for t in self.admitted if start <= t < start + self.window)
+
+    # -- buckets -------------------------------------------------------------------------
+    def _level(self, now: int) -> Fraction:
+        if self.last is None:
+            return Fraction(self.capacity)
+        return min(Fraction(self.capacity), self.tokens + Fraction(now - self.last, self.interval))
+
+    def check(self, now: int, need: int) -> int:
+        """µs until a hit of ``need`` fits (0: now), searched the slow way where possible."""
+        s = self.rule.strategy
+        if s is Strategy.SLIDING_LOG:
+            if self._count(now) + need <= self.capacity:
+                return 0
+            candidates = sorted(t + self.window for t in self.admitted if t + self.window > now)
+            for when in candidates:
+                if self._count(when) + need <= self.capacity:
+                    return when - now
+            return max(candidates) - now if candidates else self.window
+        if s is Strategy.FIXED_WINDOW:
+            if self._fixed_count(now) + need <= self.capacity:
+                return 0
+            return now - now % self.window + self.window - now
+        level = self._level(now)
+        if level >= need:
+            return 0
+        wait = (need - level) * self.interval
+        assert wait.denominator == 1
+        return int(wait)
+
+    def consume(self, now: int, cost: int) -> None:
+        if self.rule.strategy in (Strategy.SLIDING_LOG, Strategy.FIXED_WINDOW):
+            self.admitted += [now] * cost
+        else:
+            self.tokens = self._level(now) - cost
+            self.last = now
+            self.admitted += [now] * cost
+
+    def report(self, now: int) -> tuple[int, int]:
+        s = self.rule.strategy
+        if s is Strategy.SLIDING_LOG:
+            inside = [t for t in self.admitted if t > now - self.window]
+            if not inside:
+                return self.capacity, 0
+            return max(0, self.capacity - len(inside)), max(inside) + self.window - now
+        if s is Strategy.FIXED_WINDOW:
+            count = self._fixed_count(now)
+            if not count:
+                return self.capacity, 0
+            return max(0, self.capacity - count), now - now % self.window + self.window - now
+        level = self._level(now)
+        reset = (self.capacity - level) * self.interval
+        assert reset.denominator == 1
+        return math.floor(level), int(reset)
+
+
+class RefPolicy:
+    """All-or-nothing over independent reference rules."""
+
+    def __init__(self, rules: tuple[Rule, ...]) -> None:
+        self.rules = [RefRule(r) for r in rules]
+
+    def hit(self, now: int, cost: int) -> tuple[bool, list[tuple[int, int, int]]]:
+        need = max(cost, 1)
+        retries = [r.check(now, need) for r in self.rules]
+        allowed = all(w == 0 for w, r in zip(retries, self.rules) if not r.rule.shadow)
+        if allowed and cost:
+            for w, r in zip(retries, self.rules):
+                if w == 0 or not r.rule.shadow:
+                    r.consume(now, cost)
+        return allowed, [(*r.report(now), w) for r, w in zip(self.rules, retries)]
+
+
+def max_in_any_window(times: list[int], window: int) -> int:
+    """The most timestamps inside any half-open interval of length ``window``."""
+    times = sorted(times)
+    best, lo = 0, 0
+    for hi, t in enumerate(times):
+        while times[lo] <= t - window:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
