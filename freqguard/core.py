@@ -13,13 +13,13 @@ from typing import NamedTuple, TypeVar
 
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock
-from freqguard.decision import Decision, RuleState
+from freqguard.decision import Decision, make_decision
 from freqguard.errors import CapExceeded, ConfigError
 from freqguard.keys import KeyLayout, value_text
 from freqguard.policy import Policy
 from freqguard.rules import Rule, Strategy
-from freqguard.script import CHECK, HIT, REFUND, KeySpec, SlotPlan
-from freqguard.strategies import TWINS, RuleParams
+from freqguard.script import CHECK, HIT, REFUND, SlotPlan
+from freqguard.strategies import TWINS, KeySpec, RuleParams
 
 __all__ = ["PolicyPlan", "Sleep", "acquire_op", "decide_op", "many_op"]
 
@@ -52,7 +52,16 @@ class _Slot(NamedTuple):
 class PolicyPlan:
     """A policy compiled for execution: keys, parameters, reply layout."""
 
-    __slots__ = ("_dimset", "_narrow", "dimensions", "max_cost", "name", "policy", "slots")
+    __slots__ = (
+        "_dimset",
+        "_narrow",
+        "dimensions",
+        "max_cost",
+        "name",
+        "policy",
+        "single_slot",
+        "slots",
+    )
 
     def __init__(self, policy: Policy, prefix: str) -> None:
         self.policy = policy
@@ -68,6 +77,7 @@ class PolicyPlan:
         self.slots = tuple(
             self._compile_slot(prefix, part, indices) for part, indices in groups.items()
         )
+        self.single_slot = len(self.slots) == 1
         enforcing = [r for r in rules if not r.shadow]
         self._narrow = min(enforcing, key=lambda r: r.capacity) if enforcing else None
         # the largest cost some hit could be granted; a shadow-only policy grants any cost
@@ -88,7 +98,9 @@ class PolicyPlan:
             first = rules[members[0]]
             params = tuple(rule_params(rules[i]) for i in members)
             twin = TWINS[first.strategy]
-            specs.append(KeySpec(twin, params, twin.max_ttl(params), first.shadow))
+            window = max(p.window for p in params)
+            cap = max(p.capacity for p in params)
+            specs.append(KeySpec(twin, params, twin.max_ttl(params), first.shadow, window, cap))
             layouts.append(KeyLayout(prefix, self.name, key_id, partition, dims))
             rule_index.extend(members)
             argv += [str(twin.code), str(int(first.shadow)), str(len(params))]
@@ -128,43 +140,58 @@ class PolicyPlan:
     def calls(
         self, texts: Mapping[str, str], now: int | None, cost: int, mode: int
     ) -> list[ScriptCall]:
+        """One script call per slot, in slot order."""
         return [
             ScriptCall(
-                slot.plan, tuple(layout.build(texts) for layout in slot.layouts), now, cost, mode
+                slot.plan, tuple([lay.build(texts) for lay in slot.layouts]), now, cost, mode
             )
             for slot in self.slots
         ]
+
+    def call(self, texts: Mapping[str, str], now: int | None, cost: int, mode: int) -> ScriptCall:
+        """The one script call of a policy that lives on one slot."""
+        slot = self.slots[0]
+        keys = tuple([layout.build(texts) for layout in slot.layouts])
+        return ScriptCall(slot.plan, keys, now, cost, mode)
 
     # -- replies ---------------------------------------------------------------------------
 
     def decide(self, replies: list[Reply]) -> Decision:
         """Turn one reply per slot (in slot order) into a Decision."""
         rules = self.policy.rules
-        states: list[RuleState] = [None] * len(rules)  # type: ignore[list-item]
-        for slot, reply in zip(self.slots, replies, strict=True):
+        raw: list[tuple[Rule, int, int, int]] = [None] * len(rules)  # type: ignore[list-item]
+        for slot, reply in zip(self.slots, replies):  # noqa: B905 (hot path)
             at = 1
             for index in slot.rule_index:
-                rule = rules[index]
-                retry = reply[at + 2]
-                states[index] = RuleState(
-                    rule, retry == 0, rule.capacity, reply[at], reply[at + 1] / _US, retry / _US
-                )
+                raw[index] = (rules[index], reply[at], reply[at + 1], reply[at + 2])
                 at += 3
-        enforcing = [s for s in states if not s.rule.shadow]
-        denied = [s for s in enforcing if not s.allowed]
-        if denied:
-            binding = max(denied, key=lambda s: s.retry_after)
-        else:  # a policy of shadow rules only never denies, but still reports its tightest
-            binding = min(enforcing or states, key=lambda s: (s.remaining, -s.reset_after))
-        return Decision(
+        binding = None
+        denied: list[Rule] = []
+        for entry in raw:
+            rule, remaining, reset, retry = entry
+            if rule.shadow:
+                continue
+            if retry:
+                denied.append(rule)
+                if binding is None or not binding[3] or retry > binding[3]:
+                    binding = entry
+            elif binding is None or (
+                not binding[3]
+                and (remaining < binding[1] or (remaining == binding[1] and reset > binding[2]))
+            ):
+                binding = entry
+        if binding is None:  # a policy of shadow rules only never denies
+            binding = min(raw, key=lambda e: (e[1], -e[2]))
+            binding = (binding[0], binding[1], binding[2], 0)
+        return make_decision(
             self.name,
             not denied,
-            binding.remaining,
-            binding.limit,
-            binding.reset_after,
-            binding.retry_after if denied else 0.0,
-            tuple(s.rule for s in denied),
-            tuple(states),
+            binding[1],
+            binding[0].capacity,
+            binding[2] / _US,
+            binding[3] / _US,
+            tuple(denied),
+            tuple(raw),
         )
 
 

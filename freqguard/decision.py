@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from freqguard.rules import Rule
 
 __all__ = ["Decision", "RuleState"]
+
+_US = 1_000_000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,8 @@ class Decision:
         reset_after: see above.
         retry_after: see above.
         denied_by: the non-shadow rules that said no, in policy order.
-        rules: one :class:`RuleState` per rule of the policy, in policy order.
+        rules: one :class:`RuleState` per rule of the policy, in policy order (built when
+            first read: most callers only look at ``allowed``).
     """
 
     policy: str
@@ -58,7 +61,38 @@ class Decision:
     reset_after: float
     retry_after: float
     denied_by: tuple[Rule, ...]
-    rules: tuple[RuleState, ...]
+    # (rule, remaining, reset_after µs, retry_after µs) per rule, in policy order
+    raw: tuple[tuple[Rule, int, int, int], ...] = field(repr=False)
+
+    @property
+    def rules(self) -> tuple[RuleState, ...]:
+        return tuple(
+            RuleState(rule, retry == 0, rule.capacity, remaining, reset / _US, retry / _US)
+            for rule, remaining, reset, retry in self.raw
+        )
 
     def __bool__(self) -> bool:
         return self.allowed
+
+
+_new = object.__new__
+_SETTERS = tuple(Decision.__dict__[name].__set__ for name in Decision.__slots__)
+
+
+def make_decision(
+    policy: str,
+    allowed: bool,
+    remaining: int,
+    limit: int,
+    reset_after: float,
+    retry_after: float,
+    denied_by: tuple[Rule, ...],
+    raw: tuple[tuple[Rule, int, int, int], ...],
+) -> Decision:
+    """Build a Decision without the frozen ``__init__``, which costs more than the rest of
+    decoding a reply; the instance is as frozen as any other."""
+    decision: Decision = _new(Decision)
+    values = (policy, allowed, remaining, limit, reset_after, retry_after, denied_by, raw)
+    for setter, value in zip(_SETTERS, values, strict=True):
+        setter(decision, value)
+    return decision

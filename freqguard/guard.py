@@ -131,6 +131,10 @@ class Guard(_GuardBase):
             ConfigError: unknown policy, missing or unknown dimension, bad cost.
             BackendUnavailable: the store failed.
         """
+        plan = self._plan(policy)
+        if plan.single_slot:  # the common case, without the generator machinery
+            call = plan.call(plan.texts(ctx), self._now(), plan.check_cost(cost), HIT)
+            return plan.decide([self.backend.execute(call)])
         return self._run(self._decide(policy, cost, ctx, HIT))
 
     def peek(self, policy: str, **ctx: object) -> Decision:
@@ -201,6 +205,10 @@ class AsyncGuard(_GuardBase):
 
     async def hit(self, policy: str, cost: int = 1, **ctx: object) -> Decision:
         """See :meth:`Guard.hit`."""
+        plan = self._plan(policy)
+        if plan.single_slot:
+            call = plan.call(plan.texts(ctx), self._now(), plan.check_cost(cost), HIT)
+            return plan.decide([await self.backend.aexecute(call)])
         return await self._run(self._decide(policy, cost, ctx, HIT))
 
     async def peek(self, policy: str, **ctx: object) -> Decision:

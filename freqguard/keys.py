@@ -20,8 +20,7 @@ Layout::
 
 from __future__ import annotations
 
-import base64
-import hashlib
+from hashlib import blake2b as _blake2b
 import re
 from collections.abc import Mapping
 
@@ -31,11 +30,13 @@ from freqguard.rules import check_name
 __all__ = ["KeyLayout", "digest", "partition_token", "value_text"]
 
 _SAFE_VALUE = re.compile(r"[A-Za-z0-9_.@+\-]{1,64}")
-_DIGEST_BYTES = 9  # 72 bits, 12 characters; collisions only matter inside one partition
+_DIGEST_BYTES = 8  # 64 bits, 16 hex characters; collisions only matter inside one partition
 
 
 def value_text(policy: str, dimension: str, value: object) -> str:
     """The text form of one dimension value; only ``str`` and ``int`` are accepted."""
+    if type(value) is str:  # the hot case first
+        return value
     if isinstance(value, str):
         return value
     if isinstance(value, int) and not isinstance(value, bool):
@@ -46,13 +47,13 @@ def value_text(policy: str, dimension: str, value: object) -> str:
 
 
 def digest(*texts: str) -> str:
-    """A short, key-safe digest of one or several texts (length-prefixed, so unambiguous)."""
-    h = hashlib.blake2b(digest_size=_DIGEST_BYTES)
-    for text in texts:
-        data = text.encode("utf-8", "surrogatepass")
-        h.update(len(data).to_bytes(4, "big"))
-        h.update(data)
-    return base64.urlsafe_b64encode(h.digest()).decode("ascii")
+    """A short, key-safe digest (hex) of one or several texts (length-prefixed: unambiguous)."""
+    if len(texts) == 1:
+        data = texts[0].encode("utf-8", "surrogatepass")
+    else:
+        parts = [t.encode("utf-8", "surrogatepass") for t in texts]
+        data = b"".join(len(p).to_bytes(4, "big") + p for p in parts)
+    return _blake2b(data, digest_size=_DIGEST_BYTES).hexdigest()
 
 
 def partition_token(text: str) -> str:
@@ -98,6 +99,10 @@ class KeyLayout:
             key = self._global_head
         else:
             key = self._head + partition_token(texts[self._partition]) + self._mid
-        if self._extra:
-            key += ":" + digest(*(texts[d] for d in self._extra))
-        return key
+        extra = self._extra
+        if not extra:
+            return key
+        if len(extra) == 1:  # the usual case (content): no tuple, no length prefix
+            data = texts[extra[0]].encode("utf-8", "surrogatepass")
+            return key + ":" + _blake2b(data, digest_size=_DIGEST_BYTES).hexdigest()
+        return key + ":" + digest(*[texts[d] for d in extra])

@@ -16,20 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
-from freqguard.strategies import RuleParams, Twin
+from freqguard.strategies import KeySpec
 
 __all__ = ["CHECK", "HIT", "REFUND", "RESET", "KeySpec", "SlotPlan", "StateStore", "run"]
 
 HIT, CHECK, REFUND, RESET = 0, 1, 2, 3
-
-
-class KeySpec(NamedTuple):
-    """One piece of state touched by a slot's script call."""
-
-    twin: Twin
-    rules: tuple[RuleParams, ...]
-    lane: int  # the longest the state can matter, µs: where the memory store files it
-    shadow: bool  # a shadow rule's own key: consumes only when that rule allows
 
 
 class SlotPlan(NamedTuple):
@@ -54,24 +45,23 @@ def run(
     specs = plan.keys
     need = cost if cost > 0 else 1
     views: list[Any] = []
-    for key, spec in zip(keys, specs, strict=True):
+    for key, spec in zip(keys, specs):  # noqa: B905 (the plan built both; hot path)
+        twin = spec.twin
         if mode == RESET:
             store.delete(key, spec.lane)
-            state = None
+            view = twin.load(None, now, spec)
         else:
-            state = store.get(key, spec.lane, now)
-        view = spec.twin.load(state, now, spec.rules)
-        if mode == REFUND:
-            state = spec.twin.refund(view, now, cost, spec.rules)
-            _store(store, key, spec, state, now)
-            view = spec.twin.load(state, now, spec.rules)
+            view = twin.load(store.get(key, spec.lane, now), now, spec)
+            if mode == REFUND:
+                view = _write(store, key, spec, twin.refund(view, now, cost, spec), now)
         views.append(view)
 
     retries: list[int] = []
     allowed = True
-    for view, spec in zip(views, specs, strict=True):
+    for view, spec in zip(views, specs):  # noqa: B905
+        check = spec.twin.check
         for rule in spec.rules:
-            retry = spec.twin.check(view, now, need, rule)
+            retry = check(view, now, need, rule)
             retries.append(retry)
             if retry and not rule.shadow:
                 allowed = False
@@ -80,23 +70,25 @@ def run(
         first = 0
         for i, spec in enumerate(specs):
             if not spec.shadow or retries[first] == 0:
-                state = spec.twin.consume(views[i], now, cost, spec.rules)
-                _store(store, keys[i], spec, state, now)
-                views[i] = spec.twin.load(state, now, spec.rules)
+                state = spec.twin.consume(views[i], now, cost, spec)
+                views[i] = _write(store, keys[i], spec, state, now)
             first += len(spec.rules)
 
     reply = [1 if allowed else 0]
     position = 0
-    for view, spec in zip(views, specs, strict=True):
+    for view, spec in zip(views, specs):  # noqa: B905
+        report = spec.twin.report
         for rule in spec.rules:
-            remaining, reset_after = spec.twin.report(view, now, rule)
+            remaining, reset_after = report(view, now, rule)
             reply += (remaining, reset_after, retries[position])
             position += 1
     return reply
 
 
-def _store(store: StateStore, key: str, spec: KeySpec, state: Any, now: int) -> None:
+def _write(store: StateStore, key: str, spec: KeySpec, state: Any, now: int) -> Any:
+    """Store (or delete, for ``None``) a new state; returns it normalized, as ``load`` would."""
     if state is None:
         store.delete(key, spec.lane)
     else:
-        store.put(key, spec.lane, state, now + spec.twin.ttl(state, now, spec.rules), now)
+        store.put(key, spec.lane, state, now + spec.twin.ttl(state, now, spec), now)
+    return spec.twin.load(state, now, spec)

@@ -90,12 +90,12 @@ class RefPolicy:
     def hit(self, now: int, cost: int) -> tuple[bool, list[tuple[int, int, int]]]:
         need = max(cost, 1)
         retries = [r.check(now, need) for r in self.rules]
-        allowed = all(w == 0 for w, r in zip(retries, self.rules) if not r.rule.shadow)
+        allowed = all(w == 0 for w, r in zip(retries, self.rules, strict=True) if not r.rule.shadow)
         if allowed and cost:
-            for w, r in zip(retries, self.rules):
+            for w, r in zip(retries, self.rules, strict=True):
                 if w == 0 or not r.rule.shadow:
                     r.consume(now, cost)
-        return allowed, [(*r.report(now), w) for r, w in zip(self.rules, retries)]
+        return allowed, [(*r.report(now), w) for r, w in zip(self.rules, retries, strict=True)]
 
 
 def max_in_any_window(times: list[int], window: int) -> int:

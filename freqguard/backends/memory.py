@@ -5,14 +5,15 @@ safe under threads and asyncio and makes exactly the decisions the Lua makes.
 
 Expiry costs nothing per key. Every key belongs to a *lane*: the longest its state can matter
 (its rule's window, or a bucket's time to refill). Inside a lane, keys are ordered by their
-last write, so the expired ones are always at the front: writes reclaim a few from the front of
-their lane, every few calls all lanes are trimmed, and reads drop what has expired. Anything
-not written for longer than its lane's duration is therefore gone after the next few calls.
+last write, so the expired ones are always at the front: every few calls the fronts of all
+lanes are trimmed, and reads drop what has expired. Anything not written for longer than its
+lane's duration is therefore gone soon after, without a timer thread or a heap.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,47 +23,29 @@ from freqguard.script import run
 
 __all__ = ["MemoryBackend"]
 
-_RECLAIM_PER_WRITE = 2  # more than one, so reclaiming outpaces a steady stream of new keys
-_SWEEP_EVERY = 64  # calls between trims of every lane
-_SWEEP_BUDGET = 256
+# Every 16 calls, up to 1024 expired keys go: 64 a call on average, far more than the one or
+# two keys a call creates, so expired keys never pile up; at most ~100 µs in any one call.
+_SWEEP_EVERY = 16
+_SWEEP_BUDGET = 1024
+_COMPACT_ABOVE = 4096  # lanes smaller than this are never worth copying
 
 
-class _LaneStore:
-    """Key → ``(expire_at, state)``, filed by lane, each lane in last-write order."""
+class _Lane:
+    """The keys of one lane: key → ``(expire_at, state)`` in last-write order.
 
-    __slots__ = ("lanes",)
+    An OrderedDict, not a dict: popping from the front of a dict that has had many deletions
+    scans the holes they left, while an OrderedDict's front is O(1). A lane that shrank far
+    below its peak is copied, so that its hash table is given back too.
+    """
+
+    __slots__ = ("entries", "peak")
 
     def __init__(self) -> None:
-        self.lanes: dict[int, dict[str, tuple[int, Any]]] = {}
+        self.entries: OrderedDict[str, tuple[int, Any]] = OrderedDict()
+        self.peak = 0
 
-    def get(self, key: str, lane: int, now: int) -> Any:
-        entries = self.lanes.get(lane)
-        if entries is None:
-            return None
-        entry = entries.get(key)
-        if entry is None:
-            return None
-        if entry[0] <= now:
-            del entries[key]
-            return None
-        return entry[1]
-
-    def put(self, key: str, lane: int, state: Any, expire_at: int, now: int) -> None:
-        entries = self.lanes.get(lane)
-        if entries is None:
-            entries = self.lanes[lane] = {}
-        else:
-            entries.pop(key, None)  # re-inserted at the end: last-write order
-            self._reclaim(entries, now, _RECLAIM_PER_WRITE)
-        entries[key] = (expire_at, state)
-
-    def delete(self, key: str, lane: int) -> None:
-        entries = self.lanes.get(lane)
-        if entries is not None:
-            entries.pop(key, None)
-
-    @staticmethod
-    def _reclaim(entries: dict[str, tuple[int, Any]], now: int, budget: int) -> int:
+    def reclaim(self, now: int, budget: int) -> int:
+        entries = self.entries
         removed = 0
         while removed < budget and entries:
             key = next(iter(entries))
@@ -70,19 +53,63 @@ class _LaneStore:
                 break
             del entries[key]
             removed += 1
+        if removed and self.peak > _COMPACT_ABOVE and len(entries) < self.peak // 8:
+            self.entries = OrderedDict(entries)
+            self.peak = len(entries)
         return removed
+
+
+class _LaneStore:
+    """Every lane, by its duration in µs."""
+
+    __slots__ = ("lanes",)
+
+    def __init__(self) -> None:
+        self.lanes: dict[int, _Lane] = {}
+
+    def get(self, key: str, lane: int, now: int) -> Any:
+        found = self.lanes.get(lane)
+        if found is None:
+            return None
+        entry = found.entries.get(key)
+        if entry is None:
+            return None
+        if entry[0] <= now:
+            del found.entries[key]
+            return None
+        return entry[1]
+
+    def put(self, key: str, lane: int, state: Any, expire_at: int, now: int) -> None:
+        found = self.lanes.get(lane)
+        if found is None:
+            found = self.lanes[lane] = _Lane()
+        entries = found.entries
+        if key in entries:
+            entries[key] = (expire_at, state)
+            entries.move_to_end(key)
+        else:
+            entries[key] = (expire_at, state)
+            if len(entries) > found.peak:
+                found.peak = len(entries)
+
+    def delete(self, key: str, lane: int) -> None:
+        found = self.lanes.get(lane)
+        if found is not None:
+            found.entries.pop(key, None)
 
     def sweep(self, now: int, budget: int | None = None) -> int:
         removed = 0
-        for entries in self.lanes.values():
-            left = None if budget is None else budget - removed
-            if left is not None and left <= 0:
+        for lane in list(self.lanes):
+            left = len(self.lanes[lane].entries) if budget is None else budget - removed
+            if left <= 0 and budget is not None:
                 break
-            removed += self._reclaim(entries, now, left if left is not None else len(entries))
+            removed += self.lanes[lane].reclaim(now, left)
+            if not self.lanes[lane].entries:
+                del self.lanes[lane]  # an empty lane is dropped whole
         return removed
 
     def __len__(self) -> int:
-        return sum(len(entries) for entries in self.lanes.values())
+        return sum(len(lane.entries) for lane in self.lanes.values())
 
 
 class MemoryBackend:

@@ -3,11 +3,11 @@
 A twin is the Python half of a strategy whose other half is a Lua function in
 ``freqguard/lua/policy.lua``. Both use the same names in the same order:
 
-* ``load(state, now, rules)``: the state normalized to ``now`` (``None`` means no state);
+* ``load(state, now, key)``: the state normalized to ``now`` (``None`` means no state);
 * ``check(view, now, need, rule)``: microseconds until a hit of ``need`` fits, 0 if it fits now;
-* ``consume(view, now, cost, rules)`` and ``refund(...)``: the state to store (``None``: delete);
+* ``consume(view, now, cost, key)`` and ``refund(...)``: the state to store (``None``: delete);
 * ``report(view, now, rule)``: ``(remaining, reset_after_us)``;
-* ``ttl(state, now, rules)``: how long, from ``now``, the stored state can still matter.
+* ``ttl(state, now, key)``: how long, from ``now``, the stored state can still matter.
 
 All values are integers (time in microseconds). A key holds the state of one rule, except a
 sliding log, which one or more rules with the same dimensions share.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["RuleParams", "Twin"]
+__all__ = ["KeySpec", "RuleParams", "Twin"]
 
 
 class RuleParams(NamedTuple):
@@ -29,19 +29,30 @@ class RuleParams(NamedTuple):
     shadow: bool
 
 
+class KeySpec(NamedTuple):
+    """One piece of state touched by a script call, and the rules that read it."""
+
+    twin: Twin
+    rules: tuple[RuleParams, ...]
+    lane: int  # the longest the state can matter, µs (the memory store files keys by it)
+    shadow: bool  # a shadow rule's own key: consumes only when that rule allows
+    window: int  # the longest window of its rules, µs
+    cap: int  # the largest capacity of its rules
+
+
 class Twin(Protocol):
     code: int  # the strategy's number in the script's ARGV
 
-    def load(self, state: Any, now: int, rules: tuple[RuleParams, ...]) -> Any: ...
+    def load(self, state: Any, now: int, key: KeySpec) -> Any: ...
 
     def check(self, view: Any, now: int, need: int, rule: RuleParams) -> int: ...
 
-    def consume(self, view: Any, now: int, cost: int, rules: tuple[RuleParams, ...]) -> Any: ...
+    def consume(self, view: Any, now: int, cost: int, key: KeySpec) -> Any: ...
 
-    def refund(self, view: Any, now: int, cost: int, rules: tuple[RuleParams, ...]) -> Any: ...
+    def refund(self, view: Any, now: int, cost: int, key: KeySpec) -> Any: ...
 
     def report(self, view: Any, now: int, rule: RuleParams) -> tuple[int, int]: ...
 
-    def ttl(self, state: Any, now: int, rules: tuple[RuleParams, ...]) -> int: ...
+    def ttl(self, state: Any, now: int, key: KeySpec) -> int: ...
 
     def max_ttl(self, rules: tuple[RuleParams, ...]) -> int: ...

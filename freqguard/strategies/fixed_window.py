@@ -8,15 +8,15 @@ interval of length ``window`` that straddles a boundary. Cheapest state; not exa
 
 from __future__ import annotations
 
-from freqguard.strategies.base import RuleParams
+from freqguard.strategies.base import KeySpec, RuleParams
 
 code = 1
 
 View = tuple[int, int]
 
 
-def load(state: View | None, now: int, rules: tuple[RuleParams, ...]) -> View:
-    start = now - now % rules[0].window
+def load(state: View | None, now: int, key: KeySpec) -> View:
+    start = now - now % key.rules[0].window
     if state is None or state[0] != start:
         return (start, 0)
     return state
@@ -28,11 +28,11 @@ def check(view: View, now: int, need: int, rule: RuleParams) -> int:
     return view[0] + rule.window - now
 
 
-def consume(view: View, now: int, cost: int, rules: tuple[RuleParams, ...]) -> View:
+def consume(view: View, now: int, cost: int, key: KeySpec) -> View:
     return (view[0], view[1] + cost)
 
 
-def refund(view: View, now: int, cost: int, rules: tuple[RuleParams, ...]) -> View | None:
+def refund(view: View, now: int, cost: int, key: KeySpec) -> View | None:
     count = max(0, view[1] - cost)
     return (view[0], count) if count else None
 
@@ -43,8 +43,8 @@ def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
     return max(0, rule.capacity - view[1]), view[0] + rule.window - now
 
 
-def ttl(state: View, now: int, rules: tuple[RuleParams, ...]) -> int:
-    return state[0] + rules[0].window - now
+def ttl(state: View, now: int, key: KeySpec) -> int:
+    return state[0] + key.rules[0].window - now
 
 
 def max_ttl(rules: tuple[RuleParams, ...]) -> int:

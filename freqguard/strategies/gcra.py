@@ -9,12 +9,12 @@ Guarantee: as token-bucket (the same decisions, one integer of state).
 
 from __future__ import annotations
 
-from freqguard.strategies.base import RuleParams
+from freqguard.strategies.base import KeySpec, RuleParams
 
 code = 4
 
 
-def load(state: int | None, now: int, rules: tuple[RuleParams, ...]) -> int:
+def load(state: int | None, now: int, key: KeySpec) -> int:
     return now if state is None or state < now else state
 
 
@@ -23,12 +23,12 @@ def check(tat: int, now: int, need: int, rule: RuleParams) -> int:
     return over if over > 0 else 0
 
 
-def consume(tat: int, now: int, cost: int, rules: tuple[RuleParams, ...]) -> int:
-    return tat + cost * rules[0].interval
+def consume(tat: int, now: int, cost: int, key: KeySpec) -> int:
+    return tat + cost * key.rules[0].interval
 
 
-def refund(tat: int, now: int, cost: int, rules: tuple[RuleParams, ...]) -> int | None:
-    tat -= cost * rules[0].interval
+def refund(tat: int, now: int, cost: int, key: KeySpec) -> int | None:
+    tat -= cost * key.rules[0].interval
     return tat if tat > now else None
 
 
@@ -37,7 +37,7 @@ def report(tat: int, now: int, rule: RuleParams) -> tuple[int, int]:
     return max(0, (rule.capacity * rule.interval - ahead) // rule.interval), ahead
 
 
-def ttl(tat: int, now: int, rules: tuple[RuleParams, ...]) -> int:
+def ttl(tat: int, now: int, key: KeySpec) -> int:
     return tat - now
 
 

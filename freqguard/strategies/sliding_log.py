@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from freqguard.strategies.base import RuleParams
+from freqguard.strategies.base import KeySpec, RuleParams
 
 code = 2
 
 
-def load(state: list[int] | None, now: int, rules: tuple[RuleParams, ...]) -> list[int]:
+def load(state: list[int] | None, now: int, key: KeySpec) -> list[int]:
     return [] if state is None else state
 
 
@@ -33,16 +33,22 @@ def check(log: list[int], now: int, need: int, rule: RuleParams) -> int:
     return log[lo + excess - 1] + rule.window - now
 
 
-def consume(log: list[int], now: int, cost: int, rules: tuple[RuleParams, ...]) -> list[int]:
-    lo = bisect_right(log, now - max(r.window for r in rules))
-    at = bisect_right(log, now)
-    kept = log[lo:at] + [now] * cost + log[at:]
-    cap = max(r.capacity for r in rules)
-    return kept[-cap:] if len(kept) > cap else kept
+def consume(log: list[int], now: int, cost: int, key: KeySpec) -> list[int]:
+    lo = bisect_right(log, now - key.window)
+    if not log or log[-1] <= now:  # the usual case: append in place
+        del log[:lo]
+        log += [now] * cost
+        kept = log
+    else:  # the clock stepped back: insert in order
+        at = bisect_right(log, now)
+        kept = log[lo:at] + [now] * cost + log[at:]
+    if len(kept) > key.cap:
+        del kept[: len(kept) - key.cap]
+    return kept
 
 
-def refund(log: list[int], now: int, cost: int, rules: tuple[RuleParams, ...]) -> list[int] | None:
-    lo = bisect_right(log, now - max(r.window for r in rules))
+def refund(log: list[int], now: int, cost: int, key: KeySpec) -> list[int] | None:
+    lo = bisect_right(log, now - key.window)
     kept = log[lo : max(lo, len(log) - cost)]
     return kept or None
 
@@ -54,8 +60,8 @@ def report(log: list[int], now: int, rule: RuleParams) -> tuple[int, int]:
     return max(0, rule.capacity - count), log[-1] + rule.window - now
 
 
-def ttl(log: list[int], now: int, rules: tuple[RuleParams, ...]) -> int:
-    return log[-1] + max(r.window for r in rules) - now
+def ttl(log: list[int], now: int, key: KeySpec) -> int:
+    return log[-1] + key.window - now
 
 
 def max_ttl(rules: tuple[RuleParams, ...]) -> int:

@@ -11,15 +11,15 @@ one keeps two numbers and reports tokens.
 
 from __future__ import annotations
 
-from freqguard.strategies.base import RuleParams
+from freqguard.strategies.base import KeySpec, RuleParams
 
 code = 3
 
 View = tuple[int, int]
 
 
-def load(state: View | None, now: int, rules: tuple[RuleParams, ...]) -> View:
-    rule = rules[0]
+def load(state: View | None, now: int, key: KeySpec) -> View:
+    rule = key.rules[0]
     if state is None:
         return (rule.capacity, now)
     tokens, last = state
@@ -39,13 +39,13 @@ def check(view: View, now: int, need: int, rule: RuleParams) -> int:
     return (need - tokens) * rule.interval - (now - last)
 
 
-def consume(view: View, now: int, cost: int, rules: tuple[RuleParams, ...]) -> View:
+def consume(view: View, now: int, cost: int, key: KeySpec) -> View:
     return (view[0] - cost, view[1])
 
 
-def refund(view: View, now: int, cost: int, rules: tuple[RuleParams, ...]) -> View | None:
+def refund(view: View, now: int, cost: int, key: KeySpec) -> View | None:
     tokens = view[0] + cost
-    return None if tokens >= rules[0].capacity else (tokens, view[1])
+    return None if tokens >= key.rules[0].capacity else (tokens, view[1])
 
 
 def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
@@ -55,8 +55,8 @@ def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
     return tokens, (rule.capacity - tokens) * rule.interval - (now - last)
 
 
-def ttl(state: View, now: int, rules: tuple[RuleParams, ...]) -> int:
-    rule = rules[0]
+def ttl(state: View, now: int, key: KeySpec) -> int:
+    rule = key.rules[0]
     return (rule.capacity - state[0]) * rule.interval - (now - state[1])
 
 

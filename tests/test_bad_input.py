@@ -1,0 +1,103 @@
+"""Bad input gets a clear error naming the value, and changes no state."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from freqguard import (
+    ConfigError,
+    FreqGuardError,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    Rate,
+    Rule,
+    parse_rate,
+)
+from tests.conftest import SMS
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: parse_rate("15 per fortnight"), "cannot parse rate '15 per fortnight'"),
+        (lambda: parse_rate("0/minute"), "limit 0"),
+        (lambda: parse_rate("5/0 minutes"), "window of 0"),
+        (lambda: parse_rate("1/second; 2/minute"), "exactly one rate"),
+        (lambda: parse_rate(15), "must be a string"),
+        (lambda: Rate(0, timedelta(seconds=1)), "got 0"),
+        (lambda: Rate(-3, timedelta(seconds=1)), "got -3"),
+        (lambda: Rate(True, timedelta(seconds=1)), "got True"),
+        (lambda: Rate(5, timedelta(0)), "longer than 0"),
+        (lambda: Rate(5, timedelta(days=20 * 365)), "at most 10 years"),
+        (lambda: Rule("5/minute", strategy="leaky"), "unknown strategy 'leaky'"),
+        (lambda: Rule("5/minute", strategy="gcra", burst=0), "burst must be an integer"),
+        (lambda: Rule("5/minute", burst=3), "burst applies to token-bucket and gcra only"),
+        (lambda: Rule("5/minute", by="bad name"), "dimension 'bad name'"),
+        (lambda: Rule("5/minute", by="cost"), "dimension 'cost'"),
+        (lambda: Rule("5/minute", by="class"), "dimension 'class'"),
+        (lambda: Rule("5/minute", by=("a", "a")), "distinct"),
+        (lambda: Rule("5/minute", name="a:b"), "rule name"),
+        (lambda: Policy("sms"), "at least one rule"),
+        (lambda: Policy("s{1}", Rule("5/minute")), "policy name"),
+        (lambda: Policy("p", Rule("5/minute"), Rule("5/minute")), "two rules with the id"),
+        (lambda: Policy("p", Rule("5/minute", name="x"), Rule("6/hour", name="x")), "'x'"),
+        (lambda: Guard(MemoryBackend(), prefix="fg:{x}"), "key prefix"),
+    ],
+)
+def test_invalid_configuration_is_refused(make: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        make()  # type: ignore[operator]
+
+
+def test_config_errors_are_freqguard_and_value_errors() -> None:
+    with pytest.raises(FreqGuardError):
+        parse_rate("nope")
+    with pytest.raises(ValueError, match="nope"):
+        parse_rate("nope")
+
+
+@pytest.fixture
+def guard() -> Guard:
+    return Guard(MemoryBackend(), [SMS], clock=ManualClock(1e9))
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda g: g.hit("sms", recipient="a"), "missing dimension.s. content"),
+        (lambda g: g.hit("sms", recipient="a", content="b", extra=1), "unknown dimension.s. extra"),
+        (lambda g: g.hit("sms", recipient=None, content="b"), "must be a str or an int, got None"),
+        (lambda g: g.hit("sms", recipient=1.5, content="b"), "got 1.5"),
+        (lambda g: g.hit("sms", recipient=True, content="b"), "got True"),
+        (
+            lambda g: g.hit("sms", -1, recipient="a", content="b"),
+            "cost must be an integer >= 0, got -1",
+        ),
+        (lambda g: g.hit("sms", 1.0, recipient="a", content="b"), "got 1.0"),
+        (lambda g: g.hit("sms", 3, recipient="a", content="b"), "cost 3 exceeds the capacity 2"),
+        (lambda g: g.hit("nope", recipient="a"), "unknown policy 'nope'"),
+        (lambda g: g.acquire("sms", -1, recipient="a", content="b"), "timeout"),
+        (
+            lambda g: g.hit_many("sms", [{"recipient": "a", "content": "b"}, {"recipient": "a"}]),
+            "missing",
+        ),
+        (lambda g: g.refund("sms", -2, recipient="a", content="b"), "got -2"),
+    ],
+)
+def test_bad_calls_are_refused_and_change_nothing(guard: Guard, call: object, message: str) -> None:
+    before = guard.peek("sms", recipient="a", content="b")
+    with pytest.raises(ConfigError, match=message):
+        call(guard)  # type: ignore[operator]
+    after = guard.peek("sms", recipient="a", content="b")
+    assert after == before
+    assert len(guard.backend) == 0  # type: ignore[arg-type]
+
+
+def test_a_different_policy_under_a_known_name_is_refused(guard: Guard) -> None:
+    guard.add_policy(SMS)  # the same one again: fine
+    with pytest.raises(ConfigError, match="already registered"):
+        guard.add_policy(Policy("sms", Rule("1/second", by="recipient")))

@@ -1,0 +1,80 @@
+"""Keys: distinct contexts never share a key, and every key of one hit shares a slot."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from redis.crc import key_slot
+
+from freqguard import Policy, Rule
+from freqguard.core import PolicyPlan
+from freqguard.script import HIT
+from tests.conftest import SMS
+
+values = st.one_of(
+    st.text(max_size=80),
+    st.sampled_from(["", "{", "}", "{}", ":", "a:b", "{x}", "=abc", "*sms", "é", "18829340001"]),
+    st.integers(-(10**12), 10**12),
+)
+
+
+def _keys(plan: PolicyPlan, ctx: dict[str, object]) -> list[tuple[str, ...]]:
+    return [call.keys for call in plan.calls(plan.texts(ctx), 0, 1, HIT)]
+
+
+@given(values, values, values, values)
+def test_distinct_contexts_never_share_a_key(
+    r1: object, c1: object, r2: object, c2: object
+) -> None:
+    plan = PolicyPlan(SMS, "fg")
+    keys1 = _keys(plan, {"recipient": r1, "content": c1})[0]
+    keys2 = _keys(plan, {"recipient": r2, "content": c2})[0]
+    same_recipient = str(r1) == str(r2)
+    same_content = str(c1) == str(c2)
+    # the recipient log is shared exactly when the recipient is the same
+    assert (keys1[0] == keys2[0]) == same_recipient
+    assert (keys1[1] == keys2[1]) == (same_recipient and same_content)
+    assert not set(keys1) & {keys2[1 - i] for i in range(2)} or same_recipient
+
+
+@given(values, values)
+def test_every_key_of_one_hit_shares_a_slot(recipient: object, content: object) -> None:
+    plan = PolicyPlan(SMS, "fg")
+    (keys,) = _keys(plan, {"recipient": recipient, "content": content})
+    assert len({key_slot(k.encode("utf-8", "surrogatepass")) for k in keys}) == 1
+    assert all(k.count("{") == 1 and k.count("}") == 1 for k in keys)
+
+
+@given(values, values)
+def test_values_never_appear_verbatim_outside_the_hash_tag(
+    recipient: object, content: object
+) -> None:
+    plan = PolicyPlan(SMS, "fg")
+    (keys,) = _keys(plan, {"recipient": recipient, "content": content})
+    for key in keys:
+        tail = key.split("}", 1)[1]
+        text = str(content)
+        assert len(text) < 4 or text not in tail.split(":", 2)[-1].split(":", 1)[-1]
+
+
+def test_dimension_names_keep_equal_values_apart() -> None:
+    policy = Policy("api", Rule("5/minute", by="user"), Rule("9/minute", by="ip", name="ip"))
+    plan = PolicyPlan(policy, "fg")
+    # rules share no dimension: each is decided on its own slot
+    assert len(plan.slots) == 2
+    user_key, ip_key = (keys[0] for keys in _keys(plan, {"user": "1.2.3.4", "ip": "1.2.3.4"}))
+    assert user_key != ip_key
+    assert user_key.startswith("fg:{1.2.3.4}:api:")
+
+
+def test_key_layout_is_readable() -> None:
+    plan = PolicyPlan(SMS, "fg")
+    (keys,) = _keys(plan, {"recipient": "18829340001", "content": "Your code is 1234"})
+    assert keys[0] == "fg:{18829340001}:sms:log@recipient"
+    assert keys[1].startswith("fg:{18829340001}:sms:log@recipient,content:")
+    assert "Your code" not in keys[1]
+    global_plan = PolicyPlan(Policy("vendor", Rule("200/second", strategy="gcra")), "fg")
+    (gkeys,) = _keys(global_plan, {})
+    assert gkeys == ("fg:{*vendor}:vendor:gcra.200.1s@",)
+    (escaped,) = _keys(plan, {"recipient": "a}b{c", "content": ""})
+    assert escaped[0].startswith("fg:{=") and "a}b" not in escaped[0]
