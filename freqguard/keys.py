@@ -20,9 +20,9 @@ Layout::
 
 from __future__ import annotations
 
-from hashlib import blake2b as _blake2b
 import re
 from collections.abc import Mapping
+from hashlib import blake2b as _blake2b
 
 from freqguard.errors import ConfigError
 from freqguard.rules import check_name

@@ -27,7 +27,7 @@ from tests.conftest import SMS
         (lambda: parse_rate("0/minute"), "limit 0"),
         (lambda: parse_rate("5/0 minutes"), "window of 0"),
         (lambda: parse_rate("1/second; 2/minute"), "exactly one rate"),
-        (lambda: parse_rate(15), "must be a string"),
+        (lambda: parse_rate(15), "must be a string"),  # type: ignore[arg-type]
         (lambda: Rate(0, timedelta(seconds=1)), "got 0"),
         (lambda: Rate(-3, timedelta(seconds=1)), "got -3"),
         (lambda: Rate(True, timedelta(seconds=1)), "got True"),

@@ -77,4 +77,5 @@ def test_key_layout_is_readable() -> None:
     (gkeys,) = _keys(global_plan, {})
     assert gkeys == ("fg:{*vendor}:vendor:gcra.200.1s@",)
     (escaped,) = _keys(plan, {"recipient": "a}b{c", "content": ""})
-    assert escaped[0].startswith("fg:{=") and "a}b" not in escaped[0]
+    assert escaped[0].startswith("fg:{=")
+    assert "a}b" not in escaped[0]

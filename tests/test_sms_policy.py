@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from freqguard import ManualClock, Policy, Rule, Strategy
 from tests.conftest import SMS, GuardFactory
 
@@ -10,7 +12,7 @@ def test_repeated_content_is_stopped_by_the_content_rule_without_consuming_recip
     make_guard: GuardFactory, clock: ManualClock
 ) -> None:
     guard = make_guard([SMS])
-    ctx = {"recipient": "18829340001", "content": "Your code is 1234"}
+    ctx: dict[str, Any] = {"recipient": "18829340001", "content": "Your code is 1234"}
     assert guard.hit("sms", **ctx).allowed
     assert guard.hit("sms", **ctx).allowed
     denied = guard.hit("sms", **ctx)

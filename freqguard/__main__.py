@@ -1,0 +1,5 @@
+import sys
+
+from freqguard.cli import main
+
+sys.exit(main())

@@ -1,0 +1,31 @@
+"""The README's demo command works and shows each rule blocking."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from freqguard.cli import main
+
+
+def test_demo_shows_every_blocking_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    blocked = [line for line in out.splitlines() if "BLOCKED" in line]
+    assert len(blocked) == 3
+    assert "content-2-per-59s" in blocked[0]
+    assert "alice" in blocked[0]
+    assert "recipient-15-per-min" in blocked[1]
+    assert "Deal #15" in blocked[1]
+    assert "content-5-per-59min" in blocked[2]
+    assert "carol" in blocked[2]
+    assert "23 sent, 3 blocked" in out
+
+
+def test_demo_runs_as_a_module() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "freqguard", "demo"], capture_output=True, text=True, check=True
+    )
+    assert "BLOCKED" in done.stdout
