@@ -1,6 +1,9 @@
 """freqguard: frequency capping and rate limiting, exact and atomic per message."""
 
+from typing import TYPE_CHECKING, Any
+
 from freqguard.backends.memory import MemoryBackend
+from freqguard.backends.urls import async_backend_from_url, backend_from_url
 from freqguard.clock import Clock, ManualClock, SystemClock
 from freqguard.decision import Decision, RuleState
 from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError, FreqGuardError
@@ -9,10 +12,14 @@ from freqguard.policy import Policy
 from freqguard.rates import Rate, parse_rate, parse_rates
 from freqguard.rules import Rule, Strategy
 
+if TYPE_CHECKING:
+    from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
+
 __version__ = "0.1.0"
 
 __all__ = [
     "AsyncGuard",
+    "AsyncRedisBackend",
     "BackendUnavailable",
     "CapExceeded",
     "Clock",
@@ -24,10 +31,22 @@ __all__ = [
     "MemoryBackend",
     "Policy",
     "Rate",
+    "RedisBackend",
     "Rule",
     "RuleState",
     "Strategy",
     "SystemClock",
+    "async_backend_from_url",
+    "backend_from_url",
     "parse_rate",
     "parse_rates",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The Redis backends import redis-py, an optional extra: load them on first use.
+    if name in ("RedisBackend", "AsyncRedisBackend"):
+        from freqguard.backends import redis
+
+        return getattr(redis, name)
+    raise AttributeError(f"module 'freqguard' has no attribute {name!r}")

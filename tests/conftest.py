@@ -7,9 +7,14 @@ from collections.abc import Callable, Iterable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
+from redis import Redis
+from redis.cluster import RedisCluster
 
 from freqguard import Guard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.backends.base import SyncBackend
+from freqguard.backends.redis import RedisBackend
+from tests import servers
+from tests.servers import RedisServer
 
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -35,16 +40,51 @@ def clock() -> ManualClock:
     return ManualClock(START)
 
 
-def _memory() -> Iterator[SyncBackend]:
-    yield MemoryBackend()
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with servers.standalone(tmp_path_factory.mktemp("redis")) as server:
+        yield server
 
 
-BACKENDS: dict[str, Callable[[], Iterator[SyncBackend]]] = {"memory": _memory}
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RedisServer]]:
+    with servers.cluster(tmp_path_factory.mktemp("cluster")) as nodes:
+        yield nodes
 
 
-@pytest.fixture(params=sorted(BACKENDS))
-def backend(request: pytest.FixtureRequest) -> Iterator[SyncBackend]:
-    yield from BACKENDS[request.param]()
+def flush(nodes: Iterable[RedisServer]) -> None:
+    for node in nodes:
+        node.client.flushall()
+        node.client.script_flush()
+
+
+@pytest.fixture
+def redis_backend(redis_server: RedisServer) -> Iterator[RedisBackend]:
+    flush([redis_server])
+    backend = RedisBackend(Redis(port=redis_server.port, socket_timeout=5))
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def cluster_backend(redis_cluster: list[RedisServer]) -> Iterator[RedisBackend]:
+    flush(redis_cluster)
+    client = RedisCluster(host="127.0.0.1", port=redis_cluster[0].port, socket_timeout=5)
+    backend = RedisBackend(client)
+    yield backend
+    backend.close()
+
+
+BACKENDS = ("memory", "redis", "cluster")
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> SyncBackend:
+    """The behaviour suite runs on every backend: memory, Redis, and Redis Cluster."""
+    if request.param == "memory":
+        return MemoryBackend()
+    found: SyncBackend = request.getfixturevalue(f"{request.param}_backend")
+    return found
 
 
 @pytest.fixture
