@@ -186,3 +186,18 @@ def test_guard_without_clock_uses_the_backend_clock() -> None:
     assert not guard.hit("p", k="x").allowed
     guard.acquire("p", k="x")  # sleeps on the backend's clock, which is manual
     assert backend_clock.now() == 1001
+
+
+@pytest.mark.parametrize("strategy", list(Strategy))
+def test_retry_after_is_exact(make_guard: GuardFactory, clock: ManualClock, strategy: Strategy) -> None:
+    guard = make_guard([Policy("p", Rule("3 per 7 seconds", by="k", strategy=strategy))])
+    clock.set((clock.now() // 7 + 1) * 7 + 0.123457)  # in one fixed window, off its edges
+    for _ in range(3):
+        assert guard.hit("p", k="x").allowed
+        clock.advance(0.5)
+    denied = guard.hit("p", k="x")
+    assert not denied.allowed
+    clock.advance(denied.retry_after - 0.000001)
+    assert not guard.hit("p", k="x").allowed, "allowed 1 µs before retry_after"
+    clock.advance(0.000001)
+    assert guard.hit("p", k="x").allowed, "still denied at retry_after"
