@@ -98,6 +98,16 @@ class RedisServer:
             self.process.wait()
 
 
+def wait_until_empty(server: RedisServer, seconds: float) -> int:
+    """Poll (bounded) until the server has expired every key by itself; returns DBSIZE."""
+    deadline = time.monotonic() + seconds
+    while True:
+        size: int = server.client.dbsize()
+        if size == 0 or time.monotonic() > deadline:
+            return size
+        time.sleep(0.05)  # Redis expires keys on its own clock; nothing to inject
+
+
 @contextmanager
 def standalone(workdir: Path) -> Iterator[RedisServer]:
     server = RedisServer(workdir)
@@ -132,7 +142,7 @@ def cluster(workdir: Path, masters: int = 3) -> Iterator[list[RedisServer]]:
         )
 
         def ready() -> bool:
-            infos = [s.client.execute_command("CLUSTER INFO") for s in servers]
+            infos = [s.client.execute_command("CLUSTER INFO") for s in servers]  # type: ignore[no-untyped-call]
             return all(info.get("cluster_state") == "ok" for info in infos)
 
         _wait(ready, "the cluster")

@@ -189,7 +189,9 @@ def test_guard_without_clock_uses_the_backend_clock() -> None:
 
 
 @pytest.mark.parametrize("strategy", list(Strategy))
-def test_retry_after_is_exact(make_guard: GuardFactory, clock: ManualClock, strategy: Strategy) -> None:
+def test_retry_after_is_exact(
+    make_guard: GuardFactory, clock: ManualClock, strategy: Strategy
+) -> None:
     guard = make_guard([Policy("p", Rule("3 per 7 seconds", by="k", strategy=strategy))])
     clock.set((clock.now() // 7 + 1) * 7 + 0.123457)  # in one fixed window, off its edges
     for _ in range(3):

@@ -6,6 +6,7 @@ import freqguard
 
 PUBLIC = {
     "AsyncGuard",
+    "AsyncRedisBackend",
     "BackendUnavailable",
     "CapExceeded",
     "Clock",
@@ -17,10 +18,13 @@ PUBLIC = {
     "MemoryBackend",
     "Policy",
     "Rate",
+    "RedisBackend",
     "Rule",
     "RuleState",
     "Strategy",
     "SystemClock",
+    "async_backend_from_url",
+    "backend_from_url",
     "parse_rate",
     "parse_rates",
 }

@@ -13,15 +13,24 @@
 -- Reply  {allowed, remaining_1, reset_after_us_1, retry_after_us_1, remaining_2, ...}
 --        one triple per rule in plan order; a rule allowed the hit when its retry is 0.
 -- Time   the server's TIME unless pinned. All arithmetic on integers below 2^53.
--- State  every key written gets a TTL of the time its state can still matter.
+-- State  every key written gets a TTL of the time its state can still matter (plus a grace
+--        period when time is pinned, see save).
 
 local floor, max, min = math.floor, math.max, math.min
 local pack, unpack, sub = struct.pack, struct.unpack, string.sub
 
 local HIT, CHECK, REFUND, RESET = 0, 1, 2, 3
 
+-- With a pinned clock (tests, replays) the caller's time and the server's expiry clock differ:
+-- a key must not expire in real time while it still matters in pinned time, so it gets a
+-- grace period on top. With the server's TIME, a key expires when its state stops mattering.
+local PINNED_GRACE_MS = 600000
+local pinned = ARGV[1] ~= ''
+
 local function save(key, value, ttl_us)
-  redis.call('SET', key, value, 'PX', max(1, math.ceil(ttl_us / 1000)))
+  local ms = max(1, math.ceil(ttl_us / 1000))
+  if pinned then ms = ms + PINNED_GRACE_MS end
+  redis.call('SET', key, value, 'PX', ms)
 end
 
 -- fixed-window ------------------------------------------------------------------------------

@@ -1,0 +1,259 @@
+"""What only Redis can show: processes racing, TTLs, stored bytes, NOSCRIPT, outages, async."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+
+from freqguard import (
+    AsyncGuard,
+    BackendUnavailable,
+    ConfigError,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    Rule,
+    Strategy,
+    async_backend_from_url,
+    backend_from_url,
+)
+from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
+from tests.conftest import SMS, START, flush
+from tests.servers import RedisServer, wait_until_empty
+
+CONTENT = "Your verification code is 918273"
+
+
+def _hammer(url: str, cluster: bool, strategy: str, hits: int, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    client = RedisCluster.from_url(url) if cluster else Redis.from_url(url)
+    guard = Guard(RedisBackend(client), [Policy("p", Rule("15/minute", by="r", strategy=strategy))])
+    out.put(sum(guard.hit("p", r="hot").allowed for _ in range(hits)))
+    client.close()
+
+
+@pytest.mark.parametrize("where", ["redis", "cluster"])
+@pytest.mark.parametrize("strategy", [s.value for s in Strategy])
+def test_eight_processes_admit_exactly_the_limit(
+    where: str,
+    strategy: str,
+    redis_server: RedisServer,
+    redis_cluster: list[RedisServer],
+) -> None:
+    nodes = [redis_server] if where == "redis" else redis_cluster
+    flush(nodes)
+    context = multiprocessing.get_context("spawn")
+    out: multiprocessing.Queue[int] = context.Queue()
+    workers = [
+        context.Process(target=_hammer, args=(nodes[0].url, where == "cluster", strategy, 40, out))
+        for _ in range(8)
+    ]
+    for worker in workers:
+        worker.start()
+    admitted = sum(out.get(timeout=120) for _ in workers)
+    for worker in workers:
+        worker.join(60)
+    assert admitted == 15  # the server's clock: the whole run fits well inside one minute
+
+
+def _all_keys(nodes: list[RedisServer]) -> dict[bytes, tuple[bytes, int]]:
+    found: dict[bytes, tuple[bytes, int]] = {}
+    for node in nodes:
+        for key in node.client.scan_iter():
+            value = node.client.get(key)
+            assert isinstance(value, bytes)
+            found[key] = (value, node.client.pttl(key))
+    return found
+
+
+@pytest.mark.parametrize("where", ["redis", "cluster"])
+def test_every_key_has_a_ttl_bounded_by_its_window_and_no_content_is_stored(
+    where: str, redis_server: RedisServer, redis_cluster: list[RedisServer]
+) -> None:
+    nodes = [redis_server] if where == "redis" else redis_cluster
+    flush(nodes)
+    client = (
+        Redis(port=nodes[0].port)
+        if where == "redis"
+        else RedisCluster(host="127.0.0.1", port=nodes[0].port)
+    )
+    policies = [
+        SMS,
+        *(Policy(f"p-{s.value}", Rule("3/minute", by=("r", "c"), strategy=s)) for s in Strategy),
+    ]
+    guard = Guard(RedisBackend(client), policies)
+    for n in range(20):
+        guard.hit("sms", recipient=f"+1555{n % 3}", content=CONTENT)
+        for s in Strategy:
+            guard.hit(f"p-{s.value}", r="{tag}:x", c=CONTENT)
+    stored = _all_keys(nodes)
+    assert stored
+    windows_ms = {"sms": 86_400_000, "p-": 60_000}
+    for key, (value, ttl) in stored.items():
+        bound = next(ms for prefix, ms in windows_ms.items() if f":{prefix}".encode() in key)
+        assert 0 < ttl <= bound, (key, ttl)
+        for needle in (CONTENT.encode(), b"918273", b"verification"):
+            assert needle not in key
+            assert needle not in value
+    client.close()
+
+
+def test_the_database_is_empty_once_every_window_has_passed(redis_server: RedisServer) -> None:
+    """TTLs run on the server's clock, which no test can pin: this policy's state matters for
+    at most one second, so the server must have expired every key shortly after."""
+    flush([redis_server])
+    guard = Guard(
+        RedisBackend(Redis(port=redis_server.port)),
+        [
+            Policy(
+                "p", *(Rule("2 per 1 second", by="r", strategy=s, name=s.short) for s in Strategy)
+            )
+        ],
+    )
+    for n in range(50):
+        guard.hit("p", r=f"r{n}")
+    assert redis_server.client.dbsize() > 0
+    assert wait_until_empty(redis_server, seconds=10) == 0
+
+
+@pytest.mark.parametrize("where", ["redis", "cluster"])
+def test_script_flush_between_calls_and_between_batches(
+    where: str, redis_server: RedisServer, redis_cluster: list[RedisServer], clock: ManualClock
+) -> None:
+    nodes = [redis_server] if where == "redis" else redis_cluster
+    flush(nodes)
+    client = (
+        Redis(port=nodes[0].port)
+        if where == "redis"
+        else RedisCluster(host="127.0.0.1", port=nodes[0].port)
+    )
+    guard = Guard(RedisBackend(client), [SMS], clock=clock)
+    reference = Guard(MemoryBackend(), [SMS], clock=clock)
+    batch = [{"recipient": f"r{n % 7}", "content": f"c{n % 2}"} for n in range(40)]
+    for _ in range(3):
+        for node in nodes:
+            node.client.script_flush()
+        assert guard.hit("sms", recipient="a", content="x") == reference.hit(
+            "sms", recipient="a", content="x"
+        )
+        for node in nodes:
+            node.client.script_flush()
+        assert guard.hit_many("sms", batch) == reference.hit_many("sms", batch)
+    client.close()
+
+
+def test_a_stopped_server_gives_backend_unavailable_fast(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    server = RedisServer(tmp_path_factory.mktemp("doomed"))
+    guard = Guard(backend_from_url(server.url), [SMS])
+    assert guard.hit("sms", recipient="a", content="b").allowed
+    server.stop()
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable, match="redis failed") as caught:
+        guard.hit("sms", recipient="a", content="b")
+    assert time.monotonic() - started < 1.5
+    assert caught.value.__cause__ is not None
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A TCP server that accepts and never answers: the hang a timeout must cut short."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in accepted:
+        conn.close()
+    listener.close()
+
+
+def test_a_hanging_server_times_out_as_configured(silent_server: int) -> None:
+    guard = Guard(backend_from_url(f"redis://127.0.0.1:{silent_server}?socket_timeout=0.3"), [SMS])
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable, match="Timeout"):
+        guard.hit("sms", recipient="a", content="b")
+    assert 0.25 < time.monotonic() - started < 1.5
+
+
+def test_async_backends_decide_like_memory(
+    redis_server: RedisServer, redis_cluster: list[RedisServer]
+) -> None:
+    flush([redis_server, *redis_cluster])
+    batch = [{"recipient": f"r{n % 5}", "content": "c"} for n in range(30)]
+
+    async def run(backend: AsyncRedisBackend | MemoryBackend) -> list[object]:
+        guard = AsyncGuard(backend, [SMS], clock=ManualClock(START))
+        out: list[object] = [await guard.hit("sms", recipient="a", content="x") for _ in range(4)]
+        out.append(await guard.hit_many("sms", batch))
+        out.append(await guard.refund("sms", recipient="a", content="x"))
+        out.append(await guard.peek("sms", recipient="a", content="x"))
+        await guard.aclose()
+        return out
+
+    async def main() -> list[list[object]]:
+        standalone = AsyncRedisBackend(AsyncRedis(port=redis_server.port))
+        cluster = AsyncRedisBackend(AsyncRedisCluster(host="127.0.0.1", port=redis_cluster[0].port))
+        return [await run(MemoryBackend()), await run(standalone), await run(cluster)]
+
+    memory, standalone, cluster = asyncio.run(main())
+    assert standalone == memory
+    assert cluster == memory
+
+
+def test_backend_urls(redis_server: RedisServer, redis_cluster: list[RedisServer]) -> None:
+    assert isinstance(backend_from_url("memory://"), MemoryBackend)
+    standalone = backend_from_url(redis_server.url)
+    assert isinstance(standalone, RedisBackend)
+    assert isinstance(standalone.client, Redis)
+    cluster = backend_from_url(f"redis+cluster://127.0.0.1:{redis_cluster[0].port}")
+    assert isinstance(cluster, RedisBackend)
+    assert isinstance(cluster.client, RedisCluster)
+    assert Guard(cluster, [SMS]).hit("sms", recipient="u", content="c").allowed
+    standalone.close()
+    cluster.close()
+    assert isinstance(async_backend_from_url(redis_server.url), AsyncRedisBackend)
+    for bad in ("mysql://x", "localhost:6379", "", 42):
+        with pytest.raises(ConfigError, match=r"backend URL|scheme"):
+            backend_from_url(bad)  # type: ignore[arg-type]
+
+
+def test_pinned_time_cannot_let_real_expiry_drop_state_early(
+    redis_server: RedisServer, clock: ManualClock
+) -> None:
+    """Found by the differential test: with a pinned clock, a TTL computed in pinned time (1 ms
+    here) expired in real time while the state still mattered in pinned time."""
+    flush([redis_server])
+    guard = Guard(
+        RedisBackend(Redis(port=redis_server.port)),
+        [Policy("p", Rule("1000 per second", strategy="gcra"))],
+        clock=clock,
+    )
+    guard.hit("p")
+    (key,) = redis_server.client.keys()
+    assert redis_server.client.pttl(key) > 600_000  # 1 ms of state, plus the pinned grace
