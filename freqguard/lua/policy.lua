@@ -16,8 +16,10 @@
 -- State  every key written gets a TTL of the time its state can still matter (plus a grace
 --        period when time is pinned, see save).
 
-local floor, max, min = math.floor, math.max, math.min
-local pack, unpack, sub = struct.pack, struct.unpack, string.sub
+local floor, max, min, ceil = math.floor, math.max, math.min, math.ceil
+local pack, unpack, sub, rep = struct.pack, struct.unpack, string.sub, string.rep
+local tonumber, ipairs, call = tonumber, ipairs, redis.call
+local ARGV, KEYS = ARGV, KEYS
 
 local HIT, CHECK, REFUND, RESET = 0, 1, 2, 3
 
@@ -28,246 +30,274 @@ local PINNED_GRACE_MS = 600000
 local pinned = ARGV[1] ~= ''
 
 local function save(key, value, ttl_us)
-  local ms = max(1, math.ceil(ttl_us / 1000))
+  local ms = max(1, ceil(ttl_us / 1000))
   if pinned then ms = ms + PINNED_GRACE_MS end
-  redis.call('SET', key, value, 'PX', ms)
+  call('SET', key, value, 'PX', ms)
 end
 
 -- fixed-window ------------------------------------------------------------------------------
 -- state: (window_start, count), stored as ">I7I4"
-local fixed_window = {}
+local function make_fixed_window()
+  local fixed_window = {}
 
-function fixed_window.load(raw, now, spec)
-  local start = now - now % spec.rules[1].window
-  if raw then
-    local stored, count = unpack('>I7I4', raw)
-    if stored == start then return {start, count} end
+  function fixed_window.load(raw, now, spec)
+    local start = now - now % spec.rules[1].window
+    if raw then
+      local stored, count = unpack('>I7I4', raw)
+      if stored == start then return {start, count} end
+    end
+    return {start, 0}
   end
-  return {start, 0}
-end
 
-function fixed_window.check(view, now, need, rule)
-  if view[2] + need <= rule.capacity then return 0 end
-  return view[1] + rule.window - now
-end
+  function fixed_window.check(view, now, need, rule)
+    if view[2] + need <= rule.capacity then return 0 end
+    return view[1] + rule.window - now
+  end
 
-function fixed_window.consume(view, now, cost, spec)
-  return {view[1], view[2] + cost}
-end
+  function fixed_window.consume(view, now, cost, spec)
+    return {view[1], view[2] + cost}
+  end
 
-function fixed_window.refund(view, now, cost, spec)
-  local count = max(0, view[2] - cost)
-  if count == 0 then return nil end
-  return {view[1], count}
-end
+  function fixed_window.refund(view, now, cost, spec)
+    local count = max(0, view[2] - cost)
+    if count == 0 then return nil end
+    return {view[1], count}
+  end
 
-function fixed_window.report(view, now, rule)
-  if view[2] == 0 then return rule.capacity, 0 end
-  return max(0, rule.capacity - view[2]), view[1] + rule.window - now
-end
+  function fixed_window.report(view, now, rule)
+    if view[2] == 0 then return rule.capacity, 0 end
+    return max(0, rule.capacity - view[2]), view[1] + rule.window - now
+  end
 
-function fixed_window.ttl(state, now, spec)
-  return state[1] + spec.rules[1].window - now
-end
+  function fixed_window.ttl(state, now, spec)
+    return state[1] + spec.rules[1].window - now
+  end
 
-function fixed_window.encode(state, spec)
-  return pack('>I7I4', state[1], state[2])
+  function fixed_window.encode(state, spec)
+    return pack('>I7I4', state[1], state[2])
+  end
+
+  return fixed_window
 end
 
 -- sliding-log -------------------------------------------------------------------------------
 -- state: ascending timestamps, packed: a header ">BI7" (entry width w, base) and then one
 -- w-byte offset from base per entry. The width holds four times the longest window, so the
 -- base moves (a rebase re-encodes the entries) only every few windows.
-local sliding_log = {}
+local function make_sliding_log()
+  local sliding_log = {}
 
-local function log_at(view, i)  -- the i-th timestamp (1-based)
-  local w = view.width
-  return view.base + unpack('>I' .. w, view.raw, 9 + (i - 1) * w)
-end
-
-local function log_after(view, t)  -- the index of the first entry > t (n + 1 if none)
-  local lo, hi = 1, view.n + 1
-  while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    if log_at(view, mid) <= t then lo = mid + 1 else hi = mid end
+  local function log_at(view, i)  -- the i-th timestamp (1-based)
+    return view.base + unpack(view.fmt, view.raw, 9 + (i - 1) * view.width)
   end
-  return lo
-end
 
-local function log_width(window)
-  local w, span = 1, window * 4
-  while w < 7 and 256 ^ w <= span do w = w + 1 end
-  return w
-end
-
-function sliding_log.load(raw, now, spec)
-  if not raw then return {raw = nil, n = 0, width = log_width(spec.window), base = now} end
-  local width, base = unpack('>BI7', raw)
-  return {raw = raw, n = (#raw - 8) / width, width = width, base = base}
-end
-
-function sliding_log.check(view, now, need, rule)
-  local lo = log_after(view, now - rule.window)
-  local count = view.n - lo + 1
-  local excess = count + need - rule.capacity
-  if excess <= 0 then return 0 end
-  if excess > count then  -- more than the rule could ever admit: report when it is empty
-    if count > 0 then return max(1, log_at(view, view.n) + rule.window - now) end
-    return rule.window
+  local function log_after(view, t)  -- the index of the first entry > t (n + 1 if none)
+    local lo, hi = 1, view.n + 1
+    while lo < hi do
+      local mid = floor((lo + hi) / 2)
+      if log_at(view, mid) <= t then lo = mid + 1 else hi = mid end
+    end
+    return lo
   end
-  return log_at(view, lo + excess - 1) + rule.window - now
-end
 
--- A state is {raw = packed string, newest = last timestamp}. The usual write appends to and
--- trims the packed string; only a rebase, or a clock that stepped back, re-encodes entries.
-local function log_pack(width, base, entries)
-  local parts, fmt = {pack('>BI7', width, base)}, '>I' .. width
-  for i = 1, #entries do parts[i + 1] = pack(fmt, entries[i] - base) end
-  return {raw = table.concat(parts), newest = entries[#entries]}
-end
-
-local function log_entries(view, first, last)
-  local out = {}
-  for i = first, last do out[#out + 1] = log_at(view, i) end
-  return out
-end
-
-function sliding_log.consume(view, now, cost, spec)
-  local lo, n = log_after(view, now - spec.window), view.n
-  local width = log_width(spec.window)
-  local base = view.base
-  if lo > n then base = now end  -- nothing left in the window: restart the base here
-  local drop = max(0, n - lo + 1 + cost - spec.cap)  -- the oldest entries beyond the cap
-  if (n == 0 or log_at(view, n) <= now) and width == view.width and now - base < 256 ^ width then
-    local body = ''
-    if lo <= n then body = sub(view.raw, 9 + (lo - 1 + drop) * width, 8 + n * width) end
-    local added = string.rep(pack('>I' .. width, now - base), cost)
-    return {raw = pack('>BI7', width, base) .. body .. added, newest = now}
+  local function log_width(window)
+    local w, span = 1, window * 4
+    while w < 7 and 256 ^ w <= span do w = w + 1 end
+    return w
   end
-  local at = log_after(view, now)
-  local merged = log_entries(view, lo, at - 1)
-  for _ = 1, cost do merged[#merged + 1] = now end
-  for _, t in ipairs(log_entries(view, at, n)) do merged[#merged + 1] = t end
-  local kept = {}
-  for i = max(1, #merged - spec.cap + 1), #merged do kept[#kept + 1] = merged[i] end
-  return log_pack(width, kept[1], kept)
-end
 
-function sliding_log.refund(view, now, cost, spec)
-  local lo = log_after(view, now - spec.window)
-  local last = max(lo, view.n - cost + 1) - 1
-  if last < lo then return nil end
-  local w = view.width
-  local raw = sub(view.raw, 1, 8) .. sub(view.raw, 9 + (lo - 1) * w, 8 + last * w)
-  return {raw = raw, newest = log_at(view, last)}
-end
+  function sliding_log.load(raw, now, spec)
+    if not raw then
+      local width = log_width(spec.window)
+      return {raw = nil, n = 0, width = width, base = now, fmt = '>I' .. width}
+    end
+    local width, base = unpack('>BI7', raw)
+    return {raw = raw, n = (#raw - 8) / width, width = width, base = base, fmt = '>I' .. width}
+  end
 
-function sliding_log.report(view, now, rule)
-  local count = view.n - log_after(view, now - rule.window) + 1
-  if count == 0 then return rule.capacity, 0 end
-  return max(0, rule.capacity - count), log_at(view, view.n) + rule.window - now
-end
+  function sliding_log.check(view, now, need, rule)
+    local lo = log_after(view, now - rule.window)
+    local count = view.n - lo + 1
+    local excess = count + need - rule.capacity
+    if excess <= 0 then return 0 end
+    if excess > count then  -- more than the rule could ever admit: report when it is empty
+      if count > 0 then return max(1, log_at(view, view.n) + rule.window - now) end
+      return rule.window
+    end
+    return log_at(view, lo + excess - 1) + rule.window - now
+  end
 
-function sliding_log.ttl(state, now, spec)
-  return state.newest + spec.window - now
-end
+  -- A state is {raw = packed string, newest = last timestamp}. The usual write appends to and
+  -- trims the packed string; only a rebase, or a clock that stepped back, re-encodes entries.
+  local function log_pack(width, base, entries)
+    local parts, fmt = {pack('>BI7', width, base)}, '>I' .. width
+    for i = 1, #entries do parts[i + 1] = pack(fmt, entries[i] - base) end
+    return {raw = table.concat(parts), newest = entries[#entries]}
+  end
 
-function sliding_log.encode(state, spec)
-  return state.raw
+  local function log_entries(view, first, last)
+    local out = {}
+    for i = first, last do out[#out + 1] = log_at(view, i) end
+    return out
+  end
+
+  function sliding_log.consume(view, now, cost, spec)
+    local lo, n = log_after(view, now - spec.window), view.n
+    local width = log_width(spec.window)
+    local base = view.base
+    if lo > n then base = now end  -- nothing left in the window: restart the base here
+    local drop = max(0, n - lo + 1 + cost - spec.cap)  -- the oldest entries beyond the cap
+    if (n == 0 or log_at(view, n) <= now) and width == view.width and now - base < 256 ^ width then
+      local body = ''
+      if lo <= n then body = sub(view.raw, 9 + (lo - 1 + drop) * width, 8 + n * width) end
+      local added = rep(pack('>I' .. width, now - base), cost)
+      return {raw = pack('>BI7', width, base) .. body .. added, newest = now}
+    end
+    local at = log_after(view, now)
+    local merged = log_entries(view, lo, at - 1)
+    for _ = 1, cost do merged[#merged + 1] = now end
+    for _, t in ipairs(log_entries(view, at, n)) do merged[#merged + 1] = t end
+    local kept = {}
+    for i = max(1, #merged - spec.cap + 1), #merged do kept[#kept + 1] = merged[i] end
+    return log_pack(width, kept[1], kept)
+  end
+
+  function sliding_log.refund(view, now, cost, spec)
+    local lo = log_after(view, now - spec.window)
+    local last = max(lo, view.n - cost + 1) - 1
+    if last < lo then return nil end
+    local w = view.width
+    local raw = sub(view.raw, 1, 8) .. sub(view.raw, 9 + (lo - 1) * w, 8 + last * w)
+    return {raw = raw, newest = log_at(view, last)}
+  end
+
+  function sliding_log.report(view, now, rule)
+    local count = view.n - log_after(view, now - rule.window) + 1
+    if count == 0 then return rule.capacity, 0 end
+    return max(0, rule.capacity - count), log_at(view, view.n) + rule.window - now
+  end
+
+  function sliding_log.ttl(state, now, spec)
+    return state.newest + spec.window - now
+  end
+
+  function sliding_log.encode(state, spec)
+    return state.raw
+  end
+
+  return sliding_log
 end
 
 -- token-bucket ------------------------------------------------------------------------------
 -- state: (tokens, last), stored as ">I4I7"
-local token_bucket = {}
+local function make_token_bucket()
+  local token_bucket = {}
 
-function token_bucket.load(raw, now, spec)
-  local rule = spec.rules[1]
-  if not raw then return {rule.capacity, now} end
-  local tokens, last = unpack('>I4I7', raw)
-  if now > last then
-    local earned = floor((now - last) / rule.interval)
-    tokens = tokens + earned
-    last = last + earned * rule.interval
+  function token_bucket.load(raw, now, spec)
+    local rule = spec.rules[1]
+    if not raw then return {rule.capacity, now} end
+    local tokens, last = unpack('>I4I7', raw)
+    if now > last then
+      local earned = floor((now - last) / rule.interval)
+      tokens = tokens + earned
+      last = last + earned * rule.interval
+    end
+    if tokens >= rule.capacity then return {rule.capacity, now} end
+    return {tokens, last}
   end
-  if tokens >= rule.capacity then return {rule.capacity, now} end
-  return {tokens, last}
-end
 
-function token_bucket.check(view, now, need, rule)
-  if view[1] >= need then return 0 end
-  return (need - view[1]) * rule.interval - (now - view[2])
-end
+  function token_bucket.check(view, now, need, rule)
+    if view[1] >= need then return 0 end
+    return (need - view[1]) * rule.interval - (now - view[2])
+  end
 
-function token_bucket.consume(view, now, cost, spec)
-  return {view[1] - cost, view[2]}
-end
+  function token_bucket.consume(view, now, cost, spec)
+    return {view[1] - cost, view[2]}
+  end
 
-function token_bucket.refund(view, now, cost, spec)
-  local tokens = view[1] + cost
-  if tokens >= spec.rules[1].capacity then return nil end
-  return {tokens, view[2]}
-end
+  function token_bucket.refund(view, now, cost, spec)
+    local tokens = view[1] + cost
+    if tokens >= spec.rules[1].capacity then return nil end
+    return {tokens, view[2]}
+  end
 
-function token_bucket.report(view, now, rule)
-  if view[1] >= rule.capacity then return rule.capacity, 0 end
-  return view[1], (rule.capacity - view[1]) * rule.interval - (now - view[2])
-end
+  function token_bucket.report(view, now, rule)
+    if view[1] >= rule.capacity then return rule.capacity, 0 end
+    return view[1], (rule.capacity - view[1]) * rule.interval - (now - view[2])
+  end
 
-function token_bucket.ttl(state, now, spec)
-  local rule = spec.rules[1]
-  return (rule.capacity - state[1]) * rule.interval - (now - state[2])
-end
+  function token_bucket.ttl(state, now, spec)
+    local rule = spec.rules[1]
+    return (rule.capacity - state[1]) * rule.interval - (now - state[2])
+  end
 
-function token_bucket.encode(state, spec)
-  return pack('>I4I7', state[1], state[2])
+  function token_bucket.encode(state, spec)
+    return pack('>I4I7', state[1], state[2])
+  end
+
+  return token_bucket
 end
 
 -- gcra --------------------------------------------------------------------------------------
 -- state: the theoretical arrival time, stored as a decimal integer (Redis keeps it as an int)
-local gcra = {}
+local function make_gcra()
+  local gcra = {}
 
-function gcra.load(raw, now, spec)
-  local tat = raw and tonumber(raw)
-  if not tat or tat < now then return now end
-  return tat
-end
+  function gcra.load(raw, now, spec)
+    local tat = raw and tonumber(raw)
+    if not tat or tat < now then return now end
+    return tat
+  end
 
-function gcra.check(tat, now, need, rule)
-  local over = tat + need * rule.interval - now - rule.capacity * rule.interval
-  if over > 0 then return over end
-  return 0
-end
+  function gcra.check(tat, now, need, rule)
+    local over = tat + need * rule.interval - now - rule.capacity * rule.interval
+    if over > 0 then return over end
+    return 0
+  end
 
-function gcra.consume(tat, now, cost, spec)
-  return tat + cost * spec.rules[1].interval
-end
+  function gcra.consume(tat, now, cost, spec)
+    return tat + cost * spec.rules[1].interval
+  end
 
-function gcra.refund(tat, now, cost, spec)
-  tat = tat - cost * spec.rules[1].interval
-  if tat > now then return tat end
-  return nil
-end
+  function gcra.refund(tat, now, cost, spec)
+    tat = tat - cost * spec.rules[1].interval
+    if tat > now then return tat end
+    return nil
+  end
 
-function gcra.report(tat, now, rule)
-  local ahead = tat - now
-  return max(0, floor((rule.capacity * rule.interval - ahead) / rule.interval)), ahead
-end
+  function gcra.report(tat, now, rule)
+    local ahead = tat - now
+    return max(0, floor((rule.capacity * rule.interval - ahead) / rule.interval)), ahead
+  end
 
-function gcra.ttl(tat, now, spec)
-  return tat - now
-end
+  function gcra.ttl(tat, now, spec)
+    return tat - now
+  end
 
-function gcra.encode(tat, spec)
-  return string.format('%d', tat)
+  function gcra.encode(tat, spec)
+    return string.format('%d', tat)
+  end
+
+  return gcra
 end
 
 -- the policy script (freqguard/script.py: run) ------------------------------------------------
-local TWINS = {fixed_window, sliding_log, token_bucket, gcra}
+-- closures cost time on every call: build only the strategies this call uses
+local FACTORIES = {make_fixed_window, make_sliding_log, make_token_bucket, make_gcra}
+local TWINS = {}
+local function twin(code)
+  local found = TWINS[code]
+  if not found then
+    found = FACTORIES[code]()
+    TWINS[code] = found
+  end
+  return found
+end
 
 local function plan()
   local specs, at = {}, 5
   for k = 1, tonumber(ARGV[4]) do
-    local spec = {twin = TWINS[tonumber(ARGV[at])], shadow = ARGV[at + 1] == '1', rules = {}}
+    local spec = {twin = twin(tonumber(ARGV[at])), shadow = ARGV[at + 1] == '1', rules = {}}
     local n = tonumber(ARGV[at + 2])
     at = at + 3
     local window, cap = 0, 0
@@ -288,7 +318,7 @@ end
 
 local function write(key, spec, state, now)
   if state == nil then
-    redis.call('DEL', key)
+    call('DEL', key)
     return spec.twin.load(nil, now, spec)
   end
   local raw = spec.twin.encode(state, spec)
@@ -298,7 +328,7 @@ end
 
 local now = tonumber(ARGV[1])
 if not now then
-  local t = redis.call('TIME')
+  local t = call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local cost, mode = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -309,10 +339,10 @@ local views = {}
 for i, spec in ipairs(specs) do
   local twin, view = spec.twin, nil
   if mode == RESET then
-    redis.call('DEL', KEYS[i])
+    call('DEL', KEYS[i])
     view = twin.load(nil, now, spec)
   else
-    local raw = redis.call('GET', KEYS[i])
+    local raw = call('GET', KEYS[i])
     view = twin.load(raw or nil, now, spec)
     if mode == REFUND then
       view = write(KEYS[i], spec, twin.refund(view, now, cost, spec), now)
