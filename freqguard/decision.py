@@ -71,6 +71,13 @@ class Decision:
             for rule, remaining, reset, retry in self.raw
         )
 
+    def headers(self, profile: str = "ietf") -> dict[str, str]:
+        """Rate-limit response headers: ``"ietf"``, ``"draft6"``, ``"x-ratelimit"``, ``"none"``
+        (see :mod:`freqguard.headers`)."""
+        from freqguard.headers import rate_limit_headers
+
+        return rate_limit_headers(self, profile)
+
     def __bool__(self) -> bool:
         return self.allowed
 

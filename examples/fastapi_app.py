@@ -1,0 +1,37 @@
+"""A FastAPI API with per-endpoint limits as dependencies.
+
+    uvicorn examples.fastapi_app:app
+
+``POST /login`` allows 3 attempts per minute per client address; ``GET /users/{user_id}``
+allows 5 per minute per user id, keyed on the validated path parameter.
+"""
+
+from __future__ import annotations
+
+from fastapi import Depends, FastAPI
+
+from freqguard import AsyncGuard, Policy, Rule
+from freqguard.integrations.starlette import enforce, limit_dependency
+
+guard = AsyncGuard(policies=[Policy("user-reads", Rule("5/minute", by="user"))])
+
+
+async def per_user(user_id: int) -> None:
+    await enforce(guard, "user-reads", user=user_id)
+
+
+def build() -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/login", dependencies=[Depends(limit_dependency(guard, "3/minute", name="login"))])
+    async def login() -> dict[str, bool]:
+        return {"ok": True}
+
+    @app.get("/users/{user_id}", dependencies=[Depends(per_user)])
+    async def read_user(user_id: int) -> dict[str, int]:
+        return {"user": user_id}
+
+    return app
+
+
+app = build()

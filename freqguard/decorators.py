@@ -1,0 +1,439 @@
+"""``@capped``: cap a function by keys taken from its own arguments.
+
+::
+
+    @capped("15/minute", key="msg.recipient")
+    def send_sms(msg: Message) -> None: ...
+
+    @capped("sms", key={"recipient": "msg.to", "content": "msg.body"}, on_exceeded="skip")
+    async def send(msg: Message) -> None: ...
+
+Built on wrapt: functions, methods, class methods and ``async def`` alike, with names,
+docstrings and signatures kept. Sync or async is chosen once, at decoration time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, ParamSpec, TypeVar, cast
+
+import wrapt
+
+from freqguard.backends.base import AsyncBackend, Reply, ScriptCall, SyncBackend
+from freqguard.backends.memory import MemoryBackend
+from freqguard.decision import Decision
+from freqguard.errors import CapExceeded, ConfigError
+from freqguard.guard import AsyncGuard, Guard
+from freqguard.policy import Policy
+from freqguard.rates import parse_rates
+from freqguard.rules import Rule
+
+__all__ = ["Capped", "capped", "configure"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+OnExceeded = Literal["raise", "skip", "wait"] | Callable[[Decision], Any]
+KeySpec = str | Mapping[str, str | Callable[..., object]] | Callable[..., object] | None
+RuleSpec = str | Rule | Sequence[str | Rule]
+
+_defaults: dict[str, Any] = {}
+
+
+def configure(backend: str | SyncBackend | None = None, policies: Sequence[Policy] = ()) -> Guard:
+    """Set the process-wide guard that ``@capped`` uses when given none.
+
+    Args:
+        backend: a URL (``"redis://…"``), a backend object, or None for a new memory backend.
+        policies: policies to register (``@capped`` registers its own as it needs them).
+
+    Returns:
+        The new default sync guard (an async twin over the same state is made alongside).
+    """
+    from freqguard.backends.urls import async_backend_from_url, backend_from_url
+
+    if backend is None or isinstance(backend, MemoryBackend):
+        memory = backend or MemoryBackend()
+        sync_guard, async_guard = Guard(memory, policies), AsyncGuard(memory, policies)
+    elif isinstance(backend, str):
+        sync_guard = Guard(backend_from_url(backend), policies)
+        async_guard = AsyncGuard(async_backend_from_url(backend), policies)
+    else:
+        sync_guard = Guard(backend, policies)
+        async_guard = _async_view(sync_guard)
+    _defaults["sync"], _defaults["async"] = sync_guard, async_guard
+    return sync_guard
+
+
+def _default(kind: str) -> Any:
+    if kind not in _defaults:
+        configure()
+    return _defaults[kind]
+
+
+class _ThreadedBackend:
+    """Lets an AsyncGuard use a sync-only backend without blocking the event loop."""
+
+    def __init__(self, backend: SyncBackend) -> None:
+        self.backend = backend
+        self.clock = backend.clock
+
+    async def aexecute(self, call: ScriptCall) -> Reply:
+        return await asyncio.to_thread(self.backend.execute, call)
+
+    async def aexecute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
+        return await asyncio.to_thread(self.backend.execute_many, calls)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.backend.close)
+
+
+_views: dict[int, tuple[Guard, AsyncGuard]] = {}
+
+
+def _async_view(guard: Guard) -> AsyncGuard:
+    """An AsyncGuard over a sync Guard's state and policies."""
+    found = _views.get(id(guard))
+    if found is not None and found[0] is guard:
+        return found[1]
+    backend: AsyncBackend = (
+        guard.backend
+        if isinstance(guard.backend, MemoryBackend)
+        else _ThreadedBackend(guard.backend)
+    )
+    view = AsyncGuard(backend, guard.policies.values(), guard.clock, prefix=guard.prefix)
+    _views[id(guard)] = (guard, view)
+    return view
+
+
+def _policy_name(func: Callable[..., object]) -> str:
+    raw = f"capped.{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', '?')}"
+    name = re.sub(r"[^A-Za-z0-9_.\-]", "-", raw)
+    if len(name) > 64:
+        name = name[:51] + "." + hashlib.blake2b(raw.encode(), digest_size=6).hexdigest()
+    return name
+
+
+class _Path:
+    """A dotted path into a call's arguments: ``"msg.recipient"``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.parts = text.split(".")
+        if not all(part.isidentifier() for part in self.parts):
+            raise ConfigError(f"key path {text!r} must be dotted identifiers like 'msg.recipient'")
+
+    def resolve(self, arguments: Mapping[str, object]) -> object:
+        if self.parts[0] not in arguments:
+            raise ConfigError(f"key path {self.text!r}: no argument named {self.parts[0]!r}")
+        value = arguments[self.parts[0]]
+        for part in self.parts[1:]:
+            if isinstance(value, Mapping) and part in value:
+                value = value[part]
+            elif hasattr(value, part):
+                value = getattr(value, part)
+            else:
+                raise ConfigError(f"key path {self.text!r}: {value!r} has no {part!r}")
+        return value
+
+
+class Capped:
+    """The decorator (and context manager) that ``capped(...)`` returns."""
+
+    def __init__(
+        self,
+        rule: RuleSpec,
+        key: KeySpec,
+        guard: Guard | AsyncGuard | None,
+        cost: int | Callable[..., int],
+        on_exceeded: OnExceeded,
+        timeout: float | None,
+        context: Mapping[str, object] | None,
+    ) -> None:
+        if not callable(on_exceeded) and on_exceeded not in ("raise", "skip", "wait"):
+            raise ConfigError(
+                f"on_exceeded must be 'raise', 'skip', 'wait' or a callable, got {on_exceeded!r}"
+            )
+        self.guard, self.cost, self.on_exceeded = guard, cost, on_exceeded
+        self.timeout, self.context = timeout, context
+        self._rules, self._policy = self._parse_rule(rule)
+        self._key = self._parse_key(key)
+        self._paths = (
+            [key]
+            if isinstance(key, str)
+            else [
+                v for v in (key.values() if isinstance(key, Mapping) else ()) if isinstance(v, str)
+            ]
+        )
+        self._registered: dict[int, tuple[object, str, tuple[str, ...]]] = {}
+
+    # -- configuration -------------------------------------------------------------------
+
+    @staticmethod
+    def _parse_rule(rule: RuleSpec) -> tuple[tuple[Rule | str, ...], str | None]:
+        """Rules (or rate strings) to make a policy of, or the name of an existing policy."""
+        if isinstance(rule, Rule):
+            return (rule,), None
+        if isinstance(rule, str):
+            try:
+                parse_rates(rule)
+            except ConfigError:
+                return (), rule  # not a rate: a policy registered on the guard
+            return (rule,), None
+        items = tuple(rule)
+        if not items or not all(isinstance(r, str | Rule) for r in items):
+            raise ConfigError(
+                f"rule must be a rate string, a Rule, a list of them or a policy name, got {rule!r}"
+            )
+        return items, None
+
+    def _parse_key(
+        self, key: KeySpec
+    ) -> (
+        Callable[[Mapping[str, object], tuple[Any, ...], dict[str, Any]], dict[str, object]] | None
+    ):
+        if key is None:
+            return None
+        if isinstance(key, str):
+            path = _Path(key)
+            dimension = path.parts[-1]
+            return lambda arguments, args, kwargs: {dimension: path.resolve(arguments)}
+        if isinstance(key, Mapping):
+            paths = {d: (v if callable(v) else _Path(v)) for d, v in key.items()}
+
+            def resolve(
+                arguments: Mapping[str, object], args: tuple[Any, ...], kwargs: dict[str, Any]
+            ) -> dict[str, object]:
+                return {
+                    d: p.resolve(arguments) if isinstance(p, _Path) else p(*args, **kwargs)
+                    for d, p in paths.items()
+                }
+
+            return resolve
+        if callable(key):
+
+            def call(
+                arguments: Mapping[str, object], args: tuple[Any, ...], kwargs: dict[str, Any]
+            ) -> dict[str, object]:
+                value = key(*args, **kwargs)
+                return dict(value) if isinstance(value, Mapping) else {"key": value}
+
+            return call
+        raise ConfigError(
+            f"key must be a parameter name, a dotted path, a mapping or a callable, got {key!r}"
+        )
+
+    def _policy_for(
+        self,
+        guard: Guard | AsyncGuard,
+        func: Callable[..., object] | None,
+        ctx: Mapping[str, object],
+    ) -> tuple[str, dict[str, object]]:
+        """The policy to hit, registering the implicit one; and the context, renamed to fit."""
+        if self._policy is not None:
+            policy = guard.policies.get(self._policy)
+            if policy is None:
+                known = ", ".join(sorted(guard.policies)) or "none"
+                raise ConfigError(
+                    f"{self._policy!r} is neither a rate nor a registered policy "
+                    f"(registered: {known})"
+                )
+            dims = policy.dimensions
+            if len(dims) == 1 and len(ctx) == 1 and dims[0] not in ctx:
+                ctx = {dims[0]: next(iter(ctx.values()))}  # key="msg.to" for a one-dimension policy
+            return policy.name, dict(ctx)
+        by = tuple(ctx)
+        seen = self._registered.get(id(guard))
+        if seen is not None and seen[0] is guard and seen[2] == by:
+            return seen[1], dict(ctx)
+        rules: list[Rule] = []
+        for item in self._rules:
+            if isinstance(item, Rule):
+                rules.append(item)
+            else:
+                rules.extend(Rule(rate, by=by) for rate in parse_rates(item))
+        name = (
+            _policy_name(func)
+            if func is not None
+            else "capped.block." + "-".join(by or ("global",))
+        )
+        guard.add_policy(Policy(name, *rules))
+        self._registered[id(guard)] = (guard, name, by)
+        return name, dict(ctx)
+
+    # -- decoration ----------------------------------------------------------------------
+
+    def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
+        signatures: dict[Any, inspect.Signature] = {}
+        params = inspect.signature(func).parameters
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        for path in self._paths:
+            first = path.split(".")[0]
+            if first not in params and not takes_any:
+                raise ConfigError(
+                    f"@capped on {func.__qualname__}: key {path!r} names no parameter "
+                    f"(parameters: {', '.join(params) or 'none'})"
+                )
+
+        def arguments(
+            wrapped: Callable[..., object], args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> Mapping[str, object]:
+            target = getattr(wrapped, "__func__", wrapped)
+            cache_key = (target, inspect.ismethod(wrapped))
+            sig = signatures.get(cache_key)
+            if sig is None:
+                sig = signatures[cache_key] = inspect.signature(wrapped)
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return bound.arguments
+
+        def prepare(
+            guard: Guard | AsyncGuard,
+            wrapped: Callable[..., object],
+            args: tuple[Any, ...],
+            kwargs: dict[str, Any],
+        ) -> tuple[str, dict[str, object], int]:
+            ctx = self._key(arguments(wrapped, args, kwargs), args, kwargs) if self._key else {}
+            name, ctx = self._policy_for(guard, func, ctx)
+            cost = self.cost(*args, **kwargs) if callable(self.cost) else self.cost
+            return name, ctx, cost
+
+        if inspect.iscoroutinefunction(func):
+
+            @wrapt.decorator
+            async def async_wrapper(
+                wrapped: Callable[..., Awaitable[Any]],
+                instance: object,
+                args: tuple[Any, ...],
+                kwargs: dict[str, Any],
+            ) -> Any:
+                guard = self._async_guard()
+                name, ctx, cost = prepare(guard, wrapped, args, kwargs)
+                if self.on_exceeded == "wait":
+                    await guard.acquire(name, self.timeout, cost, **ctx)
+                else:
+                    decision = await guard.hit(name, cost, **ctx)
+                    if not decision.allowed:
+                        return self._exceeded(decision)
+                return await wrapped(*args, **kwargs)
+
+            return cast(Callable[P, R], async_wrapper(func))
+
+        @wrapt.decorator
+        def wrapper(
+            wrapped: Callable[..., Any],
+            instance: object,
+            args: tuple[Any, ...],
+            kwargs: dict[str, Any],
+        ) -> Any:
+            guard = self._sync_guard()
+            name, ctx, cost = prepare(guard, wrapped, args, kwargs)
+            if self.on_exceeded == "wait":
+                guard.acquire(name, self.timeout, cost, **ctx)
+            else:
+                decision = guard.hit(name, cost, **ctx)
+                if not decision.allowed:
+                    return self._exceeded(decision)
+            return wrapped(*args, **kwargs)
+
+        return cast(Callable[P, R], wrapper(func))
+
+    def _exceeded(self, decision: Decision) -> Any:
+        if self.on_exceeded == "skip":
+            return None
+        if callable(self.on_exceeded):
+            return self.on_exceeded(decision)
+        raise CapExceeded(decision)
+
+    def _sync_guard(self) -> Guard:
+        if isinstance(self.guard, AsyncGuard):
+            raise ConfigError("a sync function needs a Guard, not an AsyncGuard")
+        return self.guard if self.guard is not None else cast(Guard, _default("sync"))
+
+    def _async_guard(self) -> AsyncGuard:
+        if isinstance(self.guard, AsyncGuard):
+            return self.guard
+        if isinstance(self.guard, Guard):
+            return _async_view(self.guard)  # never blocks the event loop
+        return cast(AsyncGuard, _default("async"))
+
+    # -- context manager -----------------------------------------------------------------
+
+    def _block_context(self) -> dict[str, object]:
+        if self.context is None:
+            raise ConfigError("as a context manager, capped(...) needs context={dimension: value}")
+        if self.on_exceeded == "skip" or callable(self.on_exceeded):
+            raise ConfigError("a with-block cannot be skipped: use on_exceeded='raise' or 'wait'")
+        return dict(self.context)
+
+    def __enter__(self) -> Decision:
+        guard = self._sync_guard()
+        name, ctx = self._policy_for(guard, None, self._block_context())
+        cost = self.cost if isinstance(self.cost, int) else self.cost()
+        if self.on_exceeded == "wait":
+            return guard.acquire(name, self.timeout, cost, **ctx)
+        decision = guard.hit(name, cost, **ctx)
+        if not decision.allowed:
+            raise CapExceeded(decision)
+        return decision
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    async def __aenter__(self) -> Decision:
+        guard = self._async_guard()
+        name, ctx = self._policy_for(guard, None, self._block_context())
+        cost = self.cost if isinstance(self.cost, int) else self.cost()
+        if self.on_exceeded == "wait":
+            return await guard.acquire(name, self.timeout, cost, **ctx)
+        decision = await guard.hit(name, cost, **ctx)
+        if not decision.allowed:
+            raise CapExceeded(decision)
+        return decision
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+
+def capped(
+    rule: RuleSpec,
+    key: KeySpec = None,
+    *,
+    guard: Guard | AsyncGuard | None = None,
+    cost: int | Callable[..., int] = 1,
+    on_exceeded: OnExceeded = "raise",
+    timeout: float | None = None,
+    context: Mapping[str, object] | None = None,
+) -> Capped:
+    """Cap a function (or a ``with`` block) by keys derived from its arguments.
+
+    Args:
+        rule: a rate string (``"15/minute"``, several with ``;``), a :class:`Rule`, a list of
+            them (they form one all-or-nothing policy), or the name of a policy on the guard.
+        key: a parameter name (``"recipient"``), a dotted path into an argument
+            (``"msg.recipient"``; the last segment names the dimension), a mapping of
+            dimension to path or callable (``{"recipient": "msg.to", "content": "msg.body"}``),
+            or a callable of the function's arguments returning a value or a mapping.
+            None: one cap for all calls.
+        guard: a Guard or AsyncGuard; default: the process-wide one (see :func:`configure`).
+        cost: an integer, or a callable of the function's arguments returning one.
+        on_exceeded: ``"raise"`` (:class:`CapExceeded`), ``"skip"`` (return None without
+            calling), ``"wait"`` (acquire, at most ``timeout`` seconds), or a callable given
+            the Decision whose result is returned instead.
+        timeout: for ``"wait"``.
+        context: for the context-manager form: the dimension values of the block.
+
+    Raises:
+        ConfigError: for a bad rule, key or mode (at decoration), or a key that cannot be
+            resolved from the arguments (at call time).
+    """
+    return Capped(rule, key, guard, cost, on_exceeded, timeout, context)

@@ -1,0 +1,212 @@
+"""What every HTTP integration shares: routes to limits, key functions, the 429 body.
+
+Key functions take a :class:`RequestInfo` (method, path, headers, peer, path parameters, and
+the raw ASGI scope or WSGI environ) and return a mapping of dimension to value, or one value
+(the dimension ``key``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from freqguard.decision import Decision
+from freqguard.errors import ConfigError
+from freqguard.headers import whole_seconds
+from freqguard.policy import Policy
+from freqguard.rates import parse_rates
+from freqguard.rules import Rule, check_name
+
+__all__ = [
+    "Limit",
+    "RequestInfo",
+    "client_ip",
+    "header",
+    "path_param",
+    "problem_body",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """The parts of a request that key functions and route matching need."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]  # lower-case names; repeated headers joined with ", "
+    client: str | None  # the peer address
+    path_params: Mapping[str, str] = field(default_factory=dict)
+    raw: Any = None  # the ASGI scope or the WSGI environ
+
+
+KeyFunc = Callable[[RequestInfo], object]
+
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _networks(trusted: Iterable[str]) -> tuple[_Network, ...]:
+    try:
+        return tuple(ipaddress.ip_network(t, strict=False) for t in trusted)
+    except ValueError as exc:
+        raise ConfigError(f"trusted_proxies must be IP addresses or networks: {exc}") from None
+
+
+def _is_in(address: str, networks: tuple[_Network, ...]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        return False
+    return any(ip in net for net in networks)
+
+
+_FORWARDED_FOR = re.compile(r'for="?\[?([^;,"\]]+)', re.IGNORECASE)
+
+
+def client_ip(trusted_proxies: Iterable[str] = ()) -> KeyFunc:
+    """The client's address: the peer's, unless the peer is a trusted proxy.
+
+    Behind trusted proxies, ``Forwarded: for=`` (RFC 7239) or else ``X-Forwarded-For`` is
+    read from the right, skipping trusted proxies, and the first other address is the client.
+    Headers from an untrusted peer are ignored, so a client cannot spoof its address.
+    """
+    networks = _networks(trusted_proxies)
+
+    def key(request: RequestInfo) -> dict[str, object]:
+        peer = request.client or ""
+        if networks and _is_in(peer, networks):
+            forwarded = request.headers.get("forwarded")
+            hops = (
+                _FORWARDED_FOR.findall(forwarded)
+                if forwarded
+                else [h.strip() for h in request.headers.get("x-forwarded-for", "").split(",")]
+            )
+            for hop in reversed([h for h in hops if h]):
+                if not _is_in(hop, networks):
+                    return {"client": hop.split("%")[0]}
+        return {"client": peer}
+
+    return key
+
+
+def header(name: str) -> KeyFunc:
+    """The value of one request header (empty when absent), as dimension ``name``."""
+    lower = name.lower()
+    dimension = re.sub(r"\W", "_", lower)
+
+    def key(request: RequestInfo) -> dict[str, object]:
+        return {dimension: request.headers.get(lower, "")}
+
+    return key
+
+
+def path_param(name: str) -> KeyFunc:
+    """A parameter of the matched route pattern (``/users/{user_id}``)."""
+
+    def key(request: RequestInfo) -> dict[str, object]:
+        if name not in request.path_params:
+            raise ConfigError(f"path_param({name!r}): the route pattern has no such parameter")
+        return {name: request.path_params[name]}
+
+    return key
+
+
+def context_of(key: KeyFunc, request: RequestInfo) -> dict[str, object]:
+    value = key(request)
+    return dict(value) if isinstance(value, Mapping) else {"key": value}
+
+
+_PARAM = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)(?::path)?}")
+
+
+class Limit:
+    """Requests matching ``path`` (and ``methods``) are capped by ``rule``, keyed by ``key``.
+
+    Args:
+        path: a route pattern: ``/api/sms``, ``/users/{user_id}``, ``/static/{rest:path}``.
+        rule: a rate string (several with ``;``), a Rule, a list of them, or a Policy.
+        key: a key function (default :func:`client_ip` with no trusted proxies).
+        methods: HTTP methods (default: all).
+        cost: how much one request costs.
+        name: the policy's name (default derived from the method and path).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        rule: str | Rule | Policy | Sequence[str | Rule],
+        *,
+        key: KeyFunc | None = None,
+        methods: Iterable[str] | None = None,
+        cost: int = 1,
+        name: str | None = None,
+    ) -> None:
+        if not path.startswith("/"):
+            raise ConfigError(f"a route pattern starts with '/', got {path!r}")
+        self.path = path
+        self.methods = frozenset(m.upper() for m in methods) if methods else None
+        self.key: KeyFunc = key or client_ip()
+        self.cost = cost
+        parts, last = [], 0
+        for m in _PARAM.finditer(path):
+            parts.append(re.escape(path[last : m.start()]))
+            wildcard = ":path}" in m.group(0)
+            parts.append(f"(?P<{m.group(1)}>{'.*' if wildcard else '[^/]+'})")
+            last = m.end()
+        parts.append(re.escape(path[last:]))
+        self._regex = re.compile("".join(parts) + "$")
+        methods_text = "-".join(sorted(self.methods or ["ANY"]))
+        default = re.sub(r"[^A-Za-z0-9_.\-]", "-", f"http.{methods_text}{path}")
+        self.name = check_name("limit name", name or default[:64])
+        self._rule = rule
+        self.policy: Policy | None = rule if isinstance(rule, Policy) else None
+
+    def match(self, method: str, path: str) -> dict[str, str] | None:
+        if self.methods is not None and method.upper() not in self.methods:
+            return None
+        found = self._regex.match(path)
+        return found.groupdict() if found else None
+
+    def policy_for(self, dimensions: tuple[str, ...]) -> Policy:
+        """The policy to hit; built once from the rule and the key's dimensions."""
+        if self.policy is None:
+            items = self._rule if isinstance(self._rule, (list, tuple)) else [self._rule]
+            rules: list[Rule] = []
+            for item in items:
+                if isinstance(item, Rule):
+                    rules.append(item)
+                elif isinstance(item, str):
+                    rules.extend(Rule(rate, by=dimensions) for rate in parse_rates(item))
+                else:
+                    raise ConfigError(f"Limit rule must be a rate string, Rule or Policy: {item!r}")
+            self.policy = Policy(self.name, *rules)
+        return self.policy
+
+
+def find(
+    limits: Sequence[Limit], request_method: str, path: str
+) -> tuple[Limit, dict[str, str]] | None:
+    for limit in limits:
+        params = limit.match(request_method, path)
+        if params is not None:
+            return limit, params
+    return None
+
+
+def problem_body(decision: Decision, instance: str) -> bytes:
+    """An RFC 9457 problem document for a denied request."""
+    wait = whole_seconds(decision.retry_after)
+    return json.dumps(
+        {
+            "type": "about:blank",
+            "title": "Too Many Requests",
+            "status": 429,
+            "detail": f"Rate limit exceeded; retry after {wait} seconds.",
+            "instance": instance,
+            "violated_policies": [rule.id for rule in decision.denied_by],
+            "policy": decision.policy,
+        }
+    ).encode()

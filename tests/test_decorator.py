@@ -1,0 +1,235 @@
+"""@capped: every key form, every on_exceeded mode, methods, async, errors, static types."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from freqguard import (
+    AsyncGuard,
+    CapExceeded,
+    ConfigError,
+    Decision,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    Rule,
+)
+from freqguard.decorators import capped, configure
+
+
+@dataclass
+class Message:
+    to: str
+    body: str
+
+
+@pytest.fixture
+def guard(clock: ManualClock) -> Guard:
+    return Guard(
+        MemoryBackend(), [Policy("sms", Rule("2/minute", by=("recipient", "content")))], clock=clock
+    )
+
+
+def test_parameter_name_key(guard: Guard) -> None:
+    @capped("2/minute", key="recipient", guard=guard)
+    def send(recipient: str, text: str = "hi") -> str:
+        return f"sent to {recipient}"
+
+    assert send("a") == "sent to a"
+    assert send(recipient="a", text="x") == "sent to a"
+    with pytest.raises(CapExceeded) as caught:
+        send("a")
+    assert caught.value.decision.retry_after == 60.0
+    assert send("b") == "sent to b"
+
+
+def test_dotted_path_and_mapping_keys_and_policy_names(guard: Guard) -> None:
+    @capped("1/minute", key="msg.to", guard=guard)
+    def by_path(msg: Message) -> bool:
+        return True
+
+    @capped(
+        "sms", key={"recipient": "msg.to", "content": lambda msg: msg.body.lower()}, guard=guard
+    )
+    def by_mapping(msg: Message) -> bool:
+        return True
+
+    assert by_path(Message("a", "x"))
+    with pytest.raises(CapExceeded):
+        by_path(Message("a", "y"))
+    assert by_mapping(Message("a", "Hello"))
+    assert by_mapping(Message("a", "HELLO"))  # same content once lower-cased
+    with pytest.raises(CapExceeded):
+        by_mapping(Message("a", "hello"))
+
+
+def test_callable_key_and_callable_cost(guard: Guard) -> None:
+    @capped("10/minute", key=lambda user, n: user.upper(), cost=lambda user, n: n, guard=guard)
+    def bulk(user: str, n: int) -> int:
+        return n
+
+    assert bulk("u", 6) == 6
+    with pytest.raises(CapExceeded):
+        bulk("U", 5)  # the same key, 4 left
+    assert bulk("u", 4) == 4
+
+
+def test_on_exceeded_modes(guard: Guard, clock: ManualClock) -> None:
+    calls: list[str] = []
+
+    @capped("1/minute", key="k", guard=guard, on_exceeded="skip")
+    def skip(k: str) -> str:
+        calls.append(k)
+        return k
+
+    @capped("1/minute", key="k", guard=guard, on_exceeded=lambda d: f"later {d.retry_after:.0f}")
+    def fallback(k: str) -> str:
+        return k
+
+    @capped("1/minute", key="k", guard=guard, on_exceeded="wait", timeout=120)
+    def wait(k: str) -> str:
+        return k
+
+    assert skip("a") == "a"
+    assert skip("a") is None
+    assert calls == ["a"]
+    assert fallback("a") == "a"
+    assert fallback("a") == "later 60"
+    start = clock.now()
+    assert wait("a") == "a"
+    assert wait("a") == "a"
+    assert clock.now() - start == 60.0  # waited for its turn on the (manual) clock
+    with pytest.raises(ConfigError, match="on_exceeded"):
+        capped("1/minute", on_exceeded="ignore")  # type: ignore[arg-type]
+
+
+def test_methods_and_class_methods(guard: Guard) -> None:
+    class Sender:
+        def __init__(self, prefix: str) -> None:
+            self.prefix = prefix
+
+        @capped("1/minute", key="recipient", guard=guard)
+        def send(self, recipient: str) -> str:
+            return self.prefix + recipient
+
+        @classmethod
+        @capped("1/minute", key="recipient", guard=guard)
+        def klass(cls, recipient: str) -> str:
+            return cls.__name__ + recipient
+
+    sender = Sender(">")
+    assert sender.send("a") == ">a"
+    with pytest.raises(CapExceeded):
+        Sender("?").send("a")  # the cap is per recipient, not per instance
+    assert Sender.klass("a") == "Sendera"
+    with pytest.raises(CapExceeded):
+        Sender.klass("a")
+
+
+def test_async_functions_with_async_and_sync_guards(clock: ManualClock) -> None:
+    aguard = AsyncGuard(MemoryBackend(), clock=clock)
+    sguard = Guard(MemoryBackend(), clock=clock)
+
+    @capped("2/minute", key="user", guard=aguard)
+    async def with_async(user: str) -> str:
+        return user
+
+    @capped("2/minute", key="user", guard=sguard, on_exceeded="wait")
+    async def with_sync(user: str) -> str:
+        return user
+
+    async def main() -> list[str | None]:
+        out: list[str | None] = [await with_async("u"), await with_async("u")]
+        try:
+            await with_async("u")
+        except CapExceeded:
+            out.append("denied")
+        out += [await with_sync("v") for _ in range(3)]
+        return out
+
+    assert asyncio.run(main()) == ["u", "u", "denied", "v", "v", "v"]
+    assert clock.now() > 1_700_000_000  # the third with_sync call waited on the clock
+
+
+def test_wrong_keys_are_reported_clearly(guard: Guard) -> None:
+    with pytest.raises(ConfigError, match="names no parameter"):
+
+        @capped("1/minute", key="recipent", guard=guard)
+        def typo(recipient: str) -> None: ...
+
+    @capped("1/minute", key="msg.recipient", guard=guard)
+    def deep(msg: Message) -> None: ...
+
+    with pytest.raises(ConfigError, match="has no 'recipient'"):
+        deep(Message("a", "b"))
+
+    @capped("nope", key="k", guard=guard)
+    def unknown_policy(k: str) -> None: ...
+
+    with pytest.raises(ConfigError, match="neither a rate nor a registered policy"):
+        unknown_policy("x")
+
+
+def test_context_manager_and_default_guard(clock: ManualClock) -> None:
+    configure(MemoryBackend(clock))
+    with capped("1/minute", context={"user": "u"}) as decision:
+        assert isinstance(decision, Decision)
+    with pytest.raises(CapExceeded), capped("1/minute", context={"user": "u"}):
+        pass
+
+    async def block() -> None:
+        async with capped("1/minute", context={"user": "w"}):
+            pass
+
+    asyncio.run(block())
+    with pytest.raises(ConfigError, match="context"), capped("1/minute"):
+        pass
+
+
+def test_names_docs_and_signatures_survive() -> None:
+    @capped("1/minute", key="k")
+    def documented(k: str, n: int = 1) -> str:
+        """Docs."""
+        return k
+
+    import inspect
+
+    assert documented.__name__ == "documented"
+    assert documented.__doc__ == "Docs."
+
+    def plain(k: str, n: int = 1) -> str:
+        return k
+
+    assert inspect.signature(documented) == inspect.signature(plain)
+
+
+def test_mypy_sees_the_original_signature(tmp_path: Path) -> None:
+    from mypy import api
+
+    source = tmp_path / "typed.py"
+    source.write_text(
+        textwrap.dedent(
+            """
+            from freqguard.decorators import capped
+
+            @capped("1/minute", key="k")
+            def f(k: str, n: int = 1) -> str:
+                return k
+
+            reveal_type(f)
+            f(1)
+            """
+        )
+    )
+    out, _, _ = api.run(
+        [str(source), "--strict", "--no-incremental", "--cache-dir", str(tmp_path / "c")]
+    )
+    revealed = out.replace("builtins.", "")
+    assert 'Revealed type is "def (k: str, n: int =) -> str"' in revealed
+    assert 'Argument 1 to "f" has incompatible type "int"; expected "str"' in out
