@@ -17,10 +17,12 @@ the rule is back to full capacity. A denial also gets ``Retry-After``, never ear
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Literal
 
 from freqguard.errors import ConfigError
+from freqguard.rules import Rule
 
 if TYPE_CHECKING:
     from freqguard.decision import Decision
@@ -57,16 +59,12 @@ def rate_limit_headers(decision: Decision, profile: str = "ietf") -> dict[str, s
     wait = whole_seconds(decision.reset_after if decision.allowed else decision.retry_after)
     headers: dict[str, str] = {}
     if profile == "ietf":
-        enforcing = [s for s in decision.rules if not s.rule.shadow]
-        binding = min(
-            enforcing or decision.rules,
-            key=lambda s: (s.allowed, s.remaining, -s.retry_after, -s.reset_after),
-        )
-        headers["RateLimit-Policy"] = ", ".join(
-            f"{_sf_string(s.rule.id)};q={s.rule.limit};w={whole_seconds(s.rule.rate.window_seconds)}"
-            for s in enforcing
-        )
-        headers["RateLimit"] = f"{_sf_string(binding.rule.id)};r={binding.remaining};t={wait}"
+        rules = tuple(entry[0] for entry in decision.raw)
+        enforcing = [e for e in decision.raw if not e[0].shadow] or list(decision.raw)
+        # the binding rule: a denying one that frees up last, else the one with least left
+        binding = min(enforcing, key=lambda e: (e[3] == 0, e[1], -e[3], -e[2]))
+        headers["RateLimit-Policy"] = _policy_field(rules)
+        headers["RateLimit"] = f"{_sf_string(binding[0].id)};r={binding[1]};t={wait}"
     else:
         prefix = "RateLimit" if profile == "draft6" else "X-RateLimit"
         headers[f"{prefix}-Limit"] = str(decision.limit)
@@ -75,3 +73,13 @@ def rate_limit_headers(decision: Decision, profile: str = "ietf") -> dict[str, s
     if not decision.allowed:
         headers["Retry-After"] = str(wait)
     return headers
+
+
+@functools.lru_cache(maxsize=1024)
+def _policy_field(rules: tuple[Rule, ...]) -> str:
+    """``RateLimit-Policy`` depends only on the rules: built once per policy."""
+    return ", ".join(
+        f"{_sf_string(r.id)};q={r.limit};w={whole_seconds(r.rate.window_seconds)}"
+        for r in rules
+        if not r.shadow
+    )

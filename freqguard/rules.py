@@ -5,7 +5,7 @@ from __future__ import annotations
 import keyword
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from freqguard.errors import ConfigError
@@ -106,6 +106,7 @@ class Rule:
     name: str | None
     burst: int | None
     shadow: bool
+    id: str = field(compare=False, repr=False)  # the stable identity, computed once
 
     def __init__(
         self,
@@ -144,6 +145,7 @@ class Rule:
         set_(self, "name", name)
         set_(self, "burst", burst)
         set_(self, "shadow", shadow)
+        set_(self, "id", name if name is not None else self._derived_id())
 
     @property
     def limit(self) -> int:
@@ -154,11 +156,8 @@ class Rule:
         """The most cost one hit can ever take: the burst for buckets, else the limit."""
         return self.burst if self.burst is not None else self.rate.limit
 
-    @property
-    def id(self) -> str:
-        """The rule's stable identity inside its policy (its name, or one derived from it)."""
-        if self.name is not None:
-            return self.name
+    def _derived_id(self) -> str:
+        """An identity from the rule's parameters: strategy, limit, window, burst, shadow."""
         window_us = self.rate.window_us
         window = f"{window_us // 1_000_000}s" if window_us % 1_000_000 == 0 else f"{window_us}us"
         ident = f"{self.strategy.short}.{self.rate.limit}.{window}"

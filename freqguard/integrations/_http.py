@@ -11,7 +11,6 @@ import ipaddress
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from freqguard.decision import Decision
@@ -31,16 +30,37 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
 class RequestInfo:
-    """The parts of a request that key functions and route matching need."""
+    """The parts of a request that key functions and route matching need.
 
-    method: str
-    path: str
-    headers: Mapping[str, str]  # lower-case names; repeated headers joined with ", "
-    client: str | None  # the peer address
-    path_params: Mapping[str, str] = field(default_factory=dict)
-    raw: Any = None  # the ASGI scope or the WSGI environ
+    ``headers`` (lower-case names, repeated headers joined with ", ") is decoded on first
+    use: most keys never read it.
+    """
+
+    __slots__ = ("_headers", "_read_headers", "client", "method", "path", "path_params", "raw")
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        read_headers: Callable[[], dict[str, str]],
+        client: str | None,
+        path_params: Mapping[str, str] | None = None,
+        raw: Any = None,
+    ) -> None:
+        self.method = method
+        self.path = path
+        self._read_headers = read_headers
+        self._headers: dict[str, str] | None = None
+        self.client = client  # the peer address
+        self.path_params: Mapping[str, str] = path_params or {}
+        self.raw = raw  # the ASGI scope or the WSGI environ
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        if self._headers is None:
+            self._headers = self._read_headers()
+        return self._headers
 
 
 KeyFunc = Callable[[RequestInfo], object]

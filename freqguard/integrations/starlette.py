@@ -53,18 +53,21 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def request_info(scope: Scope, params: dict[str, str] | None = None) -> RequestInfo:
-    headers: dict[str, str] = {}
-    for name, value in scope.get("headers", ()):
-        key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    def read_headers() -> dict[str, str]:
+        headers: dict[str, str] = {}
+        for name, value in scope.get("headers", ()):
+            key = name.decode("latin-1").lower()
+            text = value.decode("latin-1")
+            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        return headers
+
     client = scope.get("client")
     return RequestInfo(
         scope.get("method", "GET"),
         scope["path"],
-        headers,
+        read_headers,
         client[0] if client else None,
-        params or {},
+        params,
         scope,
     )
 

@@ -31,17 +31,19 @@ WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
 def request_info(environ: dict[str, Any], params: dict[str, str] | None = None) -> RequestInfo:
-    headers = {
-        key[5:].replace("_", "-").lower(): value
-        for key, value in environ.items()
-        if key.startswith("HTTP_")
-    }
+    def read_headers() -> dict[str, str]:
+        return {
+            key[5:].replace("_", "-").lower(): value
+            for key, value in environ.items()
+            if key.startswith("HTTP_")
+        }
+
     return RequestInfo(
         environ.get("REQUEST_METHOD", "GET"),
         environ.get("PATH_INFO", "/") or "/",
-        headers,
+        read_headers,
         environ.get("REMOTE_ADDR"),
-        params or {},
+        params,
         environ,
     )
 
