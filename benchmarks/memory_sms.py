@@ -20,10 +20,9 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
-from benchmarks.workload import sms_stream
+from benchmarks.workload import BY, RULES, limits_decider, sms_stream
 
 Decide = Callable[[str, str], bool]
-RULES = [(15, 60), (50, 86_400), (2, 59), (5, 3_540)]  # (limit, window s); last two by content
 
 
 def freqguard_decider() -> Decide:
@@ -33,9 +32,7 @@ def freqguard_decider() -> Decide:
         "sms",
         *(
             Rule(Rate(limit, timedelta(seconds=window)), by=by, name=f"r{i}")
-            for i, ((limit, window), by) in enumerate(
-                zip(RULES, ["recipient"] * 2 + [("recipient", "content")] * 2, strict=True)
-            )
+            for i, ((limit, window), by) in enumerate(zip(RULES, BY, strict=True))
         ),
     )
     guard = Guard(MemoryBackend(), [policy])
@@ -46,19 +43,10 @@ def freqguard_decider() -> Decide:
     return decide
 
 
-def limits_decider() -> Decide:
-    from limits import RateLimitItemPerSecond, storage, strategies
+def limits_memory_decider() -> Decide:
+    from limits import storage
 
-    limiter = strategies.MovingWindowRateLimiter(storage.MemoryStorage())
-    items = [RateLimitItemPerSecond(limit, window) for limit, window in RULES]
-
-    def decide(recipient: str, content: str) -> bool:
-        ok = limiter.hit(items[0], "sms", recipient)
-        ok = limiter.hit(items[1], "sms", recipient) and ok
-        ok = limiter.hit(items[2], "sms", recipient, content) and ok
-        return limiter.hit(items[3], "sms", recipient, content) and ok
-
-    return decide
+    return limits_decider(storage.MemoryStorage())
 
 
 def throttled_decider() -> Decide:
@@ -101,7 +89,7 @@ def main() -> None:
     results = {}
     for name, factory in [
         ("freqguard", freqguard_decider),
-        ("limits", limits_decider),
+        ("limits", limits_memory_decider),
         ("throttled-py", throttled_decider),
     ]:
         results[name] = run(name, factory(), stream)

@@ -31,14 +31,12 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from benchmarks.workload import sms_stream
+from benchmarks.workload import BY, RULES, limits_decider, sms_stream
 from freqguard import AsyncGuard, Guard, Policy, Rate, Rule, Strategy
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from tests.servers import RedisServer, cluster, standalone
 
 Stream = list[tuple[str, str]]
-RULES = [(15, 60), (50, 86_400), (2, 59), (5, 3_540)]  # (limit, window s); last two by content
-BY = ["recipient", "recipient", ("recipient", "content"), ("recipient", "content")]
 
 ZSET_SCRIPT = """
 -- KEYS[1] the rule's sorted set; ARGV: now_ms, window_ms, limit, member
@@ -72,19 +70,10 @@ def freqguard_decider(
     return decide
 
 
-def limits_decider(url: str) -> Callable[[str, str], bool]:
-    from limits import RateLimitItemPerSecond, storage, strategies
+def limits_redis_decider(url: str) -> Callable[[str, str], bool]:
+    from limits import storage
 
-    limiter = strategies.MovingWindowRateLimiter(storage.RedisStorage(url))
-    items = [RateLimitItemPerSecond(limit, window) for limit, window in RULES]
-
-    def decide(recipient: str, content: str) -> bool:
-        ok = limiter.hit(items[0], "sms", recipient)
-        ok = limiter.hit(items[1], "sms", recipient) and ok
-        ok = limiter.hit(items[2], "sms", recipient, content) and ok
-        return limiter.hit(items[3], "sms", recipient, content) and ok
-
-    return decide
+    return limits_decider(storage.RedisStorage(url))
 
 
 def zset_decider(client: Redis) -> Callable[[str, str], bool]:
@@ -216,7 +205,9 @@ def main() -> None:
                 server, freqguard_decider(client, strategy), stream
             )
         server.client.flushall()
-        rows["limits moving-window"] = measure_server(server, limits_decider(server.url), stream)
+        rows["limits moving-window"] = measure_server(
+            server, limits_redis_decider(server.url), stream
+        )
         server.client.flushall()
         rows["zset script per rule"] = measure_server(server, zset_decider(client), stream)
         print("Server side, standalone (whole stream):")

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
+from typing import Any
 
 RECIPIENTS = 1_000_000
+# the SMS policy: (limit, window in seconds); the first two by recipient, the last two by
+# recipient and content
+RULES = [(15, 60), (50, 86_400), (2, 59), (5, 3_540)]
+BY: list[str | tuple[str, ...]] = [
+    "recipient",
+    "recipient",
+    ("recipient", "content"),
+    ("recipient", "content"),
+]
 CONTENTS = [f"Your verification code is {1000 + n}" for n in range(20)]
 
 
@@ -18,3 +29,20 @@ def sms_stream(messages: int, seed: int = 7, exponent: float = 1.1) -> list[tupl
     # shuffle ids so that popular recipients are not the small numbers
     ids = rng.sample(range(10_000_000_000, 20_000_000_000), RECIPIENTS)
     return [(str(ids[r]), rng.choice(CONTENTS)) for r in ranks]
+
+
+def limits_decider(storage: Any) -> Callable[[str, str], bool]:
+    """The SMS policy with ``limits``' moving window, its four items hit one by one (it has
+    no atomic multi-item hit: a message denied by one item has consumed those before it)."""
+    from limits import RateLimitItemPerSecond, strategies
+
+    limiter = strategies.MovingWindowRateLimiter(storage)
+    items = [RateLimitItemPerSecond(limit, window) for limit, window in RULES]
+
+    def decide(recipient: str, content: str) -> bool:
+        ok = limiter.hit(items[0], "sms", recipient)
+        ok = limiter.hit(items[1], "sms", recipient) and ok
+        ok = limiter.hit(items[2], "sms", recipient, content) and ok
+        return limiter.hit(items[3], "sms", recipient, content) and ok
+
+    return decide

@@ -370,10 +370,13 @@ class Capped:
             raise ConfigError("a with-block cannot be skipped: use on_exceeded='raise' or 'wait'")
         return dict(self.context)
 
+    def _block(self, guard: Guard | AsyncGuard) -> tuple[str, dict[str, object], int]:
+        name, ctx = self._policy_for(guard, None, self._block_context())
+        return name, ctx, self.cost if isinstance(self.cost, int) else self.cost()
+
     def __enter__(self) -> Decision:
         guard = self._sync_guard()
-        name, ctx = self._policy_for(guard, None, self._block_context())
-        cost = self.cost if isinstance(self.cost, int) else self.cost()
+        name, ctx, cost = self._block(guard)
         if self.on_exceeded == "wait":
             return guard.acquire(name, self.timeout, cost, **ctx)
         decision = guard.hit(name, cost, **ctx)
@@ -386,8 +389,7 @@ class Capped:
 
     async def __aenter__(self) -> Decision:
         guard = self._async_guard()
-        name, ctx = self._policy_for(guard, None, self._block_context())
-        cost = self.cost if isinstance(self.cost, int) else self.cost()
+        name, ctx, cost = self._block(guard)
         if self.on_exceeded == "wait":
             return await guard.acquire(name, self.timeout, cost, **ctx)
         decision = await guard.hit(name, cost, **ctx)

@@ -66,6 +66,12 @@ def test_eight_processes_admit_exactly_the_limit(
     assert admitted == 15  # the server's clock: the whole run fits well inside one minute
 
 
+def _client(where: str, nodes: list[RedisServer]) -> Redis | RedisCluster:
+    if where == "redis":
+        return Redis(port=nodes[0].port)
+    return RedisCluster(host="127.0.0.1", port=nodes[0].port)
+
+
 def _all_keys(nodes: list[RedisServer]) -> dict[bytes, tuple[bytes, int]]:
     found: dict[bytes, tuple[bytes, int]] = {}
     for node in nodes:
@@ -82,11 +88,7 @@ def test_every_key_has_a_ttl_bounded_by_its_window_and_no_content_is_stored(
 ) -> None:
     nodes = [redis_server] if where == "redis" else redis_cluster
     flush(nodes)
-    client = (
-        Redis(port=nodes[0].port)
-        if where == "redis"
-        else RedisCluster(host="127.0.0.1", port=nodes[0].port)
-    )
+    client = _client(where, nodes)
     policies = [
         SMS,
         *(Policy(f"p-{s.value}", Rule("3/minute", by=("r", "c"), strategy=s)) for s in Strategy),
@@ -132,11 +134,7 @@ def test_script_flush_between_calls_and_between_batches(
 ) -> None:
     nodes = [redis_server] if where == "redis" else redis_cluster
     flush(nodes)
-    client = (
-        Redis(port=nodes[0].port)
-        if where == "redis"
-        else RedisCluster(host="127.0.0.1", port=nodes[0].port)
-    )
+    client = _client(where, nodes)
     guard = Guard(RedisBackend(client), [SMS], clock=clock)
     reference = Guard(MemoryBackend(), [SMS], clock=clock)
     batch = [{"recipient": f"r{n % 7}", "content": f"c{n % 2}"} for n in range(40)]
