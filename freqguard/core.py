@@ -106,7 +106,7 @@ class PolicyPlan:
             argv += [str(twin.code), str(int(first.shadow)), str(len(params))]
             for p in params:
                 argv += [str(p.capacity), str(p.window), str(p.interval), str(int(p.shadow))]
-        plan = SlotPlan(tuple(specs), tuple(argv))
+        plan = SlotPlan(tuple(specs), tuple(argv), tuple(layouts))
         return _Slot(plan, tuple(layouts), tuple(rule_index))
 
     # -- requests --------------------------------------------------------------------------

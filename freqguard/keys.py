@@ -74,7 +74,16 @@ class KeyLayout:
         dimensions: every dimension the key is keyed by, partition included, in rule order.
     """
 
-    __slots__ = ("_extra", "_global_head", "_head", "_mid", "_partition", "_policy", "key_id")
+    __slots__ = (
+        "_extra",
+        "_global_head",
+        "_head",
+        "_mid",
+        "_partition",
+        "_policy",
+        "key_id",
+        "tag",
+    )
 
     def __init__(
         self,
@@ -92,6 +101,9 @@ class KeyLayout:
         self._head = f"{prefix}:{{"
         self._mid = f"}}:{policy}:{self.key_id}"
         self._global_head = f"{prefix}:{{*{policy}}}:{policy}:{self.key_id}"
+        # In Redis, every state of one partition and policy is a field of one record key
+        # (see freqguard/lua/policy.lua); a field is this 2-byte tag plus the raw digest.
+        self.tag = _blake2b(self.key_id.encode(), digest_size=2).digest()
 
     def build(self, texts: Mapping[str, str]) -> str:
         """The key for a context whose values were already turned into text."""
@@ -106,3 +118,11 @@ class KeyLayout:
             data = texts[extra[0]].encode("utf-8", "surrogatepass")
             return key + ":" + _blake2b(data, digest_size=_DIGEST_BYTES).hexdigest()
         return key + ":" + digest(*[texts[d] for d in extra])
+
+    def record_and_field(self, key: str) -> tuple[str, bytes]:
+        """Split a key built here into its Redis record key and its field in that record:
+        ``fg:{18829340001}:sms`` and ``tag + digest``."""
+        cut = key.index("}:") + 2 + len(self._policy)
+        if not self._extra:
+            return key[:cut], self.tag
+        return key[:cut], self.tag + bytes.fromhex(key[key.rindex(":") + 1 :])

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
+from freqguard.keys import KeyLayout
 from freqguard.strategies import KeySpec
 
 __all__ = ["CHECK", "HIT", "REFUND", "RESET", "KeySpec", "SlotPlan", "StateStore", "run"]
@@ -28,6 +29,7 @@ class SlotPlan(NamedTuple):
 
     keys: tuple[KeySpec, ...]
     argv: tuple[str, ...]  # the same, serialized for the Lua script
+    layouts: tuple[KeyLayout, ...]  # how each key was built (Redis folds keys into records)
 
 
 class StateStore(Protocol):

@@ -42,9 +42,15 @@ _REROUTE = (rex.MovedError, rex.AskError, rex.TryAgainError, rex.ConnectionError
 
 
 def script_args(call: ScriptCall) -> tuple[Any, ...]:
-    """EVALSHA's arguments after the sha: numkeys, keys, then ARGV (see the script header)."""
+    """EVALSHA's arguments after the sha: numkeys, the record key, then ARGV (see the script
+    header). Every key of one call is a field of one record: same partition, same policy."""
     now = "" if call.now is None else call.now
-    return (len(call.keys), *call.keys, now, call.cost, call.mode, *call.plan.argv)
+    fields = []
+    record = ""
+    for layout, key in zip(call.plan.layouts, call.keys, strict=True):
+        record, field = layout.record_and_field(key)
+        fields.append(field)
+    return (1, record, now, call.cost, call.mode, *call.plan.argv, *fields)
 
 
 @contextmanager

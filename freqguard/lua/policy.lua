@@ -2,19 +2,23 @@
 -- twins in freqguard/strategies/*.py. Each strategy below has the same functions, under the
 -- same names and in the same order, as its Python module; change both together.
 --
--- KEYS   one per piece of state, in plan order (all on one cluster slot)
+-- KEYS   [1] the record: every state of one partition (recipient) and policy, one key
 -- ARGV   [1] now: microseconds, or "" to use the server's TIME
 --        [2] cost: integer >= 0 (0: only check)
 --        [3] mode: 0 HIT, 1 CHECK, 2 REFUND, 3 RESET
---        [4] number of keys, then for each key:
+--        [4] number of states, then for each state:
 --            strategy code (1 fixed-window, 2 sliding-log, 3 token-bucket, 4 gcra),
 --            shadow (0/1), number of rules, then for each rule:
 --            capacity, window (µs), interval (µs per token, buckets; else 0), shadow (0/1)
+--        then, one per state, its field name in the record (a 2-byte state tag, plus the
+--        8-byte digest of its other dimension values when it has any)
 -- Reply  {allowed, remaining_1, reset_after_us_1, retry_after_us_1, remaining_2, ...}
 --        one triple per rule in plan order; a rule allowed the hit when its retry is 0.
 -- Time   the server's TIME unless pinned. All arithmetic on integers below 2^53.
--- State  every key written gets a TTL of the time its state can still matter (plus a grace
---        period when time is pinned, see save).
+-- Record a sequence of fields, each ">B" name length, name, ">I7I4" expiry (µs) and state
+--        length, then the packed state. A field whose expiry has passed no longer matters
+--        and is dropped on the next write; the key's TTL is that of its longest-lived field
+--        (plus a grace period when time is pinned, see save).
 
 local floor, max, min, ceil = math.floor, math.max, math.min, math.ceil
 local pack, unpack, sub, rep = struct.pack, struct.unpack, string.sub, string.rep
@@ -316,16 +320,6 @@ local function plan()
   return specs
 end
 
-local function write(key, spec, state, now)
-  if state == nil then
-    call('DEL', key)
-    return spec.twin.load(nil, now, spec)
-  end
-  local raw = spec.twin.encode(state, spec)
-  save(key, raw, spec.twin.ttl(state, now, spec))
-  return spec.twin.load(raw, now, spec)
-end
-
 local now = tonumber(ARGV[1])
 if not now then
   local t = call('TIME')
@@ -335,17 +329,48 @@ local cost, mode = tonumber(ARGV[2]), tonumber(ARGV[3])
 local need = cost > 0 and cost or 1
 local specs = plan()
 
+-- the record: field name -> {expiry, packed state}, and the names in record order
+local record, names = {}, {}
+local blob = call('GET', KEYS[1])
+if blob then
+  local at, size = 1, #blob
+  while at <= size do
+    local length = unpack('>B', blob, at)
+    local name = sub(blob, at + 1, at + length)
+    local expire, bytes = unpack('>I7I4', blob, at + 1 + length)
+    local from = at + 12 + length
+    if expire > now then
+      record[name] = {expire, sub(blob, from, from + bytes - 1)}
+      names[#names + 1] = name
+    end
+    at = from + bytes
+  end
+end
+local fields_at, dirty = #ARGV - #specs + 1, false
+
+local function write(i, spec, state)
+  local name = ARGV[fields_at + i - 1]
+  dirty = true
+  if state == nil then
+    record[name] = nil
+    return spec.twin.load(nil, now, spec)
+  end
+  if record[name] == nil then names[#names + 1] = name end
+  local raw = spec.twin.encode(state, spec)
+  record[name] = {now + spec.twin.ttl(state, now, spec), raw}
+  return spec.twin.load(raw, now, spec)
+end
+
 local views = {}
 for i, spec in ipairs(specs) do
   local twin, view = spec.twin, nil
   if mode == RESET then
-    call('DEL', KEYS[i])
-    view = twin.load(nil, now, spec)
+    view = write(i, spec, nil)
   else
-    local raw = call('GET', KEYS[i])
-    view = twin.load(raw or nil, now, spec)
+    local entry = record[ARGV[fields_at + i - 1]]
+    view = twin.load(entry and entry[2], now, spec)
     if mode == REFUND then
-      view = write(KEYS[i], spec, twin.refund(view, now, cost, spec), now)
+      view = write(i, spec, twin.refund(view, now, cost, spec))
     end
   end
   views[i] = view
@@ -364,9 +389,26 @@ if mode == HIT and allowed and cost > 0 then
   local first = 1
   for i, spec in ipairs(specs) do
     if not spec.shadow or retries[first] == 0 then
-      views[i] = write(KEYS[i], spec, spec.twin.consume(views[i], now, cost, spec), now)
+      views[i] = write(i, spec, spec.twin.consume(views[i], now, cost, spec))
     end
     first = first + #spec.rules
+  end
+end
+
+if dirty then
+  local parts, latest, seen = {}, 0, {}
+  for _, name in ipairs(names) do
+    local entry = record[name]
+    if entry and not seen[name] then
+      seen[name] = true
+      parts[#parts + 1] = pack('>B', #name) .. name .. pack('>I7I4', entry[1], #entry[2]) .. entry[2]
+      latest = max(latest, entry[1])
+    end
+  end
+  if #parts == 0 then
+    call('DEL', KEYS[1])
+  else
+    save(KEYS[1], table.concat(parts), latest - now)
   end
 end
 
