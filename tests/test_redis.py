@@ -255,3 +255,16 @@ def test_pinned_time_cannot_let_real_expiry_drop_state_early(
     guard.hit("p")
     (key,) = redis_server.client.keys()
     assert redis_server.client.pttl(key) > 590_000  # 1 ms of state, plus the pinned grace
+
+
+def test_unix_socket_url(tmp_path_factory: pytest.TempPathFactory) -> None:
+    workdir = tmp_path_factory.mktemp("unix")
+    socket_path = workdir / "redis.sock"
+    server = RedisServer(workdir, "--unixsocket", str(socket_path), "--unixsocketperm", "700")
+    try:
+        guard = Guard(backend_from_url(f"unix://{socket_path}"), [SMS])
+        assert guard.hit("sms", recipient="a", content="b").allowed
+        assert server.client.dbsize() == 1  # one record for the recipient
+        guard.close()
+    finally:
+        server.stop()

@@ -1,7 +1,8 @@
 """sliding-log: exact rolling windows.
 
 State: the ascending timestamps (µs) of admitted hits, one per cost unit, kept only while
-inside the longest window and at most ``max(limit)`` of them. Rules of a policy with the same
+inside the longest window and at most ``max(limit)`` of them; packed (``array('q')`` here, a
+binary string in Redis), never one object per hit. Rules of a policy with the same
 dimensions share one log: every one of them admits exactly the hits the policy admits.
 
 Guarantee: in every interval of length ``window`` at most ``limit`` cost units are admitted,
@@ -11,6 +12,7 @@ and a hit is denied only if admitting it would break that. A timestamp ``t`` cou
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 
 from freqguard.strategies.base import KeySpec, RuleParams
@@ -18,11 +20,11 @@ from freqguard.strategies.base import KeySpec, RuleParams
 code = 2
 
 
-def load(state: list[int] | None, now: int, key: KeySpec) -> list[int]:
-    return [] if state is None else state
+def load(state: array[int] | None, now: int, key: KeySpec) -> array[int]:
+    return array("q") if state is None else state
 
 
-def check(log: list[int], now: int, need: int, rule: RuleParams) -> int:
+def check(log: array[int], now: int, need: int, rule: RuleParams) -> int:
     lo = bisect_right(log, now - rule.window)
     count = len(log) - lo
     excess = count + need - rule.capacity
@@ -33,34 +35,34 @@ def check(log: list[int], now: int, need: int, rule: RuleParams) -> int:
     return log[lo + excess - 1] + rule.window - now
 
 
-def consume(log: list[int], now: int, cost: int, key: KeySpec) -> list[int]:
+def consume(log: array[int], now: int, cost: int, key: KeySpec) -> array[int]:
     lo = bisect_right(log, now - key.window)
     if not log or log[-1] <= now:  # the usual case: append in place
         del log[:lo]
-        log += [now] * cost
+        log.extend([now] * cost)
         kept = log
     else:  # the clock stepped back: insert in order
         at = bisect_right(log, now)
-        kept = log[lo:at] + [now] * cost + log[at:]
+        kept = log[lo:at] + array("q", [now] * cost) + log[at:]
     if len(kept) > key.cap:
         del kept[: len(kept) - key.cap]
     return kept
 
 
-def refund(log: list[int], now: int, cost: int, key: KeySpec) -> list[int] | None:
+def refund(log: array[int], now: int, cost: int, key: KeySpec) -> array[int] | None:
     lo = bisect_right(log, now - key.window)
     kept = log[lo : max(lo, len(log) - cost)]
     return kept or None
 
 
-def report(log: list[int], now: int, rule: RuleParams) -> tuple[int, int]:
+def report(log: array[int], now: int, rule: RuleParams) -> tuple[int, int]:
     count = len(log) - bisect_right(log, now - rule.window)
     if count == 0:
         return rule.capacity, 0
     return max(0, rule.capacity - count), log[-1] + rule.window - now
 
 
-def ttl(log: list[int], now: int, key: KeySpec) -> int:
+def ttl(log: array[int], now: int, key: KeySpec) -> int:
     return log[-1] + key.window - now
 
 
