@@ -8,7 +8,7 @@ replies; the sync and async guards only drive them (``guard.py``). Nothing here 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import NamedTuple, TypeVar
 
 from freqguard.backends.base import Reply, ScriptCall
@@ -56,7 +56,6 @@ class PolicyPlan:
         "_dimset",
         "_narrow",
         "dimensions",
-        "max_cost",
         "name",
         "policy",
         "single_slot",
@@ -79,9 +78,9 @@ class PolicyPlan:
         )
         self.single_slot = len(self.slots) == 1
         enforcing = [r for r in rules if not r.shadow]
+        # the enforcing rule with the least capacity bounds every cost; a policy of shadow
+        # rules only never denies, so any cost goes
         self._narrow = min(enforcing, key=lambda r: r.capacity) if enforcing else None
-        # the largest cost some hit could be granted; a shadow-only policy grants any cost
-        self.max_cost = self._narrow.capacity if self._narrow else None
 
     def _compile_slot(self, prefix: str, partition: str | None, indices: list[int]) -> _Slot:
         rules = self.policy.rules
@@ -264,7 +263,3 @@ def acquire_op(
                 f"later than the timeout of {timeout}s allows",
             )
         yield Sleep(decision.retry_after)
-
-
-def compile_policies(policies: Iterable[Policy], prefix: str) -> dict[str, PolicyPlan]:
-    return {p.name: PolicyPlan(p, prefix) for p in policies}

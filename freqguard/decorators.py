@@ -18,6 +18,7 @@ import asyncio
 import hashlib
 import inspect
 import re
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar, cast
@@ -92,21 +93,21 @@ class _ThreadedBackend:
         await asyncio.to_thread(self.backend.close)
 
 
-_views: dict[int, tuple[Guard, AsyncGuard]] = {}
+_views: weakref.WeakKeyDictionary[Guard, AsyncGuard] = weakref.WeakKeyDictionary()
 
 
 def _async_view(guard: Guard) -> AsyncGuard:
     """An AsyncGuard over a sync Guard's state and policies."""
-    found = _views.get(id(guard))
-    if found is not None and found[0] is guard:
-        return found[1]
+    found = _views.get(guard)
+    if found is not None:
+        return found
     backend: AsyncBackend = (
         guard.backend
         if isinstance(guard.backend, MemoryBackend)
         else _ThreadedBackend(guard.backend)
     )
     view = AsyncGuard(backend, guard.policies.values(), guard.clock, prefix=guard.prefix)
-    _views[id(guard)] = (guard, view)
+    _views[guard] = view
     return view
 
 
@@ -169,7 +170,10 @@ class Capped:
                 v for v in (key.values() if isinstance(key, Mapping) else ()) if isinstance(v, str)
             ]
         )
-        self._registered: dict[int, tuple[object, str, tuple[str, ...]]] = {}
+        # per guard: the implicit policy registered on it, and the dimensions it was made for
+        self._registered: weakref.WeakKeyDictionary[
+            Guard | AsyncGuard, tuple[str, tuple[str, ...]]
+        ] = weakref.WeakKeyDictionary()
 
     # -- configuration -------------------------------------------------------------------
 
@@ -247,9 +251,9 @@ class Capped:
                 ctx = {dims[0]: next(iter(ctx.values()))}  # key="msg.to" for a one-dimension policy
             return policy.name, dict(ctx)
         by = tuple(ctx)
-        seen = self._registered.get(id(guard))
-        if seen is not None and seen[0] is guard and seen[2] == by:
-            return seen[1], dict(ctx)
+        seen = self._registered.get(guard)
+        if seen is not None and seen[1] == by:
+            return seen[0], dict(ctx)
         rules: list[Rule] = []
         for item in self._rules:
             if isinstance(item, Rule):
@@ -262,7 +266,7 @@ class Capped:
             else "capped.block." + "-".join(by or ("global",))
         )
         guard.add_policy(Policy(name, *rules))
-        self._registered[id(guard)] = (guard, name, by)
+        self._registered[guard] = (name, by)
         return name, dict(ctx)
 
     # -- decoration ----------------------------------------------------------------------
