@@ -51,7 +51,6 @@ def test_asyncio_tasks_admit_exactly_the_limit(strategy: Strategy) -> None:
     )
 
     async def task() -> bool:
-        await asyncio.sleep(0)
         return (await guard.hit("p", r="hot")).allowed
 
     async def main() -> list[bool]:
