@@ -104,7 +104,11 @@ def measure_server(
     stats = client.info("commandstats")
     # Commands a script calls are counted too, inside the script's own time: count only what
     # the client sent (every library here decides through EVALSHA).
-    usec = sum(int(v["usec"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+    usec = sum(
+        int(v["usec"])
+        for k, v in stats.items()
+        if k in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall")
+    )
     used = int(client.info("memory")["used_memory"]) - before_memory
     recipients = len({r for r, _ in stream})
     return {

@@ -92,7 +92,7 @@ class PolicyPlan:
             shared_log = rule.strategy is Strategy.SLIDING_LOG and not rule.shadow
             # every non-shadow sliding-log rule with the same dimensions shares one log
             groups.setdefault(("log" if shared_log else rule.id, dims), []).append(index)
-        specs, layouts, rule_index, argv = [], [], [], [str(len(groups))]
+        specs, layouts, rule_index, words = [], [], [], [len(groups)]
         for (key_id, dims), members in groups.items():
             first = rules[members[0]]
             params = tuple(rule_params(rules[i]) for i in members)
@@ -102,10 +102,10 @@ class PolicyPlan:
             specs.append(KeySpec(twin, params, twin.max_ttl(params), first.shadow, window, cap))
             layouts.append(KeyLayout(prefix, self.name, key_id, partition, dims))
             rule_index.extend(members)
-            argv += [str(twin.code), str(int(first.shadow)), str(len(params))]
+            words += [twin.code, int(first.shadow), len(params)]
             for p in params:
-                argv += [str(p.capacity), str(p.window), str(p.interval), str(int(p.shadow))]
-        plan = SlotPlan(tuple(specs), tuple(argv), tuple(layouts))
+                words += [p.capacity, p.window, p.interval, int(p.shadow)]
+        plan = SlotPlan(tuple(specs), " ".join(map(str, words)), tuple(layouts))
         return _Slot(plan, tuple(layouts), tuple(rule_index))
 
     # -- requests --------------------------------------------------------------------------

@@ -9,17 +9,32 @@ return one reply shape, a flat list of integers::
 with one triple per rule in the slot's rule order; a rule allowed the hit when its
 ``retry_after_us`` is 0. Modes: HIT (consume if allowed; cost 0 consumes nothing), CHECK (never
 write), REFUND (give ``cost`` back, then report), RESET (delete, then report).
+
+The Lua twin stops short of the report: it returns the decision and the states it leaves
+behind, and :func:`expand` reports on them here, so the server (shared by every client)
+spends no time on numbers most callers never read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from struct import Struct
 from typing import Any, NamedTuple, Protocol
 
 from freqguard.keys import KeyLayout
 from freqguard.strategies import KeySpec
 
-__all__ = ["CHECK", "HIT", "REFUND", "RESET", "KeySpec", "SlotPlan", "StateStore", "run"]
+__all__ = [
+    "CHECK",
+    "HIT",
+    "REFUND",
+    "RESET",
+    "KeySpec",
+    "SlotPlan",
+    "StateStore",
+    "expand",
+    "run",
+]
 
 HIT, CHECK, REFUND, RESET = 0, 1, 2, 3
 
@@ -28,7 +43,7 @@ class SlotPlan(NamedTuple):
     """Everything one script call needs besides keys, time, cost and mode."""
 
     keys: tuple[KeySpec, ...]
-    argv: tuple[str, ...]  # the same, serialized for the Lua script
+    text: str  # the same, as the Lua function reads it (ARGV[4])
     layouts: tuple[KeyLayout, ...]  # how each key was built (Redis folds keys into records)
 
 
@@ -94,3 +109,29 @@ def _write(store: StateStore, key: str, spec: KeySpec, state: Any, now: int) -> 
     else:
         store.put(key, spec.lane, state, now + spec.twin.ttl(state, now, spec), now)
     return spec.twin.load(state, now, spec)
+
+
+_HEAD = Struct(">BQ")
+_LENGTH = Struct(">I")
+
+
+def expand(plan: SlotPlan, data: bytes) -> list[int]:
+    """The Lua function's reply (see its header) in the shape :func:`run` returns."""
+    specs = plan.keys
+    rules = sum(len(spec.rules) for spec in specs)
+    allowed, now = _HEAD.unpack_from(data)
+    retries = Struct(f">{rules}Q").unpack_from(data, 9)
+    at = 9 + 8 * rules
+    reply = [allowed]
+    position = 0
+    for spec in specs:
+        (length,) = _LENGTH.unpack_from(data, at)
+        raw = data[at + 4 : at + 4 + length]
+        at += 4 + length
+        twin = spec.twin
+        view = twin.load(twin.decode(raw) if raw else None, now, spec)
+        for rule in spec.rules:
+            remaining, reset_after = twin.report(view, now, rule)
+            reply += (remaining, reset_after, retries[position])
+            position += 1
+    return reply

@@ -56,6 +56,7 @@ def flush(nodes: Iterable[RedisServer]) -> None:
     for node in nodes:
         node.client.flushall()
         node.client.script_flush()
+        node.client.function_flush()
 
 
 @pytest.fixture

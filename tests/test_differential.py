@@ -1,12 +1,15 @@
 """Memory, Redis and Redis Cluster make identical decisions (pinned clocks), for every strategy,
-for random sequences of hits, peeks, refunds, resets, batches and time steps, with dimension
-values that contain ``{``, ``}``, ``:``, non-ASCII and nothing at all."""
+for random sequences of hits, peeks, refunds, resets, batches and time steps (back ones too),
+with dimension
+values that contain ``{``, ``}``, ``:``, non-ASCII and nothing at all; and over long runs that
+make the Lua re-encode its logs and prune its records."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -50,6 +53,8 @@ op = st.one_of(
     st.tuples(st.just("many"), st.lists(pick, min_size=1, max_size=5), st.integers(0, 2)),
     st.tuples(st.just("advance"), st.just(0), st.integers(0, 40).map(lambda n: n * 50_000)),
     st.tuples(st.just("advance"), st.just(0), st.integers(1, 3)),
+    # a clock that steps back (a failover to a server whose clock lags)
+    st.tuples(st.just("back"), st.just(0), st.integers(1, 6).map(lambda n: n * 50_000)),
     # to 1 µs before, or exactly to, the moment the last denied hit said it would fit
     st.tuples(st.just("retry"), st.just(0), st.sampled_from([-1, 0])),
 )
@@ -69,6 +74,8 @@ def _replay(
     for kind, arg, n in ops:
         if kind == "advance":
             clock.advance(n / 1_000_000)
+        elif kind == "back":
+            clock.set(clock.now() - n / 1_000_000)
         elif kind == "retry":
             clock.advance(max(0, retry_us + n) / 1_000_000)
         elif kind == "many":
@@ -123,3 +130,83 @@ def test_memory_redis_and_cluster_decide_alike(
         results.append(_replay(Guard(backend, [policy], clock=clock), clock, policy, pool, ops))
     assert results[1] == results[0]
     assert results[2] == results[0]
+
+
+def test_long_runs_rebase_logs_and_still_decide_alike(
+    redis_backend: RedisBackend, redis_server: RedisServer
+) -> None:
+    """A log's offsets hold four windows from its base; steady traffic for far longer makes
+    the Lua move the base and re-encode, which must change no decision."""
+    flush([redis_server])
+    policy = Policy("p", Rule("3 per 1 second", by="u"), Rule("5 per 2 seconds", by="u"))
+    results = []
+    for backend in (MemoryBackend(), redis_backend):
+        clock = ManualClock(1_700_000_000)
+        guard = Guard(backend, [policy], clock=clock)
+        out = []
+        for step in range(3_000):  # 90 s of hits 30 ms apart, the log never empty
+            out.append(guard.hit("p", u="a"))
+            clock.advance(0.03 + (step % 7) * 0.000_001)
+        results.append(out)
+    assert results[1] == results[0]
+    assert sum(d.allowed for d in results[0]) > 200
+
+
+def test_stale_fields_are_pruned_and_the_record_stays_small(
+    redis_backend: RedisBackend, redis_server: RedisServer
+) -> None:
+    flush([redis_server])
+    policy = Policy("p", Rule("2 per 1 second", by=("u", "c")), Rule("50 per 1 hour", by="u"))
+    clock = ManualClock(1_700_000_000)
+    guard = Guard(redis_backend, [policy], clock=clock)
+    reference = Guard(MemoryBackend(), [policy], clock=clock)
+    assert not redis_server.client.keys("*")
+    largest = 0
+    for n in range(200):  # a new content every 0.2 s: each field matters for 1 s only
+        assert guard.hit("p", u="a", c=f"c{n}") == reference.hit("p", u="a", c=f"c{n}")
+        (key,) = redis_server.client.keys("*")
+        largest = max(largest, redis_server.client.hlen(key))
+        clock.advance(0.2)
+    # fields: the meta field, the recipient log, at most ~6 live content logs, and stale
+    # ones until the record passes the prune mark (8, or twice what was live)
+    assert largest <= 1 + 1 + 16
+
+
+def test_a_clock_that_steps_back_keeps_the_log_in_order(
+    redis_backend: RedisBackend, redis_server: RedisServer
+) -> None:
+    flush([redis_server])
+    policy = Policy("p", Rule("3 per 1 second", by="u"))
+    results = []
+    for backend in (MemoryBackend(), redis_backend):
+        clock = ManualClock(1_700_000_000)
+        guard = Guard(backend, [policy], clock=clock)
+        out = [guard.hit("p", u="a")]
+        for at in (1.0, 0.5, 1.2, 1.3):  # back to 0.5: its entry goes between 0 and 1.0
+            clock.set(1_700_000_000 + at)
+            out.append(guard.hit("p", u="a"))
+        results.append(out)
+    assert results[1] == results[0]
+    assert results[0][-1].retry_after == 0.2  # 0.5 + 1 - 1.3: the log kept its order
+
+
+@pytest.mark.parametrize("strategy", list(Strategy))
+def test_one_microsecond_before_the_retry_is_still_too_early(
+    redis_backend: RedisBackend, redis_server: RedisServer, strategy: Strategy
+) -> None:
+    flush([redis_server])
+    policy = Policy("p", Rule("3 per 1 second", by="u", strategy=strategy))
+    results = []
+    for backend in (MemoryBackend(), redis_backend):
+        clock = ManualClock(1_700_000_000.25)
+        guard = Guard(backend, [policy], clock=clock)
+        out = [guard.hit("p", u="a") for _ in range(4)]
+        retry = round(out[-1].retry_after * 1_000_000)
+        clock.advance((retry - 1) / 1_000_000)
+        out.append(guard.hit("p", u="a"))
+        clock.advance(1 / 1_000_000)
+        out.append(guard.hit("p", u="a"))
+        results.append(out)
+    assert results[1] == results[0]
+    assert [d.allowed for d in results[0]] == [True, True, True, False, False, True]
+    assert results[0][4].retry_after == 1e-6

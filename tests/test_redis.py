@@ -73,12 +73,13 @@ def _client(where: str, nodes: list[RedisServer]) -> Redis | RedisCluster:
 
 
 def _all_keys(nodes: list[RedisServer]) -> dict[bytes, tuple[bytes, int]]:
+    """Every record, its fields and values run together, and its TTL (ms)."""
     found: dict[bytes, tuple[bytes, int]] = {}
     for node in nodes:
         for key in node.client.scan_iter():
-            value = node.client.get(key)
-            assert isinstance(value, bytes)
-            found[key] = (value, node.client.pttl(key))
+            fields: dict[bytes, bytes] = node.client.hgetall(key)  # type: ignore[assignment]
+            assert fields
+            found[key] = (b"".join(k + v for k, v in fields.items()), node.client.pttl(key))
     return found
 
 
@@ -103,7 +104,7 @@ def test_every_key_has_a_ttl_bounded_by_its_window_and_no_content_is_stored(
     windows_ms = {"sms": 86_400_000, "p-": 60_000}
     for key, (value, ttl) in stored.items():
         bound = next(ms for prefix, ms in windows_ms.items() if f":{prefix}".encode() in key)
-        assert 0 < ttl <= bound, (key, ttl)
+        assert 0 < ttl <= bound * 33 // 32, (key, ttl)  # plus 1/32 slack, see policy.lua
         for needle in (CONTENT.encode(), b"918273", b"verification"):
             assert needle not in key
             assert needle not in value
@@ -140,12 +141,12 @@ def test_script_flush_between_calls_and_between_batches(
     batch = [{"recipient": f"r{n % 7}", "content": f"c{n % 2}"} for n in range(40)]
     for _ in range(3):
         for node in nodes:
-            node.client.script_flush()
+            node.client.function_flush()
         assert guard.hit("sms", recipient="a", content="x") == reference.hit(
             "sms", recipient="a", content="x"
         )
         for node in nodes:
-            node.client.script_flush()
+            node.client.function_flush()
         assert guard.hit_many("sms", batch) == reference.hit_many("sms", batch)
     client.close()
 

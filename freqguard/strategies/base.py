@@ -7,7 +7,9 @@ A twin is the Python half of a strategy whose other half is a Lua function in
 * ``check(view, now, need, rule)``: microseconds until a hit of ``need`` fits, 0 if it fits now;
 * ``consume(view, now, cost, key)`` and ``refund(...)``: the state to store (``None``: delete);
 * ``report(view, now, rule)``: ``(remaining, reset_after_us)``;
-* ``ttl(state, now, key)``: how long, from ``now``, the stored state can still matter.
+* ``ttl(state, now, key)``: how long, from ``now``, the stored state can still matter;
+* ``decode(raw)``: a state as the Lua twin packs it, which the client loads and reports on
+  (the server only decides, see ``script.expand``).
 
 All values are integers (time in microseconds). A key holds the state of one rule, except a
 sliding log, which one or more rules with the same dimensions share.
@@ -56,3 +58,5 @@ class Twin(Protocol):
     def ttl(self, state: Any, now: int, key: KeySpec) -> int: ...
 
     def max_ttl(self, rules: tuple[RuleParams, ...]) -> int: ...
+
+    def decode(self, raw: bytes) -> Any: ...

@@ -15,6 +15,11 @@ code = 1
 View = tuple[int, int]
 
 
+def decode(raw: bytes) -> View:
+    """The state as the Lua twin packs it (``>I7I4``)."""
+    return int.from_bytes(raw[:7], "big"), int.from_bytes(raw[7:11], "big")
+
+
 def load(state: View | None, now: int, key: KeySpec) -> View:
     start = now - now % key.rules[0].window
     if state is None or state[0] != start:

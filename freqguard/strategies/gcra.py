@@ -14,6 +14,11 @@ from freqguard.strategies.base import KeySpec, RuleParams
 code = 4
 
 
+def decode(raw: bytes) -> int:
+    """The state as the Lua twin packs it (``>I7``)."""
+    return int.from_bytes(raw, "big")
+
+
 def load(state: int | None, now: int, key: KeySpec) -> int:
     return now if state is None or state < now else state
 

@@ -14,10 +14,50 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
+from collections.abc import Sequence
+from typing import overload
 
 from freqguard.strategies.base import KeySpec, RuleParams
 
 code = 2
+
+
+class PackedLog(Sequence[int]):
+    """A log as the Lua twin packs it: a header ``>BI7`` (entry width, base), then one
+    big-endian offset from base per entry. Read in place: a report bisects it, so only a
+    handful of entries are ever decoded."""
+
+    __slots__ = ("_base", "_len", "_raw", "_width")
+
+    def __init__(self, raw: bytes) -> None:
+        self._raw = raw
+        self._width = raw[0]
+        self._base = int.from_bytes(raw[1:8], "big")
+        self._len = (len(raw) - 8) // self._width
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | Sequence[int]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._len))]
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError(index)
+        at = 8 + index * self._width
+        return self._base + int.from_bytes(self._raw[at : at + self._width], "big")
+
+
+def decode(raw: bytes) -> PackedLog:
+    """The state as the Lua twin packs it; only ``check`` and ``report`` read it."""
+    return PackedLog(raw)
 
 
 def load(state: array[int] | None, now: int, key: KeySpec) -> array[int]:
@@ -55,7 +95,7 @@ def refund(log: array[int], now: int, cost: int, key: KeySpec) -> array[int] | N
     return kept or None
 
 
-def report(log: array[int], now: int, rule: RuleParams) -> tuple[int, int]:
+def report(log: Sequence[int], now: int, rule: RuleParams) -> tuple[int, int]:
     count = len(log) - bisect_right(log, now - rule.window)
     if count == 0:
         return rule.capacity, 0

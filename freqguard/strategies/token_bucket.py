@@ -18,6 +18,11 @@ code = 3
 View = tuple[int, int]
 
 
+def decode(raw: bytes) -> View:
+    """The state as the Lua twin packs it (``>I4I7``)."""
+    return int.from_bytes(raw[:4], "big"), int.from_bytes(raw[4:11], "big")
+
+
 def load(state: View | None, now: int, key: KeySpec) -> View:
     rule = key.rules[0]
     if state is None:
