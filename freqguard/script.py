@@ -18,6 +18,7 @@ spends no time on numbers most callers never read.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from struct import Struct
 from typing import Any, NamedTuple, Protocol
 
@@ -115,12 +116,17 @@ _HEAD = Struct(">BQ")
 _LENGTH = Struct(">I")
 
 
+@cache
+def _retries(rules: int) -> Struct:
+    return Struct(f">{rules}Q")
+
+
 def expand(plan: SlotPlan, data: bytes) -> list[int]:
     """The Lua function's reply (see its header) in the shape :func:`run` returns."""
     specs = plan.keys
     rules = sum(len(spec.rules) for spec in specs)
     allowed, now = _HEAD.unpack_from(data)
-    retries = Struct(f">{rules}Q").unpack_from(data, 9)
+    retries = _retries(rules).unpack_from(data, 9)
     at = 9 + 8 * rules
     reply = [allowed]
     position = 0
