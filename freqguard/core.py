@@ -9,6 +9,7 @@ replies; the sync and async guards only drive them (``guard.py``). Nothing here 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping
+from struct import Struct
 from typing import NamedTuple, TypeVar
 
 from freqguard.backends.base import Reply, ScriptCall
@@ -105,7 +106,8 @@ class PolicyPlan:
             words += [twin.code, int(first.shadow), len(params)]
             for p in params:
                 words += [p.capacity, p.window, p.interval, int(p.shadow)]
-        plan = SlotPlan(tuple(specs), " ".join(map(str, words)), tuple(layouts))
+        retries = Struct(f">{len(rule_index)}Q")
+        plan = SlotPlan(tuple(specs), " ".join(map(str, words)), tuple(layouts), retries)
         return _Slot(plan, tuple(layouts), tuple(rule_index))
 
     # -- requests --------------------------------------------------------------------------

@@ -18,7 +18,6 @@ spends no time on numbers most callers never read.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cache
 from struct import Struct
 from typing import Any, NamedTuple, Protocol
 
@@ -46,6 +45,7 @@ class SlotPlan(NamedTuple):
     keys: tuple[KeySpec, ...]
     text: str  # the same, as the Lua function reads it (ARGV[4])
     layouts: tuple[KeyLayout, ...]  # how each key was built (Redis folds keys into records)
+    retries: Struct  # the Lua reply's retry times, one per rule (see expand)
 
 
 class StateStore(Protocol):
@@ -116,18 +116,12 @@ _HEAD = Struct(">BQ")
 _LENGTH = Struct(">I")
 
 
-@cache
-def _retries(rules: int) -> Struct:
-    return Struct(f">{rules}Q")
-
-
 def expand(plan: SlotPlan, data: bytes) -> list[int]:
     """The Lua function's reply (see its header) in the shape :func:`run` returns."""
     specs = plan.keys
-    rules = sum(len(spec.rules) for spec in specs)
     allowed, now = _HEAD.unpack_from(data)
-    retries = _retries(rules).unpack_from(data, 9)
-    at = 9 + 8 * rules
+    retries = plan.retries.unpack_from(data, 9)
+    at = 9 + plan.retries.size
     reply = [allowed]
     position = 0
     for spec in specs:

@@ -55,7 +55,6 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Red
 def flush(nodes: Iterable[RedisServer]) -> None:
     for node in nodes:
         node.client.flushall()
-        node.client.script_flush()
         node.client.function_flush()
 
 

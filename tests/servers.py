@@ -1,7 +1,7 @@
 """Real redis-server processes for the tests: started on free loopback ports in a temporary
 directory, stopped afterwards. Never the shared Redis on 6379.
 
-The only waits here are for a real server to come up (bounded polls); no test sleeps.
+The only waits here are for a real server process to come up (bounded polls); no test sleeps.
 """
 
 from __future__ import annotations
@@ -96,16 +96,6 @@ class RedisServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-
-
-def wait_until_empty(server: RedisServer, seconds: float) -> int:
-    """Poll (bounded) until the server has expired every key by itself; returns DBSIZE."""
-    deadline = time.monotonic() + seconds
-    while True:
-        size: int = server.client.dbsize()
-        if size == 0 or time.monotonic() > deadline:
-            return size
-        time.sleep(0.05)  # Redis expires keys on its own clock; nothing to inject
 
 
 @contextmanager
