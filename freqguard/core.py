@@ -9,6 +9,7 @@ replies; the sync and async guards only drive them (``guard.py``). Nothing here 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping
+from functools import partial
 from struct import Struct
 from typing import NamedTuple, TypeVar
 
@@ -56,6 +57,7 @@ class PolicyPlan:
     __slots__ = (
         "_dimset",
         "_narrow",
+        "_order",
         "dimensions",
         "name",
         "policy",
@@ -78,6 +80,7 @@ class PolicyPlan:
             self._compile_slot(prefix, part, indices) for part, indices in groups.items()
         )
         self.single_slot = len(self.slots) == 1
+        self._order = tuple(index for slot in self.slots for index in slot.rule_index)
         enforcing = [r for r in rules if not r.shadow]
         # the enforcing rule with the least capacity bounds every cost; a policy of shadow
         # rules only never denies, so any cost goes
@@ -158,42 +161,41 @@ class PolicyPlan:
     # -- replies ---------------------------------------------------------------------------
 
     def decide(self, replies: list[Reply]) -> Decision:
-        """Turn one reply per slot (in slot order) into a Decision."""
+        """Turn one reply per slot (in slot order) into a Decision; the per-rule report is
+        left to the Decision, which builds it when first read."""
+        if self.single_slot:
+            reply = replies[0]
+            retries = reply.retries
+            if reply.allowed and not any(retries):  # the common case: no rule said no
+                return make_decision(self.name, True, 0.0, (), partial(self._raw, replies))
+            order = self.slots[0].rule_index
+        else:
+            retries = [retry for reply in replies for retry in reply.retries]
+            order = self._order
+        rules = self.policy.rules
+        denied: list[Rule] = [None] * len(rules)  # type: ignore[list-item]
+        wait = 0
+        for index, retry in zip(order, retries):  # noqa: B905 (the plan built both)
+            rule = rules[index]
+            if retry and not rule.shadow:
+                denied[index] = rule
+                wait = max(wait, retry)
+        denied_by = tuple(rule for rule in denied if rule is not None)
+        return make_decision(
+            self.name, not denied_by, wait / _US, denied_by, partial(self._raw, replies)
+        )
+
+    def _raw(self, replies: list[Reply]) -> tuple[tuple[Rule, int, int, int], ...]:
+        """``(rule, remaining, reset_after µs, retry_after µs)`` per rule, in policy order."""
         rules = self.policy.rules
         raw: list[tuple[Rule, int, int, int]] = [None] * len(rules)  # type: ignore[list-item]
-        for slot, reply in zip(self.slots, replies):  # noqa: B905 (hot path)
-            at = 1
-            for index in slot.rule_index:
-                raw[index] = (rules[index], reply[at], reply[at + 1], reply[at + 2])
-                at += 3
-        binding = None
-        denied: list[Rule] = []
-        for entry in raw:
-            rule, remaining, reset, retry = entry
-            if rule.shadow:
-                continue
-            if retry:
-                denied.append(rule)
-                if binding is None or not binding[3] or retry > binding[3]:
-                    binding = entry
-            elif binding is None or (
-                not binding[3]
-                and (remaining < binding[1] or (remaining == binding[1] and reset > binding[2]))
+        for slot, reply in zip(self.slots, replies):  # noqa: B905
+            report = reply.report()
+            for index, (remaining, reset), retry in zip(  # noqa: B905
+                slot.rule_index, report, reply.retries
             ):
-                binding = entry
-        if binding is None:  # a policy of shadow rules only never denies
-            binding = min(raw, key=lambda e: (e[1], -e[2]))
-            binding = (binding[0], binding[1], binding[2], 0)
-        return make_decision(
-            self.name,
-            not denied,
-            binding[1],
-            binding[0].capacity,
-            binding[2] / _US,
-            binding[3] / _US,
-            tuple(denied),
-            tuple(raw),
-        )
+                raw[index] = (rules[index], remaining, reset, retry)
+        return tuple(raw)
 
 
 # -- operations (sans-IO) ------------------------------------------------------------------
@@ -214,7 +216,7 @@ def decide_op(
     replies: list[Reply] = []
     for i, call in enumerate(calls):
         (reply,) = yield [call]
-        if not reply[0]:
+        if not reply.allowed:
             undo = [c._replace(mode=REFUND) for c in calls[:i]]
             rest = [c._replace(mode=CHECK) for c in calls[i + 1 :]]
             others = yield undo + rest

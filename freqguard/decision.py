@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from freqguard.rules import Rule
 
@@ -32,7 +33,9 @@ class RuleState:
     retry_after: float
 
 
-@dataclass(frozen=True, slots=True)
+Raw = tuple[tuple[Rule, int, int, int], ...]
+
+
 class Decision:
     """The answer for one hit of one policy; true when allowed.
 
@@ -42,27 +45,74 @@ class Decision:
     a denied hit consumes nothing, so waiting that long is enough unless others get there
     first.
 
+    ``allowed``, ``retry_after`` and ``denied_by`` come with the decision. The rest is
+    reported from the states the hit left behind when first read (most callers only look at
+    ``allowed``), and is the same whenever it is read. Decisions are immutable, compare and
+    hash by value, and pickle.
+
     Attributes:
         policy: the policy's name.
         allowed: whether the hit was admitted (and, for ``hit``, consumed by every rule).
+        retry_after: see above.
+        denied_by: the non-shadow rules that said no, in policy order.
         remaining: see above.
         limit: see above.
         reset_after: see above.
-        retry_after: see above.
-        denied_by: the non-shadow rules that said no, in policy order.
-        rules: one :class:`RuleState` per rule of the policy, in policy order (built when
-            first read: most callers only look at ``allowed``).
+        rules: one :class:`RuleState` per rule of the policy, in policy order.
+        raw: ``(rule, remaining, reset_after µs, retry_after µs)`` per rule, in policy order.
     """
+
+    __slots__ = ("_bound", "_raw", "_report", "allowed", "denied_by", "policy", "retry_after")
 
     policy: str
     allowed: bool
-    remaining: int
-    limit: int
-    reset_after: float
     retry_after: float
     denied_by: tuple[Rule, ...]
-    # (rule, remaining, reset_after µs, retry_after µs) per rule, in policy order
-    raw: tuple[tuple[Rule, int, int, int], ...] = field(repr=False)
+    _report: Callable[[], Raw] | None
+    _raw: Raw | None
+    _bound: tuple[Rule, int, int, int] | None
+
+    def __init__(
+        self,
+        policy: str,
+        allowed: bool,
+        retry_after: float,
+        denied_by: tuple[Rule, ...],
+        raw: Raw,
+    ) -> None:
+        for setter, value in zip(
+            _SETTERS, (policy, allowed, retry_after, denied_by, None, raw, None), strict=True
+        ):
+            setter(self, value)
+
+    @property
+    def raw(self) -> Raw:
+        raw = self._raw
+        if raw is None:
+            assert self._report is not None
+            raw = self._report()
+            _set_raw(self, raw)
+            _set_report(self, None)
+        return raw
+
+    def _binding(self) -> tuple[Rule, int, int, int]:
+        bound = self._bound
+        if bound is None:
+            bound = binding_rule(self.raw)
+            _set_bound(self, bound)
+        return bound
+
+    @property
+    def remaining(self) -> int:
+        return self._binding()[1]
+
+    @property
+    def limit(self) -> int:
+        return self._binding()[0].capacity
+
+    @property
+    def reset_after(self) -> float:
+        return self._binding()[2] / _US
 
     @property
     def rules(self) -> tuple[RuleState, ...]:
@@ -78,28 +128,82 @@ class Decision:
 
         return rate_limit_headers(self, profile)
 
+    def _key(self) -> tuple[object, ...]:
+        return (self.policy, self.allowed, self.retry_after, self.denied_by, self.raw)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Decision):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
     def __bool__(self) -> bool:
         return self.allowed
 
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Decision is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Decision is immutable: cannot delete {name!r}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (Decision, (self.policy, self.allowed, self.retry_after, self.denied_by, self.raw))
+
+    def __repr__(self) -> str:
+        return (
+            f"Decision(policy={self.policy!r}, allowed={self.allowed}, "
+            f"remaining={self.remaining}, limit={self.limit}, "
+            f"reset_after={self.reset_after}, retry_after={self.retry_after}, "
+            f"denied_by={self.denied_by!r})"
+        )
+
 
 _new = object.__new__
-_SETTERS = tuple(Decision.__dict__[name].__set__ for name in Decision.__slots__)
+_SETTERS = tuple(
+    Decision.__dict__[name].__set__
+    for name in ("policy", "allowed", "retry_after", "denied_by", "_report", "_raw", "_bound")
+)
+_set_report, _set_raw, _set_bound = _SETTERS[4:]
+
+
+def binding_rule(raw: Raw) -> tuple[Rule, int, int, int]:
+    """The rule whose numbers a decision shows: among the non-shadow rules, the denying one
+    that frees up last (the first of equals), else the one with the least remaining (the
+    later reset of equals). A policy of shadow rules only never denies: the least remaining
+    of all, with no retry."""
+    binding = None
+    for entry in raw:
+        rule, remaining, reset, retry = entry
+        if rule.shadow:
+            continue
+        if retry:
+            if binding is None or not binding[3] or retry > binding[3]:
+                binding = entry
+        elif binding is None or (
+            not binding[3]
+            and (remaining < binding[1] or (remaining == binding[1] and reset > binding[2]))
+        ):
+            binding = entry
+    if binding is None:
+        least = min(raw, key=lambda e: (e[1], -e[2]))
+        binding = (least[0], least[1], least[2], 0)
+    return binding
 
 
 def make_decision(
     policy: str,
     allowed: bool,
-    remaining: int,
-    limit: int,
-    reset_after: float,
     retry_after: float,
     denied_by: tuple[Rule, ...],
-    raw: tuple[tuple[Rule, int, int, int], ...],
+    report: Callable[[], Raw],
 ) -> Decision:
-    """Build a Decision without the frozen ``__init__``, which costs more than the rest of
-    decoding a reply; the instance is as frozen as any other."""
+    """A Decision whose report (``raw``) is built by ``report`` when first read. Skips the
+    checked ``__init__``, which costs more than the rest of decoding a reply."""
     decision: Decision = _new(Decision)
-    values = (policy, allowed, remaining, limit, reset_after, retry_after, denied_by, raw)
-    for setter, value in zip(_SETTERS, values, strict=True):
+    for setter, value in zip(
+        _SETTERS, (policy, allowed, retry_after, denied_by, report, None, None), strict=True
+    ):
         setter(decision, value)
     return decision

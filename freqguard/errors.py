@@ -46,6 +46,9 @@ class CapExceeded(FreqGuardError):
             )
         super().__init__(message)
 
+    def __reduce__(self) -> tuple[object, ...]:  # picklable, e.g. across process pools
+        return (type(self), (self.decision, str(self)))
+
 
 class BackendUnavailable(FreqGuardError):
     """The state store could not be reached or failed; the cause is chained."""

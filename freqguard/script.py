@@ -2,17 +2,15 @@
 
 One call decides every rule of a policy that lives on one slot. It loads each key's state,
 checks every rule, and writes only when no non-shadow rule denies (all-or-nothing). Both twins
-return one reply shape, a flat list of integers::
-
-    [allowed, remaining_1, reset_after_us_1, retry_after_us_1, remaining_2, ...]
-
-with one triple per rule in the slot's rule order; a rule allowed the hit when its
-``retry_after_us`` is 0. Modes: HIT (consume if allowed; cost 0 consumes nothing), CHECK (never
-write), REFUND (give ``cost`` back, then report), RESET (delete, then report).
+answer with a :class:`Reply`: whether the slot allowed the hit, each rule's retry time (µs, in
+the slot's rule order; 0 when that rule admits the hit), and each rule's report (remaining,
+reset_after µs). Modes: HIT (consume if allowed; cost 0 consumes nothing), CHECK (never write),
+REFUND (give ``cost`` back, then report), RESET (delete, then report).
 
 The Lua twin stops short of the report: it returns the decision and the states it leaves
-behind, and :func:`expand` reports on them here, so the server (shared by every client)
-spends no time on numbers most callers never read.
+behind, and :func:`unpack` makes a Reply that reports on them here, and only when asked, so
+neither the server (shared by every client) nor the client spends time on numbers most
+callers never read.
 """
 
 from __future__ import annotations
@@ -30,10 +28,11 @@ __all__ = [
     "REFUND",
     "RESET",
     "KeySpec",
+    "Reply",
     "SlotPlan",
     "StateStore",
-    "expand",
     "run",
+    "unpack",
 ]
 
 HIT, CHECK, REFUND, RESET = 0, 1, 2, 3
@@ -45,7 +44,43 @@ class SlotPlan(NamedTuple):
     keys: tuple[KeySpec, ...]
     text: str  # the same, as the Lua function reads it (ARGV[4])
     layouts: tuple[KeyLayout, ...]  # how each key was built (Redis folds keys into records)
-    retries: Struct  # the Lua reply's retry times, one per rule (see expand)
+    retries: Struct  # the Lua reply's retry times, one per rule (see unpack)
+
+
+Report = list[tuple[int, int]]
+
+
+class Reply:
+    """One slot's answer.
+
+    Attributes:
+        allowed: whether no non-shadow rule denied.
+        retries: µs until each rule would admit the hit (0: it does), in the slot's rule order.
+    """
+
+    __slots__ = ("_data", "_plan", "_report", "allowed", "retries")
+
+    def __init__(
+        self,
+        allowed: bool,
+        retries: Sequence[int],
+        report: Report | None = None,
+        plan: SlotPlan | None = None,
+        data: bytes = b"",
+    ) -> None:
+        self.allowed = allowed
+        self.retries = retries
+        self._report = report
+        self._plan = plan
+        self._data = data
+
+    def report(self) -> Report:
+        """``(remaining, reset_after µs)`` per rule, in the slot's rule order."""
+        report = self._report
+        if report is None:
+            assert self._plan is not None
+            report = self._report = _report(self._plan, self._data)
+        return report
 
 
 class StateStore(Protocol):
@@ -58,7 +93,7 @@ class StateStore(Protocol):
 
 def run(
     store: StateStore, keys: Sequence[str], plan: SlotPlan, now: int, cost: int, mode: int
-) -> list[int]:
+) -> Reply:
     """Execute the policy script against ``store``; see the module docstring."""
     specs = plan.keys
     need = cost if cost > 0 else 1
@@ -92,15 +127,11 @@ def run(
                 views[i] = _write(store, keys[i], spec, state, now)
             first += len(spec.rules)
 
-    reply = [1 if allowed else 0]
-    position = 0
+    report: Report = []
     for view, spec in zip(views, specs):  # noqa: B905
-        report = spec.twin.report
-        for rule in spec.rules:
-            remaining, reset_after = report(view, now, rule)
-            reply += (remaining, reset_after, retries[position])
-            position += 1
-    return reply
+        rep = spec.twin.report
+        report += [rep(view, now, rule) for rule in spec.rules]
+    return Reply(allowed, retries, report)
 
 
 def _write(store: StateStore, key: str, spec: KeySpec, state: Any, now: int) -> Any:
@@ -112,26 +143,26 @@ def _write(store: StateStore, key: str, spec: KeySpec, state: Any, now: int) -> 
     return spec.twin.load(state, now, spec)
 
 
-_HEAD = Struct(">BQ")
+_NOW = Struct(">Q")
 _LENGTH = Struct(">I")
 
 
-def expand(plan: SlotPlan, data: bytes) -> list[int]:
-    """The Lua function's reply (see its header) in the shape :func:`run` returns."""
-    specs = plan.keys
-    allowed, now = _HEAD.unpack_from(data)
+def unpack(plan: SlotPlan, data: bytes) -> Reply:
+    """The Lua function's reply (see its header) as a Reply that reports when asked."""
     retries = plan.retries.unpack_from(data, 9)
+    return Reply(data[0] == 1, retries, None, plan, data)
+
+
+def _report(plan: SlotPlan, data: bytes) -> Report:
+    """Report on the states a Lua reply carries, as :func:`run` does on its own."""
+    (now,) = _NOW.unpack_from(data, 1)
     at = 9 + plan.retries.size
-    reply = [allowed]
-    position = 0
-    for spec in specs:
+    report: Report = []
+    for spec in plan.keys:
         (length,) = _LENGTH.unpack_from(data, at)
         raw = data[at + 4 : at + 4 + length]
         at += 4 + length
         twin = spec.twin
         view = twin.load(twin.decode(raw) if raw else None, now, spec)
-        for rule in spec.rules:
-            remaining, reset_after = twin.report(view, now, rule)
-            reply += (remaining, reset_after, retries[position])
-            position += 1
-    return reply
+        report += [twin.report(view, now, rule) for rule in spec.rules]
+    return report

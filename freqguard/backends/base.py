@@ -12,11 +12,9 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from freqguard.clock import Clock
-from freqguard.script import SlotPlan
+from freqguard.script import Reply, SlotPlan
 
 __all__ = ["AsyncBackend", "Reply", "ScriptCall", "SyncBackend"]
-
-Reply = list[int]
 
 
 class ScriptCall(NamedTuple):

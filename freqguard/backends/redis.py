@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
@@ -34,13 +35,14 @@ from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import PipelineCommand
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.client import NEVER_DECODE
-from redis.cluster import ClusterNode, RedisCluster
+from redis.cluster import RedisCluster
+from redis.connection import Connection
 from redis.crc import key_slot
 
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable
-from freqguard.script import expand
+from freqguard.script import unpack
 
 __all__ = ["FUNCTION", "LIBRARY", "AsyncRedisBackend", "RedisBackend"]
 
@@ -55,16 +57,67 @@ _REROUTE = (rex.MovedError, rex.AskError, rex.TryAgainError, rex.ConnectionError
 _RAW = {NEVER_DECODE: True}
 
 
-def function_args(call: ScriptCall) -> tuple[Any, ...]:
-    """FCALL's arguments: the function, numkeys, the record key, then ARGV (see the script
-    header). Every key of one call is a field of one record: same partition, same policy."""
-    now = "" if call.now is None else call.now
-    fields = []
+def _record_and_fields(call: ScriptCall) -> tuple[str, list[bytes]]:
+    """The record key and the field of each state: every key of one call is a field of one
+    record (same partition, same policy)."""
     record = ""
-    for layout, key in zip(call.plan.layouts, call.keys, strict=True):
+    fields = []
+    for layout, key in zip(call.plan.layouts, call.keys):  # noqa: B905 (built together)
         record, field = layout.record_and_field(key)
         fields.append(field)
+    return record, fields
+
+
+def function_args(call: ScriptCall) -> tuple[Any, ...]:
+    """FCALL's arguments, for redis-py's ``execute_command``: the function, numkeys, the
+    record key, then ARGV (see the script header)."""
+    record, fields = _record_and_fields(call)
+    now = "" if call.now is None else call.now
     return ("FCALL", FUNCTION, 1, record, now, call.cost, call.mode, call.plan.text, *fields)
+
+
+# Per plan text: the wire frames of FCALL's constant arguments (see encode).
+_FRAMES: dict[str, tuple[bytes, bytes]] = {}
+
+
+def _bulk(data: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def encode(call: ScriptCall) -> tuple[bytes, bytes]:
+    """FCALL in the wire protocol (RESP), and the record key it touches.
+
+    Built here rather than by redis-py's packer, which encodes and frames every argument on
+    every call; only the record, time, cost, mode and fields change between calls of one
+    plan, and the rest is framed once.
+    """
+    text = call.plan.text
+    frame = _FRAMES.get(text)
+    if frame is None:
+        count = 8 + len(call.plan.layouts)
+        head = b"*%d\r\n%s%s%s" % (count, _bulk(b"FCALL"), _bulk(FUNCTION.encode()), _bulk(b"1"))
+        frame = _FRAMES.setdefault(text, (head, _bulk(text.encode())))
+    record, fields = _record_and_fields(call)
+    key = record.encode("utf-8", "surrogatepass")
+    now = b"" if call.now is None else b"%d" % call.now
+    cost = b"%d" % call.cost
+    packed = b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$1\r\n%d\r\n%s%s" % (
+        frame[0],
+        len(key),
+        key,
+        len(now),
+        now,
+        len(cost),
+        cost,
+        call.mode,
+        frame[1],
+        b"".join([b"$%d\r\n%s\r\n" % (len(f), f) for f in fields]),
+    )
+    return packed, key
+
+
+def _slot(args: tuple[Any, ...]) -> int:
+    return key_slot(args[3].encode("utf-8", "surrogatepass"))
 
 
 def _missing(result: object) -> bool:
@@ -81,8 +134,56 @@ def _boundary() -> Iterator[None]:
         raise BackendUnavailable(f"redis failed: {type(exc).__name__}: {exc}") from exc
 
 
-def _slot(args: tuple[Any, ...]) -> int:
-    return key_slot(args[3].encode("utf-8", "surrogatepass"))
+def _send_and_read(connection: Connection, packed: bytes, count: int) -> list[object]:
+    """Send ``count`` packed commands at once and read their replies, in order. An error
+    reply is returned in its place (it was read whole: the connection stays in step)."""
+    connection.send_packed_command((packed,))  # type: ignore[no-untyped-call]
+    replies: list[object] = []
+    for _ in range(count):
+        try:
+            replies.append(connection.read_response(disable_decoding=True))
+        except rex.ResponseError as exc:
+            replies.append(exc)
+    return replies
+
+
+class _Lane:
+    """Connections borrowed from one redis-py client's pool and kept between calls.
+
+    redis-py's ``execute_command`` costs more on the client than everything else in a decision
+    (a pool checkout that polls the socket, observability hooks, generic argument packing),
+    so calls go to a connection directly: packed by :func:`encode`, sent, read with the
+    connection's own parser, under the connection's ``Retry``. A connection that fails is
+    disconnected by redis-py and reconnects on its next use. Safe across threads (``list.pop``
+    and ``append`` are atomic) and across ``fork`` (a child forgets its parent's connections).
+    """
+
+    __slots__ = ("_idle", "_pid", "_pool")
+
+    def __init__(self, client: Redis) -> None:
+        self._pool = client.connection_pool
+        self._idle: list[Connection] = []
+        self._pid = os.getpid()
+
+    def exchange(self, packed: bytes, count: int) -> list[object]:
+        if self._pid != os.getpid():
+            self._idle, self._pid = [], os.getpid()
+        try:
+            connection = self._idle.pop()
+        except IndexError:
+            connection = self._pool.get_connection()
+        try:
+            return connection.retry.call_with_retry(
+                lambda: _send_and_read(connection, packed, count),
+                lambda _: connection.disconnect(),  # type: ignore[no-untyped-call]
+            )
+        finally:
+            self._idle.append(connection)
+
+    def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            self._pool.release(connection)
 
 
 class RedisBackend:
@@ -100,76 +201,98 @@ class RedisBackend:
         self.client = client
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._cluster = isinstance(client, RedisCluster)
+        self._lanes: dict[int, tuple[Redis, _Lane]] = {}
+        # a single-connection client keeps its one connection to itself: use its own API
+        self._direct = self._cluster or getattr(client, "connection", None) is None
 
     def _load(self) -> None:
         # on a cluster this goes to every primary
         self.client.function_load(LIBRARY, replace=True)
 
-    def _node(self, args: tuple[Any, ...]) -> Redis:
-        assert isinstance(self.client, RedisCluster)
-        node = self.client.nodes_manager.get_node_from_slot(_slot(args))
-        return self.client.get_redis_connection(node)
+    def _lane(self, key: bytes) -> _Lane:
+        """The lane to the node that owns ``key`` (the client itself when standalone)."""
+        client = self.client
+        if isinstance(client, RedisCluster):
+            node = client.nodes_manager.get_node_from_slot(key_slot(key))
+            client = client.get_redis_connection(node)
+        entry = self._lanes.get(id(client))
+        if entry is None or entry[0] is not client:
+            entry = self._lanes[id(client)] = (client, _Lane(client))
+        return entry[1]
 
-    def _fcall(self, client: Redis | RedisCluster, args: tuple[Any, ...]) -> bytes:
+    def _forget_lanes(self) -> None:
+        lanes, self._lanes = self._lanes, {}
+        for _, lane in lanes.values():
+            lane.close()
+
+    def _command(self, call: ScriptCall) -> bytes:
+        """The call through redis-py's own command API (which also follows redirections)."""
+        args = function_args(call)
         try:
-            return client.execute_command(*args, **_RAW)  # type: ignore[no-untyped-call,no-any-return]
+            return self.client.execute_command(*args, **_RAW)  # type: ignore[no-untyped-call,no-any-return]
         except rex.ResponseError as exc:
             if not _missing(exc):
                 raise
         self._load()
-        return client.execute_command(*args, **_RAW)  # type: ignore[no-untyped-call,no-any-return]
+        return self.client.execute_command(*args, **_RAW)  # type: ignore[no-untyped-call,no-any-return]
+
+    def _send(self, call: ScriptCall, packed: bytes, key: bytes) -> bytes:
+        try:
+            (result,) = self._lane(key).exchange(packed, 1)
+            if _missing(result):
+                self._load()
+                (result,) = self._lane(key).exchange(packed, 1)
+            if isinstance(result, Exception):
+                raise result
+            return result  # type: ignore[return-value]
+        except _REROUTE:
+            if not self._cluster:
+                raise
+            self._forget_lanes()  # a slot moved or a node is gone: the cluster client follows
+            return self._command(call)
 
     def execute(self, call: ScriptCall) -> Reply:
-        args = function_args(call)
         with _boundary():
-            if not self._cluster:
-                return expand(call.plan, self._fcall(self.client, args))
-            try:
-                data = self._fcall(self._node(args), args)
-            except _REROUTE:
-                data = self._fcall(self.client, args)
-            return expand(call.plan, data)
+            if not self._direct:
+                return unpack(call.plan, self._command(call))
+            packed, key = encode(call)
+            return unpack(call.plan, self._send(call, packed, key))
 
     def execute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
-        if len(calls) <= 1:
+        if len(calls) <= 1 or not self._direct:
             return [self.execute(call) for call in calls]
-        batch = [function_args(call) for call in calls]
         with _boundary():
-            if not isinstance(self.client, RedisCluster):
-                data = self._pipeline(self.client, batch)
-            else:
-                data = [b""] * len(calls)
-                by_node: dict[str, tuple[ClusterNode, list[int]]] = {}
-                for index, args in enumerate(batch):
-                    node = self.client.nodes_manager.get_node_from_slot(_slot(args))
-                    by_node.setdefault(node.name, (node, []))[1].append(index)
-                for node, indices in by_node.values():
-                    # input order within a node: same-key calls stay in order
-                    connection = self.client.get_redis_connection(node)
-                    sub = self._pipeline(connection, [batch[i] for i in indices])
-                    for index, reply in zip(indices, sub, strict=True):
-                        data[index] = reply
-            return [expand(call.plan, d) for call, d in zip(calls, data, strict=True)]
-
-    def _pipeline(self, client: Redis, batch: list[tuple[Any, ...]]) -> list[bytes]:
-        pipe = client.pipeline(transaction=False)
-        for args in batch:
-            pipe.execute_command(*args, **_RAW)  # type: ignore[no-untyped-call]
-        results: list[object] = pipe.execute(raise_on_error=False)
-        if any(_missing(r) for r in results):
-            self._load()
-        replies = []
-        for args, result in zip(batch, results, strict=True):
-            if _missing(result):
-                result = self._fcall(client, args)  # in order, after the failed ones' peers
-            elif self._cluster and isinstance(result, _REROUTE):
-                result = self._fcall(self.client, args)
-            elif isinstance(result, Exception):
-                raise result
-            replies.append(result)
-        return replies  # type: ignore[return-value]
+            # one pipeline per node, in input order within it: same-key calls stay in order
+            by_lane: dict[int, tuple[_Lane, list[int], list[bytes]]] = {}
+            for index, call in enumerate(calls):
+                packed, key = encode(call)
+                lane = self._lane(key)
+                group = by_lane.get(id(lane))
+                if group is None:
+                    group = by_lane[id(lane)] = (lane, [], [])
+                group[1].append(index)
+                group[2].append(packed)
+            results: list[object] = [None] * len(calls)
+            for lane, indices, packed_calls in by_lane.values():
+                replies = lane.exchange(b"".join(packed_calls), len(packed_calls))
+                for index, reply in zip(indices, replies, strict=True):
+                    results[index] = reply
+            if any(_missing(r) for r in results):
+                self._load()
+            data: list[bytes] = []
+            for call, result in zip(calls, results, strict=True):
+                if _missing(result):  # in order, after the failed ones' peers
+                    result = self._send(call, *encode(call))
+                elif self._cluster and isinstance(result, _REROUTE):
+                    self._forget_lanes()
+                    result = self._command(call)
+                elif isinstance(result, Exception):
+                    raise result
+                data.append(result)  # type: ignore[arg-type]
+            return [unpack(call.plan, d) for call, d in zip(calls, data, strict=True)]
 
     def close(self) -> None:
+        self._forget_lanes()
         self.client.close()
 
     def __repr__(self) -> str:
@@ -211,7 +334,7 @@ class AsyncRedisBackend:
                     pipe.execute_command(*args, **_RAW)
                 results = await pipe.execute(raise_on_error=False)
             data = await self._settle(batch, results)
-            return [expand(call.plan, d) for call, d in zip(calls, data, strict=True)]
+            return [unpack(call.plan, d) for call, d in zip(calls, data, strict=True)]
 
     @staticmethod
     async def _cluster_batch(
