@@ -32,8 +32,8 @@ from redis import Redis
 from redis import exceptions as rex
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
-from redis.asyncio.cluster import PipelineCommand
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.connection import Connection as AsyncConnection
 from redis.client import NEVER_DECODE
 from redis.cluster import RedisCluster
 from redis.connection import Connection
@@ -299,8 +299,114 @@ class RedisBackend:
         return f"RedisBackend({self.client!r})"
 
 
+async def _send_and_read_async(
+    connection: AsyncConnection, packed: bytes, count: int
+) -> list[object]:
+    """:func:`_send_and_read` for an asyncio connection."""
+    await connection.send_packed_command(packed)
+    replies: list[object] = []
+    for _ in range(count):
+        try:
+            replies.append(await connection.read_response(disable_decoding=True))
+        except rex.ResponseError as exc:
+            replies.append(exc)
+    return replies
+
+
+_Waiter = tuple[bytes, int, "asyncio.Future[list[object]]"]
+
+
+class _AsyncLane:
+    """One connection to one node, shared by every task of the event loop.
+
+    Calls queue up; one driver task sends everything queued as one write, reads the replies
+    in order, hands each caller its own, and goes again while calls arrived meanwhile. So
+    concurrent tasks are pipelined without asking for it, and a lone call costs one write and
+    one read. A failed batch fails its callers (under the connection's ``Retry`` first); the
+    next batch reconnects. Connections belong to the loop that opened them: a lane used from
+    another loop starts afresh.
+    """
+
+    __slots__ = ("_connection", "_driver", "_loop", "_owner", "_pending")
+
+    def __init__(self, owner: AsyncRedis | AsyncClusterNode) -> None:
+        self._owner = owner
+        self._connection: AsyncConnection | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: list[_Waiter] = []
+        self._driver: asyncio.Task[None] | None = None
+
+    async def exchange(self, packed: bytes, count: int) -> list[object]:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop, self._connection, self._pending, self._driver = loop, None, [], None
+        future: asyncio.Future[list[object]] = loop.create_future()
+        self._pending.append((packed, count, future))
+        if self._driver is None:
+            self._driver = loop.create_task(self._drive())
+        return await future
+
+    async def _connect(self) -> AsyncConnection:
+        connection = self._connection
+        if connection is None:
+            owner = self._owner
+            if isinstance(owner, AsyncClusterNode):
+                connection = owner.acquire_connection()
+            else:
+                connection = await owner.connection_pool.get_connection()  # type: ignore[no-untyped-call]
+            self._connection = connection
+        return connection
+
+    async def _round(self, batch: list[_Waiter]) -> list[object]:
+        connection = await self._connect()
+        packed = b"".join([waiter[0] for waiter in batch])
+        count = sum(waiter[1] for waiter in batch)
+        return await connection.retry.call_with_retry(
+            lambda: _send_and_read_async(connection, packed, count),
+            lambda _: connection.disconnect(),
+        )
+
+    async def _drive(self) -> None:
+        batch: list[_Waiter] = []
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                try:
+                    replies = await self._round(batch)
+                except Exception as exc:  # handed to the callers
+                    for _, _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                at = 0
+                for _, n, future in batch:
+                    if not future.done():  # its caller may have been cancelled
+                        future.set_result(replies[at : at + n])
+                    at += n
+                batch = []
+                if not self._pending:
+                    await asyncio.sleep(0)  # the callers just answered may have more to send
+        finally:
+            self._driver = None
+            for _, _, future in batch + self._pending:  # cancelled: nobody waits forever
+                if not future.done():
+                    future.set_exception(rex.ConnectionError("freqguard: the call was cut off"))
+            self._pending = []
+
+    async def aclose(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is None or asyncio.get_running_loop() is not self._loop:
+            return
+        owner = self._owner
+        if isinstance(owner, AsyncClusterNode):
+            owner.release(connection)
+        else:
+            await owner.connection_pool.release(connection)
+
+
 class AsyncRedisBackend:
-    """The asyncio twin of :class:`RedisBackend`, over ``redis.asyncio`` clients."""
+    """The asyncio twin of :class:`RedisBackend`, over ``redis.asyncio`` clients; concurrent
+    tasks share one connection per node (see :class:`_AsyncLane`)."""
 
     def __init__(
         self, client: AsyncRedis | AsyncRedisCluster, *, clock: Clock | None = None
@@ -308,72 +414,93 @@ class AsyncRedisBackend:
         self.client = client
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._cluster = isinstance(client, AsyncRedisCluster)
+        self._lanes: dict[int, tuple[object, _AsyncLane]] = {}
+        self._direct = self._cluster or getattr(client, "connection", None) is None
+        self._loading: asyncio.Task[object] | None = None
 
-    async def _fcall(self, args: tuple[Any, ...]) -> bytes:
+    async def _load(self) -> None:
+        """Load the library once for every task that found it missing at the same time."""
+        task = self._loading
+        if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
+            load = self.client.function_load(LIBRARY, replace=True)
+            task = self._loading = asyncio.ensure_future(load)
+        await asyncio.shield(task)
+
+    def _lane(self, key: bytes) -> _AsyncLane:
+        client = self.client
+        owner: AsyncRedis | AsyncClusterNode
+        if isinstance(client, AsyncRedisCluster):
+            owner = client.nodes_manager.get_node_from_slot(key_slot(key))
+        else:
+            owner = client
+        entry = self._lanes.get(id(owner))
+        if entry is None or entry[0] is not owner:
+            entry = self._lanes[id(owner)] = (owner, _AsyncLane(owner))
+        return entry[1]
+
+    async def _forget_lanes(self) -> None:
+        lanes, self._lanes = self._lanes, {}
+        for _, lane in lanes.values():
+            await lane.aclose()
+
+    async def _command(self, call: ScriptCall) -> bytes:
+        """The call through redis-py's own command API (which also follows redirections)."""
+        args = function_args(call)
         try:
             return await self.client.execute_command(*args, **_RAW)  # type: ignore[no-any-return]
         except rex.ResponseError as exc:
             if not _missing(exc):
                 raise
-        await self.client.function_load(LIBRARY, replace=True)
+        await self._load()
         return await self.client.execute_command(*args, **_RAW)  # type: ignore[no-any-return]
 
     async def aexecute(self, call: ScriptCall) -> Reply:
         return (await self.aexecute_many([call]))[0]
 
     async def aexecute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
-        batch = [function_args(call) for call in calls]
         with _boundary():
-            if isinstance(self.client, AsyncRedisCluster):
-                results = await self._cluster_batch(self.client, batch)
-            elif len(batch) == 1:
-                results = [await self._fcall(batch[0])]
-            else:
-                pipe = self.client.pipeline(transaction=False)
-                for args in batch:
-                    pipe.execute_command(*args, **_RAW)
-                results = await pipe.execute(raise_on_error=False)
-            data = await self._settle(batch, results)
+            if not self._direct:
+                return [unpack(call.plan, await self._command(call)) for call in calls]
+            client = self.client
+            if isinstance(client, AsyncRedisCluster) and client._initialize:
+                await client.initialize()  # a new client learns its slot map on first use
+            # one batch per node, in input order within it: same-key calls stay in order
+            by_lane: dict[int, tuple[_AsyncLane, list[int], list[bytes]]] = {}
+            encoded = [encode(call) for call in calls]
+            for index, (packed, key) in enumerate(encoded):
+                lane = self._lane(key)
+                group = by_lane.get(id(lane))
+                if group is None:
+                    group = by_lane[id(lane)] = (lane, [], [])
+                group[1].append(index)
+                group[2].append(packed)
+            groups = list(by_lane.values())
+            sent = [lane.exchange(b"".join(packed), len(packed)) for lane, _, packed in groups]
+            answers = await asyncio.gather(*sent, return_exceptions=True)
+            results: list[object] = [None] * len(calls)
+            for (_, indices, _), answer in zip(groups, answers, strict=True):
+                if isinstance(answer, BaseException):
+                    if not (self._cluster and isinstance(answer, _REROUTE)):
+                        raise answer
+                    answer = [answer] * len(indices)  # each redone below
+                for index, result in zip(indices, answer, strict=True):
+                    results[index] = result
+            if any(_missing(r) for r in results):
+                await self._load()
+            data: list[bytes] = []
+            for call, (packed, key), result in zip(calls, encoded, results, strict=True):
+                if _missing(result):  # in order, after the failed ones' peers
+                    (result,) = await self._lane(key).exchange(packed, 1)
+                if self._cluster and isinstance(result, _REROUTE):
+                    await self._forget_lanes()  # a slot moved or a node is gone
+                    result = await self._command(call)
+                elif isinstance(result, Exception):
+                    raise result
+                data.append(result)  # type: ignore[arg-type]
             return [unpack(call.plan, d) for call, d in zip(calls, data, strict=True)]
 
-    @staticmethod
-    async def _cluster_batch(
-        client: AsyncRedisCluster, batch: list[tuple[Any, ...]]
-    ) -> list[object]:
-        if client._initialize:  # a new client learns its slot map on first use
-            await client.initialize()
-        by_node: dict[str, tuple[AsyncClusterNode, list[PipelineCommand]]] = {}
-        for index, args in enumerate(batch):
-            node = client.nodes_manager.get_node_from_slot(_slot(args))
-            by_node.setdefault(node.name, (node, []))[1].append(
-                PipelineCommand(index, *args, **_RAW)
-            )
-        nodes = list(by_node.values())
-        if len(nodes) == 1:
-            await nodes[0][0].execute_pipeline(nodes[0][1])
-        else:
-            await asyncio.gather(*(node.execute_pipeline(cmds) for node, cmds in nodes))
-        results: list[object] = [None] * len(batch)
-        for _, commands in nodes:
-            for command in commands:
-                results[command.position] = command.result
-        return results
-
-    async def _settle(self, batch: list[tuple[Any, ...]], results: list[object]) -> list[bytes]:
-        """Redo, in order, the calls that met a missing library or a redirection; raise
-        other errors."""
-        if any(_missing(r) for r in results):
-            await self.client.function_load(LIBRARY, replace=True)
-        replies = []
-        for args, result in zip(batch, results, strict=True):
-            if _missing(result) or (self._cluster and isinstance(result, _REROUTE)):
-                result = await self._fcall(args)
-            elif isinstance(result, Exception):
-                raise result
-            replies.append(result)
-        return replies  # type: ignore[return-value]
-
     async def aclose(self) -> None:
+        await self._forget_lanes()
         await self.client.aclose()
 
     def __repr__(self) -> str:
