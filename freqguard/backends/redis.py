@@ -134,10 +134,9 @@ def _boundary() -> Iterator[None]:
         raise BackendUnavailable(f"redis failed: {type(exc).__name__}: {exc}") from exc
 
 
-def _send_and_read(connection: Connection, packed: bytes, count: int) -> list[object]:
-    """Send ``count`` packed commands at once and read their replies, in order. An error
-    reply is returned in its place (it was read whole: the connection stays in step)."""
-    connection.send_packed_command((packed,))  # type: ignore[no-untyped-call]
+def _read(connection: Connection, count: int) -> list[object]:
+    """Read ``count`` replies, in order. An error reply is returned in its place (it was
+    read whole: the connection stays in step)."""
     replies: list[object] = []
     for _ in range(count):
         try:
@@ -145,6 +144,12 @@ def _send_and_read(connection: Connection, packed: bytes, count: int) -> list[ob
         except rex.ResponseError as exc:
             replies.append(exc)
     return replies
+
+
+def _send_and_read(connection: Connection, packed: bytes, count: int) -> list[object]:
+    """Send ``count`` packed commands at once and read their replies (see :func:`_read`)."""
+    connection.send_packed_command((packed,))  # type: ignore[no-untyped-call]
+    return _read(connection, count)
 
 
 class _Lane:
@@ -165,13 +170,38 @@ class _Lane:
         self._idle: list[Connection] = []
         self._pid = os.getpid()
 
-    def exchange(self, packed: bytes, count: int) -> list[object]:
+    def _take(self) -> Connection:
         if self._pid != os.getpid():
             self._idle, self._pid = [], os.getpid()
         try:
-            connection = self._idle.pop()
+            return self._idle.pop()
         except IndexError:
-            connection = self._pool.get_connection()
+            return self._pool.get_connection()
+
+    def send(self, packed: bytes) -> Connection:
+        """Send without waiting (no retry): the replies are :meth:`receive`'s to read."""
+        connection = self._take()
+        try:
+            connection.send_packed_command((packed,))  # type: ignore[no-untyped-call]
+        except BaseException:
+            self._idle.append(connection)  # redis-py disconnected it
+            raise
+        return connection
+
+    def receive(self, connection: Connection, count: int) -> list[object]:
+        try:
+            return _read(connection, count)
+        finally:
+            self._idle.append(connection)
+
+    def abandon(self, connection: Connection) -> None:
+        """Give back a connection whose replies will not be read."""
+        connection.disconnect()  # type: ignore[no-untyped-call]
+        self._idle.append(connection)
+
+    def exchange(self, packed: bytes, count: int) -> list[object]:
+        """Send and read, under the connection's ``Retry``."""
+        connection = self._take()
         try:
             return connection.retry.call_with_retry(
                 lambda: _send_and_read(connection, packed, count),
@@ -273,8 +303,13 @@ class RedisBackend:
                 group[1].append(index)
                 group[2].append(packed)
             results: list[object] = [None] * len(calls)
-            for lane, indices, packed_calls in by_lane.values():
-                replies = lane.exchange(b"".join(packed_calls), len(packed_calls))
+            groups = list(by_lane.values())
+            if len(groups) == 1:
+                lane, indices, packed_calls = groups[0]
+                answers = [lane.exchange(b"".join(packed_calls), len(packed_calls))]
+            else:
+                answers = self._scatter(groups)
+            for (_, indices, _), replies in zip(groups, answers, strict=True):
                 for index, reply in zip(indices, replies, strict=True):
                     results[index] = reply
             if any(_missing(r) for r in results):
@@ -290,6 +325,35 @@ class RedisBackend:
                     raise result
                 data.append(result)  # type: ignore[arg-type]
             return [unpack(call.plan, d) for call, d in zip(calls, data, strict=True)]
+
+    @staticmethod
+    def _scatter(groups: list[tuple[_Lane, list[int], list[bytes]]]) -> list[list[object]]:
+        """Send every node its batch before reading any reply, so the nodes work at once.
+        A node that cannot be reached answers each call with the error; the cluster client
+        then redoes them (see execute_many)."""
+        sent: list[Connection | BaseException] = []
+        for lane, _, packed_calls in groups:
+            try:
+                sent.append(lane.send(b"".join(packed_calls)))
+            except _REROUTE as exc:
+                sent.append(exc)
+        answers: list[list[object]] = []
+        read = 0  # connections handed to receive, which gives them back whatever happens
+        try:
+            for (lane, indices, _), connection in zip(groups, sent, strict=True):
+                read += 1
+                if not isinstance(connection, BaseException):
+                    try:
+                        answers.append(lane.receive(connection, len(indices)))
+                        continue
+                    except _REROUTE as exc:
+                        connection = exc
+                answers.append([connection] * len(indices))
+        finally:  # an error that ends the batch: the unread connections are out of step
+            for (lane, _, _), connection in list(zip(groups, sent, strict=True))[read:]:
+                if not isinstance(connection, BaseException):
+                    lane.abandon(connection)
+        return answers
 
     def close(self) -> None:
         self._forget_lanes()
