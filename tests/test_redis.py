@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import signal
 import socket
 import sys
 import threading
@@ -32,7 +33,7 @@ from freqguard import (
 )
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from tests.conftest import SMS, START, flush
-from tests.servers import RedisServer
+from tests.servers import RedisServer, cluster
 
 CONTENT = "Your verification code is 918273"
 
@@ -476,3 +477,45 @@ def test_async_function_flush_and_a_hanging_server(
         assert 0.25 < time.monotonic() - started < 1.5
 
     asyncio.run(main())
+
+
+def test_a_lost_cluster_node_fails_its_calls_and_spares_the_others(
+    tmp_path_factory: pytest.TempPathFactory, clock: ManualClock
+) -> None:
+    """A node that dies under a batch: the batch fails as BackendUnavailable (the live nodes
+    did decide their calls), no connection is left out of step, and calls to the live
+    nodes go on deciding correctly."""
+    with cluster(tmp_path_factory.mktemp("lossy")) as nodes:
+        client = RedisCluster(
+            host="127.0.0.1", port=nodes[0].port, socket_timeout=1, socket_connect_timeout=1
+        )
+        guard = Guard(RedisBackend(client), [SMS], clock=clock)
+        reference = Guard(MemoryBackend(), [SMS], clock=clock)
+        recipients = [f"r{n}" for n in range(30)]
+        owner = {
+            r: client.nodes_manager.get_node_from_slot(client.keyslot(f"{{{r}}}")).port
+            for r in recipients
+        }
+        batch = [{"recipient": r, "content": "c"} for r in recipients]
+        assert guard.hit_many("sms", batch) == reference.hit_many("sms", batch)
+        # a node that hangs: its replies time out; the other nodes' replies are never read,
+        # so their connections must not be reused as they are
+        frozen = next(n for n in nodes if n.port == owner[recipients[0]])  # read first
+        frozen.process.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(BackendUnavailable, match="Timeout"):
+                guard.hit_many("sms", batch)
+        finally:
+            frozen.process.send_signal(signal.SIGCONT)
+        reference.hit_many("sms", batch)  # every node got its calls, and decides them
+        assert guard.hit_many("sms", batch) == reference.hit_many("sms", batch)
+        doomed = next(n for n in nodes if n is not frozen)
+        doomed.stop()
+        with pytest.raises(BackendUnavailable):
+            guard.hit_many("sms", batch)
+        alive = [c for c in batch if owner[c["recipient"]] != doomed.port]
+        assert alive
+        reference.hit_many("sms", alive)  # a batch is no transaction: the live nodes decided
+        for _ in range(2):  # the same answers as memory: nothing half-read, nothing lost
+            assert guard.hit_many("sms", alive) == reference.hit_many("sms", alive)
+        guard.close()
