@@ -17,6 +17,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
 from freqguard import (
     AsyncGuard,
@@ -493,7 +494,7 @@ def test_a_lost_cluster_node_fails_its_calls_and_spares_the_others(
         reference = Guard(MemoryBackend(), [SMS], clock=clock)
         recipients = [f"r{n}" for n in range(30)]
         owner = {
-            r: client.nodes_manager.get_node_from_slot(client.keyslot(f"{{{r}}}")).port
+            r: client.nodes_manager.get_node_from_slot(key_slot(r.encode())).port
             for r in recipients
         }
         batch = [{"recipient": r, "content": "c"} for r in recipients]
