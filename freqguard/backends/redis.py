@@ -6,11 +6,14 @@ code (so versions side by side never clash), on first use and again whenever a s
 that it lacks it: after ``FUNCTION FLUSH``, or on a new node; inside pipelines too. Redis
 persists and replicates functions, so a failover keeps them. Redis 7.0 or newer is required.
 
-Calls go straight to the node that owns their slot, over that node's own connection: redis-py
-would otherwise ask the server for an FCALL's keys (``COMMAND GETKEYS``) first, one more round
-trip per call. ``hit_many`` sends one pipeline per node; replies come back in input order, and
-calls on one key keep their order because one node receives them in order. A redirection or a
-lost node falls back to the cluster client, which follows it and refreshes its slot map.
+Calls are framed here (:func:`encode`) and sent on connections borrowed from the redis-py
+client's pool (:class:`_Lane`, :class:`_AsyncLane`), not through its command API, which costs
+more on the client than the rest of a decision. They go straight to the node that owns their
+slot: redis-py would otherwise ask the server for an FCALL's keys (``COMMAND GETKEYS``) first,
+one more round trip per call. ``hit_many`` sends one batch per node, all before reading any
+reply; replies come back in input order, and calls on one key keep their order because one
+node receives them in order. A redirection or a lost node falls back to the cluster client,
+which follows it and refreshes its slot map.
 
 Replies are binary (see the script's header) and read with ``NEVER_DECODE``, so clients made
 with ``decode_responses=True`` work too. Every redis-py error becomes
@@ -163,12 +166,19 @@ class _Lane:
     and ``append`` are atomic) and across ``fork`` (a child forgets its parent's connections).
     """
 
-    __slots__ = ("_idle", "_pid", "_pool")
+    __slots__ = ("_closed", "_idle", "_pid", "_pool")
 
     def __init__(self, client: Redis) -> None:
         self._pool = client.connection_pool
         self._idle: list[Connection] = []
         self._pid = os.getpid()
+        self._closed = False
+
+    def _give(self, connection: Connection) -> None:
+        if self._closed:  # closed while this call was out: back to the pool
+            self._pool.release(connection)
+        else:
+            self._idle.append(connection)
 
     def _take(self) -> Connection:
         if self._pid != os.getpid():
@@ -184,7 +194,7 @@ class _Lane:
         try:
             connection.send_packed_command((packed,))  # type: ignore[no-untyped-call]
         except BaseException:
-            self._idle.append(connection)  # redis-py disconnected it
+            self._give(connection)  # redis-py disconnected it
             raise
         return connection
 
@@ -192,12 +202,12 @@ class _Lane:
         try:
             return _read(connection, count)
         finally:
-            self._idle.append(connection)
+            self._give(connection)
 
     def abandon(self, connection: Connection) -> None:
         """Give back a connection whose replies will not be read."""
         connection.disconnect()  # type: ignore[no-untyped-call]
-        self._idle.append(connection)
+        self._give(connection)
 
     def exchange(self, packed: bytes, count: int) -> list[object]:
         """Send and read, under the connection's ``Retry``."""
@@ -208,9 +218,10 @@ class _Lane:
                 lambda _: connection.disconnect(),  # type: ignore[no-untyped-call]
             )
         finally:
-            self._idle.append(connection)
+            self._give(connection)
 
     def close(self) -> None:
+        self._closed = True
         idle, self._idle = self._idle, []
         for connection in idle:
             self._pool.release(connection)

@@ -2,7 +2,7 @@
 -- freqguard policy function: the Lua twin of freqguard/script.py (run) and of the strategy
 -- twins in freqguard/strategies/*.py. Each strategy below has the functions of its Python
 -- module, under the same names and in the same order, except report: the server only
--- decides and returns the states it leaves behind, and the client (script.expand) derives
+-- decides and returns the states it leaves behind, and the client (script.Reply) derives
 -- remaining and reset from them, so no server time goes to answers most callers never read.
 --
 -- A Redis Function (FUNCTION LOAD, FCALL), not an EVAL script: the strategies' closures and

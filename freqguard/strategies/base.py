@@ -9,7 +9,7 @@ A twin is the Python half of a strategy whose other half is a Lua function in
 * ``report(view, now, rule)``: ``(remaining, reset_after_us)``;
 * ``ttl(state, now, key)``: how long, from ``now``, the stored state can still matter;
 * ``decode(raw)``: a state as the Lua twin packs it, which the client loads and reports on
-  (the server only decides, see ``script.expand``).
+  (the server only decides, see ``script.unpack``).
 
 All values are integers (time in microseconds). A key holds the state of one rule, except a
 sliding log, which one or more rules with the same dimensions share.
