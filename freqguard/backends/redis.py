@@ -128,13 +128,17 @@ def _missing(result: object) -> bool:
     return isinstance(result, rex.ResponseError) and "Function not found" in str(result)
 
 
+def _unavailable(exc: rex.RedisError) -> BackendUnavailable:
+    """The one place redis-py errors become freqguard errors (raised ``from`` them)."""
+    return BackendUnavailable(f"redis failed: {type(exc).__name__}: {exc}")
+
+
 @contextmanager
 def _boundary() -> Iterator[None]:
-    """The one place redis-py errors become freqguard errors."""
     try:
         yield
     except rex.RedisError as exc:
-        raise BackendUnavailable(f"redis failed: {type(exc).__name__}: {exc}") from exc
+        raise _unavailable(exc) from exc
 
 
 def _read(connection: Connection, count: int) -> list[object]:
@@ -293,11 +297,13 @@ class RedisBackend:
             return self._command(call)
 
     def execute(self, call: ScriptCall) -> Reply:
-        with _boundary():
+        try:  # not _boundary(): a context manager costs a noticeable part of a hit
             if not self._direct:
                 return unpack(call.plan, self._command(call))
             packed, key = encode(call)
             return unpack(call.plan, self._send(call, packed, key))
+        except rex.RedisError as exc:
+            raise _unavailable(exc) from exc
 
     def execute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
         if len(calls) <= 1 or not self._direct:
@@ -530,6 +536,21 @@ class AsyncRedisBackend:
         return await self.client.execute_command(*args, **_RAW)  # type: ignore[no-any-return]
 
     async def aexecute(self, call: ScriptCall) -> Reply:
+        client = self.client
+        if self._direct and not (isinstance(client, AsyncRedisCluster) and client._initialize):
+            # the common case first, without a batch's bookkeeping; anything else (a missing
+            # library, a redirection, a lost node) is redone by aexecute_many
+            packed, key = encode(call)
+            try:
+                (result,) = await self._lane(key).exchange(packed, 1)
+            except rex.RedisError as exc:
+                if not (self._cluster and isinstance(exc, _REROUTE)):
+                    raise _unavailable(exc) from exc
+            else:
+                if not isinstance(result, Exception):
+                    return unpack(call.plan, result)  # type: ignore[arg-type]
+                if not (_missing(result) or (self._cluster and isinstance(result, _REROUTE))):
+                    raise _unavailable(result) from result  # type: ignore[arg-type]
         return (await self.aexecute_many([call]))[0]
 
     async def aexecute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
@@ -551,7 +572,14 @@ class AsyncRedisBackend:
                 group[2].append(packed)
             groups = list(by_lane.values())
             sent = [lane.exchange(b"".join(packed), len(packed)) for lane, _, packed in groups]
-            answers = await asyncio.gather(*sent, return_exceptions=True)
+            answers: list[list[object] | BaseException]
+            if len(sent) == 1:  # gather would wrap it in a task, a loop turn later
+                try:
+                    answers = [await sent[0]]
+                except rex.RedisError as exc:
+                    answers = [exc]
+            else:
+                answers = await asyncio.gather(*sent, return_exceptions=True)
             results: list[object] = [None] * len(calls)
             for (_, indices, _), answer in zip(groups, answers, strict=True):
                 if isinstance(answer, BaseException):
