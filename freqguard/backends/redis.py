@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any
@@ -80,6 +80,7 @@ def function_args(call: ScriptCall) -> tuple[Any, ...]:
 
 
 # Per plan text: the wire frames of FCALL's constant arguments (see encode).
+_CHUNK = 16  # calls per write when a batch is streamed (see _Lane.stream)
 _FRAMES: dict[str, tuple[bytes, bytes]] = {}
 
 
@@ -213,16 +214,36 @@ class _Lane:
         connection.disconnect()  # type: ignore[no-untyped-call]
         self._give(connection)
 
-    def exchange(self, packed: bytes, count: int) -> list[object]:
-        """Send and read, under the connection's ``Retry``."""
+    def _attempt(self, work: Callable[[Connection], list[object]]) -> list[object]:
+        """``work`` on a connection, under that connection's ``Retry``."""
         connection = self._take()
         try:
             return connection.retry.call_with_retry(
-                lambda: _send_and_read(connection, packed, count),
+                lambda: work(connection),
                 lambda _: connection.disconnect(),  # type: ignore[no-untyped-call]
             )
         finally:
             self._give(connection)
+
+    def exchange(self, packed: bytes, count: int) -> list[object]:
+        """Send ``count`` packed calls at once and read their replies."""
+        return self._attempt(lambda connection: _send_and_read(connection, packed, count))
+
+    def stream(self, calls: Sequence[ScriptCall]) -> list[object]:
+        """Send calls chunk by chunk as they are framed, then read every reply: the server
+        decides one chunk while the next is framed."""
+
+        def work(connection: Connection) -> list[object]:
+            try:
+                for start in range(0, len(calls), _CHUNK):
+                    chunk = [encode(call)[0] for call in calls[start : start + _CHUNK]]
+                    connection.send_packed_command((b"".join(chunk),))  # type: ignore[no-untyped-call]
+            except BaseException:  # some calls went out, their replies will not be read
+                connection.disconnect()  # type: ignore[no-untyped-call]
+                raise
+            return _read(connection, len(calls))
+
+        return self._attempt(work)
 
     def close(self) -> None:
         self._closed = True
@@ -309,26 +330,10 @@ class RedisBackend:
         if len(calls) <= 1 or not self._direct:
             return [self.execute(call) for call in calls]
         with _boundary():
-            # one pipeline per node, in input order within it: same-key calls stay in order
-            by_lane: dict[int, tuple[_Lane, list[int], list[bytes]]] = {}
-            for index, call in enumerate(calls):
-                packed, key = encode(call)
-                lane = self._lane(key)
-                group = by_lane.get(id(lane))
-                if group is None:
-                    group = by_lane[id(lane)] = (lane, [], [])
-                group[1].append(index)
-                group[2].append(packed)
-            results: list[object] = [None] * len(calls)
-            groups = list(by_lane.values())
-            if len(groups) == 1:
-                lane, indices, packed_calls = groups[0]
-                answers = [lane.exchange(b"".join(packed_calls), len(packed_calls))]
+            if not self._cluster:  # input order: same-key calls stay in order
+                results = self._lane(b"").stream(calls)
             else:
-                answers = self._scatter(groups)
-            for (_, indices, _), replies in zip(groups, answers, strict=True):
-                for index, reply in zip(indices, replies, strict=True):
-                    results[index] = reply
+                results = self._cluster_batch(calls)
             if any(_missing(r) for r in results):
                 self._load()
             data: list[bytes] = []
@@ -342,6 +347,29 @@ class RedisBackend:
                     raise result
                 data.append(result)  # type: ignore[arg-type]
             return [unpack(call.plan, d) for call, d in zip(calls, data, strict=True)]
+
+    def _cluster_batch(self, calls: Sequence[ScriptCall]) -> list[object]:
+        """One batch per node, in input order within it: same-key calls stay in order."""
+        by_lane: dict[int, tuple[_Lane, list[int], list[bytes]]] = {}
+        for index, call in enumerate(calls):
+            packed, key = encode(call)
+            lane = self._lane(key)
+            group = by_lane.get(id(lane))
+            if group is None:
+                group = by_lane[id(lane)] = (lane, [], [])
+            group[1].append(index)
+            group[2].append(packed)
+        results: list[object] = [None] * len(calls)
+        groups = list(by_lane.values())
+        if len(groups) == 1:
+            lane, indices, packed_calls = groups[0]
+            answers = [lane.exchange(b"".join(packed_calls), len(packed_calls))]
+        else:
+            answers = self._scatter(groups)
+        for (_, indices, _), replies in zip(groups, answers, strict=True):
+            for index, reply in zip(indices, replies, strict=True):
+                results[index] = reply
+        return results
 
     @staticmethod
     def _scatter(groups: list[tuple[_Lane, list[int], list[bytes]]]) -> list[list[object]]:
