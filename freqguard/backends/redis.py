@@ -29,7 +29,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from redis import Redis
 from redis import exceptions as rex
@@ -55,6 +55,7 @@ FUNCTION = "freqguard_" + hashlib.sha1(_SOURCE.encode("utf-8")).hexdigest()[:12]
 #: the library's code, as FUNCTION LOAD takes it
 LIBRARY = _SOURCE.replace("__LIBRARY__", FUNCTION)
 
+_L = TypeVar("_L")  # a lane, sync or async
 # Errors that mean "ask the cluster client, which follows redirections and refreshes slots".
 _REROUTE = (rex.MovedError, rex.AskError, rex.TryAgainError, rex.ConnectionError)
 _RAW = {NEVER_DECODE: True}
@@ -122,6 +123,22 @@ def encode(call: ScriptCall) -> tuple[bytes, bytes]:
 
 def _slot(args: tuple[Any, ...]) -> int:
     return key_slot(args[3].encode("utf-8", "surrogatepass"))
+
+
+def _by_lane(
+    encoded: list[tuple[bytes, bytes]], lane_of: Callable[[bytes], _L]
+) -> list[tuple[_L, list[int], list[bytes]]]:
+    """Encoded calls grouped by the lane (node) that owns their key: each group's input
+    positions and packed calls, in input order."""
+    by_lane: dict[int, tuple[_L, list[int], list[bytes]]] = {}
+    for index, (packed, key) in enumerate(encoded):
+        lane = lane_of(key)
+        group = by_lane.get(id(lane))
+        if group is None:
+            group = by_lane[id(lane)] = (lane, [], [])
+        group[1].append(index)
+        group[2].append(packed)
+    return list(by_lane.values())
 
 
 def _missing(result: object) -> bool:
@@ -350,17 +367,8 @@ class RedisBackend:
 
     def _cluster_batch(self, calls: Sequence[ScriptCall]) -> list[object]:
         """One batch per node, in input order within it: same-key calls stay in order."""
-        by_lane: dict[int, tuple[_Lane, list[int], list[bytes]]] = {}
-        for index, call in enumerate(calls):
-            packed, key = encode(call)
-            lane = self._lane(key)
-            group = by_lane.get(id(lane))
-            if group is None:
-                group = by_lane[id(lane)] = (lane, [], [])
-            group[1].append(index)
-            group[2].append(packed)
+        groups = _by_lane([encode(call) for call in calls], self._lane)
         results: list[object] = [None] * len(calls)
-        groups = list(by_lane.values())
         if len(groups) == 1:
             lane, indices, packed_calls = groups[0]
             answers = [lane.exchange(b"".join(packed_calls), len(packed_calls))]
@@ -589,16 +597,8 @@ class AsyncRedisBackend:
             if isinstance(client, AsyncRedisCluster) and client._initialize:
                 await client.initialize()  # a new client learns its slot map on first use
             # one batch per node, in input order within it: same-key calls stay in order
-            by_lane: dict[int, tuple[_AsyncLane, list[int], list[bytes]]] = {}
             encoded = [encode(call) for call in calls]
-            for index, (packed, key) in enumerate(encoded):
-                lane = self._lane(key)
-                group = by_lane.get(id(lane))
-                if group is None:
-                    group = by_lane[id(lane)] = (lane, [], [])
-                group[1].append(index)
-                group[2].append(packed)
-            groups = list(by_lane.values())
+            groups = _by_lane(encoded, self._lane)
             sent = [lane.exchange(b"".join(packed), len(packed)) for lane, _, packed in groups]
             answers: list[list[object] | BaseException]
             if len(sent) == 1:  # gather would wrap it in a task, a loop turn later
