@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from redis import Redis
@@ -520,3 +521,75 @@ def test_a_lost_cluster_node_fails_its_calls_and_spares_the_others(
         for _ in range(2):  # the same answers as memory: nothing half-read, nothing lost
             assert guard.hit_many("sms", alive) == reference.hit_many("sms", alive)
         guard.close()
+
+
+def _admin(node: RedisServer, *args: object) -> Any:
+    return node.client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
+def _move_slot(nodes: list[RedisServer], slot: int) -> None:
+    """Migrate one slot, keys and all, to another master, as a resharding would."""
+    ids = {node.port: _admin(node, "CLUSTER", "MYID").decode() for node in nodes}
+    source = next(n for n in nodes if _admin(n, "CLUSTER", "COUNTKEYSINSLOT", slot))
+    target = next(n for n in nodes if n is not source)
+    _admin(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source.port])
+    _admin(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target.port])
+    keys = _admin(source, "CLUSTER", "GETKEYSINSLOT", slot, 1000)
+    _admin(source, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+    for node in (target, source, *[n for n in nodes if n not in (source, target)]):
+        _admin(node, "CLUSTER", "SETSLOT", slot, "NODE", ids[target.port])
+
+
+def _moved_replies(nodes: list[RedisServer]) -> int:
+    return sum(
+        int(node.client.info("errorstats").get("errorstat_MOVED", {}).get("count", 0))
+        for node in nodes
+    )
+
+
+def test_a_resharded_slot_is_followed_sync_and_async(
+    tmp_path_factory: pytest.TempPathFactory, clock: ManualClock
+) -> None:
+    """After a slot moves, the node that lost it answers MOVED: the call is redone through
+    the cluster client, which learns the new map, and the state moved with the slot."""
+    with cluster(tmp_path_factory.mktemp("reshard")) as nodes:
+        reference = Guard(MemoryBackend(), [SMS], clock=clock)
+        batch = [{"recipient": f"r{n % 4}", "content": "c"} for n in range(6)]
+
+        def expected(content: str) -> list[object]:
+            return [
+                reference.hit("sms", recipient="r0", content=content),
+                reference.hit_many("sms", batch),
+            ]
+
+        sync = Guard(
+            RedisBackend(RedisCluster(host="127.0.0.1", port=nodes[0].port)), [SMS], clock=clock
+        )
+        for _ in range(2):
+            assert [
+                sync.hit("sms", recipient="r0", content="s"),
+                sync.hit_many("sms", batch),
+            ] == expected("s")
+            before = _moved_replies(nodes)
+            _move_slot(nodes, key_slot(b"r0"))  # the backend still has the old map
+            assert sync.hit("sms", recipient="r0", content="s") == reference.hit(
+                "sms", recipient="r0", content="s"
+            )
+            assert _moved_replies(nodes) > before
+        sync.close()
+
+        async def run() -> None:
+            client = AsyncRedisCluster(host="127.0.0.1", port=nodes[0].port)
+            guard = AsyncGuard(AsyncRedisBackend(client), [SMS], clock=clock)
+            for _ in range(2):
+                assert [
+                    await guard.hit("sms", recipient="r0", content="a"),
+                    await guard.hit_many("sms", batch),
+                ] == expected("a")
+                before = _moved_replies(nodes)
+                _move_slot(nodes, key_slot(b"r0"))
+                assert await guard.hit_many("sms", batch) == reference.hit_many("sms", batch)
+                assert _moved_replies(nodes) > before
+            await guard.aclose()
+
+        asyncio.run(run())
