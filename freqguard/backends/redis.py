@@ -7,7 +7,7 @@ that it lacks it: after ``FUNCTION FLUSH``, or on a new node; inside pipelines t
 persists and replicates functions, so a failover keeps them. Redis 7.0 or newer is required.
 
 Calls are framed here (:func:`encode`) and sent on connections borrowed from the redis-py
-client's pool (:class:`_Lane`, :class:`_AsyncLane`), not through its command API, which costs
+client's pool (``freqguard.backends._lanes``), not through its command API, which costs
 more on the client than the rest of a decision. They go straight to the node that owns their
 slot: redis-py would otherwise ask the server for an FCALL's keys (``COMMAND GETKEYS``) first,
 one more round trip per call. ``hit_many`` sends one batch per node, all before reading any
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
@@ -36,12 +35,12 @@ from redis import exceptions as rex
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.asyncio.connection import Connection as AsyncConnection
 from redis.client import NEVER_DECODE
 from redis.cluster import RedisCluster
 from redis.connection import Connection
 from redis.crc import key_slot
 
+from freqguard.backends._lanes import AsyncLane, Lane
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable
@@ -81,7 +80,7 @@ def function_args(call: ScriptCall) -> tuple[Any, ...]:
 
 
 # Per plan text: the wire frames of FCALL's constant arguments (see encode).
-_CHUNK = 16  # calls per write when a batch is streamed (see _Lane.stream)
+_CHUNK = 16  # calls per write when a batch is streamed (see Lane.stream)
 _FRAMES: dict[str, tuple[bytes, bytes]] = {}
 
 
@@ -119,6 +118,12 @@ def encode(call: ScriptCall) -> tuple[bytes, bytes]:
         b"".join([b"$%d\r\n%s\r\n" % (len(f), f) for f in fields]),
     )
     return packed, key
+
+
+def _chunks(calls: Sequence[ScriptCall]) -> Iterator[bytes]:
+    """The calls packed, ``_CHUNK`` to a write (see Lane.stream)."""
+    for start in range(0, len(calls), _CHUNK):
+        yield b"".join([encode(call)[0] for call in calls[start : start + _CHUNK]])
 
 
 def _slot(args: tuple[Any, ...]) -> int:
@@ -159,116 +164,6 @@ def _boundary() -> Iterator[None]:
         raise _unavailable(exc) from exc
 
 
-def _read(connection: Connection, count: int) -> list[object]:
-    """Read ``count`` replies, in order. An error reply is returned in its place (it was
-    read whole: the connection stays in step)."""
-    replies: list[object] = []
-    for _ in range(count):
-        try:
-            replies.append(connection.read_response(disable_decoding=True))
-        except rex.ResponseError as exc:
-            replies.append(exc)
-    return replies
-
-
-def _send_and_read(connection: Connection, packed: bytes, count: int) -> list[object]:
-    """Send ``count`` packed commands at once and read their replies (see :func:`_read`)."""
-    connection.send_packed_command((packed,))  # type: ignore[no-untyped-call]
-    return _read(connection, count)
-
-
-class _Lane:
-    """Connections borrowed from one redis-py client's pool and kept between calls.
-
-    redis-py's ``execute_command`` costs more on the client than everything else in a decision
-    (a pool checkout that polls the socket, observability hooks, generic argument packing),
-    so calls go to a connection directly: packed by :func:`encode`, sent, read with the
-    connection's own parser, under the connection's ``Retry``. A connection that fails is
-    disconnected by redis-py and reconnects on its next use. Safe across threads (``list.pop``
-    and ``append`` are atomic) and across ``fork`` (a child forgets its parent's connections).
-    """
-
-    __slots__ = ("_closed", "_idle", "_pid", "_pool")
-
-    def __init__(self, client: Redis) -> None:
-        self._pool = client.connection_pool
-        self._idle: list[Connection] = []
-        self._pid = os.getpid()
-        self._closed = False
-
-    def _give(self, connection: Connection) -> None:
-        if self._closed:  # closed while this call was out: back to the pool
-            self._pool.release(connection)
-        else:
-            self._idle.append(connection)
-
-    def _take(self) -> Connection:
-        if self._pid != os.getpid():
-            self._idle, self._pid = [], os.getpid()
-        try:
-            return self._idle.pop()
-        except IndexError:
-            return self._pool.get_connection()
-
-    def send(self, packed: bytes) -> Connection:
-        """Send without waiting (no retry): the replies are :meth:`receive`'s to read."""
-        connection = self._take()
-        try:
-            connection.send_packed_command((packed,))  # type: ignore[no-untyped-call]
-        except BaseException:
-            self._give(connection)  # redis-py disconnected it
-            raise
-        return connection
-
-    def receive(self, connection: Connection, count: int) -> list[object]:
-        try:
-            return _read(connection, count)
-        finally:
-            self._give(connection)
-
-    def abandon(self, connection: Connection) -> None:
-        """Give back a connection whose replies will not be read."""
-        connection.disconnect()  # type: ignore[no-untyped-call]
-        self._give(connection)
-
-    def _attempt(self, work: Callable[[Connection], list[object]]) -> list[object]:
-        """``work`` on a connection, under that connection's ``Retry``."""
-        connection = self._take()
-        try:
-            return connection.retry.call_with_retry(
-                lambda: work(connection),
-                lambda _: connection.disconnect(),  # type: ignore[no-untyped-call]
-            )
-        finally:
-            self._give(connection)
-
-    def exchange(self, packed: bytes, count: int) -> list[object]:
-        """Send ``count`` packed calls at once and read their replies."""
-        return self._attempt(lambda connection: _send_and_read(connection, packed, count))
-
-    def stream(self, calls: Sequence[ScriptCall]) -> list[object]:
-        """Send calls chunk by chunk as they are framed, then read every reply: the server
-        decides one chunk while the next is framed."""
-
-        def work(connection: Connection) -> list[object]:
-            try:
-                for start in range(0, len(calls), _CHUNK):
-                    chunk = [encode(call)[0] for call in calls[start : start + _CHUNK]]
-                    connection.send_packed_command((b"".join(chunk),))  # type: ignore[no-untyped-call]
-            except BaseException:  # some calls went out, their replies will not be read
-                connection.disconnect()  # type: ignore[no-untyped-call]
-                raise
-            return _read(connection, len(calls))
-
-        return self._attempt(work)
-
-    def close(self) -> None:
-        self._closed = True
-        idle, self._idle = self._idle, []
-        for connection in idle:
-            self._pool.release(connection)
-
-
 class RedisBackend:
     """Runs the policy function on a standalone ``redis.Redis`` or a
     ``redis.cluster.RedisCluster``.
@@ -284,7 +179,7 @@ class RedisBackend:
         self.client = client
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._cluster = isinstance(client, RedisCluster)
-        self._lanes: dict[int, tuple[Redis, _Lane]] = {}
+        self._lanes: dict[int, tuple[Redis, Lane]] = {}
         # a single-connection client keeps its one connection to itself: use its own API
         self._direct = self._cluster or getattr(client, "connection", None) is None
 
@@ -292,7 +187,7 @@ class RedisBackend:
         # on a cluster this goes to every primary
         self.client.function_load(LIBRARY, replace=True)
 
-    def _lane(self, key: bytes) -> _Lane:
+    def _lane(self, key: bytes) -> Lane:
         """The lane to the node that owns ``key`` (the client itself when standalone)."""
         client = self.client
         if isinstance(client, RedisCluster):
@@ -300,7 +195,7 @@ class RedisBackend:
             client = client.get_redis_connection(node)
         entry = self._lanes.get(id(client))
         if entry is None or entry[0] is not client:
-            entry = self._lanes[id(client)] = (client, _Lane(client))
+            entry = self._lanes[id(client)] = (client, Lane(client))
         return entry[1]
 
     def _forget_lanes(self) -> None:
@@ -348,7 +243,7 @@ class RedisBackend:
             return [self.execute(call) for call in calls]
         with _boundary():
             if not self._cluster:  # input order: same-key calls stay in order
-                results = self._lane(b"").stream(calls)
+                results = self._lane(b"").stream(lambda: _chunks(calls), len(calls))
             else:
                 results = self._cluster_batch(calls)
             if any(_missing(r) for r in results):
@@ -380,7 +275,7 @@ class RedisBackend:
         return results
 
     @staticmethod
-    def _scatter(groups: list[tuple[_Lane, list[int], list[bytes]]]) -> list[list[object]]:
+    def _scatter(groups: list[tuple[Lane, list[int], list[bytes]]]) -> list[list[object]]:
         """Send every node its batch before reading any reply, so the nodes work at once.
         A node that cannot be reached answers each call with the error; the cluster client
         then redoes them (see execute_many)."""
@@ -416,114 +311,9 @@ class RedisBackend:
         return f"RedisBackend({self.client!r})"
 
 
-async def _send_and_read_async(
-    connection: AsyncConnection, packed: bytes, count: int
-) -> list[object]:
-    """:func:`_send_and_read` for an asyncio connection."""
-    await connection.send_packed_command(packed)
-    replies: list[object] = []
-    for _ in range(count):
-        try:
-            replies.append(await connection.read_response(disable_decoding=True))
-        except rex.ResponseError as exc:
-            replies.append(exc)
-    return replies
-
-
-_Waiter = tuple[bytes, int, "asyncio.Future[list[object]]"]
-
-
-class _AsyncLane:
-    """One connection to one node, shared by every task of the event loop.
-
-    Calls queue up; one driver task sends everything queued as one write, reads the replies
-    in order, hands each caller its own, and goes again while calls arrived meanwhile. So
-    concurrent tasks are pipelined without asking for it, and a lone call costs one write and
-    one read. A failed batch fails its callers (under the connection's ``Retry`` first); the
-    next batch reconnects. Connections belong to the loop that opened them: a lane used from
-    another loop starts afresh.
-    """
-
-    __slots__ = ("_connection", "_driver", "_loop", "_owner", "_pending")
-
-    def __init__(self, owner: AsyncRedis | AsyncClusterNode) -> None:
-        self._owner = owner
-        self._connection: AsyncConnection | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: list[_Waiter] = []
-        self._driver: asyncio.Task[None] | None = None
-
-    async def exchange(self, packed: bytes, count: int) -> list[object]:
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:
-            self._loop, self._connection, self._pending, self._driver = loop, None, [], None
-        future: asyncio.Future[list[object]] = loop.create_future()
-        self._pending.append((packed, count, future))
-        if self._driver is None:
-            self._driver = loop.create_task(self._drive())
-        return await future
-
-    async def _connect(self) -> AsyncConnection:
-        connection = self._connection
-        if connection is None:
-            owner = self._owner
-            if isinstance(owner, AsyncClusterNode):
-                connection = owner.acquire_connection()
-            else:
-                connection = await owner.connection_pool.get_connection()  # type: ignore[no-untyped-call]
-            self._connection = connection
-        return connection
-
-    async def _round(self, batch: list[_Waiter]) -> list[object]:
-        connection = await self._connect()
-        packed = b"".join([waiter[0] for waiter in batch])
-        count = sum(waiter[1] for waiter in batch)
-        return await connection.retry.call_with_retry(
-            lambda: _send_and_read_async(connection, packed, count),
-            lambda _: connection.disconnect(),
-        )
-
-    async def _drive(self) -> None:
-        batch: list[_Waiter] = []
-        try:
-            while self._pending:
-                batch, self._pending = self._pending, []
-                try:
-                    replies = await self._round(batch)
-                except Exception as exc:  # handed to the callers
-                    for _, _, future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
-                    continue
-                at = 0
-                for _, n, future in batch:
-                    if not future.done():  # its caller may have been cancelled
-                        future.set_result(replies[at : at + n])
-                    at += n
-                batch = []
-                if not self._pending:
-                    await asyncio.sleep(0)  # the callers just answered may have more to send
-        finally:
-            self._driver = None
-            for _, _, future in batch + self._pending:  # cancelled: nobody waits forever
-                if not future.done():
-                    future.set_exception(rex.ConnectionError("freqguard: the call was cut off"))
-            self._pending = []
-
-    async def aclose(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is None or asyncio.get_running_loop() is not self._loop:
-            return
-        owner = self._owner
-        if isinstance(owner, AsyncClusterNode):
-            owner.release(connection)
-        else:
-            await owner.connection_pool.release(connection)
-
-
 class AsyncRedisBackend:
     """The asyncio twin of :class:`RedisBackend`, over ``redis.asyncio`` clients; concurrent
-    tasks share one connection per node (see :class:`_AsyncLane`)."""
+    tasks share one connection per node (see :class:`AsyncLane`)."""
 
     def __init__(
         self, client: AsyncRedis | AsyncRedisCluster, *, clock: Clock | None = None
@@ -531,7 +321,7 @@ class AsyncRedisBackend:
         self.client = client
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._cluster = isinstance(client, AsyncRedisCluster)
-        self._lanes: dict[int, tuple[object, _AsyncLane]] = {}
+        self._lanes: dict[int, tuple[object, AsyncLane]] = {}
         self._direct = self._cluster or getattr(client, "connection", None) is None
         self._loading: asyncio.Task[object] | None = None
 
@@ -543,7 +333,7 @@ class AsyncRedisBackend:
             task = self._loading = asyncio.ensure_future(load)
         await asyncio.shield(task)
 
-    def _lane(self, key: bytes) -> _AsyncLane:
+    def _lane(self, key: bytes) -> AsyncLane:
         client = self.client
         owner: AsyncRedis | AsyncClusterNode
         if isinstance(client, AsyncRedisCluster):
@@ -552,7 +342,7 @@ class AsyncRedisBackend:
             owner = client
         entry = self._lanes.get(id(owner))
         if entry is None or entry[0] is not owner:
-            entry = self._lanes[id(owner)] = (owner, _AsyncLane(owner))
+            entry = self._lanes[id(owner)] = (owner, AsyncLane(owner))
         return entry[1]
 
     async def _forget_lanes(self) -> None:

@@ -1,0 +1,238 @@
+"""Connections borrowed from redis-py's pools, for calls packed by the caller.
+
+freqguard sends its FCALLs here rather than through redis-py's command API (see
+``freqguard.backends.redis``). A :class:`Lane` keeps a few connections of one client's pool
+for the threads that call through it; an :class:`AsyncLane` shares one connection among the
+tasks of an event loop and batches what they send. Both read replies with the connection's
+own parser and return error replies in place, so one bad reply never desynchronizes a
+connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Iterable
+
+from redis import Redis
+from redis import exceptions as rex
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.connection import Connection as AsyncConnection
+from redis.connection import Connection
+
+__all__ = ["AsyncLane", "Lane"]
+
+
+def _read(connection: Connection, count: int) -> list[object]:
+    """Read ``count`` replies, in order. An error reply is returned in its place (it was
+    read whole: the connection stays in step)."""
+    replies: list[object] = []
+    for _ in range(count):
+        try:
+            replies.append(connection.read_response(disable_decoding=True))
+        except rex.ResponseError as exc:
+            replies.append(exc)
+    return replies
+
+
+def _send_and_read(connection: Connection, packed: bytes, count: int) -> list[object]:
+    """Send ``count`` packed commands at once and read their replies (see :func:`_read`)."""
+    connection.send_packed_command((packed,))  # type: ignore[no-untyped-call]
+    return _read(connection, count)
+
+
+class Lane:
+    """Connections borrowed from one redis-py client's pool and kept between calls.
+
+    redis-py's ``execute_command`` costs more on the client than everything else in a decision
+    (a pool checkout that polls the socket, observability hooks, generic argument packing),
+    so calls go to a connection directly: packed by the caller, sent, read with the
+    connection's own parser, under the connection's ``Retry``. A connection that fails is
+    disconnected by redis-py and reconnects on its next use. Safe across threads (``list.pop``
+    and ``append`` are atomic) and across ``fork`` (a child forgets its parent's connections).
+    """
+
+    __slots__ = ("_closed", "_idle", "_pid", "_pool")
+
+    def __init__(self, client: Redis) -> None:
+        self._pool = client.connection_pool
+        self._idle: list[Connection] = []
+        self._pid = os.getpid()
+        self._closed = False
+
+    def _give(self, connection: Connection) -> None:
+        if self._closed:  # closed while this call was out: back to the pool
+            self._pool.release(connection)
+        else:
+            self._idle.append(connection)
+
+    def _take(self) -> Connection:
+        if self._pid != os.getpid():
+            self._idle, self._pid = [], os.getpid()
+        try:
+            return self._idle.pop()
+        except IndexError:
+            return self._pool.get_connection()
+
+    def send(self, packed: bytes) -> Connection:
+        """Send without waiting (no retry): the replies are :meth:`receive`'s to read."""
+        connection = self._take()
+        try:
+            connection.send_packed_command((packed,))  # type: ignore[no-untyped-call]
+        except BaseException:
+            self._give(connection)  # redis-py disconnected it
+            raise
+        return connection
+
+    def receive(self, connection: Connection, count: int) -> list[object]:
+        try:
+            return _read(connection, count)
+        finally:
+            self._give(connection)
+
+    def abandon(self, connection: Connection) -> None:
+        """Give back a connection whose replies will not be read."""
+        connection.disconnect()  # type: ignore[no-untyped-call]
+        self._give(connection)
+
+    def _attempt(self, work: Callable[[Connection], list[object]]) -> list[object]:
+        """``work`` on a connection, under that connection's ``Retry``."""
+        connection = self._take()
+        try:
+            return connection.retry.call_with_retry(
+                lambda: work(connection),
+                lambda _: connection.disconnect(),  # type: ignore[no-untyped-call]
+            )
+        finally:
+            self._give(connection)
+
+    def exchange(self, packed: bytes, count: int) -> list[object]:
+        """Send ``count`` packed calls at once and read their replies."""
+        return self._attempt(lambda connection: _send_and_read(connection, packed, count))
+
+    def stream(self, chunks: Callable[[], Iterable[bytes]], count: int) -> list[object]:
+        """Send each chunk of packed calls as ``chunks()`` produces it, then read all
+        ``count`` replies: the server works on one chunk while the next is produced."""
+
+        def work(connection: Connection) -> list[object]:
+            try:
+                for chunk in chunks():
+                    connection.send_packed_command((chunk,))  # type: ignore[no-untyped-call]
+            except BaseException:  # some calls went out, their replies will not be read
+                connection.disconnect()  # type: ignore[no-untyped-call]
+                raise
+            return _read(connection, count)
+
+        return self._attempt(work)
+
+    def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            self._pool.release(connection)
+
+
+async def _send_and_read_async(
+    connection: AsyncConnection, packed: bytes, count: int
+) -> list[object]:
+    """:func:`_send_and_read` for an asyncio connection."""
+    await connection.send_packed_command(packed)
+    replies: list[object] = []
+    for _ in range(count):
+        try:
+            replies.append(await connection.read_response(disable_decoding=True))
+        except rex.ResponseError as exc:
+            replies.append(exc)
+    return replies
+
+
+_Waiter = tuple[bytes, int, "asyncio.Future[list[object]]"]
+
+
+class AsyncLane:
+    """One connection to one node, shared by every task of the event loop.
+
+    Calls queue up; one driver task sends everything queued as one write, reads the replies
+    in order, hands each caller its own, and goes again while calls arrived meanwhile. So
+    concurrent tasks are pipelined without asking for it, and a lone call costs one write and
+    one read. A failed batch fails its callers (under the connection's ``Retry`` first); the
+    next batch reconnects. Connections belong to the loop that opened them: a lane used from
+    another loop starts afresh.
+    """
+
+    __slots__ = ("_connection", "_driver", "_loop", "_owner", "_pending")
+
+    def __init__(self, owner: AsyncRedis | AsyncClusterNode) -> None:
+        self._owner = owner
+        self._connection: AsyncConnection | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: list[_Waiter] = []
+        self._driver: asyncio.Task[None] | None = None
+
+    async def exchange(self, packed: bytes, count: int) -> list[object]:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop, self._connection, self._pending, self._driver = loop, None, [], None
+        future: asyncio.Future[list[object]] = loop.create_future()
+        self._pending.append((packed, count, future))
+        if self._driver is None:
+            self._driver = loop.create_task(self._drive())
+        return await future
+
+    async def _connect(self) -> AsyncConnection:
+        connection = self._connection
+        if connection is None:
+            owner = self._owner
+            if isinstance(owner, AsyncClusterNode):
+                connection = owner.acquire_connection()
+            else:
+                connection = await owner.connection_pool.get_connection()  # type: ignore[no-untyped-call]
+            self._connection = connection
+        return connection
+
+    async def _round(self, batch: list[_Waiter]) -> list[object]:
+        connection = await self._connect()
+        packed = b"".join([waiter[0] for waiter in batch])
+        count = sum(waiter[1] for waiter in batch)
+        return await connection.retry.call_with_retry(
+            lambda: _send_and_read_async(connection, packed, count),
+            lambda _: connection.disconnect(),
+        )
+
+    async def _drive(self) -> None:
+        batch: list[_Waiter] = []
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                try:
+                    replies = await self._round(batch)
+                except Exception as exc:  # handed to the callers
+                    for _, _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                at = 0
+                for _, n, future in batch:
+                    if not future.done():  # its caller may have been cancelled
+                        future.set_result(replies[at : at + n])
+                    at += n
+                batch = []
+                if not self._pending:
+                    await asyncio.sleep(0)  # the callers just answered may have more to send
+        finally:
+            self._driver = None
+            for _, _, future in batch + self._pending:  # cancelled: nobody waits forever
+                if not future.done():
+                    future.set_exception(rex.ConnectionError("freqguard: the call was cut off"))
+            self._pending = []
+
+    async def aclose(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is None or asyncio.get_running_loop() is not self._loop:
+            return
+        owner = self._owner
+        if isinstance(owner, AsyncClusterNode):
+            owner.release(connection)
+        else:
+            await owner.connection_pool.release(connection)
