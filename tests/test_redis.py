@@ -230,11 +230,20 @@ def test_async_backends_decide_like_memory(
     async def main() -> list[list[object]]:
         standalone = AsyncRedisBackend(AsyncRedis(port=redis_server.port))
         cluster = AsyncRedisBackend(AsyncRedisCluster(host="127.0.0.1", port=redis_cluster[0].port))
-        return [await run(MemoryBackend()), await run(standalone), await run(cluster)]
+        # a single-connection client keeps its connection: driven through its own API
+        single = AsyncRedisBackend(
+            AsyncRedis(port=redis_server.port, single_connection_client=True, client_name="one")
+        )
+        out = [await run(MemoryBackend()), await run(standalone), await run(cluster)]
+        flush([redis_server])
+        await AsyncGuard(single, [SMS]).hit("sms", recipient="z", content="z")
+        assert _connections_named(redis_server, "one") == 1
+        return [*out, await run(single)]
 
-    memory, standalone, cluster = asyncio.run(main())
+    memory, standalone, cluster, single = asyncio.run(main())
     assert standalone == memory
     assert cluster == memory
+    assert single == memory
 
 
 def test_backend_urls(redis_server: RedisServer, redis_cluster: list[RedisServer]) -> None:
@@ -364,6 +373,10 @@ def test_a_forked_child_opens_its_own_connections(
     guard.close()
 
 
+def _connections_named(server: RedisServer, name: str) -> int:
+    return sum(1 for c in server.client.client_list() if c["name"] == name)
+
+
 @pytest.mark.parametrize(
     "options", [{"single_connection_client": True}, {"decode_responses": True}, {"protocol": 3}]
 )
@@ -371,7 +384,7 @@ def test_client_options_decide_like_memory(
     options: dict[str, object], redis_server: RedisServer, clock: ManualClock
 ) -> None:
     flush([redis_server])
-    client = Redis(port=redis_server.port, **options)  # type: ignore[arg-type]
+    client = Redis(port=redis_server.port, client_name="fg-options", **options)  # type: ignore[arg-type]
     guard = Guard(RedisBackend(client), [SMS], clock=clock)
     reference = Guard(MemoryBackend(), [SMS], clock=clock)
     batch = [{"recipient": f"r{n % 3}", "content": "c"} for n in range(10)]
@@ -381,6 +394,8 @@ def test_client_options_decide_like_memory(
         )
         assert guard.hit_many("sms", batch) == reference.hit_many("sms", batch)
         clock.advance(20)
+    if options.get("single_connection_client"):
+        assert _connections_named(redis_server, "fg-options") == 1
     guard.close()
 
 

@@ -146,6 +146,15 @@ def _by_lane(
     return list(by_lane.values())
 
 
+def _single_connection(client: object) -> bool:
+    """Whether a client keeps one connection to itself (``single_connection_client=True``):
+    freqguard then drives it through its own command API instead of borrowing from its pool."""
+    return bool(
+        getattr(client, "_single_connection_client", False)  # redis.Redis
+        or getattr(client, "single_connection_client", False)  # redis.asyncio.Redis
+    )
+
+
 def _missing(result: object) -> bool:
     """Whether a reply says the server lacks the library (never loaded, or flushed)."""
     return isinstance(result, rex.ResponseError) and "Function not found" in str(result)
@@ -180,8 +189,7 @@ class RedisBackend:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._cluster = isinstance(client, RedisCluster)
         self._lanes: dict[int, tuple[Redis, Lane]] = {}
-        # a single-connection client keeps its one connection to itself: use its own API
-        self._direct = self._cluster or getattr(client, "connection", None) is None
+        self._direct = self._cluster or not _single_connection(client)
 
     def _load(self) -> None:
         # on a cluster this goes to every primary
@@ -322,7 +330,7 @@ class AsyncRedisBackend:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._cluster = isinstance(client, AsyncRedisCluster)
         self._lanes: dict[int, tuple[object, AsyncLane]] = {}
-        self._direct = self._cluster or getattr(client, "connection", None) is None
+        self._direct = self._cluster or not _single_connection(client)
         self._loading: asyncio.Task[object] | None = None
 
     async def _load(self) -> None:
