@@ -101,3 +101,19 @@ def test_a_different_policy_under_a_known_name_is_refused(guard: Guard) -> None:
     guard.add_policy(SMS)  # the same one again: fine
     with pytest.raises(ConfigError, match="already registered"):
         guard.add_policy(Policy("sms", Rule("1/second", by="recipient")))
+
+
+def test_rule_names_whose_redis_tags_collide_are_refused() -> None:
+    """Each state is a field of its record named by a 2-byte tag of its key id; "x14@" and
+    "x59@" have the same tag, so sharing a field (a silent wrong answer) is refused."""
+
+    def policy(second: str) -> Policy:
+        return Policy(
+            "p",
+            Rule("1/second", strategy="fixed-window", name="x14"),
+            Rule("5/minute", strategy="gcra", name=second),
+        )
+
+    with pytest.raises(ConfigError, match=r"'x14@' and 'x59@' would share a Redis field"):
+        Guard(MemoryBackend(), [policy("x59")])
+    Guard(MemoryBackend(), [policy("x60")])

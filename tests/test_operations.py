@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from freqguard import (
     ManualClock,
     MemoryBackend,
     Policy,
+    Rate,
     Rule,
     Strategy,
 )
@@ -133,6 +135,25 @@ def test_cross_slot_policy_refunds_when_a_later_slot_denies(make_guard: GuardFac
     states = {s.rule.name: s for s in denied.rules}
     assert states["per-user"].remaining == 2
     assert guard.peek("login", user="alice", ip="2.2.2.2").remaining == 2
+
+
+def test_rules_keyed_by_the_same_dimensions_in_any_order_share_one_log(
+    make_guard: GuardFactory,
+) -> None:
+    """Found by the differential test: `by=("u", "c")` and `by=("c", "u")` name one log; they
+    used to land in two slots that both wrote it (the second saw the first's entry), so Redis
+    denied a first hit that memory allowed."""
+    policy = Policy(
+        "p",
+        Rule("1/second", by=(), name="global", shadow=True),
+        Rule(Rate(1, timedelta(milliseconds=100)), ("u", "c"), "sliding-log", name="short"),
+        Rule(Rate(1, timedelta(microseconds=100_001)), ("c", "u"), "sliding-log", name="long"),
+    )
+    guard = make_guard([policy])
+    first = guard.hit("p", u="a", c="a")
+    assert first.allowed
+    assert [s.remaining for s in first.rules] == [0, 0, 0]
+    assert [r.name for r in guard.hit("p", u="a", c="a").denied_by] == ["short", "long"]
 
 
 def test_global_rule_with_per_recipient_rule(make_guard: GuardFactory) -> None:
