@@ -53,10 +53,15 @@ def test_keys_expire_when_their_state_stops_mattering() -> None:
     guard = Guard(backend, [SMS])
     guard.hit("sms", recipient="a", content="x")
     assert len(backend) == 2  # one log per dimension set: recipient, recipient+content
-    clock.advance(3540)  # the content log (longest window 59 min) no longer matters
+    clock.advance(3540)  # the content log (longest window 59 min) no longer matters...
+    assert guard.peek("sms", recipient="a", content="x").rules[2].remaining == 2
+    assert backend.sweep() == 0  # ...but is kept for the stale grace (1 s), in case the
+    clock.advance(1)  # clock steps back
     assert backend.sweep() == 1
-    clock.advance(86_400 - 3540 - 1)
-    assert backend.sweep() == 0  # the recipient log still does, for one more second
+    clock.advance(86_400 - 3541 - 1)
+    assert backend.sweep() == 0  # the recipient log still matters, for one more second
+    clock.advance(1)
+    assert backend.sweep() == 0  # expired, within the grace
     clock.advance(1)
     assert backend.sweep() == 1
     assert len(backend) == 0

@@ -33,11 +33,13 @@ from freqguard import (
     async_backend_from_url,
     backend_from_url,
 )
+from freqguard.backends.memory import STALE_GRACE_US
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from tests.conftest import SMS, START, flush
 from tests.servers import RedisServer, cluster
 
 CONTENT = "Your verification code is 918273"
+GRACE_MS = STALE_GRACE_US // 1000
 
 
 def _hammer(url: str, cluster: bool, strategy: str, hits: int, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
@@ -109,7 +111,8 @@ def test_every_key_has_a_ttl_bounded_by_its_window_and_no_content_is_stored(
     windows_ms = {"sms": 86_400_000, "p-": 60_000}
     for key, (value, ttl) in stored.items():
         bound = next(ms for prefix, ms in windows_ms.items() if f":{prefix}".encode() in key)
-        assert 0 < ttl <= bound * 33 // 32, (key, ttl)  # plus 1/32 slack, see policy.lua
+        # plus 1/32 slack and the stale grace, see policy.lua
+        assert 0 < ttl <= bound * 33 // 32 + GRACE_MS, (key, ttl)
         for needle in (CONTENT.encode(), b"918273", b"verification"):
             assert needle not in key
             assert needle not in value
@@ -117,9 +120,10 @@ def test_every_key_has_a_ttl_bounded_by_its_window_and_no_content_is_stored(
 
 
 def test_every_key_expires_once_its_windows_have_passed(redis_server: RedisServer) -> None:
-    """On the server's own clock (no pinned time, so no grace): every key is due to expire
-    within its longest window, plus the 1/32 slack, of the server's TIME. Redis then
-    empties the database by itself; reading absolute expiry times needs no waiting."""
+    """On the server's own clock (no pinned time, so no pinned grace): every key is due to
+    expire within its longest window, plus the 1/32 slack and the 1 s stale grace, of the
+    server's TIME. Redis then empties the database by itself; reading absolute expiry
+    times needs no waiting."""
     flush([redis_server])
     guard = Guard(
         RedisBackend(Redis(port=redis_server.port)),
@@ -138,7 +142,7 @@ def test_every_key_expires_once_its_windows_have_passed(redis_server: RedisServe
     now_ms = seconds * 1000 + micros // 1000
     for key in keys:
         expires_at = int(client.execute_command("PEXPIRETIME", key))  # type: ignore[no-untyped-call]
-        assert now_ms < expires_at <= now_ms + 1000 * 33 // 32 + 1, key
+        assert now_ms < expires_at <= now_ms + 1000 * 33 // 32 + GRACE_MS + 1, key
 
 
 @pytest.mark.parametrize("where", ["redis", "cluster"])

@@ -26,6 +26,10 @@ __all__ = ["MemoryBackend"]
 # Every 16 calls, up to 1024 expired keys go: 64 a call on average, far more than the one or
 # two keys a call creates, so expired keys never pile up; at most ~100 µs in any one call.
 _SWEEP_EVERY = 16
+#: An expired state counts as absent at once, but is deleted only this long (µs) after its
+#: expiry, in every backend: a clock that steps back by less (a failover to a server whose
+#: clock lags) finds it again, the same in memory and in Redis.
+STALE_GRACE_US = 1_000_000
 _SWEEP_BUDGET = 1024
 _COMPACT_ABOVE = 4096  # lanes smaller than this are never worth copying
 
@@ -49,7 +53,7 @@ class _Lane:
         removed = 0
         while removed < budget and entries:
             key = next(iter(entries))
-            if entries[key][0] > now:
+            if entries[key][0] > now - STALE_GRACE_US:
                 break
             del entries[key]
             removed += 1
@@ -74,8 +78,9 @@ class _LaneStore:
         entry = found.entries.get(key)
         if entry is None:
             return None
-        if entry[0] <= now:
-            del found.entries[key]
+        if entry[0] <= now:  # expired: absent, and deleted once past the grace
+            if entry[0] <= now - STALE_GRACE_US:
+                del found.entries[key]
             return None
         return entry[1]
 

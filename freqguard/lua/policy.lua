@@ -39,6 +39,9 @@ local function build()
   -- differ: a key must not expire in real time while it still matters in pinned time.
   local PINNED_GRACE_MS = 600000
   local PRUNE_FLOOR = 8  -- stale fields are pruned once a record holds more than this
+  -- A state past its expiry no longer counts, but is kept STALE_GRACE longer before it is
+  -- deleted (as in the memory backend), so a clock that steps back by less finds it again.
+  local STALE_GRACE = 1000000
 
   -- fixed-window ----------------------------------------------------------------------------
   -- state: (window_start, count), packed ">I7I4"
@@ -275,7 +278,9 @@ local function build()
     local all, stale = call('HGETALL', key), {}
     for i = 1, #all, 2 do
       local name = all[i]
-      if name ~= '' and sunpack('>I7', all[i + 1]) <= now then stale[#stale + 1] = name end
+      if name ~= '' and sunpack('>I7', all[i + 1]) <= now - STALE_GRACE then
+        stale[#stale + 1] = name
+      end
     end
     if #stale > 0 then call('HDEL', key, tunpack(stale)) end
     local live = -#stale
@@ -298,10 +303,13 @@ local function build()
     local key, states = keys[1], #specs
     local got = call('HMGET', key, '', tunpack(argv, 5, 4 + states))
 
-    local views, after = {}, {}  -- after[i]: the packed state to store, false to delete
+    -- after[i]: the packed state to store, false to delete. A state past its expiry loads
+    -- as an empty one would (every twin's load sees that nothing in it still counts).
+    local views, after, stored_states = {}, {}, {}
     for i = 1, states do
       local spec, stored = specs[i], got[i + 1]
       local raw = stored and sub(stored, 8) or nil
+      stored_states[i] = raw or ''
       if mode == RESET then
         after[i], raw = false, nil
       elseif mode == REFUND then
@@ -367,10 +375,10 @@ local function build()
         local ttl_ms
         if pinned then
           key_expiry = max(key_expiry, latest)
-          ttl_ms = ceil((key_expiry - now) / 1000) + PINNED_GRACE_MS
+          ttl_ms = ceil((key_expiry + STALE_GRACE - now) / 1000) + PINNED_GRACE_MS
         elseif latest > key_expiry then
           key_expiry = latest + floor((latest - now) / 32)  -- slack: most writes keep the TTL
-          ttl_ms = ceil((key_expiry - now) / 1000)
+          ttl_ms = ceil((key_expiry + STALE_GRACE - now) / 1000)
         end
         if ttl_ms or added > 0 or #drops > 0 or not meta then
           sets[#sets + 1] = ''
@@ -386,8 +394,7 @@ local function build()
     for i = 1, states do
       local state = after[i]
       if state == nil then
-        state = got[i + 1]
-        state = state and sub(state, 8) or ''
+        state = stored_states[i]
       elseif state == false then
         state = ''
       end
