@@ -15,9 +15,9 @@ reply; replies come back in input order, and calls on one key keep their order b
 node receives them in order. A redirection or a lost node falls back to the cluster client,
 which follows it and refreshes its slot map.
 
-Replies are binary (see the script's header) and read with ``NEVER_DECODE``, so clients made
+Replies are binary (see the script's header) and read without decoding, so clients made
 with ``decode_responses=True`` work too. Every redis-py error becomes
-:class:`~freqguard.BackendUnavailable` at one boundary (:func:`_boundary`), with the original
+:class:`~freqguard.BackendUnavailable` in one place (:func:`_unavailable`), with the original
 as its cause.
 """
 
@@ -126,10 +126,6 @@ def _chunks(calls: Sequence[ScriptCall]) -> Iterator[bytes]:
         yield b"".join([encode(call)[0] for call in calls[start : start + _CHUNK]])
 
 
-def _slot(args: tuple[Any, ...]) -> int:
-    return key_slot(args[3].encode("utf-8", "surrogatepass"))
-
-
 def _by_lane(
     encoded: list[tuple[bytes, bytes]], lane_of: Callable[[bytes], _L]
 ) -> list[tuple[_L, list[int], list[bytes]]]:
@@ -167,6 +163,7 @@ def _unavailable(exc: rex.RedisError) -> BackendUnavailable:
 
 @contextmanager
 def _boundary() -> Iterator[None]:
+    """Where redis-py errors become freqguard errors (see :func:`_unavailable`)."""
     try:
         yield
     except rex.RedisError as exc:
