@@ -612,3 +612,32 @@ def test_a_resharded_slot_is_followed_sync_and_async(
             await guard.aclose()
 
         asyncio.run(run())
+
+
+def test_an_async_lane_closed_mid_flight_keeps_its_connection_until_answered(
+    redis_server: RedisServer,
+) -> None:
+    """A reroute closes every lane, possibly while a driver still reads: the connection must
+    not go back to the pool (and to another caller) before its replies are read."""
+    from freqguard.backends._lanes import AsyncLane
+
+    async def main() -> None:
+        client = AsyncRedis(port=redis_server.port)
+        lane = AsyncLane(client)
+        # a script that keeps the server busy, so the replies are still to come
+        busy = "local i = 0 while i < 3000000 do i = i + 1 end return 'done'"
+        slow = b"*3\r\n$4\r\nEVAL\r\n$%d\r\n%s\r\n$1\r\n0\r\n" % (len(busy), busy.encode())
+        echo = [b"*2\r\n$4\r\nECHO\r\n$%d\r\n%d\r\n" % (len(str(n)), n) for n in range(200)]
+        assert await lane.exchange(echo[0], 1) == [b"0"]  # the lane holds its connection
+        calls = [asyncio.ensure_future(lane.exchange(p, 1)) for p in [slow, *echo]]
+        await asyncio.sleep(0)  # the calls are queued and the driver started
+        await asyncio.sleep(0)
+        await lane.aclose()
+        # the pool hands out its idle connections: none may be the lane's, still reading
+        others = [asyncio.ensure_future(client.echo(f"other{n}")) for n in range(20)]
+        replies = await asyncio.gather(*calls)
+        assert [r[0] for r in replies] == [b"done"] + [str(n).encode() for n in range(200)]
+        assert await asyncio.gather(*others) == [f"other{n}".encode() for n in range(20)]
+        await client.aclose()
+
+    asyncio.run(asyncio.wait_for(main(), 30))

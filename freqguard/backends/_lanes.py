@@ -161,10 +161,11 @@ class AsyncLane:
     another loop starts afresh.
     """
 
-    __slots__ = ("_connection", "_driver", "_loop", "_owner", "_pending")
+    __slots__ = ("_closed", "_connection", "_driver", "_loop", "_owner", "_pending")
 
     def __init__(self, owner: AsyncRedis | AsyncClusterNode) -> None:
         self._owner = owner
+        self._closed = False
         self._connection: AsyncConnection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[_Waiter] = []
@@ -220,6 +221,8 @@ class AsyncLane:
                 batch = []
                 if not self._pending:
                     await asyncio.sleep(0)  # the callers just answered may have more to send
+            if self._closed:  # closed while this driver ran: its connection goes back now
+                await self._release()
         finally:
             self._driver = None
             for _, _, future in batch + self._pending:  # cancelled: nobody waits forever
@@ -228,6 +231,13 @@ class AsyncLane:
             self._pending = []
 
     async def aclose(self) -> None:
+        """Give the connection back to its pool, at once if idle, else when the calls in
+        flight are answered (never while a driver still reads from it)."""
+        self._closed = True
+        if self._driver is None:
+            await self._release()
+
+    async def _release(self) -> None:
         connection, self._connection = self._connection, None
         if connection is None or asyncio.get_running_loop() is not self._loop:
             return
