@@ -10,7 +10,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -33,6 +33,7 @@ from freqguard import (
     async_backend_from_url,
     backend_from_url,
 )
+from freqguard.backends._lanes import AsyncLane
 from freqguard.backends.memory import STALE_GRACE_US
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from tests.conftest import SMS, START, flush
@@ -449,6 +450,24 @@ def test_async_tasks_share_a_connection_and_admit_exactly_the_limit(
     assert connections <= 2 * len(nodes)  # one per node (and one that loads), not per task
 
 
+async def _turns_until(condition: Callable[[], bool], limit: int = 1000) -> None:
+    """Let the event loop run its other tasks, one turn at a time, until ``condition`` holds.
+    No time passes and nothing is waited for but the loop itself."""
+    loop = asyncio.get_running_loop()
+    for _ in range(limit):
+        if condition():
+            return
+        turn = loop.create_future()
+        loop.call_soon(turn.set_result, None)
+        await turn
+    raise AssertionError(f"not reached in {limit} loop turns")
+
+
+def _in_flight(lane: AsyncLane | None) -> bool:
+    """Whether a lane's driver has taken every queued call and is sending or reading them."""
+    return lane is not None and lane._driver is not None and not lane._pending
+
+
 def test_async_cancelled_callers_leave_the_lane_working(redis_server: RedisServer) -> None:
     flush([redis_server])
 
@@ -459,7 +478,10 @@ def test_async_cancelled_callers_leave_the_lane_working(redis_server: RedisServe
             asyncio.ensure_future(guard.hit("sms", recipient=f"c{n}", content="x"))
             for n in range(10)
         ]
-        await asyncio.sleep(0)  # every task has queued its call
+        # every task has queued its call, and the batch is out
+        await _turns_until(
+            lambda: _in_flight(next((lane for _, lane in backend._lanes.values()), None))
+        )
         for task in tasks[::2]:
             task.cancel()
         done = await asyncio.wait_for(asyncio.gather(*tasks[1::2]), 10)
@@ -619,7 +641,6 @@ def test_an_async_lane_closed_mid_flight_keeps_its_connection_until_answered(
 ) -> None:
     """A reroute closes every lane, possibly while a driver still reads: the connection must
     not go back to the pool (and to another caller) before its replies are read."""
-    from freqguard.backends._lanes import AsyncLane
 
     async def main() -> None:
         client = AsyncRedis(port=redis_server.port)
@@ -629,9 +650,9 @@ def test_an_async_lane_closed_mid_flight_keeps_its_connection_until_answered(
         slow = b"*3\r\n$4\r\nEVAL\r\n$%d\r\n%s\r\n$1\r\n0\r\n" % (len(busy), busy.encode())
         echo = [b"*2\r\n$4\r\nECHO\r\n$%d\r\n%d\r\n" % (len(str(n)), n) for n in range(200)]
         assert await lane.exchange(echo[0], 1) == [b"0"]  # the lane holds its connection
+        await _turns_until(lambda: lane._driver is None)  # and that call's driver is done
         calls = [asyncio.ensure_future(lane.exchange(p, 1)) for p in [slow, *echo]]
-        await asyncio.sleep(0)  # the calls are queued and the driver started
-        await asyncio.sleep(0)
+        await _turns_until(lambda: _in_flight(lane))  # the calls are out, replies to come
         await lane.aclose()
         # the pool hands out its idle connections: none may be the lane's, still reading
         others = [asyncio.ensure_future(client.echo(f"other{n}")) for n in range(20)]
