@@ -165,18 +165,11 @@ class PolicyPlan:
         self, texts: Mapping[str, str], now: int | None, cost: int, mode: int
     ) -> list[ScriptCall]:
         """One script call per slot, in slot order."""
-        return [
-            ScriptCall(
-                slot.plan, tuple([lay.build(texts) for lay in slot.layouts]), now, cost, mode
-            )
-            for slot in self.slots
-        ]
+        return [ScriptCall(slot.plan, texts, now, cost, mode) for slot in self.slots]
 
     def call(self, texts: Mapping[str, str], now: int | None, cost: int, mode: int) -> ScriptCall:
         """The one script call of a policy that lives on one slot."""
-        slot = self.slots[0]
-        keys = tuple([layout.build(texts) for layout in slot.layouts])
-        return ScriptCall(slot.plan, keys, now, cost, mode)
+        return ScriptCall(self.slots[0].plan, texts, now, cost, mode)
 
     # -- replies ---------------------------------------------------------------------------
 

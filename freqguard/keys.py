@@ -27,7 +27,7 @@ from hashlib import blake2b as _blake2b
 from freqguard.errors import ConfigError
 from freqguard.rules import check_name
 
-__all__ = ["KeyLayout", "digest", "partition_token", "value_text"]
+__all__ = ["KeyLayout", "digest", "partition_token", "raw_digest", "value_text"]
 
 _SAFE_VALUE = re.compile(r"[A-Za-z0-9_.@+\-]{1,64}")
 _DIGEST_BYTES = 8  # 64 bits, 16 hex characters; collisions only matter inside one partition
@@ -46,14 +46,19 @@ def value_text(policy: str, dimension: str, value: object) -> str:
     )
 
 
-def digest(*texts: str) -> str:
-    """A short, key-safe digest (hex) of one or several texts (length-prefixed: unambiguous)."""
+def raw_digest(*texts: str) -> bytes:
+    """A short digest of one or several texts (length-prefixed: unambiguous)."""
     if len(texts) == 1:
         data = texts[0].encode("utf-8", "surrogatepass")
     else:
         parts = [t.encode("utf-8", "surrogatepass") for t in texts]
         data = b"".join(len(p).to_bytes(4, "big") + p for p in parts)
-    return _blake2b(data, digest_size=_DIGEST_BYTES).hexdigest()
+    return _blake2b(data, digest_size=_DIGEST_BYTES).digest()
+
+
+def digest(*texts: str) -> str:
+    """:func:`raw_digest` as key-safe hex."""
+    return raw_digest(*texts).hex()
 
 
 def partition_token(text: str) -> str:
@@ -77,10 +82,11 @@ class KeyLayout:
     __slots__ = (
         "_extra",
         "_global_head",
+        "_global_record",
         "_head",
         "_mid",
         "_partition",
-        "_policy",
+        "_policy_tail",
         "key_id",
         "tag",
     )
@@ -94,16 +100,24 @@ class KeyLayout:
         dimensions: tuple[str, ...],
     ) -> None:
         check_name("key prefix", prefix)
-        self._policy = policy
         self.key_id = f"{key_id}@{','.join(dimensions)}"
         self._partition = partition
         self._extra = tuple(d for d in dimensions if d != partition)
         self._head = f"{prefix}:{{"
-        self._mid = f"}}:{policy}:{self.key_id}"
-        self._global_head = f"{prefix}:{{*{policy}}}:{policy}:{self.key_id}"
+        self._policy_tail = f"}}:{policy}"
+        self._mid = f"{self._policy_tail}:{self.key_id}"
+        self._global_record = f"{prefix}:{{*{policy}}}:{policy}"
+        self._global_head = f"{self._global_record}:{self.key_id}"
         # In Redis, every state of one partition and policy is a field of one record key
         # (see freqguard/lua/policy.lua); a field is this 2-byte tag plus the raw digest.
         self.tag = _blake2b(self.key_id.encode(), digest_size=2).digest()
+
+    def _digest(self, texts: Mapping[str, str]) -> bytes:
+        """The raw digest of the values of the dimensions other than the partition."""
+        extra = self._extra
+        if len(extra) == 1:  # the usual case (content): no list
+            return raw_digest(texts[extra[0]])
+        return raw_digest(*[texts[d] for d in extra])
 
     def build(self, texts: Mapping[str, str]) -> str:
         """The key for a context whose values were already turned into text."""
@@ -111,18 +125,19 @@ class KeyLayout:
             key = self._global_head
         else:
             key = self._head + partition_token(texts[self._partition]) + self._mid
-        extra = self._extra
-        if not extra:
-            return key
-        if len(extra) == 1:  # the usual case (content): no tuple, no length prefix
-            data = texts[extra[0]].encode("utf-8", "surrogatepass")
-            return key + ":" + _blake2b(data, digest_size=_DIGEST_BYTES).hexdigest()
-        return key + ":" + digest(*[texts[d] for d in extra])
-
-    def record_and_field(self, key: str) -> tuple[str, bytes]:
-        """Split a key built here into its Redis record key and its field in that record:
-        ``fg:{18829340001}:sms`` and ``tag + digest``."""
-        cut = key.index("}:") + 2 + len(self._policy)
         if not self._extra:
-            return key[:cut], self.tag
-        return key[:cut], self.tag + bytes.fromhex(key[key.rindex(":") + 1 :])
+            return key
+        return key + ":" + self._digest(texts).hex()
+
+    def record(self, texts: Mapping[str, str]) -> str:
+        """The Redis record the key lives in: the key up to its policy,
+        ``fg:{18829340001}:sms``."""
+        if self._partition is None:
+            return self._global_record
+        return self._head + partition_token(texts[self._partition]) + self._policy_tail
+
+    def field(self, texts: Mapping[str, str]) -> bytes:
+        """The key's field in its Redis record: the tag, plus the raw digest if any."""
+        if not self._extra:
+            return self.tag
+        return self.tag + self._digest(texts)

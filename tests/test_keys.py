@@ -19,7 +19,7 @@ values = st.one_of(
 
 
 def _keys(plan: PolicyPlan, ctx: dict[str, object]) -> list[tuple[str, ...]]:
-    return [call.keys for call in plan.calls(plan.texts(ctx), 0, 1, HIT)]
+    return [call.keys() for call in plan.calls(plan.texts(ctx), 0, 1, HIT)]
 
 
 @given(values, values, values, values)
@@ -79,3 +79,27 @@ def test_key_layout_is_readable() -> None:
     (escaped,) = _keys(plan, {"recipient": "a}b{c", "content": ""})
     assert escaped[0].startswith("fg:{=")
     assert "a}b" not in escaped[0]
+
+
+@given(values, values, values)
+def test_redis_record_and_field_are_the_key_split(a: object, b: object, c: object) -> None:
+    """Redis stores each key as a field of a record; both are built straight from the
+    context, and must be exactly the key cut after its policy and its digest unhexed."""
+    policy = Policy(
+        "mixed",
+        Rule("1/second", by=("a",), strategy="gcra", name="g"),
+        Rule("2/minute", by=("a", "b")),
+        Rule("3/minute", by=("a", "b", "c"), strategy="fixed-window", name="f"),
+    )
+    global_policy = Policy("glob", Rule("5/second", strategy="gcra", name="all"))
+    for plan, ctx in (
+        (PolicyPlan(policy, "fg"), {"a": a, "b": b, "c": c}),
+        (PolicyPlan(global_policy, "fg"), {}),
+    ):
+        texts = plan.texts(ctx)
+        for call in plan.calls(texts, 0, 1, HIT):
+            for layout, key in zip(call.plan.layouts, call.keys(), strict=True):
+                record, field = layout.record(texts), layout.field(texts)
+                assert key.startswith(record + ":" + layout.key_id)
+                rest = key[len(record) + 1 + len(layout.key_id) :]
+                assert field == layout.tag + bytes.fromhex(rest.removeprefix(":"))

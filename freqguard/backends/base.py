@@ -8,7 +8,7 @@ have different names (``execute`` / ``aexecute``) so one object can serve both.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from freqguard.clock import Clock
@@ -18,13 +18,23 @@ __all__ = ["AsyncBackend", "Reply", "ScriptCall", "SyncBackend"]
 
 
 class ScriptCall(NamedTuple):
-    """One invocation of the policy script on one slot."""
+    """One invocation of the policy script on one slot.
+
+    It carries the hit's dimension values, not keys: each backend derives what it stores by
+    from the plan's key layouts (memory: the key strings, :meth:`keys`; Redis: one record
+    and a field per state), so neither builds the other's form.
+    """
 
     plan: SlotPlan
-    keys: tuple[str, ...]
+    texts: Mapping[str, str]  # the hit's dimension values, as text
     now: int | None  # µs; None: the backend's own time (Redis: server TIME)
     cost: int
     mode: int
+
+    def keys(self) -> tuple[str, ...]:
+        """The key of each state, in plan order (see :mod:`freqguard.keys`)."""
+        texts = self.texts
+        return tuple([layout.build(texts) for layout in self.plan.layouts])
 
 
 @runtime_checkable

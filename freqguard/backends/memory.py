@@ -133,7 +133,7 @@ class MemoryBackend:
     def execute(self, call: ScriptCall) -> Reply:
         now = call.now if call.now is not None else self.clock.now_us()
         with self._lock:
-            reply = run(self._store, call.keys, call.plan, now, call.cost, call.mode)
+            reply = run(self._store, call.keys(), call.plan, now, call.cost, call.mode)
             self._calls += 1
             if self._calls % _SWEEP_EVERY == 0:
                 self._store.sweep(now, _SWEEP_BUDGET)

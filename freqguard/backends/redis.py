@@ -63,12 +63,8 @@ _RAW = {NEVER_DECODE: True}
 def _record_and_fields(call: ScriptCall) -> tuple[str, list[bytes]]:
     """The record key and the field of each state: every key of one call is a field of one
     record (same partition, same policy)."""
-    record = ""
-    fields = []
-    for layout, key in zip(call.plan.layouts, call.keys):  # noqa: B905 (built together)
-        record, field = layout.record_and_field(key)
-        fields.append(field)
-    return record, fields
+    texts, layouts = call.texts, call.plan.layouts
+    return layouts[0].record(texts), [layout.field(texts) for layout in layouts]
 
 
 def function_args(call: ScriptCall) -> tuple[Any, ...]:
