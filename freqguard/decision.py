@@ -80,10 +80,7 @@ class Decision:
         denied_by: tuple[Rule, ...],
         raw: Raw,
     ) -> None:
-        for setter, value in zip(
-            _SETTERS, (policy, allowed, retry_after, denied_by, None, raw, None), strict=True
-        ):
-            setter(self, value)
+        _fill(self, (policy, allowed, retry_after, denied_by, None, raw, None))
 
     @property
     def raw(self) -> Raw:
@@ -168,6 +165,12 @@ _SETTERS = tuple(
 _set_report, _set_raw, _set_bound = _SETTERS[4:]
 
 
+def _fill(decision: Decision, values: tuple[object, ...]) -> None:
+    """Set every slot, past the ``__setattr__`` that keeps decisions immutable."""
+    for setter, value in zip(_SETTERS, values, strict=True):
+        setter(decision, value)
+
+
 def binding_rule(raw: Raw) -> tuple[Rule, int, int, int]:
     """The rule whose numbers a decision shows: among the non-shadow rules, the denying one
     that frees up last (the first of equals), else the one with the least remaining (the
@@ -199,11 +202,7 @@ def make_decision(
     denied_by: tuple[Rule, ...],
     report: Callable[[], Raw],
 ) -> Decision:
-    """A Decision whose report (``raw``) is built by ``report`` when first read. Skips the
-    checked ``__init__``, which costs more than the rest of decoding a reply."""
+    """A Decision whose report (``raw``) is built by ``report`` when first read."""
     decision: Decision = _new(Decision)
-    for setter, value in zip(
-        _SETTERS, (policy, allowed, retry_after, denied_by, report, None, None), strict=True
-    ):
-        setter(decision, value)
+    _fill(decision, (policy, allowed, retry_after, denied_by, report, None, None))
     return decision

@@ -75,8 +75,8 @@ def function_args(call: ScriptCall) -> tuple[Any, ...]:
     return ("FCALL", FUNCTION, 1, record, now, call.cost, call.mode, call.plan.text, *fields)
 
 
-# Per plan text: the wire frames of FCALL's constant arguments (see encode).
 _CHUNK = 16  # calls per write when a batch is streamed (see Lane.stream)
+# Per plan text: the wire frames of FCALL's constant arguments (see encode).
 _FRAMES: dict[str, tuple[bytes, bytes]] = {}
 
 
