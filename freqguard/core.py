@@ -15,7 +15,7 @@ from typing import NamedTuple, TypeVar
 
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock
-from freqguard.decision import Decision, make_decision
+from freqguard.decision import Decision, Receipt, make_decision
 from freqguard.errors import CapExceeded, ConfigError
 from freqguard.keys import KeyLayout, value_text
 from freqguard.policy import Policy
@@ -23,7 +23,7 @@ from freqguard.rules import Rule, Strategy
 from freqguard.script import CHECK, HIT, REFUND, SlotPlan
 from freqguard.strategies import TWINS, KeySpec, RuleParams
 
-__all__ = ["PolicyPlan", "Sleep", "acquire_op", "decide_op", "many_op"]
+__all__ = ["PolicyPlan", "Sleep", "acquire_op", "decide_op", "many_op", "refund_op"]
 
 _US = 1_000_000.0
 T = TypeVar("T")
@@ -173,14 +173,24 @@ class PolicyPlan:
 
     # -- replies ---------------------------------------------------------------------------
 
-    def decide(self, replies: list[Reply]) -> Decision:
-        """Turn one reply per slot (in slot order) into a Decision; the per-rule report is
-        left to the Decision, which builds it when first read."""
+    def decide(
+        self,
+        replies: list[Reply],
+        texts: Mapping[str, str] | None = None,
+        cost: int = 0,
+        mode: int = CHECK,
+    ) -> Decision:
+        """Turn one reply per slot (in slot order) into a Decision; the per-rule report and
+        the receipt of a hit that consumed are left to the Decision, built when first read."""
+        receipt = None
+        if mode == HIT and cost > 0 and texts is not None:
+            receipt = partial(self._receipt, texts, cost, replies)
         if self.single_slot:
             reply = replies[0]
             retries = reply.retries
             if reply.allowed and not any(retries):  # the common case: no rule said no
-                return make_decision(self.name, True, 0.0, (), partial(self._raw, replies))
+                raw = partial(self._raw, replies)
+                return make_decision(self.name, True, 0.0, (), raw, receipt)
             order = self.slots[0].rule_index
         else:
             retries = [retry for reply in replies for retry in reply.retries]
@@ -194,9 +204,36 @@ class PolicyPlan:
                 denied[index] = rule
                 wait = max(wait, retry)
         denied_by = tuple(rule for rule in denied if rule is not None)
+        allowed = not denied_by
         return make_decision(
-            self.name, not denied_by, wait / _US, denied_by, partial(self._raw, replies)
+            self.name,
+            allowed,
+            wait / _US,
+            denied_by,
+            partial(self._raw, replies),
+            receipt if allowed else None,
         )
+
+    def _receipt(self, texts: Mapping[str, str], cost: int, replies: list[Reply]) -> Receipt:
+        times = [0] * len(self.policy.rules)
+        for slot, reply in zip(self.slots, replies):  # noqa: B905
+            for index in slot.rule_index:
+                times[index] = reply.now
+        marks = tuple(reply.marks(cost, HIT) for reply in replies)
+        return Receipt(self.name, cost, tuple(times), texts, marks)
+
+    def refund_calls(self, receipt: Receipt, now: int | None) -> list[ScriptCall]:
+        """The calls that give back exactly what the hit of ``receipt`` consumed."""
+        if receipt.policy != self.name or len(receipt.marks) != len(self.slots):
+            raise ConfigError(
+                f"that decision's receipt is for policy {receipt.policy!r} as it was "
+                f"registered then, not for policy {self.name!r} as it is now"
+            )
+        cost = receipt.cost
+        return [
+            ScriptCall(slot.plan, receipt.context, now, cost, REFUND, marks)
+            for slot, marks in zip(self.slots, receipt.marks)  # noqa: B905 (checked above)
+        ]
 
     def _raw(self, replies: list[Reply]) -> tuple[tuple[Rule, int, int, int], ...]:
         """``(rule, remaining, reset_after µs, retry_after µs)`` per rule, in policy order."""
@@ -220,22 +257,33 @@ def decide_op(
     """One hit/check/refund/reset of one context.
 
     A policy on one slot is one script call. A hit on several slots goes slot by slot; when a
-    slot denies, the slots that consumed are refunded and the rest are only checked, so a
-    denied hit consumes nothing (atomic per slot, compensated across slots).
+    slot denies, the slots that consumed give back exactly what this hit took there and the
+    rest are only checked, so a denied hit consumes nothing (atomic per slot, compensated
+    across slots).
     """
     calls = plan.calls(texts, now, cost, mode)
     if len(calls) == 1 or mode != HIT or cost == 0:
-        return plan.decide((yield calls))
+        return plan.decide((yield calls), texts, cost, mode)
     replies: list[Reply] = []
     for i, call in enumerate(calls):
         (reply,) = yield [call]
         if not reply.allowed:
-            undo = [c._replace(mode=REFUND) for c in calls[:i]]
+            # give back exactly what this hit took in the earlier slots (their marks), never
+            # the newest units there, which may be another caller's
+            undo = [
+                c._replace(mode=REFUND, marks=r.marks(cost, HIT))
+                for c, r in zip(calls[:i], replies)  # noqa: B905 (one reply per call)
+            ]
             rest = [c._replace(mode=CHECK) for c in calls[i + 1 :]]
             others = yield undo + rest
             return plan.decide([*others[:i], reply, *others[i:]])
         replies.append(reply)
-    return plan.decide(replies)
+    return plan.decide(replies, texts, cost, mode)
+
+
+def refund_op(plan: PolicyPlan, receipt: Receipt, now: int | None) -> Op[Decision]:
+    """Give back exactly what one hit consumed (its receipt), in every slot at once."""
+    return plan.decide((yield plan.refund_calls(receipt, now)))
 
 
 def many_op(
@@ -251,7 +299,9 @@ def many_op(
     width = len(plan.slots)
     calls = [call for t in texts for call in plan.calls(t, at, cost, HIT)]
     replies = yield calls
-    return [plan.decide(replies[i : i + width]) for i in range(0, len(replies), width)]
+    return [
+        plan.decide(replies[i * width : (i + 1) * width], t, cost, HIT) for i, t in enumerate(texts)
+    ]
 
 
 def acquire_op(

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from freqguard.rules import Rule
 
-__all__ = ["Decision", "RuleState"]
+__all__ = ["Decision", "Receipt", "RuleState"]
 
 _US = 1_000_000.0
 
@@ -34,6 +34,51 @@ class RuleState:
 
 
 Raw = tuple[tuple[Rule, int, int, int], ...]
+Marks = tuple[tuple[int | None, ...], ...]
+
+
+class Receipt:
+    """What one admitted hit consumed: ``Guard.refund(decision)`` gives back exactly that.
+
+    A sliding log takes back the entries the hit recorded (not the newest, which may be
+    another caller's); a fixed window only while the hit's window lasts; a bucket only the
+    part of the hit's own tokens that time has not already returned. A receipt is spent by
+    its refund: refunding it again is an error (in this process; a copy sent elsewhere, e.g.
+    pickled, is not told).
+
+    Attributes:
+        policy: the policy's name.
+        cost: the units the hit took.
+        times_us: per rule, in policy order, the µs the hit was judged and recorded at (the
+            server's or pinned time, or a state's later one: time per state never goes back).
+        context: the hit's dimension values, as text.
+        marks: per slot, per state, what the hit left there (see ``Twin.mark``).
+    """
+
+    __slots__ = ("context", "cost", "marks", "policy", "spent", "times_us")
+
+    def __init__(
+        self,
+        policy: str,
+        cost: int,
+        times_us: tuple[int, ...],
+        context: Mapping[str, str],
+        marks: Marks,
+        spent: bool = False,
+    ) -> None:
+        self.policy = policy
+        self.cost = cost
+        self.times_us = times_us
+        self.context = context
+        self.marks = marks
+        self.spent = spent
+
+    def __reduce__(self) -> tuple[object, ...]:
+        args = (self.policy, self.cost, self.times_us, dict(self.context), self.marks)
+        return (Receipt, (*args, self.spent))
+
+    def __repr__(self) -> str:  # never the context: it may hold message content
+        return f"Receipt(policy={self.policy!r}, cost={self.cost}, times_us={self.times_us})"
 
 
 class Decision:
@@ -62,7 +107,16 @@ class Decision:
         raw: ``(rule, remaining, reset_after µs, retry_after µs)`` per rule, in policy order.
     """
 
-    __slots__ = ("_bound", "_raw", "_report", "allowed", "denied_by", "policy", "retry_after")
+    __slots__ = (
+        "_bound",
+        "_raw",
+        "_receipt",
+        "_report",
+        "allowed",
+        "denied_by",
+        "policy",
+        "retry_after",
+    )
 
     policy: str
     allowed: bool
@@ -71,6 +125,7 @@ class Decision:
     _report: Callable[[], Raw] | None
     _raw: Raw | None
     _bound: tuple[Rule, int, int, int] | None
+    _receipt: Receipt | Callable[[], Receipt] | None
 
     def __init__(
         self,
@@ -79,8 +134,20 @@ class Decision:
         retry_after: float,
         denied_by: tuple[Rule, ...],
         raw: Raw,
+        receipt: Receipt | None = None,
     ) -> None:
-        _fill(self, (policy, allowed, retry_after, denied_by, None, raw, None))
+        _fill(self, (policy, allowed, retry_after, denied_by, None, raw, None, receipt))
+
+    @property
+    def receipt(self) -> Receipt | None:
+        """What the hit consumed, for an exact ``refund(decision)``; ``None`` when it consumed
+        nothing (denied, a peek, ``cost=0``, or a refund's answer)."""
+        receipt = self._receipt
+        if receipt is None or isinstance(receipt, Receipt):
+            return receipt
+        made = receipt()
+        _set_receipt(self, made)
+        return made
 
     @property
     def raw(self) -> Raw:
@@ -146,7 +213,8 @@ class Decision:
         raise AttributeError(f"Decision is immutable: cannot delete {name!r}")
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (Decision, (self.policy, self.allowed, self.retry_after, self.denied_by, self.raw))
+        args = (self.policy, self.allowed, self.retry_after, self.denied_by, self.raw)
+        return (Decision, (*args, self.receipt))
 
     def __repr__(self) -> str:
         return (
@@ -160,9 +228,18 @@ class Decision:
 _new = object.__new__
 _SETTERS = tuple(
     Decision.__dict__[name].__set__
-    for name in ("policy", "allowed", "retry_after", "denied_by", "_report", "_raw", "_bound")
+    for name in (
+        "policy",
+        "allowed",
+        "retry_after",
+        "denied_by",
+        "_report",
+        "_raw",
+        "_bound",
+        "_receipt",
+    )
 )
-_set_report, _set_raw, _set_bound = _SETTERS[4:]
+_set_report, _set_raw, _set_bound, _set_receipt = _SETTERS[4:]
 
 
 def _fill(decision: Decision, values: tuple[object, ...]) -> None:
@@ -201,8 +278,10 @@ def make_decision(
     retry_after: float,
     denied_by: tuple[Rule, ...],
     report: Callable[[], Raw],
+    receipt: Callable[[], Receipt] | None = None,
 ) -> Decision:
-    """A Decision whose report (``raw``) is built by ``report`` when first read."""
+    """A Decision whose report (``raw``) and receipt are built by ``report`` and
+    ``receipt`` when first read."""
     decision: Decision = _new(Decision)
-    _fill(decision, (policy, allowed, retry_after, denied_by, report, None, None))
+    _fill(decision, (policy, allowed, retry_after, denied_by, report, None, None, receipt))
     return decision

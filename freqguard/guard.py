@@ -7,13 +7,14 @@ of script calls is sent and how a wait is made.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TypeVar
+from typing import TypeVar, overload
 
 from freqguard.backends.base import AsyncBackend, SyncBackend
 from freqguard.backends.memory import MemoryBackend
+from freqguard.bounds import check_time
 from freqguard.clock import Clock
-from freqguard.core import Op, PolicyPlan, Sleep, acquire_op, decide_op, many_op
-from freqguard.decision import Decision
+from freqguard.core import Op, PolicyPlan, Sleep, acquire_op, decide_op, many_op, refund_op
+from freqguard.decision import Decision, Receipt
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
 from freqguard.rules import check_name
@@ -58,7 +59,7 @@ class _GuardBase:
         return plan
 
     def _now(self) -> int | None:
-        return None if self.clock is None else self.clock.now_us()
+        return None if self.clock is None else check_time(self.clock.now_us())
 
     def _decide(
         self, policy: str, cost: object, ctx: Mapping[str, object], mode: int
@@ -85,9 +86,38 @@ class _GuardBase:
     ) -> Op[Decision]:
         plan = self._plan(policy)
         checked = plan.check_cost(cost)
-        if timeout is not None and not timeout >= 0:
-            raise ConfigError(f"timeout must be None or seconds >= 0, got {timeout!r}")
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not 0 <= timeout < float("inf")
+        ):
+            raise ConfigError(f"timeout must be None or finite seconds >= 0, got {timeout!r}")
         return acquire_op(plan, plan.texts(ctx), checked, timeout, self._now, clock)
+
+    def _refund(
+        self, target: str | Decision, cost: int | None, ctx: Mapping[str, object]
+    ) -> Op[Decision] | Decision:
+        """A refund by context (the newest units) or of one decision (exactly its own); a
+        decision that consumed nothing is answered as it is."""
+        if not isinstance(target, Decision):
+            return self._decide(target, 1 if cost is None else cost, ctx, REFUND)
+        if cost is not None or ctx:
+            raise ConfigError(
+                "refund(decision) takes no cost or context: it gives back exactly what that "
+                "hit took; use refund(policy, cost, **context) to give back the newest units"
+            )
+        receipt = target.receipt
+        if receipt is None:
+            return target
+        if receipt.spent:
+            raise ConfigError(f"this decision of policy {target.policy!r} was already refunded")
+        return refund_op(self._plan(target.policy), receipt, self._now())
+
+
+def _spend(receipt: Receipt | None, answer: Decision) -> Decision:
+    if receipt is not None:
+        receipt.spent = True
+    return answer
 
 
 class Guard(_GuardBase):
@@ -133,8 +163,9 @@ class Guard(_GuardBase):
         """
         plan = self._plan(policy)
         if plan.single_slot:  # the common case, without the generator machinery
-            call = plan.call(plan.texts(ctx), self._now(), plan.check_cost(cost), HIT)
-            return plan.decide([self.backend.execute(call)])
+            texts, checked = plan.texts(ctx), plan.check_cost(cost)
+            call = plan.call(texts, self._now(), checked, HIT)
+            return plan.decide([self.backend.execute(call)], texts, checked, HIT)
         return self._run(self._decide(policy, cost, ctx, HIT))
 
     def peek(self, policy: str, **ctx: object) -> Decision:
@@ -158,9 +189,29 @@ class Guard(_GuardBase):
         clock = self.clock or self.backend.clock
         return self._run(self._acquire(policy, timeout, cost, ctx, clock))
 
-    def refund(self, policy: str, cost: int = 1, **ctx: object) -> Decision:
-        """Give back ``cost`` that a hit consumed (e.g. the vendor call failed)."""
-        return self._run(self._decide(policy, cost, ctx, REFUND))
+    @overload
+    def refund(self, policy: Decision, /) -> Decision: ...
+
+    @overload
+    def refund(self, policy: str, cost: int = 1, **ctx: object) -> Decision: ...
+
+    def refund(self, policy: str | Decision, cost: int | None = None, **ctx: object) -> Decision:
+        """Give back what a hit consumed (e.g. the vendor call failed).
+
+        ``refund(decision)`` gives back exactly what that hit took, in every rule, and only
+        once. ``refund(policy, cost, **context)`` gives back the ``cost`` newest units of the
+        context instead, whoever's they are: if another hit of that context came in between,
+        its units go back and the refunding hit's stay, so a rolling window may then admit up
+        to ``cost`` more than its limit before the older units leave it.
+
+        Raises:
+            ConfigError: a decision already refunded, or given with a cost or context.
+        """
+        op = self._refund(policy, cost, ctx)
+        if isinstance(op, Decision):
+            return op
+        receipt = policy.receipt if isinstance(policy, Decision) else None
+        return _spend(receipt, self._run(op))
 
     def reset(self, policy: str, **ctx: object) -> None:
         """Forget every rule's state for this context."""
@@ -207,8 +258,9 @@ class AsyncGuard(_GuardBase):
         """See :meth:`Guard.hit`."""
         plan = self._plan(policy)
         if plan.single_slot:
-            call = plan.call(plan.texts(ctx), self._now(), plan.check_cost(cost), HIT)
-            return plan.decide([await self.backend.aexecute(call)])
+            texts, checked = plan.texts(ctx), plan.check_cost(cost)
+            call = plan.call(texts, self._now(), checked, HIT)
+            return plan.decide([await self.backend.aexecute(call)], texts, checked, HIT)
         return await self._run(self._decide(policy, cost, ctx, HIT))
 
     async def peek(self, policy: str, **ctx: object) -> Decision:
@@ -228,9 +280,21 @@ class AsyncGuard(_GuardBase):
         clock = self.clock or self.backend.clock
         return await self._run(self._acquire(policy, timeout, cost, ctx, clock))
 
-    async def refund(self, policy: str, cost: int = 1, **ctx: object) -> Decision:
+    @overload
+    async def refund(self, policy: Decision, /) -> Decision: ...
+
+    @overload
+    async def refund(self, policy: str, cost: int = 1, **ctx: object) -> Decision: ...
+
+    async def refund(
+        self, policy: str | Decision, cost: int | None = None, **ctx: object
+    ) -> Decision:
         """See :meth:`Guard.refund`."""
-        return await self._run(self._decide(policy, cost, ctx, REFUND))
+        op = self._refund(policy, cost, ctx)
+        if isinstance(op, Decision):
+            return op
+        receipt = policy.receipt if isinstance(policy, Decision) else None
+        return _spend(receipt, await self._run(op))
 
     async def reset(self, policy: str, **ctx: object) -> None:
         """See :meth:`Guard.reset`."""

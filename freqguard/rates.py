@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import limits
 
+from freqguard.bounds import MAX_LIMIT, MAX_WINDOW_US
 from freqguard.errors import ConfigError
 
 __all__ = ["Rate", "parse_rate", "parse_rates"]
@@ -16,11 +17,8 @@ _GRAMMAR = (
     "'N per M unit' or 'N/M unit' (M optional, unit one of second, minute, hour, day, "
     "month, year, plural allowed), several joined by ';', ',' or '|'"
 )
-# Limits beyond these would break the 2**53 integer contract of the scripts (or be absurd).
-MAX_LIMIT = 1_000_000_000
 # limits reads "5/0 minutes" as 5 per 1 minute; we refuse a zero multiple instead.
 _ZERO_MULTIPLE = re.compile(r"(?:/|per)\s*0+\s*[a-z]")
-MAX_WINDOW_US = 10 * 366 * 86_400 * 1_000_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from freqguard.bounds import MAX_BURST, MAX_LOG_LIMIT, MAX_SPAN_US
 from freqguard.errors import ConfigError
 from freqguard.rates import Rate, parse_rate
 
@@ -17,7 +18,6 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _DIMENSION = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 # Names the Guard's own keyword arguments take; a dimension by these names could not be passed.
 RESERVED_DIMENSIONS = frozenset({"policy", "cost", "contexts", "timeout", "self"})
-MAX_BURST = 1_000_000_000
 
 
 class Strategy(str, Enum):
@@ -63,6 +63,26 @@ def check_name(kind: str, value: object) -> str:
     if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
         raise ConfigError(f"{kind} must be 1 to 64 characters of A-Z a-z 0-9 _ . -, got {value!r}")
     return value
+
+
+def _check_bounds(rate: Rate, strategy: Strategy, burst: int | None, name: str | None) -> None:
+    """Refuse what the encodings cannot hold exactly (see :mod:`freqguard.bounds`)."""
+    label = f"rule {name or str(rate)!r}"
+    if strategy is Strategy.SLIDING_LOG and rate.limit > MAX_LOG_LIMIT:
+        raise ConfigError(
+            f"{label}: an exact sliding log keeps one entry per admitted unit, so its limit "
+            f"is at most {MAX_LOG_LIMIT}, got {rate.limit}; use strategy='gcra' (or "
+            f"'token-bucket') for a smooth rate, or 'fixed-window' for a cheap counter"
+        )
+    if strategy.uses_burst:
+        capacity = burst if burst is not None else rate.limit
+        refill = capacity * -(-rate.window_us // rate.limit)
+        if refill > MAX_SPAN_US:
+            raise ConfigError(
+                f"{label}: a bucket of {capacity} at one token per "
+                f"{-(-rate.window_us // rate.limit)} µs takes {refill} µs to refill, more "
+                f"than the bound of {MAX_SPAN_US} µs (10 years); lower the burst"
+            )
 
 
 def _dimensions(by: str | Sequence[str]) -> tuple[str, ...]:
@@ -138,6 +158,7 @@ class Rule:
                 raise ConfigError(f"burst must be an integer from 1 to {MAX_BURST}, got {burst!r}")
         if not isinstance(shadow, bool):
             raise ConfigError(f"shadow must be a bool, got {shadow!r}")
+        _check_bounds(rate, strategy, burst, name)
         set_ = object.__setattr__
         set_(self, "rate", rate)
         set_(self, "by", _dimensions(by))

@@ -30,6 +30,9 @@ class ScriptCall(NamedTuple):
     now: int | None  # µs; None: the backend's own time (Redis: server TIME)
     cost: int
     mode: int
+    # REFUND only: per state, what the hit to give back left there (Reply.marks); None
+    # for a state it did not consume. No marks at all: give back the newest units.
+    marks: tuple[int | None, ...] | None = None
 
     def keys(self) -> tuple[str, ...]:
         """The key of each state, in plan order (see :mod:`freqguard.keys`)."""

@@ -18,8 +18,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from freqguard.backends.base import Reply, ScriptCall
+from freqguard.bounds import check_time
 from freqguard.clock import Clock, SystemClock
-from freqguard.script import run
+from freqguard.errors import BackendUnavailable, ConfigError
+from freqguard.script import HIT, REFUND, run
 
 __all__ = ["MemoryBackend"]
 
@@ -34,8 +36,11 @@ _SWEEP_BUDGET = 1024
 _COMPACT_ABOVE = 4096  # lanes smaller than this are never worth copying
 
 
+Entry = tuple[int, int, Any]  # (expire_at µs, the latest time it was written at µs, state)
+
+
 class _Lane:
-    """The keys of one lane: key → ``(expire_at, state)`` in last-write order.
+    """The keys of one lane: key → :data:`Entry` in last-write order.
 
     An OrderedDict, not a dict: popping from the front of a dict that has had many deletions
     scans the holes they left, while an OrderedDict's front is O(1). A lane that shrank far
@@ -45,7 +50,7 @@ class _Lane:
     __slots__ = ("entries", "peak")
 
     def __init__(self) -> None:
-        self.entries: OrderedDict[str, tuple[int, Any]] = OrderedDict()
+        self.entries: OrderedDict[str, Entry] = OrderedDict()
         self.peak = 0
 
     def reclaim(self, now: int, budget: int) -> int:
@@ -64,43 +69,68 @@ class _Lane:
 
 
 class _LaneStore:
-    """Every lane, by its duration in µs."""
+    """Every lane, by its duration in µs; ``count`` keys in all."""
 
-    __slots__ = ("lanes",)
+    __slots__ = ("count", "lanes")
 
     def __init__(self) -> None:
         self.lanes: dict[int, _Lane] = {}
+        self.count = 0
 
-    def get(self, key: str, lane: int, now: int) -> Any:
+    def get(self, key: str, lane: int, now: int) -> Entry | None:
         found = self.lanes.get(lane)
         if found is None:
             return None
         entry = found.entries.get(key)
-        if entry is None:
+        if entry is not None and entry[0] <= now - STALE_GRACE_US:
+            del found.entries[key]  # expired and past the grace: gone (see STALE_GRACE_US)
+            self.count -= 1
             return None
-        if entry[0] <= now:  # expired: absent, and deleted once past the grace
-            if entry[0] <= now - STALE_GRACE_US:
-                del found.entries[key]
-            return None
-        return entry[1]
+        return entry
 
-    def put(self, key: str, lane: int, state: Any, expire_at: int, now: int) -> None:
+    def put(self, key: str, lane: int, state: Any, expire_at: int, latest: int) -> None:
         found = self.lanes.get(lane)
         if found is None:
             found = self.lanes[lane] = _Lane()
         entries = found.entries
         if key in entries:
-            entries[key] = (expire_at, state)
+            entries[key] = (expire_at, latest, state)
             entries.move_to_end(key)
         else:
-            entries[key] = (expire_at, state)
+            entries[key] = (expire_at, latest, state)
+            self.count += 1
             if len(entries) > found.peak:
                 found.peak = len(entries)
 
     def delete(self, key: str, lane: int) -> None:
         found = self.lanes.get(lane)
-        if found is not None:
-            found.entries.pop(key, None)
+        if found is not None and found.entries.pop(key, None) is not None:
+            self.count -= 1
+
+    def missing(self, keys: Sequence[str], lanes: Sequence[int]) -> int:
+        """How many of ``keys`` are not stored (each in its lane)."""
+        absent = 0
+        for key, lane in zip(keys, lanes, strict=True):
+            found = self.lanes.get(lane)
+            absent += found is None or key not in found.entries
+        return absent
+
+    def evict(self, wanted: int) -> int:
+        """Drop up to ``wanted`` keys, those that expire soonest first (lane fronts)."""
+        removed = 0
+        while removed < wanted:
+            fronts = [
+                (next(iter(lane.entries.values()))[0], duration)
+                for duration, lane in self.lanes.items()
+                if lane.entries
+            ]
+            if not fronts:
+                break
+            lane = self.lanes[min(fronts)[1]]
+            lane.entries.popitem(last=False)
+            removed += 1
+        self.count -= removed
+        return removed
 
     def sweep(self, now: int, budget: int | None = None) -> int:
         removed = 0
@@ -111,10 +141,11 @@ class _LaneStore:
             removed += self.lanes[lane].reclaim(now, left)
             if not self.lanes[lane].entries:
                 del self.lanes[lane]  # an empty lane is dropped whole
+        self.count -= removed
         return removed
 
-    def __len__(self) -> int:
-        return sum(len(lane.entries) for lane in self.lanes.values())
+
+WHEN_FULL = ("reject", "evict")
 
 
 class MemoryBackend:
@@ -122,22 +153,82 @@ class MemoryBackend:
 
     Args:
         clock: the time used when the Guard pins none (default :class:`SystemClock`).
+        max_keys: the most states kept at once (``None``: no bound). A policy keeps one state
+            per rule and context (rules of one strategy and dimensions may share one); at
+            100-300 bytes each, ``max_keys=1_000_000`` bounds the backend near 300 MB.
+        when_full: what a hit that needs a new state does when ``max_keys`` are live:
+            ``"reject"`` (the default) raises :class:`~freqguard.BackendUnavailable` and
+            changes nothing, so every cap stays exact (as Redis' ``noeviction``); ``"evict"``
+            drops the states closest to expiry to make room, so memory stays bounded under a
+            flood of new keys at the price of forgetting those states early (their contexts
+            may be admitted again before their windows end). Expired states are always
+            reclaimed first.
+
+    Pinned-time calls (a Guard with its own ``clock``) and backend-time calls keep their
+    states apart: their times cannot be compared, and expiring one by the other's clock
+    would wipe it.
+
+    Raises:
+        ConfigError: for a ``max_keys`` that is not a positive integer, or an unknown
+            ``when_full``.
     """
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        clock: Clock | None = None,
+        *,
+        max_keys: int | None = None,
+        when_full: str = "reject",
+    ) -> None:
+        if max_keys is not None and (
+            isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1
+        ):
+            raise ConfigError(f"max_keys must be None or an integer >= 1, got {max_keys!r}")
+        if when_full not in WHEN_FULL:
+            raise ConfigError(f"when_full must be one of {WHEN_FULL}, got {when_full!r}")
         self.clock: Clock = clock if clock is not None else SystemClock()
-        self._store = _LaneStore()
+        self.max_keys = max_keys
+        self.when_full = when_full
+        # [0]: calls on the backend's clock, [1]: calls whose time the Guard pinned
+        self._stores = (_LaneStore(), _LaneStore())
         self._lock = threading.Lock()
         self._calls = 0
 
     def execute(self, call: ScriptCall) -> Reply:
-        now = call.now if call.now is not None else self.clock.now_us()
-        with self._lock:
-            reply = run(self._store, call.keys(), call.plan, now, call.cost, call.mode)
+        pinned = call.now is not None
+        store = self._stores[pinned]
+        keys = call.keys()
+        with self._lock:  # the clock is read inside: calls are judged in the order they run
+            now = check_time(self.clock.now_us() if call.now is None else call.now)
+            if self.max_keys is not None:
+                self._make_room(store, keys, call, now)
+            reply = run(store, keys, call.plan, now, call.cost, call.mode, call.marks)
             self._calls += 1
             if self._calls % _SWEEP_EVERY == 0:
-                self._store.sweep(now, _SWEEP_BUDGET)
+                store.sweep(now, _SWEEP_BUDGET)
         return reply
+
+    def _make_room(
+        self, store: _LaneStore, keys: Sequence[str], call: ScriptCall, now: int
+    ) -> None:
+        """Before anything is written: room for every state the call could create."""
+        assert self.max_keys is not None
+        live = self._stores[0].count + self._stores[1].count
+        if live + len(keys) <= self.max_keys or call.mode not in (HIT, REFUND):
+            return
+        lanes = [spec.lane for spec in call.plan.keys]
+        wanted = live + store.missing(keys, lanes) - self.max_keys
+        if wanted <= 0:
+            return
+        wanted -= store.sweep(now, max(wanted, _SWEEP_BUDGET))
+        if wanted > 0 and self.when_full == "evict":
+            for other in self._stores:
+                wanted -= other.evict(wanted)
+        if wanted > 0:
+            raise BackendUnavailable(
+                f"the memory backend is full: max_keys={self.max_keys} live states "
+                f"(when_full={self.when_full!r}); nothing was changed"
+            )
 
     def execute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
         return [self.execute(call) for call in calls]
@@ -149,10 +240,16 @@ class MemoryBackend:
         return self.execute_many(calls)
 
     def sweep(self, now: float | None = None) -> int:
-        """Drop every expired key now; returns how many. Normal traffic does this by itself."""
-        now_us = self.clock.now_us() if now is None else round(now * 1_000_000)
+        """Drop every expired state now; returns how many. Normal traffic does this by itself.
+
+        Args:
+            now: with no argument, the states kept on the backend's clock, as of that clock;
+                with seconds, those of Guards that pin their own time, as of that time.
+        """
         with self._lock:
-            return self._store.sweep(now_us)
+            if now is None:
+                return self._stores[0].sweep(self.clock.now_us())
+            return self._stores[1].sweep(round(now * 1_000_000))
 
     def close(self) -> None:
         """Nothing to release; present so every backend closes alike."""
@@ -161,8 +258,8 @@ class MemoryBackend:
         """Nothing to release."""
 
     def __len__(self) -> int:
-        """How many keys are stored (expired ones not yet reclaimed included)."""
-        return len(self._store)
+        """How many states are stored (expired ones not yet reclaimed included)."""
+        return self._stores[0].count + self._stores[1].count
 
     def __repr__(self) -> str:
         return f"MemoryBackend(clock={self.clock!r}, keys={len(self)})"

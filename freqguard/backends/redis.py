@@ -72,7 +72,15 @@ def function_args(call: ScriptCall) -> tuple[Any, ...]:
     record key, then ARGV (see the script header)."""
     record, fields = _record_and_fields(call)
     now = "" if call.now is None else call.now
-    return ("FCALL", FUNCTION, 1, record, now, call.cost, call.mode, call.plan.text, *fields)
+    args = ("FCALL", FUNCTION, 1, record, now, call.cost, call.mode, call.plan.text, *fields)
+    return args + _marks(call)
+
+
+def _marks(call: ScriptCall) -> tuple[bytes, ...]:
+    """A refund's marks as ARGV (see the script header): none, or one per state."""
+    if call.marks is None:
+        return ()
+    return tuple([b"" if m is None else b"%d" % m for m in call.marks])
 
 
 _CHUNK = 16  # calls per write when a batch is streamed (see Lane.stream)
@@ -93,10 +101,13 @@ def encode(call: ScriptCall) -> tuple[bytes, bytes]:
     """
     text = call.plan.text
     frame = _FRAMES.get(text)
-    if frame is None:
-        count = 8 + len(call.plan.layouts)
+    marks = _marks(call)
+    if frame is None or marks:
+        count = 8 + len(call.plan.layouts) + len(marks)
         head = b"*%d\r\n%s%s%s" % (count, _bulk(b"FCALL"), _bulk(FUNCTION.encode()), _bulk(b"1"))
-        frame = _FRAMES.setdefault(text, (head, _bulk(text.encode())))
+        frame = (head, _bulk(text.encode()))
+        if not marks:
+            _FRAMES.setdefault(text, frame)
     record, fields = _record_and_fields(call)
     key = record.encode("utf-8", "surrogatepass")
     now = b"" if call.now is None else b"%d" % call.now
@@ -111,7 +122,7 @@ def encode(call: ScriptCall) -> tuple[bytes, bytes]:
         cost,
         call.mode,
         frame[1],
-        b"".join([b"$%d\r\n%s\r\n" % (len(f), f) for f in fields]),
+        b"".join([b"$%d\r\n%s\r\n" % (len(f), f) for f in (*fields, *marks)]),
     )
     return packed, key
 

@@ -18,14 +18,22 @@
 --            (µs per token, buckets; else 0), shadow (0/1)
 --        [5...] one per state, its field in the record (a 2-byte state tag, plus the 8-byte
 --            digest of its other dimension values when it has any)
--- Reply  one string: ">BI8" allowed and now, ">I8" retry_after (µs) per rule in plan order
+--        then, REFUND only and optional: one per state, the mark the hit to give back left
+--            there (script.Reply.marks), "" where it consumed nothing; without them a refund
+--            gives back the newest units
+-- Reply  one string: ">BI8" allowed and the µs it was judged at (see Time), ">I8" retry_after
+--        (µs) per rule in plan order
 --        (0: that rule admits the hit), then per state ">I4" length and the packed state
 --        the call leaves behind (length 0: none).
--- Record each state's field holds ">I7" its expiry (µs) and the packed state. The field ""
+-- Record each state's field holds ">I7I7" its expiry and the latest time it was written at
+--        (µs), then the packed state (absent once expired). The field ""
 --        holds ">I7I4I4": the expiry the key was given, its number of state fields, and the
 --        count at which stale fields are next pruned. The key's TTL covers every field (with
 --        some slack, so most writes leave it alone; plus a grace period when time is pinned).
--- Time   the server's TIME unless pinned. All arithmetic on integers below 2^53.
+-- Time   the server's TIME unless pinned, or the latest time a state of the call was written
+--        at if that is later: time per state never goes back (a lagging clock after a
+--        failover, calls out of order). All arithmetic on integers below 2^53
+--        (freqguard/bounds.py).
 
 local run  -- built on the first call: the load context offers neither string nor struct
 
@@ -65,10 +73,12 @@ local function build()
     return pack('>I7I4', view[1], view[2] + cost)
   end
 
-  function fixed_window.refund(view, now, cost, spec)
-    local count = max(0, view[2] - cost)
-    if count == 0 then return nil end
-    return pack('>I7I4', view[1], count)
+  function fixed_window.refund(view, now, cost, spec, mark)
+    local window = spec.rules[1].window
+    if mark and mark - mark % window ~= view[1] then  -- the hit's window is over
+      return pack('>I7I4', view[1], view[2])
+    end
+    return pack('>I7I4', view[1], max(0, view[2] - cost))
   end
 
   function fixed_window.ttl(raw, now, spec)
@@ -132,36 +142,56 @@ local function build()
       return pack('>BI7', width, now) .. rep(pack(FORMATS[width], 0), added)
     end
     local base = view.base
-    if log_at(view, n) <= now and width == view.width and now - base < spec.span then
+    if width == view.width and now - base < spec.span then
       local keep = min(n, cap - added)  -- the usual case: trim the oldest, append
       return sub(view.raw, 1, 8) .. sub(view.raw, 9 + (n - keep) * width)
         .. rep(pack(view.fmt, now - base), added)
     end
-    -- a rebase, a new width, or a clock that stepped back: merge in order and re-encode
+    -- a rebase or a new width: re-encode (time never goes back, so `now` goes last)
     local merged, horizon = {}, now - spec.window
     for i = 1, n do
       local t = log_at(view, i)
-      if t > now and cost > 0 then
-        for _ = 1, cost do merged[#merged + 1] = now end
-        cost = 0
-      end
       if t > horizon then merged[#merged + 1] = t end
     end
-    for _ = 1, cost do merged[#merged + 1] = now end
+    for _ = 1, added do merged[#merged + 1] = now end
     local kept = {}
     for i = max(1, #merged - cap + 1), #merged do kept[#kept + 1] = merged[i] end
     return log_pack(width, kept)
   end
 
-  function sliding_log.refund(view, now, cost, spec)
-    local last = view.n - cost
-    if last < 1 or log_at(view, last) <= now - spec.window then return nil end
-    return sub(view.raw, 1, 8 + last * view.width)
+  local function log_upto(view, t)  -- how many entries are <= t (binary search)
+    local lo, hi = 0, view.n
+    while lo < hi do
+      local mid = floor((lo + hi + 1) / 2)
+      if log_at(view, mid) <= t then lo = mid else hi = mid - 1 end
+    end
+    return lo
+  end
+
+  function sliding_log.refund(view, now, cost, spec, mark)
+    local head = sub(view.raw, 1, 8)
+    if not mark then  -- the newest units inside the window, whoever's they are
+      local last = view.n - cost
+      if last < 1 or log_at(view, last) <= now - spec.window then return head end
+      return sub(view.raw, 1, 8 + last * view.width)
+    end
+    local hi = log_upto(view, mark)  -- the hit's own units: the entries equal to its time
+    local lo = max(log_upto(view, mark - 1), hi - cost)
+    return sub(view.raw, 1, 8 + lo * view.width) .. sub(view.raw, 9 + hi * view.width)
   end
 
   function sliding_log.ttl(raw, now, spec)
     local width, base = sunpack('>BI7', raw)
     return base + sunpack(FORMATS[width], raw, #raw - width + 1) + spec.window - now
+  end
+
+  -- How far (µs) a refund moves a bucket's arrival time back (strategies/gcra.py give_back):
+  -- with the mark (the arrival time the hit left), only the part of the hit's own span still
+  -- ahead of now; without it, the whole cost.
+  local function give_back(mark, now, cost, interval)
+    local span = cost * interval
+    if not mark then return span end
+    return max(0, mark - max(now, mark - span))
   end
 
   -- token-bucket ----------------------------------------------------------------------------
@@ -190,10 +220,15 @@ local function build()
     return pack('>I4I7', view[1] - cost, view[2])
   end
 
-  function token_bucket.refund(view, now, cost, spec)
-    local tokens = view[1] + cost
-    if tokens >= spec.rules[1].capacity then return nil end
-    return pack('>I4I7', tokens, view[2])
+  function token_bucket.refund(view, now, cost, spec, mark)
+    local rule = spec.rules[1]
+    local tokens, last = view[1] + cost, view[2]
+    if mark then  -- move the arrival time back as gcra does: whole tokens, the rest from last
+      local back = give_back(mark, now, cost, rule.interval)
+      tokens, last = view[1] + floor(back / rule.interval), view[2] - back % rule.interval
+    end
+    if tokens >= rule.capacity then return pack('>I4I7', rule.capacity, now) end
+    return pack('>I4I7', tokens, last)
   end
 
   function token_bucket.ttl(raw, now, spec)
@@ -222,10 +257,8 @@ local function build()
     return pack('>I7', tat + cost * spec.rules[1].interval)
   end
 
-  function gcra.refund(tat, now, cost, spec)
-    tat = tat - cost * spec.rules[1].interval
-    if tat > now then return pack('>I7', tat) end
-    return nil
+  function gcra.refund(tat, now, cost, spec, mark)
+    return pack('>I7', max(now, tat - give_back(mark, now, cost, spec.rules[1].interval)))
   end
 
   function gcra.ttl(raw, now, spec)
@@ -297,26 +330,39 @@ local function build()
       local t = call('TIME')
       now = t[1] * 1000000 + t[2]
     end
+    local clock = now  -- the caller's or the server's time: expiries are set on it
     local cost, mode = tonumber(argv[2]), tonumber(argv[3])
     local need = cost > 0 and cost or 1
     local specs = plan(argv[4])
     local key, states = keys[1], #specs
     local got = call('HMGET', key, '', tunpack(argv, 5, 4 + states))
+    if mode ~= RESET then  -- judged no earlier than any of its states was written
+      for i = 1, states do
+        if got[i + 1] then
+          local _, latest = sunpack('>I7I7', got[i + 1])
+          if latest > now then now = latest end
+        end
+      end
+    end
 
-    -- after[i]: the packed state to store, false to delete. A state past its expiry loads
-    -- as an empty one would (every twin's load sees that nothing in it still counts).
-    local views, after, stored_states = {}, {}, {}
+    -- after[i]: the packed state to store, false to delete. A state past its expiry is
+    -- absent; a refund keeps a state's expiry (it only shrinks what can matter).
+    local views, after, stored_states, expiries = {}, {}, {}, {}
     for i = 1, states do
       local spec, stored = specs[i], got[i + 1]
-      local raw = stored and sub(stored, 8) or nil
-      stored_states[i] = raw or ''
-      if mode == RESET then
-        after[i], raw = false, nil
-      elseif mode == REFUND then
-        raw = spec.twin.refund(spec.twin.load(raw, now, spec), now, cost, spec)
-        after[i] = raw or false
+      local raw
+      if stored and mode ~= RESET then
+        expiries[i] = sunpack('>I7', stored)
+        if expiries[i] > now then raw = sub(stored, 15) end
       end
+      stored_states[i] = raw or ''
+      if mode == RESET then after[i] = false end
       views[i] = spec.twin.load(raw, now, spec)
+      local mark = argv[4 + states + i]
+      if mode == REFUND and raw and mark ~= '' then
+        after[i] = spec.twin.refund(views[i], now, cost, spec, mark and tonumber(mark))
+        views[i] = spec.twin.load(after[i], now, spec)
+      end
     end
 
     local retries, allowed = {}, true
@@ -349,9 +395,9 @@ local function build()
       local state = after[i]
       if state then
         local spec = specs[i]
-        local expiry = now + spec.twin.ttl(state, now, spec)
+        local expiry = mode == REFUND and expiries[i] or now + spec.twin.ttl(state, now, spec)
         sets[#sets + 1] = argv[4 + i]
-        sets[#sets + 1] = pack('>I7', expiry) .. state
+        sets[#sets + 1] = pack('>I7I7', expiry, now) .. state
         if expiry > latest then latest = expiry end
         if not got[i + 1] then added = added + 1 end
       elseif state == false and got[i + 1] then
@@ -369,16 +415,16 @@ local function build()
       else
         if fields > mark then
           if #sets > 0 then call('HSET', key, tunpack(sets)) end
-          sets, fields = {}, prune(key, now)
+          sets, fields = {}, prune(key, clock)
           mark = max(PRUNE_FLOOR, 2 * fields)
         end
         local ttl_ms
         if pinned then
           key_expiry = max(key_expiry, latest)
-          ttl_ms = ceil((key_expiry + STALE_GRACE - now) / 1000) + PINNED_GRACE_MS
+          ttl_ms = ceil((key_expiry + STALE_GRACE - clock) / 1000) + PINNED_GRACE_MS
         elseif latest > key_expiry then
           key_expiry = latest + floor((latest - now) / 32)  -- slack: most writes keep the TTL
-          ttl_ms = ceil((key_expiry + STALE_GRACE - now) / 1000)
+          ttl_ms = ceil((key_expiry + STALE_GRACE - clock) / 1000)
         end
         if ttl_ms or added > 0 or #drops > 0 or not meta then
           sets[#sets + 1] = ''

@@ -5,7 +5,11 @@ A twin is the Python half of a strategy whose other half is a Lua function in
 
 * ``load(state, now, key)``: the state normalized to ``now`` (``None`` means no state);
 * ``check(view, now, need, rule)``: microseconds until a hit of ``need`` fits, 0 if it fits now;
-* ``consume(view, now, cost, key)`` and ``refund(...)``: the state to store (``None``: delete);
+* ``consume(view, now, cost, key)``: the state to store;
+* ``mark(view, now, key)``: what a refund needs to find exactly the units a consume added
+  (the time they were recorded at; a bucket's arrival time after them);
+* ``refund(view, now, cost, key, mark)``: the state with ``cost`` units given back: exactly
+  those of the hit that left ``mark``, or with ``mark`` ``None`` the newest ones;
 * ``report(view, now, rule)``: ``(remaining, reset_after_us)``;
 * ``ttl(state, now, key)``: how long, from ``now``, the stored state can still matter;
 * ``decode(raw)``: a state as the Lua twin packs it, which the client loads and reports on
@@ -51,7 +55,9 @@ class Twin(Protocol):
 
     def consume(self, view: Any, now: int, cost: int, key: KeySpec) -> Any: ...
 
-    def refund(self, view: Any, now: int, cost: int, key: KeySpec) -> Any: ...
+    def mark(self, view: Any, now: int, key: KeySpec) -> int: ...
+
+    def refund(self, view: Any, now: int, cost: int, key: KeySpec, mark: int | None) -> Any: ...
 
     def report(self, view: Any, now: int, rule: RuleParams) -> tuple[int, int]: ...
 

@@ -37,9 +37,14 @@ def consume(view: View, now: int, cost: int, key: KeySpec) -> View:
     return (view[0], view[1] + cost)
 
 
-def refund(view: View, now: int, cost: int, key: KeySpec) -> View | None:
-    count = max(0, view[1] - cost)
-    return (view[0], count) if count else None
+def mark(view: View, now: int, key: KeySpec) -> int:
+    return now
+
+
+def refund(view: View, now: int, cost: int, key: KeySpec, mark: int | None) -> View:
+    if mark is not None and mark - mark % key.rules[0].window != view[0]:
+        return view  # the hit counted in a window that is over: nothing of it is left
+    return (view[0], max(0, view[1] - cost))
 
 
 def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:

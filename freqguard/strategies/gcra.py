@@ -32,9 +32,23 @@ def consume(tat: int, now: int, cost: int, key: KeySpec) -> int:
     return tat + cost * key.rules[0].interval
 
 
-def refund(tat: int, now: int, cost: int, key: KeySpec) -> int | None:
-    tat -= cost * key.rules[0].interval
-    return tat if tat > now else None
+def mark(tat: int, now: int, key: KeySpec) -> int:
+    return tat
+
+
+def give_back(mark: int | None, now: int, cost: int, interval: int) -> int:
+    """How far (µs) a refund moves the arrival time back. With ``mark`` (the arrival time
+    the hit left behind) only the part of the hit's own span ``[mark - cost * interval,
+    mark]`` that is still ahead of ``now``: what time gave back already is not given twice,
+    and later hits keep their place. Without it, the whole cost."""
+    span = cost * interval
+    if mark is None:
+        return span
+    return max(0, mark - max(now, mark - span))
+
+
+def refund(tat: int, now: int, cost: int, key: KeySpec, mark: int | None) -> int:
+    return max(now, tat - give_back(mark, now, cost, key.rules[0].interval))
 
 
 def report(tat: int, now: int, rule: RuleParams) -> tuple[int, int]:

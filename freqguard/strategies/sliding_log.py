@@ -13,7 +13,7 @@ and a hit is denied only if admitting it would break that. A timestamp ``t`` cou
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import overload
 
@@ -76,23 +76,24 @@ def check(log: array[int], now: int, need: int, rule: RuleParams) -> int:
 
 
 def consume(log: array[int], now: int, cost: int, key: KeySpec) -> array[int]:
-    lo = bisect_right(log, now - key.window)
-    if not log or log[-1] <= now:  # the usual case: append in place
-        del log[:lo]
-        log.extend([now] * cost)
-        kept = log
-    else:  # the clock stepped back: insert in order
-        at = bisect_right(log, now)
-        kept = log[lo:at] + array("q", [now] * cost) + log[at:]
-    if len(kept) > key.cap:
-        del kept[: len(kept) - key.cap]
-    return kept
+    # time per state never goes back (see script.run), so every entry is <= now: append
+    del log[: bisect_right(log, now - key.window)]
+    log.extend([now] * cost)
+    if len(log) > key.cap:
+        del log[: len(log) - key.cap]
+    return log
 
 
-def refund(log: array[int], now: int, cost: int, key: KeySpec) -> array[int] | None:
-    lo = bisect_right(log, now - key.window)
-    kept = log[lo : max(lo, len(log) - cost)]
-    return kept or None
+def mark(log: array[int], now: int, key: KeySpec) -> int:
+    return now
+
+
+def refund(log: array[int], now: int, cost: int, key: KeySpec, mark: int | None) -> array[int]:
+    if mark is None:  # the newest units inside the window, whoever's they are
+        lo = bisect_right(log, now - key.window)
+        return log[lo : max(lo, len(log) - cost)]
+    hi = bisect_right(log, mark)  # the hit's own units: entries equal to its time
+    return log[: max(bisect_left(log, mark), hi - cost)] + log[hi:]
 
 
 def report(log: Sequence[int], now: int, rule: RuleParams) -> tuple[int, int]:

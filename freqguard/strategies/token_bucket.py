@@ -12,6 +12,7 @@ one keeps two numbers and reports tokens.
 from __future__ import annotations
 
 from freqguard.strategies.base import KeySpec, RuleParams
+from freqguard.strategies.gcra import give_back
 
 code = 3
 
@@ -48,9 +49,19 @@ def consume(view: View, now: int, cost: int, key: KeySpec) -> View:
     return (view[0] - cost, view[1])
 
 
-def refund(view: View, now: int, cost: int, key: KeySpec) -> View | None:
-    tokens = view[0] + cost
-    return None if tokens >= key.rules[0].capacity else (tokens, view[1])
+def mark(view: View, now: int, key: KeySpec) -> int:
+    rule = key.rules[0]
+    return view[1] + (rule.capacity - view[0]) * rule.interval  # as gcra's arrival time
+
+
+def refund(view: View, now: int, cost: int, key: KeySpec, mark: int | None) -> View:
+    rule = key.rules[0]
+    if mark is None:
+        tokens, last = view[0] + cost, view[1]
+    else:  # move the arrival time back as gcra does: whole tokens, the rest from `last`
+        back = give_back(mark, now, cost, rule.interval)
+        tokens, last = view[0] + back // rule.interval, view[1] - back % rule.interval
+    return (rule.capacity, now) if tokens >= rule.capacity else (tokens, last)
 
 
 def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
