@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from freqguard.rules import Rule
+from freqguard.strategies.base import Mark
 
 __all__ = ["Decision", "Receipt", "RuleState"]
 
@@ -34,7 +35,7 @@ class RuleState:
 
 
 Raw = tuple[tuple[Rule, int, int, int], ...]
-Marks = tuple[tuple[int | None, ...], ...]
+Marks = tuple[tuple[Mark | None, ...], ...]
 
 
 class Receipt:

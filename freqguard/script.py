@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, Protocol
 
 from freqguard.keys import KeyLayout
 from freqguard.strategies import KeySpec
+from freqguard.strategies.base import Mark
 
 __all__ = [
     "CHECK",
@@ -96,13 +97,13 @@ class Reply:
             report = self._report = _report(self._plan, self.views(), self.now)
         return report
 
-    def marks(self, cost: int, mode: int) -> tuple[int | None, ...]:
+    def marks(self, cost: int, mode: int) -> tuple[Mark | None, ...]:
         """Per state, what a refund needs to take back exactly what this call consumed
         (``None``: it consumed nothing there); see ``Twin.mark``."""
         specs = self._plan.keys
         if mode != HIT or cost == 0 or not self.allowed:
             return (None,) * len(specs)
-        marks: list[int | None] = []
+        marks: list[Mark | None] = []
         first, retries, now = 0, self.retries, self.now
         for view, spec in zip(self.views(), specs):  # noqa: B905
             # a shadow rule's own state consumes only when that rule admits
@@ -129,7 +130,7 @@ def run(
     now: int,
     cost: int,
     mode: int,
-    marks: Sequence[int | None] | None = None,
+    marks: Sequence[Mark | None] | None = None,
 ) -> Reply:
     """Execute the policy script against ``store``; see the module docstring.
 

@@ -14,18 +14,19 @@ class RefRule:
         self.capacity = rule.capacity
         self.window = rule.rate.window_us
         self.interval = math.ceil(self.window / rule.limit)
-        self.admitted: list[int] = []  # one timestamp per admitted cost unit, never trimmed
+        # (timestamp, cost) of every admitted hit, never trimmed
+        self.admitted: list[tuple[int, int]] = []
         self.tokens = Fraction(self.capacity)
         self.last: int | None = None
 
     # -- sliding log ---------------------------------------------------------------------
     def _count(self, now: int) -> int:
-        return sum(1 for t in self.admitted if t > now - self.window)
+        return sum(n for t, n in self.admitted if t > now - self.window)
 
     # -- fixed window --------------------------------------------------------------------
     def _fixed_count(self, now: int) -> int:
         start = now - now % self.window
-        return sum(1 for t in self.admitted if start <= t < start + self.window)
+        return sum(n for t, n in self.admitted if start <= t < start + self.window)
 
     # -- buckets -------------------------------------------------------------------------
     def _level(self, now: int) -> Fraction:
@@ -39,7 +40,9 @@ class RefRule:
         if s is Strategy.SLIDING_LOG:
             if self._count(now) + need <= self.capacity:
                 return 0
-            candidates = sorted(t + self.window for t in self.admitted if t + self.window > now)
+            candidates = sorted(
+                {t + self.window for t, _ in self.admitted if t + self.window > now}
+            )
             for when in candidates:
                 if self._count(when) + need <= self.capacity:
                     return when - now
@@ -56,20 +59,19 @@ class RefRule:
         return int(wait)
 
     def consume(self, now: int, cost: int) -> None:
-        if self.rule.strategy in (Strategy.SLIDING_LOG, Strategy.FIXED_WINDOW):
-            self.admitted += [now] * cost
-        else:
+        if self.rule.strategy.uses_burst:
             self.tokens = self._level(now) - cost
             self.last = now
-            self.admitted += [now] * cost
+        self.admitted.append((now, cost))
 
     def report(self, now: int) -> tuple[int, int]:
         s = self.rule.strategy
         if s is Strategy.SLIDING_LOG:
-            inside = [t for t in self.admitted if t > now - self.window]
+            inside = [(t, n) for t, n in self.admitted if t > now - self.window]
             if not inside:
                 return self.capacity, 0
-            return max(0, self.capacity - len(inside)), max(inside) + self.window - now
+            count = sum(n for _, n in inside)
+            return max(0, self.capacity - count), max(t for t, _ in inside) + self.window - now
         if s is Strategy.FIXED_WINDOW:
             count = self._fixed_count(now)
             if not count:

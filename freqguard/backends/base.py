@@ -13,6 +13,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 from freqguard.clock import Clock
 from freqguard.script import Reply, SlotPlan
+from freqguard.strategies.base import Mark
 
 __all__ = ["AsyncBackend", "Reply", "ScriptCall", "SyncBackend"]
 
@@ -32,7 +33,7 @@ class ScriptCall(NamedTuple):
     mode: int
     # REFUND only: per state, what the hit to give back left there (Reply.marks); None
     # for a state it did not consume. No marks at all: give back the newest units.
-    marks: tuple[int | None, ...] | None = None
+    marks: tuple[Mark | None, ...] | None = None
 
     def keys(self) -> tuple[str, ...]:
         """The key of each state, in plan order (see :mod:`freqguard.keys`)."""

@@ -45,6 +45,7 @@ from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable
 from freqguard.script import unpack
+from freqguard.strategies.base import Mark
 
 __all__ = ["FUNCTION", "LIBRARY", "AsyncRedisBackend", "RedisBackend"]
 
@@ -80,7 +81,15 @@ def _marks(call: ScriptCall) -> tuple[bytes, ...]:
     """A refund's marks as ARGV (see the script header): none, or one per state."""
     if call.marks is None:
         return ()
-    return tuple([b"" if m is None else b"%d" % m for m in call.marks])
+    return tuple([_mark(m) for m in call.marks])
+
+
+def _mark(mark: Mark | None) -> bytes:
+    if mark is None:
+        return b""
+    if isinstance(mark, tuple):  # a bucket's: tat, back, born
+        return b":".join([b"%d" % v for v in mark])
+    return b"%d" % mark
 
 
 _CHUNK = 16  # calls per write when a batch is streamed (see Lane.stream)

@@ -19,8 +19,8 @@
 --        [5...] one per state, its field in the record (a 2-byte state tag, plus the 8-byte
 --            digest of its other dimension values when it has any)
 --        then, REFUND only and optional: one per state, the mark the hit to give back left
---            there (script.Reply.marks), "" where it consumed nothing; without them a refund
---            gives back the newest units
+--            there (script.Reply.marks: its time; "tat:back:born" for buckets), "" where it
+--            consumed nothing; without them a refund gives back the newest units
 -- Reply  one string: ">BI8" allowed and the µs it was judged at (see Time), ">I8" retry_after
 --        (µs) per rule in plan order
 --        (0: that rule admits the hit), then per state ">I4" length and the packed state
@@ -75,6 +75,7 @@ local function build()
 
   function fixed_window.refund(view, now, cost, spec, mark)
     local window = spec.rules[1].window
+    mark = mark and tonumber(mark)
     if mark and mark - mark % window ~= view[1] then  -- the hit's window is over
       return pack('>I7I4', view[1], view[2])
     end
@@ -169,6 +170,7 @@ local function build()
   end
 
   function sliding_log.refund(view, now, cost, spec, mark)
+    mark = mark and tonumber(mark)
     local head = sub(view.raw, 1, 8)
     if not mark then  -- the newest units inside the window, whoever's they are
       local last = view.n - cost
@@ -186,29 +188,33 @@ local function build()
   end
 
   -- How far (µs) a refund moves a bucket's arrival time back (strategies/gcra.py give_back):
-  -- with the mark (the arrival time the hit left), only the part of the hit's own span still
-  -- ahead of now; without it, the whole cost.
-  local function give_back(mark, now, cost, interval)
+  -- with a mark "tat:back:born" (what the hit left), the part of the hit's own span still
+  -- ahead of now, the span taken to have moved back by all that was given back since; none
+  -- if the state was born after the hit; without a mark, the whole cost.
+  local function give_back(view, now, cost, interval, mark)
     local span = cost * interval
     if not mark then return span end
-    return max(0, mark - max(now, mark - span))
+    local tat, back, born = string.match(mark, '^(%d+):(%d+):(%d+)$')
+    if tonumber(born) ~= view[3] then return 0 end
+    local finish = tonumber(tat) - (view[2] - tonumber(back))
+    return max(0, finish - max(now, finish - span))
   end
 
   -- token-bucket ----------------------------------------------------------------------------
-  -- state: (tokens, last), packed ">I4I7"
+  -- state: (tokens, last, back, born), packed ">I4I7I7I7"; back and born as gcra's
   local token_bucket = {}
 
   function token_bucket.load(raw, now, spec)
     local rule = spec.rules[1]
-    if not raw then return {rule.capacity, now} end
-    local tokens, last = sunpack('>I4I7', raw)
+    if not raw then return {rule.capacity, now, 0, now} end
+    local tokens, last, back, born = sunpack('>I4I7I7I7', raw)
     if now > last then
       local earned = floor((now - last) / rule.interval)
       tokens = tokens + earned
       last = last + earned * rule.interval
     end
-    if tokens >= rule.capacity then return {rule.capacity, now} end
-    return {tokens, last}
+    if tokens >= rule.capacity then return {rule.capacity, now, back, born} end
+    return {tokens, last, back, born}
   end
 
   function token_bucket.check(view, now, need, rule)
@@ -217,18 +223,18 @@ local function build()
   end
 
   function token_bucket.consume(view, now, cost, spec)
-    return pack('>I4I7', view[1] - cost, view[2])
+    return pack('>I4I7I7I7', view[1] - cost, view[2], view[3], view[4])
   end
 
   function token_bucket.refund(view, now, cost, spec, mark)
     local rule = spec.rules[1]
-    local tokens, last = view[1] + cost, view[2]
-    if mark then  -- move the arrival time back as gcra does: whole tokens, the rest from last
-      local back = give_back(mark, now, cost, rule.interval)
-      tokens, last = view[1] + floor(back / rule.interval), view[2] - back % rule.interval
+    local tat = view[2] + (rule.capacity - view[1]) * rule.interval  -- as gcra's
+    local moved = give_back({tat, view[3], view[4]}, now, cost, rule.interval, mark)
+    local tokens = view[1] + floor(moved / rule.interval)
+    if tokens >= rule.capacity then
+      return pack('>I4I7I7I7', rule.capacity, now, view[3] + tat - now, view[4])
     end
-    if tokens >= rule.capacity then return pack('>I4I7', rule.capacity, now) end
-    return pack('>I4I7', tokens, last)
+    return pack('>I4I7I7I7', tokens, view[2] - moved % rule.interval, view[3] + moved, view[4])
   end
 
   function token_bucket.ttl(raw, now, spec)
@@ -238,27 +244,29 @@ local function build()
   end
 
   -- gcra ------------------------------------------------------------------------------------
-  -- state: the theoretical arrival time, packed ">I7"
+  -- state: the theoretical arrival time, what refunds moved it back since the state was born,
+  -- and when that was: packed ">I7I7I7" (tat, back, born)
   local gcra = {}
 
   function gcra.load(raw, now, spec)
-    local tat = raw and sunpack('>I7', raw)
-    if not tat or tat < now then return now end
-    return tat
+    if not raw then return {now, 0, now} end
+    local tat, back, born = sunpack('>I7I7I7', raw)
+    return {max(tat, now), back, born}
   end
 
-  function gcra.check(tat, now, need, rule)
-    local over = tat + need * rule.interval - now - rule.capacity * rule.interval
+  function gcra.check(view, now, need, rule)
+    local over = view[1] + need * rule.interval - now - rule.capacity * rule.interval
     if over > 0 then return over end
     return 0
   end
 
-  function gcra.consume(tat, now, cost, spec)
-    return pack('>I7', tat + cost * spec.rules[1].interval)
+  function gcra.consume(view, now, cost, spec)
+    return pack('>I7I7I7', view[1] + cost * spec.rules[1].interval, view[2], view[3])
   end
 
-  function gcra.refund(tat, now, cost, spec, mark)
-    return pack('>I7', max(now, tat - give_back(mark, now, cost, spec.rules[1].interval)))
+  function gcra.refund(view, now, cost, spec, mark)
+    local tat = max(now, view[1] - give_back(view, now, cost, spec.rules[1].interval, mark))
+    return pack('>I7I7I7', tat, view[2] + view[1] - tat, view[3])
   end
 
   function gcra.ttl(raw, now, spec)
@@ -360,7 +368,7 @@ local function build()
       views[i] = spec.twin.load(raw, now, spec)
       local mark = argv[4 + states + i]
       if mode == REFUND and raw and mark ~= '' then
-        after[i] = spec.twin.refund(views[i], now, cost, spec, mark and tonumber(mark))
+        after[i] = spec.twin.refund(views[i], now, cost, spec, mark)
         views[i] = spec.twin.load(after[i], now, spec)
       end
     end

@@ -23,7 +23,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["KeySpec", "RuleParams", "Twin"]
+__all__ = ["KeySpec", "Mark", "RuleParams", "Twin"]
+
+#: What a consume left in a state for its refund (``Twin.mark``): a time, or for buckets
+#: ``(tat, back, born)``.
+Mark = int | tuple[int, int, int]
 
 
 class RuleParams(NamedTuple):
@@ -55,9 +59,9 @@ class Twin(Protocol):
 
     def consume(self, view: Any, now: int, cost: int, key: KeySpec) -> Any: ...
 
-    def mark(self, view: Any, now: int, key: KeySpec) -> int: ...
+    def mark(self, view: Any, now: int, key: KeySpec) -> Mark: ...
 
-    def refund(self, view: Any, now: int, cost: int, key: KeySpec, mark: int | None) -> Any: ...
+    def refund(self, view: Any, now: int, cost: int, key: KeySpec, mark: Any) -> Any: ...
 
     def report(self, view: Any, now: int, rule: RuleParams) -> tuple[int, int]: ...
 

@@ -1,6 +1,8 @@
 """gcra: the generic cell rate algorithm, as redis-cell computes it.
 
-State: the theoretical arrival time ``tat`` (µs). Emission interval ``interval =
+State: the theoretical arrival time ``tat`` (µs), plus two numbers only refunds read: ``back``,
+the µs refunds have moved ``tat`` back since the state was born, and ``born``, when that was
+(see :func:`give_back`). Emission interval ``interval =
 ceil(window / limit)``; capacity ``burst`` (default ``limit``; redis-cell's ``max_burst + 1``).
 A hit of ``cost`` is allowed when ``max(tat, now) + cost * interval - now <= burst * interval``.
 
@@ -14,50 +16,70 @@ from freqguard.strategies.base import KeySpec, RuleParams
 code = 4
 
 
-def decode(raw: bytes) -> int:
-    """The state as the Lua twin packs it (``>I7``)."""
-    return int.from_bytes(raw, "big")
+View = tuple[int, int, int]  # (tat, back, born)
 
 
-def load(state: int | None, now: int, key: KeySpec) -> int:
-    return now if state is None or state < now else state
+def decode(raw: bytes) -> View:
+    """The state as the Lua twin packs it (``>I7I7I7``)."""
+    return (
+        int.from_bytes(raw[:7], "big"),
+        int.from_bytes(raw[7:14], "big"),
+        int.from_bytes(raw[14:21], "big"),
+    )
 
 
-def check(tat: int, now: int, need: int, rule: RuleParams) -> int:
-    over = tat + need * rule.interval - now - rule.capacity * rule.interval
+def load(state: View | None, now: int, key: KeySpec) -> View:
+    if state is None:
+        return (now, 0, now)
+    return state if state[0] >= now else (now, state[1], state[2])
+
+
+def check(view: View, now: int, need: int, rule: RuleParams) -> int:
+    over = view[0] + need * rule.interval - now - rule.capacity * rule.interval
     return over if over > 0 else 0
 
 
-def consume(tat: int, now: int, cost: int, key: KeySpec) -> int:
-    return tat + cost * key.rules[0].interval
+def consume(view: View, now: int, cost: int, key: KeySpec) -> View:
+    return (view[0] + cost * key.rules[0].interval, view[1], view[2])
 
 
-def mark(tat: int, now: int, key: KeySpec) -> int:
-    return tat
+def mark(view: View, now: int, key: KeySpec) -> tuple[int, int, int]:
+    return view  # the arrival time after the hit, what had been given back, the state's birth
 
 
-def give_back(mark: int | None, now: int, cost: int, interval: int) -> int:
-    """How far (µs) a refund moves the arrival time back. With ``mark`` (the arrival time
-    the hit left behind) only the part of the hit's own span ``[mark - cost * interval,
-    mark]`` that is still ahead of ``now``: what time gave back already is not given twice,
-    and later hits keep their place. Without it, the whole cost."""
+def give_back(view: View, now: int, cost: int, interval: int, mark: View | None) -> int:
+    """How far (µs) a refund moves a bucket's arrival time back.
+
+    A hit's units span ``[tat - cost * interval, tat]`` of the arrival time it left (its
+    mark). Refunds of earlier hits since have moved that span back by at most what was given
+    back since (``back`` counts it): the span is taken to have moved that far, never less,
+    so the part still ahead of ``now``, which is what goes back, is never overstated: what
+    time already returned is not given twice, and later hits keep their place. A state born
+    after the hit is not the one it consumed: nothing goes back. Without a mark, the whole
+    cost goes back.
+    """
     span = cost * interval
     if mark is None:
         return span
-    return max(0, mark - max(now, mark - span))
+    tat, back, born = mark
+    if born != view[2]:
+        return 0
+    end = tat - (view[1] - back)
+    return max(0, end - max(now, end - span))
 
 
-def refund(tat: int, now: int, cost: int, key: KeySpec, mark: int | None) -> int:
-    return max(now, tat - give_back(mark, now, cost, key.rules[0].interval))
+def refund(view: View, now: int, cost: int, key: KeySpec, mark: View | None) -> View:
+    tat = max(now, view[0] - give_back(view, now, cost, key.rules[0].interval, mark))
+    return (tat, view[1] + view[0] - tat, view[2])
 
 
-def report(tat: int, now: int, rule: RuleParams) -> tuple[int, int]:
-    ahead = tat - now
+def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
+    ahead = view[0] - now
     return max(0, (rule.capacity * rule.interval - ahead) // rule.interval), ahead
 
 
-def ttl(tat: int, now: int, key: KeySpec) -> int:
-    return tat - now
+def ttl(view: View, now: int, key: KeySpec) -> int:
+    return view[0] - now
 
 
 def max_ttl(rules: tuple[RuleParams, ...]) -> int:

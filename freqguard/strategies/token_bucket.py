@@ -1,7 +1,8 @@
 """token-bucket: ``burst`` tokens, one more every ``interval = ceil(window / limit)`` µs.
 
-State: ``(tokens, last)``: whole tokens, and the instant the last whole token was credited
-(partial progress towards the next token is kept). A full bucket stops accruing.
+State: ``(tokens, last, back, born)``: whole tokens, and the instant the last whole token was
+credited (partial progress towards the next token is kept); a full bucket stops accruing.
+``back`` and ``born`` are gcra's, for exact refunds (see ``gcra.give_back``).
 
 Guarantee: at most ``burst + n`` cost units in any interval holding ``n`` intervals; in the
 long run ``limit`` per ``window`` (the interval is rounded up to a whole microsecond, so never
@@ -16,56 +17,68 @@ from freqguard.strategies.gcra import give_back
 
 code = 3
 
-View = tuple[int, int]
+View = tuple[int, int, int, int]  # (tokens, last, back, born)
 
 
 def decode(raw: bytes) -> View:
-    """The state as the Lua twin packs it (``>I4I7``)."""
-    return int.from_bytes(raw[:4], "big"), int.from_bytes(raw[4:11], "big")
+    """The state as the Lua twin packs it (``>I4I7I7I7``)."""
+    return (
+        int.from_bytes(raw[:4], "big"),
+        int.from_bytes(raw[4:11], "big"),
+        int.from_bytes(raw[11:18], "big"),
+        int.from_bytes(raw[18:25], "big"),
+    )
 
 
 def load(state: View | None, now: int, key: KeySpec) -> View:
     rule = key.rules[0]
     if state is None:
-        return (rule.capacity, now)
-    tokens, last = state
+        return (rule.capacity, now, 0, now)
+    tokens, last, back, born = state
     if now > last:
         earned = (now - last) // rule.interval
         tokens += earned
         last += earned * rule.interval
     if tokens >= rule.capacity:
-        return (rule.capacity, now)
-    return (tokens, last)
+        return (rule.capacity, now, back, born)
+    return (tokens, last, back, born)
 
 
 def check(view: View, now: int, need: int, rule: RuleParams) -> int:
-    tokens, last = view
+    tokens, last = view[0], view[1]
     if tokens >= need:
         return 0
     return (need - tokens) * rule.interval - (now - last)
 
 
 def consume(view: View, now: int, cost: int, key: KeySpec) -> View:
-    return (view[0] - cost, view[1])
+    return (view[0] - cost, view[1], view[2], view[3])
 
 
-def mark(view: View, now: int, key: KeySpec) -> int:
+def _tat(view: View, rule: RuleParams) -> int:
+    """The bucket as gcra's arrival time: when it is full again."""
+    return view[1] + (rule.capacity - view[0]) * rule.interval
+
+
+def mark(view: View, now: int, key: KeySpec) -> tuple[int, int, int]:
+    return (_tat(view, key.rules[0]), view[2], view[3])
+
+
+def refund(
+    view: View, now: int, cost: int, key: KeySpec, mark: tuple[int, int, int] | None
+) -> View:
     rule = key.rules[0]
-    return view[1] + (rule.capacity - view[0]) * rule.interval  # as gcra's arrival time
-
-
-def refund(view: View, now: int, cost: int, key: KeySpec, mark: int | None) -> View:
-    rule = key.rules[0]
-    if mark is None:
-        tokens, last = view[0] + cost, view[1]
-    else:  # move the arrival time back as gcra does: whole tokens, the rest from `last`
-        back = give_back(mark, now, cost, rule.interval)
-        tokens, last = view[0] + back // rule.interval, view[1] - back % rule.interval
-    return (rule.capacity, now) if tokens >= rule.capacity else (tokens, last)
+    tat = _tat(view, rule)
+    # move the arrival time back as gcra does: whole tokens, the rest from `last`
+    moved = give_back((tat, view[2], view[3]), now, cost, rule.interval, mark)
+    tokens, last = view[0] + moved // rule.interval, view[1] - moved % rule.interval
+    if tokens >= rule.capacity:  # full: the arrival time is now, so it moved by tat - now
+        return (rule.capacity, now, view[2] + tat - now, view[3])
+    return (tokens, last, view[2] + moved, view[3])
 
 
 def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
-    tokens, last = view
+    tokens, last = view[0], view[1]
     if tokens >= rule.capacity:
         return rule.capacity, 0
     return tokens, (rule.capacity - tokens) * rule.interval - (now - last)

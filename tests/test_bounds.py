@@ -1,0 +1,148 @@
+"""Values at the limits of every encoding: refused at construction when an encoding cannot
+hold them exactly, and decided alike by memory, Redis and Redis Cluster (and as the
+reference model says) right up to the bounds (freqguard/bounds.py)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from freqguard import ConfigError, Guard, ManualClock, MemoryBackend, Policy, Rate, Rule, Strategy
+from freqguard.backends.redis import RedisBackend
+from freqguard.bounds import (
+    MAX_BURST,
+    MAX_LIMIT,
+    MAX_LOG_LIMIT,
+    MAX_SPAN_US,
+    MAX_TIME_US,
+    MAX_WINDOW_US,
+)
+from tests.conftest import flush
+from tests.reference import RefPolicy
+from tests.servers import RedisServer
+
+
+@pytest.mark.parametrize(
+    ("rate", "strategy", "burst"),
+    [
+        ("1 per 3660 days", "gcra", 1000),  # admitted 2000 on Redis, 1000 in memory
+        ("1/hour", "gcra", 20_000_000),  # a second full burst, and a TTL of ~1 ms
+        ("1/day", "gcra", 100_000),  # denied the first full hit on Redis
+        ("1/second", "token-bucket", 1_000_000_000),  # failed after HSET: state half-written
+    ],
+)
+def test_buckets_whose_refill_leaves_the_integer_range_are_refused(
+    rate: str, strategy: str, burst: int
+) -> None:
+    with pytest.raises(ConfigError, match=f"more than the bound of {MAX_SPAN_US} µs"):
+        Rule(rate, by="u", strategy=strategy, burst=burst)
+
+
+def test_a_bucket_right_at_the_bound_is_accepted() -> None:
+    interval = 86_400_000_000  # one per day
+    Rule("1/day", strategy="gcra", burst=MAX_SPAN_US // interval)
+    with pytest.raises(ConfigError):
+        Rule("1/day", strategy="gcra", burst=MAX_SPAN_US // interval + 1)
+
+
+def test_a_sliding_log_above_its_ceiling_is_refused_naming_what_to_use() -> None:
+    Rule(f"{MAX_LOG_LIMIT}/day")
+    with pytest.raises(ConfigError, match="strategy='gcra'") as raised:
+        Rule(f"{MAX_LOG_LIMIT + 1}/day")
+    assert str(MAX_LOG_LIMIT) in str(raised.value)
+    Rule("1000000000/day", strategy="fixed-window")  # a counter has no such ceiling
+
+
+@pytest.mark.parametrize("seconds", [1e11, -1.0, (MAX_TIME_US + 1) / 1e6])
+def test_a_pinned_time_outside_the_bounds_is_refused(seconds: float) -> None:
+    """A pinned clock at 1e11 s over-admitted: its µs leave 2^53 once a window is added."""
+    clock = ManualClock(0)
+    guard = Guard(MemoryBackend(), [Policy("p", Rule("1/second", by="u"))], clock=clock)
+    clock._us = round(seconds * 1e6)
+    with pytest.raises(ConfigError, match="time must be from 0 to"):
+        guard.hit("p", u="x")
+
+
+def test_the_backends_own_clock_is_held_to_the_bounds_too() -> None:
+    backend = MemoryBackend(ManualClock(1e11))
+    guard = Guard(backend, [Policy("p", Rule("1/second", by="u"))])
+    with pytest.raises(ConfigError, match="time must be from 0 to"):
+        guard.hit("p", u="x")
+
+
+# -- decisions at the bounds, on every backend -------------------------------------------
+
+
+@st.composite
+def edge_rule(draw: st.DrawFn) -> Rule:
+    strategy = draw(st.sampled_from(list(Strategy)))
+    window = draw(st.sampled_from([1, 2, 999_999, MAX_WINDOW_US - 1, MAX_WINDOW_US]))
+    if strategy is Strategy.SLIDING_LOG:
+        limit = draw(st.sampled_from([1, 2, MAX_LOG_LIMIT - 1, MAX_LOG_LIMIT]))
+    else:
+        limit = draw(st.sampled_from([1, 2, MAX_LIMIT - 1, MAX_LIMIT]))
+    burst = None
+    if strategy.uses_burst:
+        interval = -(-window // limit)
+        most = min(MAX_BURST, MAX_SPAN_US // interval)
+        if most < 1:
+            return Rule(Rate(1, timedelta(microseconds=window)), ("u",), strategy)
+        burst = draw(st.sampled_from(sorted({1, max(1, most - 1), most})))
+    rate = Rate(limit, timedelta(microseconds=window))
+    return Rule(rate, ("u",), strategy, burst=burst)
+
+
+def _decisions(
+    guard: Guard, clock: ManualClock, ops: list[tuple[int, int]], ref: RefPolicy
+) -> list[object]:
+    largest = min(r.capacity for r in guard.policies["p"].rules)
+    out: list[object] = []
+    for advance, fraction in ops:
+        clock.set(min(MAX_TIME_US, clock.now_us() + advance) / 1_000_000)
+        cost = [0, 1, largest, max(1, largest - 1)][fraction]
+        decision = guard.hit("p", cost, u="x")
+        now = clock.now_us()
+        allowed, expected = ref.hit(now, cost)
+        got = [
+            (s.remaining, round(s.reset_after * 1e6), round(s.retry_after * 1e6))
+            for s in decision.rules
+        ]
+        assert (decision.allowed, got) == (allowed, expected), (now, cost)
+        out.append(decision)
+    return out
+
+
+@settings(max_examples=60)
+@given(
+    rule=edge_rule(),
+    start=st.sampled_from([0, 1_700_000_000_000_000, MAX_TIME_US - MAX_SPAN_US, MAX_TIME_US]),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from([0, 1, 500_000, MAX_WINDOW_US // 2, MAX_WINDOW_US]),
+            st.integers(0, 3),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+)
+def test_every_backend_decides_as_the_reference_up_to_the_bounds(
+    redis_backend: RedisBackend,
+    cluster_backend: RedisBackend,
+    redis_server: RedisServer,
+    redis_cluster: list[RedisServer],
+    rule: Rule,
+    start: int,
+    ops: list[tuple[int, int]],
+) -> None:
+    flush([redis_server, *redis_cluster])
+    policy = Policy("p", rule)
+    results = []
+    for backend in (MemoryBackend(), redis_backend, cluster_backend):
+        clock = ManualClock(start / 1_000_000)
+        guard = Guard(backend, [policy], clock=clock)
+        results.append(_decisions(guard, clock, ops, RefPolicy(policy.rules)))
+    assert results[1] == results[0]
+    assert results[2] == results[0]
