@@ -149,7 +149,8 @@ class Limit:
         path: a route pattern: ``/api/sms``, ``/users/{user_id}``, ``/static/{rest:path}``.
         rule: a rate string (several with ``;``), a Rule, a list of them, or a Policy.
         key: a key function (default :func:`client_ip` with no trusted proxies).
-        methods: HTTP methods (default: all).
+        methods: HTTP methods (default: all). HEAD is a GET without the body, so a limit on
+            GET also takes HEAD, on the same counter.
         cost: how much one request costs.
         name: the policy's name (default derived from the method and path).
     """
@@ -168,6 +169,10 @@ class Limit:
             raise ConfigError(f"a route pattern starts with '/', got {path!r}")
         self.path = path
         self.methods = frozenset(m.upper() for m in methods) if methods else None
+        # the servers answer HEAD by running the GET handler: it must not be a free GET
+        self._matched = (
+            self.methods | {"HEAD"} if self.methods and "GET" in self.methods else self.methods
+        )
         self.key: KeyFunc = key or client_ip()
         self.cost = cost
         parts, last = [], 0
@@ -185,7 +190,7 @@ class Limit:
         self.policy: Policy | None = rule if isinstance(rule, Policy) else None
 
     def match(self, method: str, path: str) -> dict[str, str] | None:
-        if self.methods is not None and method.upper() not in self.methods:
+        if self._matched is not None and method.upper() not in self._matched:
             return None
         found = self._regex.match(path)
         return found.groupdict() if found else None
