@@ -14,13 +14,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from freqguard.decision import Decision
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, FreqGuardError
 from freqguard.headers import whole_seconds
 from freqguard.policy import Policy
 from freqguard.rates import parse_rates
 from freqguard.rules import Rule, check_name
 
 __all__ = [
+    "BadRequest",
     "Limit",
     "RequestInfo",
     "client_ip",
@@ -33,34 +34,62 @@ __all__ = [
 class RequestInfo:
     """The parts of a request that key functions and route matching need.
 
-    ``headers`` (lower-case names, repeated headers joined with ", ") is decoded on first
-    use: most keys never read it.
+    ``headers`` (lower-case names, the lines of a repeated header joined with ", ") and
+    :meth:`header_lines` are decoded on first use: most keys never read them.
     """
 
-    __slots__ = ("_headers", "_read_headers", "client", "method", "path", "path_params", "raw")
+    __slots__ = (
+        "_joined",
+        "_lines",
+        "_read_headers",
+        "client",
+        "method",
+        "path",
+        "path_params",
+        "raw",
+    )
 
     def __init__(
         self,
         method: str,
         path: str,
-        read_headers: Callable[[], dict[str, str]],
+        read_headers: Callable[[], dict[str, list[str]]],
         client: str | None,
         path_params: Mapping[str, str] | None = None,
         raw: Any = None,
     ) -> None:
         self.method = method
         self.path = path
-        self._read_headers = read_headers
-        self._headers: dict[str, str] | None = None
+        self._read_headers = read_headers  # lower-case name -> its lines, in order
+        self._lines: dict[str, list[str]] | None = None
+        self._joined: dict[str, str] | None = None
         self.client = client  # the peer address
         self.path_params: Mapping[str, str] = path_params or {}
         self.raw = raw  # the ASGI scope or the WSGI environ
 
+    def header_lines(self, name: str) -> list[str]:
+        """The lines of header ``name`` (lower case), in the order received.
+
+        A WSGI server has already joined repeated lines into one, with commas.
+        """
+        if self._lines is None:
+            self._lines = self._read_headers()
+        return self._lines.get(name, [])
+
     @property
     def headers(self) -> Mapping[str, str]:
-        if self._headers is None:
-            self._headers = self._read_headers()
-        return self._headers
+        if self._joined is None:
+            if self._lines is None:
+                self._lines = self._read_headers()
+            self._joined = {name: ", ".join(lines) for name, lines in self._lines.items()}
+        return self._joined
+
+
+class BadRequest(FreqGuardError):
+    """A key function cannot key this request without letting its sender pick the key.
+
+    The integrations answer 400 with an RFC 9457 problem body giving the message.
+    """
 
 
 KeyFunc = Callable[[RequestInfo], object]
@@ -113,12 +142,23 @@ def client_ip(trusted_proxies: Iterable[str] = ()) -> KeyFunc:
 
 
 def header(name: str) -> KeyFunc:
-    """The value of one request header (empty when absent), as dimension ``name``."""
+    """The value of one request header (empty when absent), as dimension ``name``.
+
+    A request carrying the header on several lines raises :class:`BadRequest` (answered
+    400): frameworks disagree on which line the application reads (Starlette the first,
+    a raw ASGI app often the last), and a key on any one of them, or on all joined, lets a
+    client keep the value the application uses and rotate the key with another line. Under
+    WSGI the server has already joined the lines into one value with commas; that value is
+    all a WSGI application can read, and it is the key.
+    """
     lower = name.lower()
     dimension = re.sub(r"\W", "_", lower)
 
     def key(request: RequestInfo) -> dict[str, object]:
-        return {dimension: request.headers.get(lower, "")}
+        lines = request.header_lines(lower)
+        if len(lines) > 1:
+            raise BadRequest(f"header {name!r} was sent {len(lines)} times; send it once")
+        return {dimension: lines[0] if lines else ""}
 
     return key
 
@@ -224,14 +264,21 @@ def find(
 def problem_body(decision: Decision, instance: str) -> bytes:
     """An RFC 9457 problem document for a denied request."""
     wait = whole_seconds(decision.retry_after)
-    return json.dumps(
-        {
-            "type": "about:blank",
-            "title": "Too Many Requests",
-            "status": 429,
-            "detail": f"Rate limit exceeded; retry after {wait} seconds.",
-            "instance": instance,
-            "violated_policies": [rule.id for rule in decision.denied_by],
-            "policy": decision.policy,
-        }
-    ).encode()
+    return _problem(
+        429,
+        "Too Many Requests",
+        f"Rate limit exceeded; retry after {wait} seconds.",
+        instance,
+        violated_policies=[rule.id for rule in decision.denied_by],
+        policy=decision.policy,
+    )
+
+
+def bad_request_body(error: BadRequest, instance: str) -> bytes:
+    """An RFC 9457 problem document for a request that cannot be keyed."""
+    return _problem(400, "Bad Request", str(error), instance)
+
+
+def _problem(status: int, title: str, detail: str, instance: str, **extra: object) -> bytes:
+    document = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+    return json.dumps({**document, "instance": instance, **extra}).encode()

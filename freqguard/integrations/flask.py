@@ -25,9 +25,11 @@ from freqguard.errors import CapExceeded
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
 from freqguard.integrations._http import (
+    BadRequest,
     KeyFunc,
     Limit,
     RequestInfo,
+    bad_request_body,
     client_ip,
     context_of,
     header,
@@ -35,7 +37,7 @@ from freqguard.integrations._http import (
 )
 from freqguard.integrations.wsgi import request_info
 
-__all__ = ["FreqGuard", "client_ip", "header", "remote_address"]
+__all__ = ["BadRequest", "FreqGuard", "client_ip", "header", "remote_address"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -89,6 +91,7 @@ class FreqGuard:
         app.before_request(self._before)
         app.after_request(self._after)
         app.register_error_handler(CapExceeded, self._denied)
+        app.register_error_handler(BadRequest, self._bad_request)
 
     @staticmethod
     def _state() -> _State:
@@ -129,6 +132,11 @@ class FreqGuard:
         )
         response.headers.update(error.decision.headers(state.profile))
         return response
+
+    @staticmethod
+    def _bad_request(error: BadRequest) -> Response:
+        body = bad_request_body(error, request.path)
+        return Response(body, 400, mimetype="application/problem+json")
 
     def capped(
         self, rule: str, *, key: KeyFunc | None = None, cost: int = 1, name: str | None = None
