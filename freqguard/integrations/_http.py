@@ -7,138 +7,32 @@ the raw ASGI scope or WSGI environ) and return a mapping of dimension to value, 
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from freqguard.decision import Decision
-from freqguard.errors import ConfigError, FreqGuardError
+from freqguard.errors import ConfigError
 from freqguard.headers import whole_seconds
+from freqguard.integrations._client_ip import client_ip
+from freqguard.integrations._request import BadRequest, KeyFunc, RequestInfo, context_of
 from freqguard.policy import Policy
 from freqguard.rates import parse_rates
 from freqguard.rules import Rule, check_name
 
 __all__ = [
     "BadRequest",
+    "KeyFunc",
     "Limit",
     "RequestInfo",
+    "bad_request_body",
     "client_ip",
+    "context_of",
+    "find",
     "header",
     "path_param",
     "problem_body",
 ]
-
-
-class RequestInfo:
-    """The parts of a request that key functions and route matching need.
-
-    ``headers`` (lower-case names, the lines of a repeated header joined with ", ") and
-    :meth:`header_lines` are decoded on first use: most keys never read them.
-    """
-
-    __slots__ = (
-        "_joined",
-        "_lines",
-        "_read_headers",
-        "client",
-        "method",
-        "path",
-        "path_params",
-        "raw",
-    )
-
-    def __init__(
-        self,
-        method: str,
-        path: str,
-        read_headers: Callable[[], dict[str, list[str]]],
-        client: str | None,
-        path_params: Mapping[str, str] | None = None,
-        raw: Any = None,
-    ) -> None:
-        self.method = method
-        self.path = path
-        self._read_headers = read_headers  # lower-case name -> its lines, in order
-        self._lines: dict[str, list[str]] | None = None
-        self._joined: dict[str, str] | None = None
-        self.client = client  # the peer address
-        self.path_params: Mapping[str, str] = path_params or {}
-        self.raw = raw  # the ASGI scope or the WSGI environ
-
-    def header_lines(self, name: str) -> list[str]:
-        """The lines of header ``name`` (lower case), in the order received.
-
-        A WSGI server has already joined repeated lines into one, with commas.
-        """
-        if self._lines is None:
-            self._lines = self._read_headers()
-        return self._lines.get(name, [])
-
-    @property
-    def headers(self) -> Mapping[str, str]:
-        if self._joined is None:
-            if self._lines is None:
-                self._lines = self._read_headers()
-            self._joined = {name: ", ".join(lines) for name, lines in self._lines.items()}
-        return self._joined
-
-
-class BadRequest(FreqGuardError):
-    """A key function cannot key this request without letting its sender pick the key.
-
-    The integrations answer 400 with an RFC 9457 problem body giving the message.
-    """
-
-
-KeyFunc = Callable[[RequestInfo], object]
-
-_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def _networks(trusted: Iterable[str]) -> tuple[_Network, ...]:
-    try:
-        return tuple(ipaddress.ip_network(t, strict=False) for t in trusted)
-    except ValueError as exc:
-        raise ConfigError(f"trusted_proxies must be IP addresses or networks: {exc}") from None
-
-
-def _is_in(address: str, networks: tuple[_Network, ...]) -> bool:
-    try:
-        ip = ipaddress.ip_address(address.strip("[]"))
-    except ValueError:
-        return False
-    return any(ip in net for net in networks)
-
-
-_FORWARDED_FOR = re.compile(r'for="?\[?([^;,"\]]+)', re.IGNORECASE)
-
-
-def client_ip(trusted_proxies: Iterable[str] = ()) -> KeyFunc:
-    """The client's address: the peer's, unless the peer is a trusted proxy.
-
-    Behind trusted proxies, ``Forwarded: for=`` (RFC 7239) or else ``X-Forwarded-For`` is
-    read from the right, skipping trusted proxies, and the first other address is the client.
-    Headers from an untrusted peer are ignored, so a client cannot spoof its address.
-    """
-    networks = _networks(trusted_proxies)
-
-    def key(request: RequestInfo) -> dict[str, object]:
-        peer = request.client or ""
-        if networks and _is_in(peer, networks):
-            forwarded = request.headers.get("forwarded")
-            hops = (
-                _FORWARDED_FOR.findall(forwarded)
-                if forwarded
-                else [h.strip() for h in request.headers.get("x-forwarded-for", "").split(",")]
-            )
-            for hop in reversed([h for h in hops if h]):
-                if not _is_in(hop, networks):
-                    return {"client": hop.split("%")[0]}
-        return {"client": peer}
-
-    return key
 
 
 def header(name: str) -> KeyFunc:
@@ -172,11 +66,6 @@ def path_param(name: str) -> KeyFunc:
         return {name: request.path_params[name]}
 
     return key
-
-
-def context_of(key: KeyFunc, request: RequestInfo) -> dict[str, object]:
-    value = key(request)
-    return dict(value) if isinstance(value, Mapping) else {"key": value}
 
 
 _PARAM = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)(?::path)?}")

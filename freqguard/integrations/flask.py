@@ -43,9 +43,13 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+_peer = client_ip()
+
+
 def remote_address(request_info: RequestInfo) -> dict[str, object]:
-    """The peer address as Flask sees it (put werkzeug's ProxyFix in front behind proxies)."""
-    return {"client": request_info.client or ""}
+    """The peer address as Flask sees it, normalised as :func:`client_ip` does (IPv6 by
+    its /64). Behind proxies use ``client_ip(trusted_proxies, header=...)`` instead."""
+    return _peer(request_info)  # type: ignore[return-value]
 
 
 @dataclass

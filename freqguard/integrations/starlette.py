@@ -5,7 +5,7 @@
     app.add_middleware(
         FreqGuardMiddleware,
         guard=AsyncGuard(),
-        limits=[Limit("/api/sms", "10/minute", key=client_ip(trusted_proxies=["10.0.0.0/8"]))],
+        limits=[Limit("/api/sms", "10/minute", key=client_ip(["10.0.0.0/8"], header="x-real-ip"))],
     )
 
 A denied request gets 429 with ``Retry-After`` and an RFC 9457 ``application/problem+json``
