@@ -107,7 +107,7 @@ _views: weakref.WeakKeyDictionary[Guard, AsyncGuard] = weakref.WeakKeyDictionary
 
 
 def _async_view(guard: Guard) -> AsyncGuard:
-    """An AsyncGuard over a sync Guard's state and policies."""
+    """An AsyncGuard over a sync Guard's state and its live policies."""
     found = _views.get(guard)
     if found is not None:
         return found
@@ -116,7 +116,10 @@ def _async_view(guard: Guard) -> AsyncGuard:
         if isinstance(guard.backend, MemoryBackend)
         else _ThreadedBackend(guard.backend)
     )
-    view = AsyncGuard(backend, guard.policies.values(), guard.clock, prefix=guard.prefix)
+    view = AsyncGuard(backend, (), guard.clock, prefix=guard.prefix)
+    # one registry for both, not a copy: a policy added to either, now or later, is known
+    # to the other. Guard offers no public way to share it; tests hold this reach inside.
+    view._plans = guard._plans
     _views[guard] = view
     return view
 
