@@ -23,7 +23,9 @@ from freqguard.integrations.wsgi import FreqGuardMiddleware as WSGIMiddleware
 CALLS = ["GET"] * 3 + ["HEAD"] * 10
 
 
-def test_starlette_head_counts_against_a_get_limit(clock: ManualClock) -> None:
+def _starlette(clock: ManualClock, methods: list[str]) -> tuple[list[int], list[str]]:
+    """Status codes of ``methods`` sent in turn to a GET route limited 3/minute on GET, and
+    the methods its handler ran for."""
     ran: list[str] = []
 
     async def page(request: Request) -> PlainTextResponse:
@@ -39,29 +41,20 @@ def test_starlette_head_counts_against_a_get_limit(clock: ManualClock) -> None:
     async def run() -> list[int]:
         transport = httpx.ASGITransport(app=app, client=("9.9.9.9", 1))
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-            return [(await http.request(m, "/page")).status_code for m in CALLS]
+            return [(await http.request(m, "/page")).status_code for m in methods]
 
-    codes = asyncio.run(run())
+    return asyncio.run(run()), ran
+
+
+def test_starlette_head_counts_against_a_get_limit(clock: ManualClock) -> None:
+    codes, ran = _starlette(clock, CALLS)
     assert codes == [200] * 3 + [429] * 10
     assert ran == ["GET"] * 3
 
 
 def test_starlette_head_first_then_get_share_one_counter(clock: ManualClock) -> None:
-    async def page(request: Request) -> PlainTextResponse:
-        return PlainTextResponse("page")
-
-    app = FreqGuardMiddleware(
-        Starlette(routes=[Route("/page", page, methods=["GET"])]),
-        guard=AsyncGuard(MemoryBackend(), clock=clock),
-        limits=[Limit("/page", "3/minute", methods=["GET"])],
-    )
-
-    async def run() -> list[int]:
-        transport = httpx.ASGITransport(app=app, client=("9.9.9.9", 1))
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-            return [(await http.request(m, "/page")).status_code for m in ["HEAD"] * 3 + ["GET"]]
-
-    assert asyncio.run(run()) == [200] * 3 + [429]
+    codes, _ = _starlette(clock, ["HEAD"] * 3 + ["GET"])
+    assert codes == [200] * 3 + [429]
 
 
 def test_wsgi_head_counts_against_a_get_limit(clock: ManualClock) -> None:
