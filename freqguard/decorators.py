@@ -10,6 +10,13 @@
 
 Built on wrapt: functions, methods, class methods and ``async def`` alike, with names,
 docstrings and signatures kept. Sync or async is chosen once, at decoration time.
+
+Each decorated function has a cap of its own, named ``capped.<module>.<qualname>``, or with
+``.2``, ``.3``, ... appended, in decoration order, when another function of the process has
+that name already (functions a factory makes share a qualname). ``name=`` picks the name:
+functions given the same one share a cap, and a factory's functions keep the same cap in
+every process whatever order they are made in. A rate that does not parse, or a policy
+name the guard does not know, fails at decoration.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import asyncio
 import hashlib
 import inspect
 import re
+import threading
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
@@ -32,7 +40,7 @@ from freqguard.errors import CapExceeded, ConfigError
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.policy import Policy
 from freqguard.rates import parse_rates
-from freqguard.rules import Rule
+from freqguard.rules import NAME_PATTERN, Rule, check_name
 
 __all__ = ["Capped", "capped", "configure"]
 
@@ -41,6 +49,8 @@ R = TypeVar("R")
 OnExceeded = Literal["raise", "skip", "wait"] | Callable[[Decision], Any]
 KeySpec = str | Mapping[str, str | Callable[..., object]] | Callable[..., object] | None
 RuleSpec = str | Rule | Sequence[str | Rule]
+# per guard, the dimensions of the policy registered on it (a guard's policy never changes)
+Registered = weakref.WeakKeyDictionary[Guard | AsyncGuard, tuple[str, ...]]
 
 _defaults: dict[str, Any] = {}
 
@@ -97,7 +107,7 @@ _views: weakref.WeakKeyDictionary[Guard, AsyncGuard] = weakref.WeakKeyDictionary
 
 
 def _async_view(guard: Guard) -> AsyncGuard:
-    """An AsyncGuard over a sync Guard's state and policies."""
+    """An AsyncGuard over a sync Guard's state and its live policies."""
     found = _views.get(guard)
     if found is not None:
         return found
@@ -106,17 +116,58 @@ def _async_view(guard: Guard) -> AsyncGuard:
         if isinstance(guard.backend, MemoryBackend)
         else _ThreadedBackend(guard.backend)
     )
-    view = AsyncGuard(backend, guard.policies.values(), guard.clock, prefix=guard.prefix)
+    view = AsyncGuard(backend, (), guard.clock, prefix=guard.prefix)
+    # one registry for both, not a copy: a policy added to either, now or later, is known
+    # to the other. Guard offers no public way to share it; tests hold this reach inside.
+    view._plans = guard._plans
     _views[guard] = view
     return view
 
 
-def _policy_name(func: Callable[..., object]) -> str:
-    raw = f"capped.{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', '?')}"
+_taken: set[str] = set()  # implicit policy names handed out in this process
+_taken_lock = threading.Lock()
+
+
+def _fit(raw: str) -> str:
+    """A policy name from free text: safe characters, at most 64 (a digest keeps it unique)."""
     name = re.sub(r"[^A-Za-z0-9_.\-]", "-", raw)
     if len(name) > 64:
         name = name[:51] + "." + hashlib.blake2b(raw.encode(), digest_size=6).hexdigest()
     return name
+
+
+def _implicit_name(func: Callable[..., object], prefix: str = "capped") -> str:
+    """A policy name of its own for ``func``: ``<prefix>.<module>.<qualname>``.
+
+    Numbered (``.2``, ``.3``, ...) in decoration order when another function of this
+    process has the name already (functions made by a factory share a qualname), so no two
+    functions ever share a cap by accident. A module-level function keeps the plain name in
+    every process; give factory-made ones ``name=`` when processes must share their caps.
+    """
+    raw = f"{prefix}.{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', '?')}"
+    with _taken_lock:
+        name, number = _fit(raw), 1
+        while name in _taken:
+            number += 1
+            name = _fit(f"{raw}.{number}")
+        _taken.add(name)
+    return name
+
+
+def _unknown_policy(name: str, guard: Guard | AsyncGuard) -> ConfigError:
+    known = ", ".join(sorted(guard.policies)) or "none"
+    return ConfigError(f"{name!r} is neither a rate nor a registered policy (registered: {known})")
+
+
+def _static_dimensions(key: KeySpec) -> tuple[str, ...] | None:
+    """The dimensions a key spec yields, when known before any call (not for a callable)."""
+    if key is None:
+        return ()
+    if isinstance(key, str):
+        return (key.split(".")[-1],)
+    if isinstance(key, Mapping):
+        return tuple(key)
+    return None
 
 
 class _Path:
@@ -154,6 +205,7 @@ class Capped:
         on_exceeded: OnExceeded,
         timeout: float | None,
         context: Mapping[str, object] | None,
+        name: str | None = None,
     ) -> None:
         if not callable(on_exceeded) and on_exceeded not in ("raise", "skip", "wait"):
             raise ConfigError(
@@ -161,8 +213,17 @@ class Capped:
             )
         self.guard, self.cost, self.on_exceeded = guard, cost, on_exceeded
         self.timeout, self.context = timeout, context
-        self._rules, self._policy = self._parse_rule(rule)
+        self._rules, self._policy = self._parse_rule(rule, guard)
+        if name is not None:
+            check_name("policy name", name)
+            if self._policy is not None:
+                raise ConfigError(
+                    f"name={name!r} names the cap made from rates; {self._policy!r} already "
+                    "names a registered policy"
+                )
+        self._name = name
         self._key = self._parse_key(key)
+        self._dimensions = _static_dimensions(key)
         self._paths = (
             [key]
             if isinstance(key, str)
@@ -170,29 +231,41 @@ class Capped:
                 v for v in (key.values() if isinstance(key, Mapping) else ()) if isinstance(v, str)
             ]
         )
-        # per guard: the implicit policy registered on it, and the dimensions it was made for
-        self._registered: weakref.WeakKeyDictionary[
-            Guard | AsyncGuard, tuple[str, tuple[str, ...]]
-        ] = weakref.WeakKeyDictionary()
+        # the with-block form's registrations: per guard, the dimensions its policy has
+        self._block_registered: Registered = weakref.WeakKeyDictionary()
 
     # -- configuration -------------------------------------------------------------------
 
     @staticmethod
-    def _parse_rule(rule: RuleSpec) -> tuple[tuple[Rule | str, ...], str | None]:
-        """Rules (or rate strings) to make a policy of, or the name of an existing policy."""
+    def _parse_rule(
+        rule: RuleSpec, guard: Guard | AsyncGuard | None
+    ) -> tuple[tuple[Rule | str, ...], str | None]:
+        """Rules (or rate strings) to make a policy of, or the name of a registered policy.
+
+        Checked now, at decoration: a rate that does not parse, or a name the guard (or the
+        current default guard) does not know, is a ConfigError here, not at the first call.
+        """
         if isinstance(rule, Rule):
             return (rule,), None
         if isinstance(rule, str):
             try:
                 parse_rates(rule)
             except ConfigError:
-                return (), rule  # not a rate: a policy registered on the guard
+                if not NAME_PATTERN.fullmatch(rule):
+                    raise  # not a possible policy name either: the rate error says why
+                target = guard if guard is not None else cast(Guard, _default("sync"))
+                if rule not in target.policies:
+                    raise _unknown_policy(rule, target) from None
+                return (), rule
             return (rule,), None
         items = tuple(rule)
         if not items or not all(isinstance(r, str | Rule) for r in items):
             raise ConfigError(
                 f"rule must be a rate string, a Rule, a list of them or a policy name, got {rule!r}"
             )
+        for item in items:
+            if isinstance(item, str):
+                parse_rates(item)
         return items, None
 
     def _parse_key(
@@ -234,40 +307,42 @@ class Capped:
     def _policy_for(
         self,
         guard: Guard | AsyncGuard,
-        func: Callable[..., object] | None,
+        name: str | None,
+        registered: Registered,
         ctx: Mapping[str, object],
     ) -> tuple[str, dict[str, object]]:
         """The policy to hit, registering the implicit one; and the context, renamed to fit."""
         if self._policy is not None:
             policy = guard.policies.get(self._policy)
             if policy is None:
-                known = ", ".join(sorted(guard.policies)) or "none"
-                raise ConfigError(
-                    f"{self._policy!r} is neither a rate nor a registered policy "
-                    f"(registered: {known})"
-                )
+                raise _unknown_policy(self._policy, guard)
             dims = policy.dimensions
             if len(dims) == 1 and len(ctx) == 1 and dims[0] not in ctx:
                 ctx = {dims[0]: next(iter(ctx.values()))}  # key="msg.to" for a one-dimension policy
             return policy.name, dict(ctx)
+        assert name is not None  # rules without a registered policy always have a name
         by = tuple(ctx)
-        seen = self._registered.get(guard)
-        if seen is not None and seen[1] == by:
-            return seen[0], dict(ctx)
+        if registered.get(guard) != by:
+            self._register(guard, name, by)
+            registered[guard] = by
+        return name, dict(ctx)
+
+    def _register(self, guard: Guard | AsyncGuard, name: str, by: tuple[str, ...]) -> None:
         rules: list[Rule] = []
         for item in self._rules:
             if isinstance(item, Rule):
                 rules.append(item)
             else:
                 rules.extend(Rule(rate, by=by) for rate in parse_rates(item))
-        name = (
-            _policy_name(func)
-            if func is not None
-            else "capped.block." + "-".join(by or ("global",))
-        )
         guard.add_policy(Policy(name, *rules))
-        self._registered[guard] = (name, by)
-        return name, dict(ctx)
+
+    def _block_name(self, by: tuple[str, ...]) -> str:
+        """A with-block's cap: its name, else one per rules and dimensions (different rules
+        never meet under one name; equal ones in two blocks share a cap)."""
+        if self._name is not None:
+            return self._name
+        digest = hashlib.blake2b(repr(self._rules).encode(), digest_size=4).hexdigest()
+        return _fit(f"capped.block.{'-'.join(by or ('global',))}.{digest}")
 
     # -- decoration ----------------------------------------------------------------------
 
@@ -282,6 +357,14 @@ class Capped:
                     f"@capped on {func.__qualname__}: key {path!r} names no parameter "
                     f"(parameters: {', '.join(params) or 'none'})"
                 )
+        name = self._name
+        if name is None and self._policy is None:
+            name = _implicit_name(func)  # a cap of its own, whatever else shares its qualname
+        registered: Registered = weakref.WeakKeyDictionary()
+        if self.guard is not None and name is not None and self._dimensions is not None:
+            # register now: a clash with another policy of that name surfaces here
+            self._register(self.guard, name, self._dimensions)
+            registered[self.guard] = self._dimensions
 
         def arguments(
             wrapped: Callable[..., object], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -302,9 +385,9 @@ class Capped:
             kwargs: dict[str, Any],
         ) -> tuple[str, dict[str, object], int]:
             ctx = self._key(arguments(wrapped, args, kwargs), args, kwargs) if self._key else {}
-            name, ctx = self._policy_for(guard, func, ctx)
+            policy, ctx = self._policy_for(guard, name, registered, ctx)
             cost = self.cost(*args, **kwargs) if callable(self.cost) else self.cost
-            return name, ctx, cost
+            return policy, ctx, cost
 
         if inspect.iscoroutinefunction(func):
 
@@ -375,7 +458,9 @@ class Capped:
         return dict(self.context)
 
     def _block(self, guard: Guard | AsyncGuard) -> tuple[str, dict[str, object], int]:
-        name, ctx = self._policy_for(guard, None, self._block_context())
+        ctx = self._block_context()
+        name = self._block_name(tuple(ctx)) if self._policy is None else None
+        name, ctx = self._policy_for(guard, name, self._block_registered, ctx)
         return name, ctx, self.cost if isinstance(self.cost, int) else self.cost()
 
     def __enter__(self) -> Decision:
@@ -419,6 +504,7 @@ def capped(
     on_exceeded: OnExceeded = "raise",
     timeout: float | None = None,
     context: Mapping[str, object] | None = None,
+    name: str | None = None,
 ) -> Capped:
     """Cap a function (or a ``with`` block) by keys derived from its arguments.
 
@@ -437,9 +523,14 @@ def capped(
             the Decision whose result is returned instead.
         timeout: for ``"wait"``.
         context: for the context-manager form: the dimension values of the block.
+        name: the name of the policy made from the rates; functions (or blocks) given the
+            same name share one cap. Default: each decorated function its own
+            (see the module docs); each block one per rules and dimensions.
 
     Raises:
-        ConfigError: for a bad rule, key or mode (at decoration), or a key that cannot be
-            resolved from the arguments (at call time).
+        ConfigError: at decoration, for a rate that does not parse, a policy name the guard
+            does not know, a bad name, key or mode, or (on an explicit guard) a different
+            policy already registered under the name; at call time, for a key that cannot be
+            resolved from the arguments.
     """
-    return Capped(rule, key, guard, cost, on_exceeded, timeout, context)
+    return Capped(rule, key, guard, cost, on_exceeded, timeout, context, name)

@@ -9,6 +9,10 @@ Profiles:
 * ``"x-ratelimit"``: ``X-RateLimit-Limit``, ``X-RateLimit-Remaining``, ``X-RateLimit-Reset``.
 * ``"none"``: nothing.
 
+The binding rule (the one ``RateLimit`` names, and whose numbers every profile shows) is the
+Decision's own: :func:`freqguard.decision.binding_rule`, as ``decision.remaining``,
+``decision.limit`` and ``decision.reset_after`` report it.
+
 Seconds are whole, rounded up. ``t`` (and the reset headers) is when the binding rule admits
 again: for a denied hit, when that hit would fit (``retry_after``); for an allowed one, when
 the rule is back to full capacity. A denial also gets ``Retry-After``, never earlier than
@@ -19,13 +23,11 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from freqguard.decision import Decision, binding_rule
 from freqguard.errors import ConfigError
 from freqguard.rules import Rule
-
-if TYPE_CHECKING:
-    from freqguard.decision import Decision
 
 __all__ = ["PROFILES", "HeaderProfile", "check_profile", "rate_limit_headers", "whole_seconds"]
 
@@ -59,12 +61,12 @@ def rate_limit_headers(decision: Decision, profile: str = "ietf") -> dict[str, s
     wait = whole_seconds(decision.reset_after if decision.allowed else decision.retry_after)
     headers: dict[str, str] = {}
     if profile == "ietf":
-        rules = tuple(entry[0] for entry in decision.raw)
-        enforcing = [e for e in decision.raw if not e[0].shadow] or list(decision.raw)
-        # the binding rule: a denying one that frees up last, else the one with least left
-        binding = min(enforcing, key=lambda e: (e[3] == 0, e[1], -e[3], -e[2]))
-        headers["RateLimit-Policy"] = _policy_field(rules)
-        headers["RateLimit"] = f"{_sf_string(binding[0].id)};r={binding[1]};t={wait}"
+        raw = decision.raw
+        # the rule the decision itself reports (one definition: binding_rule), so
+        # that ``r`` is always ``decision.remaining``
+        binding = binding_rule(raw)[0]
+        headers["RateLimit-Policy"] = _policy_field(tuple(entry[0] for entry in raw))
+        headers["RateLimit"] = f"{_sf_string(binding.id)};r={decision.remaining};t={wait}"
     else:
         prefix = "RateLimit" if profile == "draft6" else "X-RateLimit"
         headers[f"{prefix}-Limit"] = str(decision.limit)

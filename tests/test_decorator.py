@@ -169,11 +169,10 @@ def test_wrong_keys_are_reported_clearly(guard: Guard) -> None:
     with pytest.raises(ConfigError, match="has no 'recipient'"):
         deep(Message("a", "b"))
 
-    @capped("nope", key="k", guard=guard)
-    def unknown_policy(k: str) -> None: ...
-
     with pytest.raises(ConfigError, match="neither a rate nor a registered policy"):
-        unknown_policy("x")
+
+        @capped("nope", key="k", guard=guard)  # at decoration, not at the first call
+        def unknown_policy(k: str) -> None: ...
 
 
 def test_context_manager_and_default_guard(clock: ManualClock) -> None:

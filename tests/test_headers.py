@@ -6,7 +6,9 @@ import pytest
 from http_sfv.item import Item
 from http_sfv.list import List
 
-from freqguard import ConfigError, Guard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard import ConfigError, Decision, Guard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard.decision import binding_rule
+from freqguard.headers import whole_seconds
 from tests.conftest import SMS
 
 
@@ -70,3 +72,33 @@ def test_other_profiles(guard: Guard) -> None:
     assert decision.headers("none") == {}
     with pytest.raises(ConfigError, match="unknown header profile"):
         decision.headers("rfc")
+
+
+def test_ietf_headers_name_the_decisions_own_binding_rule() -> None:
+    # denied by A (2 left, but a hit of cost 3 fits only in 100 s) and by B (0 left, 5 s):
+    # the decision reports A (the denier that frees up last); the header must agree
+    a = Rule("10 per 100 seconds", by="k", name="a")
+    b = Rule("5/second", by="k", name="b")
+    raw = ((a, 2, 100_000_000, 100_000_000), (b, 0, 5_000_000, 5_000_000))
+    decision = Decision("p", False, 100.0, (a, b), raw)
+    state = Item()
+    state.parse(decision.headers("ietf")["RateLimit"].encode())
+    assert (state.value, state.params["r"], state.params["t"]) == (
+        "a",
+        decision.remaining,
+        whole_seconds(decision.retry_after),
+    )
+    assert decision.remaining == 2
+    assert decision.headers("draft6")["RateLimit-Remaining"] == "2"
+
+
+def test_ietf_headers_agree_with_the_decision_on_real_hits(
+    guard: Guard, clock: ManualClock
+) -> None:
+    for step in range(40):
+        decision = guard.hit("sms", cost=1 + step % 2, recipient="r", content=f"c{step % 2}")
+        clock.advance(0.7)
+        state = Item()
+        state.parse(decision.headers("ietf")["RateLimit"].encode())
+        rule = binding_rule(decision.raw)[0]
+        assert (state.value, state.params["r"]) == (rule.id, decision.remaining)

@@ -7,118 +7,52 @@ the raw ASGI scope or WSGI environ) and return a mapping of dimension to value, 
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from freqguard.decision import Decision
 from freqguard.errors import ConfigError
 from freqguard.headers import whole_seconds
+from freqguard.integrations._client_ip import client_ip
+from freqguard.integrations._request import BadRequest, KeyFunc, RequestInfo, context_of
 from freqguard.policy import Policy
 from freqguard.rates import parse_rates
 from freqguard.rules import Rule, check_name
 
 __all__ = [
+    "BadRequest",
+    "KeyFunc",
     "Limit",
     "RequestInfo",
+    "bad_request_body",
     "client_ip",
+    "context_of",
+    "find",
     "header",
     "path_param",
     "problem_body",
 ]
 
 
-class RequestInfo:
-    """The parts of a request that key functions and route matching need.
-
-    ``headers`` (lower-case names, repeated headers joined with ", ") is decoded on first
-    use: most keys never read it.
-    """
-
-    __slots__ = ("_headers", "_read_headers", "client", "method", "path", "path_params", "raw")
-
-    def __init__(
-        self,
-        method: str,
-        path: str,
-        read_headers: Callable[[], dict[str, str]],
-        client: str | None,
-        path_params: Mapping[str, str] | None = None,
-        raw: Any = None,
-    ) -> None:
-        self.method = method
-        self.path = path
-        self._read_headers = read_headers
-        self._headers: dict[str, str] | None = None
-        self.client = client  # the peer address
-        self.path_params: Mapping[str, str] = path_params or {}
-        self.raw = raw  # the ASGI scope or the WSGI environ
-
-    @property
-    def headers(self) -> Mapping[str, str]:
-        if self._headers is None:
-            self._headers = self._read_headers()
-        return self._headers
-
-
-KeyFunc = Callable[[RequestInfo], object]
-
-_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def _networks(trusted: Iterable[str]) -> tuple[_Network, ...]:
-    try:
-        return tuple(ipaddress.ip_network(t, strict=False) for t in trusted)
-    except ValueError as exc:
-        raise ConfigError(f"trusted_proxies must be IP addresses or networks: {exc}") from None
-
-
-def _is_in(address: str, networks: tuple[_Network, ...]) -> bool:
-    try:
-        ip = ipaddress.ip_address(address.strip("[]"))
-    except ValueError:
-        return False
-    return any(ip in net for net in networks)
-
-
-_FORWARDED_FOR = re.compile(r'for="?\[?([^;,"\]]+)', re.IGNORECASE)
-
-
-def client_ip(trusted_proxies: Iterable[str] = ()) -> KeyFunc:
-    """The client's address: the peer's, unless the peer is a trusted proxy.
-
-    Behind trusted proxies, ``Forwarded: for=`` (RFC 7239) or else ``X-Forwarded-For`` is
-    read from the right, skipping trusted proxies, and the first other address is the client.
-    Headers from an untrusted peer are ignored, so a client cannot spoof its address.
-    """
-    networks = _networks(trusted_proxies)
-
-    def key(request: RequestInfo) -> dict[str, object]:
-        peer = request.client or ""
-        if networks and _is_in(peer, networks):
-            forwarded = request.headers.get("forwarded")
-            hops = (
-                _FORWARDED_FOR.findall(forwarded)
-                if forwarded
-                else [h.strip() for h in request.headers.get("x-forwarded-for", "").split(",")]
-            )
-            for hop in reversed([h for h in hops if h]):
-                if not _is_in(hop, networks):
-                    return {"client": hop.split("%")[0]}
-        return {"client": peer}
-
-    return key
-
-
 def header(name: str) -> KeyFunc:
-    """The value of one request header (empty when absent), as dimension ``name``."""
+    """The value of one request header (empty when absent), as dimension ``name``.
+
+    A request carrying the header on several lines raises :class:`BadRequest` (answered
+    400): frameworks disagree on which line the application reads (Starlette the first,
+    a raw ASGI app often the last), and a key on any one of them, or on all joined, lets a
+    client keep the value the application uses and rotate the key with another line. Under
+    WSGI the server has already joined the lines into one value with commas; that value is
+    all a WSGI application can read, and it is the key.
+    """
     lower = name.lower()
     dimension = re.sub(r"\W", "_", lower)
 
     def key(request: RequestInfo) -> dict[str, object]:
-        return {dimension: request.headers.get(lower, "")}
+        lines = request.header_lines(lower)
+        if len(lines) > 1:
+            raise BadRequest(f"header {name!r} was sent {len(lines)} times; send it once")
+        return {dimension: lines[0] if lines else ""}
 
     return key
 
@@ -134,11 +68,6 @@ def path_param(name: str) -> KeyFunc:
     return key
 
 
-def context_of(key: KeyFunc, request: RequestInfo) -> dict[str, object]:
-    value = key(request)
-    return dict(value) if isinstance(value, Mapping) else {"key": value}
-
-
 _PARAM = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)(?::path)?}")
 
 
@@ -149,7 +78,8 @@ class Limit:
         path: a route pattern: ``/api/sms``, ``/users/{user_id}``, ``/static/{rest:path}``.
         rule: a rate string (several with ``;``), a Rule, a list of them, or a Policy.
         key: a key function (default :func:`client_ip` with no trusted proxies).
-        methods: HTTP methods (default: all).
+        methods: HTTP methods (default: all). HEAD is a GET without the body, so a limit on
+            GET also takes HEAD, on the same counter.
         cost: how much one request costs.
         name: the policy's name (default derived from the method and path).
     """
@@ -168,6 +98,10 @@ class Limit:
             raise ConfigError(f"a route pattern starts with '/', got {path!r}")
         self.path = path
         self.methods = frozenset(m.upper() for m in methods) if methods else None
+        # the servers answer HEAD by running the GET handler: it must not be a free GET
+        self._matched = (
+            self.methods | {"HEAD"} if self.methods and "GET" in self.methods else self.methods
+        )
         self.key: KeyFunc = key or client_ip()
         self.cost = cost
         parts, last = [], 0
@@ -185,7 +119,7 @@ class Limit:
         self.policy: Policy | None = rule if isinstance(rule, Policy) else None
 
     def match(self, method: str, path: str) -> dict[str, str] | None:
-        if self.methods is not None and method.upper() not in self.methods:
+        if self._matched is not None and method.upper() not in self._matched:
             return None
         found = self._regex.match(path)
         return found.groupdict() if found else None
@@ -219,14 +153,21 @@ def find(
 def problem_body(decision: Decision, instance: str) -> bytes:
     """An RFC 9457 problem document for a denied request."""
     wait = whole_seconds(decision.retry_after)
-    return json.dumps(
-        {
-            "type": "about:blank",
-            "title": "Too Many Requests",
-            "status": 429,
-            "detail": f"Rate limit exceeded; retry after {wait} seconds.",
-            "instance": instance,
-            "violated_policies": [rule.id for rule in decision.denied_by],
-            "policy": decision.policy,
-        }
-    ).encode()
+    return _problem(
+        429,
+        "Too Many Requests",
+        f"Rate limit exceeded; retry after {wait} seconds.",
+        instance,
+        violated_policies=[rule.id for rule in decision.denied_by],
+        policy=decision.policy,
+    )
+
+
+def bad_request_body(error: BadRequest, instance: str) -> bytes:
+    """An RFC 9457 problem document for a request that cannot be keyed."""
+    return _problem(400, "Bad Request", str(error), instance)
+
+
+def _problem(status: int, title: str, detail: str, instance: str, **extra: object) -> bytes:
+    document = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+    return json.dumps({**document, "instance": instance, **extra}).encode()

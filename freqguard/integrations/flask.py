@@ -3,8 +3,15 @@
 Configuration (``app.config``):
 
 * ``FREQGUARD_BACKEND``: a backend URL (default ``"memory://"``), unless a guard is given.
-* ``FREQGUARD_DEFAULT_LIMITS``: a rate string applied to every view not exempt (default none).
+* ``FREQGUARD_DEFAULT_LIMITS``: rates applied to every view not exempt, each route (Flask
+  endpoint) counted on its own (default none).
 * ``FREQGUARD_HEADERS``: the header profile (default ``"ietf"``).
+
+A route's default limits and its view's own cap are one policy, decided in one atomic hit
+before the view runs: a request denied by either consumes from neither. The policy is named
+``flask.<endpoint>`` (or the view's ``name=``); the default rules are named
+``default.<rule id>``. A hit has one cost, so a view's ``cost`` is charged to the default
+limits too.
 
 State lives in ``app.extensions["freqguard"]``, never on the extension object, so one
 ``FreqGuard`` serves several apps. Denials answer 429 with an RFC 9457 problem body.
@@ -13,7 +20,7 @@ State lives in ``app.extensions["freqguard"]``, never on the extension object, s
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
@@ -21,37 +28,90 @@ from flask import Flask, Response, current_app, g, request
 
 from freqguard.backends.urls import backend_from_url
 from freqguard.decision import Decision
-from freqguard.errors import CapExceeded
+from freqguard.decorators import _fit, _implicit_name
+from freqguard.errors import CapExceeded, ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
 from freqguard.integrations._http import (
+    BadRequest,
     KeyFunc,
-    Limit,
     RequestInfo,
+    bad_request_body,
     client_ip,
     context_of,
     header,
     problem_body,
 )
 from freqguard.integrations.wsgi import request_info
+from freqguard.policy import Policy
+from freqguard.rates import Rate, parse_rates
+from freqguard.rules import Rule, check_name
 
-__all__ = ["FreqGuard", "client_ip", "header", "remote_address"]
+__all__ = ["BadRequest", "FreqGuard", "client_ip", "header", "remote_address"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
+_peer = client_ip()
+
+
 def remote_address(request_info: RequestInfo) -> dict[str, object]:
-    """The peer address as Flask sees it (put werkzeug's ProxyFix in front behind proxies)."""
-    return {"client": request_info.client or ""}
+    """The peer address as Flask sees it, normalised as :func:`client_ip` does (IPv6 by
+    its /64). Behind proxies use ``client_ip(trusted_proxies, header=...)`` instead."""
+    return _peer(request_info)  # type: ignore[return-value]
+
+
+class _ViewCap:
+    """What ``@fg.capped`` asked for one view."""
+
+    __slots__ = ("alone", "cost", "key", "name", "rates")
+
+    def __init__(
+        self, rates: tuple[Rate, ...], key: KeyFunc, cost: int, name: str | None, alone: str
+    ) -> None:
+        self.rates, self.key, self.cost, self.name = rates, key, cost, name
+        self.alone = alone  # its policy when the view runs outside its own route
+
+
+class _Route:
+    """Limits decided together in one hit: (key, rates, rule-name label) parts, one cost."""
+
+    def __init__(
+        self, name: str, parts: Sequence[tuple[KeyFunc, tuple[Rate, ...], str]], cost: int
+    ) -> None:
+        self.name, self.parts, self.cost = name, tuple(parts), cost
+        self.policy: Policy | None = None  # built from the first request's dimensions
+
+    def hit(self, guard: Guard, info: RequestInfo) -> Decision:
+        ctx: dict[str, object] = {}
+        rules: list[Rule] = []
+        asked: dict[KeyFunc, tuple[str, ...]] = {}
+        for key, rates, label in self.parts:
+            by = asked.get(key)
+            if by is None:
+                # two different key functions naming one dimension: the second is renamed,
+                # so neither's value stands in for the other's
+                found = context_of(key, info)
+                renamed = {(f"view_{d}" if d in ctx else d): v for d, v in found.items()}
+                ctx.update(renamed)
+                by = asked[key] = tuple(renamed)
+            if self.policy is None:
+                for rate in rates:
+                    rule = Rule(rate, by=by)
+                    rules.append(Rule(rate, by=by, name=f"{label}.{rule.id}") if label else rule)
+        if self.policy is None:
+            self.policy = Policy(self.name, *rules)
+        guard.add_policy(self.policy)
+        return guard.hit(self.name, self.cost, **ctx)
 
 
 @dataclass
 class _State:
     guard: Guard
     profile: str
-    default: Limit | None
-    exempt: set[str] = field(default_factory=set)
+    defaults: tuple[Rate, ...]
+    routes: dict[str, _Route | None] = field(default_factory=dict)  # by endpoint
 
 
 class FreqGuard:
@@ -68,52 +128,67 @@ class FreqGuard:
     ) -> None:
         self._guard = guard
         self._key: KeyFunc = key or remote_address
-        self._exempt: set[str] = set()
         if app is not None:
             self.init_app(app)
 
     def init_app(self, app: Flask) -> None:
-        guard = self._guard or Guard(
-            backend_from_url(app.config.get("FREQGUARD_BACKEND", "memory://"))
-        )
+        """Set up ``app``.
+
+        Raises:
+            ConfigError: for a bad ``FREQGUARD_DEFAULT_LIMITS``, header profile or backend.
+        """
         default = app.config.get("FREQGUARD_DEFAULT_LIMITS")
         state = _State(
-            guard,
+            self._guard
+            or Guard(backend_from_url(app.config.get("FREQGUARD_BACKEND", "memory://"))),
             check_profile(app.config.get("FREQGUARD_HEADERS", "ietf")),
-            Limit("/{rest:path}", default, key=self._key, name="flask.default")
-            if default
-            else None,
-            self._exempt,
+            parse_rates(default) if default else (),
         )
         app.extensions["freqguard"] = state
         app.before_request(self._before)
         app.after_request(self._after)
         app.register_error_handler(CapExceeded, self._denied)
+        app.register_error_handler(BadRequest, self._bad_request)
 
     @staticmethod
     def _state() -> _State:
         state: _State = current_app.extensions["freqguard"]
         return state
 
-    def _hit(self, limit: Limit) -> None:
+    def _route(self, state: _State, endpoint: str) -> _Route | None:
+        view = current_app.view_functions.get(endpoint)
+        cap: _ViewCap | None = getattr(view, "_freqguard_cap", None)
+        parts = []
+        if state.defaults and not getattr(view, "_freqguard_exempt", False):
+            parts.append((self._key, state.defaults, "default"))
+        if cap is not None:
+            parts.append((cap.key, cap.rates, ""))
+        if not parts:
+            return None
+        name = cap.name if cap is not None and cap.name else _fit(f"flask.{endpoint}")
+        return _Route(name, parts, cap.cost if cap is not None else 1)
+
+    def _hit(self, route: _Route) -> None:
         state = self._state()
-        ctx = context_of(limit.key, request_info(request.environ, dict(request.view_args or {})))
-        policy = limit.policy_for(tuple(ctx))
-        state.guard.add_policy(policy)
-        decision = state.guard.hit(policy.name, limit.cost, **ctx)
+        info = request_info(request.environ, dict(request.view_args or {}))
+        decision = route.hit(state.guard, info)
         decisions: list[Decision] = g.setdefault("freqguard_decisions", [])
         decisions.append(decision)
         if not decision.allowed:
             raise CapExceeded(decision)
 
     def _before(self) -> None:
+        endpoint = request.endpoint
+        if endpoint is None:
+            return
         state = self._state()
-        if state.default is None or request.endpoint is None:
-            return
-        view = current_app.view_functions.get(request.endpoint)
-        if request.endpoint in state.exempt or getattr(view, "_freqguard_exempt", False):
-            return
-        self._hit(state.default)
+        if endpoint not in state.routes:
+            state.routes[endpoint] = self._route(state, endpoint)
+        route = state.routes[endpoint]
+        if route is not None:
+            view = current_app.view_functions.get(endpoint)
+            g.freqguard_cap = getattr(view, "_freqguard_cap", None)  # decided here, with it
+            self._hit(route)
 
     def _after(self, response: Response) -> Response:
         decisions: list[Decision] = g.get("freqguard_decisions", [])
@@ -130,31 +205,54 @@ class FreqGuard:
         response.headers.update(error.decision.headers(state.profile))
         return response
 
+    @staticmethod
+    def _bad_request(error: BadRequest) -> Response:
+        body = bad_request_body(error, request.path)
+        return Response(body, 400, mimetype="application/problem+json")
+
     def capped(
         self, rule: str, *, key: KeyFunc | None = None, cost: int = 1, name: str | None = None
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
-        """Cap one view: ``@fg.capped("5/minute")`` under ``@app.route(...)``."""
+        """Cap one view: ``@fg.capped("5/minute")`` directly under ``@app.route(...)``.
+
+        Decided with the route's default limits, in one hit, before the view runs. Called
+        outside its own route (from another view), the view is capped on its own.
+
+        Args:
+            rule: rates (``"5/minute; 100/day"``).
+            key: the key function (default: the extension's).
+            cost: what one request costs, the default limits included.
+            name: the route's policy name (default ``flask.<endpoint>``); views given the
+                same name share their caps.
+
+        Raises:
+            ConfigError: for a rate that does not parse or a bad name, at decoration.
+        """
+        rates = parse_rates(rule)
+        if name is not None:
+            check_name("policy name", name)
+        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+            raise ConfigError(f"cost must be an integer >= 0, got {cost!r}")
 
         def decorate(view: Callable[P, R]) -> Callable[P, R]:
-            limit = Limit(
-                "/{rest:path}",
-                rule,
-                key=key or self._key,
-                cost=cost,
-                name=name or f"flask.{view.__name__}",
+            cap = _ViewCap(
+                rates, key or self._key, cost, name, _implicit_name(view, prefix="flask.view")
             )
+            alone = _Route(cap.alone, [(cap.key, cap.rates, "")], cap.cost)
 
             @functools.wraps(view)
             def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-                self._hit(limit)
+                if g.get("freqguard_cap") is not cap:
+                    self._hit(alone)  # not decided before this request's view: decide now
                 return view(*args, **kwargs)
 
+            wrapper._freqguard_cap = cap  # type: ignore[attr-defined]
             return wrapper
 
         return decorate
 
     def exempt(self, view: Callable[P, R]) -> Callable[P, R]:
-        """Exempt a view from ``FREQGUARD_DEFAULT_LIMITS``."""
+        """Exempt a view from ``FREQGUARD_DEFAULT_LIMITS`` (its own ``capped`` still holds)."""
         view._freqguard_exempt = True  # type: ignore[attr-defined]
         return view
 

@@ -5,7 +5,7 @@
     app.add_middleware(
         FreqGuardMiddleware,
         guard=AsyncGuard(),
-        limits=[Limit("/api/sms", "10/minute", key=client_ip(trusted_proxies=["10.0.0.0/8"]))],
+        limits=[Limit("/api/sms", "10/minute", key=client_ip(["10.0.0.0/8"], header="x-real-ip"))],
     )
 
 A denied request gets 429 with ``Retry-After`` and an RFC 9457 ``application/problem+json``
@@ -24,9 +24,11 @@ from freqguard.decorators import _async_view
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.headers import check_profile
 from freqguard.integrations._http import (
+    BadRequest,
     KeyFunc,
     Limit,
     RequestInfo,
+    bad_request_body,
     client_ip,
     context_of,
     find,
@@ -36,6 +38,7 @@ from freqguard.integrations._http import (
 )
 
 __all__ = [
+    "BadRequest",
     "FreqGuardMiddleware",
     "Limit",
     "client_ip",
@@ -53,12 +56,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def request_info(scope: Scope, params: dict[str, str] | None = None) -> RequestInfo:
-    def read_headers() -> dict[str, str]:
-        headers: dict[str, str] = {}
+    def read_headers() -> dict[str, list[str]]:
+        headers: dict[str, list[str]] = {}
         for name, value in scope.get("headers", ()):
-            key = name.decode("latin-1").lower()
-            text = value.decode("latin-1")
-            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+            headers.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
         return headers
 
     client = scope.get("client")
@@ -112,28 +113,17 @@ class FreqGuardMiddleware:
             await self.app(scope, receive, send)
             return
         limit, params = found
-        ctx = context_of(limit.key, request_info(scope, params))
+        try:
+            ctx = context_of(limit.key, request_info(scope, params))
+        except BadRequest as error:
+            await _refuse(scope, send, 400, bad_request_body(error, scope["path"]), [])
+            return
         policy = limit.policy_for(tuple(ctx))
         self.guard.add_policy(policy)
         decision = await self.guard.hit(policy.name, limit.cost, **ctx)
         extra = _encode(decision.headers(self.profile))
         if not decision.allowed:
-            if scope["type"] == "websocket":
-                await send({"type": "websocket.close", "code": 1008, "reason": "rate limited"})
-                return
-            body = problem_body(decision, scope["path"])
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 429,
-                    "headers": [
-                        (b"content-type", b"application/problem+json"),
-                        (b"content-length", str(len(body)).encode()),
-                        *extra,
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await _refuse(scope, send, 429, problem_body(decision, scope["path"]), extra)
             return
         if scope["type"] == "websocket" or not extra:
             await self.app(scope, receive, send)
@@ -145,6 +135,28 @@ class FreqGuardMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+async def _refuse(
+    scope: Scope, send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
+    """Answer without calling the app: a problem document, or a WebSocket close 1008."""
+    if scope["type"] == "websocket":
+        reason = "rate limited" if status == 429 else "bad request"
+        await send({"type": "websocket.close", "code": 1008, "reason": reason})
+        return
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/problem+json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 async def enforce(
@@ -179,6 +191,7 @@ def limit_dependency(
 
     Denials raise ``HTTPException(429)``; allowed responses get the rate-limit headers.
     """
+    from starlette.exceptions import HTTPException
     from starlette.requests import Request
     from starlette.responses import Response
 
@@ -192,7 +205,10 @@ def limit_dependency(
     aguard = _as_async(guard)
 
     async def dependency(request: Request, response: Response) -> None:
-        ctx = context_of(limit.key, request_info(request.scope, dict(request.path_params)))
+        try:
+            ctx = context_of(limit.key, request_info(request.scope, dict(request.path_params)))
+        except BadRequest as error:
+            raise HTTPException(400, str(error)) from None
         policy = limit.policy_for(tuple(ctx))
         aguard.add_policy(policy)
         decision = await enforce(aguard, policy.name, cost, headers=headers, **ctx)

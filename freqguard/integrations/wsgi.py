@@ -14,8 +14,10 @@ from typing import Any
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
 from freqguard.integrations._http import (
+    BadRequest,
     Limit,
     RequestInfo,
+    bad_request_body,
     client_ip,
     context_of,
     find,
@@ -24,16 +26,25 @@ from freqguard.integrations._http import (
     problem_body,
 )
 
-__all__ = ["FreqGuardMiddleware", "Limit", "client_ip", "header", "path_param", "request_info"]
+__all__ = [
+    "BadRequest",
+    "FreqGuardMiddleware",
+    "Limit",
+    "client_ip",
+    "header",
+    "path_param",
+    "request_info",
+]
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
 def request_info(environ: dict[str, Any], params: dict[str, str] | None = None) -> RequestInfo:
-    def read_headers() -> dict[str, str]:
+    def read_headers() -> dict[str, list[str]]:
+        # the server has joined repeated lines into one value: one line per header here
         return {
-            key[5:].replace("_", "-").lower(): value
+            key[5:].replace("_", "-").lower(): [value]
             for key, value in environ.items()
             if key.startswith("HTTP_")
         }
@@ -73,24 +84,35 @@ class FreqGuardMiddleware:
         if found is None:
             return self.app(environ, start_response)
         limit, params = found
-        ctx = context_of(limit.key, request_info(environ, params))
+        path = environ.get("PATH_INFO", "/")
+        try:
+            ctx = context_of(limit.key, request_info(environ, params))
+        except BadRequest as error:
+            return _refuse(start_response, "400 Bad Request", bad_request_body(error, path), [])
         policy = limit.policy_for(tuple(ctx))
         self.guard.add_policy(policy)
         decision = self.guard.hit(policy.name, limit.cost, **ctx)
         extra = list(decision.headers(self.profile).items())
         if not decision.allowed:
-            body = problem_body(decision, environ.get("PATH_INFO", "/"))
-            start_response(
-                "429 Too Many Requests",
-                [
-                    ("Content-Type", "application/problem+json"),
-                    ("Content-Length", str(len(body))),
-                    *extra,
-                ],
-            )
-            return [body]
+            body = problem_body(decision, path)
+            return _refuse(start_response, "429 Too Many Requests", body, extra)
 
         def start_with_headers(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
             return start_response(status, [*headers, *extra], *exc)
 
         return self.app(environ, start_with_headers)
+
+
+def _refuse(
+    start_response: StartResponse, status: str, body: bytes, headers: list[tuple[str, str]]
+) -> list[bytes]:
+    """Answer with a problem document, without calling the app."""
+    start_response(
+        status,
+        [
+            ("Content-Type", "application/problem+json"),
+            ("Content-Length", str(len(body))),
+            *headers,
+        ],
+    )
+    return [body]

@@ -1,0 +1,180 @@
+"""The client's address behind trusted proxies, as a key nobody can rotate.
+
+Only the peer (the TCP connection) is a fact; every header is what someone wrote. A header
+is believed only when the peer is a trusted proxy, only the one header those proxies are
+configured to set, and only as far as trusted proxies vouch for it: from the right, each
+hop a trusted proxy appended is skipped, and the first other hop is the client. Whatever
+is keyed is a parsed address (ports, brackets, zones and quoting stripped, IPv4-mapped IPv6
+as IPv4), widened to a network prefix, so no spelling of one client makes a second key.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable, Iterator
+
+from freqguard.errors import ConfigError
+from freqguard.integrations._request import KeyFunc, RequestInfo
+
+__all__ = ["FORWARDING_HEADERS", "client_ip"]
+
+FORWARDING_HEADERS: tuple[str, ...] = ("x-forwarded-for", "forwarded", "x-real-ip")
+
+_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# a port after the address: digits, or an RFC 7239 obfuscated port ("_abc")
+_PORT = re.compile(r"\d{1,5}|_[A-Za-z0-9._\-]+")
+
+
+def client_ip(
+    trusted_proxies: str | Iterable[str] = (),
+    *,
+    header: str = "x-forwarded-for",
+    ipv4_prefix: int = 32,
+    ipv6_prefix: int = 64,
+) -> KeyFunc:
+    """Key requests by the client's address (dimension ``client``).
+
+    The peer's address, unless the peer is a trusted proxy: then ``header`` (the one your
+    proxies set; never whichever a request happens to carry) is read from the right,
+    hops inside ``trusted_proxies`` are skipped, and the first other hop is the client.
+    The lines of a repeated header form one list, in order. When every hop is trusted, the
+    farthest one is the client.
+
+    A hop that is not an address (``unknown``, an obfuscated ``_name``, garbage, an empty
+    item) stops the walk, and the request is keyed on the nearest trusted hop to its right
+    (the proxy that passed it on, or the peer): a value nobody vouched for is never a key,
+    so rotating it buys nothing. Those requests share that proxy's budget.
+
+    Args:
+        trusted_proxies: addresses or networks (``"10.0.0.0/8"``) of your proxies.
+        header: ``"x-forwarded-for"`` (nginx, most load balancers), ``"forwarded"``
+            (RFC 7239, the ``for=`` parameter) or ``"x-real-ip"``.
+        ipv4_prefix: key IPv4 clients by this network prefix (32: each address).
+        ipv6_prefix: key IPv6 clients by this network prefix; 64 by default, because one
+            subscriber usually holds a whole /64 and could rotate addresses inside it.
+
+    Raises:
+        ConfigError: for a bad proxy address, an unknown header, or a prefix out of range.
+    """
+    networks = _networks(trusted_proxies)
+    wanted = header.lower() if isinstance(header, str) else header
+    if wanted not in FORWARDING_HEADERS:
+        allowed = ", ".join(FORWARDING_HEADERS)
+        raise ConfigError(f"client_ip header must be one of {allowed}; got {header!r}")
+    hops_of = _forwarded_hops if wanted == "forwarded" else _list_hops
+    prefix = {
+        4: _prefix("ipv4_prefix", ipv4_prefix, 32),
+        6: _prefix("ipv6_prefix", ipv6_prefix, 128),
+    }
+
+    def widen(address: _Address) -> str:
+        bits = prefix[address.version]
+        if bits == address.max_prefixlen:
+            return address.compressed
+        return ipaddress.ip_network((address, bits), strict=False).with_prefixlen
+
+    def key(request: RequestInfo) -> dict[str, object]:
+        peer = request.client
+        vouched = _address(peer) if peer else None
+        if vouched is None:
+            return {"client": peer or ""}  # a server-given label (a socket path), not a header
+        if networks and _trusted(vouched, networks):
+            for hop in hops_of(request.header_lines(wanted)):
+                address = _address(hop)
+                if address is None:
+                    break  # nobody vouches for what lies left of an invalid hop
+                vouched = address
+                if not _trusted(address, networks):
+                    break
+        return {"client": widen(vouched)}
+
+    return key
+
+
+def _networks(trusted: str | Iterable[str]) -> tuple[_Network, ...]:
+    items = [trusted] if isinstance(trusted, str) else list(trusted)
+    networks = []
+    for item in items:
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"trusted_proxies must be IP addresses or networks like '10.0.0.0/8', got {item!r}"
+            ) from None
+    return tuple(networks)
+
+
+def _prefix(name: str, value: object, most: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
+        raise ConfigError(f"{name} must be an integer from 0 to {most}, got {value!r}")
+    return value
+
+
+def _trusted(address: _Address, networks: tuple[_Network, ...]) -> bool:
+    return any(address in network for network in networks)
+
+
+def _address(text: str) -> _Address | None:
+    """The address in one hop, or None when it is not one (never a guess)."""
+    value = text.strip()
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        value = value[1:-1]  # RFC 7239 quoting
+    if value.startswith("["):
+        end = value.find("]")
+        rest = value[end + 1 :] if end > 0 else "?"
+        if rest and not (rest[0] == ":" and _PORT.fullmatch(rest[1:])):
+            return None
+        value = value[1:end]
+    elif value.count(":") == 1:
+        value, port = value.split(":")
+        if not _PORT.fullmatch(port):
+            return None
+    value = value.split("%", 1)[0]  # an IPv6 zone names the proxy's interface, not a client
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _list_hops(lines: list[str]) -> Iterator[str]:
+    """X-Forwarded-For / X-Real-IP items, right to left."""
+    return reversed(",".join(lines).split(",")) if lines else iter(())
+
+
+def _forwarded_hops(lines: list[str]) -> Iterator[str]:
+    """The ``for=`` of each RFC 7239 element, right to left ("" when an element has none)."""
+    for element in reversed(_split(",".join(lines), ",")):
+        found = ""
+        for pair in _split(element, ";"):
+            name, _, value = pair.partition("=")
+            if name.strip().lower() == "for":
+                found = value
+                break
+        yield found
+
+
+def _split(text: str, separator: str) -> list[str]:
+    """Split on ``separator`` outside quoted strings (which may hold it, escaped or not)."""
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = escaped = False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif quoted and char == "\\":
+            escaped = True
+        elif char == '"':
+            quoted = not quoted
+        elif char == separator and not quoted:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    return parts

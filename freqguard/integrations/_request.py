@@ -1,0 +1,79 @@
+"""A request as key functions see it, and the error a key function raises to refuse one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from freqguard.errors import FreqGuardError
+
+__all__ = ["BadRequest", "KeyFunc", "RequestInfo", "context_of"]
+
+
+class RequestInfo:
+    """The parts of a request that key functions and route matching need.
+
+    ``headers`` (lower-case names, the lines of a repeated header joined with ", ") and
+    :meth:`header_lines` are decoded on first use: most keys never read them.
+    """
+
+    __slots__ = (
+        "_joined",
+        "_lines",
+        "_read_headers",
+        "client",
+        "method",
+        "path",
+        "path_params",
+        "raw",
+    )
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        read_headers: Callable[[], dict[str, list[str]]],
+        client: str | None,
+        path_params: Mapping[str, str] | None = None,
+        raw: Any = None,
+    ) -> None:
+        self.method = method
+        self.path = path
+        self._read_headers = read_headers  # lower-case name -> its lines, in order
+        self._lines: dict[str, list[str]] | None = None
+        self._joined: dict[str, str] | None = None
+        self.client = client  # the peer address
+        self.path_params: Mapping[str, str] = path_params or {}
+        self.raw = raw  # the ASGI scope or the WSGI environ
+
+    def header_lines(self, name: str) -> list[str]:
+        """The lines of header ``name`` (lower case), in the order received.
+
+        A WSGI server has already joined repeated lines into one, with commas.
+        """
+        if self._lines is None:
+            self._lines = self._read_headers()
+        return self._lines.get(name, [])
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        if self._joined is None:
+            if self._lines is None:
+                self._lines = self._read_headers()
+            self._joined = {name: ", ".join(lines) for name, lines in self._lines.items()}
+        return self._joined
+
+
+class BadRequest(FreqGuardError):
+    """A key function cannot key this request without letting its sender pick the key.
+
+    The integrations answer 400 with an RFC 9457 problem body giving the message.
+    """
+
+
+KeyFunc = Callable[[RequestInfo], object]
+
+
+def context_of(key: KeyFunc, request: RequestInfo) -> dict[str, object]:
+    value = key(request)
+    return dict(value) if isinstance(value, Mapping) else {"key": value}

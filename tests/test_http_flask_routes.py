@@ -1,0 +1,158 @@
+"""Flask: FREQGUARD_DEFAULT_LIMITS per route, decided with the view's own cap in one hit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from flask import Blueprint, Flask
+from flask.testing import FlaskClient
+from http_sfv.list import List
+
+from freqguard import ConfigError, Guard, ManualClock, MemoryBackend
+from freqguard.integrations.flask import FreqGuard
+
+
+def _app(
+    clock: ManualClock, defaults: str | None, build: Callable[[Flask, FreqGuard], None]
+) -> FlaskClient:
+    app = Flask(__name__)
+    app.config["FREQGUARD_DEFAULT_LIMITS"] = defaults
+    fg = FreqGuard(app, guard=Guard(MemoryBackend(), clock=clock))
+    build(app, fg)
+    return app.test_client()
+
+
+def _pages(app: Flask, fg: FreqGuard) -> None:
+    @app.get("/a")
+    def a() -> str:
+        return "a"
+
+    @app.get("/b")
+    def b() -> str:
+        return "b"
+
+
+def test_default_limits_count_per_route(clock: ManualClock) -> None:
+    client = _app(clock, "2/minute", _pages)
+    codes = [client.get(path).status_code for path in ("/a", "/a", "/b", "/b", "/a", "/b")]
+    assert codes == [200, 200, 200, 200, 429, 429]
+
+
+def _sms(app: Flask, fg: FreqGuard) -> None:
+    @app.post("/sms")
+    @fg.capped("1/minute")
+    def sms() -> str:
+        return "sent"
+
+
+def test_a_denial_by_the_view_consumes_nothing_from_the_defaults(clock: ManualClock) -> None:
+    client = _app(clock, "3/hour", _sms)
+    codes = [client.post("/sms").status_code for _ in range(4)]
+    assert codes == [200, 429, 429, 429]  # denied by the view's 1/minute
+    clock.advance(61)
+    assert client.post("/sms").status_code == 200  # the defaults counted only the first
+    clock.advance(61)
+    assert client.post("/sms").status_code == 200
+    clock.advance(61)
+    assert client.post("/sms").status_code == 429  # now the 3/hour default denies
+
+
+def test_a_denial_by_the_defaults_consumes_nothing_from_the_view(clock: ManualClock) -> None:
+    def build(app: Flask, fg: FreqGuard) -> None:
+        @app.post("/sms")
+        @fg.capped("2/hour")
+        def sms() -> str:
+            return "sent"
+
+    client = _app(clock, "1/minute", build)
+    codes = [client.post("/sms").status_code for _ in range(4)]
+    assert codes == [200, 429, 429, 429]  # denied by the 1/minute default
+    clock.advance(61)
+    assert client.post("/sms").status_code == 200  # the view's 2/hour had only the first
+    clock.advance(61)
+    assert client.post("/sms").status_code == 429
+
+
+def test_one_decision_reports_both_the_defaults_and_the_view(clock: ManualClock) -> None:
+    client = _app(clock, "100/minute", _sms)
+    response = client.post("/sms")
+    policies = List()
+    policies.parse(response.headers["RateLimit-Policy"].encode())
+    assert sorted((item.params["q"], item.params["w"]) for item in policies) == [
+        (1, 60),
+        (100, 60),
+    ]
+
+
+def test_exempt_and_uncapped_views(clock: ManualClock) -> None:
+    def build(app: Flask, fg: FreqGuard) -> None:
+        @app.get("/health")
+        @fg.exempt
+        def health() -> str:
+            return "ok"
+
+        @app.get("/free")
+        @fg.exempt
+        @fg.capped("1/minute")
+        def free() -> str:
+            return "free"
+
+    client = _app(clock, "1/minute", build)
+    assert [client.get("/health").status_code for _ in range(3)] == [200] * 3
+    assert [client.get("/free").status_code for _ in range(2)] == [200, 429]  # own cap only
+
+
+def test_views_with_one_function_name_in_two_blueprints_have_caps_of_their_own(
+    clock: ManualClock,
+) -> None:
+    def build(app: Flask, fg: FreqGuard) -> None:
+        for prefix in ("one", "two"):
+            blueprint = Blueprint(prefix, __name__, url_prefix=f"/{prefix}")
+
+            @blueprint.get("/")
+            @fg.capped("1/minute")
+            def index() -> str:
+                return "index"
+
+            app.register_blueprint(blueprint)
+
+    client = _app(clock, None, build)
+    codes = [client.get(path).status_code for path in ("/one/", "/two/", "/one/", "/two/")]
+    assert codes == [200, 200, 429, 429]
+
+
+def test_a_capped_view_called_directly_is_capped_on_its_own(clock: ManualClock) -> None:
+    def build(app: Flask, fg: FreqGuard) -> None:
+        @app.get("/inner")
+        @fg.capped("1/minute")
+        def inner() -> str:
+            return "inner"
+
+        @app.get("/outer")
+        def outer() -> str:
+            return inner()
+
+    client = _app(clock, None, build)
+    assert [client.get("/outer").status_code for _ in range(2)] == [200, 429]
+
+
+def test_bad_rates_fail_at_configuration(clock: ManualClock) -> None:
+    with pytest.raises(ConfigError, match="'100/minuet'"):
+        _app(clock, "100/minuet", _pages)
+    fg = FreqGuard()
+    with pytest.raises(ConfigError, match="'3/minuet'"):
+        fg.capped("3/minuet")
+    with pytest.raises(ConfigError, match="policy name"):
+        fg.capped("3/minute", name="a b")
+
+
+def test_the_views_cost_is_charged_to_the_defaults_too(clock: ManualClock) -> None:
+    def build(app: Flask, fg: FreqGuard) -> None:
+        @app.post("/bulk")
+        @fg.capped("100/minute", cost=3)
+        def bulk() -> str:
+            return "bulk"
+
+    client = _app(clock, "5/minute", build)
+    assert [client.post("/bulk").status_code for _ in range(2)] == [200, 429]  # 3 + 3 > 5
