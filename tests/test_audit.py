@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from freqguard import ManualClock, Policy, Rule
+from freqguard import Decision, Guard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard.backends.base import Reply
+from freqguard.core import Op
+from freqguard.script import HIT
 from tests.audit import (
     NO_REFUNDS,
     Admission,
@@ -118,6 +121,52 @@ def test_known_a_refund_after_a_refund_breaks_the_bucket(
     clock.advance(0.5)
     assert guard.hit("p", u="x").allowed
     assert not guard.hit("p", u="x").allowed
+
+
+@pytest.mark.xfail(strict=True, reason=BUCKET_REFUNDS)
+def test_known_two_compensations_break_a_global_bucket() -> None:
+    """The same through multi-slot compensation, with no refund at all: a global gcra (burst
+    2, one per second) and a per-user cap that denies X1 and X2 after the global slot took
+    them. X1 (at 0) is compensated at 0.3, after X2 (at 0.3) queued behind it; X2 is
+    compensated at 1.3, when time had returned its unit, yet gives back 0.7 s. Then K3 at
+    1.3, K4 and K5 at 1.8 all pass: three admitted units in 0.5 s."""
+    clock = ManualClock(1e9)
+    policy = Policy(
+        "p",
+        Rule("1/second", strategy="gcra", burst=2, name="all"),
+        Rule("1/day", by="u", name="user"),
+    )
+    guard = Guard(MemoryBackend(clock=clock), [policy])  # the backend's time, moved by hand
+    backend = guard.backend
+
+    def start(user: str) -> tuple[Op[Decision], list[Reply]]:
+        op = guard._decide("p", 1, {"u": user}, HIT)
+        step = next(op)
+        assert isinstance(step, list)
+        return op, backend.execute_many(step)  # the global slot admits and consumes
+
+    def finish(op: Op[Decision], replies: list[Reply]) -> Decision:
+        while True:
+            try:
+                step = op.send(replies)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            assert isinstance(step, list)
+            replies = backend.execute_many(step)
+
+    assert guard.hit("p", u="a").allowed  # a and b are used up for the day
+    assert guard.hit("p", u="b").allowed
+    clock.advance(100)  # the global bucket is full again
+    x1 = start("a")
+    clock.advance(0.3)
+    x2 = start("b")
+    assert not finish(*x1).allowed
+    clock.advance(1.0)
+    assert guard.hit("p", u="c").allowed
+    assert not finish(*x2).allowed
+    clock.advance(0.5)
+    assert guard.hit("p", u="d").allowed
+    assert not guard.hit("p", u="e").allowed
 
 
 def test_time_per_state_must_not_go_back() -> None:
