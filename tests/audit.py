@@ -31,6 +31,7 @@ memory state is shared only by the threads and tasks of the process that holds i
 from __future__ import annotations
 
 import asyncio
+import bisect
 import multiprocessing
 import os
 import pickle
@@ -82,7 +83,8 @@ POLICIES: tuple[Policy, ...] = (
 NO_REFUNDS = frozenset({"mixed"})
 VALUES = {"user": ("u0", "u1", "u2"), "content": ("c0", "c1")}
 COSTS = (1, 1, 1, 1, 2, 3)
-HELD = 8  # admitted decisions a thread or task keeps, to refund one of them later
+HELD = 8  # admitted decisions a thread or task holds for a refund (then the first is due)
+REFUND_DELAYS = (0.0, 0.0, 0.001, 0.01, 0.05, 0.1, 0.2, 0.4)  # seconds
 
 # -- what is logged ------------------------------------------------------------------------
 
@@ -191,14 +193,14 @@ class Driver:
         self.log = WorkerLog(worker)
         self.rng = random.Random(seed)
         self.refund_share, self.many_share = refund_share, many_share
-        self.held: list[tuple[int, Decision]] = []
+        self.held: list[tuple[float, int, Decision]] = []  # (due, aid, decision), by due
         self.seq = 0
 
     def next(self) -> Action:
         rng = self.rng
-        if self.held and rng.random() < 0.5:
-            held = self.held.pop(rng.randrange(len(self.held)))
-            return Action("refund", held[1].policy, [], 0, held)
+        if self.held and (self.held[0][0] <= time.monotonic() or len(self.held) > HELD):
+            _, aid, decision = self.held.pop(0)
+            return Action("refund", decision.policy, [], 0, (aid, decision))
         policy = rng.choice(POLICIES)
         many = rng.random() < self.many_share
         contexts = [
@@ -243,9 +245,10 @@ class Driver:
                 )
             )
             if action.policy not in NO_REFUNDS and self.rng.random() < self.refund_share:
-                self.held.append((aid, decision))
-                if len(self.held) > HELD:
-                    self.held.pop(0)
+                # refunded at once, or as a vendor call fails later: a bucket's give-back
+                # depends on where its span is by then
+                due = time.monotonic() + self.rng.choice(REFUND_DELAYS)
+                bisect.insort(self.held, (due, aid, decision), key=lambda h: h[0])
 
     def refunded(self, action: Action, times: tuple[int, ...], start: int, end: int) -> None:
         assert action.held is not None
