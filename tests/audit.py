@@ -7,18 +7,21 @@ of admitted decisions) at a few hot keys, so that every limit is hit all the tim
 backend's own (no ``clock=``): Redis ``TIME``, the memory backend's ``SystemClock``.
 
 Every admission is logged with, per rule, the µs the backend recorded it at
-(``decision.receipt.times_us``); every refund of one (``guard.refund(decision)``) with the µs
-it was judged at. :func:`check` then takes, per rule and key, what stayed admitted and holds
-it to the rule's guarantee (docs/strategies.md):
+(``decision.receipt.times_us``); a quarter of them are refunded (``guard.refund(decision)``)
+0-400 ms later, and logged with the µs the refund was judged at. :func:`check_rules` then
+takes, per rule and key, what stayed admitted and holds it to the rule's guarantee
+(docs/strategies.md):
 
 * sliding-log: at most ``limit`` units in any window ``(t - window, t]``. A refund takes back
   exactly that hit's units, so refunded admissions are left out.
 * fixed-window: at most ``limit`` units per aligned window, refunded admissions left out.
 * token-bucket and gcra: the stream replayed in time order conforms to GCRA
   (``tat = max(tat, t) + cost * I`` with ``tat - t <= burst * I``), refunds included: at the
-  refund's time, the part of the hit's span still ahead is given back, as the engine does.
+  refund's time, the part of the hit's span still ahead is given back, the span being where
+  earlier refunds moved it (:func:`check_bucket`). Also counted apart ("hard"): violations
+  even with every refunded hit taken as never having happened.
 
-It also checks that time per state never goes back: for one rule and key, a call judged
+:func:`check_times` checks that time per state never goes back: for one rule and key, a call judged
 after another's admission there (the same thread's next call, or any call that started after
 that one had answered, by the system-wide monotonic clock) carries no earlier time.
 
@@ -43,7 +46,7 @@ import threading
 import time
 import traceback
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -196,6 +199,26 @@ class Driver:
         self.held: list[tuple[float, int, Decision]] = []  # (due, aid, decision), by due
         self.seq = 0
 
+    def actions(self, deadline: float, max_ops: int) -> Iterator[Action]:
+        for _ in range(max_ops):
+            if time.monotonic() >= deadline:
+                return
+            yield self.next()
+
+    def done(
+        self,
+        guard: Guard | AsyncGuard,
+        action: Action,
+        result: list[Decision] | tuple[int, ...],
+        start: int,
+    ) -> None:
+        """Log what came back: a refund's times, or the decisions of a hit or batch."""
+        end = time.monotonic_ns()
+        if isinstance(result, tuple):
+            self.refunded(action, result, start, end)
+        else:
+            self.decided(guard, action, result, start, end)
+
     def next(self) -> Action:
         rng = self.rng
         if self.held and (self.held[0][0] <= time.monotonic() or len(self.held) > HELD):
@@ -257,23 +280,28 @@ class Driver:
         self.log.counts[action.policy, "refunds"] += 1
 
 
+def _call(guard: Guard, action: Action) -> list[Decision] | tuple[int, ...]:
+    if action.held is not None:
+        return refund(guard, action.held[1])
+    if action.kind == "many":
+        return guard.hit_many(action.policy, action.contexts, action.cost)
+    return [guard.hit(action.policy, action.cost, **action.contexts[0])]
+
+
+async def _acall(guard: AsyncGuard, action: Action) -> list[Decision] | tuple[int, ...]:
+    if action.held is not None:
+        return await arefund(guard, action.held[1])
+    if action.kind == "many":
+        return await guard.hit_many(action.policy, action.contexts, action.cost)
+    return [await guard.hit(action.policy, action.cost, **action.contexts[0])]
+
+
 def drive(guard: Guard, driver: Driver, deadline: float, max_ops: int) -> None:
     """A thread's loop: act until the deadline (system-wide monotonic) or ``max_ops``."""
     try:
-        for _ in range(max_ops):
-            if time.monotonic() >= deadline:
-                break
-            action = driver.next()
+        for action in driver.actions(deadline, max_ops):
             start = time.monotonic_ns()
-            if action.held is not None:
-                times = refund(guard, action.held[1])
-                driver.refunded(action, times, start, time.monotonic_ns())
-            elif action.kind == "many":
-                decisions = guard.hit_many(action.policy, action.contexts, action.cost)
-                driver.decided(guard, action, decisions, start, time.monotonic_ns())
-            else:
-                decision = guard.hit(action.policy, action.cost, **action.contexts[0])
-                driver.decided(guard, action, [decision], start, time.monotonic_ns())
+            driver.done(guard, action, _call(guard, action), start)
     except Exception:
         driver.log.errors.append(traceback.format_exc())
 
@@ -281,20 +309,9 @@ def drive(guard: Guard, driver: Driver, deadline: float, max_ops: int) -> None:
 async def adrive(guard: AsyncGuard, driver: Driver, deadline: float, max_ops: int) -> None:
     """:func:`drive` for a task."""
     try:
-        for _ in range(max_ops):
-            if time.monotonic() >= deadline:
-                break
-            action = driver.next()
+        for action in driver.actions(deadline, max_ops):
             start = time.monotonic_ns()
-            if action.held is not None:
-                times = await arefund(guard, action.held[1])
-                driver.refunded(action, times, start, time.monotonic_ns())
-            elif action.kind == "many":
-                decisions = await guard.hit_many(action.policy, action.contexts, action.cost)
-                driver.decided(guard, action, decisions, start, time.monotonic_ns())
-            else:
-                decision = await guard.hit(action.policy, action.cost, **action.contexts[0])
-                driver.decided(guard, action, [decision], start, time.monotonic_ns())
+            driver.done(guard, action, await _acall(guard, action), start)
     except Exception:
         driver.log.errors.append(traceback.format_exc())
 
