@@ -26,7 +26,6 @@ from tests.servers import RedisServer
 
 S = 1_000_000  # µs
 # The bug the audit found (pinned below): remove with the engine's fix.
-BUCKET_REFUNDS = "known: a bucket refund gives back by a stale arrival time after another refund"
 
 
 def _admission(
@@ -100,16 +99,15 @@ def test_a_bucket_refund_gives_back_the_span_where_it_is_now(strategy: str) -> N
     assert (result.violations, result.hard) == (0, 0)
 
 
-@pytest.mark.xfail(strict=True, reason=BUCKET_REFUNDS)
 @pytest.mark.parametrize("strategy", ["gcra", "token-bucket"])
-def test_known_a_refund_after_a_refund_breaks_the_bucket(
+def test_a_refund_after_a_refund_gives_back_only_what_is_still_ahead(
     make_guard: GuardFactory, clock: ManualClock, strategy: str
 ) -> None:
     """What the audit found, pinned: burst 2, one per second. A at 0; B at 0.3 (its span
     [1, 2]); A refunded at 0.3 (B's span moves to [0.3, 1.3]); C at 1.3; B refunded at 1.3,
     which must give back nothing (time returned B's unit at 1.3) but gives back 0.7 s from
-    B's recorded arrival time 2.0. Then D and E both pass at 1.8: C, D and E, never
-    refunded, are three units in 0.5 s, where at most 2 + 0.5 fit."""
+    B's recorded arrival time 2.0. Then D and E both passed at 1.8: C, D and E, never
+    refunded, three units in 0.5 s, where at most 2 + 0.5 fit."""
     guard = make_guard([Policy("p", Rule("1/second", by="u", strategy=strategy, burst=2))])
     a = guard.hit("p", u="x")
     clock.advance(0.3)
@@ -123,13 +121,12 @@ def test_known_a_refund_after_a_refund_breaks_the_bucket(
     assert not guard.hit("p", u="x").allowed
 
 
-@pytest.mark.xfail(strict=True, reason=BUCKET_REFUNDS)
-def test_known_two_compensations_break_a_global_bucket() -> None:
+def test_two_compensations_give_back_only_what_is_still_ahead() -> None:
     """The same through multi-slot compensation, with no refund at all: a global gcra (burst
     2, one per second) and a per-user cap that denies X1 and X2 after the global slot took
     them. X1 (at 0) is compensated at 0.3, after X2 (at 0.3) queued behind it; X2 is
-    compensated at 1.3, when time had returned its unit, yet gives back 0.7 s. Then K3 at
-    1.3, K4 and K5 at 1.8 all pass: three admitted units in 0.5 s."""
+    compensated at 1.3, when time had returned its unit, yet gave back 0.7 s. Then K3 at
+    1.3, K4 and K5 at 1.8 all passed: three admitted units in 0.5 s."""
     clock = ManualClock(1e9)
     policy = Policy(
         "p",
@@ -181,14 +178,12 @@ def test_time_per_state_must_not_go_back() -> None:
 
 def _assert_sound(report: AuditReport) -> None:
     """No violation, and a workload that hit its limits: denials, refunds and multi-slot
-    compensation all happened, on every policy where they can. Violations of bucket rules
-    only are the known bug above: the run is then an expected failure."""
+    compensation all happened, on every policy where they can."""
     text = report.format()
     print(text)
     assert not report.errors, text
     assert not report.time_violations, text
-    broken = [r for r in report.rules if r.violations]
-    assert all(r.rule.strategy.uses_burst for r in broken), text
+    assert not [r for r in report.rules if r.violations], text
     assert report.total("denied") > 0.3 * report.total("hits"), text
     assert report.total("batches") > 0, text
     for name, counts in report.counts.items():
@@ -200,8 +195,6 @@ def _assert_sound(report: AuditReport) -> None:
         assert report.counts[name]["compensated"] > 0, text
     for rule in report.rules:
         assert rule.keys > 0, text
-    if broken:
-        pytest.xfail(BUCKET_REFUNDS)
 
 
 @pytest.mark.slow
