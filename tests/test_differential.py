@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from freqguard import Guard, ManualClock, MemoryBackend, Policy, Rate, Rule, Strategy
+from freqguard import Decision, Guard, ManualClock, MemoryBackend, Policy, Rate, Rule, Strategy
 from freqguard.backends.memory import STALE_GRACE_US
 from freqguard.backends.redis import RedisBackend
 from tests.conftest import flush
@@ -53,6 +53,9 @@ op = st.one_of(
     retry,
     st.tuples(st.just("peek"), pick, st.just(1)),
     st.tuples(st.just("refund"), pick, st.integers(0, 3)),
+    # refund(decision) of the k-th admitted hit so far (exact, once)
+    st.tuples(st.just("undo"), st.just(0), st.integers(0, 30)),
+    st.tuples(st.just("undo"), st.just(0), st.integers(0, 30)),
     st.tuples(st.just("reset"), pick, st.just(1)),
     st.tuples(st.just("many"), st.lists(pick, min_size=1, max_size=5), st.integers(0, 2)),
     st.tuples(st.just("advance"), st.just(0), st.integers(0, 40).map(lambda n: n * 50_000)),
@@ -76,6 +79,7 @@ def _replay(
     largest = min((r.capacity for r in policy.rules if not r.shadow), default=3)
     retry_us = 0
     latest = clock.now()
+    admitted: list[Decision] = []
     for kind, arg, n in ops:
         latest = max(latest, clock.now())
         if kind == "advance":
@@ -88,12 +92,21 @@ def _replay(
             clock.advance(max(0, retry_us + n) / 1_000_000)
         elif kind == "many":
             contexts = [_only(policy, pool[i % len(pool)]) for i in arg]
-            out.append(guard.hit_many("p", contexts, min(n, largest)))
+            decisions = guard.hit_many("p", contexts, min(n, largest))
+            admitted += [d for d in decisions if d.receipt is not None]
+            out.append(decisions)
+        elif kind == "undo":
+            fresh = [d for d in admitted if d.receipt is not None and not d.receipt.spent]
+            if fresh:
+                out.append(guard.refund(fresh[n % len(fresh)]))
         else:
             context = _only(policy, pool[arg % len(pool)])
             if kind == "hit":
                 decision = guard.hit("p", min(n, largest), **context)
                 retry_us = round(decision.retry_after * 1_000_000)
+                if decision.receipt is not None:
+                    admitted.append(decision)
+                    out.append(decision.receipt.times_us)
                 out.append(decision)
             elif kind == "peek":
                 out.append(guard.peek("p", **context))

@@ -6,7 +6,17 @@ from __future__ import annotations
 import gc
 import os
 
-from freqguard import Guard, ManualClock, MemoryBackend, Policy, Rule
+import pytest
+
+from freqguard import (
+    BackendUnavailable,
+    ConfigError,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    Rule,
+)
 from tests.conftest import SMS
 
 
@@ -75,3 +85,90 @@ def test_sweep_on_write_outpaces_new_keys() -> None:
         guard.hit("p", r=n)
         clock.advance(0.01)  # each key matters for at most one second: ~100 alive at once
     assert len(backend) <= 200
+
+
+def test_max_keys_rejects_new_states_when_full_and_changes_nothing() -> None:
+    """A million distinct client IPs took the process from 27 to 425 MB: max_keys bounds it.
+    By default a full backend refuses new states (every cap stays exact)."""
+    clock = ManualClock(1e9)
+    backend = MemoryBackend(clock, max_keys=3)
+    guard = Guard(backend, [SMS])
+    guard.hit("sms", recipient="a", content="x")  # two states: recipient, recipient+content
+    with pytest.raises(BackendUnavailable, match="max_keys=3"):
+        guard.hit("sms", recipient="b", content="x")  # would need two more
+    assert len(backend) == 2  # nothing half-written
+    assert guard.hit("sms", recipient="a", content="x").allowed  # known states still work
+    guard.hit("sms", recipient="a", content="y")  # one more state: fits exactly
+    assert len(backend) == 3
+    clock.advance(86_400 + 2)  # every state expired and past its grace: reclaimed on demand
+    assert guard.hit("sms", recipient="b", content="x").allowed
+    assert len(backend) == 2
+
+
+def test_max_keys_with_eviction_stays_bounded_under_a_flood() -> None:
+    clock = ManualClock(1e9)
+    backend = MemoryBackend(clock, max_keys=100, when_full="evict")
+    guard = Guard(backend, [Policy("p", Rule("5/minute", by="ip"))])
+    for n in range(10_000):
+        assert guard.hit("p", ip=f"10.0.{n // 256}.{n % 256}").allowed
+        assert len(backend) <= 100
+    # the states evicted first are those that expire soonest: the oldest
+    assert guard.peek("p", ip="10.0.39.15").remaining == 4  # the newest is still counted
+
+
+@pytest.mark.parametrize(("max_keys", "when_full"), [(0, "reject"), (True, "reject"), (5, "lru")])
+def test_bad_memory_bounds_are_refused(max_keys: int, when_full: str) -> None:
+    with pytest.raises(ConfigError, match=r"max_keys|when_full"):
+        MemoryBackend(max_keys=max_keys, when_full=when_full)
+
+
+def test_pinned_and_backend_time_states_are_kept_apart() -> None:
+    """A pinned-clock guard's states were wiped by a real-clock guard on the same backend:
+    the sweep judged them by the backend's clock."""
+    backend = MemoryBackend()
+    pinned = Guard(backend, [Policy("p", Rule("1/minute", by="u"))], clock=ManualClock(1000))
+    real = Guard(backend, [Policy("q", Rule("1/minute", by="u"))])
+    assert pinned.hit("p", u="x").allowed
+    for n in range(100):  # enough calls on the real clock to sweep
+        real.hit("q", u=str(n))
+    backend.sweep()
+    assert not pinned.hit("p", u="x").allowed  # still counted
+
+
+class _Scripted:
+    """A backend clock that answers a scripted series of times (a clock read out of order)."""
+
+    def __init__(self, *seconds: float) -> None:
+        self.times = [round(s * 1_000_000) for s in seconds]
+
+    def now(self) -> float:
+        return self.times[0] / 1_000_000
+
+    def now_us(self) -> int:
+        return self.times.pop(0) if len(self.times) > 1 else self.times[0]
+
+    def sleep(self, seconds: float) -> None:
+        raise AssertionError("no waits here")
+
+    async def asleep(self, seconds: float) -> None:
+        raise AssertionError("no waits here")
+
+
+def test_the_backends_own_clock_stepping_back_is_judged_at_the_states_latest_time() -> None:
+    """The thread race of the issue, as a scripted clock: 3 per second, three hits 100 µs
+    apart, one at 1.00035 s, then two calls that read the clock earlier (1.0001 s). Judged
+    there they counted too few; they are judged at 1.00035 s."""
+    start = 1_700_000_000
+    clock = _Scripted(*(start + t for t in (0.0001, 0.0002, 0.0003, 1.00035, 1.0001, 1.0001)))
+    guard = Guard(MemoryBackend(clock), [Policy("p", Rule("3/second", by="u"))])
+    decisions = [guard.hit("p", u="x") for _ in range(6)]
+    assert all(d.allowed for d in decisions)
+    late = [d.receipt.times_us for d in decisions[3:] if d.receipt is not None]
+    assert late == [(round((start + 1.00035) * 1e6),)] * 3
+
+
+@pytest.mark.parametrize("timeout", ["1", float("nan"), float("inf"), -1, True])
+def test_acquire_refuses_a_timeout_that_is_not_finite_seconds(timeout: object) -> None:
+    guard = Guard(MemoryBackend(), [Policy("p", Rule("1/second", by="u"))])
+    with pytest.raises(ConfigError, match="timeout must be None or finite seconds"):
+        guard.acquire("p", timeout=timeout, u="x")  # type: ignore[arg-type]
