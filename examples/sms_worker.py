@@ -48,7 +48,7 @@ def work(guard: Guard, messages: list[Message], seed: int = 1) -> dict[str, int]
         try:
             send_via_vendor(message, rng)
         except VendorError:
-            guard.refund("sms", recipient=message.recipient, content=message.body)
+            guard.refund(decision)  # exactly what this hit took, in every rule
             counts["failed"] += 1
         else:
             counts["sent"] += 1

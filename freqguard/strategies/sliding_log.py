@@ -78,7 +78,7 @@ def check(log: array[int], now: int, need: int, rule: RuleParams) -> int:
 def consume(log: array[int], now: int, cost: int, key: KeySpec) -> array[int]:
     # time per state never goes back (see script.run), so every entry is <= now: append
     del log[: bisect_right(log, now - key.window)]
-    log.extend([now] * cost)
+    log.extend(array("q", (now,)) * cost)
     if len(log) > key.cap:
         del log[: len(log) - key.cap]
     return log
