@@ -43,7 +43,7 @@ from redis.crc import key_slot
 from freqguard.backends._lanes import AsyncLane, Lane
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock, SystemClock
-from freqguard.errors import BackendUnavailable
+from freqguard.errors import BackendUnavailable, ConfigError, FreqGuardError
 from freqguard.script import unpack
 
 __all__ = ["FUNCTION", "LIBRARY", "AsyncRedisBackend", "RedisBackend"]
@@ -57,6 +57,13 @@ LIBRARY = _SOURCE.replace("__LIBRARY__", FUNCTION)
 _L = TypeVar("_L")  # a lane, sync or async
 # Errors that mean "ask the cluster client, which follows redirections and refreshes slots".
 _REROUTE = (rex.MovedError, rex.AskError, rex.TryAgainError, rex.ConnectionError)
+# What redis-py raises: its cluster client's own errors (unreachable at start, a slot no node
+# serves) derive from Exception, not RedisError.
+_ERRORS = (rex.RedisError, rex.RedisClusterException)
+# What sends a call the long way round: a reroute, or a slot missing from the client's map
+# (which the long way learns again).
+_REMAP = (*_REROUTE, rex.SlotNotCoveredError)
+_CLUSTERS = (RedisCluster, AsyncRedisCluster)
 _RAW = {NEVER_DECODE: True}
 
 
@@ -152,18 +159,41 @@ def _missing(result: object) -> bool:
     return isinstance(result, rex.ResponseError) and "Function not found" in str(result)
 
 
-def _unavailable(exc: rex.RedisError) -> BackendUnavailable:
-    """The one place redis-py errors become freqguard errors (raised ``from`` them)."""
+def _address(client: object) -> str:
+    """Where a standalone client connects, as a URL's address part."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs: dict[str, Any] = getattr(pool, "connection_kwargs", {})
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}"
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def _cluster_node(client: object) -> ConfigError:
+    """The error for a standalone client (a ``redis://`` URL) aimed at a cluster node: it
+    would decide the keys of that node's slots and get MOVED for every other key."""
+    where = _address(client)
+    return ConfigError(
+        f"{where} is a Redis Cluster node: use redis+cluster://{where} (or a RedisCluster "
+        "client), which sends each key to the node that owns its slot"
+    )
+
+
+def _unavailable(exc: Exception, client: object) -> FreqGuardError:
+    """The one place redis-py errors become freqguard errors (raised ``from`` them): a
+    :class:`~freqguard.BackendUnavailable`, or a :class:`~freqguard.ConfigError` for a MOVED
+    reply to a standalone client (a cluster client follows them)."""
+    if isinstance(exc, rex.MovedError) and not isinstance(client, _CLUSTERS):
+        return _cluster_node(client)
     return BackendUnavailable(f"redis failed: {type(exc).__name__}: {exc}")
 
 
 @contextmanager
-def _boundary() -> Iterator[None]:
+def _boundary(client: object) -> Iterator[None]:
     """Where redis-py errors become freqguard errors (see :func:`_unavailable`)."""
     try:
         yield
-    except rex.RedisError as exc:
-        raise _unavailable(exc) from exc
+    except _ERRORS as exc:
+        raise _unavailable(exc, client) from exc
 
 
 class RedisBackend:
@@ -183,6 +213,20 @@ class RedisBackend:
         self._cluster = isinstance(client, RedisCluster)
         self._lanes: dict[int, tuple[Redis, Lane]] = {}
         self._direct = self._cluster or not _single_connection(client)
+        self._inspected = False
+
+    def _inspect(self) -> None:
+        """Once, before the first call: refuse a cluster node behind a standalone client.
+        Failing to reach the server leaves it to the next call."""
+        client = self.client
+        if not isinstance(client, RedisCluster):
+            try:
+                enabled = client.info("cluster").get("cluster_enabled")
+            except rex.ResponseError:  # INFO refused (ACL, renamed): a MOVED reply tells
+                enabled = None
+            if enabled:
+                raise _cluster_node(client)
+        self._inspected = True
 
     def _load(self) -> None:
         # on a cluster this goes to every primary
@@ -192,7 +236,12 @@ class RedisBackend:
         """The lane to the node that owns ``key`` (the client itself when standalone)."""
         client = self.client
         if isinstance(client, RedisCluster):
-            node = client.nodes_manager.get_node_from_slot(key_slot(key))
+            slot = key_slot(key)
+            try:
+                node = client.nodes_manager.get_node_from_slot(slot)
+            except rex.SlotNotCoveredError:  # a hole in the map: learn it again (once)
+                client.nodes_manager.initialize()
+                node = client.nodes_manager.get_node_from_slot(slot)
             client = client.get_redis_connection(node)
         entry = self._lanes.get(id(client))
         if entry is None or entry[0] is not client:
@@ -232,17 +281,21 @@ class RedisBackend:
 
     def execute(self, call: ScriptCall) -> Reply:
         try:  # not _boundary(): a context manager costs a noticeable part of a hit
+            if not self._inspected:
+                self._inspect()
             if not self._direct:
                 return unpack(call.plan, self._command(call))
             packed, key = encode(call)
             return unpack(call.plan, self._send(call, packed, key))
-        except rex.RedisError as exc:
-            raise _unavailable(exc) from exc
+        except _ERRORS as exc:
+            raise _unavailable(exc, self.client) from exc
 
     def execute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
         if len(calls) <= 1 or not self._direct:
             return [self.execute(call) for call in calls]
-        with _boundary():
+        with _boundary(self.client):
+            if not self._inspected:
+                self._inspect()
             if not self._cluster:  # input order: same-key calls stay in order
                 results = self._lane(b"").stream(lambda: _chunks(calls), len(calls))
             else:
@@ -325,6 +378,27 @@ class AsyncRedisBackend:
         self._lanes: dict[int, tuple[object, AsyncLane]] = {}
         self._direct = self._cluster or not _single_connection(client)
         self._loading: asyncio.Task[object] | None = None
+        self._inspected = False
+        self._inspecting: asyncio.Task[None] | None = None
+
+    async def _inspect(self) -> None:
+        """Once, before the first calls: :meth:`RedisBackend._inspect`, one task for every
+        call that comes meanwhile."""
+        task = self._inspecting
+        if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
+            task = self._inspecting = asyncio.ensure_future(self._inspection())
+        await asyncio.shield(task)
+
+    async def _inspection(self) -> None:
+        client = self.client
+        if not isinstance(client, AsyncRedisCluster):
+            try:
+                enabled = (await client.info("cluster")).get("cluster_enabled")
+            except rex.ResponseError:  # INFO refused (ACL, renamed): a MOVED reply tells
+                enabled = None
+            if enabled:
+                raise _cluster_node(client)
+        self._inspected = True
 
     async def _load(self) -> None:
         """Load the library once for every task that found it missing at the same time."""
@@ -338,7 +412,13 @@ class AsyncRedisBackend:
         client = self.client
         owner: AsyncRedis | AsyncClusterNode
         if isinstance(client, AsyncRedisCluster):
-            owner = client.nodes_manager.get_node_from_slot(key_slot(key))
+            slot = key_slot(key)
+            try:
+                owner = client.nodes_manager.get_node_from_slot(slot)
+            except KeyError:  # how redis-py's async client says the slot is not in its map
+                raise rex.SlotNotCoveredError(
+                    f"slot {slot} is not covered by the cluster"
+                ) from None
         else:
             owner = client
         entry = self._lanes.get(id(owner))
@@ -364,24 +444,28 @@ class AsyncRedisBackend:
 
     async def aexecute(self, call: ScriptCall) -> Reply:
         client = self.client
+        if not self._inspected:  # the first calls take the long way
+            return (await self.aexecute_many([call]))[0]
         if self._direct and not (isinstance(client, AsyncRedisCluster) and client._initialize):
             # the common case first, without a batch's bookkeeping; anything else (a missing
             # library, a redirection, a lost node) is redone by aexecute_many
             packed, key = encode(call)
             try:
                 (result,) = await self._lane(key).exchange(packed, 1)
-            except rex.RedisError as exc:
-                if not (self._cluster and isinstance(exc, _REROUTE)):
-                    raise _unavailable(exc) from exc
+            except _ERRORS as exc:
+                if not (self._cluster and isinstance(exc, _REMAP)):
+                    raise _unavailable(exc, client) from exc
             else:
                 if not isinstance(result, Exception):
                     return unpack(call.plan, result)  # type: ignore[arg-type]
                 if not (_missing(result) or (self._cluster and isinstance(result, _REROUTE))):
-                    raise _unavailable(result) from result  # type: ignore[arg-type]
+                    raise _unavailable(result, client) from result
         return (await self.aexecute_many([call]))[0]
 
     async def aexecute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
-        with _boundary():
+        with _boundary(self.client):
+            if not self._inspected:
+                await self._inspect()
             if not self._direct:
                 return [unpack(call.plan, await self._command(call)) for call in calls]
             client = self.client
@@ -389,7 +473,12 @@ class AsyncRedisBackend:
                 await client.initialize()  # a new client learns its slot map on first use
             # one batch per node, in input order within it: same-key calls stay in order
             encoded = [encode(call) for call in calls]
-            groups = _by_lane(encoded, self._lane)
+            try:
+                groups = _by_lane(encoded, self._lane)
+            except rex.SlotNotCoveredError:  # a hole in the map: learn it again (once)
+                assert isinstance(client, AsyncRedisCluster)
+                await client.nodes_manager.initialize()
+                groups = _by_lane(encoded, self._lane)
             sent = [lane.exchange(b"".join(packed), len(packed)) for lane, _, packed in groups]
             answers: list[list[object] | BaseException]
             if len(sent) == 1:  # gather would wrap it in a task, a loop turn later

@@ -203,6 +203,8 @@ def backend_from_url(url: str) -> MemoryBackend | RedisBackend:
     Raises:
         ConfigError: an unsupported scheme, a bad option (see the module docstring), or a
             Redis URL without the redis extra.
+        BackendUnavailable: a cluster URL whose nodes cannot be reached, or whose slots are
+            not all served (redis-py's cluster client learns its slots as it is made).
     """
     scheme = _scheme(url)
     if scheme == "memory":
@@ -211,10 +213,11 @@ def backend_from_url(url: str) -> MemoryBackend | RedisBackend:
     from redis import Redis
     from redis.cluster import RedisCluster
 
-    from freqguard.backends.redis import RedisBackend
+    from freqguard.backends.redis import RedisBackend, _boundary
 
     if scheme.endswith("+cluster"):
-        return RedisBackend(RedisCluster.from_url(target, **options))
+        with _boundary(None):  # redis-py's sync cluster client connects as it is made
+            return RedisBackend(RedisCluster.from_url(target, **options))
     return RedisBackend(Redis.from_url(target, **options))
 
 
