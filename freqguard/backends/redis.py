@@ -3,8 +3,9 @@
 Each runs the policy function of ``freqguard/lua/policy.lua`` by FCALL, one call per slot of
 a hit. The library is loaded with FUNCTION LOAD under a name that carries a digest of its
 code (so versions side by side never clash), on first use and again whenever a server answers
-that it lacks it: after ``FUNCTION FLUSH``, or on a new node; inside pipelines too. Redis
-persists and replicates functions, so a failover keeps them. Redis 7.0 or newer is required.
+that it lacks it: after ``FUNCTION FLUSH``, or on a new node; inside pipelines too, and in a
+way no concurrent flush can defeat (see :func:`_again`). Redis persists and replicates
+functions, so a failover keeps them. Redis 7.0 or newer is required.
 
 Calls are framed here (:func:`encode`) and sent on connections borrowed from the redis-py
 client's pool (``freqguard.backends._lanes``), not through its command API, which costs
@@ -18,14 +19,15 @@ which follows it and refreshes its slot map.
 Replies are binary (see the script's header) and read without decoding, so clients made
 with ``decode_responses=True`` work too. Every redis-py error becomes
 :class:`~freqguard.BackendUnavailable` in one place (:func:`_unavailable`), with the original
-as its cause.
+as its cause; a standalone client aimed at a cluster node is a :class:`~freqguard.ConfigError`
+(asked once, before the first call, and known from a MOVED reply).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any, TypeVar
@@ -127,6 +129,80 @@ def _chunks(calls: Sequence[ScriptCall]) -> Iterator[bytes]:
     """The calls packed, ``_CHUNK`` to a write (see Lane.stream)."""
     for start in range(0, len(calls), _CHUNK):
         yield b"".join([encode(call)[0] for call in calls[start : start + _CHUNK]])
+
+
+# "Function not found" (never loaded, FUNCTION FLUSH, a new node): the calls that met it are
+# sent again behind the library's load, on the connection they failed on. FUNCTION LOAD goes
+# without REPLACE: a library already there is refused before its code is compiled, so many
+# callers recovering at once cost one compilation.
+_LOAD = b"*3\r\n$8\r\nFUNCTION\r\n$4\r\nLOAD\r\n" + _bulk(LIBRARY.encode())
+_MULTI = b"*1\r\n$5\r\nMULTI\r\n"
+_EXEC = b"*1\r\n$4\r\nEXEC\r\n"
+_ATOMIC = 64  # calls per transaction: the server runs each whole, serving no one else
+_ATTEMPTS = 3  # calls through redis-py's command API: loads and tries in all (see _command)
+_Read = Callable[[Sequence[object]], list[object]]
+
+
+def _again(
+    calls: Sequence[tuple[bytes, bytes]], atomic: bool, slot_of: Callable[[bytes], int]
+) -> tuple[bytes, int, _Read]:
+    """Encoded calls that found the library missing, framed to go again behind its load.
+
+    First the load and then the calls: one load for them all. A flush from another client can
+    still come between the two; the calls that meet one go again ``atomic``: in transactions
+    (MULTI, the load, the calls, EXEC) that nothing can come between, so they cannot miss
+    again. A transaction's keys must share a cluster slot: one (or more, past ``_ATOMIC``
+    calls) per slot, by ``slot_of``; calls of one slot keep their order.
+
+    Returns:
+        The bytes to send, the number of replies they get, and what turns those replies into
+        each call's result, in the order of ``calls``.
+    """
+    if not atomic:
+        return (
+            _LOAD + b"".join([packed for packed, _ in calls]),
+            1 + len(calls),
+            lambda replies: [_after(replies[0], result) for result in replies[1:]],
+        )
+    runs: list[list[int]] = []  # each transaction's calls, by position in ``calls``
+    slots = [slot_of(key) for _, key in calls]
+    for index in sorted(range(len(calls)), key=slots.__getitem__):  # stable: order kept
+        run = runs[-1] if runs else None
+        if run is None or len(run) == _ATOMIC or slots[run[0]] != slots[index]:
+            runs.append([index])
+        else:
+            run.append(index)
+
+    def read(replies: Sequence[object]) -> list[object]:
+        results: list[object] = [None] * len(calls)
+        at = 0
+        for run in runs:
+            queued, done = replies[at : at + 2 + len(run)], replies[at + 2 + len(run)]
+            at += 3 + len(run)
+            if isinstance(done, list):  # it ran: the load's answer, then each call's
+                answers = [_after(done[0], result) for result in done[1:]]
+            else:  # refused as it was queued (out of memory, a slot that moved): none ran
+                refused = next((r for r in queued if isinstance(r, Exception)), done)
+                answers = [refused] * len(run)
+            for index, answer in zip(run, answers, strict=True):
+                results[index] = answer
+        return results
+
+    parts: list[bytes] = []
+    for run in runs:
+        parts += [_MULTI, _LOAD, *[calls[index][0] for index in run], _EXEC]
+    return b"".join(parts), len(calls) + 3 * len(runs), read
+
+
+def _after(loaded: object, result: object) -> object:
+    """A call's result after the load: the load's own error where it failed (for another
+    reason than being there already) and the call found no library."""
+    failed = isinstance(loaded, Exception) and "already exists" not in str(loaded)
+    return loaded if failed and _missing(result) else result
+
+
+def _slot(key: bytes) -> int:
+    return 0  # a standalone server: any keys in one transaction
 
 
 def _by_lane(
@@ -254,22 +330,26 @@ class RedisBackend:
             lane.close()
 
     def _command(self, call: ScriptCall) -> bytes:
-        """The call through redis-py's own command API (which also follows redirections)."""
+        """The call through redis-py's own command API (which also follows redirections). A
+        missing library is loaded and the call repeated, :data:`_ATTEMPTS` tries in all: the
+        client's API cannot hold the load and the call in one transaction."""
         args = function_args(call)
-        try:
-            return self.client.execute_command(*args, **_RAW)  # type: ignore[no-untyped-call,no-any-return]
-        except rex.ResponseError as exc:
-            if not _missing(exc):
-                raise
-        self._load()
-        return self.client.execute_command(*args, **_RAW)  # type: ignore[no-untyped-call,no-any-return]
+        attempts = _ATTEMPTS
+        while True:
+            try:
+                return self.client.execute_command(*args, **_RAW)  # type: ignore[no-untyped-call,no-any-return]
+            except rex.ResponseError as exc:
+                attempts -= 1
+                if not (_missing(exc) and attempts):
+                    raise
+            self._load()
 
     def _send(self, call: ScriptCall, packed: bytes, key: bytes) -> bytes:
         try:
-            (result,) = self._lane(key).exchange(packed, 1)
-            if _missing(result):
-                self._load()
-                (result,) = self._lane(key).exchange(packed, 1)
+            results = self._lane(key).exchange(packed, 1)
+            if _missing(results[0]):
+                self._reload([call], results)
+            (result,) = results
             if isinstance(result, Exception):
                 raise result
             return result  # type: ignore[return-value]
@@ -300,19 +380,35 @@ class RedisBackend:
                 results = self._lane(b"").stream(lambda: _chunks(calls), len(calls))
             else:
                 results = self._cluster_batch(calls)
-            if any(_missing(r) for r in results):
-                self._load()
+            if any(_missing(result) for result in results):
+                self._reload(calls, results)
             data: list[bytes] = []
             for call, result in zip(calls, results, strict=True):
-                if _missing(result):  # in order, after the failed ones' peers
-                    result = self._send(call, *encode(call))
-                elif self._cluster and isinstance(result, _REROUTE):
+                if self._cluster and isinstance(result, _REROUTE):
                     self._forget_lanes()
                     result = self._command(call)
                 elif isinstance(result, Exception):
                     raise result
                 data.append(result)  # type: ignore[arg-type]
             return [unpack(call.plan, d) for call, d in zip(calls, data, strict=True)]
+
+    def _reload(self, calls: Sequence[ScriptCall], results: list[object]) -> None:
+        """Send again, in place, the calls whose result says the library is missing: each
+        node's behind its load, then atomically those that missed again (see :func:`_again`)."""
+        slot_of = key_slot if self._cluster else _slot
+        for atomic in (False, True):
+            missing = [i for i, result in enumerate(results) if _missing(result)]
+            encoded = [encode(calls[i]) for i in missing]
+            for lane, indices, _ in _by_lane(encoded, self._lane):
+                data, count, read = _again([encoded[i] for i in indices], atomic, slot_of)
+                try:
+                    redone = read(lane.exchange(data, count))
+                except _REROUTE as exc:
+                    if not self._cluster:
+                        raise
+                    redone = [exc] * len(indices)  # the long way, in execute_many
+                for index, result in zip(indices, redone, strict=True):
+                    results[missing[index]] = result
 
     def _cluster_batch(self, calls: Sequence[ScriptCall]) -> list[object]:
         """One batch per node, in input order within it: same-key calls stay in order."""
@@ -432,33 +528,38 @@ class AsyncRedisBackend:
             await lane.aclose()
 
     async def _command(self, call: ScriptCall) -> bytes:
-        """The call through redis-py's own command API (which also follows redirections)."""
+        """:meth:`RedisBackend._command`, awaited."""
         args = function_args(call)
-        try:
-            return await self.client.execute_command(*args, **_RAW)  # type: ignore[no-any-return]
-        except rex.ResponseError as exc:
-            if not _missing(exc):
-                raise
-        await self._load()
-        return await self.client.execute_command(*args, **_RAW)  # type: ignore[no-any-return]
+        attempts = _ATTEMPTS
+        while True:
+            try:
+                return await self.client.execute_command(*args, **_RAW)  # type: ignore[no-any-return]
+            except rex.ResponseError as exc:
+                attempts -= 1
+                if not (_missing(exc) and attempts):
+                    raise
+            await self._load()
 
     async def aexecute(self, call: ScriptCall) -> Reply:
         client = self.client
         if not self._inspected:  # the first calls take the long way
             return (await self.aexecute_many([call]))[0]
         if self._direct and not (isinstance(client, AsyncRedisCluster) and client._initialize):
-            # the common case first, without a batch's bookkeeping; anything else (a missing
-            # library, a redirection, a lost node) is redone by aexecute_many
+            # the common case first, without a batch's bookkeeping; a redirection or a lost
+            # node is redone by aexecute_many
             packed, key = encode(call)
             try:
-                (result,) = await self._lane(key).exchange(packed, 1)
+                results = await self._lane(key).exchange(packed, 1)
+                if _missing(results[0]):
+                    await self._reload([call], results)
+                (result,) = results
             except _ERRORS as exc:
                 if not (self._cluster and isinstance(exc, _REMAP)):
                     raise _unavailable(exc, client) from exc
             else:
                 if not isinstance(result, Exception):
                     return unpack(call.plan, result)  # type: ignore[arg-type]
-                if not (_missing(result) or (self._cluster and isinstance(result, _REROUTE))):
+                if not (self._cluster and isinstance(result, _REROUTE)):
                     raise _unavailable(result, client) from result
         return (await self.aexecute_many([call]))[0]
 
@@ -480,28 +581,16 @@ class AsyncRedisBackend:
                 await client.nodes_manager.initialize()
                 groups = _by_lane(encoded, self._lane)
             sent = [lane.exchange(b"".join(packed), len(packed)) for lane, _, packed in groups]
-            answers: list[list[object] | BaseException]
-            if len(sent) == 1:  # gather would wrap it in a task, a loop turn later
-                try:
-                    answers = [await sent[0]]
-                except rex.RedisError as exc:
-                    answers = [exc]
-            else:
-                answers = await asyncio.gather(*sent, return_exceptions=True)
             results: list[object] = [None] * len(calls)
-            for (_, indices, _), answer in zip(groups, answers, strict=True):
+            for (_, indices, _), answer in zip(groups, await self._gather(sent), strict=True):
                 if isinstance(answer, BaseException):
-                    if not (self._cluster and isinstance(answer, _REROUTE)):
-                        raise answer
                     answer = [answer] * len(indices)  # each redone below
                 for index, result in zip(indices, answer, strict=True):
                     results[index] = result
-            if any(_missing(r) for r in results):
-                await self._load()
+            if any(_missing(result) for result in results):
+                await self._reload(calls, results)
             data: list[bytes] = []
-            for call, (packed, key), result in zip(calls, encoded, results, strict=True):
-                if _missing(result):  # in order, after the failed ones' peers
-                    (result,) = await self._lane(key).exchange(packed, 1)
+            for call, result in zip(calls, results, strict=True):
                 if self._cluster and isinstance(result, _REROUTE):
                     await self._forget_lanes()  # a slot moved or a node is gone
                     result = await self._command(call)
@@ -509,6 +598,46 @@ class AsyncRedisBackend:
                     raise result
                 data.append(result)  # type: ignore[arg-type]
             return [unpack(call.plan, d) for call, d in zip(calls, data, strict=True)]
+
+    async def _gather(
+        self, sent: Sequence[Awaitable[list[object]]]
+    ) -> list[list[object] | BaseException]:
+        """The replies of calls sent to several lanes at once. A lane that failed gives its
+        error instead, to be redone the long way on a cluster; anything else is raised."""
+        answers: list[list[object] | BaseException]
+        if len(sent) == 1:  # gather would wrap it in a task, a loop turn later
+            try:
+                answers = [await sent[0]]
+            except _ERRORS as exc:
+                answers = [exc]
+        else:
+            answers = await asyncio.gather(*sent, return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, BaseException) and not (
+                self._cluster and isinstance(answer, _REROUTE)
+            ):
+                raise answer
+        return answers
+
+    async def _reload(self, calls: Sequence[ScriptCall], results: list[object]) -> None:
+        """:meth:`RedisBackend._reload`, every node's at once."""
+        slot_of = key_slot if self._cluster else _slot
+        for atomic in (False, True):
+            missing = [i for i, result in enumerate(results) if _missing(result)]
+            encoded = [encode(calls[i]) for i in missing]
+            groups = _by_lane(encoded, self._lane)
+            framed = [_again([encoded[i] for i in ix], atomic, slot_of) for _, ix, _ in groups]
+            sent = [
+                lane.exchange(data, count)
+                for (lane, _, _), (data, count, _) in zip(groups, framed, strict=True)
+            ]
+            answers = await self._gather(sent)
+            for (_, indices, _), (_, _, read), answer in zip(groups, framed, answers, strict=True):
+                redone = (
+                    [answer] * len(indices) if isinstance(answer, BaseException) else read(answer)
+                )
+                for index, result in zip(indices, redone, strict=True):
+                    results[missing[index]] = result
 
     async def aclose(self) -> None:
         await self._forget_lanes()
