@@ -46,13 +46,16 @@ from freqguard.backends._lanes import AsyncLane, Lane
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable, ConfigError, FreqGuardError
-from freqguard.script import unpack
+from freqguard.script import HIT, unpack
 
-__all__ = ["FUNCTION", "LIBRARY", "AsyncRedisBackend", "RedisBackend"]
+__all__ = ["FUNCTION", "FUNCTION_NOGROW", "LIBRARY", "AsyncRedisBackend", "RedisBackend"]
 
 _SOURCE = resources.files("freqguard.lua").joinpath("policy.lua").read_text(encoding="utf-8")
-#: the name of the library and of its one function
+#: the name of the library and of its function, for hits
 FUNCTION = "freqguard_" + hashlib.sha1(_SOURCE.encode("utf-8")).hexdigest()[:12]
+#: the same function flagged allow-oom, for the calls that never grow what is stored (CHECK,
+#: REFUND, RESET, a HIT of cost 0): Redis runs them when used memory is past maxmemory
+FUNCTION_NOGROW = FUNCTION + "_nogrow"
 #: the library's code, as FUNCTION LOAD takes it
 LIBRARY = _SOURCE.replace("__LIBRARY__", FUNCTION)
 
@@ -81,12 +84,14 @@ def function_args(call: ScriptCall) -> tuple[Any, ...]:
     record key, then ARGV (see the script header)."""
     record, fields = _record_and_fields(call)
     now = "" if call.now is None else call.now
-    return ("FCALL", FUNCTION, 1, record, now, call.cost, call.mode, call.plan.text, *fields)
+    name = FUNCTION if call.mode == HIT and call.cost else FUNCTION_NOGROW
+    return ("FCALL", name, 1, record, now, call.cost, call.mode, call.plan.text, *fields)
 
 
 _CHUNK = 16  # calls per write when a batch is streamed (see Lane.stream)
-# Per plan text: the wire frames of FCALL's constant arguments (see encode).
-_FRAMES: dict[str, tuple[bytes, bytes]] = {}
+# Per plan text: the wire frames of FCALL's constant arguments (see encode), the last one
+# naming FUNCTION_NOGROW.
+_FRAMES: dict[str, tuple[bytes, bytes, bytes]] = {}
 
 
 def _bulk(data: bytes) -> bytes:
@@ -105,13 +110,14 @@ def encode(call: ScriptCall) -> tuple[bytes, bytes]:
     if frame is None:
         count = 8 + len(call.plan.layouts)
         head = b"*%d\r\n%s%s%s" % (count, _bulk(b"FCALL"), _bulk(FUNCTION.encode()), _bulk(b"1"))
-        frame = _FRAMES.setdefault(text, (head, _bulk(text.encode())))
+        nogrow = head.replace(_bulk(FUNCTION.encode()), _bulk(FUNCTION_NOGROW.encode()))
+        frame = _FRAMES.setdefault(text, (head, _bulk(text.encode()), nogrow))
     record, fields = _record_and_fields(call)
     key = record.encode("utf-8", "surrogatepass")
     now = b"" if call.now is None else b"%d" % call.now
     cost = b"%d" % call.cost
     packed = b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$1\r\n%d\r\n%s%s" % (
-        frame[0],
+        frame[0] if call.mode == HIT and call.cost else frame[2],
         len(key),
         key,
         len(now),
