@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -10,14 +11,21 @@ from redis import Redis
 from redis import exceptions as rex
 from redis.asyncio import Redis as AsyncRedis
 
-from freqguard import AsyncGuard, BackendUnavailable, Guard, Policy, Rule
+from freqguard import (
+    AsyncGuard,
+    BackendUnavailable,
+    Guard,
+    Policy,
+    Rule,
+    async_backend_from_url,
+    backend_from_url,
+)
 from freqguard.backends.redis import FUNCTION, FUNCTION_NOGROW, AsyncRedisBackend, RedisBackend
 from freqguard.script import CHECK, HIT
 from tests.conftest import flush
 from tests.servers import RedisServer
 
 P = Policy("p", Rule("5/minute", by="r"))
-HEADROOM = 1_500_000  # bytes of records the server may take past what it holds at the start
 
 
 def _used(server: RedisServer) -> int:
@@ -27,39 +35,34 @@ def _used(server: RedisServer) -> int:
 @pytest.fixture
 def full_server(
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[RedisServer, list[str]]]:
-    """A server with ``noeviction`` filled with freqguard records until it refuses a hit for
-    want of memory. Yields it and every recipient that was hit."""
+) -> Iterator[tuple[RedisServer, list[str], int]]:
+    """A ``noeviction`` server holding 10,000 recipients' records, its maxmemory then set
+    below what it holds by a tenth of their bytes: full, by a margin that no connection's
+    buffers can bridge. Yields it, the recipients (each hit once), and their bytes."""
     server = RedisServer(tmp_path_factory.mktemp("oom"), "--maxmemory-policy", "noeviction")
     try:
         guard = Guard(RedisBackend(Redis(port=server.port)), [P])
         assert guard.hit("p", r="first").allowed  # the library is loaded before the limit
-        server.client.config_set("maxmemory", _used(server) + HEADROOM)
-        recipients: list[str] = []
-        for batch in range(200):  # 1.5 MB of records is some 10,000 recipients: ~20 batches
-            names = [f"b{batch}r{n}" for n in range(500)]
-            recipients += names
-            try:
-                guard.hit_many("p", [{"r": name} for name in names])
-            except BackendUnavailable as exc:
-                refused = exc
-                break
-        else:
-            raise AssertionError("the server never ran out of memory")
-        assert isinstance(refused.__cause__, rex.OutOfMemoryError), refused
+        empty = _used(server)
+        recipients = [f"r{n}" for n in range(10_000)]
+        for start in range(0, len(recipients), 500):
+            guard.hit_many("p", [{"r": name} for name in recipients[start : start + 500]])
         guard.close()
-        yield server, recipients
+        records = _used(server) - empty
+        assert records > 500_000
+        server.client.config_set("maxmemory", _used(server) - records // 10)
+        yield server, recipients, records
     finally:
         server.stop()
 
 
 def test_out_of_memory_refuses_hits_but_not_peek_refund_or_reset(
-    full_server: tuple[RedisServer, list[str]],
+    full_server: tuple[RedisServer, list[str], int],
 ) -> None:
     """Redis refuses a function that may write when used memory is past maxmemory, unless it
     is registered allow-oom: calls that never grow state go to such a twin of the function,
     so a full server can still be read, refunded and emptied through freqguard."""
-    server, recipients = full_server
+    server, recipients, records = full_server
     guard = Guard(RedisBackend(Redis(port=server.port)), [P])
     with pytest.raises(BackendUnavailable, match="OutOfMemoryError") as caught:
         guard.hit("p", r="newcomer")
@@ -86,7 +89,7 @@ def test_out_of_memory_refuses_hits_but_not_peek_refund_or_reset(
     before = _used(server)
     for name in recipients[: len(recipients) // 2]:
         guard.reset("p", r=name)
-    assert _used(server) < before - HEADROOM // 4  # the resets freed memory
+    assert _used(server) < before - records // 3  # the resets freed memory
     assert guard.hit("p", r="newcomer").allowed  # under the limit again: hits work
     assert guard.peek("p", r="newcomer").remaining == 4
     guard.close()
@@ -107,3 +110,114 @@ def test_the_nogrow_function_refuses_a_hit_that_consumes(redis_server: RedisServ
     client.fcall(FUNCTION, 1, "k", "", 1, HIT, plan, "ab")
     assert client.dbsize() == 1
     guard.close()
+
+
+# -- a maxmemory-policy that evicts ------------------------------------------------------------
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "freqguard" and r.levelno == logging.WARNING
+    ]
+
+
+@pytest.fixture(scope="module")
+def evicting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A server that evicts keys with a TTL when full: every freqguard record has one."""
+    server = RedisServer(tmp_path_factory.mktemp("evicting"), "--maxmemory-policy", "volatile-lru")
+    yield server
+    server.stop()
+
+
+def test_an_evicting_server_is_warned_of_once_per_backend(
+    evicting: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="freqguard")
+    guard = Guard(backend_from_url(evicting.url), [P])
+    for _ in range(3):
+        assert guard.hit("p", r="a").allowed
+    guard.hit_many("p", [{"r": f"r{n}"} for n in range(5)])
+    guard.close()
+    (message,) = _warnings(caplog)
+    assert f"127.0.0.1:{evicting.port}" in message
+    assert "maxmemory-policy volatile-lru" in message
+    assert "Set maxmemory-policy noeviction" in message
+
+    async def main() -> None:
+        aguard = AsyncGuard(async_backend_from_url(evicting.url), [P])
+        await asyncio.gather(*(aguard.hit("p", r=f"t{n}") for n in range(10)))
+        await aguard.aclose()
+
+    asyncio.run(main())
+    assert len(_warnings(caplog)) == 2  # one more: the async backend's
+
+
+def test_noeviction_is_not_warned_of(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    flush([redis_server])
+    caplog.set_level(logging.WARNING, logger="freqguard")
+    guard = Guard(backend_from_url(redis_server.url), [P])
+    assert guard.hit("p", r="a").allowed
+    guard.close()
+    assert _warnings(caplog) == []
+
+
+def test_an_evicting_cluster_node_is_named(
+    redis_cluster: list[RedisServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    flush(redis_cluster)
+    caplog.set_level(logging.WARNING, logger="freqguard")
+    node = redis_cluster[2]
+    node.client.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        guard = Guard(backend_from_url(f"redis+cluster://127.0.0.1:{redis_cluster[0].port}"), [P])
+        guard.hit_many("p", [{"r": f"r{n}"} for n in range(20)])
+        guard.close()
+    finally:
+        node.client.config_set("maxmemory-policy", "noeviction")
+    (message,) = _warnings(caplog)
+    assert f"127.0.0.1:{node.port}" in message
+    assert "allkeys-lru" in message
+    assert f"127.0.0.1:{redis_cluster[0].port}" not in message
+
+
+@pytest.fixture
+def config_refused(evicting: RedisServer) -> Iterator[str]:
+    """A user of the evicting server who may not run CONFIG (as on many managed services)."""
+    evicting.client.acl_setuser(
+        "noconfig", enabled=True, nopass=True, keys=["*"], commands=["+@all", "-config"]
+    )
+    yield f"redis://noconfig@127.0.0.1:{evicting.port}"
+    evicting.client.acl_deluser("noconfig")
+
+
+def test_a_server_that_refuses_config_is_not_warned_of_and_works(
+    config_refused: str, tmp_path_factory: pytest.TempPathFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="freqguard")
+    renamed = RedisServer(
+        tmp_path_factory.mktemp("noconfig"),
+        "--maxmemory-policy",
+        "volatile-lru",
+        "--rename-command",
+        "CONFIG",
+        "",
+    )
+    try:
+        for url in (config_refused, renamed.url):
+            guard = Guard(backend_from_url(url), [P])
+            assert guard.hit("p", r="someone").allowed
+            guard.close()
+
+            async def main(url: str = url) -> None:
+                aguard = AsyncGuard(async_backend_from_url(url), [P])
+                assert (await aguard.peek("p", r="someone")).remaining == 4
+                await aguard.aclose()
+
+            asyncio.run(main())
+    finally:
+        renamed.stop()
+    assert _warnings(caplog) == []

@@ -20,14 +20,18 @@ Replies are binary (see the script's header) and read without decoding, so clien
 with ``decode_responses=True`` work too. Every redis-py error becomes
 :class:`~freqguard.BackendUnavailable` in one place (:func:`_unavailable`), with the original
 as its cause; a standalone client aimed at a cluster node is a :class:`~freqguard.ConfigError`
-(asked once, before the first call, and known from a MOVED reply).
+(asked once, before the first call, and known from a MOVED reply). That first question also
+reads the server's ``maxmemory-policy`` and warns of one that can evict. Calls that never grow
+what is stored (peek, refund, reset) go to a twin of the function that runs when the server
+is out of memory (:data:`FUNCTION_NOGROW`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any, TypeVar
@@ -260,6 +264,32 @@ def _cluster_node(client: object) -> ConfigError:
     )
 
 
+_POLICY = "maxmemory-policy"
+_log = logging.getLogger("freqguard")
+
+
+def _warn_evicting(answer: Mapping[Any, Any], client: object) -> None:
+    """Log a warning if CONFIG GET maxmemory-policy's answer (one server's, or one per
+    cluster node) names a policy that evicts. Every record has a TTL, so volatile-* policies
+    evict them as allkeys-* do, and an evicted record forgets what a recipient was sent."""
+    per_node = {_address(client): answer} if _POLICY in answer else answer
+    evicting = []
+    for node, reply in per_node.items():
+        policy = reply.get(_POLICY) if isinstance(reply, Mapping) else None
+        if isinstance(policy, bytes):
+            policy = policy.decode()
+        if policy is not None and policy != "noeviction":
+            evicting.append(f"{node} has maxmemory-policy {policy}")
+    if evicting:
+        _log.warning(
+            "%s: when full, Redis evicts keys, and every freqguard record is a key with a "
+            "TTL (volatile-* policies evict those too); an evicted record forgets what was "
+            "sent and admits what the caps should deny. Set maxmemory-policy noeviction "
+            "(see 'When memory runs out' in freqguard's docs/redis.md).",
+            "; ".join(evicting),
+        )
+
+
 def _unavailable(exc: Exception, client: object) -> FreqGuardError:
     """The one place redis-py errors become freqguard errors (raised ``from`` them): a
     :class:`~freqguard.BackendUnavailable`, or a :class:`~freqguard.ConfigError` for a MOVED
@@ -282,6 +312,11 @@ class RedisBackend:
     """Runs the policy function on a standalone ``redis.Redis`` or a
     ``redis.cluster.RedisCluster``.
 
+    Before its first call it asks the server what it is, once: a standalone client aimed at a
+    cluster node raises :class:`~freqguard.ConfigError` on every call, and a
+    ``maxmemory-policy`` that can evict records is logged as a warning on the ``freqguard``
+    logger (every record has a TTL, so ``volatile-*`` policies evict them too).
+
     Args:
         client: the redis-py client; its timeouts and retries are the caller's to set
             (``backend_from_url`` sets short timeouts and no retries).
@@ -298,16 +333,20 @@ class RedisBackend:
         self._inspected = False
 
     def _inspect(self) -> None:
-        """Once, before the first call: refuse a cluster node behind a standalone client.
+        """Once, before the first call: refuse a cluster node behind a standalone client
+        (:func:`_cluster_node`), and warn of a server that may evict (:func:`_warn_evicting`).
         Failing to reach the server leaves it to the next call."""
         client = self.client
-        if not isinstance(client, RedisCluster):
-            try:
-                enabled = client.info("cluster").get("cluster_enabled")
-            except rex.ResponseError:  # INFO refused (ACL, renamed): a MOVED reply tells
-                enabled = None
-            if enabled:
-                raise _cluster_node(client)
+        try:
+            if isinstance(client, RedisCluster):
+                policies = client.config_get(_POLICY, target_nodes=RedisCluster.PRIMARIES)
+            else:
+                if client.info("cluster").get("cluster_enabled"):
+                    raise _cluster_node(client)
+                policies = client.config_get(_POLICY)
+        except rex.ResponseError:  # INFO or CONFIG refused (ACL, renamed): nothing to say
+            policies = {}  # (a MOVED reply still tells a cluster node)
+        _warn_evicting(policies, client)
         self._inspected = True
 
     def _load(self) -> None:
@@ -493,13 +532,17 @@ class AsyncRedisBackend:
 
     async def _inspection(self) -> None:
         client = self.client
-        if not isinstance(client, AsyncRedisCluster):
-            try:
-                enabled = (await client.info("cluster")).get("cluster_enabled")
-            except rex.ResponseError:  # INFO refused (ACL, renamed): a MOVED reply tells
-                enabled = None
-            if enabled:
-                raise _cluster_node(client)
+        try:
+            if isinstance(client, AsyncRedisCluster):
+                primaries = AsyncRedisCluster.PRIMARIES
+                policies = await client.config_get(_POLICY, target_nodes=primaries)
+            else:
+                if (await client.info("cluster")).get("cluster_enabled"):
+                    raise _cluster_node(client)
+                policies = await client.config_get(_POLICY)
+        except rex.ResponseError:  # INFO or CONFIG refused (ACL, renamed): nothing to say
+            policies = {}  # (a MOVED reply still tells a cluster node)
+        _warn_evicting(policies, client)
         self._inspected = True
 
     async def _load(self) -> None:
