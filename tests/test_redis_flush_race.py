@@ -83,6 +83,18 @@ def _flush_functions(nodes: list[RedisServer]) -> None:
         node.client.function_flush()
 
 
+def _backend(where: str, nodes: list[RedisServer]) -> RedisBackend:
+    if where == "redis":
+        return RedisBackend(Redis(port=nodes[0].port))
+    return RedisBackend(RedisCluster(host="127.0.0.1", port=nodes[0].port))
+
+
+def _async_backend(where: str, nodes: list[RedisServer]) -> AsyncRedisBackend:
+    if where == "redis":
+        return AsyncRedisBackend(AsyncRedis(port=nodes[0].port))
+    return AsyncRedisBackend(AsyncRedisCluster(host="127.0.0.1", port=nodes[0].port))
+
+
 def _nodes(where: str, server: RedisServer, cluster: list[RedisServer]) -> list[RedisServer]:
     nodes = [server] if where == "redis" else cluster
     flush(nodes)
@@ -94,12 +106,7 @@ def test_sync_calls_survive_a_flushing_storm(
     where: str, redis_server: RedisServer, redis_cluster: list[RedisServer]
 ) -> None:
     nodes = _nodes(where, redis_server, redis_cluster)
-    client: Redis | RedisCluster
-    if where == "redis":
-        client = Redis(port=nodes[0].port)
-    else:
-        client = RedisCluster(host="127.0.0.1", port=nodes[0].port)
-    guard = Guard(RedisBackend(client), [P], clock=ManualClock(START))
+    guard = Guard(_backend(where, nodes), [P], clock=ManualClock(START))
     got: list[list[list[Decision]]] = [[] for _ in range(WORKERS)]
     errors: list[BaseException] = []
 
@@ -129,12 +136,7 @@ def test_async_calls_survive_a_flushing_storm(
     nodes = _nodes(where, redis_server, redis_cluster)
 
     async def main() -> tuple[list[list[list[Decision]]], list[BaseException], int]:
-        client: AsyncRedis | AsyncRedisCluster
-        if where == "redis":
-            client = AsyncRedis(port=nodes[0].port)
-        else:
-            client = AsyncRedisCluster(host="127.0.0.1", port=nodes[0].port)
-        guard = AsyncGuard(AsyncRedisBackend(client), [P], clock=ManualClock(START))
+        guard = AsyncGuard(_async_backend(where, nodes), [P], clock=ManualClock(START))
 
         async def worker(n: int) -> list[list[Decision]]:
             out = []
@@ -195,12 +197,7 @@ def test_calls_that_miss_behind_the_load_go_in_transactions(
     nodes = _nodes(where, redis_server, redis_cluster)
     clock = ManualClock(START)
     reference = Guard(MemoryBackend(), [P], clock=clock)
-    client: Redis | RedisCluster
-    if where == "redis":
-        client = Redis(port=nodes[0].port)
-    else:
-        client = RedisCluster(host="127.0.0.1", port=nodes[0].port)
-    guard = Guard(RedisBackend(client), [P], clock=clock)
+    guard = Guard(_backend(where, nodes), [P], clock=clock)
     batch = [{"r": f"r{n % 40}", "c": f"c{n % 3}"} for n in range(150)]  # 40 slots, > 64 calls
     assert guard.hit("p", r="a", c="x") == reference.hit("p", r="a", c="x")
     assert flush_behind_every_load[0] == 1
@@ -211,12 +208,7 @@ def test_calls_that_miss_behind_the_load_go_in_transactions(
 
     async def main() -> None:
         _flush_functions(nodes)
-        aclient: AsyncRedis | AsyncRedisCluster
-        if where == "redis":
-            aclient = AsyncRedis(port=nodes[0].port)
-        else:
-            aclient = AsyncRedisCluster(host="127.0.0.1", port=nodes[0].port)
-        aguard = AsyncGuard(AsyncRedisBackend(aclient), [P], clock=clock)
+        aguard = AsyncGuard(_async_backend(where, nodes), [P], clock=clock)
         assert await aguard.hit("p", r="b", c="x") == reference.hit("p", r="b", c="x")
         _flush_functions(nodes)
         assert await aguard.hit_many("p", batch) == reference.hit_many("p", batch)

@@ -337,15 +337,20 @@ class RedisBackend:
         (:func:`_cluster_node`), and warn of a server that may evict (:func:`_warn_evicting`).
         Failing to reach the server leaves it to the next call."""
         client = self.client
+        if not isinstance(client, RedisCluster):
+            try:
+                enabled = client.info("cluster").get("cluster_enabled")
+            except rex.ResponseError:  # INFO refused (ACL, renamed): a MOVED reply tells
+                enabled = None
+            if enabled:
+                raise _cluster_node(client)
         try:
             if isinstance(client, RedisCluster):
                 policies = client.config_get(_POLICY, target_nodes=RedisCluster.PRIMARIES)
             else:
-                if client.info("cluster").get("cluster_enabled"):
-                    raise _cluster_node(client)
                 policies = client.config_get(_POLICY)
-        except rex.ResponseError:  # INFO or CONFIG refused (ACL, renamed): nothing to say
-            policies = {}  # (a MOVED reply still tells a cluster node)
+        except rex.ResponseError:  # CONFIG refused (ACL, renamed, managed): nothing to say
+            policies = {}
         _warn_evicting(policies, client)
         self._inspected = True
 
@@ -532,16 +537,21 @@ class AsyncRedisBackend:
 
     async def _inspection(self) -> None:
         client = self.client
+        if not isinstance(client, AsyncRedisCluster):
+            try:
+                enabled = (await client.info("cluster")).get("cluster_enabled")
+            except rex.ResponseError:  # INFO refused (ACL, renamed): a MOVED reply tells
+                enabled = None
+            if enabled:
+                raise _cluster_node(client)
         try:
             if isinstance(client, AsyncRedisCluster):
                 primaries = AsyncRedisCluster.PRIMARIES
                 policies = await client.config_get(_POLICY, target_nodes=primaries)
             else:
-                if (await client.info("cluster")).get("cluster_enabled"):
-                    raise _cluster_node(client)
                 policies = await client.config_get(_POLICY)
-        except rex.ResponseError:  # INFO or CONFIG refused (ACL, renamed): nothing to say
-            policies = {}  # (a MOVED reply still tells a cluster node)
+        except rex.ResponseError:  # CONFIG refused (ACL, renamed, managed): nothing to say
+            policies = {}
         _warn_evicting(policies, client)
         self._inspected = True
 
