@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -152,6 +153,26 @@ def test_an_evicting_server_is_warned_of_once_per_backend(
 
     asyncio.run(main())
     assert len(_warnings(caplog)) == 2  # one more: the async backend's
+
+
+def test_threads_that_come_first_together_warn_once(
+    evicting: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="freqguard")
+    guard = Guard(backend_from_url(evicting.url), [P])
+    barrier = threading.Barrier(8)
+
+    def first_call(n: int) -> None:
+        barrier.wait()
+        guard.peek("p", r=f"t{n}")
+
+    threads = [threading.Thread(target=first_call, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    guard.close()
+    assert len(_warnings(caplog)) == 1
 
 
 def test_noeviction_is_not_warned_of(

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
@@ -331,11 +332,17 @@ class RedisBackend:
         self._lanes: dict[int, tuple[Redis, Lane]] = {}
         self._direct = self._cluster or not _single_connection(client)
         self._inspected = False
+        self._inspecting = threading.Lock()  # threads that come first together ask once
 
     def _inspect(self) -> None:
         """Once, before the first call: refuse a cluster node behind a standalone client
         (:func:`_cluster_node`), and warn of a server that may evict (:func:`_warn_evicting`).
         Failing to reach the server leaves it to the next call."""
+        with self._inspecting:
+            if not self._inspected:
+                self._inspection()
+
+    def _inspection(self) -> None:
         client = self.client
         if not isinstance(client, RedisCluster):
             try:
