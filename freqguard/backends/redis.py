@@ -356,8 +356,10 @@ class RedisBackend:
                 policies = client.config_get(_POLICY, target_nodes=RedisCluster.PRIMARIES)
             else:
                 policies = client.config_get(_POLICY)
-        except rex.ResponseError:  # CONFIG refused (ACL, renamed, managed): nothing to say
-            policies = {}
+        except _ERRORS as exc:  # CONFIG refused (ACL, renamed, managed): nothing to say;
+            if not (isinstance(exc, rex.ResponseError) or self._cluster):
+                raise  # a standalone server that cannot answer cannot decide either
+            policies = {}  # one primary down must not fail calls to the others
         _warn_evicting(policies, client)
         self._inspected = True
 
@@ -557,7 +559,9 @@ class AsyncRedisBackend:
                 policies = await client.config_get(_POLICY, target_nodes=primaries)
             else:
                 policies = await client.config_get(_POLICY)
-        except rex.ResponseError:  # CONFIG refused (ACL, renamed, managed): nothing to say
+        except _ERRORS as exc:  # see RedisBackend._inspection
+            if not (isinstance(exc, rex.ResponseError) or self._cluster):
+                raise
             policies = {}
         _warn_evicting(policies, client)
         self._inspected = True
