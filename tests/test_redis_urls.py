@@ -89,6 +89,10 @@ def test_passwords_stay_out_of_messages() -> None:
         backend_from_url("redis://user:s3cret@127.0.0.1:6379?socket_timeout=0")
     assert "s3cret" not in str(caught.value)
     assert "redis://user:***@127.0.0.1:6379" in str(caught.value)
+    with pytest.raises(ConfigError) as caught:
+        backend_from_url("rediss://h:1?password=s3cret&ssl_password=s3cret&socket_timeout=0")
+    assert "s3cret" not in str(caught.value)
+    assert "?password=***&ssl_password=***&socket_timeout=0" in str(caught.value)
 
 
 def test_good_options_reach_the_client(dead_port: int) -> None:

@@ -83,8 +83,9 @@ def _scheme(url: object) -> str:
 
 
 def _shown(url: str) -> str:
-    """The URL as messages show it: its password masked."""
-    return re.sub(r"^([^:/]*://[^/@:]*):[^/@]*@", r"\1:***@", url)
+    """The URL as messages show it: its password masked (``user:***@``, ``password=***``)."""
+    url = re.sub(r"^([^:/]*://[^/@:]*):[^/@]*@", r"\1:***@", url)
+    return re.sub(r"([?&](?:ssl_)?password=)[^&]*", r"\1***", url)
 
 
 def _excerpt(text: str) -> str:
