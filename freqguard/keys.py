@@ -21,6 +21,7 @@ Layout::
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 from hashlib import blake2b as _blake2b
 
@@ -34,13 +35,25 @@ _DIGEST_BYTES = 8  # 64 bits, 16 hex characters; collisions only matter inside o
 
 
 def value_text(policy: str, dimension: str, value: object) -> str:
-    """The text form of one dimension value; only ``str`` and ``int`` are accepted."""
+    """The text form of one dimension value; only ``str`` and ``int`` are accepted.
+
+    Raises:
+        ConfigError: any other type, or an int longer than Python turns into text
+            (``sys.get_int_max_str_digits()``, 4300 digits by default).
+    """
     if type(value) is str:  # the hot case first
         return value
     if isinstance(value, str):
         return value
     if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
+        try:
+            return str(value)
+        except ValueError:  # the digit limit; never repr() the value in the message
+            raise ConfigError(
+                f"dimension {dimension!r} of policy {policy!r} must be an int of at most "
+                f"{sys.get_int_max_str_digits()} digits (sys.get_int_max_str_digits()), "
+                f"got one of about {value.bit_length() * 30103 // 100000} digits"
+            ) from None
     raise ConfigError(
         f"dimension {dimension!r} of policy {policy!r} must be a str or an int, got {value!r}"
     )

@@ -73,6 +73,11 @@ def guard() -> Guard:
         (lambda g: g.hit("sms", recipient=None, content="b"), "must be a str or an int, got None"),
         (lambda g: g.hit("sms", recipient=1.5, content="b"), "got 1.5"),
         (lambda g: g.hit("sms", recipient=True, content="b"), "got True"),
+        (  # past Python's int-to-text limit: not its bare ValueError
+            lambda g: g.hit("sms", recipient="a", content=10**5000),
+            "dimension 'content' of policy 'sms' must be an int of at most 4300 digits",
+        ),
+        (lambda g: g.peek("sms", recipient=-(10**4400), content="b"), "at most 4300 digits"),
         (
             lambda g: g.hit("sms", -1, recipient="a", content="b"),
             "cost must be an integer >= 0, got -1",

@@ -458,7 +458,25 @@ local function build()
   end
 end
 
-redis.register_function('__LIBRARY__', function(keys, argv)
+local function policy(keys, argv)
   if not run then run = build() end
   return run(keys, argv)
-end)
+end
+
+-- The policy function under two names. Redis refuses a function that may write once used
+-- memory is past maxmemory, unless it is flagged allow-oom: the first name, for hits, is
+-- refused then (a full server takes no new state); the second (freqguard/backends/redis.py:
+-- FUNCTION_NOGROW) serves the calls that never grow what is stored, CHECK, REFUND, RESET and a
+-- HIT of cost 0, so a full server can still be read, refunded and emptied. It refuses a hit
+-- that would consume, whoever calls it.
+redis.register_function('__LIBRARY__', policy)
+redis.register_function{
+  function_name = '__LIBRARY___nogrow',
+  callback = function(keys, argv)
+    if argv[3] == '0' and argv[2] ~= '0' then  -- mode HIT, cost > 0
+      return redis.error_reply('ERR a hit that consumes cannot run as __LIBRARY___nogrow')
+    end
+    return policy(keys, argv)
+  end,
+  flags = {'allow-oom'},
+}
