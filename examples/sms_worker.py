@@ -9,7 +9,8 @@ be retried later (here: dropped and counted). If the vendor call fails, the hit 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 from freqguard import Guard, MemoryBackend, Policy, Rule
 
@@ -37,22 +38,44 @@ def send_via_vendor(message: Message, rng: random.Random) -> None:
         raise VendorError("vendor timed out")
 
 
-def work(guard: Guard, messages: list[Message], seed: int = 1) -> dict[str, int]:
+@dataclass
+class Tally:
+    """What the worker did with a stream of messages."""
+
+    sent: int = 0
+    failed: int = 0  # the vendor call failed, and the hit was refunded
+    capped: int = 0  # denied by the policy: nothing consumed
+    capped_by: Counter[str] = field(default_factory=Counter)  # denials per rule
+
+    def __str__(self) -> str:
+        total = self.sent + self.failed + self.capped
+        lines = [
+            f"{total} messages: {self.sent} sent, {self.capped} capped, "
+            f"{self.failed} failed at the vendor (refunded, so they used up no cap)"
+        ]
+        if self.capped_by:
+            lines.append("capped by (a message may be capped by several rules):")
+            lines += [f"  {rule:<12} {n:>5}" for rule, n in self.capped_by.most_common()]
+        return "\n".join(lines)
+
+
+def work(guard: Guard, messages: list[Message], seed: int = 1) -> Tally:
     rng = random.Random(seed)
-    counts = {"sent": 0, "capped": 0, "failed": 0}
+    tally = Tally()
     for message in messages:
         decision = guard.hit("sms", recipient=message.recipient, content=message.body)
         if not decision.allowed:
-            counts["capped"] += 1
+            tally.capped += 1
+            tally.capped_by.update(rule.id for rule in decision.denied_by)
             continue
         try:
             send_via_vendor(message, rng)
         except VendorError:
             guard.refund(decision)  # exactly what this hit took, in every rule
-            counts["failed"] += 1
+            tally.failed += 1
         else:
-            counts["sent"] += 1
-    return counts
+            tally.sent += 1
+    return tally
 
 
 def main() -> None:

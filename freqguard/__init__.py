@@ -14,6 +14,7 @@ from freqguard.rules import Rule, Strategy
 
 if TYPE_CHECKING:
     from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
+    from freqguard.decorators import capped, configure
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,8 @@ __all__ = [
     "SystemClock",
     "async_backend_from_url",
     "backend_from_url",
+    "capped",
+    "configure",
     "parse_rate",
     "parse_rates",
 ]
@@ -49,4 +52,10 @@ def __getattr__(name: str) -> Any:
         from freqguard.backends import redis
 
         return getattr(redis, name)
+    # The decorator module adds ~5 ms (a twentieth of the package's import) that code
+    # without @capped need not pay.
+    if name in ("capped", "configure"):
+        from freqguard import decorators
+
+        return getattr(decorators, name)
     raise AttributeError(f"module 'freqguard' has no attribute {name!r}")

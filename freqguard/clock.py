@@ -11,6 +11,8 @@ import asyncio
 import time
 from typing import Protocol, runtime_checkable
 
+from freqguard.errors import ConfigError
+
 __all__ = ["Clock", "ManualClock", "SystemClock"]
 
 _US = 1_000_000
@@ -81,14 +83,36 @@ class ManualClock:
         return self._us
 
     def advance(self, seconds: float) -> None:
-        """Move time forward by ``seconds`` (must not be negative)."""
+        """Move time forward by ``seconds``.
+
+        Raises:
+            ConfigError: ``seconds`` is negative.
+        """
         if seconds < 0:
-            raise ValueError(f"ManualClock.advance takes seconds >= 0, got {seconds!r}")
+            raise ConfigError(f"ManualClock.advance takes seconds >= 0, got {seconds!r}")
         self._us += seconds_to_us(seconds)
 
-    def set(self, seconds: float) -> None:
-        """Jump to ``seconds``. Strategies assume time never goes backwards."""
-        self._us = seconds_to_us(seconds)
+    def set(self, seconds: float, *, backwards: bool = False) -> None:
+        """Jump to ``seconds``, now or later: time does not go back.
+
+        Args:
+            seconds: the new time.
+            backwards: allow an earlier time, to play a clock that lags (a failover to a
+                server whose clock is behind); freqguard then judges a hit no earlier than
+                the latest time its states were written at (docs/strategies.md, Time).
+
+        Raises:
+            ConfigError: ``seconds`` is earlier than the clock's current time, and
+                ``backwards`` was not given.
+        """
+        target = seconds_to_us(seconds)
+        if target < self._us and not backwards:
+            raise ConfigError(
+                f"ManualClock.set({seconds!r}) is earlier than now ({self.now()!r}): time "
+                "does not go back; pass backwards=True to play a lagging clock, or make a "
+                "new ManualClock to start over"
+            )
+        self._us = target
 
     def sleep(self, seconds: float) -> None:
         """Advance at once instead of blocking."""

@@ -25,10 +25,41 @@ __all__ = ["AsyncGuard", "Guard"]
 T = TypeVar("T")
 
 
+def _check_backend(guard: str, backend: object, methods: tuple[str, ...]) -> None:
+    """Refuse, at construction, a backend the guard could not drive: the alternative is an
+    AttributeError at the first hit, far from the mistake."""
+    if all(callable(getattr(backend, name, None)) for name in methods) and hasattr(
+        backend, "clock"
+    ):
+        return
+    if isinstance(backend, (list, tuple)) and backend and isinstance(backend[0], Policy):
+        got = f"a {type(backend).__name__} of policies: pass policies=[...]"
+    elif isinstance(backend, Policy):
+        got = "a Policy: pass policies=[...]"
+    elif isinstance(backend, str):
+        maker = "backend_from_url" if guard == "Guard" else "async_backend_from_url"
+        got = f"the string {backend!r}: pass {maker}({backend!r})"
+    else:
+        got = repr(backend)
+        other = "AsyncGuard" if guard == "Guard" else "Guard"
+        twins = ("aexecute", "aexecute_many") if guard == "Guard" else ("execute", "execute_many")
+        if all(callable(getattr(backend, name, None)) for name in twins):
+            got += f": {type(backend).__name__} serves {other}, not {guard}"
+    kind = "a sync" if guard == "Guard" else "an async"
+    raise TypeError(
+        f"{guard} needs {kind} backend (with {', '.join(methods)} and clock) as its first "
+        f"argument, got {got}"
+    )
+
+
 class _GuardBase:
     """Policies, clock and validation: everything but I/O."""
 
     def __init__(self, policies: Iterable[Policy], clock: Clock | None, prefix: str) -> None:
+        if isinstance(policies, Policy):
+            raise TypeError(
+                f"policies takes a list of policies: pass policies=[policy], got {policies!r}"
+            )
         self.clock = clock
         self.prefix = check_name("key prefix", prefix)
         self._plans: dict[str, PolicyPlan] = {}
@@ -128,6 +159,11 @@ class Guard(_GuardBase):
         policies: the policies to register.
         clock: pins time for every backend (tests, replays); default: the backend's own time.
         prefix: the key prefix.
+
+    Raises:
+        TypeError: ``backend`` is not a sync backend (an async-only one, or policies given
+            where the backend goes: write ``policies=[...]``).
+        ConfigError: a bad policy or prefix.
     """
 
     def __init__(
@@ -138,6 +174,8 @@ class Guard(_GuardBase):
         *,
         prefix: str = "fg",
     ) -> None:
+        if backend is not None:
+            _check_backend("Guard", backend, ("execute", "execute_many", "close"))
         super().__init__(policies, clock, prefix)
         self.backend: SyncBackend = backend if backend is not None else MemoryBackend()
 
@@ -228,7 +266,11 @@ class Guard(_GuardBase):
 
 
 class AsyncGuard(_GuardBase):
-    """The asyncio engine; the same operations as :class:`Guard`, awaited."""
+    """The asyncio engine; the same operations as :class:`Guard`, awaited.
+
+    Takes the same arguments as :class:`Guard`, with an async backend (``MemoryBackend``,
+    ``AsyncRedisBackend``, ``async_backend_from_url(...)``); a sync-only one is a TypeError.
+    """
 
     def __init__(
         self,
@@ -238,6 +280,8 @@ class AsyncGuard(_GuardBase):
         *,
         prefix: str = "fg",
     ) -> None:
+        if backend is not None:
+            _check_backend("AsyncGuard", backend, ("aexecute", "aexecute_many", "aclose"))
         super().__init__(policies, clock, prefix)
         self.backend: AsyncBackend = backend if backend is not None else MemoryBackend()
 

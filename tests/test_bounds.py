@@ -101,7 +101,8 @@ def _decisions(
     largest = min(r.capacity for r in guard.policies["p"].rules)
     out: list[object] = []
     for advance, fraction in ops:
-        clock.set(min(MAX_TIME_US, clock.now_us() + advance) / 1_000_000)
+        # in µs: a float time near MAX_TIME_US cannot hold every µs, and may round back
+        clock.advance((min(MAX_TIME_US, clock.now_us() + advance) - clock.now_us()) / 1_000_000)
         cost = [0, 1, largest, max(1, largest - 1)][fraction]
         decision = guard.hit("p", cost, u="x")
         now = clock.now_us()

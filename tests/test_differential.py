@@ -87,7 +87,7 @@ def _replay(
         elif kind == "back":
             # a server whose clock lags the latest time seen by at most LAG: below the grace
             # for which both backends keep expired states, so they agree exactly
-            clock.set(max(clock.now() - n / 1_000_000, latest - LAG))
+            clock.set(max(clock.now() - n / 1_000_000, latest - LAG), backwards=True)
         elif kind == "retry":
             clock.advance(max(0, retry_us + n) / 1_000_000)
         elif kind == "many":
@@ -205,7 +205,7 @@ def test_a_clock_that_steps_back_is_judged_at_the_logs_latest_time(
         guard = Guard(backend, [policy], clock=clock)
         out = [guard.hit("p", u="a")]
         for at in (1.0, 0.5, 1.2, 1.3):  # back to 0.5: its entry goes between 0 and 1.0
-            clock.set(1_700_000_000 + at)
+            clock.set(1_700_000_000 + at, backwards=True)  # steps back once
             out.append(guard.hit("p", u="a"))
         results.append(out)
     assert results[1] == results[0]
@@ -231,7 +231,7 @@ def test_an_expired_state_is_found_again_when_the_clock_steps_back(
         out = [guard.hit("p", u="a")]
         clock.set(1_700_000_001)  # the state has just expired: absent
         out += [guard.peek("p", u="a"), guard.hit("p", u="a", cost=0)]
-        clock.set(1_700_000_000.5)  # back, within the grace: it counts again
+        clock.set(1_700_000_000.5, backwards=True)  # back, within the grace: it counts again
         out += [guard.peek("p", u="a"), guard.hit("p", u="a")]
         results.append(out)
     assert results[1] == results[0]

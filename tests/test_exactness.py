@@ -126,7 +126,7 @@ def test_a_clock_that_steps_back_never_judges_a_state_before_its_latest_time(
     guard = make_guard([Policy("p", Rule("3/second", by="u"))])
     times = []
     for at in (0.0001, 0.0002, 0.0003, 1.00035, 1.0001, 1.0001, 1.0001):
-        clock.set(START + at)
+        clock.set(START + at, backwards=True)  # steps back once
         decision = guard.hit("p", u="x")
         if decision.allowed:
             times.append(_at(decision))
@@ -143,7 +143,7 @@ def test_a_fixed_window_that_steps_back_does_not_count_the_previous_window_afres
     guard = make_guard([Policy("p", Rule("2/second", by="u", strategy="fixed-window"))])
     out = []
     for at, cost in ((0.9, 2), (1.0, 1), (0.95, 1), (1.1, 1), (1.2, 1)):
-        clock.set(START + at)
+        clock.set(START + at, backwards=True)  # steps back once
         out.append(guard.hit("p", cost=cost, u="x").allowed)
     assert out == [True, True, True, False, False]
 
@@ -157,7 +157,7 @@ def test_every_strategy_denies_after_a_step_back_what_it_denied_before(
     assert guard.hit("p", u="x", cost=2).allowed
     clock.set(START + 1.0)
     assert guard.hit("p", u="x").allowed is (strategy is Strategy.FIXED_WINDOW)
-    clock.set(START + 0.95)
+    clock.set(START + 0.95, backwards=True)
     if strategy is not Strategy.FIXED_WINDOW:
         assert not guard.hit("p", u="x").allowed
         assert guard.peek("p", u="x").retry_after > 0

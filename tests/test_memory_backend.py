@@ -33,6 +33,7 @@ def _fill(guard: Guard, clock: ManualClock, prefix: str) -> None:
             clock.advance(0.001)  # a million recipients within one second
 
 
+@pytest.mark.slow  # a minute or two: two million hits, to measure memory
 def test_a_million_one_off_recipients_are_reclaimed() -> None:
     """Freed memory stays with the process for reuse, so the proof is that a second million
     recipients, arriving after the first million's windows passed, fit in the same memory."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import freqguard
 
 PUBLIC = {
@@ -25,6 +28,8 @@ PUBLIC = {
     "SystemClock",
     "async_backend_from_url",
     "backend_from_url",
+    "capped",
+    "configure",
     "parse_rate",
     "parse_rates",
 }
@@ -34,6 +39,25 @@ def test_exported_names_are_pinned() -> None:
     assert set(freqguard.__all__) == PUBLIC
     for name in PUBLIC:
         assert getattr(freqguard, name).__module__.startswith("freqguard.")
+
+
+def test_the_decorator_is_importable_from_the_top() -> None:
+    """DESIGN §6: ``from freqguard import capped, configure``, the same objects as in
+    ``freqguard.decorators``."""
+    from freqguard import capped, configure, decorators
+
+    assert capped is decorators.capped
+    assert configure is decorators.configure
+
+
+def test_importing_freqguard_does_not_load_the_decorator_or_redis() -> None:
+    """``capped`` and the Redis backends load on first use: a plain import stays cheap."""
+    code = (
+        "import sys, freqguard; "
+        "print(sorted(m for m in ('freqguard.decorators', 'redis') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_every_exported_name_is_documented() -> None:

@@ -1,0 +1,106 @@
+"""A newcomer's likely mistakes fail where they are made (construction), not at the first hit,
+with a message that says what to do instead."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+import redis.asyncio
+
+from freqguard import (
+    AsyncGuard,
+    ConfigError,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    Rule,
+)
+from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
+from tests.servers import RedisServer
+
+POLICY = Policy("p", Rule("5/minute", by="user"))
+
+
+@pytest.fixture
+def async_redis_backend(redis_server: RedisServer) -> Iterator[AsyncRedisBackend]:
+    backend = AsyncRedisBackend(redis.asyncio.Redis(port=redis_server.port))
+    yield backend
+    asyncio.run(backend.aclose())
+
+
+def test_an_async_only_backend_is_refused_by_guard(
+    async_redis_backend: AsyncRedisBackend,
+) -> None:
+    with pytest.raises(
+        TypeError, match=r"Guard needs a sync backend.*AsyncRedisBackend.*AsyncGuard"
+    ):
+        Guard(async_redis_backend, [POLICY])  # type: ignore[arg-type]  # mypy sees it too
+
+
+def test_a_sync_only_backend_is_refused_by_async_guard(redis_backend: RedisBackend) -> None:
+    with pytest.raises(TypeError, match=r"AsyncGuard needs an async backend.*RedisBackend.*Guard"):
+        AsyncGuard(redis_backend, [POLICY])  # type: ignore[arg-type]
+
+
+def test_the_memory_backend_serves_both() -> None:
+    memory = MemoryBackend()
+    assert Guard(memory, [POLICY]).hit("p", user="u").allowed
+    assert asyncio.run(AsyncGuard(memory, [POLICY]).hit("p", user="u")).remaining == 3
+
+
+@pytest.mark.parametrize("guard_class", [Guard, AsyncGuard])
+@pytest.mark.parametrize(
+    ("first", "message"),
+    [
+        ([POLICY], r"got a list of policies: pass policies=\[\.\.\.\]"),
+        ((POLICY,), r"got a tuple of policies: pass policies=\[\.\.\.\]"),
+        (POLICY, r"got a Policy: pass policies=\[\.\.\.\]"),
+        ("redis://localhost:6379", r"got the string 'redis://localhost:6379'.*backend_from_url"),
+        (42, r"got 42"),
+    ],
+)
+def test_the_first_argument_is_the_backend(
+    guard_class: type[Guard | AsyncGuard], first: object, message: str
+) -> None:
+    with pytest.raises(TypeError, match=message):
+        guard_class(first)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("guard_class", [Guard, AsyncGuard])
+def test_a_single_policy_must_come_in_a_list(guard_class: type[Guard | AsyncGuard]) -> None:
+    with pytest.raises(TypeError, match=r"policies=\[policy\]"):
+        guard_class(MemoryBackend(), POLICY)  # type: ignore[arg-type]
+
+
+def test_manual_clock_refuses_to_go_back() -> None:
+    clock = ManualClock(100)
+    clock.set(100)  # staying put is fine
+    clock.set(150.5)
+    with pytest.raises(ConfigError, match=r"ManualClock.set\(120\).*earlier than now \(150.5\)"):
+        clock.set(120)
+    assert clock.now() == 150.5  # unchanged
+
+
+def test_manual_clock_refuses_to_advance_backwards() -> None:
+    clock = ManualClock(100)
+    with pytest.raises(ConfigError, match=r"advance takes seconds >= 0, got -1"):
+        clock.advance(-1)
+    assert clock.now() == 100
+
+
+def test_the_redis_backends_work_with_their_own_guards(
+    redis_backend: RedisBackend, redis_server: RedisServer
+) -> None:
+    """The checks accept what the protocols promise: no false alarms on the real backends."""
+    assert Guard(redis_backend, [POLICY]).hit("p", user="u").allowed
+
+    async def main() -> int:
+        async with AsyncGuard(
+            AsyncRedisBackend(redis.asyncio.Redis(port=redis_server.port)), [POLICY]
+        ) as guard:
+            return (await guard.hit("p", user="u")).remaining
+
+    assert asyncio.run(main()) == 3

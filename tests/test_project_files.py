@@ -1,0 +1,70 @@
+"""The files around the code say what is true: the license, the changelog, the test commands,
+what the sdist ships."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import test_audit, test_memory_backend
+
+ROOT = Path(__file__).parent.parent
+QUICK = 'python -m pytest -m "not slow"'
+
+
+def _pyproject() -> dict[str, Any]:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    found: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return found
+
+
+def test_the_license_is_the_one_pyproject_names() -> None:
+    assert _pyproject()["project"]["license"] == {"text": "MIT"}
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License")
+    assert "Copyright (c) 2026 the freqguard authors" in text
+
+
+def test_the_changelog_has_an_unreleased_section() -> None:
+    assert "\n## Unreleased\n" in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_the_quick_command_skips_the_slow_proofs_and_ci_runs_everything() -> None:
+    assert QUICK in (ROOT / "README.md").read_text()
+    assert QUICK in (ROOT / "CONTRIBUTING.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^python -m pytest$", ci, re.M)  # no -m: the slow ones too
+    assert any(
+        m.startswith("slow:") for m in _pyproject()["tool"]["pytest"]["ini_options"]["markers"]
+    )
+
+
+@pytest.mark.parametrize(
+    "test",
+    [
+        test_memory_backend.test_a_million_one_off_recipients_are_reclaimed,
+        test_audit.test_memory_under_threads_and_tasks,
+        test_audit.test_redis_under_processes_threads_and_tasks,
+        test_audit.test_redis_cluster_under_processes_threads_and_tasks,
+    ],
+)
+def test_the_long_proofs_are_marked_slow(test: object) -> None:
+    assert "slow" in [mark.name for mark in getattr(test, "pytestmark", [])]
+
+
+def test_the_sdist_ships_what_the_tests_read() -> None:
+    config = _pyproject()
+    include = config["tool"]["hatch"]["build"]["targets"]["sdist"]["include"]
+    imported = {"examples"}  # tests import these packages
+    read = {"docs", "README.md"}  # and read these files (test_docs_snippets)
+    assert imported | read | {"freqguard", "tests"} <= set(include)
+    assert {path.name for path in ROOT.glob("*.md")} <= set(include)
+
+
+def test_there_is_a_fastapi_extra() -> None:
+    extras = _pyproject()["project"]["optional-dependencies"]
+    assert any(req.startswith("fastapi") for req in extras["fastapi"])
+    assert "fastapi" in extras["all"][0]
