@@ -36,7 +36,9 @@ def test_the_quick_command_skips_the_slow_proofs_and_ci_runs_everything() -> Non
     assert QUICK in (ROOT / "README.md").read_text()
     assert QUICK in (ROOT / "CONTRIBUTING.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
-    assert re.search(r"^python -m pytest$", ci, re.M)  # no -m: the slow ones too
+    # CI calls the README's command, then the slow proofs it skips
+    assert re.search(r'^python -m pytest -m "not slow"$', ci, re.M)
+    assert re.search(r"^python -m pytest -m slow$", ci, re.M)
     assert any(
         m.startswith("slow:") for m in _pyproject()["tool"]["pytest"]["ini_options"]["markers"]
     )
