@@ -16,7 +16,7 @@ from typing import NamedTuple, TypeVar
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock
 from freqguard.decision import Decision, Receipt, make_decision
-from freqguard.errors import CapExceeded, ConfigError
+from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError
 from freqguard.keys import KeyLayout, value_text
 from freqguard.policy import Policy
 from freqguard.rules import Rule, Strategy
@@ -59,6 +59,7 @@ class PolicyPlan:
         "_narrow",
         "_order",
         "dimensions",
+        "fingerprint",
         "name",
         "policy",
         "single_slot",
@@ -84,6 +85,12 @@ class PolicyPlan:
             self._compile_slot(prefix, part, indices) for part, indices in groups.items()
         )
         self.single_slot = len(self.slots) == 1
+        # what a receipt must have been made by: the slots' plans and states (strategies,
+        # capacities, windows, rule ids, dimensions), not just the policy's name
+        self.fingerprint = "|".join(
+            slot.plan.text + "@" + ",".join(layout.key_id for layout in slot.layouts)
+            for slot in self.slots
+        )
         self._order = tuple(index for slot in self.slots for index in slot.rule_index)
         self._check_tags()
         enforcing = [r for r in rules if not r.shadow]
@@ -220,11 +227,11 @@ class PolicyPlan:
             for index in slot.rule_index:
                 times[index] = reply.now
         marks = tuple(reply.marks(cost, HIT) for reply in replies)
-        return Receipt(self.name, cost, tuple(times), texts, marks)
+        return Receipt(self.name, cost, tuple(times), texts, marks, self.fingerprint)
 
     def refund_calls(self, receipt: Receipt, now: int | None) -> list[ScriptCall]:
         """The calls that give back exactly what the hit of ``receipt`` consumed."""
-        if receipt.policy != self.name or len(receipt.marks) != len(self.slots):
+        if receipt.policy != self.name or receipt.fingerprint != self.fingerprint:
             raise ConfigError(
                 f"that decision's receipt is for policy {receipt.policy!r} as it was "
                 f"registered then, not for policy {self.name!r} as it is now"
@@ -266,19 +273,28 @@ def decide_op(
         return plan.decide((yield calls), texts, cost, mode)
     replies: list[Reply] = []
     for i, call in enumerate(calls):
-        (reply,) = yield [call]
+        try:
+            (reply,) = yield [call]
+        except BackendUnavailable:
+            if replies:  # the store failed midway: what this hit took so far goes back
+                yield _undo(calls, replies, cost)
+            raise
         if not reply.allowed:
             # give back exactly what this hit took in the earlier slots (their marks), never
             # the newest units there, which may be another caller's
-            undo = [
-                c._replace(mode=REFUND, marks=r.marks(cost, HIT))
-                for c, r in zip(calls[:i], replies)  # noqa: B905 (one reply per call)
-            ]
             rest = [c._replace(mode=CHECK) for c in calls[i + 1 :]]
-            others = yield undo + rest
+            others = yield _undo(calls, replies, cost) + rest
             return plan.decide([*others[:i], reply, *others[i:]])
         replies.append(reply)
     return plan.decide(replies, texts, cost, mode)
+
+
+def _undo(calls: list[ScriptCall], replies: list[Reply], cost: int) -> list[ScriptCall]:
+    """Calls that give back exactly what the first ``len(replies)`` calls of a hit took."""
+    return [
+        c._replace(mode=REFUND, marks=r.marks(cost, HIT))
+        for c, r in zip(calls, replies)  # noqa: B905 (the replies of the first calls)
+    ]
 
 
 def refund_op(plan: PolicyPlan, receipt: Receipt, now: int | None) -> Op[Decision]:

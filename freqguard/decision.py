@@ -54,9 +54,11 @@ class Receipt:
             server's or pinned time, or a state's later one: time per state never goes back).
         context: the hit's dimension values, as text.
         marks: per slot, per state, what the hit left there (see ``Twin.mark``).
+        fingerprint: the policy's rules as they were when the hit was decided; a refund
+            against a policy of that name whose rules changed since is refused.
     """
 
-    __slots__ = ("context", "cost", "marks", "policy", "spent", "times_us")
+    __slots__ = ("context", "cost", "fingerprint", "marks", "policy", "spent", "times_us")
 
     def __init__(
         self,
@@ -65,9 +67,11 @@ class Receipt:
         times_us: tuple[int, ...],
         context: Mapping[str, str],
         marks: Marks,
+        fingerprint: str,
         spent: bool = False,
     ) -> None:
         self.policy = policy
+        self.fingerprint = fingerprint
         self.cost = cost
         self.times_us = times_us
         self.context = context
@@ -76,7 +80,7 @@ class Receipt:
 
     def __reduce__(self) -> tuple[object, ...]:
         args = (self.policy, self.cost, self.times_us, dict(self.context), self.marks)
-        return (Receipt, (*args, self.spent))
+        return (Receipt, (*args, self.fingerprint, self.spent))
 
     def __repr__(self) -> str:  # never the context: it may hold message content
         return f"Receipt(policy={self.policy!r}, cost={self.cost}, times_us={self.times_us})"

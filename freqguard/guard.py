@@ -6,6 +6,7 @@ of script calls is sent and how a wait is made.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from typing import TypeVar, overload
 
@@ -15,7 +16,7 @@ from freqguard.bounds import check_time
 from freqguard.clock import Clock
 from freqguard.core import Op, PolicyPlan, Sleep, acquire_op, decide_op, many_op, refund_op
 from freqguard.decision import Decision, Receipt
-from freqguard.errors import ConfigError
+from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.policy import Policy
 from freqguard.rules import check_name
 from freqguard.script import CHECK, HIT, REFUND, RESET
@@ -140,15 +141,24 @@ class _GuardBase:
         receipt = target.receipt
         if receipt is None:
             return target
-        if receipt.spent:
-            raise ConfigError(f"this decision of policy {target.policy!r} was already refunded")
-        return refund_op(self._plan(target.policy), receipt, self._now())
+        with _CLAIM:  # two refunds of one decision at once: only one goes through
+            if receipt.spent:
+                raise ConfigError(f"this decision of policy {target.policy!r} was already refunded")
+            receipt.spent = True
+        try:
+            return refund_op(self._plan(target.policy), receipt, self._now())
+        except BaseException:
+            receipt.spent = False
+            raise
 
 
-def _spend(receipt: Receipt | None, answer: Decision) -> Decision:
+_CLAIM = threading.Lock()
+
+
+def _unspend(receipt: Receipt | None) -> None:
+    """A refund that failed gives its receipt back, so that it can be tried again."""
     if receipt is not None:
-        receipt.spent = True
-    return answer
+        receipt.spent = False
 
 
 class Guard(_GuardBase):
@@ -187,8 +197,13 @@ class Guard(_GuardBase):
                 if isinstance(step, Sleep):
                     (self.clock or self.backend.clock).sleep(step.seconds)
                     step = op.send([])
+                    continue
+                try:
+                    replies = execute_many(step)
+                except BackendUnavailable as exc:  # the operation may undo what it did
+                    step = op.throw(exc)
                 else:
-                    step = op.send(execute_many(step))
+                    step = op.send(replies)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
@@ -248,8 +263,11 @@ class Guard(_GuardBase):
         op = self._refund(policy, cost, ctx)
         if isinstance(op, Decision):
             return op
-        receipt = policy.receipt if isinstance(policy, Decision) else None
-        return _spend(receipt, self._run(op))
+        try:
+            return self._run(op)
+        except BaseException:
+            _unspend(policy.receipt if isinstance(policy, Decision) else None)
+            raise
 
     def reset(self, policy: str, **ctx: object) -> None:
         """Forget every rule's state for this context."""
@@ -293,8 +311,13 @@ class AsyncGuard(_GuardBase):
                 if isinstance(step, Sleep):
                     await (self.clock or self.backend.clock).asleep(step.seconds)
                     step = op.send([])
+                    continue
+                try:
+                    replies = await execute_many(step)
+                except BackendUnavailable as exc:  # the operation may undo what it did
+                    step = op.throw(exc)
                 else:
-                    step = op.send(await execute_many(step))
+                    step = op.send(replies)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
@@ -337,8 +360,11 @@ class AsyncGuard(_GuardBase):
         op = self._refund(policy, cost, ctx)
         if isinstance(op, Decision):
             return op
-        receipt = policy.receipt if isinstance(policy, Decision) else None
-        return _spend(receipt, await self._run(op))
+        try:
+            return await self._run(op)
+        except BaseException:
+            _unspend(policy.receipt if isinstance(policy, Decision) else None)
+            raise
 
     async def reset(self, policy: str, **ctx: object) -> None:
         """See :meth:`Guard.reset`."""

@@ -5,12 +5,30 @@ Redis and Redis Cluster with a pinned clock, and checks the times the backend re
 
 from __future__ import annotations
 
-import pytest
+import asyncio
 
-from freqguard import ConfigError, Decision, ManualClock, Policy, Rule, Strategy
+import pytest
+from redis.asyncio import Redis as AsyncRedis
+
+from freqguard import (
+    AsyncGuard,
+    BackendUnavailable,
+    ConfigError,
+    Decision,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    Rule,
+    Strategy,
+)
+from freqguard.backends.base import SyncBackend
+from freqguard.backends.redis import AsyncRedisBackend
 from freqguard.script import HIT
+from freqguard.strategies.gcra import BACK_LIMIT
 from tests.conftest import START, GuardFactory
 from tests.reference import max_in_any_window
+from tests.servers import RedisServer
 
 
 def _at(decision: Decision) -> int:
@@ -161,3 +179,90 @@ def test_every_strategy_denies_after_a_step_back_what_it_denied_before(
     if strategy is not Strategy.FIXED_WINDOW:
         assert not guard.hit("p", u="x").allowed
         assert guard.peek("p", u="x").retry_after > 0
+
+
+# -- found by the adversarial review ------------------------------------------------------
+
+
+def test_two_refunds_of_one_decision_at_once_give_back_once(redis_server: RedisServer) -> None:
+    """Both refunds went through: the receipt was checked before the await and spent after."""
+
+    async def main() -> tuple[tuple[object, ...], bool, bool]:
+        backend = AsyncRedisBackend(AsyncRedis(port=redis_server.port))
+        clock = ManualClock(START)
+        guard = AsyncGuard(backend, [Policy("race", Rule("2/minute", by="u"))], clock=clock)
+        await guard.reset("race", u="x")
+        a = await guard.hit("race", u="x")
+        assert (await guard.hit("race", u="x")).allowed
+        results = await asyncio.gather(guard.refund(a), guard.refund(a), return_exceptions=True)
+        first = (await guard.hit("race", u="x")).allowed
+        second = (await guard.hit("race", u="x")).allowed
+        await guard.aclose()
+        return tuple(results), first, second
+
+    results, first, second = asyncio.run(main())
+    assert sum(isinstance(r, ConfigError) for r in results) == 1
+    assert (first, second) == (True, False)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "other"), [("gcra", "sliding-log"), ("fixed-window", "sliding-log")]
+)
+def test_a_receipt_is_refused_by_a_policy_whose_rules_changed(
+    backend: SyncBackend, clock: ManualClock, strategy: str, other: str
+) -> None:
+    """Only the name and the slot count were compared: another strategy's marks were taken
+    (a TypeError in memory; on Redis the newest units went back)."""
+    before = Guard(backend, [Policy("p", Rule("2/minute", by="u", strategy=strategy))], clock=clock)
+    after = Guard(backend, [Policy("p", Rule("2/minute", by="u", strategy=other))], clock=clock)
+    decision = before.hit("p", u="x")
+    with pytest.raises(ConfigError, match="as it was registered then"):
+        after.refund(decision)
+    assert decision.receipt is not None
+    assert not decision.receipt.spent  # still refundable where it belongs
+    before.refund(decision)
+
+
+@pytest.mark.parametrize("strategy", ["gcra", "token-bucket"])
+def test_bucket_refund_counters_stay_bounded_and_exact(
+    make_guard: GuardFactory, clock: ManualClock, strategy: str
+) -> None:
+    """`back` grew with every refund for a state's life: at the refill bound it left 2^53 in
+    ~29 hit-and-refund pairs (Redis drifted from memory) and wrapped the 7-byte field at ~228."""
+    cap = 1_000_000_000
+    guard = make_guard([Policy("p", Rule(f"{cap} per 3660 days", by="u", strategy=strategy))])
+    for i in range(260):
+        decision = guard.hit("p", cost=cap, u="x")
+        assert decision.allowed, i
+        assert decision.receipt is not None
+        (((_, back, _),),) = decision.receipt.marks  # type: ignore[misc]
+        assert back <= BACK_LIMIT, (i, back)
+        assert guard.refund(decision).remaining == cap, i
+        clock.advance(0.000_001)
+
+
+@pytest.mark.parametrize("when_full", ["reject", "evict"])
+def test_a_refund_needs_no_room_in_a_full_memory_backend(
+    clock: ManualClock, when_full: str
+) -> None:
+    """A refund writes only states that exist, but was counted as needing room: refused when
+    rejecting, and evicting a live state (whose cap was then lost) when evicting."""
+    guard = Guard(
+        MemoryBackend(max_keys=1, when_full=when_full),
+        [Policy("p", Rule("1/minute", by="u"))],
+        clock=clock,
+    )
+    assert guard.hit("p", u="a").allowed
+    guard.refund("p", 1, u="zz")
+    assert not guard.hit("p", u="a").allowed
+
+
+def test_a_multi_slot_hit_that_fails_midway_gives_back_what_it_took(clock: ManualClock) -> None:
+    """The global slot consumed, the per-user slot's store failed: the global unit stayed
+    taken, and no receipt could give it back."""
+    policy = Policy("p", Rule("2/minute", name="all"), Rule("5/minute", by="u", name="user"))
+    guard = Guard(MemoryBackend(max_keys=2), [policy], clock=clock)
+    assert guard.hit("p", u="a").allowed  # two states: the global log and a's
+    with pytest.raises(BackendUnavailable):
+        guard.hit("p", u="b")  # b's state does not fit
+    assert guard.peek("p", u="a").rules[0].remaining == 1  # the global log: only a's unit

@@ -21,7 +21,7 @@ from freqguard.backends.base import Reply, ScriptCall
 from freqguard.bounds import check_time
 from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable, ConfigError
-from freqguard.script import HIT, REFUND, run
+from freqguard.script import HIT, run
 
 __all__ = ["MemoryBackend"]
 
@@ -214,7 +214,8 @@ class MemoryBackend:
         """Before anything is written: room for every state the call could create."""
         assert self.max_keys is not None
         live = self._stores[0].count + self._stores[1].count
-        if live + len(keys) <= self.max_keys or call.mode not in (HIT, REFUND):
+        # only a consuming hit creates states (a refund writes only states that exist)
+        if live + len(keys) <= self.max_keys or call.mode != HIT or call.cost == 0:
             return
         lanes = [spec.lane for spec in call.plan.keys]
         wanted = live + store.missing(keys, lanes) - self.max_keys

@@ -196,8 +196,16 @@ local function build()
     if not mark then return span end
     local tat, back, born = string.match(mark, '^(%d+):(%d+):(%d+)$')
     if tonumber(born) ~= view[3] then return 0 end
-    local finish = tonumber(tat) - (view[2] - tonumber(back))
+    local finish = tonumber(tat) - (view[2] - tonumber(back))  -- difference first: < 2^53
     return max(0, finish - max(now, finish - span))
+  end
+
+  -- After a refund: past BACK_LIMIT µs given back a state starts a new generation, so that
+  -- back stays exact in doubles (strategies/gcra.py next_back).
+  local BACK_LIMIT = 2 ^ 50
+  local function next_back(back, born)
+    if back > BACK_LIMIT then return 0, born + 1 end
+    return back, born
   end
 
   -- token-bucket ----------------------------------------------------------------------------
@@ -213,7 +221,7 @@ local function build()
       tokens = tokens + earned
       last = last + earned * rule.interval
     end
-    if tokens >= rule.capacity then return {rule.capacity, now, back, born} end
+    if tokens >= rule.capacity then return {rule.capacity, now, 0, max(now, born + 1)} end
     return {tokens, last, back, born}
   end
 
@@ -232,9 +240,10 @@ local function build()
     local moved = give_back({tat, view[3], view[4]}, now, cost, rule.interval, mark)
     local tokens = view[1] + floor(moved / rule.interval)
     if tokens >= rule.capacity then
-      return pack('>I4I7I7I7', rule.capacity, now, view[3] + tat - now, view[4])
+      return pack('>I4I7I7I7', rule.capacity, now, next_back(view[3] + (tat - now), view[4]))
     end
-    return pack('>I4I7I7I7', tokens, view[2] - moved % rule.interval, view[3] + moved, view[4])
+    local back, born = next_back(view[3] + moved, view[4])
+    return pack('>I4I7I7I7', tokens, view[2] - moved % rule.interval, back, born)
   end
 
   function token_bucket.ttl(raw, now, spec)
@@ -251,7 +260,8 @@ local function build()
   function gcra.load(raw, now, spec)
     if not raw then return {now, 0, now} end
     local tat, back, born = sunpack('>I7I7I7', raw)
-    return {max(tat, now), back, born}
+    if tat > now then return {tat, back, born} end
+    return {now, 0, max(now, born + 1)}  -- full again: a new generation (gcra.py load)
   end
 
   function gcra.check(view, now, need, rule)
@@ -266,7 +276,7 @@ local function build()
 
   function gcra.refund(view, now, cost, spec, mark)
     local tat = max(now, view[1] - give_back(view, now, cost, spec.rules[1].interval, mark))
-    return pack('>I7I7I7', tat, view[2] + view[1] - tat, view[3])
+    return pack('>I7I7I7', tat, next_back(view[2] + (view[1] - tat), view[3]))
   end
 
   function gcra.ttl(raw, now, spec)

@@ -28,10 +28,18 @@ def decode(raw: bytes) -> View:
     )
 
 
+#: Past this many µs given back, a state starts a new generation (see :func:`refund`).
+BACK_LIMIT = 2**50
+
+
 def load(state: View | None, now: int, key: KeySpec) -> View:
     if state is None:
         return (now, 0, now)
-    return state if state[0] >= now else (now, state[1], state[2])
+    if state[0] > now:
+        return state
+    # full again: every hit's span has elapsed, so nothing can be given back any more; a new
+    # generation (``born`` only grows) tells older receipts so, and ``back`` starts afresh
+    return (now, 0, max(now, state[2] + 1))
 
 
 def check(view: View, now: int, need: int, rule: RuleParams) -> int:
@@ -64,13 +72,20 @@ def give_back(view: View, now: int, cost: int, interval: int, mark: View | None)
     tat, back, born = mark
     if born != view[2]:
         return 0
-    end = tat - (view[1] - back)
+    end = tat - (view[1] - back)  # the difference first: every value stays below 2^53
     return max(0, end - max(now, end - span))
 
 
 def refund(view: View, now: int, cost: int, key: KeySpec, mark: View | None) -> View:
     tat = max(now, view[0] - give_back(view, now, cost, key.rules[0].interval, mark))
-    return (tat, view[1] + view[0] - tat, view[2])
+    return next_back(tat, view[1] + (view[0] - tat), view[2])
+
+
+def next_back(tat: int, back: int, born: int) -> View:
+    """The state after a refund; past :data:`BACK_LIMIT` a new generation starts, so that
+    ``back`` stays exact in the Lua's doubles (older receipts then give back nothing: never
+    too much)."""
+    return (tat, 0, born + 1) if back > BACK_LIMIT else (tat, back, born)
 
 
 def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:

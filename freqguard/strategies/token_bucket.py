@@ -13,7 +13,7 @@ one keeps two numbers and reports tokens.
 from __future__ import annotations
 
 from freqguard.strategies.base import KeySpec, RuleParams
-from freqguard.strategies.gcra import give_back
+from freqguard.strategies.gcra import give_back, next_back
 
 code = 3
 
@@ -39,8 +39,8 @@ def load(state: View | None, now: int, key: KeySpec) -> View:
         earned = (now - last) // rule.interval
         tokens += earned
         last += earned * rule.interval
-    if tokens >= rule.capacity:
-        return (rule.capacity, now, back, born)
+    if tokens >= rule.capacity:  # full again: a new generation, as gcra's load
+        return (rule.capacity, now, 0, max(now, born + 1))
     return (tokens, last, back, born)
 
 
@@ -73,8 +73,10 @@ def refund(
     moved = give_back((tat, view[2], view[3]), now, cost, rule.interval, mark)
     tokens, last = view[0] + moved // rule.interval, view[1] - moved % rule.interval
     if tokens >= rule.capacity:  # full: the arrival time is now, so it moved by tat - now
-        return (rule.capacity, now, view[2] + tat - now, view[3])
-    return (tokens, last, view[2] + moved, view[3])
+        _, back, born = next_back(now, view[2] + (tat - now), view[3])
+        return (rule.capacity, now, back, born)
+    _, back, born = next_back(tat - moved, view[2] + moved, view[3])
+    return (tokens, last, back, born)
 
 
 def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
