@@ -266,3 +266,18 @@ def test_a_multi_slot_hit_that_fails_midway_gives_back_what_it_took(clock: Manua
     with pytest.raises(BackendUnavailable):
         guard.hit("p", u="b")  # b's state does not fit
     assert guard.peek("p", u="a").rules[0].remaining == 1  # the global log: only a's unit
+
+
+def test_a_fixed_window_refund_after_a_reset_leaves_the_new_count_alone(
+    make_guard: GuardFactory, clock: ManualClock
+) -> None:
+    """a at :40, reset, b at :45, refund(a): a's window count was gone with the reset, but the
+    refund took b's unit from the new one, and c was admitted: two in a window of one."""
+    guard = make_guard([Policy("p", Rule("1/minute", by="u", strategy="fixed-window"))])
+    clock.set(1_700_000_020)  # :40 of an aligned minute
+    a = guard.hit("p", u="x")
+    guard.reset("p", u="x")
+    clock.advance(5)
+    assert guard.hit("p", u="x").allowed
+    guard.refund(a)
+    assert not guard.hit("p", u="x").allowed

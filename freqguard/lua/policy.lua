@@ -52,16 +52,17 @@ local function build()
   local STALE_GRACE = 1000000
 
   -- fixed-window ----------------------------------------------------------------------------
-  -- state: (window_start, count), packed ">I7I4"
+  -- state: (window_start, count, born), packed ">I7I4I7"; born: when this window's count
+  -- began, which a refund's mark must name (a count begun again after a reset is another)
   local fixed_window = {}
 
   function fixed_window.load(raw, now, spec)
     local start = now - now % spec.rules[1].window
     if raw then
-      local stored, count = sunpack('>I7I4', raw)
-      if stored == start then return {start, count} end
+      local stored, count, born = sunpack('>I7I4I7', raw)
+      if stored == start then return {start, count, born} end
     end
-    return {start, 0}
+    return {start, 0, now}
   end
 
   function fixed_window.check(view, now, need, rule)
@@ -70,16 +71,14 @@ local function build()
   end
 
   function fixed_window.consume(view, now, cost, spec)
-    return pack('>I7I4', view[1], view[2] + cost)
+    return pack('>I7I4I7', view[1], view[2] + cost, view[3])
   end
 
   function fixed_window.refund(view, now, cost, spec, mark)
-    local window = spec.rules[1].window
-    mark = mark and tonumber(mark)
-    if mark and mark - mark % window ~= view[1] then  -- the hit's window is over
-      return pack('>I7I4', view[1], view[2])
+    if mark and tonumber(mark) ~= view[3] then  -- not the count the hit went into
+      return pack('>I7I4I7', view[1], view[2], view[3])
     end
-    return pack('>I7I4', view[1], max(0, view[2] - cost))
+    return pack('>I7I4I7', view[1], max(0, view[2] - cost), view[3])
   end
 
   function fixed_window.ttl(raw, now, spec)

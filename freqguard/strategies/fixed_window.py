@@ -1,6 +1,7 @@
 """fixed-window: a counter per window aligned to the epoch (``now - now % window``).
 
-State: ``(window_start, count)``.
+State: ``(window_start, count, born)``: ``born`` is when this window's count began, so that a
+refund gives back only to the count its hit went into (not to one begun after a reset).
 
 Guarantee: at most ``limit`` per aligned window, so up to ``2 * limit`` in an unaligned
 interval of length ``window`` that straddles a boundary. Cheapest state; not exact.
@@ -12,18 +13,22 @@ from freqguard.strategies.base import KeySpec, RuleParams
 
 code = 1
 
-View = tuple[int, int]
+View = tuple[int, int, int]  # (window_start, count, born)
 
 
 def decode(raw: bytes) -> View:
-    """The state as the Lua twin packs it (``>I7I4``)."""
-    return int.from_bytes(raw[:7], "big"), int.from_bytes(raw[7:11], "big")
+    """The state as the Lua twin packs it (``>I7I4I7``)."""
+    return (
+        int.from_bytes(raw[:7], "big"),
+        int.from_bytes(raw[7:11], "big"),
+        int.from_bytes(raw[11:18], "big"),
+    )
 
 
 def load(state: View | None, now: int, key: KeySpec) -> View:
     start = now - now % key.rules[0].window
     if state is None or state[0] != start:
-        return (start, 0)
+        return (start, 0, now)
     return state
 
 
@@ -34,17 +39,17 @@ def check(view: View, now: int, need: int, rule: RuleParams) -> int:
 
 
 def consume(view: View, now: int, cost: int, key: KeySpec) -> View:
-    return (view[0], view[1] + cost)
+    return (view[0], view[1] + cost, view[2])
 
 
 def mark(view: View, now: int, key: KeySpec) -> int:
-    return now
+    return view[2]  # the count the hit went into: its window's, begun at `born`
 
 
 def refund(view: View, now: int, cost: int, key: KeySpec, mark: int | None) -> View:
-    if mark is not None and mark - mark % key.rules[0].window != view[0]:
-        return view  # the hit counted in a window that is over: nothing of it is left
-    return (view[0], max(0, view[1] - cost))
+    if mark is not None and mark != view[2]:
+        return view  # another count: the hit's window is over, or it was reset since
+    return (view[0], max(0, view[1] - cost), view[2])
 
 
 def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
