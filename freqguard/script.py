@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from struct import Struct
 from typing import Any, NamedTuple, Protocol
 
+from freqguard.contract import CHECK, HIT, REFUND, RESET
 from freqguard.keys import KeyLayout
 from freqguard.strategies import KeySpec
 from freqguard.strategies.base import Mark
@@ -36,8 +37,6 @@ __all__ = [
     "run",
     "unpack",
 ]
-
-HIT, CHECK, REFUND, RESET = 0, 1, 2, 3
 
 
 class SlotPlan(NamedTuple):

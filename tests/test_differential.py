@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from freqguard import Decision, Guard, ManualClock, MemoryBackend, Policy, Rate, Rule, Strategy
-from freqguard.backends.memory import STALE_GRACE_US
 from freqguard.backends.redis import RedisBackend
+from freqguard.contract import STALE_GRACE_US
 from tests.conftest import flush
 from tests.servers import RedisServer
 

@@ -34,8 +34,8 @@ from freqguard import (
     backend_from_url,
 )
 from freqguard.backends._lanes import AsyncLane
-from freqguard.backends.memory import STALE_GRACE_US
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
+from freqguard.contract import STALE_GRACE_US
 from tests.conftest import SMS, START, flush
 from tests.servers import RedisServer, cluster
 

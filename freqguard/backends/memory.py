@@ -20,6 +20,7 @@ from typing import Any
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.bounds import check_time
 from freqguard.clock import Clock, SystemClock
+from freqguard.contract import STALE_GRACE_US
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.script import HIT, run
 
@@ -28,10 +29,6 @@ __all__ = ["MemoryBackend"]
 # Every 16 calls, up to 1024 expired keys go: 64 a call on average, far more than the one or
 # two keys a call creates, so expired keys never pile up; at most ~100 µs in any one call.
 _SWEEP_EVERY = 16
-#: An expired state counts as absent at once, but is deleted only this long (µs) after its
-#: expiry, in every backend: a clock that steps back by less (a failover to a server whose
-#: clock lags) finds it again, the same in memory and in Redis.
-STALE_GRACE_US = 1_000_000
 _SWEEP_BUDGET = 1024
 _COMPACT_ABOVE = 4096  # lanes smaller than this are never worth copying
 

@@ -9,9 +9,10 @@ interval of length ``window`` that straddles a boundary. Cheapest state; not exa
 
 from __future__ import annotations
 
+from freqguard.contract import STRATEGY_CODES
 from freqguard.strategies.base import KeySpec, RuleParams
 
-code = 1
+code = STRATEGY_CODES["fixed-window"]
 
 View = tuple[int, int, int]  # (window_start, count, born)
 

@@ -11,9 +11,10 @@ Guarantee: as token-bucket (the same decisions, one integer of state).
 
 from __future__ import annotations
 
+from freqguard.contract import BACK_LIMIT, STRATEGY_CODES
 from freqguard.strategies.base import KeySpec, RuleParams
 
-code = 4
+code = STRATEGY_CODES["gcra"]
 
 
 View = tuple[int, int, int]  # (tat, back, born)
@@ -26,10 +27,6 @@ def decode(raw: bytes) -> View:
         int.from_bytes(raw[7:14], "big"),
         int.from_bytes(raw[14:21], "big"),
     )
-
-
-#: Past this many µs given back, a state starts a new generation (see :func:`refund`).
-BACK_LIMIT = 2**50
 
 
 def load(state: View | None, now: int, key: KeySpec) -> View:

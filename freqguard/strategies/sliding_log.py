@@ -17,9 +17,10 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import overload
 
+from freqguard.contract import STRATEGY_CODES
 from freqguard.strategies.base import KeySpec, RuleParams
 
-code = 2
+code = STRATEGY_CODES["sliding-log"]
 
 
 class PackedLog(Sequence[int]):

@@ -12,10 +12,11 @@ one keeps two numbers and reports tokens.
 
 from __future__ import annotations
 
+from freqguard.contract import STRATEGY_CODES
 from freqguard.strategies.base import KeySpec, RuleParams
 from freqguard.strategies.gcra import give_back, next_back
 
-code = 3
+code = STRATEGY_CODES["token-bucket"]
 
 View = tuple[int, int, int, int]  # (tokens, last, back, born)
 
