@@ -45,12 +45,6 @@ def rule_params(rule: Rule) -> RuleParams:
     return RuleParams(rule.capacity, window, interval, rule.shadow)
 
 
-class _Slot(NamedTuple):
-    plan: SlotPlan
-    layouts: tuple[KeyLayout, ...]
-    rule_index: tuple[int, ...]  # policy rule index of each rule in reply order
-
-
 class PolicyPlan:
     """A policy compiled for execution: keys, parameters, reply layout."""
 
@@ -88,7 +82,7 @@ class PolicyPlan:
         # what a receipt must have been made by: the slots' plans and states (strategies,
         # capacities, windows, rule ids, dimensions), not just the policy's name
         self.fingerprint = "|".join(
-            slot.plan.text + "@" + ",".join(layout.key_id for layout in slot.layouts)
+            slot.text + "@" + ",".join(layout.key_id for layout in slot.layouts)
             for slot in self.slots
         )
         self._order = tuple(index for slot in self.slots for index in slot.rule_index)
@@ -113,7 +107,7 @@ class PolicyPlan:
                         f"of their rules (name=...)"
                     )
 
-    def _compile_slot(self, prefix: str, partition: str | None, indices: list[int]) -> _Slot:
+    def _compile_slot(self, prefix: str, partition: str | None, indices: list[int]) -> SlotPlan:
         rules = self.policy.rules
         order = {d: i for i, d in enumerate(self.dimensions)}
         groups: dict[tuple[str, tuple[str, ...]], list[int]] = {}
@@ -136,9 +130,9 @@ class PolicyPlan:
             words += [twin.code, int(first.shadow), len(params)]
             for p in params:
                 words += [p.capacity, p.window, p.interval, int(p.shadow)]
-        retries = Struct(f">{len(rule_index)}Q")
-        plan = SlotPlan(tuple(specs), " ".join(map(str, words)), tuple(layouts), retries)
-        return _Slot(plan, tuple(layouts), tuple(rule_index))
+        waits = Struct(f">{len(rule_index)}Q")
+        text = " ".join(map(str, words))
+        return SlotPlan(tuple(specs), text, tuple(layouts), waits, tuple(rule_index))
 
     # -- requests --------------------------------------------------------------------------
 
@@ -172,11 +166,11 @@ class PolicyPlan:
         self, texts: Mapping[str, str], now: int | None, cost: int, mode: int
     ) -> list[ScriptCall]:
         """One script call per slot, in slot order."""
-        return [ScriptCall(slot.plan, texts, now, cost, mode) for slot in self.slots]
+        return [ScriptCall(slot, texts, now, cost, mode) for slot in self.slots]
 
     def call(self, texts: Mapping[str, str], now: int | None, cost: int, mode: int) -> ScriptCall:
         """The one script call of a policy that lives on one slot."""
-        return ScriptCall(self.slots[0].plan, texts, now, cost, mode)
+        return ScriptCall(self.slots[0], texts, now, cost, mode)
 
     # -- replies ---------------------------------------------------------------------------
 
@@ -194,18 +188,18 @@ class PolicyPlan:
             receipt = partial(self._receipt, texts, cost, replies)
         if self.single_slot:
             reply = replies[0]
-            retries = reply.retries
-            if reply.allowed and not any(retries):  # the common case: no rule said no
+            waits = reply.waits
+            if reply.allowed and not any(waits):  # the common case: no rule said no
                 raw = partial(self._raw, replies)
                 return make_decision(self.name, True, 0.0, (), raw, receipt)
             order = self.slots[0].rule_index
         else:
-            retries = [retry for reply in replies for retry in reply.retries]
+            waits = [wait for reply in replies for wait in reply.waits]
             order = self._order
         rules = self.policy.rules
         denied: list[Rule] = [None] * len(rules)  # type: ignore[list-item]
         wait = 0
-        for index, retry in zip(order, retries):  # noqa: B905 (the plan built both)
+        for index, retry in zip(order, waits):  # noqa: B905 (the plan built both)
             rule = rules[index]
             if retry and not rule.shadow:
                 denied[index] = rule
@@ -238,7 +232,7 @@ class PolicyPlan:
             )
         cost = receipt.cost
         return [
-            ScriptCall(slot.plan, receipt.context, now, cost, REFUND, marks)
+            ScriptCall(slot, receipt.context, now, cost, REFUND, marks)
             for slot, marks in zip(self.slots, receipt.marks)  # noqa: B905 (checked above)
         ]
 
@@ -249,7 +243,7 @@ class PolicyPlan:
         for slot, reply in zip(self.slots, replies):  # noqa: B905
             report = reply.report()
             for index, (remaining, reset), retry in zip(  # noqa: B905
-                slot.rule_index, report, reply.retries
+                slot.rule_index, report, reply.waits
             ):
                 raw[index] = (rules[index], remaining, reset, retry)
         return tuple(raw)

@@ -40,12 +40,14 @@ __all__ = [
 
 
 class SlotPlan(NamedTuple):
-    """Everything one script call needs besides keys, time, cost and mode."""
+    """One slot of a policy, compiled: everything one script call needs besides the hit's
+    values, time, cost and mode, and how its reply maps back to the policy's rules."""
 
     keys: tuple[KeySpec, ...]
     text: str  # the same, as the Lua function reads it (ARGV[4])
     layouts: tuple[KeyLayout, ...]  # how each key was built (Redis folds keys into records)
-    retries: Struct  # the Lua reply's retry times, one per rule (see unpack)
+    waits: Struct  # the Lua reply's retry times, one per rule (see unpack)
+    rule_index: tuple[int, ...]  # the policy's index of each rule, in reply order
 
 
 Report = list[tuple[int, int]]
@@ -56,18 +58,18 @@ class Reply:
 
     Attributes:
         allowed: whether no non-shadow rule denied.
-        retries: µs until each rule would admit the hit (0: it does), in the slot's rule order.
+        waits: µs until each rule would admit the hit (0: it does), in the slot's rule order.
         now: the µs the slot was judged at: the call's time, or a state's later one (time per
             state never goes back, see :func:`run`).
     """
 
-    __slots__ = ("_data", "_plan", "_report", "_views", "allowed", "now", "retries")
+    __slots__ = ("_data", "_plan", "_report", "_views", "allowed", "now", "waits")
 
     def __init__(
         self,
         plan: SlotPlan,
         allowed: bool,
-        retries: Sequence[int],
+        waits: Sequence[int],
         now: int,
         views: list[Any] | None = None,
         data: bytes = b"",
@@ -76,7 +78,7 @@ class Reply:
         self._plan = plan
         self._report = report
         self.allowed = allowed
-        self.retries = retries
+        self.waits = waits
         self.now = now
         self._views = views
         self._data = data
@@ -103,10 +105,10 @@ class Reply:
         if mode != HIT or cost == 0 or not self.allowed:
             return (None,) * len(specs)
         marks: list[Mark | None] = []
-        first, retries, now = 0, self.retries, self.now
+        first, waits, now = 0, self.waits, self.now
         for view, spec in zip(self.views(), specs):  # noqa: B905
             # a shadow rule's own state consumes only when that rule admits
-            took = not spec.shadow or retries[first] == 0
+            took = not spec.shadow or waits[first] == 0
             marks.append(spec.twin.mark(view, now, spec) if took else None)
             first += len(spec.rules)
         return tuple(marks)
@@ -203,13 +205,13 @@ _LENGTH = Struct(">I")
 
 def unpack(plan: SlotPlan, data: bytes) -> Reply:
     """The Lua function's reply (see its header) as a Reply that reports when asked."""
-    retries = plan.retries.unpack_from(data, 9)
-    return Reply(plan, data[0] == 1, retries, _NOW.unpack_from(data, 1)[0], None, data)
+    waits = plan.waits.unpack_from(data, 9)
+    return Reply(plan, data[0] == 1, waits, _NOW.unpack_from(data, 1)[0], None, data)
 
 
 def _views(plan: SlotPlan, data: bytes, now: int) -> list[Any]:
     """The states a Lua reply carries, loaded as :func:`run` leaves them."""
-    at = 9 + plan.retries.size
+    at = 9 + plan.waits.size
     views: list[Any] = []
     for spec in plan.keys:
         (length,) = _LENGTH.unpack_from(data, at)
