@@ -148,7 +148,7 @@ class _GuardBase:
         try:
             return refund_op(self._plan(target.policy), receipt, self._now())
         except BaseException:
-            receipt.spent = False
+            _unspend(receipt)
             raise
 
 
