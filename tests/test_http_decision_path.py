@@ -22,12 +22,15 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from werkzeug.test import Client
 
-from freqguard import AsyncGuard, Guard, ManualClock, MemoryBackend, Policy
+from freqguard import AsyncGuard, Guard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard.integrations._http import RequestInfo
 from freqguard.integrations.flask import FreqGuard
 from freqguard.integrations.starlette import (
+    BadRequest,
     FreqGuardMiddleware,
     Limit,
     Refused,
+    enforce,
     limit_dependency,
     refused_handler,
 )
@@ -145,3 +148,54 @@ def test_fastapi_dependency_429_is_the_middlewares_429(clock: ManualClock) -> No
     # allowed responses carry the same rate-limit headers too
     for name in ("ratelimit", "ratelimit-policy"):
         assert by_dependency[0].headers[name] == by_middleware[0].headers[name]
+
+
+def test_without_the_handler_fastapi_answers_the_status_and_headers(clock: ManualClock) -> None:
+    app = FastAPI()
+    guard = AsyncGuard(MemoryBackend(), clock=clock)
+
+    @app.get("/page", dependencies=[Depends(limit_dependency(guard, "1/minute", name="p"))])
+    async def page() -> str:
+        return "ok"
+
+    denied = _get(app, "/page", 2)[1]
+    assert denied.status_code == 429
+    assert denied.json() == {"detail": "Rate limit exceeded; retry after 60 seconds."}
+    assert denied.headers["retry-after"] == "60"
+    assert "ratelimit" in denied.headers
+
+
+def test_enforce_raises_refused_with_a_problem_document(clock: ManualClock) -> None:
+    guard = AsyncGuard(MemoryBackend(), clock=clock)
+    guard.add_policy(Policy("reads", Rule("1/minute", by="user")))
+
+    async def twice() -> None:
+        await enforce(guard, "reads", user=1)
+        await enforce(guard, "reads", user=1)
+
+    with pytest.raises(Refused) as caught:
+        asyncio.run(twice())
+    assert caught.value.status_code == 429
+    problem = json.loads(caught.value.answer.body)
+    assert problem["status"] == 429
+    assert "instance" not in problem  # enforce does not see the request
+    assert problem["violated_policies"] == ["sl.1.60s"]
+
+
+def test_a_key_refusal_is_a_problem_400_under_the_handler(clock: ManualClock) -> None:
+    def refuse(request: RequestInfo) -> str:
+        raise BadRequest("no usable key")
+
+    app = FastAPI(exception_handlers={Refused: refused_handler})
+    limited = limit_dependency(
+        AsyncGuard(MemoryBackend(), clock=clock), "5/minute", key=refuse, name="p"
+    )
+
+    @app.get("/page", dependencies=[Depends(limited)])
+    async def page() -> str:
+        return "ok"
+
+    response = _get(app, "/page", 1)[0]
+    assert response.status_code == 400
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["detail"] == "no usable key"
