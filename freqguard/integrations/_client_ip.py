@@ -10,6 +10,7 @@ as IPv4), widened to a network prefix, so no spelling of one client makes a seco
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Iterable, Iterator
@@ -117,8 +118,13 @@ def _trusted(address: _Address, networks: tuple[_Network, ...]) -> bool:
     return any(address in network for network in networks)
 
 
+@functools.lru_cache(maxsize=4096)
 def _address(text: str) -> _Address | None:
-    """The address in one hop, or None when it is not one (never a guess)."""
+    """The address in one hop, or None when it is not one (never a guess).
+
+    Memoised (bounded): the same few peers and proxies ask on every request, and parsing
+    an address was a fifth of the middleware's own time.
+    """
     value = text.strip()
     if len(value) >= 2 and value[0] == value[-1] == '"':
         value = value[1:-1]  # RFC 7239 quoting

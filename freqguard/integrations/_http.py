@@ -17,7 +17,7 @@ from freqguard.headers import whole_seconds
 from freqguard.integrations._client_ip import client_ip
 from freqguard.integrations._request import BadRequest, KeyFunc, RequestInfo, context_of
 from freqguard.policy import Policy
-from freqguard.rates import parse_rates
+from freqguard.rates import Rate, parse_rates
 from freqguard.rules import Rule, check_name
 
 __all__ = [
@@ -28,10 +28,11 @@ __all__ = [
     "bad_request_body",
     "client_ip",
     "context_of",
-    "find",
     "header",
     "path_param",
     "problem_body",
+    "problem_detail",
+    "rule_items",
 ]
 
 
@@ -68,11 +69,12 @@ def path_param(name: str) -> KeyFunc:
     return key
 
 
-_PARAM = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)(?::path)?}")
-
-
 class Limit:
     """Requests matching ``path`` (and ``methods``) are capped by ``rule``, keyed by ``key``.
+
+    A Limit is an immutable description: each middleware compiles it once, when it is
+    built, and registers its policy on the guard once (at the first request when the
+    policy's dimensions come from the key function).
 
     Args:
         path: a route pattern: ``/api/sms``, ``/users/{user_id}``, ``/static/{rest:path}``.
@@ -82,7 +84,21 @@ class Limit:
             GET also takes HEAD, on the same counter.
         cost: how much one request costs.
         name: the policy's name (default derived from the method and path).
+
+    Raises:
+        ConfigError: for a pattern not starting with ``/``, a rate that does not parse, a
+            rule that is not a rate string, Rule or Policy, or a bad name.
     """
+
+    __slots__ = ("cost", "items", "key", "methods", "name", "path", "rule")
+
+    path: str
+    rule: str | Rule | Policy | Sequence[str | Rule]
+    key: KeyFunc
+    methods: frozenset[str] | None
+    cost: int
+    name: str
+    items: tuple[Rate | Rule, ...] | Policy  # the rule, parsed
 
     def __init__(
         self,
@@ -96,67 +112,53 @@ class Limit:
     ) -> None:
         if not path.startswith("/"):
             raise ConfigError(f"a route pattern starts with '/', got {path!r}")
-        self.path = path
-        self.methods = frozenset(m.upper() for m in methods) if methods else None
-        # the servers answer HEAD by running the GET handler: it must not be a free GET
-        self._matched = (
-            self.methods | {"HEAD"} if self.methods and "GET" in self.methods else self.methods
-        )
-        self.key: KeyFunc = key or client_ip()
-        self.cost = cost
-        parts, last = [], 0
-        for m in _PARAM.finditer(path):
-            parts.append(re.escape(path[last : m.start()]))
-            wildcard = ":path}" in m.group(0)
-            parts.append(f"(?P<{m.group(1)}>{'.*' if wildcard else '[^/]+'})")
-            last = m.end()
-        parts.append(re.escape(path[last:]))
-        self._regex = re.compile("".join(parts) + "$")
-        methods_text = "-".join(sorted(self.methods or ["ANY"]))
+        chosen = frozenset(m.upper() for m in methods) if methods else None
+        methods_text = "-".join(sorted(chosen or ["ANY"]))
         default = re.sub(r"[^A-Za-z0-9_.\-]", "-", f"http.{methods_text}{path}")
-        self.name = check_name("limit name", name or default[:64])
-        self._rule = rule
-        self.policy: Policy | None = rule if isinstance(rule, Policy) else None
+        fields = {
+            "path": path,
+            "rule": rule,
+            "key": key or client_ip(),
+            "methods": chosen,
+            "cost": cost,
+            "name": check_name("limit name", name or default[:64]),
+            "items": rule if isinstance(rule, Policy) else rule_items(rule),
+        }
+        for field, value in fields.items():
+            object.__setattr__(self, field, value)
 
-    def match(self, method: str, path: str) -> dict[str, str] | None:
-        if self._matched is not None and method.upper() not in self._matched:
-            return None
-        found = self._regex.match(path)
-        return found.groupdict() if found else None
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Limit is immutable: cannot set {name!r}")
 
-    def policy_for(self, dimensions: tuple[str, ...]) -> Policy:
-        """The policy to hit; built once from the rule and the key's dimensions."""
-        if self.policy is None:
-            items = self._rule if isinstance(self._rule, (list, tuple)) else [self._rule]
-            rules: list[Rule] = []
-            for item in items:
-                if isinstance(item, Rule):
-                    rules.append(item)
-                elif isinstance(item, str):
-                    rules.extend(Rule(rate, by=dimensions) for rate in parse_rates(item))
-                else:
-                    raise ConfigError(f"Limit rule must be a rate string, Rule or Policy: {item!r}")
-            self.policy = Policy(self.name, *rules)
-        return self.policy
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Limit is immutable: cannot delete {name!r}")
+
+    def __repr__(self) -> str:
+        return f"Limit({self.path!r}, {self.rule!r}, name={self.name!r})"
 
 
-def find(
-    limits: Sequence[Limit], request_method: str, path: str
-) -> tuple[Limit, dict[str, str]] | None:
-    for limit in limits:
-        params = limit.match(request_method, path)
-        if params is not None:
-            return limit, params
-    return None
+def rule_items(rule: object) -> tuple[Rate | Rule, ...]:
+    """Rates (keyed later by the key's dimensions) and Rules (keyed by their own ``by``)."""
+    items = rule if isinstance(rule, (list, tuple)) else [rule]
+    parsed: list[Rate | Rule] = []
+    for item in items:
+        if isinstance(item, Rule):
+            parsed.append(item)
+        elif isinstance(item, str):
+            parsed.extend(parse_rates(item))
+        else:
+            raise ConfigError(f"Limit rule must be a rate string, Rule or Policy: {item!r}")
+    if not parsed:
+        raise ConfigError(f"Limit needs at least one rule, got {rule!r}")
+    return tuple(parsed)
 
 
-def problem_body(decision: Decision, instance: str) -> bytes:
+def problem_body(decision: Decision, instance: str | None) -> bytes:
     """An RFC 9457 problem document for a denied request."""
-    wait = whole_seconds(decision.retry_after)
     return _problem(
         429,
         "Too Many Requests",
-        f"Rate limit exceeded; retry after {wait} seconds.",
+        problem_detail(decision),
         instance,
         violated_policies=[rule.id for rule in decision.denied_by],
         policy=decision.policy,
@@ -168,6 +170,18 @@ def bad_request_body(error: BadRequest, instance: str) -> bytes:
     return _problem(400, "Bad Request", str(error), instance)
 
 
-def _problem(status: int, title: str, detail: str, instance: str, **extra: object) -> bytes:
-    document = {"type": "about:blank", "title": title, "status": status, "detail": detail}
-    return json.dumps({**document, "instance": instance, **extra}).encode()
+def problem_detail(decision: Decision) -> str:
+    """The ``detail`` of a 429 problem document."""
+    return f"Rate limit exceeded; retry after {whole_seconds(decision.retry_after)} seconds."
+
+
+def _problem(status: int, title: str, detail: str, instance: str | None, **extra: object) -> bytes:
+    document: dict[str, object] = {
+        "type": "about:blank",
+        "title": title,
+        "status": status,
+        "detail": detail,
+    }
+    if instance is not None:  # unknown where enforce() is called without the request
+        document["instance"] = instance
+    return json.dumps({**document, **extra}).encode()

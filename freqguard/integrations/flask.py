@@ -20,7 +20,7 @@ State lives in ``app.extensions["freqguard"]``, never on the extension object, s
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
@@ -32,20 +32,11 @@ from freqguard.decorators import _fit, _implicit_name
 from freqguard.errors import CapExceeded, ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
-from freqguard.integrations._http import (
-    BadRequest,
-    KeyFunc,
-    RequestInfo,
-    bad_request_body,
-    client_ip,
-    context_of,
-    header,
-    problem_body,
-)
+from freqguard.integrations._decide import Answer, Decider, Part, Route, bad_request
+from freqguard.integrations._http import BadRequest, KeyFunc, RequestInfo, client_ip, header
 from freqguard.integrations.wsgi import request_info
-from freqguard.policy import Policy
 from freqguard.rates import Rate, parse_rates
-from freqguard.rules import Rule, check_name
+from freqguard.rules import check_name
 
 __all__ = ["BadRequest", "FreqGuard", "client_ip", "header", "remote_address"]
 
@@ -74,44 +65,12 @@ class _ViewCap:
         self.alone = alone  # its policy when the view runs outside its own route
 
 
-class _Route:
-    """Limits decided together in one hit: (key, rates, rule-name label) parts, one cost."""
-
-    def __init__(
-        self, name: str, parts: Sequence[tuple[KeyFunc, tuple[Rate, ...], str]], cost: int
-    ) -> None:
-        self.name, self.parts, self.cost = name, tuple(parts), cost
-        self.policy: Policy | None = None  # built from the first request's dimensions
-
-    def hit(self, guard: Guard, info: RequestInfo) -> Decision:
-        ctx: dict[str, object] = {}
-        rules: list[Rule] = []
-        asked: dict[KeyFunc, tuple[str, ...]] = {}
-        for key, rates, label in self.parts:
-            by = asked.get(key)
-            if by is None:
-                # two different key functions naming one dimension: the second is renamed,
-                # so neither's value stands in for the other's
-                found = context_of(key, info)
-                renamed = {(f"view_{d}" if d in ctx else d): v for d, v in found.items()}
-                ctx.update(renamed)
-                by = asked[key] = tuple(renamed)
-            if self.policy is None:
-                for rate in rates:
-                    rule = Rule(rate, by=by)
-                    rules.append(Rule(rate, by=by, name=f"{label}.{rule.id}") if label else rule)
-        if self.policy is None:
-            self.policy = Policy(self.name, *rules)
-        guard.add_policy(self.policy)
-        return guard.hit(self.name, self.cost, **ctx)
-
-
 @dataclass
 class _State:
     guard: Guard
-    profile: str
+    decider: Decider  # registers each route's policy once on this app's guard
     defaults: tuple[Rate, ...]
-    routes: dict[str, _Route | None] = field(default_factory=dict)  # by endpoint
+    routes: dict[str, Route | None] = field(default_factory=dict)  # by endpoint, built once
 
 
 class FreqGuard:
@@ -138,12 +97,11 @@ class FreqGuard:
             ConfigError: for a bad ``FREQGUARD_DEFAULT_LIMITS``, header profile or backend.
         """
         default = app.config.get("FREQGUARD_DEFAULT_LIMITS")
-        state = _State(
-            self._guard
-            or Guard(backend_from_url(app.config.get("FREQGUARD_BACKEND", "memory://"))),
-            check_profile(app.config.get("FREQGUARD_HEADERS", "ietf")),
-            parse_rates(default) if default else (),
+        guard = self._guard or Guard(
+            backend_from_url(app.config.get("FREQGUARD_BACKEND", "memory://"))
         )
+        profile = check_profile(app.config.get("FREQGUARD_HEADERS", "ietf"))
+        state = _State(guard, Decider(guard, (), profile), parse_rates(default) if default else ())
         app.extensions["freqguard"] = state
         app.before_request(self._before)
         app.after_request(self._after)
@@ -155,23 +113,25 @@ class FreqGuard:
         state: _State = current_app.extensions["freqguard"]
         return state
 
-    def _route(self, state: _State, endpoint: str) -> _Route | None:
+    def _route(self, state: _State, endpoint: str) -> Route | None:
+        """The endpoint's route: its default limits and its view's cap, decided together."""
         view = current_app.view_functions.get(endpoint)
         cap: _ViewCap | None = getattr(view, "_freqguard_cap", None)
         parts = []
         if state.defaults and not getattr(view, "_freqguard_exempt", False):
-            parts.append((self._key, state.defaults, "default"))
+            parts.append(Part(self._key, state.defaults, "default"))
         if cap is not None:
-            parts.append((cap.key, cap.rates, ""))
+            parts.append(Part(cap.key, cap.rates))
         if not parts:
             return None
         name = cap.name if cap is not None and cap.name else _fit(f"flask.{endpoint}")
-        return _Route(name, parts, cap.cost if cap is not None else 1)
+        return Route(name, tuple(parts), cap.cost if cap is not None else 1)
 
-    def _hit(self, route: _Route) -> None:
+    def _hit(self, route: Route) -> None:
         state = self._state()
-        info = request_info(request.environ, dict(request.view_args or {}))
-        decision = route.hit(state.guard, info)
+        info = request_info(request.environ, request.view_args or {})
+        ctx = state.decider.prepare(route, info)  # a BadRequest goes to its handler
+        decision = state.guard.hit(route.name, route.cost, **ctx)
         decisions: list[Decision] = g.setdefault("freqguard_decisions", [])
         decisions.append(decision)
         if not decision.allowed:
@@ -194,21 +154,15 @@ class FreqGuard:
         decisions: list[Decision] = g.get("freqguard_decisions", [])
         if decisions:
             tightest = min(decisions, key=lambda d: (d.allowed, d.remaining))
-            response.headers.update(tightest.headers(self._state().profile))
+            response.headers.update(tightest.headers(self._state().decider.profile))
         return response
 
     def _denied(self, error: CapExceeded) -> Response:
-        state = self._state()
-        response = Response(
-            problem_body(error.decision, request.path), 429, mimetype="application/problem+json"
-        )
-        response.headers.update(error.decision.headers(state.profile))
-        return response
+        return _response(self._state().decider.answer(error.decision, request.path))
 
     @staticmethod
     def _bad_request(error: BadRequest) -> Response:
-        body = bad_request_body(error, request.path)
-        return Response(body, 400, mimetype="application/problem+json")
+        return _response(bad_request(error, request.path))
 
     def capped(
         self, rule: str, *, key: KeyFunc | None = None, cost: int = 1, name: str | None = None
@@ -238,7 +192,7 @@ class FreqGuard:
             cap = _ViewCap(
                 rates, key or self._key, cost, name, _implicit_name(view, prefix="flask.view")
             )
-            alone = _Route(cap.alone, [(cap.key, cap.rates, "")], cap.cost)
+            alone = Route(cap.alone, (Part(cap.key, cap.rates),), cap.cost)
 
             @functools.wraps(view)
             def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -261,3 +215,7 @@ class FreqGuard:
         """The Guard an app uses."""
         state: _State = app.extensions["freqguard"]
         return state.guard
+
+
+def _response(answer: Answer) -> Response:
+    return Response(answer.body, answer.status, headers=answer.headers)

@@ -15,37 +15,41 @@ WebSocket handshake is closed with code 1008 (policy violation). Other scopes pa
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+import json
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
 
 from freqguard.decision import Decision
 from freqguard.decorators import _async_view
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.headers import check_profile
+from freqguard.integrations._decide import Answer, Decider, answer_for, compile_limit
 from freqguard.integrations._http import (
     BadRequest,
     KeyFunc,
     Limit,
     RequestInfo,
-    bad_request_body,
     client_ip,
-    context_of,
-    find,
     header,
     path_param,
-    problem_body,
+    problem_detail,
 )
 
 __all__ = [
     "BadRequest",
     "FreqGuardMiddleware",
     "Limit",
+    "Refused",
     "client_ip",
     "enforce",
     "header",
     "limit_dependency",
     "path_param",
+    "refused_handler",
 ]
 
 Scope = MutableMapping[str, Any]
@@ -55,7 +59,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-def request_info(scope: Scope, params: dict[str, str] | None = None) -> RequestInfo:
+def request_info(scope: Scope, params: Mapping[str, str] | None = None) -> RequestInfo:
     def read_headers() -> dict[str, list[str]]:
         headers: dict[str, list[str]] = {}
         for name, value in scope.get("headers", ()):
@@ -84,6 +88,9 @@ def _encode(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
 class FreqGuardMiddleware:
     """Pure ASGI middleware: the first :class:`Limit` matching a request decides it.
 
+    The limits are compiled when the middleware is built; each policy is registered on the
+    guard once.
+
     Args:
         app: the ASGI application.
         guard: an AsyncGuard (a sync Guard is run off the event loop).
@@ -102,32 +109,27 @@ class FreqGuardMiddleware:
         self.app = app
         self.guard = _as_async(guard)
         self.limits = tuple(limits)
-        self.profile = check_profile(headers)
+        self.decider = Decider(
+            self.guard, [compile_limit(limit) for limit in self.limits], check_profile(headers)
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        found = find(self.limits, scope.get("method", "GET"), scope["path"])
+        found = self.decider.find(scope.get("method", "GET"), scope["path"])
         if found is None:
             await self.app(scope, receive, send)
             return
-        limit, params = found
-        try:
-            ctx = context_of(limit.key, request_info(scope, params))
-        except BadRequest as error:
-            await _refuse(scope, send, 400, bad_request_body(error, scope["path"]), [])
+        route, params = found
+        answer = await self.decider.adecide(self.guard.hit, route, request_info(scope, params))
+        if not answer.allowed:
+            await _refuse(scope, send, answer)
             return
-        policy = limit.policy_for(tuple(ctx))
-        self.guard.add_policy(policy)
-        decision = await self.guard.hit(policy.name, limit.cost, **ctx)
-        extra = _encode(decision.headers(self.profile))
-        if not decision.allowed:
-            await _refuse(scope, send, 429, problem_body(decision, scope["path"]), extra)
-            return
-        if scope["type"] == "websocket" or not extra:
+        if scope["type"] == "websocket" or not answer.headers:
             await self.app(scope, receive, send)
             return
+        extra = _encode(answer.headers)
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -137,44 +139,57 @@ class FreqGuardMiddleware:
         await self.app(scope, receive, send_with_headers)
 
 
-async def _refuse(
-    scope: Scope, send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
-) -> None:
+async def _refuse(scope: Scope, send: Send, answer: Answer) -> None:
     """Answer without calling the app: a problem document, or a WebSocket close 1008."""
     if scope["type"] == "websocket":
-        reason = "rate limited" if status == 429 else "bad request"
+        reason = "rate limited" if answer.status == 429 else "bad request"
         await send({"type": "websocket.close", "code": 1008, "reason": reason})
         return
     await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/problem+json"),
-                (b"content-length", str(len(body)).encode()),
-                *headers,
-            ],
-        }
+        {"type": "http.response.start", "status": answer.status, "headers": _encode(answer.headers)}
     )
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": answer.body})
+
+
+class Refused(HTTPException):
+    """A 429 (or 400) from :func:`limit_dependency` or :func:`enforce`, with its answer.
+
+    It is an ``HTTPException``: with FastAPI's default handler the client gets the status,
+    the rate-limit headers and ``{"detail": ...}``. Register :func:`refused_handler` to send
+    the middleware's own problem document instead::
+
+        app = FastAPI(exception_handlers={Refused: refused_handler})
+    """
+
+    def __init__(self, answer: Answer, detail: str) -> None:
+        kept = {k: v for k, v in answer.headers.items() if not k.startswith("Content-")}
+        super().__init__(answer.status, detail, headers=kept)
+        self.answer = answer
+
+
+async def refused_handler(request: Request, exc: Exception) -> Response:
+    """Send a :class:`Refused` as the middleware would: problem+json, the same headers."""
+    if not isinstance(exc, Refused):
+        raise exc
+    answer = exc.answer
+    return Response(answer.body, answer.status, headers=answer.headers)
 
 
 async def enforce(
     guard: Guard | AsyncGuard, policy: str, cost: int = 1, *, headers: str = "ietf", **ctx: object
 ) -> Decision:
-    """Hit ``policy``; on denial raise Starlette's ``HTTPException(429)`` with the headers.
+    """Hit ``policy``; on denial raise :class:`Refused` (an ``HTTPException(429)``).
 
     For FastAPI dependencies that key on validated parameters::
 
         async def per_user(user_id: int) -> None:
             await enforce(guard, "api", user=user_id)
-    """
-    from starlette.exceptions import HTTPException
 
+    The problem document names no ``instance`` (the request is not known here).
+    """
     decision = await _as_async(guard).hit(policy, cost, **ctx)
     if not decision.allowed:
-        names = ", ".join(rule.id for rule in decision.denied_by)
-        raise HTTPException(429, f"rate limited by {names}", headers=decision.headers(headers))
+        raise Refused(answer_for(decision, check_profile(headers), None), problem_detail(decision))
     return decision
 
 
@@ -189,12 +204,9 @@ def limit_dependency(
 ) -> Callable[..., Awaitable[None]]:
     """A FastAPI dependency: ``Depends(limit_dependency(guard, "5/minute", name="login"))``.
 
-    Denials raise ``HTTPException(429)``; allowed responses get the rate-limit headers.
+    Decided on the same path as the middleware. Denials raise :class:`Refused` (429, and
+    400 when the key refuses the request); allowed responses get the rate-limit headers.
     """
-    from starlette.exceptions import HTTPException
-    from starlette.requests import Request
-    from starlette.responses import Response
-
     limit = Limit(
         "/{rest:path}",
         list(rule) if not isinstance(rule, str) else rule,
@@ -203,24 +215,19 @@ def limit_dependency(
         name=name,
     )
     aguard = _as_async(guard)
+    route = compile_limit(limit)
+    decider = Decider(aguard, [route], check_profile(headers))
 
     async def dependency(request: Request, response: Response) -> None:
-        try:
-            ctx = context_of(limit.key, request_info(request.scope, dict(request.path_params)))
-        except BadRequest as error:
-            raise HTTPException(400, str(error)) from None
-        policy = limit.policy_for(tuple(ctx))
-        aguard.add_policy(policy)
-        decision = await enforce(aguard, policy.name, cost, headers=headers, **ctx)
-        response.headers.update(decision.headers(headers))
+        info = request_info(request.scope, dict(request.path_params))
+        answer = await decider.adecide(aguard.hit, route, info)
+        if not answer.allowed:
+            detail = (
+                problem_detail(answer.decision)
+                if answer.decision is not None
+                else json.loads(answer.body)["detail"]
+            )
+            raise Refused(answer, detail)
+        response.headers.update(answer.headers)
 
-    # FastAPI reads parameter types from the signature; these annotations are strings here
-    # (postponed evaluation) naming locally imported classes, so give it the classes.
-    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    dependency.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [
-            inspect.Parameter("request", kind, annotation=Request),
-            inspect.Parameter("response", kind, annotation=Response),
-        ]
-    )
     return dependency

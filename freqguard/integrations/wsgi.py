@@ -8,22 +8,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
+from freqguard.integrations._decide import Decider, compile_limit
 from freqguard.integrations._http import (
     BadRequest,
     Limit,
     RequestInfo,
-    bad_request_body,
     client_ip,
-    context_of,
-    find,
     header,
     path_param,
-    problem_body,
 )
 
 __all__ = [
@@ -40,7 +37,7 @@ StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
-def request_info(environ: dict[str, Any], params: dict[str, str] | None = None) -> RequestInfo:
+def request_info(environ: dict[str, Any], params: Mapping[str, str] | None = None) -> RequestInfo:
     def read_headers() -> dict[str, list[str]]:
         # the server has joined repeated lines into one value: one line per header here
         return {
@@ -62,6 +59,9 @@ def request_info(environ: dict[str, Any], params: dict[str, str] | None = None) 
 class FreqGuardMiddleware:
     """WSGI middleware: the first matching :class:`Limit` decides each request.
 
+    The limits are compiled when the middleware is built; each policy is registered on the
+    guard once.
+
     Args:
         app: the WSGI application.
         guard: a sync Guard.
@@ -75,27 +75,22 @@ class FreqGuardMiddleware:
         self.app = app
         self.guard = guard
         self.limits = tuple(limits)
-        self.profile = check_profile(headers)
+        self.decider = Decider(
+            guard, [compile_limit(limit) for limit in self.limits], check_profile(headers)
+        )
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        found = find(
-            self.limits, environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "/")
+        found = self.decider.find(
+            environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "/") or "/"
         )
         if found is None:
             return self.app(environ, start_response)
-        limit, params = found
-        path = environ.get("PATH_INFO", "/")
-        try:
-            ctx = context_of(limit.key, request_info(environ, params))
-        except BadRequest as error:
-            return _refuse(start_response, "400 Bad Request", bad_request_body(error, path), [])
-        policy = limit.policy_for(tuple(ctx))
-        self.guard.add_policy(policy)
-        decision = self.guard.hit(policy.name, limit.cost, **ctx)
-        extra = list(decision.headers(self.profile).items())
-        if not decision.allowed:
-            body = problem_body(decision, path)
-            return _refuse(start_response, "429 Too Many Requests", body, extra)
+        route, params = found
+        answer = self.decider.decide(self.guard.hit, route, request_info(environ, params))
+        extra = list(answer.headers.items())
+        if not answer.allowed:
+            start_response(f"{answer.status} {_REASONS[answer.status]}", extra)
+            return [answer.body]
 
         def start_with_headers(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
             return start_response(status, [*headers, *extra], *exc)
@@ -103,16 +98,4 @@ class FreqGuardMiddleware:
         return self.app(environ, start_with_headers)
 
 
-def _refuse(
-    start_response: StartResponse, status: str, body: bytes, headers: list[tuple[str, str]]
-) -> list[bytes]:
-    """Answer with a problem document, without calling the app."""
-    start_response(
-        status,
-        [
-            ("Content-Type", "application/problem+json"),
-            ("Content-Length", str(len(body))),
-            *headers,
-        ],
-    )
-    return [body]
+_REASONS = {400: "Bad Request", 429: "Too Many Requests"}

@@ -1,0 +1,240 @@
+"""The one request-decision path every HTTP integration takes.
+
+Routes are compiled once (:func:`compile_limit`, or a Flask endpoint's route built once);
+a request is matched to one, keyed into a context, hit on the guard, and answered. The
+ASGI middleware, the FastAPI dependency, the WSGI middleware and the Flask extension differ
+only in how they read a request, whether the hit is awaited, and how they send the answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+from freqguard.decision import Decision
+from freqguard.guard import AsyncGuard, Guard
+from freqguard.integrations._http import (
+    BadRequest,
+    KeyFunc,
+    Limit,
+    RequestInfo,
+    bad_request_body,
+    problem_body,
+)
+from freqguard.policy import Policy
+from freqguard.rates import Rate
+from freqguard.rules import Rule
+
+__all__ = ["Answer", "Decider", "Part", "Route", "compile_limit", "refusal"]
+
+_PARAM = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)(?::path)?}")
+_NO_PARAMS: Mapping[str, str] = {}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Part:
+    """One key function and the rules it keys: rates take the key's dimensions, Rules keep
+    their own ``by``; ``label`` prefixes the rules' names (Flask's ``default``)."""
+
+    key: KeyFunc
+    items: tuple[Rate | Rule, ...]
+    label: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)  # hashed by identity: cheap
+class Route:
+    """A compiled route: what to match, how to key, which policy to hit at what cost.
+
+    ``policy`` is set when the rules do not depend on the key's dimensions (a Policy, or
+    Rules only); otherwise the policy is built from the first request's context.
+    """
+
+    name: str
+    parts: tuple[Part, ...]
+    cost: int = 1
+    regex: re.Pattern[str] | None = None  # None: every path
+    methods: frozenset[str] | None = None  # None: every method; GET brings HEAD
+    policy: Policy | None = None
+
+    def match(self, method: str, path: str) -> Mapping[str, str] | None:
+        if self.methods is not None and method not in self.methods:
+            return None
+        if self.regex is None:
+            return _NO_PARAMS
+        found = self.regex.match(path)
+        return (found.groupdict() if self.regex.groups else _NO_PARAMS) if found else None
+
+    def context(self, info: RequestInfo) -> tuple[dict[str, object], tuple[tuple[str, ...], ...]]:
+        """The hit's context, and each part's dimensions in it.
+
+        Raises:
+            BadRequest: a key function refuses the request.
+        """
+        if len(self.parts) == 1:
+            value = self.parts[0].key(info)
+            ctx = dict(value) if isinstance(value, Mapping) else {"key": value}
+            return ctx, (tuple(ctx),)
+        ctx = {}
+        dims: list[tuple[str, ...]] = []
+        asked: dict[KeyFunc, tuple[str, ...]] = {}
+        for part in self.parts:
+            by = asked.get(part.key)
+            if by is None:
+                value = part.key(info)
+                found = dict(value) if isinstance(value, Mapping) else {"key": value}
+                # two different key functions naming one dimension: the second is renamed,
+                # so neither's value stands in for the other's
+                renamed = {(f"view_{d}" if d in ctx else d): v for d, v in found.items()}
+                ctx.update(renamed)
+                by = asked[part.key] = tuple(renamed)
+            dims.append(by)
+        return ctx, tuple(dims)
+
+    def build(self, dims: tuple[tuple[str, ...], ...]) -> Policy:
+        """The route's policy, for the dimensions its key functions gave."""
+        if self.policy is not None:
+            return self.policy
+        rules: list[Rule] = []
+        for part, by in zip(self.parts, dims, strict=True):
+            for item in part.items:
+                if isinstance(item, Rule):
+                    rules.append(item)
+                    continue
+                rule = Rule(item, by=by)
+                rules.append(
+                    Rule(item, by=by, name=f"{part.label}.{rule.id}") if part.label else rule
+                )
+        return Policy(self.name, *rules)
+
+
+def compile_limit(limit: Limit) -> Route:
+    """A :class:`Limit` as a route: its pattern as a regex, HEAD matched with GET."""
+    parts, last = [], 0
+    for m in _PARAM.finditer(limit.path):
+        parts.append(re.escape(limit.path[last : m.start()]))
+        wildcard = ":path}" in m.group(0)
+        parts.append(f"(?P<{m.group(1)}>{'.*' if wildcard else '[^/]+'})")
+        last = m.end()
+    parts.append(re.escape(limit.path[last:]))
+    regex = re.compile("".join(parts) + "$")
+    methods = limit.methods
+    if methods is not None and "GET" in methods:
+        # servers answer HEAD by running the GET handler: it must not be a free GET
+        methods = methods | {"HEAD"}
+    if isinstance(limit.items, Policy):
+        policy = limit.items  # hit by its own name
+        return Route(policy.name, (Part(limit.key, ()),), limit.cost, regex, methods, policy)
+    route = Route(limit.name, (Part(limit.key, limit.items),), limit.cost, regex, methods)
+    if all(isinstance(item, Rule) for item in limit.items):  # known now: registered now
+        return dataclasses.replace(route, policy=route.build(((),)))
+    return route
+
+
+class Answer:
+    """What to send: the status, the headers (rate-limit headers, and on a refusal the
+    problem document's content type and length) and the body (empty when allowed)."""
+
+    __slots__ = ("body", "decision", "headers", "status")
+
+    def __init__(
+        self, status: int, headers: dict[str, str], body: bytes, decision: Decision | None
+    ) -> None:
+        self.status, self.headers, self.body, self.decision = status, headers, body, decision
+
+    @property
+    def allowed(self) -> bool:
+        return self.status < 400
+
+
+def refusal(status: int, body: bytes, headers: Mapping[str, str]) -> dict[str, str]:
+    """A problem document's headers, then ``headers``."""
+    return {
+        "Content-Type": "application/problem+json",
+        "Content-Length": str(len(body)),
+        **headers,
+    }
+
+
+def answer_for(decision: Decision, profile: str, instance: str | None) -> Answer:
+    """The answer to a decision: its rate-limit headers, and a 429 problem if denied."""
+    headers = decision.headers(profile)
+    if decision.allowed:
+        return Answer(200, headers, b"", decision)
+    body = problem_body(decision, instance)
+    return Answer(429, refusal(429, body, headers), body, decision)
+
+
+def bad_request(error: BadRequest, instance: str) -> Answer:
+    """The answer to a request its key function refuses: 400 with a problem document."""
+    body = bad_request_body(error, instance)
+    return Answer(400, refusal(400, body, {}), body, None)
+
+
+class Decider:
+    """Compiled routes on one guard: match, key, register each policy once, answer.
+
+    A policy whose rules are known is registered here; one built from the key's dimensions
+    is registered at its route's first request, under a lock, and never again.
+    """
+
+    def __init__(
+        self, guard: Guard | AsyncGuard, routes: Sequence[Route] = (), profile: str = "ietf"
+    ) -> None:
+        self.routes = tuple(routes)
+        self.profile = profile
+        self._add_policy = guard.add_policy
+        # routes whose policy is registered on the guard: by route, not by name, so two
+        # routes naming one policy with different rules still fail as add_policy does
+        self._ready: set[Route] = set()
+        self._lock = threading.Lock()
+        for route in self.routes:
+            if route.policy is not None:
+                self._register(route, route.policy)
+
+    def find(self, method: str, path: str) -> tuple[Route, Mapping[str, str]] | None:
+        """The first route matching the request, and the path's parameters."""
+        for route in self.routes:
+            params = route.match(method, path)
+            if params is not None:
+                return route, params
+        return None
+
+    def prepare(self, route: Route, info: RequestInfo) -> dict[str, object]:
+        """The context to hit ``route.name`` with; registers the policy the first time.
+
+        Raises:
+            BadRequest: a key function refuses the request.
+        """
+        ctx, dims = route.context(info)
+        if route not in self._ready:
+            self._register(route, route.build(dims))
+        return ctx
+
+    def _register(self, route: Route, policy: Policy) -> None:
+        with self._lock:
+            if route not in self._ready:
+                self._add_policy(policy)
+                self._ready.add(route)
+
+    def answer(self, decision: Decision, instance: str | None) -> Answer:
+        return answer_for(decision, self.profile, instance)
+
+    def decide(self, hit: Callable[..., Decision], route: Route, info: RequestInfo) -> Answer:
+        """Key, hit (``Guard.hit``) and answer one request."""
+        try:
+            ctx = self.prepare(route, info)
+        except BadRequest as error:
+            return bad_request(error, info.path)
+        return self.answer(hit(route.name, route.cost, **ctx), info.path)
+
+    async def adecide(
+        self, hit: Callable[..., Awaitable[Decision]], route: Route, info: RequestInfo
+    ) -> Answer:
+        """As :meth:`decide`, with ``AsyncGuard.hit``."""
+        try:
+            ctx = self.prepare(route, info)
+        except BadRequest as error:
+            return bad_request(error, info.path)
+        return self.answer(await hit(route.name, route.cost, **ctx), info.path)
