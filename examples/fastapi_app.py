@@ -11,7 +11,7 @@ from __future__ import annotations
 from fastapi import Depends, FastAPI
 
 from freqguard import AsyncGuard, Policy, Rule
-from freqguard.integrations.starlette import enforce, limit_dependency
+from freqguard.integrations.starlette import Refused, enforce, limit_dependency, refused_handler
 
 guard = AsyncGuard(policies=[Policy("user-reads", Rule("5/minute", by="user"))])
 
@@ -21,7 +21,8 @@ async def per_user(user_id: int) -> None:
 
 
 def build() -> FastAPI:
-    app = FastAPI()
+    # 429s as the middleware sends them: problem+json with the rate-limit headers
+    app = FastAPI(exception_handlers={Refused: refused_handler})
 
     @app.post("/login", dependencies=[Depends(limit_dependency(guard, "3/minute", name="login"))])
     async def login() -> dict[str, bool]:
