@@ -32,7 +32,7 @@ import asyncio
 import hashlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any, TypeVar
@@ -329,6 +329,32 @@ def _boundary(client: object) -> Iterator[None]:
         raise _unavailable(exc, client) from exc
 
 
+def _inspection(client: Any, cluster: bool) -> Generator[Callable[[], Any], Any, None]:
+    """What a backend checks once, before its first call, written once for sync and async:
+    it yields each request (a callable whose reply, awaited for async clients, is sent back;
+    a redis-py error is thrown in instead). A cluster node behind a standalone client is a
+    :func:`_cluster_node` error; a ``maxmemory-policy`` that can evict is warned of
+    (:func:`_warn_evicting`)."""
+    if not cluster:
+        try:
+            info = yield lambda: client.info("cluster")
+            enabled = info.get("cluster_enabled")
+        except rex.ResponseError:  # INFO refused (ACL, renamed): a MOVED reply tells
+            enabled = None
+        if enabled:
+            raise _cluster_node(client)
+    try:
+        if cluster:
+            policies = yield lambda: client.config_get(_POLICY, target_nodes=client.PRIMARIES)
+        else:
+            policies = yield lambda: client.config_get(_POLICY)
+    except _ERRORS as exc:  # CONFIG refused (ACL, renamed, managed): nothing to say;
+        if not (isinstance(exc, rex.ResponseError) or cluster):
+            raise  # a standalone server that cannot answer cannot decide either
+        policies = {}  # one primary down must not fail calls to the others
+    _warn_evicting(policies, client)
+
+
 class RedisBackend:
     """Runs the policy function on a standalone ``redis.Redis`` or a
     ``redis.cluster.RedisCluster``.
@@ -363,25 +389,18 @@ class RedisBackend:
                 self._inspection()
 
     def _inspection(self) -> None:
-        client = self.client
-        if not isinstance(client, RedisCluster):
-            try:
-                enabled = client.info("cluster").get("cluster_enabled")
-            except rex.ResponseError:  # INFO refused (ACL, renamed): a MOVED reply tells
-                enabled = None
-            if enabled:
-                raise _cluster_node(client)
+        steps = _inspection(self.client, self._cluster)
         try:
-            if isinstance(client, RedisCluster):
-                policies = client.config_get(_POLICY, target_nodes=RedisCluster.PRIMARIES)
-            else:
-                policies = client.config_get(_POLICY)
-        except _ERRORS as exc:  # CONFIG refused (ACL, renamed, managed): nothing to say;
-            if not (isinstance(exc, rex.ResponseError) or self._cluster):
-                raise  # a standalone server that cannot answer cannot decide either
-            policies = {}  # one primary down must not fail calls to the others
-        _warn_evicting(policies, client)
-        self._inspected = True
+            step = next(steps)
+            while True:
+                try:
+                    reply = step()
+                except _ERRORS as exc:
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(reply)
+        except StopIteration:
+            self._inspected = True
 
     def _load(self) -> None:
         # on a cluster this goes to every primary
@@ -565,26 +584,18 @@ class AsyncRedisBackend:
         await asyncio.shield(task)
 
     async def _inspection(self) -> None:
-        client = self.client
-        if not isinstance(client, AsyncRedisCluster):
-            try:
-                enabled = (await client.info("cluster")).get("cluster_enabled")
-            except rex.ResponseError:  # INFO refused (ACL, renamed): a MOVED reply tells
-                enabled = None
-            if enabled:
-                raise _cluster_node(client)
+        steps = _inspection(self.client, self._cluster)
         try:
-            if isinstance(client, AsyncRedisCluster):
-                primaries = AsyncRedisCluster.PRIMARIES
-                policies = await client.config_get(_POLICY, target_nodes=primaries)
-            else:
-                policies = await client.config_get(_POLICY)
-        except _ERRORS as exc:  # see RedisBackend._inspection
-            if not (isinstance(exc, rex.ResponseError) or self._cluster):
-                raise
-            policies = {}
-        _warn_evicting(policies, client)
-        self._inspected = True
+            step = next(steps)
+            while True:
+                try:
+                    reply = await step()
+                except _ERRORS as exc:
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(reply)
+        except StopIteration:
+            self._inspected = True
 
     async def _load(self) -> None:
         """Load the library once for every task that found it missing at the same time."""
