@@ -11,7 +11,7 @@ encodings the two twins share (see ``freqguard/lua/policy.lua``).
   2223), so that a time plus two spans and the slack of an expiry stays below 2^53.
 * An exact sliding log keeps one entry per admitted unit; its limit is capped at
   :data:`MAX_LOG_LIMIT` so that one hit costs bounded time and memory on the server and in
-  memory (docs/strategies.md gives the measured cost at the ceiling).
+  memory (docs/strategies/sliding-log.md gives the measured cost at the ceiling).
 """
 
 from __future__ import annotations

@@ -2,38 +2,97 @@
 twin (``freqguard/lua/policy.lua``) must agree on, written once.
 
 The Lua cannot import Python, so it states each value again; ``tests/test_contract.py`` reads
-the Lua's constants, its strategy table and its twin functions and holds them to this module
-both ways. Change a value here and that test says where the Lua must follow.
+the Lua's constants, its strategy table, its pack formats, how it parses the specs, its twin
+functions and its steps, and holds them to this module both ways. The Python twin takes its
+values from here. Change a value here and that test says where the Lua must follow.
+
+Pack formats are written in the Lua's ``struct`` notation: ``>`` big-endian, ``B`` one byte,
+``In`` an unsigned integer of ``n`` bytes.
 """
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "BACK_LIMIT",
     "CHECK",
+    "FIELD_HEAD",
     "HIT",
     "MODES",
     "PINNED_GRACE_MS",
     "PRUNE_FLOOR",
+    "RECORD_META",
     "REFUND",
+    "REPLY_HEAD",
+    "REPLY_STATE_LENGTH",
+    "REPLY_WAIT",
     "RESET",
+    "RUN_STEPS",
+    "SPEC_RULE",
+    "SPEC_STATE",
     "STALE_GRACE_US",
+    "STATE_FORMATS",
     "STRATEGY_CODES",
     "TWIN_FUNCTIONS",
+    "struct_codes",
+    "widths",
 ]
 
 #: The script's modes (ARGV[3]).
 HIT, CHECK, REFUND, RESET = 0, 1, 2, 3
 MODES = {"HIT": HIT, "CHECK": CHECK, "REFUND": REFUND, "RESET": RESET}
 
-#: A strategy's number in the plan (ARGV[4]); the Lua's ``TWINS`` table lists its twins in
-#: this order.
+#: A strategy's number in the specs (ARGV[4]); the Lua's ``TWINS`` table maps each number to
+#: its twin.
 STRATEGY_CODES = {"fixed-window": 1, "sliding-log": 2, "token-bucket": 3, "gcra": 4}
+
+#: The specs (ARGV[4], ``script.spec_text``): space-separated integers, the number of states,
+#: then per state these (its strategy's code, its shadow flag 0/1, its number of rules), each
+#: state followed by its rules, these per rule (``RuleParams``' fields; shadow 0/1).
+SPEC_STATE = ("code", "shadow", "rule_count")
+SPEC_RULE = ("capacity", "window", "interval", "shadow")
+
+#: Each strategy's packed state: what its Lua packs and its Python ``decode`` reads. A
+#: sliding log is this header (entry width, base) and then one ``width``-byte offset from
+#: base per entry.
+STATE_FORMATS = {
+    "fixed-window": ">I7I4I7",  # window_start, count, born
+    "sliding-log": ">BI7",  # width, base
+    "token-bucket": ">I4I7I7I7",  # tokens, last, back, born
+    "gcra": ">I7I7I7",  # tat, back, born
+}
+
+#: The reply (one string): this head (allowed 0/1, the µs the call was judged at), one wait
+#: per rule (µs, in spec order), then per state its packed length and the packed state the
+#: call leaves behind (length 0: none).
+REPLY_HEAD = ">BI8"
+REPLY_WAIT = "I8"
+REPLY_STATE_LENGTH = ">I4"
+
+#: Lua only, stated here so that every format is read in one place: a state's field in its
+#: Redis record starts with its expiry and the latest time it was written at (µs); the
+#: record's meta field ("") holds its expiry, its number of state fields and the count at
+#: which stale fields are next pruned.
+FIELD_HEAD = ">I7I7"
+RECORD_META = ">I7I4I4"
 
 #: The functions both twins of a strategy define, under these names and in this order. The
 #: Python twin has more that run on the client only (``decode``, ``mark``, ``report``,
-#: ``max_ttl``, and helpers).
+#: ``horizon``, and helpers).
 TWIN_FUNCTIONS = ("load", "check", "consume", "refund", "ttl")
+
+#: The steps of the policy function, which both twins define under these names, in this
+#: order, and call in this order (Python: ``script.run``; Lua: ``run``). Each twin has more
+#: that are its own (the Lua writes the record and frames the reply; Python reports).
+RUN_STEPS = (
+    "reset_states",
+    "judged_at",
+    "load_states",
+    "refund_states",
+    "check_rules",
+    "consume_states",
+)
 
 #: An expired state counts as absent at once, but is deleted only this long (µs) after its
 #: expiry, in both backends: a clock that steps back by less finds it again.
@@ -48,3 +107,35 @@ BACK_LIMIT = 2**50
 #: ones are pruned.
 PINNED_GRACE_MS = 600_000
 PRUNE_FLOOR = 8
+
+
+_FIELD = re.compile(r"B|I(\d)")
+
+
+def widths(fmt: str) -> tuple[int, ...]:
+    """The byte width of each field of a format: ``widths(">BI7")`` is ``(1, 7)``, and
+    ``widths("I8")`` (a field to append to a format) is ``(8,)``.
+
+    Raises:
+        ValueError: anything but big-endian ``B`` and ``In`` fields.
+    """
+    fields = fmt.removeprefix(">")
+    if _FIELD.sub("", fields):
+        raise ValueError(f"not a big-endian format of B and In fields: {fmt!r}")
+    return tuple(int(n) if n else 1 for n in _FIELD.findall(fields))
+
+
+_STRUCT_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
+
+
+def struct_codes(fmt: str) -> str:
+    """The fields of a format as Python :mod:`struct` codes (``">BI8"``: ``"BQ"``), for
+    formats whose fields are 1, 2, 4 or 8 bytes wide.
+
+    Raises:
+        ValueError: a field of another width (Python reads those with ``int.from_bytes``).
+    """
+    try:
+        return "".join(_STRUCT_CODES[w] for w in widths(fmt))
+    except KeyError:
+        raise ValueError(f"{fmt!r} has a field that Python's struct cannot read") from None

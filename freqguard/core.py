@@ -1,7 +1,8 @@
 """The I/O-free core shared by Guard and AsyncGuard.
 
-A policy is compiled once into a :class:`PolicyPlan`: which slots it spans, which keys each
-slot touches, the integers each rule needs, and how replies map back to rules. Operations are
+A policy is compiled once into a :class:`PolicyPlan`: which slots it spans and which keys each
+slot touches (both as :func:`freqguard.keys.policy_layout` lays them out), the integers each
+rule needs, and how replies map back to rules. Operations are
 generators that yield what to do (a batch of script calls, or a :class:`Sleep`) and receive the
 replies; the sync and async guards only drive them (``guard.py``). Nothing here does I/O.
 """
@@ -10,18 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping
 from functools import partial
-from struct import Struct
 from typing import NamedTuple, TypeVar
 
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock
 from freqguard.decision import Decision, Receipt, make_decision
 from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError
-from freqguard.keys import KeyLayout, value_text
+from freqguard.keys import StateLayout, policy_layout, value_text
 from freqguard.policy import Policy
-from freqguard.rules import Rule, Strategy
-from freqguard.script import CHECK, HIT, REFUND, SlotPlan
-from freqguard.strategies import TWINS, KeySpec, RuleParams
+from freqguard.rules import Rule
+from freqguard.script import CHECK, HIT, REFUND, Slot
+from freqguard.strategies import TWINS, RuleParams, StateSpec
 
 __all__ = ["PolicyPlan", "Sleep", "acquire_op", "decide_op", "many_op", "refund_op"]
 
@@ -45,8 +45,24 @@ def rule_params(rule: Rule) -> RuleParams:
     return RuleParams(rule.capacity, window, interval, rule.shadow)
 
 
+def _compile_slot(states: tuple[StateLayout, ...], rules: tuple[Rule, ...]) -> Slot:
+    """A slot of a policy (its states, from :func:`~freqguard.keys.policy_layout`) compiled."""
+    specs: list[StateSpec] = []
+    for state in states:
+        first = rules[state.rules[0]]
+        params = tuple(rule_params(rules[i]) for i in state.rules)
+        twin = TWINS[first.strategy]
+        window = max(p.window for p in params)
+        cap = max(p.capacity for p in params)
+        specs.append(StateSpec(twin, params, twin.horizon(params), first.shadow, window, cap))
+    rule_index = [i for state in states for i in state.rules]
+    return Slot.build(specs, [state.key for state in states], rule_index)
+
+
 class PolicyPlan:
-    """A policy compiled for execution: keys, parameters, reply layout."""
+    """A policy compiled for execution: its slots (their keys as :mod:`freqguard.keys` lays
+    them out, the integers each rule needs), how a hit is validated, and how replies map back
+    to rules."""
 
     __slots__ = (
         "_dimset",
@@ -66,73 +82,19 @@ class PolicyPlan:
         self.dimensions = policy.dimensions
         self._dimset = frozenset(self.dimensions)
         rules = policy.rules
-        shared = [d for d in self.dimensions if all(d in r.by for r in rules)]
-        groups: dict[str | None, list[int]] = {}
-        for index, rule in enumerate(rules):
-            # the partition: a dimension every rule shares, else the rule's first dimension
-            # in policy order (not in its own `by` order: rules keyed by the same dimensions
-            # must share a slot, since they may share a key)
-            own = [d for d in self.dimensions if d in rule.by]
-            part = shared[0] if shared else (own[0] if own else None)
-            groups.setdefault(part, []).append(index)
-        self.slots = tuple(
-            self._compile_slot(prefix, part, indices) for part, indices in groups.items()
-        )
+        self.slots = tuple(_compile_slot(states, rules) for states in policy_layout(policy, prefix))
         self.single_slot = len(self.slots) == 1
-        # what a receipt must have been made by: the slots' plans and states (strategies,
+        # what a receipt must have been made by: the slots' specs and states (strategies,
         # capacities, windows, rule ids, dimensions), not just the policy's name
         self.fingerprint = "|".join(
-            slot.text + "@" + ",".join(layout.key_id for layout in slot.layouts)
+            slot.spec_text + "@" + ",".join(layout.key_id for layout in slot.layouts)
             for slot in self.slots
         )
         self._order = tuple(index for slot in self.slots for index in slot.rule_index)
-        self._check_tags()
         enforcing = [r for r in rules if not r.shadow]
         # the enforcing rule with the least capacity bounds every cost; a policy of shadow
         # rules only never denies, so any cost goes
         self._narrow = min(enforcing, key=lambda r: r.capacity) if enforcing else None
-
-    def _check_tags(self) -> None:
-        """In Redis, the states of one partition value share a record, each in a field named
-        by a 2-byte tag of its key id: two states of a policy with equal tags could share a
-        field. Rare (1 in 65,536 per pair of names), but refused, never shared silently."""
-        seen: dict[bytes, str] = {}
-        for slot in self.slots:
-            for layout in slot.layouts:
-                other = seen.setdefault(layout.tag, layout.key_id)
-                if other != layout.key_id:
-                    raise ConfigError(
-                        f"policy {self.name!r}: the states {other!r} and {layout.key_id!r} "
-                        f"would share a Redis field (their 2-byte tags collide); rename one "
-                        f"of their rules (name=...)"
-                    )
-
-    def _compile_slot(self, prefix: str, partition: str | None, indices: list[int]) -> SlotPlan:
-        rules = self.policy.rules
-        order = {d: i for i, d in enumerate(self.dimensions)}
-        groups: dict[tuple[str, tuple[str, ...]], list[int]] = {}
-        for index in indices:
-            rule = rules[index]
-            dims = tuple(sorted(rule.by, key=order.__getitem__))
-            shared_log = rule.strategy is Strategy.SLIDING_LOG and not rule.shadow
-            # every non-shadow sliding-log rule with the same dimensions shares one log
-            groups.setdefault(("log" if shared_log else rule.id, dims), []).append(index)
-        specs, layouts, rule_index, words = [], [], [], [len(groups)]
-        for (key_id, dims), members in groups.items():
-            first = rules[members[0]]
-            params = tuple(rule_params(rules[i]) for i in members)
-            twin = TWINS[first.strategy]
-            window = max(p.window for p in params)
-            cap = max(p.capacity for p in params)
-            specs.append(KeySpec(twin, params, twin.max_ttl(params), first.shadow, window, cap))
-            layouts.append(KeyLayout(prefix, self.name, key_id, partition, dims))
-            rule_index.extend(members)
-            words += [twin.code, int(first.shadow), len(params)]
-            for p in params:
-                words += [p.capacity, p.window, p.interval, int(p.shadow)]
-        waits = Struct(f">{len(rule_index)}Q")
-        text = " ".join(map(str, words))
-        return SlotPlan(tuple(specs), text, tuple(layouts), waits, tuple(rule_index))
 
     # -- requests --------------------------------------------------------------------------
 
@@ -198,18 +160,18 @@ class PolicyPlan:
             order = self._order
         rules = self.policy.rules
         denied: list[Rule] = [None] * len(rules)  # type: ignore[list-item]
-        wait = 0
-        for index, retry in zip(order, waits):  # noqa: B905 (the plan built both)
+        longest = 0
+        for index, wait in zip(order, waits):  # noqa: B905 (the slots built both)
             rule = rules[index]
-            if retry and not rule.shadow:
+            if wait and not rule.shadow:
                 denied[index] = rule
-                wait = max(wait, retry)
+                longest = max(longest, wait)
         denied_by = tuple(rule for rule in denied if rule is not None)
         allowed = not denied_by
         return make_decision(
             self.name,
             allowed,
-            wait / _US,
+            longest / _US,
             denied_by,
             partial(self._raw, replies),
             receipt if allowed else None,
@@ -242,10 +204,10 @@ class PolicyPlan:
         raw: list[tuple[Rule, int, int, int]] = [None] * len(rules)  # type: ignore[list-item]
         for slot, reply in zip(self.slots, replies):  # noqa: B905
             report = reply.report()
-            for index, (remaining, reset), retry in zip(  # noqa: B905
+            for index, (remaining, reset), wait in zip(  # noqa: B905
                 slot.rule_index, report, reply.waits
             ):
-                raw[index] = (rules[index], remaining, reset, retry)
+                raw[index] = (rules[index], remaining, reset, wait)
         return tuple(raw)
 
 
@@ -257,10 +219,11 @@ def decide_op(
 ) -> Op[Decision]:
     """One hit/check/refund/reset of one context.
 
-    A policy on one slot is one script call. A hit on several slots goes slot by slot; when a
-    slot denies, the slots that consumed give back exactly what this hit took there and the
-    rest are only checked, so a denied hit consumes nothing (atomic per slot, compensated
-    across slots).
+    A policy on one slot is one script call (``Guard.hit`` sends that call itself, with the
+    same :meth:`PolicyPlan.call` and :meth:`PolicyPlan.decide`, to spare a hit this
+    generator). A hit on several slots goes slot by slot; when a slot denies, the slots that
+    consumed give back exactly what this hit took there and the rest are only checked, so a
+    denied hit consumes nothing (atomic per slot, compensated across slots).
     """
     calls = plan.calls(texts, now, cost, mode)
     if len(calls) == 1 or mode != HIT or cost == 0:
@@ -316,7 +279,7 @@ def many_op(
 
 def acquire_op(
     plan: PolicyPlan,
-    texts: Mapping[str, str],
+    attempt: Callable[[int | None], Op[Decision]],
     cost: int,
     timeout: float | None,
     now: Callable[[], int | None],
@@ -325,12 +288,13 @@ def acquire_op(
     """Wait for this caller's own turn, then consume; never reserve future capacity.
 
     Each denial says exactly when the hit would fit (``retry_after``); the caller sleeps that
-    long and tries again, so there is no polling, and nothing is taken from the future. If the
-    turn is further away than the timeout allows, it fails at once with ``CapExceeded``.
+    long and tries again (``attempt(now)``: a hit), so there is no polling, and nothing is
+    taken from the future. If the turn is further away than the timeout allows, it fails at
+    once with ``CapExceeded``.
     """
     deadline = None if timeout is None else clock.now() + timeout
     while True:
-        decision = yield from decide_op(plan, texts, cost, HIT, now())
+        decision = yield from attempt(now())
         if decision.allowed:
             return decision
         if deadline is not None and clock.now() + decision.retry_after > deadline:

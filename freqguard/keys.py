@@ -1,5 +1,9 @@
 """Storage keys, built in one place and cluster-safe by construction.
 
+A policy's keys are laid out here once (:func:`policy_layout`): which dimension partitions
+its rules into slots, which rules share one piece of state, and the key of each state. The
+rest of freqguard only asks for that layout.
+
 Layout::
 
     <prefix>:{<partition>}:<policy>:<key id>@<dimensions>[:<digest>]
@@ -16,6 +20,10 @@ Layout::
   never share a key.
 * ``<digest>`` covers every other dimension value (message content among them): values are
   never stored verbatim outside the hash tag, and keys stay short whatever their length.
+
+In Redis, every key of one partition value and policy is a field of one record (the key up
+to its policy, :meth:`KeyLayout.record`), named by a 2-byte *field tag* of its key id plus
+the digest (:meth:`KeyLayout.field`).
 """
 
 from __future__ import annotations
@@ -24,11 +32,21 @@ import re
 import sys
 from collections.abc import Mapping
 from hashlib import blake2b as _blake2b
+from typing import NamedTuple
 
 from freqguard.errors import ConfigError
-from freqguard.rules import check_name
+from freqguard.policy import Policy
+from freqguard.rules import Rule, Strategy, check_name
 
-__all__ = ["KeyLayout", "digest", "partition_token", "raw_digest", "value_text"]
+__all__ = [
+    "KeyLayout",
+    "StateLayout",
+    "digest",
+    "partition_token",
+    "policy_layout",
+    "raw_digest",
+    "value_text",
+]
 
 _SAFE_VALUE = re.compile(r"[A-Za-z0-9_.@+\-]{1,64}")
 _DIGEST_BYTES = 8  # 64 bits, 16 hex characters; collisions only matter inside one partition
@@ -100,8 +118,8 @@ class KeyLayout:
         "_mid",
         "_partition",
         "_policy_tail",
+        "field_tag",
         "key_id",
-        "tag",
     )
 
     def __init__(
@@ -122,8 +140,9 @@ class KeyLayout:
         self._global_record = f"{prefix}:{{*{policy}}}:{policy}"
         self._global_head = f"{self._global_record}:{self.key_id}"
         # In Redis, every state of one partition and policy is a field of one record key
-        # (see freqguard/lua/policy.lua); a field is this 2-byte tag plus the raw digest.
-        self.tag = _blake2b(self.key_id.encode(), digest_size=2).digest()
+        # (see freqguard/lua/policy.lua); a field is this 2-byte field tag plus the raw
+        # digest. Not the cluster hash tag: that is the {partition} of the key.
+        self.field_tag = _blake2b(self.key_id.encode(), digest_size=2).digest()
 
     def _digest(self, texts: Mapping[str, str]) -> bytes:
         """The raw digest of the values of the dimensions other than the partition."""
@@ -150,7 +169,80 @@ class KeyLayout:
         return self._head + partition_token(texts[self._partition]) + self._policy_tail
 
     def field(self, texts: Mapping[str, str]) -> bytes:
-        """The key's field in its Redis record: the tag, plus the raw digest if any."""
+        """The key's field in its Redis record: the field tag, plus the raw digest if any."""
         if not self._extra:
-            return self.tag
-        return self.tag + self._digest(texts)
+            return self.field_tag
+        return self.field_tag + self._digest(texts)
+
+
+class StateLayout(NamedTuple):
+    """One piece of state of a policy: how its key is built and whose state it is."""
+
+    key: KeyLayout
+    rules: tuple[int, ...]  # the policy's indices of the rules that keep their state in it
+
+
+def policy_layout(policy: Policy, prefix: str) -> tuple[tuple[StateLayout, ...], ...]:
+    """Every piece of state a policy keeps, one tuple per slot, each in rule order.
+
+    * The partition (the hash tag, so the slot) of a rule is a dimension every rule of the
+      policy shares, else the rule's first dimension in policy order (not in its own ``by``
+      order: rules keyed by the same dimensions must share a slot, since they may share a key);
+      rules with the same partition form one slot, decided by one script call.
+    * Every non-shadow sliding-log rule with the same dimensions shares one log (key id
+      ``log``); any other rule keeps its own state (key id: the rule's id).
+
+    Raises:
+        ConfigError: two states whose field tags collide (see :func:`_check_field_tags`).
+    """
+    dimensions = policy.dimensions
+    shared = [d for d in dimensions if all(d in r.by for r in policy.rules)]
+    slots: dict[str | None, list[int]] = {}
+    for index, rule in enumerate(policy.rules):
+        own = [d for d in dimensions if d in rule.by]
+        partition = shared[0] if shared else (own[0] if own else None)
+        slots.setdefault(partition, []).append(index)
+    layout = tuple(
+        _slot_layout(policy, prefix, partition, indices) for partition, indices in slots.items()
+    )
+    _check_field_tags(policy.name, layout)
+    return layout
+
+
+def _slot_layout(
+    policy: Policy, prefix: str, partition: str | None, indices: list[int]
+) -> tuple[StateLayout, ...]:
+    order = {d: i for i, d in enumerate(policy.dimensions)}
+    states: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+    for index in indices:
+        rule = policy.rules[index]
+        dims = tuple(sorted(rule.by, key=order.__getitem__))
+        states.setdefault((_key_id(rule), dims), []).append(index)
+    return tuple(
+        StateLayout(KeyLayout(prefix, policy.name, key_id, partition, dims), tuple(members))
+        for (key_id, dims), members in states.items()
+    )
+
+
+def _key_id(rule: Rule) -> str:
+    """What names a rule's state: ``log`` for a log shared with the other non-shadow
+    sliding-log rules of its dimensions, else the rule's own id."""
+    shared_log = rule.strategy is Strategy.SLIDING_LOG and not rule.shadow
+    return "log" if shared_log else rule.id
+
+
+def _check_field_tags(policy: str, layout: tuple[tuple[StateLayout, ...], ...]) -> None:
+    """In Redis, the states of one partition value share a record, each in a field named by
+    a 2-byte field tag of its key id: two states of a policy with equal tags could share a
+    field. Rare (1 in 65,536 per pair of names), but refused, never shared silently."""
+    seen: dict[bytes, str] = {}
+    for slot in layout:
+        for state in slot:
+            key = state.key
+            other = seen.setdefault(key.field_tag, key.key_id)
+            if other != key.key_id:
+                raise ConfigError(
+                    f"policy {policy!r}: the states {other!r} and {key.key_id!r} would share "
+                    f"a Redis field (their 2-byte tags collide); rename one of their rules "
+                    f"(name=...)"
+                )

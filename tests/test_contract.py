@@ -1,8 +1,11 @@
 """The Lua twin is held to ``freqguard/contract.py``, and the Python twin to it too, both ways:
-constants, strategy codes, and the twin functions of every strategy (same names, same order)."""
+constants, strategy codes, pack formats, the reply layout, the specs' encoding, the twin
+functions of every strategy and the steps of the policy function (same names, same order),
+and neither twin's functions grow past a screen."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 from importlib import resources
@@ -10,8 +13,9 @@ from types import ModuleType
 
 import pytest
 
-from freqguard import contract
-from freqguard.strategies import TWINS
+from freqguard import Policy, Rule, Strategy, contract, script
+from freqguard.core import PolicyPlan
+from freqguard.strategies import TWINS, RuleParams
 
 LUA = resources.files("freqguard.lua").joinpath("policy.lua").read_text(encoding="utf-8")
 
@@ -48,15 +52,109 @@ def test_the_lua_constants_are_the_contracts(lua: str, value: int) -> None:
     assert eval(text) == value  # digits, spaces and ** only, checked above
 
 
-def _lua_twins() -> list[str]:
-    table = _lua_local("TWINS")
-    return [name.strip() for name in table.strip("{}").split(",")]
+def test_the_lua_strategy_table_maps_the_contracts_codes() -> None:
+    """Codes, not positions: each twin is found under its code's name in the Lua."""
+    names = [name.replace("-", "_").upper() for name in contract.STRATEGY_CODES]
+    found = re.search(rf"^local ({names[0]}, [A-Z_, ]+) = ([\d, ]+)$", LUA, re.M)
+    assert found
+    assert found.group(1).split(", ") == names
+    assert list(map(int, found.group(2).split(", "))) == list(contract.STRATEGY_CODES.values())
+    table = re.search(r"^local TWINS = \{(.*?)^\}", LUA, re.M | re.S)
+    assert table
+    pairs = re.findall(r"\[(\w+)\] = (\w+)", table.group(1))
+    assert pairs == [(name, name.lower()) for name in names]
 
 
-def test_the_lua_strategy_table_follows_the_codes() -> None:
-    by_code = sorted(contract.STRATEGY_CODES, key=contract.STRATEGY_CODES.__getitem__)
-    assert _lua_twins() == [name.replace("-", "_") for name in by_code]
-    assert list(contract.STRATEGY_CODES.values()) == list(range(1, len(by_code) + 1))
+def _lua_string(name: str) -> str:
+    value = _lua_local(name)
+    assert re.fullmatch(r"'[^']*'", value), value
+    return value[1:-1]
+
+
+@pytest.mark.parametrize("strategy", list(contract.STATE_FORMATS))
+def test_the_lua_packs_each_state_as_the_contract_says(strategy: str) -> None:
+    name = strategy.replace("-", "_").upper() + "_STATE"
+    assert _lua_string(name) == contract.STATE_FORMATS[strategy]
+
+
+@pytest.mark.parametrize(
+    "name", ["FIELD_HEAD", "RECORD_META", "REPLY_HEAD", "REPLY_WAIT", "REPLY_STATE_LENGTH"]
+)
+def test_the_lua_formats_are_the_contracts(name: str) -> None:
+    assert _lua_string(name) == getattr(contract, name)
+
+
+def test_the_lua_sizes_are_those_of_the_formats() -> None:
+    log = contract.STATE_FORMATS["sliding-log"]
+    assert int(_lua_local("LOG_HEADER_BYTES")) == sum(contract.widths(log))
+    assert int(_lua_local("FIELD_HEAD_BYTES")) == sum(contract.widths(contract.FIELD_HEAD))
+
+
+def test_the_lua_writes_no_format_but_the_named_ones() -> None:
+    """A format written anywhere else in the Lua would escape the contract."""
+    named = {name for name, _ in re.findall(r"^local (\w+) = ('[>BI\d]+')", LUA, re.M)}
+    assert len(named) == 9
+    for line in LUA.splitlines():
+        formats = re.findall(r"'>?[BI][\dBI]*'", line)
+        if not formats or re.match(rf"local ({'|'.join(named)}) = ", line):
+            continue
+        # a sliding log's entries: one offset of 1 to 7 bytes each
+        assert line == "local FORMATS = {" + ", ".join(f"'>I{w}'" for w in range(1, 8)) + "}"
+
+
+def _read_fields(function: str) -> list[str]:
+    """The fields a Lua parse function reads, by their position from ``at``."""
+    body = re.search(rf"^local function {function}\(.*?^end$", LUA, re.M | re.S)
+    assert body, function
+    reads = re.findall(r"(\w+) = v\[at(?: \+ (\d+))?\]", body.group(0))
+    assert sorted(int(at or 0) for _, at in reads) == list(range(len(reads)))
+    return [name for name, _ in sorted(reads, key=lambda read: int(read[1] or 0))]
+
+
+def test_the_lua_parses_the_specs_as_the_contract_says() -> None:
+    assert _read_fields("parse_state") == list(contract.SPEC_STATE)
+    assert _read_fields("parse_rule") == list(contract.SPEC_RULE)
+
+
+def test_the_python_twin_writes_the_specs_as_the_contract_says() -> None:
+    """RuleParams' fields are the rule's numbers, and the spec text reads back as written."""
+    assert RuleParams._fields == contract.SPEC_RULE
+    policy = Policy(
+        "p",
+        Rule("5/minute", by="a"),
+        Rule("9/hour", by="a"),
+        Rule("3/second", by="a", strategy="gcra", burst=4, shadow=True),
+    )
+    (slot,) = PolicyPlan(policy, "fg").slots
+    words = iter(map(int, slot.spec_text.split()))
+    assert next(words) == len(slot.specs)
+    for spec in slot.specs:
+        state = {name: next(words) for name in contract.SPEC_STATE}
+        assert state == {
+            "code": spec.twin.code,
+            "shadow": spec.shadow,
+            "rule_count": len(spec.rules),
+        }
+        for rule in spec.rules:
+            assert [next(words) for _ in contract.SPEC_RULE] == list(rule)
+    assert next(words, None) is None
+
+
+@pytest.mark.parametrize("strategy", [s for s in TWINS if s.value != "sliding-log"], ids=str)
+def test_the_python_twin_decodes_states_as_the_contract_says(strategy: Strategy) -> None:
+    widths = contract.widths(contract.STATE_FORMATS[strategy.value])
+    values = [7 * (i + 1) + 256**w // 3 for i, w in enumerate(widths)]
+    raw = b"".join(v.to_bytes(w, "big") for v, w in zip(values, widths, strict=True))
+    assert TWINS[strategy].decode(raw) == tuple(values)
+
+
+def test_the_python_twin_reads_a_packed_log_as_the_contract_says() -> None:
+    width, base = 3, 10**12
+    head = contract.STATE_FORMATS["sliding-log"]
+    assert contract.widths(head) == (1, 7)
+    raw = width.to_bytes(1, "big") + base.to_bytes(7, "big")
+    raw += b"".join(offset.to_bytes(width, "big") for offset in (0, 5, 2**20))
+    assert list(TWINS[Strategy.SLIDING_LOG].decode(raw)) == [base, base + 5, base + 2**20]
 
 
 def _python_functions(module: ModuleType) -> list[str]:
@@ -78,3 +176,60 @@ def test_every_twin_function_exists_on_both_sides_in_the_same_order(strategy: ob
     python = [f for f in _python_functions(module) if f in contract.TWIN_FUNCTIONS]
     assert lua == list(contract.TWIN_FUNCTIONS), "every Lua twin function is in the contract"
     assert python == list(contract.TWIN_FUNCTIONS), "every contract function has a Python twin"
+
+
+def _lua_functions() -> list[str]:
+    return re.findall(r"^local function (\w+)\(", LUA, re.M)
+
+
+def _script_functions() -> list[str]:
+    return _python_functions(script)
+
+
+def test_the_run_steps_are_defined_on_both_sides_in_the_same_order() -> None:
+    """Every function both twins of the script define is a step of the contract, and every
+    step is defined on both sides, in the contract's order."""
+    lua, python = _lua_functions(), _script_functions()
+    assert lua[-2:] == ["run", "policy"]  # run last, below its steps
+    assert "run" in python
+    assert [f for f in lua if f in python and f != "run"] == list(contract.RUN_STEPS)
+    assert [f for f in python if f in lua and f != "run"] == list(contract.RUN_STEPS)
+    assert python.index("run") > python.index(contract.RUN_STEPS[-1])
+
+
+def _calls(body: str, names: tuple[str, ...]) -> list[str]:
+    return [m.group(1) for m in re.finditer(r"\b(\w+)\(", body) if m.group(1) in names]
+
+
+def test_run_calls_the_steps_in_the_contracts_order_on_both_sides() -> None:
+    lua_run = re.search(r"^local function run\(.*?^end$", LUA, re.M | re.S)
+    assert lua_run, "policy.lua has no top-level `local function run(`"
+    steps = contract.RUN_STEPS
+    assert _calls(lua_run.group(0), steps) == list(steps)
+    assert _calls(inspect.getsource(script.run), steps) == list(steps)
+
+
+SCREEN = 40  # lines: a function longer than this does too much (STYLE.md)
+
+
+def test_no_lua_function_is_longer_than_a_screen() -> None:
+    """Every Lua function is defined at the top level (no closure holds the others), and
+    none is longer than a screen."""
+    assert not re.search(r"^[ \t]+(local )?function \w", LUA, re.M), "a nested named function"
+    lines = LUA.splitlines()
+    starts = [i for i, line in enumerate(lines) if re.match(r"(local )?function \w", line)]
+    assert len(starts) > 30
+    for start in starts:
+        end = next(i for i in range(start, len(lines)) if lines[i] == "end")
+        assert end - start + 1 <= SCREEN, f"policy.lua:{start + 1} {lines[start]!r}"
+
+
+@pytest.mark.parametrize(
+    "module", [script, *sorted(set(map(inspect.getmodule, TWINS.values())), key=str)], ids=str
+)
+def test_no_python_twin_function_is_longer_than_a_screen(module: ModuleType) -> None:
+    tree = ast.parse(inspect.getsource(module))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            assert length <= SCREEN, f"{module.__name__}.{node.name}: {length} lines"

@@ -1,4 +1,5 @@
-"""Keys: distinct contexts never share a key, and every key of one hit shares a slot."""
+"""Keys: distinct contexts never share a key, and every key of one script call shares a slot,
+for the SMS policy and for any policy (``keys.policy_layout``)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from freqguard import Policy, Rule
+from freqguard import Policy, Rule, Strategy
 from freqguard.core import PolicyPlan
+from freqguard.keys import policy_layout
 from freqguard.script import HIT
 from tests.conftest import SMS
 
@@ -98,8 +100,72 @@ def test_redis_record_and_field_are_the_key_split(a: object, b: object, c: objec
     ):
         texts = plan.texts(ctx)
         for call in plan.calls(texts, 0, 1, HIT):
-            for layout, key in zip(call.plan.layouts, call.keys(), strict=True):
+            for layout, key in zip(call.slot.layouts, call.keys(), strict=True):
                 record, field = layout.record(texts), layout.field(texts)
                 assert key.startswith(record + ":" + layout.key_id)
                 rest = key[len(record) + 1 + len(layout.key_id) :]
-                assert field == layout.tag + bytes.fromhex(rest.removeprefix(":"))
+                assert field == layout.field_tag + bytes.fromhex(rest.removeprefix(":"))
+
+
+DIMENSIONS = ("a", "b", "c", "d")
+rules = st.builds(
+    lambda by, strategy, shadow: (by, strategy, shadow),
+    st.lists(st.sampled_from(DIMENSIONS), unique=True, max_size=3).map(tuple),
+    st.sampled_from(list(Strategy)),
+    st.booleans(),
+)
+
+
+def _policy(specs: list[tuple[tuple[str, ...], Strategy, bool]]) -> Policy:
+    return Policy(
+        "any",
+        *(
+            Rule("5/minute", by=by, strategy=strategy, shadow=shadow, name=f"r{i}")
+            for i, (by, strategy, shadow) in enumerate(specs)
+        ),
+    )
+
+
+@given(st.lists(rules, min_size=1, max_size=6), st.lists(values, min_size=4, max_size=4))
+def test_any_policy_is_laid_out_in_slots_each_on_one_cluster_slot(
+    specs: list[tuple[tuple[str, ...], Strategy, bool]], ctx_values: list[object]
+) -> None:
+    """Every rule's state is in exactly one slot; every key of one slot's call lands on one
+    cluster slot; only non-shadow sliding-log rules of the same dimensions share a state."""
+    policy = _policy(specs)
+    layout = policy_layout(policy, "fg")
+    held = sorted(i for slot in layout for state in slot for i in state.rules)
+    assert held == list(range(len(policy.rules)))
+    for slot in layout:
+        for state in slot:
+            members = [policy.rules[i] for i in state.rules]
+            if len(members) > 1:
+                assert all(r.strategy is Strategy.SLIDING_LOG and not r.shadow for r in members)
+                assert len({frozenset(r.by) for r in members}) == 1
+    plan = PolicyPlan(policy, "fg")
+    ctx = dict(zip(plan.dimensions, ctx_values, strict=False))
+    calls = _keys(plan, ctx)
+    assert len(calls) == len(layout)
+    for keys in calls:
+        assert len({key_slot(k.encode("utf-8", "surrogatepass")) for k in keys}) == 1
+    every = [k for keys in calls for k in keys]
+    assert len(set(every)) == len(every), "two states of one hit never share a key"
+
+
+def test_the_partition_is_the_first_dimension_every_rule_shares() -> None:
+    policy = Policy(
+        "p",
+        Rule("5/minute", by=("a", "b"), name="ab"),
+        Rule("9/minute", by=("c", "b"), strategy="gcra", name="cb"),
+    )
+    ((log, gcra),) = policy_layout(policy, "fg")  # one slot: b is shared, a is not
+    texts = {"a": "1", "b": "2", "c": "3"}
+    assert log.key.build(texts).startswith("fg:{2}:p:log@a,b:")
+    assert gcra.key.build(texts).startswith("fg:{2}:p:cb@b,c:")  # dimensions in policy order
+    assert (log.rules, gcra.rules) == ((0,), (1,))
+    # no shared dimension: each rule's first dimension in policy order (first use: b, a, c),
+    # one slot each
+    apart = Policy("q", Rule("5/minute", by=("b", "a")), Rule("9/minute", by="c", strategy="gcra"))
+    ((first,), (second,)) = policy_layout(apart, "fg")
+    assert first.key.build(texts).startswith("fg:{2}:q:log@b,a:")
+    assert second.key.build(texts) == "fg:{3}:q:gcra.9.60s@c"

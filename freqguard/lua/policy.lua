@@ -5,470 +5,579 @@
 -- decides and returns the states it leaves behind, and the client (script.Reply) derives
 -- remaining and reset from them, so no server time goes to answers most callers never read.
 --
--- A Redis Function (FUNCTION LOAD, FCALL), not an EVAL script: the strategies' closures and
--- the parsed plans are built once per server, not on every call.
+-- A Redis Function (FUNCTION LOAD, FCALL), not an EVAL script: the strategies' functions and
+-- the parsed specs are built once per server, not on every call.
+--
+-- Layout: the contract's constants; the strategies; the specs; the record; the policy
+-- function's steps, then the function itself (run), which calls them in that order. The
+-- Python twin (freqguard/script.py) defines the steps both twins share under the same names,
+-- in the same order (freqguard/contract.py RUN_STEPS).
 --
 -- KEYS   [1] the record: a hash holding every state of one partition (recipient) and policy
 -- ARGV   [1] now: microseconds, or "" to use the server's TIME
 --        [2] cost: integer >= 0 (0: only check)
 --        [3] mode: 0 HIT, 1 CHECK, 2 REFUND, 3 RESET
---        [4] the plan, space-separated integers: the number of states, then for each state
---            its strategy (1 fixed-window, 2 sliding-log, 3 token-bucket, 4 gcra), shadow
---            (0/1) and number of rules, then for each rule: capacity, window (µs), interval
---            (µs per token, buckets; else 0), shadow (0/1)
---        [5...] one per state, its field in the record (a 2-byte state tag, plus the 8-byte
+--        [4] the specs, space-separated integers: the number of states, then for each state
+--            its strategy's code (see TWINS), shadow (0/1) and number of rules, then for each
+--            rule: capacity, window (µs), interval (µs per token, buckets; else 0), shadow
+--            (0/1); see parse_specs
+--        [5...] one per state, its field in the record (a 2-byte field tag, plus the 8-byte
 --            digest of its other dimension values when it has any)
 --        then, REFUND only and optional: one per state, the mark the hit to give back left
 --            there (script.Reply.marks: its time; "tat:back:born" for buckets), "" where it
 --            consumed nothing; without them a refund gives back the newest units
--- Reply  one string: ">BI8" allowed and the µs it was judged at (see Time), ">I8" retry_after
---        (µs) per rule in plan order
---        (0: that rule admits the hit), then per state ">I4" length and the packed state
---        the call leaves behind (length 0: none).
--- Record each state's field holds ">I7I7" its expiry and the latest time it was written at
---        (µs), then the packed state (absent once expired). The field ""
---        holds ">I7I4I4": the expiry the key was given, its number of state fields, and the
---        count at which stale fields are next pruned. The key's TTL covers every field (with
---        some slack, so most writes leave it alone; plus a grace period when time is pinned).
+-- Reply  one string: REPLY_HEAD, allowed and the µs it was judged at (see Time); REPLY_WAIT
+--        per rule in spec order, its wait (µs until the rule would admit the hit; 0: it
+--        does); then per state REPLY_STATE_LENGTH and the packed state the call leaves
+--        behind (length 0: none).
+-- Record each state's field holds FIELD_HEAD, its expiry and the latest time it was written
+--        at (µs), then the packed state (absent once expired). The field "" holds
+--        RECORD_META: the expiry the record was given, its number of state fields, and the
+--        count at which stale fields are next pruned (prune_at). The record's TTL covers
+--        every field (with some slack, so most writes leave it alone; plus a grace period
+--        when time is pinned).
 -- Time   the server's TIME unless pinned, or the latest time a state of the call was written
 --        at if that is later: time per state never goes back (a lagging clock after a
 --        failover, calls out of order). All arithmetic on integers below 2^53
 --        (freqguard/bounds.py).
 
-local run  -- built on the first call: the load context offers neither string nor struct
+-- The contract (freqguard/contract.py; tests/test_contract.py holds these to it) -----------
+local HIT, CHECK, REFUND, RESET = 0, 1, 2, 3
+-- With a pinned clock (tests, replays) the caller's time and the server's expiry clock
+-- differ: a record must not expire in real time while it still matters in pinned time.
+local PINNED_GRACE_MS = 600000
+local PRUNE_FLOOR = 8  -- stale fields are pruned once a record holds more than this
+-- A state past its expiry no longer counts, but is kept STALE_GRACE longer before it is
+-- deleted (as in the memory backend), so a clock that steps back by less finds it again.
+local STALE_GRACE = 1000000
+local BACK_LIMIT = 2 ^ 50  -- see next_back
+-- The codes of the strategies in the specs (ARGV[4]; see TWINS), and how the specs, the
+-- states, the record's fields and the reply are packed (freqguard/contract.py).
+local FIXED_WINDOW, SLIDING_LOG, TOKEN_BUCKET, GCRA = 1, 2, 3, 4
+local FIXED_WINDOW_STATE = '>I7I4I7'     -- window_start, count, born
+local SLIDING_LOG_STATE = '>BI7'         -- the header: entry width, base; then the entries
+local LOG_HEADER_BYTES = 8               -- its size
+local TOKEN_BUCKET_STATE = '>I4I7I7I7'   -- tokens, last, back, born
+local GCRA_STATE = '>I7I7I7'             -- tat, back, born
+local FIELD_HEAD = '>I7I7'               -- a state's field: expiry, latest, then the state
+local FIELD_HEAD_BYTES = 14              -- its size
+local RECORD_META = '>I7I4I4'            -- the field "": expiry, fields, prune_at
+local REPLY_HEAD = '>BI8'                -- allowed, now
+local REPLY_WAIT = 'I8'                  -- then one per rule
+local REPLY_STATE_LENGTH = '>I4'         -- then per state, before the state
 
-local function build()
-  local floor, max, min, ceil = math.floor, math.max, math.min, math.ceil
-  local pack, sunpack, sub, rep = struct.pack, struct.unpack, string.sub, string.rep
-  local concat, tunpack, call = table.concat, unpack, redis.call
-  local HIT, CHECK, REFUND, RESET = 0, 1, 2, 3
+-- The libraries, bound by bind() on the first call: the load context offers none of them
+-- (not even tonumber), so nothing below may read them before a call.
+local floor, max, min, ceil
+local pack, sunpack, sub, rep, match, gmatch
+local concat, tunpack, call
 
-  -- With a pinned clock (tests, replays) the caller's time and the server's expiry clock
-  -- differ: a key must not expire in real time while it still matters in pinned time.
-  local PINNED_GRACE_MS = 600000
-  local PRUNE_FLOOR = 8  -- stale fields are pruned once a record holds more than this
-  -- A state past its expiry no longer counts, but is kept STALE_GRACE longer before it is
-  -- deleted (as in the memory backend), so a clock that steps back by less finds it again.
-  local STALE_GRACE = 1000000
+local function bind()
+  floor, max, min, ceil = math.floor, math.max, math.min, math.ceil
+  pack, sunpack, sub, rep = struct.pack, struct.unpack, string.sub, string.rep
+  match, gmatch = string.match, string.gmatch
+  concat, tunpack, call = table.concat, unpack, redis.call
+end
 
-  -- fixed-window ----------------------------------------------------------------------------
-  -- state: (window_start, count, born), packed ">I7I4I7"; born: when this window's count
-  -- began, which a refund's mark must name (a count begun again after a reset is another)
-  local fixed_window = {}
+-- fixed-window ----------------------------------------------------------------------------
+-- state: (window_start, count, born), packed as FIXED_WINDOW_STATE; born: when this window's
+-- count began, which a refund's mark must name (a count begun again after a reset is another)
+local fixed_window = {}
 
-  function fixed_window.load(raw, now, spec)
-    local start = now - now % spec.rules[1].window
-    if raw then
-      local stored, count, born = sunpack('>I7I4I7', raw)
-      if stored == start then return {start, count, born} end
+function fixed_window.load(raw, now, spec)
+  local start = now - now % spec.rules[1].window
+  if raw then
+    local stored, count, born = sunpack(FIXED_WINDOW_STATE, raw)
+    if stored == start then return {start, count, born} end
+  end
+  return {start, 0, now}
+end
+
+function fixed_window.check(view, now, need, rule)
+  if view[2] + need <= rule.capacity then return 0 end
+  return view[1] + rule.window - now
+end
+
+function fixed_window.consume(view, now, cost, spec)
+  return pack(FIXED_WINDOW_STATE, view[1], view[2] + cost, view[3])
+end
+
+function fixed_window.refund(view, now, cost, spec, mark)
+  if mark and tonumber(mark) ~= view[3] then  -- not the count the hit went into
+    return pack(FIXED_WINDOW_STATE, view[1], view[2], view[3])
+  end
+  return pack(FIXED_WINDOW_STATE, view[1], max(0, view[2] - cost), view[3])
+end
+
+function fixed_window.ttl(raw, now, spec)
+  return sunpack(FIXED_WINDOW_STATE, raw) + spec.rules[1].window - now
+end
+
+-- sliding-log -----------------------------------------------------------------------------
+-- state: ascending timestamps, packed: a header ">BI7" (entry width w, base), then one
+-- w-byte offset from base per entry, at most the largest capacity of them. The width holds
+-- four times the longest window, so the base moves (re-encoding the entries) only every
+-- few windows. Entries that left the window may stay until they are pushed out: every
+-- rule counts only the entries inside its own window, as the Python twin does.
+local sliding_log = {}
+local FORMATS = {'>I1', '>I2', '>I3', '>I4', '>I5', '>I6', '>I7'}
+
+local function log_width(window)
+  local w, needed = 1, window * 4
+  while w < 7 and 256 ^ w <= needed do w = w + 1 end
+  return w
+end
+
+local function log_at(view, i)  -- the i-th timestamp (1-based)
+  return view.base + sunpack(view.fmt, view.raw, LOG_HEADER_BYTES + 1 + (i - 1) * view.width)
+end
+
+function sliding_log.load(raw, now, spec)
+  if not raw then return {n = 0, width = spec.width, base = now} end
+  local width, base = sunpack(SLIDING_LOG_STATE, raw)
+  local n = (#raw - LOG_HEADER_BYTES) / width
+  return {raw = raw, n = n, width = width, base = base, fmt = FORMATS[width]}
+end
+
+-- The log is sorted, so the rule admits `need` more iff the entry `capacity - need + 1`
+-- from the newest has left the window, and that entry is also when it does: one read.
+function sliding_log.check(view, now, need, rule)
+  local n = view.n
+  local j = n - rule.capacity + need
+  if j < 1 then return 0 end
+  if j > n then  -- more than the rule could ever admit: report when it is empty
+    if n > 0 then
+      local newest = log_at(view, n)
+      if newest > now - rule.window then return max(1, newest + rule.window - now) end
     end
-    return {start, 0, now}
+    return rule.window
   end
+  local wait = log_at(view, j) + rule.window - now
+  if wait > 0 then return wait end
+  return 0
+end
 
-  function fixed_window.check(view, now, need, rule)
-    if view[2] + need <= rule.capacity then return 0 end
-    return view[1] + rule.window - now
+local function log_pack(width, entries)  -- re-encode, the base at the oldest entry
+  local base = entries[1]
+  local parts, fmt = {pack(SLIDING_LOG_STATE, width, base)}, FORMATS[width]
+  for i = 1, #entries do parts[i + 1] = pack(fmt, entries[i] - base) end
+  return concat(parts)
+end
+
+function sliding_log.consume(view, now, cost, spec)
+  local n, width, cap = view.n, spec.width, spec.cap
+  local added = min(cost, cap)
+  if n == 0 or log_at(view, n) <= now - spec.window then  -- nothing left in the window
+    return pack(SLIDING_LOG_STATE, width, now) .. rep(pack(FORMATS[width], 0), added)
   end
-
-  function fixed_window.consume(view, now, cost, spec)
-    return pack('>I7I4I7', view[1], view[2] + cost, view[3])
+  local base = view.base
+  if width == view.width and now - base < spec.offset_range then
+    local keep = min(n, cap - added)  -- the usual case: trim the oldest, append
+    local head = sub(view.raw, 1, LOG_HEADER_BYTES)
+    return head .. sub(view.raw, LOG_HEADER_BYTES + 1 + (n - keep) * width)
+      .. rep(pack(view.fmt, now - base), added)
   end
+  -- a rebase or a new width: re-encode (time never goes back, so `now` goes last)
+  local merged, cutoff = {}, now - spec.window
+  for i = 1, n do
+    local t = log_at(view, i)
+    if t > cutoff then merged[#merged + 1] = t end
+  end
+  for _ = 1, added do merged[#merged + 1] = now end
+  local kept = {}
+  for i = max(1, #merged - cap + 1), #merged do kept[#kept + 1] = merged[i] end
+  return log_pack(width, kept)
+end
 
-  function fixed_window.refund(view, now, cost, spec, mark)
-    if mark and tonumber(mark) ~= view[3] then  -- not the count the hit went into
-      return pack('>I7I4I7', view[1], view[2], view[3])
+local function log_upto(view, t)  -- how many entries are <= t (binary search)
+  local lo, hi = 0, view.n
+  while lo < hi do
+    local mid = floor((lo + hi + 1) / 2)
+    if log_at(view, mid) <= t then lo = mid else hi = mid - 1 end
+  end
+  return lo
+end
+
+function sliding_log.refund(view, now, cost, spec, mark)
+  mark = mark and tonumber(mark)
+  local head = sub(view.raw, 1, LOG_HEADER_BYTES)
+  if not mark then  -- the newest units inside the window, whoever's they are
+    local last = view.n - cost
+    if last < 1 or log_at(view, last) <= now - spec.window then return head end
+    return sub(view.raw, 1, LOG_HEADER_BYTES + last * view.width)
+  end
+  local hi = log_upto(view, mark)  -- the hit's own units: the entries equal to its time
+  local lo = max(log_upto(view, mark - 1), hi - cost)
+  return sub(view.raw, 1, LOG_HEADER_BYTES + lo * view.width)
+    .. sub(view.raw, LOG_HEADER_BYTES + 1 + hi * view.width)
+end
+
+function sliding_log.ttl(raw, now, spec)
+  local width, base = sunpack(SLIDING_LOG_STATE, raw)
+  return base + sunpack(FORMATS[width], raw, #raw - width + 1) + spec.window - now
+end
+
+-- How far (µs) a refund moves a bucket's arrival time back (strategies/gcra.py give_back):
+-- with a mark "tat:back:born" (what the hit left), the part of the hit's own span still
+-- ahead of now, the span taken to have moved back by all that was given back since; none
+-- if the state was born after the hit; without a mark, the whole cost.
+local function give_back(view, now, cost, interval, mark)
+  local span = cost * interval
+  if not mark then return span end
+  local tat, back, born = match(mark, '^(%d+):(%d+):(%d+)$')
+  if tonumber(born) ~= view[3] then return 0 end
+  local finish = tonumber(tat) - (view[2] - tonumber(back))  -- difference first: < 2^53
+  return max(0, finish - max(now, finish - span))
+end
+
+-- After a refund: past BACK_LIMIT µs given back a state starts a new generation, so that
+-- back stays exact in doubles (strategies/gcra.py next_back).
+local function next_back(back, born)
+  if back > BACK_LIMIT then return 0, born + 1 end
+  return back, born
+end
+
+-- token-bucket ----------------------------------------------------------------------------
+-- state: (tokens, last, back, born), packed as TOKEN_BUCKET_STATE; back and born as gcra's
+local token_bucket = {}
+
+function token_bucket.load(raw, now, spec)
+  local rule = spec.rules[1]
+  if not raw then return {rule.capacity, now, 0, now} end
+  local tokens, last, back, born = sunpack(TOKEN_BUCKET_STATE, raw)
+  if now > last then
+    local earned = floor((now - last) / rule.interval)
+    tokens = tokens + earned
+    last = last + earned * rule.interval
+  end
+  if tokens >= rule.capacity then return {rule.capacity, now, 0, max(now, born + 1)} end
+  return {tokens, last, back, born}
+end
+
+function token_bucket.check(view, now, need, rule)
+  if view[1] >= need then return 0 end
+  return (need - view[1]) * rule.interval - (now - view[2])
+end
+
+function token_bucket.consume(view, now, cost, spec)
+  return pack(TOKEN_BUCKET_STATE, view[1] - cost, view[2], view[3], view[4])
+end
+
+function token_bucket.refund(view, now, cost, spec, mark)
+  local rule = spec.rules[1]
+  local tat = view[2] + (rule.capacity - view[1]) * rule.interval  -- as gcra's
+  local moved = give_back({tat, view[3], view[4]}, now, cost, rule.interval, mark)
+  local tokens = view[1] + floor(moved / rule.interval)
+  if tokens >= rule.capacity then
+    local back, born = next_back(view[3] + (tat - now), view[4])
+    return pack(TOKEN_BUCKET_STATE, rule.capacity, now, back, born)
+  end
+  local back, born = next_back(view[3] + moved, view[4])
+  return pack(TOKEN_BUCKET_STATE, tokens, view[2] - moved % rule.interval, back, born)
+end
+
+function token_bucket.ttl(raw, now, spec)
+  local rule = spec.rules[1]
+  local tokens, last = sunpack(TOKEN_BUCKET_STATE, raw)
+  return (rule.capacity - tokens) * rule.interval - (now - last)
+end
+
+-- gcra ------------------------------------------------------------------------------------
+-- state: the theoretical arrival time, what refunds moved it back since the state was born,
+-- and when that was: (tat, back, born), packed as GCRA_STATE
+local gcra = {}
+
+function gcra.load(raw, now, spec)
+  if not raw then return {now, 0, now} end
+  local tat, back, born = sunpack(GCRA_STATE, raw)
+  if tat > now then return {tat, back, born} end
+  return {now, 0, max(now, born + 1)}  -- full again: a new generation (gcra.py load)
+end
+
+function gcra.check(view, now, need, rule)
+  local over = view[1] + need * rule.interval - now - rule.capacity * rule.interval
+  if over > 0 then return over end
+  return 0
+end
+
+function gcra.consume(view, now, cost, spec)
+  return pack(GCRA_STATE, view[1] + cost * spec.rules[1].interval, view[2], view[3])
+end
+
+function gcra.refund(view, now, cost, spec, mark)
+  local tat = max(now, view[1] - give_back(view, now, cost, spec.rules[1].interval, mark))
+  return pack(GCRA_STATE, tat, next_back(view[2] + (view[1] - tat), view[3]))
+end
+
+function gcra.ttl(raw, now, spec)
+  return sunpack(GCRA_STATE, raw) - now
+end
+
+-- specs -----------------------------------------------------------------------------------
+local TWINS = {
+  [FIXED_WINDOW] = fixed_window,
+  [SLIDING_LOG] = sliding_log,
+  [TOKEN_BUCKET] = token_bucket,
+  [GCRA] = gcra,
+}
+local PARSED, PARSED_COUNT = {}, 0
+
+-- ARGV[4]: the number of states, then per state the numbers of parse_state, each followed
+-- by the numbers of parse_rule for each of its rules (freqguard/contract.py SPEC_STATE,
+-- SPEC_RULE). Both return the next position.
+local function parse_rule(v, at)
+  return {capacity = v[at], window = v[at + 1], interval = v[at + 2], shadow = v[at + 3] == 1},
+    at + 4
+end
+
+local function parse_state(v, at)
+  local spec = {code = v[at], shadow = v[at + 1] == 1, rule_count = v[at + 2], rules = {}}
+  spec.twin, at = TWINS[spec.code], at + 3
+  local window, cap = 0, 0
+  for r = 1, spec.rule_count do
+    local rule
+    rule, at = parse_rule(v, at)
+    spec.rules[r] = rule
+    window, cap = max(window, rule.window), max(cap, rule.capacity)
+  end
+  spec.window, spec.cap = window, cap
+  spec.width = log_width(window)        -- sliding logs: bytes per entry, and the
+  spec.offset_range = 256 ^ spec.width  -- offsets they can hold
+  return spec, at
+end
+
+local function parse_specs(text)
+  local v, at = {}, 2
+  for word in gmatch(text, '%S+') do v[#v + 1] = tonumber(word) end
+  local specs, rules = {}, 0
+  for k = 1, v[1] do
+    specs[k], at = parse_state(v, at)
+    rules = rules + specs[k].rule_count
+  end
+  specs.reply_format = REPLY_HEAD .. rep(REPLY_WAIT, rules)
+  return specs
+end
+
+local function specs_of(text)  -- parsed once per text (all forgotten past 1024 texts)
+  local specs = PARSED[text]
+  if not specs then
+    if PARSED_COUNT >= 1024 then PARSED, PARSED_COUNT = {}, 0 end
+    specs = parse_specs(text)
+    PARSED[text], PARSED_COUNT = specs, PARSED_COUNT + 1
+  end
+  return specs
+end
+
+-- the record ------------------------------------------------------------------------------
+-- Fields whose expiry has passed no longer matter; they go once the record holds more than
+-- prune_at fields, which then doubles what is left: amortized O(1) per write.
+local function prune(record, now)
+  local all, stale = call('HGETALL', record), {}
+  for i = 1, #all, 2 do
+    local name = all[i]
+    if name ~= '' and sunpack(FIELD_HEAD, all[i + 1]) <= now - STALE_GRACE then
+      stale[#stale + 1] = name
     end
-    return pack('>I7I4I7', view[1], max(0, view[2] - cost), view[3])
   end
-
-  function fixed_window.ttl(raw, now, spec)
-    return sunpack('>I7', raw) + spec.rules[1].window - now
+  if #stale > 0 then call('HDEL', record, tunpack(stale)) end
+  local live = -#stale
+  for i = 1, #all, 2 do
+    if all[i] ~= '' then live = live + 1 end
   end
+  return live
+end
 
-  -- sliding-log -----------------------------------------------------------------------------
-  -- state: ascending timestamps, packed: a header ">BI7" (entry width w, base), then one
-  -- w-byte offset from base per entry, at most the largest capacity of them. The width holds
-  -- four times the longest window, so the base moves (re-encoding the entries) only every
-  -- few windows. Entries that left the window may stay until they are pushed out: every
-  -- rule counts only the entries inside its own window, as the Python twin does.
-  local sliding_log = {}
-  local FORMATS = {'>I1', '>I2', '>I3', '>I4', '>I5', '>I6', '>I7'}
+-- the policy function's steps (freqguard/script.py has the same, in the same order) ----------
 
-  local function log_width(window)
-    local w, span = 1, window * 4
-    while w < 7 and 256 ^ w <= span do w = w + 1 end
-    return w
-  end
+-- RESET: every state is deleted.
+local function reset_states(n)
+  local after = {}
+  for i = 1, n do after[i] = false end
+  return after
+end
 
-  local function log_at(view, i)  -- the i-th timestamp (1-based)
-    return view.base + sunpack(view.fmt, view.raw, 9 + (i - 1) * view.width)
-  end
-
-  function sliding_log.load(raw, now, spec)
-    if not raw then return {n = 0, width = spec.width, base = now} end
-    local width, base = sunpack('>BI7', raw)
-    return {raw = raw, n = (#raw - 8) / width, width = width, base = base, fmt = FORMATS[width]}
-  end
-
-  -- The log is sorted, so the rule admits `need` more iff the entry `capacity - need + 1`
-  -- from the newest has left the window, and that entry is also when it does: one read.
-  function sliding_log.check(view, now, need, rule)
-    local n = view.n
-    local j = n - rule.capacity + need
-    if j < 1 then return 0 end
-    if j > n then  -- more than the rule could ever admit: report when it is empty
-      if n > 0 then
-        local newest = log_at(view, n)
-        if newest > now - rule.window then return max(1, newest + rule.window - now) end
-      end
-      return rule.window
+-- The time the call is judged at: no earlier than any of its states was written at.
+local function judged_at(got, n, now)
+  for i = 1, n do
+    if got[i + 1] then
+      local _, latest = sunpack(FIELD_HEAD, got[i + 1])
+      if latest > now then now = latest end
     end
-    local retry = log_at(view, j) + rule.window - now
-    if retry > 0 then return retry end
-    return 0
   end
+  return now
+end
 
-  local function log_pack(width, entries)  -- re-encode, the base at the oldest entry
-    local base = entries[1]
-    local parts, fmt = {pack('>BI7', width, base)}, FORMATS[width]
-    for i = 1, #entries do parts[i + 1] = pack(fmt, entries[i] - base) end
-    return concat(parts)
-  end
-
-  function sliding_log.consume(view, now, cost, spec)
-    local n, width, cap = view.n, spec.width, spec.cap
-    local added = min(cost, cap)
-    if n == 0 or log_at(view, n) <= now - spec.window then  -- nothing left in the window
-      return pack('>BI7', width, now) .. rep(pack(FORMATS[width], 0), added)
+-- Each state at now, from its field: a state past its expiry (or being reset) is absent.
+-- Also returns, per state, the packed state stored (false: none) and its field's expiry.
+local function load_states(specs, got, now, mode)
+  local views, raws, expiries = {}, {}, {}
+  for i = 1, #specs do
+    local spec, field = specs[i], got[i + 1]
+    local raw = false
+    if field and mode ~= RESET then
+      expiries[i] = sunpack(FIELD_HEAD, field)
+      if expiries[i] > now then raw = sub(field, FIELD_HEAD_BYTES + 1) end
     end
-    local base = view.base
-    if width == view.width and now - base < spec.span then
-      local keep = min(n, cap - added)  -- the usual case: trim the oldest, append
-      return sub(view.raw, 1, 8) .. sub(view.raw, 9 + (n - keep) * width)
-        .. rep(pack(view.fmt, now - base), added)
+    raws[i] = raw
+    views[i] = spec.twin.load(raw or nil, now, spec)
+  end
+  return views, raws, expiries
+end
+
+-- REFUND: each stored state gives back cost units: exactly what the hit of its mark took,
+-- none where that hit took nothing (mark ""), the newest units when no marks were sent.
+local function refund_states(specs, views, after, raws, argv, now, cost)
+  local n = #specs
+  for i = 1, n do
+    local spec, mark = specs[i], argv[4 + n + i]
+    if raws[i] and mark ~= '' then
+      after[i] = spec.twin.refund(views[i], now, cost, spec, mark)
+      views[i] = spec.twin.load(after[i], now, spec)
     end
-    -- a rebase or a new width: re-encode (time never goes back, so `now` goes last)
-    local merged, horizon = {}, now - spec.window
-    for i = 1, n do
-      local t = log_at(view, i)
-      if t > horizon then merged[#merged + 1] = t end
-    end
-    for _ = 1, added do merged[#merged + 1] = now end
-    local kept = {}
-    for i = max(1, #merged - cap + 1), #merged do kept[#kept + 1] = merged[i] end
-    return log_pack(width, kept)
-  end
-
-  local function log_upto(view, t)  -- how many entries are <= t (binary search)
-    local lo, hi = 0, view.n
-    while lo < hi do
-      local mid = floor((lo + hi + 1) / 2)
-      if log_at(view, mid) <= t then lo = mid else hi = mid - 1 end
-    end
-    return lo
-  end
-
-  function sliding_log.refund(view, now, cost, spec, mark)
-    mark = mark and tonumber(mark)
-    local head = sub(view.raw, 1, 8)
-    if not mark then  -- the newest units inside the window, whoever's they are
-      local last = view.n - cost
-      if last < 1 or log_at(view, last) <= now - spec.window then return head end
-      return sub(view.raw, 1, 8 + last * view.width)
-    end
-    local hi = log_upto(view, mark)  -- the hit's own units: the entries equal to its time
-    local lo = max(log_upto(view, mark - 1), hi - cost)
-    return sub(view.raw, 1, 8 + lo * view.width) .. sub(view.raw, 9 + hi * view.width)
-  end
-
-  function sliding_log.ttl(raw, now, spec)
-    local width, base = sunpack('>BI7', raw)
-    return base + sunpack(FORMATS[width], raw, #raw - width + 1) + spec.window - now
-  end
-
-  -- How far (µs) a refund moves a bucket's arrival time back (strategies/gcra.py give_back):
-  -- with a mark "tat:back:born" (what the hit left), the part of the hit's own span still
-  -- ahead of now, the span taken to have moved back by all that was given back since; none
-  -- if the state was born after the hit; without a mark, the whole cost.
-  local function give_back(view, now, cost, interval, mark)
-    local span = cost * interval
-    if not mark then return span end
-    local tat, back, born = string.match(mark, '^(%d+):(%d+):(%d+)$')
-    if tonumber(born) ~= view[3] then return 0 end
-    local finish = tonumber(tat) - (view[2] - tonumber(back))  -- difference first: < 2^53
-    return max(0, finish - max(now, finish - span))
-  end
-
-  -- After a refund: past BACK_LIMIT µs given back a state starts a new generation, so that
-  -- back stays exact in doubles (strategies/gcra.py next_back).
-  local BACK_LIMIT = 2 ^ 50
-  local function next_back(back, born)
-    if back > BACK_LIMIT then return 0, born + 1 end
-    return back, born
-  end
-
-  -- token-bucket ----------------------------------------------------------------------------
-  -- state: (tokens, last, back, born), packed ">I4I7I7I7"; back and born as gcra's
-  local token_bucket = {}
-
-  function token_bucket.load(raw, now, spec)
-    local rule = spec.rules[1]
-    if not raw then return {rule.capacity, now, 0, now} end
-    local tokens, last, back, born = sunpack('>I4I7I7I7', raw)
-    if now > last then
-      local earned = floor((now - last) / rule.interval)
-      tokens = tokens + earned
-      last = last + earned * rule.interval
-    end
-    if tokens >= rule.capacity then return {rule.capacity, now, 0, max(now, born + 1)} end
-    return {tokens, last, back, born}
-  end
-
-  function token_bucket.check(view, now, need, rule)
-    if view[1] >= need then return 0 end
-    return (need - view[1]) * rule.interval - (now - view[2])
-  end
-
-  function token_bucket.consume(view, now, cost, spec)
-    return pack('>I4I7I7I7', view[1] - cost, view[2], view[3], view[4])
-  end
-
-  function token_bucket.refund(view, now, cost, spec, mark)
-    local rule = spec.rules[1]
-    local tat = view[2] + (rule.capacity - view[1]) * rule.interval  -- as gcra's
-    local moved = give_back({tat, view[3], view[4]}, now, cost, rule.interval, mark)
-    local tokens = view[1] + floor(moved / rule.interval)
-    if tokens >= rule.capacity then
-      return pack('>I4I7I7I7', rule.capacity, now, next_back(view[3] + (tat - now), view[4]))
-    end
-    local back, born = next_back(view[3] + moved, view[4])
-    return pack('>I4I7I7I7', tokens, view[2] - moved % rule.interval, back, born)
-  end
-
-  function token_bucket.ttl(raw, now, spec)
-    local rule = spec.rules[1]
-    local tokens, last = sunpack('>I4I7', raw)
-    return (rule.capacity - tokens) * rule.interval - (now - last)
-  end
-
-  -- gcra ------------------------------------------------------------------------------------
-  -- state: the theoretical arrival time, what refunds moved it back since the state was born,
-  -- and when that was: packed ">I7I7I7" (tat, back, born)
-  local gcra = {}
-
-  function gcra.load(raw, now, spec)
-    if not raw then return {now, 0, now} end
-    local tat, back, born = sunpack('>I7I7I7', raw)
-    if tat > now then return {tat, back, born} end
-    return {now, 0, max(now, born + 1)}  -- full again: a new generation (gcra.py load)
-  end
-
-  function gcra.check(view, now, need, rule)
-    local over = view[1] + need * rule.interval - now - rule.capacity * rule.interval
-    if over > 0 then return over end
-    return 0
-  end
-
-  function gcra.consume(view, now, cost, spec)
-    return pack('>I7I7I7', view[1] + cost * spec.rules[1].interval, view[2], view[3])
-  end
-
-  function gcra.refund(view, now, cost, spec, mark)
-    local tat = max(now, view[1] - give_back(view, now, cost, spec.rules[1].interval, mark))
-    return pack('>I7I7I7', tat, next_back(view[2] + (view[1] - tat), view[3]))
-  end
-
-  function gcra.ttl(raw, now, spec)
-    return sunpack('>I7', raw) - now
-  end
-
-  -- plans -----------------------------------------------------------------------------------
-  local TWINS = {fixed_window, sliding_log, token_bucket, gcra}
-  local PLANS, PLAN_COUNT = {}, 0
-
-  local function parse(text)
-    local v, at = {}, 2
-    for word in string.gmatch(text, '%S+') do v[#v + 1] = tonumber(word) end
-    local specs, rules = {}, 0
-    for k = 1, v[1] do
-      local spec = {twin = TWINS[v[at]], shadow = v[at + 1] == 1, rules = {}}
-      local window, cap = 0, 0
-      at = at + 3
-      for r = 1, v[at - 1] do
-        local rule = {capacity = v[at], window = v[at + 1], interval = v[at + 2],
-                      shadow = v[at + 3] == 1}
-        spec.rules[r] = rule
-        window, cap = max(window, rule.window), max(cap, rule.capacity)
-        at = at + 4
-      end
-      spec.window, spec.cap = window, cap
-      spec.width = log_width(window)  -- sliding logs: bytes per entry, and the offsets
-      spec.span = 256 ^ spec.width    -- they can hold
-      specs[k] = spec
-      rules = rules + #spec.rules
-    end
-    specs.reply = '>BI8' .. rep('I8', rules)
-    return specs
-  end
-
-  local function plan(text)
-    local specs = PLANS[text]
-    if not specs then
-      if PLAN_COUNT >= 1024 then PLANS, PLAN_COUNT = {}, 0 end
-      specs = parse(text)
-      PLANS[text], PLAN_COUNT = specs, PLAN_COUNT + 1
-    end
-    return specs
-  end
-
-  -- the record ------------------------------------------------------------------------------
-  -- Fields whose expiry has passed no longer matter; they go once the record holds more than
-  -- the prune mark, which then doubles what is left: amortized O(1) per write.
-  local function prune(key, now)
-    local all, stale = call('HGETALL', key), {}
-    for i = 1, #all, 2 do
-      local name = all[i]
-      if name ~= '' and sunpack('>I7', all[i + 1]) <= now - STALE_GRACE then
-        stale[#stale + 1] = name
-      end
-    end
-    if #stale > 0 then call('HDEL', key, tunpack(stale)) end
-    local live = -#stale
-    for i = 1, #all, 2 do
-      if all[i] ~= '' then live = live + 1 end
-    end
-    return live
-  end
-
-  -- the policy function (freqguard/script.py: run) ------------------------------------------
-  return function(keys, argv)
-    local pinned, now = argv[1] ~= '', tonumber(argv[1])
-    if not pinned then
-      local t = call('TIME')
-      now = t[1] * 1000000 + t[2]
-    end
-    local clock = now  -- the caller's or the server's time: expiries are set on it
-    local cost, mode = tonumber(argv[2]), tonumber(argv[3])
-    local need = cost > 0 and cost or 1
-    local specs = plan(argv[4])
-    local key, states = keys[1], #specs
-    local got = call('HMGET', key, '', tunpack(argv, 5, 4 + states))
-    if mode ~= RESET then  -- judged no earlier than any of its states was written
-      for i = 1, states do
-        if got[i + 1] then
-          local _, latest = sunpack('>I7I7', got[i + 1])
-          if latest > now then now = latest end
-        end
-      end
-    end
-
-    -- after[i]: the packed state to store, false to delete. A state past its expiry is
-    -- absent; a refund keeps a state's expiry (it only shrinks what can matter).
-    local views, after, stored_states, expiries = {}, {}, {}, {}
-    for i = 1, states do
-      local spec, stored = specs[i], got[i + 1]
-      local raw
-      if stored and mode ~= RESET then
-        expiries[i] = sunpack('>I7', stored)
-        if expiries[i] > now then raw = sub(stored, 15) end
-      end
-      stored_states[i] = raw or ''
-      if mode == RESET then after[i] = false end
-      views[i] = spec.twin.load(raw, now, spec)
-      local mark = argv[4 + states + i]
-      if mode == REFUND and raw and mark ~= '' then
-        after[i] = spec.twin.refund(views[i], now, cost, spec, mark)
-        views[i] = spec.twin.load(after[i], now, spec)
-      end
-    end
-
-    local retries, allowed = {}, true
-    for i = 1, states do
-      local spec = specs[i]
-      local check = spec.twin.check
-      local view, rules = views[i], spec.rules
-      for r = 1, #rules do
-        local rule = rules[r]
-        local retry = check(view, now, need, rule)
-        retries[#retries + 1] = retry
-        if retry > 0 and not rule.shadow then allowed = false end
-      end
-    end
-
-    if mode == HIT and allowed and cost > 0 then
-      local first = 1
-      for i = 1, states do
-        local spec = specs[i]
-        if not spec.shadow or retries[first] == 0 then
-          after[i] = spec.twin.consume(views[i], now, cost, spec)
-        end
-        first = first + #spec.rules
-      end
-    end
-
-    -- write: changed fields, the meta field, the key's TTL
-    local sets, drops, latest, fields, added = {}, {}, 0, 0, 0
-    for i = 1, states do
-      local state = after[i]
-      if state then
-        local spec = specs[i]
-        local expiry = mode == REFUND and expiries[i] or now + spec.twin.ttl(state, now, spec)
-        sets[#sets + 1] = argv[4 + i]
-        sets[#sets + 1] = pack('>I7I7', expiry, now) .. state
-        if expiry > latest then latest = expiry end
-        if not got[i + 1] then added = added + 1 end
-      elseif state == false and got[i + 1] then
-        drops[#drops + 1] = argv[4 + i]
-      end
-    end
-    if #sets > 0 or #drops > 0 then
-      local meta, key_expiry, mark = got[1], 0, PRUNE_FLOOR
-      if meta then key_expiry, fields, mark = sunpack('>I7I4I4', meta) end
-      if #drops > 0 then call('HDEL', key, tunpack(drops)) end
-      fields = fields + added - #drops
-      if #sets == 0 and fields <= 0 then fields = call('HLEN', key) - 1 end
-      if #sets == 0 and fields <= 0 then
-        call('DEL', key)
-      else
-        if fields > mark then
-          if #sets > 0 then call('HSET', key, tunpack(sets)) end
-          sets, fields = {}, prune(key, clock)
-          mark = max(PRUNE_FLOOR, 2 * fields)
-        end
-        local ttl_ms
-        if pinned then
-          key_expiry = max(key_expiry, latest)
-          ttl_ms = ceil((key_expiry + STALE_GRACE - clock) / 1000) + PINNED_GRACE_MS
-        elseif latest > key_expiry then
-          key_expiry = latest + floor((latest - now) / 32)  -- slack: most writes keep the TTL
-          ttl_ms = ceil((key_expiry + STALE_GRACE - clock) / 1000)
-        end
-        if ttl_ms or added > 0 or #drops > 0 or not meta then
-          sets[#sets + 1] = ''
-          sets[#sets + 1] = pack('>I7I4I4', key_expiry, fields, mark)
-        end
-        if #sets > 0 then call('HSET', key, tunpack(sets)) end
-        if ttl_ms then call('PEXPIRE', key, max(1, ttl_ms)) end
-      end
-    end
-
-    -- reply: the decision, then every state as the call leaves it
-    local out = {pack(specs.reply, allowed and 1 or 0, now, tunpack(retries))}
-    for i = 1, states do
-      local state = after[i]
-      if state == nil then
-        state = stored_states[i]
-      elseif state == false then
-        state = ''
-      end
-      out[i + 1] = pack('>I4', #state) .. state
-    end
-    return concat(out)
   end
 end
 
+-- Every rule's wait (µs until it admits a hit of need; 0: it does), in spec order, and
+-- whether no non-shadow rule denies.
+local function check_rules(specs, views, now, need)
+  local waits, allowed = {}, true
+  for i = 1, #specs do
+    local check, view, rules = specs[i].twin.check, views[i], specs[i].rules
+    for r = 1, #rules do
+      local rule = rules[r]
+      local wait = check(view, now, need, rule)
+      waits[#waits + 1] = wait
+      if wait > 0 and not rule.shadow then allowed = false end
+    end
+  end
+  return waits, allowed
+end
+
+-- HIT, allowed: every state consumes, but a shadow rule's own state only if it admits.
+local function consume_states(specs, views, after, waits, now, cost)
+  local first = 1
+  for i = 1, #specs do
+    local spec = specs[i]
+    if not spec.shadow or waits[first] == 0 then
+      after[i] = spec.twin.consume(views[i], now, cost, spec)
+    end
+    first = first + #spec.rules
+  end
+end
+
+-- The fields to set (each changed state behind its expiry and now; a refund keeps the
+-- expiry: it only shrinks what can matter) and to delete; the latest expiry set; how many
+-- fields are new.
+local function changes(specs, after, got, argv, expiries, now, mode)
+  local sets, drops, latest, added = {}, {}, 0, 0
+  for i = 1, #specs do
+    local state = after[i]
+    if state then
+      local spec = specs[i]
+      local expiry = mode == REFUND and expiries[i] or now + spec.twin.ttl(state, now, spec)
+      sets[#sets + 1] = argv[4 + i]
+      sets[#sets + 1] = pack(FIELD_HEAD, expiry, now) .. state
+      if expiry > latest then latest = expiry end
+      if not got[i + 1] then added = added + 1 end
+    elseif state == false and got[i + 1] then
+      drops[#drops + 1] = argv[4 + i]
+    end
+  end
+  return sets, drops, latest, added
+end
+
+-- The record's expiry after a write of that latest expiry, and its TTL (ms) when it must be
+-- set (nil: the current one still covers every field).
+local function record_ttl(record_expiry, latest, now, clock, pinned)
+  if pinned then
+    record_expiry = max(record_expiry, latest)
+    return record_expiry, ceil((record_expiry + STALE_GRACE - clock) / 1000) + PINNED_GRACE_MS
+  end
+  if latest > record_expiry then
+    record_expiry = latest + floor((latest - now) / 32)  -- slack: most writes keep the TTL
+    return record_expiry, ceil((record_expiry + STALE_GRACE - clock) / 1000)
+  end
+  return record_expiry, nil
+end
+
+-- Write: the changed fields, the meta field, the record's TTL; an emptied record goes.
+local function write_record(record, got, sets, drops, latest, added, now, clock, pinned)
+  if #sets == 0 and #drops == 0 then return end
+  local meta, record_expiry, fields, prune_at = got[1], 0, 0, PRUNE_FLOOR
+  if meta then record_expiry, fields, prune_at = sunpack(RECORD_META, meta) end
+  if #drops > 0 then call('HDEL', record, tunpack(drops)) end
+  fields = fields + added - #drops
+  if #sets == 0 and fields <= 0 then fields = call('HLEN', record) - 1 end
+  if #sets == 0 and fields <= 0 then
+    call('DEL', record)
+    return
+  end
+  if fields > prune_at then
+    if #sets > 0 then call('HSET', record, tunpack(sets)) end
+    sets, fields = {}, prune(record, clock)
+    prune_at = max(PRUNE_FLOOR, 2 * fields)
+  end
+  local ttl_ms
+  record_expiry, ttl_ms = record_ttl(record_expiry, latest, now, clock, pinned)
+  if ttl_ms or added > 0 or #drops > 0 or not meta then
+    sets[#sets + 1] = ''
+    sets[#sets + 1] = pack(RECORD_META, record_expiry, fields, prune_at)
+  end
+  if #sets > 0 then call('HSET', record, tunpack(sets)) end
+  if ttl_ms then call('PEXPIRE', record, max(1, ttl_ms)) end
+end
+
+-- The reply: the decision, then every state as the call leaves it.
+local function reply(specs, allowed, now, waits, after, raws)
+  local out = {pack(specs.reply_format, allowed and 1 or 0, now, tunpack(waits))}
+  for i = 1, #specs do
+    local state = after[i]
+    if state == nil then
+      state = raws[i] or ''
+    elseif state == false then
+      state = ''
+    end
+    out[i + 1] = pack(REPLY_STATE_LENGTH, #state) .. state
+  end
+  return concat(out)
+end
+
+-- the policy function (freqguard/script.py: run) ------------------------------------------
+local function run(keys, argv)
+  local pinned, now = argv[1] ~= '', tonumber(argv[1])
+  if not pinned then
+    local t = call('TIME')
+    now = t[1] * 1000000 + t[2]
+  end
+  local clock = now  -- the caller's or the server's time: expiries are set on it
+  local cost, mode = tonumber(argv[2]), tonumber(argv[3])
+  local specs = specs_of(argv[4])
+  local record, n = keys[1], #specs
+  local got = call('HMGET', record, '', tunpack(argv, 5, 4 + n))
+  local after = {}  -- per state: the packed state to store, false to delete, nil to keep
+  if mode == RESET then
+    after = reset_states(n)
+  else
+    now = judged_at(got, n, now)
+  end
+  local views, raws, expiries = load_states(specs, got, now, mode)
+  if mode == REFUND then refund_states(specs, views, after, raws, argv, now, cost) end
+  local waits, allowed = check_rules(specs, views, now, cost > 0 and cost or 1)
+  if mode == HIT and allowed and cost > 0 then
+    consume_states(specs, views, after, waits, now, cost)
+  end
+  local sets, drops, latest, added = changes(specs, after, got, argv, expiries, now, mode)
+  write_record(record, got, sets, drops, latest, added, now, clock, pinned)
+  return reply(specs, allowed, now, waits, after, raws)
+end
+
+local bound = false
+
 local function policy(keys, argv)
-  if not run then run = build() end
+  if not bound then
+    bind()
+    bound = true
+  end
   return run(keys, argv)
 end
 

@@ -6,9 +6,9 @@ from typing import cast
 
 from freqguard.rules import Strategy
 from freqguard.strategies import fixed_window, gcra, sliding_log, token_bucket
-from freqguard.strategies.base import KeySpec, RuleParams, Twin
+from freqguard.strategies.base import RuleParams, StateSpec, Twin
 
-__all__ = ["TWINS", "KeySpec", "RuleParams", "Twin"]
+__all__ = ["TWINS", "RuleParams", "StateSpec", "Twin"]
 
 TWINS: dict[Strategy, Twin] = {
     Strategy.FIXED_WINDOW: cast(Twin, fixed_window),

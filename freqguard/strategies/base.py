@@ -3,27 +3,33 @@
 A twin is the Python half of a strategy whose other half is a Lua function in
 ``freqguard/lua/policy.lua``. Both use the same names in the same order:
 
-* ``load(state, now, key)``: the state normalized to ``now`` (``None`` means no state);
+* ``load(state, now, spec)``: the state normalized to ``now`` (``None`` means no state);
 * ``check(view, now, need, rule)``: microseconds until a hit of ``need`` fits, 0 if it fits now;
-* ``consume(view, now, cost, key)``: the state to store;
-* ``mark(view, now, key)``: what a refund needs to find exactly the units a consume added
+* ``consume(view, now, cost, spec)``: the state to store;
+* ``mark(view, now, spec)``: what a refund needs to find exactly the units a consume added
   (the time they were recorded at; a bucket's arrival time after them);
-* ``refund(view, now, cost, key, mark)``: the state with ``cost`` units given back: exactly
+* ``refund(view, now, cost, spec, mark)``: the state with ``cost`` units given back: exactly
   those of the hit that left ``mark``, or with ``mark`` ``None`` the newest ones;
 * ``report(view, now, rule)``: ``(remaining, reset_after_us)``;
-* ``ttl(state, now, key)``: how long, from ``now``, the stored state can still matter;
+* ``ttl(state, now, spec)``: how long, from ``now``, the stored state can still matter;
+* ``horizon(rules)``: the longest any state of those rules can matter (Python only: the
+  memory backend files states by it);
 * ``decode(raw)``: a state as the Lua twin packs it, which the client loads and reports on
   (the server only decides, see ``script.unpack``).
 
-All values are integers (time in microseconds). A key holds the state of one rule, except a
-sliding log, which one or more rules with the same dimensions share.
+All values are integers (time in microseconds). A :class:`StateSpec` describes one piece of
+state (one key): the state of one rule, except a sliding log, which one or more rules with the
+same dimensions share. The Lua names its argument ``spec`` too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["KeySpec", "Mark", "RuleParams", "Twin"]
+from freqguard.contract import STATE_FORMATS, widths
+
+__all__ = ["Mark", "RuleParams", "StateSpec", "Twin", "unpacker"]
 
 #: What a consume left in a state for its refund (``Twin.mark``): a time, or for buckets
 #: ``(tat, back, born)``.
@@ -39,12 +45,15 @@ class RuleParams(NamedTuple):
     shadow: bool
 
 
-class KeySpec(NamedTuple):
-    """One piece of state touched by a script call, and the rules that read it."""
+class StateSpec(NamedTuple):
+    """One piece of state (one key) touched by a script call, and the rules that read it.
+
+    Not the ``KeySpec`` of ``@capped(key=...)``, which says where a hit's dimension values
+    come from."""
 
     twin: Twin
     rules: tuple[RuleParams, ...]
-    lane: int  # the longest the state can matter, µs (the memory store files keys by it)
+    horizon: int  # the longest the state can matter, µs (the memory store files keys by it)
     shadow: bool  # a shadow rule's own key: consumes only when that rule allows
     window: int  # the longest window of its rules, µs
     cap: int  # the largest capacity of its rules
@@ -53,20 +62,33 @@ class KeySpec(NamedTuple):
 class Twin(Protocol):
     code: int  # the strategy's number in the script's ARGV
 
-    def load(self, state: Any, now: int, key: KeySpec) -> Any: ...
+    def load(self, state: Any, now: int, spec: StateSpec) -> Any: ...
 
     def check(self, view: Any, now: int, need: int, rule: RuleParams) -> int: ...
 
-    def consume(self, view: Any, now: int, cost: int, key: KeySpec) -> Any: ...
+    def consume(self, view: Any, now: int, cost: int, spec: StateSpec) -> Any: ...
 
-    def mark(self, view: Any, now: int, key: KeySpec) -> Mark: ...
+    def mark(self, view: Any, now: int, spec: StateSpec) -> Mark: ...
 
-    def refund(self, view: Any, now: int, cost: int, key: KeySpec, mark: Any) -> Any: ...
+    def refund(self, view: Any, now: int, cost: int, spec: StateSpec, mark: Any) -> Any: ...
 
     def report(self, view: Any, now: int, rule: RuleParams) -> tuple[int, int]: ...
 
-    def ttl(self, state: Any, now: int, key: KeySpec) -> int: ...
+    def ttl(self, state: Any, now: int, spec: StateSpec) -> int: ...
 
-    def max_ttl(self, rules: tuple[RuleParams, ...]) -> int: ...
+    def horizon(self, rules: tuple[RuleParams, ...]) -> int: ...
 
     def decode(self, raw: bytes) -> Any: ...
+
+
+def unpacker(strategy: str) -> Callable[[bytes], tuple[int, ...]]:
+    """What reads a strategy's state as its Lua packs it (``contract.STATE_FORMATS``)."""
+    bounds, at = [], 0
+    for width in widths(STATE_FORMATS[strategy]):
+        bounds.append((at, at + width))
+        at += width
+
+    def unpack(raw: bytes) -> tuple[int, ...]:
+        return tuple([int.from_bytes(raw[start:end], "big") for start, end in bounds])
+
+    return unpack

@@ -9,25 +9,24 @@ interval of length ``window`` that straddles a boundary. Cheapest state; not exa
 
 from __future__ import annotations
 
+from typing import cast
+
 from freqguard.contract import STRATEGY_CODES
-from freqguard.strategies.base import KeySpec, RuleParams
+from freqguard.strategies.base import RuleParams, StateSpec, unpacker
 
 code = STRATEGY_CODES["fixed-window"]
 
 View = tuple[int, int, int]  # (window_start, count, born)
+_unpack = unpacker("fixed-window")
 
 
 def decode(raw: bytes) -> View:
-    """The state as the Lua twin packs it (``>I7I4I7``)."""
-    return (
-        int.from_bytes(raw[:7], "big"),
-        int.from_bytes(raw[7:11], "big"),
-        int.from_bytes(raw[11:18], "big"),
-    )
+    """The state as the Lua twin packs it (``contract.STATE_FORMATS``)."""
+    return cast(View, _unpack(raw))
 
 
-def load(state: View | None, now: int, key: KeySpec) -> View:
-    start = now - now % key.rules[0].window
+def load(state: View | None, now: int, spec: StateSpec) -> View:
+    start = now - now % spec.rules[0].window
     if state is None or state[0] != start:
         return (start, 0, now)
     return state
@@ -39,15 +38,15 @@ def check(view: View, now: int, need: int, rule: RuleParams) -> int:
     return view[0] + rule.window - now
 
 
-def consume(view: View, now: int, cost: int, key: KeySpec) -> View:
+def consume(view: View, now: int, cost: int, spec: StateSpec) -> View:
     return (view[0], view[1] + cost, view[2])
 
 
-def mark(view: View, now: int, key: KeySpec) -> int:
+def mark(view: View, now: int, spec: StateSpec) -> int:
     return view[2]  # the count the hit went into: its window's, begun at `born`
 
 
-def refund(view: View, now: int, cost: int, key: KeySpec, mark: int | None) -> View:
+def refund(view: View, now: int, cost: int, spec: StateSpec, mark: int | None) -> View:
     if mark is not None and mark != view[2]:
         return view  # another count: the hit's window is over, or it was reset since
     return (view[0], max(0, view[1] - cost), view[2])
@@ -59,9 +58,9 @@ def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
     return max(0, rule.capacity - view[1]), view[0] + rule.window - now
 
 
-def ttl(state: View, now: int, key: KeySpec) -> int:
-    return state[0] + key.rules[0].window - now
+def ttl(state: View, now: int, spec: StateSpec) -> int:
+    return state[0] + spec.rules[0].window - now
 
 
-def max_ttl(rules: tuple[RuleParams, ...]) -> int:
+def horizon(rules: tuple[RuleParams, ...]) -> int:
     return rules[0].window

@@ -11,25 +11,24 @@ Guarantee: as token-bucket (the same decisions, one integer of state).
 
 from __future__ import annotations
 
+from typing import cast
+
 from freqguard.contract import BACK_LIMIT, STRATEGY_CODES
-from freqguard.strategies.base import KeySpec, RuleParams
+from freqguard.strategies.base import RuleParams, StateSpec, unpacker
 
 code = STRATEGY_CODES["gcra"]
 
 
 View = tuple[int, int, int]  # (tat, back, born)
+_unpack = unpacker("gcra")
 
 
 def decode(raw: bytes) -> View:
-    """The state as the Lua twin packs it (``>I7I7I7``)."""
-    return (
-        int.from_bytes(raw[:7], "big"),
-        int.from_bytes(raw[7:14], "big"),
-        int.from_bytes(raw[14:21], "big"),
-    )
+    """The state as the Lua twin packs it (``contract.STATE_FORMATS``)."""
+    return cast(View, _unpack(raw))
 
 
-def load(state: View | None, now: int, key: KeySpec) -> View:
+def load(state: View | None, now: int, spec: StateSpec) -> View:
     if state is None:
         return (now, 0, now)
     if state[0] > now:
@@ -44,11 +43,11 @@ def check(view: View, now: int, need: int, rule: RuleParams) -> int:
     return over if over > 0 else 0
 
 
-def consume(view: View, now: int, cost: int, key: KeySpec) -> View:
-    return (view[0] + cost * key.rules[0].interval, view[1], view[2])
+def consume(view: View, now: int, cost: int, spec: StateSpec) -> View:
+    return (view[0] + cost * spec.rules[0].interval, view[1], view[2])
 
 
-def mark(view: View, now: int, key: KeySpec) -> tuple[int, int, int]:
+def mark(view: View, now: int, spec: StateSpec) -> tuple[int, int, int]:
     return view  # the arrival time after the hit, what had been given back, the state's birth
 
 
@@ -73,8 +72,8 @@ def give_back(view: View, now: int, cost: int, interval: int, mark: View | None)
     return max(0, end - max(now, end - span))
 
 
-def refund(view: View, now: int, cost: int, key: KeySpec, mark: View | None) -> View:
-    tat = max(now, view[0] - give_back(view, now, cost, key.rules[0].interval, mark))
+def refund(view: View, now: int, cost: int, spec: StateSpec, mark: View | None) -> View:
+    tat = max(now, view[0] - give_back(view, now, cost, spec.rules[0].interval, mark))
     return next_back(tat, view[1] + (view[0] - tat), view[2])
 
 
@@ -90,9 +89,9 @@ def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
     return max(0, (rule.capacity * rule.interval - ahead) // rule.interval), ahead
 
 
-def ttl(view: View, now: int, key: KeySpec) -> int:
+def ttl(view: View, now: int, spec: StateSpec) -> int:
     return view[0] - now
 
 
-def max_ttl(rules: tuple[RuleParams, ...]) -> int:
+def horizon(rules: tuple[RuleParams, ...]) -> int:
     return rules[0].capacity * rules[0].interval

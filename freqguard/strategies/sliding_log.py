@@ -17,24 +17,27 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import overload
 
-from freqguard.contract import STRATEGY_CODES
-from freqguard.strategies.base import KeySpec, RuleParams
+from freqguard.contract import STATE_FORMATS, STRATEGY_CODES, widths
+from freqguard.strategies.base import RuleParams, StateSpec
 
 code = STRATEGY_CODES["sliding-log"]
 
+_WIDTH, _BASE = widths(STATE_FORMATS["sliding-log"])  # the header's fields
+_HEADER = _WIDTH + _BASE
+
 
 class PackedLog(Sequence[int]):
-    """A log as the Lua twin packs it: a header ``>BI7`` (entry width, base), then one
-    big-endian offset from base per entry. Read in place: a report bisects it, so only a
-    handful of entries are ever decoded."""
+    """A log as the Lua twin packs it: a header (entry width, base: ``contract.STATE_FORMATS``),
+    then one big-endian offset from base per entry. Read in place: a report bisects it, so
+    only a handful of entries are ever decoded."""
 
     __slots__ = ("_base", "_len", "_raw", "_width")
 
     def __init__(self, raw: bytes) -> None:
         self._raw = raw
-        self._width = raw[0]
-        self._base = int.from_bytes(raw[1:8], "big")
-        self._len = (len(raw) - 8) // self._width
+        self._width = int.from_bytes(raw[:_WIDTH], "big")
+        self._base = int.from_bytes(raw[_WIDTH:_HEADER], "big")
+        self._len = (len(raw) - _HEADER) // self._width
 
     def __len__(self) -> int:
         return self._len
@@ -52,7 +55,7 @@ class PackedLog(Sequence[int]):
             index += self._len
         if not 0 <= index < self._len:
             raise IndexError(index)
-        at = 8 + index * self._width
+        at = _HEADER + index * self._width
         return self._base + int.from_bytes(self._raw[at : at + self._width], "big")
 
 
@@ -61,7 +64,7 @@ def decode(raw: bytes) -> PackedLog:
     return PackedLog(raw)
 
 
-def load(state: array[int] | None, now: int, key: KeySpec) -> array[int]:
+def load(state: array[int] | None, now: int, spec: StateSpec) -> array[int]:
     return array("q") if state is None else state
 
 
@@ -76,22 +79,22 @@ def check(log: array[int], now: int, need: int, rule: RuleParams) -> int:
     return log[lo + excess - 1] + rule.window - now
 
 
-def consume(log: array[int], now: int, cost: int, key: KeySpec) -> array[int]:
+def consume(log: array[int], now: int, cost: int, spec: StateSpec) -> array[int]:
     # time per state never goes back (see script.run), so every entry is <= now: append
-    del log[: bisect_right(log, now - key.window)]
+    del log[: bisect_right(log, now - spec.window)]
     log.extend(array("q", (now,)) * cost)
-    if len(log) > key.cap:
-        del log[: len(log) - key.cap]
+    if len(log) > spec.cap:
+        del log[: len(log) - spec.cap]
     return log
 
 
-def mark(log: array[int], now: int, key: KeySpec) -> int:
+def mark(log: array[int], now: int, spec: StateSpec) -> int:
     return now
 
 
-def refund(log: array[int], now: int, cost: int, key: KeySpec, mark: int | None) -> array[int]:
+def refund(log: array[int], now: int, cost: int, spec: StateSpec, mark: int | None) -> array[int]:
     if mark is None:  # the newest units inside the window, whoever's they are
-        lo = bisect_right(log, now - key.window)
+        lo = bisect_right(log, now - spec.window)
         return log[lo : max(lo, len(log) - cost)]
     hi = bisect_right(log, mark)  # the hit's own units: entries equal to its time
     return log[: max(bisect_left(log, mark), hi - cost)] + log[hi:]
@@ -104,9 +107,9 @@ def report(log: Sequence[int], now: int, rule: RuleParams) -> tuple[int, int]:
     return max(0, rule.capacity - count), log[-1] + rule.window - now
 
 
-def ttl(log: array[int], now: int, key: KeySpec) -> int:
-    return log[-1] + key.window - now
+def ttl(log: array[int], now: int, spec: StateSpec) -> int:
+    return log[-1] + spec.window - now
 
 
-def max_ttl(rules: tuple[RuleParams, ...]) -> int:
+def horizon(rules: tuple[RuleParams, ...]) -> int:
     return max(r.window for r in rules)

@@ -12,27 +12,25 @@ one keeps two numbers and reports tokens.
 
 from __future__ import annotations
 
+from typing import cast
+
 from freqguard.contract import STRATEGY_CODES
-from freqguard.strategies.base import KeySpec, RuleParams
+from freqguard.strategies.base import RuleParams, StateSpec, unpacker
 from freqguard.strategies.gcra import give_back, next_back
 
 code = STRATEGY_CODES["token-bucket"]
 
 View = tuple[int, int, int, int]  # (tokens, last, back, born)
+_unpack = unpacker("token-bucket")
 
 
 def decode(raw: bytes) -> View:
-    """The state as the Lua twin packs it (``>I4I7I7I7``)."""
-    return (
-        int.from_bytes(raw[:4], "big"),
-        int.from_bytes(raw[4:11], "big"),
-        int.from_bytes(raw[11:18], "big"),
-        int.from_bytes(raw[18:25], "big"),
-    )
+    """The state as the Lua twin packs it (``contract.STATE_FORMATS``)."""
+    return cast(View, _unpack(raw))
 
 
-def load(state: View | None, now: int, key: KeySpec) -> View:
-    rule = key.rules[0]
+def load(state: View | None, now: int, spec: StateSpec) -> View:
+    rule = spec.rules[0]
     if state is None:
         return (rule.capacity, now, 0, now)
     tokens, last, back, born = state
@@ -52,7 +50,7 @@ def check(view: View, now: int, need: int, rule: RuleParams) -> int:
     return (need - tokens) * rule.interval - (now - last)
 
 
-def consume(view: View, now: int, cost: int, key: KeySpec) -> View:
+def consume(view: View, now: int, cost: int, spec: StateSpec) -> View:
     return (view[0] - cost, view[1], view[2], view[3])
 
 
@@ -61,14 +59,14 @@ def _tat(view: View, rule: RuleParams) -> int:
     return view[1] + (rule.capacity - view[0]) * rule.interval
 
 
-def mark(view: View, now: int, key: KeySpec) -> tuple[int, int, int]:
-    return (_tat(view, key.rules[0]), view[2], view[3])
+def mark(view: View, now: int, spec: StateSpec) -> tuple[int, int, int]:
+    return (_tat(view, spec.rules[0]), view[2], view[3])
 
 
 def refund(
-    view: View, now: int, cost: int, key: KeySpec, mark: tuple[int, int, int] | None
+    view: View, now: int, cost: int, spec: StateSpec, mark: tuple[int, int, int] | None
 ) -> View:
-    rule = key.rules[0]
+    rule = spec.rules[0]
     tat = _tat(view, rule)
     # move the arrival time back as gcra does: whole tokens, the rest from `last`
     moved = give_back((tat, view[2], view[3]), now, cost, rule.interval, mark)
@@ -87,10 +85,10 @@ def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
     return tokens, (rule.capacity - tokens) * rule.interval - (now - last)
 
 
-def ttl(state: View, now: int, key: KeySpec) -> int:
-    rule = key.rules[0]
+def ttl(state: View, now: int, spec: StateSpec) -> int:
+    rule = spec.rules[0]
     return (rule.capacity - state[0]) * rule.interval - (now - state[1])
 
 
-def max_ttl(rules: tuple[RuleParams, ...]) -> int:
+def horizon(rules: tuple[RuleParams, ...]) -> int:
     return rules[0].capacity * rules[0].interval
