@@ -52,6 +52,25 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Red
         yield nodes
 
 
+@pytest.fixture(scope="session")
+def sentinel_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.SentinelGroup]:
+    """A master, two replicas and three sentinels (started when first asked for). Tests that
+    kill a server leave the group to the next test's ``heal()``."""
+    with servers.sentinel_group(tmp_path_factory.mktemp("sentinel")) as group:
+        yield group
+
+
+@pytest.fixture(scope="session")
+def replicated_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RedisServer]]:
+    """Six nodes, three primaries with a replica each (``--cluster-replicas 1``), failing a
+    node over after 1 s without an answer. Tests that kill a node leave the cluster to the
+    next test's ``servers.heal_cluster``."""
+    with servers.cluster(
+        tmp_path_factory.mktemp("replicated"), 3, replicas=1, node_timeout_ms=1000
+    ) as nodes:
+        yield nodes
+
+
 def flush(nodes: Iterable[RedisServer]) -> None:
     for node in nodes:
         node.client.flushall()

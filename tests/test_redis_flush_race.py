@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 
 import pytest
 from redis import Redis
@@ -16,9 +15,12 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from freqguard import AsyncGuard, Decision, Guard, ManualClock, MemoryBackend, Policy, Rule
-from freqguard.backends import redis as redis_backend
+from freqguard.backends import _library
+from freqguard.backends._async import backend as async_backend
+from freqguard.backends._sync import backend as sync_backend
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from tests.conftest import START, flush
+from tests.faults import flushing
 from tests.servers import RedisServer
 
 P = Policy("p", Rule("7/minute", by="r"), Rule("3 per 59 seconds", by=("r", "c")))
@@ -49,33 +51,6 @@ def _run(guard: Guard, op: str, contexts: list[dict[str, str]]) -> list[Decision
     if op == "hit":
         return [guard.hit("p", r=contexts[0]["r"], c=contexts[0]["c"])]
     return guard.hit_many("p", contexts)
-
-
-@contextmanager
-def _flushing(nodes: list[RedisServer], until: threading.Event) -> Iterator[list[int]]:
-    """A thread that flushes the functions of every node, as fast as it can, until told.
-    Yields the number of flush rounds (filled in when it stops)."""
-    clients = [Redis(port=node.port) for node in nodes]
-    rounds = [0]
-    first = threading.Event()
-
-    def run() -> None:
-        while not until.is_set():
-            for client in clients:
-                client.function_flush()
-            rounds[0] += 1
-            first.set()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    try:
-        assert first.wait(60)  # the storm is on before any call goes out
-        yield rounds
-    finally:
-        until.set()
-        thread.join()
-        for client in clients:
-            client.close()
 
 
 def _flush_functions(nodes: list[RedisServer]) -> None:
@@ -117,7 +92,7 @@ def test_sync_calls_survive_a_flushing_storm(
         except BaseException as exc:  # reported below
             errors.append(exc)
 
-    with _flushing(nodes, threading.Event()) as rounds:
+    with flushing(nodes) as rounds:
         threads = [threading.Thread(target=worker, args=(n,)) for n in range(WORKERS)]
         for thread in threads:
             thread.start()
@@ -147,7 +122,7 @@ def test_async_calls_survive_a_flushing_storm(
                     out.append(await guard.hit_many("p", contexts))
             return out
 
-        with _flushing(nodes, threading.Event()) as rounds:
+        with flushing(nodes) as rounds:
             results = await asyncio.gather(
                 *(worker(n) for n in range(WORKERS)), return_exceptions=True
             )
@@ -165,9 +140,10 @@ def test_async_calls_survive_a_flushing_storm(
 @pytest.fixture
 def flush_behind_every_load(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Fault injection: the first resend behind the load meets a flush every time (its load
-    is replaced by a PING), so the calls must go the atomic way. Counts the calls that do."""
+    is replaced by a PING), so the calls must go the atomic way. Counts the calls that do.
+    Patched where the two backends (one source, generated twice) look it up."""
     atomic = [0]
-    again = redis_backend._again
+    again = _library.again
     ping = b"*1\r\n$4\r\nPING\r\n"
 
     def flushed_between(
@@ -177,10 +153,11 @@ def flush_behind_every_load(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         if atomic_:
             atomic[0] += len(calls)
             return data, count, read
-        assert data.startswith(redis_backend._LOAD)
-        return ping + data[len(redis_backend._LOAD) :], count, read
+        assert data.startswith(_library.LOAD)
+        return ping + data[len(_library.LOAD) :], count, read
 
-    monkeypatch.setattr(redis_backend, "_again", flushed_between)
+    for module in (sync_backend, async_backend):
+        monkeypatch.setattr(module, "again", flushed_between)
     return atomic
 
 

@@ -102,13 +102,13 @@ def test_the_nogrow_function_refuses_a_hit_that_consumes(redis_server: RedisServ
     guard = Guard(RedisBackend(Redis(port=redis_server.port)), [P])
     guard.peek("p", r="x")  # loads the library
     client = redis_server.client
-    plan = "1 2 0 1 5 60000000 0 0"  # one sliding log, one rule: 5 per minute
+    specs = "1 2 0 1 5 60000000 0 0"  # one sliding log, one rule: 5 per minute
     with pytest.raises(rex.ResponseError, match="a hit that consumes cannot run"):
-        client.fcall(FUNCTION_NOGROW, 1, "k", "", 1, HIT, plan, "ab")
-    client.fcall(FUNCTION_NOGROW, 1, "k", "", 0, HIT, plan, "ab")  # cost 0: a check
-    client.fcall(FUNCTION_NOGROW, 1, "k", "", 1, CHECK, plan, "ab")
+        client.fcall(FUNCTION_NOGROW, 1, "k", "", 1, HIT, specs, "ab")
+    client.fcall(FUNCTION_NOGROW, 1, "k", "", 0, HIT, specs, "ab")  # cost 0: a check
+    client.fcall(FUNCTION_NOGROW, 1, "k", "", 1, CHECK, specs, "ab")
     assert client.dbsize() == 0
-    client.fcall(FUNCTION, 1, "k", "", 1, HIT, plan, "ab")
+    client.fcall(FUNCTION, 1, "k", "", 1, HIT, specs, "ab")
     assert client.dbsize() == 1
     guard.close()
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 
 import pytest
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelConnectionPool
+from redis.sentinel import SentinelConnectionPool
 
 from freqguard import ConfigError, async_backend_from_url, backend_from_url
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
@@ -56,10 +60,11 @@ def test_bad_url_options_are_refused_at_construction(
     for url in (
         f"redis://127.0.0.1:{dead_port}/0?{query}",
         f"redis+cluster://127.0.0.1:{dead_port}?{query}",
+        f"redis+sentinel://127.0.0.1:{dead_port}/svc?{query}",
     ):
         with pytest.raises(ConfigError, match=re.escape(message)) as caught:
             make(url)
-        assert "redis://" in str(caught.value) or "redis+cluster://" in str(caught.value)
+        assert re.search(r"redis(\+cluster|\+sentinel)?://", str(caught.value))
 
 
 @pytest.mark.parametrize("make", MAKERS)
@@ -77,6 +82,26 @@ def test_bad_url_options_are_refused_at_construction(
         ("redis+cluster://127.0.0.1:6379/1", "a Redis Cluster has only db 0, got 1"),
         ("redis+cluster://127.0.0.1:6379?db=3", "a Redis Cluster has only db 0, got 3"),
         ("unix:///tmp/redis.sock?socket_keepalive=1", "'socket_keepalive' needs a TCP"),
+        ("redis+sentinel://127.0.0.1:26379", "no service name in"),
+        ("redis+sentinel://127.0.0.1:26379/", "no service name in"),
+        ("redis+sentinel://127.0.0.1:26379?db=1", "no service name in"),
+        ("redis+sentinel://h:26379,h:99999/svc", "port must be an integer >= 1 and <= 65535"),
+        ("redis+sentinel://h:26379,h:/svc", "port must be an integer >= 1 and <= 65535, got ''"),
+        ("redis+sentinel://h:26379,,h:2/svc", "a sentinel's address must be host:port"),
+        ("redis+sentinel://h:1:2/svc", "port must be an integer >= 1 and <= 65535, got '1:2'"),
+        ("redis+sentinel://h:1/svc/abc", "after the service name comes the database number"),
+        ("redis+sentinel://h:1/svc/1/2", "got '/1/2'"),
+        ("redis+sentinel://h:1/svc/-1", "got '/-1'"),
+        ("redis+sentinel://h:1/svc/" + "1" * 5000, "db must be an integer >= 0"),
+        ("redis+sentinel://h:1/svc/1?db=2", "db is given twice"),
+        ("redis+sentinel://h:1/my%20svc", "a service name is 1-256 characters without spaces"),
+        ("redis+sentinel://u:pw@h:1/svc?password=x", "password is given twice"),
+        ("redis+sentinel://h:1/svc?ssl_certfile=/x.pem", "'ssl_certfile' needs rediss://"),
+        ("redis+sentinel://h:1/svc?sentinel_port=1", "unknown option 'sentinel_port'"),
+        ("redis+sentinel://h:1/svc?min_other_sentinels=-1", "min_other_sentinels must be"),
+        ("redis://h:1?sentinel_password=x", "'sentinel_password' needs a redis+sentinel:// URL"),
+        ("redis+cluster://h:1?min_other_sentinels=1", "needs a redis+sentinel:// URL"),
+        ("sentinel://h:1/svc", "unsupported backend URL scheme 'sentinel'"),
     ],
 )
 def test_bad_url_addresses_are_refused_at_construction(make: Make, url: str, message: str) -> None:
@@ -118,3 +143,57 @@ def test_good_options_reach_the_client(dead_port: int) -> None:
     assert isinstance(default.client, Redis)
     kwargs = default.client.connection_pool.connection_kwargs
     assert kwargs["socket_timeout"] == 0.5  # fail fast unless told
+
+
+def test_sentinel_passwords_stay_out_of_messages() -> None:
+    with pytest.raises(ConfigError) as caught:
+        backend_from_url("redis+sentinel://:s3cret@h:1/svc?sentinel_password=s3cret&db=x")
+    assert "s3cret" not in str(caught.value)
+    assert "redis+sentinel://:***@h:1/svc?sentinel_password=***&db=x" in str(caught.value)
+
+
+def test_a_sentinel_url_makes_a_client_that_asks_the_sentinels(dead_port: int) -> None:
+    url = (
+        f"redis+sentinel://app:pw@127.0.0.1:{dead_port},[::1]:{dead_port},localhost/orders/2"
+        "?socket_timeout=2&sentinel_username=watch&sentinel_password=spw&min_other_sentinels=1"
+        "&client_name=fg"
+    )
+    backend = backend_from_url(url)  # no I/O yet: the sentinels are asked at the first call
+    assert isinstance(backend, RedisBackend)
+    assert isinstance(backend.client, Redis)
+    pool = backend.client.connection_pool
+    assert isinstance(pool, SentinelConnectionPool)
+    assert pool.service_name == "orders"
+    kwargs = pool.connection_kwargs
+    assert (kwargs["db"], kwargs["username"], kwargs["password"]) == (2, "app", "pw")
+    assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (2.0, 0.5)
+    assert kwargs["client_name"] == "fg"
+    assert kwargs["retry"].get_retries() == 0  # a hit sent again could count twice
+    manager = pool.sentinel_manager
+    assert manager.min_other_sentinels == 1
+    addresses = [s.connection_pool.connection_kwargs for s in manager.sentinels]
+    assert [(a["host"], a["port"]) for a in addresses] == [
+        ("127.0.0.1", dead_port),
+        ("::1", dead_port),
+        ("localhost", 26379),
+    ]
+    own = addresses[0]  # the sentinels' credentials are their own; the timeouts are shared
+    assert (own["username"], own["password"], own["db"]) == ("watch", "spw", 0)
+    assert (own["socket_timeout"], own["socket_connect_timeout"]) == (2.0, 0.5)
+    assert own["retry"].get_retries() == 0
+    backend.close()
+
+
+def test_the_async_twin_reads_a_sentinel_url_alike(dead_port: int) -> None:
+    url = f"rediss+sentinel://127.0.0.1:{dead_port}/orders?db=1&ssl_cert_reqs=none"
+    backend = async_backend_from_url(url)
+    assert isinstance(backend, AsyncRedisBackend)
+    assert isinstance(backend.client, AsyncRedis)
+    pool = backend.client.connection_pool
+    assert isinstance(pool, AsyncSentinelConnectionPool)
+    assert (pool.service_name, pool.connection_kwargs["db"]) == ("orders", 1)
+    assert pool.connection_class.__name__ == "SentinelManagedSSLConnection"  # TLS to the master
+    own = pool.sentinel_manager.sentinels[0].connection_pool
+    assert own.connection_class.__name__ == "SSLConnection"  # and to the sentinels
+    assert own.connection_kwargs["ssl_cert_reqs"] == "none"
+    asyncio.run(backend.aclose())

@@ -5,14 +5,21 @@ freqguard sends its FCALLs here rather than through redis-py's command API (see
 for the threads that call through it; an :class:`AsyncLane` shares one connection among the
 tasks of an event loop and batches what they send. Both read replies with the connection's
 own parser and return error replies in place, so one bad reply never desynchronizes a
-connection.
+connection (``_async/wire.py``, and its generated sync twin).
+
+The two lanes, and :func:`exchange_all` / :func:`aexchange_all`, are written by hand, not
+generated from one source: a thread does its own I/O on a connection it holds for the call,
+while a task hands its call to the lane's one driver task, which pipelines the calls of all
+tasks on one connection; sending to several nodes at once is a send-all-then-read-all loop
+for threads and ``asyncio.gather`` for tasks. Neither has a counterpart on the other side.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from time import monotonic
 
 from redis import Redis
 from redis import exceptions as rex
@@ -21,25 +28,35 @@ from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.connection import Connection as AsyncConnection
 from redis.connection import Connection
 
-__all__ = ["AsyncLane", "Lane"]
+from freqguard.backends._async import wire as async_wire
+from freqguard.backends._sync import wire
+
+__all__ = ["AsyncLane", "Lane", "aexchange_all", "exchange_all"]
 
 
-def _read(connection: Connection, count: int) -> list[object]:
-    """Read ``count`` replies, in order. An error reply is returned in its place (it was
-    read whole: the connection stays in step)."""
-    replies: list[object] = []
-    for _ in range(count):
-        try:
-            replies.append(connection.read_response(disable_decoding=True))
-        except rex.ResponseError as exc:
-            replies.append(exc)
-    return replies
+_CHECK_AFTER = 0.01  # seconds a kept connection may idle before it is checked for a close
 
 
-def _send_and_read(connection: Connection, packed: bytes, count: int) -> list[object]:
-    """Send ``count`` packed commands at once and read their replies (see :func:`_read`)."""
-    connection.send_packed_command((packed,))  # type: ignore[no-untyped-call]
-    return _read(connection, count)
+def _drop_if_closed(connection: Connection) -> None:
+    """Disconnect a kept connection the server closed meanwhile (restarted, or it timed the
+    client out), so that the call reconnects instead of failing on it: what redis-py's own
+    pool checkout does. A poll of the socket, paid only after an idle moment (a busy lane
+    never pays it)."""
+    try:
+        if connection._sock is not None and connection.can_read(timeout=0):
+            connection.disconnect()  # stray data or end-of-file: start afresh
+    except rex.ConnectionError:
+        connection.disconnect()  # type: ignore[no-untyped-call]
+
+
+def _reconnected(connection: Connection) -> Connection:
+    """A connection redis-py dropped after a failure, connected again the way its pool would,
+    by ``connect()``: a Sentinel-managed connection overrides it to ask the sentinels where
+    the master is now, whereas sending on a dropped connection reconnects to the address it
+    had (the old master's, after a failover)."""
+    if connection._sock is None:
+        connection.connect()  # type: ignore[no-untyped-call]
+    return connection
 
 
 class Lane:
@@ -57,7 +74,7 @@ class Lane:
 
     def __init__(self, client: Redis) -> None:
         self._pool = client.connection_pool
-        self._idle: list[Connection] = []
+        self._idle: list[tuple[Connection, float]] = []  # and when it was given back
         self._pid = os.getpid()
         self._closed = False
 
@@ -65,15 +82,22 @@ class Lane:
         if self._closed:  # closed while this call was out: back to the pool
             self._pool.release(connection)
         else:
-            self._idle.append(connection)
+            self._idle.append((connection, monotonic()))
 
     def _take(self) -> Connection:
         if self._pid != os.getpid():
             self._idle, self._pid = [], os.getpid()
         try:
-            return self._idle.pop()
+            connection, since = self._idle.pop()
         except IndexError:
             return self._pool.get_connection()
+        try:
+            if monotonic() - since > _CHECK_AFTER:
+                _drop_if_closed(connection)
+            return _reconnected(connection)
+        except BaseException:
+            self._give(connection)
+            raise
 
     def send(self, packed: bytes) -> Connection:
         """Send without waiting (no retry): the replies are :meth:`receive`'s to read."""
@@ -86,8 +110,9 @@ class Lane:
         return connection
 
     def receive(self, connection: Connection, count: int) -> list[object]:
+        """Read the replies to what :meth:`send` sent, and give the connection back."""
         try:
-            return _read(connection, count)
+            return wire.read(connection, count)
         finally:
             self._give(connection)
 
@@ -109,7 +134,7 @@ class Lane:
 
     def exchange(self, packed: bytes, count: int) -> list[object]:
         """Send ``count`` packed calls at once and read their replies."""
-        return self._attempt(lambda connection: _send_and_read(connection, packed, count))
+        return self._attempt(lambda connection: wire.send_and_read(connection, packed, count))
 
     def stream(self, chunks: Callable[[], Iterable[bytes]], count: int) -> list[object]:
         """Send each chunk of packed calls as ``chunks()`` produces it, then read all
@@ -122,29 +147,15 @@ class Lane:
             except BaseException:  # some calls went out, their replies will not be read
                 connection.disconnect()  # type: ignore[no-untyped-call]
                 raise
-            return _read(connection, count)
+            return wire.read(connection, count)
 
         return self._attempt(work)
 
     def close(self) -> None:
         self._closed = True
         idle, self._idle = self._idle, []
-        for connection in idle:
+        for connection, _ in idle:
             self._pool.release(connection)
-
-
-async def _send_and_read_async(
-    connection: AsyncConnection, packed: bytes, count: int
-) -> list[object]:
-    """:func:`_send_and_read` for an asyncio connection."""
-    await connection.send_packed_command(packed)
-    replies: list[object] = []
-    for _ in range(count):
-        try:
-            replies.append(await connection.read_response(disable_decoding=True))
-        except rex.ResponseError as exc:
-            replies.append(exc)
-    return replies
 
 
 _Waiter = tuple[bytes, int, "asyncio.Future[list[object]]"]
@@ -181,6 +192,11 @@ class AsyncLane:
             self._driver = loop.create_task(self._drive())
         return await future
 
+    async def stream(self, chunks: Callable[[], Iterable[bytes]], count: int) -> list[object]:
+        """:meth:`Lane.stream`'s twin: the chunks go as one batch (the driver already
+        pipelines it with the calls of other tasks)."""
+        return await self.exchange(b"".join(chunks()), count)
+
     async def _connect(self) -> AsyncConnection:
         connection = self._connection
         if connection is None:
@@ -190,6 +206,12 @@ class AsyncLane:
             else:
                 connection = await owner.connection_pool.get_connection()  # type: ignore[no-untyped-call]
             self._connection = connection
+        elif not connection.is_connected:  # dropped after a failure: see _reconnected
+            await connection.connect()  # type: ignore[no-untyped-call]
+        elif connection._reader is not None and connection._reader.at_eof():
+            # the server closed it meanwhile (restarted): reconnect rather than fail on it
+            await connection.disconnect()
+            await connection.connect()  # type: ignore[no-untyped-call]
         return connection
 
     async def _round(self, batch: list[_Waiter]) -> list[object]:
@@ -197,7 +219,7 @@ class AsyncLane:
         packed = b"".join([waiter[0] for waiter in batch])
         count = sum(waiter[1] for waiter in batch)
         return await connection.retry.call_with_retry(
-            lambda: _send_and_read_async(connection, packed, count),
+            lambda: async_wire.send_and_read(connection, packed, count),
             lambda _: connection.disconnect(),
         )
 
@@ -246,3 +268,58 @@ class AsyncLane:
             owner.release(connection)
         else:
             await owner.connection_pool.release(connection)
+
+
+Job = tuple[Lane, bytes, int]  # a lane, packed calls, how many replies they get
+AsyncJob = tuple[AsyncLane, bytes, int]
+
+
+def exchange_all(jobs: Sequence[Job]) -> list[list[object] | Exception]:
+    """Each job's replies, every lane's calls sent before any reply is read, so the nodes
+    work at once. A lane that fails gives its error in place of its replies."""
+    if len(jobs) == 1:  # under the connection's Retry
+        lane, packed, count = jobs[0]
+        try:
+            return [lane.exchange(packed, count)]
+        except Exception as exc:
+            return [exc]
+    sent: list[Connection | Exception] = []
+    for lane, packed, _ in jobs:
+        try:
+            sent.append(lane.send(packed))
+        except Exception as exc:
+            sent.append(exc)
+    answers: list[list[object] | Exception] = []
+    read = 0  # connections handed to receive, which gives them back whatever happens
+    try:
+        for (lane, _, count), connection in zip(jobs, sent, strict=True):
+            read += 1
+            if isinstance(connection, Exception):
+                answers.append(connection)
+                continue
+            try:
+                answers.append(lane.receive(connection, count))
+            except Exception as exc:
+                answers.append(exc)
+    finally:  # cut short (KeyboardInterrupt): the unread connections are out of step
+        for (lane, _, _), connection in list(zip(jobs, sent, strict=True))[read:]:
+            if not isinstance(connection, Exception):
+                lane.abandon(connection)
+    return answers
+
+
+async def aexchange_all(jobs: Sequence[AsyncJob]) -> list[list[object] | Exception]:
+    """:func:`exchange_all`'s twin: every lane's calls at once, by ``asyncio.gather``."""
+    if len(jobs) == 1:  # gather would wrap it in a task, a loop turn later
+        lane, packed, count = jobs[0]
+        try:
+            return [await lane.exchange(packed, count)]
+        except Exception as exc:
+            return [exc]
+    answers = await asyncio.gather(
+        *[lane.exchange(packed, count) for lane, packed, count in jobs], return_exceptions=True
+    )
+    for answer in answers:  # cancelled: not an answer to hand on
+        if isinstance(answer, BaseException) and not isinstance(answer, Exception):
+            raise answer
+    return answers  # type: ignore[return-value]

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from freqguard.clock import Clock
-from freqguard.script import Reply, SlotPlan
+from freqguard.script import Reply, Slot
 from freqguard.strategies.base import Mark
 
 __all__ = ["AsyncBackend", "Reply", "ScriptCall", "SyncBackend"]
@@ -22,11 +22,11 @@ class ScriptCall(NamedTuple):
     """One invocation of the policy script on one slot.
 
     It carries the hit's dimension values, not keys: each backend derives what it stores by
-    from the plan's key layouts (memory: the key strings, :meth:`keys`; Redis: one record
+    from the slot's key layouts (memory: the key strings, :meth:`keys`; Redis: one record
     and a field per state), so neither builds the other's form.
     """
 
-    plan: SlotPlan
+    slot: Slot
     texts: Mapping[str, str]  # the hit's dimension values, as text
     now: int | None  # µs; None: the backend's own time (Redis: server TIME)
     cost: int
@@ -36,9 +36,9 @@ class ScriptCall(NamedTuple):
     marks: tuple[Mark | None, ...] | None = None
 
     def keys(self) -> tuple[str, ...]:
-        """The key of each state, in plan order (see :mod:`freqguard.keys`)."""
+        """The key of each state, in the slot's order (see :mod:`freqguard.keys`)."""
         texts = self.texts
-        return tuple([layout.build(texts) for layout in self.plan.layouts])
+        return tuple([layout.build(texts) for layout in self.slot.layouts])
 
 
 @runtime_checkable

@@ -1,5 +1,6 @@
 """Backends from URLs: ``memory://``, ``redis://``, ``rediss://``, ``unix://``,
-``redis+cluster://host:port`` (and ``rediss+cluster://``).
+``redis+cluster://host:port`` (and ``rediss+cluster://``), and
+``redis+sentinel://host:port[,host:port...]/service_name[/db]`` (and ``rediss+sentinel://``).
 
 Redis clients made here fail fast: ``socket_timeout`` and ``socket_connect_timeout`` default to
 0.5 s (override them in the URL's query, e.g. ``?socket_timeout=2``), and a failed command is
@@ -11,15 +12,24 @@ Every part of a URL is checked where it is given, so a bad one is a
 failure at the first call: the port (1-65535), the database (the path ``/3`` or ``?db=3``; only
 0 on a cluster), and the query options redis-py reads (timeouts in seconds, > 0 and at most a
 day; ``max_connections`` and ``socket_read_size`` >= 1; ``health_check_interval`` >= 0;
-``protocol`` 2 or 3; flags as true/false/yes/no/1/0; TLS options with ``rediss://`` only).
+``protocol`` 2 or 3; flags as true/false/yes/no/1/0; TLS options with ``rediss`` only).
 An option redis-py would not understand is refused by name.
+
+A Sentinel URL lists the sentinels (port 26379 when left out) and names the monitored
+service; the client asks the sentinels where the service's master is whenever it connects,
+so it follows a failover. The user and password in the URL (or ``?password=``) are the Redis
+servers'; ``sentinel_username`` / ``sentinel_password`` are the sentinels' own, and
+``min_other_sentinels=N`` trusts only a sentinel that sees N others. ``rediss+sentinel://``
+speaks TLS to both. The URL is parsed once (:func:`parse_url`, no I/O); the sync and async
+makers differ only in the redis-py classes they build from it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from freqguard.backends.memory import MemoryBackend
 from freqguard.errors import ConfigError
@@ -31,6 +41,7 @@ __all__ = ["async_backend_from_url", "backend_from_url"]
 
 DEFAULT_TIMEOUT = 0.5
 MAX_SECONDS = 86400  # a timeout longer than a day is a typo, and past ~1e9 s sockets refuse it
+SENTINEL_PORT = 26379
 
 # The query options a Redis URL may carry: redis-py's connection options that a string can
 # express. redis-py itself would pass any other name to its connection, to fail at the first
@@ -42,6 +53,7 @@ _INTEGERS = {  # (smallest, largest)
     "socket_read_size": (1, 2**31 - 1),
     "health_check_interval": (0, MAX_SECONDS),  # 0: no health checks
     "protocol": (2, 3),
+    "min_other_sentinels": (0, 1000),
 }
 _FLAGS = frozenset({"socket_keepalive", "retry_on_timeout", "ssl_check_hostname"})
 _FLAG_VALUES = ("true", "false", "yes", "no", "1", "0")
@@ -61,23 +73,60 @@ _TEXTS = frozenset(
         "ssl_ciphers",
         "ssl_include_verify_flags",
         "ssl_exclude_verify_flags",
+        "sentinel_username",
+        "sentinel_password",
     }
 )
-_SCHEMES = "memory://, redis://, rediss://, unix://, redis+cluster://, rediss+cluster://"
+# Options for the sentinels themselves (or for the Sentinel manager): a Sentinel URL's only.
+_FOR_SENTINELS = frozenset({"sentinel_username", "sentinel_password", "min_other_sentinels"})
+# The connection options the sentinels' own connections share with the servers'.
+_SHARED_WITH_SENTINELS = frozenset({*_SECONDS, "socket_keepalive"})
+_SCHEMES = (
+    "memory",
+    "redis",
+    "rediss",
+    "unix",
+    "redis+cluster",
+    "rediss+cluster",
+    "redis+sentinel",
+    "rediss+sentinel",
+)
+_LISTED = ", ".join(f"{scheme}://" for scheme in _SCHEMES)
+_SENTINEL_FORM = "redis+sentinel://host:port[,host:port]/service_name[/db]"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a backend URL asks for, checked (see :func:`parse_url`); no client made yet.
+
+    Attributes:
+        kind: ``"memory"``, ``"redis"`` (standalone, also ``unix://``), ``"cluster"`` or
+            ``"sentinel"``.
+        url: what redis-py's ``from_url`` reads (``"redis"`` and ``"cluster"``).
+        options: keyword arguments for the client beyond ``url`` (the fail-fast timeouts; for
+            a Sentinel URL every connection option, typed), without ``retry``.
+        sentinels: the sentinels' (host, port), in the URL's order.
+        service: the name the sentinels monitor the master under.
+        sentinel_options: keyword arguments for each sentinel's own connection.
+        min_other_sentinels: trust only a sentinel that sees this many others.
+    """
+
+    kind: str
+    url: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    sentinels: tuple[tuple[str, int], ...] = ()
+    service: str = ""
+    sentinel_options: dict[str, Any] = field(default_factory=dict)
+    min_other_sentinels: int = 0
 
 
 def _scheme(url: object) -> str:
     if not isinstance(url, str) or "://" not in url:
+        raise ConfigError(f"backend URL must look like scheme://..., one of {_LISTED}; got {url!r}")
+    scheme = url.partition("://")[0].lower()
+    if scheme not in _SCHEMES:
         raise ConfigError(
-            f"backend URL must look like scheme://..., one of {_SCHEMES}; got {url!r}"
-        )
-    try:
-        scheme = urlsplit(url).scheme.lower()
-    except ValueError as exc:  # an unclosed "[" (IPv6)
-        raise ConfigError(f"cannot read backend URL {_shown(url)!r}: {exc}") from None
-    if scheme not in {"memory", "redis", "rediss", "unix", "redis+cluster", "rediss+cluster"}:
-        raise ConfigError(
-            f"unsupported backend URL scheme {scheme!r} in {_shown(url)!r}; use {_SCHEMES}"
+            f"unsupported backend URL scheme {scheme!r} in {_shown(url)!r}; use {_LISTED}"
         )
     return scheme
 
@@ -85,7 +134,7 @@ def _scheme(url: object) -> str:
 def _shown(url: str) -> str:
     """The URL as messages show it: its password masked (``user:***@``, ``password=***``)."""
     url = re.sub(r"^([^:/]*://[^/@:]*):[^/@]*@", r"\1:***@", url)
-    return re.sub(r"([?&](?:ssl_)?password=)[^&]*", r"\1***", url)
+    return re.sub(r"([?&](?:ssl_|sentinel_)?password=)[^&]*", r"\1***", url)
 
 
 def _excerpt(text: str) -> str:
@@ -102,100 +151,226 @@ def _integer(url: str, name: str, text: str, low: int, high: int) -> int:
     return int(text)
 
 
-def _seconds(url: str, name: str, text: str) -> None:
+def _seconds(url: str, name: str, text: str) -> float:
     number = re.fullmatch(r"[0-9]{1,6}(\.[0-9]{0,9})?|\.[0-9]{1,9}", text)
     if number is None or not 0 < float(text) <= MAX_SECONDS:
         raise ConfigError(
             f"{name} must be a number of seconds > 0 and <= {MAX_SECONDS}, "
             f"got {_excerpt(text)!r} (in {_shown(url)!r})"
         )
+    return float(text)
+
+
+def _port(url: str, text: str) -> int:
+    return _integer(url, "port", text, 1, 65535)
 
 
 def _check_port(url: str, netloc: str) -> None:
     host = netloc.rpartition("@")[2]
     port = host.rpartition("]")[2] if host.startswith("[") else host
     if ":" in port:
-        _integer(url, "port", port.partition(":")[2], 1, 65535)
+        _port(url, port.partition(":")[2])
 
 
-def _check_db(url: str, scheme: str, query: dict[str, list[str]], path: str) -> None:
-    """The database, from the path (``/3``) or the query (``?db=3``): one of them, an integer,
-    and 0 on a cluster (it has no other)."""
-    text = query.get("db", [None])[0]
-    if scheme != "unix" and path not in ("", "/"):
-        if text is not None:
+def _db(url: str, scheme: str, query: dict[str, Any], text: str | None) -> None:
+    """The database from the path (``text``) into ``query``: given once, an integer, and 0 on
+    a cluster (it has no other)."""
+    if text is not None:
+        if "db" in query:
             raise ConfigError(f"db is given twice, as the path and ?db= (in {_shown(url)!r})")
-        if re.fullmatch(r"/[0-9]+", path) is None:
-            raise ConfigError(
-                f"the path of a {scheme}:// URL is the database number (/0, /1, ...), "
-                f"got {_excerpt(path)!r} (in {_shown(url)!r})"
-            )
-        text = path[1:]
-    if text is None:
-        return
-    db = _integer(url, "db", text, 0, 2**31 - 1)
-    if db != 0 and scheme.endswith("+cluster"):
-        raise ConfigError(f"a Redis Cluster has only db 0, got {db} (in {_shown(url)!r})")
+        query["db"] = _integer(url, "db", text, *_INTEGERS["db"])
+    if query.get("db", 0) != 0 and scheme.endswith("+cluster"):
+        raise ConfigError(f"a Redis Cluster has only db 0, got {query['db']} (in {_shown(url)!r})")
 
 
-def _check_options(url: str, scheme: str) -> dict[str, list[str]]:
-    """Check every query option where the URL is given: redis-py would take a bad number,
-    an unknown name or a misspelt flag here and fail (or misbehave) only at the first call.
-
-    Returns:
-        The query, by option name.
+def _option(url: str, name: str, text: str) -> Any:
+    """One query option's value, typed as redis-py takes it.
 
     Raises:
         ConfigError: naming the option, its value and what is allowed.
     """
-    parts = urlsplit(url)
-    query = parse_qs(parts.query, keep_blank_values=True)
-    for name, values in query.items():
+    if name in _SECONDS:
+        return _seconds(url, name, text)
+    if name in _INTEGERS:
+        return _integer(url, name, text, *_INTEGERS[name])
+    if name in _FLAGS:
+        if text.lower() not in _FLAG_VALUES:
+            raise ConfigError(
+                f"{name} must be one of {', '.join(_FLAG_VALUES)}, "
+                f"got {_excerpt(text)!r} (in {_shown(url)!r})"
+            )
+        return text.lower() in ("true", "yes", "1")
+    if name not in _TEXTS:
+        known = ", ".join(sorted(_SECONDS | _INTEGERS.keys() | _FLAGS | _TEXTS))
+        raise ConfigError(f"unknown option {name!r} in {_shown(url)!r}; known: {known}")
+    return text
+
+
+def _options(url: str, scheme: str, text: str) -> dict[str, Any]:
+    """Every query option, checked where the URL is given: redis-py would take a bad number,
+    an unknown name or a misspelt flag here and fail (or misbehave) only at the first call.
+
+    Returns:
+        The typed values, by option name.
+
+    Raises:
+        ConfigError: naming the option, its value and what is allowed.
+    """
+    query: dict[str, Any] = {}
+    for name, values in parse_qs(text, keep_blank_values=True).items():
         if len(values) > 1:
             raise ConfigError(f"{name} is given twice (in {_shown(url)!r})")
-        text = values[0]
-        if name in _SECONDS:
-            _seconds(url, name, text)
-        elif name in _INTEGERS:
-            _integer(url, name, text, *_INTEGERS[name])
-        elif name in _FLAGS:
-            if text.lower() not in _FLAG_VALUES:
-                raise ConfigError(
-                    f"{name} must be one of {', '.join(_FLAG_VALUES)}, "
-                    f"got {_excerpt(text)!r} (in {_shown(url)!r})"
-                )
-        elif name not in _TEXTS:
-            known = ", ".join(sorted(_SECONDS | _INTEGERS.keys() | _FLAGS | _TEXTS))
-            raise ConfigError(f"unknown option {name!r} in {_shown(url)!r}; known: {known}")
+        query[name] = _option(url, name, values[0])
         if name.startswith("ssl_") and not scheme.startswith("rediss"):
             raise ConfigError(f"{name!r} needs rediss:// (TLS), in {_shown(url)!r}")
         if name == "socket_keepalive" and scheme == "unix":
             raise ConfigError(f"{name!r} needs a TCP connection, not unix://, in {_shown(url)!r}")
-    if scheme != "unix":
-        _check_port(url, parts.netloc)
-    _check_db(url, scheme, query, parts.path)
+        if name in _FOR_SENTINELS and not scheme.endswith("+sentinel"):
+            raise ConfigError(f"{name!r} needs a redis+sentinel:// URL, in {_shown(url)!r}")
     return query
 
 
-def _client_options(url: str, scheme: str) -> tuple[str, dict[str, Any]]:
-    """The URL redis-py should see, and the fail-fast defaults it does not already set.
+def _fail_fast(query: dict[str, Any]) -> dict[str, Any]:
+    """The timeouts the URL left out, at their fail-fast default."""
+    return {name: DEFAULT_TIMEOUT for name in sorted(_SECONDS) if name not in query}
+
+
+def _direct(url: str, scheme: str) -> Target:
+    """A ``redis://``, ``rediss://``, ``unix://`` or cluster URL: redis-py reads it."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed "[" (IPv6)
+        raise ConfigError(f"cannot read backend URL {_shown(url)!r}: {exc}") from None
+    query = _options(url, scheme, parts.query)
+    if scheme != "unix":
+        _check_port(url, parts.netloc)
+        path = parts.path
+        if path not in ("", "/") and re.fullmatch(r"/[0-9]+", path) is None:
+            raise ConfigError(
+                f"the path of a {scheme}:// URL is the database number (/0, /1, ...), "
+                f"got {_excerpt(path)!r} (in {_shown(url)!r})"
+            )
+        _db(url, scheme, query, path[1:] if path not in ("", "/") else None)
+    kind = "cluster" if scheme.endswith("+cluster") else "redis"
+    return Target(kind, url.replace("+cluster://", "://", 1), _fail_fast(query))
+
+
+def _address(url: str, text: str) -> tuple[str, int]:
+    """One sentinel's ``host[:port]`` (``[v6]:port`` for IPv6)."""
+    found = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\](?::(.*))?|([^:\[\]]+)(?::(.*))?", text)
+    if found is None:
+        raise ConfigError(
+            f"a sentinel's address must be host:port or [ipv6]:port, got {_excerpt(text)!r} "
+            f"(in {_shown(url)!r}; the form is {_SENTINEL_FORM})"
+        )
+    v6, v6_port, host, port = found.groups()
+    port = v6_port if v6 is not None else port
+    return (v6 or host), (SENTINEL_PORT if port is None else _port(url, port))
+
+
+def _sentinel(url: str, scheme: str) -> Target:
+    """A ``redis+sentinel://`` URL, parsed here: redis-py has no URL form for it."""
+    rest = url.partition("://")[2].partition("#")[0]
+    rest, _, query_text = rest.partition("?")
+    netloc, _, path = rest.partition("/")
+    userinfo, _, hosts = netloc.rpartition("@")
+    sentinels = tuple(_address(url, host) for host in hosts.split(","))
+    service, _, db = path.partition("/")
+    if not service:
+        raise ConfigError(
+            f"no service name in {_shown(url)!r}: name the master the sentinels monitor, "
+            f"{_SENTINEL_FORM}"
+        )
+    if re.fullmatch(r"[^\s/]{1,256}", unquote(service)) is None:
+        raise ConfigError(
+            f"a service name is 1-256 characters without spaces, got {_excerpt(service)!r} "
+            f"(in {_shown(url)!r})"
+        )
+    if db and re.fullmatch(r"[0-9]+", db) is None:
+        raise ConfigError(
+            f"after the service name comes the database number (/0, /1, ...), "
+            f"got {_excerpt('/' + db)!r} (in {_shown(url)!r})"
+        )
+    query = _options(url, scheme, query_text)
+    _db(url, scheme, query, db or None)
+    return _sentinel_target(url, scheme, sentinels, unquote(service), userinfo, query)
+
+
+def _sentinel_target(
+    url: str,
+    scheme: str,
+    sentinels: tuple[tuple[str, int], ...],
+    service: str,
+    userinfo: str,
+    query: dict[str, Any],
+) -> Target:
+    """Share a Sentinel URL's options out: the servers', the sentinels', the manager's."""
+    if userinfo:
+        user, has_password, password = userinfo.partition(":")
+        for name, value in (("username", user), ("password", password if has_password else "")):
+            if value and name in query:
+                raise ConfigError(f"{name} is given twice (in {_shown(url)!r})")
+            if value:
+                query[name] = unquote(value)
+    options = {**_fail_fast(query), **query}
+    own = {name: options[name] for name in sorted(_SHARED_WITH_SENTINELS) if name in options}
+    for name in ("username", "password"):
+        if f"sentinel_{name}" in options:
+            own[name] = options.pop(f"sentinel_{name}")
+    if scheme.startswith("rediss"):
+        options["ssl"] = True
+        own.update({name: v for name, v in options.items() if name.startswith("ssl")})
+    minimum = options.pop("min_other_sentinels", 0)
+    return Target("sentinel", "", options, sentinels, service, own, minimum)
+
+
+def parse_url(url: str) -> Target:
+    """Check a backend URL and say what it asks for, without I/O and without redis-py.
 
     Raises:
-        ConfigError: a bad option (see :func:`_check_options`), or no redis extra.
+        ConfigError: an unsupported scheme or a bad part (see the module docstring).
     """
+    scheme = _scheme(url)
+    if scheme == "memory":
+        return Target("memory")
+    if scheme.endswith("+sentinel"):
+        return _sentinel(url, scheme)
+    return _direct(url, scheme)
+
+
+class _Classes(NamedTuple):
+    """The redis-py classes one family of backends is built from (sync or asyncio)."""
+
+    redis: Any
+    cluster: Any
+    sentinel: Any
+    retry: Any
+
+
+def _client(target: Target, classes: _Classes) -> Any:
+    """The redis-py client a checked URL asks for, from ``classes``: no retries (a hit sent
+    again could count twice), and the sentinels' own connections fail fast as well."""
+    from redis.backoff import NoBackoff
+
+    options = {**target.options, "retry": classes.retry(NoBackoff(), 0)}
+    if target.kind == "cluster":
+        return classes.cluster.from_url(target.url, **options)
+    if target.kind == "sentinel":
+        own = {**target.sentinel_options, "retry": classes.retry(NoBackoff(), 0)}
+        manager = classes.sentinel(
+            list(target.sentinels), target.min_other_sentinels, sentinel_kwargs=own
+        )
+        return manager.master_for(target.service, **options)
+    return classes.redis.from_url(target.url, **options)
+
+
+def _redis_extra(url: str) -> None:
     try:
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
+        import redis  # noqa: F401
     except ImportError:
         raise ConfigError(
             f"{_shown(url)!r} needs the redis extra: pip install 'freqguard[redis]'"
         ) from None
-    query = _check_options(url, scheme)
-    options: dict[str, Any] = {"retry": Retry(NoBackoff(), 0)}
-    for name in ("socket_timeout", "socket_connect_timeout"):
-        if name not in query:
-            options[name] = DEFAULT_TIMEOUT
-    return url.replace("+cluster://", "://", 1), options
 
 
 def backend_from_url(url: str) -> MemoryBackend | RedisBackend:
@@ -205,37 +380,34 @@ def backend_from_url(url: str) -> MemoryBackend | RedisBackend:
         ConfigError: an unsupported scheme, a bad option (see the module docstring), or a
             Redis URL without the redis extra.
         BackendUnavailable: a cluster URL whose nodes cannot be reached, or whose slots are
-            not all served (redis-py's cluster client learns its slots as it is made).
+            not all served (redis-py's sync cluster client learns its slots as it is made).
     """
-    scheme = _scheme(url)
-    if scheme == "memory":
+    target = parse_url(url)
+    if target.kind == "memory":
         return MemoryBackend()
-    target, options = _client_options(url, scheme)
+    _redis_extra(url)
     from redis import Redis
     from redis.cluster import RedisCluster
+    from redis.retry import Retry
+    from redis.sentinel import Sentinel
 
     from freqguard.backends.redis import RedisBackend, _boundary
 
-    if scheme.endswith("+cluster"):
-        with _boundary(None):  # redis-py's sync cluster client connects as it is made
-            return RedisBackend(RedisCluster.from_url(target, **options))
-    return RedisBackend(Redis.from_url(target, **options))
+    with _boundary(None):  # redis-py's sync cluster client connects as it is made
+        return RedisBackend(_client(target, _Classes(Redis, RedisCluster, Sentinel, Retry)))
 
 
 def async_backend_from_url(url: str) -> MemoryBackend | AsyncRedisBackend:
     """An asyncio backend for :class:`~freqguard.AsyncGuard` (see :func:`backend_from_url`)."""
-    scheme = _scheme(url)
-    if scheme == "memory":
+    target = parse_url(url)
+    if target.kind == "memory":
         return MemoryBackend()
-    target, options = _client_options(url, scheme)
+    _redis_extra(url)
     from redis.asyncio import Redis
     from redis.asyncio.cluster import RedisCluster
     from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
+    from redis.asyncio.sentinel import Sentinel
 
     from freqguard.backends.redis import AsyncRedisBackend
 
-    options["retry"] = Retry(NoBackoff(), 0)
-    if scheme.endswith("+cluster"):
-        return AsyncRedisBackend(RedisCluster.from_url(target, **options))
-    return AsyncRedisBackend(Redis.from_url(target, **options))
+    return AsyncRedisBackend(_client(target, _Classes(Redis, RedisCluster, Sentinel, Retry)))

@@ -1,0 +1,262 @@
+"""The Redis backend's calls: framed, routed, sent on lanes, reloaded, errors translated.
+
+Every public operation catches redis-py's errors around its whole body and raises the
+freqguard error :func:`~freqguard.backends._boundary.translate` gives, from the original.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.exceptions import SlotNotCoveredError
+
+from freqguard.backends._boundary import ERRORS, sentinel_pools, translate
+from freqguard.backends._flight import AsyncSingleFlight
+from freqguard.backends._inspect import inspection
+from freqguard.backends._lanes import AsyncJob, AsyncLane, aexchange_all
+from freqguard.backends._library import ATTEMPTS, LIBRARY, again, missing
+from freqguard.backends._resp import RAW, chunks, encode, function_args
+from freqguard.backends._routing import (
+    REROUTE,
+    alearn_lost,
+    alearn_slots,
+    owners,
+    per_lane,
+    single_connection,
+    slot_of,
+    unmapped,
+)
+from freqguard.backends.base import Reply, ScriptCall
+from freqguard.clock import Clock, SystemClock
+from freqguard.script import unpack
+
+__all__ = ["AsyncRedisBackend"]
+
+_Group = tuple[AsyncLane, list[int], list[bytes]]  # a lane, its calls' positions, packed
+
+
+class AsyncRedisBackend:
+    """Runs the policy function on a standalone Redis server or a Redis Cluster.
+
+    Calls go on lanes of the client's own connections (:class:`AsyncLane`), each straight to
+    the node that owns its slot; a batch goes as one write per node, the nodes at once.
+
+    Before its first call it asks the server what it is, once: a standalone client aimed at a
+    cluster node raises :class:`~freqguard.ConfigError` on every call, and a
+    ``maxmemory-policy`` that can evict records is logged as a warning on the ``freqguard``
+    logger (every record has a TTL, so ``volatile-*`` policies evict them too).
+
+    Args:
+        client: the redis-py client (``Redis`` or ``RedisCluster``); its timeouts and retries
+            are the caller's to set (``backend_from_url`` sets short timeouts, no retries).
+        clock: what ``acquire`` sleeps on (default :class:`SystemClock`); decisions use the
+            server's time unless the Guard pins one.
+    """
+
+    def __init__(
+        self,
+        client: AsyncRedis | AsyncRedisCluster,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self.client = client
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._cluster = isinstance(client, AsyncRedisCluster)
+        self._slot_of = slot_of(self._cluster)
+        self._owner_of = owners(client)
+        self._lanes: dict[int, tuple[object, AsyncLane]] = {}
+        self._direct = self._cluster or not single_connection(client)
+        self._inspected = False
+        self._inspecting = AsyncSingleFlight()
+        self._loading = AsyncSingleFlight()
+
+    async def aexecute(self, call: ScriptCall) -> Reply:
+        """Run one call.
+
+        Raises:
+            BackendUnavailable: Redis failed (the redis-py error is its ``__cause__``).
+            ConfigError: the client is standalone and the server a cluster node.
+        """
+        try:
+            if not (self._inspected and self._direct) or unmapped(self.client):
+                # the first calls take the long way, and those that must learn the slots
+                return (await self._run([call]))[0]
+            # the common case, without a batch's bookkeeping
+            packed, key = encode(call)
+            try:
+                results = await self._lane(key).exchange(packed, 1)
+            except SlotNotCoveredError:  # a hole in the slot map: the batch learns it
+                return (await self._run([call]))[0]
+            except REROUTE as exc:
+                results = [exc]
+            if missing(results[0]):
+                await self._reload([call], results)
+            result = results[0]
+            if isinstance(result, Exception):
+                result = await self._settle(call, result)
+            return unpack(call.slot, result)  # type: ignore[arg-type]
+        except ERRORS as exc:
+            raise translate(exc, self.client) from exc
+
+    async def aexecute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
+        """Run calls in order (calls on one key see each other's effects); raises as
+        :meth:`aexecute`."""
+        if len(calls) == 1:  # a step of a multi-slot operation: the lone call's own path
+            return [await self.aexecute(calls[0])]
+        try:
+            return await self._run(calls)
+        except ERRORS as exc:
+            raise translate(exc, self.client) from exc
+
+    async def aclose(self) -> None:
+        """Give the lanes' connections back and close the client."""
+        try:
+            await self._forget_lanes()
+            await self.client.aclose()
+            for pool in sentinel_pools(self.client):
+                await pool.disconnect()
+        except ERRORS as exc:
+            raise translate(exc, self.client) from exc
+
+    def __repr__(self) -> str:
+        return f"AsyncRedisBackend({self.client!r})"
+
+    async def _run(self, calls: Sequence[ScriptCall]) -> list[Reply]:
+        """Calls in order: each node's in one batch, in input order (calls on one key keep
+        their order), the nodes at once; replies in input order."""
+        if not calls:
+            return []
+        if not self._inspected:
+            await self._inspect()
+        if not self._direct:
+            return [unpack(call.slot, await self._command(call)) for call in calls]
+        results = await self._send_all(calls)
+        if any(missing(result) for result in results):
+            await self._reload(calls, results)
+        replies = []
+        for call, result in zip(calls, results, strict=True):
+            if isinstance(result, Exception):
+                result = await self._settle(call, result)
+            replies.append(unpack(call.slot, result))  # type: ignore[arg-type]
+        return replies
+
+    async def _send_all(self, calls: Sequence[ScriptCall]) -> list[object]:
+        """Each call's reply or error reply, in input order."""
+        if not self._cluster:  # one lane; framed as the batch is sent
+            return await self._lane(b"").stream(lambda: chunks(calls), len(calls))
+        groups = await self._groups([encode(call) for call in calls])
+        jobs = [(lane, b"".join(packed), len(packed)) for lane, _, packed in groups]
+        results: list[object] = [None] * len(calls)
+        for (_, indices, _), answer in zip(groups, await self._exchange_all(jobs), strict=True):
+            if isinstance(answer, Exception):
+                answer = [answer] * len(indices)  # each goes the long way (_settle)
+            for index, result in zip(indices, answer, strict=True):
+                results[index] = result
+        return results
+
+    async def _reload(self, calls: Sequence[ScriptCall], results: list[object]) -> None:
+        """Send again, in place, the calls whose result says the library is missing: each
+        node's behind its load, then atomically those that missed again (see ``again``)."""
+        for atomic in (False, True):
+            redo = [i for i, result in enumerate(results) if missing(result)]
+            if not redo:
+                return
+            encoded = [encode(calls[i]) for i in redo]
+            groups = await self._groups(encoded)
+            framed = [again([encoded[i] for i in ix], atomic, self._slot_of) for _, ix, _ in groups]
+            jobs = [
+                (lane, data, count)
+                for (lane, _, _), (data, count, _) in zip(groups, framed, strict=True)
+            ]
+            answers = await self._exchange_all(jobs)
+            for (_, indices, _), (_, _, read), answer in zip(groups, framed, answers, strict=True):
+                redone = [answer] * len(indices) if isinstance(answer, Exception) else read(answer)
+                for index, result in zip(indices, redone, strict=True):
+                    results[redo[index]] = result
+
+    async def _settle(self, call: ScriptCall, error: Exception) -> bytes:
+        """A call's reply after an error: on a cluster, a moved slot or a lost node sends it
+        the long way (the cluster client follows it and refreshes its slot map); any other
+        error is raised."""
+        if not (self._cluster and isinstance(error, REROUTE)):
+            raise error
+        await self._reroute(error)
+        return await self._command(call)
+
+    async def _reroute(self, error: Exception) -> None:
+        """Before calls go the long way (the cluster client): drop the lanes, and after a lost
+        node learn the slots again (``alearn_lost``); once per batch."""
+        if self._lanes:
+            await self._forget_lanes()
+            await alearn_lost(self.client, error)
+
+    async def _exchange_all(self, jobs: list[AsyncJob]) -> list[list[object] | Exception]:
+        """Every lane's job at once (``aexchange_all``). A lane that failed gives its error,
+        to go the long way on a cluster; any other failure is raised."""
+        answers = await aexchange_all(jobs)
+        for answer in answers:
+            if isinstance(answer, Exception) and not (
+                self._cluster and isinstance(answer, REROUTE)
+            ):
+                raise answer
+        return answers
+
+    async def _groups(self, encoded: list[tuple[bytes, bytes]]) -> list[_Group]:
+        """Encoded calls by lane (see ``per_lane``). A slot missing from the client's map
+        makes it learn the map again, once."""
+        if unmapped(self.client):  # a lost node: the client's map is to be learnt again
+            await alearn_slots(self.client)
+        try:
+            return per_lane(encoded, self._lane)
+        except SlotNotCoveredError:
+            await alearn_slots(self.client)
+            return per_lane(encoded, self._lane)
+
+    def _lane(self, key: bytes) -> AsyncLane:
+        """The lane to the node that owns ``key`` (to the server, when standalone)."""
+        owner = self._owner_of(key)
+        entry = self._lanes.get(id(owner))
+        if entry is None or entry[0] is not owner:
+            entry = self._lanes[id(owner)] = (owner, AsyncLane(owner))
+        return entry[1]
+
+    async def _forget_lanes(self) -> None:
+        lanes, self._lanes = self._lanes, {}
+        for _, lane in lanes.values():
+            await lane.aclose()
+
+    async def _command(self, call: ScriptCall) -> bytes:
+        """The call through redis-py's own command API (which also follows redirections). A
+        missing library is loaded and the call repeated, ``ATTEMPTS`` tries in all: the
+        client's API cannot hold the load and the call in one transaction."""
+        args = function_args(call)
+        attempts = ATTEMPTS
+        while True:
+            try:
+                return await self.client.execute_command(*args, **RAW)  # type: ignore[no-any-return,no-untyped-call,unused-ignore]
+            except ERRORS as exc:
+                attempts -= 1
+                if not (missing(exc) and attempts):
+                    raise
+            await self._loading.run(lambda: self.client.function_load(LIBRARY, replace=True))
+
+    async def _inspect(self) -> None:
+        """Once, before the first calls, for every caller that comes meanwhile: the server's
+        checks (see ``_inspect.inspection``). Failing to reach it leaves them to the next."""
+        await self._inspecting.run(self._inspection)
+
+    async def _inspection(self) -> None:
+        steps = inspection(self.client, self._cluster)
+        try:
+            step = next(steps)
+            while True:
+                try:
+                    reply = await step()
+                except ERRORS as exc:
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(reply)
+        except StopIteration:
+            self._inspected = True

@@ -1,0 +1,119 @@
+"""The Redis Function library the backends call, and how it is loaded again when missing.
+
+The policy function of ``freqguard/lua/policy.lua`` is loaded with FUNCTION LOAD under a name
+that carries a digest of its code (so versions side by side never clash), on first use and
+again whenever a server answers that it lacks it: after ``FUNCTION FLUSH``, or on a new node;
+inside pipelines too, and in a way no concurrent flush can defeat (see :func:`again`). Redis
+persists and replicates functions, so a failover keeps them. Redis 7.0 or newer is required.
+No I/O here: the backends send what :func:`again` frames.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from importlib import resources
+
+from redis import exceptions as rex
+
+__all__ = [
+    "ATTEMPTS",
+    "FUNCTION",
+    "FUNCTION_NOGROW",
+    "LIBRARY",
+    "LOAD",
+    "Read",
+    "again",
+    "missing",
+]
+
+_SOURCE = resources.files("freqguard.lua").joinpath("policy.lua").read_text(encoding="utf-8")
+#: the name of the library and of its function, for hits
+FUNCTION = "freqguard_" + hashlib.sha1(_SOURCE.encode("utf-8")).hexdigest()[:12]
+#: the same function flagged allow-oom, for the calls that never grow what is stored (CHECK,
+#: REFUND, RESET, a HIT of cost 0): Redis runs them when used memory is past maxmemory
+FUNCTION_NOGROW = FUNCTION + "_nogrow"
+#: the library's code, as FUNCTION LOAD takes it
+LIBRARY = _SOURCE.replace("__LIBRARY__", FUNCTION)
+
+
+# "Function not found" (never loaded, FUNCTION FLUSH, a new node): the calls that met it are
+# sent again behind the library's load, on the connection they failed on. FUNCTION LOAD goes
+# without REPLACE: a library already there is refused before its code is compiled, so many
+# callers recovering at once cost one compilation.
+_CODE = LIBRARY.encode()
+LOAD = b"*3\r\n$8\r\nFUNCTION\r\n$4\r\nLOAD\r\n$%d\r\n%s\r\n" % (len(_CODE), _CODE)
+_MULTI = b"*1\r\n$5\r\nMULTI\r\n"
+_EXEC = b"*1\r\n$4\r\nEXEC\r\n"
+_ATOMIC = 64  # calls per transaction: the server runs each whole, serving no one else
+ATTEMPTS = 3  # calls through redis-py's command API: loads and tries in all
+#: what turns the replies to :func:`again`'s bytes into each call's result
+Read = Callable[[Sequence[object]], list[object]]
+
+
+def missing(result: object) -> bool:
+    """Whether a reply says the server lacks the library (never loaded, or flushed)."""
+    return isinstance(result, rex.ResponseError) and "Function not found" in str(result)
+
+
+def again(
+    calls: Sequence[tuple[bytes, bytes]], atomic: bool, slot_of: Callable[[bytes], int]
+) -> tuple[bytes, int, Read]:
+    """Encoded calls that found the library missing, framed to go again behind its load.
+
+    First the load and then the calls: one load for them all. A flush from another client can
+    still come between the two; the calls that meet one go again ``atomic``: in transactions
+    (MULTI, the load, the calls, EXEC) that nothing can come between, so they cannot miss
+    again. A transaction's keys must share a cluster slot: one (or more, past ``_ATOMIC``
+    calls) per slot, by ``slot_of``; calls of one slot keep their order.
+
+    Returns:
+        The bytes to send, the number of replies they get, and what turns those replies into
+        each call's result, in the order of ``calls``.
+    """
+    if not atomic:
+        return (
+            LOAD + b"".join([packed for packed, _ in calls]),
+            1 + len(calls),
+            lambda replies: [_after(replies[0], result) for result in replies[1:]],
+        )
+    runs = _runs([slot_of(key) for _, key in calls])
+
+    def read(replies: Sequence[object]) -> list[object]:
+        results: list[object] = [None] * len(calls)
+        at = 0
+        for run in runs:
+            queued, done = replies[at : at + 2 + len(run)], replies[at + 2 + len(run)]
+            at += 3 + len(run)
+            if isinstance(done, list):  # it ran: the load's answer, then each call's
+                answers = [_after(done[0], result) for result in done[1:]]
+            else:  # refused as it was queued (out of memory, a slot that moved): none ran
+                refused = next((r for r in queued if isinstance(r, Exception)), done)
+                answers = [refused] * len(run)
+            for index, answer in zip(run, answers, strict=True):
+                results[index] = answer
+        return results
+
+    parts: list[bytes] = []
+    for run in runs:
+        parts += [_MULTI, LOAD, *[calls[index][0] for index in run], _EXEC]
+    return b"".join(parts), len(calls) + 3 * len(runs), read
+
+
+def _runs(slots: list[int]) -> list[list[int]]:
+    """Positions grouped into transactions: one slot each, at most ``_ATOMIC``, in order."""
+    runs: list[list[int]] = []
+    for index in sorted(range(len(slots)), key=slots.__getitem__):  # stable: order kept
+        run = runs[-1] if runs else None
+        if run is None or len(run) == _ATOMIC or slots[run[0]] != slots[index]:
+            runs.append([index])
+        else:
+            run.append(index)
+    return runs
+
+
+def _after(loaded: object, result: object) -> object:
+    """A call's result after the load: the load's own error where it failed (for another
+    reason than being there already) and the call found no library."""
+    failed = isinstance(loaded, Exception) and "already exists" not in str(loaded)
+    return loaded if failed and missing(result) else result

@@ -1,0 +1,115 @@
+"""FCALLs in the wire protocol (RESP), framed here rather than by redis-py.
+
+redis-py's packer encodes and frames every argument on every call; only the record, time,
+cost, mode and fields change between calls of one plan, so the rest is framed once per plan
+(:func:`encode`). :func:`function_args` gives the same call as arguments for redis-py's
+command API, the long way that follows cluster redirections. No I/O here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from redis.client import NEVER_DECODE
+
+from freqguard.backends._library import FUNCTION, FUNCTION_NOGROW
+from freqguard.backends.base import ScriptCall
+from freqguard.contract import HIT
+from freqguard.strategies.base import Mark
+
+__all__ = ["CHUNK", "RAW", "bulk", "chunks", "encode", "function_args"]
+
+#: ``execute_command``'s option to leave a reply undecoded: the script's replies are binary,
+#: and clients made with ``decode_responses=True`` must read them alike
+RAW = {NEVER_DECODE: True}
+CHUNK = 16  # calls per write when a batch is streamed (see Lane.stream)
+# Per plan text: the wire frames of FCALL's constant arguments (see encode), the last one
+# naming FUNCTION_NOGROW.
+_FRAMES: dict[str, tuple[bytes, bytes, bytes]] = {}
+
+
+def _record_and_fields(call: ScriptCall) -> tuple[str, list[bytes]]:
+    """The record key and the field of each state: every key of one call is a field of one
+    record (same partition, same policy)."""
+    texts, layouts = call.texts, call.slot.layouts
+    return layouts[0].record(texts), [layout.field(texts) for layout in layouts]
+
+
+def _function(call: ScriptCall) -> str:
+    """The function a call goes to: a HIT that consumes may grow what is stored; every other
+    call goes to the twin Redis runs even when out of memory (see FUNCTION_NOGROW)."""
+    return FUNCTION if call.mode == HIT and call.cost else FUNCTION_NOGROW
+
+
+def function_args(call: ScriptCall) -> tuple[Any, ...]:
+    """FCALL's arguments, for redis-py's ``execute_command``: the function, numkeys, the
+    record key, then ARGV (see the script header)."""
+    record, fields = _record_and_fields(call)
+    now = "" if call.now is None else call.now
+    args = ("FCALL", _function(call), 1, record, now, call.cost, call.mode, call.slot.spec_text)
+    return (*args, *fields, *_marks(call))
+
+
+def _marks(call: ScriptCall) -> tuple[bytes, ...]:
+    """A refund's marks as ARGV (see the script header): none, or one per state."""
+    if call.marks is None:
+        return ()
+    return tuple([_mark(m) for m in call.marks])
+
+
+def _mark(mark: Mark | None) -> bytes:
+    if mark is None:
+        return b""
+    if isinstance(mark, tuple):  # a bucket's: tat, back, born
+        return b":".join([b"%d" % v for v in mark])
+    return b"%d" % mark
+
+
+def bulk(data: bytes) -> bytes:
+    """One RESP bulk string."""
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def _frame(text: str, states: int, marks: tuple[bytes, ...]) -> tuple[bytes, bytes, bytes]:
+    """FCALL's constant frames for a plan: the head naming FUNCTION, the plan text, and the
+    head naming FUNCTION_NOGROW; kept per plan, but for a refund's, which counts its marks."""
+    count = 8 + states + len(marks)
+    head = b"*%d\r\n%s%s%s" % (count, bulk(b"FCALL"), bulk(FUNCTION.encode()), bulk(b"1"))
+    nogrow = head.replace(bulk(FUNCTION.encode()), bulk(FUNCTION_NOGROW.encode()))
+    frame = (head, bulk(text.encode()), nogrow)
+    if not marks:
+        _FRAMES.setdefault(text, frame)
+    return frame
+
+
+def encode(call: ScriptCall) -> tuple[bytes, bytes]:
+    """FCALL in the wire protocol (RESP), and the record key it touches (its slot's)."""
+    text = call.slot.spec_text
+    frame = _FRAMES.get(text)
+    marks = _marks(call)
+    if frame is None or marks:
+        frame = _frame(text, len(call.slot.layouts), marks)
+    record, fields = _record_and_fields(call)
+    key = record.encode("utf-8", "surrogatepass")
+    now = b"" if call.now is None else b"%d" % call.now
+    cost = b"%d" % call.cost
+    packed = b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$1\r\n%d\r\n%s%s" % (
+        frame[0] if call.mode == HIT and call.cost else frame[2],
+        len(key),
+        key,
+        len(now),
+        now,
+        len(cost),
+        cost,
+        call.mode,
+        frame[1],
+        b"".join([b"$%d\r\n%s\r\n" % (len(f), f) for f in (*fields, *marks)]),
+    )
+    return packed, key
+
+
+def chunks(calls: Sequence[ScriptCall]) -> Iterator[bytes]:
+    """The calls packed, :data:`CHUNK` to a write (see Lane.stream)."""
+    for start in range(0, len(calls), CHUNK):
+        yield b"".join([encode(call)[0] for call in calls[start : start + CHUNK]])

@@ -1,0 +1,159 @@
+"""Where each call goes: the node that owns its key's slot.
+
+Calls go straight to the node that owns their slot, by the backend's own look-up in the
+redis-py client's slot map: redis-py's cluster client would otherwise ask the server for an
+FCALL's keys (``COMMAND GETKEYS``) first, one more round trip per call. A batch is grouped by
+node (:func:`per_lane`), in input order within each node, so calls on one key keep their
+order. A redirection or a lost node (:data:`REROUTE`) sends the call the long way, through
+the cluster client, which follows it and refreshes its slot map; a slot missing from the map
+makes the client learn the map again (:func:`learn_slots`). No I/O here but that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import suppress
+from typing import TypeVar, overload
+
+from redis import Redis
+from redis import exceptions as rex
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+
+__all__ = [
+    "REROUTE",
+    "alearn_lost",
+    "alearn_slots",
+    "learn_lost",
+    "learn_slots",
+    "owners",
+    "per_lane",
+    "single_connection",
+    "slot_of",
+    "unmapped",
+]
+
+_L = TypeVar("_L")  # a lane, sync or async
+#: Errors that mean "ask the cluster client, which follows redirections and refreshes slots".
+REROUTE = (rex.MovedError, rex.AskError, rex.TryAgainError, rex.ConnectionError)
+
+
+def _standalone(key: bytes) -> int:
+    return 0  # a standalone server: any keys in one transaction
+
+
+def slot_of(cluster: bool) -> Callable[[bytes], int]:
+    """A key's slot, for keys that must share one (a transaction's): any on one server."""
+    return key_slot if cluster else _standalone
+
+
+@overload
+def owners(client: Redis | RedisCluster) -> Callable[[bytes], Redis]: ...
+@overload
+def owners(
+    client: AsyncRedis | AsyncRedisCluster,
+) -> Callable[[bytes], AsyncRedis | AsyncClusterNode]: ...
+def owners(client: object) -> Callable[[bytes], object]:
+    """What gives, for a key, what reaches the node that owns it: the client itself when
+    standalone; on a cluster, the node's own client (sync) or the node (asyncio, whose nodes
+    hold their connections). Made once per backend: ``isinstance`` on redis-py's clients
+    goes through typing's protocol checks, too slow for every call. The look-up raises
+    ``SlotNotCoveredError`` for a slot missing from the client's map."""
+    if isinstance(client, RedisCluster):
+        sync_cluster = client
+
+        def node_client(key: bytes) -> Redis:  # raises SlotNotCoveredError itself
+            node = sync_cluster.nodes_manager.get_node_from_slot(key_slot(key))
+            return sync_cluster.get_redis_connection(node)
+
+        return node_client
+    if isinstance(client, AsyncRedisCluster):
+        async_cluster = client
+
+        def node(key: bytes) -> AsyncClusterNode:
+            slot = key_slot(key)
+            try:
+                return async_cluster.nodes_manager.get_node_from_slot(slot)
+            except KeyError:  # how redis-py's async client says the slot is not in its map
+                message = f"slot {slot} is not covered by the cluster"
+                raise rex.SlotNotCoveredError(message) from None
+
+        return node
+    return lambda key: client
+
+
+def per_lane(
+    encoded: list[tuple[bytes, bytes]], lane_of: Callable[[bytes], _L]
+) -> list[tuple[_L, list[int], list[bytes]]]:
+    """Encoded calls grouped by the lane (node) that owns their key: each group's input
+    positions and packed calls, in input order."""
+    groups: dict[int, tuple[_L, list[int], list[bytes]]] = {}
+    for index, (packed, key) in enumerate(encoded):
+        lane = lane_of(key)
+        group = groups.get(id(lane))
+        if group is None:
+            group = groups[id(lane)] = (lane, [], [])
+        group[1].append(index)
+        group[2].append(packed)
+    return list(groups.values())
+
+
+def single_connection(client: object) -> bool:
+    """Whether a client keeps one connection to itself (``single_connection_client=True``):
+    freqguard then drives it through its own command API instead of borrowing from its pool."""
+    return bool(
+        getattr(client, "_single_connection_client", False)  # redis.Redis
+        or getattr(client, "single_connection_client", False)  # redis.asyncio.Redis
+    )
+
+
+# Learning the slot map again is the one routing step that does I/O, and the two clients do
+# it differently: a hand-written pair.
+
+
+def learn_slots(client: Redis | RedisCluster) -> None:
+    """Learn a cluster's slot map again (a slot was missing from it)."""
+    if isinstance(client, RedisCluster):
+        client.nodes_manager.initialize()
+
+
+async def alearn_slots(client: AsyncRedis | AsyncRedisCluster) -> None:
+    """:func:`learn_slots` for an asyncio client, which learns its map on first use: then
+    it initializes as a whole (the map, its command parser, and what ``aclose`` closes)."""
+    if isinstance(client, AsyncRedisCluster):
+        if client._initialize:
+            await client.initialize()
+        else:
+            await client.nodes_manager.initialize()
+
+
+_LOST = (rex.ConnectionError, rex.TimeoutError)  # a node that did not answer
+
+
+def learn_lost(client: Redis | RedisCluster, error: BaseException) -> None:
+    """After a lost node, learn the cluster's slots again before redis-py's cluster client is
+    asked to send a call: it finds an FCALL's keys by asking its default node (COMMAND
+    GETKEYS), and when that node is the lost one, the question fails outside the handling
+    that would replace it, so the client would ask the dead node for ever, past the failover.
+    Learning the slots also picks the default node afresh (the first primary)."""
+    if isinstance(client, RedisCluster) and isinstance(error, _LOST):
+        with suppress(rex.RedisError, rex.RedisClusterException):  # none answers: next time
+            client.nodes_manager.initialize()
+
+
+async def alearn_lost(client: AsyncRedis | AsyncRedisCluster, error: BaseException) -> None:
+    """:func:`learn_lost` for redis-py's asyncio cluster client: mark it to learn its slots, its
+    default node and the node it asks for keys before its next command, as its own handler
+    of a lost node does."""
+    if isinstance(client, AsyncRedisCluster) and isinstance(error, _LOST):
+        client._initialize = True
+
+
+def unmapped(client: object) -> bool:
+    """Whether redis-py's asyncio cluster client is marked to learn its slot map before its
+    next command (new, or after a lost node: :func:`alearn_lost`); the sync client learns
+    at once and is never so marked."""
+    return getattr(client, "_initialize", False) is True
