@@ -21,7 +21,6 @@ name the guard does not know, fails at decoration.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import inspect
 import re
@@ -29,16 +28,18 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, ParamSpec, TypeVar, cast
+from typing import Any, Literal, ParamSpec, TypeVar, cast, overload
 
 import wrapt
 
-from freqguard.backends.base import AsyncBackend, Reply, ScriptCall, SyncBackend
-from freqguard.backends.memory import MemoryBackend
+from freqguard.adapters import async_view
+from freqguard.call_keys import Arguments, CallKey, KeySpec
 from freqguard.decision import Decision
+from freqguard.defaults import configure, default_async_guard, default_guard
 from freqguard.errors import CapExceeded, ConfigError
+from freqguard.failure import check_on_error
 from freqguard.guard import AsyncGuard, Guard
-from freqguard.policy import Policy
+from freqguard.policy import OnError, Policy
 from freqguard.rates import parse_rates
 from freqguard.rules import NAME_PATTERN, Rule, check_name
 
@@ -47,82 +48,9 @@ __all__ = ["Capped", "capped", "configure"]
 P = ParamSpec("P")
 R = TypeVar("R")
 OnExceeded = Literal["raise", "skip", "wait"] | Callable[[Decision], Any]
-KeySpec = str | Mapping[str, str | Callable[..., object]] | Callable[..., object] | None
 RuleSpec = str | Rule | Sequence[str | Rule]
 # per guard, the dimensions of the policy registered on it (a guard's policy never changes)
 Registered = weakref.WeakKeyDictionary[Guard | AsyncGuard, tuple[str, ...]]
-
-_defaults: dict[str, Any] = {}
-
-
-def configure(backend: str | SyncBackend | None = None, policies: Sequence[Policy] = ()) -> Guard:
-    """Set the process-wide guard that ``@capped`` uses when given none.
-
-    Args:
-        backend: a URL (``"redis://…"``), a backend object, or None for a new memory backend.
-        policies: policies to register (``@capped`` registers its own as it needs them).
-
-    Returns:
-        The new default sync guard (an async twin over the same state is made alongside).
-    """
-    from freqguard.backends.urls import async_backend_from_url, backend_from_url
-
-    if backend is None or isinstance(backend, MemoryBackend):
-        memory = backend or MemoryBackend()
-        sync_guard, async_guard = Guard(memory, policies), AsyncGuard(memory, policies)
-    elif isinstance(backend, str):
-        sync_guard = Guard(backend_from_url(backend), policies)
-        async_guard = AsyncGuard(async_backend_from_url(backend), policies)
-    else:
-        sync_guard = Guard(backend, policies)
-        async_guard = _async_view(sync_guard)
-    _defaults["sync"], _defaults["async"] = sync_guard, async_guard
-    return sync_guard
-
-
-def _default(kind: str) -> Any:
-    if kind not in _defaults:
-        configure()
-    return _defaults[kind]
-
-
-class _ThreadedBackend:
-    """Lets an AsyncGuard use a sync-only backend without blocking the event loop."""
-
-    def __init__(self, backend: SyncBackend) -> None:
-        self.backend = backend
-        self.clock = backend.clock
-
-    async def aexecute(self, call: ScriptCall) -> Reply:
-        return await asyncio.to_thread(self.backend.execute, call)
-
-    async def aexecute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
-        return await asyncio.to_thread(self.backend.execute_many, calls)
-
-    async def aclose(self) -> None:
-        await asyncio.to_thread(self.backend.close)
-
-
-_views: weakref.WeakKeyDictionary[Guard, AsyncGuard] = weakref.WeakKeyDictionary()
-
-
-def _async_view(guard: Guard) -> AsyncGuard:
-    """An AsyncGuard over a sync Guard's state and its live policies."""
-    found = _views.get(guard)
-    if found is not None:
-        return found
-    backend: AsyncBackend = (
-        guard.backend
-        if isinstance(guard.backend, MemoryBackend)
-        else _ThreadedBackend(guard.backend)
-    )
-    view = AsyncGuard(backend, (), guard.clock, prefix=guard.prefix)
-    # one registry for both, not a copy: a policy added to either, now or later, is known
-    # to the other. Guard offers no public way to share it; tests hold this reach inside.
-    view._plans = guard._plans
-    _views[guard] = view
-    return view
-
 
 _taken: set[str] = set()  # implicit policy names handed out in this process
 _taken_lock = threading.Lock()
@@ -159,40 +87,6 @@ def _unknown_policy(name: str, guard: Guard | AsyncGuard) -> ConfigError:
     return ConfigError(f"{name!r} is neither a rate nor a registered policy (registered: {known})")
 
 
-def _static_dimensions(key: KeySpec) -> tuple[str, ...] | None:
-    """The dimensions a key spec yields, when known before any call (not for a callable)."""
-    if key is None:
-        return ()
-    if isinstance(key, str):
-        return (key.split(".")[-1],)
-    if isinstance(key, Mapping):
-        return tuple(key)
-    return None
-
-
-class _Path:
-    """A dotted path into a call's arguments: ``"msg.recipient"``."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.parts = text.split(".")
-        if not all(part.isidentifier() for part in self.parts):
-            raise ConfigError(f"key path {text!r} must be dotted identifiers like 'msg.recipient'")
-
-    def resolve(self, arguments: Mapping[str, object]) -> object:
-        if self.parts[0] not in arguments:
-            raise ConfigError(f"key path {self.text!r}: no argument named {self.parts[0]!r}")
-        value = arguments[self.parts[0]]
-        for part in self.parts[1:]:
-            if isinstance(value, Mapping) and part in value:
-                value = value[part]
-            elif hasattr(value, part):
-                value = getattr(value, part)
-            else:
-                raise ConfigError(f"key path {self.text!r}: {value!r} has no {part!r}")
-        return value
-
-
 class Capped:
     """The decorator (and context manager) that ``capped(...)`` returns."""
 
@@ -206,6 +100,7 @@ class Capped:
         timeout: float | None,
         context: Mapping[str, object] | None,
         name: str | None = None,
+        on_error: OnError | None = None,
     ) -> None:
         if not callable(on_exceeded) and on_exceeded not in ("raise", "skip", "wait"):
             raise ConfigError(
@@ -221,16 +116,16 @@ class Capped:
                     f"name={name!r} names the cap made from rates; {self._policy!r} already "
                     "names a registered policy"
                 )
+        if on_error is not None:
+            if self._policy is not None:
+                raise ConfigError(
+                    f"on_error={on_error!r} applies to the cap made from rates; set it on "
+                    f"the registered policy {self._policy!r} instead (Policy(..., on_error=))"
+                )
+            check_on_error(on_error, "@capped")
+        self._on_error = on_error
         self._name = name
-        self._key = self._parse_key(key)
-        self._dimensions = _static_dimensions(key)
-        self._paths = (
-            [key]
-            if isinstance(key, str)
-            else [
-                v for v in (key.values() if isinstance(key, Mapping) else ()) if isinstance(v, str)
-            ]
-        )
+        self._key = CallKey(key)
         # the with-block form's registrations: per guard, the dimensions its policy has
         self._block_registered: Registered = weakref.WeakKeyDictionary()
 
@@ -253,7 +148,7 @@ class Capped:
             except ConfigError:
                 if not NAME_PATTERN.fullmatch(rule):
                     raise  # not a possible policy name either: the rate error says why
-                target = guard if guard is not None else cast(Guard, _default("sync"))
+                target = guard if guard is not None else default_guard()
                 if rule not in target.policies:
                     raise _unknown_policy(rule, target) from None
                 return (), rule
@@ -267,42 +162,6 @@ class Capped:
             if isinstance(item, str):
                 parse_rates(item)
         return items, None
-
-    def _parse_key(
-        self, key: KeySpec
-    ) -> (
-        Callable[[Mapping[str, object], tuple[Any, ...], dict[str, Any]], dict[str, object]] | None
-    ):
-        if key is None:
-            return None
-        if isinstance(key, str):
-            path = _Path(key)
-            dimension = path.parts[-1]
-            return lambda arguments, args, kwargs: {dimension: path.resolve(arguments)}
-        if isinstance(key, Mapping):
-            paths = {d: (v if callable(v) else _Path(v)) for d, v in key.items()}
-
-            def resolve(
-                arguments: Mapping[str, object], args: tuple[Any, ...], kwargs: dict[str, Any]
-            ) -> dict[str, object]:
-                return {
-                    d: p.resolve(arguments) if isinstance(p, _Path) else p(*args, **kwargs)
-                    for d, p in paths.items()
-                }
-
-            return resolve
-        if callable(key):
-
-            def call(
-                arguments: Mapping[str, object], args: tuple[Any, ...], kwargs: dict[str, Any]
-            ) -> dict[str, object]:
-                value = key(*args, **kwargs)
-                return dict(value) if isinstance(value, Mapping) else {"key": value}
-
-            return call
-        raise ConfigError(
-            f"key must be a parameter name, a dotted path, a mapping or a callable, got {key!r}"
-        )
 
     def _policy_for(
         self,
@@ -334,7 +193,7 @@ class Capped:
                 rules.append(item)
             else:
                 rules.extend(Rule(rate, by=by) for rate in parse_rates(item))
-        guard.add_policy(Policy(name, *rules))
+        guard.add_policy(Policy(name, *rules, on_error=self._on_error))
 
     def _block_name(self, by: tuple[str, ...]) -> str:
         """A with-block's cap: its name, else one per rules and dimensions (different rules
@@ -347,69 +206,25 @@ class Capped:
     # -- decoration ----------------------------------------------------------------------
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
-        signatures: dict[Any, inspect.Signature] = {}
-        params = inspect.signature(func).parameters
-        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-        for path in self._paths:
-            first = path.split(".")[0]
-            if first not in params and not takes_any:
-                raise ConfigError(
-                    f"@capped on {func.__qualname__}: key {path!r} names no parameter "
-                    f"(parameters: {', '.join(params) or 'none'})"
-                )
+        self._key.check(func)
+        site = self._site(func)
+        if inspect.iscoroutinefunction(func):  # chosen once, here
+            return cast(Callable[P, R], self._wrap_async(func, site))
+        return cast(Callable[P, R], self._wrap_sync(func, site))
+
+    def _site(self, func: Callable[..., object]) -> _Site:
         name = self._name
         if name is None and self._policy is None:
             name = _implicit_name(func)  # a cap of its own, whatever else shares its qualname
-        registered: Registered = weakref.WeakKeyDictionary()
-        if self.guard is not None and name is not None and self._dimensions is not None:
+        site = _Site(name)
+        dimensions = self._key.dimensions
+        if self.guard is not None and name is not None and dimensions is not None:
             # register now: a clash with another policy of that name surfaces here
-            self._register(self.guard, name, self._dimensions)
-            registered[self.guard] = self._dimensions
+            self._register(self.guard, name, dimensions)
+            site.registered[self.guard] = dimensions
+        return site
 
-        def arguments(
-            wrapped: Callable[..., object], args: tuple[Any, ...], kwargs: dict[str, Any]
-        ) -> Mapping[str, object]:
-            target = getattr(wrapped, "__func__", wrapped)
-            cache_key = (target, inspect.ismethod(wrapped))
-            sig = signatures.get(cache_key)
-            if sig is None:
-                sig = signatures[cache_key] = inspect.signature(wrapped)
-            bound = sig.bind(*args, **kwargs)
-            bound.apply_defaults()
-            return bound.arguments
-
-        def prepare(
-            guard: Guard | AsyncGuard,
-            wrapped: Callable[..., object],
-            args: tuple[Any, ...],
-            kwargs: dict[str, Any],
-        ) -> tuple[str, dict[str, object], int]:
-            ctx = self._key(arguments(wrapped, args, kwargs), args, kwargs) if self._key else {}
-            policy, ctx = self._policy_for(guard, name, registered, ctx)
-            cost = self.cost(*args, **kwargs) if callable(self.cost) else self.cost
-            return policy, ctx, cost
-
-        if inspect.iscoroutinefunction(func):
-
-            @wrapt.decorator
-            async def async_wrapper(
-                wrapped: Callable[..., Awaitable[Any]],
-                instance: object,
-                args: tuple[Any, ...],
-                kwargs: dict[str, Any],
-            ) -> Any:
-                guard = self._async_guard()
-                name, ctx, cost = prepare(guard, wrapped, args, kwargs)
-                if self.on_exceeded == "wait":
-                    await guard.acquire(name, self.timeout, cost, **ctx)
-                else:
-                    decision = await guard.hit(name, cost, **ctx)
-                    if not decision.allowed:
-                        return self._exceeded(decision)
-                return await wrapped(*args, **kwargs)
-
-            return cast(Callable[P, R], async_wrapper(func))
-
+    def _wrap_sync(self, func: Callable[..., Any], site: _Site) -> object:
         @wrapt.decorator
         def wrapper(
             wrapped: Callable[..., Any],
@@ -418,16 +233,62 @@ class Capped:
             kwargs: dict[str, Any],
         ) -> Any:
             guard = self._sync_guard()
-            name, ctx, cost = prepare(guard, wrapped, args, kwargs)
-            if self.on_exceeded == "wait":
-                guard.acquire(name, self.timeout, cost, **ctx)
-            else:
-                decision = guard.hit(name, cost, **ctx)
-                if not decision.allowed:
-                    return self._exceeded(decision)
+            decision = self._ask(guard, *self._call(site, guard, wrapped, args, kwargs))
+            if not decision.allowed:
+                return self._exceeded(decision)
             return wrapped(*args, **kwargs)
 
-        return cast(Callable[P, R], wrapper(func))
+        return wrapper(func)
+
+    def _wrap_async(self, func: Callable[..., Awaitable[Any]], site: _Site) -> object:
+        @wrapt.decorator
+        async def wrapper(
+            wrapped: Callable[..., Awaitable[Any]],
+            instance: object,
+            args: tuple[Any, ...],
+            kwargs: dict[str, Any],
+        ) -> Any:
+            guard = self._async_guard()
+            decision = await self._ask(guard, *self._call(site, guard, wrapped, args, kwargs))
+            if not decision.allowed:
+                return self._exceeded(decision)
+            return await wrapped(*args, **kwargs)
+
+        return wrapper(func)
+
+    def _call(
+        self,
+        site: _Site,
+        guard: Guard | AsyncGuard,
+        wrapped: Callable[..., object],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> tuple[str, dict[str, object], int]:
+        """What one call of a decorated function asks the guard: policy, context and cost."""
+        ctx = self._key.context(site.arguments, wrapped, args, kwargs)
+        policy, ctx = self._policy_for(guard, site.name, site.registered, ctx)
+        cost = self.cost(*args, **kwargs) if callable(self.cost) else self.cost
+        return policy, ctx, cost
+
+    @overload
+    def _ask(self, guard: Guard, name: str, ctx: dict[str, object], cost: int) -> Decision: ...
+
+    @overload
+    def _ask(
+        self, guard: AsyncGuard, name: str, ctx: dict[str, object], cost: int
+    ) -> Awaitable[Decision]: ...
+
+    def _ask(
+        self, guard: Guard | AsyncGuard, name: str, ctx: dict[str, object], cost: int
+    ) -> Decision | Awaitable[Decision]:
+        """The one guard call a call or a block makes: a wait for its turn, else a hit.
+
+        A wait returns only once allowed (or raises), so callers need only look at a
+        denied hit. The async guard's coroutine is returned for the caller to await.
+        """
+        if self.on_exceeded == "wait":
+            return guard.acquire(name, self.timeout, cost, **ctx)
+        return guard.hit(name, cost, **ctx)
 
     def _exceeded(self, decision: Decision) -> Any:
         if self.on_exceeded == "skip":
@@ -439,14 +300,14 @@ class Capped:
     def _sync_guard(self) -> Guard:
         if isinstance(self.guard, AsyncGuard):
             raise ConfigError("a sync function needs a Guard, not an AsyncGuard")
-        return self.guard if self.guard is not None else cast(Guard, _default("sync"))
+        return self.guard if self.guard is not None else default_guard()
 
     def _async_guard(self) -> AsyncGuard:
         if isinstance(self.guard, AsyncGuard):
             return self.guard
         if isinstance(self.guard, Guard):
-            return _async_view(self.guard)  # never blocks the event loop
-        return cast(AsyncGuard, _default("async"))
+            return async_view(self.guard)  # never blocks the event loop
+        return default_async_guard()
 
     # -- context manager -----------------------------------------------------------------
 
@@ -465,26 +326,14 @@ class Capped:
 
     def __enter__(self) -> Decision:
         guard = self._sync_guard()
-        name, ctx, cost = self._block(guard)
-        if self.on_exceeded == "wait":
-            return guard.acquire(name, self.timeout, cost, **ctx)
-        decision = guard.hit(name, cost, **ctx)
-        if not decision.allowed:
-            raise CapExceeded(decision)
-        return decision
+        return _entered(self._ask(guard, *self._block(guard)))
 
     def __exit__(self, *exc: object) -> None:
         return None
 
     async def __aenter__(self) -> Decision:
         guard = self._async_guard()
-        name, ctx, cost = self._block(guard)
-        if self.on_exceeded == "wait":
-            return await guard.acquire(name, self.timeout, cost, **ctx)
-        decision = await guard.hit(name, cost, **ctx)
-        if not decision.allowed:
-            raise CapExceeded(decision)
-        return decision
+        return _entered(await self._ask(guard, *self._block(guard)))
 
     async def __aexit__(
         self,
@@ -492,7 +341,26 @@ class Capped:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        return None
+        return self.__exit__(exc_type, exc, tb)
+
+
+class _Site:
+    """One decorated function's own state: its cap's name (None for a registered policy),
+    the guards that cap is registered on, and its signatures."""
+
+    __slots__ = ("arguments", "name", "registered")
+
+    def __init__(self, name: str | None) -> None:
+        self.name = name
+        self.registered: Registered = weakref.WeakKeyDictionary()
+        self.arguments = Arguments()
+
+
+def _entered(decision: Decision) -> Decision:
+    """A with-block runs only when allowed (it cannot be skipped)."""
+    if not decision.allowed:
+        raise CapExceeded(decision)
+    return decision
 
 
 def capped(
@@ -505,6 +373,7 @@ def capped(
     timeout: float | None = None,
     context: Mapping[str, object] | None = None,
     name: str | None = None,
+    on_error: OnError | None = None,
 ) -> Capped:
     """Cap a function (or a ``with`` block) by keys derived from its arguments.
 
@@ -526,6 +395,8 @@ def capped(
         name: the name of the policy made from the rates; functions (or blocks) given the
             same name share one cap. Default: each decorated function its own
             (see the module docs); each block one per rules and dimensions.
+        on_error: what a store failure answers for the cap made from rates (``"raise"``,
+            ``"allow"``, ``"deny"`` or a fallback backend); default: the guard's.
 
     Raises:
         ConfigError: at decoration, for a rate that does not parse, a policy name the guard
@@ -533,4 +404,4 @@ def capped(
             policy already registered under the name; at call time, for a key that cannot be
             resolved from the arguments.
     """
-    return Capped(rule, key, guard, cost, on_exceeded, timeout, context, name)
+    return Capped(rule, key, guard, cost, on_exceeded, timeout, context, name, on_error)

@@ -1,0 +1,87 @@
+"""Sync → async: an :class:`AsyncGuard` over a sync :class:`Guard`'s state and policies.
+
+An ``async def`` capped on a sync guard, or an ASGI app given one, must not block its event
+loop on a sync backend's I/O, and must see the very policies and state of that guard::
+
+    guard = Guard(RedisBackend(...))
+    view = async_view(guard)        # the same view on every call for this guard
+    await view.hit("sms", recipient="+4917...")
+
+On the memory backend the view shares the backend itself (it serves sync and async alike
+and never blocks on I/O); on any other it runs the sync backend's calls in a worker thread
+(:class:`ThreadedBackend`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Sequence
+
+from freqguard.backends.base import AsyncBackend, Reply, ScriptCall, SyncBackend
+from freqguard.backends.memory import MemoryBackend
+from freqguard.guard import AsyncGuard, Guard
+
+__all__ = ["ThreadedBackend", "async_view"]
+
+
+class ThreadedBackend:
+    """An async backend over a sync-only one: each call runs in a worker thread.
+
+    Args:
+        backend: the sync backend whose calls are run with :func:`asyncio.to_thread`, so the
+            event loop never waits on its I/O.
+    """
+
+    def __init__(self, backend: SyncBackend) -> None:
+        self.backend = backend
+        self.clock = backend.clock
+
+    async def aexecute(self, call: ScriptCall) -> Reply:
+        """Run one script call in a worker thread."""
+        return await asyncio.to_thread(self.backend.execute, call)
+
+    async def aexecute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
+        """Run a batch of script calls in a worker thread."""
+        return await asyncio.to_thread(self.backend.execute_many, calls)
+
+    async def aclose(self) -> None:
+        """Close the sync backend in a worker thread."""
+        await asyncio.to_thread(self.backend.close)
+
+
+_views: weakref.WeakKeyDictionary[Guard, AsyncGuard] = weakref.WeakKeyDictionary()
+
+
+def async_view(guard: Guard) -> AsyncGuard:
+    """The AsyncGuard over a sync guard's state and its live policies.
+
+    Made once per guard and kept while the guard lives. A policy added to either side, now
+    or later, is known to the other: they share one registry, not a copy.
+
+    Args:
+        guard: the sync guard to view.
+
+    Returns:
+        An AsyncGuard with the guard's clock and prefix, on the same memory backend, or on a
+        :class:`ThreadedBackend` around any other.
+    """
+    found = _views.get(guard)
+    if found is not None:
+        return found
+    backend: AsyncBackend = (
+        guard.backend
+        if isinstance(guard.backend, MemoryBackend)
+        else ThreadedBackend(guard.backend)
+    )
+    view = AsyncGuard(backend, (), guard.clock, prefix=guard.prefix)
+    view._adopt(guard, _async_fallback)
+    _views[guard] = view
+    return view
+
+
+def _async_fallback(on_error: object) -> object:
+    """A sync-only fallback backend, driven from worker threads by the async view."""
+    if isinstance(on_error, str) or callable(getattr(on_error, "aexecute_many", None)):
+        return on_error
+    return ThreadedBackend(on_error)  # type: ignore[arg-type]

@@ -1,0 +1,163 @@
+"""The ``key=`` of ``@capped``: a cap's dimension values, read from a call's arguments.
+
+A key is a parameter name (``"recipient"``), a dotted path into an argument
+(``"msg.recipient"``: its last segment names the dimension), a mapping of dimension to a
+path or a callable (``{"recipient": "msg.to", "content": "msg.body"}``), a callable of the
+call's arguments returning a value or a mapping, or None (one cap for all calls). It is
+parsed, and checked against the function's parameters, once, at decoration; each call only
+reads it, without I/O.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from freqguard.errors import ConfigError
+
+__all__ = ["Arguments", "CallKey", "KeySpec", "Path"]
+
+KeySpec = str | Mapping[str, str | Callable[..., object]] | Callable[..., object] | None
+# reads a call's dimension values from (its arguments by name, args, kwargs)
+Reader = Callable[[Mapping[str, object], tuple[Any, ...], dict[str, Any]], dict[str, object]]
+
+
+class Path:
+    """A dotted path into a call's arguments: ``"msg.recipient"``.
+
+    Raises:
+        ConfigError: when the text is not dotted identifiers.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.parts = text.split(".")
+        if not all(part.isidentifier() for part in self.parts):
+            raise ConfigError(f"key path {text!r} must be dotted identifiers like 'msg.recipient'")
+
+    def resolve(self, arguments: Mapping[str, object]) -> object:
+        """The value at this path: attributes or mapping items, from the named argument."""
+        if self.parts[0] not in arguments:
+            raise ConfigError(f"key path {self.text!r}: no argument named {self.parts[0]!r}")
+        value = arguments[self.parts[0]]
+        for part in self.parts[1:]:
+            if isinstance(value, Mapping) and part in value:
+                value = value[part]
+            elif hasattr(value, part):
+                value = getattr(value, part)
+            else:
+                raise ConfigError(f"key path {self.text!r}: {value!r} has no {part!r}")
+        return value
+
+
+class Arguments:
+    """A call's arguments by parameter name, each signature read once.
+
+    One per decorated function: wrapt hands over the function, or a method bound to an
+    instance (whose signature has no ``self``), so signatures are kept per underlying
+    function and boundness.
+    """
+
+    def __init__(self) -> None:
+        self._signatures: dict[tuple[object, bool], inspect.Signature] = {}
+
+    def __call__(
+        self, wrapped: Callable[..., object], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Mapping[str, object]:
+        """Bind ``args`` and ``kwargs`` to ``wrapped``'s parameters, defaults applied."""
+        target = getattr(wrapped, "__func__", wrapped)
+        cache_key = (target, inspect.ismethod(wrapped))
+        sig = self._signatures.get(cache_key)
+        if sig is None:
+            sig = self._signatures[cache_key] = inspect.signature(wrapped)
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.arguments
+
+
+class CallKey:
+    """A parsed ``key=``: what it reads from a call, and which dimensions it yields.
+
+    Args:
+        key: the ``key=`` given to ``capped``.
+
+    Raises:
+        ConfigError: for a key of another type, or a path that is not dotted identifiers.
+    """
+
+    def __init__(self, key: KeySpec) -> None:
+        self._read = _reader(key)
+        #: the dimensions the key yields, when known before any call (not for a callable)
+        self.dimensions = _static_dimensions(key)
+        #: the dotted paths among the key, checked against each decorated function
+        self.paths = [key] if isinstance(key, str) else []
+        if isinstance(key, Mapping):
+            self.paths = [v for v in key.values() if isinstance(v, str)]
+
+    def check(self, func: Callable[..., object]) -> None:
+        """At decoration: every path must start at a parameter of ``func``."""
+        params = inspect.signature(func).parameters
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        for path in self.paths:
+            first = path.split(".")[0]
+            if first not in params and not takes_any:
+                raise ConfigError(
+                    f"@capped on {func.__qualname__}: key {path!r} names no parameter "
+                    f"(parameters: {', '.join(params) or 'none'})"
+                )
+
+    def context(
+        self,
+        arguments: Arguments,
+        wrapped: Callable[..., object],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> dict[str, object]:
+        """The dimension values of one call (none without a key)."""
+        if self._read is None:
+            return {}
+        return self._read(arguments(wrapped, args, kwargs), args, kwargs)
+
+
+def _static_dimensions(key: KeySpec) -> tuple[str, ...] | None:
+    if key is None:
+        return ()
+    if isinstance(key, str):
+        return (key.split(".")[-1],)
+    if isinstance(key, Mapping):
+        return tuple(key)
+    return None
+
+
+def _reader(key: KeySpec) -> Reader | None:
+    if key is None:
+        return None
+    if isinstance(key, str):
+        path = Path(key)
+        dimension = path.parts[-1]
+        return lambda arguments, args, kwargs: {dimension: path.resolve(arguments)}
+    if isinstance(key, Mapping):
+        paths = {d: (v if callable(v) else Path(v)) for d, v in key.items()}
+
+        def resolve(
+            arguments: Mapping[str, object], args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> dict[str, object]:
+            return {
+                d: p.resolve(arguments) if isinstance(p, Path) else p(*args, **kwargs)
+                for d, p in paths.items()
+            }
+
+        return resolve
+    if callable(key):
+
+        def call(
+            arguments: Mapping[str, object], args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> dict[str, object]:
+            value = key(*args, **kwargs)
+            return dict(value) if isinstance(value, Mapping) else {"key": value}
+
+        return call
+    raise ConfigError(
+        f"key must be a parameter name, a dotted path, a mapping or a callable, got {key!r}"
+    )
