@@ -8,13 +8,17 @@ from freqguard.clock import Clock, ManualClock, SystemClock
 from freqguard.decision import Decision, RuleState
 from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError, FreqGuardError
 from freqguard.guard import AsyncGuard, Guard
+from freqguard.observe import LoggingObserver, Observer
 from freqguard.policy import Policy
 from freqguard.rates import Rate, parse_rate, parse_rates
 from freqguard.rules import Rule, Strategy
 
 if TYPE_CHECKING:
+    from freqguard._otel import OpenTelemetryObserver
+    from freqguard._prometheus import PrometheusObserver
     from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
-    from freqguard.decorators import capped, configure
+    from freqguard.decorators import capped
+    from freqguard.defaults import configure
 
 __version__ = "0.1.0"
 
@@ -28,9 +32,13 @@ __all__ = [
     "Decision",
     "FreqGuardError",
     "Guard",
+    "LoggingObserver",
     "ManualClock",
     "MemoryBackend",
+    "Observer",
+    "OpenTelemetryObserver",
     "Policy",
+    "PrometheusObserver",
     "Rate",
     "RedisBackend",
     "Rule",
@@ -53,9 +61,19 @@ def __getattr__(name: str) -> Any:
 
         return getattr(redis, name)
     # The decorator module adds ~5 ms (a twentieth of the package's import) that code
-    # without @capped need not pay.
-    if name in ("capped", "configure"):
-        from freqguard import decorators
+    # without @capped need not pay. `configure` sets @capped's default guard: it too is
+    # loaded on first use, from its own module (freqguard.defaults, which is light).
+    if name == "capped":
+        from freqguard.decorators import capped
 
-        return getattr(decorators, name)
+        return capped
+    if name == "configure":
+        from freqguard.defaults import configure
+
+        return configure
+    # Each metrics observer needs its extra (prometheus_client, opentelemetry-api).
+    if name in ("PrometheusObserver", "OpenTelemetryObserver"):
+        from freqguard import observe
+
+        return getattr(observe, name)
     raise AttributeError(f"module 'freqguard' has no attribute {name!r}")

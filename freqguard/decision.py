@@ -110,6 +110,12 @@ class Decision:
         reset_after: see above.
         rules: one :class:`RuleState` per rule of the policy, in policy order.
         raw: ``(rule, remaining, reset_after µs, retry_after µs)`` per rule, in policy order.
+        source: how it was decided: ``"backend"`` (the store), ``"deny-cache"`` (a denial
+            remembered until its ``retry_after``), ``"fallback"`` (the guard's fallback
+            backend, while the store failed), ``"fail-open"`` or ``"fail-closed"`` (no store
+            answered; ``on_error`` decided).
+        degraded: true when the store did not decide (``fallback``, ``fail-open``,
+            ``fail-closed``); a deny-cache answer is exact, not degraded.
     """
 
     __slots__ = (
@@ -117,6 +123,7 @@ class Decision:
         "_raw",
         "_receipt",
         "_report",
+        "_source",
         "allowed",
         "denied_by",
         "policy",
@@ -131,6 +138,7 @@ class Decision:
     _raw: Raw | None
     _bound: tuple[Rule, int, int, int] | None
     _receipt: Receipt | Callable[[], Receipt] | None
+    _source: str
 
     def __init__(
         self,
@@ -140,8 +148,22 @@ class Decision:
         denied_by: tuple[Rule, ...],
         raw: Raw,
         receipt: Receipt | None = None,
+        source: str = "backend",
     ) -> None:
         _fill(self, (policy, allowed, retry_after, denied_by, None, raw, None, receipt))
+        if source != "backend":
+            if source not in SOURCES:
+                raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
+            _set_source(self, source)
+
+    @property
+    def source(self) -> str:
+        # unset on the hot path: a decision made by the store never pays for the slot
+        return getattr(self, "_source", "backend")
+
+    @property
+    def degraded(self) -> bool:
+        return self.source in _DEGRADED
 
     @property
     def receipt(self) -> Receipt | None:
@@ -198,7 +220,7 @@ class Decision:
         return rate_limit_headers(self, profile)
 
     def _key(self) -> tuple[object, ...]:
-        return (self.policy, self.allowed, self.retry_after, self.denied_by, self.raw)
+        return (self.policy, self.allowed, self.retry_after, self.denied_by, self.raw, self.source)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Decision):
@@ -219,14 +241,15 @@ class Decision:
 
     def __reduce__(self) -> tuple[object, ...]:
         args = (self.policy, self.allowed, self.retry_after, self.denied_by, self.raw)
-        return (Decision, (*args, self.receipt))
+        return (Decision, (*args, self.receipt, self.source))
 
     def __repr__(self) -> str:
+        source = "" if self.source == "backend" else f", source={self.source!r}"
         return (
             f"Decision(policy={self.policy!r}, allowed={self.allowed}, "
             f"remaining={self.remaining}, limit={self.limit}, "
             f"reset_after={self.reset_after}, retry_after={self.retry_after}, "
-            f"denied_by={self.denied_by!r})"
+            f"denied_by={self.denied_by!r}{source})"
         )
 
 
@@ -244,13 +267,32 @@ _SETTERS = tuple(
         "_receipt",
     )
 )
+_set_policy, _set_allowed, _set_retry_after, _set_denied_by = _SETTERS[:4]
 _set_report, _set_raw, _set_bound, _set_receipt = _SETTERS[4:]
+_set_source = Decision.__dict__["_source"].__set__
+
+SOURCES = ("backend", "deny-cache", "fallback", "fail-open", "fail-closed")
+_DEGRADED = frozenset(("fallback", "fail-open", "fail-closed"))
+
+
+def with_source(decision: Decision, source: str) -> Decision:
+    """``decision`` marked as made by ``source`` (one of :data:`SOURCES`); returned as is."""
+    _set_source(decision, source)
+    return decision
 
 
 def _fill(decision: Decision, values: tuple[object, ...]) -> None:
-    """Set every slot, past the ``__setattr__`` that keeps decisions immutable."""
-    for setter, value in zip(_SETTERS, values, strict=True):
-        setter(decision, value)
+    """Set every slot, past the ``__setattr__`` that keeps decisions immutable (unrolled:
+    this runs once per decision)."""
+    policy, allowed, retry_after, denied_by, report, raw, bound, receipt = values
+    _set_policy(decision, policy)
+    _set_allowed(decision, allowed)
+    _set_retry_after(decision, retry_after)
+    _set_denied_by(decision, denied_by)
+    _set_report(decision, report)
+    _set_raw(decision, raw)
+    _set_bound(decision, bound)
+    _set_receipt(decision, receipt)
 
 
 def binding_rule(raw: Raw) -> tuple[Rule, int, int, int]:

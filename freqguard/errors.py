@@ -51,4 +51,19 @@ class CapExceeded(FreqGuardError):
 
 
 class BackendUnavailable(FreqGuardError):
-    """The state store could not be reached or failed; the cause is chained."""
+    """The state store could not be reached or failed; the cause is chained.
+
+    Attributes:
+        answered: the store replied, with an error (e.g. out of memory): it is up, so the
+            circuit breaker does not count the failure.
+        sent: the call may have reached the store, and may still be applied there (a call
+            that timed out can run when a hung server resumes); false only when it surely
+            did not (a refused connection, an open circuit, a full memory backend).
+    """
+
+    answered = False
+    sent = True
+
+    def __init__(self, *args: object, answered: bool = False, sent: bool = True) -> None:
+        super().__init__(*args)
+        self.answered, self.sent = answered, sent

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from freqguard.errors import ConfigError
 from freqguard.rules import Rule, check_name
 
-__all__ = ["Policy"]
+__all__ = ["OnError", "Policy"]
+
+#: ``"raise"``, ``"allow"``, ``"deny"``, or a backend to fall back on (see freqguard.failure)
+OnError = Literal["raise", "allow", "deny"] | Any
 
 
 class Policy:
@@ -15,15 +20,24 @@ class Policy:
     Args:
         name: the policy's name; part of every storage key.
         *rules: one or more :class:`Rule`.
+        on_error: what a store failure answers for this policy, overriding the guard's:
+            ``"raise"``, ``"allow"``, ``"deny"`` or a backend to fall back on; None (the
+            default) takes the guard's.
 
     Raises:
-        ConfigError: for a bad name, no rules, a non-Rule, or two rules with the same id.
+        ConfigError: for a bad name, no rules, a non-Rule, two rules with the same id, or a
+            bad ``on_error``.
     """
 
-    __slots__ = ("name", "rules")
+    __slots__ = ("name", "on_error", "rules")
 
-    def __init__(self, name: str, *rules: Rule) -> None:
+    def __init__(self, name: str, *rules: Rule, on_error: OnError | None = None) -> None:
         self.name = check_name("policy name", name)
+        if on_error is not None:
+            from freqguard.failure import check_on_error
+
+            check_on_error(on_error, f"policy {name!r}")
+        self.on_error = on_error
         if not rules:
             raise ConfigError(f"policy {name!r} needs at least one rule")
         seen: dict[str, Rule] = {}
@@ -46,11 +60,12 @@ class Policy:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Policy):
             return NotImplemented
-        return (self.name, self.rules) == (other.name, other.rules)
+        return (self.name, self.rules, self.on_error) == (other.name, other.rules, other.on_error)
 
     def __hash__(self) -> int:
         return hash((self.name, self.rules))
 
     def __repr__(self) -> str:
         inner = ", ".join(repr(rule) for rule in self.rules)
-        return f"Policy({self.name!r}, {inner})"
+        extra = "" if self.on_error is None else f", on_error={self.on_error!r}"
+        return f"Policy({self.name!r}, {inner}{extra})"

@@ -17,9 +17,13 @@ PUBLIC = {
     "Decision",
     "FreqGuardError",
     "Guard",
+    "LoggingObserver",
     "ManualClock",
     "MemoryBackend",
+    "Observer",
+    "OpenTelemetryObserver",
     "Policy",
+    "PrometheusObserver",
     "Rate",
     "RedisBackend",
     "Rule",
@@ -50,11 +54,28 @@ def test_the_decorator_is_importable_from_the_top() -> None:
     assert configure is decorators.configure
 
 
-def test_importing_freqguard_does_not_load_the_decorator_or_redis() -> None:
-    """``capped`` and the Redis backends load on first use: a plain import stays cheap."""
+def test_the_observers_are_importable_from_the_top() -> None:
+    from freqguard import (
+        LoggingObserver,
+        Observer,
+        OpenTelemetryObserver,
+        PrometheusObserver,
+        observe,
+    )
+
+    assert LoggingObserver is observe.LoggingObserver
+    assert Observer is observe.Observer
+    assert PrometheusObserver is observe.PrometheusObserver
+    assert OpenTelemetryObserver is observe.OpenTelemetryObserver
+
+
+def test_importing_freqguard_does_not_load_the_decorator_or_an_extra() -> None:
+    """``capped``, the Redis backends and the metrics observers load on first use: a plain
+    import stays cheap, and needs none of the extras."""
     code = (
         "import sys, freqguard; "
-        "print(sorted(m for m in ('freqguard.decorators', 'redis') if m in sys.modules))"
+        "print(sorted(m for m in ('freqguard.decorators', 'freqguard.defaults', 'redis', "
+        "'prometheus_client', 'opentelemetry') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -3,11 +3,12 @@
 It runs the Python twin of the policy script (``freqguard.script``) under one lock, so it is
 safe under threads and asyncio and makes exactly the decisions the Lua makes.
 
-Expiry costs nothing per key. Every key belongs to a *lane*: the longest its state can matter
-(its rule's window, or a bucket's time to refill). Inside a lane, keys are ordered by their
-last write, so the expired ones are always at the front: every few calls the fronts of all
-lanes are trimmed, and reads drop what has expired. Anything not written for longer than its
-lane's duration is therefore gone soon after, without a timer thread or a heap.
+Expiry costs nothing per key. Every key is filed under its *horizon*: the longest its state
+can matter (its rule's window, or a bucket's time to refill; ``StateSpec.horizon``). The keys
+of one horizon are ordered by their last write, so the expired ones are always at the front:
+every few calls the fronts of all horizons are trimmed, and reads drop what has expired.
+Anything not written for longer than its horizon is therefore gone soon after, without a
+timer thread or a heap.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from freqguard.bounds import check_time
 from freqguard.clock import Clock, SystemClock
 from freqguard.contract import STALE_GRACE_US
 from freqguard.errors import BackendUnavailable, ConfigError
-from freqguard.script import HIT, run
+from freqguard.script import HIT, Entry, run
 
 __all__ = ["MemoryBackend"]
 
@@ -30,17 +31,14 @@ __all__ = ["MemoryBackend"]
 # two keys a call creates, so expired keys never pile up; at most ~100 µs in any one call.
 _SWEEP_EVERY = 16
 _SWEEP_BUDGET = 1024
-_COMPACT_ABOVE = 4096  # lanes smaller than this are never worth copying
+_COMPACT_ABOVE = 4096  # queues smaller than this are never worth copying
 
 
-Entry = tuple[int, int, Any]  # (expire_at µs, the latest time it was written at µs, state)
-
-
-class _Lane:
-    """The keys of one lane: key → :data:`Entry` in last-write order.
+class _Queue:
+    """The keys of one horizon: key → :data:`Entry` in last-write order.
 
     An OrderedDict, not a dict: popping from the front of a dict that has had many deletions
-    scans the holes they left, while an OrderedDict's front is O(1). A lane that shrank far
+    scans the holes they left, while an OrderedDict's front is O(1). A queue that shrank far
     below its peak is copied, so that its hash table is given back too.
     """
 
@@ -65,17 +63,17 @@ class _Lane:
         return removed
 
 
-class _LaneStore:
-    """Every lane, by its duration in µs; ``count`` keys in all."""
+class _HorizonStore:
+    """One queue per horizon (µs); ``count`` keys in all."""
 
-    __slots__ = ("count", "lanes")
+    __slots__ = ("count", "queues")
 
     def __init__(self) -> None:
-        self.lanes: dict[int, _Lane] = {}
+        self.queues: dict[int, _Queue] = {}
         self.count = 0
 
-    def get(self, key: str, lane: int, now: int) -> Entry | None:
-        found = self.lanes.get(lane)
+    def get(self, key: str, horizon: int, now: int) -> Entry | None:
+        found = self.queues.get(horizon)
         if found is None:
             return None
         entry = found.entries.get(key)
@@ -85,10 +83,10 @@ class _LaneStore:
             return None
         return entry
 
-    def put(self, key: str, lane: int, state: Any, expire_at: int, latest: int) -> None:
-        found = self.lanes.get(lane)
+    def put(self, key: str, horizon: int, state: Any, expire_at: int, latest: int) -> None:
+        found = self.queues.get(horizon)
         if found is None:
-            found = self.lanes[lane] = _Lane()
+            found = self.queues[horizon] = _Queue()
         entries = found.entries
         if key in entries:
             entries[key] = (expire_at, latest, state)
@@ -99,45 +97,45 @@ class _LaneStore:
             if len(entries) > found.peak:
                 found.peak = len(entries)
 
-    def delete(self, key: str, lane: int) -> None:
-        found = self.lanes.get(lane)
+    def delete(self, key: str, horizon: int) -> None:
+        found = self.queues.get(horizon)
         if found is not None and found.entries.pop(key, None) is not None:
             self.count -= 1
 
-    def missing(self, keys: Sequence[str], lanes: Sequence[int]) -> int:
-        """How many of ``keys`` are not stored (each in its lane)."""
+    def missing(self, keys: Sequence[str], horizons: Sequence[int]) -> int:
+        """How many of ``keys`` are not stored (each under its horizon)."""
         absent = 0
-        for key, lane in zip(keys, lanes, strict=True):
-            found = self.lanes.get(lane)
+        for key, horizon in zip(keys, horizons, strict=True):
+            found = self.queues.get(horizon)
             absent += found is None or key not in found.entries
         return absent
 
     def evict(self, wanted: int) -> int:
-        """Drop up to ``wanted`` keys, those that expire soonest first (lane fronts)."""
+        """Drop up to ``wanted`` keys, those that expire soonest first (queue fronts)."""
         removed = 0
         while removed < wanted:
             fronts = [
-                (next(iter(lane.entries.values()))[0], duration)
-                for duration, lane in self.lanes.items()
-                if lane.entries
+                (next(iter(queue.entries.values()))[0], horizon)
+                for horizon, queue in self.queues.items()
+                if queue.entries
             ]
             if not fronts:
                 break
-            lane = self.lanes[min(fronts)[1]]
-            lane.entries.popitem(last=False)
+            queue = self.queues[min(fronts)[1]]
+            queue.entries.popitem(last=False)
             removed += 1
         self.count -= removed
         return removed
 
     def sweep(self, now: int, budget: int | None = None) -> int:
         removed = 0
-        for lane in list(self.lanes):
-            left = len(self.lanes[lane].entries) if budget is None else budget - removed
+        for horizon in list(self.queues):
+            left = len(self.queues[horizon].entries) if budget is None else budget - removed
             if left <= 0 and budget is not None:
                 break
-            removed += self.lanes[lane].reclaim(now, left)
-            if not self.lanes[lane].entries:
-                del self.lanes[lane]  # an empty lane is dropped whole
+            removed += self.queues[horizon].reclaim(now, left)
+            if not self.queues[horizon].entries:
+                del self.queues[horizon]  # an empty queue is dropped whole
         self.count -= removed
         return removed
 
@@ -187,7 +185,7 @@ class MemoryBackend:
         self.max_keys = max_keys
         self.when_full = when_full
         # [0]: calls on the backend's clock, [1]: calls whose time the Guard pinned
-        self._stores = (_LaneStore(), _LaneStore())
+        self._stores = (_HorizonStore(), _HorizonStore())
         self._lock = threading.Lock()
         self._calls = 0
 
@@ -199,14 +197,14 @@ class MemoryBackend:
             now = check_time(self.clock.now_us() if call.now is None else call.now)
             if self.max_keys is not None:
                 self._make_room(store, keys, call, now)
-            reply = run(store, keys, call.plan, now, call.cost, call.mode, call.marks)
+            reply = run(store, keys, call.slot, now, call.cost, call.mode, call.marks)
             self._calls += 1
             if self._calls % _SWEEP_EVERY == 0:
                 store.sweep(now, _SWEEP_BUDGET)
         return reply
 
     def _make_room(
-        self, store: _LaneStore, keys: Sequence[str], call: ScriptCall, now: int
+        self, store: _HorizonStore, keys: Sequence[str], call: ScriptCall, now: int
     ) -> None:
         """Before anything is written: room for every state the call could create."""
         assert self.max_keys is not None
@@ -214,8 +212,8 @@ class MemoryBackend:
         # only a consuming hit creates states (a refund writes only states that exist)
         if live + len(keys) <= self.max_keys or call.mode != HIT or call.cost == 0:
             return
-        lanes = [spec.lane for spec in call.plan.keys]
-        wanted = live + store.missing(keys, lanes) - self.max_keys
+        horizons = [spec.horizon for spec in call.slot.specs]
+        wanted = live + store.missing(keys, horizons) - self.max_keys
         if wanted <= 0:
             return
         wanted -= store.sweep(now, max(wanted, _SWEEP_BUDGET))
@@ -225,7 +223,9 @@ class MemoryBackend:
         if wanted > 0:
             raise BackendUnavailable(
                 f"the memory backend is full: max_keys={self.max_keys} live states "
-                f"(when_full={self.when_full!r}); nothing was changed"
+                f"(when_full={self.when_full!r}); nothing was changed",
+                answered=True,
+                sent=False,
             )
 
     def execute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:

@@ -1,0 +1,421 @@
+"""What Guard and AsyncGuard share: policies, validation, failure handling, the deny cache
+and the observers; everything but the few lines that send (``freqguard.guard``)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from time import perf_counter
+from typing import Any, NamedTuple, TypeVar
+
+from freqguard.backends.base import Reply, ScriptCall
+from freqguard.bounds import check_time
+from freqguard.clock import Clock
+from freqguard.core import Op, PolicyPlan, acquire_op, decide_op, many_op, refund_op
+from freqguard.decision import Decision, Receipt, with_source
+from freqguard.denycache import DenyCache
+from freqguard.errors import BackendUnavailable, ConfigError
+from freqguard.failure import (
+    Breaker,
+    CircuitOpen,
+    check_on_error,
+    elsewhere,
+    fail_answer,
+    mark_all,
+    resilient,
+)
+from freqguard.observe import Observer, backend_label
+from freqguard.policy import Policy
+from freqguard.rules import check_name
+from freqguard.script import CHECK, HIT, REFUND
+
+__all__ = ["DEFAULT_BREAKER", "GuardBase", "check_backend", "maybe_applied", "unspend"]
+
+T = TypeVar("T")
+DEFAULT_BREAKER: Any = object()  # "a new Breaker()": a default argument must not be shared
+
+
+def check_backend(guard: str, backend: object, methods: tuple[str, ...]) -> None:
+    """Refuse, at construction, a backend the guard could not drive: the alternative is an
+    AttributeError at the first hit, far from the mistake."""
+    if all(callable(getattr(backend, name, None)) for name in methods) and hasattr(
+        backend, "clock"
+    ):
+        return
+    if isinstance(backend, (list, tuple)) and backend and isinstance(backend[0], Policy):
+        got = f"a {type(backend).__name__} of policies: pass policies=[...]"
+    elif isinstance(backend, Policy):
+        got = "a Policy: pass policies=[...]"
+    elif isinstance(backend, str):
+        maker = "backend_from_url" if guard == "Guard" else "async_backend_from_url"
+        got = f"the string {backend!r}: pass {maker}({backend!r})"
+    else:
+        got = repr(backend)
+        other = "AsyncGuard" if guard == "Guard" else "Guard"
+        twins = ("aexecute", "aexecute_many") if guard == "Guard" else ("execute", "execute_many")
+        if all(callable(getattr(backend, name, None)) for name in twins):
+            got += f": {type(backend).__name__} serves {other}, not {guard}"
+    kind = "a sync" if guard == "Guard" else "an async"
+    raise TypeError(
+        f"{guard} needs {kind} backend (with {', '.join(methods)} and clock) as its first "
+        f"argument, got {got}"
+    )
+
+
+class GuardBase:
+    """Policies, clock, validation, failure handling, deny cache, observers: all but I/O."""
+
+    _methods: tuple[str, ...]  # what a backend (and a fallback backend) must offer
+
+    def __init__(
+        self,
+        backend: object,
+        policies: Iterable[Policy],
+        clock: Clock | None,
+        prefix: str,
+        on_error: object,
+        deny_cache: int,
+        observers: Iterable[Observer],
+        breaker: Breaker | None,
+    ) -> None:
+        if isinstance(policies, Policy):
+            raise TypeError(
+                f"policies takes a list of policies: pass policies=[policy], got {policies!r}"
+            )
+        self.clock = clock
+        self.prefix = check_name("key prefix", prefix)
+        self.on_error = check_on_error(on_error, type(self).__name__, self._methods)
+        if breaker is not None and not isinstance(breaker, Breaker):
+            raise ConfigError(f"breaker must be a Breaker or None, got {breaker!r}")
+        self.breaker = breaker
+        self.observers: tuple[Observer, ...] = tuple(observers)
+        for observer in self.observers:
+            if not isinstance(observer, Observer):
+                raise TypeError(f"observers must have decided() and failed(), got {observer!r}")
+        self._cache = DenyCache(deny_cache) if deny_cache else None
+        self._plain = not self.observers and self._cache is None
+        self._label = backend_label(backend)
+        self._plans: dict[str, PolicyPlan] = {}
+        self._on_error: dict[str, object] = {}
+        for policy in policies:
+            self.add_policy(policy)
+
+    def add_policy(self, policy: Policy) -> None:
+        """Register a policy; re-adding an equal one is a no-op, a different one an error."""
+        if not isinstance(policy, Policy):
+            raise ConfigError(f"add_policy takes a Policy, got {policy!r}")
+        known = self._plans.get(policy.name)
+        if known is not None:
+            if known.policy == policy:
+                return
+            raise ConfigError(f"a different policy named {policy.name!r} is already registered")
+        on_error = self.on_error if policy.on_error is None else policy.on_error
+        check_on_error(on_error, f"policy {policy.name!r} on {type(self).__name__}", self._methods)
+        self._plans[policy.name] = PolicyPlan(policy, self.prefix)
+        self._on_error[policy.name] = on_error
+
+    def _adopt(self, other: GuardBase, fallback: Callable[[object], object]) -> None:
+        """Share ``other``'s registry, breaker, deny cache and observers, not copies: a
+        policy added to either, now or later, is known to both (an async view of a sync
+        guard). ``fallback`` adapts its fallback backends to this guard's kind."""
+        self._plans = other._plans
+        self._on_error = _Adapted(other._on_error, fallback)
+        self.on_error = fallback(other.on_error)
+        self.breaker, self.observers, self._cache = other.breaker, other.observers, other._cache
+        self._plain = other._plain
+
+    @property
+    def policies(self) -> Mapping[str, Policy]:
+        """The registered policies by name."""
+        return {name: plan.policy for name, plan in self._plans.items()}
+
+    def _lookup(self, policy: str) -> PolicyPlan:
+        """The plan registered under a policy's name."""
+        plan = self._plans.get(policy)
+        if plan is None:
+            known = ", ".join(sorted(self._plans)) or "none"
+            raise ConfigError(f"unknown policy {policy!r} (registered: {known})")
+        return plan
+
+    def _now(self) -> int | None:
+        return None if self.clock is None else check_time(self.clock.now_us())
+
+    def _request(
+        self, policy: str, cost: object, ctx: Mapping[str, object], mode: int
+    ) -> tuple[PolicyPlan, dict[str, str], int]:
+        """A request's plan, context (as text) and cost, validated."""
+        plan = self._lookup(policy)
+        checked = plan.check_cost(cost, upper=mode == HIT)
+        return plan, plan.texts(ctx), checked
+
+    def _one_call(self, plan: PolicyPlan) -> bool:
+        """Whether a hit of ``plan`` may take the one-call path: one slot, and nothing to do
+        around the call (no observers, no deny cache, failures raised)."""
+        return plan.single_slot and self._plain and self._on_error[plan.name] == "raise"
+
+    def _local_time(self) -> float:
+        return (self.clock or self._backend_clock).now()
+
+    @property
+    def _backend_clock(self) -> Clock:
+        return self.backend.clock  # type: ignore[attr-defined, no-any-return]
+
+    # -- failures --------------------------------------------------------------------------
+
+    def _guarded(
+        self,
+        plan: PolicyPlan,
+        make: Callable[[], Op[T]],
+        answer: Callable[[str, BackendUnavailable], T],
+    ) -> Op[T]:
+        """``make()``, with a store failure answered by the policy's ``on_error``."""
+        on_error = self._on_error[plan.name]
+        if on_error == "raise":
+            return make()
+        return resilient(make, on_error, answer, mark_all)
+
+    def _fail(self, plan: PolicyPlan, cost: int) -> Callable[[str, BackendUnavailable], Decision]:
+        rules, breaker = plan.policy.rules, self.breaker
+        return lambda source, exc: fail_answer(plan.name, rules, cost, source, exc, breaker)
+
+    def _before_store(self, policy: str) -> None:
+        if self.breaker is not None:
+            self.breaker.check(f"policy {policy!r} on {self._label}")
+
+    def _first_call(self, plan: PolicyPlan, cost: object, ctx: Mapping[str, object]) -> ScriptCall:
+        """The one call of a one-call hit, validated, once the breaker lets it through."""
+        checked, texts = plan.check_cost(cost), plan.texts(ctx)
+        call = plan.call(texts, self._now(), checked, HIT)
+        self._before_store(plan.name)
+        return call
+
+    def _first_reply(self, plan: PolicyPlan, call: ScriptCall, reply: Reply) -> Decision:
+        self._stored()
+        return plan.decide([reply], call.texts, call.cost, HIT)
+
+    def _stored(self) -> None:
+        """A store call answered."""
+        if self.breaker is not None:
+            self.breaker.succeeded()
+
+    def _store_failed(self, exc: BackendUnavailable, policy: str) -> None:
+        for observer in self.observers:  # an open circuit too: error="CircuitOpen"
+            observer.failed(exc, policy, self._label)
+        if isinstance(exc, CircuitOpen):
+            return  # the store was not called
+        if self.breaker is not None:
+            if exc.answered:  # it is up (e.g. out of memory): peeks and refunds still work
+                self.breaker.succeeded()
+            else:
+                self.breaker.failed()
+
+    # -- operations ------------------------------------------------------------------------
+
+    def _hit(
+        self, policy: str, cost: object, ctx: Mapping[str, object], cached: bool = True
+    ) -> _Hit:
+        """A hit's plan, texts and cost, and its answer when the deny cache has one."""
+        plan, texts, checked = self._request(policy, cost, ctx, HIT)
+        cache = self._cache if cached else None
+        answer = None
+        if cache is not None:
+            key = (plan.name, *texts.values())
+            answer = cache.get(plan.name, key, checked, self._local_time())
+            if answer is not None:
+                self._decided(answer, texts, 0.0)
+        return _Hit(plan, texts, checked, answer, perf_counter() if self.observers else 0.0)
+
+    def _hit_op(self, hit: _Hit) -> Op[Decision]:
+        plan, texts, cost = hit.plan, hit.texts, hit.cost
+        now = self._now()
+        return self._guarded(
+            plan, lambda: decide_op(plan, texts, cost, HIT, now), self._fail(plan, cost)
+        )
+
+    def _hit_done(self, hit: _Hit, decision: Decision) -> Decision:
+        """Remember a denial, tell the observers."""
+        cache = self._cache
+        if cache is not None and not decision.allowed and decision.source == "backend":
+            key = (hit.plan.name, *hit.texts.values())
+            cache.put(hit.plan.name, key, hit.cost, decision, self._local_time())
+        if self.observers:
+            self._decided(decision, hit.texts, perf_counter() - hit.start)
+        return decision
+
+    def _decided(self, decision: Decision, texts: Mapping[str, str], seconds: float) -> None:
+        for observer in self.observers:
+            observer.decided(decision, texts, seconds)
+
+    def _decide(
+        self, policy: str, cost: object, ctx: Mapping[str, object], mode: int
+    ) -> Op[Decision]:
+        """A peek, or a refund or reset by context (which the deny cache must forget)."""
+        plan, texts, checked = self._request(policy, cost, ctx, mode)
+        now = self._now()
+        if mode != CHECK:
+            self._forget(plan, texts)
+        return self._guarded(
+            plan, lambda: decide_op(plan, texts, checked, mode, now), self._fail(plan, checked)
+        )
+
+    def _forget(self, plan: PolicyPlan, texts: Mapping[str, str]) -> None:
+        """A refund or reset of ``texts``: the denials it may free are forgotten. When every
+        rule is keyed by the whole context, only that context's; else all of the policy's
+        (a state shared by several contexts may have been freed)."""
+        if self._cache is not None:
+            dims = set(plan.dimensions)
+            whole = all(set(rule.by) == dims for rule in plan.policy.rules)
+            self._cache.forget(plan.name, (plan.name, *texts.values()) if whole else None)
+
+    def _many(
+        self, policy: str, contexts: Iterable[Mapping[str, object]], cost: object
+    ) -> tuple[list[_Hit], list[_Hit], Op[list[Decision]]]:
+        """A batch: every context validated first; those the deny cache answers are not sent."""
+        plan = self._lookup(policy)
+        hits = [self._hit(policy, cost, ctx) for ctx in contexts]
+        sent = [hit for hit in hits if hit.cached is None]
+        checked = plan.check_cost(cost)
+        texts = [dict(hit.texts) for hit in sent]
+        fail = self._fail(plan, checked)
+        op = self._guarded(
+            plan,
+            lambda: many_op(plan, texts, checked, self._now),
+            lambda source, exc: [fail(source, exc) for _ in texts],
+        )
+        return hits, sent, op
+
+    def _many_done(
+        self, hits: list[_Hit], sent: list[_Hit], decided: list[Decision]
+    ) -> list[Decision]:
+        share = (perf_counter() - hits[0].start) / len(hits) if self.observers and hits else 0.0
+        answers = iter(decided)
+        out = []
+        for hit in hits:
+            if hit.cached is not None:
+                out.append(hit.cached)
+                continue
+            decision = next(answers)
+            out.append(self._hit_done(hit._replace(start=perf_counter() - share), decision))
+        return out
+
+    def _acquire(
+        self,
+        policy: str,
+        timeout: float | None,
+        cost: object,
+        ctx: Mapping[str, object],
+        clock: Clock,
+    ) -> tuple[_Hit, Op[Decision]]:
+        hit = self._hit(policy, cost, ctx, cached=False)  # it waits for its turn anyway
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not 0 <= timeout < float("inf")
+        ):
+            raise ConfigError(f"timeout must be None or finite seconds >= 0, got {timeout!r}")
+        plan, texts, checked = hit.plan, hit.texts, hit.cost
+        fail = self._fail(plan, checked)
+
+        def attempt(now: int | None) -> Op[Decision]:
+            return self._guarded(plan, lambda: decide_op(plan, texts, checked, HIT, now), fail)
+
+        return hit, acquire_op(plan, attempt, checked, timeout, self._now, clock)
+
+    def _refund(
+        self, target: str | Decision, cost: int | None, ctx: Mapping[str, object]
+    ) -> Op[Decision] | Decision:
+        """A refund by context (the newest units) or of one decision (exactly its own); a
+        decision that consumed nothing is answered as it is."""
+        if not isinstance(target, Decision):
+            return self._decide(target, 1 if cost is None else cost, ctx, REFUND)
+        if cost is not None or ctx:
+            raise ConfigError(
+                "refund(decision) takes no cost or context: it gives back exactly what that "
+                "hit took; use refund(policy, cost, **context) to give back the newest units"
+            )
+        receipt = target.receipt
+        if receipt is None:
+            return target
+        plan = self._lookup(target.policy)
+        with _CLAIM:  # two refunds of one decision at once: only one goes through
+            if receipt.spent:
+                raise ConfigError(f"this decision of policy {target.policy!r} was already refunded")
+            receipt.spent = True
+        try:
+            self._forget(plan, receipt.context)
+            op = refund_op(plan, receipt, self._now())
+            on_error = self._on_error[plan.name]
+            if target.source == "fallback":  # it consumed on the fallback: give back there
+                return _marked(elsewhere(op, on_error), "fallback")
+            if on_error == "raise":
+                return op
+            # a receipt of the store is no use to a fallback: answered as failing open
+            how = on_error if isinstance(on_error, str) else "allow"
+            return resilient(lambda: op, how, self._unrefunded(plan, receipt), mark_all)
+        except BaseException:
+            unspend(receipt)
+            raise
+
+    def _unrefunded(
+        self, plan: PolicyPlan, receipt: Receipt
+    ) -> Callable[[str, BackendUnavailable], Decision]:
+        """The answer to a refund the store could not take: nothing given back (the receipt
+        can be refunded again later), the degraded answer of ``on_error``."""
+        fail = self._fail(plan, receipt.cost)
+
+        def answer(source: str, exc: BackendUnavailable) -> Decision:
+            if not exc.sent:  # surely not applied: it can be refunded again
+                unspend(receipt)
+            return fail(source, exc)
+
+        return answer
+
+
+_CLAIM = threading.Lock()
+
+
+def maybe_applied(exc: BaseException) -> bool:
+    """Whether a refund that raised ``exc`` may still be applied by the store: then its
+    receipt stays spent (a second refund could give back twice); an under-refund errs on
+    the strict side."""
+    if isinstance(exc, BackendUnavailable):
+        return exc.sent
+    return not isinstance(exc, ConfigError)  # e.g. cancelled while the call was out
+
+
+def unspend(receipt: Receipt | None) -> None:
+    """A refund that failed gives its receipt back, so that it can be tried again."""
+    if receipt is not None:
+        receipt.spent = False
+
+
+class _Adapted(dict[str, object]):
+    """A live view of another guard's per-policy ``on_error``, each value adapted once (a
+    hit reads it: no adapter may be made per hit)."""
+
+    def __init__(self, source: dict[str, object], adapt: Callable[[object], object]) -> None:
+        super().__init__()
+        self._source, self._adapt = source, adapt
+        self._made: dict[int, tuple[object, object]] = {}  # id(value) -> (value, adapted)
+
+    def __getitem__(self, name: str) -> object:
+        value = self._source[name]
+        made = self._made.get(id(value))
+        if made is None or made[0] is not value:
+            made = self._made[id(value)] = (value, self._adapt(value))
+        return made[1]
+
+    def __setitem__(self, name: str, value: object) -> None:
+        self._source[name] = value
+
+
+def _marked(op: Op[Decision], source: str) -> Op[Decision]:
+    return with_source((yield from op), source)
+
+
+class _Hit(NamedTuple):
+    plan: PolicyPlan
+    texts: Mapping[str, str]
+    cost: int
+    cached: Decision | None
+    start: float

@@ -1,0 +1,172 @@
+"""Observers: told of every decision and every store error, for logs and metrics.
+
+A guard made with ``observers=[...]`` calls each observer's :meth:`Observer.decided` after
+every hit (``hit``, each decision of ``hit_many``, the decision ``acquire`` returns) and
+:meth:`Observer.failed` for every store error, before ``on_error`` answers. Peeks, refunds
+and resets are not decisions and are not reported. Without observers a hit pays nothing.
+
+Shipped: :class:`LoggingObserver`; :class:`PrometheusObserver` (extra ``prometheus``) with
+``freqguard_decisions_total{policy,outcome,source}``, ``freqguard_denials_total{policy,rule}``,
+``freqguard_backend_errors_total{backend,error}`` and ``freqguard_decision_seconds{policy}``;
+:class:`OpenTelemetryObserver` (extra ``otel``) with the same metrics in OpenTelemetry's
+spelling: ``freqguard.decisions``, ``freqguard.denials``, ``freqguard.backend.errors`` and
+``freqguard.decision.duration`` (docs/observability.md says why). The two metrics
+observers are imported on first use, so this module loads neither library.
+Never a recipient, content or key as a label; logs name a context only by its digest.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from freqguard.keys import digest
+
+if TYPE_CHECKING:
+    from freqguard._otel import OpenTelemetryObserver
+    from freqguard._prometheus import PrometheusObserver
+    from freqguard.decision import Decision
+    from freqguard.errors import BackendUnavailable
+
+__all__ = [
+    "DECISION_BUCKETS",
+    "LoggingObserver",
+    "Observer",
+    "OpenTelemetryObserver",
+    "PrometheusObserver",
+    "backend_label",
+    "error_label",
+]
+
+#: The decision-time histograms' upper bounds, in seconds: from 50 µs (a memory hit) to
+#: 2.5 s (a store timing out), so that both ends of a deployment land in distinct buckets.
+DECISION_BUCKETS = (
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+)
+
+
+def __getattr__(name: str) -> Any:
+    # Each metrics observer needs its extra (prometheus_client, opentelemetry-api): load it
+    # on first use, so that importing this module (as every guard does) loads neither.
+    if name == "PrometheusObserver":
+        from freqguard._prometheus import PrometheusObserver
+
+        return PrometheusObserver
+    if name == "OpenTelemetryObserver":
+        from freqguard._otel import OpenTelemetryObserver
+
+        return OpenTelemetryObserver
+    raise AttributeError(f"module 'freqguard.observe' has no attribute {name!r}")
+
+
+@runtime_checkable
+class Observer(Protocol):
+    """What a guard tells its observers. Both methods must be fast and must not raise (an
+    exception from an observer reaches the caller of ``hit``)."""
+
+    def decided(self, decision: Decision, context: Mapping[str, str], seconds: float) -> None:
+        """A hit was decided.
+
+        Args:
+            decision: the answer; ``decision.source`` says how it was made.
+            context: the hit's dimension values as text (may hold recipients or content:
+                never log or label with them; :func:`freqguard.keys.digest` them).
+            seconds: how long the decision took (for a batch, its time divided evenly).
+        """
+
+    def failed(self, error: BackendUnavailable, policy: str, backend: str) -> None:
+        """The store failed on a call for ``policy`` (``on_error`` answers next).
+
+        Args:
+            error: the error; ``error.__cause__`` holds the driver's original one.
+            policy: the policy whose operation failed.
+            backend: the backend's label (:func:`backend_label`).
+        """
+
+
+def backend_label(backend: object) -> str:
+    """A short, bounded label for a backend: its class name, e.g. ``RedisBackend``."""
+    return type(backend).__name__
+
+
+def error_label(error: BaseException) -> str:
+    """A short, bounded label for an error: the class of its cause when chained, e.g.
+    ``ConnectionError``, ``TimeoutError``, ``CircuitOpen``."""
+    cause = error.__cause__
+    return type(cause if cause is not None else error).__name__
+
+
+class LoggingObserver:
+    """Log decisions and store failures on the logger ``"freqguard"``.
+
+    Denials at DEBUG (policy, rules, retry_after, the context's digest: never its values);
+    store failures at WARNING, the same error repeated within ``quiet`` seconds counted and
+    summed up in the next warning instead of logged each time.
+
+    Args:
+        logger: the logger (default ``logging.getLogger("freqguard")``).
+        quiet: seconds during which a repeated error is not logged again.
+        clock: a monotonic clock in seconds (tests inject one).
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger | None = None,
+        *,
+        quiet: float = 10.0,
+        clock: Any = time.monotonic,
+    ) -> None:
+        self.logger = logger or logging.getLogger("freqguard")
+        self.quiet = quiet
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, str, str], tuple[float, int]] = {}
+
+    def decided(self, decision: Decision, context: Mapping[str, str], seconds: float) -> None:
+        if decision.allowed or not self.logger.isEnabledFor(logging.DEBUG):
+            return
+        self.logger.debug(
+            "denied policy=%s rules=%s retry_after=%.3f source=%s key=%s",
+            decision.policy,
+            ",".join(rule.id for rule in decision.denied_by),
+            decision.retry_after,
+            decision.source,
+            digest(decision.policy, *(f"{k}={v}" for k, v in sorted(context.items()))),
+        )
+
+    def failed(self, error: BackendUnavailable, policy: str, backend: str) -> None:
+        what = (backend, error_label(error), policy)
+        now = self._clock()
+        with self._lock:
+            last = self._last.get(what)
+            if last is not None and now - last[0] < self.quiet:
+                self._last[what] = (last[0], last[1] + 1)
+                return
+            suppressed = last[1] if last is not None else 0
+            self._last[what] = (now, 0)
+        more = f" ({suppressed} more since the last warning)" if suppressed else ""
+        self.logger.warning(
+            "store failure backend=%s error=%s policy=%s: %s%s",
+            backend,
+            what[1],
+            policy,
+            error,
+            more,
+        )

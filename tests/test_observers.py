@@ -1,0 +1,546 @@
+"""Observers: the Prometheus and OpenTelemetry metrics and the logs a real guard produces.
+
+A real Guard on MemoryBackend with a pinned clock; store failures come from a thin wrapper
+that raises BackendUnavailable from a ConnectionError, as the Redis backends do; one test
+shows the same labels on Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.parser import text_string_to_metric_families
+
+from freqguard import (
+    AsyncGuard,
+    BackendUnavailable,
+    ConfigError,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    Rule,
+    backend_from_url,
+)
+from freqguard.backends.base import Reply, ScriptCall
+from freqguard.backends.redis import RedisBackend
+from freqguard.keys import digest
+from freqguard.observe import (
+    DECISION_BUCKETS,
+    LoggingObserver,
+    Observer,
+    OpenTelemetryObserver,
+    PrometheusObserver,
+)
+from tests.servers import free_port
+
+RECIPIENT = "18829340001"
+SMS = Policy(
+    "sms",
+    Rule("2/minute", by="recipient", name="rcpt-1m"),
+    Rule("2 per 59 seconds", by=("recipient", "content"), name="content-59s"),
+)
+LOGIN = Policy("login", Rule("1/minute", by="user", name="user-1m"))
+
+
+class Outage:
+    """A MemoryBackend whose store can be taken away: every call then fails as a Redis
+    backend's does, BackendUnavailable from a ConnectionError."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryBackend()
+        self.clock = self.inner.clock
+        self.down = False
+
+    def execute(self, call: ScriptCall) -> Reply:
+        return self.execute_many([call])[0]
+
+    def execute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
+        if self.down:
+            try:
+                raise ConnectionError("connection refused")
+            except ConnectionError as exc:
+                raise BackendUnavailable("the store failed: connection refused") from exc
+        return self.inner.execute_many(calls)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def reader() -> InMemoryMetricReader:
+    return InMemoryMetricReader()
+
+
+def count(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+def otel_points(reader: InMemoryMetricReader) -> dict[tuple[str, frozenset[Any]], Any]:
+    """Each data point by (instrument name, attributes): a counter's value, a histogram's
+    point."""
+    points: dict[tuple[str, frozenset[Any]], Any] = {}
+    data = reader.get_metrics_data()
+    assert data is not None
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    key = (metric.name, frozenset(dict(point.attributes or {}).items()))
+                    points[key] = getattr(point, "value", point)
+    return points
+
+
+def otel_count(reader: InMemoryMetricReader, name: str, **attributes: str) -> Any:
+    return otel_points(reader).get((name, frozenset(attributes.items())), 0)
+
+
+def traffic(clock: ManualClock, observer: Observer) -> Guard:
+    """A guard with a deny cache and ``observer``, after :func:`a_day_of_traffic`."""
+    guard = Guard(MemoryBackend(), [SMS, LOGIN], clock=clock, deny_cache=100, observers=[observer])
+    a_day_of_traffic(guard)
+    return guard
+
+
+def a_day_of_traffic(guard: Guard) -> None:
+    """sms: 3 allowed, 3 denied by the store, 2 by the deny cache; login: 1 and 1."""
+    ctx: dict[str, Any] = {"recipient": RECIPIENT, "content": "code 1"}
+    for _ in range(2):
+        assert guard.hit("sms", **ctx).allowed
+    denied = guard.hit("sms", **ctx)
+    assert denied.source == "backend"
+    assert [rule.name for rule in denied.denied_by] == ["rcpt-1m", "content-59s"]
+    assert [d.source for d in guard.hit_many("sms", [ctx])] == ["deny-cache"]
+    assert guard.hit("sms", **ctx).source == "deny-cache"
+    other = guard.hit("sms", recipient=RECIPIENT, content="other")  # not the cached context
+    assert other.source == "backend"
+    assert [rule.name for rule in other.denied_by] == ["rcpt-1m"]
+    assert guard.hit("sms", recipient="someone else", content="code 1").allowed
+    too_much = guard.hit("sms", recipient="someone else", content="code 1", cost=2)
+    assert [rule.name for rule in too_much.denied_by] == ["rcpt-1m", "content-59s"]
+    assert guard.acquire("login", user="ann").allowed
+    assert not guard.hit("login", user="ann").allowed
+
+
+# -- Prometheus ----------------------------------------------------------------------------
+
+
+def test_prometheus_counts_decisions_by_policy_outcome_and_source(
+    registry: CollectorRegistry, clock: ManualClock
+) -> None:
+    guard = traffic(clock, PrometheusObserver(registry))
+    total = "freqguard_decisions_total"
+    assert count(registry, total, policy="sms", outcome="allowed", source="backend") == 3
+    assert count(registry, total, policy="sms", outcome="denied", source="backend") == 3
+    assert count(registry, total, policy="sms", outcome="denied", source="deny-cache") == 2
+    assert count(registry, total, policy="login", outcome="allowed", source="backend") == 1
+    assert count(registry, total, policy="login", outcome="denied", source="backend") == 1
+    # peeks, refunds and resets are not decisions
+    guard.peek("sms", recipient=RECIPIENT, content="code 1")
+    guard.reset("login", user="ann")
+    assert sum(s.value for m in registry.collect() for s in m.samples if s.name == total) == 10
+
+
+def test_prometheus_counts_each_denying_rule(
+    registry: CollectorRegistry, clock: ManualClock
+) -> None:
+    traffic(clock, PrometheusObserver(registry))
+    rcpt, content = (rule.id for rule in SMS.rules)
+    denials = "freqguard_denials_total"
+    # each rule that said no, in the store's denials and the deny cache's alike
+    assert count(registry, denials, policy="sms", rule=rcpt) == 5
+    assert count(registry, denials, policy="sms", rule=content) == 4
+    assert count(registry, denials, policy="login", rule=LOGIN.rules[0].id) == 1
+
+
+def test_prometheus_times_every_decision_per_policy(
+    registry: CollectorRegistry, clock: ManualClock
+) -> None:
+    traffic(clock, PrometheusObserver(registry))
+    seconds = "freqguard_decision_seconds"
+    assert count(registry, f"{seconds}_count", policy="sms") == 8
+    assert count(registry, f"{seconds}_count", policy="login") == 2
+    assert count(registry, f"{seconds}_bucket", policy="sms", le="+Inf") == 8
+    assert 0 < count(registry, f"{seconds}_sum", policy="sms") < 8 * 2.5
+    bounds = [
+        float(s.labels["le"])
+        for m in registry.collect()
+        if m.name == seconds
+        for s in m.samples
+        if s.name == f"{seconds}_bucket" and s.labels["policy"] == "login"
+    ]
+    assert bounds == [*DECISION_BUCKETS, float("inf")]
+
+
+def test_prometheus_buckets_can_be_chosen(registry: CollectorRegistry) -> None:
+    guard = Guard(
+        MemoryBackend(), [LOGIN], observers=[PrometheusObserver(registry, buckets=(0.5, 1))]
+    )
+    guard.hit("login", user="ann")
+    seconds = "freqguard_decision_seconds_bucket"
+    assert count(registry, seconds, policy="login", le="0.5") == 1
+    assert count(registry, seconds, policy="login", le="1.0") == 1
+
+
+def test_prometheus_exposition_parses_and_is_cumulative(
+    registry: CollectorRegistry, clock: ManualClock
+) -> None:
+    traffic(clock, PrometheusObserver(registry))
+    families = {
+        f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())
+    }
+    assert {"freqguard_decisions", "freqguard_denials", "freqguard_decision_seconds"} <= set(
+        families
+    )
+    assert families["freqguard_decisions"].type == "counter"
+    assert families["freqguard_decision_seconds"].type == "histogram"
+    buckets = [
+        s.value
+        for s in families["freqguard_decision_seconds"].samples
+        if s.name.endswith("_bucket") and s.labels["policy"] == "sms"
+    ]
+    assert buckets == sorted(buckets)
+    assert buckets[-1] == 8  # every sms decision, the deny cache's 2 among them
+
+
+@pytest.mark.parametrize("buckets", [(), (1.0, 0.5), (0.5, 0.5), (0.0, 1.0), (1.0, float("inf"))])
+def test_bad_buckets_are_refused(registry: CollectorRegistry, buckets: tuple[float, ...]) -> None:
+    with pytest.raises(ConfigError, match="buckets must be increasing"):
+        PrometheusObserver(registry, buckets=buckets)
+    with pytest.raises(ConfigError, match="buckets must be increasing"):
+        OpenTelemetryObserver(buckets=buckets)
+
+
+def test_prometheus_multiprocess_mode_sums_the_workers(tmp_path: Path) -> None:
+    """Under prometheus_client's multiprocess mode (gunicorn workers) the counts of every
+    process reach the one that serves /metrics."""
+    worker = (
+        "from prometheus_client import CollectorRegistry\n"
+        "from freqguard import Guard, MemoryBackend, Policy, Rule\n"
+        "from freqguard.observe import PrometheusObserver\n"
+        "observer = PrometheusObserver(CollectorRegistry())\n"
+        "login = Policy('login', Rule('1/minute', by='user', name='user-1m'))\n"
+        "guard = Guard(MemoryBackend(), [login], observers=[observer])\n"
+        "guard.hit('login', user='ann')\n"
+        "guard.hit('login', user='ann')\n"
+    )
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", worker], env=env, check=True)
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(tmp_path))  # type: ignore[no-untyped-call]
+    total = "freqguard_decisions_total"
+    assert count(registry, total, policy="login", outcome="allowed", source="backend") == 2
+    assert count(registry, total, policy="login", outcome="denied", source="backend") == 2
+    assert count(registry, "freqguard_denials_total", policy="login", rule="user-1m") == 2
+    assert count(registry, "freqguard_decision_seconds_count", policy="login") == 4
+
+
+def test_counts_are_exact_under_threads(registry: CollectorRegistry, clock: ManualClock) -> None:
+    """Threads deciding at once lose no count. (CPython 3.11 switches threads only at calls
+    and jumps, so this passes without the tally's lock too; the lock is for interpreters
+    that switch anywhere, free-threaded ones.)"""
+    wide = Policy("wide", Rule("10000/minute", by="user"))
+    guard = Guard(MemoryBackend(), [wide], clock=clock, observers=[PrometheusObserver(registry)])
+
+    def worker(n: int) -> None:
+        for i in range(500):
+            guard.hit("wide", user=f"{n}-{i % 7}")
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(before)
+    labels = {"policy": "wide", "outcome": "allowed", "source": "backend"}
+    assert count(registry, "freqguard_decisions_total", **labels) == 4000
+    assert count(registry, "freqguard_decision_seconds_count", policy="wide") == 4000
+
+
+def test_prometheus_counts_store_errors_and_fail_open_answers(
+    registry: CollectorRegistry, clock: ManualClock
+) -> None:
+    backend = Outage()
+    guard = Guard(
+        backend,
+        [SMS],
+        clock=clock,
+        on_error="allow",
+        breaker=None,
+        observers=[PrometheusObserver(registry)],
+    )
+    assert guard.hit("sms", recipient=RECIPIENT, content="c").source == "backend"
+    backend.down = True
+    for _ in range(3):
+        assert guard.hit("sms", recipient=RECIPIENT, content="c").source == "fail-open"
+    errors = "freqguard_backend_errors_total"
+    assert count(registry, errors, backend="Outage", error="ConnectionError") == 3
+    total = "freqguard_decisions_total"
+    assert count(registry, total, policy="sms", outcome="allowed", source="fail-open") == 3
+    assert count(registry, total, policy="sms", outcome="allowed", source="backend") == 1
+
+
+def test_prometheus_fail_closed_answers_name_no_rule(
+    registry: CollectorRegistry, clock: ManualClock
+) -> None:
+    """Failing closed denies by every rule, but no rule said no: it is counted as a
+    fail-closed decision, not as a denial by each rule."""
+    backend = Outage()
+    backend.down = True
+    observer = PrometheusObserver(registry)
+    guard = Guard(backend, [SMS], clock=clock, on_error="deny", observers=[observer])
+    decision = guard.hit("sms", recipient=RECIPIENT, content="c")
+    assert decision.source == "fail-closed"
+    assert decision.denied_by
+    total = "freqguard_decisions_total"
+    assert count(registry, total, policy="sms", outcome="denied", source="fail-closed") == 1
+    assert not [
+        s for m in registry.collect() for s in m.samples if s.name.startswith("freqguard_denials")
+    ]
+
+
+def test_prometheus_counts_fallback_decisions(
+    registry: CollectorRegistry, clock: ManualClock
+) -> None:
+    backend = Outage()
+    backend.down = True
+    guard = Guard(
+        backend,
+        [LOGIN],
+        clock=clock,
+        on_error=MemoryBackend(),
+        breaker=None,
+        observers=[PrometheusObserver(registry)],
+    )
+    assert guard.hit("login", user="ann").source == "fallback"
+    assert not guard.hit("login", user="ann").allowed
+    total = "freqguard_decisions_total"
+    assert count(registry, total, policy="login", outcome="allowed", source="fallback") == 1
+    assert count(registry, total, policy="login", outcome="denied", source="fallback") == 1
+    assert count(registry, "freqguard_denials_total", policy="login", rule="user-1m") == 1
+    assert (
+        count(registry, "freqguard_backend_errors_total", backend="Outage", error="ConnectionError")
+        == 2
+    )
+
+
+def test_prometheus_on_redis_labels_the_backend_and_the_driver_error(
+    redis_backend: RedisBackend, registry: CollectorRegistry, clock: ManualClock
+) -> None:
+    observer = PrometheusObserver(registry)
+    guard = Guard(redis_backend, [LOGIN], clock=clock, observers=[observer])
+    assert guard.hit("login", user="ann").allowed
+    assert not guard.hit("login", user="ann").allowed
+    total = "freqguard_decisions_total"
+    assert count(registry, total, policy="login", outcome="allowed", source="backend") == 1
+    assert count(registry, total, policy="login", outcome="denied", source="backend") == 1
+    # a port nobody listens on: refused at once, no timeout
+    nowhere = backend_from_url(f"redis://127.0.0.1:{free_port()}")
+    with Guard(nowhere, [LOGIN], clock=clock, on_error="allow", observers=[observer]) as away:
+        assert away.hit("login", user="bob").source == "fail-open"
+    errors = "freqguard_backend_errors_total"
+    assert count(registry, errors, backend="RedisBackend", error="ConnectionError") == 1
+    labels = {
+        name: value
+        for m in registry.collect()
+        for s in m.samples
+        for name, value in s.labels.items()
+    }
+    assert "ann" not in labels.values()
+    assert "bob" not in labels.values()
+
+
+def test_one_prometheus_observer_per_registry(registry: CollectorRegistry) -> None:
+    PrometheusObserver(registry)
+    with pytest.raises(ConfigError, match="share one PrometheusObserver"):
+        PrometheusObserver(registry)
+    # the failed second observer registered nothing: the first one's metrics stand alone
+    names = [m.name for m in registry.collect()]
+    assert sorted(names) == sorted(set(names))
+
+
+def test_prometheus_uses_the_default_registry_when_given_none() -> None:
+    observer = PrometheusObserver()
+    try:
+        Guard(MemoryBackend(), [LOGIN], observers=[observer]).hit("login", user="ann")
+        labels = {"policy": "login", "outcome": "allowed", "source": "backend"}
+        assert REGISTRY.get_sample_value("freqguard_decisions_total", labels) == 1
+    finally:
+        REGISTRY.unregister(observer._collector)
+
+
+def test_async_guards_report_alike(registry: CollectorRegistry, clock: ManualClock) -> None:
+    async def main() -> None:
+        guard = AsyncGuard(
+            MemoryBackend(), [LOGIN], clock=clock, observers=[PrometheusObserver(registry)]
+        )
+        assert (await guard.hit("login", user="ann")).allowed
+        assert not (await guard.hit_many("login", [{"user": "ann"}]))[0].allowed
+
+    asyncio.run(main())
+    total = "freqguard_decisions_total"
+    assert count(registry, total, policy="login", outcome="allowed", source="backend") == 1
+    assert count(registry, total, policy="login", outcome="denied", source="backend") == 1
+
+
+# -- OpenTelemetry -------------------------------------------------------------------------
+
+
+def test_opentelemetry_records_the_same_metrics(
+    reader: InMemoryMetricReader, clock: ManualClock
+) -> None:
+    traffic(clock, OpenTelemetryObserver(MeterProvider(metric_readers=[reader]).get_meter("t")))
+    total = "freqguard.decisions"
+    assert otel_count(reader, total, policy="sms", outcome="allowed", source="backend") == 3
+    assert otel_count(reader, total, policy="sms", outcome="denied", source="backend") == 3
+    assert otel_count(reader, total, policy="sms", outcome="denied", source="deny-cache") == 2
+    assert otel_count(reader, total, policy="login", outcome="denied", source="backend") == 1
+    rcpt, content = (rule.id for rule in SMS.rules)
+    assert otel_count(reader, "freqguard.denials", policy="sms", rule=rcpt) == 5
+    assert otel_count(reader, "freqguard.denials", policy="sms", rule=content) == 4
+    duration = otel_count(reader, "freqguard.decision.duration", policy="sms")
+    assert duration.count == 8
+    assert tuple(duration.explicit_bounds) == DECISION_BUCKETS
+
+
+def test_opentelemetry_counts_store_errors(
+    reader: InMemoryMetricReader, clock: ManualClock
+) -> None:
+    backend = Outage()
+    observer = OpenTelemetryObserver(MeterProvider(metric_readers=[reader]).get_meter("t"))
+    guard = Guard(backend, [SMS], clock=clock, on_error="deny", breaker=None, observers=[observer])
+    backend.down = True
+    for _ in range(2):
+        assert guard.hit("sms", recipient=RECIPIENT, content="c").source == "fail-closed"
+    errors = "freqguard.backend.errors"
+    assert otel_count(reader, errors, backend="Outage", error="ConnectionError") == 2
+    total = "freqguard.decisions"
+    assert otel_count(reader, total, policy="sms", outcome="denied", source="fail-closed") == 2
+    assert not [key for key in otel_points(reader) if key[0] == "freqguard.denials"]
+
+
+def test_opentelemetry_without_a_meter_uses_the_global_provider(clock: ManualClock) -> None:
+    """No SDK configured: the API's no-op meter; the guard works and records nothing."""
+    guard = Guard(MemoryBackend(), [LOGIN], clock=clock, observers=[OpenTelemetryObserver()])
+    assert guard.hit("login", user="ann").allowed
+
+
+def test_every_shipped_observer_is_an_observer(registry: CollectorRegistry) -> None:
+    for observer in (LoggingObserver(), PrometheusObserver(registry), OpenTelemetryObserver()):
+        assert isinstance(observer, Observer)
+
+
+# -- logging -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.DEBUG, logger="freqguard")
+    return caplog
+
+
+def test_denials_are_logged_at_debug_by_digest_never_by_recipient(
+    logs: pytest.LogCaptureFixture, clock: ManualClock
+) -> None:
+    guard = Guard(
+        MemoryBackend(), [SMS], clock=clock, deny_cache=100, observers=[LoggingObserver()]
+    )
+    content = "Your code is 1234"
+    for _ in range(4):
+        guard.hit("sms", recipient=RECIPIENT, content=content)
+    denials = [r for r in logs.records if r.name == "freqguard"]
+    assert len(denials) == 2  # allowed hits are not logged
+    assert all(r.levelno == logging.DEBUG for r in denials)
+    key = digest("sms", f"content={content}", f"recipient={RECIPIENT}")
+    assert all(f"key={key}" in r.getMessage() for r in denials)
+    assert "source=backend" in denials[0].getMessage()
+    assert "source=deny-cache" in denials[1].getMessage()
+    assert "rules=rcpt-1m,content-59s" in denials[0].getMessage()
+    for record in logs.records:
+        text = f"{record.getMessage()} {record.args!r} {record.__dict__!r}"
+        assert RECIPIENT not in text
+        assert content not in text
+
+
+def test_denials_cost_nothing_when_debug_is_off(
+    caplog: pytest.LogCaptureFixture, clock: ManualClock
+) -> None:
+    caplog.set_level(logging.INFO, logger="freqguard")
+    guard = Guard(MemoryBackend(), [LOGIN], clock=clock, observers=[LoggingObserver()])
+    guard.hit("login", user="ann")
+    assert not guard.hit("login", user="ann").allowed
+    assert not caplog.records
+
+
+def test_store_failures_are_warned_once_per_quiet_period(
+    logs: pytest.LogCaptureFixture, clock: ManualClock
+) -> None:
+    backend = Outage()
+    backend.down = True
+    ticks = ManualClock(0.0)
+    observer = LoggingObserver(quiet=10.0, clock=ticks.now)
+    guard = Guard(backend, [SMS], clock=clock, on_error="allow", breaker=None, observers=[observer])
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in logs.records if r.levelno == logging.WARNING]
+
+    for _ in range(3):  # at 0, 1 and 2 s: one warning, two suppressed
+        guard.hit("sms", recipient=RECIPIENT, content="c")
+        ticks.advance(1.0)
+    assert len(warnings()) == 1
+    first = warnings()[0]
+    assert "backend=Outage" in first
+    assert "error=ConnectionError" in first
+    assert "policy=sms" in first
+    assert "more since" not in first
+    ticks.set(10.0)  # 10 s after the first warning: the next is logged, with the count
+    guard.hit("sms", recipient=RECIPIENT, content="c")
+    assert len(warnings()) == 2
+    assert "(2 more since the last warning)" in warnings()[1]
+    ticks.set(25.0)
+    guard.hit("sms", recipient=RECIPIENT, content="c")
+    assert len(warnings()) == 3
+    assert "more since" not in warnings()[2]
+    for record in logs.records:
+        assert RECIPIENT not in f"{record.getMessage()} {record.args!r}"
+
+
+def test_different_errors_are_not_suppressed_together(
+    logs: pytest.LogCaptureFixture, clock: ManualClock
+) -> None:
+    backend = Outage()
+    backend.down = True
+    ticks = ManualClock(0.0)
+    observer = LoggingObserver(clock=ticks.now)
+    guard = Guard(
+        backend, [SMS, LOGIN], clock=clock, on_error="allow", breaker=None, observers=[observer]
+    )
+    guard.hit("sms", recipient=RECIPIENT, content="c")
+    guard.hit("login", user="ann")
+    warned = [r.getMessage() for r in logs.records if r.levelno == logging.WARNING]
+    assert len(warned) == 2
+    assert "policy=sms" in warned[0]
+    assert "policy=login" in warned[1]
