@@ -23,16 +23,27 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from typing import Literal
 
 from freqguard.decision import Decision, binding_rule
 from freqguard.errors import ConfigError
 from freqguard.rules import Rule
 
-__all__ = ["PROFILES", "HeaderProfile", "check_profile", "rate_limit_headers", "whole_seconds"]
+__all__ = [
+    "PROFILES",
+    "HeaderPlan",
+    "HeaderProfile",
+    "check_profile",
+    "header_plan",
+    "rate_limit_headers",
+    "whole_seconds",
+]
 
 HeaderProfile = Literal["ietf", "draft6", "x-ratelimit", "none"]
 PROFILES: tuple[str, ...] = ("ietf", "draft6", "x-ratelimit", "none")
+
+_US = 1_000_000.0
 
 
 def whole_seconds(value: float) -> int:
@@ -56,30 +67,83 @@ def rate_limit_headers(decision: Decision, profile: str = "ietf") -> dict[str, s
     Raises:
         ConfigError: for an unknown profile.
     """
-    if check_profile(profile) == "none":
-        return {}
-    wait = whole_seconds(decision.reset_after if decision.allowed else decision.retry_after)
-    headers: dict[str, str] = {}
-    if profile == "ietf":
-        raw = decision.raw
-        # the rule the decision itself reports (one definition: binding_rule), so
-        # that ``r`` is always ``decision.remaining``
-        binding = binding_rule(raw)[0]
-        headers["RateLimit-Policy"] = _policy_field(tuple(entry[0] for entry in raw))
-        headers["RateLimit"] = f"{_sf_string(binding.id)};r={decision.remaining};t={wait}"
-    else:
-        prefix = "RateLimit" if profile == "draft6" else "X-RateLimit"
-        headers[f"{prefix}-Limit"] = str(decision.limit)
-        headers[f"{prefix}-Remaining"] = str(decision.remaining)
-        headers[f"{prefix}-Reset"] = str(wait)
-    if not decision.allowed:
-        headers["Retry-After"] = str(wait)
-    return headers
+    rules = tuple(entry[0] for entry in decision.raw)
+    return header_plan(rules, check_profile(profile)).fields(decision)
+
+
+class HeaderPlan:
+    """One policy's headers in one profile, with everything that does not depend on the
+    decision built once: the names, ``RateLimit-Policy`` and each rule's quoted name.
+
+    Headers are made as the byte pairs ASGI servers send (:meth:`raw`: lower-case names,
+    latin-1 values); the text form (:meth:`fields`) is decoded from them. Build it with
+    :func:`header_plan`.
+    """
+
+    __slots__ = ("_fixed", "_names", "_profile", "_quoted", "_text")
+
+    def __init__(self, rules: Sequence[Rule], profile: str) -> None:
+        self._profile = check_profile(profile)
+        self._quoted = {rule.id: _latin1(_sf_string(rule.id)) for rule in rules}
+        fixed: dict[str, str] = {}
+        names: tuple[str, ...] = ()
+        if profile == "ietf":
+            fixed["RateLimit-Policy"] = _policy_field(rules)
+            names = ("RateLimit",)
+        elif profile != "none":
+            prefix = "RateLimit" if profile == "draft6" else "X-RateLimit"
+            names = (f"{prefix}-Limit", f"{prefix}-Remaining", f"{prefix}-Reset")
+        names += ("Retry-After",)  # with a denial only
+        self._fixed = [(_latin1(name.lower()), _latin1(value)) for name, value in fixed.items()]
+        self._names = tuple(_latin1(name.lower()) for name in names)
+        # each header's name as written in the text form
+        self._text = {_latin1(name.lower()): name for name in (*fixed, *names)}
+
+    def _made(self, decision: Decision) -> list[tuple[bytes, bytes]]:
+        """The headers that depend on the decision."""
+        if self._profile == "none":
+            return []
+        # the rule the decision itself reports (one definition: binding_rule), so that
+        # ``r`` is always ``decision.remaining`` and ``t`` its ``reset_after``
+        rule, remaining, reset, _ = binding_rule(decision.raw)
+        allowed = decision.allowed
+        wait = whole_seconds(reset / _US if allowed else decision.retry_after)
+        names = self._names
+        if self._profile == "ietf":
+            quoted = self._quoted.get(rule.id) or _latin1(_sf_string(rule.id))
+            made = [(names[0], b"%b;r=%d;t=%d" % (quoted, remaining, wait))]
+        else:
+            made = [
+                (names[0], b"%d" % rule.capacity),
+                (names[1], b"%d" % remaining),
+                (names[2], b"%d" % wait),
+            ]
+        if not allowed:
+            made.append((names[-1], b"%d" % wait))
+        return made
+
+    def raw(self, decision: Decision) -> list[tuple[bytes, bytes]]:
+        """The headers for ``decision`` as ASGI sends them: lower-case names, latin-1."""
+        return self._fixed + self._made(decision)
+
+    def fields(self, decision: Decision) -> dict[str, str]:
+        """The headers for ``decision``, by name."""
+        text = self._text
+        return {text[name]: value.decode("latin-1") for name, value in self.raw(decision)}
 
 
 @functools.lru_cache(maxsize=1024)
-def _policy_field(rules: tuple[Rule, ...]) -> str:
-    """``RateLimit-Policy`` depends only on the rules: built once per policy."""
+def header_plan(rules: tuple[Rule, ...], profile: str) -> HeaderPlan:
+    """The :class:`HeaderPlan` of a policy's rules (in policy order), built once per policy."""
+    return HeaderPlan(rules, profile)
+
+
+def _latin1(text: str) -> bytes:
+    return text.encode("latin-1")
+
+
+def _policy_field(rules: Sequence[Rule]) -> str:
+    """``RateLimit-Policy`` depends only on the rules."""
     return ", ".join(
         f"{_sf_string(r.id)};q={r.limit};w={whole_seconds(r.rate.window_seconds)}"
         for r in rules

@@ -77,12 +77,22 @@ def client_ip(
             return address.compressed
         return ipaddress.ip_network((address, bits), strict=False).with_prefixlen
 
+    @functools.lru_cache(maxsize=4096)
+    def judge_peer(peer: str) -> tuple[_Address | None, str, bool]:
+        """The peer's address, its key, and whether it is a trusted proxy: memoised
+        (bounded), since the same few peers ask on every request."""
+        address = _address(peer)
+        if address is None:
+            return None, peer, False  # a server-given label (a socket path), not a header
+        return address, widen(address), bool(networks) and _trusted(address, networks)
+
     def key(request: RequestInfo) -> dict[str, object]:
         peer = request.client
-        vouched = _address(peer) if peer else None
-        if vouched is None:
-            return {"client": peer or ""}  # a server-given label (a socket path), not a header
-        if networks and _trusted(vouched, networks):
+        if not peer:
+            return {"client": ""}
+        vouched, text, proxy = judge_peer(peer)
+        if proxy:
+            assert vouched is not None
             for hop in hops_of(request.header_lines(wanted)):
                 address = _address(hop)
                 if address is None:
@@ -90,7 +100,8 @@ def client_ip(
                 vouched = address
                 if not _trusted(address, networks):
                     break
-        return {"client": widen(vouched)}
+            text = widen(vouched)
+        return {"client": text}
 
     return key
 

@@ -14,20 +14,33 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from freqguard.decision import Decision
+from freqguard.errors import BackendUnavailable
 from freqguard.guard import AsyncGuard, Guard
+from freqguard.headers import HeaderPlan, header_plan, whole_seconds
 from freqguard.integrations._http import (
     BadRequest,
     KeyFunc,
     Limit,
     RequestInfo,
     bad_request_body,
+    context_of,
     problem_body,
+    unavailable_body,
 )
 from freqguard.policy import Policy
 from freqguard.rates import Rate
 from freqguard.rules import Rule
 
-__all__ = ["Answer", "Decider", "Part", "Route", "compile_limit", "refusal"]
+__all__ = [
+    "Answer",
+    "Decider",
+    "Part",
+    "Route",
+    "answer_for",
+    "bad_request",
+    "compile_limit",
+    "refusal",
+]
 
 _PARAM = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)(?::path)?}")
 _NO_PARAMS: Mapping[str, str] = {}
@@ -57,6 +70,7 @@ class Route:
     regex: re.Pattern[str] | None = None  # None: every path
     methods: frozenset[str] | None = None  # None: every method; GET brings HEAD
     policy: Policy | None = None
+    on_error: object = None  # the policy's, when built here
 
     def match(self, method: str, path: str) -> Mapping[str, str] | None:
         if self.methods is not None and method not in self.methods:
@@ -73,8 +87,7 @@ class Route:
             BadRequest: a key function refuses the request.
         """
         if len(self.parts) == 1:
-            value = self.parts[0].key(info)
-            ctx = dict(value) if isinstance(value, Mapping) else {"key": value}
+            ctx = context_of(self.parts[0].key, info)
             return ctx, (tuple(ctx),)
         ctx = {}
         dims: list[tuple[str, ...]] = []
@@ -82,8 +95,7 @@ class Route:
         for part in self.parts:
             by = asked.get(part.key)
             if by is None:
-                value = part.key(info)
-                found = dict(value) if isinstance(value, Mapping) else {"key": value}
+                found = context_of(part.key, info)
                 # two different key functions naming one dimension: the second is renamed,
                 # so neither's value stands in for the other's
                 renamed = {(f"view_{d}" if d in ctx else d): v for d, v in found.items()}
@@ -106,7 +118,7 @@ class Route:
                 rules.append(
                     Rule(item, by=by, name=f"{part.label}.{rule.id}") if part.label else rule
                 )
-        return Policy(self.name, *rules)
+        return Policy(self.name, *rules, on_error=self.on_error)
 
 
 def compile_limit(limit: Limit) -> Route:
@@ -126,7 +138,8 @@ def compile_limit(limit: Limit) -> Route:
     if isinstance(limit.items, Policy):
         policy = limit.items  # hit by its own name
         return Route(policy.name, (Part(limit.key, ()),), limit.cost, regex, methods, policy)
-    route = Route(limit.name, (Part(limit.key, limit.items),), limit.cost, regex, methods)
+    route_parts = (Part(limit.key, limit.items),)
+    route = Route(limit.name, route_parts, limit.cost, regex, methods, on_error=limit.on_error)
     if all(isinstance(item, Rule) for item in limit.items):  # known now: registered now
         return dataclasses.replace(route, policy=route.build(((),)))
     return route
@@ -134,18 +147,44 @@ def compile_limit(limit: Limit) -> Route:
 
 class Answer:
     """What to send: the status, the headers (rate-limit headers, and on a refusal the
-    problem document's content type and length) and the body (empty when allowed)."""
+    problem document's content type and length) and the body (empty when allowed).
 
-    __slots__ = ("body", "decision", "headers", "status")
+    The headers are built when first asked for, as text (``headers``) or as the byte pairs
+    an ASGI server takes (:meth:`raw_headers`): each integration pays for the form it sends.
+    """
+
+    __slots__ = ("_headers", "_plan", "body", "decision", "status")
 
     def __init__(
-        self, status: int, headers: dict[str, str], body: bytes, decision: Decision | None
+        self,
+        status: int,
+        body: bytes,
+        decision: Decision | None,
+        plan: HeaderPlan | None,
+        headers: dict[str, str] | None = None,
     ) -> None:
-        self.status, self.headers, self.body, self.decision = status, headers, body, decision
+        self.status, self.body, self.decision = status, body, decision
+        self._plan, self._headers = plan, headers
 
     @property
     def allowed(self) -> bool:
         return self.status < 400
+
+    @property
+    def headers(self) -> dict[str, str]:
+        headers = self._headers
+        if headers is None:
+            # only an allowed answer is made without its headers (see answer_for)
+            assert self._plan is not None
+            assert self.decision is not None
+            headers = self._headers = self._plan.fields(self.decision)
+        return headers
+
+    def raw_headers(self) -> list[tuple[bytes, bytes]]:
+        """The headers as ASGI sends them: lower-case names, latin-1 bytes."""
+        if self._headers is None and self._plan is not None and self.decision is not None:
+            return self._plan.raw(self.decision)  # allowed: straight from the plan
+        return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in self.headers.items()]
 
 
 def refusal(status: int, body: bytes, headers: Mapping[str, str]) -> dict[str, str]:
@@ -157,19 +196,35 @@ def refusal(status: int, body: bytes, headers: Mapping[str, str]) -> dict[str, s
     }
 
 
-def answer_for(decision: Decision, profile: str, instance: str | None) -> Answer:
-    """The answer to a decision: its rate-limit headers, and a 429 problem if denied."""
-    headers = decision.headers(profile)
+def answer_for(
+    decision: Decision, profile: str, instance: str | None, plan: HeaderPlan | None = None
+) -> Answer:
+    """The answer to a decision: its rate-limit headers, and a 429 problem if denied.
+
+    ``plan`` is the decision's policy's :class:`HeaderPlan` in ``profile``, when known.
+    """
+    if plan is None:
+        plan = header_plan(tuple(entry[0] for entry in decision.raw), profile)
     if decision.allowed:
-        return Answer(200, headers, b"", decision)
+        return Answer(200, b"", decision, plan)
     body = problem_body(decision, instance)
-    return Answer(429, refusal(429, body, headers), body, decision)
+    return Answer(429, body, decision, plan, refusal(429, body, plan.fields(decision)))
+
+
+def unavailable(error: BackendUnavailable, instance: str | None) -> Answer:
+    """The answer to a request the store could not decide (its ``on_error`` is ``"raise"``):
+    503 with a problem document and a ``Retry-After``, never a bare 500."""
+    wait = getattr(error, "retry_after", 1.0)
+    body = unavailable_body(wait, instance)
+    return Answer(
+        503, body, None, None, refusal(503, body, {"Retry-After": str(max(whole_seconds(wait), 1))})
+    )
 
 
 def bad_request(error: BadRequest, instance: str) -> Answer:
     """The answer to a request its key function refuses: 400 with a problem document."""
     body = bad_request_body(error, instance)
-    return Answer(400, refusal(400, body, {}), body, None)
+    return Answer(400, body, None, None, refusal(400, body, {}))
 
 
 class Decider:
@@ -185,9 +240,10 @@ class Decider:
         self.routes = tuple(routes)
         self.profile = profile
         self._add_policy = guard.add_policy
-        # routes whose policy is registered on the guard: by route, not by name, so two
-        # routes naming one policy with different rules still fail as add_policy does
-        self._ready: set[Route] = set()
+        # routes whose policy is registered on the guard, with its headers: by route, not
+        # by name, so two routes naming one policy with different rules still fail as
+        # add_policy does
+        self._ready: dict[Route, HeaderPlan] = {}
         self._lock = threading.Lock()
         for route in self.routes:
             if route.policy is not None:
@@ -216,10 +272,16 @@ class Decider:
         with self._lock:
             if route not in self._ready:
                 self._add_policy(policy)
-                self._ready.add(route)
+                self._ready[route] = header_plan(policy.rules, self.profile)
 
-    def answer(self, decision: Decision, instance: str | None) -> Answer:
-        return answer_for(decision, self.profile, instance)
+    def answer(
+        self, decision: Decision, instance: str | None, route: Route | None = None
+    ) -> Answer:
+        """The answer to a decision (of ``route``, when known: its headers are built)."""
+        plan = None if route is None else self._ready[route]
+        if decision.allowed and plan is not None:  # the usual case, in one call
+            return Answer(200, b"", decision, plan)
+        return answer_for(decision, self.profile, instance, plan)
 
     def decide(self, hit: Callable[..., Decision], route: Route, info: RequestInfo) -> Answer:
         """Key, hit (``Guard.hit``) and answer one request."""
@@ -227,7 +289,11 @@ class Decider:
             ctx = self.prepare(route, info)
         except BadRequest as error:
             return bad_request(error, info.path)
-        return self.answer(hit(route.name, route.cost, **ctx), info.path)
+        try:
+            decision = hit(route.name, route.cost, **ctx)
+        except BackendUnavailable as error:
+            return unavailable(error, info.path)
+        return self.answer(decision, info.path, route)
 
     async def adecide(
         self, hit: Callable[..., Awaitable[Decision]], route: Route, info: RequestInfo
@@ -237,4 +303,8 @@ class Decider:
             ctx = self.prepare(route, info)
         except BadRequest as error:
             return bad_request(error, info.path)
-        return self.answer(await hit(route.name, route.cost, **ctx), info.path)
+        try:
+            decision = await hit(route.name, route.cost, **ctx)
+        except BackendUnavailable as error:
+            return unavailable(error, info.path)
+        return self.answer(decision, info.path, route)

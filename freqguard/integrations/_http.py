@@ -84,13 +84,17 @@ class Limit:
             GET also takes HEAD, on the same counter.
         cost: how much one request costs.
         name: the policy's name (default derived from the method and path).
+        on_error: what the route answers when the store fails: ``"allow"`` (fail open),
+            ``"deny"`` (fail closed: 429 with a ``Retry-After``), a fallback backend, or
+            ``"raise"``: a 503 problem document with a ``Retry-After``, never a bare 500.
+            Default (None): the guard's. For a Policy, set it on the Policy.
 
     Raises:
         ConfigError: for a pattern not starting with ``/``, a rate that does not parse, a
-            rule that is not a rate string, Rule or Policy, or a bad name.
+            rule that is not a rate string, Rule or Policy, a bad name or ``on_error``.
     """
 
-    __slots__ = ("cost", "items", "key", "methods", "name", "path", "rule")
+    __slots__ = ("cost", "items", "key", "methods", "name", "on_error", "path", "rule")
 
     path: str
     rule: str | Rule | Policy | Sequence[str | Rule]
@@ -98,6 +102,7 @@ class Limit:
     methods: frozenset[str] | None
     cost: int
     name: str
+    on_error: object  # "raise" | "allow" | "deny" | a backend | None (the guard's)
     items: tuple[Rate | Rule, ...] | Policy  # the rule, parsed
 
     def __init__(
@@ -109,6 +114,7 @@ class Limit:
         methods: Iterable[str] | None = None,
         cost: int = 1,
         name: str | None = None,
+        on_error: object = None,
     ) -> None:
         if not path.startswith("/"):
             raise ConfigError(f"a route pattern starts with '/', got {path!r}")
@@ -123,6 +129,7 @@ class Limit:
             "cost": cost,
             "name": check_name("limit name", name or default[:64]),
             "items": rule if isinstance(rule, Policy) else rule_items(rule),
+            "on_error": _check_on_error(on_error, rule, path),
         }
         for field, value in fields.items():
             object.__setattr__(self, field, value)
@@ -135,6 +142,19 @@ class Limit:
 
     def __repr__(self) -> str:
         return f"Limit({self.path!r}, {self.rule!r}, name={self.name!r})"
+
+
+def _check_on_error(on_error: object, rule: object, path: str) -> object:
+    if on_error is None:
+        return None
+    if isinstance(rule, Policy):
+        raise ConfigError(
+            f"Limit({path!r}): on_error={on_error!r} goes on the Policy it is given "
+            f"(Policy({rule.name!r}, ..., on_error=...))"
+        )
+    from freqguard.failure import check_on_error
+
+    return check_on_error(on_error, f"Limit({path!r})")
 
 
 def rule_items(rule: object) -> tuple[Rate | Rule, ...]:
@@ -168,6 +188,15 @@ def problem_body(decision: Decision, instance: str | None) -> bytes:
 def bad_request_body(error: BadRequest, instance: str) -> bytes:
     """An RFC 9457 problem document for a request that cannot be keyed."""
     return _problem(400, "Bad Request", str(error), instance)
+
+
+def unavailable_body(retry_after: float, instance: str | None) -> bytes:
+    """An RFC 9457 problem document for a request the store could not decide."""
+    detail = (
+        "The rate limiter's store is unavailable; retry after "
+        f"{whole_seconds(retry_after)} seconds."
+    )
+    return _problem(503, "Service Unavailable", detail, instance)
 
 
 def problem_detail(decision: Decision) -> str:

@@ -75,5 +75,9 @@ KeyFunc = Callable[[RequestInfo], object]
 
 
 def context_of(key: KeyFunc, request: RequestInfo) -> dict[str, object]:
+    """What ``key`` gives for ``request``, as a context: a mapping as it is (never written
+    to), one value as the dimension ``key``."""
     value = key(request)
+    if type(value) is dict:  # the usual case, without the ABC check
+        return value
     return dict(value) if isinstance(value, Mapping) else {"key": value}

@@ -29,10 +29,10 @@ from flask import Flask, Response, current_app, g, request
 from freqguard.backends.urls import backend_from_url
 from freqguard.decision import Decision
 from freqguard.decorators import _fit, _implicit_name
-from freqguard.errors import CapExceeded, ConfigError
+from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
-from freqguard.integrations._decide import Answer, Decider, Part, Route, bad_request
+from freqguard.integrations._decide import Answer, Decider, Part, Route, bad_request, unavailable
 from freqguard.integrations._http import BadRequest, KeyFunc, RequestInfo, client_ip, header
 from freqguard.integrations.wsgi import request_info
 from freqguard.rates import Rate, parse_rates
@@ -107,6 +107,7 @@ class FreqGuard:
         app.after_request(self._after)
         app.register_error_handler(CapExceeded, self._denied)
         app.register_error_handler(BadRequest, self._bad_request)
+        app.register_error_handler(BackendUnavailable, self._unavailable)
 
     @staticmethod
     def _state() -> _State:
@@ -163,6 +164,11 @@ class FreqGuard:
     @staticmethod
     def _bad_request(error: BadRequest) -> Response:
         return _response(bad_request(error, request.path))
+
+    @staticmethod
+    def _unavailable(error: BackendUnavailable) -> Response:
+        """The store failed and the route's ``on_error`` is ``"raise"``: a 503, not a 500."""
+        return _response(unavailable(error, request.path))
 
     def capped(
         self, rule: str, *, key: KeyFunc | None = None, cost: int = 1, name: str | None = None

@@ -23,11 +23,18 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from freqguard.adapters import async_view as _async_view
 from freqguard.decision import Decision
-from freqguard.decorators import _async_view
+from freqguard.errors import BackendUnavailable
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.headers import check_profile
-from freqguard.integrations._decide import Answer, Decider, answer_for, compile_limit
+from freqguard.integrations._decide import (
+    Answer,
+    Decider,
+    answer_for,
+    compile_limit,
+    unavailable,
+)
 from freqguard.integrations._http import (
     BadRequest,
     KeyFunc,
@@ -81,10 +88,6 @@ def _as_async(guard: Guard | AsyncGuard) -> AsyncGuard:
     return guard if isinstance(guard, AsyncGuard) else _async_view(guard)
 
 
-def _encode(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
-    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-
-
 class FreqGuardMiddleware:
     """Pure ASGI middleware: the first :class:`Limit` matching a request decides it.
 
@@ -108,13 +111,15 @@ class FreqGuardMiddleware:
     ) -> None:
         self.app = app
         self.guard = _as_async(guard)
+        self._hit = self.guard.hit
         self.limits = tuple(limits)
         self.decider = Decider(
             self.guard, [compile_limit(limit) for limit in self.limits], check_profile(headers)
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket"):
+        kind = scope["type"]
+        if kind != "http" and kind != "websocket":
             await self.app(scope, receive, send)
             return
         found = self.decider.find(scope.get("method", "GET"), scope["path"])
@@ -122,14 +127,14 @@ class FreqGuardMiddleware:
             await self.app(scope, receive, send)
             return
         route, params = found
-        answer = await self.decider.adecide(self.guard.hit, route, request_info(scope, params))
+        answer = await self.decider.adecide(self._hit, route, request_info(scope, params))
         if not answer.allowed:
             await _refuse(scope, send, answer)
             return
-        if scope["type"] == "websocket" or not answer.headers:
+        extra = answer.raw_headers() if kind == "http" else None
+        if not extra:
             await self.app(scope, receive, send)
             return
-        extra = _encode(answer.headers)
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -142,11 +147,11 @@ class FreqGuardMiddleware:
 async def _refuse(scope: Scope, send: Send, answer: Answer) -> None:
     """Answer without calling the app: a problem document, or a WebSocket close 1008."""
     if scope["type"] == "websocket":
-        reason = "rate limited" if answer.status == 429 else "bad request"
+        reason = {429: "rate limited", 503: "store unavailable"}.get(answer.status, "bad request")
         await send({"type": "websocket.close", "code": 1008, "reason": reason})
         return
     await send(
-        {"type": "http.response.start", "status": answer.status, "headers": _encode(answer.headers)}
+        {"type": "http.response.start", "status": answer.status, "headers": answer.raw_headers()}
     )
     await send({"type": "http.response.body", "body": answer.body})
 
@@ -185,9 +190,14 @@ async def enforce(
         async def per_user(user_id: int) -> None:
             await enforce(guard, "api", user=user_id)
 
-    The problem document names no ``instance`` (the request is not known here).
+    The problem document names no ``instance`` (the request is not known here). A store
+    failure the policy's ``on_error`` does not answer raises :class:`Refused` with a 503.
     """
-    decision = await _as_async(guard).hit(policy, cost, **ctx)
+    try:
+        decision = await _as_async(guard).hit(policy, cost, **ctx)
+    except BackendUnavailable as error:
+        answer = unavailable(error, None)
+        raise Refused(answer, json.loads(answer.body)["detail"]) from error
     if not decision.allowed:
         raise Refused(answer_for(decision, check_profile(headers), None), problem_detail(decision))
     return decision
@@ -201,11 +211,14 @@ def limit_dependency(
     cost: int = 1,
     name: str,
     headers: str = "ietf",
+    on_error: object = None,
 ) -> Callable[..., Awaitable[None]]:
     """A FastAPI dependency: ``Depends(limit_dependency(guard, "5/minute", name="login"))``.
 
-    Decided on the same path as the middleware. Denials raise :class:`Refused` (429, and
-    400 when the key refuses the request); allowed responses get the rate-limit headers.
+    Decided on the same path as the middleware. Denials raise :class:`Refused` (429, 400
+    when the key refuses the request, 503 when the store fails and ``on_error`` is
+    ``"raise"``); allowed responses get the rate-limit headers. ``on_error`` as for
+    :class:`Limit`.
     """
     limit = Limit(
         "/{rest:path}",
@@ -213,6 +226,7 @@ def limit_dependency(
         key=key,
         cost=cost,
         name=name,
+        on_error=on_error,
     )
     aguard = _as_async(guard)
     route = compile_limit(limit)

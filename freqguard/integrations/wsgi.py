@@ -98,4 +98,4 @@ class FreqGuardMiddleware:
         return self.app(environ, start_with_headers)
 
 
-_REASONS = {400: "Bad Request", 429: "Too Many Requests"}
+_REASONS = {400: "Bad Request", 429: "Too Many Requests", 503: "Service Unavailable"}
