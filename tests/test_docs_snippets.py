@@ -1,4 +1,4 @@
-"""Every ```python block of the Markdown docs (README.md, the other top-level *.md, docs/*.md)
+"""Every ```python block of the Markdown docs (README.md, the other top-level *.md, docs/**.md)
 runs.
 
 The blocks of one file run in order in one namespace, as a reader reads them: a block may use
@@ -26,7 +26,7 @@ import pytest
 from freqguard import AsyncGuard, Guard, configure
 
 ROOT = Path(__file__).parent.parent
-DOCS = sorted([*ROOT.glob("*.md"), *ROOT.glob("docs/*.md")])
+DOCS = sorted([*ROOT.glob("*.md"), *ROOT.glob("docs/**/*.md")])
 BLOCK = re.compile(
     r"(?:<!-- snippet: (?P<mark>.*?) -->\n)?^```python\n(?P<code>.*?)^```", re.M | re.S
 )

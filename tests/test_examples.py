@@ -38,7 +38,7 @@ def test_sms_worker_prints_a_readable_summary() -> None:
 
 
 def _within_the_guarantee(times_us: list[int]) -> None:
-    """GCRA: in any interval [a, b], at most burst + (b - a) / T pushes (docs/strategies.md)."""
+    """In any interval [a, b] at most burst + (b - a) / T pushes (docs/strategies/gcra.md)."""
     for i, start in enumerate(times_us):
         for j in range(i, len(times_us)):
             assert (j - i + 1 - BURST) * INTERVAL_US <= times_us[j] - start, (i, j)
