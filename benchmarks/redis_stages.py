@@ -28,19 +28,17 @@ from freqguard.backends.redis import LIBRARY, RedisBackend, function_args
 from freqguard.script import HIT
 from tests.servers import standalone
 
-# (stage, the line of policy.lua the function returns before)
+# (stage, the line of policy.lua the function returns before): the first in policy(), the
+# others in run(), which calls one step per line
 STAGES = (
-    ("enter FCALL", "  if not run then run = build() end\n"),
-    ("+ read TIME", "    local cost, mode = tonumber(argv[2]), tonumber(argv[3])\n"),
-    ("+ find the plan", "    local key, states = keys[1], #specs\n"),
-    ("+ HMGET the fields", "    local views, after = {}, {}"),
-    ("+ load the states", "    local retries, allowed = {}, true\n"),
-    ("+ check every rule", "    if mode == HIT and allowed and cost > 0 then\n"),
-    ("+ consume", "    -- write: changed fields, the meta field, the key's TTL\n"),
-    (
-        "+ write (HSET, PEXPIRE)",
-        "    -- reply: the decision, then every state as the call leaves it\n",
-    ),
+    ("enter FCALL", "  if not bound then\n"),
+    ("+ read TIME", "  local cost, mode = tonumber(argv[2]), tonumber(argv[3])\n"),
+    ("+ find the specs", "  local record, n = keys[1], #specs\n"),
+    ("+ HMGET the fields", "  local after = {}  -- per state"),
+    ("+ load the states", "  local waits, allowed = check_rules("),
+    ("+ check every rule", "  if mode == HIT and allowed and cost > 0 then\n"),
+    ("+ consume", "  local sets, drops, latest, added = changes("),
+    ("+ write (HSET, PEXPIRE)", "  return reply(specs, allowed, now, waits, after, raws)\n"),
 )
 
 
@@ -63,7 +61,7 @@ def main() -> None:
     stream = sms_stream(100_000 + 2 * args.messages)
     with standalone(Path(tempfile.mkdtemp(prefix="fg-stages-"))) as server:
         client = Redis(port=server.port)
-        plan = Guard(RedisBackend(client), [sms_policy(Strategy.SLIDING_LOG)])._plan("sms")
+        plan = Guard(RedisBackend(client), [sms_policy(Strategy.SLIDING_LOG)])._lookup("sms")
 
         def batch(part: list[tuple[str, str]]) -> list[tuple[object, ...]]:
             return [
@@ -77,7 +75,7 @@ def main() -> None:
         before = 0.0
         for name, line in STAGES:
             assert LIBRARY.count(line) == 1, line
-            cut = LIBRARY.replace(line, "    do return '' end\n" + line)
+            cut = LIBRARY.replace(line, "  do return '' end\n" + line)
             spent = per_call_us(client, cut, replay)
             print(f"{name:<26}{spent:>10.2f}{spent - before:>12.2f}")
             before = spent

@@ -140,7 +140,7 @@ def reply_times(guard: Guard | AsyncGuard, decision: Decision) -> tuple[int, ...
     report = decision._report
     assert isinstance(report, partial), "read the replies before the report is built"
     replies = report.args[0]
-    plan = guard._plan(decision.policy)
+    plan = guard._lookup(decision.policy)
     times = [0] * len(plan.policy.rules)
     for slot, reply in zip(plan.slots, replies, strict=True):
         for index in slot.rule_index:
