@@ -42,15 +42,16 @@ def free_port() -> int:
     raise RuntimeError("no free port pair found on 127.0.0.1")
 
 
-def _wait(check: object, what: str, errors: tuple[type[Exception], ...] = ()) -> None:
+def _wait(check: object, what: str) -> None:
+    """Until ``check()`` is true, bounded. A server coming up or settling answers errors for a
+    while (refused connections, LOADING, TRYAGAIN, and CLUSTERDOWN from a node even after
+    every CLUSTER INFO said ok): each means "not yet", so poll again."""
     deadline = time.monotonic() + STARTUP_SECONDS
     while True:
         try:
             if check():  # type: ignore[operator]
                 return
-        except (redis.ConnectionError, OSError):
-            pass
-        except errors:
+        except (redis.RedisError, OSError):
             pass
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} did not come up within {STARTUP_SECONDS}s")
@@ -261,7 +262,7 @@ def heal_cluster(nodes: list[RedisServer]) -> None:
 
 def wait_for(check: Callable[[], object], what: str) -> None:
     """Until ``check()`` is true and raises no redis error (bounded, as a server starts)."""
-    _wait(check, what, (redis.RedisError,))
+    _wait(check, what)
 
 
 SERVICE = "fgha"  # the name the sentinels monitor the master under
