@@ -6,7 +6,13 @@ from freqguard.backends.memory import MemoryBackend
 from freqguard.backends.urls import async_backend_from_url, backend_from_url
 from freqguard.clock import Clock, ManualClock, SystemClock
 from freqguard.decision import Decision, RuleState
-from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError, FreqGuardError
+from freqguard.errors import (
+    BackendUnavailable,
+    CapExceeded,
+    ConfigError,
+    FreqGuardError,
+    PartialFailure,
+)
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.observe import LoggingObserver, Observer
 from freqguard.policy import Policy
@@ -37,6 +43,7 @@ __all__ = [
     "MemoryBackend",
     "Observer",
     "OpenTelemetryObserver",
+    "PartialFailure",
     "Policy",
     "PrometheusObserver",
     "Rate",

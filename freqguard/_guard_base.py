@@ -14,7 +14,7 @@ from freqguard.clock import Clock
 from freqguard.core import Op, PolicyPlan, acquire_op, decide_op, many_op, refund_op
 from freqguard.decision import Decision, Receipt, with_source
 from freqguard.denycache import DenyCache
-from freqguard.errors import BackendUnavailable, ConfigError
+from freqguard.errors import BackendUnavailable, ConfigError, PartialFailure
 from freqguard.failure import (
     Breaker,
     CircuitOpen,
@@ -23,6 +23,7 @@ from freqguard.failure import (
     fail_answer,
     mark_all,
     resilient,
+    settle_many,
 )
 from freqguard.observe import Observer, backend_label
 from freqguard.policy import Policy
@@ -95,6 +96,8 @@ class GuardBase:
         self._cache = DenyCache(deny_cache) if deny_cache else None
         self._plain = not self.observers and self._cache is None
         self._label = backend_label(backend)
+        # a backend of several nodes (Redis Cluster) names each call's: one circuit each
+        self._node_of: Callable[[ScriptCall], object] | None = getattr(backend, "node_of", None)
         self._plans: dict[str, PolicyPlan] = {}
         self._on_error: dict[str, object] = {}
         for policy in policies:
@@ -178,36 +181,115 @@ class GuardBase:
         rules, breaker = plan.policy.rules, self.breaker
         return lambda source, exc: fail_answer(plan.name, rules, cost, source, exc, breaker)
 
-    def _before_store(self, policy: str) -> None:
-        if self.breaker is not None:
-            self.breaker.check(f"policy {policy!r} on {self._label}")
-
     def _first_call(self, plan: PolicyPlan, cost: object, ctx: Mapping[str, object]) -> ScriptCall:
         """The one call of a one-call hit, validated, once the breaker lets it through."""
         checked, texts = plan.check_cost(cost), plan.texts(ctx)
         call = plan.call(texts, self._now(), checked, HIT)
-        self._before_store(plan.name)
+        breaker = self.breaker
+        if breaker is not None and breaker.tripped:
+            self._admitted(plan.name, [call])
         return call
 
     def _first_reply(self, plan: PolicyPlan, call: ScriptCall, reply: Reply) -> Decision:
-        self._stored()
+        breaker = self.breaker
+        if breaker is not None and breaker.counting:
+            breaker.succeeded(self._node(call))
         return plan.decide([reply], call.texts, call.cost, HIT)
 
-    def _stored(self) -> None:
-        """A store call answered."""
-        if self.breaker is not None:
-            self.breaker.succeeded()
+    def _node(self, call: ScriptCall) -> object:
+        """The store node ``call`` goes to (None: the store has one)."""
+        node_of = self._node_of
+        return None if node_of is None else node_of(call)
 
-    def _store_failed(self, exc: BackendUnavailable, policy: str) -> None:
-        for observer in self.observers:  # an open circuit too: error="CircuitOpen"
-            observer.failed(exc, policy, self._label)
-        if isinstance(exc, CircuitOpen):
-            return  # the store was not called
-        if self.breaker is not None:
-            if exc.answered:  # it is up (e.g. out of memory): peeks and refunds still work
-                self.breaker.succeeded()
-            else:
-                self.breaker.failed()
+    def _admitted(self, policy: str, calls: list[ScriptCall]) -> list[ScriptCall]:
+        """The calls the breaker lets go to the store: ``calls`` itself unless a circuit is
+        open; those of open circuits are held back (:class:`_Held`), and when all are,
+        :class:`CircuitOpen` is raised (the observers told)."""
+        breaker = self.breaker
+        if breaker is None or not breaker.tripped:
+            return calls
+        what = f"policy {policy!r} on {self._label}"
+        verdicts: dict[object, CircuitOpen | None] = {}
+        held: dict[int, CircuitOpen] = {}
+        for index, call in enumerate(calls):
+            node = self._node(call)
+            if node not in verdicts:  # one check per node: the first may be its probe
+                try:
+                    breaker.check(what, node)
+                    verdicts[node] = None
+                except CircuitOpen as exc:
+                    verdicts[node] = exc
+            blocked = verdicts[node]
+            if blocked is not None:
+                held[index] = blocked
+        if not held:
+            return calls
+        if len(held) == len(calls):
+            error = held[0]
+            for observer in self.observers:
+                observer.failed(error, policy, self._label)
+            raise error
+        return _Held([c for i, c in enumerate(calls) if i not in held], held)
+
+    def _finished(
+        self,
+        policy: str,
+        step: list[ScriptCall],
+        sent: list[ScriptCall],
+        outcome: list[Reply] | BackendUnavailable,
+    ) -> list[Reply]:
+        """The replies to ``step``, of which ``sent`` went to the store and got ``outcome``:
+        the breaker and observers told; a failure raised, as it came when every call got it,
+        else as a :class:`~freqguard.PartialFailure` with each call's reply or error."""
+        if sent is step and type(outcome) is list:  # the common case
+            breaker = self.breaker
+            if breaker is not None and breaker.counting:
+                for node in {self._node(call) for call in step}:
+                    breaker.succeeded(node)
+            return outcome
+        results = _each(sent, outcome)
+        if isinstance(sent, _Held):
+            answered = iter(results)
+            results = [sent.held.get(i) or next(answered) for i in range(len(step))]
+        self._account(policy, step, results)
+        failed = [r for r in results if isinstance(r, BackendUnavailable)]
+        if not failed:
+            return results
+        if all(result is failed[0] for result in results):  # one failure, everyone's
+            raise failed[0]
+        raise PartialFailure(
+            f"{len(failed)} of {len(results)} calls failed: {failed[0]}", results
+        ) from failed[0]
+
+    def _store_failed(self, exc: BackendUnavailable, policy: str, calls: list[ScriptCall]) -> None:
+        """A call of the one-call path failed."""
+        self._account(policy, calls, _each(calls, exc))
+
+    def _account(self, policy: str, calls: list[ScriptCall], results: list[Any]) -> None:
+        """Tell the observers of each failure (an open circuit too: error="CircuitOpen"), and
+        the breaker of each node's outcome: a failure when the node did not answer, a
+        success when it did (an error reply, e.g. out of memory, says it is up)."""
+        seen: set[int] = set()
+        for result in results:
+            if isinstance(result, BackendUnavailable) and id(result) not in seen:
+                seen.add(id(result))
+                for observer in self.observers:
+                    observer.failed(result, policy, self._label)
+        breaker = self.breaker
+        if breaker is None:
+            return
+        down: set[object] = set()
+        up: set[object] = set()
+        for call, result in zip(calls, results, strict=True):
+            if isinstance(result, CircuitOpen):
+                continue  # not called
+            node = self._node(call)
+            failed = isinstance(result, BackendUnavailable) and not result.answered
+            (down if failed else up).add(node)
+        for node in up - down:
+            breaker.succeeded(node)
+        for node in down:
+            breaker.failed(node)
 
     # -- operations ------------------------------------------------------------------------
 
@@ -270,19 +352,21 @@ class GuardBase:
     def _many(
         self, policy: str, contexts: Iterable[Mapping[str, object]], cost: object
     ) -> tuple[list[_Hit], list[_Hit], Op[list[Decision]]]:
-        """A batch: every context validated first; those the deny cache answers are not sent."""
+        """A batch: every context validated first; those the deny cache answers are not sent.
+        Hits that failed (a cluster node, say) are answered by ``on_error``, the rest by the
+        store."""
         plan = self._lookup(policy)
         hits = [self._hit(policy, cost, ctx) for ctx in contexts]
         sent = [hit for hit in hits if hit.cached is None]
         checked = plan.check_cost(cost)
         texts = [dict(hit.texts) for hit in sent]
-        fail = self._fail(plan, checked)
-        op = self._guarded(
-            plan,
-            lambda: many_op(plan, texts, checked, self._now),
-            lambda source, exc: [fail(source, exc) for _ in texts],
-        )
-        return hits, sent, op
+
+        def rerun(indices: list[int]) -> Op[list[Any]]:  # the failed hits, on the fallback
+            return many_op(plan, [texts[i] for i in indices], checked, self._now, True)
+
+        batch = many_op(plan, texts, checked, self._now, self._node_of is not None)
+        on_error = self._on_error[plan.name]
+        return hits, sent, settle_many(batch, on_error, self._fail(plan, checked), rerun)
 
     def _many_done(
         self, hits: list[_Hit], sent: list[_Hit], decided: list[Decision]
@@ -407,6 +491,24 @@ class _Adapted(dict[str, object]):
 
     def __setitem__(self, name: str, value: object) -> None:
         self._source[name] = value
+
+
+class _Held(list[ScriptCall]):
+    """The calls of a step the breaker let through; ``held``: the others' positions in the
+    step, and the open circuit each met."""
+
+    def __init__(self, sent: list[ScriptCall], held: dict[int, CircuitOpen]) -> None:
+        super().__init__(sent)
+        self.held = held
+
+
+def _each(calls: list[ScriptCall], outcome: list[Reply] | BackendUnavailable) -> list[Any]:
+    """Each call's reply or error."""
+    if isinstance(outcome, PartialFailure):
+        return list(outcome.results)
+    if isinstance(outcome, BackendUnavailable):
+        return [outcome] * len(calls)
+    return list(outcome)
 
 
 def _marked(op: Op[Decision], source: str) -> Op[Decision]:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping
 from functools import partial
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock
 from freqguard.decision import Decision, Receipt, make_decision
-from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError
+from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError, PartialFailure
 from freqguard.keys import StateLayout, policy_layout, value_text
 from freqguard.policy import Policy
 from freqguard.rules import Rule
@@ -260,21 +260,44 @@ def refund_op(plan: PolicyPlan, receipt: Receipt, now: int | None) -> Op[Decisio
 
 
 def many_op(
-    plan: PolicyPlan, texts: list[dict[str, str]], cost: int, now: Callable[[], int | None]
-) -> Op[list[Decision]]:
-    """Many contexts at once, in order; one batch when the policy lives on one slot."""
+    plan: PolicyPlan,
+    texts: list[dict[str, str]],
+    cost: int,
+    now: Callable[[], int | None],
+    nodes: bool = False,
+) -> Op[list[Decision | BackendUnavailable]]:
+    """Many contexts at once, in order; one batch when the policy lives on one slot.
+
+    A context whose calls failed gets its error in place of a decision, and the others are
+    decided: on a store of several ``nodes`` (a Redis Cluster) a batch can fail on one node
+    and be answered by the rest. On a store of one node, the first failure is everyone's:
+    the contexts after it are not tried (each would wait for the same dead store).
+    """
     if len(plan.slots) > 1 and cost > 0:
-        decisions = []
+        results: list[Decision | BackendUnavailable] = []
         for t in texts:  # a comprehension cannot yield
-            decisions.append((yield from decide_op(plan, t, cost, HIT, now())))  # noqa: PERF401
-        return decisions
+            try:
+                results.append((yield from decide_op(plan, t, cost, HIT, now())))
+            except BackendUnavailable as exc:
+                if not nodes:
+                    return results + [exc] * (len(texts) - len(results))
+                results.append(exc)
+        return results
     at = now()
     width = len(plan.slots)
     calls = [call for t in texts for call in plan.calls(t, at, cost, HIT)]
-    replies = yield calls
-    return [
-        plan.decide(replies[i * width : (i + 1) * width], t, cost, HIT) for i, t in enumerate(texts)
-    ]
+    try:
+        replies: list[Any] = yield calls
+    except PartialFailure as exc:  # some nodes answered
+        replies = exc.results
+    except BackendUnavailable as exc:
+        return [exc] * len(texts)
+    out: list[Decision | BackendUnavailable] = []
+    for i, t in enumerate(texts):
+        part = replies[i * width : (i + 1) * width]
+        failed = next((r for r in part if isinstance(r, BackendUnavailable)), None)
+        out.append(plan.decide(part, t, cost, HIT) if failed is None else failed)
+    return out
 
 
 def acquire_op(

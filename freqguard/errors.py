@@ -6,16 +6,23 @@ Every error freqguard raises derives from :class:`FreqGuardError`::
     ├── ConfigError          bad rule, policy, URL, context or cost (also a ValueError)
     ├── CapExceeded          a hit was denied where the caller asked for an exception
     └── BackendUnavailable   the store failed; ``__cause__`` holds the original error
+        └── PartialFailure   part of a batch failed (a cluster node), the rest answered
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from freqguard.decision import Decision
 
-__all__ = ["BackendUnavailable", "CapExceeded", "ConfigError", "FreqGuardError"]
+__all__ = [
+    "BackendUnavailable",
+    "CapExceeded",
+    "ConfigError",
+    "FreqGuardError",
+    "PartialFailure",
+]
 
 
 class FreqGuardError(Exception):
@@ -67,3 +74,36 @@ class BackendUnavailable(FreqGuardError):
     def __init__(self, *args: object, answered: bool = False, sent: bool = True) -> None:
         super().__init__(*args)
         self.answered, self.sent = answered, sent
+
+
+class PartialFailure(BackendUnavailable):
+    """Part of a batch failed and the rest was answered: some Redis Cluster nodes answered,
+    others did not (or their circuits are open). What was answered was applied.
+
+    A backend's ``execute_many`` raises it with each call's reply or error;
+    ``Guard.hit_many`` with ``on_error="raise"`` raises it with each hit's
+    :class:`~freqguard.Decision` or error (any other ``on_error`` answers the failed hits
+    by itself and the rest from the store).
+
+    Attributes:
+        results: per item, in input order, its answer or the
+            :class:`BackendUnavailable` it got.
+    """
+
+    def __init__(self, message: str, results: list[Any]) -> None:
+        errors = [r for r in results if isinstance(r, BackendUnavailable)]
+        super().__init__(
+            message,
+            answered=all(e.answered for e in errors),
+            sent=any(e.sent for e in errors),
+        )
+        self.results = results
+
+    @property
+    def errors(self) -> list[BackendUnavailable]:
+        """The distinct errors among the results, in order."""
+        seen: dict[int, BackendUnavailable] = {}
+        for result in self.results:
+            if isinstance(result, BackendUnavailable):
+                seen.setdefault(id(result), result)
+        return list(seen.values())

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.decision import Decision, make_decision, with_source
-from freqguard.errors import BackendUnavailable, ConfigError
+from freqguard.errors import BackendUnavailable, ConfigError, PartialFailure
 
 __all__ = ["ON_ERROR", "Breaker", "CircuitOpen", "Elsewhere", "check_on_error"]
 
@@ -68,21 +68,39 @@ class CircuitOpen(BackendUnavailable):
         self.retry_after = retry_after
 
 
-class Breaker:
-    """A consecutive-failure circuit breaker, shared by the threads of one guard.
+class _Circuit:
+    """One node's circuit: consecutive failures, and while open, until when."""
 
-    Closed, it lets every call through and counts consecutive failures; at ``failures`` it
-    opens for ``cooldown`` seconds, during which no call reaches the store. Then it lets one
-    call through (half-open, the probe): a success closes it, a failure opens it again.
-    Any success resets the count.
+    __slots__ = ("count", "open_until", "probing", "since")
+
+    def __init__(self, since: float) -> None:
+        self.count = 0
+        self.open_until: float | None = None
+        self.probing = False
+        self.since = since  # when its last failure was counted
+
+
+class Breaker:
+    """A consecutive-failure circuit breaker, shared by the threads of one guard, with one
+    circuit per store node.
+
+    Each circuit, closed, lets every call through and counts its node's consecutive
+    failures; at ``failures`` it opens for ``cooldown`` seconds, during which no call
+    reaches that node. Then it lets one call through (half-open, the probe): a success
+    closes it, a failure opens it again. Any success of the node resets its count.
+
+    A node is what the backend's ``node_of(call)`` names: a Redis Cluster node's address, so
+    a hung node opens the circuit of its own slots only and the other nodes go on deciding;
+    ``None`` (the one circuit) for a standalone server, the memory backend, or a backend
+    that does not say.
 
     Args:
-        failures: consecutive failures that open it (>= 1).
-        cooldown: seconds it stays open before probing (> 0).
+        failures: consecutive failures that open a circuit (>= 1).
+        cooldown: seconds a circuit stays open before probing (> 0).
         clock: a monotonic clock in seconds (tests pass ``ManualClock().now``).
     """
 
-    __slots__ = ("_clock", "_count", "_lock", "_open_until", "_probing", "cooldown", "failures")
+    __slots__ = ("_circuits", "_clock", "_lock", "cooldown", "failures", "tripped")
 
     def __init__(
         self,
@@ -103,64 +121,101 @@ class Breaker:
         self.cooldown = float(cooldown)
         self._clock = clock
         self._lock = threading.Lock()
-        self._count = 0
-        self._open_until: float | None = None
-        self._probing = False
+        # the nodes with a failure counted since their last success: few, and dropped a
+        # cool-down after their last failure once closed, so none stays for ever
+        self._circuits: dict[object, _Circuit] = {}
+        #: Whether any circuit is open or half-open: while not, a call needs no node.
+        self.tripped = False
+
+    @property
+    def counting(self) -> bool:
+        """Whether any node has failures counted: only then must a success say its node."""
+        return bool(self._circuits)
 
     @property
     def state(self) -> str:
-        """``"closed"``, ``"open"`` or ``"half-open"`` (a probe is due or under way)."""
-        if self._open_until is None:
-            return "closed"
-        return "open" if self._clock() < self._open_until and not self._probing else "half-open"
+        """``"closed"`` when every circuit is; else ``"open"`` when one is open and waiting,
+        or ``"half-open"`` (its probe due or under way). See :meth:`state_of` per node."""
+        states = {self.state_of(node) for node in list(self._circuits)}
+        return next((s for s in ("open", "half-open") if s in states), "closed")
 
-    def check(self, what: str) -> None:
-        """Raise :class:`CircuitOpen` unless a call may go to the store now."""
-        if self._open_until is None:  # closed: the common case, no lock
+    def state_of(self, node: object = None) -> str:
+        """One node's circuit: ``"closed"``, ``"open"`` or ``"half-open"``."""
+        circuit = self._circuits.get(node)
+        if circuit is None or circuit.open_until is None:
+            return "closed"
+        waiting = self._clock() < circuit.open_until and not circuit.probing
+        return "open" if waiting else "half-open"
+
+    def check(self, what: str, node: object = None) -> None:
+        """Raise :class:`CircuitOpen` unless a call may go to ``node`` now."""
+        if not self.tripped:  # every circuit closed: the common case, no lock
             return
         with self._lock:
-            until = self._open_until
-            if until is None:
+            circuit = self._circuits.get(node)
+            if circuit is None or circuit.open_until is None:
                 return
-            now = self._clock()
-            if now >= until and not self._probing:
-                self._probing = True  # this call is the probe; the others wait for it
+            now, until = self._clock(), circuit.open_until
+            if now >= until and not circuit.probing:
+                circuit.probing = True  # this call is the probe; the others wait for it
                 return
-            wait = max(until - now, 0.0) if not self._probing else self.cooldown
+            wait = max(until - now, 0.0) if not circuit.probing else self.cooldown
+        where = "" if node is None else f" to {node}"
         raise CircuitOpen(
-            f"{what}: the circuit is open after {self.failures} consecutive failures; "
+            f"{what}: the circuit{where} is open after {self.failures} consecutive failures; "
             f"the store is probed again in {wait:.3f}s",
             retry_after=wait,
         )
 
-    def succeeded(self) -> None:
-        if self._count or self._open_until is not None:
-            with self._lock:
-                reopened = self._open_until is not None
-                self._count, self._open_until, self._probing = 0, None, False
-            if reopened:
-                _log.warning("freqguard: the store answers again; circuit closed")
-
-    def failed(self) -> None:
+    def succeeded(self, node: object = None) -> None:
+        """A call to ``node`` answered."""
+        if not self._circuits:
+            return
         with self._lock:
-            self._count += 1
-            if self._probing or (self._open_until is None and self._count >= self.failures):
-                self._open_until = self._clock() + self.cooldown
-                self._probing = False
-                opened = True
-            else:
-                opened = False
+            circuit = self._circuits.pop(node, None)
+            reopened = circuit is not None and circuit.open_until is not None
+            now = self._clock()
+            for other, stale in list(self._circuits.items()):  # closed, long quiet
+                if stale.open_until is None and now - stale.since > self.cooldown:
+                    del self._circuits[other]
+            self._retrip()
+        if reopened:
+            where = "the store" if node is None else f"store node {node}"
+            _log.warning("freqguard: %s answers again; circuit closed", where)
+
+    def failed(self, node: object = None) -> None:
+        """A call to ``node`` got no answer."""
+        with self._lock:
+            now = self._clock()
+            circuit = self._circuits.get(node)
+            if circuit is None:
+                circuit = self._circuits[node] = _Circuit(now)
+            circuit.count += 1
+            circuit.since = now
+            opened = circuit.probing or (
+                circuit.open_until is None and circuit.count >= self.failures
+            )
+            if opened:
+                circuit.open_until = now + self.cooldown
+                circuit.probing = False
+                self.tripped = True
+            count = circuit.count
         if opened:
+            where = "store" if node is None else f"store node {node}"
             _log.warning(
-                "freqguard: circuit open after %d consecutive store failures; probing again "
-                "in %.1fs",
-                self._count,
+                "freqguard: circuit open after %d consecutive %s failures; probing again in %.1fs",
+                count,
+                where,
                 self.cooldown,
             )
 
-    def retry_after(self) -> float:
-        """Seconds until the store is probed (the cool-down when closed)."""
-        until = self._open_until
+    def _retrip(self) -> None:
+        self.tripped = any(c.open_until is not None for c in self._circuits.values())
+
+    def retry_after(self, node: object = None) -> float:
+        """Seconds until ``node`` is probed (the cool-down when its circuit is closed)."""
+        circuit = self._circuits.get(node)
+        until = None if circuit is None else circuit.open_until
         if until is None:
             return self.cooldown
         return max(until - self._clock(), 0.001)
@@ -212,6 +267,42 @@ def resilient(
         if isinstance(on_error, str):
             return answer("fail-open" if on_error == "allow" else "fail-closed", exc)
         return mark((yield from elsewhere(make(), on_error)), "fallback")
+
+
+def settle_many(
+    batch: Op[list[Any]],
+    on_error: object,
+    answer: Callable[[str, BackendUnavailable], Decision],
+    rerun: Callable[[list[int]], Op[list[Any]]],
+) -> Op[list[Decision]]:
+    """A batch whose failed hits (``batch`` gives their errors in place of decisions) are
+    answered by ``on_error``, and the rest by the store: ``answer(source, error)`` for
+    allow/deny, or the failed hits again on the fallback backend (``rerun(positions)``).
+    With ``"raise"``, a failure shared by every hit is raised as it is; a part failed and a
+    part decided, :class:`~freqguard.PartialFailure` with each hit's decision or error."""
+    results = yield from batch
+    failed = [i for i, result in enumerate(results) if isinstance(result, BackendUnavailable)]
+    if not failed:
+        return results
+    first: BackendUnavailable = results[failed[0]]
+    if on_error == "raise":
+        if len(failed) == len(results) and all(result is first for result in results):
+            raise first
+        raise PartialFailure(
+            f"{len(failed)} of {len(results)} hits failed, the others were decided: {first}",
+            results,
+        ) from first
+    if isinstance(on_error, str):
+        source = "fail-open" if on_error == "allow" else "fail-closed"
+        for i in failed:
+            results[i] = answer(source, results[i])
+        return results
+    redone = yield from elsewhere(rerun(failed), on_error)
+    for i, decision in zip(failed, redone, strict=True):
+        if isinstance(decision, BackendUnavailable):  # the fallback failed too
+            raise decision
+        results[i] = with_source(decision, "fallback")
+    return results
 
 
 def fail_answer(

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import TypeVar, overload
 
 from freqguard._guard_base import DEFAULT_BREAKER, GuardBase, check_backend, maybe_applied, unspend
-from freqguard.backends.base import AsyncBackend, SyncBackend
+from freqguard.backends.base import AsyncBackend, Reply, SyncBackend
 from freqguard.backends.memory import MemoryBackend
 from freqguard.clock import Clock
 from freqguard.core import Op, Sleep
@@ -77,13 +77,15 @@ class Guard(GuardBase):
             while True:
                 if type(step) is list:
                     try:
-                        self._before_store(policy)
-                        replies = execute_many(step)
+                        sent = self._admitted(policy, step)  # the breaker's say
+                        try:
+                            outcome: list[Reply] | BackendUnavailable = execute_many(sent)
+                        except BackendUnavailable as exc:
+                            outcome = exc
+                        replies = self._finished(policy, step, sent, outcome)
                     except BackendUnavailable as exc:  # the operation may undo what it did
-                        self._store_failed(exc, policy)
                         step = op.throw(exc)
                         continue
-                    self._stored()
                 elif isinstance(step, Elsewhere):
                     try:
                         replies = step.backend.execute_many(step.calls)
@@ -113,7 +115,7 @@ class Guard(GuardBase):
             try:
                 reply = self.backend.execute(call)
             except BackendUnavailable as exc:
-                self._store_failed(exc, policy)
+                self._store_failed(exc, policy, [call])
                 raise
             return self._first_reply(plan, call, reply)
         hit = self._hit(policy, cost, ctx)
@@ -221,13 +223,15 @@ class AsyncGuard(GuardBase):
             while True:
                 if type(step) is list:
                     try:
-                        self._before_store(policy)
-                        replies = await execute_many(step)
+                        sent = self._admitted(policy, step)  # the breaker's say
+                        try:
+                            outcome: list[Reply] | BackendUnavailable = await execute_many(sent)
+                        except BackendUnavailable as exc:
+                            outcome = exc
+                        replies = self._finished(policy, step, sent, outcome)
                     except BackendUnavailable as exc:  # the operation may undo what it did
-                        self._store_failed(exc, policy)
                         step = op.throw(exc)
                         continue
-                    self._stored()
                 elif isinstance(step, Elsewhere):
                     try:
                         replies = await step.backend.aexecute_many(step.calls)
@@ -250,7 +254,7 @@ class AsyncGuard(GuardBase):
             try:
                 reply = await self.backend.aexecute(call)
             except BackendUnavailable as exc:
-                self._store_failed(exc, policy)
+                self._store_failed(exc, policy, [call])
                 raise
             return self._first_reply(plan, call, reply)
         hit = self._hit(policy, cost, ctx)

@@ -111,6 +111,21 @@ def owner(nodes: list[RedisServer], policy: Policy, **ctx: str) -> RedisServer:
     raise AssertionError(f"slot {slot} is served by no node")
 
 
+def owners_of(nodes: list[RedisServer], policy: Policy, **ctx: str) -> list[RedisServer]:
+    """The node holding each of ``policy``'s records for ``ctx``, slot by slot."""
+    plan = PolicyPlan(policy, "fg")
+    keys = [encode(call)[1] for call in plan.calls(plan.texts(ctx), None, 1, HIT)]
+    table = nodes[0].client.execute_command("CLUSTER SLOTS")  # type: ignore[no-untyped-call]
+
+    def node(slot: int) -> RedisServer:
+        for start, end, master, *_ in table:
+            if start <= slot <= end:
+                return next(n for n in nodes if n.port == int(master[1]))
+        raise AssertionError(f"slot {slot} is served by no node")
+
+    return [node(key_slot(key)) for key in keys]
+
+
 class Tally:
     """An observer: decisions counted by (source, allowed), store failures by the class of
     their cause (``TimeoutError``, ``ConnectionError``, ``OutOfMemoryError``), thread-safe.

@@ -22,6 +22,7 @@ from time import perf_counter
 from typing import Any
 
 import pytest
+from redis import exceptions as rex
 
 from freqguard import (
     AsyncGuard,
@@ -30,6 +31,7 @@ from freqguard import (
     Guard,
     ManualClock,
     MemoryBackend,
+    PartialFailure,
     Policy,
     Rule,
     async_backend_from_url,
@@ -46,6 +48,7 @@ from tests.faults import (
     hammering,
     kill,
     owner,
+    owners_of,
     pause,
     restart,
     resume,
@@ -419,19 +422,16 @@ def test_a_full_server_still_serves_refunds_after_many_refused_hits(
         assert client.guard.peek("p", r="a").source == "backend"
 
 
-PER_NODE = (
-    "one Breaker per guard: on a cluster, a hung node's failures are interleaved with the "
-    "other nodes' successes, each of which resets the count, so the breaker never opens "
-    "and every hit on the hung node's slots waits out a socket timeout (issue 12, item 2: "
-    "'per cluster node where the backend knows the node')"
-)
+# -- one circuit per cluster node, and batches across a hung node ---------------------------
 
 
 @pytest.mark.parametrize("nodes", ["cluster"], indirect=True)
-@pytest.mark.xfail(strict=True, reason=PER_NODE)
 def test_a_hung_cluster_node_opens_the_breaker_for_its_own_slots(
     nodes: list[RedisServer], connect: Connect
 ) -> None:
+    """The hung node's failures open its own circuit, though the other nodes' successes
+    come in between; the other nodes go on deciding, and once it answers again the first
+    hit on its slots after the cool-down is decided by it."""
     client = connect("allow")
     names = (f"r{n}" for n in range(1000))
     victim = owner(nodes, P, r="a")
@@ -441,36 +441,91 @@ def test_a_hung_cluster_node_opens_the_breaker_for_its_own_slots(
         for _ in range(2 * FAILURES + 1):
             assert client.guard.hit("p", r="a").source == "fail-open"
             assert client.guard.hit("p", r=elsewhere).source == "backend"  # a node that answers
-        assert client.tally.store_failures == FAILURES
+        assert client.tally.store_failures == FAILURES  # then its circuit answered at once
+        assert client.breaker.state_of(f"127.0.0.1:{victim.port}") == "open"
+        assert client.breaker.state_of(f"127.0.0.1:{owner(nodes, P, r=elsewhere).port}") == (
+            "closed"
+        )
+    client.clock.advance(COOLDOWN)
+    first = client.guard.hit("p", r="a")
+    assert first.source == "backend"  # the store's: and hits that timed out may have run
+    assert CAP - 2 - FAILURES <= first.remaining <= CAP - 2  # when the node woke, never twice
+    assert client.breaker.state == "closed"
 
 
-BATCH = (
-    "a hit_many spanning a hung cluster node raises (then on_error answers) for the whole "
-    "batch, though the other nodes ran their part: their hits consumed in the store while "
-    "their callers got on_error's answer (failing closed: denied, yet counted) instead of "
-    "the store's (issue 12, item 1: 'a batch where one node failed answers the failed part "
-    "by the policy and the rest from the store')"
-)
-
-
-@pytest.mark.parametrize("nodes", ["cluster"], indirect=True)
-@pytest.mark.xfail(strict=True, reason=BATCH)
-def test_a_batch_across_a_hung_node_is_answered_by_the_store_where_it_can(
-    nodes: list[RedisServer], connect: Connect
-) -> None:
-    client = connect("deny")
+def _split(nodes: list[RedisServer]) -> tuple[RedisServer, list[str], set[str]]:
+    """A node, a dozen recipients, and those of them whose record that node holds."""
     names = [f"r{n}" for n in range(12)]
     victim = owner(nodes, P, r="a")
     on_victim = {r for r in names if owner(nodes, P, r=r) is victim}
     assert 0 < len(on_victim) < len(names)
+    return victim, names, on_victim
+
+
+@pytest.mark.parametrize("on_error", ["raise", "allow", "deny", "fallback"])
+@pytest.mark.parametrize("nodes", ["cluster"], indirect=True)
+def test_a_batch_across_a_hung_node_is_answered_by_the_store_where_it_can(
+    on_error: str, nodes: list[RedisServer], connect: Connect
+) -> None:
+    """The hung node's part is answered by on_error (raise: a PartialFailure carrying each
+    hit's decision or error), the other nodes' part by the store, each hit counted once."""
+    client = connect(on_error)
+    victim, names, on_victim = _split(nodes)
     batch = [{"r": r} for r in names]
     assert {d.source for d in client.guard.hit_many("p", batch)} == {"backend"}  # all loaded
     with stopped(victim):
-        got = client.guard.hit_many("p", batch)
-    for r in set(names) - on_victim:  # the other nodes did run their part
-        assert client.guard.peek("p", r=r).remaining == CAP - 2
-    expected = ["fail-closed" if r in on_victim else "backend" for r in names]
+        if on_error == "raise":
+            with pytest.raises(PartialFailure) as caught:
+                client.guard.hit_many("p", batch)
+            got = caught.value.results
+        else:
+            got = client.guard.hit_many("p", batch)
+    for r, result in zip(names, got, strict=True):
+        if r in on_victim:
+            if on_error == "raise":
+                assert isinstance(result, BackendUnavailable)
+                assert isinstance(result.__cause__, rex.TimeoutError)
+            else:
+                assert (result.source, result.allowed) == (DEGRADED[on_error], on_error != "deny")
+        else:  # decided by the store, and counted there once
+            assert (result.source, result.allowed, result.remaining) == ("backend", True, CAP - 2)
+            assert client.guard.peek("p", r=r).remaining == CAP - 2
+    assert client.tally.store_failures == 1  # one node failed, once, for all its calls
+    for r in on_victim:  # sent before the timeout, the hung node's part may run on waking:
+        assert client.guard.peek("p", r=r).remaining in (CAP - 1, CAP - 2)  # never twice
+
+
+TWO_SLOTS = Policy(
+    "two",
+    Rule(f"{CAP}/day", by="r", name="per-r"),
+    Rule(f"{CAP}/day", by="c", name="per-c"),
+)
+
+
+@pytest.mark.parametrize("nodes", ["cluster"], indirect=True)
+def test_a_multi_slot_batch_across_a_hung_node_decides_the_hits_that_avoid_it(
+    nodes: list[RedisServer], connect: Connect
+) -> None:
+    """A policy on two slots decides hit by hit: a hit with a slot on the hung node fails
+    (failing closed: denied) and gives back what it took on the others; the rest are the
+    store's."""
+    client = connect("deny", (TWO_SLOTS,))
+    victim = owner(nodes, P, r="a")
+    keep = next(
+        c
+        for c in (f"c{n}" for n in range(1000))
+        if victim not in owners_of(nodes, TWO_SLOTS, r="a", c=c)[1:]
+    )  # the per-c record of c=keep is elsewhere: the hits differ by their per-r record
+    names = [f"r{n}" for n in range(12)]
+    touches = {r for r in names if victim in owners_of(nodes, TWO_SLOTS, r=r, c=keep)}
+    assert 0 < len(touches) < len(names)
+    with stopped(victim):
+        got = client.guard.hit_many("two", [{"r": r, "c": keep} for r in names])
+    expected = ["fail-closed" if r in touches else "backend" for r in names]
     assert [d.source for d in got] == expected
+    decided = len(names) - len(touches)
+    per_c = {s.rule.name: s.remaining for s in client.guard.peek("two", r="x", c=keep).rules}
+    assert per_c["per-c"] == max(CAP - decided, 0)  # the failed hits gave back what they took
 
 
 # -- a refund the server applies after it timed out ------------------------------------------

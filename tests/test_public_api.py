@@ -22,6 +22,7 @@ PUBLIC = {
     "MemoryBackend",
     "Observer",
     "OpenTelemetryObserver",
+    "PartialFailure",
     "Policy",
     "PrometheusObserver",
     "Rate",

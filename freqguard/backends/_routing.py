@@ -23,12 +23,15 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
+from freqguard.backends.base import ScriptCall
+
 __all__ = [
     "REROUTE",
     "alearn_lost",
     "alearn_slots",
     "learn_lost",
     "learn_slots",
+    "node_names",
     "owners",
     "per_lane",
     "single_connection",
@@ -83,6 +86,23 @@ def owners(client: object) -> Callable[[bytes], object]:
 
         return node
     return lambda key: client
+
+
+def node_names(client: RedisCluster | AsyncRedisCluster) -> Callable[[ScriptCall], str | None]:
+    """What names, for a call, the cluster node that owns its slot now (``host:port``), by
+    the client's slot map; None for a slot missing from it. The guard's breaker keeps one
+    circuit per name."""
+    manager = client.nodes_manager
+
+    def node_of(call: ScriptCall) -> str | None:
+        record = call.slot.layouts[0].record(call.texts)
+        try:
+            node = manager.get_node_from_slot(key_slot(record.encode("utf-8", "surrogatepass")))
+        except (KeyError, IndexError, rex.SlotNotCoveredError):
+            return None
+        return str(node.name)
+
+    return node_of
 
 
 def per_lane(

@@ -7,7 +7,8 @@ freqguard error :func:`~freqguard.backends._boundary.translate` gives, from the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from redis import Redis
 from redis.cluster import RedisCluster
@@ -23,6 +24,7 @@ from freqguard.backends._routing import (
     REROUTE,
     learn_lost,
     learn_slots,
+    node_names,
     owners,
     per_lane,
     single_connection,
@@ -31,6 +33,7 @@ from freqguard.backends._routing import (
 )
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock, SystemClock
+from freqguard.errors import BackendUnavailable, PartialFailure
 from freqguard.script import unpack
 
 __all__ = ["RedisBackend"]
@@ -56,6 +59,10 @@ class RedisBackend:
             server's time unless the Guard pins one.
     """
 
+    #: On a cluster, the node each call goes to (``host:port``): the guard's circuit
+    #: breaker keeps one circuit per node. None on a standalone server (one node).
+    node_of: Callable[[ScriptCall], str | None] | None = None
+
     def __init__(
         self,
         client: Redis | RedisCluster,
@@ -65,6 +72,8 @@ class RedisBackend:
         self.client = client
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._cluster = isinstance(client, RedisCluster)
+        if isinstance(client, RedisCluster):
+            self.node_of = node_names(client)
         self._slot_of = slot_of(self._cluster)
         self._owner_of = owners(client)
         self._lanes: dict[int, tuple[object, Lane]] = {}
@@ -103,7 +112,12 @@ class RedisBackend:
 
     def execute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
         """Run calls in order (calls on one key see each other's effects); raises as
-        :meth:`execute`."""
+        :meth:`execute`.
+
+        Raises:
+            PartialFailure: on a cluster, some nodes answered and others failed: each call's
+                reply or error (a failure of every call is raised as it came).
+        """
         if len(calls) == 1:  # a step of a multi-slot operation: the lone call's own path
             return [self.execute(calls[0])]
         try:
@@ -136,11 +150,29 @@ class RedisBackend:
         results = self._send_all(calls)
         if any(missing(result) for result in results):
             self._reload(calls, results)
-        replies = []
+        replies: list[Any] = []
+        # a node's error (shared by its calls) -> what its first call got the long way
+        failed: dict[int, tuple[Exception, BackendUnavailable]] = {}
         for call, result in zip(calls, results, strict=True):
             if isinstance(result, Exception):
-                result = self._settle(call, result)
+                if id(result) in failed:  # its node failed for an earlier call: not again
+                    replies.append(failed[id(result)][1])
+                    continue
+                try:
+                    result = self._settle(call, result)
+                except ERRORS as exc:
+                    if not self._cluster:
+                        raise
+                    error = translate(exc, self.client)
+                    if not isinstance(error, BackendUnavailable):
+                        raise
+                    error.__cause__ = exc
+                    failed[id(result)] = (exc, error)
+                    replies.append(error)
+                    continue
             replies.append(unpack(call.slot, result))  # type: ignore[arg-type]
+        if failed:
+            _partly(replies, failed)
         return replies
 
     def _send_all(self, calls: Sequence[ScriptCall]) -> list[object]:
@@ -194,14 +226,14 @@ class RedisBackend:
             learn_lost(self.client, error)
 
     def _exchange_all(self, jobs: list[Job]) -> list[list[object] | Exception]:
-        """Every lane's job at once (``exchange_all``). A lane that failed gives its error,
-        to go the long way on a cluster; any other failure is raised."""
+        """Every lane's job at once (``exchange_all``). On a cluster, a lane that failed
+        gives its error, for its calls to go the long way (:data:`REROUTE`) or to fail
+        alone; on a standalone server, a failure is raised."""
         answers = exchange_all(jobs)
-        for answer in answers:
-            if isinstance(answer, Exception) and not (
-                self._cluster and isinstance(answer, REROUTE)
-            ):
-                raise answer
+        if not self._cluster:
+            for answer in answers:
+                if isinstance(answer, Exception):
+                    raise answer
         return answers
 
     def _groups(self, encoded: list[tuple[bytes, bytes]]) -> list[_Group]:
@@ -261,3 +293,17 @@ class RedisBackend:
                     step = steps.send(reply)
         except StopIteration:
             self._inspected = True
+
+
+def _partly(replies: list[Any], failed: dict[int, tuple[Exception, BackendUnavailable]]) -> None:
+    """After a batch on a cluster where some nodes failed: when every call failed, the first
+    failure raised as it came (the boundary translates it); else each call's reply or error
+    in a :class:`PartialFailure`."""
+    if all(isinstance(reply, BackendUnavailable) for reply in replies):
+        raise next(iter(failed.values()))[0]
+    errors = len([reply for reply in replies if isinstance(reply, BackendUnavailable)])
+    first = next(iter(failed.values()))[1]
+    raise PartialFailure(
+        f"redis cluster: {errors} of {len(replies)} calls failed, the others answered: {first}",
+        replies,
+    ) from first
