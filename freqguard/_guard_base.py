@@ -14,7 +14,7 @@ from freqguard.clock import Clock
 from freqguard.core import Op, PolicyPlan, acquire_op, decide_op, many_op, refund_op
 from freqguard.decision import Decision, Receipt, with_source
 from freqguard.denycache import DenyCache
-from freqguard.errors import BackendUnavailable, ConfigError, PartialFailure
+from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError, PartialFailure
 from freqguard.failure import (
     Breaker,
     CircuitOpen,
@@ -403,7 +403,16 @@ class GuardBase:
         def attempt(now: int | None) -> Op[Decision]:
             return self._guarded(plan, lambda: decide_op(plan, texts, checked, HIT, now), fail)
 
-        return hit, acquire_op(plan, attempt, checked, timeout, self._now, clock)
+        op = acquire_op(plan, attempt, checked, timeout, self._now, clock)
+        return hit, (self._told(hit, op) if self.observers else op)
+
+    def _told(self, hit: _Hit, op: Op[Decision]) -> Op[Decision]:
+        """``op``, its giving up (``CapExceeded``) told to the observers as the denial it is."""
+        try:
+            return (yield from op)
+        except CapExceeded as exc:
+            self._decided(exc.decision, hit.texts, perf_counter() - hit.start)
+            raise
 
     def _refund(
         self, target: str | Decision, cost: int | None, ctx: Mapping[str, object]

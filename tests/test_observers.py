@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from freqguard import (
     AsyncGuard,
     BackendUnavailable,
+    CapExceeded,
     ConfigError,
     Guard,
     ManualClock,
@@ -544,3 +545,22 @@ def test_different_errors_are_not_suppressed_together(
     assert len(warned) == 2
     assert "policy=sms" in warned[0]
     assert "policy=login" in warned[1]
+
+
+def test_an_acquire_that_times_out_is_told_as_a_denial(clock: ManualClock) -> None:
+    """acquire raising CapExceeded was a denial no observer heard of: the denials metric
+    missed every worker that gave up waiting."""
+    heard: list[tuple[str, bool]] = []
+
+    class Listener:
+        def decided(self, decision: Any, context: Any, seconds: float) -> None:
+            heard.append((decision.policy, decision.allowed))
+
+        def failed(self, error: BackendUnavailable, policy: str, backend: str) -> None:
+            raise AssertionError(error)
+
+    guard = Guard(MemoryBackend(), [LOGIN], clock=clock, observers=[Listener()])
+    assert guard.acquire("login", user="ann").allowed
+    with pytest.raises(CapExceeded):
+        guard.acquire("login", user="ann", timeout=0)
+    assert heard == [("login", True), ("login", False)]
