@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -297,3 +298,39 @@ def test_a_sentinel_backend_names_the_master_it_warns_of(
     finally:
         master.client.config_set("maxmemory-policy", "noeviction")
     assert f"127.0.0.1:{master.port} has maxmemory-policy allkeys-lru" in caplog.text
+
+
+def test_wait_replicas_on_a_cluster_fails_only_the_part_whose_replica_is_away(
+    nodes: list[RedisServer], asynchronous: bool
+) -> None:
+    """``wait_replicas=1`` on a replicated cluster: with one primary's replica hung, a batch
+    across the primaries is answered by the store where the writes were replicated, and by
+    on_error (here failing closed) for that primary's part, which it applied but could not
+    replicate."""
+    from tests.faults import AsyncDriver, owner, stopped
+
+    users = [uuid.uuid4().hex for _ in range(12)]
+    primary = owner(nodes, CAP, user=users[0])
+    replica = servers.replica_of(nodes, primary)
+    away = {u for u in users if owner(nodes, CAP, user=u) is primary}
+    assert 0 < len(away) < len(users)
+    url = (
+        f"redis+cluster://127.0.0.1:{nodes[0].port}"
+        "?wait_replicas=1&wait_timeout=0.05&socket_timeout=1"
+    )
+    options: dict[str, Any] = {"on_error": "deny", "breaker": None}
+    guard: Any
+    if asynchronous:
+        guard = AsyncDriver(AsyncGuard(async_backend_from_url(url), [CAP], **options))
+    else:
+        guard = Guard(backend_from_url(url), [CAP], **options)
+    try:
+        assert {d.source for d in guard.hit_many("cap", [{"user": u} for u in users])} == {
+            "backend"
+        }
+        with stopped(replica):
+            got = guard.hit_many("cap", [{"user": u} for u in users])
+        assert [d.source for d in got] == ["fail-closed" if u in away else "backend" for u in users]
+        assert all(d.remaining == LIMIT - 2 for d in got if d.source == "backend")
+    finally:
+        guard.close()

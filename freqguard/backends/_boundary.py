@@ -27,12 +27,26 @@ from redis.cluster import RedisCluster
 
 from freqguard.errors import BackendUnavailable, ConfigError, FreqGuardError
 
-__all__ = ["ERRORS", "address", "boundary", "cluster_node", "sentinel_pools", "translate"]
+__all__ = [
+    "ERRORS",
+    "Unreplicated",
+    "address",
+    "boundary",
+    "cluster_node",
+    "sentinel_pools",
+    "translate",
+]
 
 #: What redis-py raises: its cluster client's own errors (unreachable at start, a slot no
 #: node serves) derive from Exception, not RedisError.
 ERRORS = (rex.RedisError, rex.RedisClusterException)
 _CLUSTERS = (RedisCluster, AsyncRedisCluster)
+
+
+class Unreplicated(rex.RedisError):
+    """Fewer replicas than ``wait_replicas`` acknowledged a write within ``wait_timeout``:
+    the master applied it (it is up, and the call was sent), but it may be lost if the
+    master fails now."""
 
 
 def translate(exc: Exception, client: object) -> FreqGuardError:
@@ -42,7 +56,7 @@ def translate(exc: Exception, client: object) -> FreqGuardError:
     return BackendUnavailable(
         f"redis failed: {type(exc).__name__}: {exc}",
         # an error reply (out of memory, ...): the server is up, and applied nothing
-        answered=isinstance(exc, rex.ResponseError),
+        answered=isinstance(exc, rex.ResponseError | Unreplicated),
         sent=not (isinstance(exc, rex.ResponseError) or _unconnected(exc)),
     )
 

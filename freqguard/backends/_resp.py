@@ -16,9 +16,19 @@ from redis.client import NEVER_DECODE
 from freqguard.backends._library import FUNCTION, FUNCTION_NOGROW
 from freqguard.backends.base import ScriptCall
 from freqguard.contract import HIT
+from freqguard.errors import ConfigError
 from freqguard.strategies.base import Mark
 
-__all__ = ["CHUNK", "RAW", "bulk", "chunks", "encode", "function_args"]
+__all__ = [
+    "CHUNK",
+    "MAX_WAIT_REPLICAS",
+    "RAW",
+    "bulk",
+    "chunks",
+    "encode",
+    "function_args",
+    "wait_frame",
+]
 
 #: ``execute_command``'s option to leave a reply undecoded: the script's replies are binary,
 #: and clients made with ``decode_responses=True`` must read them alike
@@ -109,7 +119,43 @@ def encode(call: ScriptCall) -> tuple[bytes, bytes]:
     return packed, key
 
 
-def chunks(calls: Sequence[ScriptCall]) -> Iterator[bytes]:
-    """The calls packed, :data:`CHUNK` to a write (see Lane.stream)."""
+def chunks(calls: Sequence[ScriptCall], tail: bytes = b"") -> Iterator[bytes]:
+    """The calls packed, :data:`CHUNK` to a write (see Lane.stream), then ``tail``."""
     for start in range(0, len(calls), CHUNK):
         yield b"".join([encode(call)[0] for call in calls[start : start + CHUNK]])
+    if tail:
+        yield tail
+
+
+#: The most replicas a write may be made to wait for (a typo past it, not a topology).
+MAX_WAIT_REPLICAS = 100
+
+
+def wait_frame(replicas: object, timeout: object) -> bytes:
+    """``WAIT replicas timeout_ms`` in the wire protocol; b"" when ``replicas`` is 0.
+
+    Raises:
+        ConfigError: ``replicas`` not an integer 0-100, or ``timeout`` not seconds in
+            [0.001, 60] (WAIT's 0 would block for ever; a socket timeout is the bound).
+    """
+    if (
+        isinstance(replicas, bool)
+        or not isinstance(replicas, int)
+        or not 0 <= replicas <= MAX_WAIT_REPLICAS
+    ):
+        raise ConfigError(
+            f"wait_replicas must be an integer from 0 (no WAIT) to {MAX_WAIT_REPLICAS}, "
+            f"got {replicas!r}"
+        )
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise ConfigError(f"wait_timeout must be seconds, got {timeout!r}")
+    if not 0.001 <= timeout <= 60:  # also refuses nan
+        raise ConfigError(
+            f"wait_timeout must be from 0.001 to 60 seconds (WAIT's 0 blocks for ever), "
+            f"got {timeout!r}"
+        )
+    if not replicas:
+        return b""
+    ms = b"%d" % max(round(timeout * 1000), 1)
+    count = b"%d" % replicas
+    return b"*3\r\n$4\r\nWAIT\r\n" + bulk(count) + bulk(ms)

@@ -13,7 +13,9 @@ failure at the first call: the port (1-65535), the database (the path ``/3`` or 
 0 on a cluster), and the query options redis-py reads (timeouts in seconds, > 0 and at most a
 day; ``max_connections`` and ``socket_read_size`` >= 1; ``health_check_interval`` >= 0;
 ``protocol`` 2 or 3; flags as true/false/yes/no/1/0; TLS options with ``rediss`` only).
-An option redis-py would not understand is refused by name.
+An option redis-py would not understand is refused by name. Two options are freqguard's
+own, for the backend: ``wait_replicas=N`` (0-100) and ``wait_timeout`` (seconds, shorter
+than ``socket_timeout``) make each write wait for N replicas (see ``RedisBackend``).
 
 A Sentinel URL lists the sentinels (port 26379 when left out) and names the monitored
 service; the client asks the sentinels where the service's master is whenever it connects,
@@ -29,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from freqguard.backends.memory import MemoryBackend
 from freqguard.errors import ConfigError
@@ -46,7 +48,7 @@ SENTINEL_PORT = 26379
 # The query options a Redis URL may carry: redis-py's connection options that a string can
 # express. redis-py itself would pass any other name to its connection, to fail at the first
 # call; and it reads any flag text but five as true.
-_SECONDS = frozenset({"socket_timeout", "socket_connect_timeout"})
+_SECONDS = frozenset({"socket_timeout", "socket_connect_timeout", "wait_timeout"})
 _INTEGERS = {  # (smallest, largest)
     "db": (0, 2**31 - 1),
     "max_connections": (1, 2**31 - 1),
@@ -54,8 +56,11 @@ _INTEGERS = {  # (smallest, largest)
     "health_check_interval": (0, MAX_SECONDS),  # 0: no health checks
     "protocol": (2, 3),
     "min_other_sentinels": (0, 1000),
+    "wait_replicas": (0, 100),
 }
 _FLAGS = frozenset({"socket_keepalive", "retry_on_timeout", "ssl_check_hostname"})
+# freqguard's own options, for the backend and not the client: wait for replicas (WAIT)
+_BACKEND = frozenset({"wait_replicas", "wait_timeout"})
 _FLAG_VALUES = ("true", "false", "yes", "no", "1", "0")
 _TEXTS = frozenset(
     {
@@ -80,7 +85,7 @@ _TEXTS = frozenset(
 # Options for the sentinels themselves (or for the Sentinel manager): a Sentinel URL's only.
 _FOR_SENTINELS = frozenset({"sentinel_username", "sentinel_password", "min_other_sentinels"})
 # The connection options the sentinels' own connections share with the servers'.
-_SHARED_WITH_SENTINELS = frozenset({*_SECONDS, "socket_keepalive"})
+_SHARED_WITH_SENTINELS = frozenset({"socket_timeout", "socket_connect_timeout", "socket_keepalive"})
 _SCHEMES = (
     "memory",
     "redis",
@@ -109,6 +114,7 @@ class Target:
         service: the name the sentinels monitor the master under.
         sentinel_options: keyword arguments for each sentinel's own connection.
         min_other_sentinels: trust only a sentinel that sees this many others.
+        backend: keyword arguments for the backend (``wait_replicas``, ``wait_timeout``).
     """
 
     kind: str
@@ -118,6 +124,7 @@ class Target:
     service: str = ""
     sentinel_options: dict[str, Any] = field(default_factory=dict)
     min_other_sentinels: int = 0
+    backend: dict[str, Any] = field(default_factory=dict)
 
 
 def _scheme(url: object) -> str:
@@ -231,8 +238,27 @@ def _options(url: str, scheme: str, text: str) -> dict[str, Any]:
 
 
 def _fail_fast(query: dict[str, Any]) -> dict[str, Any]:
-    """The timeouts the URL left out, at their fail-fast default."""
-    return {name: DEFAULT_TIMEOUT for name in sorted(_SECONDS) if name not in query}
+    """The socket timeouts the URL left out, at their fail-fast default."""
+    return {
+        name: DEFAULT_TIMEOUT
+        for name in ("socket_connect_timeout", "socket_timeout")
+        if name not in query
+    }
+
+
+def _backend_options(url: str, query: dict[str, Any]) -> dict[str, Any]:
+    """freqguard's own options, taken out of ``query``: a WAIT for replicas must end before
+    the socket gives up, or every write would fail as a timeout."""
+    own = {name: query.pop(name) for name in sorted(_BACKEND) if name in query}
+    if "wait_timeout" in own and not own.get("wait_replicas"):
+        raise ConfigError(f"wait_timeout needs wait_replicas >= 1 (in {_shown(url)!r})")
+    socket = query.get("socket_timeout", DEFAULT_TIMEOUT)
+    if own.get("wait_replicas") and own.get("wait_timeout", 0.1) >= socket:
+        raise ConfigError(
+            f"wait_timeout ({own.get('wait_timeout', 0.1)} s) must be shorter than "
+            f"socket_timeout ({socket} s), in {_shown(url)!r}"
+        )
+    return own
 
 
 def _direct(url: str, scheme: str) -> Target:
@@ -252,7 +278,11 @@ def _direct(url: str, scheme: str) -> Target:
             )
         _db(url, scheme, query, path[1:] if path not in ("", "/") else None)
     kind = "cluster" if scheme.endswith("+cluster") else "redis"
-    return Target(kind, url.replace("+cluster://", "://", 1), _fail_fast(query))
+    own = _backend_options(url, query)
+    if own:  # redis-py would hand them to its connections: not in the URL it reads
+        kept = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in own]
+        url = urlunsplit(parts._replace(query=urlencode(kept)))
+    return Target(kind, url.replace("+cluster://", "://", 1), _fail_fast(query), backend=own)
 
 
 def _address(url: str, text: str) -> tuple[str, int]:
@@ -321,7 +351,8 @@ def _sentinel_target(
         options["ssl"] = True
         own.update({name: v for name, v in options.items() if name.startswith("ssl")})
     minimum = options.pop("min_other_sentinels", 0)
-    return Target("sentinel", "", options, sentinels, service, own, minimum)
+    backend = _backend_options(url, options)
+    return Target("sentinel", "", options, sentinels, service, own, minimum, backend)
 
 
 def parse_url(url: str) -> Target:
@@ -394,7 +425,8 @@ def backend_from_url(url: str) -> MemoryBackend | RedisBackend:
     from freqguard.backends.redis import RedisBackend, _boundary
 
     with _boundary(None):  # redis-py's sync cluster client connects as it is made
-        return RedisBackend(_client(target, _Classes(Redis, RedisCluster, Sentinel, Retry)))
+        client = _client(target, _Classes(Redis, RedisCluster, Sentinel, Retry))
+        return RedisBackend(client, **target.backend)
 
 
 def async_backend_from_url(url: str) -> MemoryBackend | AsyncRedisBackend:
@@ -410,4 +442,5 @@ def async_backend_from_url(url: str) -> MemoryBackend | AsyncRedisBackend:
 
     from freqguard.backends.redis import AsyncRedisBackend
 
-    return AsyncRedisBackend(_client(target, _Classes(Redis, RedisCluster, Sentinel, Retry)))
+    client = _client(target, _Classes(Redis, RedisCluster, Sentinel, Retry))
+    return AsyncRedisBackend(client, **target.backend)

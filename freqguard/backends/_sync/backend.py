@@ -12,14 +12,14 @@ from typing import Any
 
 from redis import Redis
 from redis.cluster import RedisCluster
-from redis.exceptions import SlotNotCoveredError
+from redis.exceptions import MovedError, SlotNotCoveredError
 
-from freqguard.backends._boundary import ERRORS, sentinel_pools, translate
+from freqguard.backends._boundary import ERRORS, Unreplicated, sentinel_pools, translate
 from freqguard.backends._flight import SingleFlight
 from freqguard.backends._inspect import inspection
 from freqguard.backends._lanes import Job, Lane, exchange_all
 from freqguard.backends._library import ATTEMPTS, LIBRARY, again, missing
-from freqguard.backends._resp import RAW, chunks, encode, function_args
+from freqguard.backends._resp import RAW, chunks, encode, function_args, wait_frame
 from freqguard.backends._routing import (
     REROUTE,
     learn_lost,
@@ -34,7 +34,7 @@ from freqguard.backends._routing import (
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable, PartialFailure
-from freqguard.script import unpack
+from freqguard.script import CHECK, unpack
 
 __all__ = ["RedisBackend"]
 
@@ -57,6 +57,17 @@ class RedisBackend:
             are the caller's to set (``backend_from_url`` sets short timeouts, no retries).
         clock: what ``acquire`` sleeps on (default :class:`SystemClock`); decisions use the
             server's time unless the Guard pins one.
+        wait_replicas: after the calls that write, wait until this many replicas of the
+            master hold them (Redis ``WAIT``, sent with the calls: no extra round trip), so
+            that a failover after an answer does not lose what it counted; 0 (default): no
+            waiting. Fewer acknowledgements within ``wait_timeout`` fail those calls with
+            :class:`~freqguard.BackendUnavailable` (``answered``: the master is up and
+            applied them; ``on_error`` answers). See docs/operations.md, Durability.
+        wait_timeout: seconds to wait for the replicas (0.001-60; less than the client's
+            socket timeout, or the socket gives up first).
+
+    Raises:
+        ConfigError: a bad ``wait_replicas`` or ``wait_timeout``.
     """
 
     #: On a cluster, the node each call goes to (``host:port``): the guard's circuit
@@ -68,7 +79,11 @@ class RedisBackend:
         client: Redis | RedisCluster,
         *,
         clock: Clock | None = None,
+        wait_replicas: int = 0,
+        wait_timeout: float = 0.1,
     ) -> None:
+        self._wait = wait_frame(wait_replicas, wait_timeout)
+        self._replicas, self._wait_ms = wait_replicas, round(wait_timeout * 1000)
         self.client = client
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._cluster = isinstance(client, RedisCluster)
@@ -78,6 +93,8 @@ class RedisBackend:
         self._owner_of = owners(client)
         self._lanes: dict[int, tuple[object, Lane]] = {}
         self._direct = self._cluster or not single_connection(client)
+        # the one-call path sends no WAIT: with wait_replicas, every call goes as a batch
+        self._fast = self._direct and not self._wait
         self._inspected = False
         self._inspecting = SingleFlight()
         self._loading = SingleFlight()
@@ -90,7 +107,7 @@ class RedisBackend:
             ConfigError: the client is standalone and the server a cluster node.
         """
         try:
-            if not (self._inspected and self._direct) or unmapped(self.client):
+            if not (self._inspected and self._fast) or unmapped(self.client):
                 # the first calls take the long way, and those that must learn the slots
                 return (self._run([call]))[0]
             # the common case, without a batch's bookkeeping
@@ -145,8 +162,15 @@ class RedisBackend:
             return []
         if not self._inspected:
             self._inspect()
-        if not self._direct:
-            return [unpack(call.slot, self._command(call)) for call in calls]
+        if not self._direct:  # one connection: WAIT after the calls counts them
+            answers = [unpack(call.slot, self._command(call)) for call in calls]
+            if self._durable(calls):
+                acked = self.client.execute_command(  # type: ignore[no-untyped-call,unused-ignore]
+                    "WAIT", self._replicas, self._wait_ms
+                )
+                if not (isinstance(acked, int) and acked >= self._replicas):
+                    raise self._unreplicated(acked)
+            return answers
         results = self._send_all(calls)
         if any(missing(result) for result in results):
             self._reload(calls, results)
@@ -177,15 +201,20 @@ class RedisBackend:
 
     def _send_all(self, calls: Sequence[ScriptCall]) -> list[object]:
         """Each call's reply or error reply, in input order."""
+        wait = self._durable(calls)
         if not self._cluster:  # one lane; framed as the batch is sent
-            return self._lane(b"").stream(lambda: chunks(calls), len(calls))
+            count = len(calls) + bool(wait)
+            streamed = self._lane(b"").stream(lambda: chunks(calls, wait), count)
+            return self._acked(streamed) if wait else streamed
         groups = self._groups([encode(call) for call in calls])
-        jobs = [(lane, b"".join(packed), len(packed)) for lane, _, packed in groups]
+        jobs = [
+            (lane, b"".join(packed) + wait, len(packed) + bool(wait)) for lane, _, packed in groups
+        ]
         results: list[object] = [None] * len(calls)
         for (_, indices, _), answer in zip(groups, self._exchange_all(jobs), strict=True):
             if isinstance(answer, Exception):
                 answer = [answer] * len(indices)  # each goes the long way (_settle)
-            for index, result in zip(indices, answer, strict=True):
+            for index, result in zip(indices, self._acked(answer) if wait else answer, strict=True):
                 results[index] = result
         return results
 
@@ -199,13 +228,18 @@ class RedisBackend:
             encoded = [encode(calls[i]) for i in redo]
             groups = self._groups(encoded)
             framed = [again([encoded[i] for i in ix], atomic, self._slot_of) for _, ix, _ in groups]
+            wait = self._durable([calls[i] for i in redo])
             jobs = [
-                (lane, data, count)
+                (lane, data + wait, count + bool(wait))
                 for (lane, _, _), (data, count, _) in zip(groups, framed, strict=True)
             ]
             answers = self._exchange_all(jobs)
             for (_, indices, _), (_, _, read), answer in zip(groups, framed, answers, strict=True):
-                redone = [answer] * len(indices) if isinstance(answer, Exception) else read(answer)
+                redone: list[object]
+                if isinstance(answer, Exception):
+                    redone = [answer] * len(indices)
+                else:
+                    redone = read(self._acked(answer) if wait else answer)
                 for index, result in zip(indices, redone, strict=True):
                     results[redo[index]] = result
 
@@ -216,7 +250,16 @@ class RedisBackend:
         if not (self._cluster and isinstance(error, REROUTE)):
             raise error
         self._reroute(error)
-        return self._command(call)
+        if not self._wait:
+            return self._command(call)
+        # WAIT counts its own connection's writes, and the cluster client does not say which
+        # connection took a call: send it again on a lane, to the slot's owner as now known
+        if isinstance(error, MovedError):
+            learn_slots(self.client)
+        (result,) = self._send_all([call])
+        if isinstance(result, Exception):
+            raise result
+        return result  # type: ignore[return-value]
 
     def _reroute(self, error: Exception) -> None:
         """Before calls go the long way (the cluster client): drop the lanes, and after a lost
@@ -224,6 +267,29 @@ class RedisBackend:
         if self._lanes:
             self._forget_lanes()
             learn_lost(self.client, error)
+
+    def _durable(self, calls: Sequence[ScriptCall]) -> bytes:
+        """WAIT's frame, to follow ``calls`` on their connection, when they must reach the
+        replicas (``wait_replicas``, and a call that writes); else b""."""
+        wait = self._wait
+        if not wait or all(call.mode == CHECK for call in calls):
+            return b""
+        return wait
+
+    def _acked(self, replies: list[object]) -> list[object]:
+        """The calls' replies before WAIT's (the last): each a :class:`Unreplicated` error
+        instead when fewer replicas than asked acknowledged them (an error reply stays)."""
+        *results, acked = replies
+        if isinstance(acked, int) and acked >= self._replicas:
+            return results
+        error = acked if isinstance(acked, Exception) else self._unreplicated(acked)
+        return [result if isinstance(result, Exception) else error for result in results]
+
+    def _unreplicated(self, acked: object) -> Unreplicated:
+        return Unreplicated(
+            f"only {acked} of {self._replicas} replicas acknowledged the writes within "
+            f"{self._wait_ms} ms (wait_replicas): applied on the master, which may lose them"
+        )
 
     def _exchange_all(self, jobs: list[Job]) -> list[list[object] | Exception]:
         """Every lane's job at once (``exchange_all``). On a cluster, a lane that failed
