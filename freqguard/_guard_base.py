@@ -125,6 +125,7 @@ class GuardBase:
         self._on_error = _Adapted(other._on_error, fallback)
         self.on_error = fallback(other.on_error)
         self.breaker, self.observers, self._cache = other.breaker, other.observers, other._cache
+        self._node_of = other._node_of
         self._plain = other._plain
 
     @property
@@ -153,8 +154,15 @@ class GuardBase:
 
     def _one_call(self, plan: PolicyPlan) -> bool:
         """Whether a hit of ``plan`` may take the one-call path: one slot, and nothing to do
-        around the call (no observers, no deny cache, failures raised)."""
-        return plan.single_slot and self._plain and self._on_error[plan.name] == "raise"
+        around the call (no observers, no deny cache, failures raised, no store failures
+        being counted: the breaker has nothing to check or reset)."""
+        breaker = self.breaker
+        return (
+            plan.single_slot
+            and self._plain
+            and self._on_error[plan.name] == "raise"
+            and (breaker is None or not breaker.counting)
+        )
 
     def _local_time(self) -> float:
         return (self.clock or self._backend_clock).now()
@@ -182,18 +190,12 @@ class GuardBase:
         return lambda source, exc: fail_answer(plan.name, rules, cost, source, exc, breaker)
 
     def _first_call(self, plan: PolicyPlan, cost: object, ctx: Mapping[str, object]) -> ScriptCall:
-        """The one call of a one-call hit, validated, once the breaker lets it through."""
+        """The one call of a one-call hit, validated (the breaker counts no failures: see
+        :meth:`_one_call`)."""
         checked, texts = plan.check_cost(cost), plan.texts(ctx)
-        call = plan.call(texts, self._now(), checked, HIT)
-        breaker = self.breaker
-        if breaker is not None and breaker.tripped:
-            self._admitted(plan.name, [call])
-        return call
+        return plan.call(texts, self._now(), checked, HIT)
 
     def _first_reply(self, plan: PolicyPlan, call: ScriptCall, reply: Reply) -> Decision:
-        breaker = self.breaker
-        if breaker is not None and breaker.counting:
-            breaker.succeeded(self._node(call))
         return plan.decide([reply], call.texts, call.cost, HIT)
 
     def _node(self, call: ScriptCall) -> object:
@@ -202,34 +204,35 @@ class GuardBase:
         return None if node_of is None else node_of(call)
 
     def _admitted(self, policy: str, calls: list[ScriptCall]) -> list[ScriptCall]:
-        """The calls the breaker lets go to the store: ``calls`` itself unless a circuit is
-        open; those of open circuits are held back (:class:`_Held`), and when all are,
-        :class:`CircuitOpen` is raised (the observers told)."""
+        """The calls the breaker lets go to the store: ``calls`` itself while it counts no
+        failures; else a :class:`_Sent` holding each call's node, named once here for the
+        check and the accounting both (a slot map learnt again meanwhile must not send a
+        probe's answer to another node), without the calls of open circuits. When every
+        call is held back, :class:`CircuitOpen` is raised (the observers told)."""
         breaker = self.breaker
-        if breaker is None or not breaker.tripped:
+        if breaker is None or not breaker.counting:
             return calls
-        what = f"policy {policy!r} on {self._label}"
-        verdicts: dict[object, CircuitOpen | None] = {}
+        nodes = [self._node(call) for call in calls]
         held: dict[int, CircuitOpen] = {}
-        for index, call in enumerate(calls):
-            node = self._node(call)
-            if node not in verdicts:  # one check per node: the first may be its probe
-                try:
-                    breaker.check(what, node)
-                    verdicts[node] = None
-                except CircuitOpen as exc:
-                    verdicts[node] = exc
-            blocked = verdicts[node]
-            if blocked is not None:
-                held[index] = blocked
-        if not held:
-            return calls
-        if len(held) == len(calls):
-            error = held[0]
-            for observer in self.observers:
-                observer.failed(error, policy, self._label)
-            raise error
-        return _Held([c for i, c in enumerate(calls) if i not in held], held)
+        if breaker.tripped:
+            what = f"policy {policy!r} on {self._label}"
+            verdicts: dict[object, CircuitOpen | None] = {}
+            for index, node in enumerate(nodes):
+                if node not in verdicts:  # one check per node: the first may be its probe
+                    try:
+                        breaker.check(what, node)
+                        verdicts[node] = None
+                    except CircuitOpen as exc:
+                        verdicts[node] = exc
+                blocked = verdicts[node]
+                if blocked is not None:
+                    held[index] = blocked
+            if len(held) == len(calls):
+                error = held[0]
+                for observer in self.observers:
+                    observer.failed(error, policy, self._label)
+                raise error
+        return _Sent([c for i, c in enumerate(calls) if i not in held], nodes, held)
 
     def _finished(
         self,
@@ -241,17 +244,15 @@ class GuardBase:
         """The replies to ``step``, of which ``sent`` went to the store and got ``outcome``:
         the breaker and observers told; a failure raised, as it came when every call got it,
         else as a :class:`~freqguard.PartialFailure` with each call's reply or error."""
-        if sent is step and type(outcome) is list:  # the common case
-            breaker = self.breaker
-            if breaker is not None and breaker.counting:
-                for node in {self._node(call) for call in step}:
-                    breaker.succeeded(node)
+        if sent is step and type(outcome) is list:  # the common case: nothing to tell
             return outcome
         results = _each(sent, outcome)
-        if isinstance(sent, _Held):
+        nodes = None
+        if isinstance(sent, _Sent):
             answered = iter(results)
             results = [sent.held.get(i) or next(answered) for i in range(len(step))]
-        self._account(policy, step, results)
+            nodes = sent.nodes
+        self._account(policy, step, results, nodes)
         failed = [r for r in results if isinstance(r, BackendUnavailable)]
         if not failed:
             return results
@@ -265,10 +266,17 @@ class GuardBase:
         """A call of the one-call path failed."""
         self._account(policy, calls, _each(calls, exc))
 
-    def _account(self, policy: str, calls: list[ScriptCall], results: list[Any]) -> None:
+    def _account(
+        self,
+        policy: str,
+        calls: list[ScriptCall],
+        results: list[Any],
+        nodes: list[object] | None = None,
+    ) -> None:
         """Tell the observers of each failure (an open circuit too: error="CircuitOpen"), and
-        the breaker of each node's outcome: a failure when the node did not answer, a
-        success when it did (an error reply, e.g. out of memory, says it is up)."""
+        the breaker of each node's outcome (``nodes``: as named when the calls were
+        admitted): a failure when the node did not answer, a success when it did (an error
+        reply, e.g. out of memory, says it is up)."""
         seen: set[int] = set()
         for result in results:
             if isinstance(result, BackendUnavailable) and id(result) not in seen:
@@ -280,10 +288,11 @@ class GuardBase:
             return
         down: set[object] = set()
         up: set[object] = set()
-        for call, result in zip(calls, results, strict=True):
+        if nodes is None:
+            nodes = [self._node(call) for call in calls]
+        for node, result in zip(nodes, results, strict=True):
             if isinstance(result, CircuitOpen):
                 continue  # not called
-            node = self._node(call)
             failed = isinstance(result, BackendUnavailable) and not result.answered
             (down if failed else up).add(node)
         for node in up - down:
@@ -502,13 +511,16 @@ class _Adapted(dict[str, object]):
         self._source[name] = value
 
 
-class _Held(list[ScriptCall]):
-    """The calls of a step the breaker let through; ``held``: the others' positions in the
-    step, and the open circuit each met."""
+class _Sent(list[ScriptCall]):
+    """The calls of a step the breaker let through; ``nodes``: the node of each call of the
+    step; ``held``: the positions in the step of those held back, and the open circuit each
+    met."""
 
-    def __init__(self, sent: list[ScriptCall], held: dict[int, CircuitOpen]) -> None:
+    def __init__(
+        self, sent: list[ScriptCall], nodes: list[object], held: dict[int, CircuitOpen]
+    ) -> None:
         super().__init__(sent)
-        self.held = held
+        self.nodes, self.held = nodes, held
 
 
 def _each(calls: list[ScriptCall], outcome: list[Reply] | BackendUnavailable) -> list[Any]:

@@ -36,6 +36,8 @@ class ThreadedBackend:
     def __init__(self, backend: SyncBackend) -> None:
         self.backend = backend
         self.clock = backend.clock
+        # a cluster backend names each call's node: the guard's breaker keeps a circuit each
+        self.node_of = getattr(backend, "node_of", None)
 
     async def aexecute(self, call: ScriptCall) -> Reply:
         """Run one script call in a worker thread."""

@@ -75,6 +75,9 @@ class BackendUnavailable(FreqGuardError):
         super().__init__(*args)
         self.answered, self.sent = answered, sent
 
+    def __reduce__(self) -> tuple[object, ...]:  # picklable, e.g. across process pools
+        return (type(self), self.args, {"answered": self.answered, "sent": self.sent})
+
 
 class PartialFailure(BackendUnavailable):
     """Part of a batch failed and the rest was answered: some Redis Cluster nodes answered,
@@ -88,6 +91,9 @@ class PartialFailure(BackendUnavailable):
     Attributes:
         results: per item, in input order, its answer or the
             :class:`BackendUnavailable` it got.
+        sent: true when any item was answered (applied) or may have been (a failure after
+            the call was sent): a refund that failed in part may have given back some of
+            its units, so its receipt stays spent.
     """
 
     def __init__(self, message: str, results: list[Any]) -> None:
@@ -95,9 +101,12 @@ class PartialFailure(BackendUnavailable):
         super().__init__(
             message,
             answered=all(e.answered for e in errors),
-            sent=any(e.sent for e in errors),
+            sent=len(errors) < len(results) or any(e.sent for e in errors),
         )
         self.results = results
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self), self.results))
 
     @property
     def errors(self) -> list[BackendUnavailable]:

@@ -67,6 +67,9 @@ class CircuitOpen(BackendUnavailable):
         super().__init__(message, sent=False)
         self.retry_after = retry_after
 
+    def __reduce__(self) -> tuple[object, ...]:  # picklable, e.g. across process pools
+        return (type(self), (str(self), self.retry_after))
+
 
 class _Circuit:
     """One node's circuit: consecutive failures, and while open, until when."""
@@ -77,7 +80,7 @@ class _Circuit:
         self.count = 0
         self.open_until: float | None = None
         self.probing = False
-        self.since = since  # when its last failure was counted
+        self.since = since  # its last failure, or when its probe went out
 
 
 class Breaker:
@@ -87,12 +90,15 @@ class Breaker:
     Each circuit, closed, lets every call through and counts its node's consecutive
     failures; at ``failures`` it opens for ``cooldown`` seconds, during which no call
     reaches that node. Then it lets one call through (half-open, the probe): a success
-    closes it, a failure opens it again. Any success of the node resets its count.
+    closes it, a failure opens it again. A probe not heard of within a cool-down (its
+    caller cancelled, say) is taken as lost, and the next call probes. Any success of the
+    node resets its count.
 
     A node is what the backend's ``node_of(call)`` names: a Redis Cluster node's address, so
     a hung node opens the circuit of its own slots only and the other nodes go on deciding;
     ``None`` (the one circuit) for a standalone server, the memory backend, or a backend
-    that does not say.
+    that does not say. A circuit nobody has called for a cool-down (two, once open) is
+    forgotten: a node whose slots moved away leaves nothing behind.
 
     Args:
         failures: consecutive failures that open a circuit (>= 1).
@@ -100,7 +106,7 @@ class Breaker:
         clock: a monotonic clock in seconds (tests pass ``ManualClock().now``).
     """
 
-    __slots__ = ("_circuits", "_clock", "_lock", "cooldown", "failures", "tripped")
+    __slots__ = ("_circuits", "_clock", "_lock", "cooldown", "counting", "failures", "tripped")
 
     def __init__(
         self,
@@ -121,16 +127,11 @@ class Breaker:
         self.cooldown = float(cooldown)
         self._clock = clock
         self._lock = threading.Lock()
-        # the nodes with a failure counted since their last success: few, and dropped a
-        # cool-down after their last failure once closed, so none stays for ever
-        self._circuits: dict[object, _Circuit] = {}
-        #: Whether any circuit is open or half-open: while not, a call needs no node.
+        self._circuits: dict[object, _Circuit] = {}  # nodes with failures counted: few
+        #: Whether any node has failures counted: only then is a call's node asked for.
+        self.counting = False
+        #: Whether any circuit is open or half-open: only then are calls checked.
         self.tripped = False
-
-    @property
-    def counting(self) -> bool:
-        """Whether any node has failures counted: only then must a success say its node."""
-        return bool(self._circuits)
 
     @property
     def state(self) -> str:
@@ -152,12 +153,15 @@ class Breaker:
         if not self.tripped:  # every circuit closed: the common case, no lock
             return
         with self._lock:
+            now = self._clock()
+            self._sweep(now)
             circuit = self._circuits.get(node)
             if circuit is None or circuit.open_until is None:
                 return
-            now, until = self._clock(), circuit.open_until
-            if now >= until and not circuit.probing:
-                circuit.probing = True  # this call is the probe; the others wait for it
+            until = circuit.open_until
+            lost = circuit.probing and now - circuit.since >= self.cooldown
+            if now >= until and (not circuit.probing or lost):
+                circuit.probing, circuit.since = True, now  # this call is the probe
                 return
             wait = max(until - now, 0.0) if not circuit.probing else self.cooldown
         where = "" if node is None else f" to {node}"
@@ -169,16 +173,12 @@ class Breaker:
 
     def succeeded(self, node: object = None) -> None:
         """A call to ``node`` answered."""
-        if not self._circuits:
+        if not self.counting:
             return
         with self._lock:
             circuit = self._circuits.pop(node, None)
             reopened = circuit is not None and circuit.open_until is not None
-            now = self._clock()
-            for other, stale in list(self._circuits.items()):  # closed, long quiet
-                if stale.open_until is None and now - stale.since > self.cooldown:
-                    del self._circuits[other]
-            self._retrip()
+            self._sweep(self._clock())
         if reopened:
             where = "the store" if node is None else f"store node {node}"
             _log.warning("freqguard: %s answers again; circuit closed", where)
@@ -198,8 +198,8 @@ class Breaker:
             if opened:
                 circuit.open_until = now + self.cooldown
                 circuit.probing = False
-                self.tripped = True
             count = circuit.count
+            self._sweep(now)
         if opened:
             where = "store" if node is None else f"store node {node}"
             _log.warning(
@@ -209,7 +209,14 @@ class Breaker:
                 self.cooldown,
             )
 
-    def _retrip(self) -> None:
+    def _sweep(self, now: float) -> None:
+        """Forget the circuits nobody called for a while, then say what is left (under the
+        lock)."""
+        for node, circuit in list(self._circuits.items()):
+            quiet = now - circuit.since
+            if quiet > (self.cooldown if circuit.open_until is None else 2 * self.cooldown):
+                del self._circuits[node]
+        self.counting = bool(self._circuits)
         self.tripped = any(c.open_until is not None for c in self._circuits.values())
 
     def retry_after(self, node: object = None) -> float:

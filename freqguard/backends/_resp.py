@@ -20,6 +20,7 @@ from freqguard.errors import ConfigError
 from freqguard.strategies.base import Mark
 
 __all__ = [
+    "ASKING",
     "CHUNK",
     "MAX_WAIT_REPLICAS",
     "RAW",
@@ -126,6 +127,9 @@ def chunks(calls: Sequence[ScriptCall], tail: bytes = b"") -> Iterator[bytes]:
     if tail:
         yield tail
 
+
+#: ASKING in the wire protocol: the next command may touch a slot being imported here.
+ASKING = b"*1\r\n$6\r\nASKING\r\n"
 
 #: The most replicas a write may be made to wait for (a typo past it, not a topology).
 MAX_WAIT_REPLICAS = 100

@@ -32,6 +32,7 @@ __all__ = [
     "learn_lost",
     "learn_slots",
     "node_names",
+    "owner_at",
     "owners",
     "per_lane",
     "single_connection",
@@ -86,6 +87,17 @@ def owners(client: object) -> Callable[[bytes], object]:
 
         return node
     return lambda key: client
+
+
+def owner_at(client: object, host: str, port: int) -> object | None:
+    """What reaches the cluster node at ``host:port`` (as :func:`owners` gives for a key),
+    None when the client does not know it: where an ASK redirection points."""
+    if isinstance(client, RedisCluster):
+        node = client.get_node(host=host, port=port)  # type: ignore[no-untyped-call]
+        return None if node is None else client.get_redis_connection(node)
+    if isinstance(client, AsyncRedisCluster):
+        return client.get_node(host=host, port=port)
+    return None
 
 
 def node_names(client: RedisCluster | AsyncRedisCluster) -> Callable[[ScriptCall], str | None]:

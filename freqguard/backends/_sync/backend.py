@@ -12,19 +12,20 @@ from typing import Any
 
 from redis import Redis
 from redis.cluster import RedisCluster
-from redis.exceptions import MovedError, SlotNotCoveredError
+from redis.exceptions import AskError, MovedError, SlotNotCoveredError
 
 from freqguard.backends._boundary import ERRORS, Unreplicated, sentinel_pools, translate
 from freqguard.backends._flight import SingleFlight
 from freqguard.backends._inspect import inspection
 from freqguard.backends._lanes import Job, Lane, exchange_all
 from freqguard.backends._library import ATTEMPTS, LIBRARY, again, missing
-from freqguard.backends._resp import RAW, chunks, encode, function_args, wait_frame
+from freqguard.backends._resp import ASKING, RAW, chunks, encode, function_args, wait_frame
 from freqguard.backends._routing import (
     REROUTE,
     learn_lost,
     learn_slots,
     node_names,
+    owner_at,
     owners,
     per_lane,
     single_connection,
@@ -34,7 +35,7 @@ from freqguard.backends._routing import (
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable, PartialFailure
-from freqguard.script import CHECK, unpack
+from freqguard.script import CHECK, HIT, unpack
 
 __all__ = ["RedisBackend"]
 
@@ -207,14 +208,19 @@ class RedisBackend:
             streamed = self._lane(b"").stream(lambda: chunks(calls, wait), count)
             return self._acked(streamed) if wait else streamed
         groups = self._groups([encode(call) for call in calls])
+        waits = [self._durable([calls[i] for i in indices]) for _, indices, _ in groups]
         jobs = [
-            (lane, b"".join(packed) + wait, len(packed) + bool(wait)) for lane, _, packed in groups
+            (lane, b"".join(packed) + wait, len(packed) + bool(wait))
+            for (lane, _, packed), wait in zip(groups, waits, strict=True)
         ]
+        answers = self._exchange_all(jobs)
         results: list[object] = [None] * len(calls)
-        for (_, indices, _), answer in zip(groups, self._exchange_all(jobs), strict=True):
+        for (_, indices, _), wait, answer in zip(groups, waits, answers, strict=True):
             if isinstance(answer, Exception):
                 answer = [answer] * len(indices)  # each goes the long way (_settle)
-            for index, result in zip(indices, self._acked(answer) if wait else answer, strict=True):
+            elif wait:
+                answer = self._acked(answer)
+            for index, result in zip(indices, answer, strict=True):
                 results[index] = result
         return results
 
@@ -228,13 +234,15 @@ class RedisBackend:
             encoded = [encode(calls[i]) for i in redo]
             groups = self._groups(encoded)
             framed = [again([encoded[i] for i in ix], atomic, self._slot_of) for _, ix, _ in groups]
-            wait = self._durable([calls[i] for i in redo])
+            waits = [self._durable([calls[redo[i]] for i in ix]) for _, ix, _ in groups]
             jobs = [
                 (lane, data + wait, count + bool(wait))
-                for (lane, _, _), (data, count, _) in zip(groups, framed, strict=True)
+                for (lane, _, _), (data, count, _), wait in zip(groups, framed, waits, strict=True)
             ]
             answers = self._exchange_all(jobs)
-            for (_, indices, _), (_, _, read), answer in zip(groups, framed, answers, strict=True):
+            for (_, indices, _), (_, _, read), wait, answer in zip(
+                groups, framed, waits, answers, strict=True
+            ):
                 redone: list[object]
                 if isinstance(answer, Exception):
                     redone = [answer] * len(indices)
@@ -253,10 +261,26 @@ class RedisBackend:
         if not self._wait:
             return self._command(call)
         # WAIT counts its own connection's writes, and the cluster client does not say which
-        # connection took a call: send it again on a lane, to the slot's owner as now known
+        # connection took a call: send it again on a lane, with its WAIT, to the slot's owner
+        # as now known, or (ASK: a slot being migrated) behind ASKING to where ASK points
         if isinstance(error, MovedError):
             learn_slots(self.client)
+        elif isinstance(error, AskError):
+            return self._asking(call, error)
         (result,) = self._send_all([call])
+        if isinstance(result, Exception):
+            raise result
+        return result  # type: ignore[return-value]
+
+    def _asking(self, call: ScriptCall, error: AskError) -> bytes:
+        """A call ASK sent elsewhere, sent there behind ASKING, with its WAIT."""
+        owner = owner_at(self.client, error.host, error.port)
+        if owner is None:
+            raise error
+        wait = self._durable([call])
+        packed = ASKING + encode(call)[0] + wait
+        _, *answer = self._lane_of(owner).exchange(packed, 2 + bool(wait))
+        (result,) = self._acked(answer) if wait else answer
         if isinstance(result, Exception):
             raise result
         return result  # type: ignore[return-value]
@@ -270,22 +294,30 @@ class RedisBackend:
 
     def _durable(self, calls: Sequence[ScriptCall]) -> bytes:
         """WAIT's frame, to follow ``calls`` on their connection, when they must reach the
-        replicas (``wait_replicas``, and a call that writes); else b""."""
+        replicas (``wait_replicas``, and one of them writes: not a peek, nor a hit of cost
+        0); else b""."""
         wait = self._wait
-        if not wait or all(call.mode == CHECK for call in calls):
-            return b""
-        return wait
+        if wait and any(call.mode != CHECK and (call.cost or call.mode != HIT) for call in calls):
+            return wait
+        return b""
 
     def _acked(self, replies: list[object]) -> list[object]:
-        """The calls' replies before WAIT's (the last): each a :class:`Unreplicated` error
-        instead when fewer replicas than asked acknowledged them (an error reply stays)."""
+        """The calls' replies before WAIT's (the last): each an :class:`Unreplicated` error
+        instead when fewer replicas than asked acknowledged them, or WAIT itself was refused
+        (an error reply to a call stays: it applied nothing)."""
         *results, acked = replies
         if isinstance(acked, int) and acked >= self._replicas:
             return results
-        error = acked if isinstance(acked, Exception) else self._unreplicated(acked)
+        error = self._unreplicated(acked)
         return [result if isinstance(result, Exception) else error for result in results]
 
     def _unreplicated(self, acked: object) -> Unreplicated:
+        """The error of writes the master applied and no enough replicas are known to hold."""
+        if isinstance(acked, Exception):  # WAIT refused (an ACL, a proxy): they are applied
+            return Unreplicated(
+                f"WAIT was refused ({acked}): the writes were applied on the master, not "
+                "known to be replicated (wait_replicas)"
+            )
         return Unreplicated(
             f"only {acked} of {self._replicas} replicas acknowledged the writes within "
             f"{self._wait_ms} ms (wait_replicas): applied on the master, which may lose them"
@@ -315,7 +347,10 @@ class RedisBackend:
 
     def _lane(self, key: bytes) -> Lane:
         """The lane to the node that owns ``key`` (to the server, when standalone)."""
-        owner = self._owner_of(key)
+        return self._lane_of(self._owner_of(key))
+
+    def _lane_of(self, owner: Any) -> Lane:
+        """The lane to a node (what :func:`owners` gives for a key, or ``owner_at``)."""
         entry = self._lanes.get(id(owner))
         if entry is None or entry[0] is not owner:
             entry = self._lanes[id(owner)] = (owner, Lane(owner))
@@ -362,14 +397,14 @@ class RedisBackend:
 
 
 def _partly(replies: list[Any], failed: dict[int, tuple[Exception, BackendUnavailable]]) -> None:
-    """After a batch on a cluster where some nodes failed: when every call failed, the first
-    failure raised as it came (the boundary translates it); else each call's reply or error
-    in a :class:`PartialFailure`."""
-    if all(isinstance(reply, BackendUnavailable) for reply in replies):
-        raise next(iter(failed.values()))[0]
+    """After a batch on a cluster where some nodes failed: when every call got one failure,
+    it is raised as it came (the boundary translates it); else each call's reply or error in
+    a :class:`PartialFailure` (several nodes failing each their own way, too)."""
+    if len(failed) == 1 and all(isinstance(reply, BackendUnavailable) for reply in replies):
+        raise next(iter(failed.values()))[0]  # one failure, everyone's: as it came
     errors = len([reply for reply in replies if isinstance(reply, BackendUnavailable)])
     first = next(iter(failed.values()))[1]
+    others = ", the others answered" if errors < len(replies) else ""
     raise PartialFailure(
-        f"redis cluster: {errors} of {len(replies)} calls failed, the others answered: {first}",
-        replies,
+        f"redis cluster: {errors} of {len(replies)} calls failed{others}: {first}", replies
     ) from first
