@@ -18,12 +18,14 @@ from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError, Parti
 from freqguard.failure import (
     Breaker,
     CircuitOpen,
+    Fallback,
     check_on_error,
     elsewhere,
     fail_answer,
     mark_all,
     resilient,
     settle_many,
+    shared_out,
 )
 from freqguard.observe import Observer, backend_label
 from freqguard.policy import Policy
@@ -100,6 +102,7 @@ class GuardBase:
         self._node_of: Callable[[ScriptCall], object] | None = getattr(backend, "node_of", None)
         self._plans: dict[str, PolicyPlan] = {}
         self._on_error: dict[str, object] = {}
+        self._shared: dict[tuple[str, int], tuple[PolicyPlan, PolicyPlan]] = {}  # _fallback
         for policy in policies:
             self.add_policy(policy)
 
@@ -126,6 +129,7 @@ class GuardBase:
         self.on_error = fallback(other.on_error)
         self.breaker, self.observers, self._cache = other.breaker, other.observers, other._cache
         self._node_of = other._node_of
+        self._shared = other._shared
         self._plain = other._plain
 
     @property
@@ -176,14 +180,32 @@ class GuardBase:
     def _guarded(
         self,
         plan: PolicyPlan,
-        make: Callable[[], Op[T]],
+        make: Callable[[PolicyPlan], Op[T]],
         answer: Callable[[str, BackendUnavailable], T],
     ) -> Op[T]:
-        """``make()``, with a store failure answered by the policy's ``on_error``."""
+        """``make(plan)``, with a store failure answered by the policy's ``on_error`` (a
+        fallback runs it again there, with the plan it decides with there)."""
         on_error = self._on_error[plan.name]
         if on_error == "raise":
-            return make()
-        return resilient(make, on_error, answer, mark_all)
+            return make(plan)
+        if isinstance(on_error, str):
+            return resilient(lambda: make(plan), on_error, answer, mark_all)
+        backend, there = self._fallback(plan)
+        return resilient(lambda: make(plan), backend, answer, mark_all, lambda: make(there))
+
+    def _fallback(self, plan: PolicyPlan) -> tuple[object, PolicyPlan]:
+        """The backend a failure of ``plan`` falls back on, and the plan it decides with
+        there: ``plan`` itself, or its limits shared out (:class:`~freqguard.failure.Fallback`),
+        made once."""
+        on_error = self._on_error[plan.name]
+        if not isinstance(on_error, Fallback):
+            return on_error, plan
+        key = (plan.name, on_error.workers)
+        made = self._shared.get(key)
+        if made is None or made[0] is not plan:
+            scaled = PolicyPlan(shared_out(plan.policy, on_error.workers), self.prefix)
+            made = self._shared[key] = (plan, scaled)
+        return on_error.backend, made[1]
 
     def _fail(self, plan: PolicyPlan, cost: int) -> Callable[[str, BackendUnavailable], Decision]:
         rules, breaker = plan.policy.rules, self.breaker
@@ -320,7 +342,7 @@ class GuardBase:
         plan, texts, cost = hit.plan, hit.texts, hit.cost
         now = self._now()
         return self._guarded(
-            plan, lambda: decide_op(plan, texts, cost, HIT, now), self._fail(plan, cost)
+            plan, lambda p: decide_op(p, texts, cost, HIT, now), self._fail(plan, cost)
         )
 
     def _hit_done(self, hit: _Hit, decision: Decision) -> Decision:
@@ -346,7 +368,7 @@ class GuardBase:
         if mode != CHECK:
             self._forget(plan, texts)
         return self._guarded(
-            plan, lambda: decide_op(plan, texts, checked, mode, now), self._fail(plan, checked)
+            plan, lambda p: decide_op(p, texts, checked, mode, now), self._fail(plan, checked)
         )
 
     def _forget(self, plan: PolicyPlan, texts: Mapping[str, str]) -> None:
@@ -370,12 +392,14 @@ class GuardBase:
         checked = plan.check_cost(cost)
         texts = [dict(hit.texts) for hit in sent]
 
+        on_error = self._on_error[plan.name]
+        backend, there = (on_error, plan) if isinstance(on_error, str) else self._fallback(plan)
+
         def rerun(indices: list[int]) -> Op[list[Any]]:  # the failed hits, on the fallback
-            return many_op(plan, [texts[i] for i in indices], checked, self._now, True)
+            return many_op(there, [texts[i] for i in indices], checked, self._now, True)
 
         batch = many_op(plan, texts, checked, self._now, self._node_of is not None)
-        on_error = self._on_error[plan.name]
-        return hits, sent, settle_many(batch, on_error, self._fail(plan, checked), rerun)
+        return hits, sent, settle_many(batch, backend, self._fail(plan, checked), rerun)
 
     def _many_done(
         self, hits: list[_Hit], sent: list[_Hit], decided: list[Decision]
@@ -410,7 +434,7 @@ class GuardBase:
         fail = self._fail(plan, checked)
 
         def attempt(now: int | None) -> Op[Decision]:
-            return self._guarded(plan, lambda: decide_op(plan, texts, checked, HIT, now), fail)
+            return self._guarded(plan, lambda p: decide_op(p, texts, checked, HIT, now), fail)
 
         op = acquire_op(plan, attempt, checked, timeout, self._now, clock)
         return hit, (self._told(hit, op) if self.observers else op)
@@ -445,10 +469,13 @@ class GuardBase:
             receipt.spent = True
         try:
             self._forget(plan, receipt.context)
-            op = refund_op(plan, receipt, self._now())
             on_error = self._on_error[plan.name]
             if target.source == "fallback":  # it consumed on the fallback: give back there
-                return _marked(elsewhere(op, on_error), "fallback")
+                backend, there = self._fallback(plan)
+                return _marked(
+                    elsewhere(refund_op(there, receipt, self._now()), backend), "fallback"
+                )
+            op = refund_op(plan, receipt, self._now())
             if on_error == "raise":
                 return op
             # a receipt of the store is no use to a fallback: answered as failing open

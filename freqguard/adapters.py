@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from freqguard.backends.base import AsyncBackend, Reply, ScriptCall, SyncBackend
 from freqguard.backends.memory import MemoryBackend
+from freqguard.failure import Fallback
 from freqguard.guard import AsyncGuard, Guard
 
 __all__ = ["ThreadedBackend", "async_view"]
@@ -84,6 +85,8 @@ def async_view(guard: Guard) -> AsyncGuard:
 
 def _async_fallback(on_error: object) -> object:
     """A sync-only fallback backend, driven from worker threads by the async view."""
+    if isinstance(on_error, Fallback):
+        return Fallback(_async_fallback(on_error.backend), on_error.workers)
     if isinstance(on_error, str) or callable(getattr(on_error, "aexecute_many", None)):
         return on_error
     return ThreadedBackend(on_error)  # type: ignore[arg-type]

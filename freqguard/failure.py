@@ -6,7 +6,10 @@ I/O-free: the guards drive these. ``on_error`` says how a failed store call is a
 * ``"allow"``: fail open, the hit is admitted (``decision.source == "fail-open"``);
 * ``"deny"``: fail closed, the hit is denied with a ``retry_after`` > 0 (``"fail-closed"``);
 * a backend (e.g. ``MemoryBackend()``): the operation runs again, whole, on that backend
-  (``"fallback"``); its caps are that backend's, e.g. per process.
+  (``"fallback"``); its caps are that backend's, e.g. per process;
+* a :class:`Fallback` (``Fallback(MemoryBackend(), workers=8)``): the same, with each rule's
+  limit (and burst) divided by the number of workers that fall back, so that together they
+  admit about what the store would.
 
 The :class:`Breaker` stops calling a store that keeps failing, so that an outage does not
 also become a latency outage: while it is open every call fails at once and ``on_error``
@@ -24,8 +27,11 @@ from typing import Any, NamedTuple, TypeVar
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.decision import Decision, make_decision, with_source
 from freqguard.errors import BackendUnavailable, ConfigError, PartialFailure
+from freqguard.policy import Policy
+from freqguard.rates import Rate
+from freqguard.rules import Rule
 
-__all__ = ["ON_ERROR", "Breaker", "CircuitOpen", "Elsewhere", "check_on_error"]
+__all__ = ["ON_ERROR", "Breaker", "CircuitOpen", "Elsewhere", "Fallback", "check_on_error"]
 
 T = TypeVar("T")
 _US = 1_000_000
@@ -33,9 +39,60 @@ ON_ERROR = ("raise", "allow", "deny")
 _log = logging.getLogger("freqguard")
 
 
+class Fallback:
+    """A backend to fall back on while the store is away, with the caps shared out.
+
+    A fallback ``MemoryBackend()`` keeps per-process counts: N worker processes falling back
+    admit up to N times a limit between them. ``Fallback(MemoryBackend(), workers=N)`` gives
+    each process 1/N of every rule's limit (and of a bucket's burst), rounded down and at
+    least 1, so that the N together admit about the limit (at most N times it where a limit
+    is smaller than N). Its decisions say ``source == "fallback"`` and report the shared-out
+    limits.
+
+    Args:
+        backend: the backend to decide on (a sync one for Guard, an async one for
+            AsyncGuard; ``MemoryBackend`` is both).
+        workers: how many processes share the limits while falling back (>= 1).
+
+    Raises:
+        ConfigError: ``workers`` is not an integer >= 1, or ``backend`` is not a backend.
+    """
+
+    __slots__ = ("backend", "workers")
+
+    def __init__(self, backend: Any, workers: int) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ConfigError(f"Fallback workers must be an integer >= 1, got {workers!r}")
+        if isinstance(backend, (str, Fallback)) or not hasattr(backend, "clock"):
+            raise ConfigError(f"Fallback takes a backend (e.g. MemoryBackend()), got {backend!r}")
+        self.backend, self.workers = backend, workers
+
+    def __repr__(self) -> str:
+        return f"Fallback({self.backend!r}, workers={self.workers})"
+
+
+def shared_out(policy: Policy, workers: int) -> Policy:
+    """``policy`` with each rule's limit and burst divided by ``workers`` (rounded down, at
+    least 1); rule ids kept, so that decisions name the same rules."""
+    if workers == 1:
+        return policy
+    rules = []
+    for rule in policy.rules:
+        rate = Rate(max(rule.rate.limit // workers, 1), rule.rate.window)
+        burst = None if rule.burst is None else max(rule.burst // workers, 1)
+        rules.append(
+            Rule(rate, rule.by, rule.strategy, name=rule.id, burst=burst, shadow=rule.shadow)
+        )
+    return Policy(policy.name, *rules)
+
+
 def check_on_error(value: object, where: str, methods: tuple[str, ...] | None = None) -> object:
-    """``value`` if it is a valid ``on_error``: ``"raise"``, ``"allow"``, ``"deny"`` or a
-    backend (with ``methods``, when given: what the guard will call on it)."""
+    """``value`` if it is a valid ``on_error``: ``"raise"``, ``"allow"``, ``"deny"``, a
+    backend or a :class:`Fallback` (with ``methods``, when given: what the guard will call
+    on the backend)."""
+    if isinstance(value, Fallback):
+        check_on_error(value.backend, where, methods)
+        return value
     if isinstance(value, str):
         if value in ON_ERROR:
             return value
@@ -262,10 +319,11 @@ def resilient(
     on_error: object,
     answer: Callable[[str, BackendUnavailable], T],
     mark: Callable[[T, str], T],
+    again: Callable[[], Op[T]] | None = None,
 ) -> Op[T]:
     """Run ``make()``; if the store fails, answer by ``on_error``: ``answer(source, error)``
-    for allow/deny, or the whole operation again on the fallback backend, its result marked
-    by ``mark(result, "fallback")``."""
+    for allow/deny, or the whole operation again (``again()``, default ``make()``) on the
+    fallback backend, its result marked by ``mark(result, "fallback")``."""
     try:
         return (yield from make())
     except BackendUnavailable as exc:
@@ -273,7 +331,7 @@ def resilient(
             raise
         if isinstance(on_error, str):
             return answer("fail-open" if on_error == "allow" else "fail-closed", exc)
-        return mark((yield from elsewhere(make(), on_error)), "fallback")
+        return mark((yield from elsewhere((again or make)(), on_error)), "fallback")
 
 
 def settle_many(
