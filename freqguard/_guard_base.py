@@ -88,6 +88,8 @@ class GuardBase:
         self.clock = clock
         self.prefix = check_name("key prefix", prefix)
         self.on_error = check_on_error(on_error, type(self).__name__, self._methods)
+        self._given_on_error = self.on_error  # as given: a view adapts it (_adopt)
+        self._adapt: Callable[[object], object] = _same
         if breaker is not None and not isinstance(breaker, Breaker):
             raise ConfigError(f"breaker must be a Breaker or None, got {breaker!r}")
         self.breaker = breaker
@@ -115,9 +117,15 @@ class GuardBase:
             if known.policy == policy:
                 return
             raise ConfigError(f"a different policy named {policy.name!r} is already registered")
-        on_error = self.on_error if policy.on_error is None else policy.on_error
-        check_on_error(on_error, f"policy {policy.name!r} on {type(self).__name__}", self._methods)
-        self._plans[policy.name] = PolicyPlan(policy, self.prefix)
+        # stored as given (a view of this guard adapts what it reads: _Adapted), checked as
+        # this guard will drive it
+        on_error = self._given_on_error if policy.on_error is None else policy.on_error
+        where = f"policy {policy.name!r} on {type(self).__name__}"
+        check_on_error(self._adapt(on_error), where, self._methods)
+        plan = PolicyPlan(policy, self.prefix)
+        if isinstance(on_error, Fallback):  # its shared-out rules checked now, not at a hit
+            self._shared_out(plan, on_error.workers)
+        self._plans[policy.name] = plan
         self._on_error[policy.name] = on_error
 
     def _adopt(self, other: GuardBase, fallback: Callable[[object], object]) -> None:
@@ -127,6 +135,7 @@ class GuardBase:
         self._plans = other._plans
         self._on_error = _Adapted(other._on_error, fallback)
         self.on_error = fallback(other.on_error)
+        self._given_on_error, self._adapt = other._given_on_error, fallback
         self.breaker, self.observers, self._cache = other.breaker, other.observers, other._cache
         self._node_of = other._node_of
         self._shared = other._shared
@@ -182,15 +191,20 @@ class GuardBase:
         plan: PolicyPlan,
         make: Callable[[PolicyPlan], Op[T]],
         answer: Callable[[str, BackendUnavailable], T],
+        cost: int = 0,
     ) -> Op[T]:
         """``make(plan)``, with a store failure answered by the policy's ``on_error`` (a
-        fallback runs it again there, with the plan it decides with there)."""
+        fallback runs it again there, with the plan it decides with there; a hit of a
+        ``cost`` its shared-out limits can never admit fails closed instead, to wait for
+        the store)."""
         on_error = self._on_error[plan.name]
         if on_error == "raise":
             return make(plan)
         if isinstance(on_error, str):
             return resilient(lambda: make(plan), on_error, answer, mark_all)
         backend, there = self._fallback(plan)
+        if not there.fits(cost):
+            return resilient(lambda: make(plan), "deny", answer, mark_all)
         return resilient(lambda: make(plan), backend, answer, mark_all, lambda: make(there))
 
     def _fallback(self, plan: PolicyPlan) -> tuple[object, PolicyPlan]:
@@ -200,12 +214,15 @@ class GuardBase:
         on_error = self._on_error[plan.name]
         if not isinstance(on_error, Fallback):
             return on_error, plan
-        key = (plan.name, on_error.workers)
-        made = self._shared.get(key)
+        return on_error.backend, self._shared_out(plan, on_error.workers)
+
+    def _shared_out(self, plan: PolicyPlan, workers: int) -> PolicyPlan:
+        """``plan`` with its limits shared out among ``workers``, made once."""
+        made = self._shared.get((plan.name, workers))
         if made is None or made[0] is not plan:
-            scaled = PolicyPlan(shared_out(plan.policy, on_error.workers), self.prefix)
-            made = self._shared[key] = (plan, scaled)
-        return on_error.backend, made[1]
+            scaled = PolicyPlan(shared_out(plan.policy, workers), self.prefix)
+            made = self._shared[(plan.name, workers)] = (plan, scaled)
+        return made[1]
 
     def _fail(self, plan: PolicyPlan, cost: int) -> Callable[[str, BackendUnavailable], Decision]:
         rules, breaker = plan.policy.rules, self.breaker
@@ -310,8 +327,13 @@ class GuardBase:
             return
         down: set[object] = set()
         up: set[object] = set()
-        if nodes is None:
-            nodes = [self._node(call) for call in calls]
+        if nodes is None:  # named now; a failure names its own (the map may have changed)
+            nodes = [
+                result.node
+                if isinstance(result, BackendUnavailable) and result.node is not None
+                else self._node(call)
+                for call, result in zip(calls, results, strict=True)
+            ]
         for node, result in zip(nodes, results, strict=True):
             if isinstance(result, CircuitOpen):
                 continue  # not called
@@ -342,7 +364,7 @@ class GuardBase:
         plan, texts, cost = hit.plan, hit.texts, hit.cost
         now = self._now()
         return self._guarded(
-            plan, lambda p: decide_op(p, texts, cost, HIT, now), self._fail(plan, cost)
+            plan, lambda p: decide_op(p, texts, cost, HIT, now), self._fail(plan, cost), cost
         )
 
     def _hit_done(self, hit: _Hit, decision: Decision) -> Decision:
@@ -394,6 +416,8 @@ class GuardBase:
 
         on_error = self._on_error[plan.name]
         backend, there = (on_error, plan) if isinstance(on_error, str) else self._fallback(plan)
+        if not there.fits(checked):  # the shared-out limits never admit it: fail closed
+            backend = "deny"
 
         def rerun(indices: list[int]) -> Op[list[Any]]:  # the failed hits, on the fallback
             return many_op(there, [texts[i] for i in indices], checked, self._now, True)
@@ -434,7 +458,9 @@ class GuardBase:
         fail = self._fail(plan, checked)
 
         def attempt(now: int | None) -> Op[Decision]:
-            return self._guarded(plan, lambda p: decide_op(p, texts, checked, HIT, now), fail)
+            return self._guarded(
+                plan, lambda p: decide_op(p, texts, checked, HIT, now), fail, checked
+            )
 
         op = acquire_op(plan, attempt, checked, timeout, self._now, clock)
         return hit, (self._told(hit, op) if self.observers else op)
@@ -548,6 +574,10 @@ class _Sent(list[ScriptCall]):
     ) -> None:
         super().__init__(sent)
         self.nodes, self.held = nodes, held
+
+
+def _same(value: object) -> object:
+    return value
 
 
 def _each(calls: list[ScriptCall], outcome: list[Reply] | BackendUnavailable) -> list[Any]:

@@ -124,6 +124,10 @@ class PolicyPlan:
             )
         return cost
 
+    def fits(self, cost: int) -> bool:
+        """Whether some hit of ``cost`` could ever be allowed (see :meth:`check_cost`)."""
+        return self._narrow is None or cost <= self._narrow.capacity
+
     def calls(
         self, texts: Mapping[str, str], now: int | None, cost: int, mode: int
     ) -> list[ScriptCall]:

@@ -66,17 +66,21 @@ class BackendUnavailable(FreqGuardError):
         sent: the call may have reached the store, and may still be applied there (a call
             that timed out can run when a hung server resumes); false only when it surely
             did not (a refused connection, an open circuit, a full memory backend).
+        node: the store node that failed, when the backend names nodes (a Redis Cluster
+            node's ``host:port``, as its ``node_of`` does) and knew it as the call failed.
     """
 
     answered = False
     sent = True
+    node: object = None
 
     def __init__(self, *args: object, answered: bool = False, sent: bool = True) -> None:
         super().__init__(*args)
         self.answered, self.sent = answered, sent
 
     def __reduce__(self) -> tuple[object, ...]:  # picklable, e.g. across process pools
-        return (type(self), self.args, {"answered": self.answered, "sent": self.sent})
+        state = {"answered": self.answered, "sent": self.sent, "node": self.node}
+        return (type(self), self.args, state)
 
 
 class PartialFailure(BackendUnavailable):

@@ -78,11 +78,18 @@ def shared_out(policy: Policy, workers: int) -> Policy:
         return policy
     rules = []
     for rule in policy.rules:
-        rate = Rate(max(rule.rate.limit // workers, 1), rule.rate.window)
         burst = None if rule.burst is None else max(rule.burst // workers, 1)
-        rules.append(
-            Rule(rate, rule.by, rule.strategy, name=rule.id, burst=burst, shadow=rule.shadow)
-        )
+        try:
+            rate = Rate(max(rule.rate.limit // workers, 1), rule.rate.window)
+            rules.append(
+                Rule(rate, rule.by, rule.strategy, name=rule.id, burst=burst, shadow=rule.shadow)
+            )
+        except ConfigError as exc:
+            raise ConfigError(
+                f"on_error=Fallback(..., workers={workers}) shares rule {rule.id!r} of policy "
+                f"{policy.name!r} out as {max(rule.rate.limit // workers, 1)} per "
+                f"{rule.rate.window} (burst {burst}), which is refused: {exc}"
+            ) from None
     return Policy(policy.name, *rules)
 
 

@@ -85,8 +85,11 @@ class Nodes:
 
 
 def _hung(node: str) -> BackendUnavailable:
+    """The error of a call to a hung node, naming it (as the cluster backend's errors do:
+    named before a slot map learnt again meanwhile could name another)."""
     error = BackendUnavailable(f"node {node}: TimeoutError")
     error.__cause__ = TimeoutError(node)
+    error.node = node
     return error
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "LIBRARY",
     "LOAD",
     "Read",
+    "after_load",
     "again",
     "missing",
 ]
@@ -75,7 +76,7 @@ def again(
         return (
             LOAD + b"".join([packed for packed, _ in calls]),
             1 + len(calls),
-            lambda replies: [_after(replies[0], result) for result in replies[1:]],
+            lambda replies: [after_load(replies[0], result) for result in replies[1:]],
         )
     runs = _runs([slot_of(key) for _, key in calls])
 
@@ -86,7 +87,7 @@ def again(
             queued, done = replies[at : at + 2 + len(run)], replies[at + 2 + len(run)]
             at += 3 + len(run)
             if isinstance(done, list):  # it ran: the load's answer, then each call's
-                answers = [_after(done[0], result) for result in done[1:]]
+                answers = [after_load(done[0], result) for result in done[1:]]
             else:  # refused as it was queued (out of memory, a slot that moved): none ran
                 refused = next((r for r in queued if isinstance(r, Exception)), done)
                 answers = [refused] * len(run)
@@ -112,7 +113,7 @@ def _runs(slots: list[int]) -> list[list[int]]:
     return runs
 
 
-def _after(loaded: object, result: object) -> object:
+def after_load(loaded: object, result: object) -> object:
     """A call's result after the load: the load's own error where it failed (for another
     reason than being there already) and the call found no library."""
     failed = isinstance(loaded, Exception) and "already exists" not in str(loaded)

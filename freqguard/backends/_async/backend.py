@@ -17,7 +17,7 @@ from freqguard.backends._boundary import ERRORS, Unreplicated, sentinel_pools, t
 from freqguard.backends._flight import AsyncSingleFlight
 from freqguard.backends._inspect import inspection
 from freqguard.backends._lanes import AsyncJob, AsyncLane, aexchange_all
-from freqguard.backends._library import ATTEMPTS, LIBRARY, again, missing
+from freqguard.backends._library import ATTEMPTS, LIBRARY, LOAD, after_load, again, missing
 from freqguard.backends._resp import ASKING, RAW, chunks, encode, function_args, wait_frame
 from freqguard.backends._routing import (
     REROUTE,
@@ -122,7 +122,11 @@ class AsyncRedisBackend:
                 await self._reload([call], results)
             result = results[0]
             if isinstance(result, Exception):
-                result = await self._settle(call, result)
+                where = self._where(call)  # before the long way learns the slots again
+                try:
+                    result = await self._settle(call, result)
+                except ERRORS as exc:
+                    raise self._failed(exc, where) from exc
             return unpack(call.slot, result)  # type: ignore[arg-type]
         except ERRORS as exc:
             raise translate(exc, self.client) from exc
@@ -176,22 +180,21 @@ class AsyncRedisBackend:
             await self._reload(calls, results)
         replies: list[Any] = []
         # a node's error (shared by its calls) -> what its first call got the long way
-        failed: dict[int, tuple[Exception, BackendUnavailable]] = {}
+        failed: dict[int, BackendUnavailable] = {}
         for call, result in zip(calls, results, strict=True):
             if isinstance(result, Exception):
                 if id(result) in failed:  # its node failed for an earlier call: not again
-                    replies.append(failed[id(result)][1])
+                    replies.append(failed[id(result)])
                     continue
+                where = self._where(call)  # before the long way learns the slots again
                 try:
                     result = await self._settle(call, result)
                 except ERRORS as exc:
                     if not self._cluster:
                         raise
-                    error = translate(exc, self.client)
-                    if not isinstance(error, BackendUnavailable):
-                        raise
+                    error = self._failed(exc, where)
                     error.__cause__ = exc
-                    failed[id(result)] = (exc, error)
+                    failed[id(result)] = error
                     replies.append(error)
                     continue
             replies.append(unpack(call.slot, result))  # type: ignore[arg-type]
@@ -266,20 +269,31 @@ class AsyncRedisBackend:
             await alearn_slots(self.client)
         elif isinstance(error, AskError):
             return await self._asking(call, error)
-        (result,) = await self._send_all([call])
-        if isinstance(result, Exception):
-            raise result
-        return result  # type: ignore[return-value]
+        results = await self._send_all([call])
+        if missing(results[0]):  # a node new to the cluster: the library loaded there
+            await self._reload([call], results)
+        if isinstance(results[0], Exception):
+            raise results[0]
+        return results[0]  # type: ignore[return-value]
 
     async def _asking(self, call: ScriptCall, error: AskError) -> bytes:
-        """A call ASK sent elsewhere, sent there behind ASKING, with its WAIT."""
+        """A call ASK sent elsewhere, sent there behind ASKING, with its WAIT; again behind
+        the library's load when that node lacks it (a node new to the cluster)."""
         owner = owner_at(self.client, error.host, error.port)
-        if owner is None:
-            raise error
+        if owner is None:  # a node the client does not know yet: learn the cluster
+            await alearn_slots(self.client)
+            owner = owner_at(self.client, error.host, error.port)
+            if owner is None:
+                raise error
         wait = self._durable([call])
-        packed = ASKING + encode(call)[0] + wait
-        _, *answer = await self._lane_of(owner).exchange(packed, 2 + bool(wait))
+        lane = self._lane_of(owner)
+        _, *answer = await lane.exchange(ASKING + encode(call)[0] + wait, 2 + bool(wait))
         (result,) = self._acked(answer) if wait else answer
+        if missing(result):
+            packed = LOAD + ASKING + encode(call)[0] + wait
+            loaded, _, *answer = await lane.exchange(packed, 3 + bool(wait))
+            (result,) = self._acked(answer) if wait else answer
+            result = after_load(loaded, result)
         if isinstance(result, Exception):
             raise result
         return result  # type: ignore[return-value]
@@ -290,6 +304,18 @@ class AsyncRedisBackend:
         if self._lanes:
             await self._forget_lanes()
             await alearn_lost(self.client, error)
+
+    def _where(self, call: ScriptCall) -> str | None:
+        """The node a call goes to (on a cluster), for its failure to name."""
+        return None if self.node_of is None else self.node_of(call)
+
+    def _failed(self, exc: Exception, where: str | None) -> BackendUnavailable:
+        """The error of a call that failed on the node ``where``."""
+        error = translate(exc, self.client)
+        if not isinstance(error, BackendUnavailable):  # a ConfigError: as it is
+            raise error from exc
+        error.node = where
+        return error
 
     def _durable(self, calls: Sequence[ScriptCall]) -> bytes:
         """WAIT's frame, to follow ``calls`` on their connection, when they must reach the
@@ -395,14 +421,14 @@ class AsyncRedisBackend:
             self._inspected = True
 
 
-def _partly(replies: list[Any], failed: dict[int, tuple[Exception, BackendUnavailable]]) -> None:
+def _partly(replies: list[Any], failed: dict[int, BackendUnavailable]) -> None:
     """After a batch on a cluster where some nodes failed: when every call got one failure,
     it is raised as it came (the boundary translates it); else each call's reply or error in
     a :class:`PartialFailure` (several nodes failing each their own way, too)."""
+    first = next(iter(failed.values()))
     if len(failed) == 1 and all(isinstance(reply, BackendUnavailable) for reply in replies):
-        raise next(iter(failed.values()))[0]  # one failure, everyone's: as it came
+        raise first  # one failure, everyone's (its cause the redis-py error)
     errors = len([reply for reply in replies if isinstance(reply, BackendUnavailable)])
-    first = next(iter(failed.values()))[1]
     others = ", the others answered" if errors < len(replies) else ""
     raise PartialFailure(
         f"redis cluster: {errors} of {len(replies)} calls failed{others}: {first}", replies
