@@ -1,5 +1,6 @@
 """freqguard: frequency capping and rate limiting, exact and atomic per message."""
 
+from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
 from freqguard.backends.memory import MemoryBackend
@@ -59,6 +60,15 @@ __all__ = [
     "parse_rate",
     "parse_rates",
 ]
+# `from freqguard import *` imports every name listed: those that need an extra only when it
+# is installed (each is still importable by name, with the extra's error if it is not)
+_EXTRAS = {
+    "RedisBackend": "redis",
+    "AsyncRedisBackend": "redis",
+    "PrometheusObserver": "prometheus_client",
+    "OpenTelemetryObserver": "opentelemetry",
+}
+__all__ = [name for name in __all__ if name not in _EXTRAS or find_spec(_EXTRAS[name])]
 
 
 def __getattr__(name: str) -> Any:

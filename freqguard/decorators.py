@@ -37,7 +37,7 @@ from freqguard.call_keys import Arguments, CallKey, KeySpec
 from freqguard.decision import Decision
 from freqguard.defaults import configure, default_async_guard, default_guard
 from freqguard.errors import CapExceeded, ConfigError
-from freqguard.failure import check_on_error
+from freqguard.failure import Fallback, check_on_error, shared_out
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.policy import OnError, Policy
 from freqguard.rates import parse_rates
@@ -123,6 +123,8 @@ class Capped:
                     f"the registered policy {self._policy!r} instead (Policy(..., on_error=))"
                 )
             check_on_error(on_error, "@capped")
+            if isinstance(on_error, Fallback) and self._rules:  # refused here, not at a call
+                shared_out(Policy(name or "capped", *self._rules_by(())), on_error.workers)
         self._on_error = on_error
         self._name = name
         self._key = CallKey(key)
@@ -187,13 +189,17 @@ class Capped:
         return name, dict(ctx)
 
     def _register(self, guard: Guard | AsyncGuard, name: str, by: tuple[str, ...]) -> None:
+        guard.add_policy(Policy(name, *self._rules_by(by), on_error=self._on_error))
+
+    def _rules_by(self, by: tuple[str, ...]) -> list[Rule]:
+        """The cap's rules, its rates keyed ``by`` the call's dimensions."""
         rules: list[Rule] = []
         for item in self._rules:
             if isinstance(item, Rule):
                 rules.append(item)
             else:
                 rules.extend(Rule(rate, by=by) for rate in parse_rates(item))
-        guard.add_policy(Policy(name, *rules, on_error=self._on_error))
+        return rules
 
     def _block_name(self, by: tuple[str, ...]) -> str:
         """A with-block's cap: its name, else one per rules and dimensions (different rules

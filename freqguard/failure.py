@@ -167,7 +167,11 @@ class Breaker:
     Args:
         failures: consecutive failures that open a circuit (>= 1).
         cooldown: seconds a circuit stays open before probing (> 0).
-        clock: a monotonic clock in seconds (tests pass ``ManualClock().now``).
+        clock: a monotonic clock in seconds (``time.monotonic``), or a
+            :class:`~freqguard.Clock` whose ``now`` it reads (tests pass a ``ManualClock``).
+
+    Raises:
+        ConfigError: a bad ``failures``, ``cooldown`` or ``clock``.
     """
 
     __slots__ = ("_circuits", "_clock", "_lock", "cooldown", "counting", "failures", "tripped")
@@ -177,7 +181,7 @@ class Breaker:
         failures: int = 5,
         cooldown: float = 5.0,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | Any = time.monotonic,
     ) -> None:
         if isinstance(failures, bool) or not isinstance(failures, int) or failures < 1:
             raise ConfigError(f"Breaker failures must be an integer >= 1, got {failures!r}")
@@ -187,6 +191,14 @@ class Breaker:
             or not 0 < cooldown < float("inf")
         ):
             raise ConfigError(f"Breaker cooldown must be finite seconds > 0, got {cooldown!r}")
+        if not callable(clock):  # a Clock (ManualClock()): its seconds
+            now = getattr(clock, "now", None)
+            if not callable(now):
+                raise ConfigError(
+                    f"Breaker clock must be a function of seconds (time.monotonic, "
+                    f"ManualClock().now) or a Clock, got {clock!r}"
+                )
+            clock = now
         self.failures = failures
         self.cooldown = float(cooldown)
         self._clock = clock
@@ -358,11 +370,11 @@ def settle_many(
         return results
     first: BackendUnavailable = results[failed[0]]
     if on_error == "raise":
-        if len(failed) == len(results) and all(result is first for result in results):
+        if all(result is first for result in results):  # one failure, everyone's
             raise first
+        others = ", the others were decided" if len(failed) < len(results) else ""
         raise PartialFailure(
-            f"{len(failed)} of {len(results)} hits failed, the others were decided: {first}",
-            results,
+            f"{len(failed)} of {len(results)} hits failed{others}: {first}", results
         ) from first
     if isinstance(on_error, str):
         source = "fail-open" if on_error == "allow" else "fail-closed"

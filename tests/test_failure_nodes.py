@@ -20,6 +20,7 @@ from freqguard import (
     AsyncGuard,
     BackendUnavailable,
     Clock,
+    ConfigError,
     Decision,
     Guard,
     ManualClock,
@@ -258,3 +259,24 @@ def test_a_circuit_of_a_node_long_quiet_is_forgotten() -> None:
     with pytest.raises(CircuitOpen, match="to A"):
         breaker.check("hit", "A")
     breaker.check("hit", "B")  # B's circuit is closed
+
+
+def test_a_batch_failing_on_every_node_each_its_own_way_says_so(asynchronous: bool) -> None:
+    rig = Rig("raise", asynchronous)
+    rig.store.down = {"A", "B"}
+    with pytest.raises(PartialFailure) as caught:
+        rig.hit_many("p", [{"r": "A1"}, {"r": "B1"}])
+    assert str(caught.value).startswith("2 of 2 hits failed: ")  # none decided: not said
+    assert all(isinstance(r, BackendUnavailable) for r in caught.value.results)
+
+
+def test_the_breaker_takes_a_clock_or_a_function_of_seconds() -> None:
+    clock = ManualClock()
+    for given in (clock, clock.now):
+        breaker = Breaker(1, 2.0, clock=given)
+        breaker.failed("A")
+        assert breaker.state_of("A") == "open"
+        clock.advance(2.0)
+        assert breaker.state_of("A") == "half-open"
+    with pytest.raises(ConfigError, match="Breaker clock must be a function of seconds"):
+        Breaker(clock=5)

@@ -167,3 +167,16 @@ def test_a_policy_added_through_the_async_view_falls_back_on_the_sync_guard_too(
     store.switch.down = True
     assert asyncio.run(view.hit("late")).source == "fallback"
     assert guard.hit("late").source == "fallback"  # got: AttributeError
+
+
+def test_capped_refuses_a_fallback_its_rates_cannot_be_shared_out_to_when_decorating() -> None:
+    from freqguard import capped
+
+    with pytest.raises(ConfigError, match=r"Fallback\(\.\.\., workers=2\) shares rule"):
+
+        @capped(
+            Rule("3/day", strategy="gcra", burst=7500, name="r"),
+            guard=Guard(MemoryBackend()),
+            on_error=Fallback(MemoryBackend(), workers=2),
+        )
+        def send() -> None: ...

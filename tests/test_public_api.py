@@ -94,3 +94,19 @@ def test_strategy_values_are_the_documented_strings() -> None:
         "token-bucket",
         "gcra",
     ]
+
+
+def test_import_star_works_without_the_extras() -> None:
+    """``from freqguard import *`` imports every name in ``__all__``: those that need an
+    extra are listed only when it is installed."""
+    code = (
+        "import sys\n"
+        "for extra in ('redis', 'prometheus_client', 'opentelemetry'):\n"
+        "    sys.modules[extra] = None  # as if not installed\n"
+        "from freqguard import *\n"
+        "print(sorted(n for n in ('RedisBackend', 'PrometheusObserver') if n in dir()))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"

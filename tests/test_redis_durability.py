@@ -195,3 +195,11 @@ def test_the_async_backend_refuses_them_too() -> None:
         await client.aclose()
 
     asyncio.run(main())
+
+
+def test_a_wait_longer_than_the_clients_socket_timeout_is_refused() -> None:
+    """Every write would time out first, as a store failure (the breaker would open)."""
+    client = redis.Redis(port=servers.free_port(), socket_timeout=0.2)  # never connected
+    with pytest.raises(ConfigError, match=r"wait_timeout \(1\.0 s\) must be shorter"):
+        RedisBackend(client, wait_replicas=1, wait_timeout=1.0)
+    RedisBackend(client, wait_replicas=1, wait_timeout=0.1)  # shorter: fine

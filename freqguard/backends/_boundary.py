@@ -34,6 +34,7 @@ __all__ = [
     "boundary",
     "cluster_node",
     "sentinel_pools",
+    "socket_timeout",
     "translate",
 ]
 
@@ -89,6 +90,17 @@ def address(client: object) -> str:
     if "path" in kwargs:
         return f"unix://{kwargs['path']}"
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def socket_timeout(client: object) -> float | None:
+    """The socket timeout (seconds) a client's connections are made with, None when unset
+    or not known (a Redis or Sentinel client: its pool's; a cluster client: its nodes')."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if kwargs is None:
+        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", None)
+    value = (kwargs or {}).get("socket_timeout")
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def cluster_node(client: object) -> ConfigError:

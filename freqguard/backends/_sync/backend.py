@@ -14,7 +14,13 @@ from redis import Redis
 from redis.cluster import RedisCluster
 from redis.exceptions import AskError, MovedError, SlotNotCoveredError
 
-from freqguard.backends._boundary import ERRORS, Unreplicated, sentinel_pools, translate
+from freqguard.backends._boundary import (
+    ERRORS,
+    Unreplicated,
+    sentinel_pools,
+    socket_timeout,
+    translate,
+)
 from freqguard.backends._flight import SingleFlight
 from freqguard.backends._inspect import inspection
 from freqguard.backends._lanes import Job, Lane, exchange_all
@@ -34,7 +40,7 @@ from freqguard.backends._routing import (
 )
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock, SystemClock
-from freqguard.errors import BackendUnavailable, PartialFailure
+from freqguard.errors import BackendUnavailable, ConfigError, PartialFailure
 from freqguard.script import CHECK, HIT, unpack
 
 __all__ = ["RedisBackend"]
@@ -68,7 +74,8 @@ class RedisBackend:
             socket timeout, or the socket gives up first).
 
     Raises:
-        ConfigError: a bad ``wait_replicas`` or ``wait_timeout``.
+        ConfigError: a bad ``wait_replicas`` or ``wait_timeout`` (or one not shorter than
+            the client's socket timeout).
     """
 
     #: On a cluster, the node each call goes to (``host:port``): the guard's circuit
@@ -84,6 +91,12 @@ class RedisBackend:
         wait_timeout: float = 0.1,
     ) -> None:
         self._wait = wait_frame(wait_replicas, wait_timeout)
+        socket = socket_timeout(client)
+        if self._wait and socket is not None and wait_timeout >= socket:
+            raise ConfigError(
+                f"wait_timeout ({wait_timeout} s) must be shorter than the client's "
+                f"socket_timeout ({socket} s): every write would time out first"
+            )
         self._replicas, self._wait_ms = wait_replicas, round(wait_timeout * 1000)
         self.client = client
         self.clock: Clock = clock if clock is not None else SystemClock()
