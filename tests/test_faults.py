@@ -14,10 +14,13 @@ What the faults showed, in numbers, is in the report of issue 12 and benchmarks/
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from time import perf_counter
 from typing import Any
 
@@ -559,3 +562,61 @@ def test_a_refund_applied_late_and_made_again_gives_back_once(
     with pytest.raises(ConfigError, match="already refunded"):
         client.guard.refund(taken[0])
     assert sum(client.guard.hit("q", r="a").allowed for _ in range(3)) == 1
+
+
+# -- a connection killed after its call ran ---------------------------------------------------
+
+
+def _rx_queued(server: RedisServer, peer_port: int) -> bool:
+    """Whether the server's socket to the client at ``peer_port`` holds unread data (the
+    kernel's view, /proc/net/tcp: the server is stopped, so it sits there)."""
+    local, remote = f"0100007F:{server.port:04X}", f"0100007F:{peer_port:04X}"
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == local and fields[2] == remote:
+            return int(fields[4].split(":")[1], 16) > 0
+    return False
+
+
+@pytest.mark.parametrize("nodes", ["cluster"], indirect=True)
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_call_whose_connection_dies_after_it_ran_is_not_sent_again(
+    nodes: list[RedisServer], asynchronous: bool
+) -> None:
+    """The node runs the call, and its connection is closed before the reply goes out (here
+    CLIENT KILL, queued behind the call while the node is stopped: both run in one turn of
+    its event loop, and the reply is dropped with the connection). The caller sees the
+    connection lost; the call may have been applied, so it must not be sent again (it was,
+    the long way, and counted twice): it is answered by on_error, and counted once."""
+    victim = owner(nodes, P, r="a")
+    name = f"dies-{asynchronous}"  # this guard's connections, by name
+    query = f"socket_timeout=5&socket_connect_timeout=5&client_name={name}"
+    url = f"redis+cluster://127.0.0.1:{victim.port}/0?{query}"
+    options: dict[str, Any] = {"on_error": "deny", "breaker": None}
+    guard: Any
+    if asynchronous:
+        guard = AsyncDriver(AsyncGuard(async_backend_from_url(url), [P], **options))
+    else:
+        guard = Guard(backend_from_url(url), [P], **options)
+    admin = socket.create_connection(("127.0.0.1", victim.port))
+    try:
+        assert guard.hit("p", r="a").source == "backend"  # the lane's connection made
+        clients = victim.client.client_list()
+        lane = [c for c in clients if c["name"] == name and c["cmd"] == "fcall"]
+        assert len(lane) == 1
+        lane_port = int(lane[0]["addr"].rsplit(":", 1)[1])
+        admin_port = admin.getsockname()[1]
+        got: list[Any] = []
+        with stopped(victim):
+            worker = threading.Thread(target=lambda: got.append(guard.hit("p", r="a")))
+            worker.start()
+            servers.wait_for(lambda: _rx_queued(victim, lane_port), "the call, queued")
+            admin.sendall(b"CLIENT KILL ADDR 127.0.0.1:%d\r\n" % lane_port)
+            servers.wait_for(lambda: _rx_queued(victim, admin_port), "the kill, queued")
+        worker.join(10)
+        assert admin.recv(100) == b":1\r\n"  # one connection killed: the lane's
+        assert guard.peek("p", r="a").remaining == CAP - 2  # applied once, not twice
+        assert [(d.source, d.allowed) for d in got] == [("fail-closed", False)]
+    finally:
+        admin.close()
+        guard.close()

@@ -36,6 +36,7 @@ __all__ = [
     "sentinel_pools",
     "socket_timeout",
     "translate",
+    "unconnected",
 ]
 
 #: What redis-py raises: its cluster client's own errors (unreachable at start, a slot no
@@ -58,11 +59,11 @@ def translate(exc: Exception, client: object) -> FreqGuardError:
         f"redis failed: {type(exc).__name__}: {exc}",
         # an error reply (out of memory, ...): the server is up, and applied nothing
         answered=isinstance(exc, rex.ResponseError | Unreplicated),
-        sent=not (isinstance(exc, rex.ResponseError) or _unconnected(exc)),
+        sent=not (isinstance(exc, rex.ResponseError) or unconnected(exc)),
     )
 
 
-def _unconnected(exc: Exception) -> bool:
+def unconnected(exc: Exception) -> bool:
     """Whether the call failed before it could be sent: the connection was never made
     (refused, unresolved, timed out while connecting). Anything else may have been sent."""
     return isinstance(exc, rex.ConnectionError | rex.TimeoutError) and (

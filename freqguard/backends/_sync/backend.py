@@ -12,7 +12,7 @@ from typing import Any
 
 from redis import Redis
 from redis.cluster import RedisCluster
-from redis.exceptions import AskError, MovedError, SlotNotCoveredError
+from redis.exceptions import AskError, ConnectionError, MovedError, SlotNotCoveredError
 
 from freqguard.backends._boundary import (
     ERRORS,
@@ -20,6 +20,7 @@ from freqguard.backends._boundary import (
     sentinel_pools,
     socket_timeout,
     translate,
+    unconnected,
 )
 from freqguard.backends._flight import SingleFlight
 from freqguard.backends._inspect import inspection
@@ -268,12 +269,15 @@ class RedisBackend:
                     results[redo[index]] = result
 
     def _settle(self, call: ScriptCall, error: Exception) -> bytes:
-        """A call's reply after an error: on a cluster, a moved slot or a lost node sends it
-        the long way (the cluster client follows it and refreshes its slot map); any other
-        error is raised."""
+        """A call's reply after an error: on a cluster, a moved slot or a node that could not
+        be reached sends it the long way (the cluster client follows it and refreshes its
+        slot map); a connection lost after the call was sent learns the slots again but
+        raises (the call may have run); any other error is raised."""
         if not (self._cluster and isinstance(error, REROUTE)):
             raise error
         self._reroute(error)
+        if isinstance(error, ConnectionError) and not unconnected(error):
+            raise error  # lost after it was sent, maybe applied: sent again, counted twice
         if not self._wait:
             return self._command(call)
         # WAIT counts its own connection's writes, and the cluster client does not say which
