@@ -31,6 +31,7 @@ from freqguard import (
 )
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.failure import Breaker, CircuitOpen
+from tests.test_failure_policy import AsyncTwin
 
 CAP = 3
 P = Policy("p", Rule(f"{CAP}/day", by="r", name="daily"))
@@ -40,7 +41,7 @@ COOLDOWN = 5.0
 DEGRADED = {"allow": "fail-open", "deny": "fail-closed", "fallback": "fallback"}
 
 
-class Nodes:
+class Nodes(AsyncTwin):
     """A MemoryBackend spread over nodes; calls to a node in ``down`` fail, the rest run."""
 
     def __init__(self, clock: ManualClock) -> None:
@@ -71,18 +72,6 @@ class Nodes:
         if len(errors) == 1 and all(isinstance(r, BackendUnavailable) for r in results):
             raise next(iter(errors.values()))
         raise PartialFailure("some nodes failed", results)
-
-    async def aexecute(self, call: ScriptCall) -> Reply:
-        return self.execute(call)
-
-    async def aexecute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
-        return self.execute_many(calls)
-
-    def close(self) -> None:
-        pass
-
-    async def aclose(self) -> None:
-        pass
 
 
 def _hung(node: str) -> BackendUnavailable:

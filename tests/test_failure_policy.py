@@ -38,7 +38,29 @@ SMS = Policy(
 VENDOR = Policy("vendor", Rule("2/second", strategy="gcra", burst=1, name="calls"))
 
 
-class Switch:
+class AsyncTwin:
+    """The async methods and the closes of a test store whose sync ones do the work."""
+
+    def execute(self, call: ScriptCall) -> Reply:
+        raise NotImplementedError
+
+    def execute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
+        raise NotImplementedError
+
+    async def aexecute(self, call: ScriptCall) -> Reply:
+        return self.execute(call)
+
+    async def aexecute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
+        return self.execute_many(calls)
+
+    def close(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+class Switch(AsyncTwin):
     """A MemoryBackend that fails every call while ``down``, counting the calls it got."""
 
     def __init__(self, clock: ManualClock) -> None:
@@ -60,18 +82,6 @@ class Switch:
     def execute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
         self._check()
         return self.inner.execute_many(calls)
-
-    async def aexecute(self, call: ScriptCall) -> Reply:
-        return self.execute(call)
-
-    async def aexecute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
-        return self.execute_many(calls)
-
-    def close(self) -> None:
-        pass
-
-    async def aclose(self) -> None:
-        pass
 
 
 def make(
