@@ -14,7 +14,13 @@ from freqguard.clock import Clock
 from freqguard.core import Op, PolicyPlan, acquire_op, decide_op, many_op, refund_op
 from freqguard.decision import Decision, Receipt, with_source
 from freqguard.denycache import DenyCache
-from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError, PartialFailure
+from freqguard.errors import (
+    BackendUnavailable,
+    CapExceeded,
+    ConfigError,
+    PartialFailure,
+    raise_failures,
+)
 from freqguard.failure import (
     Breaker,
     CircuitOpen,
@@ -104,7 +110,7 @@ class GuardBase:
         self._node_of: Callable[[ScriptCall], object] | None = getattr(backend, "node_of", None)
         self._plans: dict[str, PolicyPlan] = {}
         self._on_error: dict[str, object] = {}
-        self._shared: dict[tuple[str, int], tuple[PolicyPlan, PolicyPlan]] = {}  # _fallback
+        self._shared: dict[tuple[str, int], tuple[PolicyPlan, PolicyPlan]] = {}  # _shared_out
         for policy in policies:
             self.add_policy(policy)
 
@@ -137,7 +143,6 @@ class GuardBase:
         self.on_error = fallback(other.on_error)
         self._given_on_error, self._adapt = other._given_on_error, fallback
         self.breaker, self.observers, self._cache = other.breaker, other.observers, other._cache
-        self._node_of = other._node_of
         self._shared = other._shared
         self._plain = other._plain
 
@@ -197,24 +202,21 @@ class GuardBase:
         fallback runs it again there, with the plan it decides with there; a hit of a
         ``cost`` its shared-out limits can never admit fails closed instead, to wait for
         the store)."""
-        on_error = self._on_error[plan.name]
-        if on_error == "raise":
+        how, there = self._on_failure(plan, cost)
+        if how == "raise":
             return make(plan)
-        if isinstance(on_error, str):
-            return resilient(lambda: make(plan), on_error, answer, mark_all)
-        backend, there = self._fallback(plan)
-        if not there.fits(cost):
-            return resilient(lambda: make(plan), "deny", answer, mark_all)
-        return resilient(lambda: make(plan), backend, answer, mark_all, lambda: make(there))
+        return resilient(lambda: make(plan), how, answer, mark_all, lambda: make(there))
 
-    def _fallback(self, plan: PolicyPlan) -> tuple[object, PolicyPlan]:
-        """The backend a failure of ``plan`` falls back on, and the plan it decides with
-        there: ``plan`` itself, or its limits shared out (:class:`~freqguard.failure.Fallback`),
-        made once."""
+    def _on_failure(self, plan: PolicyPlan, cost: int = 0) -> tuple[object, PolicyPlan]:
+        """How a store failure of ``plan`` is answered (``"raise"``, ``"allow"``, ``"deny"``
+        or the backend to fall back on) and the plan a fallback decides with: ``plan``
+        itself, or its limits shared out (:class:`~freqguard.failure.Fallback`), made once.
+        A ``cost`` the shared-out limits can never admit fails closed instead."""
         on_error = self._on_error[plan.name]
         if not isinstance(on_error, Fallback):
             return on_error, plan
-        return on_error.backend, self._shared_out(plan, on_error.workers)
+        there = self._shared_out(plan, on_error.workers)
+        return (on_error.backend if there.fits(cost) else "deny"), there
 
     def _shared_out(self, plan: PolicyPlan, workers: int) -> PolicyPlan:
         """``plan`` with its limits shared out among ``workers``, made once."""
@@ -292,14 +294,8 @@ class GuardBase:
             results = [sent.held.get(i) or next(answered) for i in range(len(step))]
             nodes = sent.nodes
         self._account(policy, step, results, nodes)
-        failed = [r for r in results if isinstance(r, BackendUnavailable)]
-        if not failed:
-            return results
-        if all(result is failed[0] for result in results):  # one failure, everyone's
-            raise failed[0]
-        raise PartialFailure(
-            f"{len(failed)} of {len(results)} calls failed: {failed[0]}", results
-        ) from failed[0]
+        raise_failures(results, "calls")
+        return results
 
     def _store_failed(self, exc: BackendUnavailable, policy: str, calls: list[ScriptCall]) -> None:
         """A call of the one-call path failed."""
@@ -414,16 +410,13 @@ class GuardBase:
         checked = plan.check_cost(cost)
         texts = [dict(hit.texts) for hit in sent]
 
-        on_error = self._on_error[plan.name]
-        backend, there = (on_error, plan) if isinstance(on_error, str) else self._fallback(plan)
-        if not there.fits(checked):  # the shared-out limits never admit it: fail closed
-            backend = "deny"
+        how, there = self._on_failure(plan, checked)
 
         def rerun(indices: list[int]) -> Op[list[Any]]:  # the failed hits, on the fallback
             return many_op(there, [texts[i] for i in indices], checked, self._now, True)
 
         batch = many_op(plan, texts, checked, self._now, self._node_of is not None)
-        return hits, sent, settle_many(batch, backend, self._fail(plan, checked), rerun)
+        return hits, sent, settle_many(batch, how, self._fail(plan, checked), rerun)
 
     def _many_done(
         self, hits: list[_Hit], sent: list[_Hit], decided: list[Decision]
@@ -497,7 +490,7 @@ class GuardBase:
             self._forget(plan, receipt.context)
             on_error = self._on_error[plan.name]
             if target.source == "fallback":  # it consumed on the fallback: give back there
-                backend, there = self._fallback(plan)
+                backend, there = self._on_failure(plan)
                 return _marked(
                     elsewhere(refund_op(there, receipt, self._now()), backend), "fallback"
                 )

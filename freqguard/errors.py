@@ -22,6 +22,7 @@ __all__ = [
     "ConfigError",
     "FreqGuardError",
     "PartialFailure",
+    "raise_failures",
 ]
 
 
@@ -120,3 +121,19 @@ class PartialFailure(BackendUnavailable):
             if isinstance(result, BackendUnavailable):
                 seen.setdefault(id(result), result)
         return list(seen.values())
+
+
+def raise_failures(results: list[Any], what: str) -> None:
+    """Raise what failed among ``results`` (answers and :class:`BackendUnavailable`), if
+    anything did: one failure every item got, as it is; else a :class:`PartialFailure` of
+    them all, saying how many of ``what`` (``"hits"``, ``"calls"``) failed."""
+    failed = [result for result in results if isinstance(result, BackendUnavailable)]
+    if not failed:
+        return
+    first = failed[0]
+    if all(result is first for result in results):  # one failure, everyone's
+        raise first
+    others = ", the others answered" if len(failed) < len(results) else ""
+    raise PartialFailure(
+        f"{len(failed)} of {len(results)} {what} failed{others}: {first}", results
+    ) from first

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.decision import Decision, make_decision, with_source
-from freqguard.errors import BackendUnavailable, ConfigError, PartialFailure
+from freqguard.errors import BackendUnavailable, ConfigError, raise_failures
 from freqguard.policy import Policy
 from freqguard.rates import Rate
 from freqguard.rules import Rule
@@ -365,17 +365,12 @@ def settle_many(
     With ``"raise"``, a failure shared by every hit is raised as it is; a part failed and a
     part decided, :class:`~freqguard.PartialFailure` with each hit's decision or error."""
     results = yield from batch
+    if on_error == "raise":
+        raise_failures(results, "hits")
+        return results
     failed = [i for i, result in enumerate(results) if isinstance(result, BackendUnavailable)]
     if not failed:
         return results
-    first: BackendUnavailable = results[failed[0]]
-    if on_error == "raise":
-        if all(result is first for result in results):  # one failure, everyone's
-            raise first
-        others = ", the others were decided" if len(failed) < len(results) else ""
-        raise PartialFailure(
-            f"{len(failed)} of {len(results)} hits failed{others}: {first}", results
-        ) from first
     if isinstance(on_error, str):
         source = "fail-open" if on_error == "allow" else "fail-closed"
         for i in failed:

@@ -24,7 +24,7 @@ from redis import Redis
 from redis.crc import key_slot
 
 from freqguard import AsyncGuard, BackendUnavailable, Decision, Guard, Policy
-from freqguard.backends._resp import encode
+from freqguard.backends._resp import record_key
 from freqguard.core import PolicyPlan
 from freqguard.failure import CircuitOpen
 from freqguard.script import HIT
@@ -103,7 +103,7 @@ def owner(nodes: list[RedisServer], policy: Policy, **ctx: str) -> RedisServer:
     if len(nodes) == 1:
         return nodes[0]
     plan = PolicyPlan(policy, "fg")
-    _, key = encode(plan.call(plan.texts(ctx), None, 1, HIT))
+    key = record_key(plan.call(plan.texts(ctx), None, 1, HIT))
     slot = key_slot(key)
     for start, end, master, *_ in nodes[0].client.execute_command("CLUSTER SLOTS"):  # type: ignore[no-untyped-call]
         if start <= slot <= end:
@@ -114,7 +114,7 @@ def owner(nodes: list[RedisServer], policy: Policy, **ctx: str) -> RedisServer:
 def owners_of(nodes: list[RedisServer], policy: Policy, **ctx: str) -> list[RedisServer]:
     """The node holding each of ``policy``'s records for ``ctx``, slot by slot."""
     plan = PolicyPlan(policy, "fg")
-    keys = [encode(call)[1] for call in plan.calls(plan.texts(ctx), None, 1, HIT)]
+    keys = [record_key(call) for call in plan.calls(plan.texts(ctx), None, 1, HIT)]
     table = nodes[0].client.execute_command("CLUSTER SLOTS")  # type: ignore[no-untyped-call]
 
     def node(slot: int) -> RedisServer:

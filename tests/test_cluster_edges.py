@@ -23,7 +23,7 @@ from freqguard import (
     async_backend_from_url,
     backend_from_url,
 )
-from freqguard.backends._resp import encode
+from freqguard.backends._resp import record_key
 from freqguard.core import PolicyPlan
 from freqguard.script import HIT
 from tests import servers
@@ -115,6 +115,13 @@ def _setslot(node: RedisServer, slot: int, *args: str) -> None:
     node.client.execute_command("CLUSTER SETSLOT", slot, *args)  # type: ignore[no-untyped-call]
 
 
+def _hand_over(nodes: list[RedisServer], masters: list[RedisServer], slot: int, to: str) -> None:
+    """End a migration: ``slot`` is the node ``to``'s (its id) on every master, settled."""
+    for node in masters:
+        _setslot(node, slot, "NODE", to)
+    servers.wait_for(lambda: servers.cluster_settled(nodes), "the cluster after it")
+
+
 # -- 2. wait_replicas: a slot being migrated (ASK) is never followed ------------------------------
 
 
@@ -136,7 +143,7 @@ def test_with_wait_replicas_a_hit_on_a_slot_being_migrated_is_decided(
     masters = [n for n in nodes if n.client.info("replication")["role"] == "master"]
     target = next(n for n in masters if n is not source)
     plan = PolicyPlan(P, "fg")
-    slot = key_slot(encode(plan.call(plan.texts({"r": r}), None, 1, HIT))[1])
+    slot = key_slot(record_key(plan.call(plan.texts({"r": r}), None, 1, HIT)))
     ids = {n.port: _myid(n) for n in masters}
     query = "socket_timeout=2&socket_connect_timeout=2"
     base = f"redis+cluster://127.0.0.1:{source.port}/0?{query}"
@@ -155,9 +162,7 @@ def test_with_wait_replicas_a_hit_on_a_slot_being_migrated_is_decided(
                 got = f"{exc}"
             assert got is True  # got: BackendUnavailable "redis failed: AskError: ..."
         finally:  # the migration completed: the slot is the target's
-            for node in masters:
-                _setslot(node, slot, "NODE", ids[target.port])
-            servers.wait_for(lambda: servers.cluster_settled(nodes), "the cluster after it")
+            _hand_over(nodes, masters, slot, ids[target.port])
     finally:
         durable.close()
         plain.close()

@@ -16,14 +16,14 @@ import pytest
 from redis.crc import key_slot
 
 from freqguard import BackendUnavailable
-from freqguard.backends._resp import encode
+from freqguard.backends._resp import record_key
 from freqguard.core import PolicyPlan
 from freqguard.script import HIT
 from tests import servers
 from tests.conftest import flush
 from tests.faults import owner
 from tests.servers import RedisServer
-from tests.test_cluster_edges import P, _guard, _myid, _setslot, kind  # noqa: F401
+from tests.test_cluster_edges import P, _guard, _hand_over, _myid, _setslot, kind  # noqa: F401
 
 
 def _masters(nodes: list[RedisServer]) -> list[RedisServer]:
@@ -39,7 +39,7 @@ def _setup(nodes: list[RedisServer], tag: str) -> tuple[Any, ...]:
     target = next(n for n in masters if n is not source)
     warm = next(f"w{n}" for n in range(10_000) if owner(nodes, P, r=f"w{n}") is source)
     plan = PolicyPlan(P, "fg")
-    slot = key_slot(encode(plan.call(plan.texts({"r": r}), None, 1, HIT))[1])
+    slot = key_slot(record_key(plan.call(plan.texts({"r": r}), None, 1, HIT)))
     ids = {n.port: _myid(n) for n in masters}
     return masters, r, source, target, warm, slot, ids
 
@@ -82,9 +82,7 @@ def test_wait_replicas_ask_to_a_node_without_the_library_is_decided(
             control = _hit(plain, r)  # the same key the long way: loaded, decided
             assert (got, control) == (True, True)  # got: "Function not found"
         finally:
-            for node in masters:
-                _setslot(node, slot, "NODE", ids[target.port])
-            servers.wait_for(lambda: servers.cluster_settled(nodes), "the cluster after it")
+            _hand_over(nodes, masters, slot, ids[target.port])
     finally:
         durable.close()
         plain.close()

@@ -28,6 +28,7 @@ __all__ = [
     "chunks",
     "encode",
     "function_args",
+    "record_key",
     "wait_frame",
 ]
 
@@ -45,6 +46,11 @@ def _record_and_fields(call: ScriptCall) -> tuple[str, list[bytes]]:
     record (same partition, same policy)."""
     texts, layouts = call.texts, call.slot.layouts
     return layouts[0].record(texts), [layout.field(texts) for layout in layouts]
+
+
+def record_key(call: ScriptCall) -> bytes:
+    """The key of the one record a call touches (its slot's, on a cluster)."""
+    return call.slot.layouts[0].record(call.texts).encode("utf-8", "surrogatepass")
 
 
 def _function(call: ScriptCall) -> str:
@@ -101,8 +107,8 @@ def encode(call: ScriptCall) -> tuple[bytes, bytes]:
     marks = _marks(call)
     if frame is None or marks:
         frame = _frame(text, len(call.slot.layouts), marks)
-    record, fields = _record_and_fields(call)
-    key = record.encode("utf-8", "surrogatepass")
+    key = record_key(call)
+    fields = [layout.field(call.texts) for layout in call.slot.layouts]
     now = b"" if call.now is None else b"%d" % call.now
     cost = b"%d" % call.cost
     packed = b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$1\r\n%d\r\n%s%s" % (

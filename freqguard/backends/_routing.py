@@ -23,6 +23,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
+from freqguard.backends._resp import record_key
 from freqguard.backends.base import ScriptCall
 
 __all__ = [
@@ -107,9 +108,8 @@ def node_names(client: RedisCluster | AsyncRedisCluster) -> Callable[[ScriptCall
     manager = client.nodes_manager
 
     def node_of(call: ScriptCall) -> str | None:
-        record = call.slot.layouts[0].record(call.texts)
         try:
-            node = manager.get_node_from_slot(key_slot(record.encode("utf-8", "surrogatepass")))
+            node = manager.get_node_from_slot(key_slot(record_key(call)))
         except (KeyError, IndexError, rex.SlotNotCoveredError):
             return None
         return str(node.name)

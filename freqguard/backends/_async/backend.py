@@ -40,7 +40,7 @@ from freqguard.backends._routing import (
 )
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock, SystemClock
-from freqguard.errors import BackendUnavailable, ConfigError, PartialFailure
+from freqguard.errors import BackendUnavailable, ConfigError, raise_failures
 from freqguard.script import CHECK, HIT, unpack
 
 __all__ = ["AsyncRedisBackend"]
@@ -186,8 +186,9 @@ class AsyncRedisBackend:
                 acked = await self.client.execute_command(  # type: ignore[no-untyped-call,unused-ignore]
                     "WAIT", self._replicas, self._wait_ms
                 )
-                if not (isinstance(acked, int) and acked >= self._replicas):
-                    raise self._unreplicated(acked)
+                short = self._unreplicated(acked)
+                if short is not None:
+                    raise short
             return answers
         results = await self._send_all(calls)
         if any(missing(result) for result in results):
@@ -212,8 +213,8 @@ class AsyncRedisBackend:
                     replies.append(error)
                     continue
             replies.append(unpack(call.slot, result))  # type: ignore[arg-type]
-        if failed:
-            _partly(replies, failed)
+        if failed:  # one node's error for all, as it is; else each call's, in a PartialFailure
+            raise_failures(replies, "redis cluster calls")
         return replies
 
     async def _send_all(self, calls: Sequence[ScriptCall]) -> list[object]:
@@ -348,13 +349,16 @@ class AsyncRedisBackend:
         instead when fewer replicas than asked acknowledged them, or WAIT itself was refused
         (an error reply to a call stays: it applied nothing)."""
         *results, acked = replies
-        if isinstance(acked, int) and acked >= self._replicas:
-            return results
         error = self._unreplicated(acked)
+        if error is None:
+            return results
         return [result if isinstance(result, Exception) else error for result in results]
 
-    def _unreplicated(self, acked: object) -> Unreplicated:
-        """The error of writes the master applied and no enough replicas are known to hold."""
+    def _unreplicated(self, acked: object) -> Unreplicated | None:
+        """The error of writes the master applied and not enough replicas are known to hold,
+        by WAIT's reply ``acked``; None when enough acknowledged them."""
+        if isinstance(acked, int) and acked >= self._replicas:
+            return None
         if isinstance(acked, Exception):  # WAIT refused (an ACL, a proxy): they are applied
             return Unreplicated(
                 f"WAIT was refused ({acked}): the writes were applied on the master, not "
@@ -436,17 +440,3 @@ class AsyncRedisBackend:
                     step = steps.send(reply)
         except StopIteration:
             self._inspected = True
-
-
-def _partly(replies: list[Any], failed: dict[int, BackendUnavailable]) -> None:
-    """After a batch on a cluster where some nodes failed: when every call got one failure,
-    it is raised as it came (the boundary translates it); else each call's reply or error in
-    a :class:`PartialFailure` (several nodes failing each their own way, too)."""
-    first = next(iter(failed.values()))
-    if len(failed) == 1 and all(isinstance(reply, BackendUnavailable) for reply in replies):
-        raise first  # one failure, everyone's (its cause the redis-py error)
-    errors = len([reply for reply in replies if isinstance(reply, BackendUnavailable)])
-    others = ", the others answered" if errors < len(replies) else ""
-    raise PartialFailure(
-        f"redis cluster: {errors} of {len(replies)} calls failed{others}: {first}", replies
-    ) from first
