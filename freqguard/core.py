@@ -233,13 +233,16 @@ def decide_op(
     if len(calls) == 1 or mode != HIT or cost == 0:
         return plan.decide((yield calls), texts, cost, mode)
     replies: list[Reply] = []
+    unsure: BackendUnavailable | None = None  # a slot applied it, no replica acknowledged
     for i, call in enumerate(calls):
         try:
             (reply,) = yield [call]
-        except BackendUnavailable:
-            if replies:  # the store failed midway: what this hit took so far goes back
-                yield _undo(calls, replies, cost)
-            raise
+        except BackendUnavailable as exc:
+            if exc.applied is None:
+                if replies:  # the store failed midway: what this hit took so far goes back
+                    yield _undo(calls, replies, cost)
+                raise
+            reply, unsure = exc.applied, exc  # applied: a later slot may still deny it
         if not reply.allowed:
             # give back exactly what this hit took in the earlier slots (their marks), never
             # the newest units there, which may be another caller's
@@ -247,6 +250,8 @@ def decide_op(
             others = yield _undo(calls, replies, cost) + rest
             return plan.decide([*others[:i], reply, *others[i:]])
         replies.append(reply)
+    if unsure is not None:  # admitted, and not known to last: on_error answers it
+        raise unsure
     return plan.decide(replies, texts, cost, mode)
 
 

@@ -63,23 +63,30 @@ class BackendUnavailable(FreqGuardError):
 
     Attributes:
         answered: the store replied, with an error (e.g. out of memory): it is up, so the
-            circuit breaker does not count the failure.
+            circuit breaker does not count the failure (an admission its replicas did not
+            acknowledge is counted: the node cannot give what ``wait_replicas`` asks).
         sent: the call may have reached the store, and may still be applied there (a call
             that timed out can run when a hung server resumes); false only when it surely
             did not (a refused connection, an open circuit, a full memory backend).
         node: the store node that failed, when the backend names nodes (a Redis Cluster
             node's ``host:port``, as its ``node_of`` does) and knew it as the call failed.
+        applied: the store's own answer to a call it applied when the failure came after
+            (an admission its replicas did not acknowledge, ``wait_replicas``), else None;
+            a hit on several slots goes on with it, so that a later slot's denial is still
+            answered as one.
     """
 
     answered = False
     sent = True
     node: object = None
+    applied: Any = None
 
     def __init__(self, *args: object, answered: bool = False, sent: bool = True) -> None:
         super().__init__(*args)
         self.answered, self.sent = answered, sent
 
     def __reduce__(self) -> tuple[object, ...]:  # picklable, e.g. across process pools
+        # not ``applied``: a reply, bound to its compiled policy, is for the engine only
         state = {"answered": self.answered, "sent": self.sent, "node": self.node}
         return (type(self), self.args, state)
 

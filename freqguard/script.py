@@ -44,6 +44,7 @@ __all__ = [
     "Slot",
     "StateSpec",
     "StateStore",
+    "admitted",
     "run",
     "spec_text",
     "unpack",
@@ -299,6 +300,12 @@ def unpack(slot: Slot, data: bytes) -> Reply:
     allowed, now = _HEAD.unpack_from(data)
     waits = slot.wait_format.unpack_from(data, _HEAD.size)
     return Reply(slot, allowed == 1, waits, now, None, data)
+
+
+def admitted(mode: int, cost: int, reply: bytes) -> bool:
+    """Whether a call of ``mode`` and ``cost`` whose Lua reply is ``reply`` admitted a hit
+    that consumed (a denial writes nothing: all-or-nothing)."""
+    return mode == HIT and cost > 0 and _HEAD.unpack_from(reply)[0] == 1
 
 
 def _views(slot: Slot, data: bytes, now: int) -> list[Any]:

@@ -171,14 +171,15 @@ def test_with_wait_replicas_a_hit_on_a_slot_being_migrated_is_decided(
 # -- 3. wait_replicas: an error reply to WAIT says "applied nothing" of applied writes ----------
 
 
-def test_a_refund_whose_wait_is_refused_stays_spent(
+def test_a_write_whose_wait_is_refused_is_known_applied(
     pair: tuple[RedisServer, RedisServer],  # noqa: F811
     kind: str,
 ) -> None:
     """WAIT refused with an error reply (here an ACL without +wait; a proxy that does not
-    know WAIT alike): _acked puts WAIT's ResponseError in place of each call's reply, and
-    translate makes a ResponseError sent=False ("applied nothing"), though the master applied
-    the calls. A refund is then handed back unspent, and its retry gives back twice."""
+    know WAIT alike) once made each call's result that ResponseError, which says "applied
+    nothing" (sent=False) of applied writes: a refund was handed back unspent, and its retry
+    gave back twice. Now an admission is a failure that was sent, its reply kept, and a
+    refund waits for no replica (a lost one errs on the strict side): it is applied once."""
     master = pair[0]
     flush([master])
     user = ("nowait", "on", "nopass", "~*", "&*", "+@all", "-wait")
@@ -189,18 +190,20 @@ def test_a_refund_whose_wait_is_refused_stays_spent(
     try:
         mine = plain.hit("p", r="a")
         assert mine.allowed
-        assert plain.hit("p", r="a").allowed
+        with pytest.raises(BackendUnavailable, match="WAIT was refused") as caught:
+            durable.hit("p", r="a")  # the second of two: applied on the master
+        assert caught.value.sent and caught.value.applied.allowed
         assert not plain.hit("p", r="a").allowed  # full (2)
-        sent: list[object] = []
-        for _ in range(2):  # a refund that "failed", and the caller's retry
+        outcome: list[object] = []
+        for _ in range(2):  # a refund, and a caller's retry
             try:
-                durable.refund(mine)
+                outcome.append(durable.refund(mine).source)
             except BackendUnavailable as exc:
-                sent.append(exc.sent)
+                outcome.append(exc.sent)
             except ConfigError:
-                sent.append("already refunded")
+                outcome.append("already refunded")
         admitted = sum(plain.hit("p", r="a").allowed for _ in range(3))
-        assert (admitted, sent) == (1, [True, "already refunded"])  # got (2, [False, False])
+        assert (admitted, outcome) == (1, ["backend", "already refunded"])
     finally:
         plain.close()
         durable.close()

@@ -18,6 +18,8 @@ from freqguard import (
     BackendUnavailable,
     ConfigError,
     Guard,
+    ManualClock,
+    MemoryBackend,
     Policy,
     RedisBackend,
     Rule,
@@ -25,6 +27,7 @@ from freqguard import (
     backend_from_url,
 )
 from freqguard.backends._boundary import Unreplicated
+from freqguard.failure import Breaker
 from tests import servers
 from tests.conftest import flush
 from tests.faults import AsyncDriver, stopped
@@ -75,11 +78,12 @@ def guard_of(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
     made: list[Any] = []
 
     def make(url: str, **options: Any) -> Any:
+        options.setdefault("breaker", None)
         if request.param == "sync":
-            made.append(Guard(backend_from_url(url), [P, TWO], breaker=None, **options))
+            made.append(Guard(backend_from_url(url), [P, TWO], **options))
         else:
             backend = async_backend_from_url(url)
-            made.append(AsyncDriver(AsyncGuard(backend, [P, TWO], breaker=None, **options)))
+            made.append(AsyncDriver(AsyncGuard(backend, [P, TWO], **options)))
         return made[-1]
 
     yield make
@@ -88,32 +92,38 @@ def guard_of(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
 
 
 def _not_replicated(error: BackendUnavailable) -> bool:
-    return isinstance(error.__cause__, Unreplicated) and error.answered and error.sent
+    """Applied on the master (sent, with its reply kept), counted by the breaker."""
+    applied = error.applied is not None and error.applied.allowed
+    return isinstance(error.__cause__, Unreplicated) and applied and not error.answered
 
 
-def test_without_a_replica_to_acknowledge_every_write_fails_and_reads_still_work(
+def test_without_a_replica_to_acknowledge_every_admission_fails_and_the_rest_still_work(
     master: RedisServer, replica: RedisServer, guard_of: Callable[..., Any]
 ) -> None:
     guard = guard_of(_url(master))
     kept = guard.hit("p", r="a")
     assert kept.allowed
     with stopped(replica):
-        writes: list[Callable[[], object]] = [
+        admissions: list[Callable[[], object]] = [
             lambda: guard.hit("p", r="a"),
             lambda: guard.hit_many("p", [{"r": "a"}, {"r": "b"}]),
             lambda: guard.hit("two", r="a", c="x"),
-            lambda: guard.refund(kept),
-            lambda: guard.reset("p", r="b"),
         ]
-        for write in writes:
+        for admission in admissions:
             with pytest.raises(BackendUnavailable, match="replicas acknowledged") as caught:
-                write()
-            assert _not_replicated(caught.value)
-        peeked = guard.peek("p", r="a")  # a read waits for no replica
+                admission()
+            errors = getattr(caught.value, "errors", None) or [caught.value]
+            assert all(_not_replicated(error) for error in errors)
+        # a refund or reset that a failover loses leaves units taken (the strict side): it
+        # waits for no replica, nor does a read
+        assert guard.refund(kept).source == "backend"
+        guard.reset("p", r="b")
+        peeked = guard.peek("p", r="a")
         # the master applied what it could not replicate: three hits of "a" counted, and
-        # the refund of one given back (its receipt stays spent: it was applied)
+        # the refund of one given back
         assert (peeked.source, peeked.remaining) == ("backend", 5 - 3 + 1)
-    assert guard.hit("p", r="c").allowed  # the replica is back: writes are answered again
+        assert guard.peek("p", r="b").remaining == 5
+    assert guard.hit("p", r="c").allowed  # the replica is back: admissions are answered again
 
 
 def test_with_its_replica_up_a_write_is_answered_once_the_replica_holds_it(
@@ -127,7 +137,7 @@ def test_with_its_replica_up_a_write_is_answered_once_the_replica_holds_it(
     assert [d.allowed for d in guard.hit_many("p", [{"r": "v"}] * 6)] == [True] * 5 + [False]
 
 
-def test_on_error_answers_an_unreplicated_write_and_the_breaker_stays_closed(
+def test_on_error_answers_an_unreplicated_write(
     master: RedisServer, replica: RedisServer, guard_of: Callable[..., Any]
 ) -> None:
     guard = guard_of(_url(master), on_error="deny")
@@ -135,6 +145,54 @@ def test_on_error_answers_an_unreplicated_write_and_the_breaker_stays_closed(
         decisions = [guard.hit("p", r="a") for _ in range(3)]
     assert [(d.source, d.allowed) for d in decisions] == [("fail-closed", False)] * 3
     assert guard.hit("p", r="a").remaining == 5 - 4  # denied, yet counted on the master
+
+
+@pytest.mark.parametrize("on_error", ["allow", "deny", "fallback"])
+def test_a_denial_needs_no_acknowledgement_whatever_on_error_says(
+    master: RedisServer, replica: RedisServer, guard_of: Callable[..., Any], on_error: str
+) -> None:
+    """A hit the master denied wrote nothing: there is nothing for a replica to hold, so a
+    lagging replica must not turn it into a store failure (which ``on_error="allow"`` would
+    admit, and a fallback re-decide on its own empty state)."""
+    how: object = MemoryBackend() if on_error == "fallback" else on_error
+    guard = guard_of(_url(master), on_error=how)
+    assert [guard.hit("p", r="a").allowed for _ in range(5)] == [True] * 5  # the day's 5
+    with stopped(replica):
+        denied = [guard.hit("p", r="a") for _ in range(4)]
+        batch = guard.hit_many("p", [{"r": "a"}] * 3)
+    for decision in [*denied, *batch]:
+        assert (decision.allowed, decision.source) == (False, "backend")
+        assert [rule.id for rule in decision.denied_by] == ["daily"]
+    assert guard.peek("p", r="a").remaining == 0
+
+
+def test_a_denial_on_one_slot_of_two_is_answered_by_the_store(
+    master: RedisServer, replica: RedisServer, guard_of: Callable[..., Any]
+) -> None:
+    guard = guard_of(_url(master), on_error="allow")
+    for n in range(9):  # rule per-c of c="full" is used up by nine recipients
+        assert guard.hit("two", r=f"u{n}", c="full").allowed
+    with stopped(replica):
+        decision = guard.hit("two", r="new", c="full")
+    assert (decision.allowed, decision.source) == (False, "backend")
+    assert [rule.id for rule in decision.denied_by] == ["per-c"]
+
+
+def test_unreplicated_writes_open_the_breaker_so_each_stops_costing_a_wait(
+    master: RedisServer, replica: RedisServer, guard_of: Callable[..., Any]
+) -> None:
+    """A master whose writes cannot reach their replicas fails what ``wait_replicas`` asks
+    for, every write after a ``wait_timeout``: the breaker counts it as a failure of that
+    node, and while it is open ``on_error`` answers at once."""
+    clock = ManualClock(1000.0)
+    breaker = Breaker(failures=2, cooldown=5, clock=clock)
+    guard = guard_of(_url(master), on_error="deny", breaker=breaker)
+    with stopped(replica):
+        assert [guard.hit("p", r=f"n{n}").source for n in range(3)] == ["fail-closed"] * 3
+        assert breaker.state == "open"
+    clock.advance(5)  # the probe finds the replica back: closed again
+    assert guard.hit("p", r="probe").allowed
+    assert breaker.state == "closed"
 
 
 def test_a_single_connection_client_waits_for_its_replica_too(

@@ -46,9 +46,14 @@ _CLUSTERS = (RedisCluster, AsyncRedisCluster)
 
 
 class Unreplicated(rex.RedisError):
-    """Fewer replicas than ``wait_replicas`` acknowledged a write within ``wait_timeout``:
-    the master applied it (it is up, and the call was sent), but it may be lost if the
-    master fails now."""
+    """Fewer replicas than ``wait_replicas`` acknowledged an admission within
+    ``wait_timeout``: the master applied it (the call was sent, and ``reply`` is its
+    answer), but may lose it if it fails now. The node does not give what was asked of it,
+    and each such write costs a ``wait_timeout``: the circuit breaker counts it."""
+
+    def __init__(self, message: str, reply: bytes = b"") -> None:
+        super().__init__(message)
+        self.reply = reply
 
 
 def translate(exc: Exception, client: object) -> FreqGuardError:
@@ -58,7 +63,7 @@ def translate(exc: Exception, client: object) -> FreqGuardError:
     return BackendUnavailable(
         f"redis failed: {type(exc).__name__}: {exc}",
         # an error reply (out of memory, ...): the server is up, and applied nothing
-        answered=isinstance(exc, rex.ResponseError | Unreplicated),
+        answered=isinstance(exc, rex.ResponseError),
         sent=not (isinstance(exc, rex.ResponseError) or unconnected(exc)),
     )
 

@@ -41,7 +41,7 @@ from freqguard.backends._routing import (
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable, ConfigError, raise_failures
-from freqguard.script import CHECK, HIT, unpack
+from freqguard.script import HIT, admitted, unpack
 
 __all__ = ["AsyncRedisBackend"]
 
@@ -181,18 +181,16 @@ class AsyncRedisBackend:
         if not self._inspected:
             await self._inspect()
         if not self._direct:  # one connection: WAIT after the calls counts them
-            answers = [unpack(call.slot, await self._command(call)) for call in calls]
+            results: list[object] = [await self._command(call) for call in calls]
             if self._durable(calls):
                 acked = await self.client.execute_command(  # type: ignore[no-untyped-call,unused-ignore]
                     "WAIT", self._replicas, self._wait_ms
                 )
-                short = self._unreplicated(acked)
-                if short is not None:
-                    raise short
-            return answers
-        results = await self._send_all(calls)
-        if any(missing(result) for result in results):
-            await self._reload(calls, results)
+                results = self._acked([*results, acked], calls)
+        else:
+            results = await self._send_all(calls)
+            if any(missing(result) for result in results):
+                await self._reload(calls, results)
         replies: list[Any] = []
         # a node's error (shared by its calls) -> what its first call got the long way
         failed: dict[int, BackendUnavailable] = {}
@@ -205,10 +203,13 @@ class AsyncRedisBackend:
                 try:
                     result = await self._settle(call, result)
                 except ERRORS as exc:
-                    if not self._cluster:
+                    # a write the master applied and its replicas lack is that call's alone
+                    if not (self._cluster or isinstance(exc, Unreplicated)):
                         raise
                     error = self._failed(exc, where)
                     error.__cause__ = exc
+                    if isinstance(exc, Unreplicated):  # applied: the engine decides with it
+                        error.applied = unpack(call.slot, exc.reply)
                     failed[id(result)] = error
                     replies.append(error)
                     continue
@@ -223,7 +224,7 @@ class AsyncRedisBackend:
         if not self._cluster:  # one lane; framed as the batch is sent
             count = len(calls) + bool(wait)
             streamed = await self._lane(b"").stream(lambda: chunks(calls, wait), count)
-            return self._acked(streamed) if wait else streamed
+            return self._acked(streamed, calls) if wait else streamed
         groups = await self._groups([encode(call) for call in calls])
         waits = [self._durable([calls[i] for i in indices]) for _, indices, _ in groups]
         jobs = [
@@ -236,7 +237,7 @@ class AsyncRedisBackend:
             if isinstance(answer, Exception):
                 answer = [answer] * len(indices)  # each goes the long way (_settle)
             elif wait:
-                answer = self._acked(answer)
+                answer = self._acked(answer, [calls[i] for i in indices])
             for index, result in zip(indices, answer, strict=True):
                 results[index] = result
         return results
@@ -263,8 +264,10 @@ class AsyncRedisBackend:
                 redone: list[object]
                 if isinstance(answer, Exception):
                     redone = [answer] * len(indices)
+                elif wait:
+                    redone = self._acked(answer, [calls[redo[i]] for i in indices], read)
                 else:
-                    redone = read(self._acked(answer) if wait else answer)
+                    redone = read(answer)
                 for index, result in zip(indices, redone, strict=True):
                     results[redo[index]] = result
 
@@ -306,11 +309,11 @@ class AsyncRedisBackend:
         wait = self._durable([call])
         lane = self._lane_of(owner)
         _, *answer = await lane.exchange(ASKING + encode(call)[0] + wait, 2 + bool(wait))
-        (result,) = self._acked(answer) if wait else answer
+        (result,) = self._acked(answer, [call]) if wait else answer
         if missing(result):
             packed = LOAD + ASKING + encode(call)[0] + wait
             loaded, _, *answer = await lane.exchange(packed, 3 + bool(wait))
-            (result,) = self._acked(answer) if wait else answer
+            (result,) = self._acked(answer, [call]) if wait else answer
             result = after_load(loaded, result)
         if isinstance(result, Exception):
             raise result
@@ -336,35 +339,49 @@ class AsyncRedisBackend:
         return error
 
     def _durable(self, calls: Sequence[ScriptCall]) -> bytes:
-        """WAIT's frame, to follow ``calls`` on their connection, when they must reach the
-        replicas (``wait_replicas``, and one of them writes: not a peek, nor a hit of cost
-        0); else b""."""
+        """WAIT's frame, to follow ``calls`` on their connection, when an admission among
+        them must reach the replicas (``wait_replicas``, and one of them is a hit that may
+        consume); else b"". A refund or a reset that a failover loses leaves units taken, on
+        the strict side, so it waits for nobody."""
         wait = self._wait
-        if wait and any(call.mode != CHECK and (call.cost or call.mode != HIT) for call in calls):
+        if wait and any(call.mode == HIT and call.cost for call in calls):
             return wait
         return b""
 
-    def _acked(self, replies: list[object]) -> list[object]:
-        """The calls' replies before WAIT's (the last): each an :class:`Unreplicated` error
-        instead when fewer replicas than asked acknowledged them, or WAIT itself was refused
-        (an error reply to a call stays: it applied nothing)."""
-        *results, acked = replies
-        error = self._unreplicated(acked)
-        if error is None:
+    def _acked(
+        self,
+        replies: list[object],
+        calls: Sequence[ScriptCall],
+        read: Callable[[list[object]], list[object]] = list,
+    ) -> list[object]:
+        """The results of ``calls``, ``read`` from the replies before WAIT's (the last): when
+        fewer replicas than asked acknowledged them, or WAIT itself was refused, each hit the
+        master admitted gets an :class:`Unreplicated` error carrying its reply instead. The
+        rest keep their replies: a denial wrote nothing, and a refund, a reset or a check
+        needs no replica (see :meth:`_durable`)."""
+        *before, acked = replies
+        results = read(before)
+        short = self._unreplicated(acked)
+        if short is None:
             return results
-        return [result if isinstance(result, Exception) else error for result in results]
+        return [
+            Unreplicated(str(short), result)
+            if isinstance(result, bytes) and admitted(call.mode, call.cost, result)
+            else result
+            for call, result in zip(calls, results, strict=True)
+        ]
 
-    def _unreplicated(self, acked: object) -> Unreplicated | None:
-        """The error of writes the master applied and not enough replicas are known to hold,
-        by WAIT's reply ``acked``; None when enough acknowledged them."""
+    def _unreplicated(self, acked: object) -> str | None:
+        """Why the writes before WAIT are not known to be replicated, by WAIT's reply
+        ``acked``; None when enough replicas acknowledged them."""
         if isinstance(acked, int) and acked >= self._replicas:
             return None
         if isinstance(acked, Exception):  # WAIT refused (an ACL, a proxy): they are applied
-            return Unreplicated(
+            return (
                 f"WAIT was refused ({acked}): the writes were applied on the master, not "
                 "known to be replicated (wait_replicas)"
             )
-        return Unreplicated(
+        return (
             f"only {acked} of {self._replicas} replicas acknowledged the writes within "
             f"{self._wait_ms} ms (wait_replicas): applied on the master, which may lose them"
         )
