@@ -102,9 +102,10 @@ STALE_GRACE_US = 1_000_000
 #: ``strategies.gcra.next_back``), so ``back`` stays exact in the Lua's doubles.
 BACK_LIMIT = 2**50
 
-#: Lua only, stated here so that both sides are read in one place: the TTL grace (ms) of
-#: records written at a pinned time, and how many fields a record holds before its stale
-#: ones are pruned.
+#: The TTL grace (ms) of records written at a pinned time, which expire in real time (the
+#: memory backend deletes pinned states alike, on its own clock); and (Lua only) how many
+#: fields a record holds before its stale ones are pruned, which only calls on the server's
+#: time do (a pinned time that jumps ahead must not prune what it would find coming back).
 PINNED_GRACE_MS = 600_000
 PRUNE_FLOOR = 8
 

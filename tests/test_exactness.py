@@ -281,3 +281,42 @@ def test_a_fixed_window_refund_after_a_reset_leaves_the_new_count_alone(
     assert guard.hit("p", u="x").allowed
     guard.refund(a)
     assert not guard.hit("p", u="x").allowed
+
+
+# -- issue 17: holes found by attacking the operations work ----------------------------------
+
+
+@pytest.mark.parametrize("strategy", list(Strategy))
+def test_a_clock_a_day_ahead_and_back_finds_every_state_where_it_was(
+    make_guard: GuardFactory, clock: ManualClock, strategy: Strategy
+) -> None:
+    """A day ahead, other recipients hit (enough for the memory backend's sweep to run) and
+    the full one is peeked at; then the clock comes back. Redis still holds the full state
+    (its records expire on the server's own time): memory must too, and deny alike, where it
+    used to sweep (or drop on read) what the day-ahead time said had expired."""
+    guard = make_guard([Policy("p", Rule("15/minute", by="u", strategy=strategy))])
+    clock.set(START + 10)
+    assert guard.hit("p", cost=15, u="full").allowed
+    clock.set(START + 10 + 86_400)
+    assert guard.peek("p", u="full").remaining == 15  # a day later: free, read only
+    for n in range(40):
+        assert guard.hit("p", u=f"other{n}").allowed
+    clock.set(START + 11, backwards=True)
+    assert [guard.hit("p", u="full").allowed for _ in range(15)] == [False] * 15
+
+
+def test_a_day_ahead_write_to_a_record_prunes_none_of_its_states_by_that_time(
+    make_guard: GuardFactory, clock: ManualClock
+) -> None:
+    """On Redis, a recipient's states share a record whose stale fields are pruned once it
+    holds more than its prune mark: a write a day ahead (pinned time) pruned every content's
+    state of that recipient, and back at the old time each content was admitted afresh."""
+    rule = Rule("2/minute", by=("u", "c"), name="same-content")
+    guard = make_guard([Policy("p", rule)])
+    clock.set(START + 10)
+    for n in range(18):  # pruned (nothing stale) at the 9th: next at the 19th field
+        assert guard.hit("p", cost=2, u="bob", c=f"text{n}").allowed
+    clock.set(START + 10 + 86_400)
+    assert guard.hit("p", u="bob", c="new").allowed  # writes bob's record a day ahead
+    clock.set(START + 11, backwards=True)
+    assert not any(guard.hit("p", u="bob", c=f"text{n}").allowed for n in range(18))

@@ -21,9 +21,9 @@ from typing import Any
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.bounds import check_time
 from freqguard.clock import Clock, SystemClock
-from freqguard.contract import STALE_GRACE_US
+from freqguard.contract import PINNED_GRACE_MS, STALE_GRACE_US
 from freqguard.errors import BackendUnavailable, ConfigError
-from freqguard.script import HIT, Entry, run
+from freqguard.script import HIT, run
 
 __all__ = ["MemoryBackend"]
 
@@ -34,8 +34,11 @@ _SWEEP_BUDGET = 1024
 _COMPACT_ABOVE = 4096  # queues smaller than this are never worth copying
 
 
+Stored = tuple[int, int, Any, int]  # an Entry, then when the store may delete it (µs)
+
+
 class _Queue:
-    """The keys of one horizon: key → :data:`Entry` in last-write order.
+    """The keys of one horizon: key → :data:`Stored` in last-write order.
 
     An OrderedDict, not a dict: popping from the front of a dict that has had many deletions
     scans the holes they left, while an OrderedDict's front is O(1). A queue that shrank far
@@ -45,7 +48,7 @@ class _Queue:
     __slots__ = ("entries", "peak")
 
     def __init__(self) -> None:
-        self.entries: OrderedDict[str, Entry] = OrderedDict()
+        self.entries: OrderedDict[str, Stored] = OrderedDict()
         self.peak = 0
 
     def reclaim(self, now: int, budget: int) -> int:
@@ -53,7 +56,7 @@ class _Queue:
         removed = 0
         while removed < budget and entries:
             key = next(iter(entries))
-            if entries[key][0] > now - STALE_GRACE_US:
+            if entries[key][3] > now:
                 break
             del entries[key]
             removed += 1
@@ -64,21 +67,34 @@ class _Queue:
 
 
 class _HorizonStore:
-    """One queue per horizon (µs); ``count`` keys in all."""
+    """One queue per horizon (µs); ``count`` keys in all.
 
-    __slots__ = ("count", "queues")
+    A state is deleted as Redis deletes its field: on the store's own clock, ``STALE_GRACE_US``
+    after its expiry. For calls on the backend's time that is the calls' clock. For calls
+    whose time a Guard pins (``real`` given), Redis expires a record in real time, for as long
+    as its states still matter in pinned time plus ``PINNED_GRACE_MS``; so here, on ``real``:
+    a pinned clock that jumps a day ahead and comes back finds every state where it was, in
+    both twins (an expired state reads as absent all the same: :func:`~freqguard.script.run`).
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("count", "queues", "real")
+
+    def __init__(self, real: Clock | None = None) -> None:
         self.queues: dict[int, _Queue] = {}
         self.count = 0
+        self.real = real
 
-    def get(self, key: str, horizon: int, now: int) -> Entry | None:
+    def clock(self, now: int) -> int:
+        """The time deletions are judged at, for a call at ``now``."""
+        return now if self.real is None else self.real.now_us()
+
+    def get(self, key: str, horizon: int, now: int) -> Stored | None:
         found = self.queues.get(horizon)
         if found is None:
             return None
         entry = found.entries.get(key)
-        if entry is not None and entry[0] <= now - STALE_GRACE_US:
-            del found.entries[key]  # expired and past the grace: gone (see STALE_GRACE_US)
+        if entry is not None and entry[3] <= self.clock(now):
+            del found.entries[key]  # past its deletion time: gone, as from Redis
             self.count -= 1
             return None
         return entry
@@ -88,11 +104,14 @@ class _HorizonStore:
         if found is None:
             found = self.queues[horizon] = _Queue()
         entries = found.entries
+        gone = expire_at + STALE_GRACE_US
+        if self.real is not None:  # pinned time: a real-time TTL, as policy.lua's record_ttl
+            gone = self.real.now_us() + max(gone - latest, 0) + PINNED_GRACE_MS * 1000
         if key in entries:
-            entries[key] = (expire_at, latest, state)
+            entries[key] = (expire_at, latest, state, gone)
             entries.move_to_end(key)
         else:
-            entries[key] = (expire_at, latest, state)
+            entries[key] = (expire_at, latest, state, gone)
             self.count += 1
             if len(entries) > found.peak:
                 found.peak = len(entries)
@@ -115,7 +134,7 @@ class _HorizonStore:
         removed = 0
         while removed < wanted:
             fronts = [
-                (next(iter(queue.entries.values()))[0], horizon)
+                (next(iter(queue.entries.values()))[3], horizon)
                 for horizon, queue in self.queues.items()
                 if queue.entries
             ]
@@ -184,8 +203,9 @@ class MemoryBackend:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.max_keys = max_keys
         self.when_full = when_full
-        # [0]: calls on the backend's clock, [1]: calls whose time the Guard pinned
-        self._stores = (_HorizonStore(), _HorizonStore())
+        # [0]: calls on the backend's clock, [1]: calls whose time the Guard pinned (their
+        # states deleted in real time, the backend's: as Redis deletes pinned records)
+        self._stores = (_HorizonStore(), _HorizonStore(self.clock))
         self._lock = threading.Lock()
         self._calls = 0
 
@@ -200,7 +220,7 @@ class MemoryBackend:
             reply = run(store, keys, call.slot, now, call.cost, call.mode, call.marks)
             self._calls += 1
             if self._calls % _SWEEP_EVERY == 0:
-                store.sweep(now, _SWEEP_BUDGET)
+                store.sweep(store.clock(now), _SWEEP_BUDGET)
         return reply
 
     def _make_room(
@@ -216,7 +236,7 @@ class MemoryBackend:
         wanted = live + store.missing(keys, horizons) - self.max_keys
         if wanted <= 0:
             return
-        wanted -= store.sweep(now, max(wanted, _SWEEP_BUDGET))
+        wanted -= store.sweep(store.clock(now), max(wanted, _SWEEP_BUDGET))
         if wanted > 0 and self.when_full == "evict":
             for other in self._stores:
                 wanted -= other.evict(wanted)
@@ -237,17 +257,13 @@ class MemoryBackend:
     async def aexecute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
         return self.execute_many(calls)
 
-    def sweep(self, now: float | None = None) -> int:
-        """Drop every expired state now; returns how many. Normal traffic does this by itself.
-
-        Args:
-            now: with no argument, the states kept on the backend's clock, as of that clock;
-                with seconds, those of Guards that pin their own time, as of that time.
-        """
+    def sweep(self) -> int:
+        """Drop every state past its deletion time now; returns how many. Normal traffic
+        does this by itself. States of calls on the backend's time go by its clock; those
+        of Guards that pin their own time go in real time (the backend's clock), as Redis
+        expires their records (see :class:`_HorizonStore`)."""
         with self._lock:
-            if now is None:
-                return self._stores[0].sweep(self.clock.now_us())
-            return self._stores[1].sweep(round(now * 1_000_000))
+            return sum(store.sweep(store.clock(self.clock.now_us())) for store in self._stores)
 
     def close(self) -> None:
         """Nothing to release; present so every backend closes alike."""

@@ -370,7 +370,8 @@ end
 
 -- the record ------------------------------------------------------------------------------
 -- Fields whose expiry has passed no longer matter; they go once the record holds more than
--- prune_at fields, which then doubles what is left: amortized O(1) per write.
+-- prune_at fields, which then doubles what is left: amortized O(1) per write. Only on the
+-- server's time: a pinned record goes whole, in real time (its TTL), as in the memory twin.
 local function prune(record, now)
   local all, stale = call('HGETALL', record), {}
   for i = 1, #all, 2 do
@@ -512,7 +513,7 @@ local function write_record(record, got, sets, drops, latest, added, now, clock,
     call('DEL', record)
     return
   end
-  if fields > prune_at then
+  if fields > prune_at and not pinned then  -- pinned records go in real time (their TTL)
     if #sets > 0 then call('HSET', record, tunpack(sets)) end
     sets, fields = {}, prune(record, clock)
     prune_at = max(PRUNE_FLOOR, 2 * fields)
