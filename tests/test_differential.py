@@ -87,7 +87,7 @@ def _replay(
         elif kind == "back":
             # a server whose clock lags the latest time seen by at most LAG: below the grace
             # for which both backends keep expired states, so they agree exactly
-            clock.set(max(clock.now() - n / 1_000_000, latest - LAG), backwards=True)
+            clock.set(max(clock.now() - n / 1_000_000, latest - LAG, 0), backwards=True)
         elif kind == "retry":
             clock.advance(max(0, retry_us + n) / 1_000_000)
         elif kind == "many":
@@ -133,6 +133,8 @@ def _unique(rules: list[Rule]) -> Policy:
     rules=st.lists(rule(), min_size=1, max_size=4),
     pool=st.lists(ctx, min_size=1, max_size=3),
     ops=st.lists(op, min_size=1, max_size=40),
+    # near time 0 (a ManualClock()'s default) every packed time is at its smallest
+    start=st.sampled_from([1_700_000_000, 0]),
 )
 def test_memory_redis_and_cluster_decide_alike(
     redis_backend: RedisBackend,
@@ -142,12 +144,13 @@ def test_memory_redis_and_cluster_decide_alike(
     rules: list[Rule],
     pool: list[dict[str, str]],
     ops: list[Any],
+    start: int,
 ) -> None:
     flush([redis_server, *redis_cluster])
     policy = _unique(rules)
     results = []
     for backend in (MemoryBackend(), redis_backend, cluster_backend):
-        clock = ManualClock(1_700_000_000)
+        clock = ManualClock(start)
         results.append(_replay(Guard(backend, [policy], clock=clock), clock, policy, pool, ops))
     assert results[1] == results[0]
     assert results[2] == results[0]
@@ -173,25 +176,27 @@ def test_long_runs_rebase_logs_and_still_decide_alike(
     assert sum(d.allowed for d in results[0]) > 200
 
 
-def test_stale_fields_are_pruned_and_the_record_stays_small(
+def test_stale_fields_are_pruned_on_server_time_and_never_by_a_pinned_one(
     redis_backend: RedisBackend, redis_server: RedisServer
 ) -> None:
+    """A record's stale fields are pruned once it holds more than its prune mark, by calls on
+    the server's time; a pinned time may come back to where they matter (a replay, a test),
+    so its calls prune nothing and the record goes whole with its TTL, as the memory twin's
+    pinned states go."""
     flush([redis_server])
-    policy = Policy("p", Rule("2 per 1 second", by=("u", "c")), Rule("50 per 1 hour", by="u"))
-    clock = ManualClock(1_700_000_000)
+    policy = Policy("p", Rule("2 per 1 second", by=("u", "c")), Rule("500 per 1 hour", by="u"))
+    clock = ManualClock(1_700_000_000)  # years before the server's time
     guard = Guard(redis_backend, [policy], clock=clock)
     reference = Guard(MemoryBackend(), [policy], clock=clock)
-    assert not redis_server.client.keys("*")
-    largest = 0
-    for n in range(200):  # a new content every 0.2 s: each field matters for 1 s only
+    for n in range(60):  # a new content every 0.2 s: each field matters for 1 s only
         assert guard.hit("p", u="a", c=f"c{n}") == reference.hit("p", u="a", c=f"c{n}")
-        (key,) = redis_server.client.keys("*")
-        largest = max(largest, redis_server.client.hlen(key))
         clock.advance(0.2)
-    # fields: the meta field, the recipient log, the content logs that are live or within
-    # the 1 s stale grace (~11), and older ones until the record passes the prune mark
-    # (8, or twice what was kept)
-    assert largest <= 1 + 1 + 2 * 11
+    (key,) = redis_server.client.keys("*")
+    assert redis_server.client.hlen(key) == 1 + 1 + 60  # meta, recipient log, every content
+    server_time = Guard(redis_backend, [policy])  # its time is years later: all is stale
+    assert server_time.hit("p", u="a", c="new").allowed
+    # pruned: the meta field, the content just written and the recipient log it rewrote
+    assert redis_server.client.hlen(key) == 3
 
 
 def test_a_clock_that_steps_back_is_judged_at_the_logs_latest_time(
@@ -258,3 +263,41 @@ def test_one_microsecond_before_the_retry_is_still_too_early(
     assert results[1] == results[0]
     assert [d.allowed for d in results[0]] == [True, True, True, False, False, True]
     assert results[0][4].retry_after == 1e-6
+
+
+@pytest.mark.parametrize("strategy", list(Strategy))
+def test_refunds_near_time_zero_decide_alike(
+    redis_backend: RedisBackend,
+    cluster_backend: RedisBackend,
+    redis_server: RedisServer,
+    redis_cluster: list[RedisServer],
+    strategy: Strategy,
+) -> None:
+    """A ``ManualClock()`` starts at 0: a token bucket's refund moved its ``last`` below 0,
+    which the Lua packs unsigned (it wrapped, and retry/reset read ~2^56 µs) while the
+    memory twin kept the negative number. Every packed time must stay >= 0 on both."""
+    flush([redis_server, *redis_cluster])
+    policy = Policy("p", Rule("3 per 1 second", by="u", strategy=strategy))
+    results = []
+    for backend in (MemoryBackend(), redis_backend, cluster_backend):
+        clock = ManualClock()
+        guard = Guard(backend, [policy], clock=clock)
+        first = guard.hit("p", u="a")
+        clock.advance(0.1)  # a third of its span has passed: two thirds go back
+        out: list[object] = [first, guard.refund(first), guard.peek("p", u="a")]
+        for step in range(40):
+            hit = guard.hit("p", u="a", cost=1 + step % 2)
+            out.append(hit)
+            clock.advance((step % 5) * 0.07)
+            if hit.allowed and step % 3 == 0:
+                out.append(guard.refund(hit))
+            elif step % 4 == 0:
+                out.append(guard.refund("p", 1, u="a"))
+            out.append(guard.peek("p", u="a"))
+        results.append(out)
+    for made in results:
+        for decision in made:
+            assert isinstance(decision, Decision)
+            assert 0 <= decision.retry_after <= 1.1 and 0 <= decision.reset_after <= 1.1
+    assert results[1] == results[0]
+    assert results[2] == results[0]

@@ -267,6 +267,8 @@ function token_bucket.refund(view, now, cost, spec, mark)
   local rule = spec.rules[1]
   local tat = view[2] + (rule.capacity - view[1]) * rule.interval  -- as gcra's
   local moved = give_back({tat, view[3], view[4]}, now, cost, rule.interval, mark)
+  local short = moved % rule.interval - view[2]  -- last stays >= 0 (token_bucket.py)
+  if short > 0 then moved = moved - short end
   local tokens = view[1] + floor(moved / rule.interval)
   if tokens >= rule.capacity then
     local back, born = next_back(view[3] + (tat - now), view[4])

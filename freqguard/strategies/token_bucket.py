@@ -68,8 +68,13 @@ def refund(
 ) -> View:
     rule = spec.rules[0]
     tat = _tat(view, rule)
-    # move the arrival time back as gcra does: whole tokens, the rest from `last`
+    # move the arrival time back as gcra does: whole tokens, the rest from `last`, which
+    # stays >= 0 (packed unsigned): within one interval of time 0 a refund gives back that
+    # much less (the strict side), where `last` could not go back far enough
     moved = give_back((tat, view[2], view[3]), now, cost, rule.interval, mark)
+    short = moved % rule.interval - view[1]
+    if short > 0:
+        moved -= short
     tokens, last = view[0] + moved // rule.interval, view[1] - moved % rule.interval
     if tokens >= rule.capacity:  # full: the arrival time is now, so it moved by tat - now
         _, back, born = next_back(now, view[2] + (tat - now), view[3])
