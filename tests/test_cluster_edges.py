@@ -192,7 +192,8 @@ def test_a_write_whose_wait_is_refused_is_known_applied(
         assert mine.allowed
         with pytest.raises(BackendUnavailable, match="WAIT was refused") as caught:
             durable.hit("p", r="a")  # the second of two: applied on the master
-        assert caught.value.sent and caught.value.applied.allowed
+        assert caught.value.sent
+        assert caught.value.applied.allowed
         assert not plain.hit("p", r="a").allowed  # full (2)
         outcome: list[object] = []
         for _ in range(2):  # a refund, and a caller's retry

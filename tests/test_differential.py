@@ -298,6 +298,7 @@ def test_refunds_near_time_zero_decide_alike(
     for made in results:
         for decision in made:
             assert isinstance(decision, Decision)
-            assert 0 <= decision.retry_after <= 1.1 and 0 <= decision.reset_after <= 1.1
+            assert 0 <= decision.retry_after <= 1.1
+            assert 0 <= decision.reset_after <= 1.1
     assert results[1] == results[0]
     assert results[2] == results[0]
