@@ -83,7 +83,8 @@ def spec_text(specs: Sequence[StateSpec]) -> str:
 
 
 Report = list[tuple[int, int]]
-Entry = tuple[int, int, Any]  # (expire_at, latest, state) µs, as a StateStore keeps it
+# (expire_at µs, latest µs, state, ...): what a StateStore keeps (it may keep more behind)
+Entry = tuple[Any, ...]
 
 
 class Reply:
