@@ -9,7 +9,7 @@ replies; the sync and async guards only drive them (``guard.py``). Nothing here 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
@@ -23,7 +23,7 @@ from freqguard.rules import Rule
 from freqguard.script import CHECK, HIT, REFUND, Slot
 from freqguard.strategies import TWINS, RuleParams, StateSpec
 
-__all__ = ["PolicyPlan", "Sleep", "acquire_op", "decide_op", "many_op", "refund_op"]
+__all__ = ["PolicyPlan", "Sleep", "acquire_op", "decide_op", "many_op", "refund_op", "undo"]
 
 _US = 1_000_000.0
 T = TypeVar("T")
@@ -237,17 +237,19 @@ def decide_op(
     for i, call in enumerate(calls):
         try:
             (reply,) = yield [call]
-        except BackendUnavailable as exc:
-            if exc.applied is None:
-                if replies:  # the store failed midway: what this hit took so far goes back
-                    yield _undo(calls, replies, cost)
+        except GeneratorExit:
+            raise
+        except BaseException as exc:  # the store failed, or the caller was cancelled
+            if not isinstance(exc, BackendUnavailable) or exc.applied is None:
+                if replies:  # stopped midway: what this hit took so far goes back
+                    yield undo(calls, replies)
                 raise
             reply, unsure = exc.applied, exc  # applied: a later slot may still deny it
         if not reply.allowed:
             # give back exactly what this hit took in the earlier slots (their marks), never
             # the newest units there, which may be another caller's
             rest = [c._replace(mode=CHECK) for c in calls[i + 1 :]]
-            others = yield _undo(calls, replies, cost) + rest
+            others = yield undo(calls, replies) + rest
             return plan.decide([*others[:i], reply, *others[i:]])
         replies.append(reply)
     if unsure is not None:  # admitted, and not known to last: on_error answers it
@@ -255,11 +257,13 @@ def decide_op(
     return plan.decide(replies, texts, cost, mode)
 
 
-def _undo(calls: list[ScriptCall], replies: list[Reply], cost: int) -> list[ScriptCall]:
-    """Calls that give back exactly what the first ``len(replies)`` calls of a hit took."""
+def undo(calls: Sequence[ScriptCall], replies: Sequence[Reply]) -> list[ScriptCall]:
+    """Calls that give back exactly what the hits among ``calls`` (the first
+    ``len(replies)``) consumed, by their replies' marks: one for each that was admitted."""
     return [
-        c._replace(mode=REFUND, marks=r.marks(cost, HIT))
+        c._replace(mode=REFUND, marks=r.marks(c.cost, HIT))
         for c, r in zip(calls, replies)  # noqa: B905 (the replies of the first calls)
+        if c.mode == HIT and c.cost and r.allowed
     ]
 
 
@@ -291,6 +295,13 @@ def many_op(
                 if not nodes:
                     return results + [exc] * (len(texts) - len(results))
                 results.append(exc)
+            except GeneratorExit:
+                raise
+            except BaseException:  # cancelled: the hits decided so far, never seen, go back
+                taken = [r.receipt for r in results if isinstance(r, Decision) and r.receipt]
+                if taken:
+                    yield [c for receipt in taken for c in plan.refund_calls(receipt, now())]
+                raise
         return results
     at = now()
     width = len(plan.slots)

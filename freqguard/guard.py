@@ -6,14 +6,16 @@ of script calls is sent and how a wait is made.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterable, Mapping
-from typing import TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from freqguard._guard_base import DEFAULT_BREAKER, GuardBase, check_backend, maybe_applied, unspend
-from freqguard.backends.base import AsyncBackend, Reply, SyncBackend
+from freqguard.backends.base import AsyncBackend, Reply, ScriptCall, SyncBackend
 from freqguard.backends.memory import MemoryBackend
 from freqguard.clock import Clock
-from freqguard.core import Op, Sleep
+from freqguard.core import Op, Sleep, undo
 from freqguard.decision import Decision
 from freqguard.errors import BackendUnavailable
 from freqguard.failure import Breaker, Elsewhere
@@ -24,6 +26,7 @@ from freqguard.script import CHECK, RESET
 __all__ = ["AsyncGuard", "Guard"]
 
 T = TypeVar("T")
+_log = logging.getLogger("freqguard")
 
 
 class Guard(GuardBase):
@@ -216,35 +219,62 @@ class AsyncGuard(GuardBase):
         args = (policies, clock, prefix, on_error, deny_cache, observers, breaker)
         super().__init__(self.backend, *args)
 
-    async def _run(self, op: Op[T], policy: str) -> T:
-        execute_many = self.backend.aexecute_many
+    async def _run(self, op: Op[T], policy: str, whole: bool = False) -> T:
+        """Drive ``op``. When the caller is cancelled, what the operation took is given back
+        before the cancellation goes on (:meth:`_unwind`); with ``whole`` (an operation that
+        writes in more than one call, or a batch) its call under way is first let finish, so
+        that what that call took is known and goes back too."""
         try:
             step = next(op)
             while True:
-                if type(step) is list:
-                    try:
-                        sent = self._admitted(policy, step)  # the breaker's say
-                        try:
-                            outcome: list[Reply] | BackendUnavailable = await execute_many(sent)
-                        except BackendUnavailable as exc:
-                            outcome = exc
-                        replies = self._finished(policy, step, sent, outcome)
-                    except BackendUnavailable as exc:  # the operation may undo what it did
-                        step = op.throw(exc)
-                        continue
-                elif isinstance(step, Elsewhere):
-                    try:
-                        replies = await step.backend.aexecute_many(step.calls)
-                    except BackendUnavailable as exc:
-                        step = op.throw(exc)
-                        continue
-                else:
-                    assert isinstance(step, Sleep)
-                    await (self.clock or self.backend.clock).asleep(step.seconds)
-                    replies = []
+                try:
+                    replies = await self._step(step, policy, whole)
+                except BackendUnavailable as exc:  # the operation may undo what it did
+                    step = op.throw(exc)
+                    continue
+                except asyncio.CancelledError as cancelled:
+                    await self._unwind(op, cancelled)
+                    raise
                 step = op.send(replies)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+    async def _step(self, step: object, policy: str, whole: bool) -> list[Reply]:
+        """One step of an operation: its calls sent (the breaker's say, the observers told),
+        or sent to the fallback, or a wait."""
+        if type(step) is list:
+            sent = self._admitted(policy, step)
+            try:
+                outcome: list[Reply] | BackendUnavailable = await _send(self.backend, sent, whole)
+            except BackendUnavailable as exc:
+                outcome = exc
+            return self._finished(policy, step, sent, outcome)
+        if isinstance(step, Elsewhere):
+            return await _send(step.backend, step.calls, whole)
+        assert isinstance(step, Sleep)
+        await (self.clock or self.backend.clock).asleep(step.seconds)
+        return []
+
+    async def _unwind(self, op: Op[T], cancelled: asyncio.CancelledError) -> None:
+        """The caller was cancelled: what the call under way took (when it finished and said)
+        and what the operation took before (``op`` gives it back when the cancellation is
+        thrown into it) goes back to the store, each call let finish."""
+        try:
+            if isinstance(cancelled, _Interrupted):
+                given = undo(cancelled.calls, cancelled.replies)
+                if given:
+                    await _send(cancelled.backend, given, True)
+            step = op.throw(cancelled)
+            while isinstance(step, (list, Elsewhere)):
+                if isinstance(step, Elsewhere):
+                    step = op.send(await _send(step.backend, step.calls, True))
+                else:
+                    step = op.send(await _send(self.backend, step, True))
+        except (asyncio.CancelledError, StopIteration):
+            return
+        except Exception:  # the store failed meanwhile: the units stay taken, the strict side
+            _log.warning("freqguard: a cancelled operation could not give back what it took")
+            op.close()
 
     async def hit(self, policy: str, cost: int = 1, **ctx: object) -> Decision:
         """See :meth:`Guard.hit`."""
@@ -260,7 +290,8 @@ class AsyncGuard(GuardBase):
         hit = self._hit(policy, cost, ctx)
         if hit.cached is not None:
             return hit.cached
-        return self._hit_done(hit, await self._run(self._hit_op(hit), policy))
+        whole = not hit.plan.single_slot
+        return self._hit_done(hit, await self._run(self._hit_op(hit), policy, whole))
 
     async def peek(self, policy: str, **ctx: object) -> Decision:
         """See :meth:`Guard.peek`."""
@@ -271,7 +302,7 @@ class AsyncGuard(GuardBase):
     ) -> list[Decision]:
         """See :meth:`Guard.hit_many`."""
         hits, sent, op = self._many(policy, contexts, cost)
-        return self._many_done(hits, sent, await self._run(op, policy) if sent else [])
+        return self._many_done(hits, sent, await self._run(op, policy, True) if sent else [])
 
     async def acquire(
         self, policy: str, timeout: float | None = None, cost: int = 1, **ctx: object
@@ -279,7 +310,7 @@ class AsyncGuard(GuardBase):
         """See :meth:`Guard.acquire`."""
         clock = self.clock or self.backend.clock
         hit, op = self._acquire(policy, timeout, cost, ctx, clock)
-        return self._hit_done(hit, await self._run(op, policy))
+        return self._hit_done(hit, await self._run(op, policy, not hit.plan.single_slot))
 
     @overload
     async def refund(self, policy: Decision, /) -> Decision: ...
@@ -317,3 +348,29 @@ class AsyncGuard(GuardBase):
 
 def op_policy(target: str | Decision) -> str:
     return target.policy if isinstance(target, Decision) else target
+
+
+class _Interrupted(asyncio.CancelledError):
+    """A cancellation that came while ``calls`` were out on ``backend``, which answered them
+    after it: ``replies``."""
+
+    def __init__(self, backend: Any, calls: list[ScriptCall], replies: list[Reply]) -> None:
+        super().__init__()
+        self.backend, self.calls, self.replies = backend, calls, replies
+
+
+async def _send(backend: Any, calls: list[ScriptCall], whole: bool) -> list[Reply]:
+    """``backend.aexecute_many(calls)``; with ``whole``, let finish when the caller is
+    cancelled, which is then an :class:`_Interrupted` with the replies (or, when the calls
+    failed too, the cancellation as it came: what they did is not known)."""
+    if not whole:
+        return await backend.aexecute_many(calls)  # type: ignore[no-any-return]
+    task = asyncio.ensure_future(backend.aexecute_many(calls))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError as cancelled:
+        try:
+            replies = await task
+        except Exception:
+            raise cancelled from None
+        raise _Interrupted(backend, calls, replies) from None
