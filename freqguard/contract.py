@@ -86,8 +86,8 @@ TWIN_FUNCTIONS = ("load", "check", "consume", "refund", "ttl")
 #: order, and call in this order (Python: ``script.run``; Lua: ``run``). Each twin has more
 #: that are its own (the Lua writes the record and frames the reply; Python reports).
 RUN_STEPS = (
-    "reset_states",
     "judged_at",
+    "reset_states",
     "load_states",
     "refund_states",
     "check_rules",

@@ -157,19 +157,8 @@ class StateStore(Protocol):
 
     def put(self, key: str, horizon: int, state: Any, expire_at: int, latest: int) -> None: ...
 
-    def delete(self, key: str, horizon: int) -> None: ...
-
 
 # -- the script's steps (freqguard/lua/policy.lua has the same, in the same order) ---------
-
-
-def reset_states(
-    store: StateStore, keys: Sequence[str], specs: Sequence[StateSpec]
-) -> list[Entry | None]:
-    """RESET: every state is deleted."""
-    for key, spec in zip(keys, specs):  # noqa: B905 (the slot built both; hot path)
-        store.delete(key, spec.horizon)
-    return [None] * len(specs)
 
 
 def judged_at(found: Sequence[Entry | None], now: int) -> int:
@@ -178,6 +167,21 @@ def judged_at(found: Sequence[Entry | None], now: int) -> int:
         if entry is not None and entry[1] > now:
             now = entry[1]
     return now
+
+
+def reset_states(
+    store: StateStore, keys: Sequence[str], specs: Sequence[StateSpec], now: int
+) -> int:
+    """RESET: every stored state is deleted, and the reset ends its microsecond: in its place
+    an expired marker of no state, written 1 µs after the latest time of the call (kept for
+    the stale grace, as any expired state), so that what comes after is judged at least
+    that late and no receipt from before the reset can match it. Returns that time."""
+    found = [store.get(key, spec.horizon, now) for key, spec in zip(keys, specs)]  # noqa: B905
+    at = judged_at(found, now) + 1
+    for key, spec, entry in zip(keys, specs, found):  # noqa: B905 (the slot built both)
+        if entry is not None:
+            store.put(key, spec.horizon, None, at, at)
+    return at
 
 
 def load_states(specs: Sequence[StateSpec], found: Sequence[Entry | None], now: int) -> list[Any]:
@@ -267,11 +271,12 @@ def run(
     count a window that a later call already trimmed nor start a fixed window afresh.
     """
     specs = slot.specs
-    if mode == RESET:
-        found = reset_states(store, keys, specs)
-    else:
+    if mode != RESET:
         found = [store.get(key, spec.horizon, now) for key, spec in zip(keys, specs)]  # noqa: B905
         now = judged_at(found, now)
+    else:
+        now = reset_states(store, keys, specs, now)
+        found = [None] * len(specs)
     views = load_states(specs, found, now)
     if mode == REFUND:
         refund_states(store, keys, specs, found, views, now, cost, marks)

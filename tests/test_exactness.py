@@ -320,3 +320,22 @@ def test_a_day_ahead_write_to_a_record_prunes_none_of_its_states_by_that_time(
     assert guard.hit("p", u="bob", c="new").allowed  # writes bob's record a day ahead
     clock.set(START + 11, backwards=True)
     assert not any(guard.hit("p", u="bob", c=f"text{n}").allowed for n in range(18))
+
+
+@pytest.mark.parametrize("strategy", list(Strategy))
+def test_a_refund_from_before_a_reset_never_takes_a_later_hit_judged_in_the_same_microsecond(
+    make_guard: GuardFactory, clock: ManualClock, strategy: Strategy
+) -> None:
+    """Hit A, a reset, hit B, all at one pinned µs: A's receipt (its time, its state's birth)
+    matched B's units, and refunding A gave back B's. A reset now ends its microsecond: what
+    comes after it is judged at least 1 µs later, so no receipt from before can match it."""
+    guard = make_guard([Policy("p", Rule("3/minute", by="u", strategy=strategy))])
+    clock.set(START + 5)
+    before = guard.hit("p", u="x")
+    guard.reset("p", u="x")
+    after = guard.hit("p", u="x")
+    assert before.allowed
+    assert after.allowed
+    assert guard.refund(before).remaining == 2  # nothing of B's given back
+    assert guard.peek("p", u="x").remaining == 2
+    assert guard.refund(after).remaining == 3  # B's own receipt still gives its unit back

@@ -116,11 +116,6 @@ class _HorizonStore:
             if len(entries) > found.peak:
                 found.peak = len(entries)
 
-    def delete(self, key: str, horizon: int) -> None:
-        found = self.queues.get(horizon)
-        if found is not None and found.entries.pop(key, None) is not None:
-            self.count -= 1
-
     def missing(self, keys: Sequence[str], horizons: Sequence[int]) -> int:
         """How many of ``keys`` are not stored (each under its horizon)."""
         absent = 0
