@@ -22,6 +22,18 @@ settings.register_profile(
 settings.register_profile("thorough", parent=settings.get_profile("default"), max_examples=3000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
+
+def examples(quick: int) -> int:
+    """How many examples a property test runs: ``quick`` in the suite, or the profile's when
+    ``HYPOTHESIS_PROFILE=thorough`` asks for more (``FREQGUARD_EXAMPLES=N`` sets it outright):
+    an explicit ``max_examples`` would otherwise override the profile."""
+    wanted = os.environ.get("FREQGUARD_EXAMPLES")
+    if wanted:
+        return int(wanted)
+    profile = settings.default
+    return quick if profile is None else max(quick, profile.max_examples)
+
+
 START = 1_700_000_000.0  # a realistic epoch second, so that µs values are of production size
 
 SMS = Policy(

@@ -20,7 +20,7 @@ from freqguard.bounds import (
     MAX_TIME_US,
     MAX_WINDOW_US,
 )
-from tests.conftest import flush
+from tests.conftest import examples, flush
 from tests.reference import RefPolicy
 from tests.servers import RedisServer
 
@@ -116,7 +116,7 @@ def _decisions(
     return out
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(
     rule=edge_rule(),
     start=st.sampled_from([0, 1_700_000_000_000_000, MAX_TIME_US - MAX_SPAN_US, MAX_TIME_US]),

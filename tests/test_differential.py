@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from freqguard import Decision, Guard, ManualClock, MemoryBackend, Policy, Rate, Rule, Strategy
 from freqguard.backends.redis import RedisBackend
 from freqguard.contract import STALE_GRACE_US
-from tests.conftest import flush
+from tests.conftest import examples, flush
 from tests.servers import RedisServer
 
 LAG = 0.3  # seconds; below STALE_GRACE_US
@@ -128,7 +128,7 @@ def _unique(rules: list[Rule]) -> Policy:
     )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     rules=st.lists(rule(), min_size=1, max_size=4),
     pool=st.lists(ctx, min_size=1, max_size=3),
