@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import re
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -41,7 +40,7 @@ from freqguard.failure import Fallback, check_on_error, shared_out
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.policy import OnError, Policy
 from freqguard.rates import parse_rates
-from freqguard.rules import NAME_PATTERN, Rule, check_name
+from freqguard.rules import NAME_PATTERN, Rule, check_name, fit_name
 
 __all__ = ["Capped", "capped", "configure"]
 
@@ -56,14 +55,6 @@ _taken: set[str] = set()  # implicit policy names handed out in this process
 _taken_lock = threading.Lock()
 
 
-def _fit(raw: str) -> str:
-    """A policy name from free text: safe characters, at most 64 (a digest keeps it unique)."""
-    name = re.sub(r"[^A-Za-z0-9_.\-]", "-", raw)
-    if len(name) > 64:
-        name = name[:51] + "." + hashlib.blake2b(raw.encode(), digest_size=6).hexdigest()
-    return name
-
-
 def _implicit_name(func: Callable[..., object], prefix: str = "capped") -> str:
     """A policy name of its own for ``func``: ``<prefix>.<module>.<qualname>``.
 
@@ -74,10 +65,10 @@ def _implicit_name(func: Callable[..., object], prefix: str = "capped") -> str:
     """
     raw = f"{prefix}.{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', '?')}"
     with _taken_lock:
-        name, number = _fit(raw), 1
+        name, number = fit_name(raw), 1
         while name in _taken:
             number += 1
-            name = _fit(f"{raw}.{number}")
+            name = fit_name(f"{raw}.{number}")
         _taken.add(name)
     return name
 
@@ -207,7 +198,7 @@ class Capped:
         if self._name is not None:
             return self._name
         digest = hashlib.blake2b(repr(self._rules).encode(), digest_size=4).hexdigest()
-        return _fit(f"capped.block.{'-'.join(by or ('global',))}.{digest}")
+        return fit_name(f"capped.block.{'-'.join(by or ('global',))}.{digest}")
 
     # -- decoration ----------------------------------------------------------------------
 

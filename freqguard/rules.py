@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import keyword
 import re
 from collections.abc import Sequence
@@ -56,6 +57,16 @@ _SHORT = {
     Strategy.TOKEN_BUCKET: "tb",
     Strategy.GCRA: "gcra",
 }
+
+
+def fit_name(raw: str) -> str:
+    """A policy name made from free text (a route, an endpoint, a function's qualname): its
+    safe characters, and, when any had to be replaced or it is longer than 64, a digest of
+    the text, so that two texts never make one name (one counter)."""
+    name = re.sub(r"[^A-Za-z0-9_.\-]", "-", raw)
+    if name != raw or len(name) > 64:
+        name = name[:51] + "." + hashlib.blake2b(raw.encode(), digest_size=6).hexdigest()
+    return name
 
 
 def check_name(kind: str, value: object) -> str:

@@ -27,6 +27,7 @@ from freqguard.integrations._http import (
     problem_body,
     unavailable_body,
 )
+from freqguard.integrations._routes import pattern_regex
 from freqguard.policy import Policy
 from freqguard.rates import Rate
 from freqguard.rules import Rule
@@ -42,7 +43,6 @@ __all__ = [
     "refusal",
 ]
 
-_PARAM = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)(?::path)?}")
 _NO_PARAMS: Mapping[str, str] = {}
 
 
@@ -123,14 +123,7 @@ class Route:
 
 def compile_limit(limit: Limit) -> Route:
     """A :class:`Limit` as a route: its pattern as a regex, HEAD matched with GET."""
-    parts, last = [], 0
-    for m in _PARAM.finditer(limit.path):
-        parts.append(re.escape(limit.path[last : m.start()]))
-        wildcard = ":path}" in m.group(0)
-        parts.append(f"(?P<{m.group(1)}>{'.*' if wildcard else '[^/]+'})")
-        last = m.end()
-    parts.append(re.escape(limit.path[last:]))
-    regex = re.compile("".join(parts) + "$")
+    regex = pattern_regex(limit.path)
     methods = limit.methods
     if methods is not None and "GET" in methods:
         # servers answer HEAD by running the GET handler: it must not be a free GET

@@ -16,9 +16,10 @@ from freqguard.errors import ConfigError
 from freqguard.headers import whole_seconds
 from freqguard.integrations._client_ip import client_ip
 from freqguard.integrations._request import BadRequest, KeyFunc, RequestInfo, context_of
+from freqguard.integrations._routes import check_pattern
 from freqguard.policy import Policy
 from freqguard.rates import Rate, parse_rates
-from freqguard.rules import Rule, check_name
+from freqguard.rules import Rule, check_name, fit_name
 
 __all__ = [
     "BadRequest",
@@ -77,21 +78,28 @@ class Limit:
     policy's dimensions come from the key function).
 
     Args:
-        path: a route pattern: ``/api/sms``, ``/users/{user_id}``, ``/static/{rest:path}``.
+        path: a route pattern, matched as Starlette matches it: ``/api/sms``,
+            ``/users/{user_id}``, ``/users/{user_id:int}``, ``/static/{rest:path}`` (the
+            convertors ``str``, ``path``, ``int``, ``float``, ``uuid``, and any registered
+            with Starlette). Under ASGI it is matched against the path below ``root_path``
+            (a ``Mount``, ``--root-path``), under WSGI against ``PATH_INFO``.
         rule: a rate string (several with ``;``), a Rule, a list of them, or a Policy.
         key: a key function (default :func:`client_ip` with no trusted proxies).
         methods: HTTP methods (default: all). HEAD is a GET without the body, so a limit on
             GET also takes HEAD, on the same counter.
         cost: how much one request costs.
-        name: the policy's name (default derived from the method and path).
+        name: the policy's name (default: the methods and path, readable, with a digest of
+            them, so that no two routes share one; it names the keys in the store).
         on_error: what the route answers when the store fails: ``"allow"`` (fail open),
             ``"deny"`` (fail closed: 429 with a ``Retry-After``), a fallback backend, or
             ``"raise"``: a 503 problem document with a ``Retry-After``, never a bare 500.
             Default (None): the guard's. For a Policy, set it on the Policy.
 
     Raises:
-        ConfigError: for a pattern not starting with ``/``, a rate that does not parse, a
-            rule that is not a rate string, Rule or Policy, a bad name or ``on_error``.
+        ConfigError: for a pattern that cannot match (not starting with ``/``, an unknown
+            convertor, unbalanced braces, a bad or repeated parameter name), a rate that
+            does not parse, a rule that is not a rate string, Rule or Policy, a bad name
+            or ``on_error``.
     """
 
     __slots__ = ("cost", "items", "key", "methods", "name", "on_error", "path", "rule")
@@ -116,18 +124,15 @@ class Limit:
         name: str | None = None,
         on_error: object = None,
     ) -> None:
-        if not path.startswith("/"):
-            raise ConfigError(f"a route pattern starts with '/', got {path!r}")
         chosen = frozenset(m.upper() for m in methods) if methods else None
         methods_text = "-".join(sorted(chosen or ["ANY"]))
-        default = re.sub(r"[^A-Za-z0-9_.\-]", "-", f"http.{methods_text}{path}")
         fields = {
-            "path": path,
+            "path": check_pattern(path),
             "rule": rule,
             "key": key or client_ip(),
             "methods": chosen,
             "cost": cost,
-            "name": check_name("limit name", name or default[:64]),
+            "name": check_name("limit name", name or fit_name(f"http.{methods_text}{path}")),
             "items": rule if isinstance(rule, Policy) else rule_items(rule),
             "on_error": _check_on_error(on_error, rule, path),
         }

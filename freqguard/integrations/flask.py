@@ -28,7 +28,7 @@ from flask import Flask, Response, current_app, g, request
 
 from freqguard.backends.urls import backend_from_url
 from freqguard.decision import Decision
-from freqguard.decorators import _fit, _implicit_name
+from freqguard.decorators import _implicit_name
 from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
@@ -36,7 +36,7 @@ from freqguard.integrations._decide import Answer, Decider, Part, Route, bad_req
 from freqguard.integrations._http import BadRequest, KeyFunc, RequestInfo, client_ip, header
 from freqguard.integrations.wsgi import request_info
 from freqguard.rates import Rate, parse_rates
-from freqguard.rules import check_name
+from freqguard.rules import check_name, fit_name
 
 __all__ = ["BadRequest", "FreqGuard", "client_ip", "header", "remote_address"]
 
@@ -125,7 +125,7 @@ class FreqGuard:
             parts.append(Part(cap.key, cap.rates))
         if not parts:
             return None
-        name = cap.name if cap is not None and cap.name else _fit(f"flask.{endpoint}")
+        name = cap.name if cap is not None and cap.name else fit_name(f"flask.{endpoint}")
         return Route(name, tuple(parts), cap.cost if cap is not None else 1)
 
     def _hit(self, route: Route) -> None:

@@ -45,6 +45,7 @@ from freqguard.integrations._http import (
     path_param,
     problem_detail,
 )
+from freqguard.integrations._routes import route_path
 
 __all__ = [
     "BadRequest",
@@ -122,7 +123,7 @@ class FreqGuardMiddleware:
         if kind != "http" and kind != "websocket":
             await self.app(scope, receive, send)
             return
-        found = self.decider.find(scope.get("method", "GET"), scope["path"])
+        found = self.decider.find(scope.get("method", "GET"), route_path(scope))
         if found is None:
             await self.app(scope, receive, send)
             return

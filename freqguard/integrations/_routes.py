@@ -1,0 +1,114 @@
+"""Route patterns (``/users/{user_id:int}``) as the frameworks match them, and the path they
+are matched against.
+
+A pattern is checked when its :class:`~freqguard.integrations.starlette.Limit` is made: one
+that cannot match what its author meant (an unknown convertor, unbalanced braces, a bad or
+repeated parameter name) is a ``ConfigError`` then, never a limit that quietly matches
+nothing. Convertors are Starlette's: ``str`` (the default), ``path``, ``int``, ``float`` and
+``uuid``, with the same regular expressions, plus any an application registered with
+Starlette's ``register_url_convertor`` before the Limit was made.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from freqguard.errors import ConfigError
+
+__all__ = ["check_pattern", "pattern_regex", "route_path"]
+
+#: Starlette's built-in convertors (starlette.convertors), for when Starlette is absent.
+_CONVERTORS = {
+    "str": "[^/]+",
+    "path": ".*",
+    "int": "[0-9]+",
+    "float": r"[0-9]+(\.[0-9]+)?",
+    "uuid": "[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}",
+}
+_BRACES = re.compile(r"{([^{}]*)}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _convertors() -> Mapping[str, str]:
+    """The convertors and their regular expressions: Starlette's own when it is installed
+    (with those the application registered), else its built-ins."""
+    try:
+        from starlette.convertors import CONVERTOR_TYPES
+    except ImportError:
+        return _CONVERTORS
+    return {**_CONVERTORS, **{name: c.regex for name, c in CONVERTOR_TYPES.items()}}
+
+
+def _parts(pattern: str) -> list[tuple[str, str, str]]:
+    """``(literal before, parameter, convertor)`` per parameter; raises ConfigError."""
+    if not pattern.startswith("/"):
+        raise ConfigError(f"a route pattern starts with '/', got {pattern!r}")
+    known = _convertors()
+    parts, last, seen = [], 0, set()
+    for found in _BRACES.finditer(pattern):
+        literal = pattern[last : found.start()]
+        if "{" in literal or "}" in literal:
+            break
+        name, _, convertor = found.group(1).partition(":")
+        convertor = convertor or "str"
+        if not _NAME.fullmatch(name):
+            raise ConfigError(
+                f"route pattern {pattern!r}: {found.group(0)} needs a parameter name (a letter "
+                "or _, then letters, digits or _), as in {user_id} or {user_id:int}"
+            )
+        if convertor not in known:
+            raise ConfigError(
+                f"route pattern {pattern!r}: unknown convertor {convertor!r} in "
+                f"{found.group(0)}; the convertors are {', '.join(known)}"
+            )
+        if name in seen:
+            raise ConfigError(f"route pattern {pattern!r} names the parameter {name!r} twice")
+        seen.add(name)
+        parts.append((literal, name, convertor))
+        last = found.end()
+    if "{" in pattern[last:] or "}" in pattern[last:]:
+        raise ConfigError(
+            f"route pattern {pattern!r} has unbalanced braces: a parameter is written "
+            "{name} or {name:convertor}"
+        )
+    parts.append((pattern[last:], "", ""))
+    return parts
+
+
+def check_pattern(pattern: str) -> str:
+    """``pattern``, if it is a route pattern that can match (see the module's docstring)."""
+    if not isinstance(pattern, str):
+        raise ConfigError(f"a route pattern is a string starting with '/', got {pattern!r}")
+    _parts(pattern)
+    return pattern
+
+
+def pattern_regex(pattern: str) -> re.Pattern[str]:
+    """The pattern as a regular expression of the whole path, its parameters as groups."""
+    known = _convertors()
+    out = []
+    for literal, name, convertor in _parts(pattern):
+        out.append(re.escape(literal))
+        if name:
+            out.append(f"(?P<{name}>{known[convertor]})")
+    return re.compile("".join(out) + "$")
+
+
+def route_path(scope: Mapping[str, Any]) -> str:
+    """The path an ASGI application routes on: ``path`` below ``root_path``.
+
+    ``root_path`` is where the application is mounted (``uvicorn --root-path``, a Starlette
+    ``Mount``); servers and frameworks put it in ``path`` too, so a pattern must be matched
+    against the rest, as Starlette's router matches it. A ``path`` outside ``root_path`` is
+    taken as it is.
+    """
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if not root or not path.startswith(root):
+        return path
+    rest = path[len(root) :]
+    if not rest:
+        return ""  # the mount point itself: Starlette matches no route there (it redirects)
+    return rest if rest.startswith("/") else path

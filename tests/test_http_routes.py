@@ -1,0 +1,145 @@
+"""Limits that silently did not apply: a route pattern must match what the framework routes
+on (the path below ``root_path`` and below a ``Mount``), with every Starlette convertor; a
+pattern that can match nothing is refused when the Limit is made; two routes never share a
+default name (their counters)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Mount, Route
+
+from freqguard import AsyncGuard, ConfigError, ManualClock, MemoryBackend
+from freqguard.integrations.starlette import FreqGuardMiddleware, Limit, header
+from freqguard.integrations.wsgi import FreqGuardMiddleware as WSGIMiddleware
+
+
+async def _ok(request: Request) -> PlainTextResponse:
+    return PlainTextResponse("ok")
+
+
+def _statuses(app: object, paths: Sequence[str], root_path: str = "") -> list[int]:
+    async def main() -> list[int]:
+        transport = httpx.ASGITransport(app=app, root_path=root_path)  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            return [(await http.get(path)).status_code for path in paths]
+
+    return asyncio.run(main())
+
+
+def _limited(app: object, *limits: Limit) -> FreqGuardMiddleware:
+    guard = AsyncGuard(MemoryBackend(), clock=ManualClock(1000))
+    return FreqGuardMiddleware(app, guard=guard, limits=limits)  # type: ignore[arg-type]
+
+
+def test_behind_a_root_path_the_limit_matches_the_routed_path() -> None:
+    """``uvicorn --root-path /v1``: the server puts /v1 in both ``root_path`` and ``path``;
+    the app routes on /sms, and so must the limit (12 of 12 were admitted on 3/minute)."""
+    app = Starlette(routes=[Route("/sms", _ok)])
+    limited = _limited(app, Limit("/sms", "3/minute"))
+    assert _statuses(limited, ["/v1/sms"] * 5, root_path="/v1") == [200] * 3 + [429] * 2
+
+
+def test_in_a_mounted_app_the_limit_matches_the_path_below_the_mount() -> None:
+    inner = Starlette(routes=[Route("/sms", _ok)])
+    limited = _limited(inner, Limit("/sms", "3/minute"))
+    outer = Starlette(routes=[Mount("/api", app=limited)])
+    assert _statuses(outer, ["/api/sms"] * 5) == [200] * 3 + [429] * 2
+
+
+def test_at_the_root_of_a_mount_the_route_path_is_the_slash() -> None:
+    inner = Starlette(routes=[Route("/", _ok)])
+    limited = _limited(inner, Limit("/", "1/minute"))
+    outer = Starlette(routes=[Mount("/api", app=limited)])
+    assert _statuses(outer, ["/api/", "/api/"]) == [200, 429]
+
+
+def test_a_wsgi_app_under_a_script_name_matches_path_info() -> None:
+    """WSGI already splits the two (the sibling that holds): SCRIPT_NAME is where the app is
+    mounted, PATH_INFO what it routes on, and the limit matches PATH_INFO."""
+    from wsgiref.util import setup_testing_defaults
+
+    from freqguard import Guard
+    from freqguard.integrations.wsgi import Limit as WSGILimit
+
+    def app(environ: dict[str, object], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ok"]
+
+    guard = Guard(MemoryBackend(), clock=ManualClock(1000))
+    limited = WSGIMiddleware(app, guard=guard, limits=[WSGILimit("/sms", "2/minute")])
+    statuses: list[str] = []
+    for _ in range(3):
+        environ: dict[str, Any] = {"SCRIPT_NAME": "/v1", "PATH_INFO": "/sms"}
+        setup_testing_defaults(environ)
+        limited(environ, lambda status, headers, *_: statuses.append(status))
+    assert [int(status[:3]) for status in statuses] == [200, 200, 429]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "other"),
+    [
+        ("/users/{id:int}", "/users/42", "/users/abc"),
+        ("/users/{name:str}", "/users/bob", "/users/bob/x"),
+        ("/files/{u:uuid}", "/files/0f8fad5b-d9cb-469f-a165-70867728950e", "/files/0f8fad5b"),
+        ("/price/{f:float}", "/price/3.25", "/price/3.x"),
+        ("/static/{rest:path}", "/static/a/b.css", "/other/a"),
+    ],
+)
+def test_every_starlette_convertor_matches_as_starlette_does(
+    pattern: str, path: str, other: str
+) -> None:
+    app = Starlette(routes=[Route(pattern, _ok), Route(other, _ok)])
+    limited = _limited(app, Limit(pattern, "2/minute"))
+    assert _statuses(limited, [path] * 3 + [other] * 3) == [200, 200, 429] + [200] * 3
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        ("/users/{id:integer}", r"unknown convertor 'integer'.*str, path, int, float, uuid"),
+        ("/users/{id", "unbalanced"),
+        ("/users/id}", "unbalanced"),
+        ("/users/{}", "parameter name"),
+        ("/users/{1d}", "parameter name"),
+        ("/a/{x}/b/{x}", "'x' twice"),
+    ],
+)
+def test_a_pattern_that_cannot_match_is_refused_when_the_limit_is_made(
+    pattern: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Limit(pattern, "1/minute")
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("/user/profile", "/user-profile"),
+        ("/a/" + "x" * 80, "/a/" + "x" * 79 + "y"),
+        ("/users/{id}", "/users/{id:int}"),
+    ],
+)
+def test_two_routes_never_share_a_default_name(first: str, second: str) -> None:
+    one, two = Limit(first, "3/minute"), Limit(second, "5/minute")
+    assert one.name != two.name
+    assert len(one.name) <= 64
+    assert Limit(first, "9/hour").name == one.name  # stable: it names the keys in Redis
+
+
+def test_two_routes_with_names_alike_keep_their_own_counters() -> None:
+    app = Starlette(routes=[Route("/user/profile", _ok), Route("/user-profile", _ok)])
+    limited = _limited(
+        app,
+        Limit("/user/profile", "2/minute", key=header("x-user")),
+        Limit("/user-profile", "3/minute", key=header("x-user")),
+    )
+    paths = ["/user/profile"] * 3 + ["/user-profile"] * 4
+    assert _statuses(limited, paths) == [200, 200, 429] + [200] * 3 + [429]
