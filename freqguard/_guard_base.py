@@ -3,6 +3,7 @@ and the observers; everything but the few lines that send (``freqguard.guard``).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from time import perf_counter
@@ -13,7 +14,7 @@ from freqguard.bounds import check_time
 from freqguard.clock import Clock
 from freqguard.core import Op, PolicyPlan, acquire_op, decide_op, many_op, refund_op
 from freqguard.decision import Decision, Receipt, with_source
-from freqguard.denycache import DenyCache
+from freqguard.denycache import DenyCache, Key
 from freqguard.errors import (
     BackendUnavailable,
     CapExceeded,
@@ -41,6 +42,7 @@ from freqguard.script import CHECK, HIT, REFUND
 __all__ = ["DEFAULT_BREAKER", "GuardBase", "check_backend", "maybe_applied", "unspend"]
 
 T = TypeVar("T")
+_log = logging.getLogger("freqguard")
 DEFAULT_BREAKER: Any = object()  # "a new Breaker()": a default argument must not be shared
 
 
@@ -83,7 +85,7 @@ class GuardBase:
         clock: Clock | None,
         prefix: str,
         on_error: object,
-        deny_cache: int,
+        deny_cache: object,
         observers: Iterable[Observer],
         breaker: Breaker | None,
     ) -> None:
@@ -103,8 +105,9 @@ class GuardBase:
         for observer in self.observers:
             if not isinstance(observer, Observer):
                 raise TypeError(f"observers must have decided() and failed(), got {observer!r}")
-        self._cache = DenyCache(deny_cache) if deny_cache else None
+        self._cache = _deny_cache(deny_cache, clock)
         self._plain = not self.observers and self._cache is None
+        self._broke: set[tuple[int, str, type[Exception]]] = set()  # observers' errors logged
         self._label = backend_label(backend)
         # a backend of several nodes (Redis Cluster) names each call's: one circuit each
         self._node_of: Callable[[ScriptCall], object] | None = getattr(backend, "node_of", None)
@@ -181,13 +184,6 @@ class GuardBase:
             and self._on_error[plan.name] == "raise"
             and (breaker is None or not breaker.counting)
         )
-
-    def _local_time(self) -> float:
-        return (self.clock or self._backend_clock).now()
-
-    @property
-    def _backend_clock(self) -> Clock:
-        return self.backend.clock  # type: ignore[attr-defined, no-any-return]
 
     # -- failures --------------------------------------------------------------------------
 
@@ -270,8 +266,7 @@ class GuardBase:
                     held[index] = blocked
             if len(held) == len(calls):
                 error = held[0]
-                for observer in self.observers:
-                    observer.failed(error, policy, self._label)
+                self._failed(error, policy)
                 raise error
         return _Sent([c for i, c in enumerate(calls) if i not in held], nodes, held)
 
@@ -316,8 +311,7 @@ class GuardBase:
         for result in results:
             if isinstance(result, BackendUnavailable) and id(result) not in seen:
                 seen.add(id(result))
-                for observer in self.observers:
-                    observer.failed(result, policy, self._label)
+                self._failed(result, policy)
         breaker = self.breaker
         if breaker is None:
             return
@@ -348,13 +342,14 @@ class GuardBase:
         """A hit's plan, texts and cost, and its answer when the deny cache has one."""
         plan, texts, checked = self._request(policy, cost, ctx, HIT)
         cache = self._cache if cached else None
-        answer = None
+        answer, mark = None, _NO_MARK
         if cache is not None:
-            key = (plan.name, *texts.values())
-            answer = cache.get(plan.name, key, checked, self._local_time())
+            answer = cache.get(plan.name, _cache_key(plan, texts), checked)
             if answer is not None:
                 self._decided(answer, texts, 0.0)
-        return _Hit(plan, texts, checked, answer, perf_counter() if self.observers else 0.0)
+            mark = cache.mark(plan.name)
+        start = perf_counter() if self.observers else 0.0
+        return _Hit(plan, texts, checked, answer, start, mark)
 
     def _hit_op(self, hit: _Hit) -> Op[Decision]:
         plan, texts, cost = hit.plan, hit.texts, hit.cost
@@ -367,15 +362,40 @@ class GuardBase:
         """Remember a denial, tell the observers."""
         cache = self._cache
         if cache is not None and not decision.allowed and decision.source == "backend":
-            key = (hit.plan.name, *hit.texts.values())
-            cache.put(hit.plan.name, key, hit.cost, decision, self._local_time())
+            key = _cache_key(hit.plan, hit.texts)
+            cache.put(hit.plan.name, key, hit.cost, decision, hit.mark)
         if self.observers:
             self._decided(decision, hit.texts, perf_counter() - hit.start)
         return decision
 
     def _decided(self, decision: Decision, texts: Mapping[str, str], seconds: float) -> None:
         for observer in self.observers:
-            observer.decided(decision, texts, seconds)
+            try:
+                observer.decided(decision, texts, seconds)
+            except Exception as exc:  # an observer never changes a decision
+                self._observer_broke(observer, "decided", exc)
+
+    def _failed(self, error: BackendUnavailable, policy: str) -> None:
+        for observer in self.observers:
+            try:
+                observer.failed(error, policy, self._label)
+            except Exception as exc:  # nor how a failure is answered
+                self._observer_broke(observer, "failed", exc)
+
+    def _observer_broke(self, observer: Observer, method: str, exc: Exception) -> None:
+        """Log an observer's error once per observer, method and kind of error: it changes
+        no decision, no ``on_error`` answer and no breaker count."""
+        seen = (id(observer), method, type(exc))
+        if seen in self._broke:
+            return
+        self._broke.add(seen)
+        _log.error(
+            "freqguard: observer %r raised in %s(), ignored (logged once): %r",
+            observer,
+            method,
+            exc,
+            exc_info=exc,
+        )
 
     def _decide(
         self, policy: str, cost: object, ctx: Mapping[str, object], mode: int
@@ -396,7 +416,7 @@ class GuardBase:
         if self._cache is not None:
             dims = set(plan.dimensions)
             whole = all(set(rule.by) == dims for rule in plan.policy.rules)
-            self._cache.forget(plan.name, (plan.name, *texts.values()) if whole else None)
+            self._cache.forget(plan.name, _cache_key(plan, texts) if whole else None)
 
     def _many(
         self, policy: str, contexts: Iterable[Mapping[str, object]], cost: object
@@ -592,3 +612,25 @@ class _Hit(NamedTuple):
     cost: int
     cached: Decision | None
     start: float
+    mark: tuple[int, float]  # the deny cache's, before the store was asked
+
+
+_NO_MARK = (0, 0.0)
+
+
+def _cache_key(plan: PolicyPlan, texts: Mapping[str, str]) -> Key:
+    """A context's deny-cache entry: its values in the policy's dimension order."""
+    return DenyCache.key(plan.name, [texts[d] for d in plan.dimensions])
+
+
+def _deny_cache(deny_cache: object, clock: Clock | None) -> DenyCache | None:
+    """The guard's deny cache: ``deny_cache`` denials (0: none) on a monotonic clock, or
+    on the guard's own when it pins its time (its denials are in that time); or the
+    :class:`DenyCache` given."""
+    if isinstance(deny_cache, DenyCache):
+        return deny_cache
+    if deny_cache == 0 and not isinstance(deny_cache, bool):
+        return None
+    if clock is None:
+        return DenyCache(deny_cache)  # type: ignore[arg-type] # (checked there)
+    return DenyCache(deny_cache, clock=clock.now)  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from freqguard.backends.memory import MemoryBackend
 from freqguard.clock import Clock
 from freqguard.core import Op, Sleep, undo
 from freqguard.decision import Decision
+from freqguard.denycache import DenyCache
 from freqguard.errors import BackendUnavailable
 from freqguard.failure import Breaker, Elsewhere
 from freqguard.observe import Observer
@@ -41,7 +42,9 @@ class Guard(GuardBase):
             ``"deny"``, or a backend to decide on instead (see :mod:`freqguard.failure`);
             ``Policy(..., on_error=...)`` overrides it per policy.
         deny_cache: remember up to this many denials and answer them without the store
-            until their ``retry_after`` (0: off; see :mod:`freqguard.denycache`).
+            until their ``retry_after`` (0: off), on a monotonic clock (the guard's own when
+            it pins its time); or a :class:`~freqguard.denycache.DenyCache` to use (see
+            :mod:`freqguard.denycache`).
         observers: told of every decision and store error (:mod:`freqguard.observe`).
         breaker: the circuit breaker (default ``Breaker()``: open after 5 consecutive
             failures, probe after 5 s); None to call the store every time.
@@ -62,7 +65,7 @@ class Guard(GuardBase):
         *,
         prefix: str = "fg",
         on_error: OnError = "raise",
-        deny_cache: int = 0,
+        deny_cache: int | DenyCache = 0,
         observers: Iterable[Observer] = (),
         breaker: Breaker | None = DEFAULT_BREAKER,
     ) -> None:
@@ -208,7 +211,7 @@ class AsyncGuard(GuardBase):
         *,
         prefix: str = "fg",
         on_error: OnError = "raise",
-        deny_cache: int = 0,
+        deny_cache: int | DenyCache = 0,
         observers: Iterable[Observer] = (),
         breaker: Breaker | None = DEFAULT_BREAKER,
     ) -> None:

@@ -77,14 +77,15 @@ def value_text(policy: str, dimension: str, value: object) -> str:
     )
 
 
-def raw_digest(*texts: str) -> bytes:
-    """A short digest of one or several texts (length-prefixed: unambiguous)."""
+def raw_digest(*texts: str, size: int = _DIGEST_BYTES) -> bytes:
+    """A short digest (``size`` bytes) of one or several texts (length-prefixed:
+    unambiguous)."""
     if len(texts) == 1:
         data = texts[0].encode("utf-8", "surrogatepass")
     else:
         parts = [t.encode("utf-8", "surrogatepass") for t in texts]
         data = b"".join(len(p).to_bytes(4, "big") + p for p in parts)
-    return _blake2b(data, digest_size=_DIGEST_BYTES).digest()
+    return _blake2b(data, digest_size=size).digest()
 
 
 def digest(*texts: str) -> str:

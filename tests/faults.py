@@ -16,7 +16,7 @@ import signal
 import subprocess
 import threading
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,6 +25,7 @@ from redis.crc import key_slot
 
 from freqguard import AsyncGuard, BackendUnavailable, Decision, Guard, Policy
 from freqguard.backends._resp import record_key
+from freqguard.backends.base import Reply, ScriptCall
 from freqguard.core import PolicyPlan
 from freqguard.failure import CircuitOpen
 from freqguard.script import HIT
@@ -333,3 +334,33 @@ def flushing(nodes: list[RedisServer]) -> Iterator[list[int]]:
         thread.join()
         for client in clients:
             client.close()
+
+
+class Gate:
+    """An async backend that passes calls to ``inner`` and holds the ``hold``-th batch (from
+    1) until :attr:`release` is set, having first sent it (``sent_first``) or not."""
+
+    def __init__(self, inner: Any, hold: int, *, sent_first: bool = False) -> None:
+        self.inner, self.hold, self.sent_first = inner, hold, sent_first
+        self.clock = inner.clock
+        self.batches = 0
+        self.reached = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def aexecute(self, call: ScriptCall) -> Reply:
+        (reply,) = await self.aexecute_many([call])
+        return reply
+
+    async def aexecute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
+        self.batches += 1
+        if self.batches == self.hold and not self.sent_first:
+            self.reached.set()
+            await self.release.wait()
+        replies: list[Reply] = await self.inner.aexecute_many(calls)
+        if self.batches == self.hold and self.sent_first:
+            self.reached.set()
+            await self.release.wait()
+        return replies
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

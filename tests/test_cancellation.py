@@ -30,41 +30,12 @@ from freqguard.adapters import async_view
 from freqguard.backends.base import Reply, ScriptCall
 from freqguard.backends.redis import AsyncRedisBackend
 from tests.conftest import flush
+from tests.faults import Gate
 from tests.servers import RedisServer
 
 # rules that share no dimension: one slot each, two calls a hit
 TWO = Policy("two", Rule("2/minute", by="r", name="per-r"), Rule("5/minute", by="c", name="per-c"))
 ONE = Policy("one", Rule("3/minute", by="r", name="per-r"))
-
-
-class Gate:
-    """An async backend that passes calls to ``inner`` and holds the ``hold``-th batch (from
-    1) until :attr:`release` is set, having first sent it (``sent_first``) or not."""
-
-    def __init__(self, inner: Any, hold: int, *, sent_first: bool = False) -> None:
-        self.inner, self.hold, self.sent_first = inner, hold, sent_first
-        self.clock = inner.clock
-        self.batches = 0
-        self.reached = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def aexecute(self, call: ScriptCall) -> Reply:
-        (reply,) = await self.aexecute_many([call])
-        return reply
-
-    async def aexecute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
-        self.batches += 1
-        if self.batches == self.hold and not self.sent_first:
-            self.reached.set()
-            await self.release.wait()
-        replies: list[Reply] = await self.inner.aexecute_many(calls)
-        if self.batches == self.hold and self.sent_first:
-            self.reached.set()
-            await self.release.wait()
-        return replies
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 @pytest.fixture(params=["memory", "redis"])
