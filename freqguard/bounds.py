@@ -12,6 +12,10 @@ encodings the two twins share (see ``freqguard/lua/policy.lua``).
 * An exact sliding log keeps one entry per admitted unit; its limit is capped at
   :data:`MAX_LOG_LIMIT` so that one hit costs bounded time and memory on the server and in
   memory (docs/strategies/sliding-log.md gives the measured cost at the ceiling).
+* A policy as a whole: at most :data:`MAX_RULES` rules, and at most
+  :data:`MAX_POLICY_LOG_ENTRIES` sliding-log entries in all its logs, so that one hit's
+  work and one recipient's record stay bounded however many rules each within its own
+  bound a policy gathers.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ __all__ = [
     "MAX_BURST",
     "MAX_LIMIT",
     "MAX_LOG_LIMIT",
+    "MAX_POLICY_LOG_ENTRIES",
+    "MAX_RULES",
     "MAX_SPAN_US",
     "MAX_TIME_US",
     "MAX_WINDOW_US",
@@ -36,6 +42,11 @@ MAX_LIMIT = 1_000_000_000
 MAX_BURST = 1_000_000_000
 #: The largest limit of a sliding-log rule (one entry per admitted unit).
 MAX_LOG_LIMIT = 10_000
+#: The most rules of one policy (every rule is checked by every hit of it).
+MAX_RULES = 32
+#: The most entries all the sliding logs of one policy can hold at once (one per admitted
+#: unit: about 7 bytes each in a record, and the work of a hit that trims them).
+MAX_POLICY_LOG_ENTRIES = 2 * MAX_LOG_LIMIT
 #: The latest time, µs since the epoch: 2^53 less two spans and their slack, rounded down.
 MAX_TIME_US = 8_000_000_000_000_000
 assert MAX_TIME_US + 2 * MAX_SPAN_US + MAX_SPAN_US // 16 + 10**9 < 2**53

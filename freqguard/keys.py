@@ -234,16 +234,22 @@ def _key_id(rule: Rule) -> str:
 
 def _check_field_tags(policy: str, layout: tuple[tuple[StateLayout, ...], ...]) -> None:
     """In Redis, the states of one partition value share a record, each in a field named by
-    a 2-byte field tag of its key id: two states of a policy with equal tags could share a
-    field. Rare (1 in 65,536 per pair of names), but refused, never shared silently."""
+    a 2-byte field tag of its key id. States whose short tags collide (1 in 65,536 a pair
+    of names) get 6-byte tags instead, which depend on their key ids alone (so on the
+    policy's rules, not their order); two 6-byte tags alike (1 in 2^48) are refused."""
+    states = [state.key for slot in layout for state in slot]
+    by_tag: dict[bytes, list[KeyLayout]] = {}
+    for key in states:
+        by_tag.setdefault(key.field_tag, []).append(key)
+    for keys in by_tag.values():
+        if len({key.key_id for key in keys}) > 1:
+            for key in keys:
+                key.field_tag = _blake2b(key.key_id.encode(), digest_size=6).digest()
     seen: dict[bytes, str] = {}
-    for slot in layout:
-        for state in slot:
-            key = state.key
-            other = seen.setdefault(key.field_tag, key.key_id)
-            if other != key.key_id:
-                raise ConfigError(
-                    f"policy {policy!r}: the states {other!r} and {key.key_id!r} would share "
-                    f"a Redis field (their 2-byte tags collide); rename one of their rules "
-                    f"(name=...)"
-                )
+    for key in states:
+        other = seen.setdefault(key.field_tag, key.key_id)
+        if other != key.key_id:
+            raise ConfigError(
+                f"policy {policy!r}: the states {other!r} and {key.key_id!r} would share a "
+                "Redis field (their tags collide); rename one of their rules (name=...)"
+            )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from freqguard.bounds import MAX_POLICY_LOG_ENTRIES, MAX_RULES
 from freqguard.errors import ConfigError
-from freqguard.rules import Rule, check_name
+from freqguard.rules import Rule, Strategy, check_name
 
 __all__ = ["OnError", "Policy"]
 
@@ -25,8 +26,10 @@ class Policy:
             default) takes the guard's.
 
     Raises:
-        ConfigError: for a bad name, no rules, a non-Rule, two rules with the same id, or a
-            bad ``on_error``.
+        ConfigError: for a bad name, no rules, a non-Rule, two rules with the same id, a
+            bad ``on_error``, or a policy past its bounds: more than 32 rules, or sliding
+            logs that could hold more than 20,000 entries in all (see
+            :mod:`freqguard.bounds`).
     """
 
     __slots__ = ("name", "on_error", "rules")
@@ -50,6 +53,7 @@ class Policy:
                     "give them distinct names"
                 )
             seen[rule.id] = rule
+        _check_size(name, rules)
         self.rules: tuple[Rule, ...] = tuple(rules)
 
     @property
@@ -69,3 +73,29 @@ class Policy:
         inner = ", ".join(repr(rule) for rule in self.rules)
         extra = "" if self.on_error is None else f", on_error={self.on_error!r}"
         return f"Policy({self.name!r}, {inner}{extra})"
+
+
+def _check_size(name: str, rules: tuple[Rule, ...]) -> None:
+    """Refuse a policy whose hits could cost unbounded work: too many rules, or logs that
+    could hold too many entries in all (each rule is within its own bounds already)."""
+    if len(rules) > MAX_RULES:
+        raise ConfigError(
+            f"policy {name!r} has {len(rules)} rules; a policy takes at most {MAX_RULES} "
+            "(every hit checks every rule): split it into several policies"
+        )
+    shared: dict[frozenset[str], int] = {}  # non-shadow logs of one dimension set: one log
+    alone = 0
+    for rule in rules:
+        if rule.strategy is Strategy.SLIDING_LOG:
+            if rule.shadow:
+                alone += rule.capacity
+            else:
+                dims = frozenset(rule.by)
+                shared[dims] = max(shared.get(dims, 0), rule.capacity)
+    entries = alone + sum(shared.values())
+    if entries > MAX_POLICY_LOG_ENTRIES:
+        raise ConfigError(
+            f"policy {name!r}: its sliding logs could hold {entries} entries at once; a "
+            f"policy's logs hold at most {MAX_POLICY_LOG_ENTRIES} in all (one per admitted "
+            "unit, each trimmed by every hit): use gcra or fixed-window for the large rules"
+        )

@@ -4,6 +4,7 @@ reference model says) right up to the bounds (freqguard/bounds.py)."""
 
 from __future__ import annotations
 
+import hashlib
 from datetime import timedelta
 
 import pytest
@@ -16,10 +17,12 @@ from freqguard.bounds import (
     MAX_BURST,
     MAX_LIMIT,
     MAX_LOG_LIMIT,
+    MAX_RULES,
     MAX_SPAN_US,
     MAX_TIME_US,
     MAX_WINDOW_US,
 )
+from freqguard.keys import policy_layout
 from tests.conftest import examples, flush
 from tests.reference import RefPolicy
 from tests.servers import RedisServer
@@ -147,3 +150,47 @@ def test_every_backend_decides_as_the_reference_up_to_the_bounds(
         results.append(_decisions(guard, clock, ops, RefPolicy(policy.rules)))
     assert results[1] == results[0]
     assert results[2] == results[0]
+
+
+# -- issue 17: the policy as a whole is bounded ------------------------------------------------
+
+
+def test_a_policy_of_too_many_rules_is_refused_naming_the_bound() -> None:
+    """300 rules failed only by chance, when two 2-byte field tags collided."""
+    rules = [Rule("5/minute", by="u", strategy="gcra", name=f"r{n}") for n in range(MAX_RULES + 1)]
+    with pytest.raises(ConfigError, match=rf"policy 'big' has {MAX_RULES + 1} rules.*{MAX_RULES}"):
+        Policy("big", *rules)
+    Policy("big", *rules[:MAX_RULES])  # at the bound: fine
+
+
+def test_a_policy_whose_logs_could_hold_too_many_entries_is_refused() -> None:
+    """100 shadow sliding-log rules at 10,000 cost 41 ms of Redis time a hit and a 5 MB
+    record: each rule was within its bound, the policy as a whole was not."""
+    rules = [Rule("10000/hour", by="u", shadow=True, name=f"shadow{n}") for n in range(3)]
+    with pytest.raises(ConfigError, match=r"policy 'logs'.*30000 entries.*20000"):
+        Policy("logs", *rules)
+    # non-shadow logs of one dimension set share one log: counted once, at its largest
+    Policy("shared", *(Rule(f"{10000 - n}/hour", by="u", name=f"r{n}") for n in range(3)))
+
+
+@pytest.mark.parametrize("count", [2, MAX_RULES])
+def test_field_tags_never_collide_within_a_policy(count: int) -> None:
+    """Two states whose 2-byte tags collided made the policy unusable ("rename a rule");
+    colliding tags are now lengthened, so any set of rule names works."""
+    names = _colliding_names() if count == 2 else [f"rule-{n}" for n in range(count)]
+    policy = Policy("p", *(Rule("5/minute", by="u", strategy="gcra", name=n) for n in names))
+    layout = policy_layout(policy, "fg")
+    tags = [state.key.field_tag for slot in layout for state in slot]
+    assert len(set(tags)) == len(tags)
+
+
+def _colliding_names() -> list[str]:
+    """Two rule names whose states' 2-byte field tags collide."""
+    seen: dict[bytes, str] = {}
+    for n in range(100_000):
+        name = f"r{n}"
+        tag = hashlib.blake2b(f"{name}@u".encode(), digest_size=2).digest()
+        if tag in seen:
+            return [seen[tag], name]
+        seen[tag] = name
+    raise AssertionError("no collision found")
