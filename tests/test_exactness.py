@@ -261,7 +261,7 @@ def test_a_multi_slot_hit_that_fails_midway_gives_back_what_it_took(clock: Manua
     """The global slot consumed, the per-user slot's store failed: the global unit stayed
     taken, and no receipt could give it back."""
     policy = Policy("p", Rule("2/minute", name="all"), Rule("5/minute", by="u", name="user"))
-    guard = Guard(MemoryBackend(max_keys=2), [policy], clock=clock)
+    guard = Guard(MemoryBackend(max_keys=2, when_full="reject"), [policy], clock=clock)
     assert guard.hit("p", u="a").allowed  # two states: the global log and a's
     with pytest.raises(BackendUnavailable):
         guard.hit("p", u="b")  # b's state does not fit

@@ -275,7 +275,7 @@ def test_a_refund_that_may_have_reached_the_store_is_not_given_back_twice(
 
 
 def test_a_store_that_answers_with_an_error_does_not_open_the_breaker(clock: ManualClock) -> None:
-    full = MemoryBackend(clock, max_keys=1)
+    full = MemoryBackend(clock, max_keys=1, when_full="reject")
     breaker = Breaker(failures=1, clock=clock.now)
     guard = Guard(full, [SMS], clock, on_error="allow", breaker=breaker)
     guard.hit("sms", **CTX)

@@ -4,6 +4,7 @@ windows pass."""
 from __future__ import annotations
 
 import gc
+import logging
 import os
 
 import pytest
@@ -17,6 +18,7 @@ from freqguard import (
     Policy,
     Rule,
 )
+from freqguard.backends.memory import DEFAULT_MAX_KEYS
 from tests.conftest import SMS
 
 
@@ -38,7 +40,7 @@ def test_a_million_one_off_recipients_are_reclaimed() -> None:
     """Freed memory stays with the process for reuse, so the proof is that a second million
     recipients, arriving after the first million's windows passed, fit in the same memory."""
     clock = ManualClock(1e9)
-    backend = MemoryBackend(clock)
+    backend = MemoryBackend(clock, max_keys=None)  # unbounded: the sweep alone reclaims
     guard = Guard(backend, [Policy("p", Rule("15/minute", by="recipient"))])
     gc.collect()
     base = _rss()
@@ -90,9 +92,9 @@ def test_sweep_on_write_outpaces_new_keys() -> None:
 
 def test_max_keys_rejects_new_states_when_full_and_changes_nothing() -> None:
     """A million distinct client IPs took the process from 27 to 425 MB: max_keys bounds it.
-    By default a full backend refuses new states (every cap stays exact)."""
+    Rejecting, a full backend refuses new states (every cap stays exact)."""
     clock = ManualClock(1e9)
-    backend = MemoryBackend(clock, max_keys=3)
+    backend = MemoryBackend(clock, max_keys=3, when_full="reject")
     guard = Guard(backend, [SMS])
     guard.hit("sms", recipient="a", content="x")  # two states: recipient, recipient+content
     with pytest.raises(BackendUnavailable, match="max_keys=3"):
@@ -173,3 +175,30 @@ def test_acquire_refuses_a_timeout_that_is_not_finite_seconds(timeout: object) -
     guard = Guard(MemoryBackend(), [Policy("p", Rule("1/second", by="u"))])
     with pytest.raises(ConfigError, match="timeout must be None or finite seconds"):
         guard.acquire("p", timeout=timeout, u="x")  # type: ignore[arg-type]
+
+
+# -- issue 17: a bound by default ------------------------------------------------------------
+
+
+def test_the_default_backend_is_bounded_and_says_so_when_it_first_evicts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """1M unique keys took 429 MB with nothing to stop them: the default now keeps at most
+    DEFAULT_MAX_KEYS states, evicting those nearest their expiry, and logs it once."""
+    clock = ManualClock(1e9)
+    backend = MemoryBackend(clock)
+    assert (backend.max_keys, backend.when_full) == (DEFAULT_MAX_KEYS, "evict")
+    small = MemoryBackend(clock, max_keys=50)
+    assert small.when_full == "evict"
+    guard = Guard(small, [Policy("p", Rule("5/minute", by="ip"))])
+    with caplog.at_level(logging.WARNING, logger="freqguard"):
+        for n in range(200):
+            assert guard.hit("p", ip=f"10.0.0.{n}").allowed
+    assert len(small) == 50
+    warned = [r for r in caplog.records if "max_keys=50" in r.getMessage()]
+    assert len(warned) == 1  # once, not per eviction
+    assert "when_full='reject'" in warned[0].getMessage()
+
+
+def test_max_keys_none_is_the_explicit_unbounded_backend() -> None:
+    assert MemoryBackend(max_keys=None).max_keys is None

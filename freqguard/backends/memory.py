@@ -13,6 +13,7 @@ timer thread or a heap.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ from freqguard.contract import PINNED_GRACE_MS, STALE_GRACE_US
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.script import HIT, run
 
-__all__ = ["MemoryBackend"]
+__all__ = ["DEFAULT_MAX_KEYS", "MemoryBackend"]
 
 # Every 16 calls, up to 1024 expired keys go: 64 a call on average, far more than the one or
 # two keys a call creates, so expired keys never pile up; at most ~100 µs in any one call.
@@ -155,6 +156,10 @@ class _HorizonStore:
 
 
 WHEN_FULL = ("reject", "evict")
+#: The states a MemoryBackend keeps by default (about 45 MB at ~450 bytes a state).
+DEFAULT_MAX_KEYS = 100_000
+_UNSET: Any = object()
+_log = logging.getLogger("freqguard")
 
 
 class MemoryBackend:
@@ -162,33 +167,37 @@ class MemoryBackend:
 
     Args:
         clock: the time used when the Guard pins none (default :class:`SystemClock`).
-        max_keys: the most states kept at once (``None``: no bound). A policy keeps one state
-            per rule and context (rules of one strategy and dimensions may share one); at
-            100-300 bytes each, ``max_keys=1_000_000`` bounds the backend near 300 MB.
+        max_keys: the most states kept at once: :data:`DEFAULT_MAX_KEYS` (100,000, about
+            45 MB) unless given; ``None`` for no bound. A policy keeps one state per rule and
+            context (rules of one strategy and dimensions may share one), at 100-500 bytes
+            each: ``max_keys=1_000_000`` bounds the backend near 450 MB.
         when_full: what a hit that needs a new state does when ``max_keys`` are live:
-            ``"reject"`` (the default) raises :class:`~freqguard.BackendUnavailable` and
-            changes nothing, so every cap stays exact (as Redis' ``noeviction``); ``"evict"``
-            drops the states closest to expiry to make room, so memory stays bounded under a
-            flood of new keys at the price of forgetting those states early (their contexts
-            may be admitted again before their windows end). Expired states are always
-            reclaimed first.
+            ``"evict"`` (the default) drops the states closest to expiry to make room, so
+            memory stays bounded under a flood of new keys (a million client addresses) at
+            the price of forgetting those states early (their contexts may be admitted
+            again before their windows end); the first eviction is logged as a warning, once.
+            ``"reject"`` raises :class:`~freqguard.BackendUnavailable` and changes nothing,
+            so every cap stays exact (as Redis' ``noeviction``), and ``on_error`` answers.
+            Expired states are always reclaimed first.
 
     Pinned-time calls (a Guard with its own ``clock``) and backend-time calls keep their
     states apart: their times cannot be compared, and expiring one by the other's clock
     would wipe it.
 
     Raises:
-        ConfigError: for a ``max_keys`` that is not a positive integer, or an unknown
-            ``when_full``.
+        ConfigError: for a ``max_keys`` that is not None or a positive integer, or an
+            unknown ``when_full``.
     """
 
     def __init__(
         self,
         clock: Clock | None = None,
         *,
-        max_keys: int | None = None,
-        when_full: str = "reject",
+        max_keys: int | None = _UNSET,
+        when_full: str = "evict",
     ) -> None:
+        if max_keys is _UNSET:
+            max_keys = DEFAULT_MAX_KEYS
         if max_keys is not None and (
             isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1
         ):
@@ -203,6 +212,7 @@ class MemoryBackend:
         self._stores = (_HorizonStore(), _HorizonStore(self.clock))
         self._lock = threading.Lock()
         self._calls = 0
+        self._evicted = False  # the first eviction is logged
 
     def execute(self, call: ScriptCall) -> Reply:
         pinned = call.now is not None
@@ -233,6 +243,15 @@ class MemoryBackend:
             return
         wanted -= store.sweep(store.clock(now), max(wanted, _SWEEP_BUDGET))
         if wanted > 0 and self.when_full == "evict":
+            if not self._evicted:
+                self._evicted = True
+                _log.warning(
+                    "freqguard: the memory backend is full (max_keys=%d live states): states "
+                    "nearest their expiry are evicted to make room, and their contexts may be "
+                    "admitted again early; raise max_keys, or pass when_full='reject' to keep "
+                    "every cap exact (logged once)",
+                    self.max_keys,
+                )
             for other in self._stores:
                 wanted -= other.evict(wanted)
         if wanted > 0:
