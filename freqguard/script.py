@@ -157,6 +157,8 @@ class StateStore(Protocol):
 
     def put(self, key: str, horizon: int, state: Any, expire_at: int, latest: int) -> None: ...
 
+    def delete(self, key: str, horizon: int) -> None: ...
+
 
 # -- the script's steps (freqguard/lua/policy.lua has the same, in the same order) ---------
 
@@ -170,12 +172,18 @@ def judged_at(found: Sequence[Entry | None], now: int) -> int:
 
 
 def reset_states(
-    store: StateStore, keys: Sequence[str], specs: Sequence[StateSpec], now: int
+    store: StateStore, keys: Sequence[str], specs: Sequence[StateSpec], now: int, pinned: bool
 ) -> int:
-    """RESET: every stored state is deleted, and the reset ends its microsecond: in its place
-    an expired marker of no state, written 1 µs after the latest time of the call (kept for
-    the stale grace, as any expired state), so that what comes after is judged at least
-    that late and no receipt from before the reset can match it. Returns that time."""
+    """RESET: every stored state is deleted. On a pinned time, where the next call may come
+    at the very microsecond of a hit before the reset, the reset ends its microsecond: in
+    place of each state an expired marker of no state, written 1 µs after the latest time of
+    the call (kept for the stale grace, as any expired state), so that what comes after is
+    judged at least that late and no receipt from before the reset can match it. Returns
+    the time the call is judged at."""
+    if not pinned:
+        for key, spec in zip(keys, specs):  # noqa: B905 (the slot built both; hot path)
+            store.delete(key, spec.horizon)
+        return now
     found = [store.get(key, spec.horizon, now) for key, spec in zip(keys, specs)]  # noqa: B905
     at = judged_at(found, now) + 1
     for key, spec, entry in zip(keys, specs, found):  # noqa: B905 (the slot built both)
@@ -262,6 +270,7 @@ def run(
     cost: int,
     mode: int,
     marks: Sequence[Mark | None] | None = None,
+    pinned: bool = False,
 ) -> Reply:
     """Execute the policy script against ``store``; see the module docstring.
 
@@ -275,7 +284,7 @@ def run(
         found = [store.get(key, spec.horizon, now) for key, spec in zip(keys, specs)]  # noqa: B905
         now = judged_at(found, now)
     else:
-        now = reset_states(store, keys, specs, now)
+        now = reset_states(store, keys, specs, now, pinned)
         found = [None] * len(specs)
     views = load_states(specs, found, now)
     if mode == REFUND:

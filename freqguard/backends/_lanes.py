@@ -30,6 +30,7 @@ from redis.connection import Connection
 
 from freqguard.backends._async import wire as async_wire
 from freqguard.backends._sync import wire
+from freqguard.errors import ConfigError
 
 __all__ = ["AsyncLane", "Lane", "aexchange_all", "exchange_all"]
 
@@ -185,12 +186,26 @@ class AsyncLane:
     async def exchange(self, packed: bytes, count: int) -> list[object]:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
-            self._loop, self._connection, self._pending, self._driver = loop, None, [], None
+            self._rebind(loop)
         future: asyncio.Future[list[object]] = loop.create_future()
         self._pending.append((packed, count, future))
         if self._driver is None:
             self._driver = loop.create_task(self._drive())
         return await future
+
+    def _rebind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Serve ``loop`` from now on: afresh, its predecessor being gone (or idle). A loop
+        still running elsewhere (another thread) owns the connection and the calls under
+        way: refused, where it used to lose them (a hang until the timeout)."""
+        old = self._loop
+        if old is not None and old.is_running() and not old.is_closed():
+            raise ConfigError(
+                "an async Redis backend (and its AsyncGuard) serves one event loop at a time, "
+                "and this one serves a loop running in another thread: make one backend per "
+                "event loop (async_backend_from_url(...) in each), or share a sync Guard "
+                "between threads"
+            )
+        self._loop, self._connection, self._pending, self._driver = loop, None, [], None
 
     async def stream(self, chunks: Callable[[], Iterable[bytes]], count: int) -> list[object]:
         """:meth:`Lane.stream`'s twin: the chunks go as one batch (the driver already

@@ -117,6 +117,11 @@ class _HorizonStore:
             if len(entries) > found.peak:
                 found.peak = len(entries)
 
+    def delete(self, key: str, horizon: int) -> None:
+        found = self.queues.get(horizon)
+        if found is not None and found.entries.pop(key, None) is not None:
+            self.count -= 1
+
     def missing(self, keys: Sequence[str], horizons: Sequence[int]) -> int:
         """How many of ``keys`` are not stored (each under its horizon)."""
         absent = 0
@@ -222,7 +227,7 @@ class MemoryBackend:
             now = check_time(self.clock.now_us() if call.now is None else call.now)
             if self.max_keys is not None:
                 self._make_room(store, keys, call, now)
-            reply = run(store, keys, call.slot, now, call.cost, call.mode, call.marks)
+            reply = run(store, keys, call.slot, now, call.cost, call.mode, call.marks, pinned)
             self._calls += 1
             if self._calls % _SWEEP_EVERY == 0:
                 store.sweep(store.clock(now), _SWEEP_BUDGET)

@@ -403,14 +403,16 @@ local function judged_at(got, n, now)
   return now
 end
 
--- RESET: every stored state is deleted, and the reset ends its microsecond: in its place an
--- expired marker of no state ('') written 1 µs after the latest time of the call, so that
--- what comes after is judged at least that late and no receipt from before the reset can
--- match it. Returns the markers and that time.
-local function reset_states(got, n, now)
-  local after, at = {}, judged_at(got, n, now) + 1
+-- RESET: every stored state is deleted (false). On a pinned time, where the next call may
+-- come at the very microsecond of a hit before the reset, the reset ends its microsecond: in
+-- place of each state an expired marker of no state ('') written 1 µs after the latest time
+-- of the call, so that what comes after is judged at least that late and no receipt from
+-- before the reset can match it. Returns the states' fate and the time.
+local function reset_states(got, n, now, pinned)
+  local after, at = {}, now
+  if pinned then at = judged_at(got, n, now) + 1 end
   for i = 1, n do
-    if got[i + 1] then after[i] = '' end
+    if got[i + 1] then after[i] = pinned and '' or false end
   end
   return after, at
 end
@@ -474,10 +476,10 @@ local function consume_states(specs, views, after, waits, now, cost)
 end
 
 -- The fields to set (each changed state behind its expiry and now; a refund keeps the
--- expiry: it only shrinks what can matter; a reset's marker is expired as it is written);
--- the latest expiry set; how many fields are new.
+-- expiry: it only shrinks what can matter; a reset's marker is expired as it is written)
+-- and to delete; the latest expiry set; how many fields are new.
 local function changes(specs, after, got, argv, expiries, now, mode)
-  local sets, latest, added = {}, 0, 0
+  local sets, drops, latest, added = {}, {}, 0, 0
   for i = 1, #specs do
     local state = after[i]
     if state then
@@ -492,9 +494,11 @@ local function changes(specs, after, got, argv, expiries, now, mode)
       sets[#sets + 1] = pack(FIELD_HEAD, expiry, now) .. state
       if expiry > latest then latest = expiry end
       if not got[i + 1] then added = added + 1 end
+    elseif state == false then
+      drops[#drops + 1] = argv[4 + i]
     end
   end
-  return sets, latest, added
+  return sets, drops, latest, added
 end
 
 -- The record's expiry after a write of that latest expiry, and its TTL (ms) when it must be
@@ -511,13 +515,18 @@ local function record_ttl(record_expiry, latest, now, clock, pinned)
   return record_expiry, nil
 end
 
--- Write: the changed fields, the meta field, the record's TTL (which, with pruning, is how
--- fields go: a reset leaves markers).
-local function write_record(record, got, sets, latest, added, now, clock, pinned)
-  if #sets == 0 then return end
+-- Write: the changed fields, the meta field, the record's TTL; an emptied record goes.
+local function write_record(record, got, sets, drops, latest, added, now, clock, pinned)
+  if #sets == 0 and #drops == 0 then return end
   local meta, record_expiry, fields, prune_at = got[1], 0, 0, PRUNE_FLOOR
   if meta then record_expiry, fields, prune_at = sunpack(RECORD_META, meta) end
-  fields = fields + added
+  if #drops > 0 then call('HDEL', record, tunpack(drops)) end
+  fields = fields + added - #drops
+  if #sets == 0 and fields <= 0 then fields = call('HLEN', record) - 1 end
+  if #sets == 0 and fields <= 0 then
+    call('DEL', record)
+    return
+  end
   if fields > prune_at and not pinned then  -- pinned records go in real time (their TTL)
     if #sets > 0 then call('HSET', record, tunpack(sets)) end
     sets, fields = {}, prune(record, clock)
@@ -525,7 +534,7 @@ local function write_record(record, got, sets, latest, added, now, clock, pinned
   end
   local ttl_ms
   record_expiry, ttl_ms = record_ttl(record_expiry, latest, now, clock, pinned)
-  if ttl_ms or added > 0 or not meta then
+  if ttl_ms or added > 0 or #drops > 0 or not meta then
     sets[#sets + 1] = ''
     sets[#sets + 1] = pack(RECORD_META, record_expiry, fields, prune_at)
   end
@@ -538,7 +547,11 @@ local function reply(specs, allowed, now, waits, after, raws)
   local out = {pack(specs.reply_format, allowed and 1 or 0, now, tunpack(waits))}
   for i = 1, #specs do
     local state = after[i]
-    if state == nil then state = raws[i] or '' end
+    if state == nil then
+      state = raws[i] or ''
+    elseif state == false then
+      state = ''
+    end
     out[i + 1] = pack(REPLY_STATE_LENGTH, #state) .. state
   end
   return concat(out)
@@ -556,11 +569,12 @@ local function run(keys, argv)
   local specs = specs_of(argv[4])
   local record, n = keys[1], #specs
   local got = call('HMGET', record, '', tunpack(argv, 5, 4 + n))
-  local after = {}  -- per state: the packed state to store ('' a reset's marker), nil to keep
+  -- per state: the packed state to store ('' a reset's marker), false to delete, nil to keep
+  local after = {}
   if mode ~= RESET then
     now = judged_at(got, n, now)
   else
-    after, now = reset_states(got, n, now)
+    after, now = reset_states(got, n, now, pinned)
   end
   local views, raws, expiries = load_states(specs, got, now, mode)
   if mode == REFUND then refund_states(specs, views, after, raws, argv, now, cost) end
@@ -568,8 +582,8 @@ local function run(keys, argv)
   if mode == HIT and allowed and cost > 0 then
     consume_states(specs, views, after, waits, now, cost)
   end
-  local sets, latest, added = changes(specs, after, got, argv, expiries, now, mode)
-  write_record(record, got, sets, latest, added, now, clock, pinned)
+  local sets, drops, latest, added = changes(specs, after, got, argv, expiries, now, mode)
+  write_record(record, got, sets, drops, latest, added, now, clock, pinned)
   return reply(specs, allowed, now, waits, after, raws)
 end
 
