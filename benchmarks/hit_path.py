@@ -30,7 +30,7 @@ from benchmarks.redis_sms import sms_policy
 from benchmarks.workload import sms_stream
 from freqguard import AsyncGuard, Guard, MemoryBackend, Strategy
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
-from freqguard.script import HIT
+from freqguard.script.contract import HIT
 from tests.servers import standalone
 
 Stream = list[tuple[str, str]]

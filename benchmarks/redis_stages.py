@@ -25,7 +25,7 @@ from benchmarks.redis_sms import sms_policy
 from benchmarks.workload import sms_stream
 from freqguard import Guard, Strategy
 from freqguard.backends.redis import LIBRARY, RedisBackend, function_args
-from freqguard.script import HIT
+from freqguard.script.contract import HIT
 from tests.servers import standalone
 
 # (stage, the line of policy.lua the function returns before): the first in policy(), the

@@ -21,11 +21,11 @@ from freqguard.rates import Rate, parse_rate, parse_rates
 from freqguard.rules import Rule, Strategy
 
 if TYPE_CHECKING:
-    from freqguard._otel import OpenTelemetryObserver
-    from freqguard._prometheus import PrometheusObserver
     from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
     from freqguard.decorators import capped
-    from freqguard.defaults import configure
+    from freqguard.decorators.defaults import configure
+    from freqguard.observe.otel import OpenTelemetryObserver
+    from freqguard.observe.prometheus import PrometheusObserver
 
 __version__ = "0.1.0"
 
@@ -79,13 +79,13 @@ def __getattr__(name: str) -> Any:
         return getattr(redis, name)
     # The decorator module adds ~5 ms (a twentieth of the package's import) that code
     # without @capped need not pay. `configure` sets @capped's default guard: it too is
-    # loaded on first use, from its own module (freqguard.defaults, which is light).
+    # loaded on first use, from its own module (freqguard.decorators.defaults, which is light).
     if name == "capped":
         from freqguard.decorators import capped
 
         return capped
     if name == "configure":
-        from freqguard.defaults import configure
+        from freqguard.decorators.defaults import configure
 
         return configure
     # Each metrics observer needs its extra (prometheus_client, opentelemetry-api).

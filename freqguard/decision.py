@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from freqguard.rules import Rule
-from freqguard.strategies.base import Mark
+from freqguard.script.strategies.base import Mark
 
 __all__ = ["Decision", "Receipt", "RuleState"]
 

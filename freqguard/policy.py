@@ -8,7 +8,9 @@ from freqguard.bounds import MAX_POLICY_LOG_ENTRIES, MAX_RULES
 from freqguard.errors import ConfigError
 from freqguard.rules import Rule, Strategy, check_name
 
-__all__ = ["OnError", "Policy"]
+__all__ = ["ON_ERROR", "Fallback", "OnError", "Policy", "check_on_error"]
+
+ON_ERROR = ("raise", "allow", "deny")
 
 #: ``"raise"``, ``"allow"``, ``"deny"``, or a backend to fall back on (see freqguard.failure)
 OnError = Literal["raise", "allow", "deny"] | Any
@@ -37,8 +39,6 @@ class Policy:
     def __init__(self, name: str, *rules: Rule, on_error: OnError | None = None) -> None:
         self.name = check_name("policy name", name)
         if on_error is not None:
-            from freqguard.failure import check_on_error
-
             check_on_error(on_error, f"policy {name!r}")
         self.on_error = on_error
         if not rules:
@@ -99,3 +99,62 @@ def _check_size(name: str, rules: tuple[Rule, ...]) -> None:
             f"policy's logs hold at most {MAX_POLICY_LOG_ENTRIES} in all (one per admitted "
             "unit, each trimmed by every hit): use gcra or fixed-window for the large rules"
         )
+
+
+class Fallback:
+    """A backend to fall back on while the store is away, with the caps shared out.
+
+    A fallback ``MemoryBackend()`` keeps per-process counts: N worker processes falling back
+    admit up to N times a limit between them. ``Fallback(MemoryBackend(), workers=N)`` gives
+    each process 1/N of every rule's limit (and of a bucket's burst), rounded down and at
+    least 1, so that the N together admit about the limit (at most N times it where a limit
+    is smaller than N). Its decisions say ``source == "fallback"`` and report the shared-out
+    limits.
+
+    Args:
+        backend: the backend to decide on (a sync one for Guard, an async one for
+            AsyncGuard; ``MemoryBackend`` is both).
+        workers: how many processes share the limits while falling back (>= 1).
+
+    Raises:
+        ConfigError: ``workers`` is not an integer >= 1, or ``backend`` is not a backend.
+    """
+
+    __slots__ = ("backend", "workers")
+
+    def __init__(self, backend: Any, workers: int) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ConfigError(f"Fallback workers must be an integer >= 1, got {workers!r}")
+        if isinstance(backend, (str, Fallback)) or not hasattr(backend, "clock"):
+            raise ConfigError(f"Fallback takes a backend (e.g. MemoryBackend()), got {backend!r}")
+        self.backend, self.workers = backend, workers
+
+    def __repr__(self) -> str:
+        return f"Fallback({self.backend!r}, workers={self.workers})"
+
+
+def check_on_error(value: object, where: str, methods: tuple[str, ...] | None = None) -> object:
+    """``value`` if it is a valid ``on_error``: ``"raise"``, ``"allow"``, ``"deny"``, a
+    backend or a :class:`Fallback` (with ``methods``, when given: what the guard will call
+    on the backend)."""
+    if isinstance(value, Fallback):
+        check_on_error(value.backend, where, methods)
+        return value
+    if isinstance(value, str):
+        if value in ON_ERROR:
+            return value
+    elif hasattr(value, "clock"):
+        wanted = methods or ("execute_many",)
+        if all(callable(getattr(value, m, None)) for m in wanted) or (
+            methods is None and callable(getattr(value, "aexecute_many", None))
+        ):
+            return value
+        if methods is not None:
+            raise ConfigError(
+                f"{where}: the fallback backend {value!r} lacks {', '.join(methods)}: a "
+                f"{'sync' if methods[0] == 'execute' else 'async'} guard needs one it can drive"
+            )
+    raise ConfigError(
+        f"{where}: on_error must be 'raise', 'allow', 'deny' or a backend to fall back on "
+        f"(e.g. MemoryBackend()), got {value!r}"
+    )

@@ -25,10 +25,10 @@ from redis.crc import key_slot
 
 from freqguard import AsyncGuard, BackendUnavailable, Decision, Guard, Policy
 from freqguard.backends._resp import record_key
-from freqguard.backends.base import Reply, ScriptCall
-from freqguard.core import PolicyPlan
+from freqguard.engine.ops import PolicyPlan
 from freqguard.failure import CircuitOpen
-from freqguard.script import HIT
+from freqguard.script.calls import Reply, ScriptCall
+from freqguard.script.contract import HIT
 from tests import servers
 from tests.servers import RedisServer
 

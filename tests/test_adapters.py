@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import cast
 
 from freqguard import Clock, Guard, ManualClock, MemoryBackend, Policy, Rule
-from freqguard.adapters import ThreadedBackend, async_view
-from freqguard.backends.base import Reply, ScriptCall
+from freqguard.decorators.adapters import ThreadedBackend, async_view
+from freqguard.script.calls import Reply, ScriptCall
 
 ONE = Policy("one", Rule("1/minute", by="user"))
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from freqguard import Decision, Guard, ManualClock, MemoryBackend, Policy, Rule
-from freqguard.backends.base import Reply
-from freqguard.core import Op
-from freqguard.script import HIT
+from freqguard.engine.ops import Op
+from freqguard.script.calls import Reply
+from freqguard.script.contract import HIT
 from tests.audit import (
     NO_REFUNDS,
     Admission,

@@ -22,7 +22,7 @@ from freqguard.bounds import (
     MAX_TIME_US,
     MAX_WINDOW_US,
 )
-from freqguard.keys import policy_layout
+from freqguard.script.keys import policy_layout
 from tests.conftest import examples, flush
 from tests.reference import RefPolicy
 from tests.servers import RedisServer

@@ -23,8 +23,8 @@ from freqguard import (
     Policy,
     Rule,
 )
-from freqguard.backends.base import Reply, ScriptCall
 from freqguard.failure import Breaker
+from freqguard.script.calls import Reply, ScriptCall
 from tests.test_failure_nodes import COOLDOWN, FAILURES, Nodes, P
 
 # two slots: the per-r record on the node of r's first letter, the per-c one on c's
@@ -202,7 +202,7 @@ def test_the_async_view_of_a_guard_on_a_cluster_keeps_one_circuit_per_node() -> 
     by B's successes in between, so A's circuit never opens for the view, and every view
     hit on A's slots waits out the socket timeout (the bug the per-node breaker fixes, back
     for async callers); and the guard's own open circuit for A is ignored by the view."""
-    from freqguard.adapters import async_view
+    from freqguard.decorators.adapters import async_view
 
     clock = ManualClock()
     store = Nodes(clock)

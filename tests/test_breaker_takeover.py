@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from freqguard import AsyncGuard, BackendUnavailable, Guard, ManualClock
-from freqguard.backends.base import Reply, ScriptCall
 from freqguard.failure import Breaker
+from freqguard.script.calls import Reply, ScriptCall
 from tests.test_failure_nodes import COOLDOWN, Nodes, P
 
 

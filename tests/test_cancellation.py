@@ -26,9 +26,9 @@ from freqguard import (
     Rule,
     backend_from_url,
 )
-from freqguard.adapters import async_view
-from freqguard.backends.base import Reply, ScriptCall
 from freqguard.backends.redis import AsyncRedisBackend
+from freqguard.decorators.adapters import async_view
+from freqguard.script.calls import Reply, ScriptCall
 from tests.conftest import flush
 from tests.faults import Gate
 from tests.servers import RedisServer

@@ -24,8 +24,8 @@ from freqguard import (
     backend_from_url,
 )
 from freqguard.backends._resp import record_key
-from freqguard.core import PolicyPlan
-from freqguard.script import HIT
+from freqguard.engine.ops import PolicyPlan
+from freqguard.script.contract import HIT
 from tests import servers
 from tests.conftest import flush
 from tests.faults import AsyncDriver, kill, owner, owners_of, restart, stopped

@@ -17,8 +17,8 @@ from redis.crc import key_slot
 
 from freqguard import BackendUnavailable
 from freqguard.backends._resp import record_key
-from freqguard.core import PolicyPlan
-from freqguard.script import HIT
+from freqguard.engine.ops import PolicyPlan
+from freqguard.script.contract import HIT
 from tests import servers
 from tests.conftest import flush
 from tests.faults import owner

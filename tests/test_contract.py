@@ -13,11 +13,12 @@ from types import ModuleType
 
 import pytest
 
-from freqguard import Policy, Rule, Strategy, contract, script
-from freqguard.core import PolicyPlan
-from freqguard.strategies import TWINS, RuleParams
+from freqguard import Policy, Rule, Strategy
+from freqguard.engine.ops import PolicyPlan
+from freqguard.script import contract, twin
+from freqguard.script.strategies import TWINS, RuleParams
 
-LUA = resources.files("freqguard.lua").joinpath("policy.lua").read_text(encoding="utf-8")
+LUA = resources.files("freqguard.script").joinpath("policy.lua").read_text(encoding="utf-8")
 
 
 def _lua_local(name: str) -> str:
@@ -183,7 +184,7 @@ def _lua_functions() -> list[str]:
 
 
 def _script_functions() -> list[str]:
-    return _python_functions(script)
+    return _python_functions(twin)
 
 
 def test_the_run_steps_are_defined_on_both_sides_in_the_same_order() -> None:
@@ -206,7 +207,7 @@ def test_run_calls_the_steps_in_the_contracts_order_on_both_sides() -> None:
     assert lua_run, "policy.lua has no top-level `local function run(`"
     steps = contract.RUN_STEPS
     assert _calls(lua_run.group(0), steps) == list(steps)
-    assert _calls(inspect.getsource(script.run), steps) == list(steps)
+    assert _calls(inspect.getsource(twin.run), steps) == list(steps)
 
 
 SCREEN = 40  # lines: a function longer than this does too much (STYLE.md)
@@ -225,7 +226,7 @@ def test_no_lua_function_is_longer_than_a_screen() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", [script, *sorted(set(map(inspect.getmodule, TWINS.values())), key=str)], ids=str
+    "module", [twin, *sorted(set(map(inspect.getmodule, TWINS.values())), key=str)], ids=str
 )
 def test_no_python_twin_function_is_longer_than_a_screen(module: ModuleType) -> None:
     tree = ast.parse(inspect.getsource(module))

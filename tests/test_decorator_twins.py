@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from freqguard import AsyncGuard, CapExceeded, Guard, ManualClock, MemoryBackend
-from freqguard.decorators import OnExceeded, capped
+from freqguard.decorators.decorator import OnExceeded, capped
 
 START = 1_700_000_000.0
 MODES: list[OnExceeded] = ["raise", "skip", "wait", lambda d: f"late by {d.retry_after:.0f}s"]

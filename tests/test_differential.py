@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from freqguard import Decision, Guard, ManualClock, MemoryBackend, Policy, Rate, Rule, Strategy
 from freqguard.backends.redis import RedisBackend
-from freqguard.contract import STALE_GRACE_US
+from freqguard.script.contract import STALE_GRACE_US
 from tests.conftest import examples, flush
 from tests.servers import RedisServer
 

@@ -24,8 +24,7 @@ from freqguard import (
 )
 from freqguard.backends.base import SyncBackend
 from freqguard.backends.redis import AsyncRedisBackend
-from freqguard.contract import BACK_LIMIT
-from freqguard.script import HIT
+from freqguard.script.contract import BACK_LIMIT, HIT
 from tests.conftest import START, GuardFactory
 from tests.reference import max_in_any_window
 from tests.servers import RedisServer

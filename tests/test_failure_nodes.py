@@ -29,8 +29,8 @@ from freqguard import (
     Policy,
     Rule,
 )
-from freqguard.backends.base import Reply, ScriptCall
 from freqguard.failure import Breaker, CircuitOpen
+from freqguard.script.calls import Reply, ScriptCall
 from tests.test_failure_policy import AsyncTwin
 
 CAP = 3

@@ -27,8 +27,8 @@ from freqguard import (
     Policy,
     Rule,
 )
-from freqguard.backends.base import Reply, ScriptCall
 from freqguard.failure import Breaker, Fallback
+from freqguard.script.calls import Reply, ScriptCall
 
 SMS = Policy(
     "sms",
@@ -201,7 +201,7 @@ def test_a_shared_out_fallback_scales_bursts_takes_refunds_and_serves_every_oper
 
 
 def test_the_async_guard_and_the_async_view_share_out_a_fallback_too(clock: ManualClock) -> None:
-    from freqguard.adapters import async_view
+    from freqguard.decorators.adapters import async_view
 
     store = Switch(clock)
     store.down = True
@@ -554,7 +554,7 @@ def test_capped_takes_on_error_for_its_own_cap_and_configure_the_guards(
     clock: ManualClock,
 ) -> None:
     from freqguard import capped
-    from freqguard.defaults import configure, default_guard
+    from freqguard.decorators.defaults import configure, default_guard
 
     store = Switch(clock)
     guard = Guard(store, [], clock)

@@ -20,9 +20,9 @@ from freqguard import (
     Policy,
     Rule,
 )
-from freqguard.adapters import async_view
-from freqguard.backends.base import Reply, ScriptCall
+from freqguard.decorators.adapters import async_view
 from freqguard.failure import Fallback
+from freqguard.script.calls import Reply, ScriptCall
 from tests.test_failure_policy import Switch
 
 START = 1_700_000_000.0

@@ -26,7 +26,6 @@ from freqguard import (
     Policy,
     Rule,
 )
-from freqguard.backends.base import Reply, ScriptCall
 from freqguard.integrations.flask import FreqGuard
 from freqguard.integrations.starlette import (
     FreqGuardMiddleware,
@@ -37,6 +36,7 @@ from freqguard.integrations.starlette import (
     refused_handler,
 )
 from freqguard.integrations.wsgi import FreqGuardMiddleware as WSGIMiddleware
+from freqguard.script.calls import Reply, ScriptCall
 
 
 class Down(MemoryBackend):

@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from freqguard import Policy, Rule, Strategy
-from freqguard.core import PolicyPlan
-from freqguard.keys import policy_layout
-from freqguard.script import HIT
+from freqguard.engine.ops import PolicyPlan
+from freqguard.script.contract import HIT
+from freqguard.script.keys import policy_layout
 from tests.conftest import SMS
 
 values = st.one_of(

@@ -36,9 +36,7 @@ from freqguard import (
     Rule,
     backend_from_url,
 )
-from freqguard.backends.base import Reply, ScriptCall
 from freqguard.backends.redis import RedisBackend
-from freqguard.keys import digest
 from freqguard.observe import (
     DECISION_BUCKETS,
     LoggingObserver,
@@ -46,6 +44,8 @@ from freqguard.observe import (
     OpenTelemetryObserver,
     PrometheusObserver,
 )
+from freqguard.script.calls import Reply, ScriptCall
+from freqguard.script.keys import digest
 from tests.servers import free_port
 
 RECIPIENT = "18829340001"

@@ -35,7 +35,7 @@ from freqguard import (
 )
 from freqguard.backends._lanes import AsyncLane
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
-from freqguard.contract import STALE_GRACE_US
+from freqguard.script.contract import STALE_GRACE_US
 from tests.conftest import SMS, START, flush
 from tests.servers import RedisServer, cluster
 

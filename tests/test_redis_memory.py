@@ -22,7 +22,7 @@ from freqguard import (
     backend_from_url,
 )
 from freqguard.backends.redis import FUNCTION, FUNCTION_NOGROW, AsyncRedisBackend, RedisBackend
-from freqguard.script import CHECK, HIT
+from freqguard.script.contract import CHECK, HIT
 from tests.conftest import flush
 from tests.servers import RedisServer
 

@@ -1,6 +1,6 @@
 """The Redis Function library the backends call, and how it is loaded again when missing.
 
-The policy function of ``freqguard/lua/policy.lua`` is loaded with FUNCTION LOAD under a name
+The policy function of ``freqguard/script/policy.lua`` is loaded with FUNCTION LOAD under a name
 that carries a digest of its code (so versions side by side never clash), on first use and
 again whenever a server answers that it lacks it: after ``FUNCTION FLUSH``, or on a new node;
 inside pipelines too, and in a way no concurrent flush can defeat (see :func:`again`). Redis
@@ -28,7 +28,7 @@ __all__ = [
     "missing",
 ]
 
-_SOURCE = resources.files("freqguard.lua").joinpath("policy.lua").read_text(encoding="utf-8")
+_SOURCE = resources.files("freqguard.script").joinpath("policy.lua").read_text(encoding="utf-8")
 #: the name of the library and of its function, for hits
 FUNCTION = "freqguard_" + hashlib.sha1(_SOURCE.encode("utf-8")).hexdigest()[:12]
 #: the same function flagged allow-oom, for the calls that never grow what is stored (CHECK,

@@ -14,10 +14,10 @@ from typing import Any
 from redis.client import NEVER_DECODE
 
 from freqguard.backends._library import FUNCTION, FUNCTION_NOGROW
-from freqguard.backends.base import ScriptCall
-from freqguard.contract import HIT
 from freqguard.errors import ConfigError
-from freqguard.strategies.base import Mark
+from freqguard.script.calls import ScriptCall
+from freqguard.script.contract import HIT
+from freqguard.script.strategies.base import Mark
 
 __all__ = [
     "ASKING",

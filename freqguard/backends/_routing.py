@@ -24,7 +24,7 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from freqguard.backends._resp import record_key
-from freqguard.backends.base import ScriptCall
+from freqguard.script.calls import ScriptCall
 
 __all__ = [
     "REROUTE",

@@ -1,6 +1,6 @@
 """The in-memory backend: the embedded default, and the reference for the Redis scripts.
 
-It runs the Python twin of the policy script (``freqguard.script``) under one lock, so it is
+It runs the Python twin of the policy script (``freqguard.script.twin``) under one lock, so it is
 safe under threads and asyncio and makes exactly the decisions the Lua makes.
 
 Expiry costs nothing per key. Every key is filed under its *horizon*: the longest its state
@@ -19,12 +19,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from freqguard.backends.base import Reply, ScriptCall
 from freqguard.bounds import check_time
 from freqguard.clock import Clock, SystemClock
-from freqguard.contract import PINNED_GRACE_MS, STALE_GRACE_US
 from freqguard.errors import BackendUnavailable, ConfigError
-from freqguard.script import HIT, run
+from freqguard.script.calls import Reply, ScriptCall
+from freqguard.script.contract import HIT, PINNED_GRACE_MS, STALE_GRACE_US
+from freqguard.script.twin import run
 
 __all__ = ["DEFAULT_MAX_KEYS", "MemoryBackend"]
 
@@ -75,7 +75,7 @@ class _HorizonStore:
     whose time a Guard pins (``real`` given), Redis expires a record in real time, for as long
     as its states still matter in pinned time plus ``PINNED_GRACE_MS``; so here, on ``real``:
     a pinned clock that jumps a day ahead and comes back finds every state where it was, in
-    both twins (an expired state reads as absent all the same: :func:`~freqguard.script.run`).
+    both twins (an expired state reads as absent all the same: :func:`~freqguard.script.twin.run`).
     """
 
     __slots__ = ("count", "queues", "real")

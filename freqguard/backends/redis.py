@@ -1,6 +1,6 @@
 """Redis and Redis Cluster backends, sync and async.
 
-Each runs the policy function of ``freqguard/lua/policy.lua`` by FCALL, one call per slot of
+Each runs the policy function of ``freqguard/script/policy.lua`` by FCALL, one call per slot of
 a hit. Redis 7.0 or newer is required. One module per job:
 
 ================================  =====================================================

@@ -17,7 +17,7 @@ from freqguard.headers import whole_seconds
 from freqguard.integrations._client_ip import client_ip
 from freqguard.integrations._request import BadRequest, KeyFunc, RequestInfo, context_of
 from freqguard.integrations._routes import check_pattern
-from freqguard.policy import Policy
+from freqguard.policy import Policy, check_on_error
 from freqguard.rates import Rate, parse_rates
 from freqguard.rules import Rule, check_name, fit_name
 
@@ -157,7 +157,6 @@ def _check_on_error(on_error: object, rule: object, path: str) -> object:
             f"Limit({path!r}): on_error={on_error!r} goes on the Policy it is given "
             f"(Policy({rule.name!r}, ..., on_error=...))"
         )
-    from freqguard.failure import check_on_error
 
     return check_on_error(on_error, f"Limit({path!r})")
 

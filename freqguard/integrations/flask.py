@@ -28,7 +28,7 @@ from flask import Flask, Response, current_app, g, request
 
 from freqguard.backends.urls import backend_from_url
 from freqguard.decision import Decision
-from freqguard.decorators import _implicit_name
+from freqguard.decorators.decorator import _implicit_name
 from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile

@@ -23,8 +23,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from freqguard.adapters import async_view as _async_view
 from freqguard.decision import Decision
+from freqguard.decorators.adapters import async_view as _async_view
 from freqguard.errors import BackendUnavailable
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.headers import check_profile

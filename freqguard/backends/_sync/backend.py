@@ -39,10 +39,10 @@ from freqguard.backends._routing import (
     slot_of,
     unmapped,
 )
-from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable, ConfigError, raise_failures
-from freqguard.script import HIT, admitted, unpack
+from freqguard.script.calls import Reply, ScriptCall, admitted, unpack
+from freqguard.script.contract import HIT
 
 __all__ = ["RedisBackend"]
 

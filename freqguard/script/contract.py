@@ -1,5 +1,5 @@
 """Everything the Python twin (``freqguard/script.py``, ``freqguard/strategies/``) and the Lua
-twin (``freqguard/lua/policy.lua``) must agree on, written once.
+twin (``freqguard/script/policy.lua``) must agree on, written once.
 
 The Lua cannot import Python, so it states each value again; ``tests/test_contract.py`` reads
 the Lua's constants, its strategy table, its pack formats, how it parses the specs, its twin

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import cast
 
 from freqguard.rules import Strategy
-from freqguard.strategies import fixed_window, gcra, sliding_log, token_bucket
-from freqguard.strategies.base import RuleParams, StateSpec, Twin
+from freqguard.script.strategies import fixed_window, gcra, sliding_log, token_bucket
+from freqguard.script.strategies.base import RuleParams, StateSpec, Twin
 
 __all__ = ["TWINS", "RuleParams", "StateSpec", "Twin"]
 

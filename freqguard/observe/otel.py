@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from opentelemetry import metrics
 
-from freqguard._tally import Tally, check_buckets
-from freqguard.observe import DECISION_BUCKETS
+from freqguard.observe.base import DECISION_BUCKETS
+from freqguard.observe.tally import Tally, check_buckets
 
 if TYPE_CHECKING:
     from freqguard.decision import Decision

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from freqguard.adapters import async_view
 from freqguard.backends.base import SyncBackend
 from freqguard.backends.memory import MemoryBackend
+from freqguard.decorators.adapters import async_view
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.policy import Policy
 

@@ -1,4 +1,4 @@
-"""The policy script: the Python twin of ``freqguard/lua/policy.lua``.
+"""The policy script: the Python twin of ``freqguard/script/policy.lua``.
 
 One call decides every rule of a policy that lives on one slot. It loads each key's state,
 checks every rule, and writes only when no non-shadow rule denies (all-or-nothing). Both twins
@@ -17,135 +17,22 @@ client) nor the client spends time on numbers most callers never read.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from struct import Struct
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
-from freqguard.contract import (
-    CHECK,
+from freqguard.script.calls import Reply, Slot, report_of
+from freqguard.script.contract import (
     HIT,
     REFUND,
-    REPLY_HEAD,
-    REPLY_STATE_LENGTH,
-    REPLY_WAIT,
     RESET,
-    SPEC_STATE,
-    struct_codes,
 )
-from freqguard.keys import KeyLayout
-from freqguard.strategies import StateSpec
-from freqguard.strategies.base import Mark
+from freqguard.script.strategies import StateSpec
+from freqguard.script.strategies.base import Mark
 
-__all__ = [
-    "CHECK",
-    "HIT",
-    "REFUND",
-    "RESET",
-    "Reply",
-    "Slot",
-    "StateSpec",
-    "StateStore",
-    "admitted",
-    "run",
-    "spec_text",
-    "unpack",
-]
+__all__ = ["Entry", "StateStore", "run"]
 
 
-class Slot(NamedTuple):
-    """The rules of a policy that one script call decides (those whose keys share a cluster
-    slot), compiled: everything the call needs besides the hit's values, time, cost and mode,
-    and how its reply maps back to the policy's rules. One of ``PolicyPlan.slots``."""
-
-    specs: tuple[StateSpec, ...]  # each state the call touches, in the order of its keys
-    spec_text: str  # the specs as the Lua function reads them (ARGV[4])
-    layouts: tuple[KeyLayout, ...]  # how each key was built (Redis folds keys into records)
-    wait_format: Struct  # the Lua reply's waits, one per rule (see unpack)
-    rule_index: tuple[int, ...]  # the policy's index of each rule, in reply order
-
-    @classmethod
-    def build(
-        cls, specs: Sequence[StateSpec], layouts: Sequence[KeyLayout], rule_index: Sequence[int]
-    ) -> Slot:
-        """A slot of these states (each read by its rules, policy indices in spec order)."""
-        wait_format = Struct(">" + struct_codes(REPLY_WAIT) * len(rule_index))
-        return cls(tuple(specs), spec_text(specs), tuple(layouts), wait_format, tuple(rule_index))
-
-
-def spec_text(specs: Sequence[StateSpec]) -> str:
-    """The specs as the Lua reads them (ARGV[4]; ``contract.SPEC_STATE``, ``SPEC_RULE``)."""
-    words = [len(specs)]
-    for spec in specs:
-        state = {"code": spec.twin.code, "shadow": int(spec.shadow), "rule_count": len(spec.rules)}
-        words += [state[name] for name in SPEC_STATE]
-        for rule in spec.rules:
-            words += map(int, rule)  # RuleParams' fields are contract.SPEC_RULE
-    return " ".join(map(str, words))
-
-
-Report = list[tuple[int, int]]
 # (expire_at µs, latest µs, state, ...): what a StateStore keeps (it may keep more behind)
 Entry = tuple[Any, ...]
-
-
-class Reply:
-    """One slot's answer.
-
-    Attributes:
-        allowed: whether no non-shadow rule denied.
-        waits: µs until each rule would admit the hit (0: it does), in the slot's rule order.
-        now: the µs the slot was judged at: the call's time, or a state's later one (time per
-            state never goes back, see :func:`run`).
-    """
-
-    __slots__ = ("_data", "_report", "_slot", "_views", "allowed", "now", "waits")
-
-    def __init__(
-        self,
-        slot: Slot,
-        allowed: bool,
-        waits: Sequence[int],
-        now: int,
-        views: list[Any] | None = None,
-        data: bytes = b"",
-        report: Report | None = None,
-    ) -> None:
-        self._slot = slot
-        self._report = report
-        self.allowed = allowed
-        self.waits = waits
-        self.now = now
-        self._views = views
-        self._data = data
-
-    def views(self) -> list[Any]:
-        """Each state as the call left it, loaded at :attr:`now`, in the slot's order (a memory
-        log may have grown since: only its marks, which do not read it, use it then)."""
-        views = self._views
-        if views is None:
-            views = self._views = _views(self._slot, self._data, self.now)
-        return views
-
-    def report(self) -> Report:
-        """``(remaining, reset_after µs)`` per rule, in the slot's rule order."""
-        report = self._report
-        if report is None:
-            report = self._report = _report(self._slot, self.views(), self.now)
-        return report
-
-    def marks(self, cost: int, mode: int) -> tuple[Mark | None, ...]:
-        """Per state, what a refund needs to take back exactly what this call consumed
-        (``None``: it consumed nothing there); see ``Twin.mark``."""
-        specs = self._slot.specs
-        if mode != HIT or cost == 0 or not self.allowed:
-            return (None,) * len(specs)
-        marks: list[Mark | None] = []
-        first, waits, now = 0, self.waits, self.now
-        for view, spec in zip(self.views(), specs):  # noqa: B905
-            # a shadow rule's own state consumes only when that rule admits
-            took = not spec.shadow or waits[first] == 0
-            marks.append(spec.twin.mark(view, now, spec) if took else None)
-            first += len(spec.rules)
-        return tuple(marks)
 
 
 class StateStore(Protocol):
@@ -160,7 +47,7 @@ class StateStore(Protocol):
     def delete(self, key: str, horizon: int) -> None: ...
 
 
-# -- the script's steps (freqguard/lua/policy.lua has the same, in the same order) ---------
+# -- the script's steps (freqguard/script/policy.lua has the same, in the same order) ---------
 
 
 def judged_at(found: Sequence[Entry | None], now: int) -> int:
@@ -294,43 +181,4 @@ def run(
         consume_states(store, keys, specs, views, waits, now, cost)
     # reported now: a memory state may change in place under a later call (logs are appended
     # to), while a reply must describe the hit it answers
-    return Reply(slot, allowed, waits, now, views, b"", _report(slot, views, now))
-
-
-def _report(slot: Slot, views: Sequence[Any], now: int) -> Report:
-    report: Report = []
-    for view, spec in zip(views, slot.specs):  # noqa: B905 (built together)
-        rep = spec.twin.report
-        for rule in spec.rules:
-            report.append(rep(view, now, rule))
-    return report
-
-
-_HEAD = Struct(">" + struct_codes(REPLY_HEAD))  # allowed, now
-_LENGTH = Struct(">" + struct_codes(REPLY_STATE_LENGTH))
-
-
-def unpack(slot: Slot, data: bytes) -> Reply:
-    """The Lua function's reply (see its header) as a Reply that reports when asked."""
-    allowed, now = _HEAD.unpack_from(data)
-    waits = slot.wait_format.unpack_from(data, _HEAD.size)
-    return Reply(slot, allowed == 1, waits, now, None, data)
-
-
-def admitted(mode: int, cost: int, reply: bytes) -> bool:
-    """Whether a call of ``mode`` and ``cost`` whose Lua reply is ``reply`` admitted a hit
-    that consumed (a denial writes nothing: all-or-nothing)."""
-    return mode == HIT and cost > 0 and _HEAD.unpack_from(reply)[0] == 1
-
-
-def _views(slot: Slot, data: bytes, now: int) -> list[Any]:
-    """The states a Lua reply carries, loaded as :func:`run` leaves them."""
-    at = _HEAD.size + slot.wait_format.size
-    views: list[Any] = []
-    for spec in slot.specs:
-        (length,) = _LENGTH.unpack_from(data, at)
-        raw = data[at + 4 : at + 4 + length]
-        at += 4 + length
-        twin = spec.twin
-        views.append(twin.load(twin.decode(raw) if raw else None, now, spec))
-    return views
+    return Reply(slot, allowed, waits, now, views, b"", report_of(slot, views, now))

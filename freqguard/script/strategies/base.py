@@ -1,7 +1,7 @@
 """What every strategy twin offers the policy script.
 
 A twin is the Python half of a strategy whose other half is a Lua function in
-``freqguard/lua/policy.lua``. Both use the same names in the same order:
+``freqguard/script/policy.lua``. Both use the same names in the same order:
 
 * ``load(state, now, spec)``: the state normalized to ``now`` (``None`` means no state);
 * ``check(view, now, need, rule)``: microseconds until a hit of ``need`` fits, 0 if it fits now;
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
-from freqguard.contract import STATE_FORMATS, widths
+from freqguard.script.contract import STATE_FORMATS, widths
 
 __all__ = ["Mark", "RuleParams", "StateSpec", "Twin", "unpacker"]
 

@@ -17,7 +17,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, NamedTuple
 
 from freqguard.errors import ConfigError
-from freqguard.observe import error_label
+from freqguard.observe.base import error_label
 
 if TYPE_CHECKING:
     from freqguard.decision import Decision

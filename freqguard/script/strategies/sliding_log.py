@@ -17,8 +17,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import overload
 
-from freqguard.contract import STATE_FORMATS, STRATEGY_CODES, widths
-from freqguard.strategies.base import RuleParams, StateSpec
+from freqguard.script.contract import STATE_FORMATS, STRATEGY_CODES, widths
+from freqguard.script.strategies.base import RuleParams, StateSpec
 
 code = STRATEGY_CODES["sliding-log"]
 

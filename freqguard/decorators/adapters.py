@@ -18,10 +18,11 @@ import asyncio
 import weakref
 from collections.abc import Sequence
 
-from freqguard.backends.base import AsyncBackend, Reply, ScriptCall, SyncBackend
+from freqguard.backends.base import AsyncBackend, SyncBackend
 from freqguard.backends.memory import MemoryBackend
-from freqguard.failure import Fallback
 from freqguard.guard import AsyncGuard, Guard
+from freqguard.policy import Fallback
+from freqguard.script.calls import Reply, ScriptCall
 
 __all__ = ["ThreadedBackend", "async_view"]
 

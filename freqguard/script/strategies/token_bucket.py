@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import cast
 
-from freqguard.contract import STRATEGY_CODES
-from freqguard.strategies.base import RuleParams, StateSpec, unpacker
-from freqguard.strategies.gcra import give_back, next_back
+from freqguard.script.contract import STRATEGY_CODES
+from freqguard.script.strategies.base import RuleParams, StateSpec, unpacker
+from freqguard.script.strategies.gcra import give_back, next_back
 
 code = STRATEGY_CODES["token-bucket"]
 

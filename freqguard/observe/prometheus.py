@@ -15,9 +15,9 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from freqguard._tally import Counts, Tally, check_buckets
 from freqguard.errors import ConfigError
-from freqguard.observe import DECISION_BUCKETS, error_label
+from freqguard.observe.base import DECISION_BUCKETS, error_label
+from freqguard.observe.tally import Counts, Tally, check_buckets
 
 if TYPE_CHECKING:
     from freqguard.decision import Decision

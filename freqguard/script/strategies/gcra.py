@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import cast
 
-from freqguard.contract import BACK_LIMIT, STRATEGY_CODES
-from freqguard.strategies.base import RuleParams, StateSpec, unpacker
+from freqguard.script.contract import BACK_LIMIT, STRATEGY_CODES
+from freqguard.script.strategies.base import RuleParams, StateSpec, unpacker
 
 code = STRATEGY_CODES["gcra"]
 

@@ -1,19 +1,5 @@
-"""Observers: told of every decision and every store error, for logs and metrics.
-
-A guard made with ``observers=[...]`` calls each observer's :meth:`Observer.decided` after
-every hit (``hit``, each decision of ``hit_many``, the decision ``acquire`` returns) and
-:meth:`Observer.failed` for every store error, before ``on_error`` answers. Peeks, refunds
-and resets are not decisions and are not reported. Without observers a hit pays nothing.
-
-Shipped: :class:`LoggingObserver`; :class:`PrometheusObserver` (extra ``prometheus``) with
-``freqguard_decisions_total{policy,outcome,source}``, ``freqguard_denials_total{policy,rule}``,
-``freqguard_backend_errors_total{backend,error}`` and ``freqguard_decision_seconds{policy}``;
-:class:`OpenTelemetryObserver` (extra ``otel``) with the same metrics in OpenTelemetry's
-spelling: ``freqguard.decisions``, ``freqguard.denials``, ``freqguard.backend.errors`` and
-``freqguard.decision.duration`` (docs/observability.md says why). The two metrics
-observers are imported on first use, so this module loads neither library.
-Never a recipient, content or key as a label; logs name a context only by its digest.
-"""
+"""The observer protocol, the logging observer and the labels every observer uses (the
+room's face, :mod:`freqguard.observe`, says what observers are told)."""
 
 from __future__ import annotations
 
@@ -23,23 +9,13 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from freqguard.keys import digest
+from freqguard.script.keys import digest
 
 if TYPE_CHECKING:
-    from freqguard._otel import OpenTelemetryObserver
-    from freqguard._prometheus import PrometheusObserver
     from freqguard.decision import Decision
     from freqguard.errors import BackendUnavailable
 
-__all__ = [
-    "DECISION_BUCKETS",
-    "LoggingObserver",
-    "Observer",
-    "OpenTelemetryObserver",
-    "PrometheusObserver",
-    "backend_label",
-    "error_label",
-]
+__all__ = ["DECISION_BUCKETS", "LoggingObserver", "Observer", "backend_label", "error_label"]
 
 #: The decision-time histograms' upper bounds, in seconds: from 50 µs (a memory hit) to
 #: 2.5 s (a store timing out), so that both ends of a deployment land in distinct buckets.
@@ -62,20 +38,6 @@ DECISION_BUCKETS = (
 )
 
 
-def __getattr__(name: str) -> Any:
-    # Each metrics observer needs its extra (prometheus_client, opentelemetry-api): load it
-    # on first use, so that importing this module (as every guard does) loads neither.
-    if name == "PrometheusObserver":
-        from freqguard._prometheus import PrometheusObserver
-
-        return PrometheusObserver
-    if name == "OpenTelemetryObserver":
-        from freqguard._otel import OpenTelemetryObserver
-
-        return OpenTelemetryObserver
-    raise AttributeError(f"module 'freqguard.observe' has no attribute {name!r}")
-
-
 @runtime_checkable
 class Observer(Protocol):
     """What a guard tells its observers. Both methods must be fast and must not raise (an
@@ -87,7 +49,7 @@ class Observer(Protocol):
         Args:
             decision: the answer; ``decision.source`` says how it was made.
             context: the hit's dimension values as text (may hold recipients or content:
-                never log or label with them; :func:`freqguard.keys.digest` them).
+                never log or label with them; :func:`freqguard.script.keys.digest` them).
             seconds: how long the decision took (for a batch, its time divided evenly).
         """
 

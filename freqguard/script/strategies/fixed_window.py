@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import cast
 
-from freqguard.contract import STRATEGY_CODES
-from freqguard.strategies.base import RuleParams, StateSpec, unpacker
+from freqguard.script.contract import STRATEGY_CODES
+from freqguard.script.strategies.base import RuleParams, StateSpec, unpacker
 
 code = STRATEGY_CODES["fixed-window"]
 

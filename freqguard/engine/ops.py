@@ -1,7 +1,7 @@
 """The I/O-free core shared by Guard and AsyncGuard.
 
 A policy is compiled once into a :class:`PolicyPlan`: which slots it spans and which keys each
-slot touches (both as :func:`freqguard.keys.policy_layout` lays them out), the integers each
+slot touches (both as :func:`freqguard.script.keys.policy_layout` lays them out), the integers each
 rule needs, and how replies map back to rules. Operations are
 generators that yield what to do (a batch of script calls, or a :class:`Sleep`) and receive the
 replies; the sync and async guards only drive them (``guard.py``). Nothing here does I/O.
@@ -13,15 +13,15 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
-from freqguard.backends.base import Reply, ScriptCall
 from freqguard.clock import Clock
 from freqguard.decision import Decision, Receipt, make_decision
 from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError, PartialFailure
-from freqguard.keys import StateLayout, policy_layout, value_text
 from freqguard.policy import Policy
 from freqguard.rules import Rule
-from freqguard.script import CHECK, HIT, REFUND, Slot
-from freqguard.strategies import TWINS, RuleParams, StateSpec
+from freqguard.script.calls import Reply, ScriptCall, Slot
+from freqguard.script.contract import CHECK, HIT, REFUND
+from freqguard.script.keys import StateLayout, policy_layout, value_text
+from freqguard.script.strategies import TWINS, RuleParams, StateSpec
 
 __all__ = ["PolicyPlan", "Sleep", "acquire_op", "decide_op", "many_op", "refund_op", "undo"]
 
@@ -46,7 +46,8 @@ def rule_params(rule: Rule) -> RuleParams:
 
 
 def _compile_slot(states: tuple[StateLayout, ...], rules: tuple[Rule, ...]) -> Slot:
-    """A slot of a policy (its states, from :func:`~freqguard.keys.policy_layout`) compiled."""
+    """A slot of a policy (its states, from :func:`~freqguard.script.keys.policy_layout`),
+    compiled."""
     specs: list[StateSpec] = []
     for state in states:
         first = rules[state.rules[0]]
@@ -60,7 +61,7 @@ def _compile_slot(states: tuple[StateLayout, ...], rules: tuple[Rule, ...]) -> S
 
 
 class PolicyPlan:
-    """A policy compiled for execution: its slots (their keys as :mod:`freqguard.keys` lays
+    """A policy compiled for execution: its slots (their keys as :mod:`freqguard.script.keys` lays
     them out, the integers each rule needs), how a hit is validated, and how replies map back
     to rules."""
 

@@ -31,14 +31,14 @@ from typing import Any, Literal, ParamSpec, TypeVar, cast, overload
 
 import wrapt
 
-from freqguard.adapters import async_view
-from freqguard.call_keys import Arguments, CallKey, KeySpec
 from freqguard.decision import Decision
-from freqguard.defaults import configure, default_async_guard, default_guard
+from freqguard.decorators.adapters import async_view
+from freqguard.decorators.call_keys import Arguments, CallKey, KeySpec
+from freqguard.decorators.defaults import configure, default_async_guard, default_guard
+from freqguard.engine.failover import shared_out
 from freqguard.errors import CapExceeded, ConfigError
-from freqguard.failure import Fallback, check_on_error, shared_out
 from freqguard.guard import AsyncGuard, Guard
-from freqguard.policy import OnError, Policy
+from freqguard.policy import Fallback, OnError, Policy, check_on_error
 from freqguard.rates import parse_rates
 from freqguard.rules import NAME_PATTERN, Rule, check_name, fit_name
 

@@ -141,7 +141,7 @@ class KeyLayout:
         self._global_record = f"{prefix}:{{*{policy}}}:{policy}"
         self._global_head = f"{self._global_record}:{self.key_id}"
         # In Redis, every state of one partition and policy is a field of one record key
-        # (see freqguard/lua/policy.lua); a field is this 2-byte field tag plus the raw
+        # (see freqguard/script/policy.lua); a field is this 2-byte field tag plus the raw
         # digest. Not the cluster hash tag: that is the {partition} of the key.
         self.field_tag = _blake2b(self.key_id.encode(), digest_size=2).digest()
 

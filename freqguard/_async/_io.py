@@ -1,0 +1,77 @@
+"""What only asyncio has, for the async guard: a cancellation may come while calls are out.
+
+Written by hand with its sync counterpart (``freqguard/_sync/_io.py``), the guard's only
+hand-written pair: a thread is not cancelled part way, so the sync side's ``send`` just
+sends and its ``unwind`` is never reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, TypeVar
+
+from freqguard.clock import Clock
+from freqguard.engine.failover import Elsewhere
+from freqguard.engine.ops import Op, undo
+from freqguard.script.calls import Reply, ScriptCall
+
+__all__ = ["Cancelled", "send", "sleep", "unwind"]
+
+T = TypeVar("T")
+_log = logging.getLogger("freqguard")
+
+Cancelled = asyncio.CancelledError
+
+
+async def sleep(clock: Clock, seconds: float) -> None:
+    await clock.asleep(seconds)
+
+
+async def send(backend: Any, calls: list[ScriptCall], whole: bool) -> list[Reply]:
+    """``backend.aexecute_many(calls)``; with ``whole`` (an operation that writes in more
+    than one call, or a batch), let finish when the caller is cancelled, which is then an
+    :class:`_Interrupted` with the replies (or, when the calls failed too, the cancellation
+    as it came: what they did is not known)."""
+    if not whole:
+        return await backend.aexecute_many(calls)  # type: ignore[no-any-return]
+    task = asyncio.ensure_future(backend.aexecute_many(calls))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError as cancelled:
+        try:
+            replies = await task
+        except Exception:
+            raise cancelled from None
+        raise _Interrupted(backend, calls, replies) from None
+
+
+async def unwind(op: Op[T], cancelled: BaseException, backend: Any) -> None:
+    """The caller was cancelled: what the call under way took (when it finished and said)
+    and what the operation took before (``op`` gives it back when the cancellation is
+    thrown into it) goes back to the store (``backend``), each call let finish."""
+    try:
+        if isinstance(cancelled, _Interrupted):
+            given = undo(cancelled.calls, cancelled.replies)
+            if given:
+                await send(cancelled.backend, given, True)
+        step = op.throw(cancelled)
+        while isinstance(step, (list, Elsewhere)):
+            if isinstance(step, Elsewhere):
+                step = op.send(await send(step.backend, step.calls, True))
+            else:
+                step = op.send(await send(backend, step, True))
+    except (asyncio.CancelledError, StopIteration):
+        return
+    except Exception:  # the store failed meanwhile: the units stay taken, the strict side
+        _log.warning("freqguard: a cancelled operation could not give back what it took")
+        op.close()
+
+
+class _Interrupted(asyncio.CancelledError):
+    """A cancellation that came while ``calls`` were out on ``backend``, which answered them
+    after it: ``replies``."""
+
+    def __init__(self, backend: Any, calls: list[ScriptCall], replies: list[Reply]) -> None:
+        super().__init__()
+        self.backend, self.calls, self.replies = backend, calls, replies

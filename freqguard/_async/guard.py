@@ -1,0 +1,211 @@
+"""The guard: the engine every operation goes through.
+
+Written once, for asyncio; the sync guard (``freqguard/_sync/guard.py``) is generated
+from it by ``scripts/unasync.py``. Both drive the same I/O-free operations
+(:mod:`freqguard.engine`); what differs is only how a batch of script calls is sent and
+how a wait is made (``_io.py``, written by hand on each side).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TypeVar, overload
+
+from freqguard._async._io import Cancelled, send, sleep, unwind
+from freqguard.backends.base import AsyncBackend
+from freqguard.backends.memory import MemoryBackend
+from freqguard.clock import Clock
+from freqguard.decision import Decision
+from freqguard.engine.base import DEFAULT_BREAKER, GuardBase, check_backend
+from freqguard.engine.breaker import Breaker
+from freqguard.engine.denycache import DenyCache
+from freqguard.engine.failover import Elsewhere
+from freqguard.engine.ops import Op, Sleep
+from freqguard.engine.refunds import maybe_applied, op_policy, unspend
+from freqguard.errors import BackendUnavailable
+from freqguard.observe.base import Observer
+from freqguard.policy import OnError, Policy
+from freqguard.script.calls import Reply
+from freqguard.script.contract import CHECK, RESET
+
+__all__ = ["AsyncGuard"]
+
+T = TypeVar("T")
+
+
+class AsyncGuard(GuardBase):
+    """The asyncio engine.
+
+    Args:
+        backend: where state lives (default: a new :class:`MemoryBackend`).
+        policies: the policies to register.
+        clock: pins time for every backend (tests, replays); default: the backend's own time.
+        prefix: the key prefix.
+        on_error: what a store failure answers: ``"raise"`` (default), ``"allow"``,
+            ``"deny"``, or a backend to decide on instead (see :mod:`freqguard.failure`);
+            ``Policy(..., on_error=...)`` overrides it per policy.
+        deny_cache: remember up to this many denials and answer them without the store
+            until their ``retry_after`` (0: off), on a monotonic clock (the guard's own when
+            it pins its time); or a :class:`~freqguard.denycache.DenyCache` to use (see
+            :mod:`freqguard.denycache`).
+        observers: told of every decision and store error (:mod:`freqguard.observe`).
+        breaker: the circuit breaker (default ``Breaker()``: open after 5 consecutive
+            failures, probe after 5 s); None to call the store every time.
+
+    Raises:
+        TypeError: ``backend`` is of the other kind (a sync one for an asyncio guard, or
+            the reverse; ``MemoryBackend`` serves both), or policies were given where the
+            backend goes (write ``policies=[...]``).
+        ConfigError: a bad policy, prefix, on_error or deny_cache.
+    """
+
+    _methods = ("aexecute", "aexecute_many", "aclose")
+
+    def __init__(
+        self,
+        backend: AsyncBackend | None = None,
+        policies: Iterable[Policy] = (),
+        clock: Clock | None = None,
+        *,
+        prefix: str = "fg",
+        on_error: OnError = "raise",
+        deny_cache: int | DenyCache = 0,
+        observers: Iterable[Observer] = (),
+        breaker: Breaker | None = DEFAULT_BREAKER,
+    ) -> None:
+        if backend is not None:
+            check_backend("AsyncGuard", backend, self._methods)
+        self.backend: AsyncBackend = backend if backend is not None else MemoryBackend()
+        breaker = Breaker() if breaker is DEFAULT_BREAKER else breaker
+        args = (policies, clock, prefix, on_error, deny_cache, observers, breaker)
+        super().__init__(self.backend, *args)
+
+    async def _run(self, op: Op[T], policy: str, whole: bool = False) -> T:
+        """Drive ``op``. When the caller is cancelled (asyncio only), what the operation
+        took is given back before the cancellation goes on; with ``whole`` (an operation
+        that writes in more than one call, or a batch) its call under way is first let
+        finish, so that what that call took is known and goes back too."""
+        try:
+            step = next(op)
+            while True:
+                try:
+                    replies = await self._step(step, policy, whole)
+                except BackendUnavailable as exc:  # the operation may undo what it did
+                    step = op.throw(exc)
+                    continue
+                except Cancelled as cancelled:
+                    await unwind(op, cancelled, self.backend)
+                    raise
+                step = op.send(replies)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def _step(self, step: object, policy: str, whole: bool) -> list[Reply]:
+        """One step of an operation: its calls sent (the breaker's say, the observers told),
+        or sent to the fallback, or a wait."""
+        if type(step) is list:
+            sent = self._admitted(policy, step)
+            try:
+                outcome: list[Reply] | BackendUnavailable = await send(self.backend, sent, whole)
+            except BackendUnavailable as exc:
+                outcome = exc
+            return self._finished(policy, step, sent, outcome)
+        if isinstance(step, Elsewhere):
+            return await send(step.backend, step.calls, whole)
+        assert isinstance(step, Sleep)
+        await sleep(self.clock or self.backend.clock, step.seconds)
+        return []
+
+    async def hit(self, policy: str, cost: int = 1, **ctx: object) -> Decision:
+        """Check and consume, all-or-nothing. ``cost=0`` only checks (as ``peek``).
+
+        Raises:
+            ConfigError: unknown policy, missing or unknown dimension, bad cost.
+            BackendUnavailable: the store failed (and ``on_error`` is ``"raise"``).
+        """
+        plan = self._lookup(policy)
+        if self._one_call(plan):
+            # decide_op's one-call case, sent without its generator: worth ~10% of an
+            # in-memory hit (benchmarks/README.md, "Guard.hit's one-call path")
+            call = self._first_call(plan, cost, ctx)
+            try:
+                reply = await self.backend.aexecute(call)
+            except BackendUnavailable as exc:
+                self._store_failed(exc, policy, [call])
+                raise
+            return self._first_reply(plan, call, reply)
+        hit = self._hit(policy, cost, ctx)
+        if hit.cached is not None:
+            return hit.cached
+        whole = not hit.plan.single_slot
+        return self._hit_done(hit, await self._run(self._hit_op(hit), policy, whole))
+
+    async def peek(self, policy: str, **ctx: object) -> Decision:
+        """What a hit of cost 1 would answer (remaining as of now); changes nothing."""
+        return await self._run(self._decide(policy, 1, ctx, CHECK), policy)
+
+    async def hit_many(
+        self, policy: str, contexts: Iterable[Mapping[str, object]], cost: int = 1
+    ) -> list[Decision]:
+        """Many hits in one batch, decided in order; every context is validated first."""
+        hits, sent, op = self._many(policy, contexts, cost)
+        return self._many_done(hits, sent, await self._run(op, policy, True) if sent else [])
+
+    async def acquire(
+        self, policy: str, timeout: float | None = None, cost: int = 1, **ctx: object
+    ) -> Decision:
+        """Wait for the hit's turn (at most ``timeout`` seconds), then consume.
+
+        Raises:
+            CapExceeded: when the turn comes later than the timeout allows (at once, no wait).
+        """
+        clock = self.clock or self.backend.clock
+        hit, op = self._acquire(policy, timeout, cost, ctx, clock)
+        return self._hit_done(hit, await self._run(op, policy, not hit.plan.single_slot))
+
+    @overload
+    async def refund(self, policy: Decision, /) -> Decision: ...
+
+    @overload
+    async def refund(self, policy: str, cost: int = 1, **ctx: object) -> Decision: ...
+
+    async def refund(
+        self,
+        policy: str | Decision,
+        cost: int | None = None,
+        **ctx: object,
+    ) -> Decision:
+        """Give back what a hit consumed (e.g. the vendor call failed).
+
+        ``refund(decision)`` gives back exactly what that hit took, in every rule, and only
+        once. ``refund(policy, cost, **context)`` gives back the ``cost`` newest units of the
+        context instead, whoever's they are: if another hit of that context came in between,
+        its units go back and the refunding hit's stay, so a rolling window may then admit up
+        to ``cost`` more than its limit before the older units leave it.
+
+        Raises:
+            ConfigError: a decision already refunded, or given with a cost or context.
+        """
+        op = self._refund(policy, cost, ctx)
+        if isinstance(op, Decision):
+            return op
+        try:
+            return await self._run(op, op_policy(policy))
+        except BaseException as exc:
+            if not maybe_applied(exc):
+                unspend(policy.receipt if isinstance(policy, Decision) else None)
+            raise
+
+    async def reset(self, policy: str, **ctx: object) -> None:
+        """Forget every rule's state for this context."""
+        await self._run(self._decide(policy, 1, ctx, RESET), policy)
+
+    async def aclose(self) -> None:
+        """Close the backend (its connections)."""
+        await self.backend.aclose()
+
+    async def __aenter__(self) -> AsyncGuard:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,1 @@
+"""The sync guard, generated from ``freqguard/_async/`` by ``scripts/unasync.py``."""

@@ -1,0 +1,12 @@
+"""The script: one call decides every rule of a policy's slot, in Redis (``policy.lua``) or
+in process (:mod:`~freqguard.script.twin`), and both twins make the same decisions.
+
+- :mod:`~freqguard.script.contract`: what both twins agree on (codes, formats, the call's
+  argument layout);
+- :mod:`~freqguard.script.keys`: where a policy's state lives;
+- :mod:`~freqguard.script.calls`: the call and its reply;
+- :mod:`~freqguard.script.strategies`: each strategy's arithmetic, one module each;
+- :mod:`~freqguard.script.twin`: the Python twin of ``policy.lua``.
+
+Nothing here does I/O.
+"""
