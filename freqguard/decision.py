@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from freqguard.rules import Rule
+from freqguard.headers import rate_limit_headers
+from freqguard.rules import Rule, binding_rule
 from freqguard.script.strategies.base import Mark
 
-__all__ = ["Decision", "Receipt", "RuleState"]
+__all__ = ["Decision", "Receipt", "RuleState", "binding_rule"]
 
 _US = 1_000_000.0
 
@@ -215,8 +216,6 @@ class Decision:
     def headers(self, profile: str = "ietf") -> dict[str, str]:
         """Rate-limit response headers: ``"ietf"``, ``"draft6"``, ``"x-ratelimit"``, ``"none"``
         (see :mod:`freqguard.headers`)."""
-        from freqguard.headers import rate_limit_headers
-
         return rate_limit_headers(self, profile)
 
     def _key(self) -> tuple[object, ...]:
@@ -293,30 +292,6 @@ def _fill(decision: Decision, values: tuple[object, ...]) -> None:
     _set_raw(decision, raw)
     _set_bound(decision, bound)
     _set_receipt(decision, receipt)
-
-
-def binding_rule(raw: Raw) -> tuple[Rule, int, int, int]:
-    """The rule whose numbers a decision shows: among the non-shadow rules, the denying one
-    that frees up last (the first of equals), else the one with the least remaining (the
-    later reset of equals). A policy of shadow rules only never denies: the least remaining
-    of all, with no retry."""
-    binding = None
-    for entry in raw:
-        rule, remaining, reset, retry = entry
-        if rule.shadow:
-            continue
-        if retry:
-            if binding is None or not binding[3] or retry > binding[3]:
-                binding = entry
-        elif binding is None or (
-            not binding[3]
-            and (remaining < binding[1] or (remaining == binding[1] and reset > binding[2]))
-        ):
-            binding = entry
-    if binding is None:
-        least = min(raw, key=lambda e: (e[1], -e[2]))
-        binding = (least[0], least[1], least[2], 0)
-    return binding
 
 
 def make_decision(

@@ -10,7 +10,7 @@ Profiles:
 * ``"none"``: nothing.
 
 The binding rule (the one ``RateLimit`` names, and whose numbers every profile shows) is the
-Decision's own: :func:`freqguard.decision.binding_rule`, as ``decision.remaining``,
+Decision's own: :func:`freqguard.rules.binding_rule`, as ``decision.remaining``,
 ``decision.limit`` and ``decision.reset_after`` report it.
 
 Seconds are whole, rounded up. ``t`` (and the reset headers) is when the binding rule admits
@@ -24,11 +24,13 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from freqguard.decision import Decision, binding_rule
 from freqguard.errors import ConfigError
-from freqguard.rules import Rule
+from freqguard.rules import Rule, binding_rule
+
+if TYPE_CHECKING:
+    from freqguard.decision import Decision
 
 __all__ = [
     "PROFILES",

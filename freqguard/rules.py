@@ -13,7 +13,7 @@ from freqguard.bounds import MAX_BURST, MAX_LOG_LIMIT, MAX_SPAN_US
 from freqguard.errors import ConfigError
 from freqguard.rates import Rate, parse_rate
 
-__all__ = ["RESERVED_DIMENSIONS", "Rule", "Strategy"]
+__all__ = ["RESERVED_DIMENSIONS", "Rule", "Strategy", "binding_rule"]
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _DIMENSION = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -208,3 +208,30 @@ class Rule:
         if self.shadow:
             parts.append("shadow=True")
         return f"Rule({', '.join(parts)})"
+
+
+def binding_rule(
+    raw: Sequence[tuple[Rule, int, int, int]],
+) -> tuple[Rule, int, int, int]:
+    """The rule whose numbers a decision shows (of its rules' ``(rule, remaining, reset µs,
+    retry µs)``, as ``Decision.raw`` holds them): among the non-shadow rules, the denying one
+    that frees up last (the first of equals), else the one with the least remaining (the
+    later reset of equals). A policy of shadow rules only never denies: the least remaining
+    of all, with no retry."""
+    binding = None
+    for entry in raw:
+        rule, remaining, reset, retry = entry
+        if rule.shadow:
+            continue
+        if retry:
+            if binding is None or not binding[3] or retry > binding[3]:
+                binding = entry
+        elif binding is None or (
+            not binding[3]
+            and (remaining < binding[1] or (remaining == binding[1] and reset > binding[2]))
+        ):
+            binding = entry
+    if binding is None:
+        least = min(raw, key=lambda e: (e[1], -e[2]))
+        binding = (least[0], least[1], least[2], 0)
+    return binding

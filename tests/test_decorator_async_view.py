@@ -6,7 +6,7 @@ import asyncio
 
 from freqguard import Guard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.decorators import capped
-from freqguard.integrations.starlette import _as_async
+from freqguard.integrations.asgi import _as_async
 
 
 def test_a_policy_added_after_the_first_async_call_is_known(clock: ManualClock) -> None:

@@ -15,8 +15,9 @@ from starlette.routing import Route
 
 from freqguard import AsyncGuard, ConfigError, ManualClock, MemoryBackend
 from freqguard.integrations._http import KeyFunc
+from freqguard.integrations.asgi import request_info
 from freqguard.integrations.flask import remote_address
-from freqguard.integrations.starlette import FreqGuardMiddleware, Limit, client_ip, request_info
+from freqguard.integrations.starlette import FreqGuardMiddleware, Limit, client_ip
 
 PROXY = ("10.0.0.1", 5)  # the peer: a trusted proxy in 10.0.0.0/8
 

@@ -32,6 +32,7 @@ __all__ = [
     "alearn_slots",
     "learn_lost",
     "learn_slots",
+    "node_named",
     "node_names",
     "owner_at",
     "owners",
@@ -189,3 +190,9 @@ def unmapped(client: object) -> bool:
     next command (new, or after a lost node: :func:`alearn_lost`); the sync client learns
     at once and is never so marked."""
     return getattr(client, "_initialize", False) is True
+
+
+def node_named(node_of: Callable[[ScriptCall], str | None] | None, call: ScriptCall) -> str | None:
+    """The node ``call`` goes to, as ``node_of`` names it (None: a standalone server), for
+    its failure to name."""
+    return None if node_of is None else node_of(call)

@@ -31,8 +31,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
-from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from freqguard.backends._url_options import (
+    _SHARED_WITH_SENTINELS,
+    SENTINEL_PORT,
+    _backend_options,
+    _check_port,
+    _db,
+    _excerpt,
+    _fail_fast,
+    _options,
+    _port,
+    _shown,
+)
 from freqguard.backends.memory import MemoryBackend
 from freqguard.errors import ConfigError
 
@@ -41,51 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = ["async_backend_from_url", "backend_from_url"]
 
-DEFAULT_TIMEOUT = 0.5
-MAX_SECONDS = 86400  # a timeout longer than a day is a typo, and past ~1e9 s sockets refuse it
-SENTINEL_PORT = 26379
 
-# The query options a Redis URL may carry: redis-py's connection options that a string can
-# express. redis-py itself would pass any other name to its connection, to fail at the first
-# call; and it reads any flag text but five as true.
-_SECONDS = frozenset({"socket_timeout", "socket_connect_timeout", "wait_timeout"})
-_INTEGERS = {  # (smallest, largest)
-    "db": (0, 2**31 - 1),
-    "max_connections": (1, 2**31 - 1),
-    "socket_read_size": (1, 2**31 - 1),
-    "health_check_interval": (0, MAX_SECONDS),  # 0: no health checks
-    "protocol": (2, 3),
-    "min_other_sentinels": (0, 1000),
-    "wait_replicas": (0, 100),
-}
-_FLAGS = frozenset({"socket_keepalive", "retry_on_timeout", "ssl_check_hostname"})
-# freqguard's own options, for the backend and not the client: wait for replicas (WAIT)
-_BACKEND = frozenset({"wait_replicas", "wait_timeout"})
-_FLAG_VALUES = ("true", "false", "yes", "no", "1", "0")
-_TEXTS = frozenset(
-    {
-        "client_name",
-        "username",
-        "password",
-        "lib_name",
-        "lib_version",
-        "ssl_ca_certs",
-        "ssl_ca_path",
-        "ssl_certfile",
-        "ssl_keyfile",
-        "ssl_cert_reqs",
-        "ssl_password",
-        "ssl_ciphers",
-        "ssl_include_verify_flags",
-        "ssl_exclude_verify_flags",
-        "sentinel_username",
-        "sentinel_password",
-    }
-)
-# Options for the sentinels themselves (or for the Sentinel manager): a Sentinel URL's only.
-_FOR_SENTINELS = frozenset({"sentinel_username", "sentinel_password", "min_other_sentinels"})
-# The connection options the sentinels' own connections share with the servers'.
-_SHARED_WITH_SENTINELS = frozenset({"socket_timeout", "socket_connect_timeout", "socket_keepalive"})
 _SCHEMES = (
     "memory",
     "redis",
@@ -136,129 +104,6 @@ def _scheme(url: object) -> str:
             f"unsupported backend URL scheme {scheme!r} in {_shown(url)!r}; use {_LISTED}"
         )
     return scheme
-
-
-def _shown(url: str) -> str:
-    """The URL as messages show it: its password masked (``user:***@``, ``password=***``)."""
-    url = re.sub(r"^([^:/]*://[^/@:]*):[^/@]*@", r"\1:***@", url)
-    return re.sub(r"([?&](?:ssl_|sentinel_)?password=)[^&]*", r"\1***", url)
-
-
-def _excerpt(text: str) -> str:
-    return text if len(text) <= 24 else text[:20] + "..."
-
-
-def _integer(url: str, name: str, text: str, low: int, high: int) -> int:
-    # at most 10 digits before int(): no text of any length reaches Python's digit limit
-    if re.fullmatch(r"[0-9]{1,10}", text) is None or not low <= int(text) <= high:
-        raise ConfigError(
-            f"{name} must be an integer >= {low} and <= {high}, got {_excerpt(text)!r} "
-            f"(in {_shown(url)!r})"
-        )
-    return int(text)
-
-
-def _seconds(url: str, name: str, text: str) -> float:
-    number = re.fullmatch(r"[0-9]{1,6}(\.[0-9]{0,9})?|\.[0-9]{1,9}", text)
-    if number is None or not 0 < float(text) <= MAX_SECONDS:
-        raise ConfigError(
-            f"{name} must be a number of seconds > 0 and <= {MAX_SECONDS}, "
-            f"got {_excerpt(text)!r} (in {_shown(url)!r})"
-        )
-    return float(text)
-
-
-def _port(url: str, text: str) -> int:
-    return _integer(url, "port", text, 1, 65535)
-
-
-def _check_port(url: str, netloc: str) -> None:
-    host = netloc.rpartition("@")[2]
-    port = host.rpartition("]")[2] if host.startswith("[") else host
-    if ":" in port:
-        _port(url, port.partition(":")[2])
-
-
-def _db(url: str, scheme: str, query: dict[str, Any], text: str | None) -> None:
-    """The database from the path (``text``) into ``query``: given once, an integer, and 0 on
-    a cluster (it has no other)."""
-    if text is not None:
-        if "db" in query:
-            raise ConfigError(f"db is given twice, as the path and ?db= (in {_shown(url)!r})")
-        query["db"] = _integer(url, "db", text, *_INTEGERS["db"])
-    if query.get("db", 0) != 0 and scheme.endswith("+cluster"):
-        raise ConfigError(f"a Redis Cluster has only db 0, got {query['db']} (in {_shown(url)!r})")
-
-
-def _option(url: str, name: str, text: str) -> Any:
-    """One query option's value, typed as redis-py takes it.
-
-    Raises:
-        ConfigError: naming the option, its value and what is allowed.
-    """
-    if name in _SECONDS:
-        return _seconds(url, name, text)
-    if name in _INTEGERS:
-        return _integer(url, name, text, *_INTEGERS[name])
-    if name in _FLAGS:
-        if text.lower() not in _FLAG_VALUES:
-            raise ConfigError(
-                f"{name} must be one of {', '.join(_FLAG_VALUES)}, "
-                f"got {_excerpt(text)!r} (in {_shown(url)!r})"
-            )
-        return text.lower() in ("true", "yes", "1")
-    if name not in _TEXTS:
-        known = ", ".join(sorted(_SECONDS | _INTEGERS.keys() | _FLAGS | _TEXTS))
-        raise ConfigError(f"unknown option {name!r} in {_shown(url)!r}; known: {known}")
-    return text
-
-
-def _options(url: str, scheme: str, text: str) -> dict[str, Any]:
-    """Every query option, checked where the URL is given: redis-py would take a bad number,
-    an unknown name or a misspelt flag here and fail (or misbehave) only at the first call.
-
-    Returns:
-        The typed values, by option name.
-
-    Raises:
-        ConfigError: naming the option, its value and what is allowed.
-    """
-    query: dict[str, Any] = {}
-    for name, values in parse_qs(text, keep_blank_values=True).items():
-        if len(values) > 1:
-            raise ConfigError(f"{name} is given twice (in {_shown(url)!r})")
-        query[name] = _option(url, name, values[0])
-        if name.startswith("ssl_") and not scheme.startswith("rediss"):
-            raise ConfigError(f"{name!r} needs rediss:// (TLS), in {_shown(url)!r}")
-        if name == "socket_keepalive" and scheme == "unix":
-            raise ConfigError(f"{name!r} needs a TCP connection, not unix://, in {_shown(url)!r}")
-        if name in _FOR_SENTINELS and not scheme.endswith("+sentinel"):
-            raise ConfigError(f"{name!r} needs a redis+sentinel:// URL, in {_shown(url)!r}")
-    return query
-
-
-def _fail_fast(query: dict[str, Any]) -> dict[str, Any]:
-    """The socket timeouts the URL left out, at their fail-fast default."""
-    return {
-        name: DEFAULT_TIMEOUT
-        for name in ("socket_connect_timeout", "socket_timeout")
-        if name not in query
-    }
-
-
-def _backend_options(url: str, query: dict[str, Any]) -> dict[str, Any]:
-    """freqguard's own options, taken out of ``query``: a WAIT for replicas must end before
-    the socket gives up, or every write would fail as a timeout."""
-    own = {name: query.pop(name) for name in sorted(_BACKEND) if name in query}
-    if "wait_timeout" in own and not own.get("wait_replicas"):
-        raise ConfigError(f"wait_timeout needs wait_replicas >= 1 (in {_shown(url)!r})")
-    socket = query.get("socket_timeout", DEFAULT_TIMEOUT)
-    if own.get("wait_replicas") and own.get("wait_timeout", 0.1) >= socket:
-        raise ConfigError(
-            f"wait_timeout ({own.get('wait_timeout', 0.1)} s) must be shorter than "
-            f"socket_timeout ({socket} s), in {_shown(url)!r}"
-        )
-    return own
 
 
 def _direct(url: str, scheme: str) -> Target:

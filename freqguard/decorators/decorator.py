@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import threading
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
@@ -35,6 +34,7 @@ from freqguard.decision import Decision
 from freqguard.decorators.adapters import async_view
 from freqguard.decorators.call_keys import Arguments, CallKey, KeySpec
 from freqguard.decorators.defaults import configure, default_async_guard, default_guard
+from freqguard.decorators.naming import implicit_name
 from freqguard.engine.failover import shared_out
 from freqguard.errors import CapExceeded, ConfigError
 from freqguard.guard import AsyncGuard, Guard
@@ -50,27 +50,6 @@ OnExceeded = Literal["raise", "skip", "wait"] | Callable[[Decision], Any]
 RuleSpec = str | Rule | Sequence[str | Rule]
 # per guard, the dimensions of the policy registered on it (a guard's policy never changes)
 Registered = weakref.WeakKeyDictionary[Guard | AsyncGuard, tuple[str, ...]]
-
-_taken: set[str] = set()  # implicit policy names handed out in this process
-_taken_lock = threading.Lock()
-
-
-def _implicit_name(func: Callable[..., object], prefix: str = "capped") -> str:
-    """A policy name of its own for ``func``: ``<prefix>.<module>.<qualname>``.
-
-    Numbered (``.2``, ``.3``, ...) in decoration order when another function of this
-    process has the name already (functions made by a factory share a qualname), so no two
-    functions ever share a cap by accident. A module-level function keeps the plain name in
-    every process; give factory-made ones ``name=`` when processes must share their caps.
-    """
-    raw = f"{prefix}.{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', '?')}"
-    with _taken_lock:
-        name, number = fit_name(raw), 1
-        while name in _taken:
-            number += 1
-            name = fit_name(f"{raw}.{number}")
-        _taken.add(name)
-    return name
 
 
 def _unknown_policy(name: str, guard: Guard | AsyncGuard) -> ConfigError:
@@ -212,7 +191,7 @@ class Capped:
     def _site(self, func: Callable[..., object]) -> _Site:
         name = self._name
         if name is None and self._policy is None:
-            name = _implicit_name(func)  # a cap of its own, whatever else shares its qualname
+            name = implicit_name(func)  # a cap of its own, whatever else shares its qualname
         site = _Site(name)
         dimensions = self._key.dimensions
         if self.guard is not None and name is not None and dimensions is not None:

@@ -28,7 +28,7 @@ from flask import Flask, Response, current_app, g, request
 
 from freqguard.backends.urls import backend_from_url
 from freqguard.decision import Decision
-from freqguard.decorators.decorator import _implicit_name
+from freqguard.decorators.naming import implicit_name
 from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
@@ -196,7 +196,7 @@ class FreqGuard:
 
         def decorate(view: Callable[P, R]) -> Callable[P, R]:
             cap = _ViewCap(
-                rates, key or self._key, cost, name, _implicit_name(view, prefix="flask.view")
+                rates, key or self._key, cost, name, implicit_name(view, prefix="flask.view")
             )
             alone = Route(cap.alone, (Part(cap.key, cap.rates),), cap.cost)
 

@@ -18,19 +18,20 @@ from freqguard.backends._boundary import (
     ERRORS,
     Unreplicated,
     sentinel_pools,
-    socket_timeout,
     translate,
     unconnected,
 )
+from freqguard.backends._durability import Durability
 from freqguard.backends._flight import SingleFlight
 from freqguard.backends._inspect import inspection
 from freqguard.backends._lanes import Job, Lane, exchange_all
 from freqguard.backends._library import ATTEMPTS, LIBRARY, LOAD, after_load, again, missing
-from freqguard.backends._resp import ASKING, RAW, chunks, encode, function_args, wait_frame
+from freqguard.backends._resp import ASKING, RAW, chunks, encode, function_args
 from freqguard.backends._routing import (
     REROUTE,
     learn_lost,
     learn_slots,
+    node_named,
     node_names,
     owner_at,
     owners,
@@ -40,9 +41,8 @@ from freqguard.backends._routing import (
     unmapped,
 )
 from freqguard.clock import Clock, SystemClock
-from freqguard.errors import BackendUnavailable, ConfigError, raise_failures
-from freqguard.script.calls import Reply, ScriptCall, admitted, unpack
-from freqguard.script.contract import HIT
+from freqguard.errors import BackendUnavailable, raise_failures
+from freqguard.script.calls import Reply, ScriptCall, unpack
 
 __all__ = ["RedisBackend"]
 
@@ -65,12 +65,10 @@ class RedisBackend:
             are the caller's to set (``backend_from_url`` sets short timeouts, no retries).
         clock: what ``acquire`` sleeps on (default :class:`SystemClock`); decisions use the
             server's time unless the Guard pins one.
-        wait_replicas: after the calls that write, wait until this many replicas of the
-            master hold them (Redis ``WAIT``, sent with the calls: no extra round trip), so
-            that a failover after an answer does not lose what it counted; 0 (default): no
-            waiting. Fewer acknowledgements within ``wait_timeout`` fail those calls with
-            :class:`~freqguard.BackendUnavailable` (``answered``: the master is up and
-            applied them; ``on_error`` answers). See docs/operations.md, Durability.
+        wait_replicas: after an admission, wait until this many replicas hold it (Redis
+            ``WAIT``, sent with the calls: no extra round trip); fewer within
+            ``wait_timeout`` fail the admitted hits with :class:`~freqguard.BackendUnavailable`
+            (``on_error`` answers); 0 (default): no waiting. See docs/operations.md.
         wait_timeout: seconds to wait for the replicas (0.001-60; less than the client's
             socket timeout, or the socket gives up first).
 
@@ -91,14 +89,8 @@ class RedisBackend:
         wait_replicas: int = 0,
         wait_timeout: float = 0.1,
     ) -> None:
-        self._wait = wait_frame(wait_replicas, wait_timeout)
-        socket = socket_timeout(client)
-        if self._wait and socket is not None and wait_timeout >= socket:
-            raise ConfigError(
-                f"wait_timeout ({wait_timeout} s) must be shorter than the client's "
-                f"socket_timeout ({socket} s): every write would time out first"
-            )
-        self._replicas, self._wait_ms = wait_replicas, round(wait_timeout * 1000)
+        self._durability = durability = Durability(wait_replicas, wait_timeout, client)
+        self._wait = durability.wait
         self.client = client
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._cluster = isinstance(client, RedisCluster)
@@ -137,7 +129,7 @@ class RedisBackend:
                 self._reload([call], results)
             result = results[0]
             if isinstance(result, Exception):
-                where = self._where(call)  # before the long way learns the slots again
+                where = node_named(self.node_of, call)  # before the long way learns the slots again
                 try:
                     result = self._settle(call, result)
                 except ERRORS as exc:
@@ -183,11 +175,12 @@ class RedisBackend:
             self._inspect()
         if not self._direct:  # one connection: WAIT after the calls counts them
             results: list[object] = [self._command(call) for call in calls]
-            if self._durable(calls):
+            durability = self._durability
+            if durability.frame(calls):
                 acked = self.client.execute_command(  # type: ignore[no-untyped-call,unused-ignore]
-                    "WAIT", self._replicas, self._wait_ms
+                    "WAIT", durability.replicas, durability.timeout_ms
                 )
-                results = self._acked([*results, acked], calls)
+                results = durability.acked([*results, acked], calls)
         else:
             results = self._send_all(calls)
             if any(missing(result) for result in results):
@@ -200,7 +193,7 @@ class RedisBackend:
                 if id(result) in failed:  # its node failed for an earlier call: not again
                     replies.append(failed[id(result)])
                     continue
-                where = self._where(call)  # before the long way learns the slots again
+                where = node_named(self.node_of, call)  # before the long way learns the slots again
                 try:
                     result = self._settle(call, result)
                 except ERRORS as exc:
@@ -221,13 +214,13 @@ class RedisBackend:
 
     def _send_all(self, calls: Sequence[ScriptCall]) -> list[object]:
         """Each call's reply or error reply, in input order."""
-        wait = self._durable(calls)
+        wait = self._durability.frame(calls)
         if not self._cluster:  # one lane; framed as the batch is sent
             count = len(calls) + bool(wait)
             streamed = self._lane(b"").stream(lambda: chunks(calls, wait), count)
-            return self._acked(streamed, calls) if wait else streamed
+            return self._durability.acked(streamed, calls) if wait else streamed
         groups = self._groups([encode(call) for call in calls])
-        waits = [self._durable([calls[i] for i in indices]) for _, indices, _ in groups]
+        waits = [self._durability.frame([calls[i] for i in indices]) for _, indices, _ in groups]
         jobs = [
             (lane, b"".join(packed) + wait, len(packed) + bool(wait))
             for (lane, _, packed), wait in zip(groups, waits, strict=True)
@@ -238,7 +231,7 @@ class RedisBackend:
             if isinstance(answer, Exception):
                 answer = [answer] * len(indices)  # each goes the long way (_settle)
             elif wait:
-                answer = self._acked(answer, [calls[i] for i in indices])
+                answer = self._durability.acked(answer, [calls[i] for i in indices])
             for index, result in zip(indices, answer, strict=True):
                 results[index] = result
         return results
@@ -253,7 +246,7 @@ class RedisBackend:
             encoded = [encode(calls[i]) for i in redo]
             groups = self._groups(encoded)
             framed = [again([encoded[i] for i in ix], atomic, self._slot_of) for _, ix, _ in groups]
-            waits = [self._durable([calls[redo[i]] for i in ix]) for _, ix, _ in groups]
+            waits = [self._durability.frame([calls[redo[i]] for i in ix]) for _, ix, _ in groups]
             jobs = [
                 (lane, data + wait, count + bool(wait))
                 for (lane, _, _), (data, count, _), wait in zip(groups, framed, waits, strict=True)
@@ -266,7 +259,7 @@ class RedisBackend:
                 if isinstance(answer, Exception):
                     redone = [answer] * len(indices)
                 elif wait:
-                    redone = self._acked(answer, [calls[redo[i]] for i in indices], read)
+                    redone = self._durability.acked(answer, [calls[redo[i]] for i in indices], read)
                 else:
                     redone = read(answer)
                 for index, result in zip(indices, redone, strict=True):
@@ -307,14 +300,14 @@ class RedisBackend:
             owner = owner_at(self.client, error.host, error.port)
             if owner is None:
                 raise error
-        wait = self._durable([call])
+        wait = self._durability.frame([call])
         lane = self._lane_of(owner)
         _, *answer = lane.exchange(ASKING + encode(call)[0] + wait, 2 + bool(wait))
-        (result,) = self._acked(answer, [call]) if wait else answer
+        (result,) = self._durability.acked(answer, [call]) if wait else answer
         if missing(result):
             packed = LOAD + ASKING + encode(call)[0] + wait
             loaded, _, *answer = lane.exchange(packed, 3 + bool(wait))
-            (result,) = self._acked(answer, [call]) if wait else answer
+            (result,) = self._durability.acked(answer, [call]) if wait else answer
             result = after_load(loaded, result)
         if isinstance(result, Exception):
             raise result
@@ -327,10 +320,6 @@ class RedisBackend:
             self._forget_lanes()
             learn_lost(self.client, error)
 
-    def _where(self, call: ScriptCall) -> str | None:
-        """The node a call goes to (on a cluster), for its failure to name."""
-        return None if self.node_of is None else self.node_of(call)
-
     def _failed(self, exc: Exception, where: str | None) -> BackendUnavailable:
         """The error of a call that failed on the node ``where``."""
         error = translate(exc, self.client)
@@ -338,54 +327,6 @@ class RedisBackend:
             raise error from exc
         error.node = where
         return error
-
-    def _durable(self, calls: Sequence[ScriptCall]) -> bytes:
-        """WAIT's frame, to follow ``calls`` on their connection, when an admission among
-        them must reach the replicas (``wait_replicas``, and one of them is a hit that may
-        consume); else b"". A refund or a reset that a failover loses leaves units taken, on
-        the strict side, so it waits for nobody."""
-        wait = self._wait
-        if wait and any(call.mode == HIT and call.cost for call in calls):
-            return wait
-        return b""
-
-    def _acked(
-        self,
-        replies: list[object],
-        calls: Sequence[ScriptCall],
-        read: Callable[[list[object]], list[object]] = list,
-    ) -> list[object]:
-        """The results of ``calls``, ``read`` from the replies before WAIT's (the last): when
-        fewer replicas than asked acknowledged them, or WAIT itself was refused, each hit the
-        master admitted gets an :class:`Unreplicated` error carrying its reply instead. The
-        rest keep their replies: a denial wrote nothing, and a refund, a reset or a check
-        needs no replica (see :meth:`_durable`)."""
-        *before, acked = replies
-        results = read(before)
-        short = self._unreplicated(acked)
-        if short is None:
-            return results
-        return [
-            Unreplicated(str(short), result)
-            if isinstance(result, bytes) and admitted(call.mode, call.cost, result)
-            else result
-            for call, result in zip(calls, results, strict=True)
-        ]
-
-    def _unreplicated(self, acked: object) -> str | None:
-        """Why the writes before WAIT are not known to be replicated, by WAIT's reply
-        ``acked``; None when enough replicas acknowledged them."""
-        if isinstance(acked, int) and acked >= self._replicas:
-            return None
-        if isinstance(acked, Exception):  # WAIT refused (an ACL, a proxy): they are applied
-            return (
-                f"WAIT was refused ({acked}): the writes were applied on the master, not "
-                "known to be replicated (wait_replicas)"
-            )
-        return (
-            f"only {acked} of {self._replicas} replicas acknowledged the writes within "
-            f"{self._wait_ms} ms (wait_replicas): applied on the master, which may lose them"
-        )
 
     def _exchange_all(self, jobs: list[Job]) -> list[list[object] | Exception]:
         """Every lane's job at once (``exchange_all``). On a cluster, a lane that failed

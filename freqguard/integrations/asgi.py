@@ -1,0 +1,145 @@
+"""A pure ASGI middleware: rate limits for any ASGI application, no framework needed.
+
+::
+
+    app = FreqGuardMiddleware(
+        app,
+        guard=AsyncGuard(),
+        limits=[Limit("/api/sms", "10/minute", key=client_ip(["10.0.0.0/8"], header="x-real-ip"))],
+    )
+
+A denied request gets 429 with ``Retry-After`` and an RFC 9457 ``application/problem+json``
+body naming the violated rules; every limited response carries rate-limit headers. A denied
+WebSocket handshake is closed with code 1008 (policy violation). Other scopes pass through.
+Starlette and FastAPI users import the same names from
+:mod:`freqguard.integrations.starlette`, which adds FastAPI's dependencies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from typing import Any
+
+from freqguard.decorators.adapters import async_view as _async_view
+from freqguard.guard import AsyncGuard, Guard
+from freqguard.headers import check_profile
+from freqguard.integrations._decide import (
+    Answer,
+    Decider,
+    compile_limit,
+)
+from freqguard.integrations._http import (
+    BadRequest,
+    Limit,
+    RequestInfo,
+    client_ip,
+    header,
+    path_param,
+)
+from freqguard.integrations._routes import route_path
+
+__all__ = [
+    "BadRequest",
+    "FreqGuardMiddleware",
+    "Limit",
+    "client_ip",
+    "header",
+    "path_param",
+    "request_info",
+]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def request_info(scope: Scope, params: Mapping[str, str] | None = None) -> RequestInfo:
+    def read_headers() -> dict[str, list[str]]:
+        headers: dict[str, list[str]] = {}
+        for name, value in scope.get("headers", ()):
+            headers.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+        return headers
+
+    client = scope.get("client")
+    return RequestInfo(
+        scope.get("method", "GET"),
+        scope["path"],
+        read_headers,
+        client[0] if client else None,
+        params,
+        scope,
+    )
+
+
+def _as_async(guard: Guard | AsyncGuard) -> AsyncGuard:
+    return guard if isinstance(guard, AsyncGuard) else _async_view(guard)
+
+
+class FreqGuardMiddleware:
+    """Pure ASGI middleware: the first :class:`Limit` matching a request decides it.
+
+    The limits are compiled when the middleware is built; each policy is registered on the
+    guard once.
+
+    Args:
+        app: the ASGI application.
+        guard: an AsyncGuard (a sync Guard is run off the event loop).
+        limits: route patterns to rules, first match wins.
+        headers: the header profile (``"ietf"``, ``"draft6"``, ``"x-ratelimit"``, ``"none"``).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        guard: Guard | AsyncGuard,
+        limits: Sequence[Limit],
+        headers: str = "ietf",
+    ) -> None:
+        self.app = app
+        self.guard = _as_async(guard)
+        self._hit = self.guard.hit
+        self.limits = tuple(limits)
+        self.decider = Decider(
+            self.guard, [compile_limit(limit) for limit in self.limits], check_profile(headers)
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind != "http" and kind != "websocket":
+            await self.app(scope, receive, send)
+            return
+        found = self.decider.find(scope.get("method", "GET"), route_path(scope))
+        if found is None:
+            await self.app(scope, receive, send)
+            return
+        route, params = found
+        answer = await self.decider.adecide(self._hit, route, request_info(scope, params))
+        if not answer.allowed:
+            await _refuse(scope, send, answer)
+            return
+        extra = answer.raw_headers() if kind == "http" else None
+        if not extra:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+async def _refuse(scope: Scope, send: Send, answer: Answer) -> None:
+    """Answer without calling the app: a problem document, or a WebSocket close 1008."""
+    if scope["type"] == "websocket":
+        reason = {429: "rate limited", 503: "store unavailable"}.get(answer.status, "bad request")
+        await send({"type": "websocket.close", "code": 1008, "reason": reason})
+        return
+    await send(
+        {"type": "http.response.start", "status": answer.status, "headers": answer.raw_headers()}
+    )
+    await send({"type": "http.response.body", "body": answer.body})

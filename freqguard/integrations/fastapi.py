@@ -1,0 +1,124 @@
+"""FastAPI (and Starlette) endpoints: a dependency for per-endpoint limits, and
+:func:`enforce` for limits keyed on validated parameters; both decide on the ASGI
+middleware's path (:mod:`freqguard.integrations.asgi`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from freqguard.decision import Decision
+from freqguard.errors import BackendUnavailable
+from freqguard.guard import AsyncGuard, Guard
+from freqguard.headers import check_profile
+from freqguard.integrations._decide import (
+    Answer,
+    Decider,
+    answer_for,
+    compile_limit,
+    unavailable,
+)
+from freqguard.integrations._http import (
+    KeyFunc,
+    Limit,
+    problem_detail,
+)
+from freqguard.integrations.asgi import _as_async, request_info
+
+__all__ = ["Refused", "enforce", "limit_dependency", "refused_handler"]
+
+
+class Refused(HTTPException):
+    """A 429 (or 400) from :func:`limit_dependency` or :func:`enforce`, with its answer.
+
+    It is an ``HTTPException``: with FastAPI's default handler the client gets the status,
+    the rate-limit headers and ``{"detail": ...}``. Register :func:`refused_handler` to send
+    the middleware's own problem document instead::
+
+        app = FastAPI(exception_handlers={Refused: refused_handler})
+    """
+
+    def __init__(self, answer: Answer, detail: str) -> None:
+        kept = {k: v for k, v in answer.headers.items() if not k.startswith("Content-")}
+        super().__init__(answer.status, detail, headers=kept)
+        self.answer = answer
+
+
+async def refused_handler(request: Request, exc: Exception) -> Response:
+    """Send a :class:`Refused` as the middleware would: problem+json, the same headers."""
+    if not isinstance(exc, Refused):
+        raise exc
+    answer = exc.answer
+    return Response(answer.body, answer.status, headers=answer.headers)
+
+
+async def enforce(
+    guard: Guard | AsyncGuard, policy: str, cost: int = 1, *, headers: str = "ietf", **ctx: object
+) -> Decision:
+    """Hit ``policy``; on denial raise :class:`Refused` (an ``HTTPException(429)``).
+
+    For FastAPI dependencies that key on validated parameters::
+
+        async def per_user(user_id: int) -> None:
+            await enforce(guard, "api", user=user_id)
+
+    The problem document names no ``instance`` (the request is not known here). A store
+    failure the policy's ``on_error`` does not answer raises :class:`Refused` with a 503.
+    """
+    try:
+        decision = await _as_async(guard).hit(policy, cost, **ctx)
+    except BackendUnavailable as error:
+        answer = unavailable(error, None)
+        raise Refused(answer, json.loads(answer.body)["detail"]) from error
+    if not decision.allowed:
+        raise Refused(answer_for(decision, check_profile(headers), None), problem_detail(decision))
+    return decision
+
+
+def limit_dependency(
+    guard: Guard | AsyncGuard,
+    rule: str | Sequence[str],
+    *,
+    key: KeyFunc | None = None,
+    cost: int = 1,
+    name: str,
+    headers: str = "ietf",
+    on_error: object = None,
+) -> Callable[..., Awaitable[None]]:
+    """A FastAPI dependency: ``Depends(limit_dependency(guard, "5/minute", name="login"))``.
+
+    Decided on the same path as the middleware. Denials raise :class:`Refused` (429, 400
+    when the key refuses the request, 503 when the store fails and ``on_error`` is
+    ``"raise"``); allowed responses get the rate-limit headers. ``on_error`` as for
+    :class:`Limit`.
+    """
+    limit = Limit(
+        "/{rest:path}",
+        list(rule) if not isinstance(rule, str) else rule,
+        key=key,
+        cost=cost,
+        name=name,
+        on_error=on_error,
+    )
+    aguard = _as_async(guard)
+    route = compile_limit(limit)
+    decider = Decider(aguard, [route], check_profile(headers))
+
+    async def dependency(request: Request, response: Response) -> None:
+        info = request_info(request.scope, dict(request.path_params))
+        answer = await decider.adecide(aguard.hit, route, info)
+        if not answer.allowed:
+            detail = (
+                problem_detail(answer.decision)
+                if answer.decision is not None
+                else json.loads(answer.body)["detail"]
+            )
+            raise Refused(answer, detail)
+        response.headers.update(answer.headers)
+
+    return dependency
