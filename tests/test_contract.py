@@ -1,4 +1,4 @@
-"""The Lua twin is held to ``freqguard/contract.py``, and the Python twin to it too, both ways:
+"""The Lua twin is held to ``freqguard/script/contract.py``, and the Python twin to it too, both ways:
 constants, strategy codes, pack formats, the reply layout, the specs' encoding, the twin
 functions of every strategy and the steps of the policy function (same names, same order),
 and neither twin's functions grow past a screen."""
@@ -234,3 +234,90 @@ def test_no_python_twin_function_is_longer_than_a_screen(module: ModuleType) -> 
         if isinstance(node, ast.FunctionDef):
             length = (node.end_lineno or node.lineno) - node.lineno + 1
             assert length <= SCREEN, f"{module.__name__}.{node.name}: {length} lines"
+
+
+# -- the call's layout -----------------------------------------------------------------------
+
+
+def test_the_lua_names_each_argument_position_as_the_contract_orders_them() -> None:
+    names = ", ".join(f"ARGV_{name.upper()}" for name in contract.ARGV)
+    positions = ", ".join(str(i) for i in range(1, len(contract.ARGV) + 1))
+    assert re.search(rf"^local {names} = {positions}$", LUA, re.M), names
+    last = f"ARGV_{contract.ARGV[-1].upper()}"
+    assert contract.ARGV_STATES[0] == "fields"
+    assert _lua_local("ARGV_FIELDS") == f"{last} + 1"
+
+
+def test_the_lua_reads_its_arguments_only_through_the_named_positions() -> None:
+    assert re.findall(r"argv\[\s*\d", LUA) == []
+    assert re.findall(r"tunpack\(argv, \d", LUA) == []
+
+
+def test_the_lua_reads_a_refund_mark_with_the_contracts_separator() -> None:
+    assert _lua_local("MARK_SEPARATOR") == repr(contract.MARK_SEPARATOR)
+    assert "MARK_PATTERN" in LUA.split("function give_back", 1)[1].split("\nend", 1)[0]
+
+
+def test_the_nogrow_name_refuses_what_the_contract_says_grows() -> None:
+    """The Lua's second name refuses exactly the calls ``contract.grows`` names (the
+    encoder sends every other call there: tests/test_redis_memory.py runs both)."""
+    nogrow = LUA.split("__LIBRARY___nogrow',", 1)[1]
+    assert "tonumber(argv[ARGV_MODE]) == HIT and tonumber(argv[ARGV_COST]) > 0" in nogrow
+    assert [contract.grows(mode, cost) for mode in contract.MODES.values() for cost in (0, 2)] == [
+        False,
+        True,
+        *[False] * 6,
+    ]
+
+
+def _resp_args(packed: bytes) -> list[bytes]:
+    """A RESP array of bulk strings, read back."""
+    head, _, rest = packed.partition(b"\r\n")
+    assert head.startswith(b"*")
+    out = []
+    for _ in range(int(head[1:])):
+        size, _, rest = rest.partition(b"\r\n")
+        assert size.startswith(b"$")
+        n = int(size[1:])
+        out.append(rest[:n])
+        rest = rest[n + 2 :]
+    assert rest == b""
+    return out
+
+
+@pytest.mark.parametrize("marks", [None, (7, (1, 2, 3))])
+@pytest.mark.parametrize("now", [None, 1_700_000_000_000_000])
+def test_the_encoder_places_each_argument_where_the_contract_says(
+    now: int | None, marks: tuple[object, ...] | None
+) -> None:
+    """Both encoders (the wire frames and redis-py's arguments) put each of the call's values
+    at its named position, then the fields, then the marks."""
+    pytest.importorskip("redis")
+    from freqguard.backends._resp import encode, function_args
+    from freqguard.script.calls import ScriptCall
+
+    policy = Policy(
+        "p", Rule("3/minute", by="r", name="w"), Rule("5/hour", by="r", strategy="token-bucket")
+    )
+    plan = PolicyPlan(policy, "fg")
+    (slot,) = plan.slots
+    mode = contract.REFUND if marks else contract.HIT
+    call = ScriptCall(slot, {"r": "a"}, now, 2, mode, marks)  # type: ignore[arg-type]
+    expected = {
+        "now": b"" if now is None else str(now).encode(),
+        "cost": b"2",
+        "mode": str(mode).encode(),
+        "specs": slot.spec_text.encode(),
+    }
+    fields = [layout.field(call.texts) for layout in slot.layouts]
+    wire = _resp_args(encode(call)[0])
+    api = [a if isinstance(a, bytes) else str(a).encode() for a in function_args(call)]
+    for args in (wire, api):
+        argv = args[4:]  # FCALL, the function, numkeys, the record
+        for position, name in enumerate(contract.ARGV):
+            assert argv[position] == expected[name], name
+        states = argv[len(contract.ARGV) :]
+        assert states[: len(fields)] == fields
+        sep = contract.MARK_SEPARATOR.encode()
+        shown = [] if marks is None else [b"7", sep.join([b"1", b"2", b"3"])]
+        assert states[len(fields) :] == shown

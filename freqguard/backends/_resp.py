@@ -9,6 +9,7 @@ command API, the long way that follows cluster redirections. No I/O here.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from operator import itemgetter
 from typing import Any
 
 from redis.client import NEVER_DECODE
@@ -16,7 +17,7 @@ from redis.client import NEVER_DECODE
 from freqguard.backends._library import FUNCTION, FUNCTION_NOGROW
 from freqguard.errors import ConfigError
 from freqguard.script.calls import ScriptCall
-from freqguard.script.contract import HIT
+from freqguard.script.contract import ARGV, MARK_SEPARATOR, grows
 from freqguard.script.strategies.base import Mark
 
 __all__ = [
@@ -40,6 +41,17 @@ CHUNK = 16  # calls per write when a batch is streamed (see Lane.stream)
 # naming FUNCTION_NOGROW.
 _FRAMES: dict[str, tuple[bytes, bytes, bytes]] = {}
 
+# The call's arguments in the order the contract gives them (contract.ARGV): each one's RESP
+# frame, and which of (len(now), now, len(cost), cost, mode, the specs' frame) it takes.
+_PIECES = {
+    "now": (b"$%d\r\n%s\r\n", (0, 1)),
+    "cost": (b"$%d\r\n%s\r\n", (2, 3)),
+    "mode": (b"$1\r\n%d\r\n", (4,)),
+    "specs": (b"%s", (5,)),
+}
+_ARGS = b"".join([_PIECES[name][0] for name in ARGV])
+_IN_ORDER = itemgetter(*[i for name in ARGV for i in _PIECES[name][1]])
+
 
 def _record_and_fields(call: ScriptCall) -> tuple[str, list[bytes]]:
     """The record key and the field of each state: every key of one call is a field of one
@@ -56,16 +68,21 @@ def record_key(call: ScriptCall) -> bytes:
 def _function(call: ScriptCall) -> str:
     """The function a call goes to: a HIT that consumes may grow what is stored; every other
     call goes to the twin Redis runs even when out of memory (see FUNCTION_NOGROW)."""
-    return FUNCTION if call.mode == HIT and call.cost else FUNCTION_NOGROW
+    return FUNCTION if grows(call.mode, call.cost) else FUNCTION_NOGROW
 
 
 def function_args(call: ScriptCall) -> tuple[Any, ...]:
     """FCALL's arguments, for redis-py's ``execute_command``: the function, numkeys, the
     record key, then ARGV (see the script header)."""
     record, fields = _record_and_fields(call)
-    now = "" if call.now is None else call.now
-    args = ("FCALL", _function(call), 1, record, now, call.cost, call.mode, call.slot.spec_text)
-    return (*args, *fields, *_marks(call))
+    values = {
+        "now": "" if call.now is None else call.now,
+        "cost": call.cost,
+        "mode": call.mode,
+        "specs": call.slot.spec_text,
+    }
+    argv = [values[name] for name in ARGV]
+    return ("FCALL", _function(call), 1, record, *argv, *fields, *_marks(call))
 
 
 def _marks(call: ScriptCall) -> tuple[bytes, ...]:
@@ -79,8 +96,11 @@ def _mark(mark: Mark | None) -> bytes:
     if mark is None:
         return b""
     if isinstance(mark, tuple):  # a bucket's: tat, back, born
-        return b":".join([b"%d" % v for v in mark])
+        return _SEPARATOR.join([b"%d" % v for v in mark])
     return b"%d" % mark
+
+
+_SEPARATOR = MARK_SEPARATOR.encode()
 
 
 def bulk(data: bytes) -> bytes:
@@ -91,7 +111,7 @@ def bulk(data: bytes) -> bytes:
 def _frame(text: str, states: int, marks: tuple[bytes, ...]) -> tuple[bytes, bytes, bytes]:
     """FCALL's constant frames for a plan: the head naming FUNCTION, the plan text, and the
     head naming FUNCTION_NOGROW; kept per plan, but for a refund's, which counts its marks."""
-    count = 8 + states + len(marks)
+    count = 4 + len(ARGV) + states + len(marks)  # FCALL, function, numkeys, key, ARGV...
     head = b"*%d\r\n%s%s%s" % (count, bulk(b"FCALL"), bulk(FUNCTION.encode()), bulk(b"1"))
     nogrow = head.replace(bulk(FUNCTION.encode()), bulk(FUNCTION_NOGROW.encode()))
     frame = (head, bulk(text.encode()), nogrow)
@@ -111,16 +131,12 @@ def encode(call: ScriptCall) -> tuple[bytes, bytes]:
     fields = [layout.field(call.texts) for layout in call.slot.layouts]
     now = b"" if call.now is None else b"%d" % call.now
     cost = b"%d" % call.cost
-    packed = b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$1\r\n%d\r\n%s%s" % (
-        frame[0] if call.mode == HIT and call.cost else frame[2],
+    args = _ARGS % _IN_ORDER((len(now), now, len(cost), cost, call.mode, frame[1]))
+    packed = b"%s$%d\r\n%s\r\n%s%s" % (
+        frame[0] if grows(call.mode, call.cost) else frame[2],
         len(key),
         key,
-        len(now),
-        now,
-        len(cost),
-        cost,
-        call.mode,
-        frame[1],
+        args,
         b"".join([b"$%d\r\n%s\r\n" % (len(f), f) for f in (*fields, *marks)]),
     )
     return packed, key

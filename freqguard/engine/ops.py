@@ -4,7 +4,7 @@ A policy is compiled once into a :class:`PolicyPlan`: which slots it spans and w
 slot touches (both as :func:`freqguard.script.keys.policy_layout` lays them out), the integers each
 rule needs, and how replies map back to rules. Operations are
 generators that yield what to do (a batch of script calls, or a :class:`Sleep`) and receive the
-replies; the sync and async guards only drive them (``guard.py``). Nothing here does I/O.
+replies; the sync and async guards only drive them (``freqguard/_async/guard.py``). Nothing here does I/O.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Everything the Python twin (``freqguard/script.py``, ``freqguard/strategies/``) and the Lua
-twin (``freqguard/script/policy.lua``) must agree on, written once.
+"""Everything the Python twin (``freqguard/script/twin.py``, ``freqguard/script/strategies/``)
+and the Lua twin (``freqguard/script/policy.lua``) must agree on, written once: the call's
+layout, codes, pack formats, function names and steps.
 
 The Lua cannot import Python, so it states each value again; ``tests/test_contract.py`` reads
 the Lua's constants, its strategy table, its pack formats, how it parses the specs, its twin
@@ -15,10 +16,13 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "ARGV",
+    "ARGV_STATES",
     "BACK_LIMIT",
     "CHECK",
     "FIELD_HEAD",
     "HIT",
+    "MARK_SEPARATOR",
     "MODES",
     "PINNED_GRACE_MS",
     "PRUNE_FLOOR",
@@ -35,21 +39,44 @@ __all__ = [
     "STATE_FORMATS",
     "STRATEGY_CODES",
     "TWIN_FUNCTIONS",
+    "grows",
     "struct_codes",
     "widths",
 ]
 
-#: The script's modes (ARGV[3]).
+#: The call's arguments (the Lua's ARGV), in order, each named as the Lua names its position
+#: (``ARGV_NOW`` = 1, ...): the time (µs, or empty for the server's), the cost, the mode, the
+#: specs; then :data:`ARGV_STATES`. The encoder (``backends/_resp.py``) and the Lua read the
+#: positions from here; ``ScriptCall`` carries the same values under the same names.
+ARGV = ("now", "cost", "mode", "specs")
+
+#: What follows :data:`ARGV`: one field per state (its field in the record), then, for a
+#: refund of one decision only, one mark per state (:data:`MARK_SEPARATOR`).
+ARGV_STATES = ("fields", "marks")
+
+#: A bucket's refund mark is its three numbers joined by this (``tat:back:born``); a
+#: window's mark is one number; an empty mark: the hit took nothing there.
+MARK_SEPARATOR = ":"
+
+#: The script's modes (``mode``).
 HIT, CHECK, REFUND, RESET = 0, 1, 2, 3
 MODES = {"HIT": HIT, "CHECK": CHECK, "REFUND": REFUND, "RESET": RESET}
 
-#: A strategy's number in the specs (ARGV[4]); the Lua's ``TWINS`` table maps each number to
-#: its twin.
+
+def grows(mode: int, cost: int) -> bool:
+    """Whether a call may grow what is stored: a hit that consumes. Every other call goes to
+    the policy function's twin that Redis runs even when out of memory (the Lua's
+    ``_nogrow`` name), which refuses a call that grows."""
+    return mode == HIT and cost > 0
+
+
+#: A strategy's number in the specs; the Lua's ``TWINS`` table maps each number to its twin.
 STRATEGY_CODES = {"fixed-window": 1, "sliding-log": 2, "token-bucket": 3, "gcra": 4}
 
-#: The specs (ARGV[4], ``script.spec_text``): space-separated integers, the number of states,
-#: then per state these (its strategy's code, its shadow flag 0/1, its number of rules), each
-#: state followed by its rules, these per rule (``RuleParams``' fields; shadow 0/1).
+#: The specs (``specs``, ``script.calls.spec_text``): space-separated integers, the number
+#: of states, then per state these (its strategy's code, its shadow flag 0/1, its number of
+#: rules), each state followed by its rules, these per rule (``RuleParams``' fields; shadow
+#: 0/1).
 SPEC_STATE = ("code", "shadow", "rule_count")
 SPEC_RULE = ("capacity", "window", "interval", "shadow")
 
@@ -83,7 +110,7 @@ RECORD_META = ">I7I4I4"
 TWIN_FUNCTIONS = ("load", "check", "consume", "refund", "ttl")
 
 #: The steps of the policy function, which both twins define under these names, in this
-#: order, and call in this order (Python: ``script.run``; Lua: ``run``). Each twin has more
+#: order, and call in this order (Python: ``twin.run``; Lua: ``run``). Each twin has more
 #: that are its own (the Lua writes the record and frames the reply; Python reports).
 RUN_STEPS = (
     "judged_at",

@@ -1,8 +1,8 @@
 #!lua name=__LIBRARY__
--- freqguard policy function: the Lua twin of freqguard/script.py (run) and of the strategy
--- twins in freqguard/strategies/*.py. Each strategy below has the functions of its Python
+-- freqguard policy function: the Lua twin of freqguard/script/twin.py (run) and of the strategy
+-- twins in freqguard/script/strategies/*.py. Each strategy below has the functions of its Python
 -- module, under the same names and in the same order, except report: the server only
--- decides and returns the states it leaves behind, and the client (script.Reply) derives
+-- decides and returns the states it leaves behind, and the client (script/calls.py, Reply) derives
 -- remaining and reset from them, so no server time goes to answers most callers never read.
 --
 -- A Redis Function (FUNCTION LOAD, FCALL), not an EVAL script: the strategies' functions and
@@ -10,21 +10,22 @@
 --
 -- Layout: the contract's constants; the strategies; the specs; the record; the policy
 -- function's steps, then the function itself (run), which calls them in that order. The
--- Python twin (freqguard/script.py) defines the steps both twins share under the same names,
--- in the same order (freqguard/contract.py RUN_STEPS).
+-- Python twin (freqguard/script/twin.py) defines the steps both twins share under the same names,
+-- in the same order (freqguard/script/contract.py RUN_STEPS).
 --
 -- KEYS   [1] the record: a hash holding every state of one partition (recipient) and policy
--- ARGV   [1] now: microseconds, or "" to use the server's TIME
---        [2] cost: integer >= 0 (0: only check)
---        [3] mode: 0 HIT, 1 CHECK, 2 REFUND, 3 RESET
---        [4] the specs, space-separated integers: the number of states, then for each state
+-- ARGV   read through the named positions below (contract.py ARGV, ARGV_STATES):
+--        [ARGV_NOW] microseconds, or "" to use the server's TIME
+--        [ARGV_COST] integer >= 0 (0: only check)
+--        [ARGV_MODE] 0 HIT, 1 CHECK, 2 REFUND, 3 RESET
+--        [ARGV_SPECS] space-separated integers: the number of states, then for each state
 --            its strategy's code (see TWINS), shadow (0/1) and number of rules, then for each
 --            rule: capacity, window (µs), interval (µs per token, buckets; else 0), shadow
 --            (0/1); see parse_specs
---        [5...] one per state, its field in the record (a 2-byte field tag, plus the 8-byte
---            digest of its other dimension values when it has any)
+--        [ARGV_FIELDS ...] one per state, its field in the record (a 2-byte field tag, plus
+--            the 8-byte digest of its other dimension values when it has any)
 --        then, REFUND only and optional: one per state, the mark the hit to give back left
---            there (script.Reply.marks: its time; "tat:back:born" for buckets), "" where it
+--            there (calls.Reply.marks: its time; "tat:back:born" for buckets), "" where it
 --            consumed nothing; without them a refund gives back the newest units
 -- Reply  one string: REPLY_HEAD, allowed and the µs it was judged at (see Time); REPLY_WAIT
 --        per rule in spec order, its wait (µs until the rule would admit the hit; 0: it
@@ -41,8 +42,14 @@
 --        failover, calls out of order). All arithmetic on integers below 2^53
 --        (freqguard/bounds.py).
 
--- The contract (freqguard/contract.py; tests/test_contract.py holds these to it) -----------
+-- The contract (freqguard/script/contract.py; tests/test_contract.py holds these to it) -----------
 local HIT, CHECK, REFUND, RESET = 0, 1, 2, 3
+-- The call's arguments (contract.py ARGV): these positions, then one field per state from
+-- ARGV_FIELDS on, then (a refund of one decision) one mark per state.
+local ARGV_NOW, ARGV_COST, ARGV_MODE, ARGV_SPECS = 1, 2, 3, 4
+local ARGV_FIELDS = ARGV_SPECS + 1
+local MARK_SEPARATOR = ':'  -- a bucket's mark: tat, back and born, joined by it
+local MARK_PATTERN = '^(%d+)' .. MARK_SEPARATOR .. '(%d+)' .. MARK_SEPARATOR .. '(%d+)$'
 -- With a pinned clock (tests, replays) the caller's time and the server's expiry clock
 -- differ: a record must not expire in real time while it still matters in pinned time.
 local PINNED_GRACE_MS = 600000
@@ -51,8 +58,8 @@ local PRUNE_FLOOR = 8  -- stale fields are pruned once a record holds more than 
 -- deleted (as in the memory backend), so a clock that steps back by less finds it again.
 local STALE_GRACE = 1000000
 local BACK_LIMIT = 2 ^ 50  -- see next_back
--- The codes of the strategies in the specs (ARGV[4]; see TWINS), and how the specs, the
--- states, the record's fields and the reply are packed (freqguard/contract.py).
+-- The codes of the strategies in the specs (ARGV_SPECS; see TWINS), and how the specs, the
+-- states, the record's fields and the reply are packed (freqguard/script/contract.py).
 local FIXED_WINDOW, SLIDING_LOG, TOKEN_BUCKET, GCRA = 1, 2, 3, 4
 local FIXED_WINDOW_STATE = '>I7I4I7'     -- window_start, count, born
 local SLIDING_LOG_STATE = '>BI7'         -- the header: entry width, base; then the entries
@@ -224,7 +231,7 @@ end
 local function give_back(view, now, cost, interval, mark)
   local span = cost * interval
   if not mark then return span end
-  local tat, back, born = match(mark, '^(%d+):(%d+):(%d+)$')
+  local tat, back, born = match(mark, MARK_PATTERN)
   if tonumber(born) ~= view[3] then return 0 end
   local finish = tonumber(tat) - (view[2] - tonumber(back))  -- difference first: < 2^53
   return max(0, finish - max(now, finish - span))
@@ -324,8 +331,8 @@ local TWINS = {
 }
 local PARSED, PARSED_COUNT = {}, 0
 
--- ARGV[4]: the number of states, then per state the numbers of parse_state, each followed
--- by the numbers of parse_rule for each of its rules (freqguard/contract.py SPEC_STATE,
+-- ARGV_SPECS: the number of states, then per state the numbers of parse_state, each followed
+-- by the numbers of parse_rule for each of its rules (freqguard/script/contract.py SPEC_STATE,
 -- SPEC_RULE). Both return the next position.
 local function parse_rule(v, at)
   return {capacity = v[at], window = v[at + 1], interval = v[at + 2], shadow = v[at + 3] == 1},
@@ -390,7 +397,7 @@ local function prune(record, now)
   return live
 end
 
--- the policy function's steps (freqguard/script.py has the same, in the same order) ----------
+-- the policy function's steps (freqguard/script/twin.py has the same, in the same order) ----------
 
 -- The time the call is judged at: no earlier than any of its states was written at.
 local function judged_at(got, n, now)
@@ -439,7 +446,7 @@ end
 local function refund_states(specs, views, after, raws, argv, now, cost)
   local n = #specs
   for i = 1, n do
-    local spec, mark = specs[i], argv[4 + n + i]
+    local spec, mark = specs[i], argv[ARGV_FIELDS - 1 + n + i]
     if raws[i] and mark ~= '' then
       after[i] = spec.twin.refund(views[i], now, cost, spec, mark)
       views[i] = spec.twin.load(after[i], now, spec)
@@ -490,12 +497,12 @@ local function changes(specs, after, got, argv, expiries, now, mode)
       elseif mode ~= RESET then
         expiry = now + spec.twin.ttl(state, now, spec)
       end
-      sets[#sets + 1] = argv[4 + i]
+      sets[#sets + 1] = argv[ARGV_FIELDS - 1 + i]
       sets[#sets + 1] = pack(FIELD_HEAD, expiry, now) .. state
       if expiry > latest then latest = expiry end
       if not got[i + 1] then added = added + 1 end
     elseif state == false then
-      drops[#drops + 1] = argv[4 + i]
+      drops[#drops + 1] = argv[ARGV_FIELDS - 1 + i]
     end
   end
   return sets, drops, latest, added
@@ -557,18 +564,18 @@ local function reply(specs, allowed, now, waits, after, raws)
   return concat(out)
 end
 
--- the policy function (freqguard/script.py: run) ------------------------------------------
+-- the policy function (freqguard/script/twin.py: run) ------------------------------------------
 local function run(keys, argv)
-  local pinned, now = argv[1] ~= '', tonumber(argv[1])
+  local pinned, now = argv[ARGV_NOW] ~= '', tonumber(argv[ARGV_NOW])
   if not pinned then
     local t = call('TIME')
     now = t[1] * 1000000 + t[2]
   end
   local clock = now  -- the caller's or the server's time: expiries are set on it
-  local cost, mode = tonumber(argv[2]), tonumber(argv[3])
-  local specs = specs_of(argv[4])
+  local cost, mode = tonumber(argv[ARGV_COST]), tonumber(argv[ARGV_MODE])
+  local specs = specs_of(argv[ARGV_SPECS])
   local record, n = keys[1], #specs
-  local got = call('HMGET', record, '', tunpack(argv, 5, 4 + n))
+  local got = call('HMGET', record, '', tunpack(argv, ARGV_FIELDS, ARGV_FIELDS - 1 + n))
   -- per state: the packed state to store ('' a reset's marker), false to delete, nil to keep
   local after = {}
   if mode ~= RESET then
@@ -607,7 +614,7 @@ redis.register_function('__LIBRARY__', policy)
 redis.register_function{
   function_name = '__LIBRARY___nogrow',
   callback = function(keys, argv)
-    if argv[3] == '0' and argv[2] ~= '0' then  -- mode HIT, cost > 0
+    if tonumber(argv[ARGV_MODE]) == HIT and tonumber(argv[ARGV_COST]) > 0 then  -- grows
       return redis.error_reply('ERR a hit that consumes cannot run as __LIBRARY___nogrow')
     end
     return policy(keys, argv)

@@ -80,7 +80,7 @@ def check(log: array[int], now: int, need: int, rule: RuleParams) -> int:
 
 
 def consume(log: array[int], now: int, cost: int, spec: StateSpec) -> array[int]:
-    # time per state never goes back (see script.run), so every entry is <= now: append
+    # time per state never goes back (see twin.run), so every entry is <= now: append
     del log[: bisect_right(log, now - spec.window)]
     log.extend(array("q", (now,)) * cost)
     if len(log) > spec.cap:
