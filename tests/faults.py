@@ -25,7 +25,7 @@ from redis.crc import key_slot
 
 from freqguard import AsyncGuard, BackendUnavailable, Decision, Guard, Policy
 from freqguard.backends._resp import record_key
-from freqguard.engine.ops import PolicyPlan
+from freqguard.engine.plan import PolicyPlan
 from freqguard.failure import CircuitOpen
 from freqguard.script.calls import Reply, ScriptCall
 from freqguard.script.contract import HIT

@@ -24,7 +24,7 @@ from freqguard import (
     backend_from_url,
 )
 from freqguard.backends._resp import record_key
-from freqguard.engine.ops import PolicyPlan
+from freqguard.engine.plan import PolicyPlan
 from freqguard.script.contract import HIT
 from tests import servers
 from tests.conftest import flush

@@ -17,7 +17,7 @@ from redis.crc import key_slot
 
 from freqguard import BackendUnavailable
 from freqguard.backends._resp import record_key
-from freqguard.engine.ops import PolicyPlan
+from freqguard.engine.plan import PolicyPlan
 from freqguard.script.contract import HIT
 from tests import servers
 from tests.conftest import flush

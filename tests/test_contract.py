@@ -1,4 +1,5 @@
-"""The Lua twin is held to ``freqguard/script/contract.py``, and the Python twin to it too, both ways:
+"""The Lua twin is held to ``freqguard/script/contract.py``, and the Python twin to it too,
+both ways:
 constants, strategy codes, pack formats, the reply layout, the specs' encoding, the twin
 functions of every strategy and the steps of the policy function (same names, same order),
 and neither twin's functions grow past a screen."""
@@ -14,7 +15,7 @@ from types import ModuleType
 import pytest
 
 from freqguard import Policy, Rule, Strategy
-from freqguard.engine.ops import PolicyPlan
+from freqguard.engine.plan import PolicyPlan
 from freqguard.script import contract, twin
 from freqguard.script.strategies import TWINS, RuleParams
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from freqguard import Policy, Rule, Strategy
-from freqguard.engine.ops import PolicyPlan
+from freqguard.engine.plan import PolicyPlan
 from freqguard.script.contract import HIT
 from freqguard.script.keys import policy_layout
 from tests.conftest import SMS

@@ -14,7 +14,8 @@ from freqguard.engine.failover import (
     mark_all,
     resilient,
 )
-from freqguard.engine.ops import Op, PolicyPlan
+from freqguard.engine.ops import Op
+from freqguard.engine.plan import PolicyPlan
 from freqguard.engine.registry import Registry
 from freqguard.errors import (
     BackendUnavailable,

@@ -14,7 +14,8 @@ from freqguard.engine.denycache import DenyCache, Key
 from freqguard.engine.failover import (
     settle_many,
 )
-from freqguard.engine.ops import Op, PolicyPlan, acquire_op, decide_op, many_op
+from freqguard.engine.ops import Op, acquire_op, decide_op, many_op
+from freqguard.engine.plan import PolicyPlan
 from freqguard.errors import (
     CapExceeded,
     ConfigError,

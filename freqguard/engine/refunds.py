@@ -14,7 +14,8 @@ from freqguard.engine.failover import (
     resilient,
 )
 from freqguard.engine.hits import Hits
-from freqguard.engine.ops import Op, PolicyPlan, refund_op
+from freqguard.engine.ops import Op, refund_op
+from freqguard.engine.plan import PolicyPlan
 from freqguard.errors import (
     BackendUnavailable,
     ConfigError,

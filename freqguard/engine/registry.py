@@ -13,7 +13,7 @@ from freqguard.engine.denycache import DenyCache
 from freqguard.engine.failover import (
     shared_out,
 )
-from freqguard.engine.ops import PolicyPlan
+from freqguard.engine.plan import PolicyPlan
 from freqguard.errors import (
     ConfigError,
 )
