@@ -2,7 +2,7 @@
 
 Worker processes, each with threads sharing one :class:`Guard` and, in some, asyncio tasks
 sharing one :class:`AsyncGuard`, drive a mixed workload (:data:`POLICIES`: every strategy,
-rules sharing a log, shadow rules, multi-slot policies, costs above 1, ``hit_many``, refunds
+rules sharing a log, shadow rules, multi-part policies, costs above 1, ``hit_many``, refunds
 of admitted decisions) at a few hot keys, so that every limit is hit all the time. Time is the
 backend's own (no ``clock=``): Redis ``TIME``, the memory backend's ``SystemClock``.
 
@@ -59,7 +59,7 @@ from freqguard import AsyncGuard, Decision, Guard, MemoryBackend, Policy, Rule, 
 POLICIES: tuple[Policy, ...] = (
     Policy("log", Rule("8/second", by="user")),
     Policy(
-        "shared",  # two rules on one log, a finer rule and a shadow beside them, one slot
+        "shared",  # two rules on one log, a finer rule and a shadow beside them, one part
         Rule("5/second", by="user", name="user-1s"),
         Rule("12 per 3 seconds", by="user", name="user-3s"),
         Rule("3 per 2 seconds", by=("user", "content"), name="content-2s"),
@@ -68,19 +68,19 @@ POLICIES: tuple[Policy, ...] = (
     Policy("fixed", Rule("10/second", by="user", strategy="fixed-window")),
     Policy("bucket", Rule("20 per 2 seconds", by="user", strategy="token-bucket", burst=6)),
     Policy("gcra", Rule("10/second", by="user", strategy="gcra", burst=4)),
-    Policy(  # the issue's case: a global cap and a per-user cap on two slots
+    Policy(  # the issue's case: a global cap and a per-user cap on two parts
         "global", Rule("30 per 2 seconds", name="all"), Rule("5/second", by="user", name="user")
     ),
     Policy(
-        "mixed",  # two slots, three strategies
+        "mixed",  # two parts, three strategies
         Rule("25/second", strategy="gcra", burst=8, name="all"),
         Rule("6/second", by="user", strategy="fixed-window", name="user"),
         Rule("3/second", by=("user", "content"), name="content"),
     ),
     Policy("slow", Rule("50 per 20 seconds", by="user")),
 )
-#: Policies whose admissions are never refunded. A multi-slot hit denied by a later slot
-#: gives back what the earlier slots took; on a bucket, after other hits, that can leave the
+#: Policies whose admissions are never refunded. A multi-part hit denied by a later part
+#: gives back what the earlier parts took; on a bucket, after other hits, that can leave the
 #: engine's arrival time later than a replay that never saw the denied hit. Without refunds
 #: that only makes the replay more lenient; with them its marks could differ.
 NO_REFUNDS = frozenset({"mixed"})
@@ -133,7 +133,7 @@ def admission_times(guard: Guard | AsyncGuard, decision: Decision) -> tuple[int,
 
 
 def reply_times(guard: Guard | AsyncGuard, decision: Decision) -> tuple[int, ...]:
-    """Per rule, the µs its slot judged the call at, read from the replies a decision keeps
+    """Per rule, the µs its part judged the call at, read from the replies a decision keeps
     for its lazy report. A refund's Decision shows no time of its own, and a bucket's
     give-back depends on it; this reaches into the engine (``Decision._report``,
     ``Reply.now``) and fails loudly if that changes."""
@@ -142,8 +142,8 @@ def reply_times(guard: Guard | AsyncGuard, decision: Decision) -> tuple[int, ...
     replies = report.args[0]
     plan = guard._lookup(decision.policy)
     times = [0] * len(plan.policy.rules)
-    for slot, reply in zip(plan.slots, replies, strict=True):
-        for index in slot.rule_index:
+    for part, reply in zip(plan.parts, replies, strict=True):
+        for index in part.rule_index:
             times[index] = reply.now
     return tuple(times)
 
@@ -166,7 +166,7 @@ _BY_NAME = {p.name: p for p in POLICIES}
 
 
 def first_slot(policy: Policy) -> frozenset[int]:
-    """The rules of a policy's first slot, or every rule when it has one slot (a rule's slot
+    """The rules of a policy's first part, or every rule when it has one part (a rule's part
     is a dimension all rules share, else its own first dimension in policy order)."""
     shared = [d for d in policy.dimensions if all(d in r.by for r in policy.rules)]
 
@@ -251,7 +251,7 @@ class Driver:
                 if len(first) < len(policy.rules) and not any(
                     policy.rules[i] in decision.denied_by for i in first
                 ):
-                    counts[action.policy, "compensated"] += 1  # a later slot said no
+                    counts[action.policy, "compensated"] += 1  # a later part said no
                 continue
             counts[action.policy, "admitted"] += 1
             took = 0

@@ -127,10 +127,10 @@ def test_the_python_twin_writes_the_specs_as_the_contract_says() -> None:
         Rule("9/hour", by="a"),
         Rule("3/second", by="a", strategy="gcra", burst=4, shadow=True),
     )
-    (slot,) = PolicyPlan(policy, "fg").slots
-    words = iter(map(int, slot.spec_text.split()))
-    assert next(words) == len(slot.specs)
-    for spec in slot.specs:
+    (part,) = PolicyPlan(policy, "fg").parts
+    words = iter(map(int, part.spec_text.split()))
+    assert next(words) == len(part.specs)
+    for spec in part.specs:
         state = {name: next(words) for name in contract.SPEC_STATE}
         assert state == {
             "code": spec.twin.code,
@@ -301,16 +301,16 @@ def test_the_encoder_places_each_argument_where_the_contract_says(
         "p", Rule("3/minute", by="r", name="w"), Rule("5/hour", by="r", strategy="token-bucket")
     )
     plan = PolicyPlan(policy, "fg")
-    (slot,) = plan.slots
+    (part,) = plan.parts
     mode = contract.REFUND if marks else contract.HIT
-    call = ScriptCall(slot, {"r": "a"}, now, 2, mode, marks)  # type: ignore[arg-type]
+    call = ScriptCall(part, {"r": "a"}, now, 2, mode, marks)  # type: ignore[arg-type]
     expected = {
         "now": b"" if now is None else str(now).encode(),
         "cost": b"2",
         "mode": str(mode).encode(),
-        "specs": slot.spec_text.encode(),
+        "specs": part.spec_text.encode(),
     }
-    fields = [layout.field(call.texts) for layout in slot.layouts]
+    fields = [layout.field(call.texts) for layout in part.layouts]
     wire = _resp_args(encode(call)[0])
     api = [a if isinstance(a, bytes) else str(a).encode() for a in function_args(call)]
     for args in (wire, api):

@@ -31,7 +31,7 @@ from freqguard import (
 )
 from freqguard.failure import Breaker, CircuitOpen
 from freqguard.script.calls import Reply, ScriptCall
-from tests.test_failure_policy import AsyncTwin
+from tests.test_failure_policy import AsyncSide
 
 CAP = 3
 P = Policy("p", Rule(f"{CAP}/day", by="r", name="daily"))
@@ -41,7 +41,7 @@ COOLDOWN = 5.0
 DEGRADED = {"allow": "fail-open", "deny": "fail-closed", "fallback": "fallback"}
 
 
-class Nodes(AsyncTwin):
+class Nodes(AsyncSide):
     """A MemoryBackend spread over nodes; calls to a node in ``down`` fail, the rest run."""
 
     def __init__(self, clock: ManualClock) -> None:
@@ -51,7 +51,7 @@ class Nodes(AsyncTwin):
         self.calls: Counter[str] = Counter()  # calls each node was sent
 
     def node_of(self, call: ScriptCall) -> str:
-        record = call.slot.layouts[0].record(call.texts)
+        record = call.part.layouts[0].record(call.texts)
         return record[record.index("{") + 1]
 
     def execute(self, call: ScriptCall) -> Reply:

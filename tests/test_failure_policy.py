@@ -38,7 +38,7 @@ SMS = Policy(
 VENDOR = Policy("vendor", Rule("2/second", strategy="gcra", burst=1, name="calls"))
 
 
-class AsyncTwin:
+class AsyncSide:
     """The async methods and the closes of a test store whose sync ones do the work."""
 
     def execute(self, call: ScriptCall) -> Reply:
@@ -60,7 +60,7 @@ class AsyncTwin:
         pass
 
 
-class Switch(AsyncTwin):
+class Switch(AsyncSide):
     """A MemoryBackend that fails every call while ``down``, counting the calls it got."""
 
     def __init__(self, clock: ManualClock) -> None:

@@ -1,4 +1,4 @@
-"""Keys: distinct contexts never share a key, and every key of one script call shares a slot,
+"""Keys: distinct contexts never share a key, and every key of one script call shares a part,
 for the SMS policy and for any policy (``keys.policy_layout``)."""
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ def test_values_never_appear_verbatim_outside_the_hash_tag(
 def test_dimension_names_keep_equal_values_apart() -> None:
     policy = Policy("api", Rule("5/minute", by="user"), Rule("9/minute", by="ip", name="ip"))
     plan = PolicyPlan(policy, "fg")
-    # rules share no dimension: each is decided on its own slot
-    assert len(plan.slots) == 2
+    # rules share no dimension: each is decided on its own part
+    assert len(plan.parts) == 2
     user_key, ip_key = (keys[0] for keys in _keys(plan, {"user": "1.2.3.4", "ip": "1.2.3.4"}))
     assert user_key != ip_key
     assert user_key.startswith("fg:{1.2.3.4}:api:")
@@ -100,7 +100,7 @@ def test_redis_record_and_field_are_the_key_split(a: object, b: object, c: objec
     ):
         texts = plan.texts(ctx)
         for call in plan.calls(texts, 0, 1, HIT):
-            for layout, key in zip(call.slot.layouts, call.keys(), strict=True):
+            for layout, key in zip(call.part.layouts, call.keys(), strict=True):
                 record, field = layout.record(texts), layout.field(texts)
                 assert key.startswith(record + ":" + layout.key_id)
                 rest = key[len(record) + 1 + len(layout.key_id) :]
@@ -130,14 +130,14 @@ def _policy(specs: list[tuple[tuple[str, ...], Strategy, bool]]) -> Policy:
 def test_any_policy_is_laid_out_in_slots_each_on_one_cluster_slot(
     specs: list[tuple[tuple[str, ...], Strategy, bool]], ctx_values: list[object]
 ) -> None:
-    """Every rule's state is in exactly one slot; every key of one slot's call lands on one
-    cluster slot; only non-shadow sliding-log rules of the same dimensions share a state."""
+    """Every rule's state is in exactly one part; every key of one part's call lands on one
+    cluster part; only non-shadow sliding-log rules of the same dimensions share a state."""
     policy = _policy(specs)
     layout = policy_layout(policy, "fg")
-    held = sorted(i for slot in layout for state in slot for i in state.rules)
+    held = sorted(i for part in layout for state in part for i in state.rules)
     assert held == list(range(len(policy.rules)))
-    for slot in layout:
-        for state in slot:
+    for part in layout:
+        for state in part:
             members = [policy.rules[i] for i in state.rules]
             if len(members) > 1:
                 assert all(r.strategy is Strategy.SLIDING_LOG and not r.shadow for r in members)
@@ -158,13 +158,13 @@ def test_the_partition_is_the_first_dimension_every_rule_shares() -> None:
         Rule("5/minute", by=("a", "b"), name="ab"),
         Rule("9/minute", by=("c", "b"), strategy="gcra", name="cb"),
     )
-    ((log, gcra),) = policy_layout(policy, "fg")  # one slot: b is shared, a is not
+    ((log, gcra),) = policy_layout(policy, "fg")  # one part: b is shared, a is not
     texts = {"a": "1", "b": "2", "c": "3"}
     assert log.key.build(texts).startswith("fg:{2}:p:log@a,b:")
     assert gcra.key.build(texts).startswith("fg:{2}:p:cb@b,c:")  # dimensions in policy order
     assert (log.rules, gcra.rules) == ((0,), (1,))
     # no shared dimension: each rule's first dimension in policy order (first use: b, a, c),
-    # one slot each
+    # one part each
     apart = Policy("q", Rule("5/minute", by=("b", "a")), Rule("9/minute", by="c", strategy="gcra"))
     ((first,), (second,)) = policy_layout(apart, "fg")
     assert first.key.build(texts).startswith("fg:{2}:q:log@b,a:")

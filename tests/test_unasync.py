@@ -56,11 +56,11 @@ def test_substitutions_are_whole_words() -> None:
     unasync = _unasync()
     used: set[int] = set()
     line = "    async def f(c: AsyncConnection) -> AsyncConnectionPool: await g(c)\n"
-    assert unasync.twin(line, used) == "    def f(c: Connection) -> AsyncConnectionPool: g(c)\n"
+    assert unasync.unasync(line, used) == "    def f(c: Connection) -> AsyncConnectionPool: g(c)\n"
 
 
 def test_the_guard_is_generated_and_its_only_pair_is_its_io() -> None:
-    """No hand-copied driver: ``Guard`` is the generated twin of ``AsyncGuard``, and what
+    """No hand-copied driver: ``Guard`` is generated from ``AsyncGuard``, and what
     differs by hand is the I/O helper pair alone."""
     unasync = _unasync()
     guard_src, guard_out = unasync.PAIRS[0]

@@ -137,7 +137,7 @@ class AsyncGuard(GuardBase):
         hit = self._hit(policy, cost, ctx)
         if hit.cached is not None:
             return hit.cached
-        whole = not hit.plan.single_slot
+        whole = not hit.plan.single_part
         return self._hit_done(hit, await self._run(self._hit_op(hit), policy, whole))
 
     async def peek(self, policy: str, **ctx: object) -> Decision:
@@ -161,7 +161,7 @@ class AsyncGuard(GuardBase):
         """
         clock = self.clock or self.backend.clock
         hit, op = self._acquire(policy, timeout, cost, ctx, clock)
-        return self._hit_done(hit, await self._run(op, policy, not hit.plan.single_slot))
+        return self._hit_done(hit, await self._run(op, policy, not hit.plan.single_part))
 
     @overload
     async def refund(self, policy: Decision, /) -> Decision: ...

@@ -41,28 +41,29 @@ CHUNK = 16  # calls per write when a batch is streamed (see Lane.stream)
 # naming FUNCTION_NOGROW.
 _FRAMES: dict[str, tuple[bytes, bytes, bytes]] = {}
 
-# The call's arguments in the order the contract gives them (contract.ARGV): each one's RESP
-# frame, and which of (len(now), now, len(cost), cost, mode, the specs' frame) it takes.
+# FCALL's frame, its arguments in the order the contract gives them (contract.ARGV): each
+# argument's RESP frame, and which of (len(now), now, len(cost), cost, mode, the specs'
+# frame) it takes; the function's head and the record key before them, the fields after.
 _PIECES = {
-    "now": (b"$%d\r\n%s\r\n", (0, 1)),
-    "cost": (b"$%d\r\n%s\r\n", (2, 3)),
-    "mode": (b"$1\r\n%d\r\n", (4,)),
-    "specs": (b"%s", (5,)),
+    "now": (b"$%d\r\n%s\r\n", (3, 4)),
+    "cost": (b"$%d\r\n%s\r\n", (5, 6)),
+    "mode": (b"$1\r\n%d\r\n", (7,)),
+    "specs": (b"%s", (8,)),
 }
-_ARGS = b"".join([_PIECES[name][0] for name in ARGV])
-_IN_ORDER = itemgetter(*[i for name in ARGV for i in _PIECES[name][1]])
+_FORMAT = b"%s$%d\r\n%s\r\n" + b"".join([_PIECES[name][0] for name in ARGV]) + b"%s"
+_IN_ORDER = itemgetter(0, 1, 2, *[i for name in ARGV for i in _PIECES[name][1]], 9)
 
 
 def _record_and_fields(call: ScriptCall) -> tuple[str, list[bytes]]:
     """The record key and the field of each state: every key of one call is a field of one
     record (same partition, same policy)."""
-    texts, layouts = call.texts, call.slot.layouts
+    texts, layouts = call.texts, call.part.layouts
     return layouts[0].record(texts), [layout.field(texts) for layout in layouts]
 
 
 def record_key(call: ScriptCall) -> bytes:
     """The key of the one record a call touches (its slot's, on a cluster)."""
-    return call.slot.layouts[0].record(call.texts).encode("utf-8", "surrogatepass")
+    return call.part.layouts[0].record(call.texts).encode("utf-8", "surrogatepass")
 
 
 def _function(call: ScriptCall) -> str:
@@ -79,7 +80,7 @@ def function_args(call: ScriptCall) -> tuple[Any, ...]:
         "now": "" if call.now is None else call.now,
         "cost": call.cost,
         "mode": call.mode,
-        "specs": call.slot.spec_text,
+        "specs": call.part.spec_text,
     }
     argv = [values[name] for name in ARGV]
     return ("FCALL", _function(call), 1, record, *argv, *fields, *_marks(call))
@@ -122,23 +123,28 @@ def _frame(text: str, states: int, marks: tuple[bytes, ...]) -> tuple[bytes, byt
 
 def encode(call: ScriptCall) -> tuple[bytes, bytes]:
     """FCALL in the wire protocol (RESP), and the record key it touches (its slot's)."""
-    text = call.slot.spec_text
+    text = call.part.spec_text
     frame = _FRAMES.get(text)
     marks = _marks(call)
     if frame is None or marks:
-        frame = _frame(text, len(call.slot.layouts), marks)
+        frame = _frame(text, len(call.part.layouts), marks)
     key = record_key(call)
-    fields = [layout.field(call.texts) for layout in call.slot.layouts]
+    fields = [layout.field(call.texts) for layout in call.part.layouts]
     now = b"" if call.now is None else b"%d" % call.now
     cost = b"%d" % call.cost
-    args = _ARGS % _IN_ORDER((len(now), now, len(cost), cost, call.mode, frame[1]))
-    packed = b"%s$%d\r\n%s\r\n%s%s" % (
+    values = (
         frame[0] if grows(call.mode, call.cost) else frame[2],
         len(key),
         key,
-        args,
+        len(now),
+        now,
+        len(cost),
+        cost,
+        call.mode,
+        frame[1],
         b"".join([b"$%d\r\n%s\r\n" % (len(f), f) for f in (*fields, *marks)]),
     )
+    packed = _FORMAT % _IN_ORDER(values)
     return packed, key
 
 
@@ -150,7 +156,7 @@ def chunks(calls: Sequence[ScriptCall], tail: bytes = b"") -> Iterator[bytes]:
         yield tail
 
 
-#: ASKING in the wire protocol: the next command may touch a slot being imported here.
+#: ASKING in the wire protocol: the next command may touch a part being imported here.
 ASKING = b"*1\r\n$6\r\nASKING\r\n"
 
 #: The most replicas a write may be made to wait for (a typo past it, not a topology).

@@ -227,7 +227,7 @@ class MemoryBackend:
             now = check_time(self.clock.now_us() if call.now is None else call.now)
             if self.max_keys is not None:
                 self._make_room(store, keys, call, now)
-            reply = run(store, keys, call.slot, now, call.cost, call.mode, call.marks, pinned)
+            reply = run(store, keys, call.part, now, call.cost, call.mode, call.marks, pinned)
             self._calls += 1
             if self._calls % _SWEEP_EVERY == 0:
                 store.sweep(store.clock(now), _SWEEP_BUDGET)
@@ -242,7 +242,7 @@ class MemoryBackend:
         # only a consuming hit creates states (a refund writes only states that exist)
         if live + len(keys) <= self.max_keys or call.mode != HIT or call.cost == 0:
             return
-        horizons = [spec.horizon for spec in call.slot.specs]
+        horizons = [spec.horizon for spec in call.part.specs]
         wanted = live + store.missing(keys, horizons) - self.max_keys
         if wanted <= 0:
             return

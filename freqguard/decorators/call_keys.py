@@ -16,9 +16,9 @@ from typing import Any
 
 from freqguard.errors import ConfigError
 
-__all__ = ["Arguments", "CallKey", "KeySpec", "Path"]
+__all__ = ["Arguments", "CallKey", "KeyArgument", "Path"]
 
-KeySpec = str | Mapping[str, str | Callable[..., object]] | Callable[..., object] | None
+KeyArgument = str | Mapping[str, str | Callable[..., object]] | Callable[..., object] | None
 # reads a call's dimension values from (its arguments by name, args, kwargs)
 Reader = Callable[[Mapping[str, object], tuple[Any, ...], dict[str, Any]], dict[str, object]]
 
@@ -86,7 +86,7 @@ class CallKey:
         ConfigError: for a key of another type, or a path that is not dotted identifiers.
     """
 
-    def __init__(self, key: KeySpec) -> None:
+    def __init__(self, key: KeyArgument) -> None:
         self._read = _reader(key)
         #: the dimensions the key yields, when known before any call (not for a callable)
         self.dimensions = _static_dimensions(key)
@@ -120,7 +120,7 @@ class CallKey:
         return self._read(arguments(wrapped, args, kwargs), args, kwargs)
 
 
-def _static_dimensions(key: KeySpec) -> tuple[str, ...] | None:
+def _static_dimensions(key: KeyArgument) -> tuple[str, ...] | None:
     if key is None:
         return ()
     if isinstance(key, str):
@@ -130,7 +130,7 @@ def _static_dimensions(key: KeySpec) -> tuple[str, ...] | None:
     return None
 
 
-def _reader(key: KeySpec) -> Reader | None:
+def _reader(key: KeyArgument) -> Reader | None:
     if key is None:
         return None
     if isinstance(key, str):

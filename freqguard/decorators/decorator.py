@@ -32,7 +32,7 @@ import wrapt
 
 from freqguard.decision import Decision
 from freqguard.decorators.adapters import async_view
-from freqguard.decorators.call_keys import Arguments, CallKey, KeySpec
+from freqguard.decorators.call_keys import Arguments, CallKey, KeyArgument
 from freqguard.decorators.defaults import configure, default_async_guard, default_guard
 from freqguard.decorators.naming import implicit_name
 from freqguard.engine.failover import shared_out
@@ -63,7 +63,7 @@ class Capped:
     def __init__(
         self,
         rule: RuleSpec,
-        key: KeySpec,
+        key: KeyArgument,
         guard: Guard | AsyncGuard | None,
         cost: int | Callable[..., int],
         on_exceeded: OnExceeded,
@@ -341,7 +341,7 @@ def _entered(decision: Decision) -> Decision:
 
 def capped(
     rule: RuleSpec,
-    key: KeySpec = None,
+    key: KeyArgument = None,
     *,
     guard: Guard | AsyncGuard | None = None,
     cost: int | Callable[..., int] = 1,

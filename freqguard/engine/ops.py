@@ -39,17 +39,17 @@ def decide_op(
 ) -> Op[Decision]:
     """One hit/check/refund/reset of one context.
 
-    A policy on one slot is one script call (``Guard.hit`` sends that call itself, with the
+    A policy on one part is one script call (``Guard.hit`` sends that call itself, with the
     same :meth:`PolicyPlan.call` and :meth:`PolicyPlan.decide`, to spare a hit this
-    generator). A hit on several slots goes slot by slot; when a slot denies, the slots that
+    generator). A hit on several parts goes part by part; when a part denies, the parts that
     consumed give back exactly what this hit took there and the rest are only checked, so a
-    denied hit consumes nothing (atomic per slot, compensated across slots).
+    denied hit consumes nothing (atomic per part, compensated across parts).
     """
     calls = plan.calls(texts, now, cost, mode)
     if len(calls) == 1 or mode != HIT or cost == 0:
         return plan.decide((yield calls), texts, cost, mode)
     replies: list[Reply] = []
-    unsure: BackendUnavailable | None = None  # a slot applied it, no replica acknowledged
+    unsure: BackendUnavailable | None = None  # a part applied it, no replica acknowledged
     for i, call in enumerate(calls):
         try:
             (reply,) = yield [call]
@@ -60,9 +60,9 @@ def decide_op(
                 if replies:  # stopped midway: what this hit took so far goes back
                     yield undo(calls, replies)
                 raise
-            reply, unsure = exc.applied, exc  # applied: a later slot may still deny it
+            reply, unsure = exc.applied, exc  # applied: a later part may still deny it
         if not reply.allowed:
-            # give back exactly what this hit took in the earlier slots (their marks), never
+            # give back exactly what this hit took in the earlier parts (their marks), never
             # the newest units there, which may be another caller's
             rest = [c._replace(mode=CHECK) for c in calls[i + 1 :]]
             others = yield undo(calls, replies) + rest
@@ -84,7 +84,7 @@ def undo(calls: Sequence[ScriptCall], replies: Sequence[Reply]) -> list[ScriptCa
 
 
 def refund_op(plan: PolicyPlan, receipt: Receipt, now: int | None) -> Op[Decision]:
-    """Give back exactly what one hit consumed (its receipt), in every slot at once."""
+    """Give back exactly what one hit consumed (its receipt), in every part at once."""
     return plan.decide((yield plan.refund_calls(receipt, now)))
 
 
@@ -95,14 +95,14 @@ def many_op(
     now: Callable[[], int | None],
     nodes: bool = False,
 ) -> Op[list[Decision | BackendUnavailable]]:
-    """Many contexts at once, in order; one batch when the policy lives on one slot.
+    """Many contexts at once, in order; one batch when the policy lives on one part.
 
     A context whose calls failed gets its error in place of a decision, and the others are
     decided: on a store of several ``nodes`` (a Redis Cluster) a batch can fail on one node
     and be answered by the rest. On a store of one node, the first failure is everyone's:
     the contexts after it are not tried (each would wait for the same dead store).
     """
-    if len(plan.slots) > 1 and cost > 0:
+    if len(plan.parts) > 1 and cost > 0:
         results: list[Decision | BackendUnavailable] = []
         for t in texts:  # a comprehension cannot yield
             try:
@@ -120,7 +120,7 @@ def many_op(
                 raise
         return results
     at = now()
-    width = len(plan.slots)
+    width = len(plan.parts)
     calls = [call for t in texts for call in plan.calls(t, at, cost, HIT)]
     try:
         replies: list[Any] = yield calls

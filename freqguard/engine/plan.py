@@ -1,5 +1,5 @@
-"""A policy compiled once for execution: a :class:`PolicyPlan` knows which slots the policy
-spans and which keys each slot touches (both as :func:`freqguard.script.keys.policy_layout`
+"""A policy compiled once for execution: a :class:`PolicyPlan` knows which parts the policy
+spans and which keys each part touches (both as :func:`freqguard.script.keys.policy_layout`
 lays them out), the integers each rule needs, how a hit is validated, and how replies map
 back to rules. No I/O.
 """
@@ -13,7 +13,7 @@ from freqguard.decision import Decision, Receipt, make_decision
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
 from freqguard.rules import Rule
-from freqguard.script.calls import Reply, ScriptCall, Slot
+from freqguard.script.calls import Part, Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT, REFUND
 from freqguard.script.keys import StateLayout, policy_layout, value_text
 from freqguard.script.strategies import TWINS, RuleParams, StateSpec
@@ -29,8 +29,8 @@ def rule_params(rule: Rule) -> RuleParams:
     return RuleParams(rule.capacity, window, interval, rule.shadow)
 
 
-def _compile_slot(states: tuple[StateLayout, ...], rules: tuple[Rule, ...]) -> Slot:
-    """A slot of a policy (its states, from :func:`~freqguard.script.keys.policy_layout`),
+def _compile_slot(states: tuple[StateLayout, ...], rules: tuple[Rule, ...]) -> Part:
+    """A part of a policy (its states, from :func:`~freqguard.script.keys.policy_layout`),
     compiled."""
     specs: list[StateSpec] = []
     for state in states:
@@ -41,11 +41,11 @@ def _compile_slot(states: tuple[StateLayout, ...], rules: tuple[Rule, ...]) -> S
         cap = max(p.capacity for p in params)
         specs.append(StateSpec(twin, params, twin.horizon(params), first.shadow, window, cap))
     rule_index = [i for state in states for i in state.rules]
-    return Slot.build(specs, [state.key for state in states], rule_index)
+    return Part.build(specs, [state.key for state in states], rule_index)
 
 
 class PolicyPlan:
-    """A policy compiled for execution: its slots (their keys as :mod:`freqguard.script.keys` lays
+    """A policy compiled for execution: its parts (their keys as :mod:`freqguard.script.keys` lays
     them out, the integers each rule needs), how a hit is validated, and how replies map back
     to rules."""
 
@@ -56,9 +56,9 @@ class PolicyPlan:
         "dimensions",
         "fingerprint",
         "name",
+        "parts",
         "policy",
-        "single_slot",
-        "slots",
+        "single_part",
     )
 
     def __init__(self, policy: Policy, prefix: str) -> None:
@@ -67,15 +67,15 @@ class PolicyPlan:
         self.dimensions = policy.dimensions
         self._dimset = frozenset(self.dimensions)
         rules = policy.rules
-        self.slots = tuple(_compile_slot(states, rules) for states in policy_layout(policy, prefix))
-        self.single_slot = len(self.slots) == 1
-        # what a receipt must have been made by: the slots' specs and states (strategies,
+        self.parts = tuple(_compile_slot(states, rules) for states in policy_layout(policy, prefix))
+        self.single_part = len(self.parts) == 1
+        # what a receipt must have been made by: the parts' specs and states (strategies,
         # capacities, windows, rule ids, dimensions), not just the policy's name
         self.fingerprint = "|".join(
-            slot.spec_text + "@" + ",".join(layout.key_id for layout in slot.layouts)
-            for slot in self.slots
+            part.spec_text + "@" + ",".join(layout.key_id for layout in part.layouts)
+            for part in self.parts
         )
-        self._order = tuple(index for slot in self.slots for index in slot.rule_index)
+        self._order = tuple(index for part in self.parts for index in part.rule_index)
         enforcing = [r for r in rules if not r.shadow]
         # the enforcing rule with the least capacity bounds every cost; a policy of shadow
         # rules only never denies, so any cost goes
@@ -116,12 +116,12 @@ class PolicyPlan:
     def calls(
         self, texts: Mapping[str, str], now: int | None, cost: int, mode: int
     ) -> list[ScriptCall]:
-        """One script call per slot, in slot order."""
-        return [ScriptCall(slot, texts, now, cost, mode) for slot in self.slots]
+        """One script call per part, in part order."""
+        return [ScriptCall(part, texts, now, cost, mode) for part in self.parts]
 
     def call(self, texts: Mapping[str, str], now: int | None, cost: int, mode: int) -> ScriptCall:
-        """The one script call of a policy that lives on one slot."""
-        return ScriptCall(self.slots[0], texts, now, cost, mode)
+        """The one script call of a policy that lives on one part."""
+        return ScriptCall(self.parts[0], texts, now, cost, mode)
 
     # -- replies ---------------------------------------------------------------------------
 
@@ -132,25 +132,25 @@ class PolicyPlan:
         cost: int = 0,
         mode: int = CHECK,
     ) -> Decision:
-        """Turn one reply per slot (in slot order) into a Decision; the per-rule report and
+        """Turn one reply per part (in part order) into a Decision; the per-rule report and
         the receipt of a hit that consumed are left to the Decision, built when first read."""
         receipt = None
         if mode == HIT and cost > 0 and texts is not None:
             receipt = partial(self._receipt, texts, cost, replies)
-        if self.single_slot:
+        if self.single_part:
             reply = replies[0]
             waits = reply.waits
             if reply.allowed and not any(waits):  # the common case: no rule said no
                 raw = partial(self._raw, replies)
                 return make_decision(self.name, True, 0.0, (), raw, receipt)
-            order = self.slots[0].rule_index
+            order = self.parts[0].rule_index
         else:
             waits = [wait for reply in replies for wait in reply.waits]
             order = self._order
         rules = self.policy.rules
         denied: list[Rule] = [None] * len(rules)  # type: ignore[list-item]
         longest = 0
-        for index, wait in zip(order, waits):  # noqa: B905 (the slots built both)
+        for index, wait in zip(order, waits):  # noqa: B905 (the parts built both)
             rule = rules[index]
             if wait and not rule.shadow:
                 denied[index] = rule
@@ -168,8 +168,8 @@ class PolicyPlan:
 
     def _receipt(self, texts: Mapping[str, str], cost: int, replies: list[Reply]) -> Receipt:
         times = [0] * len(self.policy.rules)
-        for slot, reply in zip(self.slots, replies):  # noqa: B905
-            for index in slot.rule_index:
+        for part, reply in zip(self.parts, replies):  # noqa: B905
+            for index in part.rule_index:
                 times[index] = reply.now
         marks = tuple(reply.marks(cost, HIT) for reply in replies)
         return Receipt(self.name, cost, tuple(times), texts, marks, self.fingerprint)
@@ -183,18 +183,18 @@ class PolicyPlan:
             )
         cost = receipt.cost
         return [
-            ScriptCall(slot, receipt.context, now, cost, REFUND, marks)
-            for slot, marks in zip(self.slots, receipt.marks)  # noqa: B905 (checked above)
+            ScriptCall(part, receipt.context, now, cost, REFUND, marks)
+            for part, marks in zip(self.parts, receipt.marks)  # noqa: B905 (checked above)
         ]
 
     def _raw(self, replies: list[Reply]) -> tuple[tuple[Rule, int, int, int], ...]:
         """``(rule, remaining, reset_after µs, retry_after µs)`` per rule, in policy order."""
         rules = self.policy.rules
         raw: list[tuple[Rule, int, int, int]] = [None] * len(rules)  # type: ignore[list-item]
-        for slot, reply in zip(self.slots, replies):  # noqa: B905
+        for part, reply in zip(self.parts, replies):  # noqa: B905
             report = reply.report()
             for index, (remaining, reset), wait in zip(  # noqa: B905
-                slot.rule_index, report, reply.waits
+                part.rule_index, report, reply.waits
             ):
                 raw[index] = (rules[index], remaining, reset, wait)
         return tuple(raw)

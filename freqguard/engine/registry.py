@@ -162,7 +162,7 @@ class Registry:
         being counted: the breaker has nothing to check or reset)."""
         breaker = self.breaker
         return (
-            plan.single_slot
+            plan.single_part
             and self._plain
             and self._on_error[plan.name] == "raise"
             and (breaker is None or not breaker.counting)

@@ -1,7 +1,7 @@
 """A script call and its reply: what the engine asks a backend to run, and what comes back.
 
-A :class:`ScriptCall` runs the policy script on one :class:`Slot` of a policy; its
-:class:`Reply` says whether the slot admitted the hit and each rule's wait, and reports on
+A :class:`ScriptCall` runs the policy script on one :class:`Part` of a policy; its
+:class:`Reply` says whether the part admitted the hit and each rule's wait, and reports on
 the states the call left behind only when asked (:func:`unpack` reads the Lua twin's bytes).
 """
 
@@ -23,13 +23,13 @@ from freqguard.script.keys import KeyLayout
 from freqguard.script.strategies import StateSpec
 from freqguard.script.strategies.base import Mark
 
-__all__ = ["Reply", "Report", "ScriptCall", "Slot", "admitted", "report_of", "spec_text", "unpack"]
+__all__ = ["Part", "Reply", "Report", "ScriptCall", "admitted", "report_of", "spec_text", "unpack"]
 
 
-class Slot(NamedTuple):
+class Part(NamedTuple):
     """The rules of a policy that one script call decides (those whose keys share a cluster
-    slot), compiled: everything the call needs besides the hit's values, time, cost and mode,
-    and how its reply maps back to the policy's rules. One of ``PolicyPlan.slots``."""
+    part), compiled: everything the call needs besides the hit's values, time, cost and mode,
+    and how its reply maps back to the policy's rules. One of ``PolicyPlan.parts``."""
 
     specs: tuple[StateSpec, ...]  # each state the call touches, in the order of its keys
     spec_text: str  # the specs as the Lua function reads them (ARGV[4])
@@ -40,8 +40,8 @@ class Slot(NamedTuple):
     @classmethod
     def build(
         cls, specs: Sequence[StateSpec], layouts: Sequence[KeyLayout], rule_index: Sequence[int]
-    ) -> Slot:
-        """A slot of these states (each read by its rules, policy indices in spec order)."""
+    ) -> Part:
+        """A part of these states (each read by its rules, policy indices in spec order)."""
         wait_format = Struct(">" + struct_codes(REPLY_WAIT) * len(rule_index))
         return cls(tuple(specs), spec_text(specs), tuple(layouts), wait_format, tuple(rule_index))
 
@@ -61,12 +61,12 @@ Report = list[tuple[int, int]]
 
 
 class Reply:
-    """One slot's answer.
+    """One part's answer.
 
     Attributes:
         allowed: whether no non-shadow rule denied.
-        waits: µs until each rule would admit the hit (0: it does), in the slot's rule order.
-        now: the µs the slot was judged at: the call's time, or a state's later one (time per
+        waits: µs until each rule would admit the hit (0: it does), in the part's rule order.
+        now: the µs the part was judged at: the call's time, or a state's later one (time per
             state never goes back, see :func:`run`).
     """
 
@@ -74,7 +74,7 @@ class Reply:
 
     def __init__(
         self,
-        slot: Slot,
+        part: Part,
         allowed: bool,
         waits: Sequence[int],
         now: int,
@@ -82,7 +82,7 @@ class Reply:
         data: bytes = b"",
         report: Report | None = None,
     ) -> None:
-        self._slot = slot
+        self._slot = part
         self._report = report
         self.allowed = allowed
         self.waits = waits
@@ -91,7 +91,7 @@ class Reply:
         self._data = data
 
     def views(self) -> list[Any]:
-        """Each state as the call left it, loaded at :attr:`now`, in the slot's order (a memory
+        """Each state as the call left it, loaded at :attr:`now`, in the part's order (a memory
         log may have grown since: only its marks, which do not read it, use it then)."""
         views = self._views
         if views is None:
@@ -99,7 +99,7 @@ class Reply:
         return views
 
     def report(self) -> Report:
-        """``(remaining, reset_after µs)`` per rule, in the slot's rule order."""
+        """``(remaining, reset_after µs)`` per rule, in the part's rule order."""
         report = self._report
         if report is None:
             report = self._report = report_of(self._slot, self.views(), self.now)
@@ -122,14 +122,14 @@ class Reply:
 
 
 class ScriptCall(NamedTuple):
-    """One invocation of the policy script on one slot.
+    """One invocation of the policy script on one part.
 
     It carries the hit's dimension values, not keys: each backend derives what it stores by
-    from the slot's key layouts (memory: the key strings, :meth:`keys`; Redis: one record
+    from the part's key layouts (memory: the key strings, :meth:`keys`; Redis: one record
     and a field per state), so neither builds the other's form.
     """
 
-    slot: Slot
+    part: Part
     texts: Mapping[str, str]  # the hit's dimension values, as text
     now: int | None  # µs; None: the backend's own time (Redis: server TIME)
     cost: int
@@ -139,14 +139,14 @@ class ScriptCall(NamedTuple):
     marks: tuple[Mark | None, ...] | None = None
 
     def keys(self) -> tuple[str, ...]:
-        """The key of each state, in the slot's order (see :mod:`freqguard.script.keys`)."""
+        """The key of each state, in the part's order (see :mod:`freqguard.script.keys`)."""
         texts = self.texts
-        return tuple([layout.build(texts) for layout in self.slot.layouts])
+        return tuple([layout.build(texts) for layout in self.part.layouts])
 
 
-def report_of(slot: Slot, views: Sequence[Any], now: int) -> Report:
+def report_of(part: Part, views: Sequence[Any], now: int) -> Report:
     report: Report = []
-    for view, spec in zip(views, slot.specs):  # noqa: B905 (built together)
+    for view, spec in zip(views, part.specs):  # noqa: B905 (built together)
         rep = spec.twin.report
         for rule in spec.rules:
             report.append(rep(view, now, rule))
@@ -157,11 +157,11 @@ _HEAD = Struct(">" + struct_codes(REPLY_HEAD))  # allowed, now
 _LENGTH = Struct(">" + struct_codes(REPLY_STATE_LENGTH))
 
 
-def unpack(slot: Slot, data: bytes) -> Reply:
+def unpack(part: Part, data: bytes) -> Reply:
     """The Lua function's reply (see its header) as a Reply that reports when asked."""
     allowed, now = _HEAD.unpack_from(data)
-    waits = slot.wait_format.unpack_from(data, _HEAD.size)
-    return Reply(slot, allowed == 1, waits, now, None, data)
+    waits = part.wait_format.unpack_from(data, _HEAD.size)
+    return Reply(part, allowed == 1, waits, now, None, data)
 
 
 def admitted(mode: int, cost: int, reply: bytes) -> bool:
@@ -170,11 +170,11 @@ def admitted(mode: int, cost: int, reply: bytes) -> bool:
     return mode == HIT and cost > 0 and _HEAD.unpack_from(reply)[0] == 1
 
 
-def _views(slot: Slot, data: bytes, now: int) -> list[Any]:
+def _views(part: Part, data: bytes, now: int) -> list[Any]:
     """The states a Lua reply carries, loaded as :func:`run` leaves them."""
-    at = _HEAD.size + slot.wait_format.size
+    at = _HEAD.size + part.wait_format.size
     views: list[Any] = []
-    for spec in slot.specs:
+    for spec in part.specs:
         (length,) = _LENGTH.unpack_from(data, at)
         raw = data[at + 4 : at + 4 + length]
         at += 4 + length

@@ -1,7 +1,7 @@
 """Storage keys, built in one place and cluster-safe by construction.
 
 A policy's keys are laid out here once (:func:`policy_layout`): which dimension partitions
-its rules into slots, which rules share one piece of state, and the key of each state. The
+its rules into parts, which rules share one piece of state, and the key of each state. The
 rest of freqguard only asks for that layout.
 
 Layout::
@@ -184,12 +184,12 @@ class StateLayout(NamedTuple):
 
 
 def policy_layout(policy: Policy, prefix: str) -> tuple[tuple[StateLayout, ...], ...]:
-    """Every piece of state a policy keeps, one tuple per slot, each in rule order.
+    """Every piece of state a policy keeps, one tuple per part, each in rule order.
 
-    * The partition (the hash tag, so the slot) of a rule is a dimension every rule of the
+    * The partition (the hash tag, so the part) of a rule is a dimension every rule of the
       policy shares, else the rule's first dimension in policy order (not in its own ``by``
-      order: rules keyed by the same dimensions must share a slot, since they may share a key);
-      rules with the same partition form one slot, decided by one script call.
+      order: rules keyed by the same dimensions must share a part, since they may share a key);
+      rules with the same partition form one part, decided by one script call.
     * Every non-shadow sliding-log rule with the same dimensions shares one log (key id
       ``log``); any other rule keeps its own state (key id: the rule's id).
 
@@ -198,13 +198,13 @@ def policy_layout(policy: Policy, prefix: str) -> tuple[tuple[StateLayout, ...],
     """
     dimensions = policy.dimensions
     shared = [d for d in dimensions if all(d in r.by for r in policy.rules)]
-    slots: dict[str | None, list[int]] = {}
+    parts: dict[str | None, list[int]] = {}
     for index, rule in enumerate(policy.rules):
         own = [d for d in dimensions if d in rule.by]
         partition = shared[0] if shared else (own[0] if own else None)
-        slots.setdefault(partition, []).append(index)
+        parts.setdefault(partition, []).append(index)
     layout = tuple(
-        _slot_layout(policy, prefix, partition, indices) for partition, indices in slots.items()
+        _slot_layout(policy, prefix, partition, indices) for partition, indices in parts.items()
     )
     _check_field_tags(policy.name, layout)
     return layout
@@ -237,7 +237,7 @@ def _check_field_tags(policy: str, layout: tuple[tuple[StateLayout, ...], ...]) 
     a 2-byte field tag of its key id. States whose short tags collide (1 in 65,536 a pair
     of names) get 6-byte tags instead, which depend on their key ids alone (so on the
     policy's rules, not their order); two 6-byte tags alike (1 in 2^48) are refused."""
-    states = [state.key for slot in layout for state in slot]
+    states = [state.key for part in layout for state in part]
     by_tag: dict[bytes, list[KeyLayout]] = {}
     for key in states:
         by_tag.setdefault(key.field_tag, []).append(key)

@@ -1,9 +1,9 @@
 """The policy script: the Python twin of ``freqguard/script/policy.lua``.
 
-One call decides every rule of a policy that lives on one slot. It loads each key's state,
+One call decides every rule of a policy that lives on one part. It loads each key's state,
 checks every rule, and writes only when no non-shadow rule denies (all-or-nothing). Both twins
-answer with a :class:`Reply`: whether the slot allowed the hit, each rule's wait (µs until it
-would admit the hit, in the slot's rule order; 0 when it does), the time it was judged at, and
+answer with a :class:`Reply`: whether the part allowed the hit, each rule's wait (µs until it
+would admit the hit, in the part's rule order; 0 when it does), the time it was judged at, and
 the states it left behind, which the Reply reports on (remaining, reset_after µs) when asked.
 Modes: HIT (consume if allowed; cost 0 consumes nothing), CHECK (never write), REFUND (give
 ``cost`` back: exactly what one hit took when its marks are given, else the newest units;
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from freqguard.script.calls import Reply, Slot, report_of
+from freqguard.script.calls import Part, Reply, report_of
 from freqguard.script.contract import (
     HIT,
     REFUND,
@@ -68,12 +68,12 @@ def reset_states(
     judged at least that late and no receipt from before the reset can match it. Returns
     the time the call is judged at."""
     if not pinned:
-        for key, spec in zip(keys, specs):  # noqa: B905 (the slot built both; hot path)
+        for key, spec in zip(keys, specs):  # noqa: B905 (the part built both; hot path)
             store.delete(key, spec.horizon)
         return now
     found = [store.get(key, spec.horizon, now) for key, spec in zip(keys, specs)]  # noqa: B905
     at = judged_at(found, now) + 1
-    for key, spec, entry in zip(keys, specs, found):  # noqa: B905 (the slot built both)
+    for key, spec, entry in zip(keys, specs, found):  # noqa: B905 (the part built both)
         if entry is not None:
             store.put(key, spec.horizon, None, at, at)
     return at
@@ -152,7 +152,7 @@ def consume_states(
 def run(
     store: StateStore,
     keys: Sequence[str],
-    slot: Slot,
+    part: Part,
     now: int,
     cost: int,
     mode: int,
@@ -166,7 +166,7 @@ def run(
     back (threads that read it out of order, a failover to a lagging server) can neither
     count a window that a later call already trimmed nor start a fixed window afresh.
     """
-    specs = slot.specs
+    specs = part.specs
     if mode != RESET:
         found = [store.get(key, spec.horizon, now) for key, spec in zip(keys, specs)]  # noqa: B905
         now = judged_at(found, now)
@@ -181,4 +181,4 @@ def run(
         consume_states(store, keys, specs, views, waits, now, cost)
     # reported now: a memory state may change in place under a later call (logs are appended
     # to), while a reply must describe the hit it answers
-    return Reply(slot, allowed, waits, now, views, b"", report_of(slot, views, now))
+    return Reply(part, allowed, waits, now, views, b"", report_of(part, views, now))

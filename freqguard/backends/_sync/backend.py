@@ -134,7 +134,7 @@ class RedisBackend:
                     result = self._settle(call, result)
                 except ERRORS as exc:
                     raise self._failed(exc, where) from exc
-            return unpack(call.slot, result)  # type: ignore[arg-type]
+            return unpack(call.part, result)  # type: ignore[arg-type]
         except ERRORS as exc:
             raise translate(exc, self.client) from exc
 
@@ -203,11 +203,11 @@ class RedisBackend:
                     error = self._failed(exc, where)
                     error.__cause__ = exc
                     if isinstance(exc, Unreplicated):  # applied: the engine decides with it
-                        error.applied = unpack(call.slot, exc.reply)
+                        error.applied = unpack(call.part, exc.reply)
                     failed[id(result)] = error
                     replies.append(error)
                     continue
-            replies.append(unpack(call.slot, result))  # type: ignore[arg-type]
+            replies.append(unpack(call.part, result))  # type: ignore[arg-type]
         if failed:  # one node's error for all, as it is; else each call's, in a PartialFailure
             raise_failures(replies, "redis cluster calls")
         return replies

@@ -48,7 +48,7 @@ class RuleParams(NamedTuple):
 class StateSpec(NamedTuple):
     """One piece of state (one key) touched by a script call, and the rules that read it.
 
-    Not the ``KeySpec`` of ``@capped(key=...)``, which says where a hit's dimension values
+    Not the ``KeyArgument`` of ``@capped(key=...)``, which says where a hit's dimension values
     come from."""
 
     twin: Twin
