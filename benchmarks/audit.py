@@ -1,4 +1,4 @@
-"""The long concurrency audit (the short one is tests/test_audit.py).
+"""The long concurrency audit (the short one is tests/conformance/test_audit.py).
 
     python -m benchmarks.audit --seconds 600 --backend redis|cluster|memory
         [--processes N] [--threads N] [--tasks N] [--seed N] [--switch-interval S]

@@ -2,9 +2,10 @@
 and the Lua twin (``freqguard/script/policy.lua``) must agree on, written once: the call's
 layout, codes, pack formats, function names and steps.
 
-The Lua cannot import Python, so it states each value again; ``tests/test_contract.py`` reads
-the Lua's constants, its strategy table, its pack formats, how it parses the specs, its twin
-functions and its steps, and holds them to this module both ways. The Python twin takes its
+The Lua cannot import Python, so it states each value again;
+``tests/conformance/test_contract.py`` reads the Lua's constants, its strategy table, its pack
+formats, how it parses the specs, its twin functions and its steps, and holds them to this
+module both ways. The Python twin takes its
 values from here. Change a value here and that test says where the Lua must follow.
 
 Pack formats are written in the Lua's ``struct`` notation: ``>`` big-endian, ``B`` one byte,

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests import test_audit, test_memory_backend
+from tests.backends import test_memory_backend
+from tests.conformance import test_audit
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parent.parent.parent
 QUICK = 'python -m pytest -m "not slow"'
 
 

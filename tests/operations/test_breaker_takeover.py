@@ -1,6 +1,6 @@
 """Written failing by a second adversarial review: the first failure of a node (the breaker
 counting nothing yet) was accounted to the node named *after* the call, on the memory store
-of tests/test_failure_nodes (injected clock, no sleeps). A failure now names its node."""
+of tests/operations/test_failure_nodes (injected clock, no sleeps). A failure now names its node."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from freqguard import AsyncGuard, BackendUnavailable, Guard, ManualClock
 from freqguard.failure import Breaker
 from freqguard.script.calls import Reply, ScriptCall
-from tests.test_failure_nodes import COOLDOWN, Nodes, P
+from tests.operations.test_failure_nodes import COOLDOWN, Nodes, P
 
 
 class FailoverDuringAFailure(Nodes):

@@ -20,10 +20,10 @@ from freqguard.backends._resp import record_key
 from freqguard.engine.plan import PolicyPlan
 from freqguard.script.contract import HIT
 from tests import servers
+from tests.backends.test_cluster_edges import P, _guard, _hand_over, _myid, _setslot, kind  # noqa: F401
 from tests.conftest import flush
 from tests.faults import owner
 from tests.servers import RedisServer
-from tests.test_cluster_edges import P, _guard, _hand_over, _myid, _setslot, kind  # noqa: F401
 
 
 def _masters(nodes: list[RedisServer]) -> list[RedisServer]:

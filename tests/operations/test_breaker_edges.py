@@ -1,5 +1,5 @@
 """Edges of the per-node breaker and of partial failures, on the node-aware memory store of
-tests/test_failure_nodes.py (deterministic: injected clocks, no sleeps). Each test was
+tests/operations/test_failure_nodes.py (deterministic: injected clocks, no sleeps). Each test was
 written, failing, by an adversarial review of the first per-node breaker: the "got" comments
 say what it did then.
 """
@@ -25,7 +25,7 @@ from freqguard import (
 )
 from freqguard.failure import Breaker
 from freqguard.script.calls import Reply, ScriptCall
-from tests.test_failure_nodes import COOLDOWN, FAILURES, Nodes, P
+from tests.operations.test_failure_nodes import COOLDOWN, FAILURES, Nodes, P
 
 # two slots: the per-r record on the node of r's first letter, the per-c one on c's
 TWO = Policy(

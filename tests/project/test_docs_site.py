@@ -11,7 +11,7 @@ from pathlib import Path
 
 import freqguard
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parent.parent.parent
 DOCS = ROOT / "docs"
 
 

@@ -261,7 +261,7 @@ def test_the_lua_reads_a_refund_mark_with_the_contracts_separator() -> None:
 
 def test_the_nogrow_name_refuses_what_the_contract_says_grows() -> None:
     """The Lua's second name refuses exactly the calls ``contract.grows`` names (the
-    encoder sends every other call there: tests/test_redis_memory.py runs both)."""
+    encoder sends every other call there: tests/backends/test_redis_memory.py runs both)."""
     nogrow = LUA.split("__LIBRARY___nogrow',", 1)[1]
     assert "tonumber(argv[ARGV_MODE]) == HIT and tonumber(argv[ARGV_COST]) > 0" in nogrow
     assert [contract.grows(mode, cost) for mode in contract.MODES.values() for cost in (0, 2)] == [

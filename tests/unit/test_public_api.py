@@ -47,7 +47,7 @@ def test_exported_names_are_pinned() -> None:
 
 
 def test_the_decorator_is_importable_from_the_top() -> None:
-    """DESIGN §6: ``from freqguard import capped, configure``, the same objects as in
+    """``from freqguard import capped, configure``, the same objects as in
     ``freqguard.decorators``."""
     from freqguard import capped, configure, decorators
 

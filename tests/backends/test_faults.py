@@ -293,8 +293,8 @@ def _calls_that_met_a_flush(nodes: list[RedisServer]) -> int:
 def test_a_function_flush_mid_stream_is_no_failure_and_admits_no_more(
     nodes: list[RedisServer], connect: Connect
 ) -> None:
-    """tests/test_redis_flush_race.py shows that calls survive a flush storm and are decided
-    exactly once, on a pinned clock; here, on the server's clock and the clients of
+    """tests/backends/test_redis_flush_race.py shows that calls survive a flush storm and are
+    decided exactly once, on a pinned clock; here, on the server's clock and the clients of
     backend_from_url (short timeouts, no retries), under a guard that fails closed: the
     storm is not a store failure (nothing degraded, the breaker never counts), and a small
     cap hit by every worker admits exactly its limit."""

@@ -27,10 +27,10 @@ from freqguard.backends._resp import record_key
 from freqguard.engine.plan import PolicyPlan
 from freqguard.script.contract import HIT
 from tests import servers
+from tests.backends.test_redis_durability import pair  # noqa: F401 (a master and its replica)
 from tests.conftest import flush
 from tests.faults import AsyncDriver, kill, owner, owners_of, restart, stopped
 from tests.servers import RedisServer
-from tests.test_redis_durability import pair  # noqa: F401 (a master and its replica)
 
 TIMEOUT = 0.5
 TWO = Policy(

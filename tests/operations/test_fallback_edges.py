@@ -23,7 +23,7 @@ from freqguard import (
 from freqguard.decorators.adapters import async_view
 from freqguard.failure import Fallback
 from freqguard.script.calls import Reply, ScriptCall
-from tests.test_failure_policy import Switch
+from tests.operations.test_failure_policy import Switch
 
 START = 1_700_000_000.0
 

@@ -25,7 +25,7 @@ import pytest
 
 from freqguard import AsyncGuard, Guard, configure
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parent.parent.parent
 DOCS = sorted([*ROOT.glob("*.md"), *ROOT.glob("docs/**/*.md")])
 BLOCK = re.compile(
     r"(?:<!-- snippet: (?P<mark>.*?) -->\n)?^```python\n(?P<code>.*?)^```", re.M | re.S

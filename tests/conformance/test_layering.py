@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "freqguard"
+PACKAGE = Path(__file__).resolve().parent.parent.parent / "freqguard"
 
 #: room -> its modules (a dotted prefix; the longest match wins)
 ROOMS: dict[str, tuple[str, ...]] = {
