@@ -1,18 +1,24 @@
-"""Shared fixtures: a pinned clock and the backend matrix every behaviour test runs on."""
+"""Shared fixtures: a pinned clock and the matrix every behaviour test runs on: each backend
+(memory, Redis, Redis Cluster) and, with :func:`make_any_guard`, each side (Guard, AsyncGuard)."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from freqguard import Guard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard import AsyncGuard, Guard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.backends.base import SyncBackend
-from freqguard.backends.redis import RedisBackend
+from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from tests import servers
 from tests.servers import RedisServer
 
@@ -124,3 +130,73 @@ def make_guard(backend: SyncBackend, clock: ManualClock) -> GuardFactory:
         return Guard(backend, list(policies), clock=clock)
 
     return make
+
+
+SIDES = ("sync", "async")
+
+
+@pytest.fixture(params=SIDES)
+def side(request: pytest.FixtureRequest) -> str:
+    """The sync/async axis, for tests that build their own guards: ``"sync"`` (Guard) or
+    ``"async"`` (AsyncGuard)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def asynchronous(side: str) -> bool:
+    """:func:`side` as a flag: True for AsyncGuard."""
+    return side == "async"
+
+
+class Driven:
+    """A Guard or an AsyncGuard, called alike: an AsyncGuard's coroutines are run to the end
+    on the side's own event loop, so one test body checks both sides."""
+
+    def __init__(self, guard: Guard | AsyncGuard, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.guard, self._loop = guard, loop
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.guard, name)
+        loop = self._loop
+        if loop is None or not inspect.iscoroutinefunction(found):
+            return found
+        return lambda *args, **kwargs: loop.run_until_complete(found(*args, **kwargs))
+
+
+AnyGuardFactory = Callable[..., Driven]
+
+
+@pytest.fixture(
+    params=[(backend, side) for backend in BACKENDS for side in SIDES],
+    ids=lambda param: f"{param[0]}-{param[1]}",
+)
+def make_any_guard(request: pytest.FixtureRequest, clock: ManualClock) -> Iterator[AnyGuardFactory]:
+    """The backend x side matrix in one fixture: ``make_any_guard(policies, **options)``
+    makes a :class:`Driven` guard, sync or async, on memory, Redis or Redis Cluster (each
+    test on empty stores)."""
+    backend, side = request.param
+    loop = asyncio.new_event_loop() if side == "async" else None
+    store: Any
+    if backend == "memory":
+        store = MemoryBackend()
+    elif loop is None:
+        store = request.getfixturevalue(f"{backend}_backend")
+    elif backend == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        flush([server])
+        store = AsyncRedisBackend(AsyncRedis(port=server.port, socket_timeout=5))
+    else:
+        nodes: list[RedisServer] = request.getfixturevalue("redis_cluster")
+        flush(nodes)
+        client = AsyncRedisCluster(host="127.0.0.1", port=nodes[0].port, socket_timeout=5)
+        store = AsyncRedisBackend(client)
+
+    def make(policies: Iterable[Policy], **options: Any) -> Driven:
+        kind = Guard if loop is None else AsyncGuard
+        return Driven(kind(store, list(policies), clock, **options), loop)
+
+    yield make
+    if loop is not None:
+        if isinstance(store, AsyncRedisBackend):
+            loop.run_until_complete(store.aclose())
+        loop.close()

@@ -579,7 +579,6 @@ def _rx_queued(server: RedisServer, peer_port: int) -> bool:
 
 
 @pytest.mark.parametrize("nodes", ["cluster"], indirect=True)
-@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 def test_a_call_whose_connection_dies_after_it_ran_is_not_sent_again(
     nodes: list[RedisServer], asynchronous: bool
 ) -> None:

@@ -120,11 +120,6 @@ def _guard(url: str, asynchronous: bool) -> Iterator[Hit]:
         gc.collect()
 
 
-@pytest.fixture(params=["sync", "async"])
-def asynchronous(request: pytest.FixtureRequest) -> bool:
-    return bool(request.param == "async")
-
-
 @pytest.fixture
 def sentinels(sentinel_group: SentinelGroup) -> SentinelGroup:
     sentinel_group.heal()  # an earlier test may have killed its master

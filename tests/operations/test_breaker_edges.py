@@ -49,7 +49,6 @@ def _guard(store: Any, clock: ManualClock, asynchronous: bool, **options: Any) -
 
 
 @pytest.mark.parametrize("on_error", ["raise", "allow"])
-@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 def test_a_refund_applied_on_one_node_only_cannot_be_refunded_again(
     on_error: str, asynchronous: bool
 ) -> None:
@@ -107,7 +106,6 @@ class Failover(Nodes):
 
 
 @pytest.mark.parametrize("on_error", ["raise", "allow"])  # the one-call path, and the _run loop
-@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 def test_a_probe_answered_after_a_failover_releases_the_circuit(
     on_error: str, asynchronous: bool
 ) -> None:

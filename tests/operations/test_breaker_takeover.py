@@ -47,7 +47,6 @@ def _run(guard: Any, method: str, *args: Any, **kwargs: Any) -> Any:
 
 
 @pytest.mark.parametrize("on_error", ["raise", "allow"])  # the one-call path; the _run loop
-@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 def test_a_failure_is_not_counted_against_the_node_that_took_over(
     on_error: str, asynchronous: bool
 ) -> None:

@@ -121,11 +121,6 @@ class Rig:
         return lambda *a, **k: asyncio.run(method(*a, **k))
 
 
-@pytest.fixture(params=["sync", "async"])
-def asynchronous(request: pytest.FixtureRequest) -> bool:
-    return bool(request.param == "async")
-
-
 def test_a_failing_node_opens_its_own_circuit_only(asynchronous: bool) -> None:
     rig = Rig("allow", asynchronous)
     assert rig.hit("p", r="A1").source == "backend"

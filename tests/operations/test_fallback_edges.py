@@ -71,8 +71,7 @@ def test_a_cost_above_the_shared_out_capacity_fails_closed_until_the_store_retur
     assert (again.source, again.allowed) == ("backend", True)
 
 
-@pytest.mark.parametrize("kind", ["sync", "async"])
-def test_acquire_of_such_a_cost_waits_for_the_store_and_a_timeout_ends_it(kind: str) -> None:
+def test_acquire_of_such_a_cost_waits_for_the_store_and_a_timeout_ends_it(side: str) -> None:
     """acquire(timeout=None) of a cost the fallback can never admit waits for the store's
     probe (it used to loop on the fallback's denials, the store back or not); with a
     timeout, and the store still away, it gives up at once (CapExceeded)."""
@@ -86,7 +85,7 @@ def test_acquire_of_such_a_cost_waits_for_the_store_and_a_timeout_ends_it(kind: 
     store = Switch(clock)
     store.down = True
     fallback = Fallback(MemoryBackend(clock), workers=4)
-    if kind == "sync":
+    if side == "sync":
         guard = Guard(store, [EIGHT], clock, on_error=fallback)
         with pytest.raises(CapExceeded):
             guard.acquire("eight", timeout=1.0, cost=5, r="a")

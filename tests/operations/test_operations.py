@@ -19,13 +19,13 @@ from freqguard import (
     Rule,
     Strategy,
 )
-from tests.conftest import SMS, GuardFactory
+from tests.conftest import SMS, AnyGuardFactory
 
 VENDOR = Policy("vendor", Rule("200/second", strategy="gcra", burst=1, name="calls"))
 
 
-def test_peek_changes_nothing_and_cost_zero_is_a_peek(make_guard: GuardFactory) -> None:
-    guard = make_guard([SMS])
+def test_peek_changes_nothing_and_cost_zero_is_a_peek(make_any_guard: AnyGuardFactory) -> None:
+    guard = make_any_guard([SMS])
     ctx: dict[str, Any] = {"recipient": "r", "content": "c"}
     guard.hit("sms", **ctx)
     first = guard.peek("sms", **ctx)
@@ -38,8 +38,10 @@ def test_peek_changes_nothing_and_cost_zero_is_a_peek(make_guard: GuardFactory) 
     assert exhausted.retry_after == 59.0
 
 
-def test_hit_many_keeps_order_and_decides_same_keys_in_order(make_guard: GuardFactory) -> None:
-    guard = make_guard([SMS])
+def test_hit_many_keeps_order_and_decides_same_keys_in_order(
+    make_any_guard: AnyGuardFactory,
+) -> None:
+    guard = make_any_guard([SMS])
     contexts = [{"recipient": "a", "content": "x"}] * 3 + [{"recipient": "b", "content": "x"}]
     decisions = guard.hit_many("sms", contexts)
     assert [d.allowed for d in decisions] == [True, True, False, True]
@@ -77,9 +79,9 @@ def test_acquire_fails_at_once_when_the_turn_is_beyond_the_timeout(clock: Manual
     assert clock.now() == before + 60
 
 
-def test_refund_gives_back_what_a_hit_took(make_guard: GuardFactory) -> None:
+def test_refund_gives_back_what_a_hit_took(make_any_guard: AnyGuardFactory) -> None:
     for strategy in Strategy:
-        guard = make_guard(
+        guard = make_any_guard(
             [Policy(f"p{strategy.value}", Rule("3/minute", by="k", strategy=strategy))]
         )
         name = f"p{strategy.value}"
@@ -95,8 +97,8 @@ def test_refund_gives_back_what_a_hit_took(make_guard: GuardFactory) -> None:
         assert guard.peek(name, k="x").remaining == 3, strategy
 
 
-def test_reset_forgets_one_context_only(make_guard: GuardFactory) -> None:
-    guard = make_guard([SMS])
+def test_reset_forgets_one_context_only(make_any_guard: AnyGuardFactory) -> None:
+    guard = make_any_guard([SMS])
     for who in ("a", "b"):
         guard.hit("sms", recipient=who, content="c")
         guard.hit("sms", recipient=who, content="c")
@@ -105,13 +107,13 @@ def test_reset_forgets_one_context_only(make_guard: GuardFactory) -> None:
     assert not guard.peek("sms", recipient="b", content="c").allowed
 
 
-def test_shadow_rules_report_but_never_block(make_guard: GuardFactory) -> None:
+def test_shadow_rules_report_but_never_block(make_any_guard: AnyGuardFactory) -> None:
     policy = Policy(
         "api",
         Rule("5/minute", by="user", name="enforced"),
         Rule("2/minute", by="user", name="trial", shadow=True),
     )
-    guard = make_guard([policy])
+    guard = make_any_guard([policy])
     decisions = [guard.hit("api", user="u") for _ in range(6)]
     assert [d.allowed for d in decisions] == [True] * 5 + [False]
     third = {s.rule.name: s for s in decisions[2].rules}
@@ -120,13 +122,15 @@ def test_shadow_rules_report_but_never_block(make_guard: GuardFactory) -> None:
     assert third["trial"].remaining == 0  # and it counts only what it would have admitted
 
 
-def test_cross_slot_policy_refunds_when_a_later_slot_denies(make_guard: GuardFactory) -> None:
+def test_cross_slot_policy_refunds_when_a_later_slot_denies(
+    make_any_guard: AnyGuardFactory,
+) -> None:
     policy = Policy(
         "login",
         Rule("3/minute", by="user", name="per-user"),
         Rule("2/minute", by="ip", name="per-ip"),
     )
-    guard = make_guard([policy])
+    guard = make_any_guard([policy])
     assert guard.hit("login", user="alice", ip="1.1.1.1").allowed
     assert guard.hit("login", user="bob", ip="1.1.1.1").allowed
     denied = guard.hit("login", user="alice", ip="1.1.1.1")
@@ -138,7 +142,7 @@ def test_cross_slot_policy_refunds_when_a_later_slot_denies(make_guard: GuardFac
 
 
 def test_rules_keyed_by_the_same_dimensions_in_any_order_share_one_log(
-    make_guard: GuardFactory,
+    make_any_guard: AnyGuardFactory,
 ) -> None:
     """Found by the differential test: `by=("u", "c")` and `by=("c", "u")` name one log; they
     used to land in two slots that both wrote it (the second saw the first's entry), so Redis
@@ -149,20 +153,20 @@ def test_rules_keyed_by_the_same_dimensions_in_any_order_share_one_log(
         Rule(Rate(1, timedelta(milliseconds=100)), ("u", "c"), "sliding-log", name="short"),
         Rule(Rate(1, timedelta(microseconds=100_001)), ("c", "u"), "sliding-log", name="long"),
     )
-    guard = make_guard([policy])
+    guard = make_any_guard([policy])
     first = guard.hit("p", u="a", c="a")
     assert first.allowed
     assert [s.remaining for s in first.rules] == [0, 0, 0]
     assert [r.name for r in guard.hit("p", u="a", c="a").denied_by] == ["short", "long"]
 
 
-def test_global_rule_with_per_recipient_rule(make_guard: GuardFactory) -> None:
+def test_global_rule_with_per_recipient_rule(make_any_guard: AnyGuardFactory) -> None:
     policy = Policy(
         "campaign",
         Rule("3/minute", name="global", strategy="fixed-window"),
         Rule("1/minute", by="recipient", name="per-recipient"),
     )
-    guard = make_guard([policy])
+    guard = make_any_guard([policy])
     results = [guard.hit("campaign", recipient=r).allowed for r in ["a", "a", "b", "c", "d"]]
     assert results == [True, False, True, True, False]
 
@@ -211,9 +215,9 @@ def test_guard_without_clock_uses_the_backend_clock() -> None:
 
 @pytest.mark.parametrize("strategy", list(Strategy))
 def test_retry_after_is_exact(
-    make_guard: GuardFactory, clock: ManualClock, strategy: Strategy
+    make_any_guard: AnyGuardFactory, clock: ManualClock, strategy: Strategy
 ) -> None:
-    guard = make_guard([Policy("p", Rule("3 per 7 seconds", by="k", strategy=strategy))])
+    guard = make_any_guard([Policy("p", Rule("3 per 7 seconds", by="k", strategy=strategy))])
     clock.set((clock.now() // 7 + 1) * 7 + 0.123457)  # in one fixed window, off its edges
     for _ in range(3):
         assert guard.hit("p", k="x").allowed
