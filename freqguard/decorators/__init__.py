@@ -2,7 +2,7 @@
 
 The decorator's room: :mod:`~freqguard.decorators.decorator` (``capped``), the process-wide
 default guard (:mod:`~freqguard.decorators.defaults`), the argument paths a key is taken from
-(:mod:`~freqguard.decorators.call_keys`) and the async view of a sync guard
+(:mod:`~freqguard.decorators.call_keys`) and the async face of a sync guard
 (:mod:`~freqguard.decorators.adapters`).
 """
 

@@ -4,10 +4,10 @@ An ``async def`` capped on a sync guard, or an ASGI app given one, must not bloc
 loop on a sync backend's I/O, and must see the very policies and state of that guard::
 
     guard = Guard(RedisBackend(...))
-    view = async_view(guard)        # the same view on every call for this guard
-    await view.hit("sms", recipient="+4917...")
+    face = as_async(guard)        # the same face on every call for this guard
+    await face.hit("sms", recipient="+4917...")
 
-On the memory backend the view shares the backend itself (it serves sync and async alike
+On the memory backend the face shares the backend itself (it serves sync and async alike
 and never blocks on I/O); on any other it runs the sync backend's calls in a worker thread
 (:class:`ThreadedBackend`).
 """
@@ -24,7 +24,7 @@ from freqguard.guard import AsyncGuard, Guard
 from freqguard.policy import Fallback
 from freqguard.script.calls import Reply, ScriptCall
 
-__all__ = ["ThreadedBackend", "async_view"]
+__all__ = ["ThreadedBackend", "as_async"]
 
 
 class ThreadedBackend:
@@ -54,23 +54,23 @@ class ThreadedBackend:
         await asyncio.to_thread(self.backend.close)
 
 
-_views: weakref.WeakKeyDictionary[Guard, AsyncGuard] = weakref.WeakKeyDictionary()
+_faces: weakref.WeakKeyDictionary[Guard, AsyncGuard] = weakref.WeakKeyDictionary()
 
 
-def async_view(guard: Guard) -> AsyncGuard:
+def as_async(guard: Guard) -> AsyncGuard:
     """The AsyncGuard over a sync guard's state and its live policies.
 
     Made once per guard and kept while the guard lives. A policy added to either side, now
     or later, is known to the other: they share one registry, not a copy.
 
     Args:
-        guard: the sync guard to view.
+        guard: the sync guard to face.
 
     Returns:
         An AsyncGuard with the guard's clock and prefix, on the same memory backend, or on a
         :class:`ThreadedBackend` around any other.
     """
-    found = _views.get(guard)
+    found = _faces.get(guard)
     if found is not None:
         return found
     backend: AsyncBackend = (
@@ -78,14 +78,14 @@ def async_view(guard: Guard) -> AsyncGuard:
         if isinstance(guard.backend, MemoryBackend)
         else ThreadedBackend(guard.backend)
     )
-    view = AsyncGuard(backend, (), guard.clock, prefix=guard.prefix)
-    view._adopt(guard, _async_fallback)
-    _views[guard] = view
-    return view
+    face = AsyncGuard(backend, (), guard.clock, prefix=guard.prefix)
+    face._adopt(guard, _async_fallback)
+    _faces[guard] = face
+    return face
 
 
 def _async_fallback(on_error: object) -> object:
-    """A sync-only fallback backend, driven from worker threads by the async view."""
+    """A sync-only fallback backend, driven from worker threads by the async face."""
     if isinstance(on_error, Fallback):
         return Fallback(_async_fallback(on_error.backend), on_error.workers)
     if isinstance(on_error, str) or callable(getattr(on_error, "aexecute_many", None)):

@@ -31,7 +31,7 @@ from typing import Any, Literal, ParamSpec, TypeVar, cast, overload
 import wrapt
 
 from freqguard.decision import Decision
-from freqguard.decorators.adapters import async_view
+from freqguard.decorators.adapters import as_async
 from freqguard.decorators.call_keys import Arguments, CallKey, KeyArgument
 from freqguard.decorators.defaults import configure, default_async_guard, default_guard
 from freqguard.decorators.naming import implicit_name
@@ -282,7 +282,7 @@ class Capped:
         if isinstance(self.guard, AsyncGuard):
             return self.guard
         if isinstance(self.guard, Guard):
-            return async_view(self.guard)  # never blocks the event loop
+            return as_async(self.guard)  # never blocks the event loop
         return default_async_guard()
 
     # -- context manager -----------------------------------------------------------------

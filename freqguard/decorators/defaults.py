@@ -12,7 +12,7 @@ from typing import Any
 
 from freqguard.backends.base import SyncBackend
 from freqguard.backends.memory import MemoryBackend
-from freqguard.decorators.adapters import async_view
+from freqguard.decorators.adapters import as_async
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.policy import Policy
 
@@ -41,13 +41,13 @@ def configure(
     if backend is None or isinstance(backend, MemoryBackend):
         memory = backend or MemoryBackend()
         sync_guard = Guard(memory, policies, **options)
-        async_guard = async_view(sync_guard)
+        async_guard = as_async(sync_guard)
     elif isinstance(backend, str):
         sync_guard = Guard(backend_from_url(backend), policies, **options)
         async_guard = AsyncGuard(async_backend_from_url(backend), policies, **options)
     else:
         sync_guard = Guard(backend, policies, **options)
-        async_guard = async_view(sync_guard)
+        async_guard = as_async(sync_guard)
     _current[:] = [(sync_guard, async_guard)]
     return sync_guard
 

@@ -79,7 +79,7 @@ class Registry:
         self.clock = clock
         self.prefix = check_name("key prefix", prefix)
         self.on_error = check_on_error(on_error, type(self).__name__, self._methods)
-        self._given_on_error = self.on_error  # as given: a view adapts it (_adopt)
+        self._given_on_error = self.on_error  # as given: an async face adapts it (_adopt)
         self._adapt: Callable[[object], object] = _same
         if breaker is not None and not isinstance(breaker, Breaker):
             raise ConfigError(f"breaker must be a Breaker or None, got {breaker!r}")
@@ -109,7 +109,7 @@ class Registry:
             if known.policy == policy:
                 return
             raise ConfigError(f"a different policy named {policy.name!r} is already registered")
-        # stored as given (a view of this guard adapts what it reads: _Adapted), checked as
+        # stored as given (an async face of this guard adapts what it reads: _Adapted), checked as
         # this guard will drive it
         on_error = self._given_on_error if policy.on_error is None else policy.on_error
         where = f"policy {policy.name!r} on {type(self).__name__}"
@@ -122,7 +122,7 @@ class Registry:
 
     def _adopt(self, other: Registry, fallback: Callable[[object], object]) -> None:
         """Share ``other``'s registry, breaker, deny cache and observers, not copies: a
-        policy added to either, now or later, is known to both (an async view of a sync
+        policy added to either, now or later, is known to both (an async face of a sync
         guard). ``fallback`` adapts its fallback backends to this guard's kind."""
         self._plans = other._plans
         self._on_error = _Adapted(other._on_error, fallback)
@@ -189,7 +189,7 @@ class Registry:
 
 
 class _Adapted(dict[str, object]):
-    """A live view of another guard's per-policy ``on_error``, each value adapted once (a
+    """A live mirror of another guard's per-policy ``on_error``, each value adapted once (a
     hit reads it: no adapter may be made per hit)."""
 
     def __init__(self, source: dict[str, object], adapt: Callable[[object], object]) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
-from freqguard.decorators.adapters import async_view as _async_view
+from freqguard.decorators.adapters import as_async as _as_async_guard
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.headers import check_profile
 from freqguard.integrations._decide import (
@@ -74,7 +74,7 @@ def request_info(scope: Scope, params: Mapping[str, str] | None = None) -> Reque
 
 
 def _as_async(guard: Guard | AsyncGuard) -> AsyncGuard:
-    return guard if isinstance(guard, AsyncGuard) else _async_view(guard)
+    return guard if isinstance(guard, AsyncGuard) else _as_async_guard(guard)
 
 
 class FreqGuardMiddleware:

@@ -1,4 +1,4 @@
-"""``async_view``: an AsyncGuard over a sync guard, one per guard, off the event loop."""
+"""``as_async``: an AsyncGuard over a sync guard, one per guard, off the event loop."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from freqguard import Clock, Guard, ManualClock, MemoryBackend, Policy, Rule
-from freqguard.decorators.adapters import ThreadedBackend, async_view
+from freqguard.decorators.adapters import ThreadedBackend, as_async
 from freqguard.script.calls import Reply, ScriptCall
 
 ONE = Policy("one", Rule("1/minute", by="user"))
@@ -38,8 +38,8 @@ class Recording:
 
 def test_one_view_per_guard_sharing_the_memory_backend(clock: ManualClock) -> None:
     guard = Guard(MemoryBackend(clock), [ONE], clock=clock)
-    view = async_view(guard)
-    assert async_view(guard) is view
+    view = as_async(guard)
+    assert as_async(guard) is view
     assert view.backend is cast(object, guard.backend)  # the memory backend never blocks: no thread
     assert guard.hit("one", user="u").allowed
     assert not asyncio.run(view.hit("one", user="u")).allowed  # one state
@@ -48,7 +48,7 @@ def test_one_view_per_guard_sharing_the_memory_backend(clock: ManualClock) -> No
 def test_another_backend_runs_in_a_worker_thread(clock: ManualClock) -> None:
     backend = Recording(clock)
     guard = Guard(backend, [ONE], clock=clock)
-    view = async_view(guard)
+    view = as_async(guard)
     assert isinstance(view.backend, ThreadedBackend)
 
     async def use() -> tuple[bool, bool, int]:

@@ -190,23 +190,23 @@ def test_a_probe_cancelled_by_its_caller_does_not_hold_the_circuit_half_open() -
     assert asyncio.run(main()) == ["backend"] * 3  # got: fail-open for ever (half-open)
 
 
-# -- 4. the async view of a sync guard has one circuit for every node ----------------------------
+# -- 4. the async face of a sync guard has one circuit for every node ----------------------------
 
 
 def test_the_async_view_of_a_guard_on_a_cluster_keeps_one_circuit_per_node() -> None:
-    """async_view(guard) (what an ``async def`` capped on a sync guard, or an ASGI app, goes
+    """as_async(guard) (what an ``async def`` capped on a sync guard, or an ASGI app, goes
     through) wraps the backend in a ThreadedBackend, which has no ``node_of``: the view
     shares the guard's breaker but accounts every call to node None. A's failures are reset
     by B's successes in between, so A's circuit never opens for the view, and every view
     hit on A's slots waits out the socket timeout (the bug the per-node breaker fixes, back
     for async callers); and the guard's own open circuit for A is ignored by the view."""
-    from freqguard.decorators.adapters import async_view
+    from freqguard.decorators.adapters import as_async
 
     clock = ManualClock()
     store = Nodes(clock)
     breaker = Breaker(FAILURES, COOLDOWN, clock=clock.now)
     guard = Guard(store, [P], clock, breaker=breaker, on_error="allow")
-    view = async_view(guard)
+    view = as_async(guard)
 
     async def interleaved() -> None:
         for _ in range(5):

@@ -27,7 +27,7 @@ from freqguard import (
     backend_from_url,
 )
 from freqguard.backends.redis import AsyncRedisBackend
-from freqguard.decorators.adapters import async_view
+from freqguard.decorators.adapters import as_async
 from freqguard.script.calls import Reply, ScriptCall
 from tests.conftest import flush
 from tests.faults import Gate
@@ -170,13 +170,13 @@ class _ThreadGate:
 def test_through_async_view_the_cancelled_hit_is_given_back_once_its_thread_is_done(
     redis_server: RedisServer,
 ) -> None:
-    """An async view runs a sync backend's calls in worker threads, which a cancellation
+    """An async face runs a sync backend's calls in worker threads, which a cancellation
     cannot stop: the second slot's call runs to its end after the caller is gone. What it
     and the first took both go back."""
     flush([redis_server])
     gate = _ThreadGate(backend_from_url(redis_server.url), hold=2)
     guard = Guard(gate, [TWO], clock=ManualClock(1000))
-    view = async_view(guard)
+    view = as_async(guard)
 
     async def main() -> None:
         task = asyncio.ensure_future(view.hit("two", r="bob", c="hello"))

@@ -201,13 +201,13 @@ def test_a_shared_out_fallback_scales_bursts_takes_refunds_and_serves_every_oper
 
 
 def test_the_async_guard_and_the_async_view_share_out_a_fallback_too(clock: ManualClock) -> None:
-    from freqguard.decorators.adapters import async_view
+    from freqguard.decorators.adapters import as_async
 
     store = Switch(clock)
     store.down = True
     fallback = Fallback(MemoryBackend(clock), workers=5)
     aguard = AsyncGuard(store, [FATIGUE], clock, on_error=fallback)
-    view = async_view(Guard(store, [FATIGUE], clock, on_error=fallback))
+    view = as_async(Guard(store, [FATIGUE], clock, on_error=fallback))
 
     async def admitted(guard: AsyncGuard, who: str) -> int:
         return sum([(await guard.hit("fatigue", recipient=who)).allowed for _ in range(10)])

@@ -20,7 +20,7 @@ from freqguard import (
     Policy,
     Rule,
 )
-from freqguard.decorators.adapters import async_view
+from freqguard.decorators.adapters import as_async
 from freqguard.failure import Fallback
 from freqguard.script.calls import Reply, ScriptCall
 from tests.operations.test_failure_policy import Switch
@@ -118,11 +118,11 @@ def test_a_policy_the_guard_accepts_is_not_refused_at_every_hit_because_of_its_f
     assert guard.hit("p").allowed  # got: ConfigError "... more than the bound ... (10 years)"
 
 
-# -- 3. async_view: a policy added through the view, a sync-only fallback backend ---------------
+# -- 3. as_async: a policy added through the view, a sync-only fallback backend ---------------
 
 
 class SyncOnly:
-    """A sync-only backend (as RedisBackend is): the async view drives it from threads."""
+    """A sync-only backend (as RedisBackend is): the async face drives it from threads."""
 
     def __init__(self, clock: ManualClock) -> None:
         self.inner = MemoryBackend(clock)
@@ -161,7 +161,7 @@ def test_a_policy_added_through_the_async_view_falls_back_on_the_sync_guard_too(
     clock = ManualClock(START)
     store = SyncSwitch(clock)
     guard = Guard(store, [], clock, on_error=Fallback(SyncOnly(clock), workers=2), breaker=None)
-    view = async_view(guard)
+    view = as_async(guard)
     view.add_policy(Policy("late", Rule("4/minute", name="m")))
     store.switch.down = True
     assert asyncio.run(view.hit("late")).source == "fallback"
