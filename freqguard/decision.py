@@ -21,7 +21,10 @@ class RuleState:
     Attributes:
         rule: the rule.
         allowed: whether this rule admitted the hit (a shadow rule's "no" does not block).
-        limit: the rule's capacity (its limit; the burst for token-bucket and gcra).
+        capacity: the most the rule admits at once (its rate's limit; the burst for
+            token-bucket and gcra). ``limit`` is the same number, under the name of the
+            ``RateLimit-Limit`` header (kept for compatibility; a rule's ``limit`` is its
+            rate's count).
         remaining: cost units it would still admit now (after this hit, if it consumed).
         reset_after: seconds until the rule is back to full capacity.
         retry_after: seconds until this hit would fit; 0.0 when it did.
@@ -29,10 +32,15 @@ class RuleState:
 
     rule: Rule
     allowed: bool
-    limit: int
+    capacity: int
     remaining: int
     reset_after: float
     retry_after: float
+
+    @property
+    def limit(self) -> int:
+        """The same as :attr:`capacity` (the header's name)."""
+        return self.capacity
 
 
 Raw = tuple[tuple[Rule, int, int, int], ...]
@@ -107,7 +115,9 @@ class Decision:
         retry_after: see above.
         denied_by: the non-shadow rules that said no, in policy order.
         remaining: see above.
-        limit: see above.
+        capacity: the binding rule's capacity (see above). ``limit`` is the same number,
+            under the name of the ``RateLimit-Limit`` header (kept for compatibility; a
+            rule's ``limit`` is its rate's count).
         reset_after: see above.
         rules: one :class:`RuleState` per rule of the policy, in policy order.
         raw: ``(rule, remaining, reset_after µs, retry_after µs)`` per rule, in policy order.
@@ -199,7 +209,12 @@ class Decision:
         return self._binding()[1]
 
     @property
+    def capacity(self) -> int:
+        return self._binding()[0].capacity
+
+    @property
     def limit(self) -> int:
+        """The same as :attr:`capacity` (the ``RateLimit-Limit`` header's name)."""
         return self._binding()[0].capacity
 
     @property
@@ -246,7 +261,7 @@ class Decision:
         source = "" if self.source == "backend" else f", source={self.source!r}"
         return (
             f"Decision(policy={self.policy!r}, allowed={self.allowed}, "
-            f"remaining={self.remaining}, limit={self.limit}, "
+            f"remaining={self.remaining}, capacity={self.capacity}, "
             f"reset_after={self.reset_after}, retry_after={self.retry_after}, "
             f"denied_by={self.denied_by!r}{source})"
         )

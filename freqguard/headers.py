@@ -11,7 +11,7 @@ Profiles:
 
 The binding rule (the one ``RateLimit`` names, and whose numbers every profile shows) is the
 Decision's own: :func:`freqguard.rules.binding_rule`, as ``decision.remaining``,
-``decision.limit`` and ``decision.reset_after`` report it.
+``decision.capacity`` and ``decision.reset_after`` report it.
 
 Seconds are whole, rounded up. ``t`` (and the reset headers) is when the binding rule admits
 again: for a denied hit, when that hit would fit (``retry_after``); for an allowed one, when

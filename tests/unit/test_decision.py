@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from freqguard import CapExceeded, Decision
+from freqguard import CapExceeded, Decision, Policy, Rule
 from tests.conftest import SMS, GuardFactory
 
 
@@ -23,9 +23,9 @@ def test_a_lazy_decision_equals_one_built_from_its_report(make_guard: GuardFacto
         )
         assert eager == decision
         assert hash(eager) == hash(decision)
-        assert (eager.remaining, eager.limit, eager.reset_after) == (
+        assert (eager.remaining, eager.capacity, eager.reset_after) == (
             decision.remaining,
-            decision.limit,
+            decision.capacity,
             decision.reset_after,
         )
         assert eager.rules == decision.rules
@@ -59,3 +59,16 @@ def test_decisions_and_cap_exceeded_pickle_by_value(make_guard: GuardFactory) ->
     error = pickle.loads(pickle.dumps(CapExceeded(decisions[2])))
     assert error.decision == decisions[2]
     assert error.decision.retry_after == 59.0
+
+
+def test_capacity_is_what_a_decision_and_a_rule_state_call_limit(
+    make_guard: GuardFactory,
+) -> None:
+    """A rule's ``limit`` is its rate's count; what a decision admits at once is its
+    ``capacity`` (a bucket's burst), which ``limit`` still names, as the header does."""
+    guard = make_guard([Policy("b", Rule("10/minute", by="k", strategy="gcra", burst=3))])
+    decision = guard.hit("b", k="x")
+    (state,) = decision.rules
+    assert (decision.capacity, state.capacity, state.rule.capacity) == (3, 3, 3)
+    assert (decision.limit, state.limit, state.rule.limit) == (3, 3, 10)
+    assert "capacity=3" in repr(decision)
