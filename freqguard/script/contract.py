@@ -1,6 +1,7 @@
 """Everything the Python twin (``freqguard/script/twin.py``, ``freqguard/script/strategies/``)
 and the Lua twin (``freqguard/script/policy.lua``) must agree on, written once: the call's
-layout, codes, pack formats, function names and steps.
+layout, modes, pack formats, function names and steps. Each strategy's own facts (its code
+in the specs, its packed state) are in its module (:mod:`freqguard.script.strategies`).
 
 The Lua cannot import Python, so it states each value again;
 ``tests/conformance/test_contract.py`` reads the Lua's constants, its strategy table, its pack
@@ -37,8 +38,6 @@ __all__ = [
     "SPEC_RULE",
     "SPEC_STATE",
     "STALE_GRACE_US",
-    "STATE_FORMATS",
-    "STRATEGY_CODES",
     "TWIN_FUNCTIONS",
     "grows",
     "struct_codes",
@@ -71,25 +70,12 @@ def grows(mode: int, cost: int) -> bool:
     return mode == HIT and cost > 0
 
 
-#: A strategy's number in the specs; the Lua's ``TWINS`` table maps each number to its twin.
-STRATEGY_CODES = {"fixed-window": 1, "sliding-log": 2, "token-bucket": 3, "gcra": 4}
-
 #: The specs (``specs``, ``script.calls.spec_text``): space-separated integers, the number
 #: of states, then per state these (its strategy's code, its shadow flag 0/1, its number of
 #: rules), each state followed by its rules, these per rule (``RuleParams``' fields; shadow
 #: 0/1).
 SPEC_STATE = ("code", "shadow", "rule_count")
 SPEC_RULE = ("capacity", "window", "interval", "shadow")
-
-#: Each strategy's packed state: what its Lua packs and its Python ``decode`` reads. A
-#: sliding log is this header (entry width, base) and then one ``width``-byte offset from
-#: base per entry.
-STATE_FORMATS = {
-    "fixed-window": ">I7I4I7",  # window_start, count, born
-    "sliding-log": ">BI7",  # width, base
-    "token-bucket": ">I4I7I7I7",  # tokens, last, back, born
-    "gcra": ">I7I7I7",  # tat, back, born
-}
 
 #: The reply (one string): this head (allowed 0/1, the µs the call was judged at), one wait
 #: per rule (µs, in spec order), then per state its packed length and the packed state the

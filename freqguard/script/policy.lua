@@ -58,14 +58,8 @@ local PRUNE_FLOOR = 8  -- stale fields are pruned once a record holds more than 
 -- deleted (as in the memory backend), so a clock that steps back by less finds it again.
 local STALE_GRACE = 1000000
 local BACK_LIMIT = 2 ^ 50  -- see next_back
--- The codes of the strategies in the specs (ARGV_SPECS; see TWINS), and how the specs, the
--- states, the record's fields and the reply are packed (freqguard/script/contract.py).
-local FIXED_WINDOW, SLIDING_LOG, TOKEN_BUCKET, GCRA = 1, 2, 3, 4
-local FIXED_WINDOW_STATE = '>I7I4I7'     -- window_start, count, born
-local SLIDING_LOG_STATE = '>BI7'         -- the header: entry width, base; then the entries
-local LOG_HEADER_BYTES = 8               -- its size
-local TOKEN_BUCKET_STATE = '>I4I7I7I7'   -- tokens, last, back, born
-local GCRA_STATE = '>I7I7I7'             -- tat, back, born
+-- How the record's fields and the reply are packed (freqguard/script/contract.py); each
+-- strategy's code and state are in its own section below.
 local FIELD_HEAD = '>I7I7'               -- a state's field: expiry, latest, then the state
 local FIELD_HEAD_BYTES = 14              -- its size
 local RECORD_META = '>I7I4I4'            -- the field "": expiry, fields, prune_at
@@ -89,7 +83,8 @@ end
 -- fixed-window ----------------------------------------------------------------------------
 -- state: (window_start, count, born), packed as FIXED_WINDOW_STATE; born: when this window's
 -- count began, which a refund's mark must name (a count begun again after a reset is another)
-local fixed_window = {}
+local FIXED_WINDOW_STATE = '>I7I4I7'     -- window_start, count, born
+local fixed_window = {code = 1}
 
 function fixed_window.load(raw, now, spec)
   local start = now - now % spec.rules[1].window
@@ -126,7 +121,9 @@ end
 -- four times the longest window, so the base moves (re-encoding the entries) only every
 -- few windows. Entries that left the window may stay until they are pushed out: every
 -- rule counts only the entries inside its own window, as the Python twin does.
-local sliding_log = {}
+local SLIDING_LOG_STATE = '>BI7'         -- the header: entry width, base; then the entries
+local LOG_HEADER_BYTES = 8               -- its size
+local sliding_log = {code = 2}
 local FORMATS = {'>I1', '>I2', '>I3', '>I4', '>I5', '>I6', '>I7'}
 
 local function log_width(window)
@@ -246,7 +243,8 @@ end
 
 -- token-bucket ----------------------------------------------------------------------------
 -- state: (tokens, last, back, born), packed as TOKEN_BUCKET_STATE; back and born as gcra's
-local token_bucket = {}
+local TOKEN_BUCKET_STATE = '>I4I7I7I7'   -- tokens, last, back, born
+local token_bucket = {code = 3}
 
 function token_bucket.load(raw, now, spec)
   local rule = spec.rules[1]
@@ -294,7 +292,8 @@ end
 -- gcra ------------------------------------------------------------------------------------
 -- state: the theoretical arrival time, what refunds moved it back since the state was born,
 -- and when that was: (tat, back, born), packed as GCRA_STATE
-local gcra = {}
+local GCRA_STATE = '>I7I7I7'             -- tat, back, born
+local gcra = {code = 4}
 
 function gcra.load(raw, now, spec)
   if not raw then return {now, 0, now} end
@@ -323,11 +322,12 @@ function gcra.ttl(raw, now, spec)
 end
 
 -- specs -----------------------------------------------------------------------------------
+-- The registry: each strategy's section under its code (one line each).
 local TWINS = {
-  [FIXED_WINDOW] = fixed_window,
-  [SLIDING_LOG] = sliding_log,
-  [TOKEN_BUCKET] = token_bucket,
-  [GCRA] = gcra,
+  [fixed_window.code] = fixed_window,
+  [sliding_log.code] = sliding_log,
+  [token_bucket.code] = token_bucket,
+  [gcra.code] = gcra,
 }
 local PARSED, PARSED_COUNT = {}, 0
 

@@ -17,7 +17,7 @@ import pytest
 from freqguard import Policy, Rule, Strategy
 from freqguard.engine.plan import PolicyPlan
 from freqguard.script import contract, twin
-from freqguard.script.strategies import TWINS, RuleParams
+from freqguard.script.strategies import STATE_FORMATS, STRATEGY_CODES, TWINS, RuleParams
 
 LUA = resources.files("freqguard.script").joinpath("policy.lua").read_text(encoding="utf-8")
 
@@ -54,29 +54,35 @@ def test_the_lua_constants_are_the_contracts(lua: str, value: int) -> None:
     assert eval(text) == value  # digits, spaces and ** only, checked above
 
 
-def test_the_lua_strategy_table_maps_the_contracts_codes() -> None:
-    """Codes, not positions: each twin is found under its code's name in the Lua."""
-    names = [name.replace("-", "_").upper() for name in contract.STRATEGY_CODES]
-    found = re.search(rf"^local ({names[0]}, [A-Z_, ]+) = ([\d, ]+)$", LUA, re.M)
-    assert found
-    assert found.group(1).split(", ") == names
-    assert list(map(int, found.group(2).split(", "))) == list(contract.STRATEGY_CODES.values())
+def _lua_section(strategy: str) -> str:
+    """The Lua between a strategy's section heading and the next heading."""
+    found = re.search(rf"^-- {strategy} -+\n(.*?)^-- \S+ -+$", LUA, re.M | re.S)
+    assert found, strategy
+    return found.group(1)
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGY_CODES))
+def test_each_lua_section_states_its_strategys_code_and_state(strategy: str) -> None:
+    """Every fact of a strategy is in its section, as in its Python module."""
+    section, name = _lua_section(strategy), strategy.replace("-", "_")
+    assert re.search(rf"^local {name} = {{code = {STRATEGY_CODES[strategy]}}}$", section, re.M)
+    state = f"{name.upper()}_STATE"
+    assert re.search(rf"^local {state} = '{re.escape(STATE_FORMATS[strategy])}'", section, re.M)
+
+
+def test_the_lua_registry_maps_each_code_to_its_section() -> None:
+    """Codes, not positions: each twin is found under its own code in the Lua's TWINS."""
     table = re.search(r"^local TWINS = \{(.*?)^\}", LUA, re.M | re.S)
     assert table
-    pairs = re.findall(r"\[(\w+)\] = (\w+)", table.group(1))
-    assert pairs == [(name, name.lower()) for name in names]
+    pairs = re.findall(r"\[(\w+)\.code\] = (\w+)", table.group(1))
+    names = [strategy.replace("-", "_") for strategy in STRATEGY_CODES]
+    assert pairs == [(name, name) for name in names]
 
 
 def _lua_string(name: str) -> str:
     value = _lua_local(name)
     assert re.fullmatch(r"'[^']*'", value), value
     return value[1:-1]
-
-
-@pytest.mark.parametrize("strategy", list(contract.STATE_FORMATS))
-def test_the_lua_packs_each_state_as_the_contract_says(strategy: str) -> None:
-    name = strategy.replace("-", "_").upper() + "_STATE"
-    assert _lua_string(name) == contract.STATE_FORMATS[strategy]
 
 
 @pytest.mark.parametrize(
@@ -87,7 +93,7 @@ def test_the_lua_formats_are_the_contracts(name: str) -> None:
 
 
 def test_the_lua_sizes_are_those_of_the_formats() -> None:
-    log = contract.STATE_FORMATS["sliding-log"]
+    log = STATE_FORMATS["sliding-log"]
     assert int(_lua_local("LOG_HEADER_BYTES")) == sum(contract.widths(log))
     assert int(_lua_local("FIELD_HEAD_BYTES")) == sum(contract.widths(contract.FIELD_HEAD))
 
@@ -144,7 +150,7 @@ def test_the_python_twin_writes_the_specs_as_the_contract_says() -> None:
 
 @pytest.mark.parametrize("strategy", [s for s in TWINS if s.value != "sliding-log"], ids=str)
 def test_the_python_twin_decodes_states_as_the_contract_says(strategy: Strategy) -> None:
-    widths = contract.widths(contract.STATE_FORMATS[strategy.value])
+    widths = contract.widths(STATE_FORMATS[strategy.value])
     values = [7 * (i + 1) + 256**w // 3 for i, w in enumerate(widths)]
     raw = b"".join(v.to_bytes(w, "big") for v, w in zip(values, widths, strict=True))
     assert TWINS[strategy].decode(raw) == tuple(values)
@@ -152,7 +158,7 @@ def test_the_python_twin_decodes_states_as_the_contract_says(strategy: Strategy)
 
 def test_the_python_twin_reads_a_packed_log_as_the_contract_says() -> None:
     width, base = 3, 10**12
-    head = contract.STATE_FORMATS["sliding-log"]
+    head = STATE_FORMATS["sliding-log"]
     assert contract.widths(head) == (1, 7)
     raw = width.to_bytes(1, "big") + base.to_bytes(7, "big")
     raw += b"".join(offset.to_bytes(width, "big") for offset in (0, 5, 2**20))
@@ -172,7 +178,7 @@ def test_every_twin_function_exists_on_both_sides_in_the_same_order(strategy: ob
     twin = TWINS[strategy]  # type: ignore[index]
     module = inspect.getmodule(twin.load)
     assert module is not None
-    assert twin.code == contract.STRATEGY_CODES[strategy.value]  # type: ignore[attr-defined]
+    assert twin.code == STRATEGY_CODES[strategy.value]  # type: ignore[attr-defined]
     lua_name = strategy.value.replace("-", "_")  # type: ignore[attr-defined]
     lua = re.findall(rf"^\s*function {lua_name}\.(\w+)\(", LUA, re.M)
     python = [f for f in _python_functions(module) if f in contract.TWIN_FUNCTIONS]

@@ -1,4 +1,10 @@
-"""The Python twins of the strategies' Lua, one module each."""
+"""The Python twins of the strategies' Lua, one module each, with every fact of a strategy
+in its module: its arithmetic, its ``code`` in the specs and its ``STATE_FORMAT``.
+
+Adding a strategy: its module here and its line in :data:`TWINS` (with its name in
+:class:`~freqguard.rules.Strategy`), and its section in ``policy.lua`` with its line in the
+Lua's ``TWINS``; ``tests/conformance/test_contract.py`` says what the Lua still lacks.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +14,18 @@ from freqguard.rules import Strategy
 from freqguard.script.strategies import fixed_window, gcra, sliding_log, token_bucket
 from freqguard.script.strategies.base import RuleParams, StateSpec, Twin
 
-__all__ = ["TWINS", "RuleParams", "StateSpec", "Twin"]
+__all__ = ["STATE_FORMATS", "STRATEGY_CODES", "TWINS", "RuleParams", "StateSpec", "Twin"]
 
+#: The registry: each strategy's twin (one line each).
 TWINS: dict[Strategy, Twin] = {
     Strategy.FIXED_WINDOW: cast(Twin, fixed_window),
     Strategy.SLIDING_LOG: cast(Twin, sliding_log),
     Strategy.TOKEN_BUCKET: cast(Twin, token_bucket),
     Strategy.GCRA: cast(Twin, gcra),
 }
+
+#: Each strategy's number in the specs, by its name (from its module).
+STRATEGY_CODES = {strategy.value: twin.code for strategy, twin in TWINS.items()}
+
+#: Each strategy's packed state, by its name (from its module).
+STATE_FORMATS = {strategy.value: twin.STATE_FORMAT for strategy, twin in TWINS.items()}

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
-from freqguard.script.contract import STATE_FORMATS, widths
+from freqguard.script.contract import widths
 
 __all__ = ["Mark", "RuleParams", "StateSpec", "Twin", "unpacker"]
 
@@ -60,7 +60,8 @@ class StateSpec(NamedTuple):
 
 
 class Twin(Protocol):
-    code: int  # the strategy's number in the script's ARGV
+    code: int  # the strategy's number in the specs
+    STATE_FORMAT: str  # its packed state, in the Lua's notation
 
     def load(self, state: Any, now: int, spec: StateSpec) -> Any: ...
 
@@ -81,10 +82,10 @@ class Twin(Protocol):
     def decode(self, raw: bytes) -> Any: ...
 
 
-def unpacker(strategy: str) -> Callable[[bytes], tuple[int, ...]]:
-    """What reads a strategy's state as its Lua packs it (``contract.STATE_FORMATS``)."""
+def unpacker(fmt: str) -> Callable[[bytes], tuple[int, ...]]:
+    """What reads a strategy's state as its Lua packs it (its module's ``STATE_FORMAT``)."""
     bounds, at = [], 0
-    for width in widths(STATE_FORMATS[strategy]):
+    for width in widths(fmt):
         bounds.append((at, at + width))
         at += width
 

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 from typing import cast
 
-from freqguard.script.contract import STRATEGY_CODES
 from freqguard.script.strategies.base import RuleParams, StateSpec, unpacker
 
-code = STRATEGY_CODES["fixed-window"]
+#: Its number in the specs (the Lua section's ``code``).
+code = 1
+#: Its packed state, in the Lua's notation (window_start, count, born).
+STATE_FORMAT = ">I7I4I7"
 
 View = tuple[int, int, int]  # (window_start, count, born)
-_unpack = unpacker("fixed-window")
+_unpack = unpacker(STATE_FORMAT)
 
 
 def decode(raw: bytes) -> View:
-    """The state as the Lua twin packs it (``contract.STATE_FORMATS``)."""
+    """The state as the Lua twin packs it (:data:`STATE_FORMAT`)."""
     return cast(View, _unpack(raw))
 
 

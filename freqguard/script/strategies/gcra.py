@@ -13,18 +13,21 @@ from __future__ import annotations
 
 from typing import cast
 
-from freqguard.script.contract import BACK_LIMIT, STRATEGY_CODES
+from freqguard.script.contract import BACK_LIMIT
 from freqguard.script.strategies.base import RuleParams, StateSpec, unpacker
 
-code = STRATEGY_CODES["gcra"]
+#: Its number in the specs (the Lua section's ``code``).
+code = 4
+#: Its packed state, in the Lua's notation (tat, back, born).
+STATE_FORMAT = ">I7I7I7"
 
 
 View = tuple[int, int, int]  # (tat, back, born)
-_unpack = unpacker("gcra")
+_unpack = unpacker(STATE_FORMAT)
 
 
 def decode(raw: bytes) -> View:
-    """The state as the Lua twin packs it (``contract.STATE_FORMATS``)."""
+    """The state as the Lua twin packs it (:data:`STATE_FORMAT`)."""
     return cast(View, _unpack(raw))
 
 

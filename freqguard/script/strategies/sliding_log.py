@@ -17,17 +17,20 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import overload
 
-from freqguard.script.contract import STATE_FORMATS, STRATEGY_CODES, widths
+from freqguard.script.contract import widths
 from freqguard.script.strategies.base import RuleParams, StateSpec
 
-code = STRATEGY_CODES["sliding-log"]
+#: Its number in the specs (the Lua section's ``code``).
+code = 2
+#: Its packed state, in the Lua's notation (the header: entry width, base; then the entries).
+STATE_FORMAT = ">BI7"
 
-_WIDTH, _BASE = widths(STATE_FORMATS["sliding-log"])  # the header's fields
+_WIDTH, _BASE = widths(STATE_FORMAT)  # the header's fields
 _HEADER = _WIDTH + _BASE
 
 
 class PackedLog(Sequence[int]):
-    """A log as the Lua twin packs it: a header (entry width, base: ``contract.STATE_FORMATS``),
+    """A log as the Lua twin packs it: a header (entry width, base: :data:`STATE_FORMAT`),
     then one big-endian offset from base per entry. Read in place: a report bisects it, so
     only a handful of entries are ever decoded."""
 

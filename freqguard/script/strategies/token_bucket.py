@@ -14,18 +14,20 @@ from __future__ import annotations
 
 from typing import cast
 
-from freqguard.script.contract import STRATEGY_CODES
 from freqguard.script.strategies.base import RuleParams, StateSpec, unpacker
 from freqguard.script.strategies.gcra import give_back, next_back
 
-code = STRATEGY_CODES["token-bucket"]
+#: Its number in the specs (the Lua section's ``code``).
+code = 3
+#: Its packed state, in the Lua's notation (tokens, last, back, born).
+STATE_FORMAT = ">I4I7I7I7"
 
 View = tuple[int, int, int, int]  # (tokens, last, back, born)
-_unpack = unpacker("token-bucket")
+_unpack = unpacker(STATE_FORMAT)
 
 
 def decode(raw: bytes) -> View:
-    """The state as the Lua twin packs it (``contract.STATE_FORMATS``)."""
+    """The state as the Lua twin packs it (:data:`STATE_FORMAT`)."""
     return cast(View, _unpack(raw))
 
 
