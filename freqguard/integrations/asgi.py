@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
+from freqguard.config import Config
 from freqguard.decorators.adapters import as_async as _as_async_guard
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.headers import check_profile
@@ -85,7 +86,8 @@ class FreqGuardMiddleware:
 
     Args:
         app: the ASGI application.
-        guard: an AsyncGuard (a sync Guard is run off the event loop).
+        guard: an AsyncGuard (a sync Guard is run off the event loop), or a
+            :class:`~freqguard.config.Config` to make one from.
         limits: route patterns to rules, first match wins.
         headers: the header profile (``"ietf"``, ``"draft6"``, ``"x-ratelimit"``, ``"none"``).
     """
@@ -94,12 +96,12 @@ class FreqGuardMiddleware:
         self,
         app: ASGIApp,
         *,
-        guard: Guard | AsyncGuard,
+        guard: Guard | AsyncGuard | Config,
         limits: Sequence[Limit],
         headers: str = "ietf",
     ) -> None:
         self.app = app
-        self.guard = _as_async(guard)
+        self.guard = _as_async(guard.async_guard() if isinstance(guard, Config) else guard)
         self._hit = self.guard.hit
         self.limits = tuple(limits)
         self.decider = Decider(

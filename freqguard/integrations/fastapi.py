@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from freqguard.config import Config
 from freqguard.decision import Decision
 from freqguard.errors import BackendUnavailable
 from freqguard.guard import AsyncGuard, Guard
@@ -81,7 +82,7 @@ async def enforce(
 
 
 def limit_dependency(
-    guard: Guard | AsyncGuard,
+    guard: Guard | AsyncGuard | Config,
     rule: str | Sequence[str],
     *,
     key: KeyFunc | None = None,
@@ -105,7 +106,7 @@ def limit_dependency(
         name=name,
         on_error=on_error,
     )
-    aguard = _as_async(guard)
+    aguard = _as_async(guard.async_guard() if isinstance(guard, Config) else guard)
     route = compile_limit(limit)
     decider = Decider(aguard, [route], check_profile(headers))
 

@@ -3,6 +3,9 @@
 Configuration (``app.config``):
 
 * ``FREQGUARD_BACKEND``: a backend URL (default ``"memory://"``), unless a guard is given.
+* ``FREQGUARD_CONFIG``: a configuration file's path (or a loaded
+  :class:`~freqguard.config.Config`) to make the guard from, its policies registered;
+  instead of ``FREQGUARD_BACKEND`` and a guard, not with them.
 * ``FREQGUARD_DEFAULT_LIMITS``: rates applied to every view not exempt, each route (Flask
   endpoint) counted on its own (default none).
 * ``FREQGUARD_HEADERS``: the header profile (default ``"ietf"``).
@@ -20,13 +23,14 @@ State lives in ``app.extensions["freqguard"]``, never on the extension object, s
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from flask import Flask, Response, current_app, g, request
 
 from freqguard.backends.urls import backend_from_url
+from freqguard.config import Config, load
 from freqguard.decision import Decision
 from freqguard.decorators.naming import implicit_name
 from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError
@@ -94,12 +98,18 @@ class FreqGuard:
         """Set up ``app``.
 
         Raises:
-            ConfigError: for a bad ``FREQGUARD_DEFAULT_LIMITS``, header profile or backend.
+            ConfigError: for a bad ``FREQGUARD_DEFAULT_LIMITS``, header profile, backend or
+                configuration file, or ``FREQGUARD_CONFIG`` with ``FREQGUARD_BACKEND`` or a
+                guard.
         """
         default = app.config.get("FREQGUARD_DEFAULT_LIMITS")
-        guard = self._guard or Guard(
-            backend_from_url(app.config.get("FREQGUARD_BACKEND", "memory://"))
+        guard = (
+            self._guard
+            or _configured(app.config)
+            or Guard(backend_from_url(app.config.get("FREQGUARD_BACKEND", "memory://")))
         )
+        if self._guard is not None and "FREQGUARD_CONFIG" in app.config:
+            raise ConfigError("FREQGUARD_CONFIG makes the guard: pass guard= or it, not both")
         profile = check_profile(app.config.get("FREQGUARD_HEADERS", "ietf"))
         state = _State(guard, Decider(guard, (), profile), parse_rates(default) if default else ())
         app.extensions["freqguard"] = state
@@ -225,3 +235,16 @@ class FreqGuard:
 
 def _response(answer: Answer) -> Response:
     return Response(answer.body, answer.status, headers=answer.headers)
+
+
+def _configured(settings: Mapping[str, Any]) -> Guard | None:
+    """The guard ``FREQGUARD_CONFIG`` makes (None: not set)."""
+    given = settings.get("FREQGUARD_CONFIG")
+    if given is None:
+        return None
+    if "FREQGUARD_BACKEND" in settings:
+        raise ConfigError(
+            "FREQGUARD_CONFIG names the backend: set it or FREQGUARD_BACKEND, not both"
+        )
+    config = given if isinstance(given, Config) else load(given)
+    return config.guard()

@@ -29,6 +29,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
     "engine": ("freqguard.engine", "freqguard.failure", "freqguard.denycache"),
     "guards": ("freqguard._async", "freqguard._sync", "freqguard.guard"),
     "decorators": ("freqguard.decorators",),
+    "config": ("freqguard.config",),
     "integrations": ("freqguard.integrations",),
     "app": ("freqguard.__init__", "freqguard.__main__", "freqguard.cli", "freqguard.demo"),
 }
@@ -43,7 +44,16 @@ MAY_IMPORT: dict[str, set[str]] = {
     "engine": {"vocabulary", "script", "results", "observe"},
     "guards": {"vocabulary", "script", "results", "observe", "backends", "engine"},
     "decorators": {"vocabulary", "script", "results", "backends", "engine", "guards"},
-    "integrations": {"vocabulary", "results", "backends", "engine", "guards", "decorators"},
+    "config": {"vocabulary", "results", "observe", "backends", "engine", "guards"},
+    "integrations": {
+        "vocabulary",
+        "results",
+        "backends",
+        "engine",
+        "guards",
+        "decorators",
+        "config",
+    },
     "app": set(ROOMS),
 }
 

@@ -1,0 +1,307 @@
+"""A configuration file read, checked and turned into a :class:`Config`.
+
+Every error is a :class:`~freqguard.ConfigError` that names the file, the line where the
+format gives one (TOML: the policy's or rule's table, or the key's line; YAML: the node's),
+the policy and the rule, and what is allowed there. Nothing is built from a file that fails.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+from freqguard._async.guard import AsyncGuard
+from freqguard._sync.guard import Guard
+from freqguard.backends.memory import MemoryBackend
+from freqguard.backends.urls import async_backend_from_url, backend_from_url, parse_url
+from freqguard.clock import Clock
+from freqguard.config.places import Where, key_named, parse_yaml, place_of, toml_lines
+from freqguard.config.schema import SchemaError, check
+from freqguard.engine.breaker import Breaker
+from freqguard.engine.denycache import DenyCache
+from freqguard.engine.failover import shared_out
+from freqguard.errors import ConfigError
+from freqguard.observe.base import LoggingObserver, Observer
+from freqguard.policy import Fallback, Policy
+from freqguard.rules import Rule, check_name
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover (3.10)
+    import tomli as tomllib
+
+__all__ = ["ENV", "Config", "load", "loads"]
+
+#: The environment variable whose backend URL wins over the file's.
+ENV = "FREQGUARD_URL"
+
+
+@dataclass(frozen=True)
+class Config:
+    """A configuration, checked: make guards from it with :meth:`guard` / :meth:`async_guard`.
+
+    Attributes:
+        source: the file it was read from (or what :func:`loads` was told).
+        backend: the backend URL: ``FREQGUARD_URL`` when set, else the file's, else
+            ``"memory://"``.
+        policies: the policies, in the file's order.
+    """
+
+    source: str
+    backend: str
+    policies: tuple[Policy, ...]
+    prefix: str = "fg"
+    deny_cache: int = 0
+    _on_error: object = "raise"
+    _policy_on_error: Mapping[str, object] = field(default_factory=dict)
+    _observers: tuple[str, ...] = ()
+    _breaker: object = True
+    _made: dict[str, list[Observer]] = field(default_factory=dict, compare=False, repr=False)
+
+    def guard(self, clock: Clock | None = None) -> Guard:
+        """A :class:`~freqguard.Guard` on the configured backend, with every policy."""
+        policies, options = self._arguments(backend_from_url)
+        return Guard(backend_from_url(self.backend), policies, clock, **options)
+
+    def async_guard(self, clock: Clock | None = None) -> AsyncGuard:
+        """An :class:`~freqguard.AsyncGuard` on the configured backend, with every policy."""
+        policies, options = self._arguments(async_backend_from_url)
+        return AsyncGuard(async_backend_from_url(self.backend), policies, clock, **options)
+
+    def document(self) -> dict[str, Any]:
+        """The configuration as a document of the file's shape (every default written out,
+        rates in a canonical spelling): :func:`loads` of it, as TOML or YAML, gives an equal
+        configuration."""
+        policies = []
+        for policy in self.policies:
+            entry: dict[str, Any] = {"name": policy.name}
+            on_error = self._policy_on_error.get(policy.name, policy.on_error)
+            if on_error is not None:
+                entry["on_error"] = dict(on_error) if isinstance(on_error, Mapping) else on_error
+            entry["rules"] = [_rule_document(rule) for rule in policy.rules]
+            policies.append(entry)
+        on_error = self._on_error
+        breaker = self._breaker
+        return {
+            "backend": self.backend,
+            "prefix": self.prefix,
+            "on_error": dict(on_error) if isinstance(on_error, Mapping) else on_error,
+            "deny_cache": self.deny_cache,
+            "observers": list(self._observers),
+            "breaker": dict(breaker) if isinstance(breaker, Mapping) else breaker,
+            "policy": policies,
+        }
+
+    def _arguments(self, make: Callable[[str], Any]) -> tuple[list[Policy], dict[str, Any]]:
+        """The policies (a fallback's backend made by ``make``, of the guard's kind) and the
+        guard's options."""
+        policies = [
+            policy
+            if policy.name not in self._policy_on_error
+            else Policy(
+                policy.name,
+                *policy.rules,
+                on_error=_on_error(self._policy_on_error[policy.name], make),
+            )
+            for policy in self.policies
+        ]
+        return policies, {
+            "prefix": self.prefix,
+            "on_error": _on_error(self._on_error, make),
+            "deny_cache": self.deny_cache,
+            "observers": self._observer_objects(),
+            "breaker": _breaker(self._breaker),
+        }
+
+    def _observer_objects(self) -> list[Observer]:
+        """Made once per configuration: a metrics observer registers its metrics once."""
+        made = self._made.get("observers")
+        if made is None:
+            made = self._made["observers"] = [_observer(name) for name in self._observers]
+        return made
+
+
+def _rule_document(rule: Rule) -> dict[str, Any]:
+    entry: dict[str, Any] = {"rate": str(rule.rate), "by": list(rule.by)}
+    entry["strategy"] = rule.strategy.value
+    if rule.name is not None:
+        entry["name"] = rule.name
+    if rule.burst is not None:
+        entry["burst"] = rule.burst
+    entry["shadow"] = rule.shadow
+    return entry
+
+
+def _breaker(value: object) -> Breaker | None:
+    if value is False:
+        return None
+    return Breaker(**value) if isinstance(value, Mapping) else Breaker()
+
+
+def _on_error(value: object, make: Callable[[str], Any]) -> object:
+    if isinstance(value, Mapping):
+        url = value["fallback"]
+        backend = MemoryBackend() if url.startswith("memory:") else make(url)
+        return Fallback(backend, value.get("workers", 1))
+    return value
+
+
+def _observer(name: str) -> Observer:
+    if name == "logging":
+        return LoggingObserver()
+    if name == "prometheus":
+        from freqguard.observe.prometheus import PrometheusObserver
+
+        return PrometheusObserver()
+    from freqguard.observe.otel import OpenTelemetryObserver
+
+    return OpenTelemetryObserver()
+
+
+def load(path: str | os.PathLike[str]) -> Config:
+    """Read a configuration file: TOML (``.toml``), or YAML (``.yaml``/``.yml``, when PyYAML
+    is installed).
+
+    Raises:
+        ConfigError: the file cannot be read or parsed, or breaks the schema (an unknown
+            key, a value of the wrong kind), or a policy or rule is invalid.
+    """
+    path = Path(path)
+    kind = {".toml": "toml", ".yaml": "yaml", ".yml": "yaml"}.get(path.suffix.lower())
+    if kind is None:
+        raise ConfigError(f"{path}: a configuration file is .toml, .yaml or .yml")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc}") from None
+    return loads(text, kind, str(path))
+
+
+def loads(text: str, kind: str = "toml", source: str = "<string>") -> Config:
+    """A configuration from its text (``kind``: ``"toml"`` or ``"yaml"``); see :func:`load`."""
+    if kind == "toml":
+        try:
+            data: object = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"{source}: nested too deeply to be a configuration") from None
+        where = toml_lines(text)
+    elif kind == "yaml":
+        data, where = parse_yaml(text, source)
+    else:
+        raise ConfigError(f"kind must be 'toml' or 'yaml', got {kind!r}")
+    return _build(data, source, where)
+
+
+def _build(data: object, source: str, where: Where) -> Config:
+    try:
+        check(data)
+    except SchemaError as exc:
+        place = place_of(source, where, exc.path, data)
+        raise ConfigError(f"{place}:{key_named(exc)} {exc.message}") from None
+    assert isinstance(data, Mapping)
+    url = os.environ.get(ENV) or data.get("backend", "memory://")
+    try:
+        parse_url(url)
+    except ConfigError as exc:
+        origin = ENV if os.environ.get(ENV) else place_of(source, where, ("backend",), data)
+        raise ConfigError(f"{origin}: backend: {exc}") from None
+    policies, fallbacks = [], {}
+    for index, raw in enumerate(data.get("policy", [])):
+        rules = []
+        for number, spec in enumerate(raw["rules"]):
+            try:
+                rules.append(Rule(**spec))
+            except ConfigError as exc:
+                place = place_of(source, where, ("policy", index, "rules", number), data)
+                raise ConfigError(f"{place}: {exc}") from None
+        on_error = raw.get("on_error")
+        try:
+            policies.append(
+                Policy(
+                    raw["name"], *rules, on_error=on_error if isinstance(on_error, str) else None
+                )
+            )
+        except ConfigError as exc:
+            raise ConfigError(
+                f"{place_of(source, where, ('policy', index), data)}: {exc}"
+            ) from None
+        if isinstance(on_error, Mapping):
+            fallbacks[raw["name"]] = on_error
+    _check_options(data, source, where, policies, fallbacks)
+    names = [policy.name for policy in policies]
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            place = place_of(source, where, ("policy", index), data)
+            raise ConfigError(f"{place}: a second policy named {name!r}")
+    config = Config(
+        source,
+        url,
+        tuple(policies),
+        data.get("prefix", "fg"),
+        data.get("deny_cache", 0),
+        data.get("on_error", "raise"),
+        fallbacks,
+        tuple(data.get("observers", ())),
+        data.get("breaker", True),
+    )
+    return config
+
+
+_EXTRAS = {"prometheus": "prometheus_client", "opentelemetry": "opentelemetry"}
+
+
+def _check_options(
+    data: Mapping[str, Any],
+    source: str,
+    where: Where,
+    policies: list[Policy],
+    fallbacks: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """Every option checked now, as the guard will take it: nothing fails at the first hit
+    (and no connection is made)."""
+
+    def fail(path: tuple[str | int, ...], problem: str) -> ConfigError:
+        return ConfigError(f"{place_of(source, where, path, data)}: {problem}")
+
+    try:
+        DenyCache(data.get("deny_cache", 0))
+    except ConfigError as exc:
+        raise fail(("deny_cache",), f"deny_cache: {exc}") from None
+    if "prefix" in data:
+        try:
+            check_name("key prefix", data["prefix"])
+        except ConfigError as exc:
+            raise fail(("prefix",), f"prefix: {exc}") from None
+    for position, name in enumerate(data.get("observers", ())):
+        extra = _EXTRAS.get(name)
+        if extra is not None and find_spec(extra) is None:
+            raise fail(("observers", position), f"observer {name!r} needs {extra} installed")
+    try:
+        _breaker(data.get("breaker", True))
+    except ConfigError as exc:
+        raise fail(("breaker",), f"breaker: {exc}") from None
+    tables: list[tuple[tuple[str | int, ...], object, list[Policy]]] = [
+        (("on_error",), data.get("on_error"), policies)
+    ]
+    for index, policy in enumerate(policies):
+        if policy.name in fallbacks:
+            tables.append((("policy", index, "on_error"), fallbacks[policy.name], [policy]))
+    for path, value, covered in tables:
+        if not isinstance(value, Mapping):
+            continue
+        try:
+            parse_url(value["fallback"])
+        except ConfigError as exc:
+            raise fail(path, f"on_error fallback: {exc}") from None
+        for policy in covered:
+            try:
+                shared_out(policy, value.get("workers", 1))
+            except ConfigError as exc:
+                raise fail(path, str(exc)) from None

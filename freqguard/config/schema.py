@@ -1,0 +1,201 @@
+"""The configuration file's shape, written once as a JSON Schema: what :func:`check` holds a
+file to, and what editors read (``docs/config.schema.json`` is this, written out).
+
+Only the part of JSON Schema this shape needs is interpreted here (``type``, ``enum``,
+``properties``, ``additionalProperties: false``, ``required``, ``items``, ``minItems``,
+``uniqueItems``, ``anyOf``, ``minimum``, ``maximum``, ``exclusiveMinimum``); what the schema
+cannot say (a rate that parses, a strategy's burst, a policy's bounds) is checked by the
+objects it builds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["SCHEMA", "SchemaError", "check"]
+
+_STRATEGIES = ["sliding-log", "fixed-window", "token-bucket", "gcra"]
+_ON_ERROR: dict[str, Any] = {
+    "description": "what a store failure answers: raise, allow (fail open), deny (fail "
+    "closed), or a fallback backend, its limits shared out among 'workers'",
+    "anyOf": [
+        {"enum": ["raise", "allow", "deny"]},
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["fallback"],
+            "properties": {
+                "fallback": {"type": "string", "description": "a backend URL"},
+                "workers": {"type": "integer", "minimum": 1},
+            },
+        },
+    ],
+}
+_RULE: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["rate"],
+    "properties": {
+        "rate": {"type": "string", "description": 'e.g. "15/minute", "5 per 59 seconds"'},
+        "by": {
+            "description": "the dimension(s) the rule is keyed by",
+            "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+        },
+        "strategy": {"enum": _STRATEGIES},
+        "name": {"type": "string"},
+        "burst": {"type": "integer", "minimum": 1},
+        "shadow": {"type": "boolean"},
+    },
+}
+_POLICY: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "rules"],
+    "properties": {
+        "name": {"type": "string"},
+        "on_error": _ON_ERROR,
+        "rules": {"type": "array", "minItems": 1, "items": _RULE},
+    },
+}
+
+#: The configuration file's JSON Schema.
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "freqguard configuration",
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "backend": {
+            "type": "string",
+            "description": "a backend URL (memory://, redis://, redis+cluster://, "
+            "redis+sentinel://...); the FREQGUARD_URL environment variable wins",
+        },
+        "prefix": {"type": "string"},
+        "on_error": _ON_ERROR,
+        "deny_cache": {"type": "integer", "minimum": 0, "maximum": 10**8},
+        "observers": {
+            "type": "array",
+            "uniqueItems": True,
+            "items": {"enum": ["logging", "prometheus", "opentelemetry"]},
+        },
+        "breaker": {
+            "description": "false for none, or the breaker's settings",
+            "anyOf": [
+                {"type": "boolean"},
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "failures": {"type": "integer", "minimum": 1},
+                        "cooldown": {"type": "number", "exclusiveMinimum": 0},
+                    },
+                },
+            ],
+        },
+        "policy": {"type": "array", "items": _POLICY},
+    },
+}
+
+
+class SchemaError(ValueError):
+    """Where in the document (``path``: keys and list positions) a value breaks the schema,
+    and what the schema allows there (``message``)."""
+
+    def __init__(self, path: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.path, self.message = path, message
+
+
+_TYPES: dict[str, Callable[[object], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, Mapping),
+}
+_NAMES = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "array": "a list",
+    "object": "a table",
+}
+
+
+def _is(kind: object, value: object) -> bool:
+    """Whether ``value`` is of the schema type ``kind`` (False for no type)."""
+    test = _TYPES.get(kind) if isinstance(kind, str) else None
+    return test is not None and test(value)
+
+
+def allowed(schema: Mapping[str, Any]) -> str:
+    """What ``schema`` allows, in words."""
+    if "anyOf" in schema:
+        return " or ".join(allowed(option) for option in schema["anyOf"])
+    if "enum" in schema:
+        return "one of " + ", ".join(repr(v) for v in schema["enum"])
+    words = _NAMES[schema["type"]]
+    if "minimum" in schema:
+        words += f" >= {schema['minimum']}"
+    if "exclusiveMinimum" in schema:
+        words += f" > {schema['exclusiveMinimum']}"
+    if "maximum" in schema:
+        words += f" and <= {schema['maximum']}"
+    if schema["type"] == "object" and "properties" in schema:
+        words += " of " + ", ".join(sorted(schema["properties"]))
+    return words
+
+
+def check(
+    value: object, schema: Mapping[str, Any] = SCHEMA, path: tuple[str | int, ...] = ()
+) -> None:
+    """Raise :class:`SchemaError` at the first place ``value`` breaks ``schema``."""
+    if "anyOf" in schema:
+        for option in schema["anyOf"]:
+            try:
+                check(value, option, path)
+            except SchemaError as error:
+                # the right kind, wrong inside: that is the error to tell
+                if error.path != path and _is(option.get("type"), value):
+                    raise
+                continue
+            return
+        raise SchemaError(path, f"{value!r} is not {allowed(schema)}")
+    if "enum" in schema:
+        if value not in schema["enum"] or isinstance(value, bool):
+            raise SchemaError(path, f"{value!r} is not {allowed(schema)}")
+        return
+    kind = schema["type"]
+    if not _TYPES[kind](value):
+        raise SchemaError(path, f"{value!r} is not {allowed(schema)}")
+    if "minimum" in schema and value < schema["minimum"]:
+        raise SchemaError(path, f"{value!r} is not {allowed(schema)}")
+    if "maximum" in schema and value > schema["maximum"]:
+        raise SchemaError(path, f"{value!r} is not {allowed(schema)}")
+    if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
+        raise SchemaError(path, f"{value!r} is not {allowed(schema)}")
+    if kind == "array":
+        assert isinstance(value, list)
+        if len(value) < schema.get("minItems", 0):
+            raise SchemaError(path, f"needs at least {schema['minItems']} item(s), got none")
+        if schema.get("uniqueItems"):
+            for index, item in enumerate(value):
+                if item in value[:index]:
+                    raise SchemaError((*path, index), f"{item!r} is listed twice")
+        for index, item in enumerate(value):
+            check(item, schema["items"], (*path, index))
+    elif kind == "object":
+        assert isinstance(value, Mapping)
+        properties = schema.get("properties", {})
+        for key in value:
+            if key not in properties:
+                known = ", ".join(sorted(properties))
+                raise SchemaError((*path, key), f"unknown key {key!r} (allowed: {known})")
+        for key in schema.get("required", ()):
+            if key not in value:
+                raise SchemaError(path, f"{key!r} is missing")
+        for key, item in value.items():
+            check(item, properties[key], (*path, key))

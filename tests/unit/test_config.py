@@ -1,0 +1,314 @@
+"""Configuration files: what they build, every error they can make (each naming the file,
+the line, the policy and the rule), and the schema editors read, held to a full JSON Schema
+implementation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from freqguard import AsyncGuard, ConfigError, Guard, ManualClock, Policy, Rule
+from freqguard.config import ENV, SCHEMA, Config, load, loads
+from freqguard.config.schema import SchemaError, check
+from freqguard.observe import LoggingObserver
+from freqguard.policy import Fallback
+from tests.servers import RedisServer
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+EXAMPLE = ROOT / "examples" / "freqguard.toml"
+
+BASE = """\
+prefix = "app"
+deny_cache = 10
+
+[[policy]]
+name = "sms"
+rules = [
+  { rate = "15/minute", by = "recipient", name = "rcpt-1m" },
+  { rate = "2 per 59 seconds", by = ["recipient", "content"], name = "content-59s" },
+]
+
+[[policy]]
+name = "vendor"
+on_error = "allow"
+rules = [{ rate = "200/second", strategy = "gcra", burst = 20 }]
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+
+
+def test_a_file_builds_its_policies_and_settings() -> None:
+    config = loads(BASE, source="app.toml")
+    assert config.backend == "memory://"
+    assert (config.prefix, config.deny_cache) == ("app", 10)
+    assert config.policies == (
+        Policy(
+            "sms",
+            Rule("15/minute", by="recipient", name="rcpt-1m"),
+            Rule("2 per 59 seconds", by=("recipient", "content"), name="content-59s"),
+        ),
+        Policy("vendor", Rule("200/second", strategy="gcra", burst=20), on_error="allow"),
+    )
+
+
+def test_the_example_file_loads_and_its_guards_decide() -> None:
+    config = load(EXAMPLE)
+    clock = ManualClock(1_700_000_000)
+    guard = config.guard(clock)
+    assert isinstance(guard, Guard)
+    decisions = [guard.hit("sms", recipient="+4917", content="otp") for _ in range(3)]
+    assert [d.allowed for d in decisions] == [True, True, False]
+    assert [r.name for r in decisions[-1].denied_by] == ["content-59s"]
+    assert isinstance(guard.on_error, str)
+    vendor_on_error = guard._on_error["sms-vendor"]
+    assert isinstance(vendor_on_error, Fallback)
+    assert vendor_on_error.workers == 8
+    assert isinstance(config.async_guard(clock), AsyncGuard)
+
+
+def test_an_async_guard_from_a_file_decides_as_the_sync_one() -> None:
+    import asyncio
+
+    config = loads(BASE)
+    guard = config.async_guard(ManualClock(1_700_000_000))
+
+    async def main() -> list[bool]:
+        return [(await guard.hit("sms", recipient="r", content="c")).allowed for _ in range(3)]
+
+    assert asyncio.run(main()) == [True, True, False]
+
+
+def test_observers_are_made_once_per_configuration() -> None:
+    config = loads('observers = ["logging"]\n' + BASE)
+    first, second = config.guard(), config.async_guard()
+    assert len(first.observers) == 1
+    assert isinstance(first.observers[0], LoggingObserver)
+    assert first.observers == second.observers
+
+
+def test_the_environment_url_wins_and_a_bad_one_is_named(
+    monkeypatch: pytest.MonkeyPatch, redis_server: RedisServer
+) -> None:
+    monkeypatch.setenv(ENV, f"redis://127.0.0.1:{redis_server.port}/0")
+    config = loads('backend = "memory://"\n' + BASE)
+    assert config.backend == f"redis://127.0.0.1:{redis_server.port}/0"
+    redis_server.client.flushall()
+    guard = config.guard(ManualClock(1_700_000_000))
+    try:
+        assert [guard.hit("sms", recipient="r", content="c").allowed for _ in range(3)] == [
+            True,
+            True,
+            False,
+        ]
+    finally:
+        guard.close()
+    monkeypatch.setenv(ENV, "redis://127.0.0.1:99999")
+    with pytest.raises(ConfigError, match=rf"^{ENV}: backend: .*port"):
+        loads(BASE)
+
+
+def test_a_round_trip_through_the_document_gives_the_same_configuration() -> None:
+    config = load(EXAMPLE)
+    document = config.document()
+    again = loads(yaml.safe_dump(document), "yaml")
+    assert again.policies == config.policies
+    assert again.document() == document
+    assert loads(json.dumps(document), "yaml").document() == document  # JSON is YAML
+    jsonschema.validate(document, SCHEMA)
+
+
+ERRORS: list[tuple[str, str, str]] = [
+    # (what is replaced, by what, the error's beginning and what it says)
+    ("deny_cache = 10", "deny_cach = 10", "app.toml:2: unknown key 'deny_cach' (allowed: "),
+    ("deny_cache = 10", "deny_cache = -1", "app.toml:2: deny_cache -1 is not an integer >= 0"),
+    ('prefix = "app"', 'prefix = "a b"', "app.toml:1: prefix: key prefix must"),
+    (
+        '{ rate = "15/minute", by',
+        '{ rate = "15/minuet", by',
+        "app.toml:7: policy 'sms', rule 1 ('rcpt-1m'): cannot parse rate '15/minuet'",
+    ),
+    (
+        '{ rate = "15/minute", by',
+        '{ rat = "15/minute", by',
+        "app.toml:7: policy 'sms', rule 1 ('rcpt-1m'): unknown key 'rat' (allowed: burst, by, "
+        "name, rate, shadow, strategy)",
+    ),
+    (
+        'by = ["recipient", "content"]',
+        "by = 3",
+        "app.toml:8: policy 'sms', rule 2 ('content-59s'): by 3 is not a string or a list",
+    ),
+    (
+        'strategy = "gcra"',
+        'strategy = "leaky"',
+        "app.toml:14: policy 'vendor', rule 1 ('200/second'): strategy 'leaky' is not one of",
+    ),
+    (
+        'strategy = "gcra", burst',
+        'strategy = "sliding-log", burst',
+        "app.toml:14: policy 'vendor', rule 1 ('200/second'): burst applies to token-bucket "
+        "and gcra only",
+    ),
+    (
+        'on_error = "allow"',
+        'on_error = "maybe"',
+        "app.toml:13: policy 'vendor': on_error 'maybe' is not",
+    ),
+    ('name = "vendor"', 'name = "sms"', "app.toml:11: policy 'sms': a second policy named 'sms'"),
+    ('name = "vendor"\n', "", "app.toml:11: policy 2: 'name' is missing"),
+    (
+        'rules = [{ rate = "200/second", strategy = "gcra", burst = 20 }]',
+        "rules = []",
+        "app.toml:14: policy 'vendor': rules needs at least 1 item(s)",
+    ),
+    (
+        'name = "content-59s"',
+        'name = "rcpt-1m"',
+        "app.toml:4: policy 'sms': policy 'sms' has two rules with the id 'rcpt-1m'",
+    ),
+    (
+        'on_error = "allow"',
+        'on_error = { fallback = "redis://:0" }',
+        "app.toml:13: policy 'vendor': on_error fallback: port must be",
+    ),
+    ('prefix = "app"', 'backend = "postgres://x"', "app.toml:1: backend: "),
+    (
+        'prefix = "app"',
+        "breaker = { failures = 0 }",
+        "app.toml:1: breaker.failures 0 is not an integer >= 1",
+    ),
+    ('prefix = "app"', 'observers = ["statsd"]', "app.toml:1: observers 'statsd' is not one of"),
+    (
+        'prefix = "app"',
+        'observers = ["logging", "logging"]',
+        "app.toml:1: observers 'logging' is listed twice",
+    ),
+    (
+        "deny_cache = 10",
+        "deny_cache = 1_000_000_000",
+        "app.toml:2: deny_cache 1000000000 is not an integer >= 0 and <= 100000000",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), ERRORS, ids=[e[1][:30] for e in ERRORS])
+def test_every_error_names_the_file_line_policy_and_rule(old: str, new: str, expected: str) -> None:
+    assert old in BASE
+    with pytest.raises(ConfigError) as raised:
+        loads(BASE.replace(old, new, 1), source="app.toml")
+    assert str(raised.value).startswith(expected), str(raised.value)
+
+
+def test_yaml_errors_name_the_line_of_the_node() -> None:
+    text = """\
+policy:
+  - name: sms
+    rules:
+      - rate: 15/minute
+        by: recipient
+      - rate: 2 per 59 seconds
+        by: [recipient, content]
+        burst: 2
+"""
+    with pytest.raises(ConfigError, match=r"^app.yaml:6: policy 'sms', rule 2 .*burst applies"):
+        loads(text, "yaml", "app.yaml")
+    with pytest.raises(ConfigError, match=r"^app.yaml:5: policy 'sms', rule 1 .*unknown key 'bye'"):
+        loads(text.replace("by: recipient", "bye: recipient"), "yaml", "app.yaml")
+
+
+def test_yaml_aliases_are_refused_before_anything_walks_them() -> None:
+    """Aliases of aliases make a document exponential to walk ("billion laughs")."""
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"a{n}: &a{n} [" + ", ".join([f"*a{n - 1}"] * 10) + "]" for n in range(1, 9)]
+    with pytest.raises(
+        ConfigError, match=r"^bomb.yaml:1: this node is used again .* aliases are not supported"
+    ):
+        loads("\n".join(levels) + "\n", "yaml", "bomb.yaml")
+
+
+@pytest.mark.parametrize("kind", ["toml", "yaml"])
+def test_a_document_nested_past_the_parsers_depth_is_a_clear_error(kind: str) -> None:
+    deep = "a = " + "[" * 100_000 + "]" * 100_000 if kind == "toml" else "[" * 100_000
+    with pytest.raises(ConfigError, match=rf"^deep.{kind}: "):
+        loads(deep, kind, f"deep.{kind}")
+
+
+def test_syntax_errors_and_files_are_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^app.toml: not valid TOML: .*line 2"):
+        loads("prefix = 'a'\nbad line\n", source="app.toml")
+    with pytest.raises(ConfigError, match=r"^app.yaml: not valid YAML"):
+        loads("a: [1\n", "yaml", "app.yaml")
+    with pytest.raises(ConfigError, match=r"\.json: a configuration file is \.toml, \.yaml"):
+        load(tmp_path / "freqguard.json")
+    with pytest.raises(ConfigError, match=r"missing\.toml: cannot be read"):
+        load(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match=r"is not a table of backend, breaker"):
+        loads("- 1\n", "yaml")
+    assert loads("", "yaml").policies == ()  # an empty file: no policies, the defaults
+
+
+DOCUMENTS: list[Any] = [
+    {},
+    {"policy": [{"name": "p", "rules": [{"rate": "1/second"}]}]},
+    {"policy": [{"name": "p", "rules": []}]},
+    {"policy": [{"name": "p"}]},
+    {"policy": [{"rules": [{"rate": "1/second"}]}]},
+    {"policy": [{"name": "p", "rules": [{"rate": 1}]}]},
+    {"policy": [{"name": "p", "rules": [{"rate": "1/s", "by": ["a", 2]}]}]},
+    {"policy": [{"name": "p", "rules": [{"rate": "1/s", "burst": 0}]}]},
+    {"policy": [{"name": "p", "rules": [{"rate": "1/s", "shadow": 1}]}]},
+    {"on_error": "deny"},
+    {"on_error": "fail"},
+    {"on_error": {"fallback": "memory://", "workers": 2}},
+    {"on_error": {"fallback": "memory://", "workers": 0}},
+    {"on_error": {"workers": 2}},
+    {"breaker": False},
+    {"breaker": {"cooldown": 0}},
+    {"breaker": {"cooldown": 0.5, "failures": 2}},
+    {"deny_cache": True},
+    {"deny_cache": 1.5},
+    {"deny_cache": 10**9},
+    {"observers": ["logging", "logging"]},
+    {"observers": ["logging", "prometheus"]},
+    {"observers": "logging"},
+    {"backend": 3},
+    {"extra": 1},
+    [],
+]
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=[json.dumps(d)[:40] for d in DOCUMENTS])
+def test_the_schema_checker_agrees_with_a_full_json_schema_implementation(document: Any) -> None:
+    try:
+        check(document)
+        ours = True
+    except SchemaError:
+        ours = False
+    assert ours == jsonschema.Draft202012Validator(SCHEMA).is_valid(document)
+
+
+def test_the_published_schema_is_current_and_a_valid_json_schema() -> None:
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "config_schema.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads((ROOT / "docs" / "config.schema.json").read_text()) == SCHEMA
+
+
+def test_a_configuration_is_a_value() -> None:
+    assert loads(BASE) == loads(BASE)
+    assert isinstance(loads(BASE), Config)
