@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.util import find_spec
@@ -17,7 +18,6 @@ from typing import Any
 
 from freqguard._async.guard import AsyncGuard
 from freqguard._sync.guard import Guard
-from freqguard.backends.memory import MemoryBackend
 from freqguard.backends.urls import async_backend_from_url, backend_from_url, parse_url
 from freqguard.clock import Clock
 from freqguard.config.places import Where, key_named, parse_yaml, place_of, toml_lines
@@ -119,7 +119,8 @@ class Config:
         }
 
     def _observer_objects(self) -> list[Observer]:
-        """Made once per configuration: a metrics observer registers its metrics once."""
+        """Made once per configuration (and a metrics observer once per process, shared by
+        every configuration: its library's registry takes freqguard's metrics once)."""
         made = self._made.get("observers")
         if made is None:
             made = self._made["observers"] = [_observer(name) for name in self._observers]
@@ -145,22 +146,32 @@ def _breaker(value: object) -> Breaker | None:
 
 def _on_error(value: object, make: Callable[[str], Any]) -> object:
     if isinstance(value, Mapping):
-        url = value["fallback"]
-        backend = MemoryBackend() if url.startswith("memory:") else make(url)
-        return Fallback(backend, value.get("workers", 1))
+        return Fallback(make(value["fallback"]), value.get("workers", 1))
     return value
+
+
+#: The metrics observers configurations make, one per process: each reports to its
+#: library's process-wide registry or meter provider, which takes freqguard's metrics once.
+_METRICS: dict[str, Observer] = {}
+_METRICS_LOCK = threading.Lock()
 
 
 def _observer(name: str) -> Observer:
     if name == "logging":
         return LoggingObserver()
-    if name == "prometheus":
-        from freqguard.observe.prometheus import PrometheusObserver
+    with _METRICS_LOCK:
+        made = _METRICS.get(name)
+        if made is None:
+            if name == "prometheus":
+                from freqguard.observe.prometheus import PrometheusObserver
 
-        return PrometheusObserver()
-    from freqguard.observe.otel import OpenTelemetryObserver
+                made = PrometheusObserver()
+            else:
+                from freqguard.observe.otel import OpenTelemetryObserver
 
-    return OpenTelemetryObserver()
+                made = OpenTelemetryObserver()
+            _METRICS[name] = made
+        return made
 
 
 def load(path: str | os.PathLike[str]) -> Config:
@@ -206,12 +217,17 @@ def _build(data: object, source: str, where: Where) -> Config:
         place = place_of(source, where, exc.path, data)
         raise ConfigError(f"{place}:{key_named(exc)} {exc.message}") from None
     assert isinstance(data, Mapping)
+    if "backend" in data:  # checked even when FREQGUARD_URL wins now: it may not elsewhere
+        try:
+            parse_url(data["backend"])
+        except ConfigError as exc:
+            place = place_of(source, where, ("backend",), data)
+            raise ConfigError(f"{place}: backend: {exc}") from None
     url = os.environ.get(ENV) or data.get("backend", "memory://")
     try:
         parse_url(url)
     except ConfigError as exc:
-        origin = ENV if os.environ.get(ENV) else place_of(source, where, ("backend",), data)
-        raise ConfigError(f"{origin}: backend: {exc}") from None
+        raise ConfigError(f"{ENV}: backend: {exc}") from None
     policies, fallbacks = [], {}
     for index, raw in enumerate(data.get("policy", [])):
         rules = []

@@ -96,6 +96,13 @@ def test_observers_are_made_once_per_configuration() -> None:
     assert first.observers == second.observers
 
 
+def test_metrics_observers_are_shared_by_every_configuration_of_a_process() -> None:
+    pytest.importorskip("prometheus_client")
+    first = loads('observers = ["prometheus"]\n' + BASE).guard()
+    second = loads('observers = ["prometheus", "logging"]\n' + BASE).guard()
+    assert first.observers[0] is second.observers[0]  # no "registry already holds" error
+
+
 def test_the_environment_url_wins_and_a_bad_one_is_named(
     monkeypatch: pytest.MonkeyPatch, redis_server: RedisServer
 ) -> None:
@@ -115,6 +122,9 @@ def test_the_environment_url_wins_and_a_bad_one_is_named(
     monkeypatch.setenv(ENV, "redis://127.0.0.1:99999")
     with pytest.raises(ConfigError, match=rf"^{ENV}: backend: .*port"):
         loads(BASE)
+    monkeypatch.setenv(ENV, "memory://")
+    with pytest.raises(ConfigError, match=r"^app.toml:1: backend: .*scheme"):
+        loads('backend = "mysql://x"\n' + BASE, source="app.toml")  # checked though unused
 
 
 def test_a_round_trip_through_the_document_gives_the_same_configuration() -> None:
