@@ -51,7 +51,9 @@ _PIECES = {
     "specs": (b"%s", (8,)),
 }
 _FORMAT = b"%s$%d\r\n%s\r\n" + b"".join([_PIECES[name][0] for name in ARGV]) + b"%s"
-_IN_ORDER = itemgetter(0, 1, 2, *[i for name in ARGV for i in _PIECES[name][1]], 9)
+_ORDER = (0, 1, 2, *[i for name in ARGV for i in _PIECES[name][1]], 9)
+# the values are built in the contract's order as it is today; another order is picked out
+_IN_ORDER = None if tuple(range(10)) == _ORDER else itemgetter(*_ORDER)
 
 
 def _record_and_fields(call: ScriptCall) -> tuple[str, list[bytes]]:
@@ -144,7 +146,7 @@ def encode(call: ScriptCall) -> tuple[bytes, bytes]:
         frame[1],
         b"".join([b"$%d\r\n%s\r\n" % (len(f), f) for f in (*fields, *marks)]),
     )
-    packed = _FORMAT % _IN_ORDER(values)
+    packed = _FORMAT % (values if _IN_ORDER is None else _IN_ORDER(values))
     return packed, key
 
 
