@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -200,3 +202,22 @@ def make_any_guard(request: pytest.FixtureRequest, clock: ManualClock) -> Iterat
         if isinstance(store, AsyncRedisBackend):
             loop.run_until_complete(store.aclose())
         loop.close()
+
+
+@pytest.fixture
+def fast_switching() -> Iterator[None]:
+    """Switch threads every microsecond so that unlocked read-modify-writes would interleave."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(before)
+
+
+def in_threads(worker: Callable[[int], object], count: int) -> None:
+    """``worker(0)`` ... ``worker(count - 1)``, each in a thread of its own, all joined (use
+    with :func:`fast_switching`)."""
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()

@@ -61,7 +61,6 @@ class Config:
     _policy_on_error: Mapping[str, object] = field(default_factory=dict)
     _observers: tuple[str, ...] = ()
     _breaker: object = True
-    _made: dict[str, list[Observer]] = field(default_factory=dict, compare=False, repr=False)
 
     def guard(self, clock: Clock | None = None) -> Guard:
         """A :class:`~freqguard.Guard` on the configured backend, with every policy."""
@@ -114,17 +113,9 @@ class Config:
             "prefix": self.prefix,
             "on_error": _on_error(self._on_error, make),
             "deny_cache": self.deny_cache,
-            "observers": self._observer_objects(),
+            "observers": [_observer(name) for name in self._observers],
             "breaker": _breaker(self._breaker),
         }
-
-    def _observer_objects(self) -> list[Observer]:
-        """Made once per configuration (and a metrics observer once per process, shared by
-        every configuration: its library's registry takes freqguard's metrics once)."""
-        made = self._made.get("observers")
-        if made is None:
-            made = self._made["observers"] = [_observer(name) for name in self._observers]
-        return made
 
 
 def _rule_document(rule: Rule) -> dict[str, Any]:
@@ -150,8 +141,9 @@ def _on_error(value: object, make: Callable[[str], Any]) -> object:
     return value
 
 
-#: The metrics observers configurations make, one per process: each reports to its
-#: library's process-wide registry or meter provider, which takes freqguard's metrics once.
+#: The metrics observers configurations make, one per process, shared by every guard made
+#: from any configuration: each reports to its library's process-wide registry or meter
+#: provider, which takes freqguard's metrics once. A logging observer is made per guard.
 _METRICS: dict[str, Observer] = {}
 _METRICS_LOCK = threading.Lock()
 

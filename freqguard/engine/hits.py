@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from time import perf_counter
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from freqguard.clock import Clock
 from freqguard.decision import Decision
@@ -24,8 +24,6 @@ from freqguard.script.calls import Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT
 
 __all__ = ["Hits"]
-
-T = TypeVar("T")
 
 
 class Hits(Accounting):

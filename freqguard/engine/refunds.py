@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from typing import TypeVar
 
 from freqguard.decision import Decision, Receipt, with_source
 from freqguard.engine.failover import (
@@ -23,8 +22,6 @@ from freqguard.errors import (
 from freqguard.script.contract import REFUND
 
 __all__ = ["Refunds", "maybe_applied", "op_policy", "unspend"]
-
-T = TypeVar("T")
 
 
 class Refunds(Hits):

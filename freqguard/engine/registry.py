@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from freqguard.bounds import check_time
 from freqguard.clock import Clock
@@ -25,7 +25,6 @@ from freqguard.script.contract import HIT
 
 __all__ = ["DEFAULT_BREAKER", "Registry", "check_backend"]
 
-T = TypeVar("T")
 DEFAULT_BREAKER: Any = object()  # "a new Breaker()": a default argument must not be shared
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "BadRequest",
     "FreqGuardMiddleware",
     "Limit",
+    "async_guard_for",
     "client_ip",
     "header",
     "path_param",
@@ -74,7 +75,11 @@ def request_info(scope: Scope, params: Mapping[str, str] | None = None) -> Reque
     )
 
 
-def _as_async(guard: Guard | AsyncGuard) -> AsyncGuard:
+def async_guard_for(guard: Guard | AsyncGuard | Config) -> AsyncGuard:
+    """The AsyncGuard an ASGI app decides with: ``guard`` itself, the async face of a sync
+    Guard (made once per guard), or a new one made from a configuration (call it once)."""
+    if isinstance(guard, Config):
+        return guard.async_guard()
     return guard if isinstance(guard, AsyncGuard) else _as_async_guard(guard)
 
 
@@ -101,7 +106,7 @@ class FreqGuardMiddleware:
         headers: str = "ietf",
     ) -> None:
         self.app = app
-        self.guard = _as_async(guard.async_guard() if isinstance(guard, Config) else guard)
+        self.guard = async_guard_for(guard)
         self._hit = self.guard.hit
         self.limits = tuple(limits)
         self.decider = Decider(

@@ -29,7 +29,7 @@ from freqguard.integrations._http import (
     Limit,
     problem_detail,
 )
-from freqguard.integrations.asgi import _as_async, request_info
+from freqguard.integrations.asgi import async_guard_for, request_info
 
 __all__ = ["Refused", "enforce", "limit_dependency", "refused_handler"]
 
@@ -72,7 +72,7 @@ async def enforce(
     failure the policy's ``on_error`` does not answer raises :class:`Refused` with a 503.
     """
     try:
-        decision = await _as_async(guard).hit(policy, cost, **ctx)
+        decision = await async_guard_for(guard).hit(policy, cost, **ctx)
     except BackendUnavailable as error:
         answer = unavailable(error, None)
         raise Refused(answer, json.loads(answer.body)["detail"]) from error
@@ -106,7 +106,7 @@ def limit_dependency(
         name=name,
         on_error=on_error,
     )
-    aguard = _as_async(guard.async_guard() if isinstance(guard, Config) else guard)
+    aguard = async_guard_for(guard)
     route = compile_limit(limit)
     decider = Decider(aguard, [route], check_profile(headers))
 

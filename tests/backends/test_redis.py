@@ -7,7 +7,6 @@ import asyncio
 import multiprocessing
 import signal
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,7 +35,7 @@ from freqguard import (
 from freqguard.backends._lanes import AsyncLane
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from freqguard.script.contract import STALE_GRACE_US
-from tests.conftest import SMS, START, flush
+from tests.conftest import SMS, START, flush, in_threads
 from tests.servers import RedisServer, cluster
 
 CONTENT = "Your verification code is 918273"
@@ -303,6 +302,7 @@ def test_unix_socket_url(tmp_path_factory: pytest.TempPathFactory) -> None:
 # -- the direct path: connections borrowed from redis-py's pool --------------------------------
 
 
+@pytest.mark.usefixtures("fast_switching")
 @pytest.mark.parametrize("where", ["redis", "cluster"])
 def test_threads_sharing_one_backend_admit_exactly_the_limit(
     where: str, redis_server: RedisServer, redis_cluster: list[RedisServer]
@@ -325,16 +325,7 @@ def test_threads_sharing_one_backend_admit_exactly_the_limit(
                 batch = [{"recipient": "hot", "content": f"{content}:{k}"} for k in range(3)]
                 admitted[n] += sum(d.allowed for d in guard.hit_many("sms", batch))
 
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(before)
+    in_threads(worker, 8)
     assert sum(admitted) == 15
     assert guard.peek("sms", recipient="hot", content="new").remaining == 0
     guard.close()

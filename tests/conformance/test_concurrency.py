@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
-from collections.abc import Iterator
 
 import pytest
 
 from freqguard import AsyncGuard, Guard, ManualClock, MemoryBackend, Policy, Rule, Strategy
-
-
-@pytest.fixture
-def fast_switching() -> Iterator[None]:
-    """Switch threads every microsecond so that unlocked read-modify-writes would interleave."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(before)
 
 
 @pytest.mark.usefixtures("fast_switching")

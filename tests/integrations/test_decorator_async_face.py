@@ -6,7 +6,7 @@ import asyncio
 
 from freqguard import Guard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.decorators import capped
-from freqguard.integrations.asgi import _as_async
+from freqguard.integrations.asgi import async_guard_for
 
 
 def test_a_policy_added_after_the_first_async_call_is_known(clock: ManualClock) -> None:
@@ -31,7 +31,7 @@ def test_a_policy_added_after_the_first_async_call_is_known(clock: ManualClock) 
 
 def test_policies_registered_on_the_async_side_are_the_guards(clock: ManualClock) -> None:
     guard = Guard(MemoryBackend(), clock=clock)
-    view = _as_async(guard)  # what the Starlette middleware uses for a sync guard
+    view = async_guard_for(guard)  # what the Starlette middleware uses for a sync guard
     view.add_policy(Policy("from-async", Rule("1/minute", by="user")))
     assert "from-async" in guard.policies
     assert guard.hit("from-async", user="u").allowed

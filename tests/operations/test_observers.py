@@ -12,7 +12,6 @@ import logging
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from freqguard.observe import (
 )
 from freqguard.script.calls import Reply, ScriptCall
 from freqguard.script.keys import digest
+from tests.conftest import in_threads
 from tests.servers import free_port
 
 RECIPIENT = "18829340001"
@@ -255,6 +255,7 @@ def test_prometheus_multiprocess_mode_sums_the_workers(tmp_path: Path) -> None:
     assert count(registry, "freqguard_decision_seconds_count", policy="login") == 4
 
 
+@pytest.mark.usefixtures("fast_switching")
 def test_counts_are_exact_under_threads(registry: CollectorRegistry, clock: ManualClock) -> None:
     """Threads deciding at once lose no count. (CPython 3.11 switches threads only at calls
     and jumps, so this passes without the tally's lock too; the lock is for interpreters
@@ -266,16 +267,7 @@ def test_counts_are_exact_under_threads(registry: CollectorRegistry, clock: Manu
         for i in range(500):
             guard.hit("wide", user=f"{n}-{i % 7}")
 
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(before)
+    in_threads(worker, 8)
     labels = {"policy": "wide", "outcome": "allowed", "source": "backend"}
     assert count(registry, "freqguard_decisions_total", **labels) == 4000
     assert count(registry, "freqguard_decision_seconds_count", policy="wide") == 4000
