@@ -13,7 +13,7 @@ from freqguard.bounds import MAX_BURST, MAX_LOG_LIMIT, MAX_SPAN_US
 from freqguard.errors import ConfigError
 from freqguard.rates import Rate, parse_rate
 
-__all__ = ["RESERVED_DIMENSIONS", "Rule", "Strategy", "binding_rule"]
+__all__ = ["RESERVED_DIMENSIONS", "Rule", "Strategy", "binding_rule", "limited_rule"]
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _DIMENSION = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -208,6 +208,18 @@ class Rule:
         if self.shadow:
             parts.append("shadow=True")
         return f"Rule({', '.join(parts)})"
+
+
+def limited_rule(rule: Rule, rate: Rate, exempt: bool) -> Rule:
+    """``rule`` as a per-key limit makes it decide for one key: at ``rate``, or (``exempt``)
+    as a shadow rule (counted, never denying). Its id stays the rule's, so metrics and
+    denials name it as before; its burst, if it set one, stays too."""
+    made: Rule = object.__new__(Rule)
+    for name in ("by", "strategy", "name", "burst", "id"):
+        object.__setattr__(made, name, getattr(rule, name))
+    object.__setattr__(made, "rate", rate)
+    object.__setattr__(made, "shadow", rule.shadow or exempt)
+    return made
 
 
 def binding_rule(

@@ -9,6 +9,7 @@ how a wait is made (``_io.py``, written by hand on each side).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from typing import TypeVar, overload
 
 from freqguard._async._io import Cancelled, send, sleep, unwind
@@ -20,11 +21,14 @@ from freqguard.engine.base import DEFAULT_BREAKER, GuardBase, check_backend
 from freqguard.engine.breaker import Breaker
 from freqguard.engine.denycache import DenyCache
 from freqguard.engine.failover import Elsewhere
+from freqguard.engine.limits import limit_call, limits_calls, limits_of
 from freqguard.engine.ops import Op, Sleep
 from freqguard.engine.refunds import maybe_applied, op_policy, unspend
 from freqguard.errors import BackendUnavailable
 from freqguard.observe.base import Observer
 from freqguard.policy import OnError, Policy
+from freqguard.rates import Rate
+from freqguard.rules import Rule
 from freqguard.script.calls import Reply
 from freqguard.script.contract import CHECK, RESET
 
@@ -199,6 +203,52 @@ class AsyncGuard(GuardBase):
     async def reset(self, policy: str, **ctx: object) -> None:
         """Forget every rule's state for this context."""
         await self._run(self._decide(policy, 1, ctx, RESET), policy)
+
+    async def set_limit(
+        self,
+        policy: str,
+        rule: str | Rule,
+        rate: str | Rate | None,
+        *,
+        ttl: float | timedelta | None = None,
+        **ctx: object,
+    ) -> None:
+        """Decide one rule at another rate for one value of its partition (a recipient, a
+        tenant): every key of the rule under that value, in every process, from its next
+        hit; ``rate`` None exempts it (counted, never denying: as a shadow rule). Stored
+        beside that value's states and read by the same call that decides.
+
+        Args:
+            policy: the policy's name.
+            rule: the rule's id (its name) or the Rule.
+            rate: a rate string, a :class:`Rate`, or None (exempt).
+            ttl: seconds (or a timedelta) until the limit lapses; None: until cleared.
+            ctx: the partition's value, e.g. ``recipient="+4917..."``.
+
+        Raises:
+            ConfigError: an unknown policy or rule, a context other than the partition, a
+                rate the rule cannot take (its strategy's or the policy's bounds), a bad ttl.
+        """
+        plan = self._lookup(policy)
+        call = limit_call(plan, rule, rate, ttl, ctx, self._now())
+        await send(self.backend, [call], False)
+        self._forget(plan, None)
+
+    async def clear_limit(self, policy: str, rule: str | Rule, **ctx: object) -> None:
+        """Decide the rule at its own rate again for that partition value (see
+        :meth:`set_limit`); nothing happens where no limit was set."""
+        plan = self._lookup(policy)
+        call = limit_call(plan, rule, None, None, ctx, self._now(), clear=True)
+        await send(self.backend, [call], False)
+        self._forget(plan, None)
+
+    async def limits_for(self, policy: str, **ctx: object) -> dict[str, Rate | None]:
+        """Every rule's rate by rule id, as it applies to this context now: its per-key
+        limit's, None where exempt, else its own. ``ctx`` names the partition values (a
+        hit's whole context is accepted too)."""
+        plan = self._lookup(policy)
+        replies = await send(self.backend, limits_calls(plan, ctx, self._now()), False)
+        return limits_of(plan, replies)
 
     async def aclose(self) -> None:
         """Close the backend (its connections)."""

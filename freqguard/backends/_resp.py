@@ -89,16 +89,17 @@ def function_args(call: ScriptCall) -> tuple[Any, ...]:
 
 
 def _marks(call: ScriptCall) -> tuple[bytes, ...]:
-    """A refund's marks as ARGV (see the script header): none, or one per state."""
+    """What follows the fields (see the script header): a refund's marks, one per state, or
+    a LIMIT call's change; nothing for other calls."""
     if call.marks is None:
-        return ()
+        return () if call.change is None else (call.change.encode(),)
     return tuple([_mark(m) for m in call.marks])
 
 
 def _mark(mark: Mark | None) -> bytes:
     if mark is None:
         return b""
-    if isinstance(mark, tuple):  # a bucket's: tat, back, born
+    if isinstance(mark, tuple):  # a bucket's: tat, back, born, interval
         return _SEPARATOR.join([b"%d" % v for v in mark])
     return b"%d" % mark
 

@@ -23,7 +23,8 @@ from freqguard.bounds import check_time
 from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.script.calls import Reply, ScriptCall
-from freqguard.script.contract import HIT, PINNED_GRACE_MS, STALE_GRACE_US
+from freqguard.script.contract import HIT, LIMIT, PINNED_GRACE_MS, STALE_GRACE_US
+from freqguard.script.limits import Limit
 from freqguard.script.twin import run
 
 __all__ = ["DEFAULT_MAX_KEYS", "MemoryBackend"]
@@ -52,13 +53,21 @@ class _Queue:
         self.entries: OrderedDict[str, Stored] = OrderedDict()
         self.peak = 0
 
-    def reclaim(self, now: int, budget: int) -> int:
+    def reclaim(self, now: int, budget: int, horizon: int) -> int:
         entries = self.entries
-        removed = 0
+        removed = moved = 0
+        # a state under a per-key limit longer than its rule's may outlive the states
+        # written after it: sent to the back, it does not hold the expired ones behind it
+        outlier = now + horizon + STALE_GRACE_US + PINNED_GRACE_MS * 1000
         while removed < budget and entries:
             key = next(iter(entries))
-            if entries[key][3] > now:
-                break
+            gone = entries[key][3]
+            if gone > now:
+                if gone <= outlier or moved >= budget:
+                    break
+                entries.move_to_end(key)
+                moved += 1
+                continue
             del entries[key]
             removed += 1
         if removed and self.peak > _COMPACT_ABOVE and len(entries) < self.peak // 8:
@@ -78,12 +87,15 @@ class _HorizonStore:
     both twins (an expired state reads as absent all the same: :func:`~freqguard.script.twin.run`).
     """
 
-    __slots__ = ("count", "queues", "real")
+    __slots__ = ("count", "limits", "queues", "real")
 
     def __init__(self, real: Clock | None = None) -> None:
         self.queues: dict[int, _Queue] = {}
         self.count = 0
         self.real = real
+        # per record (a partition value and policy), its per-key limits, as Redis keeps
+        # them in the record's meta field; not states, so never evicted
+        self.limits: dict[str, tuple[Limit, ...]] = {}
 
     def clock(self, now: int) -> int:
         """The time deletions are judged at, for a call at ``now``."""
@@ -153,7 +165,7 @@ class _HorizonStore:
             left = len(self.queues[horizon].entries) if budget is None else budget - removed
             if left <= 0 and budget is not None:
                 break
-            removed += self.queues[horizon].reclaim(now, left)
+            removed += self.queues[horizon].reclaim(now, left, horizon)
             if not self.queues[horizon].entries:
                 del self.queues[horizon]  # an empty queue is dropped whole
         self.count -= removed
@@ -227,10 +239,38 @@ class MemoryBackend:
             now = check_time(self.clock.now_us() if call.now is None else call.now)
             if self.max_keys is not None:
                 self._make_room(store, keys, call, now)
-            reply = run(store, keys, call.part, now, call.cost, call.mode, call.marks, pinned)
+            if store.limits or call.mode == LIMIT:  # the record's per-key limits
+                reply = self._limited(store, keys, call, now, pinned)
+            else:
+                reply = run(store, keys, call.part, now, call.cost, call.mode, call.marks, pinned)
             self._calls += 1
             if self._calls % _SWEEP_EVERY == 0:
                 store.sweep(store.clock(now), _SWEEP_BUDGET)
+        return reply
+
+    def _limited(
+        self, store: _HorizonStore, keys: Sequence[str], call: ScriptCall, now: int, pinned: bool
+    ) -> Reply:
+        """:func:`run` with the record's per-key limits, kept as the call leaves them."""
+        record = call.part.layouts[0].record(call.texts)
+        limits = store.limits.get(record, ())
+        reply = run(
+            store,
+            keys,
+            call.part,
+            now,
+            call.cost,
+            call.mode,
+            call.marks,
+            pinned,
+            limits,
+            call.change,
+        )
+        if call.mode == LIMIT:
+            if reply.limits:
+                store.limits[record] = reply.limits
+            else:
+                store.limits.pop(record, None)
         return reply
 
     def _make_room(

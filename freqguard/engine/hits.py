@@ -82,14 +82,15 @@ class Hits(Accounting):
             plan, lambda p: decide_op(p, texts, checked, mode, now), self._fail(plan, checked)
         )
 
-    def _forget(self, plan: PolicyPlan, texts: Mapping[str, str]) -> None:
+    def _forget(self, plan: PolicyPlan, texts: Mapping[str, str] | None) -> None:
         """A refund or reset of ``texts``: the denials it may free are forgotten. When every
-        rule is keyed by the whole context, only that context's; else all of the policy's
-        (a state shared by several contexts may have been freed)."""
+        rule is keyed by the whole context, only that context's; else (or with ``texts``
+        None: a per-key limit changed) all of the policy's (a state shared by several
+        contexts may have been freed)."""
         if self._cache is not None:
             dims = set(plan.dimensions)
-            whole = all(set(rule.by) == dims for rule in plan.policy.rules)
-            self._cache.forget(plan.name, _cache_key(plan, texts) if whole else None)
+            whole = texts is not None and all(set(r.by) == dims for r in plan.policy.rules)
+            self._cache.forget(plan.name, _cache_key(plan, texts) if texts and whole else None)
 
     def _many(
         self, policy: str, contexts: Iterable[Mapping[str, object]], cost: object

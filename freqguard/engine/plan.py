@@ -6,36 +6,46 @@ back to rules. No I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from functools import partial
 
 from freqguard.decision import Decision, Receipt, make_decision
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
-from freqguard.rules import Rule
+from freqguard.rates import Rate
+from freqguard.rules import Rule, limited_rule
 from freqguard.script.calls import Part, Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT, REFUND
 from freqguard.script.keys import StateLayout, policy_layout, value_text
+from freqguard.script.limits import Limit, rule_tags
 from freqguard.script.strategies import TWINS, RuleParams, StateSpec
 
-__all__ = ["PolicyPlan", "rule_params"]
+__all__ = ["PolicyPlan", "limit_rate", "rule_params"]
 
 _US = 1_000_000.0
 
 
-def rule_params(rule: Rule) -> RuleParams:
+def rule_params(rule: Rule, tag: int = 0) -> RuleParams:
     window = rule.rate.window_us
     interval = -(-window // rule.limit) if rule.strategy.uses_burst else 0
-    return RuleParams(rule.capacity, window, interval, rule.shadow)
+    return RuleParams(rule.capacity, window, interval, rule.shadow, tag)
 
 
-def _compile_slot(states: tuple[StateLayout, ...], rules: tuple[Rule, ...]) -> Part:
+def limit_rate(limit: Limit) -> Rate:
+    """The rate a per-key limit sets."""
+    return Rate(limit.limit, timedelta(microseconds=limit.window))
+
+
+def _compile_slot(
+    states: tuple[StateLayout, ...], rules: tuple[Rule, ...], tags: tuple[int, ...]
+) -> Part:
     """A part of a policy (its states, from :func:`~freqguard.script.keys.policy_layout`),
     compiled."""
     specs: list[StateSpec] = []
     for state in states:
         first = rules[state.rules[0]]
-        params = tuple(rule_params(rules[i]) for i in state.rules)
+        params = tuple(rule_params(rules[i], tags[i]) for i in state.rules)
         twin = TWINS[first.strategy]
         window = max(p.window for p in params)
         cap = max(p.capacity for p in params)
@@ -51,6 +61,7 @@ class PolicyPlan:
 
     __slots__ = (
         "_dimset",
+        "_limited",
         "_narrow",
         "_order",
         "dimensions",
@@ -59,6 +70,7 @@ class PolicyPlan:
         "parts",
         "policy",
         "single_part",
+        "tags",
     )
 
     def __init__(self, policy: Policy, prefix: str) -> None:
@@ -67,7 +79,10 @@ class PolicyPlan:
         self.dimensions = policy.dimensions
         self._dimset = frozenset(self.dimensions)
         rules = policy.rules
-        self.parts = tuple(_compile_slot(states, rules) for states in policy_layout(policy, prefix))
+        self.tags = rule_tags([rule.id for rule in rules])
+        self.parts = tuple(
+            _compile_slot(states, rules, self.tags) for states in policy_layout(policy, prefix)
+        )
         self.single_part = len(self.parts) == 1
         # what a receipt must have been made by: the parts' specs and states (strategies,
         # capacities, windows, rule ids, dimensions), not just the policy's name
@@ -76,6 +91,7 @@ class PolicyPlan:
             for part in self.parts
         )
         self._order = tuple(index for part in self.parts for index in part.rule_index)
+        self._limited: dict[tuple[int, Limit], Rule] = {}  # rules as per-key limits make them
         enforcing = [r for r in rules if not r.shadow]
         # the enforcing rule with the least capacity bounds every cost; a policy of shadow
         # rules only never denies, so any cost goes
@@ -147,7 +163,7 @@ class PolicyPlan:
         else:
             waits = [wait for reply in replies for wait in reply.waits]
             order = self._order
-        rules = self.policy.rules
+        rules = self._rules(replies)
         denied: list[Rule] = [None] * len(rules)  # type: ignore[list-item]
         longest = 0
         for index, wait in zip(order, waits):  # noqa: B905 (the parts built both)
@@ -187,9 +203,29 @@ class PolicyPlan:
             for part, marks in zip(self.parts, receipt.marks)  # noqa: B905 (checked above)
         ]
 
+    def _rules(self, replies: Sequence[Reply]) -> tuple[Rule, ...]:
+        """The policy's rules as the replies decided them: a rule under a per-key limit at
+        its rate (exempt: as a shadow rule), under its own id."""
+        rules = self.policy.rules
+        if not any(reply.part.limits for reply in replies):
+            return rules
+        out = list(rules)
+        for part, reply in zip(self.parts, replies):  # noqa: B905 (one reply per part)
+            for index, limit in zip(part.rule_index, reply.part.limits):  # noqa: B905
+                if limit is not None:
+                    made = self._limited.get((index, limit))
+                    if made is None:
+                        if len(self._limited) >= 1024:
+                            self._limited.clear()
+                        rate = rules[index].rate if limit.exempt else limit_rate(limit)
+                        made = limited_rule(rules[index], rate, limit.exempt)
+                        self._limited[(index, limit)] = made
+                    out[index] = made
+        return tuple(out)
+
     def _raw(self, replies: list[Reply]) -> tuple[tuple[Rule, int, int, int], ...]:
         """``(rule, remaining, reset_after µs, retry_after µs)`` per rule, in policy order."""
-        rules = self.policy.rules
+        rules = self._rules(replies)
         raw: list[tuple[Rule, int, int, int]] = [None] * len(rules)  # type: ignore[list-item]
         for part, reply in zip(self.parts, replies):  # noqa: B905
             report = reply.report()

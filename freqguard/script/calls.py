@@ -14,12 +14,14 @@ from typing import Any, NamedTuple
 from freqguard.script.contract import (
     HIT,
     REPLY_HEAD,
+    REPLY_LIMITS,
     REPLY_STATE_LENGTH,
     REPLY_WAIT,
     SPEC_STATE,
     struct_codes,
 )
 from freqguard.script.keys import KeyLayout
+from freqguard.script.limits import Limit, apply, unpack_limits
 from freqguard.script.strategies import StateSpec
 from freqguard.script.strategies.base import Mark
 
@@ -36,6 +38,9 @@ class Part(NamedTuple):
     layouts: tuple[KeyLayout, ...]  # how each key was built (Redis folds keys into records)
     wait_format: Struct  # the Lua reply's waits, one per rule (see unpack)
     rule_index: tuple[int, ...]  # the policy's index of each rule, in reply order
+    # per rule, in reply order, the per-key limit a call applied (None: the rule's own);
+    # empty for a part as compiled (see script.limits.apply)
+    limits: tuple[Limit | None, ...] = ()
 
     @classmethod
     def build(
@@ -64,13 +69,15 @@ class Reply:
     """One part's answer.
 
     Attributes:
+        part: the part as decided: the call's, with the per-key limits that applied.
         allowed: whether no non-shadow rule denied.
         waits: µs until each rule would admit the hit (0: it does), in the part's rule order.
         now: the µs the part was judged at: the call's time, or a state's later one (time per
             state never goes back, see :func:`run`).
+        limits: the record's per-key limits as stored after the call (live or not).
     """
 
-    __slots__ = ("_data", "_report", "_slot", "_views", "allowed", "now", "waits")
+    __slots__ = ("_data", "_report", "_slot", "_views", "allowed", "limits", "now", "waits")
 
     def __init__(
         self,
@@ -81,6 +88,7 @@ class Reply:
         views: list[Any] | None = None,
         data: bytes = b"",
         report: Report | None = None,
+        limits: tuple[Limit, ...] = (),
     ) -> None:
         self._slot = part
         self._report = report
@@ -89,6 +97,11 @@ class Reply:
         self.now = now
         self._views = views
         self._data = data
+        self.limits = limits
+
+    @property
+    def part(self) -> Part:
+        return self._slot
 
     def views(self) -> list[Any]:
         """Each state as the call left it, loaded at :attr:`now`, in the part's order (a memory
@@ -137,6 +150,9 @@ class ScriptCall(NamedTuple):
     # REFUND only: per state, what the hit to give back left there (Reply.marks); None
     # for a state it did not consume. No marks at all: give back the newest units.
     marks: tuple[Mark | None, ...] | None = None
+    # LIMIT only: the change to the record's per-key limits (contract.LIMIT_CHANGE; a tag
+    # alone clears; "" only reads)
+    change: str | None = None
 
     def keys(self) -> tuple[str, ...]:
         """The key of each state, in the part's order (see :mod:`freqguard.script.keys`)."""
@@ -159,15 +175,25 @@ _LENGTH = Struct(">" + struct_codes(REPLY_STATE_LENGTH))
 
 def unpack(part: Part, data: bytes) -> Reply:
     """The Lua function's reply (see its header) as a Reply that reports when asked."""
-    allowed, now = _HEAD.unpack_from(data)
+    flags, now = _HEAD.unpack_from(data)
     waits = part.wait_format.unpack_from(data, _HEAD.size)
-    return Reply(part, allowed == 1, waits, now, None, data)
+    if flags & REPLY_LIMITS:  # the record holds per-key limits: they follow the states
+        limits = unpack_limits(data[_after_states(part, data) :])
+        return Reply(apply(part, limits, now), flags & 1 == 1, waits, now, None, data, None, limits)
+    return Reply(part, flags == 1, waits, now, None, data)
+
+
+def _after_states(part: Part, data: bytes) -> int:
+    at = _HEAD.size + part.wait_format.size
+    for _ in part.specs:
+        at += 4 + _LENGTH.unpack_from(data, at)[0]
+    return at
 
 
 def admitted(mode: int, cost: int, reply: bytes) -> bool:
     """Whether a call of ``mode`` and ``cost`` whose Lua reply is ``reply`` admitted a hit
     that consumed (a denial writes nothing: all-or-nothing)."""
-    return mode == HIT and cost > 0 and _HEAD.unpack_from(reply)[0] == 1
+    return mode == HIT and cost > 0 and _HEAD.unpack_from(reply)[0] & 1 == 1
 
 
 def _views(part: Part, data: bytes, now: int) -> list[Any]:

@@ -24,6 +24,9 @@ __all__ = [
     "CHECK",
     "FIELD_HEAD",
     "HIT",
+    "LIMIT",
+    "LIMIT_CHANGE",
+    "LIMIT_ENTRY",
     "MARK_SEPARATOR",
     "MODES",
     "PINNED_GRACE_MS",
@@ -31,6 +34,7 @@ __all__ = [
     "RECORD_META",
     "REFUND",
     "REPLY_HEAD",
+    "REPLY_LIMITS",
     "REPLY_STATE_LENGTH",
     "REPLY_WAIT",
     "RESET",
@@ -51,23 +55,32 @@ __all__ = [
 ARGV = ("now", "cost", "mode", "specs")
 
 #: What follows :data:`ARGV`: one field per state (its field in the record), then, for a
-#: refund of one decision only, one mark per state (:data:`MARK_SEPARATOR`).
+#: refund of one decision only, one mark per state (:data:`MARK_SEPARATOR`), or, for a
+#: LIMIT call only, one change of the record's per-key limits (see :data:`LIMIT`).
 ARGV_STATES = ("fields", "marks")
 
-#: A bucket's refund mark is its three numbers joined by this (``tat:back:born``); a
-#: window's mark is one number; an empty mark: the hit took nothing there.
+#: A bucket's refund mark is its numbers joined by this (``tat:back:born:interval``, the
+#: interval the hit was charged at; receipts made before per-key limits have no interval);
+#: a window's mark is one number; an empty mark: the hit took nothing there.
 MARK_SEPARATOR = ":"
 
-#: The script's modes (``mode``).
-HIT, CHECK, REFUND, RESET = 0, 1, 2, 3
-MODES = {"HIT": HIT, "CHECK": CHECK, "REFUND": REFUND, "RESET": RESET}
+#: The script's modes (``mode``). LIMIT reads the record's per-key limits and, with a change
+#: after the fields, sets one rule's (the words of :data:`LIMIT_CHANGE`) or clears it (its
+#: tag alone); an empty change only reads them. A LIMIT call's cost is 1 when it sets
+#: (it may grow what is stored), else 0.
+HIT, CHECK, REFUND, RESET, LIMIT = 0, 1, 2, 3, 4
+MODES = {"HIT": HIT, "CHECK": CHECK, "REFUND": REFUND, "RESET": RESET, "LIMIT": LIMIT}
+
+#: A LIMIT call's change that sets a limit: these space-separated integers (``ttl``: µs from
+#: the call's time, 0: for ever; ``exempt`` 0/1; then ``LIMIT_ENTRY``'s numbers).
+LIMIT_CHANGE = ("tag", "ttl", "exempt", "limit", "window", "capacity", "interval")
 
 
 def grows(mode: int, cost: int) -> bool:
-    """Whether a call may grow what is stored: a hit that consumes. Every other call goes to
-    the policy function's twin that Redis runs even when out of memory (the Lua's
-    ``_nogrow`` name), which refuses a call that grows."""
-    return mode == HIT and cost > 0
+    """Whether a call may grow what is stored: a hit that consumes, or a LIMIT call that
+    sets. Every other call goes to the policy function's twin that Redis runs even when out
+    of memory (the Lua's ``_nogrow`` name), which refuses a call that grows."""
+    return cost > 0 and mode in (HIT, LIMIT)
 
 
 #: The specs (``specs``, ``script.calls.spec_text``): space-separated integers, the number
@@ -75,19 +88,29 @@ def grows(mode: int, cost: int) -> bool:
 #: rules), each state followed by its rules, these per rule (``RuleParams``' fields; shadow
 #: 0/1).
 SPEC_STATE = ("code", "shadow", "rule_count")
-SPEC_RULE = ("capacity", "window", "interval", "shadow")
+SPEC_RULE = ("capacity", "window", "interval", "shadow", "tag")
 
-#: The reply (one string): this head (allowed 0/1, the µs the call was judged at), one wait
-#: per rule (µs, in spec order), then per state its packed length and the packed state the
-#: call leaves behind (length 0: none).
+#: The reply (one string): this head (flags: 1 allowed, plus :data:`REPLY_LIMITS`; the µs the
+#: call was judged at), one wait per rule (µs, in spec order), then per state its packed
+#: length and the packed state the call leaves behind (length 0: none); then, when the flags
+#: say so, the record's per-key limits, as stored (:data:`LIMIT_ENTRY` each).
 REPLY_HEAD = ">BI8"
 REPLY_WAIT = "I8"
 REPLY_STATE_LENGTH = ">I4"
+REPLY_LIMITS = 2
+
+#: One per-key limit (an override of one rule for one partition value), as the record's
+#: meta field stores it after :data:`RECORD_META`: the rule's tag (``SPEC_RULE``), its expiry
+#: (µs on the time of the call that set it; 0: never), exempt (0/1), the rate's limit and
+#: window (µs), and what the twins read: the capacity and the interval (µs per token,
+#: buckets; else 0). A rule the call's specs name by that tag is decided with these numbers
+#: while the entry lives; an exempt rule decides as a shadow rule (counted, never denying).
+LIMIT_ENTRY = ">I4I7BI4I7I4I7"
 
 #: Lua only, stated here so that every format is read in one place: a state's field in its
 #: Redis record starts with its expiry and the latest time it was written at (µs); the
 #: record's meta field ("") holds its expiry, its number of state fields and the count at
-#: which stale fields are next pruned.
+#: which stale fields are next pruned, then the record's per-key limits (:data:`LIMIT_ENTRY`).
 FIELD_HEAD = ">I7I7"
 RECORD_META = ">I7I4I4"
 
@@ -101,7 +124,9 @@ TWIN_FUNCTIONS = ("load", "check", "consume", "refund", "ttl")
 #: that are its own (the Lua writes the record and frames the reply; Python reports).
 RUN_STEPS = (
     "judged_at",
+    "change_limits",
     "reset_states",
+    "apply_limits",
     "load_states",
     "refund_states",
     "check_rules",

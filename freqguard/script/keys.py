@@ -145,6 +145,11 @@ class KeyLayout:
         # digest. Not the cluster hash tag: that is the {partition} of the key.
         self.field_tag = _blake2b(self.key_id.encode(), digest_size=2).digest()
 
+    @property
+    def partition(self) -> str | None:
+        """The dimension whose value is the key's hash tag (None: a global key)."""
+        return self._partition
+
     def _digest(self, texts: Mapping[str, str]) -> bytes:
         """The raw digest of the values of the dimensions other than the partition."""
         extra = self._extra

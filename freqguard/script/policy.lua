@@ -17,39 +17,42 @@
 -- ARGV   read through the named positions below (contract.py ARGV, ARGV_STATES):
 --        [ARGV_NOW] microseconds, or "" to use the server's TIME
 --        [ARGV_COST] integer >= 0 (0: only check)
---        [ARGV_MODE] 0 HIT, 1 CHECK, 2 REFUND, 3 RESET
+--        [ARGV_MODE] 0 HIT, 1 CHECK, 2 REFUND, 3 RESET, 4 LIMIT
 --        [ARGV_SPECS] space-separated integers: the number of states, then for each state
 --            its strategy's code (see TWINS), shadow (0/1) and number of rules, then for each
 --            rule: capacity, window (µs), interval (µs per token, buckets; else 0), shadow
---            (0/1); see parse_specs
+--            (0/1), tag (names the rule for per-key limits); see parse_specs
 --        [ARGV_FIELDS ...] one per state, its field in the record (a 2-byte field tag, plus
 --            the 8-byte digest of its other dimension values when it has any)
 --        then, REFUND only and optional: one per state, the mark the hit to give back left
---            there (calls.Reply.marks: its time; "tat:back:born" for buckets), "" where it
---            consumed nothing; without them a refund gives back the newest units
--- Reply  one string: REPLY_HEAD, allowed and the µs it was judged at (see Time); REPLY_WAIT
---        per rule in spec order, its wait (µs until the rule would admit the hit; 0: it
---        does); then per state REPLY_STATE_LENGTH and the packed state the call leaves
---        behind (length 0: none).
+--            there (calls.Reply.marks: its time; "tat:back:born:interval" for buckets), ""
+--            where it consumed nothing; without them a refund gives back the newest units
+--        or, LIMIT only: the change to the record's per-key limits (change_limits)
+-- Reply  one string: REPLY_HEAD, flags (1 allowed, plus REPLY_LIMITS when limits follow)
+--        and the µs it was judged at (see Time); REPLY_WAIT per rule in spec order, its wait
+--        (µs until the rule would admit the hit; 0: it does); then per state
+--        REPLY_STATE_LENGTH and the packed state the call leaves behind (length 0: none);
+--        then the record's per-key limits, as stored (LIMIT_ENTRY each), if any.
 -- Record each state's field holds FIELD_HEAD, its expiry and the latest time it was written
 --        at (µs), then the packed state (absent once expired). The field "" holds
 --        RECORD_META: the expiry the record was given, its number of state fields, and the
---        count at which stale fields are next pruned (prune_at). The record's TTL covers
---        every field (with some slack, so most writes leave it alone; plus a grace period
---        when time is pinned).
+--        count at which stale fields are next pruned (prune_at), then the record's per-key
+--        limits (LIMIT_ENTRY each). The record's TTL covers every field and limit (with some
+--        slack, so most writes leave it alone; plus a grace period when time is pinned); a
+--        limit set for ever keeps the record for ever.
 -- Time   the server's TIME unless pinned, or the latest time a state of the call was written
 --        at if that is later: time per state never goes back (a lagging clock after a
 --        failover, calls out of order). All arithmetic on integers below 2^53
 --        (freqguard/bounds.py).
 
 -- The contract (freqguard/script/contract.py; tests/test_contract.py holds these to it) -----------
-local HIT, CHECK, REFUND, RESET = 0, 1, 2, 3
+local HIT, CHECK, REFUND, RESET, LIMIT = 0, 1, 2, 3, 4
 -- The call's arguments (contract.py ARGV): these positions, then one field per state from
 -- ARGV_FIELDS on, then (a refund of one decision) one mark per state.
 local ARGV_NOW, ARGV_COST, ARGV_MODE, ARGV_SPECS = 1, 2, 3, 4
 local ARGV_FIELDS = ARGV_SPECS + 1
-local MARK_SEPARATOR = ':'  -- a bucket's mark: tat, back and born, joined by it
-local MARK_PATTERN = '^(%d+)' .. MARK_SEPARATOR .. '(%d+)' .. MARK_SEPARATOR .. '(%d+)$'
+local MARK_SEPARATOR = ':'  -- a bucket's mark: tat, back, born and interval, joined by it
+local MARK_PATTERN = '^(%d+)' .. MARK_SEPARATOR .. '(%d+)' .. MARK_SEPARATOR .. '(%d+)'
 -- With a pinned clock (tests, replays) the caller's time and the server's expiry clock
 -- differ: a record must not expire in real time while it still matters in pinned time.
 local PINNED_GRACE_MS = 600000
@@ -63,9 +66,14 @@ local BACK_LIMIT = 2 ^ 50  -- see next_back
 local FIELD_HEAD = '>I7I7'               -- a state's field: expiry, latest, then the state
 local FIELD_HEAD_BYTES = 14              -- its size
 local RECORD_META = '>I7I4I4'            -- the field "": expiry, fields, prune_at
-local REPLY_HEAD = '>BI8'                -- allowed, now
+local RECORD_META_BYTES = 15             -- its size; the record's per-key limits follow
+local LIMIT_ENTRY = '>I4I7BI4I7I4I7'     -- one limit: tag, expiry, exempt, limit, window,
+local LIMIT_ENTRY_BYTES = 34             -- capacity, interval; and its size
+local REPLY_HEAD = '>BI8'                -- flags, now
+local REPLY_LIMITS = 2                   -- the flag: the record's limits follow the states
 local REPLY_WAIT = 'I8'                  -- then one per rule
 local REPLY_STATE_LENGTH = '>I4'         -- then per state, before the state
+local NEVER = 2 ^ 60                     -- the expiry of what never expires
 
 -- The libraries, bound by bind() on the first call: the load context offers none of them
 -- (not even tonumber), so nothing below may read them before a call.
@@ -222,13 +230,18 @@ function sliding_log.ttl(raw, now, spec)
 end
 
 -- How far (µs) a refund moves a bucket's arrival time back (strategies/gcra.py give_back):
--- with a mark "tat:back:born" (what the hit left), the part of the hit's own span still
--- ahead of now, the span taken to have moved back by all that was given back since; none
--- if the state was born after the hit; without a mark, the whole cost.
+-- with a mark "tat:back:born:interval" (what the hit left), the part of the hit's own span
+-- (at its own interval; a mark without one: at today's) still ahead of now, the span taken
+-- to have moved back by all that was given back since; none if the state was born after
+-- the hit; without a mark, the whole cost.
 local function give_back(view, now, cost, interval, mark)
-  local span = cost * interval
-  if not mark then return span end
-  local tat, back, born = match(mark, MARK_PATTERN)
+  if not mark then return cost * interval end
+  local tat, back, born = match(mark, MARK_PATTERN .. '$')
+  local charged = interval
+  if not tat then
+    tat, back, born, charged = match(mark, MARK_PATTERN .. MARK_SEPARATOR .. '(%d+)$')
+  end
+  local span = cost * tonumber(charged)
   if tonumber(born) ~= view[3] then return 0 end
   local finish = tonumber(tat) - (view[2] - tonumber(back))  -- difference first: < 2^53
   return max(0, finish - max(now, finish - span))
@@ -335,24 +348,29 @@ local PARSED, PARSED_COUNT = {}, 0
 -- by the numbers of parse_rule for each of its rules (freqguard/script/contract.py SPEC_STATE,
 -- SPEC_RULE). Both return the next position.
 local function parse_rule(v, at)
-  return {capacity = v[at], window = v[at + 1], interval = v[at + 2], shadow = v[at + 3] == 1},
-    at + 4
+  return {capacity = v[at], window = v[at + 1], interval = v[at + 2], shadow = v[at + 3] == 1,
+    tag = v[at + 4]}, at + 5
+end
+
+-- A state's longest window and largest capacity, from its rules.
+local function measure(spec)
+  local window, cap = 0, 0
+  for r = 1, #spec.rules do
+    window, cap = max(window, spec.rules[r].window), max(cap, spec.rules[r].capacity)
+  end
+  spec.window, spec.cap = window, cap
+  spec.width = log_width(window)        -- sliding logs: bytes per entry, and the
+  spec.offset_range = 256 ^ spec.width  -- offsets they can hold
+  return spec
 end
 
 local function parse_state(v, at)
   local spec = {code = v[at], shadow = v[at + 1] == 1, rule_count = v[at + 2], rules = {}}
   spec.twin, at = TWINS[spec.code], at + 3
-  local window, cap = 0, 0
   for r = 1, spec.rule_count do
-    local rule
-    rule, at = parse_rule(v, at)
-    spec.rules[r] = rule
-    window, cap = max(window, rule.window), max(cap, rule.capacity)
+    spec.rules[r], at = parse_rule(v, at)
   end
-  spec.window, spec.cap = window, cap
-  spec.width = log_width(window)        -- sliding logs: bytes per entry, and the
-  spec.offset_range = 256 ^ spec.width  -- offsets they can hold
-  return spec, at
+  return measure(spec), at
 end
 
 local function parse_specs(text)
@@ -375,6 +393,66 @@ local function specs_of(text)  -- parsed once per text (all forgotten past 1024 
     PARSED[text], PARSED_COUNT = specs, PARSED_COUNT + 1
   end
   return specs
+end
+
+-- per-key limits --------------------------------------------------------------------------
+-- A record's limits follow RECORD_META in its meta field: one LIMIT_ENTRY each, read as
+-- {tag, expiry, exempt, limit, window, capacity, interval}; expiry 0: never
+-- (freqguard/script/limits.py).
+local NO_LIMITS = {}
+
+local function read_limits(meta)
+  if not meta or #meta <= RECORD_META_BYTES then return NO_LIMITS end
+  local entries = {}
+  for at = RECORD_META_BYTES + 1, #meta, LIMIT_ENTRY_BYTES do
+    local e = {sunpack(LIMIT_ENTRY, meta, at)}
+    entries[#entries + 1] = {e[1], e[2], e[3], e[4], e[5], e[6], e[7]}
+  end
+  return entries
+end
+
+local function pack_limits(entries)
+  local parts = {}
+  for i = 1, #entries do
+    local e = entries[i]
+    parts[i] = pack(LIMIT_ENTRY, e[1], e[2], e[3], e[4], e[5], e[6], e[7])
+  end
+  return concat(parts)
+end
+
+local function lives(entry, now)
+  return entry[2] == 0 or entry[2] > now
+end
+
+-- The latest expiry of a record's limits: 0 for none, NEVER if one never expires.
+local function limits_until(entries)
+  local latest = 0
+  for i = 1, #entries do
+    if entries[i][2] == 0 then return NEVER end
+    latest = max(latest, entries[i][2])
+  end
+  return latest
+end
+
+-- One state's spec with its rules' live limits applied (script/limits.py _spec); the spec
+-- itself when none applies. An exempt rule decides as a shadow rule, and a lone one's state
+-- counts only what it admits.
+local function limited_spec(spec, by_tag)
+  local rules, found = {}, false
+  for r = 1, #spec.rules do
+    local rule = spec.rules[r]
+    local e = by_tag[rule.tag]
+    rules[r] = rule
+    if e then
+      rules[r] = {capacity = e[6], window = e[5], interval = e[7],
+        shadow = rule.shadow or e[3] == 1, tag = rule.tag}
+      found = true
+    end
+  end
+  if not found then return spec end
+  local copy = {code = spec.code, twin = spec.twin, rule_count = spec.rule_count, rules = rules}
+  copy.shadow = spec.shadow or (#rules == 1 and rules[1].shadow)
+  return measure(copy)
 end
 
 -- the record ------------------------------------------------------------------------------
@@ -410,6 +488,31 @@ local function judged_at(got, n, now)
   return now
 end
 
+-- The record's per-key limits after the call (script/twin.py change_limits): as stored, but
+-- for a LIMIT call with a change, which sets one rule's limit (tag, ttl µs from now or 0 for
+-- ever, exempt, limit, window, capacity, interval) or clears it (its tag alone). A change
+-- also drops the limits no rule of the specs names any more and, on the server's time, the
+-- expired ones. Also returns whether they changed.
+local function change_limits(meta, change, mode, now, pinned, specs)
+  local entries = read_limits(meta)
+  if mode ~= LIMIT or change == '' then return entries, false end
+  local words, tags, kept = {}, {}, {}
+  for word in gmatch(change, '%S+') do words[#words + 1] = tonumber(word) end
+  for k = 1, #specs do
+    for r = 1, #specs[k].rules do tags[specs[k].rules[r].tag] = true end
+  end
+  for i = 1, #entries do
+    local e = entries[i]
+    if e[1] ~= words[1] and tags[e[1]] and (pinned or lives(e, now)) then kept[#kept + 1] = e end
+  end
+  if #words > 1 then
+    local expiry = 0
+    if words[2] > 0 then expiry = now + words[2] end
+    kept[#kept + 1] = {words[1], expiry, words[3], words[4], words[5], words[6], words[7]}
+  end
+  return kept, true
+end
+
 -- RESET: every stored state is deleted (false). On a pinned time, where the next call may
 -- come at the very microsecond of a hit before the reset, the reset ends its microsecond: in
 -- place of each state an expired marker of no state ('') written 1 µs after the latest time
@@ -422,6 +525,19 @@ local function reset_states(got, n, now, pinned)
     if got[i + 1] then after[i] = pinned and '' or false end
   end
   return after, at
+end
+
+-- The specs as decided: each rule a limit living at now names, at its numbers.
+local function apply_limits(specs, entries, now)
+  if #entries == 0 then return specs end
+  local by_tag, found = {}, false
+  for i = 1, #entries do
+    if lives(entries[i], now) then by_tag[entries[i][1]], found = entries[i], true end
+  end
+  if not found then return specs end
+  local out = {reply_format = specs.reply_format}
+  for k = 1, #specs do out[k] = limited_spec(specs[k], by_tag) end
+  return out
 end
 
 -- Each state at now, from its field: a state past its expiry (or being reset) is absent.
@@ -522,15 +638,40 @@ local function record_ttl(record_expiry, latest, now, clock, pinned)
   return record_expiry, nil
 end
 
--- Write: the changed fields, the meta field, the record's TTL; an emptied record goes.
-local function write_record(record, got, sets, drops, latest, added, now, clock, pinned)
-  if #sets == 0 and #drops == 0 then return end
+-- The latest expiry of a record's state fields (a change of its limits reads them all).
+local function fields_expiry(record)
+  local all, latest = call('HGETALL', record), 0
+  for i = 1, #all, 2 do
+    if all[i] ~= '' then latest = max(latest, sunpack(FIELD_HEAD, all[i + 1])) end
+  end
+  return latest
+end
+
+-- The record's expiry and TTL (ms; nil: keep it) when its limits hold it until `held`
+-- (NEVER: no TTL; PERSIST after a change). A change of limits sets the TTL afresh, from
+-- what the states need and what the limits do.
+local function limits_ttl(record, record_expiry, latest, held, now, clock, pinned, changed)
+  if changed then record_expiry = fields_expiry(record) end
+  if held >= NEVER then  -- the states' expiry is kept (with slack) for when no limit holds
+    if changed then call('PERSIST', record) end
+    return (record_ttl(record_expiry, latest, now, clock, false)), nil
+  end
+  if changed then
+    return record_ttl(0, max(record_expiry, latest, held), now, clock, pinned)
+  end
+  return record_ttl(record_expiry, max(latest, held), now, clock, pinned)
+end
+
+-- Write: the changed fields, the meta field (with the limits, `tail`), the record's TTL; an
+-- emptied record without limits goes.
+local function write_record(record, got, sets, drops, latest, added, now, clock, pinned, lim)
+  if #sets == 0 and #drops == 0 and not lim.changed then return end
   local meta, record_expiry, fields, prune_at = got[1], 0, 0, PRUNE_FLOOR
   if meta then record_expiry, fields, prune_at = sunpack(RECORD_META, meta) end
   if #drops > 0 then call('HDEL', record, tunpack(drops)) end
   fields = fields + added - #drops
   if #sets == 0 and fields <= 0 then fields = call('HLEN', record) - 1 end
-  if #sets == 0 and fields <= 0 then
+  if #sets == 0 and fields <= 0 and lim.tail == '' then
     call('DEL', record)
     return
   end
@@ -539,19 +680,27 @@ local function write_record(record, got, sets, drops, latest, added, now, clock,
     sets, fields = {}, prune(record, clock)
     prune_at = max(PRUNE_FLOOR, 2 * fields)
   end
-  local ttl_ms
-  record_expiry, ttl_ms = record_ttl(record_expiry, latest, now, clock, pinned)
-  if ttl_ms or added > 0 or #drops > 0 or not meta then
+  local ttl_ms, given = nil, record_expiry
+  if lim.tail == '' and not lim.changed then
+    record_expiry, ttl_ms = record_ttl(record_expiry, latest, now, clock, pinned)
+  else
+    local held = limits_until(lim.entries)
+    record_expiry, ttl_ms = limits_ttl(record, record_expiry, latest, held, now, clock, pinned,
+      lim.changed)
+  end
+  if ttl_ms or record_expiry ~= given or added > 0 or #drops > 0 or not meta or lim.changed then
     sets[#sets + 1] = ''
-    sets[#sets + 1] = pack(RECORD_META, record_expiry, fields, prune_at)
+    sets[#sets + 1] = pack(RECORD_META, record_expiry, max(fields, 0), prune_at) .. lim.tail
   end
   if #sets > 0 then call('HSET', record, tunpack(sets)) end
   if ttl_ms then call('PEXPIRE', record, max(1, ttl_ms)) end
 end
 
--- The reply: the decision, then every state as the call leaves it.
-local function reply(specs, allowed, now, waits, after, raws)
-  local out = {pack(specs.reply_format, allowed and 1 or 0, now, tunpack(waits))}
+-- The reply: the decision, then every state as the call leaves it, then the limits if any.
+local function reply(specs, allowed, now, waits, after, raws, tail)
+  local flags = allowed and 1 or 0
+  if tail ~= '' then flags = flags + REPLY_LIMITS end
+  local out = {pack(specs.reply_format, flags, now, tunpack(waits))}
   for i = 1, #specs do
     local state = after[i]
     if state == nil then
@@ -561,7 +710,20 @@ local function reply(specs, allowed, now, waits, after, raws)
     end
     out[i + 1] = pack(REPLY_STATE_LENGTH, #state) .. state
   end
+  out[#specs + 2] = tail
   return concat(out)
+end
+
+-- The limits as the call leaves them: what to store after RECORD_META (`tail`), and whether
+-- it changed.
+local function limits_of(meta, entries, changed)
+  local tail = ''
+  if changed then
+    tail = pack_limits(entries)
+  elseif meta and #meta > RECORD_META_BYTES then
+    tail = sub(meta, RECORD_META_BYTES + 1)
+  end
+  return {entries = entries, tail = tail, changed = changed}
 end
 
 -- the policy function (freqguard/script/twin.py: run) ------------------------------------------
@@ -578,11 +740,11 @@ local function run(keys, argv)
   local got = call('HMGET', record, '', tunpack(argv, ARGV_FIELDS, ARGV_FIELDS - 1 + n))
   -- per state: the packed state to store ('' a reset's marker), false to delete, nil to keep
   local after = {}
-  if mode ~= RESET then
-    now = judged_at(got, n, now)
-  else
-    after, now = reset_states(got, n, now, pinned)
-  end
+  if mode ~= RESET then now = judged_at(got, n, now) end
+  local change = mode == LIMIT and argv[ARGV_FIELDS + n] or ''
+  local entries, changed = change_limits(got[1], change, mode, now, pinned, specs)
+  if mode == RESET then after, now = reset_states(got, n, now, pinned) end
+  specs = apply_limits(specs, entries, now)
   local views, raws, expiries = load_states(specs, got, now, mode)
   if mode == REFUND then refund_states(specs, views, after, raws, argv, now, cost) end
   local waits, allowed = check_rules(specs, views, now, cost > 0 and cost or 1)
@@ -590,8 +752,9 @@ local function run(keys, argv)
     consume_states(specs, views, after, waits, now, cost)
   end
   local sets, drops, latest, added = changes(specs, after, got, argv, expiries, now, mode)
-  write_record(record, got, sets, drops, latest, added, now, clock, pinned)
-  return reply(specs, allowed, now, waits, after, raws)
+  local lim = limits_of(got[1], entries, changed)
+  write_record(record, got, sets, drops, latest, added, now, clock, pinned, lim)
+  return reply(specs, allowed, now, waits, after, raws, lim.tail)
 end
 
 local bound = false
@@ -614,8 +777,9 @@ redis.register_function('__LIBRARY__', policy)
 redis.register_function{
   function_name = '__LIBRARY___nogrow',
   callback = function(keys, argv)
-    if tonumber(argv[ARGV_MODE]) == HIT and tonumber(argv[ARGV_COST]) > 0 then  -- grows
-      return redis.error_reply('ERR a hit that consumes cannot run as __LIBRARY___nogrow')
+    local mode = tonumber(argv[ARGV_MODE])
+    if (mode == HIT or mode == LIMIT) and tonumber(argv[ARGV_COST]) > 0 then  -- grows
+      return redis.error_reply('ERR a call that grows cannot run as __LIBRARY___nogrow')
     end
     return policy(keys, argv)
   end,

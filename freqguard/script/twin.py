@@ -22,9 +22,11 @@ from typing import Any, Protocol
 from freqguard.script.calls import Part, Reply, report_of
 from freqguard.script.contract import (
     HIT,
+    LIMIT,
     REFUND,
     RESET,
 )
+from freqguard.script.limits import Limit, apply
 from freqguard.script.strategies import StateSpec
 from freqguard.script.strategies.base import Mark
 
@@ -58,6 +60,29 @@ def judged_at(found: Sequence[Entry | None], now: int) -> int:
     return now
 
 
+def change_limits(
+    limits: Sequence[Limit], change: str | None, mode: int, now: int, pinned: bool, part: Part
+) -> tuple[Limit, ...]:
+    """The record's per-key limits after the call: as stored, but for a LIMIT call with a
+    change, which sets one rule's limit (``contract.LIMIT_CHANGE``, its expiry ``ttl`` after
+    ``now``) or clears it (its tag alone). A change also drops the limits no rule of the
+    part names any more and, on the server's time, those expired (a pinned time that jumps
+    ahead must not drop what it would find coming back)."""
+    if mode != LIMIT or not change:
+        return tuple(limits)
+    words = [int(word) for word in change.split()]
+    tags = {rule.tag for spec in part.specs for rule in spec.rules}
+    kept = [
+        limit
+        for limit in limits
+        if limit.tag != words[0] and limit.tag in tags and (pinned or limit.lives(now))
+    ]
+    if len(words) > 1:
+        tag, ttl, exempt, *numbers = words  # contract.LIMIT_CHANGE
+        kept.append(Limit(tag, now + ttl if ttl else 0, exempt == 1, *numbers))
+    return tuple(kept)
+
+
 def reset_states(
     store: StateStore, keys: Sequence[str], specs: Sequence[StateSpec], now: int, pinned: bool
 ) -> int:
@@ -77,6 +102,11 @@ def reset_states(
         if entry is not None:
             store.put(key, spec.horizon, None, at, at)
     return at
+
+
+def apply_limits(part: Part, limits: Sequence[Limit], now: int) -> Part:
+    """The part as decided: each rule a limit living at ``now`` names, at its numbers."""
+    return apply(part, limits, now)
 
 
 def load_states(specs: Sequence[StateSpec], found: Sequence[Entry | None], now: int) -> list[Any]:
@@ -158,8 +188,11 @@ def run(
     mode: int,
     marks: Sequence[Mark | None] | None = None,
     pinned: bool = False,
+    limits: Sequence[Limit] = (),
+    change: str | None = None,
 ) -> Reply:
-    """Execute the policy script against ``store``; see the module docstring.
+    """Execute the policy script against ``store``; see the module docstring. ``limits``
+    are the record's per-key limits; the Reply carries them as the call leaves them.
 
     Time per state never goes back: every state keeps the latest time it was written at,
     and a call is judged at the latest of its own time and those, so a clock that steps
@@ -170,9 +203,12 @@ def run(
     if mode != RESET:
         found = [store.get(key, spec.horizon, now) for key, spec in zip(keys, specs)]  # noqa: B905
         now = judged_at(found, now)
-    else:
+    limits = change_limits(limits, change, mode, now, pinned, part)
+    if mode == RESET:
         now = reset_states(store, keys, specs, now, pinned)
         found = [None] * len(specs)
+    part = apply_limits(part, limits, now)
+    specs = part.specs
     views = load_states(specs, found, now)
     if mode == REFUND:
         refund_states(store, keys, specs, found, views, now, cost, marks)
@@ -181,4 +217,4 @@ def run(
         consume_states(store, keys, specs, views, waits, now, cost)
     # reported now: a memory state may change in place under a later call (logs are appended
     # to), while a reply must describe the hit it answers
-    return Reply(part, allowed, waits, now, views, b"", report_of(part, views, now))
+    return Reply(part, allowed, waits, now, views, b"", report_of(part, views, now), limits)

@@ -22,7 +22,7 @@ from freqguard import (
     backend_from_url,
 )
 from freqguard.backends.redis import FUNCTION, FUNCTION_NOGROW, AsyncRedisBackend, RedisBackend
-from freqguard.script.contract import CHECK, HIT
+from freqguard.script.contract import CHECK, HIT, LIMIT
 from tests.conftest import flush
 from tests.servers import RedisServer
 
@@ -96,15 +96,20 @@ def test_out_of_memory_refuses_hits_but_not_peek_refund_or_reset(
     guard.close()
 
 
-def test_the_nogrow_function_refuses_a_hit_that_consumes(redis_server: RedisServer) -> None:
-    """Whoever calls it: only hits of cost 0 may run where memory is short."""
+def test_the_nogrow_function_refuses_a_call_that_grows(redis_server: RedisServer) -> None:
+    """Whoever calls it: only hits of cost 0 may run where memory is short, and no per-key
+    limit may be set there (one may be cleared)."""
     flush([redis_server])
     guard = Guard(RedisBackend(Redis(port=redis_server.port)), [P])
     guard.peek("p", r="x")  # loads the library
     client = redis_server.client
-    specs = "1 2 0 1 5 60000000 0 0"  # one sliding log, one rule: 5 per minute
-    with pytest.raises(rex.ResponseError, match="a hit that consumes cannot run"):
+    specs = "1 2 0 1 5 60000000 0 0 7"  # one sliding log, one rule (tag 7): 5 per minute
+    with pytest.raises(rex.ResponseError, match="a call that grows cannot run"):
         client.fcall(FUNCTION_NOGROW, 1, "k", "", 1, HIT, specs, "ab")
+    change = "7 0 0 9 60000000 9 0"
+    with pytest.raises(rex.ResponseError, match="a call that grows cannot run"):
+        client.fcall(FUNCTION_NOGROW, 1, "k", "", 1, LIMIT, specs, "ab", change)
+    client.fcall(FUNCTION_NOGROW, 1, "k", "", 0, LIMIT, specs, "ab", "7")  # a clear
     client.fcall(FUNCTION_NOGROW, 1, "k", "", 0, HIT, specs, "ab")  # cost 0: a check
     client.fcall(FUNCTION_NOGROW, 1, "k", "", 1, CHECK, specs, "ab")
     assert client.dbsize() == 0

@@ -29,13 +29,16 @@ def _lua_local(name: str) -> str:
 
 
 def test_the_lua_modes_are_the_contracts() -> None:
-    found = re.search(r"local HIT, CHECK, REFUND, RESET = (\d+), (\d+), (\d+), (\d+)", LUA)
+    found = re.search(
+        r"local HIT, CHECK, REFUND, RESET, LIMIT = (\d+), (\d+), (\d+), (\d+), (\d+)", LUA
+    )
     assert found
     assert tuple(map(int, found.groups())) == (
         contract.HIT,
         contract.CHECK,
         contract.REFUND,
         contract.RESET,
+        contract.LIMIT,
     )
 
 
@@ -86,7 +89,15 @@ def _lua_string(name: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "name", ["FIELD_HEAD", "RECORD_META", "REPLY_HEAD", "REPLY_WAIT", "REPLY_STATE_LENGTH"]
+    "name",
+    [
+        "FIELD_HEAD",
+        "RECORD_META",
+        "REPLY_HEAD",
+        "REPLY_WAIT",
+        "REPLY_STATE_LENGTH",
+        "LIMIT_ENTRY",
+    ],
 )
 def test_the_lua_formats_are_the_contracts(name: str) -> None:
     assert _lua_string(name) == getattr(contract, name)
@@ -96,12 +107,15 @@ def test_the_lua_sizes_are_those_of_the_formats() -> None:
     log = STATE_FORMATS["sliding-log"]
     assert int(_lua_local("LOG_HEADER_BYTES")) == sum(contract.widths(log))
     assert int(_lua_local("FIELD_HEAD_BYTES")) == sum(contract.widths(contract.FIELD_HEAD))
+    assert int(_lua_local("RECORD_META_BYTES")) == sum(contract.widths(contract.RECORD_META))
+    assert int(_lua_local("LIMIT_ENTRY_BYTES")) == sum(contract.widths(contract.LIMIT_ENTRY))
+    assert int(_lua_local("REPLY_LIMITS")) == contract.REPLY_LIMITS
 
 
 def test_the_lua_writes_no_format_but_the_named_ones() -> None:
     """A format written anywhere else in the Lua would escape the contract."""
     named = {name for name, _ in re.findall(r"^local (\w+) = ('[>BI\d]+')", LUA, re.M)}
-    assert len(named) == 9
+    assert len(named) == 10
     for line in LUA.splitlines():
         formats = re.findall(r"'>?[BI][\dBI]*'", line)
         if not formats or re.match(rf"local ({'|'.join(named)}) = ", line):
@@ -269,11 +283,14 @@ def test_the_nogrow_name_refuses_what_the_contract_says_grows() -> None:
     """The Lua's second name refuses exactly the calls ``contract.grows`` names (the
     encoder sends every other call there: tests/backends/test_redis_memory.py runs both)."""
     nogrow = LUA.split("__LIBRARY___nogrow',", 1)[1]
-    assert "tonumber(argv[ARGV_MODE]) == HIT and tonumber(argv[ARGV_COST]) > 0" in nogrow
+    assert "local mode = tonumber(argv[ARGV_MODE])" in nogrow
+    assert "(mode == HIT or mode == LIMIT) and tonumber(argv[ARGV_COST]) > 0" in nogrow
     assert [contract.grows(mode, cost) for mode in contract.MODES.values() for cost in (0, 2)] == [
         False,
         True,
         *[False] * 6,
+        False,
+        True,
     ]
 
 

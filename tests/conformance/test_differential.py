@@ -1,6 +1,6 @@
 """Memory, Redis and Redis Cluster make identical decisions (pinned clocks), for every strategy,
-for random sequences of hits, peeks, refunds, resets, batches and time steps (back ones too),
-with dimension
+for random sequences of hits, peeks, refunds, resets, batches, per-key limits set, lapsing
+and cleared, and time steps (back ones too), with dimension
 values that contain ``{``, ``}``, ``:``, non-ASCII and nothing at all; and over long runs that
 make the Lua re-encode its logs and prune its records."""
 
@@ -64,11 +64,36 @@ op = st.one_of(
     st.tuples(st.just("back"), st.just(0), st.integers(1, 6).map(lambda n: n * 50_000)),
     # to 1 µs before, or exactly to, the moment the last denied hit said it would fit
     st.tuples(st.just("retry"), st.just(0), st.sampled_from([-1, 0])),
+    # a per-key limit: (context, rule) and (limit or None: exempt; window in 100 ms; ttl in
+    # 100 ms or 0: for ever); cleared; read
+    st.tuples(
+        st.just("limit"),
+        st.tuples(pick, st.integers(0, 3)),
+        st.tuples(st.none() | st.integers(1, 6), st.integers(1, 30), st.integers(0, 20)),
+    ),
+    st.tuples(st.just("clear"), st.tuples(pick, st.integers(0, 3)), st.just(0)),
+    st.tuples(st.just("limits"), pick, st.just(0)),
 )
 
 
 def _only(policy: Policy, context: dict[str, str]) -> dict[str, Any]:
     return {d: context[d] for d in policy.dimensions}
+
+
+def _limit(guard: Guard, policy: Policy, context: dict[str, str], arg: Any, n: Any) -> None:
+    """Set (``n`` given) or clear a per-key limit of one rule for a context's partition."""
+    plan = guard._lookup(policy.name)
+    index = arg[1] % len(policy.rules)
+    part = next(p for p in plan.parts if index in p.rule_index)
+    partition = part.layouts[0].partition
+    where = {} if partition is None else {partition: context[partition]}
+    rule = policy.rules[index].id
+    if n == 0:
+        guard.clear_limit("p", rule, **where)
+        return
+    limit, window, ttl = n
+    rate = None if limit is None else Rate(limit, timedelta(microseconds=window * 100_000))
+    guard.set_limit("p", rule, rate, ttl=ttl / 10 or None, **where)
 
 
 def _replay(
@@ -95,6 +120,10 @@ def _replay(
             decisions = guard.hit_many("p", contexts, min(n, largest))
             admitted += [d for d in decisions if d.receipt is not None]
             out.append(decisions)
+        elif kind in ("limit", "clear"):
+            _limit(guard, policy, pool[arg[0] % len(pool)], arg, n)
+        elif kind == "limits":
+            out.append(guard.limits_for("p", **_only(policy, pool[arg % len(pool)])))
         elif kind == "undo":
             fresh = [d for d in admitted if d.receipt is not None and not d.receipt.spent]
             if fresh:

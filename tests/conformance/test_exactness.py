@@ -234,7 +234,7 @@ def test_bucket_refund_counters_stay_bounded_and_exact(
         decision = guard.hit("p", cost=cap, u="x")
         assert decision.allowed, i
         assert decision.receipt is not None
-        (((_, back, _),),) = decision.receipt.marks  # type: ignore[misc]
+        (((_, back, _, _),),) = decision.receipt.marks  # type: ignore[misc]
         assert back <= BACK_LIMIT, (i, back)
         assert guard.refund(decision).remaining == cap, i
         clock.advance(0.000_001)

@@ -32,8 +32,8 @@ from freqguard.script.contract import widths
 __all__ = ["Mark", "RuleParams", "StateSpec", "Twin", "unpacker"]
 
 #: What a consume left in a state for its refund (``Twin.mark``): a time, or for buckets
-#: ``(tat, back, born)``.
-Mark = int | tuple[int, int, int]
+#: ``(tat, back, born, interval)`` (``(tat, back, born)`` in receipts made before 0.2).
+Mark = int | tuple[int, ...]
 
 
 class RuleParams(NamedTuple):
@@ -43,6 +43,7 @@ class RuleParams(NamedTuple):
     window: int  # microseconds
     interval: int  # microseconds per token (buckets), else 0
     shadow: bool
+    tag: int = 0  # the rule's tag (per-key limits name their rule by it: script.limits)
 
 
 class StateSpec(NamedTuple):

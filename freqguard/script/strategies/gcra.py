@@ -50,11 +50,13 @@ def consume(view: View, now: int, cost: int, spec: StateSpec) -> View:
     return (view[0] + cost * spec.rules[0].interval, view[1], view[2])
 
 
-def mark(view: View, now: int, spec: StateSpec) -> tuple[int, int, int]:
-    return view  # the arrival time after the hit, what had been given back, the state's birth
+def mark(view: View, now: int, spec: StateSpec) -> tuple[int, int, int, int]:
+    # the arrival time after the hit, what had been given back, the state's birth, and the
+    # interval the hit was charged at (a per-key limit may change it before the refund)
+    return (*view, spec.rules[0].interval)
 
 
-def give_back(view: View, now: int, cost: int, interval: int, mark: View | None) -> int:
+def give_back(view: View, now: int, cost: int, interval: int, mark: tuple[int, ...] | None) -> int:
     """How far (µs) a refund moves a bucket's arrival time back.
 
     A hit's units span ``[tat - cost * interval, tat]`` of the arrival time it left (its
@@ -63,19 +65,20 @@ def give_back(view: View, now: int, cost: int, interval: int, mark: View | None)
     so the part still ahead of ``now``, which is what goes back, is never overstated: what
     time already returned is not given twice, and later hits keep their place. A state born
     after the hit is not the one it consumed: nothing goes back. Without a mark, the whole
-    cost goes back.
+    cost goes back. The span is the hit's own (its mark's interval), whatever rate applies
+    now; a mark made before marks carried it (three numbers) counts at ``interval``.
     """
-    span = cost * interval
     if mark is None:
-        return span
-    tat, back, born = mark
+        return cost * interval
+    tat, back, born = mark[0], mark[1], mark[2]
+    span = cost * (mark[3] if len(mark) > 3 else interval)
     if born != view[2]:
         return 0
     end = tat - (view[1] - back)  # the difference first: every value stays below 2^53
     return max(0, end - max(now, end - span))
 
 
-def refund(view: View, now: int, cost: int, spec: StateSpec, mark: View | None) -> View:
+def refund(view: View, now: int, cost: int, spec: StateSpec, mark: tuple[int, ...] | None) -> View:
     tat = max(now, view[0] - give_back(view, now, cost, spec.rules[0].interval, mark))
     return next_back(tat, view[1] + (view[0] - tat), view[2])
 

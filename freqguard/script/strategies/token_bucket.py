@@ -61,13 +61,12 @@ def _tat(view: View, rule: RuleParams) -> int:
     return view[1] + (rule.capacity - view[0]) * rule.interval
 
 
-def mark(view: View, now: int, spec: StateSpec) -> tuple[int, int, int]:
-    return (_tat(view, spec.rules[0]), view[2], view[3])
+def mark(view: View, now: int, spec: StateSpec) -> tuple[int, int, int, int]:
+    rule = spec.rules[0]
+    return (_tat(view, rule), view[2], view[3], rule.interval)  # as gcra's
 
 
-def refund(
-    view: View, now: int, cost: int, spec: StateSpec, mark: tuple[int, int, int] | None
-) -> View:
+def refund(view: View, now: int, cost: int, spec: StateSpec, mark: tuple[int, ...] | None) -> View:
     rule = spec.rules[0]
     tat = _tat(view, rule)
     # move the arrival time back as gcra does: whole tokens, the rest from `last`, which

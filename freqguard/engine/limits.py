@@ -1,0 +1,152 @@
+"""Per-key limits, I/O-free: the script calls that set, clear and read them, and what their
+replies say (``Guard.set_limit``, ``clear_limit``, ``limits_for``; see
+:mod:`freqguard.script.limits` for where they are stored and how they decide).
+
+A limit belongs to one rule and one value of the partition of the rule's part (the
+recipient, the tenant): every key of that rule under that value is decided at its rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import timedelta
+
+from freqguard.bounds import MAX_SPAN_US
+from freqguard.engine.plan import PolicyPlan, limit_rate, rule_params
+from freqguard.errors import ConfigError
+from freqguard.policy import Policy
+from freqguard.rates import Rate, parse_rate
+from freqguard.rules import Rule
+from freqguard.script.calls import Part, Reply, ScriptCall
+from freqguard.script.contract import LIMIT
+from freqguard.script.keys import value_text
+from freqguard.script.limits import Limit, change_text, live
+
+__all__ = ["limit_call", "limits_calls", "limits_of"]
+
+_US = 1_000_000
+
+
+def limit_call(
+    plan: PolicyPlan,
+    rule: object,
+    rate: object,
+    ttl: object,
+    ctx: Mapping[str, object],
+    now: int | None,
+    *,
+    clear: bool = False,
+) -> ScriptCall:
+    """The call that sets (or with ``clear`` clears) one rule's limit for one partition
+    value.
+
+    Raises:
+        ConfigError: an unknown rule, a context that is not exactly the rule's partition,
+            a bad rate (or one the rule's strategy or the policy's bounds cannot hold), a
+            bad ttl.
+    """
+    index = _rule_index(plan, rule)
+    part = next(p for p in plan.parts if index in p.rule_index)
+    texts = _partition_texts(plan, part, ctx, exact=plan.policy.rules[index].id)
+    tag = plan.tags[index]
+    if clear:
+        return ScriptCall(part, texts, now, 0, LIMIT, change=change_text(None, tag))
+    limit = _limit(plan, index, rate)._replace(tag=tag)
+    return ScriptCall(part, texts, now, 1, LIMIT, change=change_text(limit, tag, _ttl_us(ttl)))
+
+
+def limits_calls(plan: PolicyPlan, ctx: Mapping[str, object], now: int | None) -> list[ScriptCall]:
+    """The calls that read the limits of every part for a context (its partition values;
+    the policy's other dimensions may be given too, and are not read).
+
+    Raises:
+        ConfigError: a partition value missing, or a name that is no dimension.
+    """
+    return [
+        ScriptCall(part, _partition_texts(plan, part, ctx), now, 0, LIMIT, change="")
+        for part in plan.parts
+    ]
+
+
+def limits_of(plan: PolicyPlan, replies: list[Reply]) -> dict[str, Rate | None]:
+    """Every rule's rate by its id, as the replies of :func:`limits_calls` say it applies
+    now: a live limit's rate, None for an exempt rule, else the rule's own."""
+    rules = plan.policy.rules
+    out: dict[str, Rate | None] = {rule.id: rule.rate for rule in rules}
+    for part, reply in zip(plan.parts, replies, strict=True):
+        by_tag = {limit.tag: limit for limit in live(reply.limits, reply.now)}
+        for index in part.rule_index:
+            limit = by_tag.get(plan.tags[index])
+            if limit is not None:
+                out[rules[index].id] = None if limit.exempt else limit_rate(limit)
+    return out
+
+
+def _rule_index(plan: PolicyPlan, rule: object) -> int:
+    rules = plan.policy.rules
+    for index, known in enumerate(rules):
+        if rule == known.id or rule is known:
+            return index
+    names = ", ".join(repr(r.id) for r in rules)
+    raise ConfigError(f"policy {plan.name!r} has no rule {rule!r} (its rules: {names})")
+
+
+def _partition_texts(
+    plan: PolicyPlan, part: Part, ctx: Mapping[str, object], exact: str | None = None
+) -> dict[str, str]:
+    """The texts of a LIMIT call: the part's partition value, and "" for the dimensions
+    its fields also name (their states are read, never written, by such a call)."""
+    partition = part.layouts[0].partition
+    wanted = () if partition is None else (partition,)
+    unknown = sorted(set(ctx) - set(plan.dimensions))
+    extra = sorted(set(ctx) - set(wanted)) if exact is not None else unknown
+    if unknown or extra or not set(wanted) <= set(ctx):
+        shown = ", ".join(wanted) or "none (a global rule)"
+        what = f"rule {exact!r} of policy {plan.name!r}" if exact else f"policy {plan.name!r}"
+        raise ConfigError(
+            f"{what}: a per-key limit is kept per value of its partition ({shown}), which "
+            f"applies to every key of the rule under it; got {', '.join(sorted(ctx)) or 'none'}"
+        )
+    texts = dict.fromkeys(plan.dimensions, "")
+    if partition is not None:
+        texts[partition] = value_text(plan.name, partition, ctx[partition])
+    return texts
+
+
+def _limit(plan: PolicyPlan, index: int, rate: object) -> Limit:
+    """The limit a rate makes of the rule at ``index``, checked as the rule would be (its
+    strategy's bounds, the policy's), the burst of a bucket kept if the rule set one."""
+    policy, rule = plan.policy, plan.policy.rules[index]
+    where = f"rule {rule.id!r} of policy {plan.name!r}"
+    if rate is None:
+        params = rule_params(rule)
+        return Limit(0, 0, True, rule.limit, params.window, params.capacity, params.interval)
+    if isinstance(rate, str):
+        rate = parse_rate(rate)
+    if not isinstance(rate, Rate):
+        raise ConfigError(
+            f"{where}: a per-key limit is a rate string, a Rate or None (exempt), got {rate!r}"
+        )
+    try:
+        made = Rule(rate, rule.by, rule.strategy, name=rule.id, burst=rule.burst)
+        rules = list(policy.rules)
+        rules[index] = made
+        Policy(policy.name, *rules)  # the policy's bounds, with this rate
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: the limit {rate} cannot apply: {exc}") from None
+    params = rule_params(made)
+    return Limit(0, 0, False, rate.limit, params.window, params.capacity, params.interval)
+
+
+def _ttl_us(ttl: object) -> int:
+    if ttl is None:
+        return 0
+    if isinstance(ttl, timedelta):
+        ttl = ttl.total_seconds()
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < math.inf:
+        raise ConfigError(f"ttl must be None (for ever) or finite seconds > 0, got {ttl!r}")
+    us = max(1, round(ttl * _US))
+    if us > MAX_SPAN_US:
+        raise ConfigError(f"ttl must be at most {MAX_SPAN_US // _US} seconds, got {ttl!r}")
+    return us

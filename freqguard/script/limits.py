@@ -1,0 +1,156 @@
+"""Per-key limits: one rule of a policy decided at another rate for one partition value (a
+recipient, a tenant), or exempt from it, stored beside that value's states and read by the
+same call that decides.
+
+A rule is named in the specs by its *tag* (``contract.SPEC_RULE``), a short number derived
+from its id, so a limit set under one deploy still finds its rule after the policy's rules
+were reordered. The Lua stores a record's limits after its meta field's
+``contract.RECORD_META``; the memory backend keeps them by record. Both decide with
+:func:`apply` (the Lua's ``apply_limits``): the rules a live limit names get its numbers.
+No I/O here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from hashlib import blake2b
+from typing import TYPE_CHECKING, NamedTuple
+
+from freqguard.errors import ConfigError
+from freqguard.script.contract import LIMIT_CHANGE, LIMIT_ENTRY, widths
+from freqguard.script.strategies.base import RuleParams, StateSpec
+
+if TYPE_CHECKING:
+    from freqguard.script.calls import Part
+
+__all__ = ["Limit", "apply", "change_text", "live", "pack_limits", "rule_tags", "unpack_limits"]
+
+
+class Limit(NamedTuple):
+    """One per-key limit as stored (``contract.LIMIT_ENTRY``)."""
+
+    tag: int
+    expiry: int  # µs on the time of the call that set it; 0: never
+    exempt: bool
+    limit: int  # the rate's count and window (µs), what limits_for reports
+    window: int
+    capacity: int  # what the twins read
+    interval: int
+
+    def lives(self, now: int) -> bool:
+        return self.expiry == 0 or self.expiry > now
+
+
+_WIDTHS = widths(LIMIT_ENTRY)
+ENTRY_BYTES = sum(_WIDTHS)
+
+
+def unpack_limits(raw: bytes) -> tuple[Limit, ...]:
+    """A record's limits as the Lua packs them (``contract.LIMIT_ENTRY`` each)."""
+    out: list[Limit] = []
+    for at in range(0, len(raw) - ENTRY_BYTES + 1, ENTRY_BYTES):
+        values: list[int] = []
+        for width in _WIDTHS:
+            values.append(int.from_bytes(raw[at : at + width], "big"))
+            at += width
+        tag, expiry, exempt, limit, window, capacity, interval = values
+        out.append(Limit(tag, expiry, exempt == 1, limit, window, capacity, interval))
+    return tuple(out)
+
+
+def pack_limits(limits: Iterable[Limit]) -> bytes:
+    """The inverse of :func:`unpack_limits`."""
+    return b"".join(
+        b"".join(int(v).to_bytes(w, "big") for v, w in zip(limit, _WIDTHS, strict=True))
+        for limit in limits
+    )
+
+
+def change_text(limit: Limit | None, tag: int, ttl: int = 0) -> str:
+    """A LIMIT call's change (``contract.LIMIT_CHANGE``): set ``limit`` for ``ttl`` µs (0:
+    for ever), or with ``limit`` None clear the limit of the rule tagged ``tag``."""
+    if limit is None:
+        return str(tag)
+    values = {**limit._asdict(), "tag": tag, "ttl": ttl}
+    return " ".join(str(int(values[name])) for name in LIMIT_CHANGE)
+
+
+def live(limits: Sequence[Limit], now: int) -> tuple[Limit, ...]:
+    """The limits still in force at ``now``."""
+    return tuple([limit for limit in limits if limit.lives(now)])
+
+
+def rule_tags(ids: Sequence[str]) -> tuple[int, ...]:
+    """Each rule's tag, from its id: 2 bytes of its digest, 4 for rules whose 2-byte tags
+    collide within the policy (1 in 65,536 a pair).
+
+    Raises:
+        ConfigError: two rules whose tags collide even so (1 in 2^32 a pair).
+    """
+    short = [int.from_bytes(blake2b(i.encode(), digest_size=2).digest(), "big") for i in ids]
+    tags = [
+        tag if short.count(tag) == 1 else 65_536 + _long_tag(rule_id)
+        for tag, rule_id in zip(short, ids, strict=True)
+    ]
+    if len(set(tags)) != len(tags):
+        raise ConfigError(
+            f"rules {list(ids)!r}: two rule names map to one tag; rename one (name=...)"
+        )
+    return tuple(tags)
+
+
+def _long_tag(rule_id: str) -> int:
+    return int.from_bytes(blake2b(rule_id.encode(), digest_size=4).digest(), "big") % (
+        2**32 - 65_536
+    )
+
+
+# Effective parts by (base part, the limits applied): made once per distinct set of limits.
+_MADE: dict[tuple[int, tuple[Limit | None, ...]], tuple[Part, Part]] = {}
+_MADE_MAX = 4096
+
+
+def apply(part: Part, limits: Sequence[Limit], now: int) -> Part:
+    """``part`` with the rules that a limit living at ``now`` names decided at its numbers;
+    ``part`` itself when none does. The states keep their horizon (the memory backend files
+    them by it, whatever limit applies)."""
+    # the expiry only decides whether a limit lives: parts are made per distinct numbers
+    by_tag = {limit.tag: limit._replace(expiry=0) for limit in limits if limit.lives(now)}
+    if not by_tag:
+        return part
+    found = tuple([by_tag.get(rule.tag) for spec in part.specs for rule in spec.rules])
+    if not any(found):
+        return part
+    key = (id(part), found)
+    made = _MADE.get(key)
+    if made is not None and made[0] is part:
+        return made[1]
+    specs: list[StateSpec] = []
+    at = 0
+    for spec in part.specs:
+        rules = found[at : at + len(spec.rules)]
+        at += len(spec.rules)
+        specs.append(_spec(spec, rules) if any(rules) else spec)
+    effective = part._replace(specs=tuple(specs), limits=found)
+    if len(_MADE) >= _MADE_MAX:
+        _MADE.clear()
+    _MADE[key] = (part, effective)
+    return effective
+
+
+def _spec(spec: StateSpec, limits: Sequence[Limit | None]) -> StateSpec:
+    """One state's spec with its rules' limits applied (the Lua's ``limited_spec``)."""
+    rules = tuple(
+        rule
+        if limit is None
+        else RuleParams(
+            limit.capacity, limit.window, limit.interval, rule.shadow or limit.exempt, rule.tag
+        )
+        for rule, limit in zip(spec.rules, limits, strict=True)
+    )
+    # a lone exempt rule's state counts only what it admits, as a shadow rule's: never
+    # beyond what its numbers hold (a bucket's tokens never go below zero)
+    shadow = spec.shadow or (len(rules) == 1 and rules[0].shadow)
+    window = max(r.window for r in rules)
+    cap = max(r.capacity for r in rules)
+    return StateSpec(spec.twin, rules, spec.horizon, shadow, window, cap)
