@@ -18,7 +18,7 @@ from freqguard.guard import AsyncGuard, Guard
 from freqguard.observe import LoggingObserver, Observer
 from freqguard.policy import Policy
 from freqguard.rates import Rate, parse_rate, parse_rates
-from freqguard.rules import Rule, Strategy
+from freqguard.rules import Rule, Strategy, TierRates
 
 if TYPE_CHECKING:
     from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
@@ -53,6 +53,7 @@ __all__ = [
     "RuleState",
     "Strategy",
     "SystemClock",
+    "TierRates",
     "async_backend_from_url",
     "backend_from_url",
     "capped",

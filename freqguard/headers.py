@@ -82,10 +82,11 @@ class HeaderPlan:
     :func:`header_plan`.
     """
 
-    __slots__ = ("_fixed", "_names", "_profile", "_quoted", "_text")
+    __slots__ = ("_fixed", "_names", "_profile", "_quoted", "_rules", "_text")
 
     def __init__(self, rules: Sequence[Rule], profile: str) -> None:
         self._profile = check_profile(profile)
+        self._rules = tuple(rules)
         self._quoted = {rule.id: _latin1(_sf_string(rule.id)) for rule in rules}
         fixed: dict[str, str] = {}
         names: tuple[str, ...] = ()
@@ -125,7 +126,13 @@ class HeaderPlan:
         return made
 
     def raw(self, decision: Decision) -> list[tuple[bytes, bytes]]:
-        """The headers for ``decision`` as ASGI sends them: lower-case names, latin-1."""
+        """The headers for ``decision`` as ASGI sends them: lower-case names, latin-1. A
+        decision made under a per-key limit or a tier has its own ``RateLimit-Policy``."""
+        raw = decision.raw
+        for entry, rule in zip(raw, self._rules):  # noqa: B905 (one policy's rules)
+            if entry[0] is not rule:
+                made = header_plan(tuple(e[0] for e in raw), self._profile)
+                return made._fixed + made._made(decision)
         return self._fixed + self._made(decision)
 
     def fields(self, decision: Decision) -> dict[str, str]:

@@ -55,11 +55,22 @@ class Policy:
             seen[rule.id] = rule
         _check_size(name, rules)
         self.rules: tuple[Rule, ...] = tuple(rules)
+        both = sorted(set(self.reads) & set(self.dimensions))
+        if both:
+            raise ConfigError(
+                f"policy {name!r}: {both} are both a rule's dimension and what another rule's "
+                "rate_for reads (reads=); a context value is either part of keys or not"
+            )
 
     @property
     def dimensions(self) -> tuple[str, ...]:
         """Every dimension a hit must name, in first-use order."""
         return tuple(dict.fromkeys(d for rule in self.rules for d in rule.by))
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The context values hits may pass besides the dimensions, for rules' ``rate_for``."""
+        return tuple(dict.fromkeys(r for rule in self.rules for r in rule.reads))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Policy):

@@ -5,15 +5,16 @@ from __future__ import annotations
 import hashlib
 import keyword
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from freqguard.bounds import MAX_BURST, MAX_LOG_LIMIT, MAX_SPAN_US
 from freqguard.errors import ConfigError
 from freqguard.rates import Rate, parse_rate
 
-__all__ = ["RESERVED_DIMENSIONS", "Rule", "Strategy", "binding_rule", "limited_rule"]
+__all__ = ["RESERVED_DIMENSIONS", "Rule", "Strategy", "TierRates", "binding_rule", "limited_rule"]
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _DIMENSION = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -96,6 +97,69 @@ def _check_bounds(rate: Rate, strategy: Strategy, burst: int | None, name: str |
             )
 
 
+class TierRates:
+    """A ``rate_for`` that picks the rate by one context value, from a table: a caller whose
+    value is not in it keeps the rule's own rate. ``Rule("10/minute", by="user",
+    name="per-user", rate_for=TierRates("plan", {"pro": "100/minute"}))`` (the rule then
+    reads ``plan``). Configuration files write it ``tiers = {from = "plan", rates = {...}}``.
+
+    Raises:
+        ConfigError: a name that is not a valid context name, or a rate that does not parse.
+    """
+
+    __slots__ = ("rates", "read")
+
+    def __init__(self, read: str, rates: Mapping[str, Rate | str]) -> None:
+        (self.read,) = _dimensions(read)
+        if not isinstance(rates, Mapping) or not rates:
+            raise ConfigError(f"TierRates takes a table of value -> rate, got {rates!r}")
+        self.rates: dict[str, Rate] = {}
+        for value, rate in rates.items():
+            if not isinstance(value, str):
+                raise ConfigError(f"TierRates: a tier is named by a string, got {value!r}")
+            self.rates[value] = parse_rate(rate) if isinstance(rate, str) else rate
+            if not isinstance(self.rates[value], Rate):
+                raise ConfigError(f"TierRates: tier {value!r} has no rate: {rate!r}")
+
+    def __call__(self, context: Mapping[str, str]) -> Rate | None:
+        return self.rates.get(context.get(self.read, ""))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TierRates):
+            return NotImplemented
+        return (self.read, self.rates) == (other.read, other.rates)
+
+    def __hash__(self) -> int:
+        return hash((self.read, tuple(self.rates.items())))
+
+    def __repr__(self) -> str:
+        table = ", ".join(f"{k!r}: {str(v)!r}" for k, v in self.rates.items())
+        return f"TierRates({self.read!r}, {{{table}}})"
+
+
+def _rate_for(function: object, name: str | None, rate: Rate) -> Any:
+    if function is None:
+        return None
+    if not callable(function):
+        raise ConfigError(f"rate_for must be a function of the context, got {function!r}")
+    if name is None:
+        raise ConfigError(
+            f"a rule with rate_for needs a name (its keys must not change with its rate): "
+            f"give Rule({str(rate)!r}, ..., name=...)"
+        )
+    return function
+
+
+def _reads(reads: str | Sequence[str], by: tuple[str, ...], rate_for: object) -> tuple[str, ...]:
+    names = _dimensions(reads)
+    if names and rate_for is None:
+        raise ConfigError(f"reads={names!r} is read by rate_for only, and the rule has none")
+    shared = sorted(set(names) & set(by))
+    if shared:
+        raise ConfigError(f"reads names values that are no dimension; {shared} are in by")
+    return names
+
+
 def _dimensions(by: str | Sequence[str]) -> tuple[str, ...]:
     names = (by,) if isinstance(by, str) else tuple(by)
     for name in names:
@@ -126,6 +190,13 @@ class Rule:
         name: a stable name; it is part of the storage key. Derived from the rate when omitted.
         burst: the capacity of token-bucket and gcra rules (default: the limit).
         shadow: evaluate and report, never block.
+        rate_for: a tier decided in code: a function of the hit's context (its values as
+            text, by name: the dimensions and ``reads``) that returns the rate for this hit
+            (a rate string or a :class:`Rate`), or None for ``rate``. Each distinct rate it
+            returns is compiled once. The rule needs a ``name`` (its keys must not change
+            with its rate), and a bucket's ``burst``, if set, stays.
+        reads: names of context values that are not dimensions (no key is made of them),
+            which hits may pass for ``rate_for`` to read, e.g. ``("plan",)``.
 
     Raises:
         ConfigError: for any invalid argument, naming it.
@@ -138,6 +209,8 @@ class Rule:
     burst: int | None
     shadow: bool
     id: str = field(compare=False, repr=False)  # the stable identity, computed once
+    rate_for: Callable[[Mapping[str, str]], Rate | str | None] | None = field(repr=False)
+    reads: tuple[str, ...] = field(repr=False)
 
     def __init__(
         self,
@@ -148,6 +221,8 @@ class Rule:
         name: str | None = None,
         burst: int | None = None,
         shadow: bool = False,
+        rate_for: Callable[[Mapping[str, str]], Rate | str | None] | None = None,
+        reads: str | Sequence[str] = (),
     ) -> None:
         rate = parse_rate(rate) if isinstance(rate, str) else rate
         if not isinstance(rate, Rate):
@@ -178,6 +253,24 @@ class Rule:
         set_(self, "burst", burst)
         set_(self, "shadow", shadow)
         set_(self, "id", name if name is not None else self._derived_id())
+        set_(self, "rate_for", _rate_for(rate_for, name, rate))
+        set_(self, "reads", _reads(reads, self.by, rate_for))
+        if isinstance(rate_for, TierRates) and rate_for.read not in self.reads:
+            set_(self, "reads", (*self.reads, rate_for.read))  # it says what it reads
+
+    def __getstate__(self) -> list[object]:
+        # a rule travels as its description: rate_for (often a lambda) stays behind, but
+        # for a table (TierRates), which pickles
+        keep = isinstance(self.rate_for, TierRates)
+        return [
+            None if name == "rate_for" and not keep else getattr(self, name) for name in _FIELDS
+        ]
+
+    def __setstate__(self, state: Sequence[object]) -> None:
+        # rules pickled before rate_for and reads existed have no values for them
+        values = [*state, None, ()] if len(state) == len(_FIELDS) - 2 else list(state)
+        for name, value in zip(_FIELDS, values, strict=True):
+            object.__setattr__(self, name, value)
 
     @property
     def limit(self) -> int:
@@ -207,7 +300,14 @@ class Rule:
             parts.append(f"burst={self.burst}")
         if self.shadow:
             parts.append("shadow=True")
+        if self.rate_for is not None:
+            parts.append(f"rate_for={self.rate_for!r}")
+        if self.reads:
+            parts.append(f"reads={self.reads!r}")
         return f"Rule({', '.join(parts)})"
+
+
+_FIELDS = ("rate", "by", "strategy", "name", "burst", "shadow", "id", "rate_for", "reads")
 
 
 def limited_rule(rule: Rule, rate: Rate, exempt: bool) -> Rule:
@@ -215,7 +315,7 @@ def limited_rule(rule: Rule, rate: Rate, exempt: bool) -> Rule:
     as a shadow rule (counted, never denying). Its id stays the rule's, so metrics and
     denials name it as before; its burst, if it set one, stays too."""
     made: Rule = object.__new__(Rule)
-    for name in ("by", "strategy", "name", "burst", "id"):
+    for name in ("by", "strategy", "name", "burst", "id", "rate_for", "reads"):
         object.__setattr__(made, name, getattr(rule, name))
     object.__setattr__(made, "rate", rate)
     object.__setattr__(made, "shadow", rule.shadow or exempt)

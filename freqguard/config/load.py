@@ -28,7 +28,7 @@ from freqguard.engine.failover import shared_out
 from freqguard.errors import ConfigError
 from freqguard.observe.base import LoggingObserver, Observer
 from freqguard.policy import Fallback, Policy
-from freqguard.rules import Rule, check_name
+from freqguard.rules import Rule, TierRates, check_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -118,6 +118,14 @@ class Config:
         }
 
 
+def _rule(spec: Mapping[str, Any]) -> Rule:
+    options = dict(spec)
+    tiers = options.pop("tiers", None)
+    if tiers is not None:
+        options["rate_for"] = TierRates(tiers["from"], tiers["rates"])
+    return Rule(**options)
+
+
 def _rule_document(rule: Rule) -> dict[str, Any]:
     entry: dict[str, Any] = {"rate": str(rule.rate), "by": list(rule.by)}
     entry["strategy"] = rule.strategy.value
@@ -126,6 +134,9 @@ def _rule_document(rule: Rule) -> dict[str, Any]:
     if rule.burst is not None:
         entry["burst"] = rule.burst
     entry["shadow"] = rule.shadow
+    if isinstance(rule.rate_for, TierRates):
+        rates = {value: str(rate) for value, rate in rule.rate_for.rates.items()}
+        entry["tiers"] = {"from": rule.rate_for.read, "rates": rates}
     return entry
 
 
@@ -225,7 +236,7 @@ def _build(data: object, source: str, where: Where) -> Config:
         rules = []
         for number, spec in enumerate(raw["rules"]):
             try:
-                rules.append(Rule(**spec))
+                rules.append(_rule(spec))
             except ConfigError as exc:
                 place = place_of(source, where, ("policy", index, "rules", number), data)
                 raise ConfigError(f"{place}: {exc}") from None

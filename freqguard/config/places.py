@@ -136,13 +136,19 @@ def place_of(source: str, where: Where, path: tuple[str | int, ...], data: objec
 
 def key_named(error: SchemaError) -> str:
     """The key a value error is about, dotted below the policy or rule the place names
-    (`` breaker.failures``); none for an unknown or a missing key (the message names it)."""
+    (`` breaker.failures``); for an unknown or a missing key (the message names it), the
+    table it is in, if below them (`` tiers:``)."""
     path = error.path
     message = error.message
-    if not path or message.startswith("unknown key") or message.endswith("is missing"):
+    if not path:
         return ""
     if path[0] == "policy" and len(path) >= 4 and path[2] == "rules":
         path = path[4:]
     elif path[0] == "policy" and len(path) >= 2:
         path = path[2:]
-    return " " + ".".join(step for step in path if isinstance(step, str))
+    names = [step for step in path if isinstance(step, str)]
+    if message.startswith("unknown key"):  # the message names the key, the table is told
+        names = names[:-1]
+    if message.startswith("unknown key") or message.endswith("is missing"):
+        return f" {'.'.join(names)}:" if names else ""
+    return " " + ".".join(names)

@@ -46,6 +46,20 @@ _RULE: dict[str, Any] = {
         "name": {"type": "string"},
         "burst": {"type": "integer", "minimum": 1},
         "shadow": {"type": "boolean"},
+        "tiers": {
+            "description": "the rate by one context value (a plan), the rule's own else",
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["from", "rates"],
+            "properties": {
+                "from": {"type": "string", "description": "the context value, e.g. plan"},
+                "rates": {
+                    "type": "object",
+                    "minProperties": 1,
+                    "additionalProperties": {"type": "string"},
+                },
+            },
+        },
     },
 }
 _POLICY: dict[str, Any] = {
@@ -190,12 +204,15 @@ def check(
     elif kind == "object":
         assert isinstance(value, Mapping)
         properties = schema.get("properties", {})
+        extra = schema.get("additionalProperties", False)  # a schema: any key, so checked
         for key in value:
-            if key not in properties:
+            if key not in properties and not isinstance(extra, Mapping):
                 known = ", ".join(sorted(properties))
                 raise SchemaError((*path, key), f"unknown key {key!r} (allowed: {known})")
         for key in schema.get("required", ()):
             if key not in value:
                 raise SchemaError(path, f"{key!r} is missing")
+        if len(value) < schema.get("minProperties", 0):
+            raise SchemaError(path, f"needs at least {schema['minProperties']} entry, got none")
         for key, item in value.items():
-            check(item, properties[key], (*path, key))
+            check(item, properties.get(key, extra), (*path, key))

@@ -5,14 +5,14 @@ guards drive these (``on_error`` is described in :mod:`freqguard.failure`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from freqguard.decision import Decision, make_decision, with_source
 from freqguard.engine.breaker import Breaker, CircuitOpen
 from freqguard.errors import BackendUnavailable, ConfigError, raise_failures
 from freqguard.policy import Policy
-from freqguard.rates import Rate
+from freqguard.rates import Rate, parse_rate
 from freqguard.rules import Rule
 from freqguard.script.calls import Reply, ScriptCall
 
@@ -40,8 +40,18 @@ def shared_out(policy: Policy, workers: int) -> Policy:
         burst = None if rule.burst is None else max(rule.burst // workers, 1)
         try:
             rate = Rate(max(rule.rate.limit // workers, 1), rule.rate.window)
+            rate_for = None if rule.rate_for is None else _shared_tier(rule.rate_for, workers)
             rules.append(
-                Rule(rate, rule.by, rule.strategy, name=rule.id, burst=burst, shadow=rule.shadow)
+                Rule(
+                    rate,
+                    rule.by,
+                    rule.strategy,
+                    name=rule.id,
+                    burst=burst,
+                    shadow=rule.shadow,
+                    rate_for=rate_for,
+                    reads=rule.reads,
+                )
             )
         except ConfigError as exc:
             raise ConfigError(
@@ -50,6 +60,23 @@ def shared_out(policy: Policy, workers: int) -> Policy:
                 f"{rule.rate.window} (burst {burst}), which is refused: {exc}"
             ) from None
     return Policy(policy.name, *rules)
+
+
+def _shared_tier(
+    rate_for: Callable[[Mapping[str, str]], Rate | str | None], workers: int
+) -> Callable[[Mapping[str, str]], Rate | None]:
+    """A tier's rate shared out among ``workers``, as the rule's own is."""
+
+    def shared(texts: Mapping[str, str]) -> Rate | None:
+        got = rate_for(texts)
+        if got is None:
+            return None
+        rate = parse_rate(got) if isinstance(got, str) else got
+        if not isinstance(rate, Rate):
+            return rate  # the tier's own check names the mistake
+        return Rate(max(rate.limit // workers, 1), rate.window)
+
+    return shared
 
 
 class Elsewhere(NamedTuple):

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from datetime import timedelta
 
 from freqguard.bounds import MAX_SPAN_US
-from freqguard.engine.plan import PolicyPlan, limit_rate, rule_params
+from freqguard.engine.plan import PolicyPlan, limit_rate
+from freqguard.engine.tiers import rule_params
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
 from freqguard.rates import Rate, parse_rate

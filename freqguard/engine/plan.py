@@ -11,6 +11,7 @@ from datetime import timedelta
 from functools import partial
 
 from freqguard.decision import Decision, Receipt, make_decision
+from freqguard.engine.tiers import Tiers, rule_params
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
 from freqguard.rates import Rate
@@ -19,17 +20,11 @@ from freqguard.script.calls import Part, Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT, REFUND
 from freqguard.script.keys import StateLayout, policy_layout, value_text
 from freqguard.script.limits import Limit, rule_tags
-from freqguard.script.strategies import TWINS, RuleParams, StateSpec
+from freqguard.script.strategies import TWINS, StateSpec
 
 __all__ = ["PolicyPlan", "limit_rate", "rule_params"]
 
 _US = 1_000_000.0
-
-
-def rule_params(rule: Rule, tag: int = 0) -> RuleParams:
-    window = rule.rate.window_us
-    interval = -(-window // rule.limit) if rule.strategy.uses_burst else 0
-    return RuleParams(rule.capacity, window, interval, rule.shadow, tag)
 
 
 def limit_rate(limit: Limit) -> Rate:
@@ -60,10 +55,12 @@ class PolicyPlan:
     to rules."""
 
     __slots__ = (
+        "_accepts",
         "_dimset",
         "_limited",
         "_narrow",
         "_order",
+        "_tiers",
         "dimensions",
         "fingerprint",
         "name",
@@ -91,6 +88,9 @@ class PolicyPlan:
             for part in self.parts
         )
         self._order = tuple(index for part in self.parts for index in part.rule_index)
+        self._accepts = self._dimset | frozenset(policy.reads)
+        tiered = any(rule.rate_for is not None for rule in rules)
+        self._tiers = Tiers(policy, self.parts, self.tags) if tiered else None
         self._limited: dict[tuple[int, Limit], Rule] = {}  # rules as per-key limits make them
         enforcing = [r for r in rules if not r.shadow]
         # the enforcing rule with the least capacity bounds every cost; a policy of shadow
@@ -100,11 +100,17 @@ class PolicyPlan:
     # -- requests --------------------------------------------------------------------------
 
     def texts(self, ctx: Mapping[str, object]) -> dict[str, str]:
-        """Validate a hit's context and turn its values into text."""
+        """Validate a hit's context and turn its values into text (the dimensions, and the
+        values the policy's ``rate_for`` functions read, where given)."""
         if ctx.keys() != self._dimset:
+            keys = ctx.keys()
+            if self._dimset <= keys <= self._accepts:
+                return {d: value_text(self.name, d, v) for d, v in ctx.items()}
             missing = [d for d in self.dimensions if d not in ctx]
-            unknown = sorted(set(ctx) - self._dimset)
+            unknown = sorted(set(ctx) - self._accepts)
             wanted = ", ".join(self.dimensions) or "none"
+            if self.policy.reads:
+                wanted += f"; and may read: {', '.join(self.policy.reads)}"
             problems = []
             if missing:
                 problems.append(f"missing dimension(s) {', '.join(missing)}")
@@ -133,11 +139,13 @@ class PolicyPlan:
         self, texts: Mapping[str, str], now: int | None, cost: int, mode: int
     ) -> list[ScriptCall]:
         """One script call per part, in part order."""
-        return [ScriptCall(part, texts, now, cost, mode) for part in self.parts]
+        parts = self.parts if self._tiers is None else self._tiers.parts(texts)
+        return [ScriptCall(part, texts, now, cost, mode) for part in parts]
 
     def call(self, texts: Mapping[str, str], now: int | None, cost: int, mode: int) -> ScriptCall:
         """The one script call of a policy that lives on one part."""
-        return ScriptCall(self.parts[0], texts, now, cost, mode)
+        part = self.parts[0] if self._tiers is None else self._tiers.parts(texts)[0]
+        return ScriptCall(part, texts, now, cost, mode)
 
     # -- replies ---------------------------------------------------------------------------
 
@@ -197,10 +205,11 @@ class PolicyPlan:
                 f"that decision's receipt is for policy {receipt.policy!r} as it was "
                 f"registered then, not for policy {self.name!r} as it is now"
             )
-        cost = receipt.cost
+        cost, texts = receipt.cost, receipt.context
+        parts = self.parts if self._tiers is None else self._tiers.parts(texts)
         return [
-            ScriptCall(part, receipt.context, now, cost, REFUND, marks)
-            for part, marks in zip(self.parts, receipt.marks)  # noqa: B905 (checked above)
+            ScriptCall(part, texts, now, cost, REFUND, marks)
+            for part, marks in zip(parts, receipt.marks)  # noqa: B905 (checked above)
         ]
 
     def _rules(self, replies: Sequence[Reply]) -> tuple[Rule, ...]:

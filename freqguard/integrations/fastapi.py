@@ -30,6 +30,7 @@ from freqguard.integrations._http import (
     problem_detail,
 )
 from freqguard.integrations.asgi import async_guard_for, request_info
+from freqguard.rules import Rule
 
 __all__ = ["Refused", "enforce", "limit_dependency", "refused_handler"]
 
@@ -83,7 +84,7 @@ async def enforce(
 
 def limit_dependency(
     guard: Guard | AsyncGuard | Config,
-    rule: str | Sequence[str],
+    rule: str | Rule | Sequence[str | Rule],
     *,
     key: KeyFunc | None = None,
     cost: int = 1,
@@ -96,11 +97,12 @@ def limit_dependency(
     Decided on the same path as the middleware. Denials raise :class:`Refused` (429, 400
     when the key refuses the request, 503 when the store fails and ``on_error`` is
     ``"raise"``); allowed responses get the rate-limit headers. ``on_error`` as for
-    :class:`Limit`.
+    :class:`Limit`. ``rule`` as for :class:`Limit`: rate strings, or Rules (one with
+    ``rate_for`` decides a tier per request, from the values the key function gives).
     """
     limit = Limit(
         "/{rest:path}",
-        list(rule) if not isinstance(rule, str) else rule,
+        rule if isinstance(rule, (str, Rule)) else list(rule),
         key=key,
         cost=cost,
         name=name,

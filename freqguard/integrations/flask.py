@@ -23,7 +23,7 @@ State lives in ``app.extensions["freqguard"]``, never on the extension object, s
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
@@ -37,10 +37,17 @@ from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
 from freqguard.integrations._decide import Answer, Decider, Part, Route, bad_request, unavailable
-from freqguard.integrations._http import BadRequest, KeyFunc, RequestInfo, client_ip, header
+from freqguard.integrations._http import (
+    BadRequest,
+    KeyFunc,
+    RequestInfo,
+    client_ip,
+    header,
+    rule_items,
+)
 from freqguard.integrations.wsgi import request_info
 from freqguard.rates import Rate, parse_rates
-from freqguard.rules import check_name, fit_name
+from freqguard.rules import Rule, check_name, fit_name
 
 __all__ = ["BadRequest", "FreqGuard", "client_ip", "header", "remote_address"]
 
@@ -63,7 +70,12 @@ class _ViewCap:
     __slots__ = ("alone", "cost", "key", "name", "rates")
 
     def __init__(
-        self, rates: tuple[Rate, ...], key: KeyFunc, cost: int, name: str | None, alone: str
+        self,
+        rates: tuple[Rate | Rule, ...],
+        key: KeyFunc,
+        cost: int,
+        name: str | None,
+        alone: str,
     ) -> None:
         self.rates, self.key, self.cost, self.name = rates, key, cost, name
         self.alone = alone  # its policy when the view runs outside its own route
@@ -181,7 +193,12 @@ class FreqGuard:
         return _response(unavailable(error, request.path))
 
     def capped(
-        self, rule: str, *, key: KeyFunc | None = None, cost: int = 1, name: str | None = None
+        self,
+        rule: str | Rule | Sequence[str | Rule],
+        *,
+        key: KeyFunc | None = None,
+        cost: int = 1,
+        name: str | None = None,
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Cap one view: ``@fg.capped("5/minute")`` directly under ``@app.route(...)``.
 
@@ -189,7 +206,9 @@ class FreqGuard:
         outside its own route (from another view), the view is capped on its own.
 
         Args:
-            rule: rates (``"5/minute; 100/day"``).
+            rule: rates (``"5/minute; 100/day"``), keyed by the key's dimensions, or Rules
+                (keyed by their own ``by``; one with ``rate_for`` decides a tier per
+                request, from the values the key function gives), or a list of them.
             key: the key function (default: the extension's).
             cost: what one request costs, the default limits included.
             name: the route's policy name (default ``flask.<endpoint>``); views given the
@@ -198,7 +217,7 @@ class FreqGuard:
         Raises:
             ConfigError: for a rate that does not parse or a bad name, at decoration.
         """
-        rates = parse_rates(rule)
+        rates = rule_items(rule)
         if name is not None:
             check_name("policy name", name)
         if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:

@@ -121,6 +121,8 @@ def apply(part: Part, limits: Sequence[Limit], now: int) -> Part:
     found = tuple([by_tag.get(rule.tag) for spec in part.specs for rule in spec.rules])
     if not any(found):
         return part
+    if part.limits:  # a tier's variant: its rates stay where no stored limit applies
+        found = tuple([f or t for f, t in zip(found, part.limits, strict=True)])
     key = (id(part), found)
     made = _MADE.get(key)
     if made is not None and made[0] is part:

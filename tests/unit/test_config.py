@@ -149,7 +149,7 @@ ERRORS: list[tuple[str, str, str]] = [
         '{ rate = "15/minute", by',
         '{ rat = "15/minute", by',
         "app.toml:7: policy 'sms', rule 1 ('rcpt-1m'): unknown key 'rat' (allowed: burst, by, "
-        "name, rate, shadow, strategy)",
+        "name, rate, shadow, strategy, tiers)",
     ),
     (
         'by = ["recipient", "content"]',
@@ -207,6 +207,51 @@ ERRORS: list[tuple[str, str, str]] = [
         "app.toml:2: deny_cache 1000000000 is not an integer >= 0 and <= 100000000",
     ),
 ]
+
+
+ERRORS += [
+    (
+        'name = "rcpt-1m" }',
+        'name = "rcpt-1m", tiers = { from = "plan", rates = { pro = "lots" } } }',
+        "app.toml:7: policy 'sms', rule 1 ('rcpt-1m'): cannot parse rate 'lots'",
+    ),
+    (
+        'name = "rcpt-1m" }',
+        'name = "rcpt-1m", tiers = { from = "plan" } }',
+        "app.toml:7: policy 'sms', rule 1 ('rcpt-1m'): tiers: 'rates' is missing",
+    ),
+    (
+        'name = "rcpt-1m" }',
+        'name = "rcpt-1m", tiers = { from = "content", rates = { a = "1/second" } } }',
+        "app.toml:4: policy 'sms': policy 'sms': ['content'] are both",
+    ),
+    (
+        '{ rate = "15/minute", by = "recipient", name = "rcpt-1m" }',
+        '{ rate = "15/minute", by = "recipient", '
+        'tiers = { from = "plan", rates = { a = "1/second" } } }',
+        "app.toml:7: policy 'sms', rule 1 ('15/minute'): a rule with rate_for needs a name",
+    ),
+]
+
+
+def test_tiers_in_a_file_decide_by_the_plan_and_round_trip() -> None:
+    text = BASE.replace(
+        'name = "rcpt-1m" }',
+        'name = "rcpt-1m", tiers = { from = "plan", rates = { pro = "30/minute" } } }',
+    )
+    config = loads(text, source="app.toml")
+    guard = config.guard(clock=ManualClock(1_700_000_000))
+    pro = [guard.hit("sms", recipient="a", content=f"{i}", plan="pro") for i in range(31)]
+    assert [d.allowed for d in pro].count(True) == 30
+    free = [guard.hit("sms", recipient="b", content=f"{i}") for i in range(16)]
+    assert [d.allowed for d in free].count(True) == 15
+    document = config.document()
+    assert document["policy"][0]["rules"][0]["tiers"] == {
+        "from": "plan",
+        "rates": {"pro": "30 per 60 seconds"},
+    }
+    assert loads(json.dumps(document), "yaml").policies == config.policies
+    jsonschema.validate(document, SCHEMA)
 
 
 @pytest.mark.parametrize(("old", "new", "expected"), ERRORS, ids=[e[1][:30] for e in ERRORS])

@@ -31,6 +31,7 @@ PUBLIC = {
     "RuleState",
     "Strategy",
     "SystemClock",
+    "TierRates",
     "async_backend_from_url",
     "backend_from_url",
     "capped",
@@ -110,3 +111,30 @@ def test_import_star_works_without_the_extras() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_the_guards_operations_are_pinned() -> None:
+    """Both guards offer the same operations, under the same names and parameters."""
+    import inspect
+
+    from freqguard import AsyncGuard, Guard
+
+    operations = {
+        "hit": "(policy, cost=1, **ctx)",
+        "peek": "(policy, **ctx)",
+        "hit_many": "(policy, contexts, cost=1)",
+        "acquire": "(policy, timeout=None, cost=1, **ctx)",
+        "refund": "(policy, cost=None, **ctx)",
+        "reset": "(policy, **ctx)",
+        "set_limit": "(policy, rule, rate, *, ttl=None, **ctx)",
+        "clear_limit": "(policy, rule, **ctx)",
+        "limits_for": "(policy, **ctx)",
+    }
+    for kind in (Guard, AsyncGuard):
+        for name, wanted in operations.items():
+            signature = inspect.signature(getattr(kind, name))
+            plain = signature.replace(
+                parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+                return_annotation=inspect.Signature.empty,
+            )
+            assert str(plain).replace("self, ", "") == wanted, (kind.__name__, name)

@@ -1,0 +1,109 @@
+"""Tiers decided in code: rules whose rate is a function of the hit's context
+(``Rule(..., rate_for=...)``), each distinct rate compiled once into a variant of the
+policy's parts, whose specs carry that rate. No I/O.
+
+A variant keeps the parts' keys (a rule with ``rate_for`` has a name, so its keys do not
+depend on its rate): a caller whose plan changes keeps its counts. Its parts say which rules
+they changed (``Part.limits``), so decisions report each rule at the rate it was decided
+at, and per-key limits stored for a partition value still apply on top.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from freqguard.errors import ConfigError
+from freqguard.policy import Policy
+from freqguard.rates import Rate, parse_rate
+from freqguard.rules import Rule
+from freqguard.script.calls import Part, spec_text
+from freqguard.script.limits import Limit, apply
+from freqguard.script.strategies.base import RuleParams
+
+__all__ = ["MAX_VARIANTS", "Tiers", "rule_params"]
+
+#: The most variants of one policy kept at once (a function that returns a new rate for
+#: every caller makes as many; past this, the oldest are compiled again when next met).
+MAX_VARIANTS = 1024
+
+
+def rule_params(rule: Rule, tag: int = 0) -> RuleParams:
+    """The integers the twins read of a rule."""
+    window = rule.rate.window_us
+    interval = -(-window // rule.limit) if rule.strategy.uses_burst else 0
+    return RuleParams(rule.capacity, window, interval, rule.shadow, tag)
+
+
+class Tiers:
+    """The variants of a policy's parts, one per distinct tuple of rates its ``rate_for``
+    rules return, made when first met."""
+
+    __slots__ = ("_made", "_parts", "_policy", "_rates", "_rules", "_tags")
+
+    def __init__(self, policy: Policy, parts: tuple[Part, ...], tags: Sequence[int]) -> None:
+        self._policy, self._parts, self._tags = policy, parts, tuple(tags)
+        self._rules = tuple((i, r) for i, r in enumerate(policy.rules) if r.rate_for is not None)
+        self._made: dict[tuple[Rate | None, ...], tuple[Part, ...]] = {}
+        self._rates: dict[str, Rate] = {}  # rate strings parsed once
+
+    def parts(self, texts: Mapping[str, str]) -> tuple[Part, ...]:
+        """The parts a hit of ``texts`` is decided with.
+
+        Raises:
+            ConfigError: a ``rate_for`` that returned what is not a rate, or a rate its rule
+                (its strategy's bounds, the policy's) cannot take.
+        """
+        key = tuple([self._rate(rule, texts) for _, rule in self._rules])
+        made = self._made.get(key)
+        if made is None:
+            made = self._make(key)
+        return made
+
+    def _rate(self, rule: Rule, texts: Mapping[str, str]) -> Rate | None:
+        got = rule.rate_for(texts)  # type: ignore[misc]
+        if got is None or got == rule.rate:
+            return None
+        if isinstance(got, str):
+            rate = self._rates.get(got)
+            if rate is None:
+                if len(self._rates) >= MAX_VARIANTS:
+                    self._rates.clear()
+                rate = self._rates[got] = parse_rate(got)
+            return None if rate == rule.rate else rate
+        if isinstance(got, Rate):
+            return got
+        raise ConfigError(
+            f"rule {rule.id!r} of policy {self._policy.name!r}: rate_for must return a rate "
+            f"string, a Rate or None (the rule's own), got {got!r}"
+        )
+
+    def _make(self, key: tuple[Rate | None, ...]) -> tuple[Part, ...]:
+        rules = list(self._policy.rules)
+        limits = []
+        for (index, rule), rate in zip(self._rules, key, strict=True):
+            if rate is None:
+                continue
+            try:
+                rules[index] = Rule(rate, rule.by, rule.strategy, name=rule.id, burst=rule.burst)
+                Policy(self._policy.name, *rules)  # the policy's bounds, with this rate
+            except ConfigError as exc:
+                raise ConfigError(
+                    f"rule {rule.id!r} of policy {self._policy.name!r}: rate_for returned "
+                    f"{rate}, which it cannot take: {exc}"
+                ) from None
+            params = rule_params(rules[index])
+            window, capacity, interval = params.window, params.capacity, params.interval
+            limits.append(
+                Limit(self._tags[index], 0, False, rate.limit, window, capacity, interval)
+            )
+        made = tuple(_variant(part, limits) for part in self._parts)
+        if len(self._made) >= MAX_VARIANTS:
+            self._made.clear()
+        self._made[key] = made
+        return made
+
+
+def _variant(part: Part, limits: Sequence[Limit]) -> Part:
+    """``part`` with these rates as its rules' own: in its specs, which the script reads."""
+    made = apply(part, limits, 0)
+    return part if made is part else made._replace(spec_text=spec_text(made.specs))
