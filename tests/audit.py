@@ -3,8 +3,9 @@
 Worker processes, each with threads sharing one :class:`Guard` and, in some, asyncio tasks
 sharing one :class:`AsyncGuard`, drive a mixed workload (:data:`POLICIES`: every strategy,
 rules sharing a log, shadow rules, multi-part policies, costs above 1, ``hit_many``, refunds
-of admitted decisions) at a few hot keys, so that every limit is hit all the time. Time is the
-backend's own (no ``clock=``): Redis ``TIME``, the memory backend's ``SystemClock``.
+of admitted decisions, per-key limits set, changed and cleared while hits run) at a few hot
+keys, so that every limit is hit all the time. Time is the backend's own (no ``clock=``):
+Redis ``TIME``, the memory backend's ``SystemClock``.
 
 Every admission is logged with, per rule, the µs the backend recorded it at
 (``decision.receipt.times_us``); a quarter of them are refunded (``guard.refund(decision)``)
@@ -15,6 +16,8 @@ takes, per rule and key, what stayed admitted and holds it to the rule's guarant
 * sliding-log: at most ``limit`` units in any window ``(t - window, t]``. A refund takes back
   exactly that hit's units, so refunded admissions are left out.
 * fixed-window: at most ``limit`` units per aligned window, refunded admissions left out.
+* a rule whose per-key limit changes under load (:data:`LIMITED`) is held to its guarantee
+  at the largest of the rates it alternates between, never more.
 * token-bucket and gcra: the stream replayed in time order conforms to GCRA
   (``tat = max(tat, t) + cost * I`` with ``tat - t <= burst * I``), refunds included: at the
   refund's time, the part of the hit's span still ahead is given back, the span being where
@@ -52,7 +55,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from freqguard import AsyncGuard, Decision, Guard, MemoryBackend, Policy, Rule, Strategy
+from freqguard import (
+    AsyncGuard,
+    Decision,
+    Guard,
+    MemoryBackend,
+    Policy,
+    Rule,
+    Strategy,
+    parse_rate,
+)
 
 # -- the workload --------------------------------------------------------------------------
 
@@ -78,7 +90,24 @@ POLICIES: tuple[Policy, ...] = (
         Rule("3/second", by=("user", "content"), name="content"),
     ),
     Policy("slow", Rule("50 per 20 seconds", by="user")),
+    Policy(  # per-key limits set, changed and cleared while hits run (LIMITED)
+        "limited",
+        Rule("6/second", by="user", name="user"),
+        Rule("3 per 2 seconds", by=("user", "content"), name="content"),
+        Rule("8/second", by="user", strategy="fixed-window", name="fixed"),
+    ),
+    Policy("limited-gcra", Rule("6/second", by="user", strategy="gcra", name="user")),
 )
+#: Per (policy, rule): the rates a per-key limit alternates between, with the rule's own
+#: (a cleared limit), for a user, while hits run. The same window, so the guarantee checked
+#: is the rule's at the largest of the limits (:func:`checked_rule`).
+LIMITED: dict[tuple[str, str], tuple[str, ...]] = {
+    ("limited", "user"): ("12/second", "3/second"),
+    ("limited", "content"): ("6 per 2 seconds", "4 per 2 seconds"),
+    ("limited", "fixed"): ("16/second", "3/second"),
+    ("limited-gcra", "user"): ("12/second", "3/second"),
+}
+LIMIT_SHARE = 0.02  # of actions, a set_limit or clear_limit
 #: Policies whose admissions are never refunded. A multi-part hit denied by a later part
 #: gives back what the earlier parts took; on a bucket, after other hits, that can leave the
 #: engine's arrival time later than a replay that never saw the denied hit. Without refunds
@@ -182,11 +211,12 @@ _FIRST = {p.name: first_slot(p) for p in POLICIES}
 
 
 class Action(NamedTuple):
-    kind: str  # "hit", "many" or "refund"
+    kind: str  # "hit", "many", "refund" or "limit"
     policy: str
     contexts: list[dict[str, str]]
     cost: int
     held: tuple[int, Decision] | None = None
+    limit: tuple[str, str | None] | None = None  # a "limit": the rule, its rate (None: clear)
 
 
 class Driver:
@@ -214,7 +244,9 @@ class Driver:
     ) -> None:
         """Log what came back: a refund's times, or the decisions of a hit or batch."""
         end = time.monotonic_ns()
-        if isinstance(result, tuple):
+        if action.kind == "limit":
+            self.log.counts[action.policy, "limits"] += 1
+        elif isinstance(result, tuple):
             self.refunded(action, result, start, end)
         else:
             self.decided(guard, action, result, start, end)
@@ -224,6 +256,12 @@ class Driver:
         if self.held and (self.held[0][0] <= time.monotonic() or len(self.held) > HELD):
             _, aid, decision = self.held.pop(0)
             return Action("refund", decision.policy, [], 0, (aid, decision))
+        if rng.random() < LIMIT_SHARE:
+            (name, rule), rates = rng.choice(sorted(LIMITED.items()))
+            rate = rng.choice((None, *rates))
+            return Action(
+                "limit", name, [{"user": rng.choice(VALUES["user"])}], 0, None, (rule, rate)
+            )
         policy = rng.choice(POLICIES)
         many = rng.random() < self.many_share
         contexts = [
@@ -281,6 +319,13 @@ class Driver:
 
 
 def _call(guard: Guard, action: Action) -> list[Decision] | tuple[int, ...]:
+    if action.limit is not None:
+        rule, rate = action.limit
+        if rate is None:
+            guard.clear_limit(action.policy, rule, **action.contexts[0])
+        else:
+            guard.set_limit(action.policy, rule, rate, user=action.contexts[0]["user"])
+        return []
     if action.held is not None:
         return refund(guard, action.held[1])
     if action.kind == "many":
@@ -289,6 +334,13 @@ def _call(guard: Guard, action: Action) -> list[Decision] | tuple[int, ...]:
 
 
 async def _acall(guard: AsyncGuard, action: Action) -> list[Decision] | tuple[int, ...]:
+    if action.limit is not None:
+        rule, rate = action.limit
+        if rate is None:
+            await guard.clear_limit(action.policy, rule, **action.contexts[0])
+        else:
+            await guard.set_limit(action.policy, rule, rate, user=action.contexts[0]["user"])
+        return []
     if action.held is not None:
         return await arefund(guard, action.held[1])
     if action.kind == "many":
@@ -588,8 +640,20 @@ def check_rules(
             result.units += sum(a.cost for a in stream)
             given = [refunds_of[a.aid] for a in stream if a.aid in refunds_of]
             result.refunded += sum(by_aid[r.aid].cost for r in given)
-            result.add(*_check_stream(result.rule, i, stream, given), key)
+            checked = checked_rule(result.policy, result.rule)
+            result.add(*_check_stream(checked, i, stream, given), key)
     return checks
+
+
+def checked_rule(policy: str, rule: Rule) -> Rule:
+    """The guarantee a rule is held to: its own, or, for a rule whose per-key limit changes
+    while hits run (:data:`LIMITED`), the largest of its rates (all with its window)."""
+    rates = LIMITED.get((policy, rule.id))
+    if rates is None:
+        return rule
+    largest = max((rule.rate, *(parse_rate(r) for r in rates)), key=lambda r: r.limit)
+    assert all(parse_rate(r).window == rule.rate.window for r in rates)
+    return Rule(largest, rule.by, rule.strategy, name=rule.id, burst=rule.burst)
 
 
 def _check_stream(
@@ -683,13 +747,13 @@ class AuditReport:
             f"audit on {c.target.kind}: {c.processes} process(es) x {c.threads} threads, "
             f"{c.tasks} tasks in {c.async_processes}, {c.seconds:g} s of load, "
             f"{self.seconds:.1f} s in all",
-            f"{'policy':<8} {'hits':>8} {'admitted':>8} {'denied':>8} {'compens.':>8} "
-            f"{'refunds':>8} {'batches':>8}",
+            f"{'policy':<12} {'hits':>8} {'admitted':>8} {'denied':>8} {'compens.':>8} "
+            f"{'refunds':>8} {'batches':>8} {'limits':>8}",
         ]
         for name, n in self.counts.items():
             lines.append(
-                f"{name:<8} {n['hits']:>8} {n['admitted']:>8} {n['denied']:>8} "
-                f"{n['compensated']:>8} {n['refunds']:>8} {n['batches']:>8}"
+                f"{name:<12} {n['hits']:>8} {n['admitted']:>8} {n['denied']:>8} "
+                f"{n['compensated']:>8} {n['refunds']:>8} {n['batches']:>8} {n['limits']:>8}"
             )
         lines.append(
             f"{'policy/rule':<24} {'strategy':<13} {'keys':>4} {'units':>7} {'refunded':>8} "

@@ -11,6 +11,7 @@ from freqguard.engine.ops import Op
 from freqguard.script.calls import Reply
 from freqguard.script.contract import HIT
 from tests.audit import (
+    LIMITED,
     NO_REFUNDS,
     Admission,
     AuditConfig,
@@ -53,6 +54,16 @@ def test_sliding_log_counts_cost_units_in_every_window() -> None:
     heavy = _admission(1, 0.0, cost=2)
     assert _violations(policy, [heavy, _admission(2, 0.5)], []) == 1
     assert _violations(policy, [heavy, _admission(2, 0.5)], [_refund(heavy, 0.6)]) == 0
+
+
+def test_a_rule_whose_limit_changes_is_held_to_the_largest_of_its_rates() -> None:
+    """``limited/user`` is 6/second and alternates with 12 and 3 a second: twelve in a second
+    pass the check, a thirteenth does not."""
+    assert LIMITED["limited", "user"] == ("12/second", "3/second")
+    log = Policy("limited", Rule("6/second", by="u", name="user"))
+    twelve = [_admission(n, n / 100, policy="limited") for n in range(12)]
+    assert _violations(log, twelve, []) == 0
+    assert _violations(log, [*twelve, _admission(13, 0.5, policy="limited")], []) == 1
 
 
 def test_a_refund_takes_back_the_callers_own_hit_in_the_model() -> None:
@@ -193,6 +204,8 @@ def _assert_sound(report: AuditReport) -> None:
             assert counts["refunds"] > 0, text
     for name in ("global", "mixed"):
         assert report.counts[name]["compensated"] > 0, text
+    for name, _ in LIMITED:
+        assert report.counts[name]["limits"] > 0, text
     for rule in report.rules:
         assert rule.keys > 0, text
 
