@@ -1,4 +1,4 @@
-"""Where "now" comes from.
+"""Where "now" comes from, and the zones calendar rules count in.
 
 freqguard computes in integer microseconds; clocks expose both float seconds (``now``) and
 integer microseconds (``now_us``). :class:`ManualClock` pins time for tests and replays: its
@@ -8,12 +8,17 @@ integer microseconds (``now_us``). :class:`ManualClock` pins time for tests and 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from typing import Protocol, runtime_checkable
+import zoneinfo
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from freqguard.errors import ConfigError
 
-__all__ = ["Clock", "ManualClock", "SystemClock"]
+if TYPE_CHECKING:
+    from freqguard.rates import Rate
+
+__all__ = ["PERIODS", "Clock", "ManualClock", "SystemClock", "check_calendar", "zone_named"]
 
 _US = 1_000_000
 
@@ -126,3 +131,61 @@ class ManualClock:
 
     def __repr__(self) -> str:
         return f"ManualClock(start={self.now()!r})"
+
+
+# -- zones ---------------------------------------------------------------------------------
+
+#: A calendar rule's period, by its rate's window (µs): "N/day", "N per 7 days", "N/month".
+PERIODS = {86_400_000_000: "day", 7 * 86_400_000_000: "week", 30 * 86_400_000_000: "month"}
+
+
+def check_calendar(calendar: bool, strategy: str, rate: Rate, tz: object, tz_from: object) -> None:
+    """A rule's calendar options (``strategy``: the name of the rule's).
+
+    Raises:
+        ConfigError: naming the option that cannot apply.
+    """
+    if not calendar:
+        if tz is not None or tz_from is not None:
+            raise ConfigError(
+                f"tz and tz_from apply to calendar rules only: give calendar=True (rule {rate})"
+            )
+        return
+    if strategy != "fixed-window":
+        raise ConfigError(
+            f"a calendar rule counts per calendar period (fixed-window), not {strategy}"
+        )
+    if rate.window_us not in PERIODS:
+        raise ConfigError(
+            f"a calendar rule's rate is per day ('3/day'), per 7 days (a week, from Monday: "
+            f"'10 per 7 days') or per month ('20/month'), got {rate}"
+        )
+    if (tz is None) == (tz_from is None):
+        raise ConfigError(
+            f"a calendar rule ({rate}) needs exactly one of tz (a zone, 'Europe/Berlin') and "
+            "tz_from (the context value naming each hit's zone)"
+        )
+    if tz is not None:
+        zone_named(tz)
+
+
+@functools.lru_cache(maxsize=1024)
+def _zone(name: str) -> zoneinfo.ZoneInfo:
+    return zoneinfo.ZoneInfo(name)
+
+
+def zone_named(name: object) -> zoneinfo.ZoneInfo:
+    """The IANA zone ``name`` names.
+
+    Raises:
+        ConfigError: a value that names no zone this machine's zone database holds.
+    """
+    if not isinstance(name, str) or not 0 < len(name) <= 64:
+        raise ConfigError(f"a time zone is an IANA name like 'Europe/Berlin', got {name!r}")
+    try:
+        return _zone(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(
+            f"unknown time zone {name!r}: give an IANA name like 'Europe/Berlin' or "
+            "'America/New_York' (the tzdata package supplies them where the system has none)"
+        ) from None

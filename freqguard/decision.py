@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from freqguard.headers import rate_limit_headers
-from freqguard.rules import Rule, binding_rule
+from freqguard.headers import binding_rule, rate_limit_headers
+from freqguard.rules import Rule
 from freqguard.script.strategies.base import Mark
 
 __all__ = ["Decision", "Receipt", "RuleState", "binding_rule"]

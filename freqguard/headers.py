@@ -10,7 +10,7 @@ Profiles:
 * ``"none"``: nothing.
 
 The binding rule (the one ``RateLimit`` names, and whose numbers every profile shows) is the
-Decision's own: :func:`freqguard.rules.binding_rule`, as ``decision.remaining``,
+Decision's own: :func:`binding_rule`, as ``decision.remaining``,
 ``decision.capacity`` and ``decision.reset_after`` report it.
 
 Seconds are whole, rounded up. ``t`` (and the reset headers) is when the binding rule admits
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 from freqguard.errors import ConfigError
-from freqguard.rules import Rule, binding_rule
+from freqguard.rules import Rule
 
 if TYPE_CHECKING:
     from freqguard.decision import Decision
@@ -36,6 +36,7 @@ __all__ = [
     "PROFILES",
     "HeaderPlan",
     "HeaderProfile",
+    "binding_rule",
     "check_profile",
     "header_plan",
     "rate_limit_headers",
@@ -158,3 +159,30 @@ def _policy_field(rules: Sequence[Rule]) -> str:
         for r in rules
         if not r.shadow
     )
+
+
+def binding_rule(
+    raw: Sequence[tuple[Rule, int, int, int]],
+) -> tuple[Rule, int, int, int]:
+    """The rule whose numbers a decision shows (of its rules' ``(rule, remaining, reset µs,
+    retry µs)``, as ``Decision.raw`` holds them): among the non-shadow rules, the denying one
+    that frees up last (the first of equals), else the one with the least remaining (the
+    later reset of equals). A policy of shadow rules only never denies: the least remaining
+    of all, with no retry."""
+    binding = None
+    for entry in raw:
+        rule, remaining, reset, retry = entry
+        if rule.shadow:
+            continue
+        if retry:
+            if binding is None or not binding[3] or retry > binding[3]:
+                binding = entry
+        elif binding is None or (
+            not binding[3]
+            and (remaining < binding[1] or (remaining == binding[1] and reset > binding[2]))
+        ):
+            binding = entry
+    if binding is None:
+        least = min(raw, key=lambda e: (e[1], -e[2]))
+        binding = (least[0], least[1], least[2], 0)
+    return binding

@@ -11,10 +11,17 @@ from enum import Enum
 from typing import Any
 
 from freqguard.bounds import MAX_BURST, MAX_LOG_LIMIT, MAX_SPAN_US
+from freqguard.clock import PERIODS, check_calendar
 from freqguard.errors import ConfigError
 from freqguard.rates import Rate, parse_rate
 
-__all__ = ["RESERVED_DIMENSIONS", "Rule", "Strategy", "TierRates", "binding_rule", "limited_rule"]
+__all__ = [
+    "RESERVED_DIMENSIONS",
+    "Rule",
+    "Strategy",
+    "TierRates",
+    "limited_rule",
+]
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _DIMENSION = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -150,9 +157,11 @@ def _rate_for(function: object, name: str | None, rate: Rate) -> Any:
     return function
 
 
-def _reads(reads: str | Sequence[str], by: tuple[str, ...], rate_for: object) -> tuple[str, ...]:
+def _reads(
+    reads: str | Sequence[str], by: tuple[str, ...], rate_for: object, tz_from: object
+) -> tuple[str, ...]:
     names = _dimensions(reads)
-    if names and rate_for is None:
+    if names and rate_for is None and not (names == (tz_from,)):
         raise ConfigError(f"reads={names!r} is read by rate_for only, and the rule has none")
     shared = sorted(set(names) & set(by))
     if shared:
@@ -197,6 +206,13 @@ class Rule:
             with its rate), and a bucket's ``burst``, if set, stays.
         reads: names of context values that are not dimensions (no key is made of them),
             which hits may pass for ``rate_for`` to read, e.g. ``("plan",)``.
+        calendar: count per calendar period of a time zone instead of a rolling window: a
+            rate per day (local midnight to midnight), per 7 days (a week from Monday) or
+            per month (from the 1st); the strategy is fixed-window. Needs ``tz`` or
+            ``tz_from``.
+        tz: the calendar's IANA zone (``"Asia/Shanghai"``).
+        tz_from: the context value that names each hit's zone (the recipient's), read like
+            ``reads`` (not part of any key).
 
     Raises:
         ConfigError: for any invalid argument, naming it.
@@ -211,23 +227,35 @@ class Rule:
     id: str = field(compare=False, repr=False)  # the stable identity, computed once
     rate_for: Callable[[Mapping[str, str]], Rate | str | None] | None = field(repr=False)
     reads: tuple[str, ...] = field(repr=False)
+    calendar: bool = field(repr=False)
+    tz: str | None = field(repr=False)
+    tz_from: str | None = field(repr=False)
 
     def __init__(
         self,
         rate: Rate | str,
         by: str | Sequence[str] = (),
-        strategy: Strategy | str = Strategy.SLIDING_LOG,
+        strategy: Strategy | str | None = None,
         *,
         name: str | None = None,
         burst: int | None = None,
         shadow: bool = False,
         rate_for: Callable[[Mapping[str, str]], Rate | str | None] | None = None,
         reads: str | Sequence[str] = (),
+        calendar: bool = False,
+        tz: str | None = None,
+        tz_from: str | None = None,
     ) -> None:
         rate = parse_rate(rate) if isinstance(rate, str) else rate
         if not isinstance(rate, Rate):
             raise ConfigError(f"rate must be a Rate or a rate string, got {rate!r}")
-        strategy = Strategy.parse(strategy)
+        if not isinstance(calendar, bool):
+            raise ConfigError(f"calendar must be a bool, got {calendar!r}")
+        default = Strategy.FIXED_WINDOW if calendar else Strategy.SLIDING_LOG
+        strategy = default if strategy is None else Strategy.parse(strategy)
+        check_calendar(calendar, strategy.value, rate, tz, tz_from)
+        if tz_from is not None:
+            _dimensions(tz_from)
         if name is not None:
             check_name("rule name", name)
         if burst is not None:
@@ -252,11 +280,29 @@ class Rule:
         set_(self, "name", name)
         set_(self, "burst", burst)
         set_(self, "shadow", shadow)
+        set_(self, "calendar", calendar)
+        set_(self, "tz", tz)
+        set_(self, "tz_from", tz_from)
         set_(self, "id", name if name is not None else self._derived_id())
         set_(self, "rate_for", _rate_for(rate_for, name, rate))
-        set_(self, "reads", _reads(reads, self.by, rate_for))
+        set_(self, "reads", _reads(reads, self.by, rate_for, tz_from))
         if isinstance(rate_for, TierRates) and rate_for.read not in self.reads:
             set_(self, "reads", (*self.reads, rate_for.read))  # it says what it reads
+        if tz_from is not None:
+            if tz_from in self.by:
+                raise ConfigError(f"tz_from={tz_from!r} is a dimension of the rule (by)")
+            if tz_from not in self.reads:
+                set_(self, "reads", (*self.reads, tz_from))  # read, never part of a key
+        if calendar and rate_for is not None:
+            raise ConfigError(
+                f"rule {self.id!r}: rate_for is not supported on a calendar rule; set a "
+                "per-key limit (set_limit) for a recipient's own daily cap"
+            )
+
+    @property
+    def period(self) -> str | None:
+        """A calendar rule's period: ``"day"``, ``"week"`` or ``"month"``; None otherwise."""
+        return PERIODS[self.rate.window_us] if self.calendar else None
 
     def __getstate__(self) -> list[object]:
         # a rule travels as its description: rate_for (often a lambda) stays behind, but
@@ -267,8 +313,9 @@ class Rule:
         ]
 
     def __setstate__(self, state: Sequence[object]) -> None:
-        # rules pickled before rate_for and reads existed have no values for them
-        values = [*state, None, ()] if len(state) == len(_FIELDS) - 2 else list(state)
+        # rules pickled before the later fields existed have no values for them
+        missing = len(_FIELDS) - len(state)
+        values = [*state, *_LATER[len(_LATER) - missing :]] if missing > 0 else state
         for name, value in zip(_FIELDS, values, strict=True):
             object.__setattr__(self, name, value)
 
@@ -285,6 +332,8 @@ class Rule:
         """An identity from the rule's parameters: strategy, limit, window, burst, shadow."""
         window_us = self.rate.window_us
         window = f"{window_us // 1_000_000}s" if window_us % 1_000_000 == 0 else f"{window_us}us"
+        if self.calendar:
+            return f"cal.{self.rate.limit}.{self.period}" + (".shadow" if self.shadow else "")
         ident = f"{self.strategy.short}.{self.rate.limit}.{window}"
         if self.burst is not None:
             ident += f".b{self.burst}"
@@ -304,10 +353,28 @@ class Rule:
             parts.append(f"rate_for={self.rate_for!r}")
         if self.reads:
             parts.append(f"reads={self.reads!r}")
+        if self.calendar:
+            parts.append("calendar=True")
+            parts.append(f"tz={self.tz!r}" if self.tz is not None else f"tz_from={self.tz_from!r}")
         return f"Rule({', '.join(parts)})"
 
 
-_FIELDS = ("rate", "by", "strategy", "name", "burst", "shadow", "id", "rate_for", "reads")
+_FIELDS = (
+    "rate",
+    "by",
+    "strategy",
+    "name",
+    "burst",
+    "shadow",
+    "id",
+    "rate_for",
+    "reads",
+    "calendar",
+    "tz",
+    "tz_from",
+)
+#: The defaults of the fields added after 0.1 (``rate_for`` on), for rules pickled before.
+_LATER: tuple[object, ...] = (None, (), False, None, None)
 
 
 def limited_rule(rule: Rule, rate: Rate, exempt: bool) -> Rule:
@@ -315,35 +382,8 @@ def limited_rule(rule: Rule, rate: Rate, exempt: bool) -> Rule:
     as a shadow rule (counted, never denying). Its id stays the rule's, so metrics and
     denials name it as before; its burst, if it set one, stays too."""
     made: Rule = object.__new__(Rule)
-    for name in ("by", "strategy", "name", "burst", "id", "rate_for", "reads"):
+    for name in _FIELDS:
         object.__setattr__(made, name, getattr(rule, name))
     object.__setattr__(made, "rate", rate)
     object.__setattr__(made, "shadow", rule.shadow or exempt)
     return made
-
-
-def binding_rule(
-    raw: Sequence[tuple[Rule, int, int, int]],
-) -> tuple[Rule, int, int, int]:
-    """The rule whose numbers a decision shows (of its rules' ``(rule, remaining, reset µs,
-    retry µs)``, as ``Decision.raw`` holds them): among the non-shadow rules, the denying one
-    that frees up last (the first of equals), else the one with the least remaining (the
-    later reset of equals). A policy of shadow rules only never denies: the least remaining
-    of all, with no retry."""
-    binding = None
-    for entry in raw:
-        rule, remaining, reset, retry = entry
-        if rule.shadow:
-            continue
-        if retry:
-            if binding is None or not binding[3] or retry > binding[3]:
-                binding = entry
-        elif binding is None or (
-            not binding[3]
-            and (remaining < binding[1] or (remaining == binding[1] and reset > binding[2]))
-        ):
-            binding = entry
-    if binding is None:
-        least = min(raw, key=lambda e: (e[1], -e[2]))
-        binding = (least[0], least[1], least[2], 0)
-    return binding

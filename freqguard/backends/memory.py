@@ -25,6 +25,7 @@ from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.script.calls import Reply, ScriptCall
 from freqguard.script.contract import HIT, LIMIT, PINNED_GRACE_MS, STALE_GRACE_US
 from freqguard.script.limits import Limit
+from freqguard.script.strategies.calendar import OutsidePeriods
 from freqguard.script.twin import run
 
 __all__ = ["DEFAULT_MAX_KEYS", "MemoryBackend"]
@@ -239,10 +240,15 @@ class MemoryBackend:
             now = check_time(self.clock.now_us() if call.now is None else call.now)
             if self.max_keys is not None:
                 self._make_room(store, keys, call, now)
-            if store.limits or call.mode == LIMIT:  # the record's per-key limits
-                reply = self._limited(store, keys, call, now, pinned)
-            else:
-                reply = run(store, keys, call.part, now, call.cost, call.mode, call.marks, pinned)
+            try:
+                if store.limits or call.mode == LIMIT:  # the record's per-key limits
+                    reply = self._limited(store, keys, call, now, pinned)
+                else:
+                    reply = run(
+                        store, keys, call.part, now, call.cost, call.mode, call.marks, pinned
+                    )
+            except OutsidePeriods as exc:  # as the Lua's error reply: nothing was written
+                raise BackendUnavailable(str(exc), answered=True, sent=False) from None
             self._calls += 1
             if self._calls % _SWEEP_EVERY == 0:
                 store.sweep(store.clock(now), _SWEEP_BUDGET)

@@ -134,6 +134,9 @@ def _rule_document(rule: Rule) -> dict[str, Any]:
     if rule.burst is not None:
         entry["burst"] = rule.burst
     entry["shadow"] = rule.shadow
+    if rule.calendar:
+        entry["calendar"] = True
+        entry["tz" if rule.tz is not None else "tz_from"] = rule.tz or rule.tz_from
     if isinstance(rule.rate_for, TierRates):
         rates = {value: str(rate) for value, rate in rule.rate_for.rates.items()}
         entry["tiers"] = {"from": rule.rate_for.read, "rates": rates}

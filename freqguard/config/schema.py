@@ -46,6 +46,15 @@ _RULE: dict[str, Any] = {
         "name": {"type": "string"},
         "burst": {"type": "integer", "minimum": 1},
         "shadow": {"type": "boolean"},
+        "calendar": {
+            "type": "boolean",
+            "description": "per calendar day, week (from Monday) or month of a zone",
+        },
+        "tz": {"type": "string", "description": 'a calendar rule\'s zone, e.g. "Asia/Shanghai"'},
+        "tz_from": {
+            "type": "string",
+            "description": "the context value naming each hit's zone (a calendar rule)",
+        },
         "tiers": {
             "description": "the rate by one context value (a plan), the rule's own else",
             "type": "object",

@@ -51,6 +51,9 @@ def shared_out(policy: Policy, workers: int) -> Policy:
                     shadow=rule.shadow,
                     rate_for=rate_for,
                     reads=rule.reads,
+                    calendar=rule.calendar,
+                    tz=rule.tz,
+                    tz_from=rule.tz_from,
                 )
             )
         except ConfigError as exc:

@@ -48,8 +48,9 @@ def limit_call(
             bad ttl.
     """
     index = _rule_index(plan, rule)
-    part = next(p for p in plan.parts if index in p.rule_index)
+    number, part = next((n, p) for n, p in enumerate(plan.parts) if index in p.rule_index)
     texts = _partition_texts(plan, part, ctx, exact=plan.policy.rules[index].id)
+    part = plan.parts_for(texts, now, bare=True)[number]
     tag = plan.tags[index]
     if clear:
         return ScriptCall(part, texts, now, 0, LIMIT, change=change_text(None, tag))
@@ -64,10 +65,15 @@ def limits_calls(plan: PolicyPlan, ctx: Mapping[str, object], now: int | None) -
     Raises:
         ConfigError: a partition value missing, or a name that is no dimension.
     """
-    return [
-        ScriptCall(part, _partition_texts(plan, part, ctx), now, 0, LIMIT, change="")
-        for part in plan.parts
-    ]
+    calls = []
+    for number, part in enumerate(plan.parts):
+        texts = _partition_texts(plan, part, ctx)
+        calls.append(
+            ScriptCall(
+                plan.parts_for(texts, now, bare=True)[number], texts, now, 0, LIMIT, change=""
+            )
+        )
+    return calls
 
 
 def limits_of(plan: PolicyPlan, replies: list[Reply]) -> dict[str, Rate | None]:
@@ -129,8 +135,23 @@ def _limit(plan: PolicyPlan, index: int, rate: object) -> Limit:
         raise ConfigError(
             f"{where}: a per-key limit is a rate string, a Rate or None (exempt), got {rate!r}"
         )
+    if rule.calendar and rate.window != rule.rate.window:
+        raise ConfigError(
+            f"{where}: a calendar rule's limit counts over the rule's own period, per "
+            f"{rule.period}: give a rate per {rule.period} ('{rate.limit}/{rule.period}'), "
+            f"got {rate}"
+        )
     try:
-        made = Rule(rate, rule.by, rule.strategy, name=rule.id, burst=rule.burst)
+        made = Rule(
+            rate,
+            rule.by,
+            rule.strategy,
+            name=rule.id,
+            burst=rule.burst,
+            calendar=rule.calendar,
+            tz=rule.tz,
+            tz_from=rule.tz_from,
+        )
         rules = list(policy.rules)
         rules[index] = made
         Policy(policy.name, *rules)  # the policy's bounds, with this rate

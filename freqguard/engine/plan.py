@@ -6,21 +6,23 @@ back to rules. No I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
 
+from freqguard.clock import SystemClock
 from freqguard.decision import Decision, Receipt, make_decision
+from freqguard.engine.calendar import Calendar
 from freqguard.engine.tiers import Tiers, rule_params
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
 from freqguard.rates import Rate
 from freqguard.rules import Rule, limited_rule
 from freqguard.script.calls import Part, Reply, ScriptCall
-from freqguard.script.contract import CHECK, HIT, REFUND
+from freqguard.script.contract import CHECK, HIT, REFUND, RESET
 from freqguard.script.keys import StateLayout, policy_layout, value_text
 from freqguard.script.limits import Limit, rule_tags
-from freqguard.script.strategies import TWINS, StateSpec
+from freqguard.script.strategies import StateSpec, twin_of
 
 __all__ = ["PolicyPlan", "limit_rate", "rule_params"]
 
@@ -41,7 +43,7 @@ def _compile_slot(
     for state in states:
         first = rules[state.rules[0]]
         params = tuple(rule_params(rules[i], tags[i]) for i in state.rules)
-        twin = TWINS[first.strategy]
+        twin = twin_of(first)
         window = max(p.window for p in params)
         cap = max(p.capacity for p in params)
         specs.append(StateSpec(twin, params, twin.horizon(params), first.shadow, window, cap))
@@ -56,7 +58,9 @@ class PolicyPlan:
 
     __slots__ = (
         "_accepts",
+        "_calendar",
         "_dimset",
+        "_estimate",
         "_limited",
         "_narrow",
         "_order",
@@ -70,7 +74,12 @@ class PolicyPlan:
         "tags",
     )
 
-    def __init__(self, policy: Policy, prefix: str) -> None:
+    def __init__(
+        self, policy: Policy, prefix: str, estimate: Callable[[], int] | None = None
+    ) -> None:
+        """``estimate``: the store's time as the client best knows it (µs; default: this
+        machine's clock), around which a calendar rule's periods are sent when a call's
+        time is the store's own."""
         self.policy = policy
         self.name = policy.name
         self.dimensions = policy.dimensions
@@ -91,6 +100,9 @@ class PolicyPlan:
         self._accepts = self._dimset | frozenset(policy.reads)
         tiered = any(rule.rate_for is not None for rule in rules)
         self._tiers = Tiers(policy, self.parts, self.tags) if tiered else None
+        calendar = any(rule.calendar for rule in rules)
+        self._calendar = Calendar(policy, self.parts) if calendar else None
+        self._estimate = estimate if estimate is not None else SystemClock().now_us
         self._limited: dict[tuple[int, Limit], Rule] = {}  # rules as per-key limits make them
         enforcing = [r for r in rules if not r.shadow]
         # the enforcing rule with the least capacity bounds every cost; a policy of shadow
@@ -139,13 +151,34 @@ class PolicyPlan:
         self, texts: Mapping[str, str], now: int | None, cost: int, mode: int
     ) -> list[ScriptCall]:
         """One script call per part, in part order."""
-        parts = self.parts if self._tiers is None else self._tiers.parts(texts)
+        parts = self.parts_for(texts, now, bare=mode == RESET)
         return [ScriptCall(part, texts, now, cost, mode) for part in parts]
 
     def call(self, texts: Mapping[str, str], now: int | None, cost: int, mode: int) -> ScriptCall:
         """The one script call of a policy that lives on one part."""
-        part = self.parts[0] if self._tiers is None else self._tiers.parts(texts)[0]
+        part = self.parts[0]
+        if self._tiers is not None or self._calendar is not None:
+            part = self.parts_for(texts, now)[0]
         return ScriptCall(part, texts, now, cost, mode)
+
+    def parts_for(
+        self, texts: Mapping[str, str], now: int | None, *, bare: bool = False
+    ) -> tuple[Part, ...]:
+        """The parts a call of ``texts`` at ``now`` runs: at the rates of its tier, with the
+        calendar periods around ``now`` in the hit's zone. ``bare``: for a call that only
+        reads limits or resets (its texts are partition values): the rules' own rates, and
+        a zone the texts do not give taken as UTC (such a call writes no count).
+
+        Raises:
+            ConfigError: a ``rate_for`` that returned no rate, a zone missing or unknown.
+        """
+        parts = self.parts
+        if self._tiers is not None and not bare:
+            parts = self._tiers.parts(texts)
+        if self._calendar is not None:
+            at = self._estimate() if now is None else now
+            parts = self._calendar.parts(parts, texts, at, bare)
+        return parts
 
     # -- replies ---------------------------------------------------------------------------
 
@@ -206,7 +239,7 @@ class PolicyPlan:
                 f"registered then, not for policy {self.name!r} as it is now"
             )
         cost, texts = receipt.cost, receipt.context
-        parts = self.parts if self._tiers is None else self._tiers.parts(texts)
+        parts = self.parts_for(texts, now)
         return [
             ScriptCall(part, texts, now, cost, REFUND, marks)
             for part, marks in zip(parts, receipt.marks)  # noqa: B905 (checked above)

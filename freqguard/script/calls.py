@@ -59,6 +59,9 @@ def spec_text(specs: Sequence[StateSpec]) -> str:
         words += [state[name] for name in SPEC_STATE]
         for rule in spec.rules:
             words += map(int, rule)  # RuleParams' fields are contract.SPEC_RULE
+        # a calendar state's periods follow its rules (its twin's BOUNDS; 0s as compiled:
+        # every call sends a part with the periods of its hit, engine.calendar)
+        words += spec.bounds or (0,) * getattr(spec.twin, "BOUNDS", 0)
     return " ".join(map(str, words))
 
 

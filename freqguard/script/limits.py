@@ -155,4 +155,4 @@ def _spec(spec: StateSpec, limits: Sequence[Limit | None]) -> StateSpec:
     shadow = spec.shadow or (len(rules) == 1 and rules[0].shadow)
     window = max(r.window for r in rules)
     cap = max(r.capacity for r in rules)
-    return StateSpec(spec.twin, rules, spec.horizon, shadow, window, cap)
+    return StateSpec(spec.twin, rules, spec.horizon, shadow, window, cap, spec.bounds)

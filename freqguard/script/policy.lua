@@ -21,7 +21,8 @@
 --        [ARGV_SPECS] space-separated integers: the number of states, then for each state
 --            its strategy's code (see TWINS), shadow (0/1) and number of rules, then for each
 --            rule: capacity, window (µs), interval (µs per token, buckets; else 0), shadow
---            (0/1), tag (names the rule for per-key limits); see parse_specs
+--            (0/1), tag (names the rule for per-key limits); after a calendar state's
+--            rules, the periods around the client's clock (CALENDAR_BOUNDS); see parse_specs
 --        [ARGV_FIELDS ...] one per state, its field in the record (a 2-byte field tag, plus
 --            the 8-byte digest of its other dimension values when it has any)
 --        then, REFUND only and optional: one per state, the mark the hit to give back left
@@ -78,13 +79,13 @@ local NEVER = 2 ^ 60                     -- the expiry of what never expires
 -- The libraries, bound by bind() on the first call: the load context offers none of them
 -- (not even tonumber), so nothing below may read them before a call.
 local floor, max, min, ceil
-local pack, sunpack, sub, rep, match, gmatch
+local pack, sunpack, sub, rep, match, gmatch, format
 local concat, tunpack, call
 
 local function bind()
   floor, max, min, ceil = math.floor, math.max, math.min, math.ceil
   pack, sunpack, sub, rep = struct.pack, struct.unpack, string.sub, string.rep
-  match, gmatch = string.match, string.gmatch
+  match, gmatch, format = string.match, string.gmatch, string.format
   concat, tunpack, call = table.concat, unpack, redis.call
 end
 
@@ -334,6 +335,57 @@ function gcra.ttl(raw, now, spec)
   return sunpack(GCRA_STATE, raw) - now
 end
 
+-- calendar --------------------------------------------------------------------------------
+-- state: (period_start, count, born), packed as CALENDAR_STATE, counted as fixed-window's but
+-- over calendar periods the specs name: CALENDAR_BOUNDS instants after the rules (the starts
+-- of three periods and the last one's end), of which a call takes the one holding its now;
+-- a count begun inside it is kept whatever period it was filed under (a recipient whose zone
+-- changed; strategies/calendar.py says why)
+local CALENDAR_STATE = '>I7I4I7'         -- period_start, count, born
+local calendar = {code = 5}
+local CALENDAR_BOUNDS = 4
+local CALENDAR_OUTSIDE = 'freqguard: calendar: time outside the periods the client sent'
+
+local function period(now, spec)
+  local b = spec.bounds
+  for i = 1, #b - 1 do
+    if b[i] <= now and now < b[i + 1] then return b[i], b[i + 1] end
+  end
+  error(CALENDAR_OUTSIDE .. ': ' .. format('%d', now), 0)
+end
+
+function calendar.load(raw, now, spec)
+  local start, stop = period(now, spec)
+  if raw then
+    local stored, count, born = sunpack(CALENDAR_STATE, raw)
+    if stored == start or (start <= born and born < stop) then
+      return {start, count, born, stop}
+    end
+  end
+  return {start, 0, now, stop}
+end
+
+function calendar.check(view, now, need, rule)
+  if view[2] + need <= rule.capacity then return 0 end
+  return view[4] - now
+end
+
+function calendar.consume(view, now, cost, spec)
+  return pack(CALENDAR_STATE, view[1], view[2] + cost, view[3])
+end
+
+function calendar.refund(view, now, cost, spec, mark)
+  if mark and tonumber(mark) ~= view[3] then  -- not the count the hit went into
+    return pack(CALENDAR_STATE, view[1], view[2], view[3])
+  end
+  return pack(CALENDAR_STATE, view[1], max(0, view[2] - cost), view[3])
+end
+
+function calendar.ttl(raw, now, spec)
+  local _, stop = period(now, spec)
+  return stop - now
+end
+
 -- specs -----------------------------------------------------------------------------------
 -- The registry: each strategy's section under its code (one line each).
 local TWINS = {
@@ -341,7 +393,10 @@ local TWINS = {
   [sliding_log.code] = sliding_log,
   [token_bucket.code] = token_bucket,
   [gcra.code] = gcra,
+  [calendar.code] = calendar,
 }
+-- How many numbers follow a state's rules in the specs, by code (none but for calendars).
+local BOUNDS = {[calendar.code] = CALENDAR_BOUNDS}
 local PARSED, PARSED_COUNT = {}, 0
 
 -- ARGV_SPECS: the number of states, then per state the numbers of parse_state, each followed
@@ -364,12 +419,20 @@ local function measure(spec)
   return spec
 end
 
+-- A calendar state's periods, after its rules (CALENDAR_BOUNDS instants; none for others).
+local function parse_bounds(code, v, at)
+  local bounds = {}
+  for b = 1, BOUNDS[code] or 0 do bounds[b] = v[at + b - 1] end
+  return bounds, at + #bounds
+end
+
 local function parse_state(v, at)
   local spec = {code = v[at], shadow = v[at + 1] == 1, rule_count = v[at + 2], rules = {}}
   spec.twin, at = TWINS[spec.code], at + 3
   for r = 1, spec.rule_count do
     spec.rules[r], at = parse_rule(v, at)
   end
+  spec.bounds, at = parse_bounds(spec.code, v, at)
   return measure(spec), at
 end
 
@@ -450,7 +513,8 @@ local function limited_spec(spec, by_tag)
     end
   end
   if not found then return spec end
-  local copy = {code = spec.code, twin = spec.twin, rule_count = spec.rule_count, rules = rules}
+  local copy = {code = spec.code, twin = spec.twin, rule_count = spec.rule_count, rules = rules,
+    bounds = spec.bounds}
   copy.shadow = spec.shadow or (#rules == 1 and rules[1].shadow)
   return measure(copy)
 end

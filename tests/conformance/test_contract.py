@@ -17,7 +17,8 @@ import pytest
 from freqguard import Policy, Rule, Strategy
 from freqguard.engine.plan import PolicyPlan
 from freqguard.script import contract, twin
-from freqguard.script.strategies import STATE_FORMATS, STRATEGY_CODES, TWINS, RuleParams
+from freqguard.script.strategies import KINDS, STATE_FORMATS, STRATEGY_CODES, TWINS, RuleParams
+from freqguard.script.strategies import calendar as calendar_twin
 
 LUA = resources.files("freqguard.script").joinpath("policy.lua").read_text(encoding="utf-8")
 
@@ -115,7 +116,7 @@ def test_the_lua_sizes_are_those_of_the_formats() -> None:
 def test_the_lua_writes_no_format_but_the_named_ones() -> None:
     """A format written anywhere else in the Lua would escape the contract."""
     named = {name for name, _ in re.findall(r"^local (\w+) = ('[>BI\d]+')", LUA, re.M)}
-    assert len(named) == 10
+    assert len(named) == 11
     for line in LUA.splitlines():
         formats = re.findall(r"'>?[BI][\dBI]*'", line)
         if not formats or re.match(rf"local ({'|'.join(named)}) = ", line):
@@ -162,12 +163,29 @@ def test_the_python_twin_writes_the_specs_as_the_contract_says() -> None:
     assert next(words, None) is None
 
 
-@pytest.mark.parametrize("strategy", [s for s in TWINS if s.value != "sliding-log"], ids=str)
-def test_the_python_twin_decodes_states_as_the_contract_says(strategy: Strategy) -> None:
-    widths = contract.widths(STATE_FORMATS[strategy.value])
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "sliding-log"])
+def test_the_python_twin_decodes_states_as_the_contract_says(kind: str) -> None:
+    widths = contract.widths(STATE_FORMATS[kind])
     values = [7 * (i + 1) + 256**w // 3 for i, w in enumerate(widths)]
     raw = b"".join(v.to_bytes(w, "big") for v, w in zip(values, widths, strict=True))
-    assert TWINS[strategy].decode(raw) == tuple(values)
+    assert KINDS[kind].decode(raw) == tuple(values)
+
+
+def test_a_calendar_states_periods_follow_its_rules_on_both_sides() -> None:
+    """The Lua reads CALENDAR_BOUNDS numbers after a calendar state's rules, as many as the
+    Python twin writes (its BOUNDS)."""
+    assert _lua_local("CALENDAR_BOUNDS") == str(calendar_twin.BOUNDS)
+    assert re.search(r"^local BOUNDS = \{\[calendar\.code\] = CALENDAR_BOUNDS\}$", LUA, re.M)
+    assert _lua_string("CALENDAR_OUTSIDE") == calendar_twin.OUTSIDE
+    policy = Policy("p", Rule("3/day", by="a", calendar=True, tz="UTC"), Rule("5/minute", by="a"))
+    plan = PolicyPlan(policy, "fg")
+    (part,) = plan.parts_for({"a": "x"}, 1_781_200_000_000_000)
+    words = part.spec_text.split()
+    bounds = part.specs[0].bounds
+    assert len(bounds) == calendar_twin.BOUNDS
+    assert words[4 + len(contract.SPEC_RULE) : 4 + len(contract.SPEC_RULE) + 4] == [
+        str(b) for b in bounds
+    ]
 
 
 def test_the_python_twin_reads_a_packed_log_as_the_contract_says() -> None:
@@ -187,13 +205,13 @@ def _python_functions(module: ModuleType) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("strategy", list(TWINS), ids=lambda s: s.value)
-def test_every_twin_function_exists_on_both_sides_in_the_same_order(strategy: object) -> None:
-    twin = TWINS[strategy]  # type: ignore[index]
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_every_twin_function_exists_on_both_sides_in_the_same_order(kind: str) -> None:
+    twin = KINDS[kind]
     module = inspect.getmodule(twin.load)
     assert module is not None
-    assert twin.code == STRATEGY_CODES[strategy.value]  # type: ignore[attr-defined]
-    lua_name = strategy.value.replace("-", "_")  # type: ignore[attr-defined]
+    assert twin.code == STRATEGY_CODES[kind]
+    lua_name = kind.replace("-", "_")
     lua = re.findall(rf"^\s*function {lua_name}\.(\w+)\(", LUA, re.M)
     python = [f for f in _python_functions(module) if f in contract.TWIN_FUNCTIONS]
     assert lua == list(contract.TWIN_FUNCTIONS), "every Lua twin function is in the contract"
@@ -247,7 +265,7 @@ def test_no_lua_function_is_longer_than_a_screen() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", [twin, *sorted(set(map(inspect.getmodule, TWINS.values())), key=str)], ids=str
+    "module", [twin, *sorted(set(map(inspect.getmodule, KINDS.values())), key=str)], ids=str
 )
 def test_no_python_twin_function_is_longer_than_a_screen(module: ModuleType) -> None:
     tree = ast.parse(inspect.getsource(module))

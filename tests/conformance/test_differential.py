@@ -1,6 +1,7 @@
 """Memory, Redis and Redis Cluster make identical decisions (pinned clocks), for every strategy,
 for random sequences of hits, peeks, refunds, resets, batches, per-key limits set, lapsing
-and cleared, and time steps (back ones too), with dimension
+and cleared, and time steps (back ones too), calendar rules across local midnights and DST
+changes, with dimension
 values that contain ``{``, ``}``, ``:``, non-ASCII and nothing at all; and over long runs that
 make the Lua re-encode its logs and prune its records."""
 
@@ -76,8 +77,13 @@ op = st.one_of(
 )
 
 
-def _only(policy: Policy, context: dict[str, str]) -> dict[str, Any]:
-    return {d: context[d] for d in policy.dimensions}
+def _only(policy: Policy, context: dict[str, str], reads: bool = True) -> dict[str, Any]:
+    """A context's dimensions of ``policy``, and (``reads``) what its rules read (a zone)
+    if given."""
+    out = {d: context[d] for d in policy.dimensions}
+    if reads:
+        out.update((r, context[r]) for r in policy.reads if r in context)
+    return out
 
 
 def _limit(guard: Guard, policy: Policy, context: dict[str, str], arg: Any, n: Any) -> None:
@@ -92,7 +98,10 @@ def _limit(guard: Guard, policy: Policy, context: dict[str, str], arg: Any, n: A
         guard.clear_limit("p", rule, **where)
         return
     limit, window, ttl = n
-    rate = None if limit is None else Rate(limit, timedelta(microseconds=window * 100_000))
+    length = timedelta(microseconds=window * 100_000)
+    if policy.rules[index].calendar:  # a calendar rule's limit keeps its period
+        length = policy.rules[index].rate.window
+    rate = None if limit is None else Rate(limit, length)
     guard.set_limit("p", rule, rate, ttl=ttl / 10 or None, **where)
 
 
@@ -109,6 +118,8 @@ def _replay(
         latest = max(latest, clock.now())
         if kind == "advance":
             clock.advance(n / 1_000_000)
+        elif kind == "hours":  # calendar periods: across local midnights and DST changes
+            clock.advance(n * 3600)
         elif kind == "back":
             # a server whose clock lags the latest time seen by at most LAG: below the grace
             # for which both backends keep expired states, so they agree exactly
@@ -123,7 +134,7 @@ def _replay(
         elif kind in ("limit", "clear"):
             _limit(guard, policy, pool[arg[0] % len(pool)], arg, n)
         elif kind == "limits":
-            out.append(guard.limits_for("p", **_only(policy, pool[arg % len(pool)])))
+            out.append(guard.limits_for("p", **_only(policy, pool[arg % len(pool)], False)))
         elif kind == "undo":
             fresh = [d for d in admitted if d.receipt is not None and not d.receipt.spent]
             if fresh:
@@ -151,7 +162,17 @@ def _unique(rules: list[Rule]) -> Policy:
     return Policy(
         "p",
         *(
-            Rule(r.rate, r.by, r.strategy, name=f"r{i}", burst=r.burst, shadow=r.shadow)
+            Rule(
+                r.rate,
+                r.by,
+                r.strategy,
+                name=f"r{i}",
+                burst=r.burst,
+                shadow=r.shadow,
+                calendar=r.calendar,
+                tz=r.tz,
+                tz_from=r.tz_from,
+            )
             for i, r in enumerate(rules)
         ),
     )
@@ -329,5 +350,72 @@ def test_refunds_near_time_zero_decide_alike(
             assert isinstance(decision, Decision)
             assert 0 <= decision.retry_after <= 1.1
             assert 0 <= decision.reset_after <= 1.1
+    assert results[1] == results[0]
+    assert results[2] == results[0]
+
+
+ZONES = ["UTC", "Asia/Shanghai", "America/New_York", "Europe/Berlin", "Australia/Lord_Howe"]
+
+
+@st.composite
+def calendar_rule(draw: st.DrawFn) -> Rule:
+    period = draw(st.sampled_from(["1 day", "7 days", "1 month"]))
+    zone = draw(st.sampled_from([None, *ZONES]))  # None: each hit's own (tz_from)
+    return Rule(
+        f"{draw(st.integers(1, 5))} per {period}",
+        draw(st.sampled_from(DIMS[1:])),
+        calendar=True,
+        tz=zone,
+        tz_from="tz" if zone is None else None,
+        shadow=draw(st.integers(0, 4)) == 0,
+    )
+
+
+calendar_ctx = st.fixed_dictionaries(
+    {"u": st.sampled_from(VALUES), "c": st.sampled_from(VALUES), "tz": st.sampled_from(ZONES)}
+)
+calendar_op = st.one_of(
+    op,
+    st.tuples(st.just("hours"), st.just(0), st.integers(1, 30)),
+    st.tuples(st.just("hours"), st.just(0), st.integers(1, 3)),
+)
+# just before local midnights and the 2026 DST changes of New York and Berlin, and 0
+DAY_EDGES = [
+    1_772_945_999,  # 2026-03-08 04:59:59 UTC: New York's last second before a 23-hour day
+    1_793_505_599,  # 2026-11-01 03:59:59 UTC: before its 25-hour day
+    1_774_738_799,  # 2026-03-28 22:59:59 UTC: Berlin, before its 23-hour day
+    1_792_879_199,  # 2026-10-24 21:59:59 UTC: before its 25-hour day
+    0,
+]
+
+
+@settings(max_examples=examples(200))
+@given(
+    rules=st.lists(calendar_rule() | rule(), min_size=1, max_size=3).filter(
+        lambda rules: any(r.calendar for r in rules)
+    ),
+    pool=st.lists(calendar_ctx, min_size=1, max_size=3),
+    ops=st.lists(calendar_op, min_size=1, max_size=40),
+    start=st.sampled_from(DAY_EDGES),
+)
+def test_calendar_rules_decide_alike(
+    redis_backend: RedisBackend,
+    cluster_backend: RedisBackend,
+    redis_server: RedisServer,
+    redis_cluster: list[RedisServer],
+    rules: list[Rule],
+    pool: list[dict[str, str]],
+    ops: list[Any],
+    start: int,
+) -> None:
+    """Calendar rules (fixed zones and each hit's own) beside rolling ones, hits an hour or
+    a day apart across local midnights and DST changes, zones changing between hits (a
+    context's zone is drawn per context, and contexts share partitions), per-key limits."""
+    flush([redis_server, *redis_cluster])
+    policy = _unique(rules)
+    results = []
+    for backend in (MemoryBackend(), redis_backend, cluster_backend):
+        clock = ManualClock(start)
+        results.append(_replay(Guard(backend, [policy], clock=clock), clock, policy, pool, ops))
     assert results[1] == results[0]
     assert results[2] == results[0]

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import jsonschema
 import pytest
@@ -149,7 +151,7 @@ ERRORS: list[tuple[str, str, str]] = [
         '{ rate = "15/minute", by',
         '{ rat = "15/minute", by',
         "app.toml:7: policy 'sms', rule 1 ('rcpt-1m'): unknown key 'rat' (allowed: burst, by, "
-        "name, rate, shadow, strategy, tiers)",
+        "calendar, name, rate, shadow, strategy, tiers, tz, tz_from)",
     ),
     (
         'by = ["recipient", "content"]',
@@ -365,3 +367,25 @@ def test_the_published_schema_is_current_and_a_valid_json_schema() -> None:
 def test_a_configuration_is_a_value() -> None:
     assert loads(BASE) == loads(BASE)
     assert isinstance(loads(BASE), Config)
+
+
+def test_calendar_rules_in_a_file_count_per_local_day_and_round_trip() -> None:
+    text = BASE.replace(
+        '{ rate = "15/minute", by = "recipient", name = "rcpt-1m" }',
+        '{ rate = "1/day", by = "recipient", name = "rcpt-day", calendar = true, tz_from = "tz" }',
+    )
+    config = loads(text, source="app.toml")
+    guard = config.guard(clock=ManualClock(1_781_200_000))  # 2026-06-11 17:46:40 UTC
+    shanghai = {"recipient": "a", "content": "x", "tz": "Asia/Shanghai"}
+    assert guard.hit("sms", 1, **shanghai).allowed
+    denied = guard.hit("sms", 1, **shanghai)
+    assert [r.id for r in denied.denied_by] == ["rcpt-day"]
+    midnight = datetime(2026, 6, 13, tzinfo=ZoneInfo("Asia/Shanghai")).timestamp()
+    assert denied.retry_after == midnight - 1_781_200_000
+    document = config.document()
+    assert document["policy"][0]["rules"][0]["calendar"] is True
+    assert document["policy"][0]["rules"][0]["tz_from"] == "tz"
+    assert loads(json.dumps(document), "yaml").policies == config.policies
+    jsonschema.validate(document, SCHEMA)
+    with pytest.raises(ConfigError, match=r"^app.toml:\d+: policy 'sms', rule 1 .*unknown time"):
+        loads(text.replace('tz_from = "tz"', 'tz = "Mars/Olympus"'), source="app.toml")

@@ -10,11 +10,20 @@ from __future__ import annotations
 
 from typing import cast
 
-from freqguard.rules import Strategy
-from freqguard.script.strategies import fixed_window, gcra, sliding_log, token_bucket
+from freqguard.rules import Rule, Strategy
+from freqguard.script.strategies import calendar, fixed_window, gcra, sliding_log, token_bucket
 from freqguard.script.strategies.base import RuleParams, StateSpec, Twin
 
-__all__ = ["STATE_FORMATS", "STRATEGY_CODES", "TWINS", "RuleParams", "StateSpec", "Twin"]
+__all__ = [
+    "KINDS",
+    "STATE_FORMATS",
+    "STRATEGY_CODES",
+    "TWINS",
+    "RuleParams",
+    "StateSpec",
+    "Twin",
+    "twin_of",
+]
 
 #: The registry: each strategy's twin (one line each).
 TWINS: dict[Strategy, Twin] = {
@@ -24,8 +33,20 @@ TWINS: dict[Strategy, Twin] = {
     Strategy.GCRA: cast(Twin, gcra),
 }
 
-#: Each strategy's number in the specs, by its name (from its module).
-STRATEGY_CODES = {strategy.value: twin.code for strategy, twin in TWINS.items()}
+#: Every twin by its name: the strategies', and the calendar's (a calendar rule counts as
+#: a fixed window does, over periods the specs name: ``Rule(..., calendar=True)``).
+KINDS: dict[str, Twin] = {
+    **{strategy.value: twin for strategy, twin in TWINS.items()},
+    "calendar": cast(Twin, calendar),
+}
 
-#: Each strategy's packed state, by its name (from its module).
-STATE_FORMATS = {strategy.value: twin.STATE_FORMAT for strategy, twin in TWINS.items()}
+#: Each twin's number in the specs, by its name (from its module).
+STRATEGY_CODES = {name: twin.code for name, twin in KINDS.items()}
+
+#: Each twin's packed state, by its name (from its module).
+STATE_FORMATS = {name: twin.STATE_FORMAT for name, twin in KINDS.items()}
+
+
+def twin_of(rule: Rule) -> Twin:
+    """The twin that decides ``rule``."""
+    return KINDS["calendar"] if rule.calendar else TWINS[rule.strategy]

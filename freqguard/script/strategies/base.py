@@ -58,6 +58,9 @@ class StateSpec(NamedTuple):
     shadow: bool  # a shadow rule's own key: consumes only when that rule allows
     window: int  # the longest window of its rules, µs
     cap: int  # the largest capacity of its rules
+    # a calendar state's periods (strategies.calendar: BOUNDS instants, µs), set per call;
+    # empty for any other state
+    bounds: tuple[int, ...] = ()
 
 
 class Twin(Protocol):

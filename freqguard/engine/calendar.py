@@ -1,0 +1,165 @@
+"""Calendar rules (``Rule(..., calendar=True, tz=... | tz_from=...)``): the periods each hit
+is decided over, in its zone, sent with the call. No I/O.
+
+The store decides on its own time, which only it knows; the client knows time zones. So for
+each calendar state a call carries four instants around the client's clock (the starts of
+the period before, of the current one and of the next, and the next one's end: see
+:mod:`freqguard.script.strategies.calendar`), and the store takes the period holding its
+time. A part with those instants in its specs is made once per distinct set of periods (a
+zone's day: a dozen zones make a dozen parts a day) and kept.
+
+Periods are local calendar dates: a day starts at the first instant of its date (local
+midnight; where a DST change skips midnight, the first instant after it), a week on Monday,
+a month on the 1st; a DST change makes a day of 23 or 25 hours, never two days.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime, timedelta, timezone
+
+from freqguard.clock import zone_named
+from freqguard.errors import ConfigError
+from freqguard.policy import Policy
+from freqguard.rules import Rule
+from freqguard.script.calls import Part, spec_text
+
+__all__ = ["MAX_VARIANTS", "Calendar", "period_bounds"]
+
+#: The most parts with periods kept per policy (past this, all are made again when met).
+MAX_VARIANTS = 1024
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_US = timedelta(microseconds=1)
+_DAY = timedelta(days=1)
+
+
+def _first(period: str, day: date) -> date:
+    """The first date of the period holding ``day``."""
+    if period == "day":
+        return day
+    if period == "week":
+        return day - timedelta(days=day.weekday())  # Monday
+    return day.replace(day=1)
+
+
+def _after(period: str, first: date) -> date:
+    """The first date of the period after the one beginning on ``first``."""
+    if period == "day":
+        return first + _DAY
+    if period == "week":
+        return first + 7 * _DAY
+    return (first.replace(day=28) + 4 * _DAY).replace(day=1)
+
+
+def _start(zone: object, day: date) -> int:
+    """µs of the first instant of ``day`` in ``zone`` (fold 0: the earlier of a repeated
+    midnight, the instant after a skipped one)."""
+    local = datetime(day.year, day.month, day.day, tzinfo=zone)  # type: ignore[arg-type]
+    return (local - _EPOCH) // _US
+
+
+def period_bounds(period: str, tz: str, now: int) -> tuple[int, int, int, int]:
+    """The starts of the period before the one holding ``now`` (µs), of that one and of the
+    next, and the next one's end, in zone ``tz``.
+
+    Raises:
+        ConfigError: ``tz`` names no zone.
+    """
+    zone = zone_named(tz)
+    today = (_EPOCH + now * _US).astimezone(zone).date()
+    current = _first(period, today)
+    before = _first(period, current - _DAY)
+    nxt = _after(period, current)
+    return (
+        _start(zone, before),
+        _start(zone, current),
+        _start(zone, nxt),
+        _start(zone, _after(period, nxt)),
+    )
+
+
+class Calendar:
+    """The parts of a policy with calendar rules, with the periods of a hit in their specs."""
+
+    __slots__ = ("_bounds", "_made", "_policy", "_rules", "_where")
+
+    def __init__(self, policy: Policy, parts: Sequence[Part]) -> None:
+        self._policy = policy
+        indices = [i for i, rule in enumerate(policy.rules) if rule.calendar]
+        self._rules = tuple(policy.rules[i] for i in indices)
+        at_rule: dict[int, tuple[int, int]] = {}  # a rule's state: (part, spec)
+        for p, part in enumerate(parts):
+            at = 0
+            for s, state in enumerate(part.specs):
+                for i in part.rule_index[at : at + len(state.rules)]:
+                    at_rule[i] = (p, s)
+                at += len(state.rules)
+        where = [at_rule[i] for i in indices]  # a calendar rule's state is its own
+        self._where = tuple(where)
+        # per (period, zone): the last bounds computed, reused while now is in their period
+        self._bounds: dict[tuple[str, str], tuple[int, int, int, int]] = {}
+        # per (parts, periods): the parts made (with the parts they were made of, whose id
+        # could be another's once they are gone)
+        self._made: dict[
+            tuple[int, tuple[tuple[int, ...], ...]], tuple[tuple[Part, ...], tuple[Part, ...]]
+        ] = {}
+
+    def parts(
+        self, parts: tuple[Part, ...], texts: Mapping[str, str], now: int, bare: bool = False
+    ) -> tuple[Part, ...]:
+        """``parts`` with each calendar state's periods around ``now`` in the hit's zone
+        (``bare``: in UTC where the texts name none).
+
+        Raises:
+            ConfigError: a hit without the zone a ``tz_from`` rule reads, or a zone unknown.
+        """
+        found = tuple([self._periods(rule, texts, now, bare) for rule in self._rules])
+        key = (id(parts), found)
+        entry = self._made.get(key)
+        if entry is not None and entry[0] is parts:
+            return entry[1]
+        made = self._make(parts, found)
+        if len(self._made) >= MAX_VARIANTS:
+            self._made.clear()
+        self._made[key] = (parts, made)
+        return made
+
+    def _periods(
+        self, rule: Rule, texts: Mapping[str, str], now: int, bare: bool
+    ) -> tuple[int, ...]:
+        tz = rule.tz
+        if tz is None:
+            tz = texts.get(rule.tz_from) or ("UTC" if bare else None)  # type: ignore[arg-type]
+            if tz is None:
+                raise ConfigError(
+                    f"rule {rule.id!r} of policy {self._policy.name!r} counts per calendar "
+                    f"{rule.period} in the zone the hit names as {rule.tz_from!r}; give "
+                    f"{rule.tz_from}=... (an IANA name like 'Europe/Berlin')"
+                )
+        period = rule.period
+        assert period is not None
+        cached = self._bounds.get((period, tz))
+        if cached is not None and cached[1] <= now < cached[2]:
+            return cached
+        try:
+            bounds = period_bounds(period, tz, now)
+        except ConfigError as exc:
+            raise ConfigError(f"rule {rule.id!r} of policy {self._policy.name!r}: {exc}") from None
+        if len(self._bounds) >= MAX_VARIANTS:
+            self._bounds.clear()
+        self._bounds[period, tz] = bounds
+        return bounds
+
+    def _make(
+        self, parts: tuple[Part, ...], found: tuple[tuple[int, ...], ...]
+    ) -> tuple[Part, ...]:
+        specs = [list(part.specs) for part in parts]
+        for (p, s), bounds in zip(self._where, found, strict=True):
+            specs[p][s] = specs[p][s]._replace(bounds=bounds)
+        return tuple(
+            part
+            if list(part.specs) == specs[p]
+            else part._replace(specs=tuple(specs[p]), spec_text=spec_text(specs[p]))
+            for p, part in enumerate(parts)
+        )
