@@ -174,5 +174,10 @@ _NO_MARK = (0, 0.0)
 
 
 def _cache_key(plan: PolicyPlan, texts: Mapping[str, str]) -> Key:
-    """A context's deny-cache entry: its values in the policy's dimension order."""
-    return DenyCache.key(plan.name, [texts[d] for d in plan.dimensions])
+    """A context's deny-cache entry: its values in the policy's dimension order, then those
+    its rules read (a plan, a zone, a priority: a denial at one tier, in one zone or of one
+    priority is not another's)."""
+    values = [texts[d] for d in plan.dimensions]
+    for name in plan.reads:
+        values.append(texts.get(name, ""))
+    return DenyCache.key(plan.name, values)

@@ -70,6 +70,7 @@ class PolicyPlan:
         "name",
         "parts",
         "policy",
+        "reads",
         "single_part",
         "tags",
     )
@@ -97,7 +98,8 @@ class PolicyPlan:
             for part in self.parts
         )
         self._order = tuple(index for part in self.parts for index in part.rule_index)
-        self._accepts = self._dimset | frozenset(policy.reads)
+        self.reads = policy.reads
+        self._accepts = self._dimset | frozenset(self.reads)
         tiered = any(rule.rate_for is not None for rule in rules)
         self._tiers = Tiers(policy, self.parts, self.tags) if tiered else None
         calendar = any(rule.calendar for rule in rules)

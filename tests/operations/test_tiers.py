@@ -227,3 +227,11 @@ def test_wsgi_middleware_decides_a_tier_per_request() -> None:
     assert codes == [200] * 4 + [429]
     assert client.get("/api", headers={"x-user": "b"}).status_code == 200  # no plan: 1/minute
     assert client.get("/api", headers={"x-user": "b"}).status_code == 429
+
+
+def test_the_deny_cache_keeps_each_tiers_denial_apart() -> None:
+    """A caller denied on the free plan and upgraded is decided at the pro rate at once: the
+    deny cache keys a denial by the values the rates are read from too."""
+    guard = Guard(MemoryBackend(), [_api()], clock=ManualClock(1_700_000_000), deny_cache=100)
+    assert [guard.hit("api", user="a", plan="free").allowed for _ in range(3)] == [1, 1, 0]
+    assert guard.hit("api", user="a", plan="pro").allowed  # the 3rd of pro's 4
