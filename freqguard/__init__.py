@@ -16,7 +16,7 @@ from freqguard.errors import (
 )
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.observe import LoggingObserver, Observer
-from freqguard.policy import Policy
+from freqguard.policy import Policy, QuietHours
 from freqguard.rates import Rate, parse_rate, parse_rates
 from freqguard.rules import Rule, Strategy, TierRates
 
@@ -47,6 +47,7 @@ __all__ = [
     "PartialFailure",
     "Policy",
     "PrometheusObserver",
+    "QuietHours",
     "Rate",
     "RedisBackend",
     "Rule",

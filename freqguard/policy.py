@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from freqguard.bounds import MAX_POLICY_LOG_ENTRIES, MAX_RULES
 from freqguard.errors import ConfigError
-from freqguard.rules import Rule, Strategy, check_name
+from freqguard.options import PRIORITY, QuietHours, priority_names
+from freqguard.rules import QUIET_RULE, Rule, Strategy, check_name, quiet_rule
 
-__all__ = ["ON_ERROR", "Fallback", "OnError", "Policy", "check_on_error"]
+__all__ = ["ON_ERROR", "Fallback", "OnError", "Policy", "QuietHours", "check_on_error"]
 
 ON_ERROR = ("raise", "allow", "deny")
 
@@ -26,6 +28,11 @@ class Policy:
         on_error: what a store failure answers for this policy, overriding the guard's:
             ``"raise"``, ``"allow"``, ``"deny"`` or a backend to fall back on; None (the
             default) takes the guard's.
+        priorities: the priorities a hit names (``hit(..., priority="marketing")``), which
+            rules' ``only`` and ``caps`` and the quiet hours' ``exempt`` refer to; every hit
+            then names one.
+        quiet: :class:`QuietHours` when the policy sends nothing (the pseudo-rule
+            ``"quiet-hours"``, decided with the rules, in the same call).
 
     Raises:
         ConfigError: for a bad name, no rules, a non-Rule, two rules with the same id, a
@@ -34,9 +41,16 @@ class Policy:
             :mod:`freqguard.bounds`).
     """
 
-    __slots__ = ("name", "on_error", "rules")
+    __slots__ = ("name", "on_error", "priorities", "rules")
 
-    def __init__(self, name: str, *rules: Rule, on_error: OnError | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *rules: Rule,
+        on_error: OnError | None = None,
+        priorities: Sequence[str] = (),
+        quiet: QuietHours | None = None,
+    ) -> None:
         self.name = check_name("policy name", name)
         if on_error is not None:
             check_on_error(on_error, f"policy {name!r}")
@@ -53,6 +67,9 @@ class Policy:
                     "give them distinct names"
                 )
             seen[rule.id] = rule
+        self.priorities = priority_names(f"policy {name!r} priorities", priorities)
+        rules = _with_quiet(name, rules, quiet)
+        _check_priorities(name, rules, self.priorities)
         _check_size(name, rules)
         self.rules: tuple[Rule, ...] = tuple(rules)
         both = sorted(set(self.reads) & set(self.dimensions))
@@ -69,21 +86,69 @@ class Policy:
 
     @property
     def reads(self) -> tuple[str, ...]:
-        """The context values hits may pass besides the dimensions, for rules' ``rate_for``."""
-        return tuple(dict.fromkeys(r for rule in self.rules for r in rule.reads))
+        """The context values hits may pass besides the dimensions: what rules' ``rate_for``
+        read, zones (``tz_from``), and ``priority`` on a policy with priorities."""
+        reads = [r for rule in self.rules for r in rule.reads]
+        return tuple(dict.fromkeys([*reads, PRIORITY] if self.priorities else reads))
+
+    @property
+    def quiet(self) -> QuietHours | None:
+        """The policy's quiet hours (its pseudo-rule ``"quiet-hours"`` decides them)."""
+        return next((rule.quiet for rule in self.rules if rule.quiet is not None), None)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Policy):
             return NotImplemented
-        return (self.name, self.rules, self.on_error) == (other.name, other.rules, other.on_error)
+        mine = (self.name, self.rules, self.on_error, self.priorities)
+        return mine == (other.name, other.rules, other.on_error, other.priorities)
 
     def __hash__(self) -> int:
         return hash((self.name, self.rules))
 
     def __repr__(self) -> str:
-        inner = ", ".join(repr(rule) for rule in self.rules)
+        inner = ", ".join(repr(rule) for rule in self.rules if rule.quiet is None)
         extra = "" if self.on_error is None else f", on_error={self.on_error!r}"
+        if self.priorities:
+            extra += f", priorities={self.priorities!r}"
+        if self.quiet is not None:
+            extra += f", quiet={self.quiet!r}"
         return f"Policy({self.name!r}, {inner}{extra})"
+
+
+def _with_quiet(name: str, rules: tuple[Rule, ...], quiet: object) -> tuple[Rule, ...]:
+    """The rules, and the quiet-hours pseudo-rule when ``quiet`` is given (keyed by the
+    partition of the policy's first part: decided before any count is taken)."""
+    given = [rule for rule in rules if rule.quiet is not None]  # a policy's, passed on
+    if quiet is None:
+        return rules
+    if not isinstance(quiet, QuietHours):
+        raise ConfigError(f"policy {name!r}: quiet takes QuietHours(...), got {quiet!r}")
+    if given:
+        raise ConfigError(f"policy {name!r}: its rules already hold quiet hours")
+    dimensions = tuple(dict.fromkeys(d for rule in rules for d in rule.by))
+    shared = [d for d in dimensions if all(d in rule.by for rule in rules)]
+    own = [d for d in dimensions if d in rules[0].by]
+    partition = shared[:1] or own[:1]
+    return (*rules, quiet_rule(quiet, tuple(partition)))
+
+
+def _check_priorities(name: str, rules: tuple[Rule, ...], priorities: tuple[str, ...]) -> None:
+    """Every priority a rule's ``only`` or ``caps`` or the quiet hours' ``exempt`` names is
+    one of the policy's; no rule but the pseudo-rule is named ``"quiet-hours"``."""
+    for rule in rules:
+        if rule.id == QUIET_RULE and rule.quiet is None:
+            raise ConfigError(f"policy {name!r}: {QUIET_RULE!r} names the quiet hours, not a rule")
+        named = [*(rule.only or ()), *(p for p, _ in rule.caps)]
+        if rule.quiet is not None:
+            named += rule.quiet.exempt
+        unknown = sorted(set(named) - set(priorities))
+        if unknown:
+            what = "the quiet hours" if rule.quiet is not None else f"rule {rule.id!r}"
+            listed = ", ".join(priorities) or "none: give priorities=(...)"
+            raise ConfigError(
+                f"policy {name!r}: {what} names priorities {unknown} it does not have "
+                f"(its priorities: {listed})"
+            )
 
 
 def _check_size(name: str, rules: tuple[Rule, ...]) -> None:
@@ -98,7 +163,7 @@ def _check_size(name: str, rules: tuple[Rule, ...]) -> None:
     alone = 0
     for rule in rules:
         if rule.strategy is Strategy.SLIDING_LOG:
-            if rule.shadow:
+            if rule.shadow or rule.only is not None:  # a log of its own (script.keys)
                 alone += rule.capacity
             else:
                 dims = frozenset(rule.by)

@@ -2,31 +2,41 @@
 
 from __future__ import annotations
 
-import hashlib
-import keyword
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import Enum
 from typing import Any
 
-from freqguard.bounds import MAX_BURST, MAX_LOG_LIMIT, MAX_SPAN_US
+from freqguard.bounds import MAX_BURST, MAX_LIMIT, MAX_LOG_LIMIT, MAX_SPAN_US
 from freqguard.clock import PERIODS, check_calendar
 from freqguard.errors import ConfigError
+from freqguard.options import (
+    NAME_PATTERN,
+    RESERVED_DIMENSIONS,
+    QuietHours,
+    TierRates,
+    check_name,
+    dimension_names,
+    fit_name,
+    priority_names,
+)
 from freqguard.rates import Rate, parse_rate
 
 __all__ = [
+    "NAME_PATTERN",
     "RESERVED_DIMENSIONS",
     "Rule",
     "Strategy",
     "TierRates",
+    "check_name",
+    "fit_name",
     "limited_rule",
+    "quiet_rule",
 ]
 
-NAME_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
-_DIMENSION = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-# Names the Guard's own keyword arguments take; a dimension by these names could not be passed.
-RESERVED_DIMENSIONS = frozenset({"policy", "cost", "contexts", "timeout", "self"})
+#: The id of a policy's quiet-hours pseudo-rule (a rule may not take it).
+QUIET_RULE = "quiet-hours"
 
 
 class Strategy(str, Enum):
@@ -67,23 +77,6 @@ _SHORT = {
 }
 
 
-def fit_name(raw: str) -> str:
-    """A policy name made from free text (a route, an endpoint, a function's qualname): its
-    safe characters, and, when any had to be replaced or it is longer than 64, a digest of
-    the text, so that two texts never make one name (one counter)."""
-    name = re.sub(r"[^A-Za-z0-9_.\-]", "-", raw)
-    if name != raw or len(name) > 64:
-        name = name[:51] + "." + hashlib.blake2b(raw.encode(), digest_size=6).hexdigest()
-    return name
-
-
-def check_name(kind: str, value: object) -> str:
-    """Validate a policy, rule or prefix name: it appears verbatim in keys."""
-    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
-        raise ConfigError(f"{kind} must be 1 to 64 characters of A-Z a-z 0-9 _ . -, got {value!r}")
-    return value
-
-
 def _check_bounds(rate: Rate, strategy: Strategy, burst: int | None, name: str | None) -> None:
     """Refuse what the encodings cannot hold exactly (see :mod:`freqguard.bounds`)."""
     label = f"rule {name or str(rate)!r}"
@@ -104,46 +97,6 @@ def _check_bounds(rate: Rate, strategy: Strategy, burst: int | None, name: str |
             )
 
 
-class TierRates:
-    """A ``rate_for`` that picks the rate by one context value, from a table: a caller whose
-    value is not in it keeps the rule's own rate. ``Rule("10/minute", by="user",
-    name="per-user", rate_for=TierRates("plan", {"pro": "100/minute"}))`` (the rule then
-    reads ``plan``). Configuration files write it ``tiers = {from = "plan", rates = {...}}``.
-
-    Raises:
-        ConfigError: a name that is not a valid context name, or a rate that does not parse.
-    """
-
-    __slots__ = ("rates", "read")
-
-    def __init__(self, read: str, rates: Mapping[str, Rate | str]) -> None:
-        (self.read,) = _dimensions(read)
-        if not isinstance(rates, Mapping) or not rates:
-            raise ConfigError(f"TierRates takes a table of value -> rate, got {rates!r}")
-        self.rates: dict[str, Rate] = {}
-        for value, rate in rates.items():
-            if not isinstance(value, str):
-                raise ConfigError(f"TierRates: a tier is named by a string, got {value!r}")
-            self.rates[value] = parse_rate(rate) if isinstance(rate, str) else rate
-            if not isinstance(self.rates[value], Rate):
-                raise ConfigError(f"TierRates: tier {value!r} has no rate: {rate!r}")
-
-    def __call__(self, context: Mapping[str, str]) -> Rate | None:
-        return self.rates.get(context.get(self.read, ""))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, TierRates):
-            return NotImplemented
-        return (self.read, self.rates) == (other.read, other.rates)
-
-    def __hash__(self) -> int:
-        return hash((self.read, tuple(self.rates.items())))
-
-    def __repr__(self) -> str:
-        table = ", ".join(f"{k!r}: {str(v)!r}" for k, v in self.rates.items())
-        return f"TierRates({self.read!r}, {{{table}}})"
-
-
 def _rate_for(function: object, name: str | None, rate: Rate) -> Any:
     if function is None:
         return None
@@ -160,31 +113,12 @@ def _rate_for(function: object, name: str | None, rate: Rate) -> Any:
 def _reads(
     reads: str | Sequence[str], by: tuple[str, ...], rate_for: object, tz_from: object
 ) -> tuple[str, ...]:
-    names = _dimensions(reads)
+    names = dimension_names(reads)
     if names and rate_for is None and not (names == (tz_from,)):
         raise ConfigError(f"reads={names!r} is read by rate_for only, and the rule has none")
     shared = sorted(set(names) & set(by))
     if shared:
         raise ConfigError(f"reads names values that are no dimension; {shared} are in by")
-    return names
-
-
-def _dimensions(by: str | Sequence[str]) -> tuple[str, ...]:
-    names = (by,) if isinstance(by, str) else tuple(by)
-    for name in names:
-        if (
-            not isinstance(name, str)
-            or not _DIMENSION.fullmatch(name)
-            or keyword.iskeyword(name)
-            or name in RESERVED_DIMENSIONS
-        ):
-            reserved = ", ".join(sorted(RESERVED_DIMENSIONS))
-            raise ConfigError(
-                f"dimension {name!r} is not allowed: use a Python identifier of at most 64 "
-                f"characters that is not a keyword nor one of {reserved}"
-            )
-    if len(set(names)) != len(names):
-        raise ConfigError(f"dimensions must be distinct, got {names!r}")
     return names
 
 
@@ -230,6 +164,9 @@ class Rule:
     calendar: bool = field(repr=False)
     tz: str | None = field(repr=False)
     tz_from: str | None = field(repr=False)
+    only: tuple[str, ...] | None = field(repr=False)
+    caps: tuple[tuple[str, int], ...] = field(repr=False)
+    quiet: QuietHours | None = field(repr=False)  # the policy's quiet-hours pseudo-rule
 
     def __init__(
         self,
@@ -245,6 +182,8 @@ class Rule:
         calendar: bool = False,
         tz: str | None = None,
         tz_from: str | None = None,
+        only: Sequence[str] | None = None,
+        caps: Mapping[str, int] | None = None,
     ) -> None:
         rate = parse_rate(rate) if isinstance(rate, str) else rate
         if not isinstance(rate, Rate):
@@ -255,7 +194,7 @@ class Rule:
         strategy = default if strategy is None else Strategy.parse(strategy)
         check_calendar(calendar, strategy.value, rate, tz, tz_from)
         if tz_from is not None:
-            _dimensions(tz_from)
+            dimension_names(tz_from)
         if name is not None:
             check_name("rule name", name)
         if burst is not None:
@@ -275,7 +214,7 @@ class Rule:
         _check_bounds(rate, strategy, burst, name)
         set_ = object.__setattr__
         set_(self, "rate", rate)
-        set_(self, "by", _dimensions(by))
+        set_(self, "by", dimension_names(by))
         set_(self, "strategy", strategy)
         set_(self, "name", name)
         set_(self, "burst", burst)
@@ -298,6 +237,11 @@ class Rule:
                 f"rule {self.id!r}: rate_for is not supported on a calendar rule; set a "
                 "per-key limit (set_limit) for a recipient's own daily cap"
             )
+        set_(self, "only", None if only is None else priority_names(f"rule {self.id!r} only", only))
+        if self.only == ():
+            raise ConfigError(f"rule {self.id!r}: only= names no priority; leave it out instead")
+        set_(self, "caps", _caps(self, caps))
+        set_(self, "quiet", None)
 
     @property
     def period(self) -> str | None:
@@ -356,6 +300,10 @@ class Rule:
         if self.calendar:
             parts.append("calendar=True")
             parts.append(f"tz={self.tz!r}" if self.tz is not None else f"tz_from={self.tz_from!r}")
+        if self.only is not None:
+            parts.append(f"only={self.only!r}")
+        if self.caps:
+            parts.append(f"caps={dict(self.caps)!r}")
         return f"Rule({', '.join(parts)})"
 
 
@@ -372,9 +320,47 @@ _FIELDS = (
     "calendar",
     "tz",
     "tz_from",
+    "only",
+    "caps",
+    "quiet",
 )
 #: The defaults of the fields added after 0.1 (``rate_for`` on), for rules pickled before.
-_LATER: tuple[object, ...] = (None, (), False, None, None)
+_LATER: tuple[object, ...] = (None, (), False, None, None, None, (), None)
+
+
+def _caps(rule: Rule, caps: object) -> tuple[tuple[str, int], ...]:
+    """A rule's caps per priority, checked: each below the rule's capacity, on a priority
+    the rule applies to."""
+    if caps is None:
+        return ()
+    where = f"rule {rule.id!r} caps"
+    if not isinstance(caps, Mapping) or not caps:
+        raise ConfigError(f"{where}: a table of priority -> cap, got {caps!r}")
+    names = priority_names(where, list(caps))
+    for name in names:
+        cap = caps[name]
+        if isinstance(cap, bool) or not isinstance(cap, int) or not 0 < cap < rule.capacity:
+            raise ConfigError(
+                f"{where}: the cap of {name!r} is an integer from 1 to {rule.capacity - 1} "
+                f"(below the rule's {'burst' if rule.strategy.uses_burst else 'limit'} "
+                f"{rule.capacity}), got {cap!r}"
+            )
+        if rule.only is not None and name not in rule.only:
+            raise ConfigError(
+                f"{where}: {name!r} is capped, yet the rule applies only to {rule.only}"
+            )
+    return tuple(sorted((name, caps[name]) for name in names))
+
+
+def quiet_rule(quiet: QuietHours, by: tuple[str, ...]) -> Rule:
+    """The pseudo-rule ``"quiet-hours"`` a policy with ``quiet`` decides, keyed by ``by``
+    (its first part's partition, so it is decided before any count is taken): it denies a
+    hit inside the quiet hours, counts nothing, and is never the narrowest rule."""
+    made = Rule(Rate(MAX_LIMIT, timedelta(days=1)), by, "fixed-window", name=QUIET_RULE)
+    object.__setattr__(made, "quiet", quiet)
+    if quiet.tz_from is not None:
+        object.__setattr__(made, "reads", (quiet.tz_from,))
+    return made
 
 
 def limited_rule(rule: Rule, rate: Rate, exempt: bool) -> Rule:

@@ -20,11 +20,12 @@ from datetime import date, datetime, timedelta, timezone
 
 from freqguard.clock import zone_named
 from freqguard.errors import ConfigError
+from freqguard.options import PRIORITY, QuietHours
 from freqguard.policy import Policy
 from freqguard.rules import Rule
 from freqguard.script.calls import Part, spec_text
 
-__all__ = ["MAX_VARIANTS", "Calendar", "period_bounds"]
+__all__ = ["MAX_VARIANTS", "Calendar", "period_bounds", "quiet_bounds"]
 
 #: The most parts with periods kept per policy (past this, all are made again when met).
 MAX_VARIANTS = 1024
@@ -79,14 +80,46 @@ def period_bounds(period: str, tz: str, now: int) -> tuple[int, int, int, int]:
     )
 
 
+def _at(zone: object, day: date, minute: int) -> int:
+    """µs of ``minute`` after midnight of ``day`` in ``zone`` (a time a DST change skips:
+    as if the change had not happened yet, so the instant after it)."""
+    hour, minute = divmod(minute, 60)
+    local = datetime(day.year, day.month, day.day, hour, minute, tzinfo=zone)  # type: ignore[arg-type]
+    return (local - _EPOCH) // _US
+
+
+def quiet_bounds(quiet: QuietHours, tz: str, now: int, exempt: bool) -> tuple[int, ...]:
+    """The span of three local days around ``now`` (the day before to the day after, in
+    zone ``tz``), then the quiet intervals that begin on the day before it and on each of
+    its days: ``(0, 0)`` each when ``exempt``.
+
+    Raises:
+        ConfigError: ``tz`` names no zone.
+    """
+    zone = zone_named(tz)
+    today = (_EPOCH + now * _US).astimezone(zone).date()
+    out = [_start(zone, today - _DAY), _start(zone, today + 2 * _DAY)]
+    for offset in (-2, -1, 0, 1):
+        first = today + offset * _DAY
+        if exempt:
+            out += (0, 0)
+            continue
+        last = first if quiet.end > quiet.start else first + _DAY  # crossing midnight
+        out += (_at(zone, first, quiet.start), _at(zone, last, quiet.end))
+    return tuple(out)
+
+
 class Calendar:
-    """The parts of a policy with calendar rules, with the periods of a hit in their specs."""
+    """The parts of a policy with calendar rules or quiet hours, with the periods (and quiet
+    intervals) of a hit in their specs."""
 
     __slots__ = ("_bounds", "_made", "_policy", "_rules", "_where")
 
     def __init__(self, policy: Policy, parts: Sequence[Part]) -> None:
         self._policy = policy
-        indices = [i for i, rule in enumerate(policy.rules) if rule.calendar]
+        indices = [
+            i for i, rule in enumerate(policy.rules) if rule.calendar or rule.quiet is not None
+        ]
         self._rules = tuple(policy.rules[i] for i in indices)
         at_rule: dict[int, tuple[int, int]] = {}  # a rule's state: (part, spec)
         for p, part in enumerate(parts):
@@ -97,8 +130,8 @@ class Calendar:
                 at += len(state.rules)
         where = [at_rule[i] for i in indices]  # a calendar rule's state is its own
         self._where = tuple(where)
-        # per (period, zone): the last bounds computed, reused while now is in their period
-        self._bounds: dict[tuple[str, str], tuple[int, int, int, int]] = {}
+        # per (period, zone): the last bounds computed, reused while now is in [lo, hi)
+        self._bounds: dict[tuple[str, str], tuple[int, int, tuple[int, ...]]] = {}
         # per (parts, periods): the parts made (with the parts they were made of, whose id
         # could be another's once they are gone)
         self._made: dict[
@@ -128,27 +161,41 @@ class Calendar:
     def _periods(
         self, rule: Rule, texts: Mapping[str, str], now: int, bare: bool
     ) -> tuple[int, ...]:
-        tz = rule.tz
+        quiet = rule.quiet
+        tz = rule.tz if quiet is None else quiet.tz
         if tz is None:
-            tz = texts.get(rule.tz_from) or ("UTC" if bare else None)  # type: ignore[arg-type]
+            read = rule.tz_from if quiet is None else quiet.tz_from
+            assert read is not None
+            tz = texts.get(read) or ("UTC" if bare else None)
             if tz is None:
-                raise ConfigError(
-                    f"rule {rule.id!r} of policy {self._policy.name!r} counts per calendar "
-                    f"{rule.period} in the zone the hit names as {rule.tz_from!r}; give "
-                    f"{rule.tz_from}=... (an IANA name like 'Europe/Berlin')"
+                what = (
+                    f"rule {rule.id!r} counts per calendar {rule.period}"
+                    if quiet is None
+                    else "its quiet hours are kept"
                 )
-        period = rule.period
-        assert period is not None
-        cached = self._bounds.get((period, tz))
-        if cached is not None and cached[1] <= now < cached[2]:
-            return cached
+                raise ConfigError(
+                    f"policy {self._policy.name!r}: {what} in the zone the hit names as "
+                    f"{read!r}; give {read}=... (an IANA name like 'Europe/Berlin')"
+                )
+        exempt = quiet is not None and texts.get(PRIORITY) in quiet.exempt
+        kind = rule.period if quiet is None else ("quiet-exempt" if exempt else "quiet")
+        assert kind is not None
+        cached = self._bounds.get((kind, tz))
+        if cached is not None and cached[0] <= now < cached[1]:
+            return cached[2]
+        bounds: tuple[int, ...]
         try:
-            bounds = period_bounds(period, tz, now)
+            if quiet is None:
+                bounds = period_bounds(kind, tz, now)
+                lo, hi = bounds[1], bounds[2]
+            else:
+                bounds = quiet_bounds(quiet, tz, now, exempt)
+                lo, hi = period_bounds("day", tz, now)[1:3]
         except ConfigError as exc:
             raise ConfigError(f"rule {rule.id!r} of policy {self._policy.name!r}: {exc}") from None
         if len(self._bounds) >= MAX_VARIANTS:
             self._bounds.clear()
-        self._bounds[period, tz] = bounds
+        self._bounds[kind, tz] = (lo, hi, bounds)
         return bounds
 
     def _make(

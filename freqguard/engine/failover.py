@@ -37,6 +37,9 @@ def shared_out(policy: Policy, workers: int) -> Policy:
         return policy
     rules = []
     for rule in policy.rules:
+        if rule.quiet is not None:  # the quiet hours are the same for every worker
+            rules.append(rule)
+            continue
         burst = None if rule.burst is None else max(rule.burst // workers, 1)
         try:
             rate = Rate(max(rule.rate.limit // workers, 1), rule.rate.window)
@@ -54,6 +57,8 @@ def shared_out(policy: Policy, workers: int) -> Policy:
                     calendar=rule.calendar,
                     tz=rule.tz,
                     tz_from=rule.tz_from,
+                    only=rule.only,
+                    caps=_shared_caps(rule, burst if burst is not None else rate.limit),
                 )
             )
         except ConfigError as exc:
@@ -62,7 +67,15 @@ def shared_out(policy: Policy, workers: int) -> Policy:
                 f"{policy.name!r} out as {max(rule.rate.limit // workers, 1)} per "
                 f"{rule.rate.window} (burst {burst}), which is refused: {exc}"
             ) from None
-    return Policy(policy.name, *rules)
+    return Policy(policy.name, *rules, priorities=policy.priorities)
+
+
+def _shared_caps(rule: Rule, capacity: int) -> dict[str, int] | None:
+    """A rule's caps in the same proportion of its shared-out capacity (none where that is
+    too small to leave a priority less than the whole)."""
+    if not rule.caps or capacity < 2:
+        return None
+    return {p: min(max(cap * capacity // rule.capacity, 1), capacity - 1) for p, cap in rule.caps}
 
 
 def _shared_tier(

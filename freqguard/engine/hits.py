@@ -178,6 +178,5 @@ def _cache_key(plan: PolicyPlan, texts: Mapping[str, str]) -> Key:
     its rules read (a plan, a zone, a priority: a denial at one tier, in one zone or of one
     priority is not another's)."""
     values = [texts[d] for d in plan.dimensions]
-    for name in plan.reads:
-        values.append(texts.get(name, ""))
+    values.extend([texts.get(name, "") for name in plan.reads])
     return DenyCache.key(plan.name, values)

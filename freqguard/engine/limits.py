@@ -126,6 +126,8 @@ def _limit(plan: PolicyPlan, index: int, rate: object) -> Limit:
     strategy's bounds, the policy's), the burst of a bucket kept if the rule set one."""
     policy, rule = plan.policy, plan.policy.rules[index]
     where = f"rule {rule.id!r} of policy {plan.name!r}"
+    if rule.quiet is not None:
+        raise ConfigError(f"{where}: the quiet hours have no rate a limit could change")
     if rate is None:
         params = rule_params(rule)
         return Limit(0, 0, True, rule.limit, params.window, params.capacity, params.interval)
@@ -154,7 +156,7 @@ def _limit(plan: PolicyPlan, index: int, rate: object) -> Limit:
         )
         rules = list(policy.rules)
         rules[index] = made
-        Policy(policy.name, *rules)  # the policy's bounds, with this rate
+        Policy(policy.name, *rules, priorities=policy.priorities)  # its bounds, at this rate
     except ConfigError as exc:
         raise ConfigError(f"{where}: the limit {rate} cannot apply: {exc}") from None
     params = rule_params(made)

@@ -13,6 +13,7 @@ from functools import partial
 from freqguard.clock import SystemClock
 from freqguard.decision import Decision, Receipt, make_decision
 from freqguard.engine.calendar import Calendar
+from freqguard.engine.priorities import Priorities
 from freqguard.engine.tiers import Tiers, rule_params
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
@@ -23,6 +24,7 @@ from freqguard.script.contract import CHECK, HIT, REFUND, RESET
 from freqguard.script.keys import StateLayout, policy_layout, value_text
 from freqguard.script.limits import Limit, rule_tags
 from freqguard.script.strategies import StateSpec, twin_of
+from freqguard.script.strategies.base import SKIP
 
 __all__ = ["PolicyPlan", "limit_rate", "rule_params"]
 
@@ -64,7 +66,10 @@ class PolicyPlan:
         "_limited",
         "_narrow",
         "_order",
+        "_priorities",
+        "_skips",
         "_tiers",
+        "_varies",
         "dimensions",
         "fingerprint",
         "name",
@@ -102,8 +107,12 @@ class PolicyPlan:
         self._accepts = self._dimset | frozenset(self.reads)
         tiered = any(rule.rate_for is not None for rule in rules)
         self._tiers = Tiers(policy, self.parts, self.tags) if tiered else None
-        calendar = any(rule.calendar for rule in rules)
+        calendar = any(rule.calendar or rule.quiet is not None for rule in rules)
         self._calendar = Calendar(policy, self.parts) if calendar else None
+        self._priorities = Priorities(policy) if policy.priorities else None
+        self._skips = any(rule.only is not None for rule in rules)  # see _rules
+        # whether a hit's parts are others than those compiled (parts_for)
+        self._varies = any((self._tiers, self._calendar, self._priorities))
         self._estimate = estimate if estimate is not None else SystemClock().now_us
         self._limited: dict[tuple[int, Limit], Rule] = {}  # rules as per-key limits make them
         enforcing = [r for r in rules if not r.shadow]
@@ -159,7 +168,7 @@ class PolicyPlan:
     def call(self, texts: Mapping[str, str], now: int | None, cost: int, mode: int) -> ScriptCall:
         """The one script call of a policy that lives on one part."""
         part = self.parts[0]
-        if self._tiers is not None or self._calendar is not None:
+        if self._varies:
             part = self.parts_for(texts, now)[0]
         return ScriptCall(part, texts, now, cost, mode)
 
@@ -177,6 +186,8 @@ class PolicyPlan:
         parts = self.parts
         if self._tiers is not None and not bare:
             parts = self._tiers.parts(texts)
+        if self._priorities is not None and not bare:
+            parts = self._priorities.parts(parts, texts)
         if self._calendar is not None:
             at = self._estimate() if now is None else now
             parts = self._calendar.parts(parts, texts, at, bare)
@@ -251,6 +262,12 @@ class PolicyPlan:
         """The policy's rules as the replies decided them: a rule under a per-key limit at
         its rate (exempt: as a shadow rule), under its own id."""
         rules = self.policy.rules
+        if self._skips:
+            rules = tuple(
+                limited_rule(rule, rule.rate, True) if index in skipped else rule
+                for skipped in [self._skipped(replies)]
+                for index, rule in enumerate(rules)
+            )
         if not any(reply.part.limits for reply in replies):
             return rules
         out = list(rules)
@@ -267,6 +284,15 @@ class PolicyPlan:
                     out[index] = made
         return tuple(out)
 
+    def _skipped(self, replies: Sequence[Reply]) -> frozenset[int]:
+        """The rules that did not apply to the hit's priority (``only``): reported as shadow
+        rules that waited for nothing, since they neither denied nor counted it."""
+        found = []
+        for part, reply in zip(self.parts, replies):  # noqa: B905 (one reply per part)
+            params = [rule for spec in reply.part.specs for rule in spec.rules]
+            found += [i for i, p in zip(part.rule_index, params) if p.reserve == SKIP]  # noqa: B905
+        return frozenset(found)
+
     def _raw(self, replies: list[Reply]) -> tuple[tuple[Rule, int, int, int], ...]:
         """``(rule, remaining, reset_after µs, retry_after µs)`` per rule, in policy order."""
         rules = self._rules(replies)
@@ -277,4 +303,7 @@ class PolicyPlan:
                 part.rule_index, report, reply.waits
             ):
                 raw[index] = (rules[index], remaining, reset, wait)
+        if self._skips:  # a rule that did not apply waits for nothing
+            for index in self._skipped(replies):
+                raw[index] = (*raw[index][:3], 0)
         return tuple(raw)

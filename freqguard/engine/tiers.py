@@ -85,7 +85,8 @@ class Tiers:
                 continue
             try:
                 rules[index] = Rule(rate, rule.by, rule.strategy, name=rule.id, burst=rule.burst)
-                Policy(self._policy.name, *rules)  # the policy's bounds, with this rate
+                policy = self._policy
+                Policy(policy.name, *rules, priorities=policy.priorities)  # at this rate
             except ConfigError as exc:
                 raise ConfigError(
                     f"rule {rule.id!r} of policy {self._policy.name!r}: rate_for returned "

@@ -88,7 +88,7 @@ def grows(mode: int, cost: int) -> bool:
 #: rules), each state followed by its rules, these per rule (``RuleParams``' fields; shadow
 #: 0/1).
 SPEC_STATE = ("code", "shadow", "rule_count")
-SPEC_RULE = ("capacity", "window", "interval", "shadow", "tag")
+SPEC_RULE = ("capacity", "window", "interval", "shadow", "tag", "reserve")
 
 #: The reply (one string): this head (flags: 1 allowed, plus :data:`REPLY_LIMITS`; the µs the
 #: call was judged at), one wait per rule (µs, in spec order), then per state its packed

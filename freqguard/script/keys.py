@@ -196,7 +196,8 @@ def policy_layout(policy: Policy, prefix: str) -> tuple[tuple[StateLayout, ...],
       order: rules keyed by the same dimensions must share a part, since they may share a key);
       rules with the same partition form one part, decided by one script call.
     * Every non-shadow sliding-log rule with the same dimensions shares one log (key id
-      ``log``); any other rule keeps its own state (key id: the rule's id).
+      ``log``), but for one that applies to some priorities only; any other rule keeps its
+      own state (key id: the rule's id).
 
     Raises:
         ConfigError: two states whose field tags collide (see :func:`_check_field_tags`).
@@ -234,7 +235,8 @@ def _key_id(rule: Rule) -> str:
     """What names a rule's state: ``log`` for a log shared with the other non-shadow
     sliding-log rules of its dimensions, else the rule's own id."""
     shared_log = rule.strategy is Strategy.SLIDING_LOG and not rule.shadow
-    return "log" if shared_log else rule.id
+    # a rule for some priorities only (only=) counts only their hits: a log of its own
+    return "log" if shared_log and rule.only is None else rule.id
 
 
 def _check_field_tags(policy: str, layout: tuple[tuple[StateLayout, ...], ...]) -> None:

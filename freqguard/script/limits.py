@@ -146,7 +146,12 @@ def _spec(spec: StateSpec, limits: Sequence[Limit | None]) -> StateSpec:
         rule
         if limit is None
         else RuleParams(
-            limit.capacity, limit.window, limit.interval, rule.shadow or limit.exempt, rule.tag
+            limit.capacity,
+            limit.window,
+            limit.interval,
+            rule.shadow or limit.exempt,
+            rule.tag,
+            rule.reserve,
         )
         for rule, limit in zip(spec.rules, limits, strict=True)
     )

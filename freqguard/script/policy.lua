@@ -386,6 +386,41 @@ function calendar.ttl(raw, now, spec)
   return stop - now
 end
 
+-- quiet -----------------------------------------------------------------------------------
+-- a policy's quiet hours, the pseudo-rule "quiet-hours": no state (nothing is stored); the
+-- specs carry QUIET_BOUNDS numbers after its rule, the span the client computed and four
+-- quiet intervals (0 0: none), and a hit inside one waits until it ends
+local QUIET_STATE = '>'                  -- nothing
+local quiet = {code = 6}
+local QUIET_BOUNDS = 10
+local QUIET_OUTSIDE = 'freqguard: quiet hours: time outside the span the client sent'
+
+function quiet.load(raw, now, spec)
+  local b = spec.bounds
+  if now < b[1] or now >= b[2] then error(QUIET_OUTSIDE .. ': ' .. format('%d', now), 0) end
+  for i = 3, #b, 2 do
+    if b[i] <= now and now < b[i + 1] then return b[i + 1] end
+  end
+  return 0
+end
+
+function quiet.check(view, now, need, rule)
+  if view > 0 then return view - now end
+  return 0
+end
+
+function quiet.consume(view, now, cost, spec)
+  return nil  -- quiet hours count nothing
+end
+
+function quiet.refund(view, now, cost, spec, mark)
+  return nil
+end
+
+function quiet.ttl(raw, now, spec)
+  return 0
+end
+
 -- specs -----------------------------------------------------------------------------------
 -- The registry: each strategy's section under its code (one line each).
 local TWINS = {
@@ -394,9 +429,10 @@ local TWINS = {
   [token_bucket.code] = token_bucket,
   [gcra.code] = gcra,
   [calendar.code] = calendar,
+  [quiet.code] = quiet,
 }
--- How many numbers follow a state's rules in the specs, by code (none but for calendars).
-local BOUNDS = {[calendar.code] = CALENDAR_BOUNDS}
+-- How many numbers follow a state's rules in the specs, by code (calendars and quiet hours).
+local BOUNDS = {[calendar.code] = CALENDAR_BOUNDS, [quiet.code] = QUIET_BOUNDS}
 local PARSED, PARSED_COUNT = {}, 0
 
 -- ARGV_SPECS: the number of states, then per state the numbers of parse_state, each followed
@@ -404,7 +440,7 @@ local PARSED, PARSED_COUNT = {}, 0
 -- SPEC_RULE). Both return the next position.
 local function parse_rule(v, at)
   return {capacity = v[at], window = v[at + 1], interval = v[at + 2], shadow = v[at + 3] == 1,
-    tag = v[at + 4]}, at + 5
+    tag = v[at + 4], reserve = v[at + 5]}, at + 6
 end
 
 -- A state's longest window and largest capacity, from its rules.
@@ -508,7 +544,7 @@ local function limited_spec(spec, by_tag)
     rules[r] = rule
     if e then
       rules[r] = {capacity = e[6], window = e[5], interval = e[7],
-        shadow = rule.shadow or e[3] == 1, tag = rule.tag}
+        shadow = rule.shadow or e[3] == 1, tag = rule.tag, reserve = rule.reserve}
       found = true
     end
   end
@@ -642,7 +678,8 @@ local function check_rules(specs, views, now, need)
     local check, view, rules = specs[i].twin.check, views[i], specs[i].rules
     for r = 1, #rules do
       local rule = rules[r]
-      local wait = check(view, now, need, rule)
+      local wait = 1  -- SKIP: the rule does not apply to this hit (strategies/base.py)
+      if rule.reserve >= 0 then wait = check(view, now, need + rule.reserve, rule) end
       waits[#waits + 1] = wait
       if wait > 0 and not rule.shadow then allowed = false end
     end

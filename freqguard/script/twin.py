@@ -152,7 +152,8 @@ def check_rules(
     for view, spec in zip(views, specs):  # noqa: B905
         check = spec.twin.check
         for rule in spec.rules:
-            wait = check(view, now, need, rule)
+            reserve = rule.reserve
+            wait = check(view, now, need + reserve, rule) if reserve >= 0 else 1  # SKIP
             waits.append(wait)
             if wait and not rule.shadow:
                 allowed = False
@@ -174,8 +175,9 @@ def consume_states(
         if not spec.shadow or waits[first] == 0:
             twin = spec.twin
             state = twin.consume(views[i], now, cost, spec)
-            store.put(keys[i], spec.horizon, state, now + twin.ttl(state, now, spec), now)
-            views[i] = twin.load(state, now, spec)
+            if state is not None:  # None: the state counts nothing (quiet hours)
+                store.put(keys[i], spec.horizon, state, now + twin.ttl(state, now, spec), now)
+                views[i] = twin.load(state, now, spec)
         first += len(spec.rules)
 
 

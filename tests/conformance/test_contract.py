@@ -14,11 +14,10 @@ from types import ModuleType
 
 import pytest
 
-from freqguard import Policy, Rule, Strategy
+from freqguard import Policy, QuietHours, Rule, Strategy
 from freqguard.engine.plan import PolicyPlan
 from freqguard.script import contract, twin
 from freqguard.script.strategies import KINDS, STATE_FORMATS, STRATEGY_CODES, TWINS, RuleParams
-from freqguard.script.strategies import calendar as calendar_twin
 
 LUA = resources.files("freqguard.script").joinpath("policy.lua").read_text(encoding="utf-8")
 
@@ -116,7 +115,7 @@ def test_the_lua_sizes_are_those_of_the_formats() -> None:
 def test_the_lua_writes_no_format_but_the_named_ones() -> None:
     """A format written anywhere else in the Lua would escape the contract."""
     named = {name for name, _ in re.findall(r"^local (\w+) = ('[>BI\d]+')", LUA, re.M)}
-    assert len(named) == 11
+    assert len(named) == 12
     for line in LUA.splitlines():
         formats = re.findall(r"'>?[BI][\dBI]*'", line)
         if not formats or re.match(rf"local ({'|'.join(named)}) = ", line):
@@ -171,21 +170,24 @@ def test_the_python_twin_decodes_states_as_the_contract_says(kind: str) -> None:
     assert KINDS[kind].decode(raw) == tuple(values)
 
 
-def test_a_calendar_states_periods_follow_its_rules_on_both_sides() -> None:
-    """The Lua reads CALENDAR_BOUNDS numbers after a calendar state's rules, as many as the
-    Python twin writes (its BOUNDS)."""
-    assert _lua_local("CALENDAR_BOUNDS") == str(calendar_twin.BOUNDS)
-    assert re.search(r"^local BOUNDS = \{\[calendar\.code\] = CALENDAR_BOUNDS\}$", LUA, re.M)
-    assert _lua_string("CALENDAR_OUTSIDE") == calendar_twin.OUTSIDE
-    policy = Policy("p", Rule("3/day", by="a", calendar=True, tz="UTC"), Rule("5/minute", by="a"))
+@pytest.mark.parametrize("kind", ["calendar", "quiet"])
+def test_the_numbers_after_a_states_rules_are_read_as_written(kind: str) -> None:
+    """The Lua reads <KIND>_BOUNDS numbers after a calendar's or the quiet hours' rule, as
+    many as the Python twin writes (its BOUNDS), and raises the same error beyond them."""
+    twin = KINDS[kind]
+    name = kind.upper()
+    assert _lua_local(f"{name}_BOUNDS") == str(twin.BOUNDS)  # type: ignore[attr-defined]
+    assert re.search(rf"\[{kind}\.code\] = {name}_BOUNDS", LUA)
+    assert _lua_string(f"{name}_OUTSIDE") == twin.OUTSIDE  # type: ignore[attr-defined]
+    rule = Rule("3/day", by="a", calendar=True, tz="UTC")
+    quiet = QuietHours("21:00", "08:00", tz="UTC") if kind == "quiet" else None
+    policy = Policy("p", rule if quiet is None else Rule("3/day", by="a"), quiet=quiet)
     plan = PolicyPlan(policy, "fg")
     (part,) = plan.parts_for({"a": "x"}, 1_781_200_000_000_000)
-    words = part.spec_text.split()
-    bounds = part.specs[0].bounds
-    assert len(bounds) == calendar_twin.BOUNDS
-    assert words[4 + len(contract.SPEC_RULE) : 4 + len(contract.SPEC_RULE) + 4] == [
-        str(b) for b in bounds
-    ]
+    spec = part.specs[-1]
+    assert spec.twin is twin
+    assert len(spec.bounds) == twin.BOUNDS  # type: ignore[attr-defined]
+    assert part.spec_text.split()[-len(spec.bounds) :] == [str(b) for b in spec.bounds]
 
 
 def test_the_python_twin_reads_a_packed_log_as_the_contract_says() -> None:

@@ -14,7 +14,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from freqguard import Decision, Guard, ManualClock, MemoryBackend, Policy, Rate, Rule, Strategy
+from freqguard import (
+    Decision,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    QuietHours,
+    Rate,
+    Rule,
+    Strategy,
+)
 from freqguard.backends.redis import RedisBackend
 from freqguard.script.contract import STALE_GRACE_US
 from tests.conftest import examples, flush
@@ -90,6 +100,8 @@ def _limit(guard: Guard, policy: Policy, context: dict[str, str], arg: Any, n: A
     """Set (``n`` given) or clear a per-key limit of one rule for a context's partition."""
     plan = guard._lookup(policy.name)
     index = arg[1] % len(policy.rules)
+    if policy.rules[index].quiet is not None:  # no rate to limit (refused: tested apart)
+        return
     part = next(p for p in plan.parts if index in p.rule_index)
     partition = part.layouts[0].partition
     where = {} if partition is None else {partition: context[partition]}
@@ -158,7 +170,9 @@ def _replay(
     return out
 
 
-def _unique(rules: list[Rule]) -> Policy:
+def _unique(
+    rules: list[Rule], priorities: tuple[str, ...] = (), quiet: QuietHours | None = None
+) -> Policy:
     return Policy(
         "p",
         *(
@@ -172,9 +186,13 @@ def _unique(rules: list[Rule]) -> Policy:
                 calendar=r.calendar,
                 tz=r.tz,
                 tz_from=r.tz_from,
+                only=r.only,
+                caps=dict(r.caps) or None,
             )
             for i, r in enumerate(rules)
         ),
+        priorities=priorities,
+        quiet=quiet,
     )
 
 
@@ -372,8 +390,42 @@ def calendar_rule(draw: st.DrawFn) -> Rule:
 
 
 calendar_ctx = st.fixed_dictionaries(
-    {"u": st.sampled_from(VALUES), "c": st.sampled_from(VALUES), "tz": st.sampled_from(ZONES)}
+    {
+        "u": st.sampled_from(VALUES),
+        "c": st.sampled_from(VALUES),
+        "tz": st.sampled_from(ZONES),
+        "priority": st.sampled_from(["t", "m"]),
+    }
 )
+
+
+@st.composite
+def priority_rule(draw: st.DrawFn) -> Rule:
+    """A rule for one priority only, or capped for one (its capacity permitting)."""
+    r = draw(rule())
+    only = draw(st.sampled_from([None, ("m",), ("t",)]))
+    caps = None
+    if r.capacity > 1 and draw(st.booleans()):
+        capped = draw(st.sampled_from(only or ("t", "m")))
+        caps = {capped: draw(st.integers(1, r.capacity - 1))}
+    return Rule(r.rate, r.by, r.strategy, burst=r.burst, shadow=r.shadow, only=only, caps=caps)
+
+
+@st.composite
+def quiet_hours(draw: st.DrawFn) -> QuietHours | None:
+    start = draw(st.sampled_from(["21:00", "00:30", "12:00", "23:59", "01:30"]))
+    end = draw(
+        st.sampled_from(["08:00", "06:45", "00:00", "13:00", "03:00"]).filter(
+            lambda end: end != start
+        )
+    )
+    zone = draw(st.sampled_from([None, "UTC", "America/New_York"]))  # None: the hit's
+    exempt = draw(st.sampled_from([(), ("t",)]))
+    if draw(st.booleans()):
+        return None
+    return QuietHours(start, end, tz=zone, tz_from="tz" if zone is None else None, exempt=exempt)
+
+
 calendar_op = st.one_of(
     op,
     st.tuples(st.just("hours"), st.just(0), st.integers(1, 30)),
@@ -391,28 +443,30 @@ DAY_EDGES = [
 
 @settings(max_examples=examples(200))
 @given(
-    rules=st.lists(calendar_rule() | rule(), min_size=1, max_size=3).filter(
-        lambda rules: any(r.calendar for r in rules)
-    ),
+    rules=st.lists(calendar_rule() | rule() | priority_rule(), min_size=1, max_size=3),
+    quiet=quiet_hours(),
     pool=st.lists(calendar_ctx, min_size=1, max_size=3),
     ops=st.lists(calendar_op, min_size=1, max_size=40),
     start=st.sampled_from(DAY_EDGES),
 )
-def test_calendar_rules_decide_alike(
+def test_messaging_rules_decide_alike(
     redis_backend: RedisBackend,
     cluster_backend: RedisBackend,
     redis_server: RedisServer,
     redis_cluster: list[RedisServer],
     rules: list[Rule],
+    quiet: QuietHours | None,
     pool: list[dict[str, str]],
     ops: list[Any],
     start: int,
 ) -> None:
-    """Calendar rules (fixed zones and each hit's own) beside rolling ones, hits an hour or
-    a day apart across local midnights and DST changes, zones changing between hits (a
-    context's zone is drawn per context, and contexts share partitions), per-key limits."""
+    """Calendar rules (fixed zones and each hit's own) beside rolling ones, rules for some
+    priorities only or capped for one, quiet hours (crossing midnight or not, exempting a
+    priority or not); hits an hour or a day apart across local midnights and DST changes,
+    zones and priorities changing between hits of a partition, per-key limits."""
     flush([redis_server, *redis_cluster])
-    policy = _unique(rules)
+    prioritized = quiet is not None or any(r.only or r.caps for r in rules)
+    policy = _unique(rules, ("t", "m") if prioritized else (), quiet)
     results = []
     for backend in (MemoryBackend(), redis_backend, cluster_backend):
         clock = ManualClock(start)

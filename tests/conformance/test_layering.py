@@ -19,6 +19,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "freqguard.clock",
         "freqguard.bounds",
         "freqguard.rates",
+        "freqguard.options",
         "freqguard.rules",
         "freqguard.policy",
     ),

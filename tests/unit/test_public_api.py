@@ -25,6 +25,7 @@ PUBLIC = {
     "PartialFailure",
     "Policy",
     "PrometheusObserver",
+    "QuietHours",
     "Rate",
     "RedisBackend",
     "Rule",

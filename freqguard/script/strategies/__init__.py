@@ -11,7 +11,14 @@ from __future__ import annotations
 from typing import cast
 
 from freqguard.rules import Rule, Strategy
-from freqguard.script.strategies import calendar, fixed_window, gcra, sliding_log, token_bucket
+from freqguard.script.strategies import (
+    calendar,
+    fixed_window,
+    gcra,
+    quiet,
+    sliding_log,
+    token_bucket,
+)
 from freqguard.script.strategies.base import RuleParams, StateSpec, Twin
 
 __all__ = [
@@ -38,6 +45,7 @@ TWINS: dict[Strategy, Twin] = {
 KINDS: dict[str, Twin] = {
     **{strategy.value: twin for strategy, twin in TWINS.items()},
     "calendar": cast(Twin, calendar),
+    "quiet": cast(Twin, quiet),
 }
 
 #: Each twin's number in the specs, by its name (from its module).
@@ -49,4 +57,6 @@ STATE_FORMATS = {name: twin.STATE_FORMAT for name, twin in KINDS.items()}
 
 def twin_of(rule: Rule) -> Twin:
     """The twin that decides ``rule``."""
+    if rule.quiet is not None:
+        return KINDS["quiet"]
     return KINDS["calendar"] if rule.calendar else TWINS[rule.strategy]

@@ -29,7 +29,12 @@ from typing import Any, NamedTuple, Protocol
 
 from freqguard.script.contract import widths
 
-__all__ = ["Mark", "RuleParams", "StateSpec", "Twin", "unpacker"]
+__all__ = ["SKIP", "Mark", "RuleParams", "StateSpec", "Twin", "unpacker"]
+
+#: A rule's ``reserve`` when it does not apply to a hit (its priority is not in the rule's
+#: ``only``): it neither denies nor counts the hit (the variant makes it a shadow rule, and
+#: its wait is 1 µs, so its own state is not consumed).
+SKIP = -1
 
 #: What a consume left in a state for its refund (``Twin.mark``): a time, or for buckets
 #: ``(tat, back, born, interval)`` (``(tat, back, born)`` in receipts made before 0.2).
@@ -44,6 +49,9 @@ class RuleParams(NamedTuple):
     interval: int  # microseconds per token (buckets), else 0
     shadow: bool
     tag: int = 0  # the rule's tag (per-key limits name their rule by it: script.limits)
+    # what a hit must leave of the capacity (a priority's cap: the rest is reserved for the
+    # others), added to its need when checked; SKIP: the rule does not apply to the hit
+    reserve: int = 0
 
 
 class StateSpec(NamedTuple):
