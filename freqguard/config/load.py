@@ -27,7 +27,7 @@ from freqguard.engine.denycache import DenyCache
 from freqguard.engine.failover import shared_out
 from freqguard.errors import ConfigError
 from freqguard.observe.base import LoggingObserver, Observer
-from freqguard.policy import Fallback, Policy
+from freqguard.policy import Fallback, Policy, QuietHours
 from freqguard.rules import Rule, TierRates, check_name
 
 if sys.version_info >= (3, 11):
@@ -82,7 +82,14 @@ class Config:
             on_error = self._policy_on_error.get(policy.name, policy.on_error)
             if on_error is not None:
                 entry["on_error"] = dict(on_error) if isinstance(on_error, Mapping) else on_error
-            entry["rules"] = [_rule_document(rule) for rule in policy.rules]
+            if policy.priorities:
+                entry["priorities"] = list(policy.priorities)
+            quiet = policy.quiet
+            if quiet is not None:
+                zone = {"tz": quiet.tz} if quiet.tz is not None else {"tz_from": quiet.tz_from}
+                times = {"start": quiet.text(quiet.start), "end": quiet.text(quiet.end)}
+                entry["quiet"] = {**times, **zone, "exempt": list(quiet.exempt)}
+            entry["rules"] = [_rule_document(r) for r in policy.rules if r.quiet is None]
             policies.append(entry)
         on_error = self._on_error
         breaker = self._breaker
@@ -106,6 +113,7 @@ class Config:
                 policy.name,
                 *policy.rules,
                 on_error=_on_error(self._policy_on_error[policy.name], make),
+                priorities=policy.priorities,
             )
             for policy in self.policies
         ]
@@ -134,6 +142,10 @@ def _rule_document(rule: Rule) -> dict[str, Any]:
     if rule.burst is not None:
         entry["burst"] = rule.burst
     entry["shadow"] = rule.shadow
+    if rule.only is not None:
+        entry["only"] = list(rule.only)
+    if rule.caps:
+        entry["caps"] = dict(rule.caps)
     if rule.calendar:
         entry["calendar"] = True
         entry["tz" if rule.tz is not None else "tz_from"] = rule.tz or rule.tz_from
@@ -245,9 +257,18 @@ def _build(data: object, source: str, where: Where) -> Config:
                 raise ConfigError(f"{place}: {exc}") from None
         on_error = raw.get("on_error")
         try:
+            quiet = None if raw.get("quiet") is None else QuietHours(**raw["quiet"])
+        except ConfigError as exc:
+            place = place_of(source, where, ("policy", index, "quiet"), data)
+            raise ConfigError(f"{place}: {exc}") from None
+        try:
             policies.append(
                 Policy(
-                    raw["name"], *rules, on_error=on_error if isinstance(on_error, str) else None
+                    raw["name"],
+                    *rules,
+                    on_error=on_error if isinstance(on_error, str) else None,
+                    priorities=raw.get("priorities", ()),
+                    quiet=quiet,
                 )
             )
         except ConfigError as exc:

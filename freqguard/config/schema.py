@@ -55,6 +55,18 @@ _RULE: dict[str, Any] = {
             "type": "string",
             "description": "the context value naming each hit's zone (a calendar rule)",
         },
+        "only": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"type": "string"},
+            "description": "the priorities the rule applies to (default: all)",
+        },
+        "caps": {
+            "type": "object",
+            "minProperties": 1,
+            "additionalProperties": {"type": "integer", "minimum": 1},
+            "description": "per priority, the count it stops at (below the limit)",
+        },
         "tiers": {
             "description": "the rate by one context value (a plan), the rule's own else",
             "type": "object",
@@ -78,6 +90,20 @@ _POLICY: dict[str, Any] = {
     "properties": {
         "name": {"type": "string"},
         "on_error": _ON_ERROR,
+        "priorities": {"type": "array", "items": {"type": "string"}},
+        "quiet": {
+            "description": "hours of each local day when the policy sends nothing",
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["start", "end"],
+            "properties": {
+                "start": {"type": "string", "description": '"HH:MM"'},
+                "end": {"type": "string", "description": '"HH:MM"'},
+                "tz": {"type": "string"},
+                "tz_from": {"type": "string"},
+                "exempt": {"type": "array", "items": {"type": "string"}},
+            },
+        },
         "rules": {"type": "array", "minItems": 1, "items": _RULE},
     },
 }

@@ -151,7 +151,7 @@ ERRORS: list[tuple[str, str, str]] = [
         '{ rate = "15/minute", by',
         '{ rat = "15/minute", by',
         "app.toml:7: policy 'sms', rule 1 ('rcpt-1m'): unknown key 'rat' (allowed: burst, by, "
-        "calendar, name, rate, shadow, strategy, tiers, tz, tz_from)",
+        "calendar, caps, name, only, rate, shadow, strategy, tiers, tz, tz_from)",
     ),
     (
         'by = ["recipient", "content"]',
@@ -389,3 +389,67 @@ def test_calendar_rules_in_a_file_count_per_local_day_and_round_trip() -> None:
     jsonschema.validate(document, SCHEMA)
     with pytest.raises(ConfigError, match=r"^app.toml:\d+: policy 'sms', rule 1 .*unknown time"):
         loads(text.replace('tz_from = "tz"', 'tz = "Mars/Olympus"'), source="app.toml")
+
+
+MESSAGING = """\
+[[policy]]
+name = "push"
+priorities = ["transactional", "marketing"]
+quiet = { start = "21:00", end = "08:00", tz_from = "tz", exempt = ["transactional"] }
+
+[[policy.rules]]
+rate = "5/day"
+by = "recipient"
+name = "day"
+calendar = true
+tz_from = "tz"
+caps = { marketing = 3 }
+
+[[policy.rules]]
+rate = "1/hour"
+by = "recipient"
+name = "promo"
+only = ["marketing"]
+"""
+
+
+def test_quiet_hours_and_priorities_in_a_file_decide_and_round_trip() -> None:
+    config = loads(MESSAGING, source="push.toml")
+    (policy,) = config.policies
+    assert policy.priorities == ("transactional", "marketing")
+    assert policy.quiet is not None
+    assert policy.quiet.exempt == ("transactional",)
+    clock = ManualClock(datetime(2026, 6, 11, 22, tzinfo=ZoneInfo("Europe/Berlin")).timestamp())
+    guard = config.guard(clock=clock)
+    ctx = {"recipient": "a", "tz": "Europe/Berlin"}
+    assert [r.id for r in guard.hit("push", 1, priority="marketing", **ctx).denied_by] == [
+        "quiet-hours"
+    ]
+    assert guard.hit("push", 1, priority="transactional", **ctx).allowed
+    document = config.document()
+    assert document["policy"][0]["quiet"] == {
+        "start": "21:00",
+        "end": "08:00",
+        "tz_from": "tz",
+        "exempt": ["transactional"],
+    }
+    assert [r["name"] for r in document["policy"][0]["rules"]] == ["day", "promo"]
+    assert loads(json.dumps(document), "yaml").policies == config.policies
+    jsonschema.validate(document, SCHEMA)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ('start = "21:00"', 'start = "9pm"', "push.toml:4: policy 'push': QuietHours start"),
+        ('exempt = ["transactional"]', 'exempt = ["otp"]', "push.toml:1: policy 'push': "),
+        ("marketing = 3", "marketing = 5", "push.toml:6: policy 'push', rule 1 ('day')"),
+        ('only = ["marketing"]', 'only = ["bulk"]', "push.toml:1: policy 'push': "),
+        ('end = "08:00"', 'end = "08:00", zone = "x"', "push.toml:4: policy 'push': quiet:"),
+    ],
+)
+def test_messaging_mistakes_name_the_file_and_line(old: str, new: str, expected: str) -> None:
+    assert old in MESSAGING
+    with pytest.raises(ConfigError) as raised:
+        loads(MESSAGING.replace(old, new, 1), source="push.toml")
+    assert str(raised.value).startswith(expected), str(raised.value)
