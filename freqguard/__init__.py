@@ -11,6 +11,7 @@ from freqguard.errors import (
     BackendUnavailable,
     CapExceeded,
     ConfigError,
+    ContextError,
     FreqGuardError,
     PartialFailure,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "CapExceeded",
     "Clock",
     "ConfigError",
+    "ContextError",
     "Decision",
     "FreqGuardError",
     "Guard",

@@ -7,8 +7,10 @@ Run it with ``freqguard demo`` (or ``python -m freqguard demo``). Time is simula
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
-from freqguard import Guard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard import CapExceeded, Guard, ManualClock, MemoryBackend, Policy, QuietHours, Rule
 
 SMS_POLICY = Policy(
     "sms",
@@ -17,6 +19,15 @@ SMS_POLICY = Policy(
     Rule("2 per 59 seconds", by=("recipient", "content"), name="content-2-per-59s"),
     Rule("5 per 59 minutes", by=("recipient", "content"), name="content-5-per-59min"),
 )
+
+
+PUSH_POLICY = Policy(
+    "push",
+    Rule("3/day", by="recipient", name="day", calendar=True, tz_from="tz", caps={"marketing": 2}),
+    priorities=("transactional", "marketing"),
+    quiet=QuietHours("21:00", "08:00", tz_from="tz", exempt=("transactional",)),
+)
+BERLIN = ZoneInfo("Europe/Berlin")
 
 
 def _traffic() -> Iterator[tuple[float, str, str]]:
@@ -63,3 +74,41 @@ def main() -> None:
     sent = sum(1 for row in table[1:] if row[3] == "sent")
     print(f"\n{sent} sent, {len(table) - 1 - sent} blocked; a blocked message consumed nothing.")
     print("* left: what the tightest rule still admits for that recipient and content.")
+    messaging()
+
+
+def messaging() -> None:
+    """The messaging scene: dana's evening in Berlin, on a push policy of 3 a local day
+    (marketing at most 2 of them), quiet from 21:00 to 08:00 her time but for transactional
+    messages."""
+    clock = ManualClock(datetime(2026, 6, 11, 21, 30, tzinfo=BERLIN).timestamp())
+    guard = Guard(MemoryBackend(), [PUSH_POLICY], clock=clock)
+    print("\nMessaging: dana in Berlin; 3 pushes a local day, marketing at most 2 of them;")
+    print("quiet 21:00-08:00 her time, transactional messages exempt\n")
+    sends = [
+        ("transactional", "Your code is 5678", 0.0),
+        ("marketing", "Flash sale tonight", 300.0),
+        ("marketing", "New arrivals", 0.0),
+        ("marketing", "Last chance", 60.0),
+        ("transactional", "Your parcel is out", 240.0),
+    ]
+    for priority, text, later in sends:
+        clock.advance(later)
+        ctx = {"recipient": "dana", "tz": "Europe/Berlin", "priority": priority}
+        asked = _local(clock)
+        try:
+            decision = guard.acquire("push", 12 * 3600, 1, **ctx)
+        except CapExceeded as exc:
+            by = ", ".join(rule.id for rule in exc.decision.denied_by)
+            print(f"  {asked}  {priority:13}  {text:20}  BLOCKED by {by}")
+            continue
+        when = _local(clock)
+        note = "sent" if when == asked else f"deferred to {when} (quiet hours)"
+        print(f"  {asked}  {priority:13}  {text:20}  {note}")
+        assert decision.allowed
+    print("\nThe OTP went out in the quiet hours; the sale waited for the morning; marketing")
+    print("stopped at its 2 of Friday's 3, and the parcel notice took the third.")
+
+
+def _local(clock: ManualClock) -> str:
+    return datetime.fromtimestamp(clock.now(), BERLIN).strftime("%a %H:%M")

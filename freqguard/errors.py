@@ -20,6 +20,7 @@ __all__ = [
     "BackendUnavailable",
     "CapExceeded",
     "ConfigError",
+    "ContextError",
     "FreqGuardError",
     "PartialFailure",
     "raise_failures",
@@ -34,6 +35,14 @@ class ConfigError(FreqGuardError, ValueError):
     """A rule, policy, URL, context value or cost is invalid.
 
     The message names the bad value and what is allowed. Raised before any state changes.
+    """
+
+
+class ContextError(ConfigError):
+    """A hit's context names a value the policy cannot decide with: a time zone it does not
+    know, a priority it does not have, or none where a rule needs one.
+
+    The HTTP integrations answer it 400 (the request's own values), not 500.
     """
 
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from datetime import date, datetime, timedelta, timezone
 
 from freqguard.clock import zone_named
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, ContextError
 from freqguard.options import PRIORITY, QuietHours
 from freqguard.policy import Policy
 from freqguard.rules import Rule
@@ -173,7 +173,7 @@ class Calendar:
                     if quiet is None
                     else "its quiet hours are kept"
                 )
-                raise ConfigError(
+                raise ContextError(
                     f"policy {self._policy.name!r}: {what} in the zone the hit names as "
                     f"{read!r}; give {read}=... (an IANA name like 'Europe/Berlin')"
                 )
@@ -192,7 +192,7 @@ class Calendar:
                 bounds = quiet_bounds(quiet, tz, now, exempt)
                 lo, hi = period_bounds("day", tz, now)[1:3]
         except ConfigError as exc:
-            raise ConfigError(f"rule {rule.id!r} of policy {self._policy.name!r}: {exc}") from None
+            raise ContextError(f"rule {rule.id!r} of policy {self._policy.name!r}: {exc}") from None
         if len(self._bounds) >= MAX_VARIANTS:
             self._bounds.clear()
         self._bounds[kind, tz] = (lo, hi, bounds)

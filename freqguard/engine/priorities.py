@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from freqguard.errors import ConfigError
+from freqguard.errors import ContextError
 from freqguard.options import PRIORITY
 from freqguard.policy import Policy
 from freqguard.rules import Rule
@@ -55,7 +55,7 @@ class Priorities:
             return priority
         listed = ", ".join(self._policy.priorities)
         got = "none" if priority is None else repr(priority)
-        raise ConfigError(
+        raise ContextError(
             f"policy {self._policy.name!r} decides by priority: give priority=... (one of "
             f"{listed}), got {got}"
         )

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from freqguard.decision import Decision
-from freqguard.errors import BackendUnavailable
+from freqguard.errors import BackendUnavailable, ContextError
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.headers import HeaderPlan, header_plan, whole_seconds
 from freqguard.integrations._http import (
@@ -286,6 +286,8 @@ class Decider:
             decision = hit(route.name, route.cost, **ctx)
         except BackendUnavailable as error:
             return unavailable(error, info.path)
+        except ContextError as error:  # the request's own zone or priority
+            return bad_request(BadRequest(str(error)), info.path)
         return self.answer(decision, info.path, route)
 
     async def adecide(
@@ -300,4 +302,6 @@ class Decider:
             decision = await hit(route.name, route.cost, **ctx)
         except BackendUnavailable as error:
             return unavailable(error, info.path)
+        except ContextError as error:  # the request's own zone or priority
+            return bad_request(BadRequest(str(error)), info.path)
         return self.answer(decision, info.path, route)

@@ -6,12 +6,18 @@ it falls under; and every mistake a clear error that changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
+import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
 
 from freqguard import (
+    AsyncGuard,
     CapExceeded,
     ConfigError,
     Guard,
@@ -22,6 +28,7 @@ from freqguard import (
     Rule,
     capped,
 )
+from freqguard.integrations.starlette import FreqGuardMiddleware, Limit
 from tests.conftest import AnyGuardFactory
 
 HOUR = 3600.0
@@ -296,3 +303,30 @@ def test_a_policy_with_quiet_hours_and_priorities_round_trips() -> None:
     guard = Guard(MemoryBackend(), [policy], clock=ManualClock(_local(BERLIN, 2026, 6, 11, 12)))
     assert guard.hit("sms", r="a", tz=BERLIN, priority="marketing").allowed
     assert datetime.fromtimestamp(0, timezone.utc).year == 1970
+
+
+def test_an_http_route_decides_by_the_priority_its_key_gives() -> None:
+    policy = Policy(
+        "send",
+        Rule("3/hour", by="r", name="hour", caps={"marketing": 1}),
+        priorities=PRIORITIES,
+    )
+
+    def key(request: object) -> dict[str, str]:
+        headers = request.headers  # type: ignore[attr-defined]
+        return {"r": headers["x-to"], "priority": headers["x-priority"]}
+
+    app = Starlette(routes=[Route("/send", lambda r: PlainTextResponse("ok"), methods=["POST"])])
+    guard = AsyncGuard(MemoryBackend(), clock=ManualClock(1_700_000_000))
+    app.add_middleware(FreqGuardMiddleware, guard=guard, limits=[Limit("/send", policy, key=key)])
+
+    async def run() -> list[int]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            codes = []
+            for priority in ("marketing", "marketing", "transactional", "transactional", "x"):
+                headers = {"x-to": "a", "x-priority": priority}
+                codes.append((await http.post("/send", headers=headers)).status_code)
+            return codes
+
+    assert asyncio.run(run()) == [200, 429, 200, 200, 400]

@@ -14,6 +14,7 @@ PUBLIC = {
     "CapExceeded",
     "Clock",
     "ConfigError",
+    "ContextError",
     "Decision",
     "FreqGuardError",
     "Guard",
