@@ -21,18 +21,13 @@ The target (issue 19): recipients without a limit at <= 1.1x the plain policy's 
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import tempfile
-import time
 import zlib
-from pathlib import Path
 
 from benchmarks.redis_sms import sms_policy
-from benchmarks.workload import sms_stream
+from benchmarks.workload import server_rounds
 from freqguard import Guard, Policy, Rule, Strategy, TierRates
 from freqguard.backends.redis import RedisBackend
-from tests.servers import RedisServer, standalone
+from tests.servers import RedisServer
 
 Stream = list[tuple[str, str]]
 PLANS = ("free", "pro", "team")
@@ -99,21 +94,8 @@ def one_round(server: RedisServer, stream: Stream) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--messages", type=int, default=200_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    stream = sms_stream(args.messages)
-    with tempfile.TemporaryDirectory() as tmp, standalone(Path(tmp)) as server:
-        rounds = []
-        for n in range(args.rounds):
-            start = time.perf_counter()
-            rounds.append(one_round(server, stream))
-            print(f"round {n + 1}: {time.perf_counter() - start:.0f} s")
-    median = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    median = server_rounds(__doc__, one_round)
     plain = median["plain"]
-    recipients = len({r for r, _ in stream})
-    print(f"\n{args.messages} messages, {recipients} recipients, median of {args.rounds}")
     print(f"{'case':36} {'server µs/decision':>20} {'x plain':>8}")
     for key in (
         "plain",

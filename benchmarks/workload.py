@@ -46,3 +46,34 @@ def limits_decider(storage: Any) -> Callable[[str, str], bool]:
         return limiter.hit(items[3], "sms", recipient, content) and ok
 
     return decide
+
+
+def server_rounds(
+    doc: str, one_round: Callable[[Any, list[tuple[str, str]]], dict[str, float]]
+) -> dict[str, float]:
+    """Run a benchmark that replays the stream on a redis-server of its own, as its command
+    line asks (``--messages``, ``--rounds``): the median of each figure
+    ``one_round(server, stream)`` returns."""
+    import argparse
+    import statistics
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from tests.servers import standalone
+
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    stream = sms_stream(args.messages)
+    with tempfile.TemporaryDirectory() as tmp, standalone(Path(tmp)) as server:
+        rounds = []
+        for n in range(args.rounds):
+            began = time.perf_counter()
+            rounds.append(one_round(server, stream))
+            print(f"round {n + 1}: {time.perf_counter() - began:.0f} s")
+    median = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    recipients = len({r for r, _ in stream})
+    print(f"\n{args.messages} messages, {recipients} recipients, median of {args.rounds}")
+    return median

@@ -170,6 +170,18 @@ def _replay(
     return out
 
 
+def _assert_alike(
+    backends: list[Any], policy: Policy, pool: list[dict[str, str]], ops: list[Any], start: int
+) -> None:
+    """The same operations on each backend, from the same pinned time, decide alike."""
+    results = []
+    for backend in backends:
+        clock = ManualClock(start)
+        results.append(_replay(Guard(backend, [policy], clock=clock), clock, policy, pool, ops))
+    for result in results[1:]:
+        assert result == results[0]
+
+
 def _unique(
     rules: list[Rule], priorities: tuple[str, ...] = (), quiet: QuietHours | None = None
 ) -> Policy:
@@ -216,12 +228,7 @@ def test_memory_redis_and_cluster_decide_alike(
 ) -> None:
     flush([redis_server, *redis_cluster])
     policy = _unique(rules)
-    results = []
-    for backend in (MemoryBackend(), redis_backend, cluster_backend):
-        clock = ManualClock(start)
-        results.append(_replay(Guard(backend, [policy], clock=clock), clock, policy, pool, ops))
-    assert results[1] == results[0]
-    assert results[2] == results[0]
+    _assert_alike([MemoryBackend(), redis_backend, cluster_backend], policy, pool, ops, start)
 
 
 def test_long_runs_rebase_logs_and_still_decide_alike(
@@ -467,9 +474,4 @@ def test_messaging_rules_decide_alike(
     flush([redis_server, *redis_cluster])
     prioritized = quiet is not None or any(r.only or r.caps for r in rules)
     policy = _unique(rules, ("t", "m") if prioritized else (), quiet)
-    results = []
-    for backend in (MemoryBackend(), redis_backend, cluster_backend):
-        clock = ManualClock(start)
-        results.append(_replay(Guard(backend, [policy], clock=clock), clock, policy, pool, ops))
-    assert results[1] == results[0]
-    assert results[2] == results[0]
+    _assert_alike([MemoryBackend(), redis_backend, cluster_backend], policy, pool, ops, start)
