@@ -190,7 +190,7 @@ def run(
     mode: int,
     marks: Sequence[Mark | None] | None = None,
     pinned: bool = False,
-    limits: Sequence[Limit] = (),
+    limits: tuple[Limit, ...] = (),
     change: str | None = None,
 ) -> Reply:
     """Execute the policy script against ``store``; see the module docstring. ``limits``
@@ -205,12 +205,14 @@ def run(
     if mode != RESET:
         found = [store.get(key, spec.horizon, now) for key, spec in zip(keys, specs)]  # noqa: B905
         now = judged_at(found, now)
-    limits = change_limits(limits, change, mode, now, pinned, part)
+    if limits or mode == LIMIT:  # the common hit: a record without limits, none changed
+        limits = change_limits(limits, change, mode, now, pinned, part)
     if mode == RESET:
         now = reset_states(store, keys, specs, now, pinned)
         found = [None] * len(specs)
-    part = apply_limits(part, limits, now)
-    specs = part.specs
+    if limits:
+        part = apply_limits(part, limits, now)
+        specs = part.specs
     views = load_states(specs, found, now)
     if mode == REFUND:
         refund_states(store, keys, specs, found, views, now, cost, marks)
