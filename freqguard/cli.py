@@ -1,18 +1,316 @@
-"""The ``freqguard`` command."""
+"""The ``freqguard`` command: the demo, and an operator's commands on a configuration file.
+
+    freqguard --version
+    freqguard demo
+    freqguard check CONFIG                      each policy, each rule's guarantee
+    freqguard inspect CONFIG POLICY k=v ...     each rule's use for one context
+    freqguard reset CONFIG POLICY k=v ...       forget one context's counts
+    freqguard limit show|set|clear CONFIG POLICY [RULE [RATE]] k=v ... [--ttl S]
+
+Every command but ``demo`` takes ``--json`` for a machine's output. Exit codes: 0 done,
+1 the store failed (unreachable, an error reply), 2 a usage or configuration error (a bad
+argument, a file that does not load, a context the policy cannot decide). Output to a pipe
+closed early (``| head``) ends quietly.
+"""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from freqguard.errors import BackendUnavailable, ConfigError
+from freqguard.rates import Rate
+from freqguard.rules import Rule, Strategy
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_STORE, EXIT_USAGE = 0, 1, 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="freqguard", description="freqguard command line")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("demo", help="send a burst of SMS through the four-rule policy")
+    """Run the command line; the exit code (see the module's docs)."""
+    parser = _parser()
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        from freqguard.demo import main as demo
+    try:
+        return int(args.run(args))
+    except ConfigError as exc:
+        print(f"freqguard: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BackendUnavailable as exc:
+        print(f"freqguard: the store failed: {exc}", file=sys.stderr)
+        return EXIT_STORE
+    except BrokenPipeError:  # `freqguard ... | head`: the reader has all it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error as Python flushes at exit
+        return EXIT_OK
 
-        demo()
-    return 0
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="freqguard",
+        description="freqguard: frequency capping and rate limiting",
+        epilog="exit codes: 0 done, 1 the store failed, 2 a usage or configuration error",
+    )
+    parser.add_argument("--version", action="version", version=f"freqguard {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="a burst of SMS and a messaging scene, in memory")
+    demo.set_defaults(run=_demo)
+
+    check = _command(commands, "check", "load a configuration; each policy and its rules")
+    check.set_defaults(run=_check)
+
+    inspect = _command(commands, "inspect", "each rule's use for one context (counts nothing)")
+    _policy_and_context(inspect)
+    inspect.set_defaults(run=_inspect)
+
+    reset = _command(commands, "reset", "forget every count of one context")
+    _policy_and_context(reset)
+    reset.set_defaults(run=_reset)
+
+    limit = commands.add_parser("limit", help="per-key limits: show, set or clear")
+    actions = limit.add_subparsers(dest="action", required=True, metavar="ACTION")
+    show = _command(actions, "show", "each rule's rate for one partition value")
+    _policy_and_context(show)
+    show.set_defaults(run=_limit_show)
+    put = _command(actions, "set", "one rule at another rate (none: exempt) for one value")
+    put.add_argument("policy")
+    put.add_argument("rule", help="the rule's name (id)")
+    put.add_argument("rate", help='a rate ("60/minute"), or "none" to exempt')
+    put.add_argument("context", nargs="*", metavar="k=v", help="the partition value")
+    put.add_argument("--ttl", type=float, default=None, help="seconds (default: for ever)")
+    put.set_defaults(run=_limit_set)
+    clear = _command(actions, "clear", "back to the rule's own rate for one value")
+    clear.add_argument("policy")
+    clear.add_argument("rule")
+    clear.add_argument("context", nargs="*", metavar="k=v")
+    clear.set_defaults(run=_limit_clear)
+    return parser
+
+
+def _command(commands: Any, name: str, text: str) -> argparse.ArgumentParser:
+    made: argparse.ArgumentParser = commands.add_parser(name, help=text, description=text)
+    made.add_argument("config", help="a configuration file (TOML, or YAML)")
+    made.add_argument("--json", action="store_true", help="JSON output, for machines")
+    return made
+
+
+def _policy_and_context(command: argparse.ArgumentParser) -> None:
+    command.add_argument("policy")
+    command.add_argument("context", nargs="*", metavar="k=v", help="the hit's context values")
+
+
+def _version() -> str:
+    try:
+        return version("freqguard")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def _context(pairs: Sequence[str]) -> dict[str, str]:
+    """``k=v`` words as a context.
+
+    Raises:
+        ConfigError: a word without ``=``, or a name given twice.
+    """
+    context: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"context values are name=value, got {pair!r}")
+        if name in context:
+            raise ConfigError(f"context value {name!r} given twice")
+        context[name] = value
+    return context
+
+
+def _guard(args: argparse.Namespace) -> Any:
+    from freqguard.config import load
+
+    return load(args.config).guard()
+
+
+def _out(args: argparse.Namespace, data: object, table: Callable[[], list[list[str]]]) -> None:
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return
+    rows = table()
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for n, row in enumerate(rows):
+        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        print("  ".join(cells).rstrip())
+        if n == 0:
+            print("  ".join("-" * width for width in widths))
+
+
+# -- commands ------------------------------------------------------------------------------
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from freqguard.demo import main as demo
+
+    demo()
+    return EXIT_OK
+
+
+def _check(args: argparse.Namespace) -> int:
+    from freqguard.config import load
+
+    config = load(args.config)
+    policies: list[dict[str, Any]] = [
+        {
+            "policy": policy.name,
+            "rule": rule.id,
+            "guarantee": guarantee(rule),
+            "by": list(rule.by),
+        }
+        for policy in config.policies
+        for rule in policy.rules
+    ]
+    data = {"config": args.config, "backend": config.backend, "rules": policies}
+
+    def table() -> list[list[str]]:
+        head = [["policy", "rule", "by", "guarantee"]]
+        return head + [
+            [r["policy"], r["rule"], ",".join(r["by"]) or "-", r["guarantee"]] for r in policies
+        ]
+
+    _out(args, data, table)
+    return EXIT_OK
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    guard = _guard(args)
+    try:
+        decision = guard.peek(args.policy, **_context(args.context))
+    finally:
+        guard.close()
+    rules = [
+        {
+            "rule": state.rule.id,
+            "capacity": state.capacity,
+            "remaining": state.remaining,
+            "used": state.capacity - state.remaining,
+            "reset_after": state.reset_after,
+            "retry_after": state.retry_after,
+            "shadow": state.rule.shadow,
+        }
+        for state in decision.rules
+    ]
+    data = {"policy": args.policy, "allowed": decision.allowed, "rules": rules}
+
+    def table() -> list[list[str]]:
+        head = [["rule", "used", "remaining", "of", "frees in", "next hit"]]
+        return head + [
+            [
+                r["rule"] + (" (shadow)" if r["shadow"] else ""),
+                str(r["used"]),
+                str(r["remaining"]),
+                str(r["capacity"]),
+                _seconds(r["reset_after"]),
+                "allowed" if not r["retry_after"] else f"in {_seconds(r['retry_after'])}",
+            ]
+            for r in rules
+        ]
+
+    _out(args, data, table)
+    return EXIT_OK
+
+
+def _reset(args: argparse.Namespace) -> int:
+    guard = _guard(args)
+    try:
+        guard.reset(args.policy, **_context(args.context))
+    finally:
+        guard.close()
+    _out(args, {"policy": args.policy, "reset": True}, lambda: [["reset"], ["done"]])
+    return EXIT_OK
+
+
+def _limit_show(args: argparse.Namespace) -> int:
+    guard = _guard(args)
+    try:
+        limits = guard.limits_for(args.policy, **_context(args.context))
+    finally:
+        guard.close()
+    data = {rule: None if rate is None else str(rate) for rule, rate in limits.items()}
+
+    def table() -> list[list[str]]:
+        return [["rule", "rate"]] + [[rule, rate or "exempt"] for rule, rate in data.items()]
+
+    _out(args, {"policy": args.policy, "limits": data}, table)
+    return EXIT_OK
+
+
+def _limit_set(args: argparse.Namespace) -> int:
+    rate = None if args.rate.lower() == "none" else args.rate
+    guard = _guard(args)
+    try:
+        guard.set_limit(args.policy, args.rule, rate, ttl=args.ttl, **_context(args.context))
+    finally:
+        guard.close()
+    done = {"policy": args.policy, "rule": args.rule, "rate": rate, "ttl": args.ttl}
+    _out(args, done, lambda: [["rule", "rate"], [args.rule, rate or "exempt"]])
+    return EXIT_OK
+
+
+def _limit_clear(args: argparse.Namespace) -> int:
+    guard = _guard(args)
+    try:
+        guard.clear_limit(args.policy, args.rule, **_context(args.context))
+    finally:
+        guard.close()
+    done = {"policy": args.policy, "rule": args.rule, "cleared": True}
+    _out(args, done, lambda: [["rule", "cleared"], [args.rule, "yes"]])
+    return EXIT_OK
+
+
+# -- words ---------------------------------------------------------------------------------
+
+
+def guarantee(rule: Rule) -> str:
+    """What ``rule`` promises, in a line (``check``'s column)."""
+    quiet = rule.quiet
+    if quiet is not None:
+        zone = quiet.tz or f"the hit's {quiet.tz_from}"
+        text = f"nothing from {quiet.text(quiet.start)} to {quiet.text(quiet.end)} in {zone}"
+        return text + (f" but for {', '.join(quiet.exempt)}" if quiet.exempt else "")
+    n, window = rule.limit, _window(rule.rate)
+    if rule.calendar:
+        zone = rule.tz or f"the hit's {rule.tz_from}"
+        text = f"at most {n} per calendar {rule.period} in {zone}"
+    elif rule.strategy is Strategy.SLIDING_LOG:
+        text = f"at most {n} in any {window}"
+    elif rule.strategy is Strategy.FIXED_WINDOW:
+        text = f"at most {n} per aligned {window} (up to {2 * n} across a boundary)"
+    else:
+        text = f"{n} per {window}, bursts of up to {rule.capacity} ({rule.strategy.value})"
+    if rule.only is not None:
+        text += f"; only {', '.join(rule.only)}"
+    if rule.caps:
+        text += "; " + ", ".join(f"{p} stops at {cap}" for p, cap in rule.caps)
+    return text + ("; shadow: never blocks" if rule.shadow else "")
+
+
+def _window(rate: Rate) -> str:
+    seconds = rate.window_seconds
+    for unit, size in (("hour", 3_600), ("minute", 60), ("second", 1)):
+        if seconds >= size and seconds % size == 0:
+            count = int(seconds // size)
+            return unit if count == 1 else f"{count} {unit}s"
+    return f"{seconds:g} seconds"
+
+
+def _seconds(value: float) -> str:
+    if value == 0:
+        return "-"
+    if value >= 3600:
+        return f"{value / 3600:.1f} h"
+    if value >= 60:
+        return f"{value / 60:.1f} min"
+    return f"{value:.3g} s"

@@ -1,0 +1,135 @@
+"""The operator's command line, run as the installed console script (a subprocess) against
+a real redis-server: each command's table and JSON, its exit codes, and a pipe closed early."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from freqguard.config import load
+from tests.conftest import flush
+from tests.servers import RedisServer, free_port
+
+SCRIPT = Path(sys.executable).parent / "freqguard"
+
+CONFIG = """\
+backend = "redis://127.0.0.1:{port}"
+
+[[policy]]
+name = "sms"
+rules = [
+  {{ rate = "3/minute", by = "recipient", name = "rcpt-1m" }},
+  {{ rate = "2 per 59 seconds", by = ["recipient", "content"], name = "content-59s" }},
+]
+"""
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SCRIPT), *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@pytest.fixture
+def config(tmp_path: Path, redis_server: RedisServer) -> Path:
+    flush([redis_server])
+    path = tmp_path / "freqguard.toml"
+    path.write_text(CONFIG.format(port=redis_server.port))
+    return path
+
+
+def test_version_is_the_installed_packages() -> None:
+    done = _run("--version")
+    assert done.returncode == 0
+    assert done.stdout.startswith("freqguard ")
+
+
+def test_check_lists_each_rules_guarantee(config: Path) -> None:
+    table = _run("check", str(config))
+    assert table.returncode == 0, table.stderr
+    assert "at most 3 in any minute" in table.stdout
+    data = json.loads(_run("check", str(config), "--json").stdout)
+    assert [r["rule"] for r in data["rules"]] == ["rcpt-1m", "content-59s"]
+
+
+def test_inspect_shows_what_the_store_holds_and_reset_forgets_it(config: Path) -> None:
+    guard = load(config).guard()
+    for _ in range(2):
+        assert guard.hit("sms", recipient="+1555", content="hi").allowed
+    guard.close()
+    ctx = ("recipient=+1555", "content=hi")
+    data = json.loads(_run("inspect", str(config), "sms", *ctx, "--json").stdout)
+    assert data["allowed"] is False  # the content rule is used up
+    used = {r["rule"]: r["used"] for r in data["rules"]}
+    assert used == {"rcpt-1m": 2, "content-59s": 2}
+    table = _run("inspect", str(config), "sms", *ctx)
+    assert "content-59s" in table.stdout
+    assert "next hit" in table.stdout
+    assert _run("reset", str(config), "sms", *ctx).returncode == 0
+    data = json.loads(_run("inspect", str(config), "sms", *ctx, "--json").stdout)
+    assert [r["used"] for r in data["rules"]] == [0, 0]
+
+
+def test_limits_are_set_shown_and_cleared(config: Path) -> None:
+    done = _run("limit", "set", str(config), "sms", "rcpt-1m", "10/minute", "recipient=+1555")
+    assert done.returncode == 0, done.stderr
+    assert _run("limit", "set", str(config), "sms", "content-59s", "none", "recipient=+1555")
+    shown = json.loads(
+        _run("limit", "show", str(config), "sms", "recipient=+1555", "--json").stdout
+    )
+    assert shown["limits"] == {"rcpt-1m": "10 per 60 seconds", "content-59s": None}
+    guard = load(config).guard()  # the library sees what the command set
+    assert guard.limits_for("sms", recipient="+1555")["rcpt-1m"].limit == 10  # type: ignore[union-attr]
+    guard.close()
+    assert _run("limit", "clear", str(config), "sms", "rcpt-1m", "recipient=+1555").returncode == 0
+    shown = json.loads(
+        _run("limit", "show", str(config), "sms", "recipient=+1555", "--json").stdout
+    )
+    assert shown["limits"]["rcpt-1m"] == "3 per 60 seconds"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("inspect", "{config}", "sms", "recipient=a"), "missing dimension(s) content"),
+        (("inspect", "{config}", "nope", "recipient=a"), "nope"),
+        (("inspect", "{config}", "sms", "recipient"), "name=value"),
+        (("check", "{missing}"), "missing.toml"),
+        (("limit", "set", "{config}", "sms", "rcpt-1m", "often", "recipient=a"), "often"),
+    ],
+)
+def test_mistakes_exit_2_with_the_reason(
+    config: Path, tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    words = [a.format(config=config, missing=tmp_path / "missing.toml") for a in args]
+    done = _run(*words)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_unreachable_store_exits_1(tmp_path: Path) -> None:
+    path = tmp_path / "down.toml"
+    path.write_text(CONFIG.format(port=free_port()))
+    done = _run("inspect", str(path), "sms", "recipient=a", "content=b")
+    assert done.returncode == 1
+    assert "the store failed" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_pipe_closed_early_ends_quietly() -> None:
+    done = subprocess.run(
+        f"'{SCRIPT}' demo | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0
+    assert done.stdout.startswith("freqguard demo")
+    assert done.stderr == ""
