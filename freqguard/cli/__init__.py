@@ -6,6 +6,7 @@
     freqguard inspect CONFIG POLICY k=v ...     each rule's use for one context
     freqguard reset CONFIG POLICY k=v ...       forget one context's counts
     freqguard limit show|set|clear CONFIG POLICY [RULE [RATE]] k=v ... [--ttl S]
+    freqguard replay CONFIG LOG [--what-if CONFIG2]   a log decided again (see .replay)
 
 Every command but ``demo`` takes ``--json`` for a machine's output. Exit codes: 0 done,
 1 the store failed (unreachable, an error reply), 2 a usage or configuration error (a bad
@@ -90,6 +91,14 @@ def _parser() -> argparse.ArgumentParser:
     clear.add_argument("rule")
     clear.add_argument("context", nargs="*", metavar="k=v")
     clear.set_defaults(run=_limit_clear)
+
+    again = _command(commands, "replay", "a log of past messages decided again, on its times")
+    again.add_argument("log", help="JSON Lines (.jsonl), or CSV (.csv) with a header")
+    again.add_argument("--what-if", metavar="CONFIG2", help="another configuration, beside")
+    again.add_argument("--policy", help="the policy of lines that name none")
+    again.add_argument("--decisions", metavar="OUT", help="write each decision to OUT (JSONL)")
+    again.add_argument("--no-progress", action="store_true", help="no progress bar")
+    again.set_defaults(run=_replay)
     return parser
 
 
@@ -267,6 +276,61 @@ def _limit_clear(args: argparse.Namespace) -> int:
         guard.close()
     done = {"policy": args.policy, "rule": args.rule, "cleared": True}
     _out(args, done, lambda: [["rule", "cleared"], [args.rule, "yes"]])
+    return EXIT_OK
+
+
+def _replay(args: argparse.Namespace) -> int:
+    import contextlib
+    from pathlib import Path
+
+    from freqguard.cli.replay import replay
+    from freqguard.config import load
+
+    config = load(args.config)
+    other = None if args.what_if is None else load(args.what_if)
+    log = Path(args.log)
+    if not log.is_file():
+        raise ConfigError(f"no log at {args.log}")
+    with contextlib.ExitStack() as stack:
+        out = None
+        if args.decisions is not None:
+            out = stack.enter_context(open(args.decisions, "w", encoding="utf-8"))
+        first, second, changed = replay(
+            config,
+            log,
+            other=other,
+            policy=args.policy,
+            decisions=out,
+            progress=not args.no_progress,
+        )
+    policies: list[dict[str, Any]] = []
+    for name in first.hits:
+        entry: dict[str, Any] = {"policy": name, "hits": first.hits[name]}
+        entry["allowed"] = first.allowed[name]
+        if second is not None:
+            entry["what_if_allowed"] = second.allowed[name]
+            entry["newly_blocked"] = changed[f"{name}:blocked"]
+            entry["newly_allowed"] = changed[f"{name}:allowed"]
+        policies.append(entry)
+    rules: list[dict[str, Any]] = []
+    for name, rule in sorted({*first.denied_by, *(second.denied_by if second else ())}):
+        denial: dict[str, Any] = {"policy": name, "rule": rule}
+        denial["denied"] = first.denied_by[name, rule]
+        if second is not None:
+            denial["what_if_denied"] = second.denied_by[name, rule]
+        rules.append(denial)
+
+    def table() -> list[list[str]]:
+        keys = ["hits", "allowed", "denied"]
+        if second is not None:
+            keys += ["what_if_allowed", "what_if_denied", "newly_blocked", "newly_allowed"]
+        head = ["policy", "rule", *(key.replace("_", " ") for key in keys)]
+        rows = [{**p, "rule": "(all)"} for p in policies] + rules
+        return [head] + [
+            [row["policy"], row["rule"], *(str(row.get(key, "")) for key in keys)] for row in rows
+        ]
+
+    _out(args, {"policies": policies, "rules": rules}, table)
     return EXIT_OK
 
 

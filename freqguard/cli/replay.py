@@ -1,0 +1,199 @@
+"""``freqguard replay``: a log of past messages decided again, on a pinned clock, by a
+configuration's policies (and, with ``--what-if``, by another's, side by side): what would
+this cap have done last week.
+
+A log is JSON Lines (``{"time": ..., "policy": "sms", "context": {...}, "cost": 1}``, cost
+optional) or CSV with a header (``time``, ``policy`` and ``cost`` columns, every other
+column a context value). ``time`` is epoch seconds or an ISO 8601 instant with its offset.
+``policy`` may be left out of every line when ``--policy`` names it. The log is read a line
+at a time (constant memory for the file; the decisions' state is what the policies keep).
+Replays run on the memory backend: the configuration's store is never touched.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+from freqguard.backends.memory import MemoryBackend
+from freqguard.clock import ManualClock
+from freqguard.errors import ConfigError
+from freqguard.guard import Guard
+
+__all__ = ["Entry", "Tally", "entries", "replay"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One logged message."""
+
+    line: int
+    time: float
+    policy: str
+    context: dict[str, Any]
+    cost: int
+
+
+@dataclass
+class Tally:
+    """What one configuration decided over a log."""
+
+    hits: Counter[str] = field(default_factory=Counter)  # per policy
+    allowed: Counter[str] = field(default_factory=Counter)  # per policy
+    denied_by: Counter[tuple[str, str]] = field(default_factory=Counter)  # (policy, rule)
+
+
+def _time(value: object, line: int) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            parsed = None
+        if parsed is not None and parsed.tzinfo is not None:
+            return parsed.timestamp()
+    raise ConfigError(
+        f"line {line}: time is epoch seconds or an ISO 8601 instant with its offset "
+        f"('2026-06-11T21:30:00+02:00'), got {value!r}"
+    )
+
+
+def _entry(line: int, raw: dict[str, Any], policy: str | None) -> Entry:
+    name = raw.get("policy", policy)
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"line {line}: no policy: give one per line, or --policy")
+    cost = raw.get("cost", 1)
+    try:
+        cost = int(cost)
+    except (TypeError, ValueError):
+        raise ConfigError(f"line {line}: cost is an integer, got {cost!r}") from None
+    context = raw.get("context")
+    if not isinstance(context, dict):
+        raise ConfigError(f"line {line}: context is an object of name: value, got {context!r}")
+    return Entry(line, _time(raw.get("time"), line), name, context, cost)
+
+
+def entries(file: IO[str], kind: str, policy: str | None) -> Iterator[Entry]:
+    """The log's entries, read a line at a time.
+
+    Raises:
+        ConfigError: a line that does not parse, naming its number.
+    """
+    if kind == "csv":
+        for number, row in enumerate(csv.DictReader(file), start=2):
+            context = {k: v for k, v in row.items() if k not in ("time", "policy", "cost")}
+            raw: dict[str, Any] = {"time": row.get("time"), "context": context}
+            for name in ("policy", "cost"):
+                if row.get(name) not in (None, ""):
+                    raw[name] = row[name]
+            yield _entry(number, raw, policy)
+        return
+    for number, text in enumerate(file, start=1):
+        if not text.strip():
+            continue
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"line {number}: not JSON: {exc.msg}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"line {number}: a line is a JSON object, got {text.strip()[:60]}")
+        yield _entry(number, raw, policy)
+
+
+class _Run:
+    """One configuration's guard on its own pinned clock."""
+
+    def __init__(self, config: Any) -> None:
+        self.clock = ManualClock(0)
+        self.guard = Guard(MemoryBackend(max_keys=None), config.policies, clock=self.clock)
+        self.tally = Tally()
+
+    def decide(self, entry: Entry) -> tuple[bool, list[str]]:
+        self.clock.set(entry.time, backwards=True)
+        try:
+            decision = self.guard.hit(entry.policy, entry.cost, **entry.context)
+        except ConfigError as exc:
+            raise ConfigError(f"line {entry.line}: {exc}") from None
+        denied = [rule.id for rule in decision.denied_by]
+        self.tally.hits[entry.policy] += 1
+        if decision.allowed:
+            self.tally.allowed[entry.policy] += 1
+        for rule in denied:
+            self.tally.denied_by[entry.policy, rule] += 1
+        return decision.allowed, denied
+
+
+def replay(
+    config: Any,
+    log: Path,
+    *,
+    other: Any = None,
+    policy: str | None = None,
+    decisions: IO[str] | None = None,
+    progress: bool = False,
+) -> tuple[Tally, Tally | None, Counter[str]]:
+    """Decide every entry of ``log`` with ``config`` (and ``other``): the tallies, and per
+    policy how many decisions the other configuration changed (``"blocked"``: allowed by
+    ``config``, denied by ``other``; ``"allowed"``: the reverse)."""
+    kind = "csv" if log.suffix.lower() == ".csv" else "jsonl"
+    first, second = _Run(config), (None if other is None else _Run(other))
+    changed: Counter[str] = Counter()
+    with log.open(encoding="utf-8", newline="") as file, _bar(log, file, progress) as advance:
+        for entry in entries(file, kind, policy):
+            allowed, denied = first.decide(entry)
+            if decisions is not None:
+                decisions.write(
+                    json.dumps({"line": entry.line, "allowed": allowed, "denied_by": denied}) + "\n"
+                )
+            if second is not None:
+                again, _ = second.decide(entry)
+                if allowed != again:
+                    changed[f"{entry.policy}:{'blocked' if allowed else 'allowed'}"] += 1
+            advance()
+    return first.tally, None if second is None else second.tally, changed
+
+
+class _bar:
+    """A progress bar on standard error while a log is read, when it is a terminal and rich
+    is installed (the ``cli`` extra); nothing otherwise."""
+
+    def __init__(self, log: Path, file: IO[str], shown: bool) -> None:
+        self._file = file
+        self._progress: Any = None
+        self._task: Any = None
+        self._size = log.stat().st_size
+        self._count = 0
+        if shown and sys.stderr.isatty():
+            try:
+                from rich.progress import Progress
+            except ImportError:  # the cli extra is not installed: no bar
+                return
+            self._progress = Progress(transient=True)
+            self._task = self._progress.add_task(f"replaying {log.name}", total=self._size)
+
+    def __enter__(self) -> Any:
+        if self._progress is not None:
+            self._progress.start()
+        return self._advance
+
+    def _advance(self) -> None:
+        self._count += 1
+        if self._progress is not None and self._task is not None and self._count % 1000 == 0:
+            done = self._file.buffer.tell()  # type: ignore[attr-defined]  # a text file's bytes
+            self._progress.update(self._task, completed=done)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
