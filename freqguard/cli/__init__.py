@@ -7,6 +7,8 @@
     freqguard reset CONFIG POLICY k=v ...       forget one context's counts
     freqguard limit show|set|clear CONFIG POLICY [RULE [RATE]] k=v ... [--ttl S]
     freqguard replay CONFIG LOG [--what-if CONFIG2]   a log decided again (see .replay)
+    freqguard ping CONFIG|URL                   reach the store, load the function
+    freqguard flush CONFIG [--prefix P] --yes   delete freqguard's keys (Cluster too)
 
 Every command but ``demo`` takes ``--json`` for a machine's output. Exit codes: 0 done,
 1 the store failed (unreachable, an error reply), 2 a usage or configuration error (a bad
@@ -17,20 +19,19 @@ closed early (``| head``) ends quietly.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from freqguard.cli import replay, store
+from freqguard.cli.output import EXIT_OK, EXIT_STORE, EXIT_USAGE, out
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.rates import Rate
 from freqguard.rules import Rule, Strategy
 
 __all__ = ["main"]
-
-EXIT_OK, EXIT_STORE, EXIT_USAGE = 0, 1, 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,7 +99,17 @@ def _parser() -> argparse.ArgumentParser:
     again.add_argument("--policy", help="the policy of lines that name none")
     again.add_argument("--decisions", metavar="OUT", help="write each decision to OUT (JSONL)")
     again.add_argument("--no-progress", action="store_true", help="no progress bar")
-    again.set_defaults(run=_replay)
+    again.set_defaults(run=replay.command)
+
+    ping = commands.add_parser("ping", help="reach the store, load its function, time a call")
+    ping.add_argument("config", metavar="CONFIG|URL", help="a configuration file or a URL")
+    ping.add_argument("--json", action="store_true", help="JSON output, for machines")
+    ping.set_defaults(run=store.ping)
+
+    flush = _command(commands, "flush", "delete every key under the prefix (a dry run but --yes)")
+    flush.add_argument("--prefix", help="the key prefix (default: the configuration's)")
+    flush.add_argument("--yes", action="store_true", help="delete; without it, only count")
+    flush.set_defaults(run=store.flush)
     return parser
 
 
@@ -144,19 +155,6 @@ def _guard(args: argparse.Namespace) -> Any:
     return load(args.config).guard()
 
 
-def _out(args: argparse.Namespace, data: object, table: Callable[[], list[list[str]]]) -> None:
-    if args.json:
-        print(json.dumps(data, indent=2))
-        return
-    rows = table()
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for n, row in enumerate(rows):
-        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        print("  ".join(cells).rstrip())
-        if n == 0:
-            print("  ".join("-" * width for width in widths))
-
-
 # -- commands ------------------------------------------------------------------------------
 
 
@@ -189,7 +187,7 @@ def _check(args: argparse.Namespace) -> int:
             [r["policy"], r["rule"], ",".join(r["by"]) or "-", r["guarantee"]] for r in policies
         ]
 
-    _out(args, data, table)
+    out(args, data, table)
     return EXIT_OK
 
 
@@ -227,7 +225,7 @@ def _inspect(args: argparse.Namespace) -> int:
             for r in rules
         ]
 
-    _out(args, data, table)
+    out(args, data, table)
     return EXIT_OK
 
 
@@ -237,7 +235,7 @@ def _reset(args: argparse.Namespace) -> int:
         guard.reset(args.policy, **_context(args.context))
     finally:
         guard.close()
-    _out(args, {"policy": args.policy, "reset": True}, lambda: [["reset"], ["done"]])
+    out(args, {"policy": args.policy, "reset": True}, lambda: [["reset"], ["done"]])
     return EXIT_OK
 
 
@@ -252,7 +250,7 @@ def _limit_show(args: argparse.Namespace) -> int:
     def table() -> list[list[str]]:
         return [["rule", "rate"]] + [[rule, rate or "exempt"] for rule, rate in data.items()]
 
-    _out(args, {"policy": args.policy, "limits": data}, table)
+    out(args, {"policy": args.policy, "limits": data}, table)
     return EXIT_OK
 
 
@@ -264,7 +262,7 @@ def _limit_set(args: argparse.Namespace) -> int:
     finally:
         guard.close()
     done = {"policy": args.policy, "rule": args.rule, "rate": rate, "ttl": args.ttl}
-    _out(args, done, lambda: [["rule", "rate"], [args.rule, rate or "exempt"]])
+    out(args, done, lambda: [["rule", "rate"], [args.rule, rate or "exempt"]])
     return EXIT_OK
 
 
@@ -275,62 +273,7 @@ def _limit_clear(args: argparse.Namespace) -> int:
     finally:
         guard.close()
     done = {"policy": args.policy, "rule": args.rule, "cleared": True}
-    _out(args, done, lambda: [["rule", "cleared"], [args.rule, "yes"]])
-    return EXIT_OK
-
-
-def _replay(args: argparse.Namespace) -> int:
-    import contextlib
-    from pathlib import Path
-
-    from freqguard.cli.replay import replay
-    from freqguard.config import load
-
-    config = load(args.config)
-    other = None if args.what_if is None else load(args.what_if)
-    log = Path(args.log)
-    if not log.is_file():
-        raise ConfigError(f"no log at {args.log}")
-    with contextlib.ExitStack() as stack:
-        out = None
-        if args.decisions is not None:
-            out = stack.enter_context(open(args.decisions, "w", encoding="utf-8"))
-        first, second, changed = replay(
-            config,
-            log,
-            other=other,
-            policy=args.policy,
-            decisions=out,
-            progress=not args.no_progress,
-        )
-    policies: list[dict[str, Any]] = []
-    for name in first.hits:
-        entry: dict[str, Any] = {"policy": name, "hits": first.hits[name]}
-        entry["allowed"] = first.allowed[name]
-        if second is not None:
-            entry["what_if_allowed"] = second.allowed[name]
-            entry["newly_blocked"] = changed[f"{name}:blocked"]
-            entry["newly_allowed"] = changed[f"{name}:allowed"]
-        policies.append(entry)
-    rules: list[dict[str, Any]] = []
-    for name, rule in sorted({*first.denied_by, *(second.denied_by if second else ())}):
-        denial: dict[str, Any] = {"policy": name, "rule": rule}
-        denial["denied"] = first.denied_by[name, rule]
-        if second is not None:
-            denial["what_if_denied"] = second.denied_by[name, rule]
-        rules.append(denial)
-
-    def table() -> list[list[str]]:
-        keys = ["hits", "allowed", "denied"]
-        if second is not None:
-            keys += ["what_if_allowed", "what_if_denied", "newly_blocked", "newly_allowed"]
-        head = ["policy", "rule", *(key.replace("_", " ") for key in keys)]
-        rows = [{**p, "rule": "(all)"} for p in policies] + rules
-        return [head] + [
-            [row["policy"], row["rule"], *(str(row.get(key, "")) for key in keys)] for row in rows
-        ]
-
-    _out(args, {"policies": policies, "rules": rules}, table)
+    out(args, done, lambda: [["rule", "cleared"], [args.rule, "yes"]])
     return EXIT_OK
 
 

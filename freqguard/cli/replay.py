@@ -12,6 +12,7 @@ Replays run on the memory backend: the configuration's store is never touched.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import sys
@@ -23,11 +24,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from freqguard.backends.memory import MemoryBackend
+from freqguard.cli.output import EXIT_OK, out
 from freqguard.clock import ManualClock
 from freqguard.errors import ConfigError
 from freqguard.guard import Guard
 
-__all__ = ["Entry", "Tally", "entries", "replay"]
+__all__ = ["Entry", "Tally", "command", "entries", "replay"]
 
 
 @dataclass(frozen=True)
@@ -197,3 +199,58 @@ class _bar:
     def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+def command(args: argparse.Namespace) -> int:
+    """The ``replay`` command: the report of :func:`replay`."""
+    import contextlib
+    from pathlib import Path
+
+    from freqguard.config import load
+
+    config = load(args.config)
+    other = None if args.what_if is None else load(args.what_if)
+    log = Path(args.log)
+    if not log.is_file():
+        raise ConfigError(f"no log at {args.log}")
+    with contextlib.ExitStack() as stack:
+        written = None
+        if args.decisions is not None:
+            written = stack.enter_context(open(args.decisions, "w", encoding="utf-8"))
+        first, second, changed = replay(
+            config,
+            log,
+            other=other,
+            policy=args.policy,
+            decisions=written,
+            progress=not args.no_progress,
+        )
+    policies: list[dict[str, Any]] = []
+    for name in first.hits:
+        entry: dict[str, Any] = {"policy": name, "hits": first.hits[name]}
+        entry["allowed"] = first.allowed[name]
+        if second is not None:
+            entry["what_if_allowed"] = second.allowed[name]
+            entry["newly_blocked"] = changed[f"{name}:blocked"]
+            entry["newly_allowed"] = changed[f"{name}:allowed"]
+        policies.append(entry)
+    rules: list[dict[str, Any]] = []
+    for name, rule in sorted({*first.denied_by, *(second.denied_by if second else ())}):
+        denial: dict[str, Any] = {"policy": name, "rule": rule}
+        denial["denied"] = first.denied_by[name, rule]
+        if second is not None:
+            denial["what_if_denied"] = second.denied_by[name, rule]
+        rules.append(denial)
+
+    def table() -> list[list[str]]:
+        keys = ["hits", "allowed", "denied"]
+        if second is not None:
+            keys += ["what_if_allowed", "what_if_denied", "newly_blocked", "newly_allowed"]
+        head = ["policy", "rule", *(key.replace("_", " ") for key in keys)]
+        rows = [{**p, "rule": "(all)"} for p in policies] + rules
+        return [head] + [
+            [row["policy"], row["rule"], *(str(row.get(key, "")) for key in keys)] for row in rows
+        ]
+
+    out(args, {"policies": policies, "rules": rules}, table)
+    return EXIT_OK

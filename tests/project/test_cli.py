@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from redis.cluster import RedisCluster
 
 from freqguard.config import load
 from tests.conftest import flush
@@ -133,3 +134,40 @@ def test_a_pipe_closed_early_ends_quietly() -> None:
     assert done.returncode == 0
     assert done.stdout.startswith("freqguard demo")
     assert done.stderr == ""
+
+
+def test_ping_reaches_the_store_and_names_it(
+    config: Path, redis_cluster: list[RedisServer]
+) -> None:
+    data = json.loads(_run("ping", str(config), "--json").stdout)
+    assert data["topology"] == "standalone"
+    assert data["redis_version"].startswith("7.")
+    assert data["round_trip_ms"] > 0
+    url = f"redis+cluster://127.0.0.1:{redis_cluster[0].port}"
+    data = json.loads(_run("ping", url, "--json").stdout)
+    assert data["topology"] == "cluster"
+    assert len(data["primaries"]) == 3
+    assert _run("ping", f"redis://127.0.0.1:{free_port()}").returncode == 1
+
+
+def test_flush_deletes_the_prefixes_keys_only_and_only_with_yes(
+    tmp_path: Path, redis_cluster: list[RedisServer]
+) -> None:
+    flush(redis_cluster)
+    path = tmp_path / "cluster.toml"
+    url = f"redis+cluster://127.0.0.1:{redis_cluster[0].port}"
+    path.write_text(CONFIG.format(port=0).replace("redis://127.0.0.1:0", url))
+    guard = load(path).guard()
+    for n in range(40):  # records on every primary: one key per recipient, slots apart
+        guard.hit("sms", recipient=f"r{n}", content="hi")
+    guard.close()
+    foreign = RedisCluster(host="127.0.0.1", port=redis_cluster[0].port)
+    foreign.set("other:{x}", "kept")  # not freqguard's
+    dry = json.loads(_run("flush", str(path), "--json").stdout)
+    assert dry == {"prefix": "fg", "keys": 40, "deleted": False}
+    done = json.loads(_run("flush", str(path), "--yes", "--json").stdout)
+    assert done["keys"] == 40
+    assert done["deleted"] is True
+    assert json.loads(_run("flush", str(path), "--json").stdout)["keys"] == 0
+    assert foreign.get("other:{x}") == b"kept"
+    foreign.close()
