@@ -9,6 +9,7 @@
     freqguard replay CONFIG LOG [--what-if CONFIG2]   a log decided again (see .replay)
     freqguard ping CONFIG|URL                   reach the store, load the function
     freqguard flush CONFIG [--prefix P] --yes   delete freqguard's keys (Cluster too)
+    freqguard serve CONFIG [--port P] [--workers N]   the decision service
 
 Every command but ``demo`` takes ``--json`` for a machine's output. Exit codes: 0 done,
 1 the store failed (unreachable, an error reply), 2 a usage or configuration error (a bad
@@ -110,6 +111,15 @@ def _parser() -> argparse.ArgumentParser:
     flush.add_argument("--prefix", help="the key prefix (default: the configuration's)")
     flush.add_argument("--yes", action="store_true", help="delete; without it, only count")
     flush.set_defaults(run=store.flush)
+
+    serve = commands.add_parser("serve", help="the decision service (HTTP/JSON) on uvicorn")
+    serve.add_argument("config", help="a configuration file (TOML, or YAML)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--workers", type=int, default=1, help="processes (a shared store: Redis)")
+    serve.add_argument("--token-file", help="bearer tokens, one per line (or FREQGUARD_TOKENS)")
+    serve.add_argument("--log-level", default="warning")
+    serve.set_defaults(run=store.serve)
     return parser
 
 

@@ -9,7 +9,7 @@ from freqguard.cli.output import EXIT_OK, out
 from freqguard.errors import ConfigError
 from freqguard.rules import Rule
 
-__all__ = ["flush", "ping"]
+__all__ = ["flush", "ping", "serve"]
 
 
 def _store(target: str) -> tuple[Any, str]:
@@ -110,3 +110,30 @@ def _unlink(client: Any, keys: list[bytes], really: bool) -> int:
             pipe.unlink(key)
         pipe.execute()
     return len(keys)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """``freqguard serve``: the decision service on uvicorn, ``--workers`` processes."""
+    import os
+
+    try:
+        import uvicorn
+    except ImportError:
+        raise ConfigError("freqguard serve needs uvicorn: pip install 'freqguard[serve]'") from None
+    from freqguard.config import load
+    from freqguard.service import CONFIG_ENV, TOKENS_ENV
+
+    load(args.config)  # a configuration that does not load fails here, once, not per worker
+    os.environ[CONFIG_ENV] = os.path.abspath(args.config)
+    if args.token_file:
+        os.environ[f"{TOKENS_ENV}_FILE"] = os.path.abspath(args.token_file)
+    uvicorn.run(
+        "freqguard.service:from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=args.log_level,
+        access_log=False,  # an access log would hold recipients' numbers
+    )
+    return EXIT_OK

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
@@ -62,14 +62,20 @@ class Config:
     _observers: tuple[str, ...] = ()
     _breaker: object = True
 
-    def guard(self, clock: Clock | None = None) -> Guard:
-        """A :class:`~freqguard.Guard` on the configured backend, with every policy."""
+    def guard(self, clock: Clock | None = None, *, observers: Iterable[Observer] = ()) -> Guard:
+        """A :class:`~freqguard.Guard` on the configured backend, with every policy
+        (``observers``: besides the configured ones)."""
         policies, options = self._arguments(backend_from_url)
+        options["observers"] = [*options["observers"], *observers]
         return Guard(backend_from_url(self.backend), policies, clock, **options)
 
-    def async_guard(self, clock: Clock | None = None) -> AsyncGuard:
-        """An :class:`~freqguard.AsyncGuard` on the configured backend, with every policy."""
+    def async_guard(
+        self, clock: Clock | None = None, *, observers: Iterable[Observer] = ()
+    ) -> AsyncGuard:
+        """An :class:`~freqguard.AsyncGuard` on the configured backend, with every policy
+        (``observers``: besides the configured ones)."""
         policies, options = self._arguments(async_backend_from_url)
+        options["observers"] = [*options["observers"], *observers]
         return AsyncGuard(async_backend_from_url(self.backend), policies, clock, **options)
 
     def document(self) -> dict[str, Any]:

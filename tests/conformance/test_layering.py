@@ -32,7 +32,13 @@ ROOMS: dict[str, tuple[str, ...]] = {
     "decorators": ("freqguard.decorators",),
     "config": ("freqguard.config",),
     "integrations": ("freqguard.integrations",),
-    "app": ("freqguard.__init__", "freqguard.__main__", "freqguard.cli", "freqguard.demo"),
+    "app": (
+        "freqguard.__init__",
+        "freqguard.__main__",
+        "freqguard.cli",
+        "freqguard.demo",
+        "freqguard.service",
+    ),
 }
 
 #: room -> the rooms it may import

@@ -1,0 +1,280 @@
+"""The decision service: its API in process (httpx on the ASGI app), then as a real
+``freqguard serve`` with two uvicorn workers on a shared Redis, called over loopback HTTP
+and stopped by its PID."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from freqguard import AsyncGuard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard.service import MAX_BODY, create_app
+from tests.conftest import flush
+from tests.servers import RedisServer, free_port
+
+SCRIPT = Path(sys.executable).parent / "freqguard"
+SMS = Policy(
+    "sms",
+    Rule("2/minute", by="recipient", name="rcpt-1m"),
+    Rule("1 per 59 seconds", by=("recipient", "content"), name="content-59s"),
+)
+
+
+def _call(
+    requests: list[tuple[str, str, Any, dict[str, str]]], tokens: tuple[str, ...] = ()
+) -> list[httpx.Response]:
+    guard = AsyncGuard(MemoryBackend(), [SMS], clock=ManualClock(1_700_000_000))
+    app = create_app(guard, tokens)
+
+    async def run() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            out = []
+            for method, path, body, headers in requests:
+                content = body if isinstance(body, bytes) else json.dumps(body).encode()
+                out.append(await http.request(method, path, content=content, headers=headers))
+            return out
+
+    return asyncio.run(run())
+
+
+def _hit(context: dict[str, Any], **extra: Any) -> tuple[str, str, Any, dict[str, str]]:
+    return ("POST", "/v1/policies/sms/hit", {"context": context, **extra}, {})
+
+
+def test_a_hit_is_allowed_then_denied_with_the_rule_that_said_no() -> None:
+    ctx = {"recipient": "+1555", "content": "hi"}
+    first, second = _call([_hit(ctx), _hit(ctx)])
+    assert first.status_code == 200
+    assert first.json()["allowed"] is True
+    assert first.json()["remaining"] == 0
+    assert second.status_code == 200  # a denial is an answer, not an error
+    body = second.json()
+    assert body["allowed"] is False
+    assert body["denied_by"] == ["content-59s"]
+    assert body["retry_after"] == 59.0
+    assert [r["rule"] for r in body["rules"]] == ["rcpt-1m", "content-59s"]
+
+
+def test_a_batch_peek_refund_reset_and_limits() -> None:
+    ctx = {"recipient": "+1555", "content": "hi"}
+    batch = {"contexts": [ctx, ctx, {"recipient": "+1555", "content": "yo"}]}
+    responses = _call(
+        [
+            ("POST", "/v1/policies/sms/hit-many", batch, {}),
+            ("POST", "/v1/policies/sms/peek", {"context": ctx}, {}),
+            ("POST", "/v1/policies/sms/refund", {"context": ctx, "cost": 1}, {}),
+            ("POST", "/v1/policies/sms/reset", {"context": ctx}, {}),
+            ("POST", "/v1/policies/sms/peek", {"context": ctx}, {}),
+            (
+                "PUT",
+                "/v1/policies/sms/limits/rcpt-1m",
+                {"context": {"recipient": "+1555"}, "rate": "5/minute", "ttl": 60},
+                {},
+            ),
+            (
+                "PUT",
+                "/v1/policies/sms/limits/content-59s",
+                {"context": {"recipient": "+1555"}, "rate": None},
+                {},
+            ),
+            ("DELETE", "/v1/policies/sms/limits/rcpt-1m", {"context": {"recipient": "+1555"}}, {}),
+            ("POST", "/v1/policies/sms/limits", {"context": {"recipient": "+1555"}}, {}),
+        ]
+    )
+    assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
+    decisions = responses[0].json()["decisions"]
+    assert [d["allowed"] for d in decisions] == [True, False, True]
+    assert responses[1].json()["allowed"] is False
+    assert responses[3].json() == {"reset": True}
+    assert responses[4].json()["remaining"] == 1
+    assert responses[5].json()["limits"]["rcpt-1m"] == "5 per 60 seconds"
+    assert responses[6].json()["limits"]["content-59s"] is None  # exempt
+    assert responses[8].json()["limits"] == {"rcpt-1m": "2 per 60 seconds", "content-59s": None}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b"{not json", "body"),
+        ([1, 2], "body"),
+        ({"context": "x"}, "context"),
+        ({"context": {"recipient": 1.5, "content": "x"}}, "context.recipient"),
+        ({"context": {"recipient": True, "content": "x"}}, "context.recipient"),
+        ({"context": {"recipient": "a", "content": "x"}, "cost": -1}, "cost"),
+        ({"context": {"recipient": "a"}}, "context"),  # a missing dimension
+        ({"context": {"recipient": "a", "content": "x", "plan": "pro"}}, "context"),
+    ],
+)
+def test_a_bad_body_is_a_422_naming_the_field(body: Any, field: str) -> None:
+    (response,) = _call([("POST", "/v1/policies/sms/hit", body, {})])
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["field"] == field
+
+
+def test_unknown_names_oversize_bodies_and_batches() -> None:
+    ctx = {"recipient": "a", "content": "x"}
+    responses = _call(
+        [
+            ("POST", "/v1/policies/nope/hit", {"context": ctx}, {}),
+            (
+                "PUT",
+                "/v1/policies/sms/limits/nope",
+                {"context": {"recipient": "a"}, "rate": "1/minute"},
+                {},
+            ),
+            ("POST", "/v1/policies/sms/hit", b"{" + b" " * MAX_BODY + b"}", {}),
+            ("POST", "/v1/policies/sms/hit-many", {"contexts": [ctx] * 1001}, {}),
+            ("POST", "/v1/policies/sms/hit-many", {"contexts": []}, {}),
+        ]
+    )
+    assert [r.status_code for r in responses] == [404, 404, 413, 422, 422]
+    assert "no policy 'nope'" in responses[0].json()["detail"]
+
+
+def test_tokens_guard_every_call_but_health_and_the_document() -> None:
+    ctx = {"recipient": "a", "content": "x"}
+    hit = ("POST", "/v1/policies/sms/hit", {"context": ctx})
+    responses = _call(
+        [
+            (*hit, {}),
+            (*hit, {"authorization": "Bearer wrong"}),
+            (*hit, {"authorization": "Basic s3cret"}),
+            (*hit, {"authorization": "Bearer s3cret"}),
+            ("GET", "/healthz", b"", {}),
+            ("GET", "/openapi.json", b"", {}),
+        ],
+        tokens=("s3cret", "other"),
+    )
+    assert [r.status_code for r in responses] == [401, 401, 401, 200, 200, 200]
+    assert responses[0].headers["www-authenticate"] == "Bearer"
+    assert "s3cret" not in responses[1].text
+    document = responses[5].json()
+    assert document["openapi"] == "3.1.0"
+    assert "/v1/policies/{policy}/hit-many" in document["paths"]
+
+
+# -- a real service -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def service(tmp_path: Path, redis_server: RedisServer) -> Iterator[str]:
+    """``freqguard serve`` with two workers on a shared Redis, stopped by its PID."""
+    flush([redis_server])
+    config = tmp_path / "svc.toml"
+    config.write_text(
+        f'backend = "redis://127.0.0.1:{redis_server.port}"\n\n[[policy]]\nname = "sms"\n'
+        'rules = [{ rate = "3/minute", by = "recipient", name = "rcpt-1m" },\n'
+        '  { rate = "9 per 59 seconds", by = ["recipient", "content"], name = "content-59s" }]\n'
+    )
+    tokens = tmp_path / "tokens"
+    tokens.write_text("t0ken\n")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            str(SCRIPT),
+            "serve",
+            str(config),
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+            "--token-file",
+            str(tokens),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # bounded polling for the server to start
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        else:
+            raise AssertionError("the service did not start in 30 s")
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+def test_a_served_policy_counts_across_workers(service: str) -> None:
+    auth = {"authorization": "Bearer t0ken"}
+    with httpx.Client(base_url=service, headers=auth, timeout=10) as http:
+        one = {"context": {"recipient": "a", "content": "x"}}
+        hit = f"{service}/v1/policies/sms/hit"
+        # each on a new connection, which either worker may accept: the count is the store's
+        answers = [httpx.post(hit, json=one, headers=auth).json()["allowed"] for _ in range(5)]
+        assert answers == [True, True, True, False, False]
+        batch = http.post(
+            "/v1/policies/sms/hit-many", json={"contexts": [{"recipient": "b", "content": "x"}] * 4}
+        )
+        assert [d["allowed"] for d in batch.json()["decisions"]] == [True, True, True, False]
+        assert http.get("/openapi.json").status_code == 200
+        assert "freqguard_decisions_total" in http.get("/metrics").text
+    assert (
+        httpx.post(
+            f"{service}/v1/policies/sms/hit", json={"context": {"recipient": "a"}}
+        ).status_code
+        == 401
+    )
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples" / "service"
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="no curl on this machine")
+def test_the_curl_example_speaks_the_contract(service: str) -> None:
+    env = {**os.environ, "FREQGUARD_SERVICE": service, "FREQGUARD_TOKEN": "t0ken"}
+    runs = [
+        subprocess.run(
+            ["sh", str(EXAMPLES / "hit.sh"), "sms", "c", "hi"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+            check=False,
+        )
+        for _ in range(4)
+    ]
+    assert [run.returncode for run in runs] == [0, 0, 0, 1]
+    assert json.loads(runs[3].stdout)["denied_by"] == ["rcpt-1m"]
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="no node on this machine")
+def test_the_javascript_example_speaks_the_contract(service: str) -> None:
+    env = {**os.environ, "FREQGUARD_SERVICE": service, "FREQGUARD_TOKEN": "t0ken"}
+    runs = [
+        subprocess.run(
+            ["node", str(EXAMPLES / "client.mjs"), "sms", "d", "hi"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+            check=False,
+        )
+        for _ in range(4)
+    ]
+    assert [run.returncode for run in runs] == [0, 0, 0, 1], runs[-1].stderr
+    assert runs[0].stdout.strip() == "send: 2 left"
+    assert runs[3].stdout.startswith("blocked by rcpt-1m; retry in ")
