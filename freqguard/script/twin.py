@@ -210,9 +210,8 @@ def run(
     if mode == RESET:
         now = reset_states(store, keys, specs, now, pinned)
         found = [None] * len(specs)
-    if limits:
-        part = apply_limits(part, limits, now)
-        specs = part.specs
+    part = apply_limits(part, limits, now) if limits else part
+    specs = part.specs
     views = load_states(specs, found, now)
     if mode == REFUND:
         refund_states(store, keys, specs, found, views, now, cost, marks)
