@@ -87,7 +87,8 @@ async def _drive(call: Callable[[int], Awaitable[int]], seconds: float, clients:
     async def client(k: int) -> None:
         n = k
         while time.monotonic() < deadline:
-            done[0] += await call(n)
+            made = await call(n)  # not `done[0] += await ...`: that reads done[0] before
+            done[0] += made  # the await, and other tasks' counts in between would be lost
             n += clients
 
     began = time.monotonic()
@@ -104,10 +105,8 @@ def _over_http(url: str, batch: bool, args: argparse.Namespace) -> float:
 
             async def call(n: int) -> int:
                 if batch:
-                    contexts = [
-                        {"recipient": r, "content": c}
-                        for r, c in stream[(n * BATCH) % len(stream) :][:BATCH]
-                    ]
+                    at = (n * BATCH) % (len(stream) - BATCH)
+                    contexts = [{"recipient": r, "content": c} for r, c in stream[at : at + BATCH]]
                     await http.post("/v1/policies/sms/hit-many", json={"contexts": contexts})
                     return len(contexts)
                 r, c = stream[n % len(stream)]
@@ -129,10 +128,8 @@ def _in_process(config_text: str, batch: bool, args: argparse.Namespace) -> floa
 
         async def call(n: int) -> int:
             if batch:
-                contexts = [
-                    {"recipient": r, "content": c}
-                    for r, c in stream[(n * BATCH) % len(stream) :][:BATCH]
-                ]
+                at = (n * BATCH) % (len(stream) - BATCH)
+                contexts = [{"recipient": r, "content": c} for r, c in stream[at : at + BATCH]]
                 await guard.hit_many("sms", contexts)
                 return len(contexts)
             r, c = stream[n % len(stream)]
