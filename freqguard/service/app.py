@@ -9,6 +9,7 @@
     PUT  /v1/policies/{policy}/limits/{rule}  {"context", "rate", "ttl"} -> {"limits": {...}}
     DELETE /v1/policies/{policy}/limits/{rule} {"context": {...}}        -> {"limits": {...}}
     GET  /healthz, /metrics, /openapi.json
+    GET  /  (the operator's page), /v1/policies, /v1/stats  (what the page reads; open)
 
 A denial is a 200 with ``"allowed": false`` (the call succeeded); a bad body is a 422
 problem+json naming the field; an unknown policy or rule a 404; a body over the size limit a
@@ -26,13 +27,15 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from freqguard.decision import Decision
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import AsyncGuard
+from freqguard.policy import Policy
 from freqguard.service.openapi import document
+from freqguard.service.page import PAGE
 
 __all__ = ["MAX_BATCH", "MAX_BODY", "create_app", "decision_json"]
 
@@ -175,6 +178,56 @@ def _endpoint(service: Service, work: Callable[[Request], Awaitable[Any]]) -> Ha
     return handle
 
 
+#: The page runs its own inline script and style, and talks to this origin only.
+_CSP = "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"
+
+
+def _policy_json(policy: Policy) -> dict[str, Any]:
+    """A policy as the page lists it: its rules, the context a lookup asks for, and the
+    partition values its per-key limits are kept by."""
+    parts = {r.by[0] for r in policy.rules if r.by and all(r.by[0] in x.by for x in policy.rules)}
+    return {
+        "policy": policy.name,
+        "context": [*policy.dimensions, *policy.reads],
+        "partition": sorted(parts) or list(policy.dimensions[:1]),
+        "rules": [
+            {
+                "rule": rule.id,
+                "by": list(rule.by),
+                "rate": str(rule.rate) if rule.quiet is None else "quiet hours",
+                "strategy": "calendar" if rule.calendar else rule.strategy.value,
+            }
+            for rule in policy.rules
+        ],
+    }
+
+
+def _stats(registry: Any) -> list[dict[str, Any]]:
+    """Per policy: allowed and denied decisions; per rule: its denials (from the metrics)."""
+    if registry is None:
+        return []
+    totals: dict[str, dict[str, float]] = {}
+    rules: dict[tuple[str, str], float] = {}
+    for family in registry.collect():
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name == "freqguard_decisions_total":
+                entry = totals.setdefault(labels["policy"], {"allowed": 0.0, "denied": 0.0})
+                outcome = "allowed" if labels.get("outcome") == "allowed" else "denied"
+                entry[outcome] += sample.value
+            elif sample.name == "freqguard_denials_total":
+                rules[labels["policy"], labels["rule"]] = sample.value
+    rows: list[dict[str, Any]] = []
+    for name, entry in sorted(totals.items()):
+        rows.append({"policy": name, "rule": None, **{k: int(v) for k, v in entry.items()}})
+        rows += [
+            {"policy": name, "rule": rule, "allowed": None, "denied": int(count)}
+            for (policy, rule), count in sorted(rules.items())
+            if policy == name
+        ]
+    return rows
+
+
 def create_app(guard: AsyncGuard, tokens: Sequence[str] = (), metrics: Any = None) -> Starlette:
     """The service's app on ``guard`` (its policies), requiring one of ``tokens`` if any;
     ``metrics``: a ``prometheus_client`` registry ``/metrics`` exposes, if given."""
@@ -237,6 +290,15 @@ def create_app(guard: AsyncGuard, tokens: Sequence[str] = (), metrics: Any = Non
     async def openapi(request: Request) -> Response:
         return JSONResponse(document(sorted(guard.policies)))
 
+    async def page(request: Request) -> Response:
+        return HTMLResponse(PAGE, headers={"content-security-policy": _CSP})
+
+    async def listed(request: Request) -> Response:
+        return JSONResponse({"policies": [_policy_json(p) for p in guard.policies.values()]})
+
+    async def stats(request: Request) -> Response:
+        return JSONResponse({"rows": _stats(service.metrics)})
+
     base = "/v1/policies/{policy}"
     routes = [
         Route(f"{base}/hit", _endpoint(service, hit), methods=["POST"]),
@@ -249,6 +311,9 @@ def create_app(guard: AsyncGuard, tokens: Sequence[str] = (), metrics: Any = Non
         Route("/healthz", healthz),
         Route("/metrics", metrics_page),
         Route("/openapi.json", openapi),
+        Route("/", page),
+        Route("/v1/policies", listed),
+        Route("/v1/stats", stats),
     ]
 
     @contextlib.asynccontextmanager

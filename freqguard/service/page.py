@@ -1,0 +1,135 @@
+"""The operator's page the decision service serves at ``/``: the policies and their rules,
+live decisions and denials per policy and rule (from the service's metrics), and a lookup of
+one context (its use per rule, its per-key limits, when it frees). One HTML document with
+its script inline: no asset, no CDN. It only reads: a lookup asks the ``/v1`` endpoints,
+with the token typed into the page when the service requires one."""
+
+from __future__ import annotations
+
+__all__ = ["PAGE"]
+
+PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>freqguard</title>
+<style>
+  body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; color: #1d2330; }
+  h1 { font-size: 1.3rem; margin: 0 0 1rem; } h2 { font-size: 1.05rem; margin: 1.5rem 0 .5rem; }
+  table { border-collapse: collapse; margin-bottom: .5rem; }
+  th, td { text-align: left; padding: .25rem .75rem .25rem 0; border-bottom: 1px solid #e3e6ec; }
+  th { font-weight: 600; color: #555d6e; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
+  .denied { color: #b3261e; } .allowed { color: #1b7f3b; } .muted { color: #7a8191; }
+  form { display: flex; flex-wrap: wrap; gap: .5rem; align-items: end; }
+  label { display: flex; flex-direction: column; font-size: .85rem; color: #555d6e; }
+  input, select, button { font: inherit; padding: .25rem .4rem; }
+  #fields { display: contents; }
+</style>
+</head>
+<body>
+<h1>freqguard <span class="muted" id="status">loading</span></h1>
+
+<h2>Policies</h2>
+<table id="policies"><thead><tr><th>policy</th><th>rule</th><th>by</th><th>rate</th>
+<th>strategy</th></tr></thead><tbody></tbody></table>
+
+<h2>Decisions since this worker started</h2>
+<table id="stats"><thead><tr><th>policy</th><th>rule</th><th>allowed</th><th>denied</th>
+</tr></thead><tbody></tbody></table>
+
+<h2>Look up one context</h2>
+<form id="lookup">
+  <label>policy <select name="policy" id="policy"></select></label>
+  <span id="fields"></span>
+  <label>token <input name="token" id="token" type="password" autocomplete="off"></label>
+  <button type="submit">look up</button>
+</form>
+<p id="answer" class="muted"></p>
+<table id="usage"><thead><tr><th>rule</th><th>used</th><th>remaining</th><th>of</th>
+<th>frees in</th><th>next hit</th><th>per-key limit</th></tr></thead><tbody></tbody></table>
+
+<script>
+const $ = (id) => document.getElementById(id);
+const cell = (text, cls) => { const td = document.createElement("td");
+  td.textContent = text; if (cls) td.className = cls; return td; };
+const row = (cells) => { const tr = document.createElement("tr"); cells.forEach((c) => tr.append(c)); return tr; };
+const seconds = (s) => s === 0 ? "-" : s >= 3600 ? (s / 3600).toFixed(1) + " h"
+  : s >= 60 ? (s / 60).toFixed(1) + " min" : s.toFixed(2) + " s";
+let policies = {};
+
+function fieldsFor(name) {
+  const box = $("fields"); box.replaceChildren();
+  const params = new URLSearchParams(location.search);
+  for (const field of (policies[name] || {}).context || []) {
+    const label = document.createElement("label"); label.textContent = field;
+    const input = document.createElement("input"); input.name = field; input.dataset.context = "1";
+    input.value = params.get(field) || ""; label.append(input); box.append(label);
+  }
+}
+
+async function post(path, body) {
+  const token = $("token").value;
+  const headers = {"content-type": "application/json"};
+  if (token) headers.authorization = "Bearer " + token;
+  const response = await fetch(path, {method: "POST", headers, body: JSON.stringify(body)});
+  return [response.status, await response.json()];
+}
+
+async function lookup(event) {
+  if (event) event.preventDefault();
+  const name = $("policy").value, context = {};
+  document.querySelectorAll("#fields input").forEach((input) => {
+    if (input.value !== "") context[input.name] = input.value; });
+  const [status, decision] = await post(`/v1/policies/${name}/peek`, {context});
+  const body = $("usage").tBodies[0]; body.replaceChildren();
+  if (status !== 200) {
+    $("answer").textContent = status === 401 ? "this service needs a token for lookups"
+      : `${status}: ${decision.detail || decision.title}`;
+    return;
+  }
+  const partition = {};
+  for (const field of policies[name].partition) if (field in context) partition[field] = context[field];
+  const [, found] = await post(`/v1/policies/${name}/limits`, {context: partition});
+  const limits = (found && found.limits) || {};
+  $("answer").textContent = decision.allowed ? "a hit now would be allowed"
+    : `a hit now would be denied by ${decision.denied_by.join(", ")}; retry in ${seconds(decision.retry_after)}`;
+  for (const r of decision.rules) {
+    const own = policies[name].rules.find((x) => x.rule === r.rule);
+    const limit = r.rule in limits && (limits[r.rule] === null || limits[r.rule] !== own.rate)
+      ? (limits[r.rule] === null ? "exempt" : limits[r.rule]) : "-";
+    body.append(row([cell(r.rule), cell(String(r.limit - r.remaining), "n"), cell(String(r.remaining), "n"),
+      cell(String(r.limit), "n"), cell(seconds(r.reset_after)),
+      cell(r.retry_after ? "in " + seconds(r.retry_after) : "allowed", r.retry_after ? "denied" : "allowed"),
+      cell(limit)]));
+  }
+}
+
+async function load() {
+  const listed = await (await fetch("/v1/policies")).json();
+  const policyBody = $("policies").tBodies[0];
+  for (const p of listed.policies) {
+    policies[p.policy] = p;
+    for (const r of p.rules) policyBody.append(row([cell(p.policy), cell(r.rule),
+      cell(r.by.join(", ") || "-"), cell(r.rate), cell(r.strategy)]));
+    const option = document.createElement("option"); option.textContent = p.policy; $("policy").append(option);
+  }
+  const stats = await (await fetch("/v1/stats")).json();
+  const statsBody = $("stats").tBodies[0];
+  for (const s of stats.rows) statsBody.append(row([cell(s.policy), cell(s.rule || "(all)"),
+    cell(s.rule ? "" : String(s.allowed), "n"), cell(String(s.denied), "n")]));
+  const params = new URLSearchParams(location.search);
+  if (params.get("policy")) $("policy").value = params.get("policy");
+  fieldsFor($("policy").value);
+  $("policy").addEventListener("change", () => fieldsFor($("policy").value));
+  $("lookup").addEventListener("submit", lookup);
+  const count = listed.policies.length;
+  $("status").textContent = `${count} ${count === 1 ? "policy" : "policies"}`;
+  if (params.get("policy")) await lookup();
+  document.body.dataset.ready = "1";
+}
+load();
+</script>
+</body>
+</html>
+"""
