@@ -6,11 +6,22 @@ Run it with ``freqguard demo`` (or ``python -m freqguard demo``). Time is simula
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
-from freqguard import CapExceeded, Guard, ManualClock, MemoryBackend, Policy, QuietHours, Rule
+from freqguard import (
+    CapExceeded,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    QuietHours,
+    Rule,
+    backend_from_url,
+)
 
 SMS_POLICY = Policy(
     "sms",
@@ -59,9 +70,19 @@ def rows(guard: Guard, clock: ManualClock) -> Iterator[tuple[str, ...]]:
         )
 
 
-def main() -> None:
+def _backend(url: str | None) -> tuple[Any, str]:
+    """The demo's store: in memory, or the one ``url`` names under a prefix of this run's
+    own (its records expire by themselves)."""
+    if url is None:
+        return MemoryBackend(), "fg"
+    return backend_from_url(url), f"fgdemo-{secrets.token_hex(4)}"
+
+
+def main(url: str | None = None) -> None:
+    """Print the demo's two scenes, on the memory backend or the store ``url`` names."""
     clock = ManualClock(1_700_000_000)
-    guard = Guard(MemoryBackend(), [SMS_POLICY], clock=clock)
+    backend, prefix = _backend(url)
+    guard = Guard(backend, [SMS_POLICY], clock=clock, prefix=prefix)
     header = ("time", "recipient", "content", "result", "blocked by", "left*", "retry in")
     table = [header, *rows(guard, clock)]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
@@ -74,15 +95,17 @@ def main() -> None:
     sent = sum(1 for row in table[1:] if row[3] == "sent")
     print(f"\n{sent} sent, {len(table) - 1 - sent} blocked; a blocked message consumed nothing.")
     print("* left: what the tightest rule still admits for that recipient and content.")
-    messaging()
+    guard.close()
+    messaging(url)
 
 
-def messaging() -> None:
+def messaging(url: str | None = None) -> None:
     """The messaging scene: dana's evening in Berlin, on a push policy of 3 a local day
     (marketing at most 2 of them), quiet from 21:00 to 08:00 her time but for transactional
     messages."""
     clock = ManualClock(datetime(2026, 6, 11, 21, 30, tzinfo=BERLIN).timestamp())
-    guard = Guard(MemoryBackend(), [PUSH_POLICY], clock=clock)
+    backend, prefix = _backend(url)
+    guard = Guard(backend, [PUSH_POLICY], clock=clock, prefix=prefix)
     print("\nMessaging: dana in Berlin; 3 pushes a local day, marketing at most 2 of them;")
     print("quiet 21:00-08:00 her time, transactional messages exempt\n")
     sends = [
@@ -108,6 +131,7 @@ def messaging() -> None:
         assert decision.allowed
     print("\nThe OTP went out in the quiet hours; the sale waited for the morning; marketing")
     print("stopped at its 2 of Friday's 3, and the parcel notice took the third.")
+    guard.close()
 
 
 def _local(clock: ManualClock) -> str:

@@ -63,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="a burst of SMS and a messaging scene, in memory")
+    demo.add_argument(
+        "--url", help="run it on this store instead (redis://...), under a prefix of its own"
+    )
     demo.set_defaults(run=_demo)
 
     check = _command(commands, "check", "load a configuration; each policy and its rules")
@@ -171,7 +174,7 @@ def _guard(args: argparse.Namespace) -> Any:
 def _demo(args: argparse.Namespace) -> int:
     from freqguard.demo import main as demo
 
-    demo()
+    demo(args.url)
     return EXIT_OK
 
 

@@ -171,3 +171,11 @@ def test_flush_deletes_the_prefixes_keys_only_and_only_with_yes(
     assert json.loads(_run("flush", str(path), "--json").stdout)["keys"] == 0
     assert foreign.get("other:{x}") == b"kept"
     foreign.close()
+
+
+def test_the_demo_runs_on_a_store_too(redis_server: RedisServer) -> None:
+    on_redis = _run("demo", "--url", f"redis://127.0.0.1:{redis_server.port}")
+    in_memory = _run("demo")
+    assert on_redis.returncode == 0, on_redis.stderr
+    assert on_redis.stdout == in_memory.stdout  # the same decisions, on the store's records
+    assert "23 sent, 3 blocked" in on_redis.stdout
