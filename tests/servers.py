@@ -235,15 +235,23 @@ def key_in_slot(slot: int) -> str:
     )
 
 
+class NoOwner(RuntimeError):
+    """The node asked sees no primary for the slot: for a moment during a failover."""
+
+
 def primary_for(nodes: list[RedisServer], key: str) -> RedisServer:
-    """The node serving ``key``'s slot now, as a live node sees the cluster."""
+    """The node serving ``key``'s slot now, as a live node sees the cluster.
+
+    Raises:
+        NoOwner: the node asked lists no primary for the slot (mid-failover).
+    """
     slot = redis.crc.key_slot(key.encode())
     asked = next(node for node in nodes if node.alive)
     slots: Any = asked.client.execute_command("CLUSTER SLOTS")  # type: ignore[no-untyped-call]
     for start, end, primary, *_ in slots:
         if start <= slot <= end:
             return _by_port(nodes, int(primary[1]))
-    raise RuntimeError(f"no node serves slot {slot}")
+    raise NoOwner(f"no node serves slot {slot}")
 
 
 def replica_of(nodes: list[RedisServer], primary: RedisServer) -> RedisServer:
