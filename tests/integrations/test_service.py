@@ -243,38 +243,25 @@ def test_a_served_policy_counts_across_workers(service: str) -> None:
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples" / "service"
 
 
-@pytest.mark.skipif(shutil.which("curl") is None, reason="no curl on this machine")
-def test_the_curl_example_speaks_the_contract(service: str) -> None:
+def _four_times(command: list[str], service: str) -> list[subprocess.CompletedProcess[str]]:
+    """An example client run four times against the service, as one recipient."""
     env = {**os.environ, "FREQGUARD_SERVICE": service, "FREQGUARD_TOKEN": "t0ken"}
-    runs = [
-        subprocess.run(
-            ["sh", str(EXAMPLES / "hit.sh"), "sms", "c", "hi"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=30,
-            check=False,
-        )
+    return [
+        subprocess.run(command, capture_output=True, text=True, env=env, timeout=30, check=False)
         for _ in range(4)
     ]
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="no curl on this machine")
+def test_the_curl_example_speaks_the_contract(service: str) -> None:
+    runs = _four_times(["sh", str(EXAMPLES / "hit.sh"), "sms", "c", "hi"], service)
     assert [run.returncode for run in runs] == [0, 0, 0, 1]
     assert json.loads(runs[3].stdout)["denied_by"] == ["rcpt-1m"]
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="no node on this machine")
 def test_the_javascript_example_speaks_the_contract(service: str) -> None:
-    env = {**os.environ, "FREQGUARD_SERVICE": service, "FREQGUARD_TOKEN": "t0ken"}
-    runs = [
-        subprocess.run(
-            ["node", str(EXAMPLES / "client.mjs"), "sms", "d", "hi"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=30,
-            check=False,
-        )
-        for _ in range(4)
-    ]
+    runs = _four_times(["node", str(EXAMPLES / "client.mjs"), "sms", "d", "hi"], service)
     assert [run.returncode for run in runs] == [0, 0, 0, 1], runs[-1].stderr
     assert runs[0].stdout.strip() == "send: 2 left"
     assert runs[3].stdout.startswith("blocked by rcpt-1m; retry in ")
