@@ -9,6 +9,11 @@ Configuration (``app.config``):
 * ``FREQGUARD_DEFAULT_LIMITS``: rates applied to every view not exempt, each route (Flask
   endpoint) counted on its own (default none).
 * ``FREQGUARD_HEADERS``: the header profile (default ``"ietf"``).
+* ``FREQGUARD_ENABLED``: ``False`` switches every cap of the app off (default ``True``).
+
+Any other ``FREQGUARD_*`` key is an error at ``init_app`` that names the key it resembles
+(``FREQGUARD_DEFAULT_LIMIT`` is not a silent no-op); Flask-Limiter's ``RATELIMIT_*`` keys
+are logged as a warning naming freqguard's.
 
 A route's default limits and its view's own cap are one policy, decided in one atomic hit
 before the view runs: a request denied by either consumes from neither. The policy is named
@@ -22,7 +27,9 @@ State lives in ``app.extensions["freqguard"]``, never on the extension object, s
 
 from __future__ import annotations
 
+import difflib
 import functools
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
@@ -50,6 +57,8 @@ from freqguard.rates import Rate, parse_rates
 from freqguard.rules import Rule, check_name, fit_name
 
 __all__ = ["BadRequest", "FreqGuard", "client_ip", "header", "remote_address"]
+
+_log = logging.getLogger("freqguard")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -86,6 +95,7 @@ class _State:
     guard: Guard
     decider: Decider  # registers each route's policy once on this app's guard
     defaults: tuple[Rate, ...]
+    enabled: bool = True
     routes: dict[str, Route | None] = field(default_factory=dict)  # by endpoint, built once
 
 
@@ -114,6 +124,7 @@ class FreqGuard:
                 configuration file, or ``FREQGUARD_CONFIG`` with ``FREQGUARD_BACKEND`` or a
                 guard.
         """
+        enabled = _check_settings(app.config)
         default = app.config.get("FREQGUARD_DEFAULT_LIMITS")
         guard = (
             self._guard
@@ -123,7 +134,8 @@ class FreqGuard:
         if self._guard is not None and "FREQGUARD_CONFIG" in app.config:
             raise ConfigError("FREQGUARD_CONFIG makes the guard: pass guard= or it, not both")
         profile = check_profile(app.config.get("FREQGUARD_HEADERS", "ietf"))
-        state = _State(guard, Decider(guard, (), profile), parse_rates(default) if default else ())
+        defaults = parse_rates(default) if default else ()
+        state = _State(guard, Decider(guard, (), profile), defaults, enabled=enabled)
         app.extensions["freqguard"] = state
         app.before_request(self._before)
         app.after_request(self._after)
@@ -152,6 +164,8 @@ class FreqGuard:
 
     def _hit(self, route: Route) -> None:
         state = self._state()
+        if not state.enabled:  # FREQGUARD_ENABLED = False
+            return
         info = request_info(request.environ, request.view_args or {})
         ctx = state.decider.prepare(route, info)  # a BadRequest goes to its handler
         decision = state.guard.hit(route.name, route.cost, **ctx)
@@ -267,3 +281,55 @@ def _configured(settings: Mapping[str, Any]) -> Guard | None:
         )
     config = given if isinstance(given, Config) else load(given)
     return config.guard()
+
+
+#: The extension's settings; what people coming from Flask-Limiter type instead.
+_SETTINGS = frozenset(
+    {
+        "FREQGUARD_BACKEND",
+        "FREQGUARD_CONFIG",
+        "FREQGUARD_DEFAULT_LIMITS",
+        "FREQGUARD_HEADERS",
+        "FREQGUARD_ENABLED",
+    }
+)
+_MEANT = {
+    "FREQGUARD_DEFAULT_LIMIT": "FREQGUARD_DEFAULT_LIMITS",
+    "FREQGUARD_DEFAULT": "FREQGUARD_DEFAULT_LIMITS",
+    "FREQGUARD_STORAGE_URI": "FREQGUARD_BACKEND",
+    "FREQGUARD_STORAGE_URL": "FREQGUARD_BACKEND",
+    "FREQGUARD_URL": "FREQGUARD_BACKEND",
+    "FREQGUARD_HEADERS_ENABLED": "FREQGUARD_HEADERS",
+    "RATELIMIT_DEFAULT": "FREQGUARD_DEFAULT_LIMITS",
+    "RATELIMIT_STORAGE_URI": "FREQGUARD_BACKEND",
+    "RATELIMIT_STORAGE_URL": "FREQGUARD_BACKEND",
+    "RATELIMIT_ENABLED": "FREQGUARD_ENABLED",
+    "RATELIMIT_HEADERS_ENABLED": "FREQGUARD_HEADERS",
+}
+
+
+def _check_settings(settings: Mapping[str, Any]) -> bool:
+    """Refuse an unknown ``FREQGUARD_*`` key (naming the one meant), warn of Flask-Limiter's
+    ``RATELIMIT_*`` keys; the app-wide switch.
+
+    Raises:
+        ConfigError: an unknown ``FREQGUARD_*`` key, or ``FREQGUARD_ENABLED`` not a bool.
+    """
+    for key in settings:
+        if key.startswith("FREQGUARD_") and key not in _SETTINGS:
+            meant = _MEANT.get(key) or next(
+                iter(difflib.get_close_matches(key, _SETTINGS, 1)), None
+            )
+            hint = f"did you mean {meant}? " if meant else ""
+            known = ", ".join(sorted(_SETTINGS))
+            raise ConfigError(f"unknown setting {key}: {hint}freqguard reads {known}")
+        if key in _MEANT and key.startswith("RATELIMIT_"):
+            _log.warning(
+                "%s is Flask-Limiter's setting, which freqguard does not read: set %s",
+                key,
+                _MEANT[key],
+            )
+    enabled = settings.get("FREQGUARD_ENABLED", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"FREQGUARD_ENABLED must be True or False, got {enabled!r}")
+    return enabled
