@@ -22,6 +22,7 @@ from freqguard.integrations._http import (
     KeyFunc,
     Limit,
     RequestInfo,
+    SkipRequest,
     bad_request_body,
     context_of,
     problem_body,
@@ -282,6 +283,8 @@ class Decider:
             ctx = self.prepare(route, info)
         except BadRequest as error:
             return bad_request(error, info.path)
+        except SkipRequest:  # header(..., missing="skip"): this request goes uncapped
+            return Answer(200, b"", None, None, {})
         try:
             decision = hit(route.name, route.cost, **ctx)
         except BackendUnavailable as error:
@@ -298,6 +301,8 @@ class Decider:
             ctx = self.prepare(route, info)
         except BadRequest as error:
             return bad_request(error, info.path)
+        except SkipRequest:
+            return Answer(200, b"", None, None, {})
         try:
             decision = await hit(route.name, route.cost, **ctx)
         except BackendUnavailable as error:

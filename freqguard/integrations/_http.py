@@ -15,7 +15,13 @@ from freqguard.decision import Decision
 from freqguard.errors import ConfigError
 from freqguard.headers import whole_seconds
 from freqguard.integrations._client_ip import client_ip
-from freqguard.integrations._request import BadRequest, KeyFunc, RequestInfo, context_of
+from freqguard.integrations._request import (
+    BadRequest,
+    KeyFunc,
+    RequestInfo,
+    SkipRequest,
+    context_of,
+)
 from freqguard.integrations._routes import check_pattern
 from freqguard.policy import Policy, check_on_error
 from freqguard.rates import Rate, parse_rates
@@ -26,6 +32,7 @@ __all__ = [
     "KeyFunc",
     "Limit",
     "RequestInfo",
+    "SkipRequest",
     "bad_request_body",
     "client_ip",
     "context_of",
@@ -37,8 +44,17 @@ __all__ = [
 ]
 
 
-def header(name: str) -> KeyFunc:
-    """The value of one request header (empty when absent), as dimension ``name``.
+def header(name: str, *, missing: str | KeyFunc = "deny") -> KeyFunc:
+    """The value of one request header, as dimension ``name`` (lower case, ``-`` as ``_``).
+
+    ``missing`` says what a request without the header gets, a choice to make on purpose
+    (keyed on ``""``, every anonymous client would share one budget):
+
+    * ``"deny"`` (the default): refused with 400, naming the header;
+    * ``"share"``: keyed on ``""``: all requests without it share one budget;
+    * ``"skip"``: not capped by this limit (nor given its headers);
+    * a key function (``client_ip()``): keyed on what it gives instead, marked (a NUL
+      first, which no header value holds) so that it never meets a header's value.
 
     A request carrying the header on several lines raises :class:`BadRequest` (answered
     400): frameworks disagree on which line the application reads (Starlette the first,
@@ -46,15 +62,34 @@ def header(name: str) -> KeyFunc:
     client keep the value the application uses and rotate the key with another line. Under
     WSGI the server has already joined the lines into one value with commas; that value is
     all a WSGI application can read, and it is the key.
+
+    Raises:
+        ConfigError: ``missing`` is none of those.
     """
     lower = name.lower()
     dimension = re.sub(r"\W", "_", lower)
+    if not callable(missing) and missing not in ("deny", "share", "skip"):
+        raise ConfigError(
+            f"header({name!r}, missing=...) takes 'deny', 'share', 'skip' or a key function "
+            f"(client_ip()), got {missing!r}"
+        )
+
+    def absent(request: RequestInfo) -> object:
+        if missing == "share":
+            return ""
+        if missing == "skip":
+            raise SkipRequest(name)
+        if callable(missing):
+            found = context_of(missing, request)
+            # NUL never comes in a header value: these keys never meet one
+            return "\0" + ":".join(str(value) for value in found.values())
+        raise BadRequest(f"header {name!r} is required here")
 
     def key(request: RequestInfo) -> dict[str, object]:
         lines = request.header_lines(lower)
         if len(lines) > 1:
             raise BadRequest(f"header {name!r} was sent {len(lines)} times; send it once")
-        return {dimension: lines[0] if lines else ""}
+        return {dimension: lines[0] if lines else absent(request)}
 
     return key
 

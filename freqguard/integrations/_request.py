@@ -71,6 +71,11 @@ class BadRequest(FreqGuardError):
     """
 
 
+class SkipRequest(FreqGuardError):
+    """A key function leaves this request uncapped (``header(..., missing="skip")``): the
+    route decides nothing for it and sends no rate-limit headers."""
+
+
 KeyFunc = Callable[[RequestInfo], object]
 
 

@@ -48,6 +48,7 @@ from freqguard.integrations._http import (
     BadRequest,
     KeyFunc,
     RequestInfo,
+    SkipRequest,
     client_ip,
     header,
     rule_items,
@@ -167,7 +168,10 @@ class FreqGuard:
         if not state.enabled:  # FREQGUARD_ENABLED = False
             return
         info = request_info(request.environ, request.view_args or {})
-        ctx = state.decider.prepare(route, info)  # a BadRequest goes to its handler
+        try:
+            ctx = state.decider.prepare(route, info)  # a BadRequest goes to its handler
+        except SkipRequest:  # header(..., missing="skip"): this request goes uncapped
+            return
         decision = state.guard.hit(route.name, route.cost, **ctx)
         decisions: list[Decision] = g.setdefault("freqguard_decisions", [])
         decisions.append(decision)

@@ -138,8 +138,8 @@ def test_two_routes_with_names_alike_keep_their_own_counters() -> None:
     app = Starlette(routes=[Route("/user/profile", _ok), Route("/user-profile", _ok)])
     limited = _limited(
         app,
-        Limit("/user/profile", "2/minute", key=header("x-user")),
-        Limit("/user-profile", "3/minute", key=header("x-user")),
+        Limit("/user/profile", "2/minute", key=header("x-user", missing="share")),
+        Limit("/user-profile", "3/minute", key=header("x-user", missing="share")),
     )
     paths = ["/user/profile"] * 3 + ["/user-profile"] * 4
     assert _statuses(limited, paths) == [200, 200, 429] + [200] * 3 + [429]
