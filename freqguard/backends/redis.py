@@ -39,6 +39,16 @@ the function that runs when the server is out of memory (:data:`FUNCTION_NOGROW`
 
 from __future__ import annotations
 
+try:
+    import redis as _redis  # noqa: F401  (here, not as a bare error from deep inside)
+except ModuleNotFoundError as exc:
+    if exc.name != "redis":
+        raise
+    raise ImportError(
+        "freqguard's Redis backends need redis-py, an optional extra: "
+        "pip install 'freqguard[redis]'"
+    ) from exc
+
 from freqguard.backends._async.backend import AsyncRedisBackend
 from freqguard.backends._boundary import boundary
 from freqguard.backends._library import FUNCTION, FUNCTION_NOGROW, LIBRARY

@@ -43,16 +43,21 @@ def check_backend(guard: str, backend: object, methods: tuple[str, ...]) -> None
         maker = "backend_from_url" if guard == "Guard" else "async_backend_from_url"
         got = f"the string {backend!r}: pass {maker}({backend!r})"
     else:
-        got = repr(backend)
+        got = _short(repr(backend))
         other = "AsyncGuard" if guard == "Guard" else "Guard"
         twins = ("aexecute", "aexecute_many") if guard == "Guard" else ("execute", "execute_many")
         if all(callable(getattr(backend, name, None)) for name in twins):
-            got += f": {type(backend).__name__} serves {other}, not {guard}"
+            # the hint first: a client's repr can run to hundreds of characters
+            got = f"{type(backend).__name__}, which serves {other}, not {guard} ({got})"
     kind = "a sync" if guard == "Guard" else "an async"
     raise TypeError(
         f"{guard} needs {kind} backend (with {', '.join(methods)} and clock) as its first "
         f"argument, got {got}"
     )
+
+
+def _short(text: str, most: int = 80) -> str:
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 class Registry:

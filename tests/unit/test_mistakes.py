@@ -4,6 +4,8 @@ with a message that says what to do instead."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -104,3 +106,44 @@ def test_the_redis_backends_work_with_their_own_guards(
             return (await guard.hit("p", user="u")).remaining
 
     assert asyncio.run(main()) == 3
+
+
+NO_REDIS = """
+import importlib.abc, importlib.machinery, sys
+
+class Missing(importlib.abc.Loader):
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        raise ModuleNotFoundError("No module named 'redis'", name="redis")
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "redis" or name.startswith("redis."):
+            return importlib.machinery.ModuleSpec(name, Missing())
+        return None
+
+sys.meta_path.insert(0, Block())
+try:
+    from freqguard import RedisBackend
+except ImportError as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_the_redis_backends_without_the_extra_say_how_to_get_it() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", NO_REDIS], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == (
+        "ImportError freqguard's Redis backends need redis-py, an optional extra: "
+        "pip install 'freqguard[redis]'"
+    )
+
+
+def test_a_backend_for_the_other_guard_says_so_first() -> None:
+    with pytest.raises(TypeError) as raised:
+        Guard(AsyncRedisBackend(redis.asyncio.Redis(port=1)))  # type: ignore[arg-type]
+    message = str(raised.value)
+    assert "got AsyncRedisBackend, which serves AsyncGuard, not Guard (" in message
+    assert len(message) < 300
