@@ -23,7 +23,9 @@ def _pyproject() -> dict[str, Any]:
 
 
 def test_the_license_is_the_one_pyproject_names() -> None:
-    assert _pyproject()["project"]["license"] == {"text": "MIT"}
+    project = _pyproject()["project"]
+    assert project["license"] == "MIT"  # an SPDX expression (PEP 639)
+    assert project["license-files"] == ["LICENSE"]
     text = (ROOT / "LICENSE").read_text()
     assert text.startswith("MIT License")
     assert "Copyright (c) 2026 the freqguard authors" in text
