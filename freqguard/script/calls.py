@@ -7,12 +7,14 @@ the states the call left behind only when asked (:func:`unpack` reads the Lua tw
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from struct import Struct
 from typing import Any, NamedTuple
 
 from freqguard.script.contract import (
     HIT,
+    REPLY_DROPPED,
     REPLY_HEAD,
     REPLY_LIMITS,
     REPLY_STATE_LENGTH,
@@ -180,10 +182,35 @@ def unpack(part: Part, data: bytes) -> Reply:
     """The Lua function's reply (see its header) as a Reply that reports when asked."""
     flags, now = _HEAD.unpack_from(data)
     waits = part.wait_format.unpack_from(data, _HEAD.size)
-    if flags & REPLY_LIMITS:  # the record holds per-key limits: they follow the states
-        limits = unpack_limits(data[_after_states(part, data) :])
-        return Reply(apply(part, limits, now), flags & 1 == 1, waits, now, None, data, None, limits)
-    return Reply(part, flags == 1, waits, now, None, data)
+    if flags > 1:
+        if flags & REPLY_DROPPED:
+            note_dropped()
+        if flags & REPLY_LIMITS:  # the record holds per-key limits: they follow the states
+            limits = unpack_limits(data[_after_states(part, data) :])
+            return Reply(
+                apply(part, limits, now), flags & 1 == 1, waits, now, None, data, None, limits
+            )
+    return Reply(part, flags & 1 == 1, waits, now, None, data)
+
+
+_log = logging.getLogger("freqguard")
+#: how many records without a layout mark this process's calls dropped (see note_dropped)
+dropped_records = [0]
+
+
+def note_dropped() -> None:
+    """Log that a call dropped a record without a layout mark (``contract.RECORD_LAYOUT``):
+    the first, then the 10th, 100th, 1000th..., so an upgrade over millions of records says
+    so in a few lines."""
+    dropped_records[0] = count = dropped_records[0] + 1
+    if count == 10 ** (len(str(count)) - 1):  # 1, 10, 100, ...
+        _log.warning(
+            "freqguard: dropped a Redis record without a layout mark (written by freqguard "
+            "0.1, or by something else) and decided its call as if it were absent; %d so far "
+            "in this process (logged at 1, 10, 100, ...). See the upgrade notes: "
+            "docs/upgrading.md",
+            count,
+        )
 
 
 def _after_states(part: Part, data: bytes) -> int:

@@ -24,6 +24,7 @@ __all__ = [
     "CHECK",
     "FIELD_HEAD",
     "HIT",
+    "LAYOUT_MARKS",
     "LIMIT",
     "LIMIT_CHANGE",
     "LIMIT_ENTRY",
@@ -31,8 +32,10 @@ __all__ = [
     "MODES",
     "PINNED_GRACE_MS",
     "PRUNE_FLOOR",
+    "RECORD_LAYOUT",
     "RECORD_META",
     "REFUND",
+    "REPLY_DROPPED",
     "REPLY_HEAD",
     "REPLY_LIMITS",
     "REPLY_STATE_LENGTH",
@@ -90,14 +93,18 @@ def grows(mode: int, cost: int) -> bool:
 SPEC_STATE = ("code", "shadow", "rule_count")
 SPEC_RULE = ("capacity", "window", "interval", "shadow", "tag", "reserve")
 
-#: The reply (one string): this head (flags: 1 allowed, plus :data:`REPLY_LIMITS`; the µs the
-#: call was judged at), one wait per rule (µs, in spec order), then per state its packed
-#: length and the packed state the call leaves behind (length 0: none); then, when the flags
-#: say so, the record's per-key limits, as stored (:data:`LIMIT_ENTRY` each).
+#: The reply (one string): this head (flags: 1 allowed, plus :data:`REPLY_LIMITS` and
+#: :data:`REPLY_DROPPED`; the µs the call was judged at), one wait
+#: per rule (µs, in spec order), then per state its packed length and the packed state the
+#: call leaves behind (length 0: none); then, when the flags say so, the record's per-key
+#: limits, as stored (:data:`LIMIT_ENTRY` each).
 REPLY_HEAD = ">BI8"
 REPLY_WAIT = "I8"
 REPLY_STATE_LENGTH = ">I4"
 REPLY_LIMITS = 2
+#: The flag that says the call found a record without a layout mark (see
+#: :data:`RECORD_LAYOUT`), dropped it and decided as if it were absent; the client logs it.
+REPLY_DROPPED = 4
 
 #: One per-key limit (an override of one rule for one partition value), as the record's
 #: meta field stores it after :data:`RECORD_META`: the rule's tag (``SPEC_RULE``), its expiry
@@ -109,10 +116,23 @@ LIMIT_ENTRY = ">I4I7BI4I7I4I7"
 
 #: Lua only, stated here so that every format is read in one place: a state's field in its
 #: Redis record starts with its expiry and the latest time it was written at (µs); the
-#: record's meta field ("") holds its expiry, its number of state fields and the count at
-#: which stale fields are next pruned, then the record's per-key limits (:data:`LIMIT_ENTRY`).
+#: record's meta field ("") holds its layout's mark (:data:`LAYOUT_MARKS` + the layout), its
+#: expiry, its number of state fields and the count at which stale fields are next pruned,
+#: then the record's per-key limits (:data:`LIMIT_ENTRY`).
 FIELD_HEAD = ">I7I7"
-RECORD_META = ">I7I4I4"
+RECORD_META = ">BI7I4I4"
+
+#: The layout of the records this release writes in Redis, stated in each record: its meta
+#: field starts with ``LAYOUT_MARKS + RECORD_LAYOUT``. freqguard 0.1 wrote no mark (its
+#: meta field began with an expiry in µs, whose first byte stays below ``LAYOUT_MARKS``
+#: for every number the Lua stores, all below 2^53), and its layout changed twice without
+#: one, so its records cannot be told apart: a call that finds a record without a mark (or
+#: with an unreadable meta field) drops it, decides as if it were absent and says so
+#: (:data:`REPLY_DROPPED`). A record with a mark above this release's layout is a newer
+#: release's: the call fails naming both layouts and changes nothing, so an older client
+#: never misreads it. See docs/upgrading.md.
+RECORD_LAYOUT = 2
+LAYOUT_MARKS = 0xF0
 
 #: The functions both twins of a strategy define, under these names and in this order. The
 #: Python twin has more that run on the client only (``decode``, ``mark``, ``report``,

@@ -29,22 +29,26 @@
 --            there (calls.Reply.marks: its time; "tat:back:born:interval" for buckets), ""
 --            where it consumed nothing; without them a refund gives back the newest units
 --        or, LIMIT only: the change to the record's per-key limits (change_limits)
--- Reply  one string: REPLY_HEAD, flags (1 allowed, plus REPLY_LIMITS when limits follow)
---        and the µs it was judged at (see Time); REPLY_WAIT per rule in spec order, its wait
+-- Reply  one string: REPLY_HEAD, flags (1 allowed, plus REPLY_LIMITS when limits follow,
+--        REPLY_DROPPED, see Layout) and the µs it was judged at (see Time); REPLY_WAIT per rule in spec order, its wait
 --        (µs until the rule would admit the hit; 0: it does); then per state
 --        REPLY_STATE_LENGTH and the packed state the call leaves behind (length 0: none);
 --        then the record's per-key limits, as stored (LIMIT_ENTRY each), if any.
 -- Record each state's field holds FIELD_HEAD, its expiry and the latest time it was written
 --        at (µs), then the packed state (absent once expired). The field "" holds
---        RECORD_META: the expiry the record was given, its number of state fields, and the
---        count at which stale fields are next pruned (prune_at), then the record's per-key
---        limits (LIMIT_ENTRY each). The record's TTL covers every field and limit (with some
+--        RECORD_META: the layout's mark, the expiry the record was given, its number of state
+--        fields, and the count at which stale fields are next pruned (prune_at), then the
+--        record's per-key limits (LIMIT_ENTRY each). The record's TTL covers every field and limit (with some
 --        slack, so most writes leave it alone; plus a grace period when time is pinned); a
 --        limit set for ever keeps the record for ever.
 -- Time   the server's TIME unless pinned, or the latest time a state of the call was written
 --        at if that is later: time per state never goes back (a lagging clock after a
 --        failover, calls out of order). All arithmetic on integers below 2^53
 --        (freqguard/bounds.py).
+-- Layout each record states its layout (RECORD_LAYOUT) in its meta field's first byte,
+--        LAYOUT_MARKS + the layout. A record without a mark (freqguard 0.1, whose layouts
+--        cannot be told apart) is dropped, its call decided as if it were absent; one of a
+--        newer layout is refused, never misread (see check_layout).
 
 -- The contract (freqguard/script/contract.py; tests/test_contract.py holds these to it) -----------
 local HIT, CHECK, REFUND, RESET, LIMIT = 0, 1, 2, 3, 4
@@ -66,12 +70,15 @@ local BACK_LIMIT = 2 ^ 50  -- see next_back
 -- strategy's code and state are in its own section below.
 local FIELD_HEAD = '>I7I7'               -- a state's field: expiry, latest, then the state
 local FIELD_HEAD_BYTES = 14              -- its size
-local RECORD_META = '>I7I4I4'            -- the field "": expiry, fields, prune_at
-local RECORD_META_BYTES = 15             -- its size; the record's per-key limits follow
+local RECORD_META = '>BI7I4I4'           -- the field "": mark, expiry, fields, prune_at
+local RECORD_META_BYTES = 16             -- its size; the record's per-key limits follow
+local RECORD_LAYOUT = 2                  -- the layout this release writes
+local LAYOUT_MARKS = 240                 -- a meta field's mark: LAYOUT_MARKS + its layout
 local LIMIT_ENTRY = '>I4I7BI4I7I4I7'     -- one limit: tag, expiry, exempt, limit, window,
 local LIMIT_ENTRY_BYTES = 34             -- capacity, interval; and its size
 local REPLY_HEAD = '>BI8'                -- flags, now
 local REPLY_LIMITS = 2                   -- the flag: the record's limits follow the states
+local REPLY_DROPPED = 4                  -- the flag: a record without a mark was dropped
 local REPLY_WAIT = 'I8'                  -- then one per rule
 local REPLY_STATE_LENGTH = '>I4'         -- then per state, before the state
 local NEVER = 2 ^ 60                     -- the expiry of what never expires
@@ -79,13 +86,13 @@ local NEVER = 2 ^ 60                     -- the expiry of what never expires
 -- The libraries, bound by bind() on the first call: the load context offers none of them
 -- (not even tonumber), so nothing below may read them before a call.
 local floor, max, min, ceil
-local pack, sunpack, sub, rep, match, gmatch, format
+local pack, sunpack, sub, rep, match, gmatch, format, byte
 local concat, tunpack, call
 
 local function bind()
   floor, max, min, ceil = math.floor, math.max, math.min, math.ceil
   pack, sunpack, sub, rep = struct.pack, struct.unpack, string.sub, string.rep
-  match, gmatch, format = string.match, string.gmatch, string.format
+  match, gmatch, format, byte = string.match, string.gmatch, string.format, string.byte
   concat, tunpack, call = table.concat, unpack, redis.call
 end
 
@@ -767,8 +774,8 @@ end
 -- emptied record without limits goes.
 local function write_record(record, got, sets, drops, latest, added, now, clock, pinned, lim)
   if #sets == 0 and #drops == 0 and not lim.changed then return end
-  local meta, record_expiry, fields, prune_at = got[1], 0, 0, PRUNE_FLOOR
-  if meta then record_expiry, fields, prune_at = sunpack(RECORD_META, meta) end
+  local meta, mark, record_expiry, fields, prune_at = got[1], 0, 0, 0, PRUNE_FLOOR
+  if meta then mark, record_expiry, fields, prune_at = sunpack(RECORD_META, meta) end
   if #drops > 0 then call('HDEL', record, tunpack(drops)) end
   fields = fields + added - #drops
   if #sets == 0 and fields <= 0 then fields = call('HLEN', record) - 1 end
@@ -791,15 +798,16 @@ local function write_record(record, got, sets, drops, latest, added, now, clock,
   end
   if ttl_ms or record_expiry ~= given or added > 0 or #drops > 0 or not meta or lim.changed then
     sets[#sets + 1] = ''
-    sets[#sets + 1] = pack(RECORD_META, record_expiry, max(fields, 0), prune_at) .. lim.tail
+    sets[#sets + 1] = pack(RECORD_META, LAYOUT_MARKS + RECORD_LAYOUT, record_expiry,
+      max(fields, 0), prune_at) .. lim.tail
   end
   if #sets > 0 then call('HSET', record, tunpack(sets)) end
   if ttl_ms then call('PEXPIRE', record, max(1, ttl_ms)) end
 end
 
 -- The reply: the decision, then every state as the call leaves it, then the limits if any.
-local function reply(specs, allowed, now, waits, after, raws, tail)
-  local flags = allowed and 1 or 0
+local function reply(specs, allowed, now, waits, after, raws, tail, found)
+  local flags = (allowed and 1 or 0) + found
   if tail ~= '' then flags = flags + REPLY_LIMITS end
   local out = {pack(specs.reply_format, flags, now, tunpack(waits))}
   for i = 1, #specs do
@@ -827,6 +835,32 @@ local function limits_of(meta, entries, changed)
   return {entries = entries, tail = tail, changed = changed}
 end
 
+-- The record's layout (see Layout in the header): 0 when it is absent or in this layout;
+-- REPLY_DROPPED when it had no mark (or an unreadable one), after deleting it and emptying
+-- `got` (its HMGET), so the call decides as if it were absent. A record of a newer layout
+-- fails the call, which changes nothing.
+local function check_layout(record, got, n)
+  local meta = got[1]
+  if meta then
+    local mark = byte(meta, 1)
+    if mark == LAYOUT_MARKS + RECORD_LAYOUT
+      and (#meta - RECORD_META_BYTES) % LIMIT_ENTRY_BYTES == 0 then
+      return 0
+    elseif mark > LAYOUT_MARKS + RECORD_LAYOUT then
+      error({err = format('ERR freqguard record %s is in layout %d, newer than the %d this '
+        .. 'release reads: upgrade freqguard on this client', record, mark - LAYOUT_MARKS,
+        RECORD_LAYOUT)})
+    end
+  else
+    local found = false
+    for i = 2, n + 1 do found = found or got[i] ~= false end
+    if not found then return 0 end
+  end
+  call('DEL', record)
+  for i = 1, n + 1 do got[i] = false end
+  return REPLY_DROPPED
+end
+
 -- the policy function (freqguard/script/twin.py: run) ------------------------------------------
 local function run(keys, argv)
   local pinned, now = argv[ARGV_NOW] ~= '', tonumber(argv[ARGV_NOW])
@@ -839,6 +873,7 @@ local function run(keys, argv)
   local specs = specs_of(argv[ARGV_SPECS])
   local record, n = keys[1], #specs
   local got = call('HMGET', record, '', tunpack(argv, ARGV_FIELDS, ARGV_FIELDS - 1 + n))
+  local found = check_layout(record, got, n)
   -- per state: the packed state to store ('' a reset's marker), false to delete, nil to keep
   local after = {}
   if mode ~= RESET then now = judged_at(got, n, now) end
@@ -855,7 +890,7 @@ local function run(keys, argv)
   local sets, drops, latest, added = changes(specs, after, got, argv, expiries, now, mode)
   local lim = limits_of(got[1], entries, changed)
   write_record(record, got, sets, drops, latest, added, now, clock, pinned, lim)
-  return reply(specs, allowed, now, waits, after, raws, lim.tail)
+  return reply(specs, allowed, now, waits, after, raws, lim.tail, found)
 end
 
 local bound = false

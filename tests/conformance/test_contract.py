@@ -112,6 +112,20 @@ def test_the_lua_sizes_are_those_of_the_formats() -> None:
     assert int(_lua_local("REPLY_LIMITS")) == contract.REPLY_LIMITS
 
 
+@pytest.mark.parametrize("name", ["RECORD_LAYOUT", "LAYOUT_MARKS", "REPLY_DROPPED"])
+def test_the_lua_states_the_layout_as_the_contract_does(name: str) -> None:
+    assert int(_lua_local(name)) == getattr(contract, name)
+
+
+def test_an_unmarked_meta_field_can_never_be_read_as_marked() -> None:
+    """freqguard 0.1's meta field started with an expiry in µs (``>I7``, big-endian): its
+    first byte stays below the marks for every number the Lua can store (all below 2^53,
+    freqguard.bounds), so no 0.1 record passes for a marked one."""
+    top = (2**53 - 1) >> (8 * (7 - 1))
+    assert top < contract.LAYOUT_MARKS
+    assert contract.LAYOUT_MARKS + contract.RECORD_LAYOUT <= 0xFF
+
+
 def test_the_lua_writes_no_format_but_the_named_ones() -> None:
     """A format written anywhere else in the Lua would escape the contract."""
     named = {name for name, _ in re.findall(r"^local (\w+) = ('[>BI\d]+')", LUA, re.M)}

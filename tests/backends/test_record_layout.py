@@ -1,0 +1,217 @@
+"""Upgrading over records an older release wrote: a new release never misreads one.
+
+Each record states its layout in its meta field (``contract.RECORD_LAYOUT``). freqguard 0.1
+wrote none, and changed its layout twice without one, so a record without a mark is
+dropped: its call decides as if it were absent, and the client logs it. Two fixtures are
+0.1's policy functions, loaded on a real server to write real 0.1 records:
+
+* ``policy-0.1.0.lua``: the 0.1.0 release (tag ``v0.1.0``), whose plan had no rule tags and
+  whose fields had no latest-write time; driven here by hand, on the record and fields this
+  release reads.
+* ``policy-0.1-main.lua``: the last layout without a mark (commit f203286, still versioned
+  0.1.0), whose call this release's client still makes, so the tests load it under this
+  release's function name and drive it with a ``Guard``, then swap in this release's
+  function as a deploy does.
+
+After the swap, decisions must be those of a store that starts empty at that moment: the
+memory backend (held to the Lua by the differential tests) is the reference.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from redis import Redis
+
+from freqguard import BackendUnavailable, Guard, ManualClock, MemoryBackend, Rule
+from freqguard.backends._library import FUNCTION, LIBRARY
+from freqguard.backends.redis import RedisBackend
+from freqguard.script import calls
+from freqguard.script.contract import LAYOUT_MARKS, RECORD_LAYOUT
+from tests.conformance.test_differential import _replay, _unique, ctx, op, rule
+from tests.conftest import SMS, START, examples, flush
+from tests.servers import RedisServer
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+RELEASE_0_1_0 = (FIXTURES / "policy-0.1.0.lua").read_text(encoding="utf-8")
+MAIN_0_1 = (FIXTURES / "policy-0.1-main.lua").read_text(encoding="utf-8")
+RECORD = "fg:{a}:sms"
+MARK = bytes([LAYOUT_MARKS + RECORD_LAYOUT])
+
+
+def _deploy(client: Redis, code: str) -> None:
+    """Put a policy function on the server under this release's name."""
+    client.function_load(code.replace("__LIBRARY__", FUNCTION), replace=True)
+
+
+def _meta(client: Redis) -> bytes:
+    return client.hget(RECORD, "") or b""  # type: ignore[return-value]
+
+
+@pytest.fixture
+def dropped() -> Iterator[list[int]]:
+    """The process's count of dropped records, from zero for the test."""
+    saved = calls.dropped_records[0]
+    calls.dropped_records[0] = 0
+    yield calls.dropped_records
+    calls.dropped_records[0] = saved
+
+
+def test_the_fixtures_are_0_1_functions() -> None:
+    """Neither marks its records, and this release's does: they really differ."""
+    for old in (RELEASE_0_1_0, MAIN_0_1):
+        assert "LAYOUT_MARKS" not in old
+        assert "'>I7I4I4'" in old
+    assert "LAYOUT_MARKS" in LIBRARY
+    assert "'>BI7I4I4'" in LIBRARY
+
+
+@settings(max_examples=examples(60))
+@given(
+    rules=st.lists(rule(), min_size=1, max_size=4),
+    pool=st.lists(ctx, min_size=1, max_size=3),
+    before=st.lists(op, min_size=1, max_size=30),
+    after=st.lists(op, min_size=1, max_size=30),
+)
+def test_after_an_upgrade_0_1_records_decide_as_absent(
+    redis_backend: RedisBackend,
+    redis_server: RedisServer,
+    rules: list[Rule],
+    pool: list[dict[str, str]],
+    before: list[Any],
+    after: list[Any],
+) -> None:
+    flush([redis_server])
+    client = redis_server.client
+    policy = _unique(rules)
+    clock = ManualClock(START)
+    guard = Guard(redis_backend, [policy], clock=clock)
+    _deploy(client, MAIN_0_1)
+    try:
+        written = _replay(guard, clock, policy, pool, before)
+        reference_clock = ManualClock(START)
+        reference = Guard(MemoryBackend(), [policy], clock=reference_clock)
+        assert written == _replay(reference, reference_clock, policy, pool, before)
+        _deploy(client, LIBRARY)
+        fresh_clock = ManualClock(clock.now())
+        fresh = Guard(MemoryBackend(), [policy], clock=fresh_clock)
+        assert _replay(guard, clock, policy, pool, after) == _replay(
+            fresh, fresh_clock, policy, pool, after
+        )
+    finally:
+        _deploy(client, LIBRARY)
+
+
+def _hit_0_1_0(client: Redis, guard: Guard, now_us: int, content: str) -> bytes:
+    """A hit of SMS for recipient ``a`` through the 0.1.0 release's function, on the record
+    and fields this release reads: its plan is this one's without the rules' tags and
+    reserves (``contract.SPEC_RULE``'s last two)."""
+    part = guard._lookup("sms").parts[0]
+    words = [int(w) for w in part.spec_text.split()]
+    plan, at = [words[0]], 1
+    for _ in range(words[0]):
+        code, shadow, count = words[at : at + 3]
+        plan += [code, shadow, count]
+        at += 3
+        for _ in range(count):
+            plan += words[at : at + 4]
+            at += 6
+    texts = {"recipient": "a", "content": content}
+    fields = [layout.field(texts) for layout in part.layouts]
+    record = part.layouts[0].record(texts)
+    args = [now_us, 1, 0, " ".join(map(str, plan)), *fields]
+    return client.fcall(FUNCTION, 1, record, *args)  # type: ignore[no-any-return]
+
+
+def test_records_of_the_0_1_0_release_are_dropped_and_said(
+    redis_backend: RedisBackend,
+    redis_server: RedisServer,
+    dropped: list[int],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = redis_server.client
+    clock = ManualClock(START)
+    guard = Guard(redis_backend, [SMS], clock=clock)
+    _deploy(client, RELEASE_0_1_0)
+    try:
+        for i in range(15):  # the recipient's minute is full, in 0.1.0's layout
+            assert _hit_0_1_0(client, guard, clock.now_us(), f"m{i}")[0] == 1
+        assert _hit_0_1_0(client, guard, clock.now_us(), "m15")[0] == 0
+        old = _meta(client)
+        assert len(old) == 15
+        assert old[0] < LAYOUT_MARKS
+        _deploy(client, LIBRARY)
+        with caplog.at_level(logging.WARNING, logger="freqguard"):
+            peeked = guard.peek("sms", recipient="a", content="m15")
+            decision = guard.hit("sms", recipient="a", content="m15")
+        assert peeked.allowed
+        assert peeked.rules[0].remaining == 15
+        assert decision.allowed
+        assert decision.rules[0].remaining == 14
+        assert _meta(client)[:1] == MARK
+        assert dropped == [1]  # the peek dropped it; the hit found an empty record
+        assert "without a layout mark" in caplog.text
+        assert "docs/upgrading.md" in caplog.text
+        for i in range(14):
+            guard.hit("sms", recipient="a", content=f"n{i}")
+        assert not guard.hit("sms", recipient="a", content="n14").allowed
+        assert dropped == [1]
+    finally:
+        _deploy(client, LIBRARY)
+
+
+def test_a_record_with_an_unreadable_meta_field_is_dropped(
+    redis_backend: RedisBackend, redis_server: RedisServer, dropped: list[int]
+) -> None:
+    client = redis_server.client
+    guard = Guard(redis_backend, [SMS], clock=ManualClock(START))
+    guard.hit("sms", recipient="a", content="x")
+    fields = [f for f in client.hkeys(RECORD) if f]
+    meta = _meta(client)
+    for garbage in (
+        dict.fromkeys(fields, b"\x00" * 3),  # state fields, no meta field
+        {"": meta + b"\x01", fields[0]: b"?"},  # a marked meta field of a wrong length
+        {"": MARK, fields[0]: b"?"},
+    ):
+        client.delete(RECORD)
+        client.hset(RECORD, mapping=garbage)  # type: ignore[arg-type]
+        decision = guard.hit("sms", recipient="a", content="x")
+        assert decision.allowed
+        assert decision.rules[0].remaining == 14
+        assert _meta(client)[:1] == MARK
+    assert dropped == [3]
+
+
+def test_a_newer_layout_is_refused_and_left_as_it_is(
+    redis_backend: RedisBackend, redis_server: RedisServer
+) -> None:
+    client = redis_server.client
+    guard = Guard(redis_backend, [SMS], clock=ManualClock(START))
+    guard.hit("sms", recipient="a", content="x")
+    client.hset(RECORD, "", bytes([MARK[0] + 1]) + _meta(client)[1:])
+    dump = client.dump(RECORD)
+    for call in (
+        lambda: guard.hit("sms", recipient="a", content="x"),
+        lambda: guard.peek("sms", recipient="a", content="x"),
+        lambda: guard.reset("sms", recipient="a", content="x"),
+        lambda: guard.limits_for("sms", recipient="a"),
+    ):
+        with pytest.raises(BackendUnavailable, match="layout 3, newer than the 2"):
+            call()
+    assert client.dump(RECORD) == dump
+
+
+def test_the_log_says_it_at_powers_of_ten(
+    dropped: list[int], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="freqguard"):
+        for _ in range(1000):
+            calls.note_dropped()
+    said = [r.getMessage().split(" so far")[0].rsplit(" ", 1)[1] for r in caplog.records]
+    assert said == ["1", "10", "100", "1000"]
