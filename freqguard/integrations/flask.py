@@ -1,4 +1,5 @@
-"""Flask: ``FreqGuard(app)`` or ``fg.init_app(app)``, per-view ``@fg.capped(...)``.
+"""Flask: ``FreqGuard(app)`` or ``fg.init_app(app)``, per-view ``@fg.capped(...)``,
+per-blueprint ``fg.capped(...)(blueprint)``.
 
 Configuration (``app.config``):
 
@@ -21,6 +22,13 @@ before the view runs: a request denied by either consumes from neither. The poli
 ``default.<rule id>``. A hit has one cost, so a view's ``cost`` is charged to the default
 limits too.
 
+``fg.capped(...)(blueprint)`` caps every view of a blueprint (and of the blueprints nested in
+it), each route counted on its own, or with ``shared=True`` all of them on one budget. As in
+Flask-Limiter, a blueprint's cap replaces the limits around it (the default limits, an
+enclosing blueprint's cap) unless made with ``defaults=True``; it is decided in the same hit
+as the view's own cap, its rules named ``bp.<blueprint>.<rule id>``. ``fg.exempt(blueprint)``
+exempts every view of it from the default limits and the caps of the blueprints around it.
+
 State lives in ``app.extensions["freqguard"]``, never on the extension object, so one
 ``FreqGuard`` serves several apps. Denials answer 429 with an RFC 9457 problem body.
 """
@@ -28,22 +36,27 @@ State lives in ``app.extensions["freqguard"]``, never on the extension object, s
 from __future__ import annotations
 
 import difflib
-import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
-from flask import Flask, Response, current_app, g, request
+from flask import Blueprint, Flask, Response, current_app, g, request
 
 from freqguard.backends.urls import backend_from_url
 from freqguard.config import Config, load
 from freqguard.decision import Decision
-from freqguard.decorators.naming import implicit_name
 from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
-from freqguard.integrations._decide import Answer, Decider, Part, Route, bad_request, unavailable
+from freqguard.integrations._decide import Answer, Decider, Route, bad_request, unavailable
+from freqguard.integrations._flask_caps import (
+    BlueprintCap,
+    Capping,
+    check_not_both,
+    check_view,
+    route_of,
+)
 from freqguard.integrations._http import (
     BadRequest,
     KeyFunc,
@@ -55,7 +68,7 @@ from freqguard.integrations._http import (
 )
 from freqguard.integrations.wsgi import request_info
 from freqguard.rates import Rate, parse_rates
-from freqguard.rules import Rule, check_name, fit_name
+from freqguard.rules import Rule, check_name
 
 __all__ = ["BadRequest", "FreqGuard", "client_ip", "header", "remote_address"]
 
@@ -72,23 +85,6 @@ def remote_address(request_info: RequestInfo) -> dict[str, object]:
     """The peer address as Flask sees it, normalised as :func:`client_ip` does (IPv6 by
     its /64). Behind proxies use ``client_ip(trusted_proxies, header=...)`` instead."""
     return _peer(request_info)  # type: ignore[return-value]
-
-
-class _ViewCap:
-    """What ``@fg.capped`` asked for one view."""
-
-    __slots__ = ("alone", "cost", "key", "name", "rates")
-
-    def __init__(
-        self,
-        rates: tuple[Rate | Rule, ...],
-        key: KeyFunc,
-        cost: int,
-        name: str | None,
-        alone: str,
-    ) -> None:
-        self.rates, self.key, self.cost, self.name = rates, key, cost, name
-        self.alone = alone  # its policy when the view runs outside its own route
 
 
 @dataclass
@@ -122,8 +118,9 @@ class FreqGuard:
 
         Raises:
             ConfigError: for a bad ``FREQGUARD_DEFAULT_LIMITS``, header profile, backend or
-                configuration file, or ``FREQGUARD_CONFIG`` with ``FREQGUARD_BACKEND`` or a
-                guard.
+                configuration file, ``FREQGUARD_CONFIG`` with ``FREQGUARD_BACKEND`` or a
+                guard, or a route registered already whose caps cannot be decided together
+                (see :meth:`capped`; the routes are checked again at the first request).
         """
         enabled = _check_settings(app.config)
         default = app.config.get("FREQGUARD_DEFAULT_LIMITS")
@@ -137,6 +134,7 @@ class FreqGuard:
         profile = check_profile(app.config.get("FREQGUARD_HEADERS", "ietf"))
         defaults = parse_rates(default) if default else ()
         state = _State(guard, Decider(guard, (), profile), defaults, enabled=enabled)
+        self._routes(state, app)  # checked now, built at the first request
         app.extensions["freqguard"] = state
         app.before_request(self._before)
         app.after_request(self._after)
@@ -149,19 +147,13 @@ class FreqGuard:
         state: _State = current_app.extensions["freqguard"]
         return state
 
-    def _route(self, state: _State, endpoint: str) -> Route | None:
-        """The endpoint's route: its default limits and its view's cap, decided together."""
-        view = current_app.view_functions.get(endpoint)
-        cap: _ViewCap | None = getattr(view, "_freqguard_cap", None)
-        parts = []
-        if state.defaults and not getattr(view, "_freqguard_exempt", False):
-            parts.append(Part(self._key, state.defaults, "default"))
-        if cap is not None:
-            parts.append(Part(cap.key, cap.rates))
-        if not parts:
-            return None
-        name = cap.name if cap is not None and cap.name else fit_name(f"flask.{endpoint}")
-        return Route(name, tuple(parts), cap.cost if cap is not None else 1)
+    def _routes(self, state: _State, app: Flask) -> dict[str, Route | None]:
+        """Every endpoint's route, by endpoint."""
+        return {endpoint: self._route(state, app, endpoint) for endpoint in app.view_functions}
+
+    def _route(self, state: _State, app: Flask, endpoint: str) -> Route | None:
+        """The endpoint's route, its default limits keyed by the extension's key."""
+        return route_of(app, endpoint, self._key, state.defaults)
 
     def _hit(self, route: Route) -> None:
         state = self._state()
@@ -183,8 +175,10 @@ class FreqGuard:
         if endpoint is None:
             return
         state = self._state()
+        if not state.routes:  # the first request: setup is over, every route is known now
+            state.routes = self._routes(state, current_app)
         if endpoint not in state.routes:
-            state.routes[endpoint] = self._route(state, endpoint)
+            state.routes[endpoint] = self._route(state, current_app, endpoint)
         route = state.routes[endpoint]
         if route is not None:
             view = current_app.view_functions.get(endpoint)
@@ -215,53 +209,82 @@ class FreqGuard:
         rule: str | Rule | Sequence[str | Rule],
         *,
         key: KeyFunc | None = None,
-        cost: int = 1,
+        cost: int | None = None,
         name: str | None = None,
-    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
-        """Cap one view: ``@fg.capped("5/minute")`` directly under ``@app.route(...)``.
+        shared: bool = False,
+        defaults: bool = False,
+    ) -> Capping:
+        """Cap one view, ``@fg.capped("5/minute")`` directly under ``@app.route(...)``, or
+        every view of a blueprint, ``fg.capped("100/hour")(blueprint)``.
 
-        Decided with the route's default limits, in one hit, before the view runs. Called
-        outside its own route (from another view), the view is capped on its own.
+        A view's cap is decided with the route's default limits (or its blueprints' caps),
+        in one hit, before the view runs. Called outside its own route (from another view),
+        the view is capped on its own.
+
+        A blueprint's cap holds for every view of it, those added later and those of the
+        blueprints nested in it (``parent.child.view``), wherever it is registered (each
+        registration, ``name="v2"``, its own routes). It replaces the limits around it: the
+        default limits, or the cap of a blueprint it is nested in (unless ``defaults=True``).
+        A view's own cap and ``@fg.exempt`` still hold.
 
         Args:
             rule: rates (``"5/minute; 100/day"``), keyed by the key's dimensions, or Rules
                 (keyed by their own ``by``; one with ``rate_for`` decides a tier per
                 request, from the values the key function gives), or a list of them.
             key: the key function (default: the extension's).
-            cost: what one request costs, the default limits included.
-            name: the route's policy name (default ``flask.<endpoint>``); views given the
-                same name share their caps.
+            cost: what one request costs, charged to every cap of its hit (default: the
+                blueprint's for a view without one, else 1); a view's beats its blueprint's.
+            name: a view's policy name (default ``flask.<endpoint>``); views given the same
+                name share their caps. Not for a blueprint (see ``shared``).
+            shared: a blueprint's views share one budget (policy
+                ``flask-blueprint.<registered name>``) instead of one per route.
+            defaults: a blueprint's cap adds to the limits around it instead of replacing
+                them (Flask-Limiter's ``override_defaults=False``).
 
         Raises:
-            ConfigError: for a rate that does not parse or a bad name, at decoration.
+            ConfigError: at decoration, for a rate that does not parse, a bad name, cost or
+                flag, ``shared`` or ``defaults`` on a view, ``name`` on a blueprint, a
+                blueprint capped twice, or something neither a view nor a Blueprint; at
+                ``init_app`` or the first request, for a shared cap over a route with a cap
+                of its own.
         """
         rates = rule_items(rule)
         if name is not None:
             check_name("policy name", name)
-        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+        if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int) or cost < 0):
             raise ConfigError(f"cost must be an integer >= 0, got {cost!r}")
-
-        def decorate(view: Callable[P, R]) -> Callable[P, R]:
-            cap = _ViewCap(
-                rates, key or self._key, cost, name, implicit_name(view, prefix="flask.view")
+        for flag, value in (("shared", shared), ("defaults", defaults)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{flag} must be True or False, got {value!r}")
+        if shared and defaults:
+            raise ConfigError(
+                "shared=True with defaults=True: one hit on the blueprint's shared budget "
+                "cannot also take each route's own default limits; choose one"
             )
-            alone = Route(cap.alone, (Part(cap.key, cap.rates),), cap.cost)
+        asked = BlueprintCap(rates, key or self._key, cost, shared, defaults)
+        return Capping(self._hit, asked, name)
 
-            @functools.wraps(view)
-            def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-                if g.get("freqguard_cap") is not cap:
-                    self._hit(alone)  # not decided before this request's view: decide now
-                return view(*args, **kwargs)
+    @overload
+    def exempt(self, target: Blueprint) -> Blueprint: ...
 
-            wrapper._freqguard_cap = cap  # type: ignore[attr-defined]
-            return wrapper
+    @overload
+    def exempt(self, target: Callable[P, R]) -> Callable[P, R]: ...
 
-        return decorate
+    def exempt(self, target: Any) -> Any:
+        """Exempt a view, or every view of a Blueprint (and of those nested in it), from
+        ``FREQGUARD_DEFAULT_LIMITS`` and the caps of the blueprints around it; its own
+        ``capped`` still holds, and a nested blueprint's own cap.
 
-    def exempt(self, view: Callable[P, R]) -> Callable[P, R]:
-        """Exempt a view from ``FREQGUARD_DEFAULT_LIMITS`` (its own ``capped`` still holds)."""
-        view._freqguard_exempt = True  # type: ignore[attr-defined]
-        return view
+        Raises:
+            ConfigError: for something neither a view nor a Blueprint, or a blueprint capped
+                with ``defaults=True`` (the limits around it would be both kept and dropped).
+        """
+        if isinstance(target, Blueprint):
+            check_not_both(target, getattr(target, "_freqguard_cap", None), exempt=True)
+        else:
+            check_view("exempt", target)
+        target._freqguard_exempt = True
+        return target
 
     @staticmethod
     def guard_of(app: Flask) -> Guard:

@@ -1,0 +1,227 @@
+"""What ``fg.capped`` and ``fg.exempt`` mark on Flask views and blueprints, and the route
+those marks make for an endpoint.
+
+A view's cap wraps the view (:class:`Capping`), so that it still holds when the view runs
+outside its own route; a blueprint's cap and an exemption are attributes of the blueprint or
+view, read when the extension builds an endpoint's route (:func:`route_of`): the default
+limits or the caps of the blueprints around it, and its view's own cap, as the parts of one
+policy. The extension (:mod:`freqguard.integrations.flask`) checks the arguments, keeps each
+app's state and decides the hits.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar, overload
+
+from flask import Blueprint, Flask, g
+
+from freqguard.decorators.naming import implicit_name
+from freqguard.errors import ConfigError
+from freqguard.integrations._decide import Part, Route
+from freqguard.integrations._http import KeyFunc
+from freqguard.rates import Rate
+from freqguard.rules import Rule, fit_name
+
+__all__ = ["BlueprintCap", "Capping", "ViewCap", "check_not_both", "check_view", "route_of"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class ViewCap:
+    """What ``@fg.capped`` asked for one view."""
+
+    __slots__ = ("alone", "cost", "key", "name", "rates")
+
+    def __init__(
+        self,
+        rates: tuple[Rate | Rule, ...],
+        key: KeyFunc,
+        cost: int | None,
+        name: str | None,
+        alone: str,
+    ) -> None:
+        self.rates, self.key, self.cost, self.name = rates, key, cost, name
+        self.alone = alone  # its policy when the view runs outside its own route
+
+
+@dataclass(frozen=True, slots=True)
+class BlueprintCap:
+    """What ``fg.capped(...)`` asked: for one blueprint's views, or (its first three) a view's."""
+
+    rates: tuple[Rate | Rule, ...]
+    key: KeyFunc
+    cost: int | None  # None: the view's, else 1
+    shared: bool = False  # one budget for all its views, not one per route
+    defaults: bool = False  # the limits around it still apply, not replaced by it
+
+
+class Capping:
+    """What :meth:`~freqguard.integrations.flask.FreqGuard.capped` returns: applied to a view
+    it caps the view, applied to a Blueprint every view of it.
+
+    Args:
+        hit: the extension's hit on a route, for a view run outside its own route.
+        asked: what ``capped`` was asked.
+        name: the view's policy name, if given.
+    """
+
+    __slots__ = ("_asked", "_hit", "_name")
+
+    def __init__(self, hit: Callable[[Route], None], asked: BlueprintCap, name: str | None) -> None:
+        self._hit, self._asked, self._name = hit, asked, name
+
+    @overload
+    def __call__(self, target: Blueprint, /) -> Blueprint: ...
+
+    @overload
+    def __call__(self, target: Callable[P, R], /) -> Callable[P, R]: ...
+
+    def __call__(self, target: Any, /) -> Any:
+        if isinstance(target, Blueprint):
+            return self._blueprint(target)
+        check_view("capped", target)
+        return self._view(target)
+
+    def _blueprint(self, blueprint: Blueprint) -> Blueprint:
+        if self._name is not None:
+            raise ConfigError(
+                f"name={self._name!r} names one view's policy: blueprint {blueprint.name!r} "
+                "has one per route (flask.<endpoint>), or with shared=True one budget "
+                "(flask-blueprint.<registered name>)"
+            )
+        if getattr(blueprint, "_freqguard_cap", None) is not None:
+            raise ConfigError(
+                f"blueprint {blueprint.name!r} is capped already: give all its rates in one "
+                'call, fg.capped("100/hour; 1000/day")(blueprint)'
+            )
+        check_not_both(blueprint, self._asked, getattr(blueprint, "_freqguard_exempt", False))
+        blueprint._freqguard_cap = self._asked  # type: ignore[attr-defined]
+        return blueprint
+
+    def _view(self, view: Callable[P, R]) -> Callable[P, R]:
+        asked = self._asked
+        if asked.shared or asked.defaults:
+            raise ConfigError(
+                f"shared= and defaults= apply to a Blueprint, not to view {view!r}: a view's "
+                "cap always adds to the limits around it, on its route's own policy"
+            )
+        alone_name = implicit_name(view, prefix="flask.view")
+        cap = ViewCap(asked.rates, asked.key, asked.cost, self._name, alone_name)
+        alone = Route(
+            cap.alone, (Part(cap.key, cap.rates),), 1 if asked.cost is None else asked.cost
+        )
+        hit = self._hit
+
+        @functools.wraps(view)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            if g.get("freqguard_cap") is not cap:
+                hit(alone)  # not decided before this request's view: decide now
+            return view(*args, **kwargs)
+
+        wrapper._freqguard_cap = cap  # type: ignore[attr-defined]
+        return wrapper
+
+
+def check_view(method: str, target: object) -> None:
+    """Refuse what is neither a view function nor a Blueprint: it would be a silent no-op."""
+    if isinstance(target, Flask):
+        hint = "; the app's own limits are FREQGUARD_DEFAULT_LIMITS and FREQGUARD_ENABLED"
+    elif isinstance(target, type):
+        hint = "; for a class-based view list it in the class's decorators"
+    elif not callable(target):
+        hint = ""
+    else:
+        return
+    raise ConfigError(f"fg.{method} takes a view function or a Blueprint, got {target!r}{hint}")
+
+
+def check_not_both(blueprint: Blueprint, cap: BlueprintCap | None, exempt: bool) -> None:
+    """Refuse a blueprint both exempt and capped with ``defaults=True``."""
+    if exempt and cap is not None and cap.defaults:
+        raise ConfigError(
+            f"blueprint {blueprint.name!r} is exempt and capped with defaults=True: the "
+            "limits around it cannot be both kept and dropped; choose one"
+        )
+
+
+def route_of(app: Flask, endpoint: str, key: KeyFunc, defaults: tuple[Rate, ...]) -> Route | None:
+    """The endpoint's route: the default limits or its blueprints' caps, and its view's
+    cap, decided together (None: nothing caps it).
+
+    Args:
+        key: the extension's key function, which keys the default limits.
+        defaults: the rates of ``FREQGUARD_DEFAULT_LIMITS``.
+
+    Raises:
+        ConfigError: a shared blueprint cap and a cap only this route has.
+    """
+    view = app.view_functions.get(endpoint)
+    cap: ViewCap | None = getattr(view, "_freqguard_cap", None)
+    exempt = getattr(view, "_freqguard_exempt", False)
+    around, with_defaults = ([], False) if exempt else _around(app, endpoint)
+    parts = [Part(key, defaults, "default")] if with_defaults and defaults else []
+    parts += [Part(bp.key, bp.rates, _label(name)) for name, bp in reversed(around)]
+    if cap is not None:
+        parts.append(Part(cap.key, cap.rates))
+    if not parts:
+        return None
+    # one hit, one cost: the view's, else the nearest blueprint's that names one
+    found = (cap, *(bp for _, bp in around))
+    costs = [c.cost for c in found if c is not None and c.cost is not None]
+    name = cap.name if cap is not None and cap.name else fit_name(f"flask.{endpoint}")
+    shared = [blueprint for blueprint, bp in around if bp.shared]
+    if shared:
+        name = _shared_name(endpoint, shared[0], cap is not None, around[0][0])
+    return Route(name, tuple(parts), costs[0] if costs else 1)
+
+
+def _around(app: Flask, endpoint: str) -> tuple[list[tuple[str, BlueprintCap]], bool]:
+    """The caps of the blueprints around an endpoint, innermost first, each with the name
+    it is registered under (``parent.child``), and whether the default limits still apply.
+
+    A blueprint's cap replaces the limits around it, unless made with ``defaults=True``; an
+    exempt blueprint ends the walk.
+    """
+    found: list[tuple[str, BlueprintCap]] = []
+    name = endpoint.rpartition(".")[0]  # as Flask's request.blueprints, innermost first
+    while name:
+        blueprint = app.blueprints.get(name)
+        cap: BlueprintCap | None = getattr(blueprint, "_freqguard_cap", None)
+        if cap is not None:
+            found.append((name, cap))
+        if getattr(blueprint, "_freqguard_exempt", False) or (cap and not cap.defaults):
+            return found, False
+        name = name.rpartition(".")[0]
+    return found, True
+
+
+def _label(blueprint: str) -> str:
+    """The prefix of a blueprint cap's rule names, ``bp.<registered name>``: a digest of
+    the name when that would not fit in a rule name beside the rule's id."""
+    label = f"bp.{blueprint}"
+    if len(label) > 20 or fit_name(label) != label:
+        label = "bp." + hashlib.blake2b(blueprint.encode(), digest_size=6).hexdigest()
+    return label
+
+
+def _shared_name(endpoint: str, blueprint: str, own_cap: bool, nearest: str) -> str:
+    """The policy of a blueprint's shared budget, which every route under it hits.
+
+    Raises:
+        ConfigError: the route has a cap the blueprint's other routes do not (its view's,
+            or a nested blueprint's made with ``defaults=True``): one hit on the shared
+            policy cannot take it.
+    """
+    if own_cap or nearest != blueprint:
+        its = "its view's @fg.capped" if own_cap else f"the cap of blueprint {nearest!r}"
+        raise ConfigError(
+            f"route {endpoint!r}: blueprint {blueprint!r} is capped with shared=True, one "
+            f"budget for all its routes, and {its} holds for this route only: one hit cannot "
+            "take both; exempt the view (@fg.exempt), or leave shared=True out"
+        )
+    return fit_name(f"flask-blueprint.{blueprint}")
