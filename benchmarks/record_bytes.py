@@ -1,0 +1,116 @@
+"""Where a recipient's bytes go in Redis: the SMS policy's records, taken apart.
+
+    python -m benchmarks.record_bytes [--messages 200000]
+
+Starts its own redis-server on a free loopback port, replays the seeded SMS stream (Zipf
+over 1,000,000 ids, 20 contents; ``benchmarks.workload``) through the four-rule policy with
+each strategy, on the server's time, and reports per distinct recipient:
+
+* ``used_memory`` growth (what the server really spends, allocator and dict overhead in);
+* what the records hold: the key name, the field names (a 2-byte tag, plus an 8-byte digest
+  for the content's states), the field heads (expiry and latest write, 14 bytes a state),
+  the states themselves and the meta field;
+* the rest: Redis's own overhead (the key's dict entries, objects, the listpack framing and
+  the allocator's size classes), and how many records Redis holds as a hashtable instead of
+  a listpack, because one value passed ``hash-max-listpack-value`` (64 bytes by default).
+
+The sliding log runs twice: with Redis's default ``hash-max-listpack-value`` and with 512,
+an operator's setting that keeps a busy recipient's day log (up to 50 entries of 5 bytes)
+in the compact encoding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from redis import Redis
+
+from benchmarks.redis_sms import sms_policy
+from benchmarks.workload import sms_stream
+from freqguard import Guard, Strategy
+from freqguard.backends.redis import RedisBackend
+from freqguard.script.contract import FIELD_HEAD, RECORD_META, widths
+from tests.servers import RedisServer, standalone
+
+HEAD = sum(widths(FIELD_HEAD))
+META = sum(widths(RECORD_META))
+CASES = [
+    (Strategy.SLIDING_LOG, 64),
+    (Strategy.SLIDING_LOG, 512),
+    (Strategy.FIXED_WINDOW, 64),
+    (Strategy.TOKEN_BUCKET, 64),
+    (Strategy.GCRA, 64),
+]
+
+
+def one_case(
+    server: RedisServer, stream: list[tuple[str, str]], strategy: Strategy, listpack: int
+) -> dict[str, float]:
+    client = server.client
+    client.flushall()
+    client.config_set("hash-max-listpack-value", listpack)
+    guard = Guard(RedisBackend(Redis(port=server.port)), [sms_policy(strategy)])
+    guard.hit("sms", recipient="warm", content="up")  # the function loaded
+    client.delete(*client.keys("*"))
+    before = int(client.info("memory")["used_memory"])
+    for recipient, content in stream:
+        guard.hit("sms", recipient=recipient, content=content)
+    used = int(client.info("memory")["used_memory"]) - before
+    keys = client.keys("*")
+    parts: Counter[str] = Counter()
+    for key in keys:
+        record = client.hgetall(key)
+        parts["key name"] += len(key)
+        parts["field names"] += sum(len(field) for field in record if field)
+        parts["meta field"] += 1 + len(record.get(b"", b""))  # its name is empty
+        states = [value for field, value in record.items() if field]
+        parts["field heads"] += HEAD * len(states)
+        parts["states"] += sum(len(value) - HEAD for value in states)
+        parts["states a record"] += len(states)
+        if client.object("encoding", key) == b"hashtable":
+            parts["hashtable records"] += 1
+    recipients = len(keys)
+    out = {name: count / recipients for name, count in parts.items()}
+    out["hashtable records"] = 100 * parts["hashtable records"] / recipients  # %
+    out["used_memory"] = used / recipients
+    held = sum(out[n] for n in ("key name", "field names", "meta field", "field heads", "states"))
+    out["held"] = held
+    out["redis overhead"] = out["used_memory"] - held
+    guard.close()
+    return out
+
+
+ROWS = [
+    ("used_memory", "used_memory growth"),
+    ("key name", "key name"),
+    ("field names", "field names"),
+    ("meta field", f"meta field ({META} bytes + limits)"),
+    ("field heads", f"field heads ({HEAD} bytes a state)"),
+    ("states", "states"),
+    ("redis overhead", "Redis's own overhead"),
+    ("states a record", "states a record"),
+    ("hashtable records", "records held as a hashtable, %"),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    args = parser.parse_args()
+    stream = sms_stream(args.messages)
+    with tempfile.TemporaryDirectory() as tmp, standalone(Path(tmp)) as server:
+        results = [one_case(server, stream, s, lp) for s, lp in CASES]
+    recipients = len({r for r, _ in stream})
+    print(f"{args.messages} messages, {recipients} recipients; bytes per recipient\n")
+    heads = [f"{s.value} ({lp})" if s is Strategy.SLIDING_LOG else s.value for s, lp in CASES]
+    print("| | " + " | ".join(heads) + " |")
+    print("|---|" + "---:|" * len(heads))
+    for key, label in ROWS:
+        print(f"| {label} | " + " | ".join(f"{r.get(key, 0):.1f}" for r in results) + " |")
+
+
+if __name__ == "__main__":
+    main()
