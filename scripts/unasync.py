@@ -9,10 +9,12 @@ Two rooms are written once, for asyncio, and generated for threads: the guard
 code with each line passed through :data:`SUBSTITUTIONS`, in order: whole words, so
 ``aexecute`` never touches ``aexecute_many``'s tail and ``AsyncRedis`` not
 ``AsyncRedisCluster``. A substitution that no module uses is an error as well, so the list
-says exactly how the two sides differ. What cannot be said by substitution (threads and tasks
-wait and are cancelled differently) lives in hand-written pairs: ``_io.py`` on each side of
-the guard (:data:`HANDWRITTEN`), and outside ``_async/`` for the Redis edge (``_lanes.py``,
-``_flight.py``, ``learn_slots`` in ``_routing.py``).
+says exactly how the two sides differ. A line of :data:`ASYNC_ONLY` (the mark that makes the
+async guard's answers refuse to be true or false, and its import) is left out of the sync
+side, and one that no module has is an error too. What cannot be said by substitution
+(threads and tasks wait and are cancelled differently) lives in hand-written pairs:
+``_io.py`` on each side of the guard (:data:`HANDWRITTEN`), and outside ``_async/`` for the
+Redis edge (``_lanes.py``, ``_flight.py``, ``learn_slots`` in ``_routing.py``).
 
 A generated module must come out as ``ruff format`` leaves it (CI checks both). Where
 dropping ``await`` would let a split line fit on one, keep it split in the source with a
@@ -74,6 +76,14 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     (r"aclose", "close"),
 ]
 
+#: lines (regular expressions for the whole line, indentation aside) the sync side leaves out:
+#: an un-awaited coroutine is always true, so the async guard's answers are marked to refuse
+#: ``if guard.hit(...)``; the sync guard's are the decisions themselves
+ASYNC_ONLY: list[str] = [
+    r"from freqguard\.engine\.awaitables import must_await",
+    r"@must_await",
+]
+
 
 def _whole(pattern: str) -> re.Pattern[str]:
     """``pattern`` where it is not part of a longer name."""
@@ -82,6 +92,9 @@ def _whole(pattern: str) -> re.Pattern[str]:
 
 
 _COMPILED = [(_whole(pattern), replacement) for pattern, replacement in SUBSTITUTIONS]
+_DROPPED = [re.compile(pattern) for pattern in ASYNC_ONLY]
+#: every rule, by the index :func:`unasync` records it as used under
+_RULES = [pattern for pattern, _ in SUBSTITUTIONS] + ASYNC_ONLY
 
 
 def header(source: Path) -> str:
@@ -93,10 +106,14 @@ def header(source: Path) -> str:
 
 
 def unasync(text: str, used: set[int]) -> str:
-    """The sync counterpart of an async module's text; adds to ``used`` the substitutions
-    it used."""
+    """The sync counterpart of an async module's text; adds to ``used`` the rules it used
+    (their indexes in ``SUBSTITUTIONS + ASYNC_ONLY``)."""
     lines = []
     for line in text.splitlines(keepends=True):
+        dropped = [i for i, pattern in enumerate(_DROPPED) if pattern.fullmatch(line.strip())]
+        if dropped:
+            used.add(len(SUBSTITUTIONS) + dropped[0])
+            continue
         for index, (pattern, replacement) in enumerate(_COMPILED):
             line, count = pattern.subn(replacement, line)
             if count:
@@ -106,7 +123,8 @@ def unasync(text: str, used: set[int]) -> str:
 
 
 def expected(pairs: list[tuple[Path, Path]]) -> tuple[dict[Path, str], list[str]]:
-    """Each generated module's path and text, and the substitutions no module used."""
+    """Each generated module's path and text, and the rules (substitutions, async-only lines)
+    no module used."""
     used: set[int] = set()
     texts = {}
     for source_dir, target_dir in pairs:
@@ -114,7 +132,7 @@ def expected(pairs: list[tuple[Path, Path]]) -> tuple[dict[Path, str], list[str]
             if source.name not in HANDWRITTEN:
                 text = unasync(source.read_text(encoding="utf-8"), used)
                 texts[target_dir / source.name] = header(source) + text
-    unused = [SUBSTITUTIONS[i][0] for i in range(len(SUBSTITUTIONS)) if i not in used]
+    unused = [pattern for i, pattern in enumerate(_RULES) if i not in used]
     return texts, unused
 
 

@@ -17,6 +17,7 @@ from freqguard.backends.base import AsyncBackend
 from freqguard.backends.memory import MemoryBackend
 from freqguard.clock import Clock
 from freqguard.decision import Decision
+from freqguard.engine.awaitables import must_await
 from freqguard.engine.base import DEFAULT_BREAKER, GuardBase, check_backend
 from freqguard.engine.breaker import Breaker
 from freqguard.engine.denycache import DenyCache
@@ -120,6 +121,7 @@ class AsyncGuard(GuardBase):
         await sleep(self.clock or self.backend.clock, step.seconds)
         return []
 
+    @must_await
     async def hit(self, policy: str, cost: int = 1, **ctx: object) -> Decision:
         """Check and consume, all-or-nothing. ``cost=0`` only checks (as ``peek``).
 
@@ -144,10 +146,12 @@ class AsyncGuard(GuardBase):
         whole = not hit.plan.single_part
         return self._hit_done(hit, await self._run(self._hit_op(hit), policy, whole))
 
+    @must_await
     async def peek(self, policy: str, **ctx: object) -> Decision:
         """What a hit of cost 1 would answer (remaining as of now); changes nothing."""
         return await self._run(self._decide(policy, 1, ctx, CHECK), policy)
 
+    @must_await
     async def hit_many(
         self, policy: str, contexts: Iterable[Mapping[str, object]], cost: int = 1
     ) -> list[Decision]:
@@ -155,6 +159,7 @@ class AsyncGuard(GuardBase):
         hits, sent, op = self._many(policy, contexts, cost)
         return self._many_done(hits, sent, await self._run(op, policy, True) if sent else [])
 
+    @must_await
     async def acquire(
         self, policy: str, timeout: float | None = None, cost: int = 1, **ctx: object
     ) -> Decision:
@@ -168,11 +173,14 @@ class AsyncGuard(GuardBase):
         return self._hit_done(hit, await self._run(op, policy, not hit.plan.single_part))
 
     @overload
+    @must_await
     async def refund(self, policy: Decision, /) -> Decision: ...
 
     @overload
+    @must_await
     async def refund(self, policy: str, cost: int = 1, **ctx: object) -> Decision: ...
 
+    @must_await
     async def refund(
         self,
         policy: str | Decision,

@@ -6,7 +6,8 @@
     MovedError, to a standalone client    ──►   ConfigError: a cluster node behind a
                                                 redis:// URL (use redis+cluster://)
     any other RedisError, and the cluster ──►   BackendUnavailable
-    client's RedisClusterException
+    client's RedisClusterException              (with the likely cause when a TLS client
+                                                met a plain server, or the reverse)
 
 :func:`translate` is the mapping, and the only one. Each public operation of a Redis backend
 catches :data:`ERRORS` around its whole body and raises ``translate(exc, client) from exc``:
@@ -17,13 +18,18 @@ of a hit. :func:`boundary` is the same as a context manager, for the places off 
 
 from __future__ import annotations
 
+import asyncio
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import TracebackType
 from typing import Any
 
 from redis import exceptions as rex
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.connection import SSLConnection as AsyncSSLConnection
 from redis.cluster import RedisCluster
+from redis.connection import SSLConnection
 
 from freqguard.errors import BackendUnavailable, ConfigError, FreqGuardError
 
@@ -33,6 +39,7 @@ __all__ = [
     "address",
     "boundary",
     "cluster_node",
+    "mismatch",
     "sentinel_pools",
     "socket_timeout",
     "translate",
@@ -43,6 +50,27 @@ __all__ = [
 #: node serves) derive from Exception, not RedisError.
 ERRORS = (rex.RedisError, rex.RedisClusterException)
 _CLUSTERS = (RedisCluster, AsyncRedisCluster)
+_TLS_CONNECTIONS = (SSLConnection, AsyncSSLConnection)
+
+#: A TLS client at a plain server: the server reads the ClientHello as the start of a
+#: command and waits for its end, so the handshake times out while connecting (in the ssl
+#: module's ``do_handshake`` for threads, in asyncio's ``_create_connection_transport`` once
+#: the TCP connection is made, for tasks); or it answers in plain text, which is no TLS
+#: record (these reasons, by OpenSSL version).
+_HANDSHAKE_FRAMES = frozenset({"do_handshake", "_create_connection_transport"})
+_PLAIN_ANSWERS = frozenset(
+    {"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"}
+)
+TLS_AT_PLAIN = (
+    "rediss:// speaks TLS: is the server listening with TLS? a plain server needs redis://"
+)
+#: A plain client at a TLS-only server: the TCP connection is made, and the server drops it
+#: at the first bytes, which are no TLS; redis-py is then setting the connection up
+#: (``on_connect``...), so it is not a server that went away between two commands.
+PLAIN_AT_TLS = (
+    "the server dropped the connection as it was being set up: does it listen with TLS only? "
+    "that needs rediss://"
+)
 
 
 class Unreplicated(rex.RedisError):
@@ -60,8 +88,9 @@ def translate(exc: Exception, client: object) -> FreqGuardError:
     """The freqguard error for a redis-py error ``client`` raised (see the module's table)."""
     if isinstance(exc, rex.MovedError) and not isinstance(client, _CLUSTERS):
         return cluster_node(client)
+    hint = mismatch(exc, client)
     return BackendUnavailable(
-        f"redis failed: {type(exc).__name__}: {exc}",
+        f"redis failed: {type(exc).__name__}: {exc}" + (f" ({hint})" if hint else ""),
         # an error reply (out of memory, ...): the server is up, and applied nothing
         answered=isinstance(exc, rex.ResponseError),
         sent=not (isinstance(exc, rex.ResponseError) or unconnected(exc)),
@@ -74,6 +103,61 @@ def unconnected(exc: Exception) -> bool:
     return isinstance(exc, rex.ConnectionError | rex.TimeoutError) and (
         "connecting to" in str(exc) or "Timeout connecting" in str(exc)
     )
+
+
+def mismatch(exc: BaseException, client: object) -> str:
+    """The likely cause of a failure to connect, when it looks like TLS on one side only
+    (:data:`TLS_AT_PLAIN`, :data:`PLAIN_AT_TLS`); else ``""``. Read from the error alone,
+    no I/O: a plain client's hint needs ``client`` to say it is one."""
+    chain = list(_chain(exc))
+    for error in chain:
+        if isinstance(error, ssl.SSLError) and error.reason in _PLAIN_ANSWERS:
+            return TLS_AT_PLAIN
+        if (
+            isinstance(error, TimeoutError | asyncio.CancelledError)
+            and _frames(error.__traceback__) & _HANDSHAKE_FRAMES
+        ):
+            return TLS_AT_PLAIN
+    dropped = any(
+        isinstance(e, ConnectionResetError | BrokenPipeError)
+        or (isinstance(e, rex.ConnectionError) and "closed by server" in str(e))
+        for e in chain
+    )
+    frames = set().union(*(_frames(e.__traceback__) for e in chain))
+    setting_up = any(name.startswith("on_connect") for name in frames)
+    if dropped and setting_up and _tls(client) is False:
+        return PLAIN_AT_TLS
+    return ""
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it was raised from or during, to the first (bounded: a cycle)."""
+    seen: BaseException | None = exc
+    for _ in range(16):
+        if seen is None:
+            return
+        yield seen
+        seen = seen.__cause__ or seen.__context__
+
+
+def _frames(tb: TracebackType | None) -> set[str]:
+    """The names of the functions a traceback went through."""
+    names = set()
+    while tb is not None:
+        names.add(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    return names
+
+
+def _tls(client: object) -> bool | None:
+    """Whether a client's connections speak TLS; None when not known (a cluster client made
+    as it connects, before there is one)."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(client, "connection_kwargs", None) or getattr(
+        getattr(client, "nodes_manager", None), "connection_kwargs", None
+    )
+    found = getattr(pool, "connection_class", None) or (kwargs or {}).get("connection_class")
+    return issubclass(found, _TLS_CONNECTIONS) if isinstance(found, type) else None
 
 
 @contextmanager

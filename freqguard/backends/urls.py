@@ -5,7 +5,9 @@
 Redis clients made here fail fast: ``socket_timeout`` and ``socket_connect_timeout`` default to
 0.5 s (override them in the URL's query, e.g. ``?socket_timeout=2``), and a failed command is
 not retried: a hit that timed out may or may not have been applied, and sending it again
-could count it twice.
+could count it twice. TLS on one side only cannot be seen in a URL, so the failure names it:
+``rediss://`` at a plain server (the handshake times out) and ``redis://`` at a TLS-only one
+(the connection is dropped as it is set up) raise a BackendUnavailable that says so.
 
 Every part of a URL is checked where it is given, so a bad one is a
 :class:`~freqguard.ConfigError` naming the option, its value and what is allowed, never a
