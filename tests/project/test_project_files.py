@@ -35,6 +35,19 @@ def test_the_changelog_has_an_unreleased_section() -> None:
     assert "\n## Unreleased\n" in (ROOT / "CHANGELOG.md").read_text()
 
 
+def test_the_version_is_one_everywhere_and_the_changelog_releases_it() -> None:
+    """pyproject's version is the package's ``__version__``, the newest release section of
+    the changelog, and the one ``freqguard --version`` shows in docs/cli.md."""
+    import freqguard
+
+    version = _pyproject()["project"]["version"]
+    assert freqguard.__version__ == version
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    releases = re.findall(r"^## (\d+\.\d+\.\d+)", changelog, re.M)
+    assert releases[0] == version
+    assert f"$ freqguard --version\nfreqguard {version}\n" in (ROOT / "docs/cli.md").read_text()
+
+
 def test_the_quick_command_skips_the_slow_proofs_and_ci_runs_everything() -> None:
     assert QUICK in (ROOT / "README.md").read_text()
     assert QUICK in (ROOT / "CONTRIBUTING.md").read_text()
