@@ -4,6 +4,7 @@ what the sdist ships."""
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,10 @@ QUICK = 'python -m pytest -m "not slow"'
 
 
 def _pyproject() -> dict[str, Any]:
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10: tomli, which freqguard itself requires there
+        import tomli as tomllib
     found: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())
     return found
 
