@@ -18,6 +18,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from redis import Redis
@@ -38,6 +39,7 @@ __all__ = [
     "Workers",
     "at_once",
     "flushing",
+    "halted",
     "hammering",
     "kill",
     "owner",
@@ -52,8 +54,23 @@ WAIT_SECONDS = 60.0  # the longest a test waits for a count: only a broken run g
 
 def pause(server: RedisServer) -> None:
     """The server hangs (SIGSTOP): connections are still accepted by the kernel, nothing is
-    answered, so every client waits for its socket timeout."""
+    answered, so every client waits for its socket timeout. Returns once every thread of the
+    server has stopped: the signal is delivered asynchronously, and a test that sends while
+    the server still runs would see it answer (a flaky drill, on a busy machine)."""
     os.kill(server.process.pid, signal.SIGSTOP)
+    servers.wait_for(lambda: halted(server.process.pid), f"the server on {server.port}, stopped")
+
+
+def halted(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped (state T in /proc)."""
+    tasks = Path(f"/proc/{pid}/task")
+    states = []
+    for task in tasks.iterdir():
+        try:  # the state follows the parenthesised command name, which may hold spaces
+            states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that exited meanwhile
+    return bool(states) and all(state in ("T", "t") for state in states)
 
 
 def resume(server: RedisServer) -> None:
