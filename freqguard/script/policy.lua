@@ -82,6 +82,13 @@ local REPLY_DROPPED = 4                  -- the flag: a record without a mark wa
 local REPLY_WAIT = 'I8'                  -- then one per rule
 local REPLY_STATE_LENGTH = '>I4'         -- then per state, before the state
 local NEVER = 2 ^ 60                     -- the expiry of what never expires
+-- A state stored short (each strategy's <NAME>_SHORT, told from its full form by its
+-- length) holds born as its distance from the time before it, in 5 bytes, and no back (a
+-- bucket's: 0 until a refund); a window's count in 2 bytes. Beyond these, or with a time
+-- below 0 (a calendar period begun before 1970, read back as the full form reads it), the
+-- full form: both read back the same numbers.
+local SHORT_SPAN = 2 ^ 40                -- what 5 bytes hold
+local SHORT_COUNT = 2 ^ 16               -- what 2 bytes hold
 
 -- The libraries, bound by bind() on the first call: the load context offers none of them
 -- (not even tonumber), so nothing below may read them before a call.
@@ -100,12 +107,33 @@ end
 -- state: (window_start, count, born), packed as FIXED_WINDOW_STATE; born: when this window's
 -- count began, which a refund's mark must name (a count begun again after a reset is another)
 local FIXED_WINDOW_STATE = '>I7I4I7'     -- window_start, count, born
+local FIXED_WINDOW_SHORT = '>I7I2I5'     -- window_start, count, born - window_start
+local COUNT_SHORT_BYTES = 14             -- its size (and CALENDAR_SHORT's)
 local fixed_window = {code = 1}
+
+-- A counted state (start, count, born), fixed-window's or calendar's, as stored: short
+-- while the count fits and born is at most SHORT_SPAN after start, else in full.
+local function count_pack(full, short, start, count, born)
+  local age = born - start
+  if count < SHORT_COUNT and start >= 0 and age >= 0 and age < SHORT_SPAN then
+    return pack(short, start, count, age)
+  end
+  return pack(full, start, count, born)
+end
+
+local function count_read(full, short, raw)
+  if #raw == COUNT_SHORT_BYTES then
+    local start, count, age = sunpack(short, raw)
+    return start, count, start + age
+  end
+  local start, count, born = sunpack(full, raw)
+  return start, count, born
+end
 
 function fixed_window.load(raw, now, spec)
   local start = now - now % spec.rules[1].window
   if raw then
-    local stored, count, born = sunpack(FIXED_WINDOW_STATE, raw)
+    local stored, count, born = count_read(FIXED_WINDOW_STATE, FIXED_WINDOW_SHORT, raw)
     if stored == start then return {start, count, born} end
   end
   return {start, 0, now}
@@ -117,18 +145,17 @@ function fixed_window.check(view, now, need, rule)
 end
 
 function fixed_window.consume(view, now, cost, spec)
-  return pack(FIXED_WINDOW_STATE, view[1], view[2] + cost, view[3])
+  return count_pack(FIXED_WINDOW_STATE, FIXED_WINDOW_SHORT, view[1], view[2] + cost, view[3])
 end
 
 function fixed_window.refund(view, now, cost, spec, mark)
-  if mark and tonumber(mark) ~= view[3] then  -- not the count the hit went into
-    return pack(FIXED_WINDOW_STATE, view[1], view[2], view[3])
-  end
-  return pack(FIXED_WINDOW_STATE, view[1], max(0, view[2] - cost), view[3])
+  local count = max(0, view[2] - cost)
+  if mark and tonumber(mark) ~= view[3] then count = view[2] end  -- not the hit's count
+  return count_pack(FIXED_WINDOW_STATE, FIXED_WINDOW_SHORT, view[1], count, view[3])
 end
 
-function fixed_window.ttl(raw, now, spec)
-  return sunpack(FIXED_WINDOW_STATE, raw) + spec.rules[1].window - now
+function fixed_window.ttl(raw, now, spec)  -- the start leads both forms
+  return sunpack(FIXED_WINDOW_SHORT, raw) + spec.rules[1].window - now
 end
 
 -- sliding-log -----------------------------------------------------------------------------
@@ -265,12 +292,31 @@ end
 -- token-bucket ----------------------------------------------------------------------------
 -- state: (tokens, last, back, born), packed as TOKEN_BUCKET_STATE; back and born as gcra's
 local TOKEN_BUCKET_STATE = '>I4I7I7I7'   -- tokens, last, back, born
+local TOKEN_BUCKET_SHORT = '>I4I7I5'     -- tokens, last, last - born; back 0
+local TOKEN_BUCKET_SHORT_BYTES = 16      -- its size
 local token_bucket = {code = 3}
+
+local function token_pack(tokens, last, back, born)
+  local age = last - born
+  if back == 0 and born >= 0 and age >= 0 and age < SHORT_SPAN then
+    return pack(TOKEN_BUCKET_SHORT, tokens, last, age)
+  end
+  return pack(TOKEN_BUCKET_STATE, tokens, last, back, born)
+end
+
+local function token_read(raw)
+  if #raw == TOKEN_BUCKET_SHORT_BYTES then
+    local tokens, last, age = sunpack(TOKEN_BUCKET_SHORT, raw)
+    return tokens, last, 0, last - age
+  end
+  local tokens, last, back, born = sunpack(TOKEN_BUCKET_STATE, raw)
+  return tokens, last, back, born
+end
 
 function token_bucket.load(raw, now, spec)
   local rule = spec.rules[1]
   if not raw then return {rule.capacity, now, 0, now} end
-  local tokens, last, back, born = sunpack(TOKEN_BUCKET_STATE, raw)
+  local tokens, last, back, born = token_read(raw)
   if now > last then
     local earned = floor((now - last) / rule.interval)
     tokens = tokens + earned
@@ -286,7 +332,7 @@ function token_bucket.check(view, now, need, rule)
 end
 
 function token_bucket.consume(view, now, cost, spec)
-  return pack(TOKEN_BUCKET_STATE, view[1] - cost, view[2], view[3], view[4])
+  return token_pack(view[1] - cost, view[2], view[3], view[4])
 end
 
 function token_bucket.refund(view, now, cost, spec, mark)
@@ -298,15 +344,15 @@ function token_bucket.refund(view, now, cost, spec, mark)
   local tokens = view[1] + floor(moved / rule.interval)
   if tokens >= rule.capacity then
     local back, born = next_back(view[3] + (tat - now), view[4])
-    return pack(TOKEN_BUCKET_STATE, rule.capacity, now, back, born)
+    return token_pack(rule.capacity, now, back, born)
   end
   local back, born = next_back(view[3] + moved, view[4])
-  return pack(TOKEN_BUCKET_STATE, tokens, view[2] - moved % rule.interval, back, born)
+  return token_pack(tokens, view[2] - moved % rule.interval, back, born)
 end
 
 function token_bucket.ttl(raw, now, spec)
   local rule = spec.rules[1]
-  local tokens, last = sunpack(TOKEN_BUCKET_STATE, raw)
+  local tokens, last = sunpack(TOKEN_BUCKET_SHORT, raw)  -- both forms begin so
   return (rule.capacity - tokens) * rule.interval - (now - last)
 end
 
@@ -314,11 +360,28 @@ end
 -- state: the theoretical arrival time, what refunds moved it back since the state was born,
 -- and when that was: (tat, back, born), packed as GCRA_STATE
 local GCRA_STATE = '>I7I7I7'             -- tat, back, born
+local GCRA_SHORT = '>I7I5'               -- tat, tat - born; back 0
+local GCRA_SHORT_BYTES = 12              -- its size
 local gcra = {code = 4}
+
+local function gcra_pack(tat, back, born)
+  local age = tat - born
+  if back == 0 and born >= 0 and age >= 0 and age < SHORT_SPAN then
+    return pack(GCRA_SHORT, tat, age)
+  end
+  return pack(GCRA_STATE, tat, back, born)
+end
 
 function gcra.load(raw, now, spec)
   if not raw then return {now, 0, now} end
-  local tat, back, born = sunpack(GCRA_STATE, raw)
+  local tat, back, born
+  if #raw == GCRA_SHORT_BYTES then
+    local age
+    tat, age = sunpack(GCRA_SHORT, raw)
+    back, born = 0, tat - age
+  else
+    tat, back, born = sunpack(GCRA_STATE, raw)
+  end
   if tat > now then return {tat, back, born} end
   return {now, 0, max(now, born + 1)}  -- full again: a new generation (gcra.py load)
 end
@@ -330,16 +393,16 @@ function gcra.check(view, now, need, rule)
 end
 
 function gcra.consume(view, now, cost, spec)
-  return pack(GCRA_STATE, view[1] + cost * spec.rules[1].interval, view[2], view[3])
+  return gcra_pack(view[1] + cost * spec.rules[1].interval, view[2], view[3])
 end
 
 function gcra.refund(view, now, cost, spec, mark)
   local tat = max(now, view[1] - give_back(view, now, cost, spec.rules[1].interval, mark))
-  return pack(GCRA_STATE, tat, next_back(view[2] + (view[1] - tat), view[3]))
+  return gcra_pack(tat, next_back(view[2] + (view[1] - tat), view[3]))
 end
 
 function gcra.ttl(raw, now, spec)
-  return sunpack(GCRA_STATE, raw) - now
+  return sunpack(GCRA_SHORT, raw) - now  -- the tat leads both forms, the shorter fits both
 end
 
 -- calendar --------------------------------------------------------------------------------
@@ -349,6 +412,7 @@ end
 -- a count begun inside it is kept whatever period it was filed under (a recipient whose zone
 -- changed; strategies/calendar.py says why)
 local CALENDAR_STATE = '>I7I4I7'         -- period_start, count, born
+local CALENDAR_SHORT = '>I7I2I5'         -- period_start, count, born - period_start
 local calendar = {code = 5}
 local CALENDAR_BOUNDS = 4
 local CALENDAR_OUTSIDE = 'freqguard: calendar: time outside the periods the client sent'
@@ -364,7 +428,7 @@ end
 function calendar.load(raw, now, spec)
   local start, stop = period(now, spec)
   if raw then
-    local stored, count, born = sunpack(CALENDAR_STATE, raw)
+    local stored, count, born = count_read(CALENDAR_STATE, CALENDAR_SHORT, raw)
     if stored == start or (start <= born and born < stop) then
       return {start, count, born, stop}
     end
@@ -378,14 +442,13 @@ function calendar.check(view, now, need, rule)
 end
 
 function calendar.consume(view, now, cost, spec)
-  return pack(CALENDAR_STATE, view[1], view[2] + cost, view[3])
+  return count_pack(CALENDAR_STATE, CALENDAR_SHORT, view[1], view[2] + cost, view[3])
 end
 
 function calendar.refund(view, now, cost, spec, mark)
-  if mark and tonumber(mark) ~= view[3] then  -- not the count the hit went into
-    return pack(CALENDAR_STATE, view[1], view[2], view[3])
-  end
-  return pack(CALENDAR_STATE, view[1], max(0, view[2] - cost), view[3])
+  local count = max(0, view[2] - cost)
+  if mark and tonumber(mark) ~= view[3] then count = view[2] end  -- not the hit's count
+  return count_pack(CALENDAR_STATE, CALENDAR_SHORT, view[1], count, view[3])
 end
 
 function calendar.ttl(raw, now, spec)

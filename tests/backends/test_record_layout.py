@@ -15,6 +15,11 @@ dropped: its call decides as if it were absent, and the client logs it. Two fixt
 
 After the swap, decisions must be those of a store that starts empty at that moment: the
 memory backend (held to the Lua by the differential tests) is the reference.
+
+A third fixture, ``policy-0.2-full.lua`` (commit c95719d), writes layout 2 with every state in
+full, as layout 2 did before states could be stored short (``strategies.base.SHORT_SPAN``).
+Those records are read as they are: after the swap, decisions go on exactly as the memory
+backend's over the same whole sequence.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis import Redis
 
-from freqguard import BackendUnavailable, Guard, ManualClock, MemoryBackend, Rule
+from freqguard import BackendUnavailable, Decision, Guard, ManualClock, MemoryBackend, Rule
 from freqguard.backends._library import FUNCTION, LIBRARY
 from freqguard.backends.redis import RedisBackend
 from freqguard.script import calls
@@ -41,6 +46,7 @@ from tests.servers import RedisServer
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 RELEASE_0_1_0 = (FIXTURES / "policy-0.1.0.lua").read_text(encoding="utf-8")
 MAIN_0_1 = (FIXTURES / "policy-0.1-main.lua").read_text(encoding="utf-8")
+FULL_0_2 = (FIXTURES / "policy-0.2-full.lua").read_text(encoding="utf-8")
 RECORD = "fg:{a}:sms"
 MARK = bytes([LAYOUT_MARKS + RECORD_LAYOUT])
 
@@ -106,6 +112,62 @@ def test_after_an_upgrade_0_1_records_decide_as_absent(
         )
     finally:
         _deploy(client, LIBRARY)
+
+
+def test_the_full_states_fixture_marks_layout_2_and_has_no_short_form() -> None:
+    assert "local RECORD_LAYOUT = 2 " in FULL_0_2
+    assert "_SHORT" not in FULL_0_2
+    assert "GCRA_SHORT" in LIBRARY
+
+
+@settings(max_examples=examples(60))
+@given(
+    rules=st.lists(rule(), min_size=1, max_size=4),
+    pool=st.lists(ctx, min_size=1, max_size=3),
+    before=st.lists(op, min_size=1, max_size=30),
+    after=st.lists(op, min_size=1, max_size=30),
+)
+def test_records_with_every_state_in_full_are_read_on_exactly(
+    redis_backend: RedisBackend,
+    redis_server: RedisServer,
+    rules: list[Rule],
+    pool: list[dict[str, str]],
+    before: list[Any],
+    after: list[Any],
+) -> None:
+    flush([redis_server])
+    seen = calls.dropped_records[0]
+    client = redis_server.client
+    policy = _unique(rules)
+    clock, reference_clock = ManualClock(START), ManualClock(START)
+    guard = Guard(redis_backend, [policy], clock=clock)
+    reference = Guard(MemoryBackend(), [policy], clock=reference_clock)
+    _deploy(client, FULL_0_2)
+    try:
+        written = _replay(guard, clock, policy, pool, before)
+        expected = _replay(reference, reference_clock, policy, pool, before)
+        assert written == expected
+        _deploy(client, LIBRARY)
+        # the hits made before the swap are given back after it: their receipts name the
+        # states' generations as the full forms stored them
+        for mine, theirs in zip(_unspent(written), _unspent(expected), strict=True):
+            assert guard.refund(mine) == reference.refund(theirs)
+        assert _replay(guard, clock, policy, pool, after) == _replay(
+            reference, reference_clock, policy, pool, after
+        )
+        assert calls.dropped_records[0] == seen  # read, never dropped
+    finally:
+        _deploy(client, LIBRARY)
+
+
+def _unspent(replayed: list[object]) -> list[Decision]:
+    """The decisions of a replay whose receipts can still be refunded, in order."""
+    found: list[Decision] = []
+    for item in replayed:
+        for decision in item if isinstance(item, list) else [item]:
+            if isinstance(decision, Decision) and decision.receipt and not decision.receipt.spent:
+                found.append(decision)
+    return found
 
 
 def _hit_0_1_0(client: Redis, guard: Guard, now_us: int, content: str) -> bytes:

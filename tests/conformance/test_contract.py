@@ -17,7 +17,15 @@ import pytest
 from freqguard import Policy, QuietHours, Rule, Strategy
 from freqguard.engine.plan import PolicyPlan
 from freqguard.script import contract, twin
-from freqguard.script.strategies import KINDS, STATE_FORMATS, STRATEGY_CODES, TWINS, RuleParams
+from freqguard.script.strategies import (
+    KINDS,
+    SHORT_FORMATS,
+    STATE_FORMATS,
+    STRATEGY_CODES,
+    TWINS,
+    RuleParams,
+)
+from freqguard.script.strategies.base import SHORT_COUNT, SHORT_SPAN
 
 LUA = resources.files("freqguard.script").joinpath("policy.lua").read_text(encoding="utf-8")
 
@@ -49,6 +57,8 @@ def test_the_lua_modes_are_the_contracts() -> None:
         ("PINNED_GRACE_MS", contract.PINNED_GRACE_MS),
         ("PRUNE_FLOOR", contract.PRUNE_FLOOR),
         ("BACK_LIMIT", contract.BACK_LIMIT),
+        ("SHORT_SPAN", SHORT_SPAN),
+        ("SHORT_COUNT", SHORT_COUNT),
     ],
 )
 def test_the_lua_constants_are_the_contracts(lua: str, value: int) -> None:
@@ -71,6 +81,20 @@ def test_each_lua_section_states_its_strategys_code_and_state(strategy: str) -> 
     assert re.search(rf"^local {name} = {{code = {STRATEGY_CODES[strategy]}}}$", section, re.M)
     state = f"{name.upper()}_STATE"
     assert re.search(rf"^local {state} = '{re.escape(STATE_FORMATS[strategy])}'", section, re.M)
+
+
+@pytest.mark.parametrize("strategy", list(SHORT_FORMATS))
+def test_each_short_state_is_the_lua_s_and_told_apart_by_its_size(strategy: str) -> None:
+    """The Lua's <NAME>_SHORT is the module's SHORT_FORMAT, its size is the one the Lua
+    tells it by, and no full form has that size."""
+    name = strategy.replace("-", "_").upper()
+    short = SHORT_FORMATS[strategy]
+    assert _lua_string(f"{name}_SHORT") == short
+    size = sum(contract.widths(short))
+    sized = [n for n in (f"{name}_SHORT_BYTES", "COUNT_SHORT_BYTES") if f"local {n} =" in LUA]
+    assert size in [int(_lua_local(n)) for n in sized]
+    assert size not in {sum(contract.widths(f)) for f in STATE_FORMATS.values()}
+    assert "I5" in short  # born's distance, below SHORT_SPAN
 
 
 def test_the_lua_registry_maps_each_code_to_its_section() -> None:
@@ -129,7 +153,7 @@ def test_an_unmarked_meta_field_can_never_be_read_as_marked() -> None:
 def test_the_lua_writes_no_format_but_the_named_ones() -> None:
     """A format written anywhere else in the Lua would escape the contract."""
     named = {name for name, _ in re.findall(r"^local (\w+) = ('[>BI\d]+')", LUA, re.M)}
-    assert len(named) == 12
+    assert len(named) == 12 + len(SHORT_FORMATS)  # each state's full form, and the short ones
     for line in LUA.splitlines():
         formats = re.findall(r"'>?[BI][\dBI]*'", line)
         if not formats or re.match(rf"local ({'|'.join(named)}) = ", line):
@@ -182,6 +206,25 @@ def test_the_python_twin_decodes_states_as_the_contract_says(kind: str) -> None:
     values = [7 * (i + 1) + 256**w // 3 for i, w in enumerate(widths)]
     raw = b"".join(v.to_bytes(w, "big") for v, w in zip(values, widths, strict=True))
     assert KINDS[kind].decode(raw) == tuple(values)
+
+
+_FULL = {  # a state whose short form holds the same numbers, and that short form's numbers
+    "fixed-window": (
+        (2**55, SHORT_COUNT - 1, 2**55 + SHORT_SPAN - 1),
+        (2**55, 2**16 - 1, 2**40 - 1),
+    ),
+    "calendar": ((2**55, 0, 2**55), (2**55, 0, 0)),
+    "gcra": ((2**55 + SHORT_SPAN - 1, 0, 2**55), (2**55 + 2**40 - 1, 2**40 - 1)),
+    "token-bucket": ((2**31, 2**55, 0, 2**55 - SHORT_SPAN + 1), (2**31, 2**55, 2**40 - 1)),
+}
+
+
+@pytest.mark.parametrize("kind", list(SHORT_FORMATS))
+def test_the_python_twin_decodes_short_states_to_the_same_numbers(kind: str) -> None:
+    full, short = _FULL[kind]
+    widths = contract.widths(SHORT_FORMATS[kind])
+    raw = b"".join(v.to_bytes(w, "big") for v, w in zip(short, widths, strict=True))
+    assert KINDS[kind].decode(raw) == full
 
 
 @pytest.mark.parametrize("kind", ["calendar", "quiet"])

@@ -23,6 +23,7 @@ from freqguard.script.strategies.base import RuleParams, StateSpec, Twin
 
 __all__ = [
     "KINDS",
+    "SHORT_FORMATS",
     "STATE_FORMATS",
     "STRATEGY_CODES",
     "TWINS",
@@ -53,6 +54,12 @@ STRATEGY_CODES = {name: twin.code for name, twin in KINDS.items()}
 
 #: Each twin's packed state, by its name (from its module).
 STATE_FORMATS = {name: twin.STATE_FORMAT for name, twin in KINDS.items()}
+#: The short forms of the states that have one (base.SHORT_SPAN).
+SHORT_FORMATS: dict[str, str] = {
+    name: twin.SHORT_FORMAT
+    for name, twin in KINDS.items()
+    if hasattr(twin, "SHORT_FORMAT")
+}
 
 
 def twin_of(rule: Rule) -> Twin:

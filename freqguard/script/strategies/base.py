@@ -94,6 +94,14 @@ class Twin(Protocol):
     def decode(self, raw: bytes) -> Any: ...
 
 
+#: A short state's numbers (a strategy's ``SHORT_FORMAT``): ``born`` as its distance from the
+#: time before it, below this many µs (5 bytes); a window's count below ``SHORT_COUNT``. The
+#: Lua stores a state short whenever it fits (and a bucket's ``back`` is 0), else in full:
+#: the memory twin keeps numbers, not bytes, so only replies read it.
+SHORT_SPAN = 2**40
+SHORT_COUNT = 2**16
+
+
 def unpacker(fmt: str) -> Callable[[bytes], tuple[int, ...]]:
     """What reads a strategy's state as its Lua packs it (its module's ``STATE_FORMAT``)."""
     bounds, at = [], 0

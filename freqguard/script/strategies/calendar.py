@@ -23,12 +23,17 @@ from __future__ import annotations
 
 from typing import cast
 
+from freqguard.script.contract import widths
 from freqguard.script.strategies.base import RuleParams, StateSpec, unpacker
 
 #: Its number in the specs (the Lua section's ``code``).
 code = 5
 #: Its packed state, in the Lua's notation (period_start, count, born).
 STATE_FORMAT = ">I7I4I7"
+#: The same state as the Lua stores it while the count fits 2 bytes and ``born`` is less than
+#: ``SHORT_SPAN`` µs after the start (period_start, count, born - period_start), told apart by its
+#: length.
+SHORT_FORMAT = ">I7I2I5"
 #: How many numbers follow its rules in the specs (``StateSpec.bounds``).
 BOUNDS = 4
 #: The error both twins raise for a time outside the periods the client sent.
@@ -37,6 +42,8 @@ OUTSIDE = "freqguard: calendar: time outside the periods the client sent"
 State = tuple[int, int, int]  # (period_start, count, born)
 View = tuple[int, int, int, int]  # the same, and the period's end
 _unpack = unpacker(STATE_FORMAT)
+_short = unpacker(SHORT_FORMAT)
+_SHORT_BYTES = sum(widths(SHORT_FORMAT))
 
 
 class OutsidePeriods(ValueError):
@@ -45,7 +52,10 @@ class OutsidePeriods(ValueError):
 
 
 def decode(raw: bytes) -> State:
-    """The state as the Lua twin packs it (:data:`STATE_FORMAT`)."""
+    """The state as the Lua twin packs it (:data:`STATE_FORMAT`, or :data:`SHORT_FORMAT`)."""
+    if len(raw) == _SHORT_BYTES:
+        start, count, age = _short(raw)
+        return (start, count, start + age)
     return cast(State, _unpack(raw))
 
 

@@ -11,19 +11,29 @@ from __future__ import annotations
 
 from typing import cast
 
+from freqguard.script.contract import widths
 from freqguard.script.strategies.base import RuleParams, StateSpec, unpacker
 
 #: Its number in the specs (the Lua section's ``code``).
 code = 1
 #: Its packed state, in the Lua's notation (window_start, count, born).
 STATE_FORMAT = ">I7I4I7"
+#: The same state as the Lua stores it while the count fits 2 bytes and ``born`` is less than
+#: ``SHORT_SPAN`` µs after the start (window_start, count, born - window_start), told apart by its
+#: length.
+SHORT_FORMAT = ">I7I2I5"
 
 View = tuple[int, int, int]  # (window_start, count, born)
 _unpack = unpacker(STATE_FORMAT)
+_short = unpacker(SHORT_FORMAT)
+_SHORT_BYTES = sum(widths(SHORT_FORMAT))
 
 
 def decode(raw: bytes) -> View:
-    """The state as the Lua twin packs it (:data:`STATE_FORMAT`)."""
+    """The state as the Lua twin packs it (:data:`STATE_FORMAT`, or :data:`SHORT_FORMAT`)."""
+    if len(raw) == _SHORT_BYTES:
+        start, count, age = _short(raw)
+        return (start, count, start + age)
     return cast(View, _unpack(raw))
 
 

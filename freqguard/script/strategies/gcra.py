@@ -13,21 +13,29 @@ from __future__ import annotations
 
 from typing import cast
 
-from freqguard.script.contract import BACK_LIMIT
+from freqguard.script.contract import BACK_LIMIT, widths
 from freqguard.script.strategies.base import RuleParams, StateSpec, unpacker
 
 #: Its number in the specs (the Lua section's ``code``).
 code = 4
 #: Its packed state, in the Lua's notation (tat, back, born).
 STATE_FORMAT = ">I7I7I7"
+#: The same state as the Lua stores it while ``back`` is 0 and ``born`` is less than
+#: ``SHORT_SPAN`` µs before ``tat`` (tat, tat - born), told apart by its length.
+SHORT_FORMAT = ">I7I5"
 
 
 View = tuple[int, int, int]  # (tat, back, born)
 _unpack = unpacker(STATE_FORMAT)
+_short = unpacker(SHORT_FORMAT)
+_SHORT_BYTES = sum(widths(SHORT_FORMAT))
 
 
 def decode(raw: bytes) -> View:
-    """The state as the Lua twin packs it (:data:`STATE_FORMAT`)."""
+    """The state as the Lua twin packs it (:data:`STATE_FORMAT`, or :data:`SHORT_FORMAT`)."""
+    if len(raw) == _SHORT_BYTES:
+        tat, age = _short(raw)
+        return (tat, 0, tat - age)
     return cast(View, _unpack(raw))
 
 

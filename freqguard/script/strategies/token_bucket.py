@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import cast
 
+from freqguard.script.contract import widths
 from freqguard.script.strategies.base import RuleParams, StateSpec, unpacker
 from freqguard.script.strategies.gcra import give_back, next_back
 
@@ -21,13 +22,21 @@ from freqguard.script.strategies.gcra import give_back, next_back
 code = 3
 #: Its packed state, in the Lua's notation (tokens, last, back, born).
 STATE_FORMAT = ">I4I7I7I7"
+#: The same state as the Lua stores it while ``back`` is 0 and ``born`` is less than
+#: ``SHORT_SPAN`` µs before ``last`` (tokens, last, last - born), told apart by its length.
+SHORT_FORMAT = ">I4I7I5"
 
 View = tuple[int, int, int, int]  # (tokens, last, back, born)
 _unpack = unpacker(STATE_FORMAT)
+_short = unpacker(SHORT_FORMAT)
+_SHORT_BYTES = sum(widths(SHORT_FORMAT))
 
 
 def decode(raw: bytes) -> View:
-    """The state as the Lua twin packs it (:data:`STATE_FORMAT`)."""
+    """The state as the Lua twin packs it (:data:`STATE_FORMAT`, or :data:`SHORT_FORMAT`)."""
+    if len(raw) == _SHORT_BYTES:
+        tokens, last, age = _short(raw)
+        return (tokens, last, 0, last - age)
     return cast(View, _unpack(raw))
 
 
