@@ -32,6 +32,7 @@ __all__ = [
     "MODES",
     "PINNED_GRACE_MS",
     "PRUNE_FLOOR",
+    "OLDEST_LAYOUT",
     "RECORD_LAYOUT",
     "RECORD_META",
     "REFUND",
@@ -131,8 +132,11 @@ RECORD_META = ">BI7I4I4"
 #: (:data:`REPLY_DROPPED`). A record with a mark above this release's layout is a newer
 #: release's: the call fails naming both layouts and changes nothing, so an older client
 #: never misreads it. See docs/upgrading.md.
-RECORD_LAYOUT = 2
+RECORD_LAYOUT = 3
 LAYOUT_MARKS = 0xF0
+#: The oldest marked layout this release reads: 2 stored every state in full (freqguard
+#: 0.2 development builds), which 3 reads as it is, marking the record 3 when it writes it.
+OLDEST_LAYOUT = 2
 
 #: The functions both twins of a strategy define, under these names and in this order. The
 #: Python twin has more that run on the client only (``decode``, ``mark``, ``report``,

@@ -233,10 +233,16 @@ def _slot_layout(
 
 def _key_id(rule: Rule) -> str:
     """What names a rule's state: ``log`` for a log shared with the other non-shadow
-    sliding-log rules of its dimensions, else the rule's own id."""
+    sliding-log rules of its dimensions, else the rule's own id; a named rule's, with
+    what its state is (its strategy, or a calendar's count), since its name stays when
+    its strategy changes and another strategy's state would be misread."""
     shared_log = rule.strategy is Strategy.SLIDING_LOG and not rule.shadow
     # a rule for some priorities only (only=) counts only their hits: a log of its own
-    return "log" if shared_log and rule.only is None else rule.id
+    if shared_log and rule.only is None:
+        return "log"
+    if rule.name is None:  # a derived id already says it
+        return rule.id
+    return f"{rule.id}/{'cal' if rule.calendar else rule.strategy.short}"
 
 
 def _check_field_tags(policy: str, layout: tuple[tuple[StateLayout, ...], ...]) -> None:

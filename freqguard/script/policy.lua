@@ -48,7 +48,10 @@
 -- Layout each record states its layout (RECORD_LAYOUT) in its meta field's first byte,
 --        LAYOUT_MARKS + the layout. A record without a mark (freqguard 0.1, whose layouts
 --        cannot be told apart) is dropped, its call decided as if it were absent; one of a
---        newer layout is refused, never misread (see check_layout).
+--        newer layout is refused, never misread (see check_layout). Layout 3 stores states
+--        short where they fit (SHORT_SPAN); layout 2 stored every state in full, which
+--        layout 3 still reads, so a layout-2 record is read as it is and marked 3 by the
+--        first call that writes it.
 
 -- The contract (freqguard/script/contract.py; tests/test_contract.py holds these to it) -----------
 local HIT, CHECK, REFUND, RESET, LIMIT = 0, 1, 2, 3, 4
@@ -72,7 +75,8 @@ local FIELD_HEAD = '>I7I7'               -- a state's field: expiry, latest, the
 local FIELD_HEAD_BYTES = 14              -- its size
 local RECORD_META = '>BI7I4I4'           -- the field "": mark, expiry, fields, prune_at
 local RECORD_META_BYTES = 16             -- its size; the record's per-key limits follow
-local RECORD_LAYOUT = 2                  -- the layout this release writes
+local RECORD_LAYOUT = 3                  -- the layout this release writes
+local OLDEST_LAYOUT = 2                  -- the oldest it reads (every state in full)
 local LAYOUT_MARKS = 240                 -- a meta field's mark: LAYOUT_MARKS + its layout
 local LIMIT_ENTRY = '>I4I7BI4I7I4I7'     -- one limit: tag, expiry, exempt, limit, window,
 local LIMIT_ENTRY_BYTES = 34             -- capacity, interval; and its size
@@ -859,7 +863,8 @@ local function write_record(record, got, sets, drops, latest, added, now, clock,
     record_expiry, ttl_ms = limits_ttl(record, record_expiry, latest, held, now, clock, pinned,
       lim.changed)
   end
-  if ttl_ms or record_expiry ~= given or added > 0 or #drops > 0 or not meta or lim.changed then
+  if ttl_ms or record_expiry ~= given or added > 0 or #drops > 0 or not meta or lim.changed
+    or mark ~= LAYOUT_MARKS + RECORD_LAYOUT then  -- an older layout's record: marked anew
     sets[#sets + 1] = ''
     sets[#sets + 1] = pack(RECORD_META, LAYOUT_MARKS + RECORD_LAYOUT, record_expiry,
       max(fields, 0), prune_at) .. lim.tail
@@ -906,7 +911,7 @@ local function check_layout(record, got, n)
   local meta = got[1]
   if meta then
     local mark = byte(meta, 1)
-    if mark == LAYOUT_MARKS + RECORD_LAYOUT
+    if mark >= LAYOUT_MARKS + OLDEST_LAYOUT and mark <= LAYOUT_MARKS + RECORD_LAYOUT
       and (#meta - RECORD_META_BYTES) % LIMIT_ENTRY_BYTES == 0 then
       return 0
     elseif mark > LAYOUT_MARKS + RECORD_LAYOUT then

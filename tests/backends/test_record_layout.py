@@ -34,11 +34,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis import Redis
 
-from freqguard import BackendUnavailable, Decision, Guard, ManualClock, MemoryBackend, Rule
+from freqguard import (
+    BackendUnavailable,
+    Decision,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    Rule,
+)
 from freqguard.backends._library import FUNCTION, LIBRARY
 from freqguard.backends.redis import RedisBackend
 from freqguard.script import calls
-from freqguard.script.contract import LAYOUT_MARKS, RECORD_LAYOUT
+from freqguard.script.contract import LAYOUT_MARKS, OLDEST_LAYOUT, RECORD_LAYOUT
 from tests.conformance.test_differential import _replay, _unique, ctx, op, rule
 from tests.conftest import SMS, START, examples, flush
 from tests.servers import RedisServer
@@ -264,9 +272,35 @@ def test_a_newer_layout_is_refused_and_left_as_it_is(
         lambda: guard.reset("sms", recipient="a", content="x"),
         lambda: guard.limits_for("sms", recipient="a"),
     ):
-        with pytest.raises(BackendUnavailable, match="layout 3, newer than the 2"):
+        with pytest.raises(BackendUnavailable, match="layout 4, newer than the 3"):
             call()
     assert client.dump(RECORD) == dump
+
+
+def test_a_layout_2_record_is_marked_3_when_written_and_refused_by_layout_2_after(
+    redis_backend: RedisBackend, redis_server: RedisServer
+) -> None:
+    """A read leaves a layout-2 record as it is; a write marks it 3 with its short states,
+    and the layout-2 function then refuses it rather than misread a short state."""
+    client = redis_server.client
+    policy = Policy("sms", Rule("15/minute", by="recipient", strategy="gcra"))
+    guard = Guard(redis_backend, [policy], clock=ManualClock(START))
+    _deploy(client, FULL_0_2)
+    try:
+        guard.hit("sms", recipient="a")
+        assert _meta(client)[0] == LAYOUT_MARKS + OLDEST_LAYOUT
+        _deploy(client, LIBRARY)
+        assert guard.peek("sms", recipient="a").remaining == 14
+        assert _meta(client)[0] == LAYOUT_MARKS + OLDEST_LAYOUT
+        assert guard.hit("sms", recipient="a").remaining == 13
+        assert _meta(client)[0] == LAYOUT_MARKS + RECORD_LAYOUT
+        dump = client.dump(RECORD)
+        _deploy(client, FULL_0_2)
+        with pytest.raises(BackendUnavailable, match="layout 3, newer than the 2"):
+            guard.hit("sms", recipient="a")
+        assert client.dump(RECORD) == dump
+    finally:
+        _deploy(client, LIBRARY)
 
 
 def test_the_log_says_it_at_powers_of_ten(

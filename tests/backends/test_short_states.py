@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from freqguard import MemoryBackend, Policy, Rate, Rule, Strategy
+from freqguard import MemoryBackend, Policy, Rate, Rule
 from freqguard.backends.redis import RedisBackend
 from freqguard.script.contract import FIELD_HEAD, widths
 from freqguard.script.strategies import SHORT_FORMATS, STATE_FORMATS
@@ -90,17 +90,33 @@ def test_a_bucket_is_stored_in_full_after_a_refund_and_short_once_full_again(
 def test_a_token_bucket_refilling_for_longer_than_the_span_goes_full(
     redis_server: RedisServer, redis_backend: RedisBackend
 ) -> None:
-    """born stays while the bucket is never full again; last moves on with each token."""
-    half = SHORT_SPAN // 2
-    policy = Policy(
-        "p", Rule(Rate(2, timedelta(microseconds=SHORT_SPAN)), by="u", strategy="token-bucket")
-    )
-    ops = [("hit", 0, 2), ("advance", 0, half), ("hit", 0, 1), ("advance", 0, half - 1)]
+    """born stays while the bucket is never full again; last moves on with each token: one
+    interval of SHORT_SPAN - 1 µs after its birth it is short, two after it in full."""
+    step = SHORT_SPAN - 1
+    window = timedelta(microseconds=2 * step)
+    policy = Policy("p", Rule(Rate(2, window), by="u", strategy="token-bucket"))
+    ops = [("hit", 0, 2), ("advance", 0, step), ("hit", 0, 1)]  # last - born = SHORT_SPAN - 1
     short, full = _size("token-bucket", "short"), _size("token-bucket", "full")
-    assert _run(redis_server, redis_backend, policy, [*ops, ("hit", 0, 0)]) == [short]
-    ops += [("advance", 0, 1), ("hit", 0, 1)]  # last - born = SHORT_SPAN
+    assert _run(redis_server, redis_backend, policy, ops) == [short]
+    ops += [("advance", 0, step), ("hit", 0, 1)]  # last - born = 2 * (SHORT_SPAN - 1)
     assert _run(redis_server, redis_backend, policy, ops) == [full]
     _run(redis_server, redis_backend, policy, [*ops, ("undo", 0, 1), ("undo", 0, 0)])
+
+
+MONTH = 30 * 86_400  # s: a fixed window longer than SHORT_SPAN µs (12.7 days)
+
+
+@pytest.mark.parametrize(("into", "form"), [(SHORT_SPAN - 1, "short"), (SHORT_SPAN, "full")])
+def test_a_window_whose_count_began_late_in_it_goes_full(
+    redis_server: RedisServer, redis_backend: RedisBackend, into: int, form: str
+) -> None:
+    """born - start: how far into its window the count began, in 5 bytes below SHORT_SPAN."""
+    policy = Policy("p", Rule(Rate(5, timedelta(seconds=MONTH)), by="u", strategy="fixed-window"))
+    ops = [("advance", 0, into), ("hit", 0, 1)]
+    start = 656 * MONTH  # a window's start: the clock begins aligned
+    sizes = _run(redis_server, redis_backend, policy, ops, start=start)
+    assert sizes == [_size("fixed-window", form)]
+    _run(redis_server, redis_backend, policy, [*ops, ("hit", 0, 4), ("undo", 0, 2)], start=start)
 
 
 @pytest.mark.parametrize("calendar", [False, True])
@@ -137,11 +153,5 @@ def test_a_calendar_period_begun_before_1970_is_stored_in_full(
     ops = [("hit", 0, 1), ("advance", 0, 3600 * US), ("hit", 0, 2), ("hit", 0, 1)]
     sizes = _run(redis_server, redis_backend, policy, ops, start=0)
     assert sizes == [_size("calendar", "full")]
-    later = [*ops, ("hours", 0, 16), ("hit", 0, 1)]  # 08:00 UTC: the next Shanghai day
+    later = [*ops, ("hours", 0, 16), ("hit", 0, 1)]  # 17:00 UTC: 01:00 the next Shanghai day
     assert _run(redis_server, redis_backend, policy, later, start=0) == [_size("calendar", "short")]
-
-
-def test_the_sizes_tell_the_forms_apart() -> None:
-    for kind, short in SHORT_FORMATS.items():
-        assert sum(widths(short)) < sum(widths(STATE_FORMATS[kind]))
-    assert Strategy.GCRA.value in SHORT_FORMATS

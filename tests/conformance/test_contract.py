@@ -136,7 +136,9 @@ def test_the_lua_sizes_are_those_of_the_formats() -> None:
     assert int(_lua_local("REPLY_LIMITS")) == contract.REPLY_LIMITS
 
 
-@pytest.mark.parametrize("name", ["RECORD_LAYOUT", "LAYOUT_MARKS", "REPLY_DROPPED"])
+@pytest.mark.parametrize(
+    "name", ["RECORD_LAYOUT", "OLDEST_LAYOUT", "LAYOUT_MARKS", "REPLY_DROPPED"]
+)
 def test_the_lua_states_the_layout_as_the_contract_does(name: str) -> None:
     assert int(_lua_local(name)) == getattr(contract, name)
 

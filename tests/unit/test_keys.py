@@ -161,7 +161,7 @@ def test_the_partition_is_the_first_dimension_every_rule_shares() -> None:
     ((log, gcra),) = policy_layout(policy, "fg")  # one part: b is shared, a is not
     texts = {"a": "1", "b": "2", "c": "3"}
     assert log.key.build(texts).startswith("fg:{2}:p:log@a,b:")
-    assert gcra.key.build(texts).startswith("fg:{2}:p:cb@b,c:")  # dimensions in policy order
+    assert gcra.key.build(texts).startswith("fg:{2}:p:cb/gcra@b,c:")  # dimensions in policy order
     assert (log.rules, gcra.rules) == ((0,), (1,))
     # no shared dimension: each rule's first dimension in policy order (first use: b, a, c),
     # one part each
@@ -169,3 +169,18 @@ def test_the_partition_is_the_first_dimension_every_rule_shares() -> None:
     ((first,), (second,)) = policy_layout(apart, "fg")
     assert first.key.build(texts).startswith("fg:{2}:q:log@b,a:")
     assert second.key.build(texts) == "fg:{3}:q:gcra.9.60s@c"
+
+
+def test_a_named_rules_state_is_named_by_what_it_is() -> None:
+    """A rule keeps its name when its strategy changes (or it becomes a calendar's): its
+    state is then another field, never the other strategy's state misread."""
+    fields = set()
+    for strategy in Strategy:
+        for calendar in (False, True):
+            if calendar and strategy is not Strategy.FIXED_WINDOW:
+                continue
+            zone = "UTC" if calendar else None
+            rule = Rule("5/day", by="a", strategy=strategy, name="r", calendar=calendar, tz=zone)
+            ((state,),) = policy_layout(Policy("p", rule), "fg")  # a log: "log", named or not
+            fields.add(state.key.field({"a": "1"}))
+    assert len(fields) == len(Strategy) + 1
