@@ -10,6 +10,8 @@ each strategy, on the server's time, and reports per distinct recipient:
 * what the records hold: the key name, the field names (a 2-byte tag, plus an 8-byte digest
   for the content's states), the field heads (expiry and latest write, 14 bytes a state),
   the states themselves and the meta field;
+* the server's time a decision (``INFO commandstats``: FCALL's µs a call, one call at a
+  time, so read it as ±25 % between cases; a check that the smaller states cost no time);
 * the rest: Redis's own overhead (the key's dict entries, objects, the listpack framing and
   the allocator's size classes), and how many records Redis holds as a hashtable instead of
   a listpack, because one value passed ``hash-max-listpack-value`` (64 bytes by default).
@@ -17,6 +19,11 @@ each strategy, on the server's time, and reports per distinct recipient:
 The sliding log runs twice: with Redis's default ``hash-max-listpack-value`` and with 512,
 an operator's setting that keeps a busy recipient's day log (up to 50 entries of 5 bytes)
 in the compact encoding.
+
+With ``--before``, each case also runs on the policy function of commit c95719d
+(``tests/fixtures/policy-0.2-full.lua``: every state in full, before states were stored
+short), loaded under this release's function name as a deploy would, and the table shows
+both, before then after, from one run.
 """
 
 from __future__ import annotations
@@ -31,12 +38,14 @@ from redis import Redis
 from benchmarks.redis_sms import sms_policy
 from benchmarks.workload import sms_stream
 from freqguard import Guard, Strategy
+from freqguard.backends._library import FUNCTION
 from freqguard.backends.redis import RedisBackend
 from freqguard.script.contract import FIELD_HEAD, RECORD_META, widths
 from tests.servers import RedisServer, standalone
 
 HEAD = sum(widths(FIELD_HEAD))
 META = sum(widths(RECORD_META))
+BEFORE = Path(__file__).parents[1] / "tests" / "fixtures" / "policy-0.2-full.lua"
 CASES = [
     (Strategy.SLIDING_LOG, 64),
     (Strategy.SLIDING_LOG, 512),
@@ -47,18 +56,28 @@ CASES = [
 
 
 def one_case(
-    server: RedisServer, stream: list[tuple[str, str]], strategy: Strategy, listpack: int
+    server: RedisServer,
+    stream: list[tuple[str, str]],
+    strategy: Strategy,
+    listpack: int,
+    code: str | None = None,
 ) -> dict[str, float]:
+    """One strategy's records taken apart; with ``code``, written by that policy function."""
     client = server.client
     client.flushall()
+    client.function_flush()  # functions outlive FLUSHALL: the case before may have left one
     client.config_set("hash-max-listpack-value", listpack)
     guard = Guard(RedisBackend(Redis(port=server.port)), [sms_policy(strategy)])
     guard.hit("sms", recipient="warm", content="up")  # the function loaded
+    if code is not None:  # in its place, as a deploy does
+        client.function_load(code.replace("__LIBRARY__", FUNCTION), replace=True)
     client.delete(*client.keys("*"))
     before = int(client.info("memory")["used_memory"])
+    client.config_resetstat()
     for recipient, content in stream:
         guard.hit("sms", recipient=recipient, content=content)
     used = int(client.info("memory")["used_memory"]) - before
+    fcall = client.info("commandstats")["cmdstat_fcall"]
     keys = client.keys("*")
     parts: Counter[str] = Counter()
     for key in keys:
@@ -79,6 +98,7 @@ def one_case(
     held = sum(out[n] for n in ("key name", "field names", "meta field", "field heads", "states"))
     out["held"] = held
     out["redis overhead"] = out["used_memory"] - held
+    out["server us"] = int(fcall["usec"]) / int(fcall["calls"])
     guard.close()
     return out
 
@@ -93,19 +113,28 @@ ROWS = [
     ("redis overhead", "Redis's own overhead"),
     ("states a record", "states a record"),
     ("hashtable records", "records held as a hashtable, %"),
+    ("server us", "server µs a decision (FCALL, commandstats)"),
 ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--before", action="store_true", help="also the c95719d function")
     args = parser.parse_args()
     stream = sms_stream(args.messages)
+    codes: list[tuple[str, str | None]] = [("", None)]
+    if args.before:
+        codes = [(", before", BEFORE.read_text(encoding="utf-8")), (", after", None)]
+    results, heads = [], []
     with tempfile.TemporaryDirectory() as tmp, standalone(Path(tmp)) as server:
-        results = [one_case(server, stream, s, lp) for s, lp in CASES]
+        for s, lp in CASES:
+            for when, code in codes:
+                results.append(one_case(server, stream, s, lp, code))
+                name = f"{s.value} ({lp})" if s is Strategy.SLIDING_LOG else s.value
+                heads.append(name + when)
     recipients = len({r for r, _ in stream})
     print(f"{args.messages} messages, {recipients} recipients; bytes per recipient\n")
-    heads = [f"{s.value} ({lp})" if s is Strategy.SLIDING_LOG else s.value for s, lp in CASES]
     print("| | " + " | ".join(heads) + " |")
     print("|---|" + "---:|" * len(heads))
     for key, label in ROWS:

@@ -1,0 +1,266 @@
+"""Bytes per recipient under other ways of storing the same records (issue 23, item 1).
+
+    python -m benchmarks.record_designs [--messages 200000] [--per-bucket 64]
+
+``benchmarks.record_bytes`` says where a recipient's bytes go in today's layout (2): over
+half of them are Redis's own (the key's dict entries, objects, expiry entry, the listpack's
+framing). This benchmark asks what other physical designs would cost, before one is built.
+It replays the seeded SMS stream (Zipf over 1,000,000 ids) through the four-rule policy on a
+real redis-server, on the server's time, with each strategy; dumps every record it left
+(fields and TTL); and stores that same content again, in a flushed server, each way below,
+measuring ``used_memory`` growth per recipient:
+
+``this release, hash``
+    the records as freqguard writes them (states short where they fit): one hash per
+    recipient (a check: it should match ``record_bytes``);
+``this release, string``
+    the same fields, packed into one string per recipient (a varint length before each
+    name and value), with the same TTL;
+``compact, hash`` / ``compact, string``
+    a compact encoding of the same content: the latest write once in the meta field instead
+    of in every field's head; each field's expiry as a zigzag varint delta from the record's
+    expiry; counts and the buckets' ``back`` as varints (``back`` is 0 until a refund);
+    ``born`` as a varint delta from the time it belongs to. Nothing is dropped: every
+    number the function reads is still there, exactly;
+``this release, bucketed`` / ``compact, bucketed``
+    recipients hashed into shared hashes of about ``--per-bucket`` recipients each (field:
+    an 8-byte digest of the recipient, value: its packed string), the bucket's TTL the
+    longest of its recipients'. Redis 7.0 has no TTL per field, so the function would have
+    to delete a stale recipient itself (when it touches its bucket), and the operator must
+    raise ``hash-max-listpack-value`` (to 512 here) so that buckets stay listpacks: one
+    recipient whose record passes it turns its whole bucket into a hashtable.
+
+The compact sizes are an encoding applied here to the dumped values (the function does not
+write it yet); every ``used_memory`` figure is the real server's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import struct
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import cast
+
+from redis import Redis
+
+from benchmarks.redis_sms import sms_policy
+from benchmarks.workload import sms_stream
+from freqguard import Guard, Strategy
+from freqguard.backends.redis import RedisBackend
+from freqguard.script.contract import FIELD_HEAD, RECORD_META, widths
+from freqguard.script.strategies import TWINS
+from tests.servers import RedisServer, standalone
+
+HEAD = sum(widths(FIELD_HEAD))  # expiry, latest: 7 bytes each
+META = sum(widths(RECORD_META))  # mark, expiry, fields, prune_at
+
+Record = tuple[bytes, dict[bytes, bytes], int]  # key, fields, TTL (ms)
+
+
+def varint(n: int) -> bytes:
+    """``n`` >= 0 in 7-bit groups, low first, the high bit set on all but the last."""
+    assert n >= 0, n
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def zigzag(n: int) -> bytes:
+    """A signed ``n`` as a varint: 0, -1, 1, -2, ... as 0, 1, 2, 3, ..."""
+    return varint(2 * n if n >= 0 else -2 * n - 1)
+
+
+def u7(raw: bytes, at: int) -> int:
+    return int.from_bytes(raw[at : at + 7], "big")
+
+
+def compact_state(strategy: Strategy, state: bytes) -> bytes:
+    """One state's numbers (read by its twin, from the short or the full form), the same
+    ones, in varints where they are small (see the module's doc)."""
+    if strategy is Strategy.SLIDING_LOG:  # header (width, base), entries: already tight
+        return state
+    numbers: tuple[int, ...] = TWINS[strategy].decode(state)
+    if strategy is Strategy.GCRA:
+        tat, back, born = numbers
+        return tat.to_bytes(7, "big") + zigzag(tat - born) + varint(back)
+    if strategy is Strategy.TOKEN_BUCKET:
+        tokens, last, back, born = numbers
+        return varint(tokens) + last.to_bytes(7, "big") + zigzag(last - born) + varint(back)
+    if strategy is Strategy.FIXED_WINDOW:
+        start, count, born = numbers
+        return start.to_bytes(7, "big") + varint(count) + zigzag(born - start)
+    raise ValueError(f"no compact form for {strategy}")
+
+
+def compact(strategy: Strategy, fields: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    """The record's fields, compact: the latest write moves to the meta field (once), each
+    field's head becomes its expiry's delta from the record's."""
+    meta = fields[b""]
+    mark, expiry, count, prune_at = struct.unpack(">BQII", meta[:1] + b"\0" + meta[1:META])
+    latest = max(u7(value, 7) for name, value in fields.items() if name)
+    out = {
+        b"": bytes([mark])
+        + expiry.to_bytes(7, "big")
+        + latest.to_bytes(7, "big")
+        + varint(count)
+        + varint(prune_at)
+        + meta[META:]
+    }
+    for name, value in fields.items():
+        if name:
+            head = zigzag(expiry - u7(value, 0))
+            out[name] = head + compact_state(strategy, value[HEAD:])
+    return out
+
+
+def packed(fields: dict[bytes, bytes]) -> bytes:
+    """A record's fields as one string: varint length, name, varint length, value."""
+    return b"".join(
+        varint(len(name)) + name + varint(len(value)) + value for name, value in fields.items()
+    )
+
+
+def replay(server: RedisServer, stream: list[tuple[str, str]], strategy: Strategy) -> list[Record]:
+    client = server.client
+    client.flushall()
+    guard = Guard(RedisBackend(Redis(port=server.port)), [sms_policy(strategy)])
+    guard.hit("sms", recipient="warm", content="up")  # the function loaded
+    client.delete(*client.keys("*"))
+    for recipient, content in stream:
+        guard.hit("sms", recipient=recipient, content=content)
+    guard.close()
+    raw = Redis(port=server.port)  # bytes in, bytes out
+    records = [(key, raw.hgetall(key), int(raw.pttl(key))) for key in raw.keys("*")]
+    raw.close()
+    return cast(list[Record], records)
+
+
+def stored(server: RedisServer, write: Callable[[Redis], None], listpack: int) -> int:
+    """``used_memory`` growth while ``write`` stores a design, in a flushed server."""
+    client = server.client
+    client.flushall()
+    client.config_set("hash-max-listpack-value", listpack)
+    before = int(client.info("memory")["used_memory"])
+    write(client)
+    grown = int(client.info("memory")["used_memory"]) - before
+    client.flushall()
+    return grown
+
+
+def in_batches(client: Redis, commands: Iterable[tuple[object, ...]]) -> None:
+    pipe = client.pipeline(transaction=False)
+    for i, command in enumerate(commands, 1):
+        pipe.execute_command(*command)  # type: ignore[no-untyped-call]
+        if i % 1000 == 0:
+            pipe.execute()
+    pipe.execute()
+
+
+Shape = Callable[[dict[bytes, bytes]], dict[bytes, bytes]]
+Write = Callable[[Redis], None]
+
+
+def as_hashes(records: list[Record], shape: Shape) -> Write:
+    def write(client: Redis) -> None:
+        def commands() -> Iterable[tuple[object, ...]]:
+            for key, fields, ttl in records:
+                flat = [part for item in shape(fields).items() for part in item]
+                yield ("HSET", key, *flat)
+                yield ("PEXPIRE", key, ttl)
+
+        in_batches(client, commands())
+
+    return write
+
+
+def as_strings(records: list[Record], shape: Shape) -> Write:
+    def write(client: Redis) -> None:
+        in_batches(client, (("SET", k, packed(shape(f)), "PX", t) for k, f, t in records))
+
+    return write
+
+
+def as_buckets(records: list[Record], shape: Shape, size: int) -> Write:
+    buckets = max(1, len(records) // size)
+
+    def write(client: Redis) -> None:
+        ttls: dict[int, int] = {}
+
+        def commands() -> Iterable[tuple[object, ...]]:
+            for key, fields, ttl in records:
+                digest = hashlib.blake2b(key, digest_size=8).digest()
+                bucket = int.from_bytes(digest[:4], "big") % buckets
+                ttls[bucket] = max(ttls.get(bucket, 0), ttl)
+                yield ("HSET", b"fg:sms:%d" % bucket, digest, packed(shape(fields)))
+            for bucket, ttl in ttls.items():
+                yield ("PEXPIRE", b"fg:sms:%d" % bucket, ttl)
+
+        in_batches(client, commands())
+
+    return write
+
+
+STRATEGIES = [Strategy.SLIDING_LOG, Strategy.FIXED_WINDOW, Strategy.TOKEN_BUCKET, Strategy.GCRA]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--per-bucket", type=int, default=64)
+    args = parser.parse_args()
+    stream = sms_stream(args.messages)
+    recipients = len({r for r, _ in stream})
+    rows: dict[str, list[float]] = {}
+    content: dict[str, list[float]] = {"this release": [], "compact": []}
+    with tempfile.TemporaryDirectory() as tmp, standalone(Path(tmp)) as server:
+        for strategy in STRATEGIES:
+            records = replay(server, stream, strategy)
+            n = len(records)
+
+            def same(fields: dict[bytes, bytes]) -> dict[bytes, bytes]:
+                return fields
+
+            def tight(fields: dict[bytes, bytes], s: Strategy = strategy) -> dict[bytes, bytes]:
+                return compact(s, fields)
+
+            for label, shape in (("this release", same), ("compact", tight)):
+                held = sum(len(k) + len(packed(shape(f))) for k, f, _ in records)
+                content[label].append(held / n)
+            designs = [
+                ("this release, hash per recipient", as_hashes(records, same), 64),
+                ("this release, string per recipient", as_strings(records, same), 64),
+                ("compact, hash per recipient", as_hashes(records, tight), 64),
+                ("compact, string per recipient", as_strings(records, tight), 64),
+                (
+                    f"this release, bucketed ({args.per_bucket} a hash)",
+                    as_buckets(records, same, args.per_bucket),
+                    512,
+                ),
+                (
+                    f"compact, bucketed ({args.per_bucket} a hash)",
+                    as_buckets(records, tight, args.per_bucket),
+                    512,
+                ),
+            ]
+            for label, write, listpack in designs:
+                rows.setdefault(label, []).append(stored(server, write, listpack) / n)
+    print(f"{args.messages} messages, {recipients} recipients; bytes per recipient\n")
+    print("| design | " + " | ".join(s.value for s in STRATEGIES) + " |")
+    print("|---|" + "---:|" * len(STRATEGIES))
+    for label, values in content.items():
+        name = f"what a record holds, {label} (key + fields, packed)"
+        print(f"| {name} | " + " | ".join(f"{v:.1f}" for v in values) + " |")
+    for label, values in rows.items():
+        print(f"| {label} | " + " | ".join(f"{v:.1f}" for v in values) + " |")
+
+
+if __name__ == "__main__":
+    main()
