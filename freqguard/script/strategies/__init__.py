@@ -56,9 +56,7 @@ STRATEGY_CODES = {name: twin.code for name, twin in KINDS.items()}
 STATE_FORMATS = {name: twin.STATE_FORMAT for name, twin in KINDS.items()}
 #: The short forms of the states that have one (base.SHORT_SPAN).
 SHORT_FORMATS: dict[str, str] = {
-    name: twin.SHORT_FORMAT
-    for name, twin in KINDS.items()
-    if hasattr(twin, "SHORT_FORMAT")
+    name: twin.SHORT_FORMAT for name, twin in KINDS.items() if hasattr(twin, "SHORT_FORMAT")
 }
 
 
