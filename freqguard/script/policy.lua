@@ -376,16 +376,18 @@ local function gcra_pack(tat, back, born)
   return pack(GCRA_STATE, tat, back, born)
 end
 
+local function gcra_read(raw)
+  if #raw == GCRA_SHORT_BYTES then
+    local tat, age = sunpack(GCRA_SHORT, raw)
+    return tat, 0, tat - age
+  end
+  local tat, back, born = sunpack(GCRA_STATE, raw)
+  return tat, back, born
+end
+
 function gcra.load(raw, now, spec)
   if not raw then return {now, 0, now} end
-  local tat, back, born
-  if #raw == GCRA_SHORT_BYTES then
-    local age
-    tat, age = sunpack(GCRA_SHORT, raw)
-    back, born = 0, tat - age
-  else
-    tat, back, born = sunpack(GCRA_STATE, raw)
-  end
+  local tat, back, born = gcra_read(raw)
   if tat > now then return {tat, back, born} end
   return {now, 0, max(now, born + 1)}  -- full again: a new generation (gcra.py load)
 end

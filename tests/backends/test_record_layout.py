@@ -77,6 +77,19 @@ def dropped() -> Iterator[list[int]]:
     calls.dropped_records[0] = saved
 
 
+def _upgrades(test: Any) -> Any:
+    """A property test of an upgrade: random rules, contexts, and operations before and
+    after the swap of functions (the differential tests' generators)."""
+    return settings(max_examples=examples(60))(
+        given(
+            rules=st.lists(rule(), min_size=1, max_size=4),
+            pool=st.lists(ctx, min_size=1, max_size=3),
+            before=st.lists(op, min_size=1, max_size=30),
+            after=st.lists(op, min_size=1, max_size=30),
+        )(test)
+    )
+
+
 def test_the_fixtures_are_0_1_functions() -> None:
     """Neither marks its records, and this release's does: they really differ."""
     for old in (RELEASE_0_1_0, MAIN_0_1):
@@ -86,13 +99,7 @@ def test_the_fixtures_are_0_1_functions() -> None:
     assert "'>BI7I4I4'" in LIBRARY
 
 
-@settings(max_examples=examples(60))
-@given(
-    rules=st.lists(rule(), min_size=1, max_size=4),
-    pool=st.lists(ctx, min_size=1, max_size=3),
-    before=st.lists(op, min_size=1, max_size=30),
-    after=st.lists(op, min_size=1, max_size=30),
-)
+@_upgrades
 def test_after_an_upgrade_0_1_records_decide_as_absent(
     redis_backend: RedisBackend,
     redis_server: RedisServer,
@@ -128,13 +135,7 @@ def test_the_full_states_fixture_marks_layout_2_and_has_no_short_form() -> None:
     assert "GCRA_SHORT" in LIBRARY
 
 
-@settings(max_examples=examples(60))
-@given(
-    rules=st.lists(rule(), min_size=1, max_size=4),
-    pool=st.lists(ctx, min_size=1, max_size=3),
-    before=st.lists(op, min_size=1, max_size=30),
-    after=st.lists(op, min_size=1, max_size=30),
-)
+@_upgrades
 def test_records_with_every_state_in_full_are_read_on_exactly(
     redis_backend: RedisBackend,
     redis_server: RedisServer,
