@@ -106,6 +106,18 @@ def redis_backend(redis_server: RedisServer) -> Iterator[RedisBackend]:
 
 
 @pytest.fixture
+def bucketed_backend(redis_server: RedisServer) -> Iterator[RedisBackend]:
+    """The standalone server with records shared in buckets: two a policy, so that the few
+    partition values of a test share them; in db 1, so that a test may use it beside
+    ``redis_backend`` (a key of no partition, which no bucket holds, would be shared)."""
+    flush([redis_server])
+    client = Redis(port=redis_server.port, db=1, socket_timeout=5)
+    backend = RedisBackend(client, buckets=2)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
 def cluster_backend(redis_cluster: list[RedisServer]) -> Iterator[RedisBackend]:
     flush(redis_cluster)
     client = RedisCluster(host="127.0.0.1", port=redis_cluster[0].port, socket_timeout=5)

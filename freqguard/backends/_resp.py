@@ -26,6 +26,8 @@ __all__ = [
     "MAX_WAIT_REPLICAS",
     "RAW",
     "bulk",
+    "call_keys",
+    "check_buckets",
     "chunks",
     "encode",
     "function_args",
@@ -43,29 +45,32 @@ _FRAMES: dict[str, tuple[bytes, bytes, bytes]] = {}
 
 # FCALL's frame, its arguments in the order the contract gives them (contract.ARGV): each
 # argument's RESP frame, and which of (len(now), now, len(cost), cost, mode, the specs'
-# frame) it takes; the function's head and the record key before them, the fields after.
+# frame) it takes; the function's head and the keys' frames before them, the fields after.
 _PIECES = {
-    "now": (b"$%d\r\n%s\r\n", (3, 4)),
-    "cost": (b"$%d\r\n%s\r\n", (5, 6)),
-    "mode": (b"$1\r\n%d\r\n", (7,)),
-    "specs": (b"%s", (8,)),
+    "now": (b"$%d\r\n%s\r\n", (2, 3)),
+    "cost": (b"$%d\r\n%s\r\n", (4, 5)),
+    "mode": (b"$1\r\n%d\r\n", (6,)),
+    "specs": (b"%s", (7,)),
 }
-_FORMAT = b"%s$%d\r\n%s\r\n" + b"".join([_PIECES[name][0] for name in ARGV]) + b"%s"
-_ORDER = (0, 1, 2, *[i for name in ARGV for i in _PIECES[name][1]], 9)
+_FORMAT = b"%s%s" + b"".join([_PIECES[name][0] for name in ARGV]) + b"%s"
+_ORDER = (0, 1, *[i for name in ARGV for i in _PIECES[name][1]], 8)
 # the values are built in the contract's order as it is today; another order is picked out
-_IN_ORDER = None if tuple(range(10)) == _ORDER else itemgetter(*_ORDER)
+_IN_ORDER = None if tuple(range(9)) == _ORDER else itemgetter(*_ORDER)
 
 
-def _record_and_fields(call: ScriptCall) -> tuple[str, list[bytes]]:
-    """The record key and the field of each state: every key of one call is a field of one
-    record (same partition, same policy)."""
-    texts, layouts = call.texts, call.part.layouts
-    return layouts[0].record(texts), [layout.field(texts) for layout in layouts]
+def call_keys(call: ScriptCall) -> tuple[bytes, ...]:
+    """The function's KEYS: the one record a call touches (every key of one call is a field
+    of one record: same partition, same policy); or, when records share buckets, the bucket
+    and the record's name in it (see ``KeyLayout.bucket``). The first is the call's slot."""
+    layout = call.part.layouts[0]
+    if layout.buckets:
+        return layout.bucket(call.texts)
+    return (layout.record(call.texts).encode("utf-8", "surrogatepass"),)
 
 
 def record_key(call: ScriptCall) -> bytes:
-    """The key of the one record a call touches (its slot's, on a cluster)."""
-    return call.part.layouts[0].record(call.texts).encode("utf-8", "surrogatepass")
+    """The key of the one record (or bucket) a call touches (its slot's, on a cluster)."""
+    return call_keys(call)[0]
 
 
 def _function(call: ScriptCall) -> str:
@@ -76,8 +81,9 @@ def _function(call: ScriptCall) -> str:
 
 def function_args(call: ScriptCall) -> tuple[Any, ...]:
     """FCALL's arguments, for redis-py's ``execute_command``: the function, numkeys, the
-    record key, then ARGV (see the script header)."""
-    record, fields = _record_and_fields(call)
+    keys (:func:`call_keys`), then ARGV (see the script header)."""
+    texts = call.texts
+    fields = [layout.field(texts) for layout in call.part.layouts]
     values = {
         "now": "" if call.now is None else call.now,
         "cost": call.cost,
@@ -85,7 +91,8 @@ def function_args(call: ScriptCall) -> tuple[Any, ...]:
         "specs": call.part.spec_text,
     }
     argv = [values[name] for name in ARGV]
-    return ("FCALL", _function(call), 1, record, *argv, *fields, *_marks(call))
+    named = call_keys(call)
+    return ("FCALL", _function(call), len(named), *named, *argv, *fields, *_marks(call))
 
 
 def _marks(call: ScriptCall) -> tuple[bytes, ...]:
@@ -112,33 +119,41 @@ def bulk(data: bytes) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(data), data)
 
 
-def _frame(text: str, states: int, marks: tuple[bytes, ...]) -> tuple[bytes, bytes, bytes]:
+def _frame(
+    text: str, named: int, states: int, marks: tuple[bytes, ...]
+) -> tuple[bytes, bytes, bytes]:
     """FCALL's constant frames for a plan: the head naming FUNCTION, the plan text, and the
-    head naming FUNCTION_NOGROW; kept per plan, but for a refund's, which counts its marks."""
-    count = 4 + len(ARGV) + states + len(marks)  # FCALL, function, numkeys, key, ARGV...
-    head = b"*%d\r\n%s%s%s" % (count, bulk(b"FCALL"), bulk(FUNCTION.encode()), bulk(b"1"))
-    nogrow = head.replace(bulk(FUNCTION.encode()), bulk(FUNCTION_NOGROW.encode()))
+    head naming FUNCTION_NOGROW; kept per plan and number of keys, but for a refund's, which
+    counts its marks."""
+    count = 3 + named + len(ARGV) + states + len(marks)  # FCALL, function, numkeys, keys...
+    head = b"*%d\r\n%s%s%s" % (
+        count,
+        bulk(b"FCALL"),
+        bulk(FUNCTION.encode()),
+        bulk(b"%d" % named),
+    )
+    nogrow = head.replace(bulk(FUNCTION.encode()), bulk(FUNCTION_NOGROW.encode()), 1)
     frame = (head, bulk(text.encode()), nogrow)
     if not marks:
-        _FRAMES.setdefault(text, frame)
+        _FRAMES.setdefault(text if named == 1 else "#" + text, frame)
     return frame
 
 
 def encode(call: ScriptCall) -> tuple[bytes, bytes]:
     """FCALL in the wire protocol (RESP), and the record key it touches (its slot's)."""
     text = call.part.spec_text
-    frame = _FRAMES.get(text)
+    named = call_keys(call)
+    frame = _FRAMES.get(text if len(named) == 1 else "#" + text)
     marks = _marks(call)
     if frame is None or marks:
-        frame = _frame(text, len(call.part.layouts), marks)
-    key = record_key(call)
+        frame = _frame(text, len(named), len(call.part.layouts), marks)
+    key = named[0]
     fields = [layout.field(call.texts) for layout in call.part.layouts]
     now = b"" if call.now is None else b"%d" % call.now
     cost = b"%d" % call.cost
     values = (
         frame[0] if grows(call.mode, call.cost) else frame[2],
-        len(key),
-        key,
+        bulk(key) if len(named) == 1 else b"".join([bulk(k) for k in named]),
         len(now),
         now,
         len(cost),
@@ -161,6 +176,24 @@ def chunks(calls: Sequence[ScriptCall], tail: bytes = b"") -> Iterator[bytes]:
 
 #: ASKING in the wire protocol: the next command may touch a part being imported here.
 ASKING = b"*1\r\n$6\r\nASKING\r\n"
+
+#: The most buckets the records of one policy may share (``RedisBackend(buckets=N)``).
+MAX_BUCKETS = 2**32
+
+
+def check_buckets(buckets: object) -> int:
+    """``buckets`` as given, if it is a number of buckets (0: none).
+
+    Raises:
+        ConfigError: anything but an integer from 0 to :data:`MAX_BUCKETS`.
+    """
+    if isinstance(buckets, bool) or not isinstance(buckets, int) or not 0 <= buckets <= MAX_BUCKETS:
+        raise ConfigError(
+            f"buckets must be an integer from 1 to {MAX_BUCKETS} (records shared in that "
+            f"many hashes a policy), or 0 (a hash each), got {buckets!r}"
+        )
+    return buckets
+
 
 #: The most replicas a write may be made to wait for (a typo past it, not a topology).
 MAX_WAIT_REPLICAS = 100

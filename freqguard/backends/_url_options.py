@@ -24,10 +24,12 @@ _INTEGERS = {  # (smallest, largest)
     "protocol": (2, 3),
     "min_other_sentinels": (0, 1000),
     "wait_replicas": (0, 100),
+    "buckets": (1, 2**32),
 }
 _FLAGS = frozenset({"socket_keepalive", "retry_on_timeout", "ssl_check_hostname"})
-# freqguard's own options, for the backend and not the client: wait for replicas (WAIT)
-_BACKEND = frozenset({"wait_replicas", "wait_timeout"})
+# freqguard's own options, for the backend and not the client: wait for replicas (WAIT),
+# and recipients' records shared in buckets (RedisBackend's buckets)
+_BACKEND = frozenset({"wait_replicas", "wait_timeout", "buckets"})
 _FLAG_VALUES = ("true", "false", "yes", "no", "1", "0")
 _TEXTS = frozenset(
     {

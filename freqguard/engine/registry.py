@@ -100,6 +100,8 @@ class Registry:
         self._node_of: Callable[[ScriptCall], object] | None = getattr(backend, "node_of", None)
         # the store's time as this process best knows it: calendar periods are sent around it
         self._estimate: Callable[[], int] = backend.clock.now_us  # type: ignore[attr-defined]
+        # records shared in buckets (a Redis backend's buckets=N): part of every key
+        self._buckets: int = getattr(backend, "buckets", 0)
         self._plans: dict[str, PolicyPlan] = {}
         self._on_error: dict[str, object] = {}
         self._shared: dict[tuple[str, int], tuple[PolicyPlan, PolicyPlan]] = {}  # _shared_out
@@ -120,7 +122,7 @@ class Registry:
         on_error = self._given_on_error if policy.on_error is None else policy.on_error
         where = f"policy {policy.name!r} on {type(self).__name__}"
         check_on_error(self._adapt(on_error), where, self._methods)
-        plan = PolicyPlan(policy, self.prefix, self._estimate)
+        plan = PolicyPlan(policy, self.prefix, self._estimate, self._buckets)
         if isinstance(on_error, Fallback):  # its shared-out rules checked now, not at a hit
             self._shared_out(plan, on_error.workers)
         self._plans[policy.name] = plan

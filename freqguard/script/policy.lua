@@ -97,13 +97,14 @@ local SHORT_COUNT = 2 ^ 16               -- what 2 bytes hold
 -- The libraries, bound by bind() on the first call: the load context offers none of them
 -- (not even tonumber), so nothing below may read them before a call.
 local floor, max, min, ceil
-local pack, sunpack, sub, rep, match, gmatch, format, byte
+local pack, sunpack, sub, rep, match, gmatch, format, byte, char
 local concat, tunpack, call
 
 local function bind()
   floor, max, min, ceil = math.floor, math.max, math.min, math.ceil
   pack, sunpack, sub, rep = struct.pack, struct.unpack, string.sub, string.rep
   match, gmatch, format, byte = string.match, string.gmatch, string.format, string.byte
+  char = string.char
   concat, tunpack, call = table.concat, unpack, redis.call
 end
 
@@ -632,23 +633,326 @@ local function limited_spec(spec, by_tag)
 end
 
 -- the record ------------------------------------------------------------------------------
+-- A record is its own hash (KEYS[1]), or, when the call names a bucket (KEYS[2]: KEYS[1], the
+-- bucket, then the record's 8-byte id), one field of that shared hash, which holds the same
+-- fields as one string in a compact form (see Buckets). Everything below reads and writes a
+-- record through these functions, on the hash itself or on the bucket's record, decoded once
+-- a call (rec.map) and written back once (bucket_flush).
+
+-- Buckets: the bucketed record's string is BLOB_HEAD (the mark LAYOUT_MARKS + BUCKET_LAYOUT,
+-- the record's expiry, the latest time any of its fields was written at), then the meta
+-- field's numbers as varints (fields, prune_at, number of limits), its limits as stored, then
+-- per state field: one byte (the name's length, 2, 6, 10 or 14, as 0-3, + 4 x its kind), the
+-- name, the field's head and its state as the kind says (ENTRY_FORMATS): the head in full
+-- (expiry, latest), or the field's span (expiry - latest) in 4 or 5 bytes and, unless it
+-- was written with the record's latest field, its age (the record's latest - its own) in
+-- 3, 4 or 5 bytes; then the state's length in one byte or in four, and the state.
+local BLOB_HEAD = '>BI7I7'
+local BUCKET_LAYOUT = 4                  -- a bucketed record's mark: LAYOUT_MARKS + this
+local BUCKET_META = '>I8I4'              -- a bucket's field "": its expiry (NEVER: none), and
+local BUCKET_FLOOR = 16                  -- the records it holds before stale ones are swept
+-- an entry's kind: 2 x its head + its state length's (0: one byte, 1: four); a head is 0 (in
+-- full) or 1 + 2 x its age's width (0: none; 1-3: 3-5 bytes) + its span's (0: 4, 1: 5)
+local ENTRY_HEADS = {[0] = 'I7I7', 'I4', 'I5', 'I4I3', 'I5I3', 'I4I4', 'I5I4', 'I4I5', 'I5I5'}
+local ENTRY_FORMATS = {}                 -- by kind: '>' .. head .. length .. 'c0' (see bind)
+local AGE_LIMITS = {2 ^ 24, 2 ^ 32, SHORT_SPAN}  -- what 3, 4, 5 bytes hold
+
+local function bind_entries()  -- on the first call, as bind()
+  for head = 0, #ENTRY_HEADS do
+    ENTRY_FORMATS[2 * head] = '>' .. ENTRY_HEADS[head] .. 'I1c0'
+    ENTRY_FORMATS[2 * head + 1] = '>' .. ENTRY_HEADS[head] .. 'I4c0'
+  end
+end
+
+local function varint(n)  -- n >= 0, 7 bits a byte, low first, the high bit on all but the last
+  local out = {}
+  while n >= 128 do
+    local low = n % 128
+    out[#out + 1] = char(low + 128)
+    n = (n - low) / 128
+  end
+  out[#out + 1] = char(n)
+  return concat(out)
+end
+
+local function varint_at(s, at)  -- the varint at `at`, and the position after it
+  local n, scale = 0, 1
+  while true do
+    local b = byte(s, at)
+    at = at + 1
+    if b < 128 then return n + b * scale, at end
+    n, scale = n + (b - 128) * scale, scale * 128
+  end
+end
+
+-- blob_read's state fields, from `at` on, each rebuilt as a hash holds it.
+local function blob_fields(map, blob, at, latest)
+  local size = #blob
+  while at <= size do
+    local flag = byte(blob, at)
+    local code = flag % 4
+    local kind, length = (flag - code) / 4, 2 + 4 * code
+    local name = sub(blob, at + 1, at + length)
+    local a, b, state
+    if kind < 2 then  -- expiry, latest
+      a, b, state, at = sunpack(ENTRY_FORMATS[kind], blob, at + 1 + length)
+    elseif kind < 6 then  -- span
+      a, state, at = sunpack(ENTRY_FORMATS[kind], blob, at + 1 + length)
+      b = latest
+      a = a + b
+    else  -- span, age
+      a, b, state, at = sunpack(ENTRY_FORMATS[kind], blob, at + 1 + length)
+      b = latest - b
+      a = a + b
+    end
+    map[name] = pack(FIELD_HEAD, a, b) .. state
+  end
+  return map
+end
+
+-- A bucketed record's fields by name (the meta field "" rebuilt as RECORD_META marked with
+-- this release's RECORD_LAYOUT, so the steps read it as they read a hash's); false for a
+-- string of an older or unknown form, which the call drops. A newer one fails the call.
+local function blob_read(key, blob)
+  local map = {}
+  if not blob then return map end
+  local mark = byte(blob, 1)
+  if mark ~= LAYOUT_MARKS + BUCKET_LAYOUT then
+    if mark > LAYOUT_MARKS + BUCKET_LAYOUT then
+      error({err = format('ERR freqguard record in bucket %s is in layout %d, newer than the '
+        .. '%d this release reads: upgrade freqguard on this client', key, mark - LAYOUT_MARKS,
+        BUCKET_LAYOUT)})
+    end
+    return false
+  end
+  local _, expiry, latest, at = sunpack(BLOB_HEAD, blob)
+  local fields, prune_at, limits
+  fields, at = varint_at(blob, at)
+  prune_at, at = varint_at(blob, at)
+  limits, at = varint_at(blob, at)
+  local tail_end = at + limits * LIMIT_ENTRY_BYTES
+  map[''] = pack(RECORD_META, LAYOUT_MARKS + RECORD_LAYOUT, expiry, fields, prune_at)
+    .. sub(blob, at, tail_end - 1)
+  return blob_fields(map, blob, tail_end, latest)
+end
+
+-- One state field as a bucketed record holds it (see Buckets).
+local function blob_entry(name, value, latest)
+  local e, at = sunpack(FIELD_HEAD, value)
+  local state = sub(value, FIELD_HEAD_BYTES + 1)
+  local kind = #state < 256 and 0 or 1
+  local span, age = e - at, latest - at
+  local ages = 0
+  while ages < 3 and age >= (ages == 0 and 1 or AGE_LIMITS[ages]) do ages = ages + 1 end
+  local entry
+  if span < 0 or span >= SHORT_SPAN or age >= SHORT_SPAN then
+    entry = pack(ENTRY_FORMATS[kind], e, at, #state, state)
+  else
+    kind = kind + 2 * (1 + 2 * ages + (span < 2 ^ 32 and 0 or 1))
+    if ages == 0 then
+      entry = pack(ENTRY_FORMATS[kind], span, #state, state)
+    else
+      entry = pack(ENTRY_FORMATS[kind], span, age, #state, state)
+    end
+  end
+  local code = (#name - 2) / 4
+  if code ~= floor(code) or code < 0 or code > 3 then
+    error({err = 'ERR freqguard: a field name of ' .. #name .. ' bytes cannot be bucketed'})
+  end
+  return char(code + 4 * kind) .. name .. entry
+end
+
+-- A bucketed record's string from its fields (see Buckets).
+local function blob_write(map)
+  local meta = map['']
+  local _, expiry, fields, prune_at = sunpack(RECORD_META, meta)
+  local latest = 0
+  for name, value in pairs(map) do
+    if name ~= '' then
+      local _, at = sunpack(FIELD_HEAD, value)
+      if at > latest then latest = at end
+    end
+  end
+  local tail = sub(meta, RECORD_META_BYTES + 1)
+  local parts = {pack(BLOB_HEAD, LAYOUT_MARKS + BUCKET_LAYOUT, expiry, latest), varint(fields),
+    varint(prune_at), varint(#tail / LIMIT_ENTRY_BYTES), tail}
+  for name, value in pairs(map) do
+    if name ~= '' then parts[#parts + 1] = blob_entry(name, value, latest) end
+  end
+  return concat(parts)
+end
+
+-- How long a bucketed record is needed: its expiry, NEVER if a limit holds it for ever, or
+-- 0 for a string of an older or unknown form (a newer one is kept: NEVER).
+local function blob_until(blob)
+  local mark = byte(blob, 1)
+  if mark ~= LAYOUT_MARKS + BUCKET_LAYOUT then
+    return mark > LAYOUT_MARKS + BUCKET_LAYOUT and NEVER or 0
+  end
+  local _, expiry, _, at = sunpack(BLOB_HEAD, blob)
+  local limits
+  _, at = varint_at(blob, at)
+  _, at = varint_at(blob, at)
+  limits, at = varint_at(blob, at)
+  for i = 0, limits - 1 do
+    local _, until_ = sunpack(LIMIT_ENTRY, blob, at + i * LIMIT_ENTRY_BYTES)
+    if until_ == 0 then return NEVER end
+  end
+  return expiry
+end
+
+-- A record, and its fields named by the call (got[1] the meta field, got[i + 1] state i's;
+-- false where absent).
+local function open_record(keys, argv, n)
+  local key = keys[1]
+  if not keys[2] then
+    return {key = key}, call('HMGET', key, '', tunpack(argv, ARGV_FIELDS, ARGV_FIELDS - 1 + n))
+  end
+  local rid = sub(keys[2], #key + 1)
+  local pair = call('HMGET', key, '', rid)
+  local rec = {key = key, rid = rid, bucket = pair[1], blob = pair[2]}
+  local map = blob_read(key, pair[2])
+  rec.map, rec.unread = map or {}, not map
+  local got = {rec.map[''] or false}
+  for i = 1, n do got[i + 1] = rec.map[argv[ARGV_FIELDS - 1 + i]] or false end
+  if not map then got[1] = 'unread' end  -- check_layout drops it
+  return rec, got
+end
+
+local function rec_all(rec)  -- HGETALL
+  if not rec.rid then return call('HGETALL', rec.key) end
+  local all = {}
+  for name, value in pairs(rec.map) do
+    all[#all + 1] = name
+    all[#all + 1] = value
+  end
+  return all
+end
+
+local function rec_drop_fields(rec, names)  -- HDEL
+  if not rec.rid then
+    call('HDEL', rec.key, tunpack(names))
+    return
+  end
+  for i = 1, #names do rec.map[names[i]] = nil end
+  rec.dirty = true
+end
+
+local function rec_count(rec)  -- HLEN
+  if not rec.rid then return call('HLEN', rec.key) end
+  local count = 0
+  for _ in pairs(rec.map) do count = count + 1 end
+  return count
+end
+
+local function rec_delete(rec)  -- DEL
+  if not rec.rid then
+    call('DEL', rec.key)
+    return
+  end
+  rec.map, rec.dirty = {}, true
+end
+
+local function rec_set(rec, sets)  -- HSET
+  if not rec.rid then
+    call('HSET', rec.key, tunpack(sets))
+    return
+  end
+  for i = 1, #sets, 2 do rec.map[sets[i]] = sets[i + 1] end
+  rec.dirty = true
+end
+
+-- The record's TTL (ms) for an expiry (µs), or (ttl_ms nil) for ever: a bucket keeps the
+-- longest of its records' (bucket_flush).
+local function rec_expire(rec, ttl_ms, expiry)
+  if not rec.rid then
+    if ttl_ms then call('PEXPIRE', rec.key, ttl_ms) else call('PERSIST', rec.key) end
+    return
+  end
+  rec.ttl_ms, rec.expiry = ttl_ms, expiry or NEVER
+end
+
 -- Fields whose expiry has passed no longer matter; they go once the record holds more than
 -- prune_at fields, which then doubles what is left: amortized O(1) per write. Only on the
 -- server's time: a pinned record goes whole, in real time (its TTL), as in the memory twin.
-local function prune(record, now)
-  local all, stale = call('HGETALL', record), {}
+local function prune(rec, now)
+  local all, stale = rec_all(rec), {}
   for i = 1, #all, 2 do
     local name = all[i]
     if name ~= '' and sunpack(FIELD_HEAD, all[i + 1]) <= now - STALE_GRACE then
       stale[#stale + 1] = name
     end
   end
-  if #stale > 0 then call('HDEL', record, tunpack(stale)) end
+  if #stale > 0 then rec_drop_fields(rec, stale) end
   local live = -#stale
   for i = 1, #all, 2 do
     if all[i] ~= '' then live = live + 1 end
   end
   return live
+end
+
+-- A bucket's records whose time has passed (their expiry, or a limit's) go, once the
+-- bucket holds more than its prune_at records, as fields do in a record; and after a change
+-- of limits, which may end one that held the bucket for ever. The bucket's expiry and TTL
+-- are set afresh from what is left. Only on the server's time, as prune.
+local function sweep(key, clock)
+  local all, stale, live, latest = call('HGETALL', key), {}, 0, 0
+  for i = 1, #all, 2 do
+    local name = all[i]
+    if name ~= '' then
+      local until_ = blob_until(all[i + 1])
+      if until_ <= clock - STALE_GRACE then
+        stale[#stale + 1] = name
+      else
+        live, latest = live + 1, max(latest, until_)
+      end
+    end
+  end
+  if #stale > 0 then call('HDEL', key, tunpack(stale)) end
+  if live == 0 then
+    call('DEL', key)
+    return
+  end
+  if latest >= NEVER then
+    call('PERSIST', key)
+  else
+    call('PEXPIRE', key, max(1, ceil((latest + STALE_GRACE - clock) / 1000)))
+  end
+  call('HSET', key, '', pack(BUCKET_META, latest, max(BUCKET_FLOOR, 2 * live)))
+end
+
+-- A bucketed record written back (or deleted), the bucket's expiry kept the longest of its
+-- records', and the bucket swept when it has grown past its prune_at.
+local function bucket_flush(rec, clock, pinned, changed)
+  if not rec.rid or not rec.dirty then return end
+  local key, rid = rec.key, rec.rid
+  local expiry, prune_at = 0, BUCKET_FLOOR
+  if rec.bucket then expiry, prune_at = sunpack(BUCKET_META, rec.bucket) end
+  if next(rec.map) == nil then
+    if rec.blob then
+      call('HDEL', key, rid)
+      if call('HLEN', key) <= 1 then
+        call('DEL', key)
+        return
+      end
+    end
+    if changed and not pinned then sweep(key, clock) end
+    return
+  end
+  local added = call('HSET', key, rid, blob_write(rec.map)) == 1
+  if (added or changed) and not pinned and call('HLEN', key) - 1 > prune_at then
+    sweep(key, clock)
+    return
+  end
+  local grown = rec.expiry and rec.expiry > expiry
+  if grown then
+    expiry = rec.expiry
+    if rec.ttl_ms then call('PEXPIRE', key, rec.ttl_ms) else call('PERSIST', key) end
+  end
+  if grown or not rec.bucket then
+    call('HSET', key, '', pack(BUCKET_META, expiry, prune_at))
+  end
+  if changed and not pinned then sweep(key, clock) end
 end
 
 -- the policy function's steps (freqguard/script/twin.py has the same, in the same order) ----------
@@ -816,8 +1120,8 @@ local function record_ttl(record_expiry, latest, now, clock, pinned)
 end
 
 -- The latest expiry of a record's state fields (a change of its limits reads them all).
-local function fields_expiry(record)
-  local all, latest = call('HGETALL', record), 0
+local function fields_expiry(rec)
+  local all, latest = rec_all(rec), 0
   for i = 1, #all, 2 do
     if all[i] ~= '' then latest = max(latest, sunpack(FIELD_HEAD, all[i + 1])) end
   end
@@ -827,10 +1131,10 @@ end
 -- The record's expiry and TTL (ms; nil: keep it) when its limits hold it until `held`
 -- (NEVER: no TTL; PERSIST after a change). A change of limits sets the TTL afresh, from
 -- what the states need and what the limits do.
-local function limits_ttl(record, record_expiry, latest, held, now, clock, pinned, changed)
-  if changed then record_expiry = fields_expiry(record) end
+local function limits_ttl(rec, record_expiry, latest, held, now, clock, pinned, changed)
+  if changed then record_expiry = fields_expiry(rec) end
   if held >= NEVER then  -- the states' expiry is kept (with slack) for when no limit holds
-    if changed then call('PERSIST', record) end
+    if changed then rec_expire(rec, nil) end
     return (record_ttl(record_expiry, latest, now, clock, false)), nil
   end
   if changed then
@@ -841,20 +1145,20 @@ end
 
 -- Write: the changed fields, the meta field (with the limits, `tail`), the record's TTL; an
 -- emptied record without limits goes.
-local function write_record(record, got, sets, drops, latest, added, now, clock, pinned, lim)
+local function write_record(rec, got, sets, drops, latest, added, now, clock, pinned, lim)
   if #sets == 0 and #drops == 0 and not lim.changed then return end
   local meta, mark, record_expiry, fields, prune_at = got[1], 0, 0, 0, PRUNE_FLOOR
   if meta then mark, record_expiry, fields, prune_at = sunpack(RECORD_META, meta) end
-  if #drops > 0 then call('HDEL', record, tunpack(drops)) end
+  if #drops > 0 then rec_drop_fields(rec, drops) end
   fields = fields + added - #drops
-  if #sets == 0 and fields <= 0 then fields = call('HLEN', record) - 1 end
+  if #sets == 0 and fields <= 0 then fields = rec_count(rec) - 1 end
   if #sets == 0 and fields <= 0 and lim.tail == '' then
-    call('DEL', record)
+    rec_delete(rec)
     return
   end
   if fields > prune_at and not pinned then  -- pinned records go in real time (their TTL)
-    if #sets > 0 then call('HSET', record, tunpack(sets)) end
-    sets, fields = {}, prune(record, clock)
+    if #sets > 0 then rec_set(rec, sets) end
+    sets, fields = {}, prune(rec, clock)
     prune_at = max(PRUNE_FLOOR, 2 * fields)
   end
   local ttl_ms, given = nil, record_expiry
@@ -862,7 +1166,7 @@ local function write_record(record, got, sets, drops, latest, added, now, clock,
     record_expiry, ttl_ms = record_ttl(record_expiry, latest, now, clock, pinned)
   else
     local held = limits_until(lim.entries)
-    record_expiry, ttl_ms = limits_ttl(record, record_expiry, latest, held, now, clock, pinned,
+    record_expiry, ttl_ms = limits_ttl(rec, record_expiry, latest, held, now, clock, pinned,
       lim.changed)
   end
   if ttl_ms or record_expiry ~= given or added > 0 or #drops > 0 or not meta or lim.changed
@@ -871,8 +1175,8 @@ local function write_record(record, got, sets, drops, latest, added, now, clock,
     sets[#sets + 1] = pack(RECORD_META, LAYOUT_MARKS + RECORD_LAYOUT, record_expiry,
       max(fields, 0), prune_at) .. lim.tail
   end
-  if #sets > 0 then call('HSET', record, tunpack(sets)) end
-  if ttl_ms then call('PEXPIRE', record, max(1, ttl_ms)) end
+  if #sets > 0 then rec_set(rec, sets) end
+  if ttl_ms then rec_expire(rec, max(1, ttl_ms), record_expiry) end
 end
 
 -- The reply: the decision, then every state as the call leaves it, then the limits if any.
@@ -909,7 +1213,7 @@ end
 -- REPLY_DROPPED when it had no mark (or an unreadable one), after deleting it and emptying
 -- `got` (its HMGET), so the call decides as if it were absent. A record of a newer layout
 -- fails the call, which changes nothing.
-local function check_layout(record, got, n)
+local function check_layout(rec, got, n)
   local meta = got[1]
   if meta then
     local mark = byte(meta, 1)
@@ -918,7 +1222,7 @@ local function check_layout(record, got, n)
       return 0
     elseif mark > LAYOUT_MARKS + RECORD_LAYOUT then
       error({err = format('ERR freqguard record %s is in layout %d, newer than the %d this '
-        .. 'release reads: upgrade freqguard on this client', record, mark - LAYOUT_MARKS,
+        .. 'release reads: upgrade freqguard on this client', rec.key, mark - LAYOUT_MARKS,
         RECORD_LAYOUT)})
     end
   else
@@ -926,7 +1230,7 @@ local function check_layout(record, got, n)
     for i = 2, n + 1 do found = found or got[i] ~= false end
     if not found then return 0 end
   end
-  call('DEL', record)
+  rec_delete(rec)
   for i = 1, n + 1 do got[i] = false end
   return REPLY_DROPPED
 end
@@ -941,9 +1245,9 @@ local function run(keys, argv)
   local clock = now  -- the caller's or the server's time: expiries are set on it
   local cost, mode = tonumber(argv[ARGV_COST]), tonumber(argv[ARGV_MODE])
   local specs = specs_of(argv[ARGV_SPECS])
-  local record, n = keys[1], #specs
-  local got = call('HMGET', record, '', tunpack(argv, ARGV_FIELDS, ARGV_FIELDS - 1 + n))
-  local found = check_layout(record, got, n)
+  local n = #specs
+  local rec, got = open_record(keys, argv, n)
+  local found = check_layout(rec, got, n)
   -- per state: the packed state to store ('' a reset's marker), false to delete, nil to keep
   local after = {}
   if mode ~= RESET then now = judged_at(got, n, now) end
@@ -959,7 +1263,8 @@ local function run(keys, argv)
   end
   local sets, drops, latest, added = changes(specs, after, got, argv, expiries, now, mode)
   local lim = limits_of(got[1], entries, changed)
-  write_record(record, got, sets, drops, latest, added, now, clock, pinned, lim)
+  write_record(rec, got, sets, drops, latest, added, now, clock, pinned, lim)
+  bucket_flush(rec, clock, pinned, lim.changed)
   return reply(specs, allowed, now, waits, after, raws, lim.tail, found)
 end
 
@@ -968,6 +1273,7 @@ local bound = false
 local function policy(keys, argv)
   if not bound then
     bind()
+    bind_entries()
     bound = true
   end
   return run(keys, argv)

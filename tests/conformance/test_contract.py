@@ -121,6 +121,8 @@ def _lua_string(name: str) -> str:
         "REPLY_WAIT",
         "REPLY_STATE_LENGTH",
         "LIMIT_ENTRY",
+        "BLOB_HEAD",
+        "BUCKET_META",
     ],
 )
 def test_the_lua_formats_are_the_contracts(name: str) -> None:
@@ -137,7 +139,7 @@ def test_the_lua_sizes_are_those_of_the_formats() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["RECORD_LAYOUT", "OLDEST_LAYOUT", "LAYOUT_MARKS", "REPLY_DROPPED"]
+    "name", ["RECORD_LAYOUT", "OLDEST_LAYOUT", "LAYOUT_MARKS", "REPLY_DROPPED", "BUCKET_LAYOUT"]
 )
 def test_the_lua_states_the_layout_as_the_contract_does(name: str) -> None:
     assert int(_lua_local(name)) == getattr(contract, name)
@@ -155,10 +157,15 @@ def test_an_unmarked_meta_field_can_never_be_read_as_marked() -> None:
 def test_the_lua_writes_no_format_but_the_named_ones() -> None:
     """A format written anywhere else in the Lua would escape the contract."""
     named = {name for name, _ in re.findall(r"^local (\w+) = ('[>BI\d]+')", LUA, re.M)}
-    assert len(named) == 12 + len(SHORT_FORMATS)  # each state's full form, and the short ones
+    # each state's full form and short form, the record's, the bucket's
+    assert len(named) == 12 + len(SHORT_FORMATS) + 2
+    heads = "{[0] = " + ", ".join(f"'{h}'" for h in contract.BUCKET_ENTRY_HEADS) + "}"
     for line in LUA.splitlines():
         formats = re.findall(r"'>?[BI][\dBI]*'", line)
         if not formats or re.match(rf"local ({'|'.join(named)}) = ", line):
+            continue
+        if line.startswith("local ENTRY_HEADS = "):  # a bucketed record's field heads
+            assert line == f"local ENTRY_HEADS = {heads}"
             continue
         # a sliding log's entries: one offset of 1 to 7 bytes each
         assert line == "local FORMATS = {" + ", ".join(f"'>I{w}'" for w in range(1, 8)) + "}"

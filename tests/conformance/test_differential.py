@@ -1,4 +1,5 @@
-"""Memory, Redis and Redis Cluster make identical decisions (pinned clocks), for every strategy,
+"""Memory, Redis (records in hashes of their own, or shared in buckets) and Redis Cluster make
+identical decisions (pinned clocks), for every strategy,
 for random sequences of hits, peeks, refunds, resets, batches, per-key limits set, lapsing
 and cleared, and time steps (back ones too), calendar rules across local midnights and DST
 changes, with dimension
@@ -218,6 +219,7 @@ def _unique(
 )
 def test_memory_redis_and_cluster_decide_alike(
     redis_backend: RedisBackend,
+    bucketed_backend: RedisBackend,
     cluster_backend: RedisBackend,
     redis_server: RedisServer,
     redis_cluster: list[RedisServer],
@@ -226,9 +228,12 @@ def test_memory_redis_and_cluster_decide_alike(
     ops: list[Any],
     start: int,
 ) -> None:
+    """... and Redis with records shared in buckets (on one server with the plain records:
+    other keys)."""
     flush([redis_server, *redis_cluster])
     policy = _unique(rules)
-    _assert_alike([MemoryBackend(), redis_backend, cluster_backend], policy, pool, ops, start)
+    backends = [MemoryBackend(), redis_backend, bucketed_backend, cluster_backend]
+    _assert_alike(backends, policy, pool, ops, start)
 
 
 def test_long_runs_rebase_logs_and_still_decide_alike(
@@ -458,6 +463,7 @@ DAY_EDGES = [
 )
 def test_messaging_rules_decide_alike(
     redis_backend: RedisBackend,
+    bucketed_backend: RedisBackend,
     cluster_backend: RedisBackend,
     redis_server: RedisServer,
     redis_cluster: list[RedisServer],
@@ -474,4 +480,5 @@ def test_messaging_rules_decide_alike(
     flush([redis_server, *redis_cluster])
     prioritized = quiet is not None or any(r.only or r.caps for r in rules)
     policy = _unique(rules, ("t", "m") if prioritized else (), quiet)
-    _assert_alike([MemoryBackend(), redis_backend, cluster_backend], policy, pool, ops, start)
+    backends = [MemoryBackend(), redis_backend, bucketed_backend, cluster_backend]
+    _assert_alike(backends, policy, pool, ops, start)

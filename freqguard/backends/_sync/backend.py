@@ -26,7 +26,7 @@ from freqguard.backends._flight import SingleFlight
 from freqguard.backends._inspect import inspection
 from freqguard.backends._lanes import Job, Lane, exchange_all
 from freqguard.backends._library import ATTEMPTS, LIBRARY, LOAD, after_load, again, missing
-from freqguard.backends._resp import ASKING, RAW, chunks, encode, function_args
+from freqguard.backends._resp import ASKING, RAW, check_buckets, chunks, encode, function_args
 from freqguard.backends._routing import (
     REROUTE,
     learn_lost,
@@ -71,10 +71,18 @@ class RedisBackend:
             (``on_error`` answers); 0 (default): no waiting. See docs/operations.md.
         wait_timeout: seconds to wait for the replicas (0.001-60; less than the client's
             socket timeout, or the socket gives up first).
+        buckets: store the records of many partition values (recipients) in shared hashes,
+            this many per policy (1 to 2^32; about one per 32-64 live recipients), each
+            record one compact string: a recipient costs a fraction of the bytes of a hash
+            of its own. 0 (default): a hash each. Changing it (or turning it on) starts
+            every counter afresh: the records are found under other keys. The server must
+            keep buckets as listpacks (``hash-max-listpack-value`` at least 512,
+            ``hash-max-listpack-entries`` at least 4 x the recipients a bucket holds); see
+            docs/redis.md.
 
     Raises:
-        ConfigError: a bad ``wait_replicas`` or ``wait_timeout`` (or one not shorter than
-            the client's socket timeout).
+        ConfigError: a bad ``wait_replicas``, ``wait_timeout`` (or one not shorter than the
+            client's socket timeout) or ``buckets``.
     """
 
     #: On a cluster, the node each call goes to (``host:port``): the guard's circuit
@@ -88,7 +96,10 @@ class RedisBackend:
         clock: Clock | None = None,
         wait_replicas: int = 0,
         wait_timeout: float = 0.1,
+        buckets: int = 0,
     ) -> None:
+        #: how many buckets the records share (0: a hash each); the guard builds keys by it
+        self.buckets = check_buckets(buckets)
         self._durability = durability = Durability(wait_replicas, wait_timeout, client)
         self._wait = durability.wait
         self.client = client

@@ -1,0 +1,328 @@
+"""Records shared in buckets (``RedisBackend(buckets=N)``): the same decisions as the memory
+backend and as a hash per record, every encoding class of a bucketed field exercised,
+stale records swept on the server's time only, the bucket's TTL the longest of its
+records', marks refused or dropped as a hash's are, on a Cluster too, and the option
+checked where it is given.
+
+The differential tests (tests/conformance/test_differential.py) run random sequences on a
+bucketed backend beside the others; here, what they cannot reach: hours and days between
+hits (every head width), states past 255 bytes, sweeps on the server's time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any, cast
+
+import pytest
+from redis import Redis
+from redis.cluster import RedisCluster
+
+from freqguard import (
+    BackendUnavailable,
+    ConfigError,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    Rate,
+    Rule,
+    Strategy,
+)
+from freqguard.backends.redis import RedisBackend
+from freqguard.backends.urls import backend_from_url
+from freqguard.script.contract import (
+    BLOB_HEAD,
+    BUCKET_ENTRY_HEADS,
+    FIELD_HEAD,
+    LAYOUT_MARKS,
+    widths,
+)
+from freqguard.script.keys import raw_digest
+from tests.conformance.test_differential import _assert_alike
+from tests.conftest import START, flush
+from tests.servers import RedisServer
+
+DAY = 86_400_000_000
+
+
+def u7(raw: bytes) -> int:
+    return int.from_bytes(raw, "big")
+
+
+POOL = [{"u": "a", "c": "x"}, {"u": "b", "c": "y"}, {"u": "a", "c": "z"}]
+
+
+def _varint(blob: bytes, at: int) -> tuple[int, int]:
+    n, shift = 0, 0
+    while True:
+        byte = blob[at]
+        at += 1
+        n |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return n, at
+
+
+def _kinds(blob: bytes) -> list[int]:
+    """The kind of each state field of a bucketed record (see the Lua's Buckets)."""
+    at = sum(widths(BLOB_HEAD))
+    _, at = _varint(blob, at)
+    _, at = _varint(blob, at)
+    limits, at = _varint(blob, at)
+    at += limits * 34
+    kinds = []
+    while at < len(blob):
+        flag = blob[at]
+        kind, name = flag // 4, 2 + 4 * (flag % 4)
+        at += 1 + name
+        head = sum(widths(">" + BUCKET_ENTRY_HEADS[kind // 2]))
+        at += head
+        length = blob[at] if kind % 2 == 0 else int.from_bytes(blob[at : at + 4], "big")
+        at += (1 if kind % 2 == 0 else 4) + length
+        kinds.append(kind)
+    assert at == len(blob)
+    return kinds
+
+
+def _fields(blob: bytes) -> dict[bytes, tuple[int, int, bytes]]:
+    """A bucketed record's state fields, decoded: name -> (expiry, latest, state)."""
+    _, _, latest = (int.from_bytes(blob[a:b], "big") for a, b in ((0, 1), (1, 8), (8, 15)))
+    at = sum(widths(BLOB_HEAD))
+    for _ in range(2):
+        _, at = _varint(blob, at)
+    limits, at = _varint(blob, at)
+    at += limits * 34
+    out = {}
+    while at < len(blob):
+        flag = blob[at]
+        kind, size = flag // 4, 2 + 4 * (flag % 4)
+        name = blob[at + 1 : at + 1 + size]
+        at += 1 + size
+        numbers = []
+        for width in widths(">" + BUCKET_ENTRY_HEADS[kind // 2]):
+            numbers.append(int.from_bytes(blob[at : at + width], "big"))
+            at += width
+        if kind // 2 == 0:
+            expiry, written = numbers
+        else:
+            written = latest - (numbers[1] if len(numbers) > 1 else 0)
+            expiry = written + numbers[0]
+        length = blob[at] if kind % 2 == 0 else int.from_bytes(blob[at : at + 4], "big")
+        at += 1 if kind % 2 == 0 else 4
+        out[name] = (expiry, written, blob[at : at + length])
+        at += length
+    assert at == len(blob)
+    return out
+
+
+def _records(client: Any) -> dict[bytes, bytes]:
+    """Every bucketed record on the server (db 1), by its id."""
+    out: dict[bytes, bytes] = {}
+    for key in client.keys("*"):
+        for name, value in client.hgetall(key).items():
+            if name:
+                out[name] = value
+    return out
+
+
+@pytest.fixture
+def db1(redis_server: RedisServer) -> Iterator[Any]:
+    client = Redis(port=redis_server.port, db=1)
+    yield client
+    client.close()
+
+
+def _mixed() -> Policy:
+    """Spans of every width: a minute (4 bytes), two hours (5), thirty days (in full); a log
+    of 120 entries (a state past 255 bytes); buckets and windows beside it."""
+    return Policy(
+        "p",
+        Rule("5 per 1 minute", by="u"),
+        Rule("2 per 4 hours", by=("u", "c"), strategy=Strategy.GCRA),
+        Rule("3 per 30 days", by="u", strategy=Strategy.TOKEN_BUCKET),
+        Rule("120 per 1 hour", by=("u", "c"), name="log"),
+        Rule("4 per 1 day", by="u", strategy=Strategy.FIXED_WINDOW),
+    )
+
+
+def test_every_field_kind_decides_and_stores_as_a_hash_does(
+    redis_server: RedisServer,
+    redis_backend: RedisBackend,
+    bucketed_backend: RedisBackend,
+    db1: Any,
+) -> None:
+    """Hits a µs, seconds, hours and weeks apart (ages of every width, and past 5 bytes),
+    and refunds: identical to memory, every kind of field written, and each field, decoded,
+    the numbers and state a record's own hash holds after the same calls."""
+    seen: Counter[int] = Counter()
+    ops: list[tuple[str, object, object]] = []
+    for step in (1, 20_000_000, 3_600_000_000, 7_200_000_000, 13 * DAY, 1):
+        ops += [("advance", 0, step), ("hit", 0, 1), ("advance", 0, 3), ("hit", 2, 1)]
+        ops += [("refund", 0, 1)]
+        ops += [("hit", 1, 2), ("advance", 0, 5), ("many", [0, 1, 2], 1), ("peek", 2, 1)]
+    head = sum(widths(FIELD_HEAD))
+    for end in range(4, len(ops) + 1, 4):  # every prefix: the kinds each one leaves
+        flush([redis_server])
+        backends = [MemoryBackend(), redis_backend, bucketed_backend]
+        _assert_alike(backends, _mixed(), POOL, ops[:end], int(START))
+        records = _records(db1)
+        for u in ("a", "b"):  # each field holds what the record's own hash holds
+            blob = records.get(raw_digest(u))
+            stored = cast(dict[bytes, bytes], redis_server.client.hgetall(f"fg:{{{u}}}:p"))
+            if blob is None:
+                assert not stored
+                continue
+            seen.update(_kinds(blob))
+            assert _fields(blob) == {
+                name: (u7(value[:7]), u7(value[7:14]), value[head:])
+                for name, value in stored.items()
+                if name
+            }
+    heads = {kind // 2 for kind in seen}
+    assert heads == set(range(len(BUCKET_ENTRY_HEADS))), sorted(heads)
+
+
+def test_a_log_past_255_bytes_has_its_length_in_four(
+    redis_server: RedisServer, bucketed_backend: RedisBackend, db1: Any
+) -> None:
+    ops = [("hit", 0, 1), ("advance", 0, 1_000)] * 130 + [("refund", 0, 3), ("hit", 0, 1)]
+    flush([redis_server])
+    gcra = Rule("500 per 1 second", by="u", strategy=Strategy.GCRA)
+    policy = Policy("p", Rule("120 per 1 hour", by="u"), gcra)
+    _assert_alike([MemoryBackend(), bucketed_backend], policy, POOL, ops, int(START))
+    (blob,) = _records(db1).values()
+    assert sorted(kind % 2 for kind in _kinds(blob)) == [0, 1]  # the bucket's, the log's
+
+
+def test_stale_records_are_swept_on_server_time_and_never_by_a_pinned_one(
+    redis_server: RedisServer, db1: Any
+) -> None:
+    """Records written at a pinned time years before the server's stay (a pinned time may come
+    back to them); the first record a call on the server's time adds past the bucket's prune
+    mark sweeps every stale one, and the bucket's TTL becomes its live records'."""
+    flush([redis_server])
+    backend = RedisBackend(Redis(port=redis_server.port, db=1), buckets=1)
+    policy = Policy("p", Rule("2 per 1 second", by="u"), Rule("3 per 1 minute", by="u"))
+    pinned = Guard(backend, [policy], clock=ManualClock(START))
+    forever = Rate(9, timedelta(seconds=1))
+    pinned.set_limit("p", policy.rules[0].id, forever, u="kept")  # held for ever
+    for n in range(40):
+        assert pinned.hit("p", u=f"r{n}").allowed
+    (bucket,) = db1.keys("*")
+    assert db1.hlen(bucket) == 1 + 41  # the bucket's meta field, every record
+    assert db1.pttl(bucket) == -1  # the limit for ever
+    live = Guard(backend, [policy])  # the server's time: years later, all is stale
+    assert live.hit("p", u="new").allowed
+    assert db1.hlen(bucket) == 3  # the meta field, the record just written, the one held
+    assert db1.pttl(bucket) == -1
+    assert live.limits_for("p", u="kept")[policy.rules[0].id] == forever
+    live.clear_limit("p", policy.rules[0].id, u="kept")
+    assert 0 < db1.pttl(bucket) <= 61_000 + 2_000 + 2_000  # a minute, the slack, the grace
+    for n in range(3):  # what was swept is absent; the new record counts
+        assert live.hit("p", u=f"r{n}").allowed
+    assert [live.hit("p", u="new").allowed for _ in range(2)] == [True, False]
+    backend.close()
+
+
+def test_a_limit_for_ever_keeps_its_bucket_and_clearing_it_lets_the_bucket_expire(
+    redis_server: RedisServer, db1: Any
+) -> None:
+    flush([redis_server])
+    backend = RedisBackend(Redis(port=redis_server.port, db=1), buckets=1)
+    policy = Policy("p", Rule("2 per 1 second", by="u", name="r"))
+    guard = Guard(backend, [policy])
+    guard.hit("p", u="a")
+    guard.hit("p", u="b")
+    (bucket,) = db1.keys("*")
+    assert db1.pttl(bucket) > 0
+    guard.set_limit("p", "r", Rate(9, timedelta(seconds=1)), u="a")  # for ever
+    assert db1.pttl(bucket) == -1
+    guard.hit("p", u="b")  # another record's write keeps it so
+    assert db1.pttl(bucket) == -1
+    assert guard.limits_for("p", u="a") == {"r": Rate(9, timedelta(seconds=1))}
+    guard.clear_limit("p", "r", u="a")
+    assert 0 < db1.pttl(bucket) <= 1_000 + 100 + 2_000
+    assert guard.limits_for("p", u="a") == {"r": policy.rules[0].rate}
+    guard.set_limit("p", "r", None, ttl=30, u="b")  # a limit for a while holds it that long
+    assert 29_000 < db1.pttl(bucket) <= 30_000 + 1_000 + 2_000
+    backend.close()
+
+
+def test_an_emptied_record_leaves_its_bucket_and_the_last_one_takes_it(
+    redis_server: RedisServer, db1: Any
+) -> None:
+    flush([redis_server])
+    backend = RedisBackend(Redis(port=redis_server.port, db=1), buckets=1)
+    guard = Guard(backend, [Policy("p", Rule("2 per 1 second", by="u"))])
+    guard.hit("p", u="a")
+    guard.hit("p", u="b")
+    (bucket,) = db1.keys("*")
+    guard.reset("p", u="a")
+    assert db1.hlen(bucket) == 2
+    guard.reset("p", u="b")
+    assert db1.keys("*") == []
+    backend.close()
+
+
+def test_a_newer_record_is_refused_and_an_unreadable_one_dropped(
+    redis_server: RedisServer, db1: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    flush([redis_server])
+    backend = RedisBackend(Redis(port=redis_server.port, db=1), buckets=1)
+    guard = Guard(backend, [Policy("p", Rule("1 per 1 minute", by="u"))])
+    guard.hit("p", u="a")
+    ((bucket, rid),) = [(k, n) for k in db1.keys("*") for n in db1.hkeys(k) if n]
+    blob = db1.hget(bucket, rid)
+    assert blob is not None
+    db1.hset(bucket, rid, bytes([LAYOUT_MARKS + 5]) + blob[1:])
+    with pytest.raises(BackendUnavailable, match="layout 5, newer than the 4"):
+        guard.hit("p", u="a")
+    assert db1.hget(bucket, rid) == bytes([LAYOUT_MARKS + 5]) + blob[1:]  # untouched
+    db1.hset(bucket, rid, b"\x01garbage")
+    with caplog.at_level(logging.WARNING, logger="freqguard"):
+        assert guard.hit("p", u="a").allowed  # decided as absent
+    assert "dropped" in caplog.text
+    assert not guard.hit("p", u="a").allowed
+    backend.close()
+
+
+def test_buckets_on_a_cluster_decide_as_the_memory_backend(
+    redis_cluster: list[RedisServer],
+) -> None:
+    """Each call goes to its bucket's slot; records of one bucket share it."""
+    flush(redis_cluster)
+    client = RedisCluster(host="127.0.0.1", port=redis_cluster[0].port, socket_timeout=5)
+    backend = RedisBackend(client, buckets=16)
+    pool: list[dict[str, Any]] = [{"u": f"r{n}", "c": f"c{n % 3}"} for n in range(40)]
+    ops: list[tuple[str, object, object]] = []
+    for n in range(120):
+        ops += [("hit", n % 3, 1), ("advance", 0, 7_000), ("many", [n % 3, 2], 1)]
+    policy = Policy("p", Rule("3 per 1 second", by="u"), Rule("2 per 1 second", by=("u", "c")))
+    _assert_alike([MemoryBackend(), backend], policy, pool[:3], ops, int(START))
+    guard = Guard(backend, [policy])
+    for context in pool:
+        assert guard.hit("p", **context).allowed
+    nodes: list[Any] = [node.client for node in redis_cluster]
+    buckets = [key for node in nodes for key in node.keys("*")]
+    assert 3 <= len(buckets) <= 16
+    assert all(key.startswith(b"fg:{#") for key in buckets)
+    assert sum(node.hlen(key) - 1 for node in nodes for key in node.keys("*")) == 40
+    backend.close()
+
+
+@pytest.mark.parametrize("bad", [-1, 2**32 + 1, True, 1.5, "8", None])
+def test_a_bad_number_of_buckets_is_refused(bad: object) -> None:
+    with pytest.raises(ConfigError, match="buckets must be an integer from 1 to 4294967296"):
+        RedisBackend(Redis(), buckets=bad)  # type: ignore[arg-type]
+
+
+def test_buckets_from_a_url() -> None:
+    backend = backend_from_url("redis://127.0.0.1:1/?buckets=65536")
+    assert isinstance(backend, RedisBackend)
+    assert backend.buckets == 65536
+    with pytest.raises(ConfigError, match="buckets must be an integer >= 1"):
+        backend_from_url("redis://127.0.0.1:1/?buckets=0")
