@@ -24,6 +24,13 @@ With ``--before``, each case also runs on the policy function of commit c95719d
 (``tests/fixtures/policy-0.2-full.lua``: every state in full, before states were stored
 short), loaded under this release's function name as a deploy would, and the table shows
 both, before then after, from one run.
+
+With ``--buckets PER``, each case also runs with the records shared in buckets
+(``RedisBackend(buckets=N)``, N = recipients / PER), the server set as docs/redis.md
+advises (``hash-max-listpack-value 1024``, ``hash-max-listpack-entries 256``); a bucketed
+record is one string, so its column shows the records' bytes (``states``: ids and strings)
+and the buckets' own (``key name``: the bucket's key and meta field, shared out), and
+``records held as a hashtable`` counts buckets.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import argparse
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from redis import Redis
 
@@ -61,13 +69,17 @@ def one_case(
     strategy: Strategy,
     listpack: int,
     code: str | None = None,
+    buckets: int = 0,
 ) -> dict[str, float]:
-    """One strategy's records taken apart; with ``code``, written by that policy function."""
+    """One strategy's records taken apart; with ``code``, written by that policy function;
+    with ``buckets``, shared in that many buckets."""
     client = server.client
     client.flushall()
     client.function_flush()  # functions outlive FLUSHALL: the case before may have left one
-    client.config_set("hash-max-listpack-value", listpack)
-    guard = Guard(RedisBackend(Redis(port=server.port)), [sms_policy(strategy)])
+    client.config_set("hash-max-listpack-value", 1024 if buckets else listpack)
+    client.config_set("hash-max-listpack-entries", 256 if buckets else 128)
+    backend = RedisBackend(Redis(port=server.port), buckets=buckets)
+    guard = Guard(backend, [sms_policy(strategy)])
     guard.hit("sms", recipient="warm", content="up")  # the function loaded
     if code is not None:  # in its place, as a deploy does
         client.function_load(code.replace("__LIBRARY__", FUNCTION), replace=True)
@@ -79,6 +91,8 @@ def one_case(
     used = int(client.info("memory")["used_memory"]) - before
     fcall = client.info("commandstats")["cmdstat_fcall"]
     keys = client.keys("*")
+    if buckets:
+        return _bucketed(client, keys, used, fcall, guard)
     parts: Counter[str] = Counter()
     for key in keys:
         record = client.hgetall(key)
@@ -103,6 +117,30 @@ def one_case(
     return out
 
 
+def _bucketed(
+    client: Redis, keys: list[Any], used: int, fcall: dict[str, str], guard: Guard
+) -> dict[str, float]:
+    """A bucketed case's bytes: each record an id and a string in a shared hash."""
+    parts: Counter[str] = Counter()
+    for key in keys:
+        bucket = client.hgetall(key)
+        parts["key name"] += len(key) + 1 + len(bucket.get(b"", b""))  # the bucket's own
+        records = {rid: blob for rid, blob in bucket.items() if rid}
+        parts["states"] += sum(len(rid) + len(blob) for rid, blob in records.items())
+        parts["recipients"] += len(records)
+        if client.object("encoding", key) == b"hashtable":
+            parts["hashtable records"] += 1
+    recipients = parts.pop("recipients")
+    out = {name: count / recipients for name, count in parts.items()}
+    out["hashtable records"] = 100 * parts["hashtable records"] / len(keys)  # % of buckets
+    out["used_memory"] = used / recipients
+    out["held"] = out["key name"] + out["states"]
+    out["redis overhead"] = out["used_memory"] - out["held"]
+    out["server us"] = int(fcall["usec"]) / int(fcall["calls"])
+    guard.close()
+    return out
+
+
 ROWS = [
     ("used_memory", "used_memory growth"),
     ("key name", "key name"),
@@ -121,19 +159,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--before", action="store_true", help="also the c95719d function")
+    parser.add_argument("--buckets", type=int, default=0, help="also bucketed, PER a bucket")
     args = parser.parse_args()
     stream = sms_stream(args.messages)
-    codes: list[tuple[str, str | None]] = [("", None)]
+    recipients = len({r for r, _ in stream})
+    codes: list[tuple[str, str | None, int]] = [("", None, 0)]
     if args.before:
-        codes = [(", before", BEFORE.read_text(encoding="utf-8")), (", after", None)]
+        codes = [(", before", BEFORE.read_text(encoding="utf-8"), 0), (", after", None, 0)]
+    if args.buckets:
+        codes.append((", bucketed", None, max(1, recipients // args.buckets)))
     results, heads = [], []
     with tempfile.TemporaryDirectory() as tmp, standalone(Path(tmp)) as server:
         for s, lp in CASES:
-            for when, code in codes:
-                results.append(one_case(server, stream, s, lp, code))
+            for when, code, buckets in codes:
+                if buckets and lp != 64:
+                    continue  # the bucketed case sets its own listpack limits
+                results.append(one_case(server, stream, s, lp, code, buckets))
                 name = f"{s.value} ({lp})" if s is Strategy.SLIDING_LOG else s.value
                 heads.append(name + when)
-    recipients = len({r for r, _ in stream})
     print(f"{args.messages} messages, {recipients} recipients; bytes per recipient\n")
     print("| | " + " | ".join(heads) + " |")
     print("|---|" + "---:|" * len(heads))
