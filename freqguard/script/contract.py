@@ -145,15 +145,14 @@ OLDEST_LAYOUT = 2
 #: Lua only, as :data:`FIELD_HEAD`: with buckets (``RedisBackend(buckets=N)``), records of
 #: many partition values share one hash (a *bucket*), each a string in its field, marked
 #: ``LAYOUT_MARKS + BUCKET_LAYOUT``; it starts with ``BLOB_HEAD`` (the mark, the record's
-#: expiry, the latest time any of its fields was written at), then the meta field's numbers
-#: as varints and its limits, then each state field behind one of ``BUCKET_ENTRY_HEADS``:
-#: its expiry and latest in full, or its span (expiry - latest) alone or with its age (the
-#: record's latest - its own), in fewer bytes. The bucket's own field "" holds
+#: expiry), then the meta field's numbers as varints and its limits, then each state field
+#: behind one of ``BUCKET_ENTRY_HEADS``: its expiry and latest in full, or its expiry and
+#: its span (expiry - latest) in 4 or 5 bytes. The bucket's own field "" holds
 #: ``BUCKET_META``: its expiry and how many records it holds before stale ones are swept.
 BUCKET_LAYOUT = 4
-BLOB_HEAD = ">BI7I7"
+BLOB_HEAD = ">BI7"
 BUCKET_META = ">I8I4"
-BUCKET_ENTRY_HEADS = ("I7I7", "I4", "I5", "I4I3", "I5I3", "I4I4", "I5I4", "I4I5", "I5I5")
+BUCKET_ENTRY_HEADS = ("I7I7", "I7I4", "I7I5")
 
 #: The functions both twins of a strategy define, under these names and in this order. The
 #: Python twin has more that run on the client only (``decode``, ``mark``, ``report``,

@@ -639,23 +639,21 @@ end
 -- record through these functions, on the hash itself or on the bucket's record, decoded once
 -- a call (rec.map) and written back once (bucket_flush).
 
--- Buckets: the bucketed record's string is BLOB_HEAD (the mark LAYOUT_MARKS + BUCKET_LAYOUT,
--- the record's expiry, the latest time any of its fields was written at), then the meta
--- field's numbers as varints (fields, prune_at, number of limits), its limits as stored, then
--- per state field: one byte (the name's length, 2, 6, 10 or 14, as 0-3, + 4 x its kind), the
--- name, the field's head and its state as the kind says (ENTRY_FORMATS): the head in full
--- (expiry, latest), or the field's span (expiry - latest) in 4 or 5 bytes and, unless it
--- was written with the record's latest field, its age (the record's latest - its own) in
--- 3, 4 or 5 bytes; then the state's length in one byte or in four, and the state.
-local BLOB_HEAD = '>BI7I7'
+-- Buckets: a bucketed record's string is BLOB_HEAD (the mark LAYOUT_MARKS + BUCKET_LAYOUT,
+-- the record's expiry), then the meta field's numbers as varints (fields, prune_at, number
+-- of limits), its limits as stored, then one entry per state field: one byte (the name's
+-- length, 2, 6, 10 or 14, as 0-3, + 4 x the entry's kind), the name, the field's expiry
+-- and its span (expiry - latest) in 4 or 5 bytes, or its latest in full (ENTRY_HEADS),
+-- the state's length in one byte or in four, and the state. An entry depends on nothing
+-- else in the string: a call decodes only the fields it names and copies the rest as is.
+local BLOB_HEAD = '>BI7'
 local BUCKET_LAYOUT = 4                  -- a bucketed record's mark: LAYOUT_MARKS + this
 local BUCKET_META = '>I8I4'              -- a bucket's field "": its expiry (NEVER: none), and
 local BUCKET_FLOOR = 16                  -- the records it holds before stale ones are swept
--- an entry's kind: 2 x its head + its state length's (0: one byte, 1: four); a head is 0 (in
--- full) or 1 + 2 x its age's width (0: none; 1-3: 3-5 bytes) + its span's (0: 4, 1: 5)
-local ENTRY_HEADS = {[0] = 'I7I7', 'I4', 'I5', 'I4I3', 'I5I3', 'I4I4', 'I5I4', 'I4I5', 'I5I5'}
+-- an entry's kind: 2 x its head + its state length's (0: one byte, 1: four)
+local ENTRY_HEADS = {[0] = 'I7I7', 'I7I4', 'I7I5'}
+local HEAD_WIDTHS = {[0] = 14, 11, 12}   -- their sizes
 local ENTRY_FORMATS = {}                 -- by kind: '>' .. head .. length .. 'c0' (see bind)
-local AGE_LIMITS = {2 ^ 24, 2 ^ 32, SHORT_SPAN}  -- what 3, 4, 5 bytes hold
 
 local function bind_entries()  -- on the first call, as bind()
   for head = 0, #ENTRY_HEADS do
@@ -685,37 +683,59 @@ local function varint_at(s, at)  -- the varint at `at`, and the position after i
   end
 end
 
--- blob_read's state fields, from `at` on, each rebuilt as a hash holds it.
-local function blob_fields(map, blob, at, latest)
-  local size = #blob
-  while at <= size do
-    local flag = byte(blob, at)
-    local code = flag % 4
-    local kind, length = (flag - code) / 4, 2 + 4 * code
-    local name = sub(blob, at + 1, at + length)
-    local a, b, state
-    if kind < 2 then  -- expiry, latest
-      a, b, state, at = sunpack(ENTRY_FORMATS[kind], blob, at + 1 + length)
-    elseif kind < 6 then  -- span
-      a, state, at = sunpack(ENTRY_FORMATS[kind], blob, at + 1 + length)
-      b = latest
-      a = a + b
-    else  -- span, age
-      a, b, state, at = sunpack(ENTRY_FORMATS[kind], blob, at + 1 + length)
-      b = latest - b
-      a = a + b
-    end
-    map[name] = pack(FIELD_HEAD, a, b) .. state
+-- The entry at `at`: its name, and where the next one starts (nothing decoded).
+local function entry_at(blob, at)
+  local flag = byte(blob, at)
+  local code = flag % 4
+  local kind = (flag - code) / 4
+  local head = at + 3 + 4 * code
+  local state = head + HEAD_WIDTHS[(kind - kind % 2) / 2]
+  local size
+  if kind % 2 == 0 then
+    size, state = byte(blob, state), state + 1
+  else
+    local b1, b2, b3, b4 = byte(blob, state, state + 3)
+    size, state = ((b1 * 256 + b2) * 256 + b3) * 256 + b4, state + 4
   end
-  return map
+  return sub(blob, at + 1, head - 1), state + size
 end
 
--- A bucketed record's fields by name (the meta field "" rebuilt as RECORD_META marked with
--- this release's RECORD_LAYOUT, so the steps read it as they read a hash's); false for a
--- string of an older or unknown form, which the call drops. A newer one fails the call.
+-- The field the entry at `at` holds, as a hash holds it.
+local function entry_field(blob, at)
+  local flag = byte(blob, at)
+  local code = flag % 4
+  local kind = (flag - code) / 4
+  local expiry, b, state = sunpack(ENTRY_FORMATS[kind], blob, at + 3 + 4 * code)
+  if kind >= 2 then b = expiry - b end  -- b was the span
+  return pack(FIELD_HEAD, expiry, b) .. state
+end
+
+-- One state field as a bucketed record holds it (see Buckets).
+local function blob_entry(name, value)
+  local expiry, latest = sunpack(FIELD_HEAD, value)
+  local state = sub(value, FIELD_HEAD_BYTES + 1)
+  local kind = #state < 256 and 0 or 1
+  local span = expiry - latest
+  local entry
+  if span < 0 or span >= SHORT_SPAN then
+    entry = pack(ENTRY_FORMATS[kind], expiry, latest, #state, state)
+  else
+    kind = kind + (span < 2 ^ 32 and 2 or 4)
+    entry = pack(ENTRY_FORMATS[kind], expiry, span, #state, state)
+  end
+  local code = (#name - 2) / 4
+  if code ~= floor(code) or code < 0 or code > 3 then
+    error({err = 'ERR freqguard: a field name of ' .. #name .. ' bytes cannot be bucketed'})
+  end
+  return char(code + 4 * kind) .. name .. entry
+end
+
+-- A bucketed record: its meta field "" (rebuilt as RECORD_META marked with this release's
+-- RECORD_LAYOUT, so the steps read it as they read a hash's), and its entries in order
+-- ({name, start, next}), by name too; false for a string of an older or unknown form,
+-- which the call drops. A newer one fails the call.
 local function blob_read(key, blob)
-  local map = {}
-  if not blob then return map end
+  if not blob then return {}, {}, {} end
   local mark = byte(blob, 1)
   if mark ~= LAYOUT_MARKS + BUCKET_LAYOUT then
     if mark > LAYOUT_MARKS + BUCKET_LAYOUT then
@@ -725,59 +745,46 @@ local function blob_read(key, blob)
     end
     return false
   end
-  local _, expiry, latest, at = sunpack(BLOB_HEAD, blob)
+  local _, expiry, at = sunpack(BLOB_HEAD, blob)
   local fields, prune_at, limits
   fields, at = varint_at(blob, at)
   prune_at, at = varint_at(blob, at)
   limits, at = varint_at(blob, at)
   local tail_end = at + limits * LIMIT_ENTRY_BYTES
-  map[''] = pack(RECORD_META, LAYOUT_MARKS + RECORD_LAYOUT, expiry, fields, prune_at)
-    .. sub(blob, at, tail_end - 1)
-  return blob_fields(map, blob, tail_end, latest)
+  local map = {[''] = pack(RECORD_META, LAYOUT_MARKS + RECORD_LAYOUT, expiry, fields, prune_at)
+    .. sub(blob, at, tail_end - 1)}
+  local entries, index, size = {}, {}, #blob
+  at = tail_end
+  while at <= size do
+    local name, after = entry_at(blob, at)
+    entries[#entries + 1] = {name, at, after}
+    index[name] = #entries
+    at = after
+  end
+  return map, entries, index
 end
 
--- One state field as a bucketed record holds it (see Buckets).
-local function blob_entry(name, value, latest)
-  local e, at = sunpack(FIELD_HEAD, value)
-  local state = sub(value, FIELD_HEAD_BYTES + 1)
-  local kind = #state < 256 and 0 or 1
-  local span, age = e - at, latest - at
-  local ages = 0
-  while ages < 3 and age >= (ages == 0 and 1 or AGE_LIMITS[ages]) do ages = ages + 1 end
-  local entry
-  if span < 0 or span >= SHORT_SPAN or age >= SHORT_SPAN then
-    entry = pack(ENTRY_FORMATS[kind], e, at, #state, state)
-  else
-    kind = kind + 2 * (1 + 2 * ages + (span < 2 ^ 32 and 0 or 1))
-    if ages == 0 then
-      entry = pack(ENTRY_FORMATS[kind], span, #state, state)
-    else
-      entry = pack(ENTRY_FORMATS[kind], span, age, #state, state)
-    end
-  end
-  local code = (#name - 2) / 4
-  if code ~= floor(code) or code < 0 or code > 3 then
-    error({err = 'ERR freqguard: a field name of ' .. #name .. ' bytes cannot be bucketed'})
-  end
-  return char(code + 4 * kind) .. name .. entry
-end
-
--- A bucketed record's string from its fields (see Buckets).
-local function blob_write(map)
-  local meta = map['']
+-- A bucketed record's string: its meta field, the entries no call changed as they were
+-- (each run of them copied at once), then the fields it set.
+local function blob_write(rec)
+  local meta = rec.map['']
   local _, expiry, fields, prune_at = sunpack(RECORD_META, meta)
-  local latest = 0
-  for name, value in pairs(map) do
-    if name ~= '' then
-      local _, at = sunpack(FIELD_HEAD, value)
-      if at > latest then latest = at end
+  local tail = sub(meta, RECORD_META_BYTES + 1)
+  local parts = {pack(BLOB_HEAD, LAYOUT_MARKS + BUCKET_LAYOUT, expiry), varint(fields),
+    varint(prune_at), varint(#tail / LIMIT_ENTRY_BYTES), tail}
+  local entries, touched, from, to = rec.entries, rec.touched, false, 0
+  for i = 1, #entries do
+    local e = entries[i]
+    if touched[e[1]] then
+      if from then parts[#parts + 1] = sub(rec.blob, from, to - 1) end
+      from = false
+    else
+      from, to = from or e[2], e[3]
     end
   end
-  local tail = sub(meta, RECORD_META_BYTES + 1)
-  local parts = {pack(BLOB_HEAD, LAYOUT_MARKS + BUCKET_LAYOUT, expiry, latest), varint(fields),
-    varint(prune_at), varint(#tail / LIMIT_ENTRY_BYTES), tail}
-  for name, value in pairs(map) do
-    if name ~= '' then parts[#parts + 1] = blob_entry(name, value, latest) end
+  if from then parts[#parts + 1] = sub(rec.blob, from, to - 1) end
+  for name, value in pairs(rec.map) do
+    if name ~= '' and touched[name] then parts[#parts + 1] = blob_entry(name, value) end
   end
   return concat(parts)
 end
@@ -789,7 +796,7 @@ local function blob_until(blob)
   if mark ~= LAYOUT_MARKS + BUCKET_LAYOUT then
     return mark > LAYOUT_MARKS + BUCKET_LAYOUT and NEVER or 0
   end
-  local _, expiry, _, at = sunpack(BLOB_HEAD, blob)
+  local _, expiry, at = sunpack(BLOB_HEAD, blob)
   local limits
   _, at = varint_at(blob, at)
   _, at = varint_at(blob, at)
@@ -802,7 +809,8 @@ local function blob_until(blob)
 end
 
 -- A record, and its fields named by the call (got[1] the meta field, got[i + 1] state i's;
--- false where absent).
+-- false where absent). A bucketed one keeps in rec.map the fields it decoded or changed
+-- (rec.touched: set or deleted), its other entries as they are.
 local function open_record(keys, argv, n)
   local key = keys[1]
   if not keys[2] then
@@ -810,21 +818,36 @@ local function open_record(keys, argv, n)
   end
   local rid = sub(keys[2], #key + 1)
   local pair = call('HMGET', key, '', rid)
-  local rec = {key = key, rid = rid, bucket = pair[1], blob = pair[2]}
-  local map = blob_read(key, pair[2])
-  rec.map, rec.unread = map or {}, not map
+  local rec = {key = key, rid = rid, bucket = pair[1], blob = pair[2], touched = {}}
+  local map, entries, index = blob_read(key, pair[2])
+  rec.map, rec.entries, rec.index = map or {}, entries or {}, index or {}
   local got = {rec.map[''] or false}
-  for i = 1, n do got[i + 1] = rec.map[argv[ARGV_FIELDS - 1 + i]] or false end
+  for i = 1, n do
+    local name = argv[ARGV_FIELDS - 1 + i]
+    local at = rec.index[name]
+    got[i + 1] = at and entry_field(pair[2], rec.entries[at][2]) or false
+    if at then rec.map[name] = got[i + 1] end
+  end
   if not map then got[1] = 'unread' end  -- check_layout drops it
   return rec, got
 end
 
 local function rec_all(rec)  -- HGETALL
   if not rec.rid then return call('HGETALL', rec.key) end
-  local all = {}
-  for name, value in pairs(rec.map) do
-    all[#all + 1] = name
-    all[#all + 1] = value
+  local all, map, touched = {}, rec.map, rec.touched
+  if map[''] then all = {'', map['']} end
+  for i = 1, #rec.entries do
+    local name = rec.entries[i][1]
+    if not touched[name] then
+      all[#all + 1] = name
+      all[#all + 1] = map[name] or entry_field(rec.blob, rec.entries[i][2])
+    end
+  end
+  for name, value in pairs(map) do
+    if name ~= '' and touched[name] then
+      all[#all + 1] = name
+      all[#all + 1] = value
+    end
   end
   return all
 end
@@ -834,15 +857,13 @@ local function rec_drop_fields(rec, names)  -- HDEL
     call('HDEL', rec.key, tunpack(names))
     return
   end
-  for i = 1, #names do rec.map[names[i]] = nil end
+  for i = 1, #names do rec.map[names[i]], rec.touched[names[i]] = nil, true end
   rec.dirty = true
 end
 
 local function rec_count(rec)  -- HLEN
   if not rec.rid then return call('HLEN', rec.key) end
-  local count = 0
-  for _ in pairs(rec.map) do count = count + 1 end
-  return count
+  return #rec_all(rec) / 2
 end
 
 local function rec_delete(rec)  -- DEL
@@ -850,7 +871,7 @@ local function rec_delete(rec)  -- DEL
     call('DEL', rec.key)
     return
   end
-  rec.map, rec.dirty = {}, true
+  rec.map, rec.entries, rec.index, rec.touched, rec.dirty = {}, {}, {}, {}, true
 end
 
 local function rec_set(rec, sets)  -- HSET
@@ -858,7 +879,7 @@ local function rec_set(rec, sets)  -- HSET
     call('HSET', rec.key, tunpack(sets))
     return
   end
-  for i = 1, #sets, 2 do rec.map[sets[i]] = sets[i + 1] end
+  for i = 1, #sets, 2 do rec.map[sets[i]], rec.touched[sets[i]] = sets[i + 1], true end
   rec.dirty = true
 end
 
@@ -928,7 +949,7 @@ local function bucket_flush(rec, clock, pinned, changed)
   local key, rid = rec.key, rec.rid
   local expiry, prune_at = 0, BUCKET_FLOOR
   if rec.bucket then expiry, prune_at = sunpack(BUCKET_META, rec.bucket) end
-  if next(rec.map) == nil then
+  if not rec.map[''] then  -- deleted (a record's meta field goes only with the record)
     if rec.blob then
       call('HDEL', key, rid)
       if call('HLEN', key) <= 1 then
@@ -939,7 +960,7 @@ local function bucket_flush(rec, clock, pinned, changed)
     if changed and not pinned then sweep(key, clock) end
     return
   end
-  local added = call('HSET', key, rid, blob_write(rec.map)) == 1
+  local added = call('HSET', key, rid, blob_write(rec)) == 1
   if (added or changed) and not pinned and call('HLEN', key) - 1 > prune_at then
     sweep(key, clock)
     return

@@ -90,7 +90,6 @@ def _kinds(blob: bytes) -> list[int]:
 
 def _fields(blob: bytes) -> dict[bytes, tuple[int, int, bytes]]:
     """A bucketed record's state fields, decoded: name -> (expiry, latest, state)."""
-    _, _, latest = (int.from_bytes(blob[a:b], "big") for a, b in ((0, 1), (1, 8), (8, 15)))
     at = sum(widths(BLOB_HEAD))
     for _ in range(2):
         _, at = _varint(blob, at)
@@ -106,11 +105,9 @@ def _fields(blob: bytes) -> dict[bytes, tuple[int, int, bytes]]:
         for width in widths(">" + BUCKET_ENTRY_HEADS[kind // 2]):
             numbers.append(int.from_bytes(blob[at : at + width], "big"))
             at += width
-        if kind // 2 == 0:
-            expiry, written = numbers
-        else:
-            written = latest - (numbers[1] if len(numbers) > 1 else 0)
-            expiry = written + numbers[0]
+        expiry, written = numbers
+        if kind // 2 > 0:  # a span
+            written = expiry - written
         length = blob[at] if kind % 2 == 0 else int.from_bytes(blob[at : at + 4], "big")
         at += 1 if kind % 2 == 0 else 4
         out[name] = (expiry, written, blob[at : at + length])
@@ -155,9 +152,10 @@ def test_every_field_kind_decides_and_stores_as_a_hash_does(
     bucketed_backend: RedisBackend,
     db1: Any,
 ) -> None:
-    """Hits a µs, seconds, hours and weeks apart (ages of every width, and past 5 bytes),
+    """Hits a µs, seconds, hours and weeks apart, spans of every width (past 5 bytes too),
     and refunds: identical to memory, every kind of field written, and each field, decoded,
-    the numbers and state a record's own hash holds after the same calls."""
+    the numbers and state a record's own hash holds after the same calls (entries a call
+    did not change are copied as they were: each must still read back right)."""
     seen: Counter[int] = Counter()
     ops: list[tuple[str, object, object]] = []
     for step in (1, 20_000_000, 3_600_000_000, 7_200_000_000, 13 * DAY, 1):
