@@ -27,7 +27,8 @@ both, before then after, from one run.
 
 With ``--buckets PER``, each case also runs with the records shared in buckets
 (``RedisBackend(buckets=N)``, N = recipients / PER), the server set as docs/redis.md
-advises (``hash-max-listpack-value 1024``, ``hash-max-listpack-entries 256``); a bucketed
+advises (``hash-max-listpack-value 4096``, or ``--bucket-value``; ``hash-max-listpack-entries
+256``); a bucketed
 record is one string, so its column shows the records' bytes (``states``: ids and strings)
 and the buckets' own (``key name``: the bucket's key and meta field, shared out), and
 ``records held as a hashtable`` counts buckets.
@@ -70,13 +71,14 @@ def one_case(
     listpack: int,
     code: str | None = None,
     buckets: int = 0,
+    bucket_value: int = 4096,
 ) -> dict[str, float]:
     """One strategy's records taken apart; with ``code``, written by that policy function;
     with ``buckets``, shared in that many buckets."""
     client = server.client
     client.flushall()
     client.function_flush()  # functions outlive FLUSHALL: the case before may have left one
-    client.config_set("hash-max-listpack-value", 1024 if buckets else listpack)
+    client.config_set("hash-max-listpack-value", bucket_value if buckets else listpack)
     client.config_set("hash-max-listpack-entries", 256 if buckets else 128)
     backend = RedisBackend(Redis(port=server.port), buckets=buckets)
     guard = Guard(backend, [sms_policy(strategy)])
@@ -160,6 +162,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--before", action="store_true", help="also the c95719d function")
     parser.add_argument("--buckets", type=int, default=0, help="also bucketed, PER a bucket")
+    parser.add_argument("--bucket-value", type=int, default=4096, help="its listpack value")
+    parser.add_argument("--only", default="", help="these strategies only (comma-separated)")
     args = parser.parse_args()
     stream = sms_stream(args.messages)
     recipients = len({r for r, _ in stream})
@@ -171,10 +175,12 @@ def main() -> None:
     results, heads = [], []
     with tempfile.TemporaryDirectory() as tmp, standalone(Path(tmp)) as server:
         for s, lp in CASES:
+            if args.only and s.value not in args.only.split(","):
+                continue
             for when, code, buckets in codes:
                 if buckets and lp != 64:
                     continue  # the bucketed case sets its own listpack limits
-                results.append(one_case(server, stream, s, lp, code, buckets))
+                results.append(one_case(server, stream, s, lp, code, buckets, args.bucket_value))
                 name = f"{s.value} ({lp})" if s is Strategy.SLIDING_LOG else s.value
                 heads.append(name + when)
     print(f"{args.messages} messages, {recipients} recipients; bytes per recipient\n")

@@ -374,6 +374,7 @@ async def adrive(guard: AsyncGuard, driver: Driver, deadline: float, max_ops: in
 class Target(NamedTuple):
     kind: str  # "memory", "redis" or "cluster"
     port: int = 0  # Redis: the port on 127.0.0.1 of the server, or of one cluster node
+    buckets: int = 0  # Redis: records shared in this many buckets (RedisBackend(buckets=))
 
 
 @dataclass(frozen=True)
@@ -404,8 +405,10 @@ def _sync_backend(target: Target) -> Any:
     from freqguard import RedisBackend
 
     if target.kind == "redis":
-        return RedisBackend(Redis(host="127.0.0.1", port=target.port, socket_timeout=10))
-    return RedisBackend(RedisCluster(host="127.0.0.1", port=target.port, socket_timeout=10))
+        client: Any = Redis(host="127.0.0.1", port=target.port, socket_timeout=10)
+    else:
+        client = RedisCluster(host="127.0.0.1", port=target.port, socket_timeout=10)
+    return RedisBackend(client, buckets=target.buckets)
 
 
 def _async_backend(target: Target) -> Any:
@@ -415,8 +418,10 @@ def _async_backend(target: Target) -> Any:
     from freqguard import AsyncRedisBackend
 
     if target.kind == "redis":
-        return AsyncRedisBackend(Redis(host="127.0.0.1", port=target.port, socket_timeout=10))
-    return AsyncRedisBackend(RedisCluster(host="127.0.0.1", port=target.port, socket_timeout=10))
+        client: Any = Redis(host="127.0.0.1", port=target.port, socket_timeout=10)
+    else:
+        client = RedisCluster(host="127.0.0.1", port=target.port, socket_timeout=10)
+    return AsyncRedisBackend(client, buckets=target.buckets)
 
 
 async def _tasks(config: AuditConfig, drivers: list[Driver], deadline: float, memory: Any) -> None:

@@ -663,6 +663,7 @@ local function bind_entries()  -- on the first call, as bind()
 end
 
 local function varint(n)  -- n >= 0, 7 bits a byte, low first, the high bit on all but the last
+  if n < 128 then return char(n) end  -- the usual case, without a table
   local out = {}
   while n >= 128 do
     local low = n % 128
@@ -731,8 +732,9 @@ local function blob_entry(name, value)
 end
 
 -- A bucketed record: its meta field "" (rebuilt as RECORD_META marked with this release's
--- RECORD_LAYOUT, so the steps read it as they read a hash's), and its entries in order
--- ({name, start, next}), by name too; false for a string of an older or unknown form,
+-- RECORD_LAYOUT, so the steps read it as they read a hash's), its entries in order (each
+-- name, then where it starts), and where each name's start is in them; false for a string
+-- of an older or unknown form,
 -- which the call drops. A newer one fails the call.
 local function blob_read(key, blob)
   if not blob then return {}, {}, {} end
@@ -753,14 +755,15 @@ local function blob_read(key, blob)
   local tail_end = at + limits * LIMIT_ENTRY_BYTES
   local map = {[''] = pack(RECORD_META, LAYOUT_MARKS + RECORD_LAYOUT, expiry, fields, prune_at)
     .. sub(blob, at, tail_end - 1)}
-  local entries, index, size = {}, {}, #blob
+  local entries, index, size, i = {}, {}, #blob, 0
   at = tail_end
-  while at <= size do
+  while at <= size do  -- entries[2i - 1] the name, entries[2i] where it starts
     local name, after = entry_at(blob, at)
-    entries[#entries + 1] = {name, at, after}
-    index[name] = #entries
+    i = i + 1
+    entries[2 * i - 1], entries[2 * i], index[name] = name, at, 2 * i
     at = after
   end
+  entries[2 * i + 1], entries[2 * i + 2] = false, size + 1  -- where a next one would start
   return map, entries, index
 end
 
@@ -772,17 +775,16 @@ local function blob_write(rec)
   local tail = sub(meta, RECORD_META_BYTES + 1)
   local parts = {pack(BLOB_HEAD, LAYOUT_MARKS + BUCKET_LAYOUT, expiry), varint(fields),
     varint(prune_at), varint(#tail / LIMIT_ENTRY_BYTES), tail}
-  local entries, touched, from, to = rec.entries, rec.touched, false, 0
-  for i = 1, #entries do
-    local e = entries[i]
-    if touched[e[1]] then
-      if from then parts[#parts + 1] = sub(rec.blob, from, to - 1) end
+  local entries, touched, from = rec.entries, rec.touched, false
+  for i = 2, #entries - 2, 2 do
+    if touched[entries[i - 1]] then
+      if from then parts[#parts + 1] = sub(rec.blob, from, entries[i] - 1) end
       from = false
     else
-      from, to = from or e[2], e[3]
+      from = from or entries[i]
     end
   end
-  if from then parts[#parts + 1] = sub(rec.blob, from, to - 1) end
+  if from then parts[#parts + 1] = sub(rec.blob, from, entries[#entries] - 1) end
   for name, value in pairs(rec.map) do
     if name ~= '' and touched[name] then parts[#parts + 1] = blob_entry(name, value) end
   end
@@ -825,7 +827,7 @@ local function open_record(keys, argv, n)
   for i = 1, n do
     local name = argv[ARGV_FIELDS - 1 + i]
     local at = rec.index[name]
-    got[i + 1] = at and entry_field(pair[2], rec.entries[at][2]) or false
+    got[i + 1] = at and entry_field(pair[2], rec.entries[at]) or false
     if at then rec.map[name] = got[i + 1] end
   end
   if not map then got[1] = 'unread' end  -- check_layout drops it
@@ -836,11 +838,12 @@ local function rec_all(rec)  -- HGETALL
   if not rec.rid then return call('HGETALL', rec.key) end
   local all, map, touched = {}, rec.map, rec.touched
   if map[''] then all = {'', map['']} end
-  for i = 1, #rec.entries do
-    local name = rec.entries[i][1]
+  local entries = rec.entries
+  for i = 2, #entries - 2, 2 do
+    local name = entries[i - 1]
     if not touched[name] then
       all[#all + 1] = name
-      all[#all + 1] = map[name] or entry_field(rec.blob, rec.entries[i][2])
+      all[#all + 1] = map[name] or entry_field(rec.blob, entries[i])
     end
   end
   for name, value in pairs(map) do
