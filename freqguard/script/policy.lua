@@ -650,6 +650,7 @@ local BLOB_HEAD = '>BI7'
 local BUCKET_LAYOUT = 4                  -- a bucketed record's mark: LAYOUT_MARKS + this
 local BUCKET_META = '>I8I4'              -- a bucket's field "": its expiry (NEVER: none), and
 local BUCKET_FLOOR = 16                  -- the records it holds before stale ones are swept
+local BUCKET_SLACK = 8                   -- a bucket's expiry, when extended, gains 1/8 more
 -- an entry's kind: 2 x its head + its state length's (0: one byte, 1: four)
 local ENTRY_HEADS = {[0] = 'I7I7', 'I7I4', 'I7I5'}
 local HEAD_WIDTHS = {[0] = 14, 11, 12}   -- their sizes
@@ -969,9 +970,13 @@ local function bucket_flush(rec, clock, pinned, changed)
     return
   end
   local grown = rec.expiry and rec.expiry > expiry
-  if grown then
-    expiry = rec.expiry
-    if rec.ttl_ms then call('PEXPIRE', key, rec.ttl_ms) else call('PERSIST', key) end
+  if grown and rec.ttl_ms then  -- with slack of its own: most records' writes then keep it
+    local slack = max(0, floor((rec.expiry - clock) / BUCKET_SLACK))
+    expiry = rec.expiry + slack
+    call('PEXPIRE', key, rec.ttl_ms + ceil(slack / 1000))
+  elseif grown then
+    expiry = NEVER
+    call('PERSIST', key)
   end
   if grown or not rec.bucket then
     call('HSET', key, '', pack(BUCKET_META, expiry, prune_at))

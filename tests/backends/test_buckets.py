@@ -246,7 +246,7 @@ def test_a_limit_for_ever_keeps_its_bucket_and_clearing_it_lets_the_bucket_expir
     assert 0 < db1.pttl(bucket) <= 1_000 + 100 + 2_000
     assert guard.limits_for("p", u="a") == {"r": policy.rules[0].rate}
     guard.set_limit("p", "r", None, ttl=30, u="b")  # a limit for a while holds it that long
-    assert 29_000 < db1.pttl(bucket) <= 30_000 + 1_000 + 2_000
+    assert 29_000 < db1.pttl(bucket) <= (30_000 + 1_000) * 9 // 8 + 2_000  # slack, grace
     backend.close()
 
 
