@@ -5,7 +5,9 @@ get MOVED for every other key: it is refused at once with a
 :class:`~freqguard.ConfigError` that names the fix. A ``maxmemory-policy`` that can evict is
 logged as a warning on the ``freqguard`` logger: every record has a TTL, so ``volatile-*``
 policies evict them as ``allkeys-*`` do, and an evicted record forgets what a recipient was
-sent. The questions are written once, as an I/O-free step generator (:func:`inspection`)
+sent. With buckets (``RedisBackend(buckets=N)``), listpack limits below what keeps a bucket
+compact are warned of too: every bucket would become a hashtable, exact but several times
+larger. The questions are written once, as an I/O-free step generator (:func:`inspection`)
 that the sync and async backends drive.
 """
 
@@ -19,9 +21,11 @@ from redis import exceptions as rex
 
 from freqguard.backends._boundary import ERRORS, address, cluster_node
 
-__all__ = ["inspection", "warn_evicting"]
+__all__ = ["BUCKET_LISTPACK", "inspection", "warn_evicting", "warn_listpack"]
 
 _POLICY = "maxmemory-policy"
+#: The listpack limits that keep a bucket of 32-64 records compact (docs/redis.md).
+BUCKET_LISTPACK = {"hash-max-listpack-value": 4096, "hash-max-listpack-entries": 256}
 _log = logging.getLogger("freqguard")
 
 
@@ -46,12 +50,41 @@ def warn_evicting(answer: Mapping[Any, Any], client: object) -> None:
         )
 
 
-def inspection(client: Any, cluster: bool) -> Generator[Callable[[], Any], Any, None]:
+def _per_node(answer: Mapping[Any, Any], client: object, name: str) -> Mapping[Any, Any]:
+    """CONFIG GET's answer by node: one server's is keyed by its parameters."""
+    return {address(client): answer} if name in answer else answer
+
+
+def warn_listpack(answer: Mapping[Any, Any], client: object) -> None:
+    """Log a warning if CONFIG GET's answer (one server's, or one per cluster node) names
+    listpack limits below :data:`BUCKET_LISTPACK`."""
+    low = []
+    for node, reply in _per_node(answer, client, "hash-max-listpack-value").items():
+        for name, wanted in BUCKET_LISTPACK.items():
+            value = reply.get(name) if isinstance(reply, Mapping) else None
+            if isinstance(value, bytes):
+                value = value.decode()
+            if isinstance(value, str) and value.isdigit() and int(value) < wanted:
+                low.append(f"{node} has {name} {value}")
+    if low:
+        _log.warning(
+            "%s: with buckets, a bucket past these limits becomes a hashtable, exact but "
+            "several times larger. Set hash-max-listpack-value 4096 and "
+            "hash-max-listpack-entries 256 (see 'Records in buckets' in freqguard's "
+            "docs/redis.md).",
+            "; ".join(low),
+        )
+
+
+def inspection(
+    client: Any, cluster: bool, buckets: bool = False
+) -> Generator[Callable[[], Any], Any, None]:
     """What a backend checks once, before its first call, written once for sync and async:
     it yields each request (a callable whose reply, awaited for async clients, is sent back;
     a redis-py error is thrown in instead). A cluster node behind a standalone client is a
     :func:`~freqguard.backends._boundary.cluster_node` error; a ``maxmemory-policy`` that can
-    evict is warned of (:func:`warn_evicting`)."""
+    evict is warned of (:func:`warn_evicting`), and with ``buckets``, low listpack limits
+    (:func:`warn_listpack`)."""
     if not cluster:
         try:
             info = yield lambda: client.info("cluster")
@@ -70,3 +103,11 @@ def inspection(client: Any, cluster: bool) -> Generator[Callable[[], Any], Any, 
             raise  # a standalone server that cannot answer cannot decide either
         policies = {}  # one primary down must not fail calls to the others
     warn_evicting(policies, client)
+    if buckets and policies:  # CONFIG answered: ask for the listpack limits too
+        if cluster:
+            limits = yield lambda: client.config_get(
+                "hash-max-listpack-*", target_nodes=client.PRIMARIES
+            )
+        else:
+            limits = yield lambda: client.config_get("hash-max-listpack-*")
+        warn_listpack(limits, client)

@@ -11,7 +11,9 @@ hits (every head width), states past 255 bytes, sweeps on the server's time.
 
 from __future__ import annotations
 
+import gc
 import logging
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
@@ -47,6 +49,7 @@ from tests.conftest import START, flush
 from tests.servers import RedisServer
 
 DAY = 86_400_000_000
+P = Policy("p", Rule("2 per 1 second", by="u"))
 
 
 def u7(raw: bytes) -> int:
@@ -324,3 +327,74 @@ def test_buckets_from_a_url() -> None:
     assert backend.buckets == 65536
     with pytest.raises(ConfigError, match="buckets must be an integer >= 1"):
         backend_from_url("redis://127.0.0.1:1/?buckets=0")
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "freqguard" and r.levelno == logging.WARNING
+    ]
+
+
+def test_listpack_limits_too_low_for_buckets_are_warned_of(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bucket past the server's listpack limits becomes a hashtable: exact, but several
+    times the bytes; the backend says so before its first call, naming each limit."""
+    flush([redis_server])
+    caplog.set_level(logging.WARNING, logger="freqguard")
+    client = redis_server.client
+    client.config_set("hash-max-listpack-value", 64)
+    client.config_set("hash-max-listpack-entries", 128)
+    try:
+        guard = Guard(backend_from_url(redis_server.url + "?buckets=8"), [P])
+        assert guard.hit("p", u="a").allowed
+        guard.close()
+        (message,) = _warnings(caplog)
+        assert "hash-max-listpack-value 64" in message
+        assert "hash-max-listpack-entries 128" in message
+        caplog.clear()
+        client.config_set("hash-max-listpack-value", 4096)
+        client.config_set("hash-max-listpack-entries", 256)
+        guard = Guard(backend_from_url(redis_server.url + "?buckets=8"), [P])
+        assert guard.hit("p", u="a").allowed
+        guard.close()
+        client.config_set("hash-max-listpack-value", 64)
+        guard = Guard(backend_from_url(redis_server.url), [P])  # no buckets: no warning
+        assert guard.hit("p", u="b").allowed
+        guard.close()
+        assert _warnings(caplog) == []
+    finally:
+        client.config_set("hash-max-listpack-value", 64)
+        client.config_set("hash-max-listpack-entries", 128)
+
+
+def test_a_cluster_node_with_low_listpack_limits_is_named(
+    redis_cluster: list[RedisServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    flush(redis_cluster)
+    caplog.set_level(logging.WARNING, logger="freqguard")
+    for node in redis_cluster:
+        node.client.config_set("hash-max-listpack-value", 4096)
+        node.client.config_set("hash-max-listpack-entries", 256)
+    low = redis_cluster[1]
+    low.client.config_set("hash-max-listpack-value", 512)
+    try:
+        url = f"redis+cluster://127.0.0.1:{redis_cluster[0].port}?buckets=64"
+        guard = Guard(backend_from_url(url), [P])
+        guard.hit_many("p", [{"u": f"r{n}"} for n in range(20)])
+        guard.close()
+    finally:
+        for node in redis_cluster:
+            node.client.config_set("hash-max-listpack-value", 64)
+            node.client.config_set("hash-max-listpack-entries", 128)
+        # redis-py's cluster client can leave a node connection of the first call's
+        # CONFIG GET unclosed (as tests/backends/test_redis_cluster_errors.py notes):
+        # collected here rather than in whichever test runs next
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
+    (message,) = _warnings(caplog)
+    assert f"127.0.0.1:{low.port} has hash-max-listpack-value 512" in message
+    assert f"127.0.0.1:{redis_cluster[0].port}" not in message

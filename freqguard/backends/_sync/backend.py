@@ -76,8 +76,8 @@ class RedisBackend:
             record one compact string: a recipient costs a fraction of the bytes of a hash
             of its own. 0 (default): a hash each. Changing it (or turning it on) starts
             every counter afresh: the records are found under other keys. The server must
-            keep buckets as listpacks (``hash-max-listpack-value`` at least 512,
-            ``hash-max-listpack-entries`` at least 4 x the recipients a bucket holds); see
+            keep buckets as listpacks (``hash-max-listpack-value 4096``,
+            ``hash-max-listpack-entries 256`` for 32-64 recipients a bucket); see
             docs/redis.md.
 
     Raises:
@@ -398,7 +398,7 @@ class RedisBackend:
         self._inspecting.run(self._inspection)
 
     def _inspection(self) -> None:
-        steps = inspection(self.client, self._cluster)
+        steps = inspection(self.client, self._cluster, self.buckets > 0)
         try:
             step = next(steps)
             while True:
