@@ -19,6 +19,8 @@ from redis import exceptions as rex
 __all__ = [
     "ATTEMPTS",
     "FUNCTION",
+    "FUNCTION_BUCKET",
+    "FUNCTION_BUCKET_NOGROW",
     "FUNCTION_NOGROW",
     "LIBRARY",
     "LOAD",
@@ -34,6 +36,9 @@ FUNCTION = "freqguard_" + hashlib.sha1(_SOURCE.encode("utf-8")).hexdigest()[:12]
 #: the same function flagged allow-oom, for the calls that never grow what is stored (CHECK,
 #: REFUND, RESET, a HIT of cost 0): Redis runs them when used memory is past maxmemory
 FUNCTION_NOGROW = FUNCTION + "_nogrow"
+#: the two for records in buckets (``RedisBackend(buckets=N)``): ARGV[1] is the record's id
+FUNCTION_BUCKET = FUNCTION + "_bucket"
+FUNCTION_BUCKET_NOGROW = FUNCTION + "_bucket_nogrow"
 #: the library's code, as FUNCTION LOAD takes it
 LIBRARY = _SOURCE.replace("__LIBRARY__", FUNCTION)
 

@@ -14,7 +14,12 @@ from typing import Any
 
 from redis.client import NEVER_DECODE
 
-from freqguard.backends._library import FUNCTION, FUNCTION_NOGROW
+from freqguard.backends._library import (
+    FUNCTION,
+    FUNCTION_BUCKET,
+    FUNCTION_BUCKET_NOGROW,
+    FUNCTION_NOGROW,
+)
 from freqguard.errors import ConfigError
 from freqguard.script.calls import ScriptCall
 from freqguard.script.contract import ARGV, MARK_SEPARATOR, grows
@@ -58,14 +63,15 @@ _ORDER = (0, 1, *[i for name in ARGV for i in _PIECES[name][1]], 8)
 _IN_ORDER = None if tuple(range(9)) == _ORDER else itemgetter(*_ORDER)
 
 
-def call_keys(call: ScriptCall) -> tuple[bytes, ...]:
-    """The function's KEYS: the one record a call touches (every key of one call is a field
-    of one record: same partition, same policy); or, when records share buckets, the bucket
-    and the record's name in it (see ``KeyLayout.bucket``). The first is the call's slot."""
+def call_keys(call: ScriptCall) -> tuple[bytes, bytes | None]:
+    """The one record a call touches (every key of one call is a field of one record: same
+    partition, same policy), its key; or, when records share buckets, the bucket's key and
+    the record's id in it (see ``KeyLayout.bucket``), which goes as ARGV[1] of the bucketed
+    functions, not as a key. The key is the call's slot."""
     layout = call.part.layouts[0]
     if layout.buckets:
         return layout.bucket(call.texts)
-    return (layout.record(call.texts).encode("utf-8", "surrogatepass"),)
+    return layout.record(call.texts).encode("utf-8", "surrogatepass"), None
 
 
 def record_key(call: ScriptCall) -> bytes:
@@ -73,15 +79,20 @@ def record_key(call: ScriptCall) -> bytes:
     return call_keys(call)[0]
 
 
-def _function(call: ScriptCall) -> str:
+def _function(call: ScriptCall, bucketed: bool) -> str:
     """The function a call goes to: a HIT that consumes may grow what is stored; every other
-    call goes to the twin Redis runs even when out of memory (see FUNCTION_NOGROW)."""
-    return FUNCTION if grows(call.mode, call.cost) else FUNCTION_NOGROW
+    call goes to the twin Redis runs even when out of memory (see FUNCTION_NOGROW); each in
+    its bucketed form for a record in a bucket."""
+    if grows(call.mode, call.cost):
+        return FUNCTION_BUCKET if bucketed else FUNCTION
+    return FUNCTION_BUCKET_NOGROW if bucketed else FUNCTION_NOGROW
 
 
 def function_args(call: ScriptCall) -> tuple[Any, ...]:
     """FCALL's arguments, for redis-py's ``execute_command``: the function, numkeys, the
-    keys (:func:`call_keys`), then ARGV (see the script header)."""
+    key, the record's id in its bucket if any (:func:`call_keys`), then ARGV (see the
+    script header)."""
+    key, rid = call_keys(call)
     texts = call.texts
     fields = [layout.field(texts) for layout in call.part.layouts]
     values = {
@@ -91,8 +102,8 @@ def function_args(call: ScriptCall) -> tuple[Any, ...]:
         "specs": call.part.spec_text,
     }
     argv = [values[name] for name in ARGV]
-    named = call_keys(call)
-    return ("FCALL", _function(call), len(named), *named, *argv, *fields, *_marks(call))
+    head = (key,) if rid is None else (key, rid)
+    return ("FCALL", _function(call, rid is not None), 1, *head, *argv, *fields, *_marks(call))
 
 
 def _marks(call: ScriptCall) -> tuple[bytes, ...]:
@@ -120,40 +131,39 @@ def bulk(data: bytes) -> bytes:
 
 
 def _frame(
-    text: str, named: int, states: int, marks: tuple[bytes, ...]
+    text: str, bucketed: bool, states: int, marks: tuple[bytes, ...]
 ) -> tuple[bytes, bytes, bytes]:
-    """FCALL's constant frames for a plan: the head naming FUNCTION, the plan text, and the
-    head naming FUNCTION_NOGROW; kept per plan and number of keys, but for a refund's, which
-    counts its marks."""
-    count = 3 + named + len(ARGV) + states + len(marks)  # FCALL, function, numkeys, keys...
-    head = b"*%d\r\n%s%s%s" % (
-        count,
-        bulk(b"FCALL"),
-        bulk(FUNCTION.encode()),
-        bulk(b"%d" % named),
+    """FCALL's constant frames for a plan: the head naming its function, the plan text, and
+    the head naming its NOGROW twin; kept per plan (and bucketed or not), but for a
+    refund's, which counts its marks."""
+    # FCALL, function, numkeys, key, the record's id in its bucket, ARGV...
+    count = 4 + bucketed + len(ARGV) + states + len(marks)
+    grow, keep = (
+        (FUNCTION_BUCKET, FUNCTION_BUCKET_NOGROW) if bucketed else (FUNCTION, FUNCTION_NOGROW)
     )
-    nogrow = head.replace(bulk(FUNCTION.encode()), bulk(FUNCTION_NOGROW.encode()), 1)
+    head = b"*%d\r\n%s%s%s" % (count, bulk(b"FCALL"), bulk(grow.encode()), bulk(b"1"))
+    nogrow = b"*%d\r\n%s%s%s" % (count, bulk(b"FCALL"), bulk(keep.encode()), bulk(b"1"))
     frame = (head, bulk(text.encode()), nogrow)
     if not marks:
-        _FRAMES.setdefault(text if named == 1 else "#" + text, frame)
+        _FRAMES.setdefault("#" + text if bucketed else text, frame)
     return frame
 
 
 def encode(call: ScriptCall) -> tuple[bytes, bytes]:
     """FCALL in the wire protocol (RESP), and the record key it touches (its slot's)."""
     text = call.part.spec_text
-    named = call_keys(call)
-    frame = _FRAMES.get(text if len(named) == 1 else "#" + text)
+    key, rid = call_keys(call)
+    bucketed = rid is not None
+    frame = _FRAMES.get("#" + text if bucketed else text)
     marks = _marks(call)
     if frame is None or marks:
-        frame = _frame(text, len(named), len(call.part.layouts), marks)
-    key = named[0]
+        frame = _frame(text, bucketed, len(call.part.layouts), marks)
     fields = [layout.field(call.texts) for layout in call.part.layouts]
     now = b"" if call.now is None else b"%d" % call.now
     cost = b"%d" % call.cost
     values = (
         frame[0] if grows(call.mode, call.cost) else frame[2],
-        bulk(key) if len(named) == 1 else b"".join([bulk(k) for k in named]),
+        bulk(key) if rid is None else bulk(key) + bulk(rid),
         len(now),
         now,
         len(cost),

@@ -185,15 +185,14 @@ class KeyLayout:
         return self._head + partition_token(texts[self._partition]) + self._policy_tail
 
     def bucket(self, texts: Mapping[str, str]) -> tuple[bytes, bytes]:
-        """The bucket the key's record lives in (``buckets`` > 0), and the record there:
-        ``fg:{#4711}:sms`` and that key followed by the record's 8-byte id (the policy
-        function's KEYS[1] and KEYS[2], one slot)."""
+        """The bucket the key's record lives in (``buckets`` > 0), and the record's 8-byte id
+        there (the field it is): ``fg:{#4711}:sms`` and the partition value's digest."""
         assert self._partition is not None
         assert self.buckets > 0
         rid = raw_digest(texts[self._partition])
         head, tail = self._bucket_head
         key = f"{head}{int.from_bytes(rid, 'big') % self.buckets}{tail}".encode()
-        return key, key + rid
+        return key, rid
 
     def field(self, texts: Mapping[str, str]) -> bytes:
         """The key's field in its Redis record: the field tag, plus the raw digest if any."""

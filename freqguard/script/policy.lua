@@ -633,9 +633,11 @@ local function limited_spec(spec, by_tag)
 end
 
 -- the record ------------------------------------------------------------------------------
--- A record is its own hash (KEYS[1]), or, when the call names a bucket (KEYS[2]: KEYS[1], the
--- bucket, then the record's 8-byte id), one field of that shared hash, which holds the same
--- fields as one string in a compact form (see Buckets). Everything below reads and writes a
+-- A record is its own hash (KEYS[1]), or, when the call goes to the bucketed functions (the
+-- library's last two; ARGV[1] the record's 8-byte id, the rest as above), one field of the
+-- shared hash KEYS[1], which holds the same fields as one string in a compact form (see
+-- Buckets). The id is no key: a key that never exists would make a node refuse the call
+-- (TRYAGAIN) while its slot migrates. Everything below reads and writes a
 -- record through these functions, on the hash itself or on the bucket's record, decoded once
 -- a call (rec.map) and written back once (bucket_flush).
 
@@ -814,12 +816,11 @@ end
 -- A record, and its fields named by the call (got[1] the meta field, got[i + 1] state i's;
 -- false where absent). A bucketed one keeps in rec.map the fields it decoded or changed
 -- (rec.touched: set or deleted), its other entries as they are.
-local function open_record(keys, argv, n)
+local function open_record(keys, argv, n, rid)
   local key = keys[1]
-  if not keys[2] then
+  if not rid then
     return {key = key}, call('HMGET', key, '', tunpack(argv, ARGV_FIELDS, ARGV_FIELDS - 1 + n))
   end
-  local rid = sub(keys[2], #key + 1)
   local pair = call('HMGET', key, '', rid)
   local rec = {key = key, rid = rid, bucket = pair[1], blob = pair[2], touched = {}}
   local map, entries, index = blob_read(key, pair[2])
@@ -1265,7 +1266,7 @@ local function check_layout(rec, got, n)
 end
 
 -- the policy function (freqguard/script/twin.py: run) ------------------------------------------
-local function run(keys, argv)
+local function run(keys, argv, rid)
   local pinned, now = argv[ARGV_NOW] ~= '', tonumber(argv[ARGV_NOW])
   if not pinned then
     local t = call('TIME')
@@ -1275,7 +1276,7 @@ local function run(keys, argv)
   local cost, mode = tonumber(argv[ARGV_COST]), tonumber(argv[ARGV_MODE])
   local specs = specs_of(argv[ARGV_SPECS])
   local n = #specs
-  local rec, got = open_record(keys, argv, n)
+  local rec, got = open_record(keys, argv, n, rid)
   local found = check_layout(rec, got, n)
   -- per state: the packed state to store ('' a reset's marker), false to delete, nil to keep
   local after = {}
@@ -1299,30 +1300,47 @@ end
 
 local bound = false
 
-local function policy(keys, argv)
+local function policy(keys, argv, rid)
   if not bound then
     bind()
     bind_entries()
     bound = true
   end
-  return run(keys, argv)
+  return run(keys, argv, rid)
 end
 
--- The policy function under two names. Redis refuses a function that may write once used
--- memory is past maxmemory, unless it is flagged allow-oom: the first name, for hits, is
--- refused then (a full server takes no new state); the second (freqguard/backends/redis.py:
--- FUNCTION_NOGROW) serves the calls that never grow what is stored, CHECK, REFUND, RESET and a
--- HIT of cost 0, so a full server can still be read, refunded and emptied. It refuses a hit
--- that would consume, whoever calls it.
-redis.register_function('__LIBRARY__', policy)
+local function nogrow(keys, argv, rid)
+  local mode = tonumber(argv[ARGV_MODE])
+  if (mode == HIT or mode == LIMIT) and tonumber(argv[ARGV_COST]) > 0 then  -- grows
+    return redis.error_reply('ERR a call that grows cannot run as a _nogrow function')
+  end
+  return policy(keys, argv, rid)
+end
+
+-- A bucketed call: its ARGV[1] is the record's id, the rest the ARGV above.
+local function bucketed(callback)
+  return function(keys, argv)
+    local rest = {}
+    for i = 2, #argv do rest[i - 1] = argv[i] end
+    return callback(keys, rest, argv[1])
+  end
+end
+
+-- The policy function under two names, and the bucketed one under two more. Redis refuses a
+-- function that may write once used memory is past maxmemory, unless it is flagged
+-- allow-oom: the first name, for hits, is refused then (a full server takes no new state);
+-- the second (freqguard/backends/_library.py: FUNCTION_NOGROW) serves the calls that never
+-- grow what is stored, CHECK, REFUND, RESET and a HIT of cost 0, so a full server can still
+-- be read, refunded and emptied. It refuses a hit that would consume, whoever calls it.
+redis.register_function('__LIBRARY__', function(keys, argv) return policy(keys, argv) end)
 redis.register_function{
   function_name = '__LIBRARY___nogrow',
-  callback = function(keys, argv)
-    local mode = tonumber(argv[ARGV_MODE])
-    if (mode == HIT or mode == LIMIT) and tonumber(argv[ARGV_COST]) > 0 then  -- grows
-      return redis.error_reply('ERR a call that grows cannot run as __LIBRARY___nogrow')
-    end
-    return policy(keys, argv)
-  end,
+  callback = function(keys, argv) return nogrow(keys, argv) end,
+  flags = {'allow-oom'},
+}
+redis.register_function('__LIBRARY___bucket', bucketed(policy))
+redis.register_function{
+  function_name = '__LIBRARY___bucket_nogrow',
+  callback = bucketed(nogrow),
   flags = {'allow-oom'},
 }

@@ -22,6 +22,7 @@ from typing import Any, cast
 import pytest
 from redis import Redis
 from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
 from freqguard import (
     BackendUnavailable,
@@ -46,7 +47,7 @@ from freqguard.script.contract import (
 from freqguard.script.keys import raw_digest
 from tests.conformance.test_differential import _assert_alike
 from tests.conftest import START, flush
-from tests.servers import RedisServer
+from tests.servers import RedisServer, cluster
 
 DAY = 86_400_000_000
 P = Policy("p", Rule("2 per 1 second", by="u"))
@@ -398,3 +399,37 @@ def test_a_cluster_node_with_low_listpack_limits_is_named(
     (message,) = _warnings(caplog)
     assert f"127.0.0.1:{low.port} has hash-max-listpack-value 512" in message
     assert f"127.0.0.1:{redis_cluster[0].port}" not in message
+
+
+def test_a_bucketed_call_on_a_slot_being_migrated_is_served(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Found by review: the record's id went as a second key, one that never exists; while
+    its slot migrates, a node that has the bucket but not that key answers TRYAGAIN to every
+    call. The id is no key: the call is served where the bucket is, and follows it when it
+    has moved."""
+    with cluster(tmp_path_factory.mktemp("bucket-migrate")) as nodes:
+        client = RedisCluster(host="127.0.0.1", port=nodes[0].port, socket_timeout=5)
+        backend = RedisBackend(client, buckets=1)
+        clock = ManualClock(START)
+        guard = Guard(backend, [P], clock=clock)
+        reference = Guard(MemoryBackend(), [P], clock=clock)
+        assert guard.hit("p", u="x") == reference.hit("p", u="x")
+        (bucket,) = [cast(bytes, key) for node in nodes for key in node.client.keys("*")]
+        slot = key_slot(bucket)
+        ids = {node.port: _admin(node, "CLUSTER", "MYID").decode() for node in nodes}
+        source = next(n for n in nodes if _admin(n, "CLUSTER", "COUNTKEYSINSLOT", slot))
+        target = next(n for n in nodes if n is not source)
+        _admin(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source.port])
+        _admin(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target.port])
+        assert guard.hit("p", u="x") == reference.hit("p", u="x")  # the bucket is still here
+        _admin(source, "MIGRATE", "127.0.0.1", target.port, bucket, 0, 5000)
+        assert guard.hit("p", u="x") == reference.hit("p", u="x")  # ASK: it is there now
+        for node in nodes:
+            _admin(node, "CLUSTER", "SETSLOT", slot, "NODE", ids[target.port])
+        assert guard.hit("p", u="x") == reference.hit("p", u="x")  # MOVED
+        guard.close()
+
+
+def _admin(node: RedisServer, *args: object) -> Any:
+    return node.client.execute_command(*args)  # type: ignore[no-untyped-call]

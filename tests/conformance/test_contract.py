@@ -298,7 +298,7 @@ def test_the_run_steps_are_defined_on_both_sides_in_the_same_order() -> None:
     """Every function both twins of the script define is a step of the contract, and every
     step is defined on both sides, in the contract's order."""
     lua, python = _lua_functions(), _script_functions()
-    assert lua[-2:] == ["run", "policy"]  # run last, below its steps
+    assert lua[-4:] == ["run", "policy", "nogrow", "bucketed"]  # run below its steps; its names
     assert "run" in python
     assert [f for f in lua if f in python and f != "run"] == list(contract.RUN_STEPS)
     assert [f for f in python if f in lua and f != "run"] == list(contract.RUN_STEPS)
@@ -368,8 +368,11 @@ def test_the_lua_reads_a_refund_mark_with_the_contracts_separator() -> None:
 def test_the_nogrow_name_refuses_what_the_contract_says_grows() -> None:
     """The Lua's second name refuses exactly the calls ``contract.grows`` names (the
     encoder sends every other call there: tests/backends/test_redis_memory.py runs both)."""
-    nogrow = LUA.split("__LIBRARY___nogrow',", 1)[1]
+    nogrow = LUA.split("local function nogrow(", 1)[1].split("\nend\n", 1)[0]
     assert "local mode = tonumber(argv[ARGV_MODE])" in nogrow
+    registered = LUA.split("-- The policy function under two names", 1)[1]
+    assert "callback = function(keys, argv) return nogrow(keys, argv) end," in registered
+    assert "callback = bucketed(nogrow)," in registered
     assert "(mode == HIT or mode == LIMIT) and tonumber(argv[ARGV_COST]) > 0" in nogrow
     assert [contract.grows(mode, cost) for mode in contract.MODES.values() for cost in (0, 2)] == [
         False,
