@@ -19,6 +19,7 @@ import re
 
 __all__ = [
     "ARGV",
+    "ARGV_BUCKETED",
     "ARGV_STATES",
     "BACK_LIMIT",
     "BLOB_HEAD",
@@ -66,6 +67,10 @@ ARGV = ("now", "cost", "mode", "specs")
 #: refund of one decision only, one mark per state (:data:`MARK_SEPARATOR`), or, for a
 #: LIMIT call only, one change of the record's per-key limits (see :data:`LIMIT`).
 ARGV_STATES = ("fields", "marks")
+
+#: The ARGV of a call to the bucketed functions (``RedisBackend(buckets=N)``): the record's
+#: id in its bucket (KEYS[1]), then :data:`ARGV` and :data:`ARGV_STATES` as above.
+ARGV_BUCKETED = ("record", *ARGV)
 
 #: A bucket's refund mark is its numbers joined by this (``tat:back:born:interval``, the
 #: interval the hit was charged at; receipts made before per-key limits have no interval);

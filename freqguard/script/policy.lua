@@ -59,6 +59,7 @@ local HIT, CHECK, REFUND, RESET, LIMIT = 0, 1, 2, 3, 4
 -- ARGV_FIELDS on, then (a refund of one decision) one mark per state.
 local ARGV_NOW, ARGV_COST, ARGV_MODE, ARGV_SPECS = 1, 2, 3, 4
 local ARGV_FIELDS = ARGV_SPECS + 1
+local ARGV_RECORD = 1  -- a bucketed call's ARGV: the record's id in its bucket, then the above
 local MARK_SEPARATOR = ':'  -- a bucket's mark: tat, back, born and interval, joined by it
 local MARK_PATTERN = '^(%d+)' .. MARK_SEPARATOR .. '(%d+)' .. MARK_SEPARATOR .. '(%d+)'
 -- With a pinned clock (tests, replays) the caller's time and the server's expiry clock
@@ -1321,8 +1322,8 @@ end
 local function bucketed(callback)
   return function(keys, argv)
     local rest = {}
-    for i = 2, #argv do rest[i - 1] = argv[i] end
-    return callback(keys, rest, argv[1])
+    for i = ARGV_RECORD + 1, #argv do rest[i - ARGV_RECORD] = argv[i] end
+    return callback(keys, rest, argv[ARGV_RECORD])
   end
 end
 

@@ -360,6 +360,11 @@ def test_the_lua_reads_its_arguments_only_through_the_named_positions() -> None:
     assert re.findall(r"tunpack\(argv, \d", LUA) == []
 
 
+def test_a_bucketed_call_names_its_record_first() -> None:
+    assert int(_lua_local("ARGV_RECORD")) == contract.ARGV_BUCKETED.index("record") + 1
+    assert contract.ARGV_BUCKETED[1:] == contract.ARGV
+
+
 def test_the_lua_reads_a_refund_mark_with_the_contracts_separator() -> None:
     assert _lua_local("MARK_SEPARATOR") == repr(contract.MARK_SEPARATOR)
     assert "MARK_PATTERN" in LUA.split("function give_back", 1)[1].split("\nend", 1)[0]
