@@ -15,9 +15,10 @@ failure at the first call: the port (1-65535), the database (the path ``/3`` or 
 0 on a cluster), and the query options redis-py reads (timeouts in seconds, > 0 and at most a
 day; ``max_connections`` and ``socket_read_size`` >= 1; ``health_check_interval`` >= 0;
 ``protocol`` 2 or 3; flags as true/false/yes/no/1/0; TLS options with ``rediss`` only).
-An option redis-py would not understand is refused by name. Two options are freqguard's
+An option redis-py would not understand is refused by name. Three options are freqguard's
 own, for the backend: ``wait_replicas=N`` (0-100) and ``wait_timeout`` (seconds, shorter
-than ``socket_timeout``) make each write wait for N replicas (see ``RedisBackend``).
+than ``socket_timeout``) make each write wait for N replicas, and ``buckets=N`` (1 to 2^32)
+shares records in buckets (see ``RedisBackend``).
 
 A Sentinel URL lists the sentinels (port 26379 when left out) and names the monitored
 service; the client asks the sentinels where the service's master is whenever it connects,
@@ -33,7 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from freqguard.backends._url_options import (
     _SHARED_WITH_SENTINELS,
@@ -84,7 +85,8 @@ class Target:
         service: the name the sentinels monitor the master under.
         sentinel_options: keyword arguments for each sentinel's own connection.
         min_other_sentinels: trust only a sentinel that sees this many others.
-        backend: keyword arguments for the backend (``wait_replicas``, ``wait_timeout``).
+        backend: keyword arguments for the backend (``wait_replicas``, ``wait_timeout``,
+            ``buckets``).
     """
 
     kind: str
@@ -128,7 +130,8 @@ def _direct(url: str, scheme: str) -> Target:
     own = _backend_options(url, query)
     if own:  # redis-py would hand them to its connections: not in the URL it reads
         kept = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in own]
-        url = urlunsplit(parts._replace(query=urlencode(kept)))
+        # not urlunsplit: it writes unix:///path back as unix:/path, which redis-py refuses
+        url = url.partition("?")[0] + (f"?{urlencode(kept)}" if kept else "")
     return Target(kind, url.replace("+cluster://", "://", 1), _fail_fast(query), backend=own)
 
 

@@ -124,7 +124,7 @@ class Registry:
         check_on_error(self._adapt(on_error), where, self._methods)
         plan = PolicyPlan(policy, self.prefix, self._estimate, self._buckets)
         if isinstance(on_error, Fallback):  # its shared-out rules checked now, not at a hit
-            self._shared_out(plan, on_error.workers)
+            self._shared_out(plan, on_error)
         self._plans[policy.name] = plan
         self._on_error[policy.name] = on_error
 
@@ -184,14 +184,17 @@ class Registry:
         on_error = self._on_error[plan.name]
         if not isinstance(on_error, Fallback):
             return on_error, plan
-        there = self._shared_out(plan, on_error.workers)
+        there = self._shared_out(plan, on_error)
         return (on_error.backend if there.fits(cost) else "deny"), there
 
-    def _shared_out(self, plan: PolicyPlan, workers: int) -> PolicyPlan:
-        """``plan`` with its limits shared out among ``workers``, made once."""
+    def _shared_out(self, plan: PolicyPlan, fallback: Fallback) -> PolicyPlan:
+        """``plan`` with its limits shared out among the fallback's ``workers``, its keys as
+        the fallback's backend builds them (its buckets), made once."""
+        workers = fallback.workers
         made = self._shared.get((plan.name, workers))
         if made is None or made[0] is not plan:
-            scaled = PolicyPlan(shared_out(plan.policy, workers), self.prefix)
+            buckets: int = getattr(fallback.backend, "buckets", 0)
+            scaled = PolicyPlan(shared_out(plan.policy, workers), self.prefix, buckets=buckets)
             made = self._shared[(plan.name, workers)] = (plan, scaled)
         return made[1]
 

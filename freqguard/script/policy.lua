@@ -735,39 +735,48 @@ local function blob_entry(name, value)
   return char(code + 4 * kind) .. name .. entry
 end
 
+-- A bucketed record's meta field and entries (see blob_read); fails on a string cut short.
+local function blob_parse(blob)
+  local _, expiry, at = sunpack(BLOB_HEAD, blob)
+  local fields, prune_at, limits
+  fields, at = varint_at(blob, at)
+  prune_at, at = varint_at(blob, at)
+  limits, at = varint_at(blob, at)
+  local tail_end, size = at + limits * LIMIT_ENTRY_BYTES, #blob
+  if tail_end > size + 1 then error('cut short') end
+  local map = {[''] = pack(RECORD_META, LAYOUT_MARKS + RECORD_LAYOUT, expiry, fields, prune_at)
+    .. sub(blob, at, tail_end - 1)}
+  local entries, index, i = {}, {}, 0
+  at = tail_end
+  while at <= size do  -- entries[2i - 1] the name, entries[2i] where it starts
+    local name, after = entry_at(blob, at)
+    if after > size + 1 then error('cut short') end
+    i = i + 1
+    entries[2 * i - 1], entries[2 * i], index[name] = name, at, 2 * i
+    at = after
+  end
+  entries[2 * i + 1], entries[2 * i + 2] = false, size + 1  -- where a next one would start
+  return map, entries, index
+end
+
 -- A bucketed record: its meta field "" (rebuilt as RECORD_META marked with this release's
 -- RECORD_LAYOUT, so the steps read it as they read a hash's), its entries in order (each
 -- name, then where it starts), and where each name's start is in them; false for a string
--- of an older or unknown form,
--- which the call drops. A newer one fails the call.
+-- of an older or unknown form, or cut short, which the call drops. A newer one fails the
+-- call.
 local function blob_read(key, blob)
   if not blob then return {}, {}, {} end
   local mark = byte(blob, 1)
   if mark ~= LAYOUT_MARKS + BUCKET_LAYOUT then
-    if mark > LAYOUT_MARKS + BUCKET_LAYOUT then
+    if mark and mark > LAYOUT_MARKS + BUCKET_LAYOUT then
       error({err = format('ERR freqguard record in bucket %s is in layout %d, newer than the '
         .. '%d this release reads: upgrade freqguard on this client', key, mark - LAYOUT_MARKS,
         BUCKET_LAYOUT)})
     end
     return false
   end
-  local _, expiry, at = sunpack(BLOB_HEAD, blob)
-  local fields, prune_at, limits
-  fields, at = varint_at(blob, at)
-  prune_at, at = varint_at(blob, at)
-  limits, at = varint_at(blob, at)
-  local tail_end = at + limits * LIMIT_ENTRY_BYTES
-  local map = {[''] = pack(RECORD_META, LAYOUT_MARKS + RECORD_LAYOUT, expiry, fields, prune_at)
-    .. sub(blob, at, tail_end - 1)}
-  local entries, index, size, i = {}, {}, #blob, 0
-  at = tail_end
-  while at <= size do  -- entries[2i - 1] the name, entries[2i] where it starts
-    local name, after = entry_at(blob, at)
-    i = i + 1
-    entries[2 * i - 1], entries[2 * i], index[name] = name, at, 2 * i
-    at = after
-  end
-  entries[2 * i + 1], entries[2 * i + 2] = false, size + 1  -- where a next one would start
+  local ok, map, entries, index = pcall(blob_parse, blob)
+  if not ok then return false end
   return map, entries, index
 end
 
@@ -795,13 +804,9 @@ local function blob_write(rec)
   return concat(parts)
 end
 
--- How long a bucketed record is needed: its expiry, NEVER if a limit holds it for ever, or
--- 0 for a string of an older or unknown form (a newer one is kept: NEVER).
-local function blob_until(blob)
-  local mark = byte(blob, 1)
-  if mark ~= LAYOUT_MARKS + BUCKET_LAYOUT then
-    return mark > LAYOUT_MARKS + BUCKET_LAYOUT and NEVER or 0
-  end
+-- A bucketed record's expiry, or NEVER if a limit holds it for ever; fails on a string cut
+-- short.
+local function blob_expiry(blob)
   local _, expiry, at = sunpack(BLOB_HEAD, blob)
   local limits
   _, at = varint_at(blob, at)
@@ -812,6 +817,18 @@ local function blob_until(blob)
     if until_ == 0 then return NEVER end
   end
   return expiry
+end
+
+-- How long a bucketed record is needed, on its calls' time: blob_expiry; false for a string
+-- of an older or unknown form, or cut short (it goes); true for a newer release's (it stays,
+-- unread, and holds nothing).
+local function blob_until(blob)
+  local mark = byte(blob, 1)
+  if mark ~= LAYOUT_MARKS + BUCKET_LAYOUT then
+    return mark ~= nil and mark > LAYOUT_MARKS + BUCKET_LAYOUT
+  end
+  local ok, until_ = pcall(blob_expiry, blob)
+  return ok and until_
 end
 
 -- A record, and its fields named by the call (got[1] the meta field, got[i + 1] state i's;
@@ -825,7 +842,7 @@ local function open_record(keys, argv, n, rid)
   local pair = call('HMGET', key, '', rid)
   local rec = {key = key, rid = rid, bucket = pair[1], blob = pair[2], touched = {}}
   local map, entries, index = blob_read(key, pair[2])
-  rec.map, rec.entries, rec.index = map or {}, entries or {}, index or {}
+  rec.map, rec.entries, rec.index, rec.unread = map or {}, entries or {}, index or {}, not map
   local got = {rec.map[''] or false}
   for i = 1, n do
     local name = argv[ARGV_FIELDS - 1 + i]
@@ -889,14 +906,14 @@ local function rec_set(rec, sets)  -- HSET
   rec.dirty = true
 end
 
--- The record's TTL (ms) for an expiry (µs), or (ttl_ms nil) for ever: a bucket keeps the
--- longest of its records' (bucket_flush).
-local function rec_expire(rec, ttl_ms, expiry)
+-- The record's TTL (ms), or (nil) for ever: a bucket keeps the longest its records need
+-- (bucket_flush).
+local function rec_expire(rec, ttl_ms)
   if not rec.rid then
     if ttl_ms then call('PEXPIRE', rec.key, ttl_ms) else call('PERSIST', rec.key) end
     return
   end
-  rec.ttl_ms, rec.expiry = ttl_ms, expiry or NEVER
+  rec.ttl_ms, rec.persist = ttl_ms, not ttl_ms
 end
 
 -- Fields whose expiry has passed no longer matter; they go once the record holds more than
@@ -918,20 +935,22 @@ local function prune(rec, now)
   return live
 end
 
--- A bucket's records whose time has passed (their expiry, or a limit's) go, once the
--- bucket holds more than its prune_at records, as fields do in a record; and after a change
--- of limits, which may end one that held the bucket for ever. The bucket's expiry and TTL
--- are set afresh from what is left. Only on the server's time, as prune.
-local function sweep(key, clock)
-  local all, stale, live, latest = call('HGETALL', key), {}, 0, 0
+-- A bucket's deadline and TTL set afresh from its records (a record of a newer release
+-- holds nothing, but the TTL only grows while one is there). On the server's time, the
+-- records whose time has passed (their expiry, or a limit's) go first, as stale fields do
+-- in a record; a pinned time deletes nothing (it may come back to them). `real`: the
+-- server's time, on which the deadline is kept.
+local function sweep(key, clock, real, pinned)
+  local all, stale, live, latest, newer = call('HGETALL', key), {}, 0, 0, false
   for i = 1, #all, 2 do
-    local name = all[i]
-    if name ~= '' then
+    if all[i] ~= '' then
       local until_ = blob_until(all[i + 1])
-      if until_ <= clock - STALE_GRACE then
-        stale[#stale + 1] = name
+      if until_ == true then
+        live, newer = live + 1, true
+      elseif not pinned and (not until_ or until_ <= clock - STALE_GRACE) then
+        stale[#stale + 1] = all[i]
       else
-        live, latest = live + 1, max(latest, until_)
+        live, latest = live + 1, max(latest, until_ or 0)
       end
     end
   end
@@ -940,50 +959,56 @@ local function sweep(key, clock)
     call('DEL', key)
     return
   end
-  if latest >= NEVER then
-    call('PERSIST', key)
+  local deadline = NEVER
+  if latest < NEVER then
+    local ttl = max(1, ceil((latest + STALE_GRACE - clock) / 1000))
+    if pinned then ttl = ttl + PINNED_GRACE_MS end
+    deadline = real + 1000 * ttl
+    if newer then call('PEXPIRE', key, ttl, 'GT') else call('PEXPIRE', key, ttl) end
   else
-    call('PEXPIRE', key, max(1, ceil((latest + STALE_GRACE - clock) / 1000)))
+    call('PERSIST', key)
   end
-  call('HSET', key, '', pack(BUCKET_META, latest, max(BUCKET_FLOOR, 2 * live)))
+  call('HSET', key, '', pack(BUCKET_META, deadline, max(BUCKET_FLOOR, 2 * live)))
 end
 
--- A bucketed record written back (or deleted), the bucket's expiry kept the longest of its
--- records', and the bucket swept when it has grown past its prune_at.
-local function bucket_flush(rec, clock, pinned, changed)
+-- A bucketed record written back (or deleted); the bucket's TTL kept the longest its
+-- records need, as a deadline on the server's time (a pinned call asks TIME for it), so
+-- that no call, pinned or not, in or out of order, shortens it; the bucket swept when it
+-- has grown past its prune_at, or set afresh (`recompute`) when a change of limits or a
+-- dropped record may have ended what held it for ever.
+local function bucket_flush(rec, clock, pinned, recompute)
   if not rec.rid or not rec.dirty then return end
   local key, rid = rec.key, rec.rid
-  local expiry, prune_at = 0, BUCKET_FLOOR
-  if rec.bucket then expiry, prune_at = sunpack(BUCKET_META, rec.bucket) end
+  local known, deadline, prune_at = false, 0, BUCKET_FLOOR
+  if rec.bucket then known, deadline, prune_at = pcall(sunpack, BUCKET_META, rec.bucket) end
+  if not known then deadline, prune_at = 0, BUCKET_FLOOR end
+  local real = clock
+  if pinned then
+    local t = call('TIME')
+    real = t[1] * 1000000 + t[2]
+  end
+  local grows = false
   if not rec.map[''] then  -- deleted (a record's meta field goes only with the record)
-    if rec.blob then
-      call('HDEL', key, rid)
-      if call('HLEN', key) <= 1 then
-        call('DEL', key)
-        return
-      end
+    if rec.blob then call('HDEL', key, rid) end
+    if call('HLEN', key) <= 1 then
+      call('DEL', key)
+      return
     end
-    if changed and not pinned then sweep(key, clock) end
-    return
+  else
+    grows = call('HSET', key, rid, blob_write(rec)) == 1
   end
-  local added = call('HSET', key, rid, blob_write(rec)) == 1
-  if (added or changed) and not pinned and call('HLEN', key) - 1 > prune_at then
-    sweep(key, clock)
-    return
-  end
-  local grown = rec.expiry and rec.expiry > expiry
-  if grown and rec.ttl_ms then  -- with slack of its own: most records' writes then keep it
-    local slack = max(0, floor((rec.expiry - clock) / BUCKET_SLACK))
-    expiry = rec.expiry + slack
-    call('PEXPIRE', key, rec.ttl_ms + ceil(slack / 1000))
-  elseif grown then
-    expiry = NEVER
+  if recompute or (grows and not pinned and call('HLEN', key) - 1 > prune_at) then
+    sweep(key, clock, real, pinned)
+  elseif rec.persist and deadline < NEVER then
     call('PERSIST', key)
+    call('HSET', key, '', pack(BUCKET_META, NEVER, prune_at))
+  elseif rec.ttl_ms and real + 1000 * rec.ttl_ms > deadline then  -- with slack of its own:
+    local slack = ceil(rec.ttl_ms / BUCKET_SLACK)  -- most records' writes then keep it
+    call('PEXPIRE', key, rec.ttl_ms + slack)
+    call('HSET', key, '', pack(BUCKET_META, real + 1000 * (rec.ttl_ms + slack), prune_at))
+  elseif not known then
+    call('HSET', key, '', pack(BUCKET_META, deadline, prune_at))
   end
-  if grown or not rec.bucket then
-    call('HSET', key, '', pack(BUCKET_META, expiry, prune_at))
-  end
-  if changed and not pinned then sweep(key, clock) end
 end
 
 -- the policy function's steps (freqguard/script/twin.py has the same, in the same order) ----------
@@ -1207,7 +1232,7 @@ local function write_record(rec, got, sets, drops, latest, added, now, clock, pi
       max(fields, 0), prune_at) .. lim.tail
   end
   if #sets > 0 then rec_set(rec, sets) end
-  if ttl_ms then rec_expire(rec, max(1, ttl_ms), record_expiry) end
+  if ttl_ms then rec_expire(rec, max(1, ttl_ms)) end
 end
 
 -- The reply: the decision, then every state as the call leaves it, then the limits if any.
@@ -1295,7 +1320,7 @@ local function run(keys, argv, rid)
   local sets, drops, latest, added = changes(specs, after, got, argv, expiries, now, mode)
   local lim = limits_of(got[1], entries, changed)
   write_record(rec, got, sets, drops, latest, added, now, clock, pinned, lim)
-  bucket_flush(rec, clock, pinned, lim.changed)
+  bucket_flush(rec, clock, pinned, lim.changed or rec.unread)
   return reply(specs, allowed, now, waits, after, raws, lim.tail, found)
 end
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ from freqguard import (
 )
 from freqguard.backends.redis import RedisBackend
 from freqguard.backends.urls import backend_from_url
+from freqguard.failure import Fallback
 from freqguard.script.contract import (
     BLOB_HEAD,
     BUCKET_ENTRY_HEADS,
@@ -432,3 +434,123 @@ def test_a_bucketed_call_on_a_slot_being_migrated_is_served(
 
 def _admin(node: RedisServer, *args: object) -> Any:
     return node.client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
+# -- found by review: TTLs on a pinned time, strings cut short ---------------------------
+
+
+def _twins(server: RedisServer, policy: Policy, *clocks: ManualClock) -> list[list[Guard]]:
+    """Guards on a bucketed backend (db 1, one bucket) and a hash-per-record one (db 2)."""
+    return [
+        [
+            Guard(RedisBackend(Redis(port=server.port, db=db), buckets=n), [policy], clock=c)
+            for c in clocks
+        ]
+        for db, n in ((1, 1), (2, 0))
+    ]
+
+
+def test_a_pinned_record_behind_the_buckets_expiry_is_still_covered(
+    redis_server: RedisServer, db1: Any
+) -> None:
+    """Pinned times out of order across recipients: the second record's TTL needs an hour,
+    the first's ten minutes; the bucket must keep the longest."""
+    flush([redis_server])
+    policy = Policy("p", Rule("86400 per 1 day", by="u", strategy=Strategy.GCRA))
+    (ba, bb), (ha, hb) = _twins(redis_server, policy, ManualClock(START + 3600), ManualClock(START))
+    for first, second in ((ba, bb), (ha, hb)):
+        first.hit("p", u="a")
+        second.hit("p", u="b", cost=3000)
+    (bucket,) = db1.keys("*")
+    needed = Redis(port=redis_server.port, db=2).pttl("fg:{b}:p")
+    assert db1.pttl(bucket) >= needed - 1000
+    for _first, second in ((bb, ba), (hb, ha)):  # the other order: never shortened
+        second.hit("p", u="a")
+    assert db1.pttl(bucket) >= needed - 1000
+
+
+def test_a_pinned_call_ahead_does_not_cut_a_server_time_records_ttl(
+    redis_server: RedisServer, db1: Any
+) -> None:
+    flush([redis_server])
+    policy = Policy("p", Rule("86400 per 1 day", by="u", strategy=Strategy.GCRA))
+    ahead = ManualClock(time.time() + 3600)
+    for db, buckets in ((1, 1), (2, 0)):
+        backend = RedisBackend(Redis(port=redis_server.port, db=db), buckets=buckets)
+        Guard(backend, [policy], clock=ahead).hit("p", u="a")
+        Guard(backend, [policy]).hit("p", u="b", cost=3000)
+    (bucket,) = db1.keys("*")
+    needed = Redis(port=redis_server.port, db=2).pttl("fg:{b}:p")
+    assert db1.pttl(bucket) >= needed - 1000
+
+
+def test_clearing_a_limit_for_ever_on_a_pinned_time_lets_the_bucket_expire(
+    redis_server: RedisServer, db1: Any
+) -> None:
+    flush([redis_server])
+    policy = Policy("p", Rule("2 per 1 second", by="u", name="r"))
+    ((bucketed,), (hashed,)) = _twins(redis_server, policy, ManualClock(START))
+    for guard in (bucketed, hashed):
+        guard.hit("p", u="a")
+        guard.set_limit("p", "r", Rate(9, timedelta(seconds=1)), u="a")
+        guard.clear_limit("p", "r", u="a")
+    (bucket,) = db1.keys("*")
+    assert Redis(port=redis_server.port, db=2).pttl("fg:{a}:p") > 0
+    assert db1.pttl(bucket) > 0
+
+
+@pytest.mark.parametrize("blob", [b"\xf4", b"\xf4\0\0\0", b"\xf4" + bytes(17) + b"\x0b"])
+def test_a_record_cut_short_is_dropped_as_a_hashs_bad_meta_field_is(
+    redis_server: RedisServer, db1: Any, blob: bytes
+) -> None:
+    flush([redis_server])
+    guard = Guard(RedisBackend(Redis(port=redis_server.port, db=1), buckets=1), [P])
+    assert guard.hit("p", u="a").allowed
+    (bucket,) = db1.keys("*")
+    db1.hset(bucket, raw_digest("a"), blob)
+    assert guard.hit("p", u="a").allowed  # decided as absent
+    assert [guard.hit("p", u="a").allowed for _ in range(2)] == [True, False]
+
+
+def test_a_bad_record_in_a_bucket_fails_no_sweep(redis_server: RedisServer, db1: Any) -> None:
+    """A sweep reads every record: one cut short must not fail (after writing) every call
+    that sweeps; it goes, as a stale record does. A newer release's record stays, and does
+    not hold the bucket for ever."""
+    flush([redis_server])
+    guard = Guard(RedisBackend(Redis(port=redis_server.port, db=1), buckets=1), [P])
+    guard.hit("p", u="a")
+    guard.hit("p", u="b")
+    (bucket,) = db1.keys("*")
+    db1.hset(bucket, raw_digest("a"), b"\xf4\0\0")
+    db1.hset(bucket, raw_digest("b"), bytes([LAYOUT_MARKS + 5]) + bytes(20))
+    for n in range(40):
+        assert guard.hit("p", u=f"r{n}").allowed
+    assert db1.hget(bucket, raw_digest("a")) is None
+    assert db1.hget(bucket, raw_digest("b")) is not None
+    assert db1.pttl(bucket) > 0
+
+
+def test_a_bucketed_fallback_backend_keeps_its_buckets(redis_server: RedisServer, db1: Any) -> None:
+    """Found by review: the fallback's plan (its limits shared out) was built without the
+    fallback backend's buckets, so it wrote a hash per record beside them."""
+    flush([redis_server])
+    dead = RedisBackend(Redis(port=1, socket_connect_timeout=0.2, socket_timeout=0.2))
+    spare = RedisBackend(Redis(port=redis_server.port, db=1), buckets=4)
+    guard = Guard(dead, [P], on_error=Fallback(spare, workers=1))
+    assert guard.hit("p", u="a").allowed
+    assert db1.keys("*")
+    assert all(key.startswith(b"fg:{#") for key in db1.keys("*"))
+    guard.close()
+
+
+def test_freqguards_own_options_leave_a_unix_url_whole(tmp_path: Any) -> None:
+    """Found by review: taking ``buckets`` (or ``wait_replicas``) out of a ``unix://`` URL
+    wrote it back as ``unix:/path``, which redis-py refuses."""
+    backend = backend_from_url(f"unix://{tmp_path}/redis.sock?buckets=8&socket_timeout=1")
+    assert isinstance(backend, RedisBackend)
+    assert backend.buckets == 8
+    assert isinstance(backend.client, Redis)
+    kwargs = backend.client.connection_pool.connection_kwargs
+    assert kwargs["path"] == f"{tmp_path}/redis.sock"
+    assert kwargs["socket_timeout"] == 1.0
+    backend.close()
