@@ -69,6 +69,7 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     (r"AsyncJob", "Job"),
     (r"AsyncSingleFlight", "SingleFlight"),
     (r"aexchange_all", "exchange_all"),
+    (r"adrive", "drive"),
     (r"alearn_slots", "learn_slots"),
     (r"alearn_lost", "learn_lost"),
     (r"aexecute_many", "execute_many"),

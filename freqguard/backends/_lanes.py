@@ -29,10 +29,12 @@ from redis.asyncio.connection import Connection as AsyncConnection
 from redis.connection import Connection
 
 from freqguard.backends._async import wire as async_wire
+from freqguard.backends._async.wire import drive as adrive
 from freqguard.backends._sync import wire
+from freqguard.backends._sync.wire import drive
 from freqguard.errors import ConfigError
 
-__all__ = ["AsyncLane", "Lane", "aexchange_all", "exchange_all"]
+__all__ = ["AsyncLane", "Lane", "adrive", "aexchange_all", "drive", "exchange_all"]
 
 
 _CHECK_AFTER = 0.01  # seconds a kept connection may idle before it is checked for a close

@@ -23,7 +23,7 @@ from freqguard.backends._boundary import (
 from freqguard.backends._durability import Durability
 from freqguard.backends._flight import AsyncSingleFlight
 from freqguard.backends._inspect import inspection
-from freqguard.backends._lanes import AsyncJob, AsyncLane, aexchange_all
+from freqguard.backends._lanes import AsyncJob, AsyncLane, adrive, aexchange_all
 from freqguard.backends._library import ATTEMPTS, LIBRARY, LOAD, after_load, again, missing
 from freqguard.backends._resp import ASKING, RAW, check_buckets, chunks, encode, function_args
 from freqguard.backends._routing import (
@@ -70,14 +70,9 @@ class AsyncRedisBackend:
             (``on_error`` answers); 0 (default): no waiting. See docs/operations.md.
         wait_timeout: seconds to wait for the replicas (0.001-60; less than the client's
             socket timeout, or the socket gives up first).
-        buckets: store the records of many partition values (recipients) in shared hashes,
-            this many per policy (1 to 2^32; about one per 32-64 live recipients), each
-            record one compact string: a recipient costs a fraction of the bytes of a hash
-            of its own. 0 (default): a hash each. Changing it (or turning it on) starts
-            every counter afresh: the records are found under other keys. The server must
-            keep buckets as listpacks (``hash-max-listpack-value 4096``,
-            ``hash-max-listpack-entries 256`` for 32-64 recipients a bucket); see
-            docs/redis.md.
+        buckets: share the records of many partition values in this many hashes a policy
+            (1 to 2^32), one compact string each: far fewer bytes, more server time; 0
+            (default): a hash each. Sizing, listpack limits, changing it: docs/redis.md.
 
     Raises:
         ConfigError: a bad ``wait_replicas``, ``wait_timeout`` (or one not shorter than the
@@ -97,8 +92,7 @@ class AsyncRedisBackend:
         wait_timeout: float = 0.1,
         buckets: int = 0,
     ) -> None:
-        #: how many buckets the records share (0: a hash each); the guard builds keys by it
-        self.buckets = check_buckets(buckets)
+        self.buckets = check_buckets(buckets)  # the guard builds its keys by it
         self._durability = durability = Durability(wait_replicas, wait_timeout, client)
         self._wait = durability.wait
         self.client = client
@@ -397,15 +391,5 @@ class AsyncRedisBackend:
         await self._inspecting.run(self._inspection)
 
     async def _inspection(self) -> None:
-        steps = inspection(self.client, self._cluster, self.buckets > 0)
-        try:
-            step = next(steps)
-            while True:
-                try:
-                    reply = await step()
-                except ERRORS as exc:
-                    step = steps.throw(exc)
-                else:
-                    step = steps.send(reply)
-        except StopIteration:
-            self._inspected = True
+        await adrive(inspection(self.client, self._cluster, self.buckets > 0), ERRORS)
+        self._inspected = True

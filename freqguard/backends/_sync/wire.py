@@ -7,10 +7,13 @@ never leaves the connection out of step with the calls sent on it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
+from typing import Any
+
 from redis import exceptions as rex
 from redis.connection import Connection
 
-__all__ = ["read", "send_and_read"]
+__all__ = ["drive", "read", "send_and_read"]
 
 
 def read(connection: Connection, count: int) -> list[object]:
@@ -28,3 +31,23 @@ def send_and_read(connection: Connection, packed: bytes, count: int) -> list[obj
     """Send ``count`` packed calls at once, then read their replies (see :func:`read`)."""
     connection.send_packed_command((packed,))  # type: ignore[no-untyped-call,unused-ignore]
     return read(connection, count)
+
+
+def drive(
+    steps: Generator[Callable[[], Any], Any, None],
+    errors: tuple[type[BaseException], ...],
+) -> None:
+    """Run each request an I/O-free step generator yields, sending its reply back (an error
+    of ``errors`` is thrown in instead), until it ends (the backends' first-call
+    inspection: ``_inspect.inspection``)."""
+    try:
+        step = next(steps)
+        while True:
+            try:
+                reply = step()
+            except errors as exc:
+                step = steps.throw(exc)
+            else:
+                step = steps.send(reply)
+    except StopIteration:
+        return
