@@ -935,12 +935,13 @@ local function prune(rec, now)
   return live
 end
 
--- A bucket's deadline and TTL set afresh from its records (a record of a newer release
--- holds nothing, but the TTL only grows while one is there). On the server's time, the
+-- A bucket's deadline and TTL set afresh from its records. Where that cannot know every
+-- record's need (a pinned time, a newer release's record, a lost meta field: `damaged`),
+-- the TTL only grows. On the server's time, the
 -- records whose time has passed (their expiry, or a limit's) go first, as stale fields do
 -- in a record; a pinned time deletes nothing (it may come back to them). `real`: the
 -- server's time, on which the deadline is kept.
-local function sweep(key, clock, real, pinned)
+local function sweep(key, clock, real, pinned, damaged)
   local all, stale, live, latest, newer = call('HGETALL', key), {}, 0, 0, false
   for i = 1, #all, 2 do
     if all[i] ~= '' then
@@ -963,8 +964,12 @@ local function sweep(key, clock, real, pinned)
   if latest < NEVER then
     local ttl = max(1, ceil((latest + STALE_GRACE - clock) / 1000))
     if pinned then ttl = ttl + PINNED_GRACE_MS end
+    if pinned or newer or damaged then  -- what it knows may be short of what is needed:
+      local now_ttl = call('PTTL', key)  -- it only extends (a TTL-less key gets one)
+      if now_ttl > ttl then ttl = now_ttl end
+    end
     deadline = real + 1000 * ttl
-    if newer then call('PEXPIRE', key, ttl, 'GT') else call('PEXPIRE', key, ttl) end
+    call('PEXPIRE', key, ttl)
   else
     call('PERSIST', key)
   end
@@ -973,7 +978,7 @@ end
 
 -- A bucketed record written back (or deleted); the bucket's TTL kept the longest its
 -- records need, as a deadline on the server's time (a pinned call asks TIME for it), so
--- that no call, pinned or not, in or out of order, shortens it; the bucket swept when it
+-- that no write, pinned or not, in or out of order, shortens it; the bucket swept when it
 -- has grown past its prune_at, or set afresh (`recompute`) when a change of limits or a
 -- dropped record may have ended what held it for ever.
 local function bucket_flush(rec, clock, pinned, recompute)
@@ -981,7 +986,7 @@ local function bucket_flush(rec, clock, pinned, recompute)
   local key, rid = rec.key, rec.rid
   local known, deadline, prune_at = false, 0, BUCKET_FLOOR
   if rec.bucket then known, deadline, prune_at = pcall(sunpack, BUCKET_META, rec.bucket) end
-  if not known then deadline, prune_at = 0, BUCKET_FLOOR end
+  if not known or deadline > NEVER then deadline, prune_at, known = 0, BUCKET_FLOOR, false end
   local real = clock
   if pinned then
     local t = call('TIME')
@@ -989,16 +994,21 @@ local function bucket_flush(rec, clock, pinned, recompute)
   end
   local grows = false
   if not rec.map[''] then  -- deleted (a record's meta field goes only with the record)
-    if rec.blob then call('HDEL', key, rid) end
-    if call('HLEN', key) <= 1 then
-      call('DEL', key)
-      return
+    if rec.blob then
+      call('HDEL', key, rid)
+      local left = call('HLEN', key)
+      if left == 0 or (left == 1 and known) then  -- nothing but its meta field
+        call('DEL', key)
+        return
+      end
     end
   else
     grows = call('HSET', key, rid, blob_write(rec)) == 1
   end
-  if recompute or (grows and not pinned and call('HLEN', key) - 1 > prune_at) then
-    sweep(key, clock, real, pinned)
+  -- a meta field missing (beside other records) or unreadable: its deadline is unknown
+  local damaged = not known and (rec.bucket or call('HLEN', key) > 1)
+  if recompute or damaged or (grows and not pinned and call('HLEN', key) - 1 > prune_at) then
+    sweep(key, clock, real, pinned, damaged)
   elseif rec.persist and deadline < NEVER then
     call('PERSIST', key)
     call('HSET', key, '', pack(BUCKET_META, NEVER, prune_at))

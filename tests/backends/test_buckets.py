@@ -11,6 +11,7 @@ hits (every head width), states past 255 bytes, sweeps on the server's time.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import time
@@ -554,3 +555,63 @@ def test_freqguards_own_options_leave_a_unix_url_whole(tmp_path: Any) -> None:
     assert kwargs["path"] == f"{tmp_path}/redis.sock"
     assert kwargs["socket_timeout"] == 1.0
     backend.close()
+
+
+# -- found by the second review -------------------------------------------------------------
+
+
+def test_a_sweep_on_a_pinned_time_never_shortens_the_buckets_ttl(
+    redis_server: RedisServer, db1: Any
+) -> None:
+    """A change of limits on a pinned clock that moved on recomputed the TTL from that clock:
+    shorter than what an earlier record still needs."""
+    flush([redis_server])
+    policy = Policy("p", Rule("1 per 1 hour", by="u", strategy=Strategy.GCRA, name="r"))
+    clock = ManualClock(START)
+    ((bucketed,), (hashed,)) = _twins(redis_server, policy, clock)
+    bucketed.hit("p", u="a")
+    hashed.hit("p", u="a")
+    clock.advance(59 * 60)
+    for guard in (bucketed, hashed):
+        guard.set_limit("p", "r", Rate(5, timedelta(hours=1)), ttl=1, u="b")
+    (bucket,) = db1.keys("*")
+    needed = Redis(port=redis_server.port, db=2).pttl("fg:{a}:p")
+    assert db1.pttl(bucket) >= needed - 1000
+
+
+def test_a_bucket_without_its_meta_field_keeps_its_records(
+    redis_server: RedisServer, db1: Any
+) -> None:
+    """A meta field lost (or unreadable): no write may cut the TTL to its own need, and
+    deleting an absent record must not take the bucket with the others."""
+    flush([redis_server])
+    policy = Policy("p", Rule("86400 per 1 day", by="u", strategy=Strategy.GCRA, name="r"))
+    guard = Guard(RedisBackend(Redis(port=redis_server.port, db=1), buckets=1), [policy])
+    guard.hit("p", u="a", cost=3000)  # needs about 3000 s
+    (bucket,) = db1.keys("*")
+    long = 3_000_000  # ms: what a's record needs, whatever the slack
+    db1.hdel(bucket, "")
+    guard.clear_limit("p", "r", u="b")  # an absent record: nothing to delete
+    assert db1.exists(bucket)
+    guard.hit("p", u="b")  # needs a second
+    assert db1.pttl(bucket) >= long - 1000
+    db1.hset(bucket, "", b"\xff" * 12)  # a deadline past NEVER
+    guard.hit("p", u="c", cost=3500)
+    assert db1.pttl(bucket) >= 3_400_000
+
+
+def test_an_async_face_of_a_bucketed_guard_builds_bucketed_keys(
+    redis_server: RedisServer, db1: Any
+) -> None:
+    """``as_async`` (ThreadedBackend) did not pass the backend's buckets on: policies added
+    through it kept a hash each."""
+    from freqguard.decorators.adapters import as_async
+
+    flush([redis_server])
+    guard = Guard(RedisBackend(Redis(port=redis_server.port, db=1), buckets=4), [P])
+    face = as_async(guard)
+    face.add_policy(Policy("q", Rule("2 per 1 second", by="u")))
+    asyncio.run(face.hit("q", u="a"))
+    assert db1.keys("*")
+    assert all(key.startswith(b"fg:{#") for key in db1.keys("*"))
+    guard.close()
