@@ -850,7 +850,6 @@ local function open_record(keys, argv, n, rid)
     got[i + 1] = at and entry_field(pair[2], rec.entries[at]) or false
     if at then rec.map[name] = got[i + 1] end
   end
-  if not map then got[1] = 'unread' end  -- check_layout drops it
   return rec, got
 end
 
@@ -1280,6 +1279,10 @@ end
 -- `got` (its HMGET), so the call decides as if it were absent. A record of a newer layout
 -- fails the call, which changes nothing.
 local function check_layout(rec, got, n)
+  if rec.unread then  -- a bucketed record's string it could not read (got is all false)
+    rec_delete(rec)
+    return REPLY_DROPPED
+  end
   local meta = got[1]
   if meta then
     local mark = byte(meta, 1)
