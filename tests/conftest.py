@@ -127,6 +127,17 @@ def cluster_backend(redis_cluster: list[RedisServer]) -> Iterator[RedisBackend]:
 
 
 BACKENDS = ("memory", "redis", "cluster")
+#: BACKENDS, and Redis with records in buckets (``RedisBackend(buckets=2)``)
+STORES = ("memory", "redis", "bucketed", "cluster")
+
+
+@pytest.fixture(params=STORES)
+def any_store(request: pytest.FixtureRequest) -> SyncBackend:
+    """Every store a sync guard runs on, buckets included, each test on empty stores."""
+    if request.param == "memory":
+        return MemoryBackend()
+    found: SyncBackend = request.getfixturevalue(f"{request.param}_backend")
+    return found
 
 
 @pytest.fixture(params=BACKENDS)

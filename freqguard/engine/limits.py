@@ -22,7 +22,7 @@ from freqguard.rules import Rule
 from freqguard.script.calls import Part, Reply, ScriptCall
 from freqguard.script.contract import LIMIT
 from freqguard.script.keys import value_text
-from freqguard.script.limits import Limit, change_text, live
+from freqguard.script.limits import Limit, change_text
 
 __all__ = ["limit_call", "limits_calls", "limits_of"]
 
@@ -51,11 +51,12 @@ def limit_call(
     number, part = next((n, p) for n, p in enumerate(plan.parts) if index in p.rule_index)
     texts = _partition_texts(plan, part, ctx, exact=plan.policy.rules[index].id)
     part = plan.parts_for(texts, now, bare=True)[number]
-    tag = plan.tags[index]
+    tag, keep = plan.tags[index], plan.tags
     if clear:
-        return ScriptCall(part, texts, now, 0, LIMIT, change=change_text(None, tag))
+        return ScriptCall(part, texts, now, 0, LIMIT, change=change_text(None, tag, keep=keep))
     limit = _limit(plan, index, rate)._replace(tag=tag)
-    return ScriptCall(part, texts, now, 1, LIMIT, change=change_text(limit, tag, _ttl_us(ttl)))
+    change = change_text(limit, tag, _ttl_us(ttl), keep)
+    return ScriptCall(part, texts, now, 1, LIMIT, change=change)
 
 
 def limits_calls(plan: PolicyPlan, ctx: Mapping[str, object], now: int | None) -> list[ScriptCall]:
@@ -81,10 +82,11 @@ def limits_of(plan: PolicyPlan, replies: list[Reply]) -> dict[str, Rate | None]:
     now: a live limit's rate, None for an exempt rule, else the rule's own."""
     rules = plan.policy.rules
     out: dict[str, Rate | None] = {rule.id: rule.rate for rule in rules}
-    for part, reply in zip(plan.parts, replies, strict=True):
-        by_tag = {limit.tag: limit for limit in live(reply.limits, reply.now)}
-        for index in part.rule_index:
-            limit = by_tag.get(plan.tags[index])
+    for reply in replies:
+        applied = reply.part.limits  # those the rules' strategies read (script.limits.apply)
+        if not applied:
+            continue
+        for index, limit in zip(reply.part.rule_index, applied, strict=True):
             if limit is not None:
                 out[rules[index].id] = None if limit.exempt else limit_rate(limit)
     return out

@@ -36,11 +36,10 @@ def limit_rate(limit: Limit) -> Rate:
     return Rate(limit.limit, timedelta(microseconds=limit.window))
 
 
-def _compile_slot(
-    states: tuple[StateLayout, ...], rules: tuple[Rule, ...], tags: tuple[int, ...]
-) -> Part:
+def _compile_slot(states: tuple[StateLayout, ...], policy: Policy, tags: tuple[int, ...]) -> Part:
     """A part of a policy (its states, from :func:`~freqguard.script.keys.policy_layout`),
     compiled."""
+    rules = policy.rules
     specs: list[StateSpec] = []
     for state in states:
         first = rules[state.rules[0]]
@@ -50,7 +49,8 @@ def _compile_slot(
         cap = max(p.capacity for p in params)
         specs.append(StateSpec(twin, params, twin.horizon(params), first.shadow, window, cap))
     rule_index = [i for state in states for i in state.rules]
-    return Part.build(specs, [state.key for state in states], rule_index)
+    labels = [f"rule {rules[i].id!r} of policy {policy.name!r}" for i in rule_index]
+    return Part.build(specs, [state.key for state in states], rule_index, labels)
 
 
 class PolicyPlan:
@@ -98,7 +98,7 @@ class PolicyPlan:
         rules = policy.rules
         self.tags = rule_tags([rule.id for rule in rules])
         self.parts = tuple(
-            _compile_slot(states, rules, self.tags)
+            _compile_slot(states, policy, self.tags)
             for states in policy_layout(policy, prefix, buckets)
         )
         self.single_part = len(self.parts) == 1

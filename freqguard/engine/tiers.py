@@ -31,7 +31,7 @@ def rule_params(rule: Rule, tag: int = 0) -> RuleParams:
     """The integers the twins read of a rule."""
     window = rule.rate.window_us
     interval = -(-window // rule.limit) if rule.strategy.uses_burst else 0
-    return RuleParams(rule.capacity, window, interval, rule.shadow, tag)
+    return RuleParams(rule.capacity, window, interval, rule.shadow, tag, 0, rule.burst or 0)
 
 
 class Tiers:

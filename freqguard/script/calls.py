@@ -43,14 +43,28 @@ class Part(NamedTuple):
     # per rule, in reply order, the per-key limit a call applied (None: the rule's own);
     # empty for a part as compiled (see script.limits.apply)
     limits: tuple[Limit | None, ...] = ()
+    # per rule, in reply order, how a log line names it ("rule 'r' of policy 'p'")
+    labels: tuple[str, ...] = ()
 
     @classmethod
     def build(
-        cls, specs: Sequence[StateSpec], layouts: Sequence[KeyLayout], rule_index: Sequence[int]
+        cls,
+        specs: Sequence[StateSpec],
+        layouts: Sequence[KeyLayout],
+        rule_index: Sequence[int],
+        labels: Sequence[str] = (),
     ) -> Part:
         """A part of these states (each read by its rules, policy indices in spec order)."""
         wait_format = Struct(">" + struct_codes(REPLY_WAIT) * len(rule_index))
-        return cls(tuple(specs), spec_text(specs), tuple(layouts), wait_format, tuple(rule_index))
+        return cls(
+            tuple(specs),
+            spec_text(specs),
+            tuple(layouts),
+            wait_format,
+            tuple(rule_index),
+            (),
+            tuple(labels),
+        )
 
 
 def spec_text(specs: Sequence[StateSpec]) -> str:

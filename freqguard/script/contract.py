@@ -17,6 +17,11 @@ from __future__ import annotations
 
 import re
 
+# The bounds a rule's own numbers are held to at construction, which the twins hold a per-key
+# limit to as well (each strategy's ``limited``): the limit may have been set while its rule
+# had another strategy. freqguard.bounds owns them; the Lua states them again.
+from freqguard.bounds import MAX_LOG_LIMIT, MAX_SPAN_US
+
 __all__ = [
     "ARGV",
     "ARGV_BUCKETED",
@@ -34,6 +39,8 @@ __all__ = [
     "LIMIT_CHANGE",
     "LIMIT_ENTRY",
     "MARK_SEPARATOR",
+    "MAX_LOG_LIMIT",
+    "MAX_SPAN_US",
     "MODES",
     "OLDEST_LAYOUT",
     "PINNED_GRACE_MS",
@@ -101,7 +108,7 @@ def grows(mode: int, cost: int) -> bool:
 #: rules), each state followed by its rules, these per rule (``RuleParams``' fields; shadow
 #: 0/1).
 SPEC_STATE = ("code", "shadow", "rule_count")
-SPEC_RULE = ("capacity", "window", "interval", "shadow", "tag", "reserve")
+SPEC_RULE = ("capacity", "window", "interval", "shadow", "tag", "reserve", "burst")
 
 #: The reply (one string): this head (flags: 1 allowed, plus :data:`REPLY_LIMITS` and
 #: :data:`REPLY_DROPPED`; the µs the call was judged at), one wait
@@ -162,7 +169,7 @@ BUCKET_ENTRY_HEADS = ("I7I7", "I7I4", "I7I5")
 #: The functions both twins of a strategy define, under these names and in this order. The
 #: Python twin has more that run on the client only (``decode``, ``mark``, ``report``,
 #: ``horizon``, and helpers).
-TWIN_FUNCTIONS = ("load", "check", "consume", "refund", "ttl")
+TWIN_FUNCTIONS = ("load", "check", "consume", "refund", "ttl", "limited")
 
 #: The steps of the policy function, which both twins define under these names, in this
 #: order, and call in this order (Python: ``twin.run``; Lua: ``run``). Each twin has more

@@ -6,24 +6,37 @@ A rule is named in the specs by its *tag* (``contract.SPEC_RULE``), a short numb
 from its id, so a limit set under one deploy still finds its rule after the policy's rules
 were reordered. The Lua stores a record's limits after its meta field's
 ``contract.RECORD_META``; the memory backend keeps them by record. Both decide with
-:func:`apply` (the Lua's ``apply_limits``): the rules a live limit names get its numbers.
-No I/O here.
+:func:`apply` (the Lua's ``apply_limits``): the rules a live limit names are decided at
+its rate, stored as the operator wrote it and read as the rule's strategy reads rates now
+(:func:`limited`), so a limit keeps its meaning across a deploy that changes the rule's
+strategy, or does not apply at all. No I/O here.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from hashlib import blake2b
 from typing import TYPE_CHECKING, NamedTuple
 
 from freqguard.errors import ConfigError
 from freqguard.script.contract import LIMIT_CHANGE, LIMIT_ENTRY, widths
-from freqguard.script.strategies.base import RuleParams, StateSpec
+from freqguard.script.strategies.base import RuleParams, StateSpec, Twin
 
 if TYPE_CHECKING:
     from freqguard.script.calls import Part
 
-__all__ = ["Limit", "apply", "change_text", "live", "pack_limits", "rule_tags", "unpack_limits"]
+__all__ = [
+    "Limit",
+    "apply",
+    "change_text",
+    "limited",
+    "live",
+    "pack_limits",
+    "parse_change",
+    "rule_tags",
+    "unpack_limits",
+]
 
 
 class Limit(NamedTuple):
@@ -66,13 +79,23 @@ def pack_limits(limits: Iterable[Limit]) -> bytes:
     )
 
 
-def change_text(limit: Limit | None, tag: int, ttl: int = 0) -> str:
-    """A LIMIT call's change (``contract.LIMIT_CHANGE``): set ``limit`` for ``ttl`` µs (0:
-    for ever), or with ``limit`` None clear the limit of the rule tagged ``tag``."""
+def change_text(limit: Limit | None, tag: int, ttl: int = 0, keep: Sequence[int] = ()) -> str:
+    """A LIMIT call's change (``contract.LIMIT_CHANGE``): the tags whose limits it keeps
+    (``keep``: every rule of the policy, whatever part, since equal values of two parts'
+    partitions share a record), then: set ``limit`` for ``ttl`` µs (0: for ever), or with
+    ``limit`` None clear the limit of the rule tagged ``tag``."""
+    head = [len(keep), *keep]
     if limit is None:
-        return str(tag)
+        return " ".join(map(str, [*head, tag]))
     values = {**limit._asdict(), "tag": tag, "ttl": ttl}
-    return " ".join(str(int(values[name])) for name in LIMIT_CHANGE)
+    return " ".join(map(str, [*head, *(int(values[name]) for name in LIMIT_CHANGE)]))
+
+
+def parse_change(change: str) -> tuple[frozenset[int], list[int]]:
+    """The tags a change keeps, and its words (see :func:`change_text`)."""
+    words = [int(word) for word in change.split()]
+    count = words[0]
+    return frozenset(words[1 : 1 + count]), words[1 + count :]
 
 
 def live(limits: Sequence[Limit], now: int) -> tuple[Limit, ...]:
@@ -108,53 +131,82 @@ def _long_tag(rule_id: str) -> int:
 # Effective parts by (base part, the limits applied): made once per distinct set of limits.
 _MADE: dict[tuple[int, tuple[Limit | None, ...]], tuple[Part, Part]] = {}
 _MADE_MAX = 4096
+# (rule, limit) pairs already logged as not applying (see _refused)
+_REFUSED: set[tuple[str, Limit]] = set()
+_log = logging.getLogger("freqguard")
+
+
+def limited(twin: Twin, rule: RuleParams, limit: Limit) -> RuleParams | None:
+    """The rule as ``limit`` makes it decide: at the rate stored with it (as written), read
+    as the rule's strategy reads rates (``Twin.limited``); exempt, as a shadow rule at its
+    own numbers. None where the rule's strategy cannot read that rate (it changed since the
+    limit was set): the rule's own numbers apply."""
+    made = twin.limited(rule, limit.limit, limit.window)
+    if made is None or not limit.exempt:
+        return made
+    return rule._replace(shadow=True)
 
 
 def apply(part: Part, limits: Sequence[Limit], now: int) -> Part:
-    """``part`` with the rules that a limit living at ``now`` names decided at its numbers;
-    ``part`` itself when none does. The states keep their horizon (the memory backend files
-    them by it, whatever limit applies)."""
+    """``part`` with the rules that a limit living at ``now`` names decided at its rate (see
+    :func:`limited`); ``part`` itself when none does. The states keep their horizon (the
+    memory backend files them by it, whatever limit applies)."""
     # the expiry only decides whether a limit lives: parts are made per distinct numbers
     by_tag = {limit.tag: limit._replace(expiry=0) for limit in limits if limit.lives(now)}
     if not by_tag:
         return part
-    found = tuple([by_tag.get(rule.tag) for spec in part.specs for rule in spec.rules])
+    found: list[Limit | None] = []
+    made: list[RuleParams | None] = []
+    for spec in part.specs:
+        for rule in spec.rules:
+            limit = by_tag.get(rule.tag)
+            params = None if limit is None else limited(spec.twin, rule, limit)
+            if limit is not None and params is None:
+                _refused(part, len(made), limit)
+            found.append(limit if params is not None else None)
+            made.append(params)
     if not any(found):
         return part
     if part.limits:  # a tier's variant: its rates stay where no stored limit applies
-        found = tuple([f or t for f, t in zip(found, part.limits, strict=True)])
-    key = (id(part), found)
-    made = _MADE.get(key)
-    if made is not None and made[0] is part:
-        return made[1]
+        found = [f or t for f, t in zip(found, part.limits, strict=True)]
+    key = (id(part), tuple(found))
+    cached = _MADE.get(key)
+    if cached is not None and cached[0] is part:
+        return cached[1]
     specs: list[StateSpec] = []
     at = 0
     for spec in part.specs:
-        rules = found[at : at + len(spec.rules)]
+        rules = made[at : at + len(spec.rules)]
         at += len(spec.rules)
         specs.append(_spec(spec, rules) if any(rules) else spec)
-    effective = part._replace(specs=tuple(specs), limits=found)
+    effective = part._replace(specs=tuple(specs), limits=tuple(found))
     if len(_MADE) >= _MADE_MAX:
         _MADE.clear()
     _MADE[key] = (part, effective)
     return effective
 
 
-def _spec(spec: StateSpec, limits: Sequence[Limit | None]) -> StateSpec:
-    """One state's spec with its rules' limits applied (the Lua's ``limited_spec``)."""
-    rules = tuple(
-        rule
-        if limit is None
-        else RuleParams(
-            limit.capacity,
-            limit.window,
-            limit.interval,
-            rule.shadow or limit.exempt,
-            rule.tag,
-            rule.reserve,
-        )
-        for rule, limit in zip(spec.rules, limits, strict=True)
+def _refused(part: Part, index: int, limit: Limit) -> None:
+    """Log, once per rule and limit, a stored limit its rule's strategy cannot read."""
+    label = part.labels[index] if part.labels else f"the rule tagged {limit.tag}"
+    if (label, limit) in _REFUSED:
+        return
+    if len(_REFUSED) >= _MADE_MAX:
+        _REFUSED.clear()
+    _REFUSED.add((label, limit))
+    _log.warning(
+        "freqguard: a per-key limit of %d per %g s stored for %s cannot apply to it as it is "
+        "now (its strategy or period changed since the limit was set): its own rate applies; "
+        "set the limit again, or clear it (it is dropped at the record's next limit change)",
+        limit.limit,
+        limit.window / 1_000_000,
+        label,
     )
+
+
+def _spec(spec: StateSpec, made: Sequence[RuleParams | None]) -> StateSpec:
+    """One state's spec with its rules' limits applied (the Lua's ``limited_spec``)."""
+    rules = tuple(rule if m is None else m for rule, m in zip(spec.rules, made, strict=True))
     # a lone exempt rule's state counts only what it admits, as a shadow rule's: never
     # beyond what its numbers hold (a bucket's tokens never go below zero)
     shadow = spec.shadow or (len(rules) == 1 and rules[0].shadow)

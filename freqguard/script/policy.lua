@@ -21,7 +21,8 @@
 --        [ARGV_SPECS] space-separated integers: the number of states, then for each state
 --            its strategy's code (see TWINS), shadow (0/1) and number of rules, then for each
 --            rule: capacity, window (µs), interval (µs per token, buckets; else 0), shadow
---            (0/1), tag (names the rule for per-key limits); after a calendar state's
+--            (0/1), tag (names the rule for per-key limits), reserve (a priority's cap),
+--            burst (a bucket rule's own, 0: none); after a calendar state's
 --            rules, the periods around the client's clock (CALENDAR_BOUNDS); see parse_specs
 --        [ARGV_FIELDS ...] one per state, its field in the record (a 2-byte field tag, plus
 --            the 8-byte digest of its other dimension values when it has any)
@@ -87,6 +88,10 @@ local REPLY_DROPPED = 4                  -- the flag: a record without a mark wa
 local REPLY_WAIT = 'I8'                  -- then one per rule
 local REPLY_STATE_LENGTH = '>I4'         -- then per state, before the state
 local NEVER = 2 ^ 60                     -- the expiry of what never expires
+-- The bounds of a rule's own numbers (freqguard/bounds.py), which a per-key limit is held to
+-- as well (each strategy's limited): a sliding log's limit, a bucket's refill time (µs).
+local MAX_LOG_LIMIT = 10000
+local MAX_SPAN_US = 10 * 366 * 86400 * 1000000
 -- A state stored short (each strategy's <NAME>_SHORT, told from its full form by its
 -- length) holds born as its distance from the time before it, in 5 bytes, and no back (a
 -- bucket's: 0 until a refund); a window's count in 2 bytes. Beyond these, or with a time
@@ -107,6 +112,27 @@ local function bind()
   match, gmatch, format, byte = string.match, string.gmatch, string.format, string.byte
   char = string.char
   concat, tunpack, call = table.concat, unpack, redis.call
+end
+
+-- A rule as a per-key limit of n per w µs makes it decide (strategies/base.py counted and
+-- metered): a count of n per window w, or a bucket of one token per w / n µs (rounded up)
+-- that keeps the rule's own burst; nil where the numbers cannot be (past a bucket's bound).
+local function rule_at(rule, capacity, window, interval)
+  return {capacity = capacity, window = window, interval = interval, shadow = rule.shadow,
+    tag = rule.tag, reserve = rule.reserve, burst = rule.burst}
+end
+
+local function counted(rule, n, w)
+  if n < 1 or w < 1 then return nil end
+  return rule_at(rule, n, w, 0)
+end
+
+local function metered(rule, n, w)
+  if n < 1 or w < 1 then return nil end
+  local interval = ceil(w / n)
+  local capacity = rule.burst > 0 and rule.burst or n
+  if capacity * interval > MAX_SPAN_US then return nil end
+  return rule_at(rule, capacity, w, interval)
 end
 
 -- fixed-window ----------------------------------------------------------------------------
@@ -162,6 +188,10 @@ end
 
 function fixed_window.ttl(raw, now, spec)  -- the start leads both forms
   return sunpack(FIXED_WINDOW_SHORT, raw) + spec.rules[1].window - now
+end
+
+function fixed_window.limited(rule, n, w)
+  return counted(rule, n, w)
 end
 
 -- sliding-log -----------------------------------------------------------------------------
@@ -270,6 +300,11 @@ function sliding_log.ttl(raw, now, spec)
   return base + sunpack(FORMATS[width], raw, #raw - width + 1) + spec.window - now
 end
 
+function sliding_log.limited(rule, n, w)  -- one entry per unit: at most MAX_LOG_LIMIT
+  if n > MAX_LOG_LIMIT then return nil end
+  return counted(rule, n, w)
+end
+
 -- How far (µs) a refund moves a bucket's arrival time back (strategies/gcra.py give_back):
 -- with a mark "tat:back:born:interval" (what the hit left), the part of the hit's own span
 -- (at its own interval; a mark without one: at today's) still ahead of now, the span taken
@@ -362,6 +397,10 @@ function token_bucket.ttl(raw, now, spec)
   return (rule.capacity - tokens) * rule.interval - (now - last)
 end
 
+function token_bucket.limited(rule, n, w)
+  return metered(rule, n, w)
+end
+
 -- gcra ------------------------------------------------------------------------------------
 -- state: the theoretical arrival time, what refunds moved it back since the state was born,
 -- and when that was: (tat, back, born), packed as GCRA_STATE
@@ -411,6 +450,10 @@ end
 
 function gcra.ttl(raw, now, spec)
   return sunpack(GCRA_SHORT, raw) - now  -- the tat leads both forms, the shorter fits both
+end
+
+function gcra.limited(rule, n, w)
+  return metered(rule, n, w)
 end
 
 -- calendar --------------------------------------------------------------------------------
@@ -464,6 +507,11 @@ function calendar.ttl(raw, now, spec)
   return stop - now
 end
 
+function calendar.limited(rule, n, w)  -- a count per the rule's own period only
+  if w ~= rule.window then return nil end
+  return counted(rule, n, w)
+end
+
 -- quiet -----------------------------------------------------------------------------------
 -- a policy's quiet hours, the pseudo-rule "quiet-hours": no state (nothing is stored); the
 -- specs carry QUIET_BOUNDS numbers after its rule, the span the client computed and four
@@ -499,6 +547,10 @@ function quiet.ttl(raw, now, spec)
   return 0
 end
 
+function quiet.limited(rule, n, w)  -- no rate a limit could change
+  return nil
+end
+
 -- specs -----------------------------------------------------------------------------------
 -- The registry: each strategy's section under its code (one line each).
 local TWINS = {
@@ -518,7 +570,7 @@ local PARSED, PARSED_COUNT = {}, 0
 -- SPEC_RULE). Both return the next position.
 local function parse_rule(v, at)
   return {capacity = v[at], window = v[at + 1], interval = v[at + 2], shadow = v[at + 3] == 1,
-    tag = v[at + 4], reserve = v[at + 5]}, at + 6
+    tag = v[at + 4], reserve = v[at + 5], burst = v[at + 6]}, at + 7
 end
 
 -- A state's longest window and largest capacity, from its rules.
@@ -611,18 +663,29 @@ local function limits_until(entries)
   return latest
 end
 
+-- The rule as a limit entry makes it decide (script/limits.py limited): at the rate stored
+-- with it, as the rule's strategy reads rates now; exempt, as a shadow rule at its own
+-- numbers; nil where the strategy cannot read that rate (it changed since the limit was set).
+local function entry_rule(twin, rule, e)
+  local made = twin.limited(rule, e[4], e[5])
+  if made and e[3] == 1 then
+    made = rule_at(rule, rule.capacity, rule.window, rule.interval)
+    made.shadow = true
+  end
+  return made
+end
+
 -- One state's spec with its rules' live limits applied (script/limits.py _spec); the spec
--- itself when none applies. An exempt rule decides as a shadow rule, and a lone one's state
--- counts only what it admits.
+-- itself when none applies. A lone exempt rule's state counts only what it admits.
 local function limited_spec(spec, by_tag)
   local rules, found = {}, false
   for r = 1, #spec.rules do
     local rule = spec.rules[r]
     local e = by_tag[rule.tag]
     rules[r] = rule
-    if e then
-      rules[r] = {capacity = e[6], window = e[5], interval = e[7],
-        shadow = rule.shadow or e[3] == 1, tag = rule.tag, reserve = rule.reserve}
+    local made = e and entry_rule(spec.twin, rule, e)
+    if made then
+      rules[r] = made
       found = true
     end
   end
@@ -1034,26 +1097,34 @@ local function judged_at(got, n, now)
 end
 
 -- The record's per-key limits after the call (script/twin.py change_limits): as stored, but
--- for a LIMIT call with a change, which sets one rule's limit (tag, ttl µs from now or 0 for
--- ever, exempt, limit, window, capacity, interval) or clears it (its tag alone). A change
--- also drops the limits no rule of the specs names any more and, on the server's time, the
--- expired ones. Also returns whether they changed.
+-- for a LIMIT call with a change: the number of tags it keeps and those tags (every rule of
+-- the policy), then either one rule's limit to set (tag, ttl µs from now or 0 for ever,
+-- exempt, limit, window, capacity, interval) or its tag alone, to clear it. A change also
+-- drops the limits of tags it does not keep, those of this call's rules that their strategy
+-- cannot read any more and, on the server's time, the expired ones. Also returns whether
+-- they changed.
 local function change_limits(meta, change, mode, now, pinned, specs)
   local entries = read_limits(meta)
   if mode ~= LIMIT or change == '' then return entries, false end
-  local words, tags, kept = {}, {}, {}
+  local words, keep, own, kept = {}, {}, {}, {}
   for word in gmatch(change, '%S+') do words[#words + 1] = tonumber(word) end
+  local count = words[1]
+  for i = 2, count + 1 do keep[words[i]] = true end
+  local tag = words[count + 2]
   for k = 1, #specs do
-    for r = 1, #specs[k].rules do tags[specs[k].rules[r].tag] = true end
+    local rules = specs[k].rules
+    for r = 1, #rules do own[rules[r].tag] = {specs[k].twin, rules[r]} end
   end
   for i = 1, #entries do
-    local e = entries[i]
-    if e[1] ~= words[1] and tags[e[1]] and (pinned or lives(e, now)) then kept[#kept + 1] = e end
+    local e, mine = entries[i], own[entries[i][1]]
+    if e[1] ~= tag and keep[e[1]] and (pinned or lives(e, now))
+      and (not mine or entry_rule(mine[1], mine[2], e)) then kept[#kept + 1] = e end
   end
-  if #words > 1 then
-    local expiry = 0
-    if words[2] > 0 then expiry = now + words[2] end
-    kept[#kept + 1] = {words[1], expiry, words[3], words[4], words[5], words[6], words[7]}
+  if #words > count + 2 then
+    local w, expiry = count + 2, 0
+    if words[w + 1] > 0 then expiry = now + words[w + 1] end
+    kept[#kept + 1] = {tag, expiry, words[w + 2], words[w + 3], words[w + 4], words[w + 5],
+      words[w + 6]}
   end
   return kept, true
 end

@@ -26,7 +26,7 @@ from freqguard.script.contract import (
     REFUND,
     RESET,
 )
-from freqguard.script.limits import Limit, apply
+from freqguard.script.limits import Limit, apply, limited, parse_change
 from freqguard.script.strategies import StateSpec
 from freqguard.script.strategies.base import Mark
 
@@ -64,18 +64,23 @@ def change_limits(
     limits: Sequence[Limit], change: str | None, mode: int, now: int, pinned: bool, part: Part
 ) -> tuple[Limit, ...]:
     """The record's per-key limits after the call: as stored, but for a LIMIT call with a
-    change, which sets one rule's limit (``contract.LIMIT_CHANGE``, its expiry ``ttl`` after
-    ``now``) or clears it (its tag alone). A change also drops the limits no rule of the
-    part names any more and, on the server's time, those expired (a pinned time that jumps
-    ahead must not drop what it would find coming back)."""
+    change (:func:`~freqguard.script.limits.parse_change`), which sets one rule's limit
+    (``contract.LIMIT_CHANGE``, its expiry ``ttl`` after ``now``) or clears it (its tag
+    alone). A change also drops the limits of tags it does not keep (rules no longer in the
+    policy), those of the part's rules that their strategy cannot read any more, and, on the
+    server's time, those expired (a pinned time that jumps ahead must not drop what it would
+    find coming back)."""
     if mode != LIMIT or not change:
         return tuple(limits)
-    words = [int(word) for word in change.split()]
-    tags = {rule.tag for spec in part.specs for rule in spec.rules}
+    keep, words = parse_change(change)
+    own = {rule.tag: (spec.twin, rule) for spec in part.specs for rule in spec.rules}
     kept = [
         limit
         for limit in limits
-        if limit.tag != words[0] and limit.tag in tags and (pinned or limit.lives(now))
+        if limit.tag != words[0]
+        and limit.tag in keep
+        and (pinned or limit.lives(now))
+        and (limit.tag not in own or limited(*own[limit.tag], limit) is not None)
     ]
     if len(words) > 1:
         tag, ttl, exempt, *numbers = words  # contract.LIMIT_CHANGE

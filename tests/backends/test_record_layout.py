@@ -9,9 +9,9 @@ dropped: its call decides as if it were absent, and the client logs it. Two fixt
   whose fields had no latest-write time; driven here by hand, on the record and fields this
   release reads.
 * ``policy-0.1-main.lua``: the last layout without a mark (commit f203286, still versioned
-  0.1.0), whose call this release's client still makes, so the tests load it under this
-  release's function name and drive it with a ``Guard``, then swap in this release's
-  function as a deploy does.
+  0.1.0): the tests load it under this release's function name and drive it with a
+  ``Guard`` whose calls are encoded as that release's client encoded them (``_OldCalls``),
+  then swap in this release's function as a deploy does.
 
 After the swap, decisions must be those of a store that starts empty at that moment: the
 memory backend (held to the Lua by the differential tests) is the reference.
@@ -46,7 +46,9 @@ from freqguard import (
 from freqguard.backends._library import FUNCTION, LIBRARY
 from freqguard.backends.redis import RedisBackend
 from freqguard.script import calls
-from freqguard.script.contract import LAYOUT_MARKS, OLDEST_LAYOUT, RECORD_LAYOUT
+from freqguard.script.calls import Part, Reply, ScriptCall
+from freqguard.script.contract import LAYOUT_MARKS, OLDEST_LAYOUT, RECORD_LAYOUT, SPEC_RULE
+from freqguard.script.limits import parse_change
 from tests.conformance.test_differential import _replay, _unique, ctx, op, rule
 from tests.conftest import SMS, START, examples, flush
 from tests.servers import RedisServer
@@ -62,6 +64,45 @@ MARK = bytes([LAYOUT_MARKS + RECORD_LAYOUT])
 def _deploy(client: Redis, code: str) -> None:
     """Put a policy function on the server under this release's name."""
     client.function_load(code.replace("__LIBRARY__", FUNCTION), replace=True)
+
+
+class _OldCalls:
+    """A backend that, while ``old``, sends each call as the 0.1 and 0.2 clients encoded
+    it, for the fixtures' functions: each rule without its burst (``SPEC_RULE``'s last
+    number, which they do not read) and a LIMIT change without the tags it keeps (they
+    kept the tags of the call's rules)."""
+
+    def __init__(self, backend: RedisBackend) -> None:
+        self.backend, self.old = backend, True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+    def execute(self, call: ScriptCall) -> Reply:
+        return self.backend.execute(self._call(call))
+
+    def execute_many(self, many: Any) -> list[Reply]:
+        return self.backend.execute_many([self._call(call) for call in many])
+
+    def _call(self, call: ScriptCall) -> ScriptCall:
+        if not self.old:
+            return call
+        change = call.change
+        if change:
+            change = " ".join(map(str, parse_change(change)[1]))
+        return call._replace(
+            part=call.part._replace(spec_text=_old_specs(call.part)), change=change
+        )
+
+
+def _old_specs(part: Part) -> str:
+    words = [len(part.specs)]
+    for spec in part.specs:
+        words += [spec.twin.code, int(spec.shadow), len(spec.rules)]
+        for params in spec.rules:
+            words += [int(value) for value in params][: len(SPEC_RULE) - 1]
+        words += spec.bounds or (0,) * getattr(spec.twin, "BOUNDS", 0)
+    return " ".join(map(str, words))
 
 
 def _meta(client: Redis) -> bytes:
@@ -112,7 +153,8 @@ def test_after_an_upgrade_0_1_records_decide_as_absent(
     client = redis_server.client
     policy = _unique(rules)
     clock = ManualClock(START)
-    guard = Guard(redis_backend, [policy], clock=clock)
+    backend = _OldCalls(redis_backend)
+    guard = Guard(backend, [policy], clock=clock)
     _deploy(client, MAIN_0_1)
     try:
         written = _replay(guard, clock, policy, pool, before)
@@ -120,6 +162,7 @@ def test_after_an_upgrade_0_1_records_decide_as_absent(
         reference = Guard(MemoryBackend(), [policy], clock=reference_clock)
         assert written == _replay(reference, reference_clock, policy, pool, before)
         _deploy(client, LIBRARY)
+        backend.old = False
         fresh_clock = ManualClock(clock.now())
         fresh = Guard(MemoryBackend(), [policy], clock=fresh_clock)
         assert _replay(guard, clock, policy, pool, after) == _replay(
@@ -149,7 +192,8 @@ def test_records_with_every_state_in_full_are_read_on_exactly(
     client = redis_server.client
     policy = _unique(rules)
     clock, reference_clock = ManualClock(START), ManualClock(START)
-    guard = Guard(redis_backend, [policy], clock=clock)
+    backend = _OldCalls(redis_backend)
+    guard = Guard(backend, [policy], clock=clock)
     reference = Guard(MemoryBackend(), [policy], clock=reference_clock)
     _deploy(client, FULL_0_2)
     try:
@@ -157,6 +201,7 @@ def test_records_with_every_state_in_full_are_read_on_exactly(
         expected = _replay(reference, reference_clock, policy, pool, before)
         assert written == expected
         _deploy(client, LIBRARY)
+        backend.old = False
         # the hits made before the swap are given back after it: their receipts name the
         # states' generations as the full forms stored them
         for mine, theirs in zip(_unspent(written), _unspent(expected), strict=True):
@@ -181,8 +226,8 @@ def _unspent(replayed: list[object]) -> list[Decision]:
 
 def _hit_0_1_0(client: Redis, guard: Guard, now_us: int, content: str) -> bytes:
     """A hit of SMS for recipient ``a`` through the 0.1.0 release's function, on the record
-    and fields this release reads: its plan is this one's without the rules' tags and
-    reserves (``contract.SPEC_RULE``'s last two)."""
+    and fields this release reads: its plan is this one's with the first four numbers of
+    each rule only (``contract.SPEC_RULE``'s; 0.1.0 had no tags, reserves or bursts)."""
     part = guard._lookup("sms").parts[0]
     words = [int(w) for w in part.spec_text.split()]
     plan, at = [words[0]], 1
@@ -192,7 +237,7 @@ def _hit_0_1_0(client: Redis, guard: Guard, now_us: int, content: str) -> bytes:
         at += 3
         for _ in range(count):
             plan += words[at : at + 4]
-            at += 6
+            at += len(SPEC_RULE)
     texts = {"recipient": "a", "content": content}
     fields = [layout.field(texts) for layout in part.layouts]
     record = part.layouts[0].record(texts)
@@ -285,18 +330,21 @@ def test_a_layout_2_record_is_marked_3_when_written_and_refused_by_layout_2_afte
     and the layout-2 function then refuses it rather than misread a short state."""
     client = redis_server.client
     policy = Policy("sms", Rule("15/minute", by="recipient", strategy="gcra"))
-    guard = Guard(redis_backend, [policy], clock=ManualClock(START))
+    backend = _OldCalls(redis_backend)
+    guard = Guard(backend, [policy], clock=ManualClock(START))
     _deploy(client, FULL_0_2)
     try:
         guard.hit("sms", recipient="a")
         assert _meta(client)[0] == LAYOUT_MARKS + OLDEST_LAYOUT
         _deploy(client, LIBRARY)
+        backend.old = False
         assert guard.peek("sms", recipient="a").remaining == 14
         assert _meta(client)[0] == LAYOUT_MARKS + OLDEST_LAYOUT
         assert guard.hit("sms", recipient="a").remaining == 13
         assert _meta(client)[0] == LAYOUT_MARKS + RECORD_LAYOUT
         dump = client.dump(RECORD)
         _deploy(client, FULL_0_2)
+        backend.old = True
         with pytest.raises(BackendUnavailable, match="layout 3, newer than the 2"):
             guard.hit("sms", recipient="a")
         assert client.dump(RECORD) == dump

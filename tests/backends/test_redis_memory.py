@@ -104,13 +104,13 @@ def test_the_nogrow_function_refuses_a_call_that_grows(redis_server: RedisServer
     guard = Guard(RedisBackend(Redis(port=redis_server.port)), [P])
     guard.peek("p", r="x")  # loads the library
     client = redis_server.client
-    specs = "1 2 0 1 5 60000000 0 0 7 0"  # a sliding log, one rule (tag 7): 5 per minute
+    specs = "1 2 0 1 5 60000000 0 0 7 0 0"  # a sliding log, one rule (tag 7): 5 per minute
     with pytest.raises(rex.ResponseError, match="a call that grows cannot run"):
         client.fcall(FUNCTION_NOGROW, 1, "k", "", 1, HIT, specs, "ab")
-    change = "7 0 0 9 60000000 9 0"
+    change = "1 7 7 0 0 9 60000000 9 0"  # keeping tag 7's: set tag 7 to 9 per minute
     with pytest.raises(rex.ResponseError, match="a call that grows cannot run"):
         client.fcall(FUNCTION_NOGROW, 1, "k", "", 1, LIMIT, specs, "ab", change)
-    client.fcall(FUNCTION_NOGROW, 1, "k", "", 0, LIMIT, specs, "ab", "7")  # a clear
+    client.fcall(FUNCTION_NOGROW, 1, "k", "", 0, LIMIT, specs, "ab", "1 7 7")  # a clear
     client.fcall(FUNCTION_NOGROW, 1, "k", "", 0, HIT, specs, "ab")  # cost 0: a check
     client.fcall(FUNCTION_NOGROW, 1, "k", "", 1, CHECK, specs, "ab")
     assert client.dbsize() == 0

@@ -59,6 +59,8 @@ def test_the_lua_modes_are_the_contracts() -> None:
         ("BACK_LIMIT", contract.BACK_LIMIT),
         ("SHORT_SPAN", SHORT_SPAN),
         ("SHORT_COUNT", SHORT_COUNT),
+        ("MAX_LOG_LIMIT", contract.MAX_LOG_LIMIT),
+        ("MAX_SPAN_US", contract.MAX_SPAN_US),
     ],
 )
 def test_the_lua_constants_are_the_contracts(lua: str, value: int) -> None:

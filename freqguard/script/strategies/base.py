@@ -12,6 +12,11 @@ A twin is the Python half of a strategy whose other half is a Lua function in
   those of the hit that left ``mark``, or with ``mark`` ``None`` the newest ones;
 * ``report(view, now, rule)``: ``(remaining, reset_after_us)``;
 * ``ttl(state, now, spec)``: how long, from ``now``, the stored state can still matter;
+* ``limited(rule, limit, window)``: the rule as a per-key limit of ``limit`` per ``window``
+  µs makes it decide, the rate as the operator wrote it read as this strategy reads rates
+  (a bucket keeps the rule's own burst); ``None`` where this strategy cannot take it (a
+  calendar's limit over another period than its own, a log past its bound): the rule's own
+  numbers apply then;
 * ``horizon(rules)``: the longest any state of those rules can matter (Python only: the
   memory backend files states by it);
 * ``decode(raw)``: a state as the Lua twin packs it, which the client loads and reports on
@@ -27,9 +32,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
-from freqguard.script.contract import widths
+from freqguard.script.contract import MAX_SPAN_US, widths
 
-__all__ = ["SKIP", "Mark", "RuleParams", "StateSpec", "Twin", "unpacker"]
+__all__ = ["SKIP", "Mark", "RuleParams", "StateSpec", "Twin", "counted", "metered", "unpacker"]
 
 #: A rule's ``reserve`` when it does not apply to a hit (its priority is not in the rule's
 #: ``only``): it neither denies nor counts the hit (the variant makes it a shadow rule, and
@@ -52,6 +57,9 @@ class RuleParams(NamedTuple):
     # what a hit must leave of the capacity (a priority's cap: the rest is reserved for the
     # others), added to its need when checked; SKIP: the rule does not apply to the hit
     reserve: int = 0
+    # a bucket rule's own burst (``Rule(burst=...)``), which a per-key limit keeps; 0: its
+    # capacity follows its rate's limit (and any other strategy)
+    burst: int = 0
 
 
 class StateSpec(NamedTuple):
@@ -91,6 +99,8 @@ class Twin(Protocol):
 
     def horizon(self, rules: tuple[RuleParams, ...]) -> int: ...
 
+    def limited(self, rule: RuleParams, limit: int, window: int) -> RuleParams | None: ...
+
     def decode(self, raw: bytes) -> Any: ...
 
 
@@ -100,6 +110,26 @@ class Twin(Protocol):
 #: the memory twin keeps numbers, not bytes, so only replies read it.
 SHORT_SPAN = 2**40
 SHORT_COUNT = 2**16
+
+
+def counted(rule: RuleParams, limit: int, window: int) -> RuleParams | None:
+    """``limited`` for the strategies that count per window: ``limit`` per ``window``."""
+    if limit < 1 or window < 1:
+        return None
+    return rule._replace(capacity=limit, window=window, interval=0)
+
+
+def metered(rule: RuleParams, limit: int, window: int) -> RuleParams | None:
+    """``limited`` for the buckets: one token per ``window / limit`` µs (rounded up, as a
+    rule's own), the rule's burst kept if it set one, else ``limit``; ``None`` past the
+    bound a rule's refill time has (``bounds.MAX_SPAN_US``)."""
+    if limit < 1 or window < 1:
+        return None
+    interval = -(-window // limit)
+    capacity = rule.burst or limit
+    if capacity * interval > MAX_SPAN_US:
+        return None
+    return rule._replace(capacity=capacity, window=window, interval=interval)
 
 
 def unpacker(fmt: str) -> Callable[[bytes], tuple[int, ...]]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import cast
 
 from freqguard.script.contract import widths
-from freqguard.script.strategies.base import RuleParams, StateSpec, unpacker
+from freqguard.script.strategies.base import RuleParams, StateSpec, counted, unpacker
 
 #: Its number in the specs (the Lua section's ``code``).
 code = 5
@@ -107,6 +107,12 @@ def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
 
 def ttl(state: State, now: int, spec: StateSpec) -> int:
     return period(now, spec)[1] - now
+
+
+def limited(rule: RuleParams, limit: int, window: int) -> RuleParams | None:
+    # a count per calendar period: a limit over another span (set while the rule rolled
+    # over another window) has no meaning here
+    return counted(rule, limit, window) if window == rule.window else None
 
 
 def horizon(rules: tuple[RuleParams, ...]) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import cast
 
 from freqguard.script.contract import widths
-from freqguard.script.strategies.base import RuleParams, StateSpec, unpacker
+from freqguard.script.strategies.base import RuleParams, StateSpec, counted, unpacker
 
 #: Its number in the specs (the Lua section's ``code``).
 code = 1
@@ -72,6 +72,10 @@ def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
 
 def ttl(state: View, now: int, spec: StateSpec) -> int:
     return state[0] + spec.rules[0].window - now
+
+
+def limited(rule: RuleParams, limit: int, window: int) -> RuleParams | None:
+    return counted(rule, limit, window)
 
 
 def horizon(rules: tuple[RuleParams, ...]) -> int:

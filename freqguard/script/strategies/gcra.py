@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import cast
 
 from freqguard.script.contract import BACK_LIMIT, widths
-from freqguard.script.strategies.base import RuleParams, StateSpec, unpacker
+from freqguard.script.strategies.base import RuleParams, StateSpec, metered, unpacker
 
 #: Its number in the specs (the Lua section's ``code``).
 code = 4
@@ -105,6 +105,10 @@ def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
 
 def ttl(view: View, now: int, spec: StateSpec) -> int:
     return view[0] - now
+
+
+def limited(rule: RuleParams, limit: int, window: int) -> RuleParams | None:
+    return metered(rule, limit, window)
 
 
 def horizon(rules: tuple[RuleParams, ...]) -> int:

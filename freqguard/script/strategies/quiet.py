@@ -66,5 +66,9 @@ def ttl(state: object, now: int, spec: StateSpec) -> int:
     return 0
 
 
+def limited(rule: RuleParams, limit: int, window: int) -> RuleParams | None:
+    return None  # quiet hours have no rate a limit could change
+
+
 def horizon(rules: tuple[RuleParams, ...]) -> int:
     return rules[0].window

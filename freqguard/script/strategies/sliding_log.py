@@ -17,8 +17,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import overload
 
-from freqguard.script.contract import widths
-from freqguard.script.strategies.base import RuleParams, StateSpec
+from freqguard.script.contract import MAX_LOG_LIMIT, widths
+from freqguard.script.strategies.base import RuleParams, StateSpec, counted
 
 #: Its number in the specs (the Lua section's ``code``).
 code = 2
@@ -112,6 +112,12 @@ def report(log: Sequence[int], now: int, rule: RuleParams) -> tuple[int, int]:
 
 def ttl(log: array[int], now: int, spec: StateSpec) -> int:
     return log[-1] + spec.window - now
+
+
+def limited(rule: RuleParams, limit: int, window: int) -> RuleParams | None:
+    # one entry per unit: a limit past the log's bound (set while the rule was a bucket)
+    # would make one hit's work unbounded
+    return counted(rule, limit, window) if limit <= MAX_LOG_LIMIT else None
 
 
 def horizon(rules: tuple[RuleParams, ...]) -> int:

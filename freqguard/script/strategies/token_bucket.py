@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import cast
 
 from freqguard.script.contract import widths
-from freqguard.script.strategies.base import RuleParams, StateSpec, unpacker
+from freqguard.script.strategies.base import RuleParams, StateSpec, metered, unpacker
 from freqguard.script.strategies.gcra import give_back, next_back
 
 #: Its number in the specs (the Lua section's ``code``).
@@ -103,6 +103,10 @@ def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
 def ttl(state: View, now: int, spec: StateSpec) -> int:
     rule = spec.rules[0]
     return (rule.capacity - state[0]) * rule.interval - (now - state[1])
+
+
+def limited(rule: RuleParams, limit: int, window: int) -> RuleParams | None:
+    return metered(rule, limit, window)
 
 
 def horizon(rules: tuple[RuleParams, ...]) -> int:
