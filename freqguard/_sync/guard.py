@@ -31,7 +31,7 @@ from freqguard.policy import OnError, Policy
 from freqguard.rates import Rate
 from freqguard.rules import Rule
 from freqguard.script.calls import Reply
-from freqguard.script.contract import CHECK, RESET
+from freqguard.script.contract import CHECK
 
 __all__ = ["Guard"]
 
@@ -201,9 +201,28 @@ class Guard(GuardBase):
                 unspend(policy.receipt if isinstance(policy, Decision) else None)
             raise
 
-    def reset(self, policy: str, **ctx: object) -> None:
-        """Forget every rule's state for this context."""
-        self._run(self._decide(policy, 1, ctx, RESET), policy)
+    def reset(
+        self, policy: str, *, rules: Iterable[str | Rule] | None = None, **ctx: object
+    ) -> tuple[str, ...]:
+        """Forget the counts of the rules keyed by exactly the dimensions ``ctx`` names, for
+        those values; with ``rules``, of those rules (each keyed by exactly the dimensions
+        given). State that other contexts share is never touched unless named: resetting
+        a recipient leaves a global rule's count alone, and resetting one (user, ip) does
+        not free the ip for its other users.
+
+        Returns:
+            The ids of the rules whose counts were forgotten.
+
+        Raises:
+            ConfigError: no rule keyed by exactly those dimensions, an unknown rule or
+                dimension, a rule keyed by other dimensions, or one of several rules that
+                share one sliding log named without the others.
+            BackendUnavailable: the store failed, whatever ``on_error`` says (a reset that
+                did not happen is never answered as if it had).
+        """
+        op, ids = self._reset(policy, rules, ctx)
+        self._run(op, policy)
+        return ids
 
     def set_limit(
         self,

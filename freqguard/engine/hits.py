@@ -14,12 +14,14 @@ from freqguard.engine.denycache import DenyCache, Key
 from freqguard.engine.failover import (
     settle_many,
 )
-from freqguard.engine.ops import Op, acquire_op, decide_op, many_op
+from freqguard.engine.ops import Op, acquire_op, decide_op, many_op, reset_op
 from freqguard.engine.plan import PolicyPlan
+from freqguard.engine.resets import reset_calls
 from freqguard.errors import (
     CapExceeded,
     ConfigError,
 )
+from freqguard.rules import Rule
 from freqguard.script.calls import Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT
 
@@ -81,6 +83,16 @@ class Hits(Accounting):
         return self._guarded(
             plan, lambda p: decide_op(p, texts, checked, mode, now), self._fail(plan, checked)
         )
+
+    def _reset(
+        self, policy: str, rules: Iterable[str | Rule] | None, ctx: Mapping[str, object]
+    ) -> tuple[Op[None], tuple[str, ...]]:
+        """A reset (see :mod:`freqguard.engine.resets`), and the ids of the rules it resets;
+        the denials it may free are forgotten."""
+        plan = self._lookup(policy)
+        calls, ids, given = reset_calls(plan, rules, ctx, self._now())
+        self._forget(plan, given if len(given) == len(plan.dimensions) else None)
+        return reset_op(calls), ids
 
     def _forget(self, plan: PolicyPlan, texts: Mapping[str, str] | None) -> None:
         """A refund or reset of ``texts``: the denials it may free are forgotten. When every

@@ -15,7 +15,17 @@ from freqguard.errors import BackendUnavailable, CapExceeded, PartialFailure
 from freqguard.script.calls import Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT, REFUND
 
-__all__ = ["Op", "Sleep", "Step", "acquire_op", "decide_op", "many_op", "refund_op", "undo"]
+__all__ = [
+    "Op",
+    "Sleep",
+    "Step",
+    "acquire_op",
+    "decide_op",
+    "many_op",
+    "refund_op",
+    "reset_op",
+    "undo",
+]
 
 _US = 1_000_000.0
 T = TypeVar("T")
@@ -86,6 +96,13 @@ def undo(calls: Sequence[ScriptCall], replies: Sequence[Reply]) -> list[ScriptCa
 def refund_op(plan: PolicyPlan, receipt: Receipt, now: int | None) -> Op[Decision]:
     """Give back exactly what one hit consumed (its receipt), in every part at once."""
     return plan.decide((yield plan.refund_calls(receipt, now)))
+
+
+def reset_op(calls: list[ScriptCall]) -> Op[None]:
+    """Forget the states ``calls`` name (:func:`~freqguard.engine.resets.reset_calls`), in
+    one batch; a failure raises, whatever the policy's ``on_error``: a reset that did not
+    happen must not look as if it had."""
+    yield calls
 
 
 def many_op(

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from freqguard import (
+    ConfigError,
     Decision,
     Guard,
     ManualClock,
@@ -68,7 +69,8 @@ op = st.one_of(
     # refund(decision) of the k-th admitted hit so far (exact, once)
     st.tuples(st.just("undo"), st.just(0), st.integers(0, 30)),
     st.tuples(st.just("undo"), st.just(0), st.integers(0, 30)),
-    st.tuples(st.just("reset"), pick, st.just(1)),
+    # a reset of the states keyed by exactly some of the dimensions (a bit mask of them)
+    st.tuples(st.just("reset"), pick, st.integers(0, 3)),
     st.tuples(st.just("many"), st.lists(pick, min_size=1, max_size=5), st.integers(0, 2)),
     st.tuples(st.just("advance"), st.just(0), st.integers(0, 40).map(lambda n: n * 50_000)),
     st.tuples(st.just("advance"), st.just(0), st.integers(1, 3)),
@@ -166,7 +168,11 @@ def _replay(
             elif kind == "refund":
                 out.append(guard.refund("p", n, **context))
             else:
-                guard.reset("p", **context)
+                dims = [d for i, d in enumerate(policy.dimensions) if n >> i & 1]
+                try:
+                    out.append(guard.reset("p", **{d: context[d] for d in dims}))
+                except ConfigError as exc:  # no rule keyed by exactly those dimensions
+                    out.append(str(exc))
         out.append(clock.now_us())
     return out
 

@@ -70,7 +70,10 @@ def test_inspect_shows_what_the_store_holds_and_reset_forgets_it(config: Path) -
     table = _run("inspect", str(config), "sms", *ctx)
     assert "content-59s" in table.stdout
     assert "next hit" in table.stdout
-    assert _run("reset", str(config), "sms", *ctx).returncode == 0
+    assert _run("reset", str(config), "sms", *ctx).returncode == 0  # the content's rule
+    data = json.loads(_run("inspect", str(config), "sms", *ctx, "--json").stdout)
+    assert [r["used"] for r in data["rules"]] == [2, 0]
+    assert _run("reset", str(config), "sms", ctx[0]).returncode == 0  # the recipient's
     data = json.loads(_run("inspect", str(config), "sms", *ctx, "--json").stdout)
     assert [r["used"] for r in data["rules"]] == [0, 0]
 

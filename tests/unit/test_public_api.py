@@ -127,7 +127,7 @@ def test_the_guards_operations_are_pinned() -> None:
         "hit_many": "(policy, contexts, cost=1)",
         "acquire": "(policy, timeout=None, cost=1, **ctx)",
         "refund": "(policy, cost=None, **ctx)",
-        "reset": "(policy, **ctx)",
+        "reset": "(policy, *, rules=None, **ctx)",
         "set_limit": "(policy, rule, rate, *, ttl=None, **ctx)",
         "clear_limit": "(policy, rule, **ctx)",
         "limits_for": "(policy, **ctx)",
