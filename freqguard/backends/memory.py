@@ -13,6 +13,7 @@ timer thread or a heap.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 from collections import OrderedDict
@@ -88,15 +89,51 @@ class _HorizonStore:
     both twins (an expired state reads as absent all the same: :func:`~freqguard.script.twin.run`).
     """
 
-    __slots__ = ("count", "limits", "queues", "real")
+    __slots__ = ("count", "limits", "limits_gone", "limits_heap", "queues", "real")
 
     def __init__(self, real: Clock | None = None) -> None:
         self.queues: dict[int, _Queue] = {}
         self.count = 0
         self.real = real
         # per record (a partition value and policy), its per-key limits, as Redis keeps
-        # them in the record's meta field; not states, so never evicted
+        # them in the record's meta field; not states, so never evicted, but deleted once
+        # none lives (as Redis expires the record): when (limits_gone, by record; absent:
+        # never), and a heap of (when, record) to find them (entries a later change made
+        # stale stay until popped, or until the heap is rebuilt)
         self.limits: dict[str, tuple[Limit, ...]] = {}
+        self.limits_gone: dict[str, int] = {}
+        self.limits_heap: list[tuple[int, str]] = []
+
+    def keep_limits(self, record: str, limits: tuple[Limit, ...], now: int) -> None:
+        """A record's limits as a LIMIT call at ``now`` leaves them: kept until none lives
+        (plus the stale grace, and in real time for pinned calls, as ``put``), or for ever
+        while one has no expiry."""
+        self.limits_gone.pop(record, None)
+        if not limits:
+            self.limits.pop(record, None)
+            return
+        self.limits[record] = limits
+        if any(limit.expiry == 0 for limit in limits):
+            return
+        gone = max(limit.expiry for limit in limits) + STALE_GRACE_US
+        if self.real is not None:
+            gone = self.real.now_us() + max(gone - now, 0) + PINNED_GRACE_MS * 1000
+        self.limits_gone[record] = gone
+        heapq.heappush(self.limits_heap, (gone, record))
+        if len(self.limits_heap) > 2 * len(self.limits_gone) + _COMPACT_ABOVE:
+            self.limits_heap = [(when, rec) for rec, when in self.limits_gone.items()]
+            heapq.heapify(self.limits_heap)
+
+    def reclaim_limits(self, now: int, budget: int) -> int:
+        """Delete up to ``budget`` records' limits whose time has come (``now`` on the
+        store's deletion clock); how many."""
+        heap, removed = self.limits_heap, 0
+        while heap and heap[0][0] <= now and removed < budget:
+            gone, record = heapq.heappop(heap)
+            if self.limits_gone.get(record) == gone:  # not a stale entry
+                del self.limits_gone[record], self.limits[record]
+                removed += 1
+        return removed
 
     def clock(self, now: int) -> int:
         """The time deletions are judged at, for a call at ``now``."""
@@ -252,6 +289,7 @@ class MemoryBackend:
             self._calls += 1
             if self._calls % _SWEEP_EVERY == 0:
                 store.sweep(store.clock(now), _SWEEP_BUDGET)
+                store.reclaim_limits(store.clock(now), _SWEEP_BUDGET)
         return reply
 
     def _limited(
@@ -273,10 +311,7 @@ class MemoryBackend:
             call.change,
         )
         if call.mode == LIMIT:
-            if reply.limits:
-                store.limits[record] = reply.limits
-            else:
-                store.limits.pop(record, None)
+            store.keep_limits(record, reply.limits, now)
         return reply
 
     def _make_room(
@@ -328,7 +363,18 @@ class MemoryBackend:
         of Guards that pin their own time go in real time (the backend's clock), as Redis
         expires their records (see :class:`_HorizonStore`)."""
         with self._lock:
-            return sum(store.sweep(store.clock(self.clock.now_us())) for store in self._stores)
+            removed = 0
+            for store in self._stores:
+                at = store.clock(self.clock.now_us())
+                removed += store.sweep(at)
+                store.reclaim_limits(at, len(store.limits_heap))
+            return removed
+
+    @property
+    def limits_held(self) -> int:
+        """How many records hold per-key limits (those none of which lives any more go
+        as expired states do, by ordinary traffic or :meth:`sweep`)."""
+        return sum(len(store.limits) for store in self._stores)
 
     def close(self) -> None:
         """Nothing to release; present so every backend closes alike."""

@@ -202,3 +202,38 @@ def test_the_default_backend_is_bounded_and_says_so_when_it_first_evicts(
 
 def test_max_keys_none_is_the_explicit_unbounded_backend() -> None:
     assert MemoryBackend(max_keys=None).max_keys is None
+
+
+def test_expired_per_key_limits_are_reclaimed() -> None:
+    """50,000 limits with a ttl of a minute were still held two hours later: a record's
+    limits now go once none of them lives, by ordinary traffic, as expired states do; a
+    limit for ever stays."""
+    clock = ManualClock(1e9)
+    backend = MemoryBackend(clock, max_keys=1000)
+    guard = Guard(backend, [SMS])
+    for n in range(5000):
+        guard.set_limit("sms", "rcpt-1m", "1/minute", recipient=f"r{n}", ttl=60)
+    guard.set_limit("sms", "rcpt-1d", None, recipient="vip")  # for ever
+    assert backend.limits_held == 5001
+    clock.advance(59)
+    for n in range(100):
+        guard.hit("sms", recipient=f"x{n}", content="y")
+    assert backend.limits_held == 5001  # all still live
+    clock.advance(2)
+    for n in range(100):
+        guard.hit("sms", recipient=f"z{n}", content="y")
+    assert backend.limits_held == 1
+    assert guard.limits_for("sms", recipient="vip")["rcpt-1d"] is None
+
+
+def test_pinned_limits_are_reclaimed_in_real_time_as_redis_expires_their_records() -> None:
+    real, pinned = ManualClock(1e9), ManualClock(5e8)
+    backend = MemoryBackend(real)
+    guard = Guard(backend, [SMS], clock=pinned)
+    guard.set_limit("sms", "rcpt-1m", "1/minute", recipient="a", ttl=60)
+    pinned.advance(86_400)  # pinned time jumps ahead: the limit has lapsed there...
+    backend.sweep()
+    assert backend.limits_held == 1  # ...but the record lives on in real time, as in Redis
+    real.advance(61 + 600)  # its ttl and the pinned grace (PINNED_GRACE_MS)
+    backend.sweep()
+    assert backend.limits_held == 0
