@@ -30,8 +30,11 @@ PRIORITY = "priority"
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _DIMENSION = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-# Names the Guard's own keyword arguments take; a dimension by these names could not be passed.
-RESERVED_DIMENSIONS = frozenset({"policy", "cost", "contexts", "timeout", "self", "priority"})
+# Names the Guard's own arguments take (hit, acquire, reset, set_limit...); a dimension or a
+# context value by one of these names could not be passed beside them.
+RESERVED_DIMENSIONS = frozenset(
+    {"policy", "cost", "contexts", "timeout", "self", "priority", "rule", "rules", "rate", "ttl"}
+)
 
 
 def fit_name(raw: str) -> str:

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from freqguard.bounds import MAX_POLICY_LOG_ENTRIES, MAX_RULES
 from freqguard.errors import ConfigError
-from freqguard.options import PRIORITY, QuietHours, priority_names
+from freqguard.options import PRIORITY, QuietHours, TierRates, priority_names
 from freqguard.rules import QUIET_RULE, Rule, Strategy, check_name, quiet_rule
 
 __all__ = ["ON_ERROR", "Fallback", "OnError", "Policy", "QuietHours", "check_on_error"]
@@ -163,11 +163,14 @@ def _check_size(name: str, rules: tuple[Rule, ...]) -> None:
     alone = 0
     for rule in rules:
         if rule.strategy is Strategy.SLIDING_LOG:
+            size = rule.capacity  # or the largest rate of its tiers' table
+            if isinstance(rule.rate_for, TierRates):
+                size = max(size, *(rate.limit for rate in rule.rate_for.rates.values()))
             if rule.shadow or rule.only is not None:  # a log of its own (script.keys)
-                alone += rule.capacity
+                alone += size
             else:
                 dims = frozenset(rule.by)
-                shared[dims] = max(shared.get(dims, 0), rule.capacity)
+                shared[dims] = max(shared.get(dims, 0), size)
     entries = alone + sum(shared.values())
     if entries > MAX_POLICY_LOG_ENTRIES:
         raise ConfigError(

@@ -224,6 +224,12 @@ class Rule:
         set_(self, "tz_from", tz_from)
         set_(self, "id", name if name is not None else self._derived_id())
         set_(self, "rate_for", _rate_for(rate_for, name, rate))
+        if isinstance(rate_for, TierRates):  # each rate of a table, as the rule's own
+            for tier, tier_rate in rate_for.rates.items():
+                try:
+                    _check_bounds(tier_rate, strategy, burst, name)
+                except ConfigError as exc:
+                    raise ConfigError(f"tier {tier!r} ({tier_rate}): {exc}") from None
         set_(self, "reads", _reads(reads, self.by, rate_for, tz_from))
         if isinstance(rate_for, TierRates) and rate_for.read not in self.reads:
             set_(self, "reads", (*self.reads, rate_for.read))  # it says what it reads

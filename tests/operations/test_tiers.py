@@ -27,6 +27,7 @@ from freqguard import (
     Policy,
     Rate,
     Rule,
+    TierRates,
     capped,
 )
 from freqguard.integrations.fastapi import limit_dependency
@@ -132,6 +133,25 @@ def test_mistakes_are_refused_at_construction() -> None:
     guard = Guard(policies=[_api()])
     with pytest.raises(ConfigError, match=r"unknown dimension.*plam.*may read: plan"):
         guard.hit("api", user="a", plam="pro")
+
+
+def test_a_tier_rate_its_rule_cannot_take_is_refused_at_construction() -> None:
+    """Not at every hit of that tier: each rate of a table is checked as the rule's own."""
+    big = TierRates("plan", {"pro": "100/minute", "big": "20000/second"})
+    with pytest.raises(ConfigError, match=r"tier 'big' \(20000 per second\).*at most 10000"):
+        Rule("100/minute", by="u", name="r", rate_for=big)
+    Rule("100/minute", by="u", name="r", strategy="gcra", rate_for=big)  # a bucket takes it
+    slow = TierRates("plan", {"slow": "1 per 3660 days"})
+    with pytest.raises(ConfigError, match=r"tier 'slow'.*10 years"):
+        Rule("1/second", by="u", name="r", strategy="gcra", burst=10, rate_for=slow)
+    wide = TierRates("plan", {"team": "9000/hour"})
+    with pytest.raises(ConfigError, match="logs could hold 21000 entries"):
+        Policy(
+            "p",
+            Rule("100/hour", by="u", name="a", rate_for=wide),
+            Rule("100/hour", by=("u", "c"), name="b", rate_for=wide),
+            Rule("3000/hour", by="c", name="c"),
+        )
 
 
 def test_the_decorator_decides_a_tier_per_call() -> None:

@@ -55,6 +55,22 @@ def test_invalid_configuration_is_refused(make: object, message: str) -> None:
         make()  # type: ignore[operator]
 
 
+@pytest.mark.parametrize(
+    "name", ["policy", "cost", "contexts", "timeout", "self", "rule", "rules", "rate", "ttl"]
+)
+def test_no_dimension_or_read_value_takes_the_name_of_a_guard_argument(name: str) -> None:
+    """A context value named as a parameter of hit, acquire, reset or set_limit could never
+    be passed beside it (``hit("p", cost=1, **{"cost": ...})``): refused where it is named."""
+    from freqguard import TierRates
+
+    with pytest.raises(ConfigError, match=f"dimension {name!r} is not allowed"):
+        Rule("5/minute", by=name)
+    with pytest.raises(ConfigError, match=f"dimension {name!r} is not allowed"):
+        Rule("5/minute", by="u", name="r", rate_for=TierRates(name, {"a": "6/minute"}))
+    with pytest.raises(ConfigError, match=f"dimension {name!r} is not allowed"):
+        Rule("5/day", by="u", calendar=True, tz_from=name)
+
+
 def test_config_errors_are_freqguard_and_value_errors() -> None:
     with pytest.raises(FreqGuardError):
         parse_rate("nope")
