@@ -28,6 +28,7 @@ from freqguard.script.strategies.base import Mark
 __all__ = [
     "ASKING",
     "CHUNK",
+    "MAX_FRAMES",
     "MAX_WAIT_REPLICAS",
     "RAW",
     "bulk",
@@ -45,8 +46,11 @@ __all__ = [
 RAW = {NEVER_DECODE: True}
 CHUNK = 16  # calls per write when a batch is streamed (see Lane.stream)
 # Per plan text: the wire frames of FCALL's constant arguments (see encode), the last one
-# naming FUNCTION_NOGROW.
+# naming FUNCTION_NOGROW; all forgotten past MAX_FRAMES texts (tiers, zones and days each
+# make texts of their own), as the Lua forgets its parsed specs past as many.
 _FRAMES: dict[str, tuple[bytes, bytes, bytes]] = {}
+#: The most spec texts whose frames are kept at once.
+MAX_FRAMES = 1024
 
 # FCALL's frame, its arguments in the order the contract gives them (contract.ARGV): each
 # argument's RESP frame, and which of (len(now), now, len(cost), cost, mode, the specs'
@@ -145,7 +149,9 @@ def _frame(
     nogrow = b"*%d\r\n%s%s%s" % (count, bulk(b"FCALL"), bulk(keep.encode()), bulk(b"1"))
     frame = (head, bulk(text.encode()), nogrow)
     if not marks:
-        _FRAMES.setdefault("#" + text if bucketed else text, frame)
+        if len(_FRAMES) >= MAX_FRAMES:
+            _FRAMES.clear()
+        _FRAMES["#" + text if bucketed else text] = frame
     return frame
 
 

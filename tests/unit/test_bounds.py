@@ -194,3 +194,20 @@ def _colliding_names() -> list[str]:
             return [seen[tag], name]
         seen[tag] = name
     raise AssertionError("no collision found")
+
+
+def test_the_redis_edges_frame_cache_is_bounded_as_the_luas_parsed_specs() -> None:
+    """20,000 tier rates made +11.9 MB of FCALL frames that were never forgotten: the cache
+    of frames per spec text forgets them all past MAX_FRAMES texts, as the Lua forgets its
+    parsed specs past 1024."""
+    from freqguard import Guard, Policy, Rule, TierRates
+    from freqguard.backends import _resp
+
+    rates = {f"t{n}": f"{n + 2}/hour" for n in range(3000)}
+    policy = Policy("p", Rule("1/hour", by="u", name="r", rate_for=TierRates("plan", rates)))
+    plan = Guard(policies=[policy])._lookup("p")
+    for n in range(3000):
+        texts = {"u": "a", "plan": f"t{n}"}
+        _resp.encode(plan.call(texts, 1, 1, 0))
+        assert len(_resp._FRAMES) <= _resp.MAX_FRAMES
+    assert _resp.MAX_FRAMES == 1024
