@@ -32,6 +32,12 @@ def _bindable(port: int) -> bool:
         return True
 
 
+def state_keys(client: Any) -> list[bytes]:
+    """A server's keys but each policy's claim of a buckets setting (``backends/_claims.py``:
+    ``<prefix>:{*<policy>}:<policy>:buckets``), which every client writes beside the state."""
+    return [key for key in client.keys("*") if not key.endswith(b":buckets")]
+
+
 def free_port() -> int:
     """A free loopback port whose cluster bus port (port + 10000) is free too."""
     rng = random.Random()

@@ -127,6 +127,7 @@ class KeyLayout:
         "buckets",
         "field_tag",
         "key_id",
+        "layout_key",
     )
 
     def __init__(
@@ -147,6 +148,9 @@ class KeyLayout:
         self._mid = f"{self._policy_tail}:{self.key_id}"
         self._global_record = f"{prefix}:{{*{policy}}}:{policy}"
         self._global_head = f"{self._global_record}:{self.key_id}"
+        # where the store records how its clients keep this policy's records (buckets or
+        # not, how many): a key no state's can be (no '@')
+        self.layout_key = f"{self._global_record}:buckets"
         # a global key's record is one: never in a bucket
         self.buckets = buckets if partition is not None else 0
         self._bucket_head = (f"{prefix}:{{#", f"}}:{policy}")

@@ -50,7 +50,7 @@ from freqguard.script.contract import (
 from freqguard.script.keys import raw_digest
 from tests.conformance.test_differential import _assert_alike
 from tests.conftest import START, flush
-from tests.servers import RedisServer, cluster
+from tests.servers import RedisServer, cluster, state_keys
 
 DAY = 86_400_000_000
 P = Policy("p", Rule("2 per 1 second", by="u"))
@@ -126,7 +126,7 @@ def _fields(blob: bytes) -> dict[bytes, tuple[int, int, bytes]]:
 def _records(client: Any) -> dict[bytes, bytes]:
     """Every bucketed record on the server (db 1), by its id."""
     out: dict[bytes, bytes] = {}
-    for key in client.keys("*"):
+    for key in state_keys(client):
         for name, value in client.hgetall(key).items():
             if name:
                 out[name] = value
@@ -217,7 +217,7 @@ def test_stale_records_are_swept_on_server_time_and_never_by_a_pinned_one(
     pinned.set_limit("p", policy.rules[0].id, forever, u="kept")  # held for ever
     for n in range(40):
         assert pinned.hit("p", u=f"r{n}").allowed
-    (bucket,) = db1.keys("*")
+    (bucket,) = state_keys(db1)
     assert db1.hlen(bucket) == 1 + 41  # the bucket's meta field, every record
     assert db1.pttl(bucket) == -1  # the limit for ever
     live = Guard(backend, [policy])  # the server's time: years later, all is stale
@@ -242,7 +242,7 @@ def test_a_limit_for_ever_keeps_its_bucket_and_clearing_it_lets_the_bucket_expir
     guard = Guard(backend, [policy])
     guard.hit("p", u="a")
     guard.hit("p", u="b")
-    (bucket,) = db1.keys("*")
+    (bucket,) = state_keys(db1)
     assert db1.pttl(bucket) > 0
     guard.set_limit("p", "r", Rate(9, timedelta(seconds=1)), u="a")  # for ever
     assert db1.pttl(bucket) == -1
@@ -265,11 +265,11 @@ def test_an_emptied_record_leaves_its_bucket_and_the_last_one_takes_it(
     guard = Guard(backend, [Policy("p", Rule("2 per 1 second", by="u"))])
     guard.hit("p", u="a")
     guard.hit("p", u="b")
-    (bucket,) = db1.keys("*")
+    (bucket,) = state_keys(db1)
     guard.reset("p", u="a")
     assert db1.hlen(bucket) == 2
     guard.reset("p", u="b")
-    assert db1.keys("*") == []
+    assert state_keys(db1) == []
     backend.close()
 
 
@@ -280,7 +280,7 @@ def test_a_newer_record_is_refused_and_an_unreadable_one_dropped(
     backend = RedisBackend(Redis(port=redis_server.port, db=1), buckets=1)
     guard = Guard(backend, [Policy("p", Rule("1 per 1 minute", by="u"))])
     guard.hit("p", u="a")
-    ((bucket, rid),) = [(k, n) for k in db1.keys("*") for n in db1.hkeys(k) if n]
+    ((bucket, rid),) = [(k, n) for k in state_keys(db1) for n in db1.hkeys(k) if n]
     blob = db1.hget(bucket, rid)
     assert blob is not None
     db1.hset(bucket, rid, bytes([LAYOUT_MARKS + 5]) + blob[1:])
@@ -311,10 +311,10 @@ def test_buckets_on_a_cluster_decide_as_the_memory_backend(
     for context in pool:
         assert guard.hit("p", **context).allowed
     nodes: list[Any] = [node.client for node in redis_cluster]
-    buckets = [key for node in nodes for key in node.keys("*")]
+    buckets = [key for node in nodes for key in state_keys(node)]
     assert 3 <= len(buckets) <= 16
     assert all(key.startswith(b"fg:{#") for key in buckets)
-    assert sum(node.hlen(key) - 1 for node in nodes for key in node.keys("*")) == 40
+    assert sum(node.hlen(key) - 1 for node in nodes for key in state_keys(node)) == 40
     backend.close()
 
 
@@ -417,7 +417,7 @@ def test_a_bucketed_call_on_a_slot_being_migrated_is_served(
         guard = Guard(backend, [P], clock=clock)
         reference = Guard(MemoryBackend(), [P], clock=clock)
         assert guard.hit("p", u="x") == reference.hit("p", u="x")
-        (bucket,) = [cast(bytes, key) for node in nodes for key in node.client.keys("*")]
+        (bucket,) = [key for node in nodes for key in state_keys(node.client)]
         slot = key_slot(bucket)
         ids = {node.port: _admin(node, "CLUSTER", "MYID").decode() for node in nodes}
         source = next(n for n in nodes if _admin(n, "CLUSTER", "COUNTKEYSINSLOT", slot))
@@ -453,7 +453,7 @@ def _twins(server: RedisServer, policy: Policy, *clocks: ManualClock) -> list[li
 
 def _covers(server: RedisServer, db1: Any, u: str) -> None:
     """The bucket's TTL (db 1) is at least what ``u``'s own hash (db 2) keeps, within 1 s."""
-    (bucket,) = db1.keys("*")
+    (bucket,) = state_keys(db1)
     assert db1.pttl(bucket) >= Redis(port=server.port, db=2).pttl(f"fg:{{{u}}}:p") - 1000
 
 
@@ -497,7 +497,7 @@ def test_clearing_a_limit_for_ever_on_a_pinned_time_lets_the_bucket_expire(
         guard.hit("p", u="a")
         guard.set_limit("p", "r", Rate(9, timedelta(seconds=1)), u="a")
         guard.clear_limit("p", "r", u="a")
-    (bucket,) = db1.keys("*")
+    (bucket,) = state_keys(db1)
     assert Redis(port=redis_server.port, db=2).pttl("fg:{a}:p") > 0
     assert db1.pttl(bucket) > 0
 
@@ -509,7 +509,7 @@ def test_a_record_cut_short_is_dropped_as_a_hashs_bad_meta_field_is(
     flush([redis_server])
     guard = Guard(RedisBackend(Redis(port=redis_server.port, db=1), buckets=1), [P])
     assert guard.hit("p", u="a").allowed
-    (bucket,) = db1.keys("*")
+    (bucket,) = state_keys(db1)
     db1.hset(bucket, raw_digest("a"), blob)
     assert guard.hit("p", u="a").allowed  # decided as absent
     assert [guard.hit("p", u="a").allowed for _ in range(2)] == [True, False]
@@ -523,7 +523,7 @@ def test_a_bad_record_in_a_bucket_fails_no_sweep(redis_server: RedisServer, db1:
     guard = Guard(RedisBackend(Redis(port=redis_server.port, db=1), buckets=1), [P])
     guard.hit("p", u="a")
     guard.hit("p", u="b")
-    (bucket,) = db1.keys("*")
+    (bucket,) = state_keys(db1)
     db1.hset(bucket, raw_digest("a"), b"\xf4\0\0")
     db1.hset(bucket, raw_digest("b"), bytes([LAYOUT_MARKS + 5]) + bytes(20))
     for n in range(40):
@@ -541,8 +541,8 @@ def test_a_bucketed_fallback_backend_keeps_its_buckets(redis_server: RedisServer
     spare = RedisBackend(Redis(port=redis_server.port, db=1), buckets=4)
     guard = Guard(dead, [P], on_error=Fallback(spare, workers=1))
     assert guard.hit("p", u="a").allowed
-    assert db1.keys("*")
-    assert all(key.startswith(b"fg:{#") for key in db1.keys("*"))
+    assert state_keys(db1)
+    assert all(key.startswith(b"fg:{#") for key in state_keys(db1))
     guard.close()
 
 
@@ -588,7 +588,7 @@ def test_a_bucket_without_its_meta_field_keeps_its_records(
     policy = Policy("p", Rule("86400 per 1 day", by="u", strategy=Strategy.GCRA, name="r"))
     guard = Guard(RedisBackend(Redis(port=redis_server.port, db=1), buckets=1), [policy])
     guard.hit("p", u="a", cost=3000)  # needs about 3000 s
-    (bucket,) = db1.keys("*")
+    (bucket,) = state_keys(db1)
     long = 3_000_000  # ms: what a's record needs, whatever the slack
     db1.hdel(bucket, "")
     guard.clear_limit("p", "r", u="b")  # an absent record: nothing to delete
@@ -612,6 +612,6 @@ def test_an_async_face_of_a_bucketed_guard_builds_bucketed_keys(
     face = as_async(guard)
     face.add_policy(Policy("q", Rule("2 per 1 second", by="u")))
     asyncio.run(face.hit("q", u="a"))
-    assert db1.keys("*")
-    assert all(key.startswith(b"fg:{#") for key in db1.keys("*"))
+    assert state_keys(db1)
+    assert all(key.startswith(b"fg:{#") for key in state_keys(db1))
     guard.close()

@@ -11,7 +11,7 @@ from redis import Redis
 from freqguard import Guard, ManualClock
 from freqguard.backends.redis import RedisBackend
 from tests.conftest import SMS, START, flush
-from tests.servers import RedisServer
+from tests.servers import RedisServer, state_keys
 
 RECORD = "fg:{a}:sms"
 
@@ -45,7 +45,7 @@ def test_limits_live_in_the_recipients_record(
 ) -> None:
     guard = Guard(redis_backend, [SMS])
     guard.set_limit("sms", "rcpt-1m", "100/minute", recipient="a")
-    assert redis_server.client.keys("*") == [RECORD.encode()]
+    assert state_keys(redis_server.client) == [RECORD.encode()]
     assert redis_server.client.hkeys(RECORD) == [b""]  # the meta field holds them
 
 
@@ -74,7 +74,7 @@ def test_a_limit_for_ever_keeps_the_record_and_one_with_a_ttl_that_long(
     assert client.hkeys(RECORD) == [b""]  # the states are gone, the limit stays
     assert client.pttl(RECORD) == -1
     guard.clear_limit("sms", "rcpt-1d", recipient="a")
-    assert client.keys("*") == []  # neither states nor limits: the record goes
+    assert state_keys(client) == []  # neither states nor limits: the record goes
 
 
 @pytest.mark.parametrize("pinned", [True, False])
@@ -84,4 +84,4 @@ def test_clearing_what_was_never_set_writes_nothing(
     flush([redis_server])
     guard = Guard(redis_backend, [SMS], clock=ManualClock(START) if pinned else None)
     guard.clear_limit("sms", "rcpt-1m", recipient="a")
-    assert redis_server.client.keys("*") == []
+    assert state_keys(redis_server.client) == []

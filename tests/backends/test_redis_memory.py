@@ -25,7 +25,7 @@ from freqguard.backends._library import FUNCTION_BUCKET, FUNCTION_BUCKET_NOGROW
 from freqguard.backends.redis import FUNCTION, FUNCTION_NOGROW, AsyncRedisBackend, RedisBackend
 from freqguard.script.contract import CHECK, HIT, LIMIT
 from tests.conftest import flush
-from tests.servers import RedisServer
+from tests.servers import RedisServer, state_keys
 
 P = Policy("p", Rule("5/minute", by="r"))
 
@@ -113,14 +113,14 @@ def test_the_nogrow_function_refuses_a_call_that_grows(redis_server: RedisServer
     client.fcall(FUNCTION_NOGROW, 1, "k", "", 0, LIMIT, specs, "ab", "1 7 7")  # a clear
     client.fcall(FUNCTION_NOGROW, 1, "k", "", 0, HIT, specs, "ab")  # cost 0: a check
     client.fcall(FUNCTION_NOGROW, 1, "k", "", 1, CHECK, specs, "ab")
-    assert client.dbsize() == 0
+    assert len(state_keys(client)) == 0
     client.fcall(FUNCTION, 1, "k", "", 1, HIT, specs, "ab")
-    assert client.dbsize() == 1
+    assert len(state_keys(client)) == 1
     rid = b"12345678"  # the bucketed twins: ARGV[1] is the record's id in the bucket
     with pytest.raises(rex.ResponseError, match="a call that grows cannot run"):
         client.fcall(FUNCTION_BUCKET_NOGROW, 1, "b", rid, "", 1, HIT, specs, "ab")
     client.fcall(FUNCTION_BUCKET_NOGROW, 1, "b", rid, "", 1, CHECK, specs, "ab")
-    assert client.dbsize() == 1
+    assert len(state_keys(client)) == 1
     client.fcall(FUNCTION_BUCKET, 1, "b", rid, "", 1, HIT, specs, "ab")
     assert sorted(client.hkeys("b")) == [b"", rid]  # the bucket's meta field, the record
     guard.close()

@@ -24,7 +24,7 @@ from freqguard.script.strategies import SHORT_FORMATS, STATE_FORMATS
 from freqguard.script.strategies.base import SHORT_COUNT, SHORT_SPAN
 from tests.conformance.test_differential import _assert_alike
 from tests.conftest import START, flush
-from tests.servers import RedisServer
+from tests.servers import RedisServer, state_keys
 
 HEAD = sum(widths(FIELD_HEAD))
 POOL = [{"u": "a", "c": "x", "tz": "Asia/Shanghai"}]
@@ -38,7 +38,7 @@ def _size(kind: str, form: str) -> int:
 def _stored(client: Redis) -> list[int]:
     """The size of every state stored, over every record."""
     sizes = []
-    for key in client.keys("*"):
+    for key in state_keys(client):
         record: dict[bytes, bytes] = client.hgetall(key)  # type: ignore[assignment]
         sizes += [len(value) - HEAD for field, value in record.items() if field]
     return sorted(sizes)

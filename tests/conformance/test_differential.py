@@ -30,7 +30,7 @@ from freqguard import (
 from freqguard.backends.redis import RedisBackend
 from freqguard.script.contract import STALE_GRACE_US
 from tests.conftest import examples, flush
-from tests.servers import RedisServer
+from tests.servers import RedisServer, state_keys
 
 LAG = 0.3  # seconds; below STALE_GRACE_US
 assert LAG * 1_000_000 < STALE_GRACE_US
@@ -277,7 +277,7 @@ def test_stale_fields_are_pruned_on_server_time_and_never_by_a_pinned_one(
     for n in range(60):  # a new content every 0.2 s: each field matters for 1 s only
         assert guard.hit("p", u="a", c=f"c{n}") == reference.hit("p", u="a", c=f"c{n}")
         clock.advance(0.2)
-    (key,) = redis_server.client.keys("*")
+    (key,) = state_keys(redis_server.client)
     assert redis_server.client.hlen(key) == 1 + 1 + 60  # meta, recipient log, every content
     server_time = Guard(redis_backend, [policy])  # its time is years later: all is stale
     assert server_time.hit("p", u="a", c="new").allowed

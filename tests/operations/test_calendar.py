@@ -27,7 +27,7 @@ from freqguard.script.calls import ScriptCall
 from freqguard.script.contract import HIT
 from freqguard.script.strategies.calendar import OUTSIDE
 from tests.conftest import AnyGuardFactory, Driven, flush
-from tests.servers import RedisServer
+from tests.servers import RedisServer, state_keys
 
 US = 1_000_000
 HOUR = 3600.0
@@ -270,7 +270,7 @@ def test_a_store_more_than_a_period_from_the_clients_clock_refuses_to_guess(
         with pytest.raises(BackendUnavailable, match=OUTSIDE):
             backend.execute(call)
         assert guard.peek("sms", r="a").remaining == 2
-    assert redis_server.client.keys("*") == []
+    assert state_keys(redis_server.client) == []
 
 
 def test_the_record_lives_until_the_local_day_ends(
@@ -279,7 +279,7 @@ def test_the_record_lives_until_the_local_day_ends(
     flush([redis_server])
     guard = Guard(RedisBackend(Redis(port=redis_server.port)), [_daily(tz="Asia/Kolkata")])
     guard.hit("sms", r="a")  # on the server's time
-    (key,) = redis_server.client.keys("*")
+    (key,) = state_keys(redis_server.client)
     now = datetime.now(timezone.utc)
     local = now.astimezone(ZoneInfo("Asia/Kolkata"))
     midnight = (local + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)

@@ -21,6 +21,7 @@ from freqguard.backends._boundary import (
     translate,
     unconnected,
 )
+from freqguard.backends._claims import Claims, claim
 from freqguard.backends._durability import Durability
 from freqguard.backends._flight import SingleFlight
 from freqguard.backends._inspect import inspection
@@ -55,10 +56,10 @@ class RedisBackend:
     Calls go on lanes of the client's own connections (:class:`Lane`), each straight to
     the node that owns its slot; a batch goes as one write per node, the nodes at once.
 
-    Before its first call it asks the server what it is, once: a standalone client aimed at a
-    cluster node raises :class:`~freqguard.ConfigError` on every call, and a
-    ``maxmemory-policy`` that can evict records is logged as a warning on the ``freqguard``
-    logger (every record has a TTL, so ``volatile-*`` policies evict them too).
+    Before its first call it asks the server what it is, once (``_inspect``): a standalone
+    client aimed at a cluster node is a :class:`~freqguard.ConfigError`, and an evicting
+    ``maxmemory-policy`` a warning; and before its first call of each policy, that the
+    store's clients keep its records with the same ``buckets`` (``_claims``).
 
     Args:
         client: the redis-py client (``Redis`` or ``RedisCluster``); its timeouts and retries
@@ -72,8 +73,8 @@ class RedisBackend:
         wait_timeout: seconds to wait for the replicas (0.001-60; less than the client's
             socket timeout, or the socket gives up first).
         buckets: share the records of many partition values in this many hashes a policy
-            (1 to 2^32), one compact string each: far fewer bytes, more server time; 0
-            (default): a hash each. Sizing, listpack limits, changing it: docs/redis.md.
+            (1 to 2^32), one compact string each: fewer bytes, more server time; 0 (default):
+            a hash each; every client of a prefix alike. See docs/redis.md.
 
     Raises:
         ConfigError: a bad ``wait_replicas``, ``wait_timeout`` (or one not shorter than the
@@ -108,7 +109,8 @@ class RedisBackend:
         # the one-call path sends no WAIT: with wait_replicas, every call goes as a batch
         self._fast = self._direct and not self._wait
         self._inspected = False
-        self._inspecting = SingleFlight()
+        self._claims = Claims(self.buckets)
+        self._inspecting, self._claiming = SingleFlight(), SingleFlight()
         self._loading = SingleFlight()
 
     def execute(self, call: ScriptCall) -> Reply:
@@ -119,7 +121,8 @@ class RedisBackend:
             ConfigError: the client is standalone and the server a cluster node.
         """
         try:
-            if not (self._inspected and self._fast) or unmapped(self.client):
+            slow = not (self._inspected and self._fast) or self._claims.wanted(call)
+            if slow or unmapped(self.client):
                 # the first calls take the long way, and those that must learn the slots
                 return (self._run([call]))[0]
             # the common case, without a batch's bookkeeping
@@ -176,8 +179,7 @@ class RedisBackend:
         their order), the nodes at once; replies in input order."""
         if not calls:
             return []
-        if not self._inspected:
-            self._inspect()
+        self._prepare(calls)
         if not self._direct:  # one connection: WAIT after the calls counts them
             results: list[object] = [self._command(call) for call in calls]
             durability = self._durability
@@ -217,8 +219,7 @@ class RedisBackend:
             raise_failures(replies, "redis cluster calls")
         return replies
 
-    def _send_all(self, calls: Sequence[ScriptCall]) -> list[object]:
-        """Each call's reply or error reply, in input order."""
+    def _send_all(self, calls: Sequence[ScriptCall]) -> list[object]:  # in input order
         wait = self._durability.frame(calls)
         if not self._cluster:  # one lane; framed as the batch is sent
             count = len(calls) + bool(wait)
@@ -319,8 +320,7 @@ class RedisBackend:
         return result  # type: ignore[return-value]
 
     def _reroute(self, error: Exception) -> None:
-        """Before calls go the long way (the cluster client): drop the lanes, and after a lost
-        node learn the slots again (``learn_lost``); once per batch."""
+        """Before calls go the long way: drop the lanes; after a lost node, learn the slots."""
         if self._lanes:
             self._forget_lanes()
             learn_lost(self.client, error)
@@ -334,9 +334,8 @@ class RedisBackend:
         return error
 
     def _exchange_all(self, jobs: list[Job]) -> list[list[object] | Exception]:
-        """Every lane's job at once (``exchange_all``). On a cluster, a lane that failed
-        gives its error, for its calls to go the long way (:data:`REROUTE`) or to fail
-        alone; on a standalone server, a failure is raised."""
+        """Every lane's job at once (``exchange_all``); a lane's failure is raised on a
+        standalone server, given on a cluster (its calls go the long way, or fail alone)."""
         answers = exchange_all(jobs)
         if not self._cluster:
             for answer in answers:
@@ -345,8 +344,7 @@ class RedisBackend:
         return answers
 
     def _groups(self, encoded: list[tuple[bytes, bytes]]) -> list[_Group]:
-        """Encoded calls by lane (see ``per_lane``). A slot missing from the client's map
-        makes it learn the map again, once."""
+        """Encoded calls by lane (``per_lane``); a slot the map lacks: learnt again, once."""
         if unmapped(self.client):  # a lost node: the client's map is to be learnt again
             learn_slots(self.client)
         try:
@@ -355,8 +353,7 @@ class RedisBackend:
             learn_slots(self.client)
             return per_lane(encoded, self._lane)
 
-    def _lane(self, key: bytes) -> Lane:
-        """The lane to the node that owns ``key`` (to the server, when standalone)."""
+    def _lane(self, key: bytes) -> Lane:  # to the node that owns key (or the server)
         return self._lane_of(self._owner_of(key))
 
     def _lane_of(self, owner: Any) -> Lane:
@@ -366,7 +363,7 @@ class RedisBackend:
             entry = self._lanes[id(owner)] = (owner, Lane(owner))
         return entry[1]
 
-    def _forget_lanes(self) -> None:
+    def _forget_lanes(self) -> None:  # each lane's connection given back
         lanes, self._lanes = self._lanes, {}
         for _, lane in lanes.values():
             lane.close()
@@ -386,10 +383,18 @@ class RedisBackend:
                     raise
             self._loading.run(lambda: self.client.function_load(LIBRARY, replace=True))
 
-    def _inspect(self) -> None:
-        """Once, before the first calls, for every caller that comes meanwhile: the server's
-        checks (see ``_inspect.inspection``). Failing to reach it leaves them to the next."""
-        self._inspecting.run(self._inspection)
+    def _prepare(self, calls: Sequence[ScriptCall]) -> None:
+        """Before calls go: the server's checks, once for every caller meanwhile (a failure
+        leaves them to the next), and each new policy's buckets setting (``_claims``)."""
+        if not self._inspected:
+            self._inspecting.run(self._inspection)
+        while self._claims.keys(calls):  # one caller's claims at a time: one connection
+            self._claiming.run(lambda: self._claim(calls))
+
+    def _claim(self, calls: Sequence[ScriptCall]) -> None:
+        for key in self._claims.keys(calls):
+            drive(claim(self.client, key, self.buckets), ERRORS)
+            self._claims.done(key)
 
     def _inspection(self) -> None:
         drive(inspection(self.client, self._cluster, self.buckets > 0), ERRORS)

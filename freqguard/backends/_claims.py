@@ -1,0 +1,110 @@
+"""One way to keep a policy's records per prefix: each client checks its ``buckets`` setting
+against the store's before its first call of a policy.
+
+Records in a hash each (``buckets=0``) and records shared in N buckets live under different
+keys, and so do N buckets and M: clients of one prefix with different settings would count
+apart, each up to the cap. So the first client of a policy records its setting in the
+store (``KeyLayout.layout_key``: ``<prefix>:{*<policy>}:<policy>:buckets``, for
+:data:`HOLD` seconds), and every client compares its own with it before its first call of
+that policy, and again every :data:`RECHECK` seconds, which keeps the key alive while any
+client runs: a client with another setting is refused with a
+:class:`~freqguard.ConfigError` that names both, before it writes anything. No I/O here:
+:func:`claim` yields the requests, as ``_inspect.inspection`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Generator, Sequence
+from time import monotonic
+from typing import Any
+
+from redis import exceptions as rex
+
+from freqguard.errors import ConfigError
+from freqguard.script.calls import ScriptCall
+
+__all__ = ["HOLD", "RECHECK", "Claims", "claim"]
+
+#: Seconds after which a backend checks its claims again (two requests a policy each time),
+#: and how long the store keeps a claim no client renews.
+RECHECK = 600
+HOLD = 86_400
+
+
+class Claims:
+    """The layout keys a backend has checked, and when to check them again."""
+
+    __slots__ = ("_done", "_next", "buckets")
+
+    def __init__(self, buckets: int) -> None:
+        self.buckets = buckets
+        self._done: set[str] = set()
+        self._next = monotonic() + RECHECK
+
+    def wanted(self, call: ScriptCall) -> bool:
+        """Whether ``call``'s policy must be checked before it goes (the hot path's test)."""
+        if call.part.layouts[0].layout_key not in self._done:
+            return True
+        if monotonic() < self._next:
+            return False
+        self._next = monotonic() + RECHECK
+        self._done.clear()
+        return True
+
+    def keys(self, calls: Sequence[ScriptCall]) -> list[str]:
+        """The layout keys of ``calls`` not checked yet, each once."""
+        found = {call.part.layouts[0].layout_key for call in calls}
+        return sorted(found - self._done)
+
+    def done(self, key: str) -> None:
+        self._done.add(key)
+
+
+def claim(client: Any, key: str, buckets: int) -> Generator[Callable[[], Any], Any, None]:
+    """Record ``buckets`` under ``key`` if no client did, else compare with what is there.
+    A server that refuses the requests (an ACL without SET or GET, renamed commands) is
+    warned of, once per key, and not checked.
+
+    Raises:
+        ConfigError: the store's clients keep the policy's records another way.
+    """
+    mine = str(buckets)
+    try:
+        try:
+            made = yield lambda: client.set(key, mine, nx=True, ex=HOLD)
+        except rex.OutOfMemoryError:  # a full server is still read: compare, claim nothing
+            made = False
+        if made:
+            return
+        found = yield lambda: client.get(key)
+        if isinstance(found, bytes):
+            found = found.decode("utf-8", "replace")
+        if found is None:  # gone meanwhile: claimed at the next check
+            return
+        if found == mine:  # renewed (EXPIRE runs on a full server too)
+            yield lambda: client.expire(key, HOLD)
+            return
+    except rex.ResponseError as exc:
+        if key not in _WARNED:
+            _WARNED.add(key)
+            _log.warning(
+                "freqguard: cannot check that every client keeps %s with buckets=%s (the "
+                "server refused: %s); clients with another buckets setting would count "
+                "apart, each up to the cap (docs/redis.md, 'Changing buckets')",
+                key,
+                mine,
+                exc,
+            )
+        return
+    policy = key.rsplit(":", 2)[-2]
+    raise ConfigError(
+        f"policy {policy!r}: the clients of this store keep its records with "
+        f"buckets={found} (recorded in {key}), and this client has buckets={mine}: the two "
+        "would count apart, each up to the cap. Give every client of a key prefix the same "
+        "buckets setting (docs/redis.md, 'Changing buckets')"
+    )
+
+
+_WARNED: set[str] = set()  # keys whose claim a server refused, warned of once
+_log = logging.getLogger("freqguard")

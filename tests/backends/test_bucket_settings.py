@@ -1,0 +1,103 @@
+"""Clients of one prefix must keep a policy's records one way: in a hash each, or shared in
+the same number of buckets. Two settings would count apart, each client up to the cap (3-4
+times it between them), so a client whose setting differs from the one the store's clients
+already use is refused at its first call of the policy, writing nothing, with an error that
+names both settings; on a standalone server and a Cluster, sync and async."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.cluster import RedisCluster
+
+from freqguard import AsyncGuard, ConfigError, Guard, ManualClock, Policy, Rule
+from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
+from tests.conftest import START, flush
+from tests.servers import RedisServer, state_keys
+
+P = Policy("p", Rule("2/minute", by="r", name="m"))
+
+
+def _guard(client: Redis | RedisCluster, buckets: int) -> Guard:
+    return Guard(RedisBackend(client, buckets=buckets), [P], clock=ManualClock(START))
+
+
+@pytest.mark.parametrize(("first", "second"), [(0, 4), (4, 0), (4, 16), (1, 2)])
+def test_a_client_with_another_buckets_setting_is_refused_and_writes_nothing(
+    redis_server: RedisServer, first: int, second: int
+) -> None:
+    flush([redis_server])
+    one = _guard(Redis(port=redis_server.port), first)
+    assert [one.hit("p", r=f"u{i}").allowed for i in range(3)] == [True] * 3
+    keys = sorted(state_keys(redis_server.client))
+    other = _guard(Redis(port=redis_server.port), second)
+    for _ in range(2):  # refused every time, not only the first
+        with pytest.raises(ConfigError) as refused:
+            other.hit("p", r="u0")
+        assert f"buckets={first}" in str(refused.value)
+        assert f"buckets={second}" in str(refused.value)
+        assert "'p'" in str(refused.value)
+    assert sorted(state_keys(redis_server.client)) == keys
+    assert one.hit("p", r="u0").allowed  # the first setting goes on
+    assert not one.hit("p", r="u0").allowed
+    with pytest.raises(ConfigError):
+        other.peek("p", r="u0")
+    with pytest.raises(ConfigError):
+        other.hit_many("p", [{"r": "u0"}, {"r": "u1"}])
+    one.close()
+    other.close()
+
+
+def test_the_same_setting_is_shared_and_a_cluster_refuses_another(
+    redis_cluster: list[RedisServer],
+) -> None:
+    flush(redis_cluster)
+    port = redis_cluster[0].port
+    one, same = (_guard(RedisCluster(host="127.0.0.1", port=port), 8) for _ in range(2))
+    assert [one.hit("p", r="a").allowed, same.hit("p", r="a").allowed] == [True, True]
+    assert not one.hit("p", r="a").allowed  # one count between them
+    other = _guard(RedisCluster(host="127.0.0.1", port=port), 0)
+    with pytest.raises(ConfigError, match="buckets=8"):
+        other.hit("p", r="b")
+    for guard in (one, same, other):
+        guard.close()
+
+
+def test_an_async_client_with_another_setting_is_refused(redis_server: RedisServer) -> None:
+    flush([redis_server])
+    _guard(Redis(port=redis_server.port), 0).hit("p", r="a")
+
+    async def other() -> None:
+        backend = AsyncRedisBackend(AsyncRedis(port=redis_server.port), buckets=4)
+        guard = AsyncGuard(backend, [P], clock=ManualClock(START))
+        try:
+            with pytest.raises(ConfigError, match=r"buckets=0.*buckets=4"):
+                await guard.hit("p", r="a")
+        finally:
+            await guard.aclose()
+
+    asyncio.run(other())
+
+
+def test_a_server_that_refuses_the_check_is_still_decided_on_and_says_so(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An ACL that allows FCALL but not SET or GET: the check cannot be made, which is
+    logged once; the calls go on."""
+    flush([redis_server])
+    admin = redis_server.client
+    admin.acl_setuser(
+        "nosets", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-set", "-get"]
+    )
+    try:
+        client = Redis(port=redis_server.port, username="nosets", password="pw")
+        guard = _guard(client, 4)
+        with caplog.at_level("WARNING", logger="freqguard"):
+            assert [guard.hit("p", r="a").allowed for _ in range(3)] == [True, True, False]
+        assert caplog.text.count("cannot check that every client keeps") == 1
+        guard.close()
+    finally:
+        admin.acl_deluser("nosets")
