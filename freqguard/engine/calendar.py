@@ -198,6 +198,7 @@ class Calendar:
     ) -> tuple[int, ...]:
         quiet = rule.quiet
         tz = rule.tz if quiet is None else quiet.tz
+        read = None  # the context value naming the zone, for a rule without its own
         if tz is None:
             read = rule.tz_from if quiet is None else quiet.tz_from
             assert read is not None
@@ -226,8 +227,9 @@ class Calendar:
             else:
                 bounds = quiet_bounds(quiet, tz, now, exempt)
                 lo, hi = period_bounds("day", tz, now)[1:3]
-        except ConfigError as exc:
-            raise ContextError(f"rule {rule.id!r} of policy {self._policy.name!r}: {exc}") from None
+        except ConfigError as exc:  # a zone the hit names (a rule's own was checked when made)
+            where = f"rule {rule.id!r}" if read is None else f"context value {read!r}"
+            raise ContextError(f"policy {self._policy.name!r}, {where}: {exc}") from None
         if len(self._bounds) >= MAX_VARIANTS:
             self._bounds.clear()
         self._bounds[kind, tz] = (lo, hi, bounds)
