@@ -131,7 +131,7 @@ class QuietHours:
     consumes nothing, and its ``retry_after`` is the end of the quiet period (``acquire``
     and ``on_exceeded="wait"`` defer to it, within their timeout). A period whose end is
     earlier than its start crosses midnight. On a night the clocks change, every wall time in
-    the range is quiet: a start or end they skip counts from the change, and the night runs
+    the range is quiet: a start or end they skip is taken at the change, and the night runs
     from a repeated start's first occurrence to a repeated end's last. Decided in the same
     call as the policy's rules, on the store's time.
 

@@ -119,9 +119,10 @@ def quiet_bounds(quiet: QuietHours, tz: str, now: int, exempt: bool) -> tuple[in
     on each of its days (in order, those that overlap or touch made one, then ``(0, 0)``
     for none): none when ``exempt``.
 
-    A night is the widest stretch of time whose wall times are in the range: it begins at
-    the first occurrence of a start the clocks repeat (at the change, of one they skip) and
-    ends at the last occurrence of an end they repeat (at the change, of one they skip).
+    A night is one stretch of time, from the first instant whose wall time is in the range
+    to the last: it begins at a repeated start's first occurrence and ends at a repeated
+    end's last (at its first, for an end where the repeated stretch begins); a start or end
+    the clocks skip is taken at the change.
 
     Raises:
         ConfigError: ``tz`` names no zone.
@@ -134,7 +135,7 @@ def quiet_bounds(quiet: QuietHours, tz: str, now: int, exempt: bool) -> tuple[in
         last = first if quiet.end > quiet.start else first + _DAY  # crossing midnight
         begin = _instant(zone, first, quiet.start)
         end = _instant(zone, last, quiet.end, last=True)
-        if nights and begin <= nights[-1][1]:  # a repeated hour joins two nights
+        if nights and begin <= nights[-1][1]:  # a change of the clocks joins two nights
             nights[-1] = (nights[-1][0], max(end, nights[-1][1]))
         elif begin < end:  # not both in one skipped hour
             nights.append((begin, end))
