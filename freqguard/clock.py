@@ -169,23 +169,62 @@ def check_calendar(calendar: bool, strategy: str, rate: Rate, tz: object, tz_fro
         zone_named(tz)
 
 
+#: Not zones, though the zone database's folder may hold them: the machine's own zone
+#: (which differs from machine to machine) and POSIX's default rules.
+_NOT_ZONES = frozenset({"localtime", "posixrules"})
+_EXAMPLE = "an IANA name like 'Europe/Berlin' or 'America/New_York'"
+
+
+@functools.cache
+def _known() -> frozenset[str]:
+    """The zones the zone database holds, by their exact names (read once: a walk of it)."""
+    return frozenset(zoneinfo.available_timezones() - _NOT_ZONES)
+
+
+@functools.cache
+def _folded() -> dict[str, str]:
+    return {name.casefold(): name for name in _known()}
+
+
 @functools.lru_cache(maxsize=1024)
 def _zone(name: str) -> zoneinfo.ZoneInfo:
     return zoneinfo.ZoneInfo(name)
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, cut short: an error names the value, not ten thousand characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
+def _unknown(name: str) -> ConfigError:
+    meant = _folded().get(name.casefold())
+    if meant is not None:
+        why = f"names are case-sensitive: did you mean {meant!r}? Give {_EXAMPLE}"
+    else:
+        region = sorted(zone for zone in _known() if zone.startswith(name + "/"))
+        why = (
+            f"that is a region of the zone database, not a zone: give one of its zones, like "
+            f"{region[0]!r} ({_EXAMPLE})"
+            if region
+            else f"give {_EXAMPLE} (the tzdata package supplies them where the system has none)"
+        )
+    return ConfigError(f"unknown time zone {name!r}: {why}")
 
 
 def zone_named(name: object) -> zoneinfo.ZoneInfo:
     """The IANA zone ``name`` names.
 
     Raises:
-        ConfigError: a value that names no zone this machine's zone database holds.
+        ConfigError: a value that is not the exact name of a zone this machine's zone
+            database holds (a folder of it, a path, a file that is not a zone, the
+            machine's own ``localtime``, another case, a non-string), naming it.
     """
     if not isinstance(name, str) or not 0 < len(name) <= 64:
-        raise ConfigError(f"a time zone is an IANA name like 'Europe/Berlin', got {name!r}")
+        raise ConfigError(f"a time zone is {_EXAMPLE}, got {_shown(name)}")
+    if name not in _known():
+        raise _unknown(name)
     try:
         return _zone(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ConfigError(
-            f"unknown time zone {name!r}: give an IANA name like 'Europe/Berlin' or "
-            "'America/New_York' (the tzdata package supplies them where the system has none)"
-        ) from None
+    except (OSError, ValueError) as exc:  # listed, yet unreadable: changed under us
+        raise ConfigError(f"time zone {name!r} cannot be read ({exc}): give {_EXAMPLE}") from None

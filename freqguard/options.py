@@ -133,8 +133,10 @@ class QuietHours:
     tz_from="tz")``. A hit inside them is denied by the pseudo-rule ``"quiet-hours"``,
     consumes nothing, and its ``retry_after`` is the end of the quiet period (``acquire``
     and ``on_exceeded="wait"`` defer to it, within their timeout). A period whose end is
-    earlier than its start crosses midnight. Decided in the same call as the policy's rules,
-    on the store's time.
+    earlier than its start crosses midnight. On a night the clocks change, every wall time in
+    the range is quiet: a start or end they skip is taken at the change, and the night runs
+    from a repeated start's first occurrence to a repeated end's last. Decided in the same
+    call as the policy's rules, on the store's time.
 
     Args:
         start: the local time of day they begin, ``"HH:MM"``.

@@ -16,7 +16,7 @@ a month on the 1st; a DST change makes a day of 23 or 25 hours, never two days.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone, tzinfo
 
 from freqguard.clock import zone_named
 from freqguard.errors import ConfigError, ContextError
@@ -33,6 +33,7 @@ MAX_VARIANTS = 1024
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _US = timedelta(microseconds=1)
 _DAY = timedelta(days=1)
+_SECOND = 1_000_000  # µs
 
 
 def _first(period: str, day: date) -> date:
@@ -53,11 +54,43 @@ def _after(period: str, first: date) -> date:
     return (first.replace(day=28) + 4 * _DAY).replace(day=1)
 
 
-def _start(zone: object, day: date) -> int:
-    """µs of the first instant of ``day`` in ``zone`` (fold 0: the earlier of a repeated
-    midnight, the instant after a skipped one)."""
-    local = datetime(day.year, day.month, day.day, tzinfo=zone)  # type: ignore[arg-type]
+def _us(local: datetime) -> int:
     return (local - _EPOCH) // _US
+
+
+def _offset(zone: tzinfo, second: int) -> timedelta | None:
+    return datetime.fromtimestamp(second, zone).utcoffset()
+
+
+def _change(zone: tzinfo, before: int, after: int) -> int:
+    """µs of the change of ``zone``'s offset between two instants (µs): the first whole
+    second at the new offset (a zone's changes fall on whole seconds)."""
+    lo, hi = before // _SECOND, -(-after // _SECOND)
+    old = _offset(zone, lo)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _offset(zone, mid) == old else (lo, mid)
+    return hi * _SECOND
+
+
+def _instant(zone: tzinfo, day: date, minute: int = 0, *, last: bool = False) -> int:
+    """µs of the wall time ``minute`` after midnight of ``day`` in ``zone``: where a change of
+    the clocks skips it, the change (the first instant whose wall time is at or after it);
+    where one repeats it, its first occurrence, or with ``last`` (an end, exclusive) the
+    last instant after which the wall time is never again before it."""
+    hour, minute = divmod(minute, 60)
+    wall = datetime(day.year, day.month, day.day, hour, minute, tzinfo=zone)
+    early, late = _us(wall), _us(wall.replace(fold=1))
+    if early > late:
+        # skipped: fold 0 reads it at the offset before the change, which puts it after the
+        # change, and fold 1 at the offset after, before it; the change is between them
+        return _change(zone, late, early)
+    if not last or early == late:
+        return early  # one instant, or the first occurrence of a repeated time
+    # its last occurrence, unless that is the change itself: the end is where the repeated
+    # stretch begins, and the wall times before it came only once
+    just_before = (_EPOCH + (late - 1) * _US).astimezone(zone).replace(tzinfo=None)
+    return late if just_before < wall.replace(tzinfo=None) else early
 
 
 def period_bounds(period: str, tz: str, now: int) -> tuple[int, int, int, int]:
@@ -73,39 +106,42 @@ def period_bounds(period: str, tz: str, now: int) -> tuple[int, int, int, int]:
     before = _first(period, current - _DAY)
     nxt = _after(period, current)
     return (
-        _start(zone, before),
-        _start(zone, current),
-        _start(zone, nxt),
-        _start(zone, _after(period, nxt)),
+        _instant(zone, before),
+        _instant(zone, current),
+        _instant(zone, nxt),
+        _instant(zone, _after(period, nxt)),
     )
-
-
-def _at(zone: object, day: date, minute: int) -> int:
-    """µs of ``minute`` after midnight of ``day`` in ``zone`` (a time a DST change skips:
-    as if the change had not happened yet, so the instant after it)."""
-    hour, minute = divmod(minute, 60)
-    local = datetime(day.year, day.month, day.day, hour, minute, tzinfo=zone)  # type: ignore[arg-type]
-    return (local - _EPOCH) // _US
 
 
 def quiet_bounds(quiet: QuietHours, tz: str, now: int, exempt: bool) -> tuple[int, ...]:
     """The span of three local days around ``now`` (the day before to the day after, in
-    zone ``tz``), then the quiet intervals that begin on the day before it and on each of
-    its days: ``(0, 0)`` each when ``exempt``.
+    zone ``tz``), then the quiet intervals of the nights that begin on the day before it and
+    on each of its days (in order, those that overlap or touch made one, then ``(0, 0)``
+    for none): none when ``exempt``.
+
+    A night is one stretch of time, from the first instant whose wall time is in the range
+    to the last: it begins at a repeated start's first occurrence and ends at a repeated
+    end's last (at its first, for an end where the repeated stretch begins); a start or end
+    the clocks skip is taken at the change.
 
     Raises:
         ConfigError: ``tz`` names no zone.
     """
     zone = zone_named(tz)
     today = (_EPOCH + now * _US).astimezone(zone).date()
-    out = [_start(zone, today - _DAY), _start(zone, today + 2 * _DAY)]
-    for offset in (-2, -1, 0, 1):
+    nights: list[tuple[int, int]] = []
+    for offset in (-2, -1, 0, 1) if not exempt else ():
         first = today + offset * _DAY
-        if exempt:
-            out += (0, 0)
-            continue
         last = first if quiet.end > quiet.start else first + _DAY  # crossing midnight
-        out += (_at(zone, first, quiet.start), _at(zone, last, quiet.end))
+        begin = _instant(zone, first, quiet.start)
+        end = _instant(zone, last, quiet.end, last=True)
+        if nights and begin <= nights[-1][1]:  # a change of the clocks joins two nights
+            nights[-1] = (nights[-1][0], max(end, nights[-1][1]))
+        elif begin < end:  # not both in one skipped hour
+            nights.append((begin, end))
+    out = [_instant(zone, today - _DAY), _instant(zone, today + 2 * _DAY)]
+    for begin, end in nights + [(0, 0)] * (4 - len(nights)):
+        out += (begin, end)
     return tuple(out)
 
 
@@ -163,6 +199,7 @@ class Calendar:
     ) -> tuple[int, ...]:
         quiet = rule.quiet
         tz = rule.tz if quiet is None else quiet.tz
+        read = None  # the context value naming the zone, for a rule without its own
         if tz is None:
             read = rule.tz_from if quiet is None else quiet.tz_from
             assert read is not None
@@ -191,8 +228,9 @@ class Calendar:
             else:
                 bounds = quiet_bounds(quiet, tz, now, exempt)
                 lo, hi = period_bounds("day", tz, now)[1:3]
-        except ConfigError as exc:
-            raise ContextError(f"rule {rule.id!r} of policy {self._policy.name!r}: {exc}") from None
+        except ConfigError as exc:  # a zone the hit names (a rule's own was checked when made)
+            where = f"rule {rule.id!r}" if read is None else f"context value {read!r}"
+            raise ContextError(f"policy {self._policy.name!r}, {where}: {exc}") from None
         if len(self._bounds) >= MAX_VARIANTS:
             self._bounds.clear()
         self._bounds[kind, tz] = (lo, hi, bounds)
