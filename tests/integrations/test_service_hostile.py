@@ -11,11 +11,14 @@ import json
 from typing import Any
 
 import httpx
-from hypothesis import event, given, settings
+import jsonschema
+from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from freqguard import AsyncGuard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.service import create_app
+from freqguard.service.bodies import COSTED, LIMIT, MANY, ONE, Body, read
+from freqguard.service.problems import Problem
 from tests.conftest import examples
 
 SMS = Policy(
@@ -47,6 +50,7 @@ def _scalars() -> st.SearchStrategy[Any]:
         st.floats(),  # NaN and the infinities included: json.dumps writes them as literals
         st.text(max_size=8),
         st.sampled_from([*RECIPIENTS, *CONTENTS, *USERS, *ZONES, "5/minute", "often", "0/s"]),
+        st.just("z" * 5000),  # quoted by a message, it must not come back whole
     )
 
 
@@ -205,3 +209,58 @@ def test_hostile_requests_get_a_problem_and_change_nothing(
                     assert await _state(guard) == before, (method, path, body, answer.text)
 
     asyncio.run(run())
+
+
+BODIES = {"hit": COSTED, "hit-many": MANY, "peek": ONE, "limits": ONE, "PUT limits": LIMIT}
+
+
+#: Each field's values: mostly of its type, some anything.
+VALUES = {
+    "context": st.one_of(_contexts(), _json_values()),
+    "contexts": st.one_of(st.lists(_contexts(), max_size=3), _json_values()),
+    "cost": st.one_of(st.integers(-1, 5), st.sampled_from([True, False, "1", 0.5]), _scalars()),
+    "rate": st.one_of(st.sampled_from(["5/minute", "x" * 101, None, True, 5]), _scalars()),
+    "ttl": st.one_of(st.sampled_from([60, 0.5, None, 0, -1, True, "60"]), _scalars()),
+}
+
+
+def _near(body: Body) -> st.SearchStrategy[dict[str, Any]]:
+    """Bodies with the fields ``body`` requires, some of its others, rarely one more."""
+    required = {name: VALUES[name] for name, field in body.fields.items() if field.required}
+    optional = {name: VALUES[name] for name, field in body.fields.items() if not field.required}
+    extra = st.dictionaries(st.sampled_from(NAMES), _scalars(), max_size=1)
+    near = st.fixed_dictionaries(required, optional=optional)
+    return st.one_of(near, near, st.builds(lambda a, b: {**b, **a}, near, extra))
+
+
+@settings(max_examples=examples(150))
+@given(
+    case=st.sampled_from(sorted(BODIES)).flatmap(
+        lambda name: st.tuples(st.just(name), st.one_of(_near(BODIES[name]), _json_values()))
+    )
+)
+def test_the_openapi_document_states_what_the_service_checks(case: tuple[str, Any]) -> None:
+    """A body the document's schema admits is one the service's checks take, and the
+    reverse (JSON Schema's "integer" admits 2.0, which JSON readers differ on: left out)."""
+    name, data = case
+    assume(not _has_integral_float(data))
+    schema = BODIES[name].schema()
+    admitted = jsonschema.Draft202012Validator(schema).is_valid(data)
+    try:
+        read(BODIES[name], data)
+    except Problem:
+        taken = False
+    else:
+        taken = True
+    event(f"{name}: {'taken' if taken else 'refused'}")
+    assert admitted == taken, (schema, data)
+
+
+def _has_integral_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, dict):
+        return any(_has_integral_float(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_integral_float(v) for v in value)
+    return False
