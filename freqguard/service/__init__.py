@@ -1,5 +1,10 @@
 """The decision service (``freqguard serve CONFIG``): a configuration's policies behind
-HTTP/JSON, for callers in any language. See :mod:`freqguard.service.app` for the API."""
+HTTP/JSON, for callers in any language. See :mod:`freqguard.service.app` for the API.
+
+``freqguard serve`` reads the tokens once as it starts (:func:`tokens_from_env`, which
+fails on a bad line) and prints :func:`startup_warnings`; each worker then makes its app
+with :func:`from_env`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import os
 from typing import Any
 
 from freqguard.service.app import MAX_BATCH, MAX_BODY, create_app, decision_json
+from freqguard.service.gate import TOKENS_ENV, parse_tokens, startup_warnings, tokens_from_env
 
 __all__ = [
     "CONFIG_ENV",
@@ -16,22 +22,13 @@ __all__ = [
     "create_app",
     "decision_json",
     "from_env",
+    "parse_tokens",
+    "startup_warnings",
+    "tokens_from_env",
 ]
 
 #: The configuration file a worker process serves (``freqguard serve`` sets it).
 CONFIG_ENV = "FREQGUARD_SERVE_CONFIG"
-#: Bearer tokens, one per line or comma-separated; or ``FREQGUARD_TOKENS_FILE``, a file.
-TOKENS_ENV = "FREQGUARD_TOKENS"
-
-
-def tokens_from_env() -> list[str]:
-    """The tokens the environment gives (never logged)."""
-    found = os.environ.get(TOKENS_ENV, "")
-    path = os.environ.get(f"{TOKENS_ENV}_FILE")
-    if path:
-        with open(path, encoding="utf-8") as file:
-            found += "\n" + file.read()
-    return [t.strip() for t in found.replace(",", "\n").splitlines() if t.strip()]
 
 
 def from_env() -> Any:

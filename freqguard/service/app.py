@@ -11,18 +11,19 @@
     GET  /healthz, /metrics, /openapi.json
     GET  /  (the operator's page), /v1/policies, /v1/stats  (what the page reads; open)
 
-A denial is a 200 with ``"allowed": false`` (the call succeeded); a bad body is a 422
-problem+json naming the field; an unknown policy or rule a 404; a body over the size limit a
-413; the store failing a 503. With tokens configured every ``/v1`` call needs
-``Authorization: Bearer <token>`` (compared in constant time, never logged).
+A denial is a 200 with ``"allowed": false`` (the call succeeded). Anything else is RFC 9457
+problem+json (:mod:`freqguard.service.problems`): a bad body a 422 naming the field, an
+unknown policy, rule or path a 404, a body over the size limit a 413, the store failing a
+503. Every call under ``/v1/policies`` takes ``application/json`` only (else 415), from
+the service's own origin (a browser's call from another site: 403), and with tokens
+configured ``Authorization: Bearer <token>`` (else 401; :mod:`freqguard.service.gate`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -34,39 +35,34 @@ from freqguard.decision import Decision
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import AsyncGuard
 from freqguard.policy import Policy
+from freqguard.service.bodies import (
+    COSTED,
+    LIMIT,
+    MANY,
+    MAX_BATCH,
+    MAX_BODY,
+    ONE,
+    Body,
+    read,
+    read_json,
+)
+from freqguard.service.checks import Checks
+from freqguard.service.gate import Gate
 from freqguard.service.openapi import document
 from freqguard.service.page import PAGE
+from freqguard.service.problems import (
+    HANDLERS,
+    Problem,
+    from_store,
+    invalid,
+    shown,
+    store_failed,
+    unforeseen,
+)
 
 __all__ = ["MAX_BATCH", "MAX_BODY", "create_app", "decision_json"]
 
-MAX_BODY = 1 << 20  # bytes of one request's body
-MAX_BATCH = 1000  # contexts of one hit-many call
-
 Handler = Callable[[Request], Awaitable[Response]]
-
-
-class Problem(Exception):
-    """An answer other than 200, as RFC 9457 problem+json."""
-
-    def __init__(self, status: int, title: str, detail: str, field: str | None = None) -> None:
-        super().__init__(detail)
-        self.status, self.title, self.detail, self.field = status, title, detail, field
-
-    def response(self, instance: str) -> Response:
-        body: dict[str, Any] = {
-            "type": "about:blank",
-            "title": self.title,
-            "status": self.status,
-            "detail": self.detail,
-            "instance": instance,
-        }
-        if self.field is not None:
-            body["field"] = self.field
-        return Response(json.dumps(body), self.status, media_type="application/problem+json")
-
-
-def _invalid(field: str, detail: str) -> Problem:
-    return Problem(422, "Unprocessable Content", f"{field}: {detail}", field)
 
 
 def decision_json(decision: Decision) -> dict[str, Any]:
@@ -94,88 +90,66 @@ def decision_json(decision: Decision) -> dict[str, Any]:
     }
 
 
-async def _body(request: Request) -> dict[str, Any]:
-    """The request's JSON object, read up to :data:`MAX_BODY` bytes."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
-        raise Problem(413, "Content Too Large", f"a body is at most {MAX_BODY} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise Problem(413, "Content Too Large", f"a body is at most {MAX_BODY} bytes")
-        chunks.append(chunk)
-    try:
-        body = json.loads(b"".join(chunks) or b"{}")
-    except ValueError:
-        raise _invalid("body", "not JSON") from None
-    if not isinstance(body, dict):
-        raise _invalid("body", "a JSON object")
-    return body
+@dataclass(frozen=True)
+class Call:
+    """One call, past the gate and its body's checks."""
+
+    policy: str
+    checks: Checks
+    body: dict[str, Any]
+    rule: str | None
 
 
-def _context(body: Mapping[str, Any], name: str = "context") -> dict[str, Any]:
-    context = body.get(name)
-    if not isinstance(context, dict):
-        raise _invalid(name, "an object of name: value (strings or integers)")
-    for key, value in context.items():
-        if isinstance(value, bool) or not isinstance(value, (str, int)):
-            raise _invalid(f"{name}.{key}", f"a string or an integer, got {value!r}")
-    return context
-
-
-def _cost(body: Mapping[str, Any]) -> int:
-    cost = body.get("cost", 1)
-    if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
-        raise _invalid("cost", f"an integer >= 0, got {cost!r}")
-    return cost
+Work = Callable[[Call], Awaitable[Any]]
 
 
 class Service:
-    """The app's state: the guard, the tokens, the policies it knows."""
+    """The app's state: the guard, the gate, the checks of each policy."""
 
     def __init__(self, guard: AsyncGuard, tokens: Sequence[str], metrics: Any) -> None:
-        self.guard, self.metrics = guard, metrics
-        self._tokens = [token.encode() for token in tokens if token]
+        self.guard, self.metrics, self.gate = guard, metrics, Gate(tokens)
+        self._checks: dict[str, Checks] = {}
 
-    def authorized(self, request: Request) -> bool:
-        if not self._tokens:
-            return True
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer":
-            return False
-        offered = given.strip().encode()
-        return any(hmac.compare_digest(offered, token) for token in self._tokens)
-
-    def policy(self, request: Request) -> str:
-        name = request.path_params["policy"]
-        if name not in self.guard.policies:
+    def checks(self, request: Request) -> tuple[str, Checks]:
+        """The policy the path names, and its checks (made again if it was replaced)."""
+        name = str(request.path_params["policy"])
+        policy = self.guard.policies.get(name)
+        if policy is None:
             known = ", ".join(sorted(self.guard.policies))
-            raise Problem(404, "Not Found", f"no policy {name!r} (policies: {known})")
-        return str(name)
+            raise Problem(404, f"no policy {shown(name, 60)} (policies: {known})")
+        found = self._checks.get(name)
+        if found is None or found.policy is not policy:
+            found = self._checks[name] = Checks(policy)
+        return name, found
 
+    def endpoint(self, works: Mapping[str, tuple[Body, Work]], field: str = "context") -> Handler:
+        """A call's handler: the gate, the policy (and rule), the body, then ``works``' by
+        the request's method; what the guard still refuses is ``field``'s."""
 
-def _endpoint(service: Service, work: Callable[[Request], Awaitable[Any]]) -> Handler:
-    async def handle(request: Request) -> Response:
-        try:
-            if not service.authorized(request):
-                return Response(
-                    json.dumps({"title": "Unauthorized", "status": 401}),
-                    401,
-                    {"www-authenticate": "Bearer"},
-                    media_type="application/problem+json",
-                )
-            return JSONResponse(await work(request))
-        except Problem as problem:
-            return problem.response(request.url.path)
-        except BackendUnavailable as exc:
-            return Problem(503, "Service Unavailable", f"the store failed: {exc}").response(
-                request.url.path
-            )
-        except ConfigError as exc:  # a context the policy cannot decide, a bad rate
-            return _invalid("context", str(exc)).response(request.url.path)
+        async def handle(request: Request) -> Response:
+            policy = "?"
+            try:
+                self.gate.check(request)
+                policy, checks = self.checks(request)
+                rule = request.path_params.get("rule")
+                if rule is not None and rule not in {r.id for r in checks.policy.rules}:
+                    raise Problem(404, f"policy {policy!r} has no rule {shown(rule, 60)}")
+                body, work = works[request.method]
+                fields = read(body, await read_json(request))
+                return JSONResponse(await work(Call(policy, checks, fields, rule)))
+            except Problem:
+                raise
+            except BackendUnavailable as exc:
+                raise store_failed(exc, policy) from None
+            except ConfigError as exc:
+                if from_store(exc):  # the store answered (MOVED): it applied nothing
+                    failed = BackendUnavailable(str(exc), answered=True, sent=False)
+                    raise store_failed(failed, policy) from None
+                raise invalid(field, str(exc)) from None
+            except Exception as exc:
+                raise unforeseen(exc, request) from None
 
-    return handle
+        return handle
 
 
 #: The page runs its own inline script and style, and talks to this origin only.
@@ -230,50 +204,63 @@ def _stats(registry: Any) -> list[dict[str, Any]]:
 
 def create_app(guard: AsyncGuard, tokens: Sequence[str] = (), metrics: Any = None) -> Starlette:
     """The service's app on ``guard`` (its policies), requiring one of ``tokens`` if any;
-    ``metrics``: a ``prometheus_client`` registry ``/metrics`` exposes, if given."""
+    ``metrics``: a ``prometheus_client`` registry ``/metrics`` exposes, if given.
+
+    Raises:
+        ConfigError: a token that is not one word of visible ASCII without commas.
+    """
     service = Service(guard, tokens, metrics)
 
-    async def hit(request: Request) -> Any:
-        policy, body = service.policy(request), await _body(request)
-        return decision_json(await guard.hit(policy, _cost(body), **_context(body)))
+    async def hit(call: Call) -> Any:
+        context, cost = call.body["context"], call.body["cost"]
+        call.checks.hit(context, "context")
+        call.checks.cost(cost, upper=True)
+        return decision_json(await guard.hit(call.policy, cost, **context))
 
-    async def hit_many(request: Request) -> Any:
-        policy, body = service.policy(request), await _body(request)
-        contexts = body.get("contexts")
-        if not isinstance(contexts, list) or not 0 < len(contexts) <= MAX_BATCH:
-            raise _invalid("contexts", f"a list of 1 to {MAX_BATCH} contexts")
-        checked = [_context({"c": c}, "c") for c in contexts]
-        decisions = await guard.hit_many(policy, checked, _cost(body))
+    async def hit_many(call: Call) -> Any:
+        contexts, cost = call.body["contexts"], call.body["cost"]
+        for index, context in enumerate(contexts):
+            call.checks.hit(context, f"contexts[{index}]")
+        call.checks.cost(cost, upper=True)
+        decisions = await guard.hit_many(call.policy, contexts, cost)
         return {"decisions": [decision_json(d) for d in decisions]}
 
-    async def peek(request: Request) -> Any:
-        policy, body = service.policy(request), await _body(request)
-        return decision_json(await guard.peek(policy, **_context(body)))
+    async def peek(call: Call) -> Any:
+        context = call.body["context"]
+        call.checks.hit(context, "context")
+        return decision_json(await guard.peek(call.policy, **context))
 
-    async def refund(request: Request) -> Any:
-        policy, body = service.policy(request), await _body(request)
-        return decision_json(await guard.refund(policy, _cost(body), **_context(body)))
+    async def refund(call: Call) -> Any:
+        context, cost = call.body["context"], call.body["cost"]
+        call.checks.hit(context, "context")
+        call.checks.cost(cost, upper=False)
+        return decision_json(await guard.refund(call.policy, cost, **context))
 
-    async def reset(request: Request) -> Any:
-        policy, body = service.policy(request), await _body(request)
-        await guard.reset(policy, **_context(body))
+    async def reset(call: Call) -> Any:
+        context = call.body["context"]
+        call.checks.hit(context, "context", bare=True)
+        await guard.reset(call.policy, **context)
         return {"reset": True}
 
-    async def limits(request: Request) -> Any:
-        policy, body = service.policy(request), await _body(request)
-        context = _context(body)
-        rule = request.path_params.get("rule")
-        if rule is not None and rule not in {r.id for r in guard.policies[policy].rules}:
-            raise Problem(404, "Not Found", f"policy {policy!r} has no rule {rule!r}")
-        if request.method == "PUT":
-            rate, ttl = body.get("rate"), body.get("ttl")
-            if rate is not None and not isinstance(rate, str):
-                raise _invalid("rate", f'a rate string ("60/minute") or null, got {rate!r}')
-            if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float))):
-                raise _invalid("ttl", f"seconds, or null for ever, got {ttl!r}")
-            await guard.set_limit(policy, str(rule), rate, ttl=ttl, **context)
-        elif request.method == "DELETE":
-            await guard.clear_limit(policy, str(rule), **context)
+    async def limits(call: Call) -> Any:
+        context = call.body["context"]
+        call.checks.lookup(context)
+        return await _limits(call.policy, context)
+
+    async def set_limit(call: Call) -> Any:
+        context, rate, ttl = call.body["context"], call.body["rate"], call.body["ttl"]
+        rule = str(call.rule)
+        call.checks.limit(rule, context, setting=True, rate=rate, ttl=ttl)
+        await guard.set_limit(call.policy, rule, rate, ttl=ttl, **context)
+        return await _limits(call.policy, context)
+
+    async def clear_limit(call: Call) -> Any:
+        context, rule = call.body["context"], str(call.rule)
+        call.checks.limit(rule, context, setting=False, rate=None, ttl=None)
+        await guard.clear_limit(call.policy, rule, **context)
+        return await _limits(call.policy, context)
+
+    async def _limits(policy: str, context: Mapping[str, Any]) -> Any:
         found = await guard.limits_for(policy, **context)
         return {"limits": {r: None if rate is None else str(rate) for r, rate in found.items()}}
 
@@ -282,7 +269,7 @@ def create_app(guard: AsyncGuard, tokens: Sequence[str] = (), metrics: Any = Non
 
     async def metrics_page(request: Request) -> Response:
         if service.metrics is None:
-            return Response("", 404)
+            raise Problem(404, "no metrics: the prometheus extra is not installed")
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return Response(generate_latest(service.metrics), media_type=CONTENT_TYPE_LATEST)
@@ -300,14 +287,21 @@ def create_app(guard: AsyncGuard, tokens: Sequence[str] = (), metrics: Any = Non
         return JSONResponse({"rows": _stats(service.metrics)})
 
     base = "/v1/policies/{policy}"
+    endpoint = service.endpoint
     routes = [
-        Route(f"{base}/hit", _endpoint(service, hit), methods=["POST"]),
-        Route(f"{base}/hit-many", _endpoint(service, hit_many), methods=["POST"]),
-        Route(f"{base}/peek", _endpoint(service, peek), methods=["POST"]),
-        Route(f"{base}/refund", _endpoint(service, refund), methods=["POST"]),
-        Route(f"{base}/reset", _endpoint(service, reset), methods=["POST"]),
-        Route(f"{base}/limits", _endpoint(service, limits), methods=["POST"]),
-        Route(f"{base}/limits/{{rule}}", _endpoint(service, limits), methods=["PUT", "DELETE"]),
+        Route(f"{base}/hit", endpoint({"POST": (COSTED, hit)}), methods=["POST"]),
+        Route(
+            f"{base}/hit-many", endpoint({"POST": (MANY, hit_many)}, "contexts"), methods=["POST"]
+        ),
+        Route(f"{base}/peek", endpoint({"POST": (ONE, peek)}), methods=["POST"]),
+        Route(f"{base}/refund", endpoint({"POST": (COSTED, refund)}), methods=["POST"]),
+        Route(f"{base}/reset", endpoint({"POST": (ONE, reset)}), methods=["POST"]),
+        Route(f"{base}/limits", endpoint({"POST": (ONE, limits)}), methods=["POST"]),
+        Route(
+            f"{base}/limits/{{rule}}",
+            endpoint({"PUT": (LIMIT, set_limit), "DELETE": (ONE, clear_limit)}),
+            methods=["PUT", "DELETE"],
+        ),
         Route("/healthz", healthz),
         Route("/metrics", metrics_page),
         Route("/openapi.json", openapi),
@@ -321,4 +315,4 @@ def create_app(guard: AsyncGuard, tokens: Sequence[str] = (), metrics: Any = Non
         yield
         await guard.aclose()
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(routes=routes, exception_handlers=HANDLERS, lifespan=lifespan)

@@ -1,16 +1,15 @@
-"""The decision service's OpenAPI document."""
+"""The decision service's OpenAPI document: each call's body as
+:mod:`freqguard.service.bodies` declares (and checks) it, and every answer other than a 200
+as a problem (RFC 9457)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from freqguard.service.bodies import COSTED, LIMIT, MANY, ONE, Body
+
 __all__ = ["document"]
 
-_CONTEXT = {
-    "type": "object",
-    "description": "the hit's context: the policy's dimensions, and what its rules read",
-    "additionalProperties": {"type": ["string", "integer"]},
-}
 _RULE = {
     "type": "object",
     "properties": {
@@ -37,33 +36,63 @@ _DECISION = {
         "source": {"type": "string"},
     },
 }
+_LIMITS = {"type": "object", "properties": {"limits": {"type": "object"}}}
 _PROBLEM = {
-    "description": "a problem (RFC 9457)",
-    "content": {"application/problem+json": {"schema": {"type": "object"}}},
+    "type": "object",
+    "required": ["type", "title", "status", "detail"],
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string", "description": "what went wrong, in words"},
+        "instance": {"type": "string"},
+        "field": {
+            "type": "string",
+            "description": "with a 422, the field at fault: cost, context.recipient, "
+            "contexts[3].user, body...",
+        },
+    },
 }
-_ERRORS = {
-    "401": {"description": "a token is required"},
-    "404": _PROBLEM,
-    "413": _PROBLEM,
-    "422": _PROBLEM,
-    "503": _PROBLEM,
-}
 
 
-def _body(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    schema = {"type": "object", "properties": properties, "required": required}
-    return {"required": True, "content": {"application/json": {"schema": schema}}}
-
-
-def _answer(schema: dict[str, Any]) -> dict[str, Any]:
+def _problem(description: str) -> dict[str, Any]:
+    schema = {"$ref": "#/components/schemas/Problem"}
     return {
-        "200": {"description": "done", "content": {"application/json": {"schema": schema}}},
-        **_ERRORS,
+        "description": description,
+        "content": {"application/problem+json": {"schema": schema}},
     }
 
 
-def _post(summary: str, body: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
-    return {"summary": summary, "requestBody": body, "responses": _answer(answer)}
+_ERRORS = {
+    "401": _problem("a valid bearer token is required (the service has tokens)"),
+    "403": _problem("a browser's call from another origin or site"),
+    "404": _problem("no such policy or rule"),
+    "413": _problem("a body over 1 MiB"),
+    "415": _problem("a body that is not application/json"),
+    "422": _problem("a body the call does not take; field names what"),
+    "500": _problem("the service failed unexpectedly (the details are in its log)"),
+    "503": _problem("the store failed (and the policy's on_error is raise)"),
+}
+
+
+def _call(summary: str, body: Body, answer: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "summary": summary,
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": body.schema()}},
+        },
+        "responses": {
+            "200": {"description": "done", "content": {"application/json": {"schema": answer}}},
+            **_ERRORS,
+        },
+    }
+
+
+def _get(summary: str, answer: str) -> dict[str, Any]:
+    return {
+        "get": {"summary": summary, "security": [], "responses": {"200": {"description": answer}}}
+    }
 
 
 def document(policies: list[str]) -> dict[str, Any]:
@@ -75,50 +104,27 @@ def document(policies: list[str]) -> dict[str, Any]:
         "schema": {"type": "string", "enum": policies},
     }
     rule = {"name": "rule", "in": "path", "required": True, "schema": {"type": "string"}}
-    cost = {"type": "integer", "minimum": 0, "default": 1}
-    one = _body({"context": _CONTEXT, "cost": cost}, ["context"])
-    limits = {"type": "object", "properties": {"limits": {"type": "object"}}}
+    many = {"type": "object", "properties": {"decisions": {"type": "array", "items": _DECISION}}}
     base = "/v1/policies/{policy}"
     paths: dict[str, Any] = {
-        f"{base}/hit": {"post": _post("decide and count one hit", one, _DECISION)},
-        f"{base}/hit-many": {
-            "post": _post(
-                "decide a batch, in order",
-                _body(
-                    {"contexts": {"type": "array", "items": _CONTEXT}, "cost": cost}, ["contexts"]
-                ),
-                {
-                    "type": "object",
-                    "properties": {"decisions": {"type": "array", "items": _DECISION}},
-                },
-            )
-        },
-        f"{base}/peek": {"post": _post("what a hit would get; counts nothing", one, _DECISION)},
-        f"{base}/refund": {"post": _post("give back the newest units", one, _DECISION)},
-        f"{base}/reset": {"post": _post("forget a context's counts", one, {"type": "object"})},
-        f"{base}/limits": {"post": _post("each rule's rate for a partition value", one, limits)},
+        f"{base}/hit": {"post": _call("decide and count one hit", COSTED, _DECISION)},
+        f"{base}/hit-many": {"post": _call("decide a batch, in order", MANY, many)},
+        f"{base}/peek": {"post": _call("what a hit would get; counts nothing", ONE, _DECISION)},
+        f"{base}/refund": {"post": _call("give back the newest units", COSTED, _DECISION)},
+        f"{base}/reset": {"post": _call("forget a context's counts", ONE, {"type": "object"})},
+        f"{base}/limits": {"post": _call("each rule's rate for a partition value", ONE, _LIMITS)},
         f"{base}/limits/{{rule}}": {
             "parameters": [policy, rule],
-            "put": _post(
-                "one rule at another rate (null: exempt) for a partition value",
-                _body(
-                    {
-                        "context": _CONTEXT,
-                        "rate": {"type": ["string", "null"]},
-                        "ttl": {"type": ["number", "null"]},
-                    },
-                    ["context"],
-                ),
-                limits,
+            "put": _call(
+                "a rule at another rate (null: exempt) for a partition value", LIMIT, _LIMITS
             ),
-            "delete": _post("back to the rule's own rate", one, limits),
+            "delete": _call("back to the rule's own rate", ONE, _LIMITS),
         },
-        "/healthz": {
-            "get": {"summary": "the service is up", "responses": {"200": {"description": "up"}}}
-        },
-        "/metrics": {
-            "get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}
-        },
+        "/healthz": _get("the service is up", "up"),
+        "/metrics": _get("Prometheus metrics", "text"),
+        "/openapi.json": _get("this document", "the document"),
+        "/v1/policies": _get("the policies and their rules (the operator's page)", "policies"),
+        "/v1/stats": _get("decisions and denials per policy and rule", "rows"),
     }
     for path, item in paths.items():
         if path.startswith(base) and "parameters" not in item:
@@ -128,6 +134,7 @@ def document(policies: list[str]) -> dict[str, Any]:
         "info": {"title": "freqguard decision service", "version": "1"},
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {"Problem": _PROBLEM},
         },
         "security": [{"bearer": []}, {}],
         "paths": paths,

@@ -44,7 +44,8 @@ def _call(
             out = []
             for method, path, body, headers in requests:
                 content = body if isinstance(body, bytes) else json.dumps(body).encode()
-                out.append(await http.request(method, path, content=content, headers=headers))
+                sent = {"content-type": "application/json", **headers}
+                out.append(await http.request(method, path, content=content, headers=sent))
             return out
 
     return asyncio.run(run())
@@ -114,8 +115,8 @@ def test_a_batch_peek_refund_reset_and_limits() -> None:
         ({"context": {"recipient": 1.5, "content": "x"}}, "context.recipient"),
         ({"context": {"recipient": True, "content": "x"}}, "context.recipient"),
         ({"context": {"recipient": "a", "content": "x"}, "cost": -1}, "cost"),
-        ({"context": {"recipient": "a"}}, "context"),  # a missing dimension
-        ({"context": {"recipient": "a", "content": "x", "plan": "pro"}}, "context"),
+        ({"context": {"recipient": "a"}}, "context.content"),  # a missing dimension
+        ({"context": {"recipient": "a", "content": "x", "plan": "pro"}}, "context.plan"),
     ],
 )
 def test_a_bad_body_is_a_422_naming_the_field(body: Any, field: str) -> None:

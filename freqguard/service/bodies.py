@@ -1,0 +1,242 @@
+"""What each call of the service takes in its body, said once: each body's fields, how each
+is checked and its JSON Schema. :func:`read` checks a request against its :class:`Body`;
+the OpenAPI document (:mod:`freqguard.service.openapi`) is made from the same
+declarations, so the two cannot drift.
+
+This layer knows shapes and types only; what a policy takes (its dimensions, a cost its
+rules can grant, a rate a rule can take) is :mod:`freqguard.service.checks`'. A problem
+names its field as a path into the body: ``cost``, ``context.recipient``,
+``contexts[3].user``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+
+from freqguard.bounds import MAX_BURST, MAX_LIMIT
+from freqguard.service.problems import Problem, invalid, shown
+
+__all__ = [
+    "COSTED",
+    "LIMIT",
+    "MANY",
+    "MAX_BATCH",
+    "MAX_BODY",
+    "ONE",
+    "Body",
+    "Field",
+    "member",
+    "read",
+    "read_json",
+]
+
+MAX_BODY = 1 << 20  # bytes of one request's body
+MAX_BATCH = 1000  # contexts of one hit-many call
+MAX_DIGITS = 4300  # of an integer in a body (Python's own limit for turning one into text)
+MAX_RATE = 100  # characters of a rate string
+MAX_COST = max(MAX_LIMIT, MAX_BURST)  # no rule holds more: a greater cost never fits
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+Check = Callable[[Any, str], Any]
+
+
+class _Huge:
+    """An integer of more digits than a body may hold, kept to be refused by its field."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"an integer of {self.digits} digits"
+
+
+def _integer(text: str) -> int | _Huge:
+    return int(text) if len(text) <= MAX_DIGITS else _Huge(len(text))
+
+
+async def read_json(request: Request) -> Any:
+    """The request's body as JSON, read up to :data:`MAX_BODY` bytes.
+
+    Raises:
+        Problem: 413 for a larger body; 422 (field ``body``) for one that is not UTF-8
+            JSON, or nested deeper than the interpreter can follow.
+    """
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        raise Problem(413, f"a body is at most {MAX_BODY} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise Problem(413, f"a body is at most {MAX_BODY} bytes")
+        chunks.append(chunk)
+    try:
+        text = b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError:
+        raise invalid("body", "not UTF-8 text") from None
+    try:
+        return json.loads(text, parse_int=_integer)
+    except RecursionError:
+        raise invalid("body", "nested too deeply") from None
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno}, column {exc.colno}"
+        raise invalid("body", f"not JSON: {exc.msg} ({where})") from None
+    except ValueError:  # a float too long for Python's own parser, and the like
+        raise invalid("body", "not JSON that the service can read") from None
+
+
+def member(path: str, name: str) -> str:
+    """The path of ``name`` in the object at ``path``: ``context.recipient``, or
+    ``context["a b"]`` for a name that is not plain (cut short if long)."""
+    if _PLAIN_NAME.fullmatch(name):
+        return f"{path}.{name}" if path else name
+    return f"{path}[{json.dumps(name[:64])}]"
+
+
+# -- the checks, each of one value at a path ------------------------------------------------
+
+
+def _context(value: Any, path: str) -> dict[str, str | int]:
+    if not isinstance(value, dict):
+        raise invalid(path, f"an object of name: value (strings or integers), got {shown(value)}")
+    for name, item in value.items():
+        if isinstance(item, bool) or not isinstance(item, (str, int)):
+            raise invalid(member(path, name), f"a string or an integer, got {shown(item)}")
+    return value
+
+
+def _contexts(value: Any, path: str) -> list[dict[str, str | int]]:
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_BATCH:
+        got = f"{len(value)} items" if isinstance(value, list) else shown(value)
+        raise invalid(path, f"an array of 1 to {MAX_BATCH} contexts, got {got}")
+    return [_context(item, f"{path}[{index}]") for index, item in enumerate(value)]
+
+
+def _cost(value: Any, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COST:
+        raise invalid(path, f"an integer from 0 to {MAX_COST}, got {shown(value)}")
+    return value
+
+
+def _rate(value: Any, path: str) -> str | None:
+    if value is not None and (not isinstance(value, str) or len(value) > MAX_RATE):
+        wanted = f'a rate ("60/minute", at most {MAX_RATE} characters) or null (exempt)'
+        raise invalid(path, f"{wanted}, got {shown(value)}")
+    return value
+
+
+def _ttl(value: Any, path: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise invalid(path, f"seconds > 0, or null for ever, got {shown(value)}")
+    return value  # an int or a float, as given (a huge int has no float)
+
+
+# -- the bodies -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Field:
+    """One member of a body: how it is checked, its JSON Schema, and whether it must be
+    given (else its default)."""
+
+    check: Check
+    schema: Mapping[str, Any]
+    required: bool = False
+    default: Any = None
+
+
+@dataclass(frozen=True)
+class Body:
+    """A call's body: a JSON object of these fields and no others."""
+
+    fields: Mapping[str, Field] = field(default_factory=dict)
+
+    def schema(self) -> dict[str, Any]:
+        """Its JSON Schema, as the OpenAPI document states it."""
+        return {
+            "type": "object",
+            "properties": {name: dict(f.schema) for name, f in self.fields.items()},
+            "required": [name for name, f in self.fields.items() if f.required],
+            "additionalProperties": False,
+        }
+
+
+def read(body: Body, data: Any) -> dict[str, Any]:
+    """``data`` checked against ``body``: each field's value, or its default.
+
+    Raises:
+        Problem: 422 naming the first field that is unknown, missing or bad.
+    """
+    if not isinstance(data, dict):
+        raise invalid("body", f"a JSON object, got {shown(data)}")
+    for name in data:
+        if name not in body.fields:
+            takes = ", ".join(body.fields)
+            raise invalid(member("", name), f"not a field of this call (it takes: {takes})")
+    out = {}
+    for name, spec in body.fields.items():
+        if name in data:
+            out[name] = spec.check(data[name], name)
+        elif spec.required:
+            raise invalid(name, "required")
+        else:
+            out[name] = spec.default
+    return out
+
+
+CONTEXT_SCHEMA = {
+    "type": "object",
+    "description": "the hit's context: the policy's dimensions, and what its rules read",
+    "additionalProperties": {"type": ["string", "integer"]},
+}
+_CONTEXT = Field(_context, CONTEXT_SCHEMA, required=True)
+_COST = Field(
+    _cost, {"type": "integer", "minimum": 0, "maximum": MAX_COST, "default": 1}, default=1
+)
+
+#: peek, reset, the limits of a context, and a limit cleared: a context only.
+ONE = Body({"context": _CONTEXT})
+#: hit and refund: a context and a cost.
+COSTED = Body({"context": _CONTEXT, "cost": _COST})
+#: hit-many: contexts, in order, and one cost for each.
+MANY = Body(
+    {
+        "contexts": Field(
+            _contexts,
+            {"type": "array", "items": CONTEXT_SCHEMA, "minItems": 1, "maxItems": MAX_BATCH},
+            required=True,
+        ),
+        "cost": _COST,
+    }
+)
+#: a limit set: the partition's value, the rate (null: exempt) and how long it holds.
+LIMIT = Body(
+    {
+        "context": _CONTEXT,
+        "rate": Field(
+            _rate,
+            {
+                "type": ["string", "null"],
+                "maxLength": MAX_RATE,
+                "description": 'a rate ("60/minute"); null exempts the rule',
+            },
+            required=True,
+        ),
+        "ttl": Field(
+            _ttl,
+            {
+                "type": ["number", "null"],
+                "exclusiveMinimum": 0,
+                "description": "seconds the limit holds; null: until cleared",
+            },
+        ),
+    }
+)

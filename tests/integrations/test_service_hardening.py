@@ -1,0 +1,472 @@
+"""The decision service against an attacker's review: cross-site writes, the token file's
+format, what a 503 tells, and every error as problem+json naming its field (never a bare
+500). In process: httpx on the ASGI app, a guard on a MemoryBackend and a ManualClock."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from freqguard import (
+    AsyncGuard,
+    ConfigError,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    Rule,
+    async_backend_from_url,
+)
+from freqguard import service as svc
+from freqguard.script.calls import Reply, ScriptCall
+from freqguard.service import create_app
+from tests.servers import free_port
+
+SMS = Policy(
+    "sms",
+    Rule("2/minute", by="recipient", name="rcpt-1m"),
+    Rule("1 per 59 seconds", by=("recipient", "content"), name="content-59s"),
+)
+DAILY = Policy("daily", Rule("2/day", by="user", calendar=True, tz_from="tz", name="day"))
+CTX = {"recipient": "+1555", "content": "hi"}
+JSON = {"content-type": "application/json"}
+PROBLEM = "application/problem+json"
+
+Request = tuple[str, str, Any, dict[str, str]]
+
+
+def _send(app: Any, requests: list[Request]) -> list[httpx.Response]:
+    """Each request in turn, answered by the app (an app's exception as its 500)."""
+
+    async def run() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            out = []
+            for method, path, body, headers in requests:
+                content = body if isinstance(body, bytes) else json.dumps(body).encode()
+                out.append(await http.request(method, path, content=content, headers=headers))
+            return out
+
+    return asyncio.run(run())
+
+
+def _app(tokens: tuple[str, ...] = (), backend: Any = None) -> Any:
+    store = MemoryBackend() if backend is None else backend
+    guard = AsyncGuard(store, [SMS, DAILY], clock=ManualClock(1_700_000_000))
+    return create_app(guard, tokens)
+
+
+def _json(method: str, path: str, body: Any, **headers: str) -> Request:
+    return (method, path, body, {**JSON, **headers})
+
+
+def _problem(response: httpx.Response, status: int, field: str | None = None) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == PROBLEM, response.headers
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    assert body["title"]
+    assert body["detail"]
+    if field is not None:
+        assert body.get("field") == field, body
+    return body
+
+
+def _peek(ctx: dict[str, Any] = CTX) -> Request:
+    return _json("POST", "/v1/policies/sms/peek", {"context": ctx})
+
+
+#: Every write the service takes: (method, path, a valid body).
+WRITES: list[tuple[str, str, dict[str, Any]]] = [
+    ("POST", "/v1/policies/sms/hit", {"context": CTX}),
+    ("POST", "/v1/policies/sms/hit-many", {"contexts": [CTX]}),
+    ("POST", "/v1/policies/sms/peek", {"context": CTX}),
+    ("POST", "/v1/policies/sms/refund", {"context": CTX}),
+    ("POST", "/v1/policies/sms/reset", {"context": CTX}),
+    ("POST", "/v1/policies/sms/limits", {"context": {"recipient": "+1555"}}),
+    (
+        "PUT",
+        "/v1/policies/sms/limits/rcpt-1m",
+        {"context": {"recipient": "+1555"}, "rate": "9/minute"},
+    ),
+    ("DELETE", "/v1/policies/sms/limits/rcpt-1m", {"context": {"recipient": "+1555"}}),
+]
+
+
+# -- 1. cross-site writes -------------------------------------------------------------------
+
+
+def test_a_text_plain_reset_from_another_page_does_not_reset_the_counts() -> None:
+    """A form or a no-cors fetch can send text/plain anywhere: it must not reset counts."""
+    hit = _json("POST", "/v1/policies/daily/hit", {"context": {"user": "u", "tz": "UTC"}})
+    body = {"context": {"user": "u", "tz": "UTC"}}
+    plain = ("POST", "/v1/policies/daily/reset", body, {"content-type": "text/plain"})
+    answers = _send(_app(), [hit, hit, plain, hit])
+    assert [a.status_code for a in answers] == [200, 200, 415, 200]
+    body = _problem(answers[2], 415)
+    assert "text/plain" in body["detail"]
+    assert "application/json" in body["detail"]
+    assert answers[3].json()["allowed"] is False  # still two of two: nothing was reset
+
+
+@pytest.mark.parametrize(("method", "path", "body"), WRITES)
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"],
+)
+def test_every_write_takes_json_only(
+    method: str, path: str, body: dict[str, Any], content_type: str | None
+) -> None:
+    headers = {} if content_type is None else {"content-type": content_type}
+    refused, after = _send(_app(), [(method, path, body, headers), _peek()])
+    problem = _problem(refused, 415)
+    assert (content_type or "none").split(";")[0] in problem["detail"]
+    assert after.json()["remaining"] == 1  # nothing was counted
+
+
+@pytest.mark.parametrize(("method", "path", "body"), WRITES)
+def test_every_write_takes_json_with_a_charset(
+    method: str, path: str, body: dict[str, Any]
+) -> None:
+    (answer,) = _send(
+        _app(), [(method, path, body, {"content-type": "Application/JSON; charset=utf-8"})]
+    )
+    assert answer.status_code == 200, answer.text
+
+
+@pytest.mark.parametrize(("method", "path", "body"), WRITES)
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"origin": "https://evil.example"},
+        {"origin": "null"},
+        {"origin": "http://t.evil.example"},
+        {"origin": "http://t:8080"},
+        {"origin": "not a url"},
+        {"sec-fetch-site": "cross-site"},
+        {"sec-fetch-site": "same-site"},
+        {"origin": "http://t", "sec-fetch-site": "cross-site"},
+    ],
+)
+def test_a_write_from_another_origin_is_refused(
+    method: str, path: str, body: dict[str, Any], headers: dict[str, str]
+) -> None:
+    refused, after = _send(_app(), [_json(method, path, body, **headers), _peek()])
+    _problem(refused, 403)
+    assert after.json()["remaining"] == 1
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"origin": "http://t"},
+        {"origin": "HTTP://T:80"},
+        {"sec-fetch-site": "same-origin"},
+        {"sec-fetch-site": "none"},
+        {"origin": "http://t", "sec-fetch-site": "same-origin"},
+    ],
+)
+def test_a_write_from_the_service_s_own_page_is_taken(headers: dict[str, str]) -> None:
+    (answer,) = _send(_app(), [_json("POST", "/v1/policies/sms/hit", {"context": CTX}, **headers)])
+    assert answer.status_code == 200, answer.text
+
+
+@pytest.mark.parametrize(
+    ("host", "tokens", "loud"),
+    [
+        ("127.0.0.1", (), False),
+        ("localhost", (), False),
+        ("::1", (), False),
+        ("127.0.0.2", (), False),
+        ("0.0.0.0", (), True),
+        ("::", (), True),
+        ("192.168.1.7", (), True),
+        ("svc.example.com", (), True),
+        ("0.0.0.0", ("t0ken",), False),
+    ],
+)
+def test_serving_beyond_loopback_without_tokens_warns(
+    host: str, tokens: tuple[str, ...], loud: bool
+) -> None:
+    warnings = svc.startup_warnings(host, tokens)
+    assert bool(warnings) == loud
+    if loud:
+        assert host in warnings[0]
+        assert "token" in warnings[0]
+
+
+# -- 2. the token file ----------------------------------------------------------------------
+
+
+def test_a_token_file_is_one_token_a_line() -> None:
+    assert svc.parse_tokens("  first \n\n\tsecond\n\n", "tokens") == ["first", "second"]
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [("k,9fQ2secret\n", 1), ("ok\nk 9fQ2secret\n", 2), ("ok\n\nk\t9fQ2secret", 3)],
+)
+def test_a_token_line_with_a_comma_or_inner_space_is_an_error(text: str, line: int) -> None:
+    with pytest.raises(ConfigError, match=rf"tokens, line {line}:") as caught:
+        svc.parse_tokens(text, "tokens")
+    assert "9fQ2" not in str(caught.value)
+
+
+def test_the_environment_s_tokens_and_file_follow_the_same_format(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = tmp_path / "tokens"
+    file.write_text("k,9fQ2secret\n")
+    monkeypatch.delenv("FREQGUARD_TOKENS", raising=False)
+    monkeypatch.setenv("FREQGUARD_TOKENS_FILE", str(file))
+    with pytest.raises(ConfigError, match="line 1") as caught:
+        svc.tokens_from_env()
+    assert "9fQ2" not in str(caught.value)
+    assert str(file) in str(caught.value)
+    file.write_text("one\n two \n")
+    monkeypatch.setenv("FREQGUARD_TOKENS", "three\nfour")
+    assert sorted(svc.tokens_from_env()) == ["four", "one", "three", "two"]
+    monkeypatch.setenv("FREQGUARD_TOKENS", "a,b")
+    with pytest.raises(ConfigError, match="FREQGUARD_TOKENS, line 1"):
+        svc.tokens_from_env()
+
+
+def test_create_app_refuses_a_token_that_could_never_be_sent() -> None:
+    guard = AsyncGuard(MemoryBackend(), [SMS])
+    with pytest.raises(ConfigError, match="token 2") as caught:
+        create_app(guard, ["good", "k,9fQ2secret"])
+    assert "9fQ2" not in str(caught.value)
+
+
+# -- 3. what a 503 tells --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:{port}", "redis+sentinel://127.0.0.1:{port}/m"])
+def test_a_503_says_what_failed_without_hosts_ports_or_reprs(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = free_port()  # nothing listens there
+    backend = async_backend_from_url(url.format(port=port))
+    with caplog.at_level(logging.WARNING, logger="freqguard.service"):
+        (answer,) = _send(
+            _app(backend=backend), [_json("POST", "/v1/policies/sms/hit", {"context": CTX})]
+        )
+    body = _problem(answer, 503)
+    if url.startswith("redis://"):  # a refused connection: surely not sent
+        assert body["detail"] == "the store could not be reached; nothing was applied"
+    assert body["detail"].startswith("the store ")
+    for secret in (str(port), "127.0.0.1", "Redis", "Sentinel", "<", "Error"):
+        assert secret not in answer.text
+    assert str(port) in caplog.text  # the details are the operator's, in the log
+    assert len(answer.text) < 400
+
+
+def test_a_store_that_refuses_the_call_says_so() -> None:
+    full = MemoryBackend(max_keys=1, when_full="reject")
+    answers = _send(
+        _app(backend=full),
+        [_json("POST", "/v1/policies/sms/hit", {"context": CTX})] * 2,
+    )
+    body = _problem(answers[1], 503)
+    assert body["detail"] == "the store refused the call; nothing was applied"
+    assert "max_keys" not in answers[1].text
+
+
+# -- 4. raw errors --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["cost", "policy", "rate", "ttl", "rule", "self", "plan"])
+@pytest.mark.parametrize(("method", "path", "body"), WRITES)
+def test_a_context_name_the_policy_does_not_take_is_a_422_naming_it(
+    name: str, method: str, path: str, body: dict[str, Any]
+) -> None:
+    sent = json.loads(json.dumps(body))
+    context = sent["contexts"][0] if "contexts" in sent else sent["context"]
+    context[name] = 3
+    field = f"contexts[0].{name}" if "contexts" in sent else f"context.{name}"
+    answer, after = _send(_app(), [_json(method, path, sent), _peek()])
+    problem = _problem(answer, 422, field)
+    assert "recipient" in problem["detail"]  # what is allowed
+    assert after.json()["remaining"] == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("hit", {"context": CTX, "costt": 5}, "costt"),
+        ("hit", {"context": CTX, "cost": 3}, "cost"),  # more than any rule could ever admit
+        ("hit", {"context": CTX, "cost": 1.0}, "cost"),
+        ("hit", {"context": CTX, "cost": "1"}, "cost"),
+        ("hit", {"context": {"recipient": "a"}}, "context.content"),
+        ("hit", {"context": {**CTX, "content": None}}, "context.content"),
+        ("hit", {"context": {**CTX, "content": [1]}}, "context.content"),
+        ("hit", {}, "context"),
+        ("peek", {"context": CTX, "cost": 1}, "cost"),  # peek takes no cost
+        ("reset", {"context": CTX, "cost": 1}, "cost"),
+        (
+            "hit-many",
+            {"contexts": [CTX, {"recipient": "a", "content": 1.5}]},
+            "contexts[1].content",
+        ),
+        ("hit-many", {"contexts": [CTX, CTX, {"recipient": "a"}]}, "contexts[2].content"),
+        ("hit-many", {"contexts": [CTX, "x"]}, "contexts[1]"),
+        ("hit-many", {"contexts": CTX}, "contexts"),
+        ("hit-many", {"context": CTX}, "context"),
+    ],
+)
+def test_a_bad_field_is_a_422_naming_it_and_nothing_is_counted(
+    path: str, body: dict[str, Any], field: str
+) -> None:
+    answer, after = _send(_app(), [_json("POST", f"/v1/policies/sms/{path}", body), _peek()])
+    _problem(answer, 422, field)
+    assert after.json()["remaining"] == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"context": {"recipient": "a"}, "rate": "often"}, "rate"),
+        ({"context": {"recipient": "a"}, "rate": 5}, "rate"),
+        ({"context": {"recipient": "a"}}, "rate"),  # null exempts; missing is a mistake
+        ({"context": {"recipient": "a"}, "rate": "5/minute", "ttl": -1}, "ttl"),
+        ({"context": {"recipient": "a"}, "rate": "5/minute", "ttl": "1h"}, "ttl"),
+        ({"context": {"recipient": "a"}, "rate": "5/minute", "ttl": 1e300}, "ttl"),
+        ({"context": {"recipient": "a"}, "rate": "5/minute", "ttl": True}, "ttl"),
+        ({"context": {"recipient": "a", "content": "x"}, "rate": "5/minute"}, "context"),
+        ({"context": {"recipient": "a"}, "rate": "5/minute", "tll": 5}, "tll"),
+    ],
+)
+def test_a_bad_limit_names_its_field(body: dict[str, Any], field: str) -> None:
+    answer, after = _send(
+        _app(),
+        [
+            _json("PUT", "/v1/policies/sms/limits/rcpt-1m", body),
+            _json("POST", "/v1/policies/sms/limits", {"context": {"recipient": "a"}}),
+        ],
+    )
+    _problem(answer, 422, field)
+    assert after.json()["limits"]["rcpt-1m"] == "2 per 60 seconds"  # nothing was set
+
+
+def test_a_rate_a_calendar_rule_cannot_take_is_the_rate_s_fault() -> None:
+    (answer,) = _send(
+        _app(),
+        [
+            _json(
+                "PUT", "/v1/policies/daily/limits/day", {"context": {"user": "u"}, "rate": "5/hour"}
+            )
+        ],
+    )
+    _problem(answer, 422, "rate")
+
+
+def test_deeply_nested_json_is_a_422() -> None:
+    deep = b'{"context": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    answer, after = _send(_app(), [_json("POST", "/v1/policies/sms/hit", deep), _peek()])
+    _problem(answer, 422, "body")
+    assert after.json()["remaining"] == 1
+
+
+@pytest.mark.parametrize(
+    ("request_", "status"),
+    [
+        (("GET", "/nowhere", b"", {}), 404),
+        (("GET", "/v1/policies/sms/hit", b"", {}), 405),
+        (("PATCH", "/v1/policies/sms/limits/rcpt-1m", b"", {}), 405),
+        (_json("POST", "/v1/policies/nope/hit", {"context": CTX}), 404),
+        (_json("PUT", "/v1/policies/sms/limits/nope", {"context": {}, "rate": None}), 404),
+    ],
+)
+def test_routing_errors_are_problems(request_: Request, status: int) -> None:
+    (answer,) = _send(_app(), [request_])
+    _problem(answer, status)
+
+
+@pytest.mark.parametrize(
+    "authorization", [None, "Bearer wrong", "Basic dDB rZW4=", "Bearer", "bearer  "]
+)
+def test_a_missing_or_wrong_token_is_a_problem(authorization: str | None) -> None:
+    headers = {} if authorization is None else {"authorization": authorization}
+    answer, after = _send(
+        _app(tokens=("t0ken",)),
+        [
+            _json("POST", "/v1/policies/sms/hit", {"context": CTX}, **headers),
+            _json("POST", "/v1/policies/sms/peek", {"context": CTX}, authorization="Bearer t0ken"),
+        ],
+    )
+    _problem(answer, 401)
+    assert answer.headers["www-authenticate"] == "Bearer"
+    assert after.json()["remaining"] == 1
+
+
+# -- 5. no exception reaches the client bare ------------------------------------------------
+
+
+class Broken(MemoryBackend):
+    """A store that fails in a way the service cannot foresee."""
+
+    def execute(self, call: ScriptCall) -> Reply:
+        raise IsADirectoryError(21, "Is a directory", "/srv/secret/zoneinfo/America")
+
+    async def aexecute(self, call: ScriptCall) -> Reply:
+        return self.execute(call)
+
+
+def test_an_unforeseen_exception_is_a_generic_500_and_a_logged_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="freqguard.service"):
+        (answer,) = _send(
+            _app(backend=Broken()), [_json("POST", "/v1/policies/sms/hit", {"context": CTX})]
+        )
+    body = _problem(answer, 500)
+    assert "secret" not in answer.text
+    assert "Traceback" not in answer.text
+    assert "Directory" not in answer.text
+    assert body["detail"] == "the service failed unexpectedly; the details are in its log"
+    assert any(r.exc_info and r.exc_info[0] is IsADirectoryError for r in caplog.records)
+
+
+@pytest.mark.parametrize("zone", ["Nope/Nowhere", "America", "Etc", "", "../../etc/passwd"])
+def test_a_zone_the_service_cannot_use_is_never_a_bare_error(zone: str) -> None:
+    """A zone that names a directory raised IsADirectoryError (clock.py refuses it now):
+    whatever the guard raises, the answer is problem+json and tells no path."""
+    body = {"context": {"user": "u", "tz": zone}}
+    answer, after = _send(
+        _app(),
+        [
+            _json("POST", "/v1/policies/daily/hit", body),
+            _json("POST", "/v1/policies/daily/peek", {"context": {"user": "u", "tz": "UTC"}}),
+        ],
+    )
+    assert answer.headers["content-type"] == PROBLEM
+    assert answer.status_code in (422, 500)
+    if answer.status_code == 422:
+        assert answer.json()["field"] in ("context", "context.tz")
+    assert "site-packages" not in answer.text
+    assert "Errno" not in answer.text
+    assert after.json()["remaining"] == 2
+
+
+def test_a_dimension_named_like_a_parameter_of_the_guard_is_a_422_not_a_crash() -> None:
+    """A policy made before such names were reserved: ``set_limit(policy, rule, rate,
+    **context)`` cannot take a context name ``rule``, so the service refuses it, naming it."""
+    try:
+        odd = Policy("odd", Rule("2/minute", by=("rule", "ttl"), name="r"))
+    except ConfigError:
+        pytest.skip("Rule reserves these names now: no policy can have them")
+    guard = AsyncGuard(MemoryBackend(), [odd], clock=ManualClock(1_700_000_000))
+    answers = _send(
+        create_app(guard),
+        [
+            _json("POST", "/v1/policies/odd/hit", {"context": {"rule": "a", "ttl": "b"}}),
+            _json("PUT", "/v1/policies/odd/limits/r", {"context": {"rule": "a"}, "rate": None}),
+        ],
+    )
+    assert "rename the dimension" in _problem(answers[0], 422, "context.rule")["detail"]
+    _problem(answers[1], 422, "context.rule")
