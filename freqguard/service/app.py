@@ -4,7 +4,8 @@
     POST /v1/policies/{policy}/hit-many   {"contexts": [...], "cost": 1} -> {"decisions": [...]}
     POST /v1/policies/{policy}/peek       {"context": {...}}             -> a decision
     POST /v1/policies/{policy}/refund     {"context": {...}, "cost": 1}  -> a decision
-    POST /v1/policies/{policy}/reset      {"context": {...}}             -> {"reset": true}
+    POST /v1/policies/{policy}/reset      {"context": {...}, "rules": [...]}
+                                          -> {"reset": true, "rules": [the rules reset]}
     POST /v1/policies/{policy}/limits     {"context": {...}}             -> {"limits": {...}}
     PUT  /v1/policies/{policy}/limits/{rule}  {"context", "rate", "ttl"} -> {"limits": {...}}
     DELETE /v1/policies/{policy}/limits/{rule} {"context": {...}}        -> {"limits": {...}}
@@ -42,6 +43,7 @@ from freqguard.service.bodies import (
     MAX_BATCH,
     MAX_BODY,
     ONE,
+    RESET,
     Body,
     read,
     read_json,
@@ -237,10 +239,10 @@ def create_app(guard: AsyncGuard, tokens: Sequence[str] = (), metrics: Any = Non
         return decision_json(await guard.refund(call.policy, cost, **context))
 
     async def reset(call: Call) -> Any:
-        context = call.body["context"]
-        call.checks.hit(context, "context", bare=True)
-        await guard.reset(call.policy, **context)
-        return {"reset": True}
+        context, rules = call.body["context"], call.body["rules"]
+        call.checks.reset(context, rules)
+        done = await guard.reset(call.policy, rules=rules, **context)
+        return {"reset": True, "rules": list(done)}
 
     async def limits(call: Call) -> Any:
         context = call.body["context"]
@@ -295,7 +297,7 @@ def create_app(guard: AsyncGuard, tokens: Sequence[str] = (), metrics: Any = Non
         ),
         Route(f"{base}/peek", endpoint({"POST": (ONE, peek)}), methods=["POST"]),
         Route(f"{base}/refund", endpoint({"POST": (COSTED, refund)}), methods=["POST"]),
-        Route(f"{base}/reset", endpoint({"POST": (ONE, reset)}), methods=["POST"]),
+        Route(f"{base}/reset", endpoint({"POST": (RESET, reset)}), methods=["POST"]),
         Route(f"{base}/limits", endpoint({"POST": (ONE, limits)}), methods=["POST"]),
         Route(
             f"{base}/limits/{{rule}}",

@@ -19,7 +19,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from freqguard.bounds import MAX_BURST, MAX_LIMIT
+from freqguard.bounds import MAX_BURST, MAX_LIMIT, MAX_RULES
 from freqguard.service.problems import Problem, invalid, shown
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "MAX_BATCH",
     "MAX_BODY",
     "ONE",
+    "RESET",
     "Body",
     "Field",
     "member",
@@ -131,6 +132,18 @@ def _rate(value: Any, path: str) -> str | None:
     return value
 
 
+def _rules(value: Any, path: str) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_RULES:
+        got = f"{len(value)} items" if isinstance(value, list) else shown(value)
+        raise invalid(path, f"an array of 1 to {MAX_RULES} rule names, or null, got {got}")
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or not _PLAIN_NAME.fullmatch(item.replace(".", "_")):
+            raise invalid(f"{path}[{index}]", f"a rule's name, got {shown(item)}")
+    return value
+
+
 def _ttl(value: Any, path: str) -> float | None:
     if value is None:
         return None
@@ -202,8 +215,34 @@ _COST = Field(
     _cost, {"type": "integer", "minimum": 0, "maximum": MAX_COST, "default": 1}, default=1
 )
 
-#: peek, reset, the limits of a context, and a limit cleared: a context only.
+#: peek, the limits of a context, and a limit cleared: a context only.
 ONE = Body({"context": _CONTEXT})
+#: reset: the values of the dimensions whose states it forgets, or the rules it names.
+RESET = Body(
+    {
+        "context": Field(
+            _context,
+            {
+                "type": "object",
+                "description": "the values of the dimensions whose states are forgotten (the "
+                "rules keyed by exactly those), or of the named rules' dimensions",
+                "additionalProperties": {"type": ["string", "integer"]},
+            },
+            required=True,
+        ),
+        "rules": Field(
+            _rules,
+            {
+                "type": ["array", "null"],
+                "items": {"type": "string"},
+                "minItems": 1,
+                "maxItems": MAX_RULES,
+                "description": "the rules to reset (each keyed by exactly the context's "
+                "dimensions); null: those keyed by exactly them",
+            },
+        ),
+    }
+)
 #: hit and refund: a context and a cost.
 COSTED = Body({"context": _CONTEXT, "cost": _COST})
 #: hit-many: contexts, in order, and one cost for each.

@@ -12,36 +12,18 @@ from the guard's. Nothing here touches the store.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
 from freqguard.engine.limits import limit_call, limits_calls
 from freqguard.engine.plan import PolicyPlan
+from freqguard.engine.resets import reset_calls
 from freqguard.errors import ConfigError
-from freqguard.guard import AsyncGuard
 from freqguard.policy import Policy
 from freqguard.service.bodies import member
 from freqguard.service.problems import invalid
 
 __all__ = ["Checks"]
-
-#: The parameters of the guard's calls the service makes with a context as keywords: a
-#: context name among them could not be passed (``hit(policy, cost, **context)``).
-PARAMETERS = frozenset(
-    name
-    for call in (
-        AsyncGuard.hit,
-        AsyncGuard.peek,
-        AsyncGuard.refund,
-        AsyncGuard.reset,
-        AsyncGuard.set_limit,
-        AsyncGuard.clear_limit,
-        AsyncGuard.limits_for,
-    )
-    for name, parameter in inspect.signature(call).parameters.items()
-    if parameter.kind is not parameter.VAR_KEYWORD
-)
 
 
 def _listed(names: tuple[str, ...] | list[str]) -> str:
@@ -67,13 +49,7 @@ class Checks:
         accepted = set(self.policy.dimensions)
         if not limits:
             accepted.update(self.policy.reads)
-        for name in context:
-            if name in PARAMETERS and name in accepted:  # a policy made before they were reserved
-                raise invalid(
-                    member(path, name),
-                    f"the service cannot pass a context name that is also one of its own "
-                    f"parameters ({', '.join(sorted(PARAMETERS))}): rename the dimension",
-                )
+        for name in context:  # a dimension never takes a guard parameter's name (Rule)
             if name not in accepted:
                 raise invalid(member(path, name), f"not a name {self._takes(limits)}")
         if not limits:
@@ -90,6 +66,26 @@ class Checks:
             self.plan.parts_for(self.plan.texts(context), None, bare=bare)
         except ConfigError as exc:
             raise invalid(path, str(exc)) from None
+
+    def reset(self, context: Mapping[str, Any], rules: list[str] | None) -> None:
+        """A reset's context (any of the policy's dimensions, and what its rules read) and
+        rules: what ``reset`` would forget, or what it refuses, named."""
+        accepted = {*self.policy.dimensions, *self.policy.reads}
+        for name in context:
+            if name not in accepted:
+                raise invalid(member("context", name), f"not a name {self._takes(False)}")
+        known = {rule.id for rule in self.policy.rules}
+        for index, rule in enumerate(rules or ()):
+            if rule not in known:
+                raise invalid(
+                    f"rules[{index}]",
+                    f"policy {self.policy.name!r} has no rule {rule!r} (its rules: "
+                    f"{_listed(sorted(known))})",
+                )
+        try:
+            reset_calls(self.plan, rules, context, None)
+        except ConfigError as exc:
+            raise invalid("context" if rules is None else "rules", str(exc)) from None
 
     def cost(self, cost: int, *, upper: bool) -> None:
         """A cost the policy's rules could ever grant (``upper``: for a hit; a refund's and

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from freqguard.service.bodies import COSTED, LIMIT, MANY, ONE, Body
+from freqguard.service.bodies import COSTED, LIMIT, MANY, ONE, RESET, Body
 
 __all__ = ["document"]
 
@@ -111,7 +111,20 @@ def document(policies: list[str]) -> dict[str, Any]:
         f"{base}/hit-many": {"post": _call("decide a batch, in order", MANY, many)},
         f"{base}/peek": {"post": _call("what a hit would get; counts nothing", ONE, _DECISION)},
         f"{base}/refund": {"post": _call("give back the newest units", COSTED, _DECISION)},
-        f"{base}/reset": {"post": _call("forget a context's counts", ONE, {"type": "object"})},
+        f"{base}/reset": {
+            "post": _call(
+                "forget the counts keyed by exactly the context's dimensions (or of the "
+                "rules named)",
+                RESET,
+                {
+                    "type": "object",
+                    "properties": {
+                        "reset": {"type": "boolean"},
+                        "rules": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+            )
+        },
         f"{base}/limits": {"post": _call("each rule's rate for a partition value", ONE, _LIMITS)},
         f"{base}/limits/{{rule}}": {
             "parameters": [policy, rule],

@@ -99,7 +99,7 @@ def test_a_batch_peek_refund_reset_and_limits() -> None:
     decisions = responses[0].json()["decisions"]
     assert [d["allowed"] for d in decisions] == [True, False, True]
     assert responses[1].json()["allowed"] is False
-    assert responses[3].json() == {"reset": True}
+    assert responses[3].json() == {"reset": True, "rules": ["content-59s"]}
     assert responses[4].json()["remaining"] == 1
     assert responses[5].json()["limits"]["rcpt-1m"] == "5 per 60 seconds"
     assert responses[6].json()["limits"]["content-59s"] is None  # exempt
@@ -266,3 +266,29 @@ def test_the_javascript_example_speaks_the_contract(service: str) -> None:
     assert [run.returncode for run in runs] == [0, 0, 0, 1], runs[-1].stderr
     assert runs[0].stdout.strip() == "send: 2 left"
     assert runs[3].stdout.startswith("blocked by rcpt-1m; retry in ")
+
+
+def test_a_reset_names_what_it_forgot_and_refuses_what_it_cannot_mean() -> None:
+    """Only the states keyed by exactly the context's dimensions, or the rules named; a
+    context no rule is keyed by exactly is a 422 on ``context``, a rule on ``rules``."""
+    ctx = {"recipient": "+1555", "content": "hi"}
+    answers = _call(
+        [
+            ("POST", "/v1/policies/sms/hit", {"context": ctx}, {}),
+            ("POST", "/v1/policies/sms/reset", {"context": {"recipient": "+1555"}}, {}),
+            ("POST", "/v1/policies/sms/reset", {"context": {"content": "hi"}}, {}),
+            (
+                "POST",
+                "/v1/policies/sms/reset",
+                {"context": {"recipient": "+1555"}, "rules": ["content-59s"]},
+                {},
+            ),
+            ("POST", "/v1/policies/sms/reset", {"context": ctx, "rules": ["nope"]}, {}),
+            ("POST", "/v1/policies/sms/peek", {"context": ctx}, {}),
+        ],
+    )
+    assert answers[1].json() == {"reset": True, "rules": ["rcpt-1m"]}
+    assert (answers[2].status_code, answers[2].json()["field"]) == (422, "context")
+    assert (answers[3].status_code, answers[3].json()["field"]) == (422, "rules")
+    assert (answers[4].status_code, answers[4].json()["field"]) == (422, "rules[0]")
+    assert [r["remaining"] for r in answers[5].json()["rules"]] == [2, 0]
