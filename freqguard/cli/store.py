@@ -205,13 +205,17 @@ def serve(args: argparse.Namespace) -> int:
     # address other than loopback without bearer tokens goes here, once freqguard/service
     # has the function (its helper is writing it): call it with args.host and whether
     # tokens are configured (args.token_file, or TOKENS_ENV in the environment).
-    uvicorn.run(
-        "freqguard.service:from_env",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_level=args.log_level,
-        access_log=False,  # an access log would hold recipients' numbers
-    )
+    try:
+        uvicorn.run(
+            "freqguard.service:from_env",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_level=args.log_level,
+            access_log=False,  # an access log would hold recipients' numbers
+        )
+    except SystemExit as exc:  # uvicorn's own exit: it could not start (its log says why)
+        if exc.code not in (None, 0):
+            raise ConfigError(f"cannot serve on {host}:{args.port} (the reason is above)") from None
     return EXIT_OK

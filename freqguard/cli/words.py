@@ -4,13 +4,14 @@ the policy, its context values (only the names it takes), and a store that is sh
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from freqguard.config import ENV, Config
+from freqguard.config.schema import shown
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
 
-__all__ = ["MEMORY_KEEPS_NOTHING", "context", "policy_named", "shared_store"]
+__all__ = ["MEMORY_KEEPS_NOTHING", "checked_names", "context", "policy_named", "shared_store"]
 
 #: Why a command that reads or changes the store refuses memory://, and what to use.
 MEMORY_KEEPS_NOTHING = (
@@ -62,14 +63,24 @@ def context(pairs: Sequence[str], policy: Policy) -> dict[str, str]:
         if name in found:
             raise ConfigError(f"context value {name!r} given twice")
         found[name] = value
+    checked_names(found, policy)
+    return found
+
+
+def checked_names(found: Mapping[str, object], policy: Policy) -> None:
+    """Refuse a context name ``policy`` does not take (a dimension, or a value its rules
+    read): the guard's own parameters (``policy``, ``cost``, ``ttl``...) among them.
+
+    Raises:
+        ConfigError: naming each, and listing what the policy takes.
+    """
     takes = {*policy.dimensions, *policy.reads}
     unknown = [name for name in found if name not in takes]
     if unknown:
         wanted = ", ".join(policy.dimensions) or "none"
         if policy.reads:
             wanted += f"; and may read: {', '.join(policy.reads)}"
-        names = ", ".join(repr(name) for name in unknown)
+        names = ", ".join(shown(name) for name in unknown)
         raise ConfigError(
             f"policy {policy.name!r} takes no context value {names} (it takes: {wanted})"
         )
-    return found

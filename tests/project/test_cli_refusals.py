@@ -352,3 +352,17 @@ def test_every_url_in_a_message_is_masked(text: str, shown: str) -> None:
     from freqguard.cli.output import masked
 
     assert masked(text) == shown
+
+
+def test_serve_that_cannot_listen_exits_2(
+    cli: Any, memory_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uvicorn
+
+    def fails(*args: object, **options: object) -> None:
+        raise SystemExit(3)  # what uvicorn does when it cannot bind
+
+    monkeypatch.setattr(uvicorn, "run", fails)
+    done = cli("serve", str(memory_config), "--host", "nonexistent.invalid")
+    assert done.code == 2
+    assert "cannot serve on nonexistent.invalid:8080" in done.err
