@@ -33,8 +33,10 @@ def _strict_loader() -> Any:
         def construct_object(self, node: Any, deep: bool = False) -> Any:
             try:
                 return super().construct_object(node, deep)
+            except ConfigError:  # one of ours, from below: it names its place already
+                raise
             except ValueError as exc:  # a date out of range, an offset of 99 hours
-                raise self._fail(node, f"cannot read {node.value!r}: {exc}") from None
+                raise self._fail(node, f"cannot read {shown(node.value)}: {exc}") from None
 
         def construct_yaml_int(self, node: Any) -> int:
             digits = sum(c.isdigit() for c in str(node.value))
@@ -104,7 +106,10 @@ def parse_yaml(text: str, source: str) -> tuple[object, Where]:
         raise ConfigError(
             f"{source}: a YAML file needs PyYAML (pip install 'freqguard[yaml]')"
         ) from None
-    loader = _strict_loader()(text)
+    try:
+        loader = _strict_loader()(text)  # reads the text's characters at once
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
     loader.source = source
     try:
         node = loader.get_single_node()

@@ -366,3 +366,20 @@ def test_serve_that_cannot_listen_exits_2(
     done = cli("serve", str(memory_config), "--host", "nonexistent.invalid")
     assert done.code == 2
     assert "cannot serve on nonexistent.invalid:8080" in done.err
+
+
+@pytest.mark.xfail(
+    raises=IsADirectoryError,
+    strict=False,
+    reason="clock.py turns a zone that names a folder into a ConfigError (another branch)",
+)
+@pytest.mark.parametrize("zone", ["America", "Etc"])
+def test_a_zone_that_names_a_folder_exits_2(cli: Any, tmp_path: Path, zone: str) -> None:
+    path = tmp_path / "zone.toml"
+    path.write_text(
+        '[[policy]]\nname = "p"\n'
+        f'rules = [{{ rate = "1/day", by = "r", calendar = true, tz = "{zone}" }}]\n'
+    )
+    done = cli("check", str(path))
+    assert done.code == 2
+    assert zone in done.err

@@ -100,8 +100,16 @@ def test_a_file_too_large_to_be_a_configuration_is_refused_unread(tmp_path: Path
     ],
 )
 def test_integers_past_the_digit_limit_are_config_errors(kind: str, text: str) -> None:
-    with pytest.raises(ConfigError, match=rf"^app.{kind}"):
+    with pytest.raises(ConfigError, match=rf"^app.{kind}") as raised:
         loads(text + "\n", kind, f"app.{kind}")
+    assert len(str(raised.value)) < 300  # the number is not written out
+
+
+def test_yaml_names_an_integer_past_the_digit_limit_and_a_date_that_is_none() -> None:
+    with pytest.raises(ConfigError, match=r"^app.yaml:2: an integer of 5000 digits is out of"):
+        loads("a: 1\nb: " + "9" * 5000 + "\n", "yaml", "app.yaml")
+    with pytest.raises(ConfigError, match=r"^app.yaml:1: cannot read '2020-02-30': day is out"):
+        loads("prefix: 2020-02-30\n", "yaml", "app.yaml")
 
 
 @pytest.mark.parametrize(
@@ -177,3 +185,9 @@ def test_yaml_without_duplicates_still_loads_with_its_protections() -> None:
         loads("[" * 100_000, "yaml")
     with pytest.raises(ConfigError, match="not valid YAML"):
         loads("a: !!python/object:os.system {}\n", "yaml")
+
+
+def test_a_character_yaml_does_not_allow_is_a_config_error() -> None:
+    """PyYAML checks the characters as its loader is made, before parsing."""
+    with pytest.raises(ConfigError, match=r"^app.yaml: not valid YAML: unacceptable character"):
+        loads("a: \x00\n", "yaml", "app.yaml")
