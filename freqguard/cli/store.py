@@ -25,14 +25,15 @@ def _store(target: str, what: str) -> tuple[Any, str, str]:
     from freqguard.backends.urls import backend_from_url, parse_url
     from freqguard.config import load
 
+    source = None
     if "://" in target:
         parse_url(target)
-        url, prefix = target, "fg"
+        url, prefix, source = target, "fg", "the URL given"
     else:
         config = load(target)
         url, prefix = config.backend, config.prefix
     if what:
-        shared_store(url, what)
+        shared_store(url, what, source)
     return backend_from_url(url), prefix, url
 
 
@@ -188,6 +189,8 @@ def serve(args: argparse.Namespace) -> int:
             f"{args.workers} times every cap. Run one worker, or: {MEMORY_KEEPS_NOTHING}"
         )
     if args.token_file:
+        if not os.path.isfile(args.token_file):  # a FIFO would block the service's start
+            raise ConfigError(f"--token-file {args.token_file}: no such file")
         try:
             with open(args.token_file, "rb"):
                 pass

@@ -22,14 +22,21 @@ MEMORY_KEEPS_NOTHING = (
 )
 
 
-def shared_store(backend: str, what: str) -> None:
+def shared_store(backend: str, what: str, source: str | None = None) -> None:
     """Refuse ``what`` (a command) on a store that is not shared between processes.
+
+    Args:
+        backend: the store's URL.
+        what: the command, as the message names it.
+        source: where the URL came from (default: ``FREQGUARD_URL`` when it is set, else
+            the configuration's backend).
 
     Raises:
         ConfigError: ``backend`` is ``memory://``.
     """
     if backend.partition("://")[0].lower() == "memory":
-        source = f"{ENV}" if os.environ.get(ENV) else "the configuration's backend"
+        if source is None:
+            source = ENV if os.environ.get(ENV) else "the configuration's backend"
         raise ConfigError(f"{what} on memory:// ({source}): {MEMORY_KEEPS_NOTHING}")
 
 

@@ -214,6 +214,8 @@ def load(path: str | os.PathLike[str]) -> Config:
     kind = {".toml": "toml", ".yaml": "yaml", ".yml": "yaml"}.get(path.suffix.lower())
     if kind is None:
         raise ConfigError(f"{path}: a configuration file is .toml, .yaml or .yml")
+    if path.exists() and not path.is_file():  # a folder, or a FIFO, whose open() blocks
+        raise ConfigError(f"{path}: not a file")
     try:
         with path.open("rb") as file:
             raw = file.read(MAX_FILE + 1)

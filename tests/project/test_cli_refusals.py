@@ -383,3 +383,14 @@ def test_a_zone_that_names_a_folder_exits_2(cli: Any, tmp_path: Path, zone: str)
     done = cli("check", str(path))
     assert done.code == 2
     assert zone in done.err
+
+
+def test_a_refusal_names_where_the_memory_url_came_from(
+    cli: Any, memory_config: Path, redis_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert "(the URL given)" in cli("flush", "memory://", "--yes").err
+    assert "(the configuration's backend)" in cli("flush", str(memory_config), "--yes").err
+    monkeypatch.setenv(ENV, "memory://")
+    done = cli("limit", "show", str(redis_config), "sms", "recipient=a")
+    assert f"({ENV})" in done.err
+    assert "freqguard limit show on memory://" in done.err

@@ -191,3 +191,16 @@ def test_a_character_yaml_does_not_allow_is_a_config_error() -> None:
     """PyYAML checks the characters as its loader is made, before parsing."""
     with pytest.raises(ConfigError, match=r"^app.yaml: not valid YAML: unacceptable character"):
         loads("a: \x00\n", "yaml", "app.yaml")
+
+
+def test_a_path_that_is_not_a_file_is_refused_without_waiting(tmp_path: Path) -> None:
+    """open() of a FIFO waits for a writer: for ever, for a configuration."""
+    import os
+
+    fifo = tmp_path / "pipe.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match=r"pipe.toml: not a file"):
+        load(fifo)
+    (tmp_path / "folder.toml").mkdir()
+    with pytest.raises(ConfigError, match=r"folder.toml: not a file"):
+        load(tmp_path / "folder.toml")
