@@ -20,10 +20,12 @@ from freqguard.bounds import MAX_TIME_US
 from freqguard.config.schema import shown
 from freqguard.errors import ConfigError
 
-__all__ = ["MAX_LINE", "Entry", "entries"]
+__all__ = ["MAX_DEPTH", "MAX_LINE", "Entry", "entries"]
 
-#: The longest line a log may hold, in bytes (a CSV field: csv's own limit, 128 KiB).
+#: The longest line a log may hold, in bytes (a CSV field: csv's own limit, 128 KiB), and
+#: how deep a JSON line may nest (a line needs 2: the line, its context).
 MAX_LINE = 1 << 20
+MAX_DEPTH = 32
 _KEYS = ("time", "policy", "context", "cost")
 _LATEST = MAX_TIME_US // 1_000_000  # seconds
 _NUMBER = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,4})?\s*")
@@ -120,10 +122,37 @@ def _constant(name: str) -> object:
     raise ValueError(f"{name} is not a number (JSON has none)")
 
 
+def _too_deep(text: str) -> bool:
+    """Whether a JSON text nests arrays and objects more than :data:`MAX_DEPTH` deep (not
+    left to the parser's RecursionError, which depends on the interpreter's limit)."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:  # every real line: no scan
+        return False
+    depth, quoted, escaped = 0, False, False
+    for char in text:
+        if quoted:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                quoted = False
+        elif char == '"':
+            quoted = True
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
+
+
 def _jsonl(file: IO[bytes], policy: str | None) -> Iterator[Entry]:
     for number, text in _lines(file):
         if not text.strip():
             continue
+        if _too_deep(text):
+            raise ConfigError(f"line {number}: nested too deeply (more than {MAX_DEPTH} levels)")
         try:
             raw = json.loads(text, parse_constant=_constant)
         except json.JSONDecodeError as exc:

@@ -173,6 +173,8 @@ BAD_LINES = [
     (GOOD.replace('"policy": "sms"', '"policy": "mms"'), "unknown policy 'mms'"),
     ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
     ('{"time": 1, "context": {"a": ' * 2000 + "1" + "}}" * 2000, "nested too deeply"),
+    ('{"a": ' * 33 + "1" + "}" * 33, "nested too deeply (more than 32 levels)"),
+    ("[" * 33 + "]" * 33, "nested too deeply (more than 32 levels)"),
 ]
 
 
@@ -233,6 +235,14 @@ def test_a_hostile_csv_exits_2_naming_the_line(
     assert done.code == 2, done.err
     assert done.err.startswith(f"freqguard: line {line}: "), done.err
     assert message in done.err, done.err
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path: Path) -> None:
+    (tmp_path / "a.toml").write_text(CONFIG.format(minute=3))
+    log = tmp_path / "ok.jsonl"
+    log.write_text(GOOD.replace('"x"', json.dumps('[{\\"' * 40)) + "\n")
+    done = main_run("replay", str(tmp_path / "a.toml"), str(log))
+    assert done.code == 0, done.err
 
 
 def test_a_line_longer_than_a_mebibyte_is_refused_unparsed(tmp_path: Path) -> None:
