@@ -7,7 +7,6 @@ line, for a log)."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
@@ -21,10 +20,10 @@ import yaml
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from freqguard.cli import main
 from freqguard.config import ENV, SCHEMA, load
 from freqguard.errors import ConfigError
 from tests.conftest import examples, flush
+from tests.project.cli_run import run
 from tests.servers import RedisServer, free_port
 
 CONFIG = """\
@@ -69,23 +68,6 @@ SETTINGS = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     deadline=None,
 )
-
-
-class Ran:
-    def __init__(self, code: int, out: str, err: str) -> None:
-        self.code, self.out, self.err = code, out, err
-
-
-def run(argv: list[str]) -> Ran:
-    """The command in this process, as the console script runs it: an exception that leaves
-    main() would be the traceback an operator sees, so it fails the test here."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
-            code = int(exc.code or 0)
-    return Ran(code, out.getvalue(), err.getvalue())
 
 
 def _state(server: RedisServer) -> dict[Any, Any]:
@@ -206,7 +188,7 @@ def test_random_words_exit_0_or_2_and_a_refusal_writes_nothing(
     with load(configs["redis"]).guard() as guard:  # a record to read, reset, flush
         guard.hit("sms", recipient="+1", content="hi", tz="UTC")
     before = _state(redis_server)
-    done = run(argv)
+    done = run(*argv)
     event(f"{' '.join(command[:2])}: exit {done.code}")
     allowed = {0, 2} | ({1} if store == "down" else set())
     assert done.code in allowed, (argv, done.err)
@@ -480,7 +462,7 @@ def test_random_log_lines_exit_2_naming_the_line(
     if kind == "csv":
         lines = [b"time,policy,recipient,content,tz,cost", *rows]
     log.write_bytes(b"\n".join(lines) + b"\n")
-    done = run(["replay", str(config), str(log), "--no-progress"])
+    done = run("replay", str(config), str(log), "--no-progress")
     event(f"exit {done.code}: {done.err[:40]}")
     assert done.code in (0, 2), done.err
     if done.code == 2:

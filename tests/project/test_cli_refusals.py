@@ -15,9 +15,9 @@ import pytest
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from freqguard.cli import main
 from freqguard.config import ENV, load
 from tests.conftest import flush
+from tests.project.cli_run import run
 from tests.servers import RedisServer
 
 SCRIPT = Path(sys.executable).parent / "freqguard"
@@ -35,21 +35,8 @@ rules = [
 """
 
 
-class Ran:
-    def __init__(self, code: int, out: str, err: str) -> None:
-        self.code, self.out, self.err = code, out, err
-
-
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Any:
-    def run(*argv: str) -> Ran:
-        try:
-            code = main(list(argv))
-        except SystemExit as exc:  # argparse's own usage errors
-            code = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return Ran(code, out, err)
-
+def cli() -> Any:
     return run
 
 

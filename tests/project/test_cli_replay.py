@@ -16,6 +16,7 @@ import pytest
 
 from freqguard import Guard, ManualClock, MemoryBackend
 from freqguard.config import loads
+from tests.project.cli_run import run
 
 SCRIPT = Path(sys.executable).parent / "freqguard"
 
@@ -183,7 +184,7 @@ def test_a_hostile_line_exits_2_naming_it(tmp_path: Path, bad: str, message: str
     (tmp_path / "a.toml").write_text(CONFIG.format(minute=3))
     log = tmp_path / "bad.jsonl"
     log.write_text(GOOD + "\n\n" + bad + "\n" + GOOD + "\n")
-    done = main_run("replay", str(tmp_path / "a.toml"), str(log))
+    done = run("replay", str(tmp_path / "a.toml"), str(log))
     assert done.code == 2, done.err
     assert done.err.startswith("freqguard: line 3: "), done.err
     assert message in done.err, done.err
@@ -200,7 +201,7 @@ def test_a_log_that_is_not_utf8_names_the_line_and_byte(tmp_path: Path) -> None:
             else GOOD.replace('"a"', '"caf\xe9"').encode("latin-1") + b"\n"
         )
         log.write_bytes(head + line)
-        done = main_run("replay", str(tmp_path / "a.toml"), str(log))
+        done = run("replay", str(tmp_path / "a.toml"), str(log))
         assert done.code == 2
         number = 2 if head else 1
         assert f"line {number}: not UTF-8: byte 0xe9" in done.err, done.err
@@ -231,7 +232,7 @@ def test_a_hostile_csv_exits_2_naming_the_line(
     (tmp_path / "a.toml").write_text(CONFIG.format(minute=3))
     log = tmp_path / "bad.csv"
     log.write_text(text)
-    done = main_run("replay", str(tmp_path / "a.toml"), str(log))
+    done = run("replay", str(tmp_path / "a.toml"), str(log))
     assert done.code == 2, done.err
     assert done.err.startswith(f"freqguard: line {line}: "), done.err
     assert message in done.err, done.err
@@ -241,7 +242,7 @@ def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path: Path) -> None
     (tmp_path / "a.toml").write_text(CONFIG.format(minute=3))
     log = tmp_path / "ok.jsonl"
     log.write_text(GOOD.replace('"x"', json.dumps('[{\\"' * 40)) + "\n")
-    done = main_run("replay", str(tmp_path / "a.toml"), str(log))
+    done = run("replay", str(tmp_path / "a.toml"), str(log))
     assert done.code == 0, done.err
 
 
@@ -249,7 +250,7 @@ def test_a_line_longer_than_a_mebibyte_is_refused_unparsed(tmp_path: Path) -> No
     (tmp_path / "a.toml").write_text(CONFIG.format(minute=3))
     log = tmp_path / "long.jsonl"
     log.write_text(GOOD + "\n" + " " * (2 << 20) + GOOD + "\n")
-    done = main_run("replay", str(tmp_path / "a.toml"), str(log))
+    done = run("replay", str(tmp_path / "a.toml"), str(log))
     assert done.code == 2
     assert "line 2: longer than 1048576 bytes" in done.err
 
@@ -258,12 +259,12 @@ def test_a_bom_and_crlf_lines_read_as_plain_ones(tmp_path: Path) -> None:
     (tmp_path / "a.toml").write_text(CONFIG.format(minute=3))
     log = tmp_path / "bom.csv"
     log.write_bytes(b"\xef\xbb\xbftime,policy,recipient,content,tz\r\n1781200000,sms,a,x,UTC\r\n")
-    done = main_run("replay", str(tmp_path / "a.toml"), str(log), "--json")
+    done = run("replay", str(tmp_path / "a.toml"), str(log), "--json")
     assert done.code == 0, done.err
     assert json.loads(done.out)["policies"][0]["hits"] == 1
     jsonl = tmp_path / "bom.jsonl"
     jsonl.write_bytes(b"\xef\xbb\xbf" + GOOD.encode() + b"\r\n")
-    assert main_run("replay", str(tmp_path / "a.toml"), str(jsonl)).code == 0
+    assert run("replay", str(tmp_path / "a.toml"), str(jsonl)).code == 0
 
 
 def test_files_that_cannot_be_opened_exit_2(tmp_path: Path) -> None:
@@ -271,36 +272,15 @@ def test_files_that_cannot_be_opened_exit_2(tmp_path: Path) -> None:
     log = tmp_path / "log.jsonl"
     log.write_text(GOOD + "\n")
     config = str(tmp_path / "a.toml")
-    done = main_run("replay", config, str(log), "--decisions", str(tmp_path / "no" / "out.jsonl"))
+    done = run("replay", config, str(log), "--decisions", str(tmp_path / "no" / "out.jsonl"))
     assert done.code == 2
     assert "out.jsonl: cannot be written" in done.err
-    assert main_run("replay", config, str(tmp_path)).code == 2  # a directory
+    assert run("replay", config, str(tmp_path)).code == 2  # a directory
     log.chmod(0)
     try:
         if not os.access(log, os.R_OK):  # root reads anything
-            done = main_run("replay", config, str(log))
+            done = run("replay", config, str(log))
             assert done.code == 2
             assert "cannot be read" in done.err
     finally:
         log.chmod(0o644)
-
-
-class Ran:
-    def __init__(self, code: int, out: str, err: str) -> None:
-        self.code, self.out, self.err = code, out, err
-
-
-def main_run(*argv: str) -> Ran:
-    """The command in this process (as the console script runs it), its output captured."""
-    import contextlib
-    import io
-
-    from freqguard.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(argv))
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return Ran(code, out.getvalue(), err.getvalue())
