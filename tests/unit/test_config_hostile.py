@@ -77,6 +77,12 @@ def test_a_file_that_is_not_utf8_names_the_file_and_the_byte(tmp_path: Path) -> 
         path.write_bytes(b'prefix = "ok"\n# caf\xe9\n')
         with pytest.raises(ConfigError, match=rf"{name}:2: not UTF-8: byte 0xe9 at offset 19"):
             load(path)
+        path.write_bytes(b'\xef\xbb\xbfprefix = "ok"\n# caf\xe9\n')  # offsets count the BOM
+        with pytest.raises(ConfigError, match=rf"{name}:2: not UTF-8: byte 0xe9 at offset 22"):
+            load(path)
+        text = b'prefix = "ok"\n' if name.endswith(".toml") else b"prefix: ok\n"
+        path.write_bytes(b"\xef\xbb\xbf" + text)  # a BOM alone is skipped
+        assert load(path).prefix == "ok"
 
 
 def test_a_file_too_large_to_be_a_configuration_is_refused_unread(tmp_path: Path) -> None:
