@@ -19,6 +19,10 @@ _GRAMMAR = (
 )
 # limits reads "5/0 minutes" as 5 per 1 minute; we refuse a zero multiple instead.
 _ZERO_MULTIPLE = re.compile(r"(?:/|per)\s*0+\s*[a-z]")
+#: The longest rate text: longer than any rate anyone writes, short enough that the
+#: grammar's regular expression (quadratic on runs of spaces) stays fast.
+MAX_RATE_TEXT = 256
+_LONGEST = f"10 years ({MAX_WINDOW_US // 86_400_000_000} days)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +51,7 @@ class Rate:
             raise ConfigError(f"rate window must be a datetime.timedelta, got {self.window!r}")
         if not 0 < _us(self.window) <= MAX_WINDOW_US:
             raise ConfigError(
-                f"rate window must be longer than 0 and at most 10 years, got {self.window}"
+                f"rate window must be longer than 0 and at most {_LONGEST}, got {self.window}"
             )
 
     @property
@@ -80,6 +84,13 @@ def parse_rates(text: str) -> tuple[Rate, ...]:
     """
     if not isinstance(text, str):
         raise ConfigError(f"a rate must be a string like '15/minute', got {text!r}")
+    if len(text) > MAX_RATE_TEXT:
+        raise ConfigError(
+            f"a rate is at most {MAX_RATE_TEXT} characters, got one of {len(text)} "
+            f"({text[:20]!r}...)"
+        )
+    if not text.isascii():  # no digit or letter of another script reads as an ASCII one
+        raise ConfigError(f"cannot parse rate {text!r}: expected {_GRAMMAR}, in ASCII")
     normalized = text.strip().lower()
     if _ZERO_MULTIPLE.search(normalized):
         raise ConfigError(f"rate {text!r} has a window of 0 units; it must be at least 1")
@@ -92,6 +103,10 @@ def parse_rates(text: str) -> tuple[Rate, ...]:
         if item.amount < 1:
             raise ConfigError(f"rate {text!r} has limit {item.amount}; a limit must be >= 1")
         window = item.GRANULARITY.seconds * item.multiples
+        if window * 1_000_000 > MAX_WINDOW_US:  # before timedelta, which overflows
+            raise ConfigError(
+                f"rate {text!r} has a window of {window} seconds; the longest is {_LONGEST}"
+            )
         rates.append(Rate(item.amount, timedelta(seconds=window)))
     return tuple(rates)
 

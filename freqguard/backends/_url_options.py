@@ -59,8 +59,9 @@ _SHARED_WITH_SENTINELS = frozenset({"socket_timeout", "socket_connect_timeout", 
 
 def _shown(url: str) -> str:
     """The URL as messages show it: its password masked (``user:***@``, ``password=***``)."""
-    url = re.sub(r"^([^:/]*://[^/@:]*):[^/@]*@", r"\1:***@", url)
-    return re.sub(r"([?&](?:ssl_|sentinel_)?password=)[^&]*", r"\1***", url)
+    # to the last @ before the query: a password may hold an @ (or a / ) unescaped
+    url = re.sub(r"^([^:/?#]*://[^/@:?#]*):[^?]*@", r"\1:***@", url)
+    return re.sub(r"(?i)([?&](?:ssl_|sentinel_)?password=)[^&]*", r"\1***", url)
 
 
 def _excerpt(text: str) -> str:
@@ -92,6 +93,11 @@ def _port(url: str, text: str) -> int:
 
 
 def _check_port(url: str, netloc: str) -> None:
+    if "@" not in netloc and "@" in url.partition("?")[0]:  # the address ended at a / or #
+        raise ConfigError(
+            f"the user or password in {_shown(url)!r} holds a '/' or '#': percent-encode "
+            "it (%2F, %23)"
+        )
     host = netloc.rpartition("@")[2]
     port = host.rpartition("]")[2] if host.startswith("[") else host
     if ":" in port:

@@ -20,37 +20,47 @@ closed early (``| head``) ends quietly.
 from __future__ import annotations
 
 import argparse
+import io
 import os
+import re
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from freqguard.cli import replay, store
-from freqguard.cli.output import EXIT_OK, EXIT_STORE, EXIT_USAGE, out
+from freqguard.cli import operate, replay, store
+from freqguard.cli.output import EXIT_OK, EXIT_STORE, EXIT_USAGE, masked, out, say
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.rates import Rate
 from freqguard.rules import Rule, Strategy
 
 __all__ = ["main"]
 
+EXIT_INTERRUPTED = 130  # as a shell reports a command ended by Ctrl-C
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; the exit code (see the module's docs)."""
+    for stream in (sys.stdout, sys.stderr):  # a word that is not UTF-8 prints escaped
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     parser = _parser()
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))
-    except ConfigError as exc:
-        print(f"freqguard: {exc}", file=sys.stderr)
+    except ConfigError as exc:  # every mistake in the words, the files or the logs
+        say(f"freqguard: {exc}")
         return EXIT_USAGE
     except BackendUnavailable as exc:
-        print(f"freqguard: the store failed: {exc}", file=sys.stderr)
+        say(f"freqguard: the store failed: {exc}")
         return EXIT_STORE
     except BrokenPipeError:  # `freqguard ... | head`: the reader has all it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error as Python flushes at exit
         return EXIT_OK
+    except KeyboardInterrupt:
+        say("freqguard: interrupted")
+        return EXIT_INTERRUPTED
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -73,29 +83,29 @@ def _parser() -> argparse.ArgumentParser:
 
     inspect = _command(commands, "inspect", "each rule's use for one context (counts nothing)")
     _policy_and_context(inspect)
-    inspect.set_defaults(run=_inspect)
+    inspect.set_defaults(run=operate.inspect)
 
     reset = _command(commands, "reset", "forget every count of one context")
     _policy_and_context(reset)
-    reset.set_defaults(run=_reset)
+    reset.set_defaults(run=operate.reset)
 
     limit = commands.add_parser("limit", help="per-key limits: show, set or clear")
     actions = limit.add_subparsers(dest="action", required=True, metavar="ACTION")
     show = _command(actions, "show", "each rule's rate for one partition value")
     _policy_and_context(show)
-    show.set_defaults(run=_limit_show)
+    show.set_defaults(run=operate.limit_show)
     put = _command(actions, "set", "one rule at another rate (none: exempt) for one value")
     put.add_argument("policy")
     put.add_argument("rule", help="the rule's name (id)")
     put.add_argument("rate", help='a rate ("60/minute"), or "none" to exempt')
     put.add_argument("context", nargs="*", metavar="k=v", help="the partition value")
     put.add_argument("--ttl", type=float, default=None, help="seconds (default: for ever)")
-    put.set_defaults(run=_limit_set)
+    put.set_defaults(run=operate.limit_set)
     clear = _command(actions, "clear", "back to the rule's own rate for one value")
     clear.add_argument("policy")
     clear.add_argument("rule")
     clear.add_argument("context", nargs="*", metavar="k=v")
-    clear.set_defaults(run=_limit_clear)
+    clear.set_defaults(run=operate.limit_clear)
 
     again = _command(commands, "replay", "a log of past messages decided again, on its times")
     again.add_argument("log", help="JSON Lines (.jsonl), or CSV (.csv) with a header")
@@ -118,10 +128,15 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="the decision service (HTTP/JSON) on uvicorn")
     serve.add_argument("config", help="a configuration file (TOML, or YAML)")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--workers", type=int, default=1, help="processes (a shared store: Redis)")
+    serve.add_argument("--port", type=_within(1, 65535), default=8080)
+    serve.add_argument(
+        "--workers",
+        type=_within(1, store.MAX_WORKERS),
+        default=1,
+        help="processes (more than one needs a shared store: Redis)",
+    )
     serve.add_argument("--token-file", help="bearer tokens, one per line (or FREQGUARD_TOKENS)")
-    serve.add_argument("--log-level", default="warning")
+    serve.add_argument("--log-level", default="warning", choices=store.LOG_LEVELS)
     serve.set_defaults(run=store.serve)
     return parser
 
@@ -138,34 +153,24 @@ def _policy_and_context(command: argparse.ArgumentParser) -> None:
     command.add_argument("context", nargs="*", metavar="k=v", help="the hit's context values")
 
 
+def _within(low: int, high: int) -> Any:
+    """An argparse type: an integer from ``low`` to ``high``."""
+
+    def integer(text: str) -> int:
+        if re.fullmatch(r"\s*-?[0-9]{1,9}\s*", text) is None or not low <= int(text) <= high:
+            raise argparse.ArgumentTypeError(
+                f"must be an integer from {low} to {high}, got {text!r}"
+            )
+        return int(text)
+
+    return integer
+
+
 def _version() -> str:
     try:
         return version("freqguard")
     except PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown"
-
-
-def _context(pairs: Sequence[str]) -> dict[str, str]:
-    """``k=v`` words as a context.
-
-    Raises:
-        ConfigError: a word without ``=``, or a name given twice.
-    """
-    context: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise ConfigError(f"context values are name=value, got {pair!r}")
-        if name in context:
-            raise ConfigError(f"context value {name!r} given twice")
-        context[name] = value
-    return context
-
-
-def _guard(args: argparse.Namespace) -> Any:
-    from freqguard.config import load
-
-    return load(args.config).guard()
 
 
 # -- commands ------------------------------------------------------------------------------
@@ -192,7 +197,7 @@ def _check(args: argparse.Namespace) -> int:
         for policy in config.policies
         for rule in policy.rules
     ]
-    data = {"config": args.config, "backend": config.backend, "rules": policies}
+    data = {"config": args.config, "backend": masked(config.backend), "rules": policies}
 
     def table() -> list[list[str]]:
         head = [["policy", "rule", "by", "guarantee"]]
@@ -201,92 +206,6 @@ def _check(args: argparse.Namespace) -> int:
         ]
 
     out(args, data, table)
-    return EXIT_OK
-
-
-def _inspect(args: argparse.Namespace) -> int:
-    guard = _guard(args)
-    try:
-        decision = guard.peek(args.policy, **_context(args.context))
-    finally:
-        guard.close()
-    rules = [
-        {
-            "rule": state.rule.id,
-            "capacity": state.capacity,
-            "remaining": state.remaining,
-            "used": state.capacity - state.remaining,
-            "reset_after": state.reset_after,
-            "retry_after": state.retry_after,
-            "shadow": state.rule.shadow,
-        }
-        for state in decision.rules
-    ]
-    data = {"policy": args.policy, "allowed": decision.allowed, "rules": rules}
-
-    def table() -> list[list[str]]:
-        head = [["rule", "used", "remaining", "of", "frees in", "next hit"]]
-        return head + [
-            [
-                r["rule"] + (" (shadow)" if r["shadow"] else ""),
-                str(r["used"]),
-                str(r["remaining"]),
-                str(r["capacity"]),
-                _seconds(r["reset_after"]),
-                "allowed" if not r["retry_after"] else f"in {_seconds(r['retry_after'])}",
-            ]
-            for r in rules
-        ]
-
-    out(args, data, table)
-    return EXIT_OK
-
-
-def _reset(args: argparse.Namespace) -> int:
-    guard = _guard(args)
-    try:
-        guard.reset(args.policy, **_context(args.context))
-    finally:
-        guard.close()
-    out(args, {"policy": args.policy, "reset": True}, lambda: [["reset"], ["done"]])
-    return EXIT_OK
-
-
-def _limit_show(args: argparse.Namespace) -> int:
-    guard = _guard(args)
-    try:
-        limits = guard.limits_for(args.policy, **_context(args.context))
-    finally:
-        guard.close()
-    data = {rule: None if rate is None else str(rate) for rule, rate in limits.items()}
-
-    def table() -> list[list[str]]:
-        return [["rule", "rate"]] + [[rule, rate or "exempt"] for rule, rate in data.items()]
-
-    out(args, {"policy": args.policy, "limits": data}, table)
-    return EXIT_OK
-
-
-def _limit_set(args: argparse.Namespace) -> int:
-    rate = None if args.rate.lower() == "none" else args.rate
-    guard = _guard(args)
-    try:
-        guard.set_limit(args.policy, args.rule, rate, ttl=args.ttl, **_context(args.context))
-    finally:
-        guard.close()
-    done = {"policy": args.policy, "rule": args.rule, "rate": rate, "ttl": args.ttl}
-    out(args, done, lambda: [["rule", "rate"], [args.rule, rate or "exempt"]])
-    return EXIT_OK
-
-
-def _limit_clear(args: argparse.Namespace) -> int:
-    guard = _guard(args)
-    try:
-        guard.clear_limit(args.policy, args.rule, **_context(args.context))
-    finally:
-        guard.close()
-    done = {"policy": args.policy, "rule": args.rule, "cleared": True}
-    out(args, done, lambda: [["rule", "cleared"], [args.rule, "yes"]])
     return EXIT_OK
 
 
@@ -324,13 +243,3 @@ def _window(rate: Rate) -> str:
             count = int(seconds // size)
             return unit if count == 1 else f"{count} {unit}s"
     return f"{seconds:g} seconds"
-
-
-def _seconds(value: float) -> str:
-    if value == 0:
-        return "-"
-    if value >= 3600:
-        return f"{value / 3600:.1f} h"
-    if value >= 60:
-        return f"{value / 60:.1f} min"
-    return f"{value:.3g} s"

@@ -1,22 +1,52 @@
-"""How the command line answers: a table for people, JSON for scripts; its exit codes."""
+"""How the command line answers: a table for people, JSON for scripts; its exit codes; and
+what it never prints (a store's password: every message and answer is masked)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import sys
 from collections.abc import Callable
 
-__all__ = ["EXIT_OK", "EXIT_STORE", "EXIT_USAGE", "out"]
+from freqguard.backends._url_options import _shown
+
+__all__ = ["EXIT_OK", "EXIT_STORE", "EXIT_USAGE", "masked", "out", "say"]
 
 EXIT_OK, EXIT_STORE, EXIT_USAGE = 0, 1, 2
 
+# a URL in a text (a message quotes one, a redis-py error may), to the next space
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S*")
+
+
+def masked(text: str) -> str:
+    """``text`` with the password of every URL in it masked (``redis://user:***@host``,
+    ``?password=***``)."""
+    return _URL.sub(lambda found: _shown(found.group()), text)
+
+
+def _masked_data(data: object) -> object:
+    if isinstance(data, str):
+        return masked(data)
+    if isinstance(data, dict):
+        return {key: _masked_data(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_masked_data(value) for value in data]
+    return data
+
+
+def say(message: str) -> None:
+    """A line on standard error, masked."""
+    print(masked(message), file=sys.stderr)
+
 
 def out(args: argparse.Namespace, data: object, table: Callable[[], list[list[str]]]) -> None:
-    """``data`` as JSON with ``--json``, else ``table()``'s rows (the first a heading)."""
+    """``data`` as JSON with ``--json``, else ``table()``'s rows (the first a heading);
+    masked either way."""
     if args.json:
-        print(json.dumps(data, indent=2))
+        print(json.dumps(_masked_data(data), indent=2))
         return
-    rows = table()
+    rows = [[masked(cell) for cell in row] for row in table()]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for n, row in enumerate(rows):
         cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))

@@ -13,34 +13,22 @@ Replays run on the memory backend: the configuration's store is never touched.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
 from freqguard.backends.memory import MemoryBackend
+from freqguard.cli.logs import Entry, entries
 from freqguard.cli.output import EXIT_OK, out
+from freqguard.cli.words import checked_names, policy_named
 from freqguard.clock import ManualClock
 from freqguard.errors import ConfigError
 from freqguard.guard import Guard
 
 __all__ = ["Entry", "Tally", "command", "entries", "replay"]
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One logged message."""
-
-    line: int
-    time: float
-    policy: str
-    context: dict[str, Any]
-    cost: int
 
 
 @dataclass
@@ -52,72 +40,11 @@ class Tally:
     denied_by: Counter[tuple[str, str]] = field(default_factory=Counter)  # (policy, rule)
 
 
-def _time(value: object, line: int) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            parsed = None
-        if parsed is not None and parsed.tzinfo is not None:
-            return parsed.timestamp()
-    raise ConfigError(
-        f"line {line}: time is epoch seconds or an ISO 8601 instant with its offset "
-        f"('2026-06-11T21:30:00+02:00'), got {value!r}"
-    )
-
-
-def _entry(line: int, raw: dict[str, Any], policy: str | None) -> Entry:
-    name = raw.get("policy", policy)
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"line {line}: no policy: give one per line, or --policy")
-    cost = raw.get("cost", 1)
-    try:
-        cost = int(cost)
-    except (TypeError, ValueError):
-        raise ConfigError(f"line {line}: cost is an integer, got {cost!r}") from None
-    context = raw.get("context")
-    if not isinstance(context, dict):
-        raise ConfigError(f"line {line}: context is an object of name: value, got {context!r}")
-    return Entry(line, _time(raw.get("time"), line), name, context, cost)
-
-
-def entries(file: IO[str], kind: str, policy: str | None) -> Iterator[Entry]:
-    """The log's entries, read a line at a time.
-
-    Raises:
-        ConfigError: a line that does not parse, naming its number.
-    """
-    if kind == "csv":
-        for number, row in enumerate(csv.DictReader(file), start=2):
-            context = {k: v for k, v in row.items() if k not in ("time", "policy", "cost")}
-            raw: dict[str, Any] = {"time": row.get("time"), "context": context}
-            for name in ("policy", "cost"):
-                if row.get(name) not in (None, ""):
-                    raw[name] = row[name]
-            yield _entry(number, raw, policy)
-        return
-    for number, text in enumerate(file, start=1):
-        if not text.strip():
-            continue
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"line {number}: not JSON: {exc.msg}") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(f"line {number}: a line is a JSON object, got {text.strip()[:60]}")
-        yield _entry(number, raw, policy)
-
-
 class _Run:
     """One configuration's guard on its own pinned clock."""
 
     def __init__(self, config: Any) -> None:
+        self.config = config
         self.clock = ManualClock(0)
         self.guard = Guard(MemoryBackend(max_keys=None), config.policies, clock=self.clock)
         self.tally = Tally()
@@ -125,6 +52,8 @@ class _Run:
     def decide(self, entry: Entry) -> tuple[bool, list[str]]:
         self.clock.set(entry.time, backwards=True)
         try:
+            # the context's names checked first: none may reach hit() as its own (cost=)
+            checked_names(entry.context, policy_named(self.config, entry.policy))
             decision = self.guard.hit(entry.policy, entry.cost, **entry.context)
         except ConfigError as exc:
             raise ConfigError(f"line {entry.line}: {exc}") from None
@@ -152,7 +81,11 @@ def replay(
     kind = "csv" if log.suffix.lower() == ".csv" else "jsonl"
     first, second = _Run(config), (None if other is None else _Run(other))
     changed: Counter[str] = Counter()
-    with log.open(encoding="utf-8", newline="") as file, _bar(log, file, progress) as advance:
+    try:
+        file = log.open("rb")
+    except OSError as exc:
+        raise ConfigError(f"{log}: cannot be read: {exc.strerror or exc}") from None
+    with file, _bar(log, file, progress) as advance:
         for entry in entries(file, kind, policy):
             allowed, denied = first.decide(entry)
             if decisions is not None:
@@ -171,7 +104,7 @@ class _bar:
     """A progress bar on standard error while a log is read, when it is a terminal and rich
     is installed (the ``cli`` extra); nothing otherwise."""
 
-    def __init__(self, log: Path, file: IO[str], shown: bool) -> None:
+    def __init__(self, log: Path, file: IO[bytes], shown: bool) -> None:
         self._file = file
         self._progress: Any = None
         self._task: Any = None
@@ -193,7 +126,7 @@ class _bar:
     def _advance(self) -> None:
         self._count += 1
         if self._progress is not None and self._task is not None and self._count % 1000 == 0:
-            done = self._file.buffer.tell()  # type: ignore[attr-defined]  # a text file's bytes
+            done = self._file.tell()
             self._progress.update(self._task, completed=done)
 
     def __exit__(self, *exc: object) -> None:
@@ -204,7 +137,6 @@ class _bar:
 def command(args: argparse.Namespace) -> int:
     """The ``replay`` command: the report of :func:`replay`."""
     import contextlib
-    from pathlib import Path
 
     from freqguard.config import load
 
@@ -216,7 +148,12 @@ def command(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         written = None
         if args.decisions is not None:
-            written = stack.enter_context(open(args.decisions, "w", encoding="utf-8"))
+            try:
+                written = stack.enter_context(open(args.decisions, "w", encoding="utf-8"))
+            except OSError as exc:
+                raise ConfigError(
+                    f"{args.decisions}: cannot be written: {exc.strerror or exc}"
+                ) from None
         first, second, changed = replay(
             config,
             log,

@@ -1,26 +1,40 @@
-"""``freqguard ping`` and ``freqguard flush``: the store a configuration (or a URL) names."""
+"""``freqguard ping``, ``freqguard flush`` and ``freqguard serve``: the store a configuration
+(or a URL) names, and the service on it."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
-from freqguard.cli.output import EXIT_OK, out
+from freqguard.cli.output import EXIT_OK, out, say
+from freqguard.cli.words import MEMORY_KEEPS_NOTHING, shared_store
 from freqguard.errors import ConfigError
-from freqguard.rules import Rule
+from freqguard.rules import Rule, check_name
+from freqguard.script.keys import digest, partition_token
 
-__all__ = ["flush", "ping", "serve"]
+__all__ = ["LOG_LEVELS", "MAX_WORKERS", "flush", "ours", "ping", "scan_pattern", "serve"]
+
+#: uvicorn's log levels, and the most worker processes ``serve`` starts.
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+MAX_WORKERS = 256
 
 
-def _store(target: str) -> tuple[Any, str]:
-    """The backend a configuration file (or a URL) names, and its prefix."""
-    from freqguard.backends.urls import backend_from_url
+def _store(target: str, what: str) -> tuple[Any, str, str]:
+    """The backend a configuration file (or a URL) names, its prefix and its URL."""
+    from freqguard.backends.urls import backend_from_url, parse_url
     from freqguard.config import load
 
+    source = None
     if "://" in target:
-        return backend_from_url(target), "fg"
-    config = load(target)
-    return backend_from_url(config.backend), config.prefix
+        parse_url(target)
+        url, prefix, source = target, "fg", "the URL given"
+    else:
+        config = load(target)
+        url, prefix = config.backend, config.prefix
+    if what:
+        shared_store(url, what, source)
+    return backend_from_url(url), prefix, url
 
 
 def ping(args: argparse.Namespace) -> int:
@@ -29,7 +43,7 @@ def ping(args: argparse.Namespace) -> int:
     from freqguard.guard import Guard
     from freqguard.policy import Policy
 
-    backend, prefix = _store(args.config)
+    backend, prefix, _ = _store(args.config, "")
     probe = Policy("freqguard-ping", Rule("1/second", name="ping"))
     guard = Guard(backend, [probe], prefix=prefix)
     try:
@@ -68,29 +82,70 @@ def _topology(backend: Any) -> dict[str, Any]:
         return {"topology": "standalone", "redis_version": info.get("redis_version")}
 
 
+# -- flush: freqguard's keys, and only those -----------------------------------------------
+
+_GLOB = re.compile(r"([*?\[\]\\])")
+_DIGEST = len(digest(""))  # a partition value's digest, in hex
+
+
+def scan_pattern(prefix: str) -> str:
+    """The SCAN pattern of freqguard's records under ``prefix`` (glob characters escaped:
+    SCAN's MATCH reads them)."""
+    return _GLOB.sub(r"\\\1", prefix) + ":{*}:*"
+
+
+def ours(key: bytes, prefix: str) -> bool:
+    """Whether ``key`` is one of freqguard's records under ``prefix`` in Redis (see
+    freqguard/script/keys.py): ``<prefix>:{<partition>}:<policy>``, the partition a value
+    kept verbatim or ``=`` and its digest, ``*<policy>`` for a policy's one record, or
+    ``#<n>`` for a bucket. Any other key, whatever it starts with, is another's."""
+    try:
+        text = key.decode("ascii")
+    except UnicodeDecodeError:  # freqguard's keys are ASCII
+        return False
+    head = f"{prefix}:{{"
+    token, close, policy = text[len(head) :].partition("}:")
+    if not text.startswith(head) or not close or not _name(policy):
+        return False
+    if token.startswith("*"):
+        return token[1:] == policy
+    if token.startswith("#"):
+        return re.fullmatch(r"[0-9]{1,10}", token[1:]) is not None
+    if token.startswith("="):
+        return len(token) == 1 + _DIGEST and re.fullmatch(r"[0-9a-f]+", token[1:]) is not None
+    return token != "" and partition_token(token) == token
+
+
+def _name(text: str) -> bool:
+    try:
+        check_name("policy name", text)
+    except ConfigError:
+        return False
+    return True
+
+
 def flush(args: argparse.Namespace) -> int:
-    backend, prefix = _store(args.config)
-    prefix = args.prefix or prefix
-    client = getattr(backend, "client", None)
-    if client is None:
-        raise ConfigError("the memory backend keeps nothing between processes: no keys to flush")
+    backend, prefix, _ = _store(args.config, "freqguard flush")
+    if args.prefix is not None:
+        prefix = check_name("key prefix", args.prefix)
+    client = backend.client
     from redis.cluster import RedisCluster
 
     from freqguard.backends._boundary import boundary
 
-    pattern = f"{prefix}:*"
+    pattern = scan_pattern(prefix)
     deleted = 0
     with boundary(client):
         if isinstance(client, RedisCluster):  # each key alone: no CROSSSLOT, every primary
             nodes: list[Any] = client.get_primaries()  # type: ignore[no-untyped-call]
-            scans = [
-                (client.scan_iter(match=pattern, count=1000, target_nodes=n), n) for n in nodes
-            ]
+            scans = [client.scan_iter(match=pattern, count=1000, target_nodes=n) for n in nodes]
         else:
-            scans = [(client.scan_iter(match=pattern, count=1000), None)]
-        for scan, _node in scans:
+            scans = [client.scan_iter(match=pattern, count=1000)]
+        for scan in scans:
             batch: list[bytes] = []
             for key in scan:
+                if not ours(key, prefix):
+                    continue
                 batch.append(key)
                 if len(batch) == 500:
                     deleted += _unlink(client, batch, args.yes)
@@ -112,6 +167,9 @@ def _unlink(client: Any, keys: list[bytes], really: bool) -> int:
     return len(keys)
 
 
+# -- serve ---------------------------------------------------------------------------------
+
+
 def serve(args: argparse.Namespace) -> int:
     """``freqguard serve``: the decision service on uvicorn, ``--workers`` processes."""
     import os
@@ -123,17 +181,44 @@ def serve(args: argparse.Namespace) -> int:
     from freqguard.config import load
     from freqguard.service import CONFIG_ENV, TOKENS_ENV
 
-    load(args.config)  # a configuration that does not load fails here, once, not per worker
+    config = load(args.config)  # a configuration that does not load fails here, not per worker
+    if args.workers > 1 and config.backend.partition("://")[0].lower() == "memory":
+        raise ConfigError(
+            f"freqguard serve --workers {args.workers} on memory://: each of the "
+            f"{args.workers} workers would keep counts of its own, admitting up to "
+            f"{args.workers} times every cap. Run one worker, or: {MEMORY_KEEPS_NOTHING}"
+        )
+    if args.token_file:
+        if not os.path.isfile(args.token_file):  # a FIFO would block the service's start
+            raise ConfigError(f"--token-file {args.token_file}: no such file")
+        try:
+            with open(args.token_file, "rb"):
+                pass
+        except OSError as exc:
+            raise ConfigError(
+                f"--token-file {args.token_file}: cannot be read: {exc.strerror or exc}"
+            ) from None
     os.environ[CONFIG_ENV] = os.path.abspath(args.config)
     if args.token_file:
         os.environ[f"{TOKENS_ENV}_FILE"] = os.path.abspath(args.token_file)
-    uvicorn.run(
-        "freqguard.service:from_env",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_level=args.log_level,
-        access_log=False,  # an access log would hold recipients' numbers
-    )
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    workers = "1 worker" if args.workers == 1 else f"{args.workers} workers"
+    say(f"freqguard serve: listening on http://{host}:{args.port} ({workers}), {config.backend}")
+    # SERVICE-WARNING (for the lead): the service's loud warning when it listens on an
+    # address other than loopback without bearer tokens goes here, once freqguard/service
+    # has the function (its helper is writing it): call it with args.host and whether
+    # tokens are configured (args.token_file, or TOKENS_ENV in the environment).
+    try:
+        uvicorn.run(
+            "freqguard.service:from_env",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_level=args.log_level,
+            access_log=False,  # an access log would hold recipients' numbers
+        )
+    except SystemExit as exc:  # uvicorn's own exit: it could not start (its log says why)
+        if exc.code not in (None, 0):
+            raise ConfigError(f"cannot serve on {host}:{args.port} (the reason is above)") from None
     return EXIT_OK

@@ -7,7 +7,9 @@ the policy and the rule, and what is allowed there. Nothing is built from a file
 
 from __future__ import annotations
 
+import codecs
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -39,6 +41,8 @@ __all__ = ["ENV", "Config", "load", "loads"]
 
 #: The environment variable whose backend URL wins over the file's.
 ENV = "FREQGUARD_URL"
+#: The largest configuration file read, in bytes (larger is refused unread).
+MAX_FILE = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -210,11 +214,29 @@ def load(path: str | os.PathLike[str]) -> Config:
     kind = {".toml": "toml", ".yaml": "yaml", ".yml": "yaml"}.get(path.suffix.lower())
     if kind is None:
         raise ConfigError(f"{path}: a configuration file is .toml, .yaml or .yml")
+    if path.exists() and not path.is_file():  # a folder, or a FIFO, whose open() blocks
+        raise ConfigError(f"{path}: not a file")
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as file:
+            raw = file.read(MAX_FILE + 1)
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read: {exc}") from None
-    return loads(text, kind, str(path))
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_FILE:
+        raise ConfigError(f"{path}: larger than {MAX_FILE >> 20} MiB: not a configuration")
+    return loads(_text(raw, str(path)), kind, str(path))
+
+
+def _text(raw: bytes, source: str) -> str:
+    """A file's bytes as text: UTF-8 (a byte-order mark is skipped)."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        at = exc.start + (3 if raw.startswith(codecs.BOM_UTF8) else 0)
+        line = raw.count(b"\n", 0, at) + 1
+        raise ConfigError(
+            f"{source}:{line}: not UTF-8: byte 0x{raw[at]:02x} at offset {at}; "
+            "a configuration file is UTF-8 text"
+        ) from None
 
 
 def loads(text: str, kind: str = "toml", source: str = "<string>") -> Config:
@@ -224,6 +246,10 @@ def loads(text: str, kind: str = "toml", source: str = "<string>") -> Config:
             data: object = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+        except ValueError:  # an integer past Python's digit limit (tomllib says nothing else)
+            long = re.search(rf"[0-9_]{{{sys.get_int_max_str_digits()},}}", text)
+            line = "" if long is None else f":{text.count(chr(10), 0, long.start()) + 1}"
+            raise ConfigError(f"{source}{line}: an integer too long to read") from None
         except RecursionError:
             raise ConfigError(f"{source}: nested too deeply to be a configuration") from None
         where = toml_lines(text)

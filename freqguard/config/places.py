@@ -4,14 +4,70 @@ from its text, YAML from its nodes), and the words that name the policy and the 
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Mapping
+from functools import cache
+from typing import Any
 
-from freqguard.config.schema import SchemaError
+from freqguard.config.schema import SchemaError, shown
 from freqguard.errors import ConfigError
 
 __all__ = ["Where", "key_named", "parse_yaml", "place_of", "toml_lines"]
 
 Where = Callable[[tuple[str | int, ...]], int | None]  # a path in the document -> its line
+
+
+@cache
+def _strict_loader() -> Any:
+    """PyYAML's safe loader, stricter: a key given twice in one mapping is an error (PyYAML
+    keeps the last silently: a second ``rules:`` would replace the first), and a value that
+    cannot be built is an error at its line, as every other mistake is."""
+    import yaml
+
+    class Strict(yaml.SafeLoader):
+        source = "<string>"
+
+        def _fail(self, node: Any, problem: str) -> ConfigError:
+            return ConfigError(f"{self.source}:{node.start_mark.line + 1}: {problem}")
+
+        def construct_object(self, node: Any, deep: bool = False) -> Any:
+            try:
+                return super().construct_object(node, deep)
+            except ConfigError:  # one of ours, from below: it names its place already
+                raise
+            except ValueError as exc:  # a date out of range, an offset of 99 hours
+                raise self._fail(node, f"cannot read {shown(node.value)}: {exc}") from None
+
+        def construct_yaml_int(self, node: Any) -> int:
+            digits = sum(c.isdigit() for c in str(node.value))
+            if digits > sys.get_int_max_str_digits():
+                raise self._fail(node, f"an integer of {digits} digits is out of range")
+            return int(super().construct_yaml_int(node))
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            self.flatten_mapping(node)  # a merge key's pairs join the mapping's own
+            seen: dict[object, int] = {}
+            for key_node, _ in sorted(node.value, key=lambda pair: _position(pair[0])):
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # unhashable: PyYAML's own error says so below
+                    continue
+                if first is not None:
+                    raise self._fail(
+                        key_node,
+                        f"key {shown(key)} is given twice (first on line {first}); "
+                        "a key appears once in its table",
+                    )
+                seen[key] = key_node.start_mark.line + 1
+            return dict(super().construct_mapping(node, deep))
+
+    Strict.add_constructor("tag:yaml.org,2002:int", Strict.construct_yaml_int)
+    return Strict
+
+
+def _position(node: Any) -> tuple[int, int]:
+    return node.start_mark.line, node.start_mark.column
 
 
 def _no_alias(root: object, source: str) -> None:
@@ -37,6 +93,13 @@ def _no_alias(root: object, source: str) -> None:
 
 
 def parse_yaml(text: str, source: str) -> tuple[object, Where]:
+    """The document a YAML text holds, and where each of its paths is.
+
+    Raises:
+        ConfigError: not YAML, an alias, a key given twice in one mapping (at any depth, a
+            merge key's too), a value that cannot be built (an integer past Python's digit
+            limit, a date that is not one), or a document nested too deeply.
+    """
     try:
         import yaml
     except ImportError:
@@ -44,13 +107,20 @@ def parse_yaml(text: str, source: str) -> tuple[object, Where]:
             f"{source}: a YAML file needs PyYAML (pip install 'freqguard[yaml]')"
         ) from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        loader = _strict_loader()(text)  # reads the text's characters at once
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    loader.source = source
+    try:
+        node = loader.get_single_node()
         _no_alias(node, source)  # before anything walks the document
-        data = yaml.safe_load(text)
+        data = None if node is None else loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{source}: nested too deeply to be a configuration") from None
+    finally:
+        loader.dispose()
 
     def where(path: tuple[str | int, ...]) -> int | None:
         at, line = node, None
@@ -90,12 +160,25 @@ def toml_lines(text: str) -> Where:
                 return i
         return None
 
+    def header(index: int) -> bool:
+        return re.match(r"\s*\[", lines[index]) is not None
+
+    def table_line(key: str) -> int | None:
+        wanted = re.compile(rf"\s*\[\s*{re.escape(key)}\s*\]")
+        return next((i for i, line in enumerate(lines) if wanted.match(line)), None)
+
     def where(path: tuple[str | int, ...]) -> int | None:
         if not path:
             return None
         if path[0] != "policy":
             first = policies[0] if policies else len(lines)
             found = key_line(0, first, str(path[0]))
+            if found is None:  # a table of its own: [breaker]
+                found = table_line(str(path[0]))
+                inner = None if found is None or len(path) < 2 else str(path[1])
+                if found is not None and inner is not None:
+                    end = next((i for i in range(found + 1, len(lines)) if header(i)), len(lines))
+                    found = key_line(found + 1, end, inner) or found
             return None if found is None else found + 1
         if len(path) < 2 or not isinstance(path[1], int) or path[1] >= len(policies):
             return None

@@ -10,10 +10,11 @@ objects it builds.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["SCHEMA", "SchemaError", "check"]
+__all__ = ["SCHEMA", "SchemaError", "check", "shown"]
 
 _STRATEGIES = ["sliding-log", "fixed-window", "token-bucket", "gcra"]
 _ON_ERROR: dict[str, Any] = {
@@ -156,10 +157,30 @@ class SchemaError(ValueError):
         self.path, self.message = path, message
 
 
+# TOML's integers are 64-bit; no setting needs more, in either format
+_LOW, _HIGH, _RANGE = -(2**63), 2**63 - 1, "from -2^63 to 2^63-1"
+
+
+def shown(value: object) -> str:
+    """``value`` as a message shows it: its ``repr``, cut short; an integer too long to
+    write out (Python's digit limit) by its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3000:
+        return f"an integer of about {value.bit_length() * 30103 // 100000} digits"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # a long integer inside, or nesting past the limit
+        return f"a {type(value).__name__} too large to show"
+    return text if len(text) <= 80 else text[:60] + "..." + text[-12:]
+
+
 _TYPES: dict[str, Callable[[object], bool]] = {
     "string": lambda v: isinstance(v, str),
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    # a number is finite: nan passes every comparison with a minimum
+    "number": lambda v: (
+        (isinstance(v, int) and not isinstance(v, bool))
+        or (isinstance(v, float) and math.isfinite(v))
+    ),
     "boolean": lambda v: isinstance(v, bool),
     "array": lambda v: isinstance(v, list),
     "object": lambda v: isinstance(v, Mapping),
@@ -212,20 +233,22 @@ def check(
                     raise
                 continue
             return
-        raise SchemaError(path, f"{value!r} is not {allowed(schema)}")
+        raise SchemaError(path, f"{shown(value)} is not {allowed(schema)}")
     if "enum" in schema:
         if value not in schema["enum"] or isinstance(value, bool):
-            raise SchemaError(path, f"{value!r} is not {allowed(schema)}")
+            raise SchemaError(path, f"{shown(value)} is not {allowed(schema)}")
         return
     kind = schema["type"]
     if not _TYPES[kind](value):
-        raise SchemaError(path, f"{value!r} is not {allowed(schema)}")
+        raise SchemaError(path, f"{shown(value)} is not {allowed(schema)}")
+    if isinstance(value, int) and not isinstance(value, bool) and not _LOW <= value <= _HIGH:
+        raise SchemaError(path, f"{shown(value)} is out of range: integers are {_RANGE}")
     if "minimum" in schema and value < schema["minimum"]:
-        raise SchemaError(path, f"{value!r} is not {allowed(schema)}")
+        raise SchemaError(path, f"{shown(value)} is not {allowed(schema)}")
     if "maximum" in schema and value > schema["maximum"]:
-        raise SchemaError(path, f"{value!r} is not {allowed(schema)}")
+        raise SchemaError(path, f"{shown(value)} is not {allowed(schema)}")
     if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
-        raise SchemaError(path, f"{value!r} is not {allowed(schema)}")
+        raise SchemaError(path, f"{shown(value)} is not {allowed(schema)}")
     if kind == "array":
         assert isinstance(value, list)
         if len(value) < schema.get("minItems", 0):
@@ -233,7 +256,7 @@ def check(
         if schema.get("uniqueItems"):
             for index, item in enumerate(value):
                 if item in value[:index]:
-                    raise SchemaError((*path, index), f"{item!r} is listed twice")
+                    raise SchemaError((*path, index), f"{shown(item)} is listed twice")
         for index, item in enumerate(value):
             check(item, schema["items"], (*path, index))
     elif kind == "object":
@@ -243,7 +266,7 @@ def check(
         for key in value:
             if key not in properties and not isinstance(extra, Mapping):
                 known = ", ".join(sorted(properties))
-                raise SchemaError((*path, key), f"unknown key {key!r} (allowed: {known})")
+                raise SchemaError((*path, key), f"unknown key {shown(key)} (allowed: {known})")
         for key in schema.get("required", ()):
             if key not in value:
                 raise SchemaError(path, f"{key!r} is missing")

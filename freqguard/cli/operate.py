@@ -1,0 +1,121 @@
+"""The commands that read or change one context's state in the store: ``inspect``,
+``reset`` and ``limit show|set|clear``. Each checks its words first (the policy, the
+context's names, a shared store), so a refused command sends nothing."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from freqguard.cli.output import EXIT_OK, out
+from freqguard.cli.words import context, policy_named, shared_store
+
+__all__ = ["inspect", "limit_clear", "limit_set", "limit_show", "reset"]
+
+
+def _open(args: argparse.Namespace) -> tuple[Any, str, dict[str, str]]:
+    """The configuration's guard, the policy's name and the context, all checked."""
+    from freqguard.config import load
+
+    config = load(args.config)
+    what = " ".join(w for w in ("freqguard", args.command, getattr(args, "action", None)) if w)
+    shared_store(config.backend, what)
+    policy = policy_named(config, args.policy)
+    found = context(args.context, policy)
+    return config.guard(), policy.name, found
+
+
+def inspect(args: argparse.Namespace) -> int:
+    guard, policy, found = _open(args)
+    try:
+        decision = guard.peek(policy, **found)
+    finally:
+        guard.close()
+    rules = [
+        {
+            "rule": state.rule.id,
+            "capacity": state.capacity,
+            "remaining": state.remaining,
+            "used": state.capacity - state.remaining,
+            "reset_after": state.reset_after,
+            "retry_after": state.retry_after,
+            "shadow": state.rule.shadow,
+        }
+        for state in decision.rules
+    ]
+    data = {"policy": policy, "allowed": decision.allowed, "rules": rules}
+
+    def table() -> list[list[str]]:
+        head = [["rule", "used", "remaining", "of", "frees in", "next hit"]]
+        return head + [
+            [
+                r["rule"] + (" (shadow)" if r["shadow"] else ""),
+                str(r["used"]),
+                str(r["remaining"]),
+                str(r["capacity"]),
+                _seconds(r["reset_after"]),
+                "allowed" if not r["retry_after"] else f"in {_seconds(r['retry_after'])}",
+            ]
+            for r in rules
+        ]
+
+    out(args, data, table)
+    return EXIT_OK
+
+
+def reset(args: argparse.Namespace) -> int:
+    guard, policy, found = _open(args)
+    try:
+        guard.reset(policy, **found)
+    finally:
+        guard.close()
+    out(args, {"policy": policy, "reset": True}, lambda: [["reset"], ["done"]])
+    return EXIT_OK
+
+
+def limit_show(args: argparse.Namespace) -> int:
+    guard, policy, found = _open(args)
+    try:
+        limits = guard.limits_for(policy, **found)
+    finally:
+        guard.close()
+    data = {rule: None if rate is None else str(rate) for rule, rate in limits.items()}
+
+    def table() -> list[list[str]]:
+        return [["rule", "rate"]] + [[rule, rate or "exempt"] for rule, rate in data.items()]
+
+    out(args, {"policy": policy, "limits": data}, table)
+    return EXIT_OK
+
+
+def limit_set(args: argparse.Namespace) -> int:
+    rate = None if args.rate.lower() == "none" else args.rate
+    guard, policy, found = _open(args)
+    try:
+        guard.set_limit(policy, args.rule, rate, ttl=args.ttl, **found)
+    finally:
+        guard.close()
+    done = {"policy": policy, "rule": args.rule, "rate": rate, "ttl": args.ttl}
+    out(args, done, lambda: [["rule", "rate"], [args.rule, rate or "exempt"]])
+    return EXIT_OK
+
+
+def limit_clear(args: argparse.Namespace) -> int:
+    guard, policy, found = _open(args)
+    try:
+        guard.clear_limit(policy, args.rule, **found)
+    finally:
+        guard.close()
+    done = {"policy": policy, "rule": args.rule, "cleared": True}
+    out(args, done, lambda: [["rule", "cleared"], [args.rule, "yes"]])
+    return EXIT_OK
+
+
+def _seconds(value: float) -> str:
+    if value == 0:
+        return "-"
+    if value >= 3600:
+        return f"{value / 3600:.1f} h"
+    if value >= 60:
+        return f"{value / 60:.1f} min"
+    return f"{value:.3g} s"
