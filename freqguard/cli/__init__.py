@@ -4,7 +4,7 @@
     freqguard demo
     freqguard check CONFIG                      each policy, each rule's guarantee
     freqguard inspect CONFIG POLICY k=v ...     each rule's use for one context
-    freqguard reset CONFIG POLICY k=v ...       forget one context's counts
+    freqguard reset CONFIG POLICY k=v ... [--rule R]  forget counts keyed by exactly k=v
     freqguard limit show|set|clear CONFIG POLICY [RULE [RATE]] k=v ... [--ttl S]
     freqguard replay CONFIG LOG [--what-if CONFIG2]   a log decided again (see .replay)
     freqguard ping CONFIG|URL                   reach the store, load the function
@@ -85,8 +85,18 @@ def _parser() -> argparse.ArgumentParser:
     _policy_and_context(inspect)
     inspect.set_defaults(run=operate.inspect)
 
-    reset = _command(commands, "reset", "forget every count of one context")
+    reset = _command(
+        commands,
+        "reset",
+        "forget the counts of the rules keyed by exactly the dimensions given (or --rule's)",
+    )
     _policy_and_context(reset)
+    reset.add_argument(
+        "--rule",
+        action="append",
+        metavar="RULE",
+        help="reset this rule (again for more), keyed by exactly the values given",
+    )
     reset.set_defaults(run=operate.reset)
 
     limit = commands.add_parser("limit", help="per-key limits: show, set or clear")

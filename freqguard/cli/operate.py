@@ -66,10 +66,11 @@ def inspect(args: argparse.Namespace) -> int:
 def reset(args: argparse.Namespace) -> int:
     guard, policy, found = _open(args)
     try:
-        guard.reset(policy, **found)
+        done = guard.reset(policy, rules=args.rule or None, **found)
     finally:
         guard.close()
-    out(args, {"policy": policy, "reset": True}, lambda: [["reset"], ["done"]])
+    data = {"policy": policy, "reset": True, "rules": list(done)}
+    out(args, data, lambda: [["rule reset"], *[[rule] for rule in done]])
     return EXIT_OK
 
 

@@ -98,13 +98,18 @@ def ours(key: bytes, prefix: str) -> bool:
     """Whether ``key`` is one of freqguard's records under ``prefix`` in Redis (see
     freqguard/script/keys.py): ``<prefix>:{<partition>}:<policy>``, the partition a value
     kept verbatim or ``=`` and its digest, ``*<policy>`` for a policy's one record, or
-    ``#<n>`` for a bucket. Any other key, whatever it starts with, is another's."""
+    ``#<n>`` for a bucket; and ``<prefix>:{*<policy>}:<policy>:buckets``, where the clients
+    record their buckets setting (``KeyLayout.layout_key``). Any other key, whatever it
+    starts with, is another's."""
     try:
         text = key.decode("ascii")
     except UnicodeDecodeError:  # freqguard's keys are ASCII
         return False
     head = f"{prefix}:{{"
     token, close, policy = text[len(head) :].partition("}:")
+    claim = token.startswith("*") and policy.endswith(":buckets")
+    if claim:  # the clients' buckets setting, beside the policy's one record
+        policy = policy.removesuffix(":buckets")
     if not text.startswith(head) or not close or not _name(policy):
         return False
     if token.startswith("*"):
@@ -179,7 +184,7 @@ def serve(args: argparse.Namespace) -> int:
     except ImportError:
         raise ConfigError("freqguard serve needs uvicorn: pip install 'freqguard[serve]'") from None
     from freqguard.config import load
-    from freqguard.service import CONFIG_ENV, TOKENS_ENV
+    from freqguard.service import CONFIG_ENV, TOKENS_ENV, startup_warnings, tokens_from_env
 
     config = load(args.config)  # a configuration that does not load fails here, not per worker
     if args.workers > 1 and config.backend.partition("://")[0].lower() == "memory":
@@ -204,10 +209,10 @@ def serve(args: argparse.Namespace) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     workers = "1 worker" if args.workers == 1 else f"{args.workers} workers"
     say(f"freqguard serve: listening on http://{host}:{args.port} ({workers}), {config.backend}")
-    # SERVICE-WARNING (for the lead): the service's loud warning when it listens on an
-    # address other than loopback without bearer tokens goes here, once freqguard/service
-    # has the function (its helper is writing it): call it with args.host and whether
-    # tokens are configured (args.token_file, or TOKENS_ENV in the environment).
+    # the tokens read once here (a bad line fails now, not in each worker), and a service
+    # reachable beyond this machine without any said so loudly
+    for line in startup_warnings(args.host, tokens_from_env()):
+        say(line)
     try:
         uvicorn.run(
             "freqguard.service:from_env",

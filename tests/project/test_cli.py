@@ -73,9 +73,20 @@ def test_inspect_shows_what_the_store_holds_and_reset_forgets_it(config: Path) -
     assert _run("reset", str(config), "sms", *ctx).returncode == 0  # the content's rule
     data = json.loads(_run("inspect", str(config), "sms", *ctx, "--json").stdout)
     assert [r["used"] for r in data["rules"]] == [2, 0]
-    assert _run("reset", str(config), "sms", ctx[0]).returncode == 0  # the recipient's
+    done = _run("reset", str(config), "sms", ctx[0], "--json")  # the recipient's
+    assert json.loads(done.stdout) == {"policy": "sms", "reset": True, "rules": ["rcpt-1m"]}
     data = json.loads(_run("inspect", str(config), "sms", *ctx, "--json").stdout)
     assert [r["used"] for r in data["rules"]] == [0, 0]
+    for _ in range(2):
+        guard = load(config).guard()
+        guard.hit("sms", recipient="+1555", content="hi")
+        guard.close()
+    done = _run("reset", str(config), "sms", *ctx, "--rule", "content-59s", "--rule", "rcpt-1m")
+    assert done.returncode == 2  # rcpt-1m is keyed by the recipient alone
+    assert "keyed by (recipient)" in done.stderr
+    assert _run("reset", str(config), "sms", ctx[0], "--rule", "rcpt-1m").returncode == 0
+    data = json.loads(_run("inspect", str(config), "sms", *ctx, "--json").stdout)
+    assert [r["used"] for r in data["rules"]] == [0, 2]
 
 
 def test_limits_are_set_shown_and_cleared(config: Path) -> None:
