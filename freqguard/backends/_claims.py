@@ -86,6 +86,8 @@ def claim(client: Any, key: str, buckets: int) -> Generator[Callable[[], Any], A
             yield lambda: client.expire(key, HOLD)
             return
     except rex.ResponseError as exc:
+        if not _refused(exc):  # MOVED, a busy server...: as any call's error
+            raise
         if key not in _WARNED:
             _WARNED.add(key)
             _log.warning(
@@ -104,6 +106,12 @@ def claim(client: Any, key: str, buckets: int) -> Generator[Callable[[], Any], A
         "would count apart, each up to the cap. Give every client of a key prefix the same "
         "buckets setting (docs/redis.md, 'Changing buckets')"
     )
+
+
+def _refused(exc: rex.ResponseError) -> bool:
+    """Whether the server refuses the claim's commands themselves (an ACL, a command
+    renamed away), rather than failing the request."""
+    return isinstance(exc, rex.NoPermissionError) or "unknown command" in str(exc).lower()
 
 
 _WARNED: set[str] = set()  # keys whose claim a server refused, warned of once

@@ -237,3 +237,33 @@ def test_pinned_limits_are_reclaimed_in_real_time_as_redis_expires_their_records
     real.advance(61 + 600)  # its ttl and the pinned grace (PINNED_GRACE_MS)
     backend.sweep()
     assert backend.limits_held == 0
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        # a log shared by a rule of a longer window: the log's horizon grows
+        (
+            [Rule("3/second", by="u", name="x")],
+            [Rule("3/second", by="u", name="x"), Rule("1 per 2 seconds", by="u", name="y")],
+        ),
+        # a bucket's burst lowered: its horizon (the time to refill) shrinks
+        (
+            [Rule("1/second", by="u", name="x", strategy="gcra", burst=2)],
+            [Rule("1/second", by="u", name="x", strategy="gcra")],
+        ),
+    ],
+)
+def test_a_deploy_that_changes_a_states_horizon_keeps_the_state(
+    before: list[Rule], after: list[Rule]
+) -> None:
+    """States are filed by their horizon; a deploy that changes it (a longer window in a
+    shared log, a smaller burst) must find them where they were filed, as Redis does."""
+    clock = ManualClock(1e9)
+    backend = MemoryBackend()
+    old = Guard(backend, [Policy("p", *before)], clock=clock)
+    assert [old.hit("p", u="a").allowed for _ in range(2)] == [True, True]
+    new = Guard(backend, [Policy("p", *after)], clock=clock)
+    assert not new.hit("p", u="a").allowed  # what was sent is still counted
+    new.reset("p", u="a")
+    assert new.hit("p", u="a").allowed  # and a reset finds it too
