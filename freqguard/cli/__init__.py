@@ -146,6 +146,13 @@ def _parser() -> argparse.ArgumentParser:
         help="processes (more than one needs a shared store: Redis)",
     )
     serve.add_argument("--token-file", help="bearer tokens, one per line (or FREQGUARD_TOKENS)")
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        metavar="NAME",
+        help="a name the service answers to in Host (a proxy's; again for more): on "
+        "loopback it answers to localhost, 127.0.0.1 and ::1 only",
+    )
     serve.add_argument("--log-level", default="warning", choices=store.LOG_LEVELS)
     serve.set_defaults(run=store.serve)
     return parser

@@ -184,7 +184,14 @@ def serve(args: argparse.Namespace) -> int:
     except ImportError:
         raise ConfigError("freqguard serve needs uvicorn: pip install 'freqguard[serve]'") from None
     from freqguard.config import load
-    from freqguard.service import CONFIG_ENV, TOKENS_ENV, startup_warnings, tokens_from_env
+    from freqguard.service import (
+        CONFIG_ENV,
+        HOSTS_ENV,
+        TOKENS_ENV,
+        served_names,
+        startup_warnings,
+        tokens_from_env,
+    )
 
     config = load(args.config)  # a configuration that does not load fails here, not per worker
     if args.workers > 1 and config.backend.partition("://")[0].lower() == "memory":
@@ -213,6 +220,10 @@ def serve(args: argparse.Namespace) -> int:
     # reachable beyond this machine without any said so loudly
     for line in startup_warnings(args.host, tokens_from_env()):
         say(line)
+    names = served_names(args.host, args.allow_host or ())  # DNS rebinding: see the gate
+    os.environ.pop(HOSTS_ENV, None)
+    if names is not None:
+        os.environ[HOSTS_ENV] = ",".join(names)
     try:
         uvicorn.run(
             "freqguard.service:from_env",

@@ -12,10 +12,19 @@ import os
 from typing import Any
 
 from freqguard.service.app import MAX_BATCH, MAX_BODY, create_app, decision_json
-from freqguard.service.gate import TOKENS_ENV, parse_tokens, startup_warnings, tokens_from_env
+from freqguard.service.gate import (
+    HOSTS_ENV,
+    TOKENS_ENV,
+    hosts_from_env,
+    parse_tokens,
+    served_names,
+    startup_warnings,
+    tokens_from_env,
+)
 
 __all__ = [
     "CONFIG_ENV",
+    "HOSTS_ENV",
     "MAX_BATCH",
     "MAX_BODY",
     "TOKENS_ENV",
@@ -23,6 +32,7 @@ __all__ = [
     "decision_json",
     "from_env",
     "parse_tokens",
+    "served_names",
     "startup_warnings",
     "tokens_from_env",
 ]
@@ -47,4 +57,5 @@ def from_env() -> Any:
         observers: list[Any] = [PrometheusObserver(registry=registry)]
     except ImportError:  # the prometheus extra is not installed: no /metrics
         observers = []
-    return create_app(config.async_guard(observers=observers), tokens_from_env(), registry)
+    guard = config.async_guard(observers=observers)
+    return create_app(guard, tokens_from_env(), registry, hosts_from_env())

@@ -49,7 +49,7 @@ from freqguard.service.bodies import (
     read_json,
 )
 from freqguard.service.checks import Checks
-from freqguard.service.gate import Gate
+from freqguard.service.gate import Gate, HostCheck
 from freqguard.service.openapi import document
 from freqguard.service.page import PAGE
 from freqguard.service.problems import (
@@ -204,9 +204,15 @@ def _stats(registry: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def create_app(guard: AsyncGuard, tokens: Sequence[str] = (), metrics: Any = None) -> Starlette:
+def create_app(
+    guard: AsyncGuard,
+    tokens: Sequence[str] = (),
+    metrics: Any = None,
+    hosts: Sequence[str] | None = None,
+) -> Any:
     """The service's app on ``guard`` (its policies), requiring one of ``tokens`` if any;
-    ``metrics``: a ``prometheus_client`` registry ``/metrics`` exposes, if given.
+    ``metrics``: a ``prometheus_client`` registry ``/metrics`` exposes, if given; ``hosts``:
+    the only names it answers to in ``Host`` (None: any; ``gate.served_names``).
 
     Raises:
         ConfigError: a token that is not one word of visible ASCII without commas.
@@ -317,4 +323,5 @@ def create_app(guard: AsyncGuard, tokens: Sequence[str] = (), metrics: Any = Non
         yield
         await guard.aclose()
 
-    return Starlette(routes=routes, exception_handlers=HANDLERS, lifespan=lifespan)
+    app = Starlette(routes=routes, exception_handlers=HANDLERS, lifespan=lifespan)
+    return app if hosts is None else HostCheck(app, hosts)

@@ -17,6 +17,7 @@ import ipaddress
 import os
 import re
 from collections.abc import Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.requests import Request
@@ -24,14 +25,30 @@ from starlette.requests import Request
 from freqguard.errors import ConfigError
 from freqguard.service.problems import Problem, shown
 
-__all__ = ["TOKENS_ENV", "Gate", "parse_tokens", "startup_warnings", "tokens_from_env"]
+__all__ = [
+    "HOSTS_ENV",
+    "LOOPBACK_NAMES",
+    "TOKENS_ENV",
+    "Gate",
+    "HostCheck",
+    "hosts_from_env",
+    "parse_tokens",
+    "served_names",
+    "startup_warnings",
+    "tokens_from_env",
+]
 
 #: Bearer tokens, one per line; ``FREQGUARD_TOKENS_FILE``: a file of them, in the same form.
 TOKENS_ENV = "FREQGUARD_TOKENS"
+#: The names a worker answers to in ``Host`` (comma-separated; ``freqguard serve`` sets it).
+HOSTS_ENV = "FREQGUARD_SERVE_HOSTS"
+#: What a browser on this machine calls a service bound to loopback.
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 #: A token: visible ASCII but the comma (what an Authorization header carries unchanged,
 #: and no separator a list of tokens was once written with).
 _TOKEN = re.compile(r"[\x21-\x2b\x2d-\x7e]+")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+_HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
 _SAME = frozenset({"same-origin", "none"})  # Sec-Fetch-Site; "none": the user's own action
 
 
@@ -91,6 +108,63 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:  # a name: it may resolve to any address
         return False
+
+
+def served_names(host: str, allowed: Sequence[str] = ()) -> tuple[str, ...] | None:
+    """The names a service bound to ``host`` answers to in ``Host``: the loopback names for
+    a loopback address, with ``allowed`` (a proxy's name); None (any name) beyond loopback
+    unless ``allowed`` names some.
+
+    A page on another site can point a name of its own at 127.0.0.1 (DNS rebinding): its
+    requests then carry a matching ``Origin`` and ``Host``, so only the name tells them
+    apart from the operator's own.
+
+    Raises:
+        ConfigError: an allowed name that is not a host name or an address.
+    """
+    names = []
+    for name in allowed:
+        bare = name.strip("[]")
+        try:
+            names.append(str(ipaddress.ip_address(bare)))
+        except ValueError:
+            if not _HOST_NAME.fullmatch(bare):
+                raise ConfigError(
+                    f"--allow-host takes a host name or an address, got {shown(name, 60)}"
+                ) from None
+            names.append(bare.lower())
+    if _loopback(host):
+        return (*LOOPBACK_NAMES, *names)
+    return tuple(names) or None
+
+
+def hosts_from_env() -> tuple[str, ...] | None:
+    """The names :data:`HOSTS_ENV` lists (None: any)."""
+    found = os.environ.get(HOSTS_ENV, "")
+    return tuple(found.split(",")) if found else None
+
+
+class HostCheck:
+    """An ASGI app that answers only requests whose ``Host`` is one of ``names`` (a 421
+    problem+json otherwise, for every route, the page and its reads included)."""
+
+    def __init__(self, app: Any, names: Sequence[str]) -> None:
+        self.app, self.names = app, frozenset(name.lower() for name in names)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            host = next((v for k, v in scope["headers"] if k == b"host"), b"")
+            found = _netloc(host.decode("latin-1"), scope.get("scheme", "http"))
+            if found is None or found[0].lower() not in self.names:
+                shown_host = shown(host.decode("latin-1"), 60)
+                problem = Problem(
+                    421,
+                    f"this service does not answer to Host {shown_host}; it answers to "
+                    f"{', '.join(sorted(self.names))} (freqguard serve --allow-host adds one)",
+                )
+                await problem.response(Request(scope)).__call__(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def startup_warnings(host: str, tokens: Sequence[str]) -> list[str]:

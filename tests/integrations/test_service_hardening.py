@@ -24,7 +24,7 @@ from freqguard import (
 )
 from freqguard import service as svc
 from freqguard.script.calls import Reply, ScriptCall
-from freqguard.service import create_app
+from freqguard.service import create_app, served_names
 from tests.servers import free_port
 
 SMS = Policy(
@@ -457,3 +457,36 @@ def test_a_dimension_named_like_a_parameter_of_the_guard_cannot_be_made() -> Non
     Rule reserves such names, so no policy the service serves has one."""
     with pytest.raises(ConfigError, match="dimension 'rule' is not allowed"):
         Policy("odd", Rule("2/minute", by=("rule", "ttl"), name="r"))
+
+
+def test_a_rebound_name_pointing_at_a_loopback_service_is_not_answered() -> None:
+    """DNS rebinding: a page of evil.example points its own name at 127.0.0.1, so its
+    requests carry Origin and Host alike (evil.example): the same-origin check passes them.
+    A service bound to loopback answers only its loopback names (and --allow-host's)."""
+    guard = AsyncGuard(MemoryBackend(), [SMS, DAILY], clock=ManualClock(1_700_000_000))
+    app = create_app(guard, hosts=served_names("127.0.0.1"))
+    rebound = {"host": "evil.example:8080", "origin": "http://evil.example:8080"}
+    own = {"host": "127.0.0.1:8080", "origin": "http://127.0.0.1:8080"}
+    body = {"context": CTX}
+    answers = _send(
+        app,
+        [
+            _json("POST", "/v1/policies/sms/hit", body, **rebound),
+            ("GET", "/v1/policies", b"", rebound),  # reads too: the page, the policies
+            _json("POST", "/v1/policies/sms/hit", body, **own),
+            _json("POST", "/v1/policies/sms/hit", body, host="localhost:8080"),
+            _json("POST", "/v1/policies/sms/peek", body, host="[::1]:8080"),
+        ],
+    )
+    assert "evil.example" in _problem(answers[0], 421)["detail"]
+    _problem(answers[1], 421)
+    assert [a.status_code for a in answers[2:]] == [200, 200, 200]
+    assert answers[2].json()["allowed"] is True  # the rebound hit counted nothing
+    proxied = create_app(guard, hosts=served_names("127.0.0.1", ["limits.internal"]))
+    (through,) = _send(
+        proxied, [_json("POST", "/v1/policies/sms/peek", body, host="limits.internal")]
+    )
+    assert through.status_code == 200
+    assert served_names("0.0.0.0") is None  # beyond loopback: any name (tokens guard it)
+    with pytest.raises(ConfigError, match="--allow-host takes a host name"):
+        served_names("127.0.0.1", ["evil/path"])

@@ -6,6 +6,7 @@ prefix that is not freqguard's; and what they never print: a store's password.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -156,6 +157,9 @@ def test_serve_beyond_loopback_without_tokens_says_so_and_a_bad_token_file_is_re
     assert done.code == 0, done.err
     assert "with no token: anyone who can reach this address" in done.err
     assert "with no token" not in cli("serve", str(redis_config)).err  # loopback: quiet
+    # on loopback, the workers answer only its names (DNS rebinding), and --allow-host's
+    assert cli("serve", str(redis_config), "--allow-host", "limits.internal").code == 0
+    assert os.environ["FREQGUARD_SERVE_HOSTS"] == "localhost,127.0.0.1,::1,limits.internal"
     tokens = tmp_path / "tokens"
     tokens.write_text("good-token-1\nk,9fQ2secret\n")
     monkeypatch.delenv("FREQGUARD_TOKENS_FILE", raising=False)
@@ -179,6 +183,7 @@ def test_serve_beyond_loopback_without_tokens_says_so_and_a_bad_token_file_is_re
         (("--workers", "100000"), "--workers"),
         (("--log-level", "loud"), "--log-level"),
         (("--token-file", "/nonexistent/tokens"), "--token-file"),
+        (("--allow-host", "evil/path"), "--allow-host"),
     ],
 )
 def test_serve_refuses_options_it_cannot_use(
