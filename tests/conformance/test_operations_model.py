@@ -150,32 +150,65 @@ class Model:
     def hit(
         self, rules: list[MRule], order: tuple[str, ...], ctx: dict[str, str], cost: int, now: int
     ) -> tuple[bool, set[str]]:
+        """A hit, part by part (a part: the rules of one partition, in the order the policy
+        first names them): a part that denies stops it, and the parts before, which had
+        consumed, give back exactly what they took (their states consumed, then refunded
+        by the hit's marks); the parts after only check."""
         need = cost or 1
-        groups = self.groups(rules, order, ctx)
-        denied: set[str] = set()
-        passed: dict[str, bool] = {}
         params = {r.name: self.params(r, ctx, now) for r in rules}
-        views: dict[tuple[Any, ...], State | None] = {}
-        for key, members in groups.items():
-            state = self.states.get(key)
-            views[key] = state if state is not None and state.expiry > now else None
-            for r in members:
-                ok = self.check(r.kind, views[key], params[r.name], now, need)
-                passed[r.name] = ok
-                if not ok and not params[r.name].exempt:
-                    denied.add(r.name)
+        parts: dict[str | None, list[MRule]] = {}
+        for r in rules:
+            parts.setdefault(_partition(r), []).append(r)
+        denied: set[str] = set()
+        decided = []
+        for members in parts.values():
+            groups = self.groups(members, order, ctx)
+            views, passed = {}, {}
+            for key, group in groups.items():
+                state = self.states.get(key)
+                views[key] = state if state is not None and state.expiry > now else None
+                for r in group:
+                    passed[r.name] = self.check(r.kind, views[key], params[r.name], now, need)
+                    if not passed[r.name] and not params[r.name].exempt:
+                        denied.add(r.name)
+            decided.append((groups, views, passed, not (denied & {m.name for m in members})))
         allowed = not denied
-        if allowed and cost > 0:
-            for key, members in groups.items():
-                lone = len(members) == 1 and params[members[0].name].exempt
-                if lone and not passed[members[0].name]:
+        if cost == 0:
+            return allowed, denied
+        for groups, views, passed, admitted in decided:
+            if not admitted:
+                break  # the first part that denies: it and the parts after consume nothing
+            for key, group in groups.items():
+                lone = len(group) == 1 and params[group[0].name].exempt
+                if lone and not passed[group[0].name]:
                     continue  # a lone exempt rule's state counts only what it admits
-                window = max(params[r.name].window for r in members)
-                cap = max(params[r.name].capacity for r in members)
-                self.states[key] = self.consume(
-                    members[0].kind, views[key], params[members[0].name], window, cap, now, cost
-                )
+                window = max(params[r.name].window for r in group)
+                cap = max(params[r.name].capacity for r in group)
+                p = params[group[0].name]
+                state = self.consume(group[0].kind, views[key], p, window, cap, now, cost)
+                if not allowed:  # given back: a later part denied
+                    state = self.refund(group[0].kind, state, views[key], p, now, cost)
+                self.states[key] = state
         return allowed, denied
+
+    @staticmethod
+    def refund(
+        kind: str, state: State, before: State | None, p: Params, now: int, cost: int
+    ) -> State:
+        """What a refund of the hit that left ``state`` (``before`` it) leaves, at once:
+        the expiry the hit set stays."""
+        if kind == "sliding-log":  # the hit's own units: the newest at its time
+            at_now = [t for t in state.entries if t == now]
+            keep = len(state.entries) - min(cost, len(at_now))
+            return replace(state, entries=state.entries[:keep])
+        if kind == "fixed-window":
+            return replace(state, count=max(0, state.count - cost))
+        if kind == "gcra":
+            return replace(state, tat=max(now, before.tat if before else now))
+        tokens, last = Model.tokens(before, p, now)  # as loaded before the hit
+        if tokens >= p.capacity:  # full again: stored as a full bucket of this capacity
+            return replace(state, tokens=p.capacity, last=now)
+        return replace(state, tokens=tokens, last=last)
 
     @staticmethod
     def check(kind: str, state: State | None, p: Params, now: int, need: int) -> bool:
