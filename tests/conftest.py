@@ -24,6 +24,11 @@ from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from tests import servers
 from tests.servers import RedisServer
 
+if os.environ.get("FREQGUARD_REDISPY_PUBLIC"):  # run redis-py's public fallbacks only
+    from freqguard.backends import _redispy
+
+    _redispy.PRIVATE = False
+
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

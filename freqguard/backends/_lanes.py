@@ -24,12 +24,12 @@ from time import monotonic
 from redis import Redis
 from redis import exceptions as rex
 from redis.asyncio import Redis as AsyncRedis
-from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.connection import Connection as AsyncConnection
 from redis.connection import Connection
 
 from freqguard.backends._async import wire as async_wire
 from freqguard.backends._async.wire import drive as adrive
+from freqguard.backends._redispy import NodePool, aget_connection, aserver_closed, get_connection
 from freqguard.backends._sync import wire
 from freqguard.backends._sync.wire import drive
 from freqguard.errors import ConfigError
@@ -43,22 +43,21 @@ _CHECK_AFTER = 0.01  # seconds a kept connection may idle before it is checked f
 def _drop_if_closed(connection: Connection) -> None:
     """Disconnect a kept connection the server closed meanwhile (restarted, or it timed the
     client out), so that the call reconnects instead of failing on it: what redis-py's own
-    pool checkout does. A poll of the socket, paid only after an idle moment (a busy lane
-    never pays it)."""
+    pool checkout does. A poll of the socket (``can_read``, which connects a dropped
+    connection first), paid only after an idle moment (a busy lane never pays it)."""
     try:
-        if connection._sock is not None and connection.can_read(timeout=0):
-            connection.disconnect()  # stray data or end-of-file: start afresh
+        if connection.can_read(timeout=0):
+            connection.disconnect()  # type: ignore[no-untyped-call]  # stray data or EOF
     except rex.ConnectionError:
         connection.disconnect()  # type: ignore[no-untyped-call]
 
 
 def _reconnected(connection: Connection) -> Connection:
     """A connection redis-py dropped after a failure, connected again the way its pool would,
-    by ``connect()``: a Sentinel-managed connection overrides it to ask the sentinels where
-    the master is now, whereas sending on a dropped connection reconnects to the address it
-    had (the old master's, after a failover)."""
-    if connection._sock is None:
-        connection.connect()  # type: ignore[no-untyped-call]
+    by ``connect()`` (which does nothing on a connected one): a Sentinel-managed connection
+    overrides it to ask the sentinels where the master is now, whereas sending on a dropped
+    connection reconnects to the address it had (the old master's, after a failover)."""
+    connection.connect()  # type: ignore[no-untyped-call]
     return connection
 
 
@@ -93,7 +92,8 @@ class Lane:
         try:
             connection, since = self._idle.pop()
         except IndexError:
-            return self._pool.get_connection()
+            found: Connection = get_connection(self._pool)
+            return found
         try:
             if monotonic() - since > _CHECK_AFTER:
                 _drop_if_closed(connection)
@@ -177,7 +177,7 @@ class AsyncLane:
 
     __slots__ = ("_closed", "_connection", "_driver", "_loop", "_owner", "_pending")
 
-    def __init__(self, owner: AsyncRedis | AsyncClusterNode) -> None:
+    def __init__(self, owner: AsyncRedis | NodePool) -> None:
         self._owner = owner
         self._closed = False
         self._connection: AsyncConnection | None = None
@@ -218,14 +218,14 @@ class AsyncLane:
         connection = self._connection
         if connection is None:
             owner = self._owner
-            if isinstance(owner, AsyncClusterNode):
-                connection = owner.acquire_connection()
+            if isinstance(owner, NodePool):
+                connection = await owner.get_connection()
             else:
-                connection = await owner.connection_pool.get_connection()  # type: ignore[no-untyped-call]
+                connection = await aget_connection(owner.connection_pool)
             self._connection = connection
         elif not connection.is_connected:  # dropped after a failure: see _reconnected
             await connection.connect()  # type: ignore[no-untyped-call]
-        elif connection._reader is not None and connection._reader.at_eof():
+        elif await aserver_closed(connection):
             # the server closed it meanwhile (restarted): reconnect rather than fail on it
             await connection.disconnect()
             await connection.connect()  # type: ignore[no-untyped-call]
@@ -281,8 +281,8 @@ class AsyncLane:
         if connection is None or asyncio.get_running_loop() is not self._loop:
             return
         owner = self._owner
-        if isinstance(owner, AsyncClusterNode):
-            owner.release(connection)
+        if isinstance(owner, NodePool):
+            await owner.release(connection)
         else:
             await owner.connection_pool.release(connection)
 

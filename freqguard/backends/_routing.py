@@ -18,11 +18,19 @@ from typing import TypeVar, overload
 from redis import Redis
 from redis import exceptions as rex
 from redis.asyncio import Redis as AsyncRedis
-from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
+from freqguard.backends import _redispy
+from freqguard.backends._redispy import (
+    NodePool,
+    async_node_pool,
+    mark_lost,
+    node_of_key,
+    single_connection,
+    unmapped,
+)
 from freqguard.backends._resp import record_key
 from freqguard.script.calls import ScriptCall
 
@@ -59,35 +67,24 @@ def slot_of(cluster: bool) -> Callable[[bytes], int]:
 @overload
 def owners(client: Redis | RedisCluster) -> Callable[[bytes], Redis]: ...
 @overload
-def owners(
-    client: AsyncRedis | AsyncRedisCluster,
-) -> Callable[[bytes], AsyncRedis | AsyncClusterNode]: ...
+def owners(client: AsyncRedis | AsyncRedisCluster) -> Callable[[bytes], AsyncRedis | NodePool]: ...
 def owners(client: object) -> Callable[[bytes], object]:
     """What gives, for a key, what reaches the node that owns it: the client itself when
-    standalone; on a cluster, the node's own client (sync) or the node (asyncio, whose nodes
-    hold their connections). Made once per backend: ``isinstance`` on redis-py's clients
-    goes through typing's protocol checks, too slow for every call. The look-up raises
-    ``SlotNotCoveredError`` for a slot missing from the client's map."""
+    standalone; on a cluster, the node's own client (sync) or the node's connections
+    (asyncio: :class:`~freqguard.backends._redispy.NodePool`, one a node). Made once per
+    backend: ``isinstance`` on redis-py's clients goes through typing's protocol checks, too
+    slow for every call. The look-up raises ``SlotNotCoveredError`` for a slot missing from
+    the client's map."""
     if isinstance(client, RedisCluster):
-        sync_cluster = client
+        sync_cluster, node_of = client, node_of_key(client)
 
-        def node_client(key: bytes) -> Redis:  # raises SlotNotCoveredError itself
-            node = sync_cluster.nodes_manager.get_node_from_slot(key_slot(key))
-            return sync_cluster.get_redis_connection(node)
+        def node_client(key: bytes) -> Redis:
+            return sync_cluster.get_redis_connection(node_of(key))
 
         return node_client
     if isinstance(client, AsyncRedisCluster):
-        async_cluster = client
-
-        def node(key: bytes) -> AsyncClusterNode:
-            slot = key_slot(key)
-            try:
-                return async_cluster.nodes_manager.get_node_from_slot(slot)
-            except KeyError:  # how redis-py's async client says the slot is not in its map
-                message = f"slot {slot} is not covered by the cluster"
-                raise rex.SlotNotCoveredError(message) from None
-
-        return node
+        async_cluster, async_node_of = client, node_of_key(client)
+        return lambda key: async_node_pool(async_cluster, async_node_of(key))
     return lambda key: client
 
 
@@ -98,7 +95,8 @@ def owner_at(client: object, host: str, port: int) -> object | None:
         node = client.get_node(host=host, port=port)  # type: ignore[no-untyped-call]
         return None if node is None else client.get_redis_connection(node)
     if isinstance(client, AsyncRedisCluster):
-        return client.get_node(host=host, port=port)
+        node = client.get_node(host=host, port=port)
+        return None if node is None else async_node_pool(client, node)
     return None
 
 
@@ -106,16 +104,16 @@ def node_names(client: RedisCluster | AsyncRedisCluster) -> Callable[[ScriptCall
     """What names, for a call, the cluster node that owns its slot now (``host:port``), by
     the client's slot map; None for a slot missing from it. The guard's breaker keeps one
     circuit per name."""
-    manager = client.nodes_manager
+    node_of = node_of_key(client)
 
-    def node_of(call: ScriptCall) -> str | None:
+    def named(call: ScriptCall) -> str | None:
         try:
-            node = manager.get_node_from_slot(key_slot(record_key(call)))
+            node = node_of(record_key(call))
         except (KeyError, IndexError, rex.SlotNotCoveredError):
             return None
         return str(node.name)
 
-    return node_of
+    return named
 
 
 def per_lane(
@@ -134,33 +132,27 @@ def per_lane(
     return list(groups.values())
 
 
-def single_connection(client: object) -> bool:
-    """Whether a client keeps one connection to itself (``single_connection_client=True``):
-    freqguard then drives it through its own command API instead of borrowing from its pool."""
-    return bool(
-        getattr(client, "_single_connection_client", False)  # redis.Redis
-        or getattr(client, "single_connection_client", False)  # redis.asyncio.Redis
-    )
-
-
 # Learning the slot map again is the one routing step that does I/O, and the two clients do
 # it differently: a hand-written pair.
 
 
-def learn_slots(client: Redis | RedisCluster) -> None:
-    """Learn a cluster's slot map again (a slot was missing from it)."""
+def learn_slots(client: Redis | RedisCluster) -> bool:
+    """Learn a cluster's slot map again (a slot was missing from it); False where the client
+    cannot be asked to (the calls then go the long way, which learns it)."""
     if isinstance(client, RedisCluster):
-        client.nodes_manager.initialize()
+        return _redispy.learn_slots(client)
+    return True
 
 
-async def alearn_slots(client: AsyncRedis | AsyncRedisCluster) -> None:
+async def alearn_slots(client: AsyncRedis | AsyncRedisCluster) -> bool:
     """:func:`learn_slots` for an asyncio client, which learns its map on first use: then
     it initializes as a whole (the map, its command parser, and what ``aclose`` closes)."""
     if isinstance(client, AsyncRedisCluster):
-        if client._initialize:
+        if unmapped(client):
             await client.initialize()
-        else:
-            await client.nodes_manager.initialize()
+            return True
+        return await _redispy.alearn_slots(client)
+    return True
 
 
 _LOST = (rex.ConnectionError, rex.TimeoutError)  # a node that did not answer
@@ -174,7 +166,7 @@ def learn_lost(client: Redis | RedisCluster, error: BaseException) -> None:
     Learning the slots also picks the default node afresh (the first primary)."""
     if isinstance(client, RedisCluster) and isinstance(error, _LOST):
         with suppress(rex.RedisError, rex.RedisClusterException):  # none answers: next time
-            client.nodes_manager.initialize()
+            _redispy.learn_slots(client)
 
 
 async def alearn_lost(client: AsyncRedis | AsyncRedisCluster, error: BaseException) -> None:
@@ -182,14 +174,7 @@ async def alearn_lost(client: AsyncRedis | AsyncRedisCluster, error: BaseExcepti
     default node and the node it asks for keys before its next command, as its own handler
     of a lost node does."""
     if isinstance(client, AsyncRedisCluster) and isinstance(error, _LOST):
-        client._initialize = True
-
-
-def unmapped(client: object) -> bool:
-    """Whether redis-py's asyncio cluster client is marked to learn its slot map before its
-    next command (new, or after a lost node: :func:`alearn_lost`); the sync client learns
-    at once and is never so marked."""
-    return getattr(client, "_initialize", False) is True
+        mark_lost(client)
 
 
 def node_named(node_of: Callable[[ScriptCall], str | None] | None, call: ScriptCall) -> str | None:

@@ -1,7 +1,5 @@
-"""The Redis backend's calls: framed, routed, sent on lanes, reloaded, errors translated.
-
-Every public operation catches redis-py's errors around its whole body and raises the
-freqguard error :func:`~freqguard.backends._boundary.translate` gives, from the original.
+"""The Redis backend's calls: framed, routed, sent on lanes, reloaded, errors translated:
+every public operation raises, from redis-py's error, the one ``_boundary.translate`` gives.
 """
 
 from __future__ import annotations
@@ -13,6 +11,7 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import AskError, ConnectionError, MovedError, SlotNotCoveredError
 
+from freqguard.backends import _routing as routing
 from freqguard.backends._boundary import (
     ERRORS,
     Unreplicated,
@@ -26,19 +25,15 @@ from freqguard.backends._flight import AsyncSingleFlight
 from freqguard.backends._inspect import inspection
 from freqguard.backends._lanes import AsyncJob, AsyncLane, adrive, aexchange_all
 from freqguard.backends._library import ATTEMPTS, LIBRARY, LOAD, after_load, again, missing
-from freqguard.backends._resp import ASKING, RAW, check_buckets, chunks, encode, function_args
-from freqguard.backends._routing import (
-    REROUTE,
-    alearn_lost,
-    alearn_slots,
-    node_named,
-    node_names,
-    owner_at,
-    owners,
-    per_lane,
-    single_connection,
-    slot_of,
-    unmapped,
+from freqguard.backends._redispy import aclose_node_pools
+from freqguard.backends._resp import (
+    ASKING,
+    RAW,
+    check_buckets,
+    chunks,
+    encode,
+    function_args,
+    record_key,
 )
 from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable, raise_failures
@@ -100,11 +95,11 @@ class AsyncRedisBackend:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._cluster = isinstance(client, AsyncRedisCluster)
         if isinstance(client, AsyncRedisCluster):
-            self.node_of = node_names(client)
-        self._slot_of = slot_of(self._cluster)
-        self._owner_of = owners(client)
+            self.node_of = routing.node_names(client)
+        self._slot_of = routing.slot_of(self._cluster)
+        self._owner_of = routing.owners(client)
         self._lanes: dict[int, tuple[object, AsyncLane]] = {}
-        self._direct = self._cluster or not single_connection(client)
+        self._direct = self._cluster or not routing.single_connection(client)
         # the one-call path sends no WAIT: with wait_replicas, every call goes as a batch
         self._fast = self._direct and not self._wait
         self._inspected = False
@@ -121,7 +116,7 @@ class AsyncRedisBackend:
         """
         try:
             slow = not (self._inspected and self._fast) or self._claims.wanted(call)
-            if slow or unmapped(self.client):
+            if slow or routing.unmapped(self.client):
                 # the first calls take the long way, and those that must learn the slots
                 return (await self._run([call]))[0]
             # the common case, without a batch's bookkeeping
@@ -130,13 +125,15 @@ class AsyncRedisBackend:
                 results = await self._lane(key).exchange(packed, 1)
             except SlotNotCoveredError:  # a hole in the slot map: the batch learns it
                 return (await self._run([call]))[0]
-            except REROUTE as exc:
+            except routing.REROUTE as exc:
                 results = [exc]
             if missing(results[0]):
                 await self._reload([call], results)
             result = results[0]
             if isinstance(result, Exception):
-                where = node_named(self.node_of, call)  # before the long way learns the slots again
+                where = routing.node_named(
+                    self.node_of, call
+                )  # before the long way learns the slots again
                 try:
                     result = await self._settle(call, result)
                 except ERRORS as exc:
@@ -165,6 +162,7 @@ class AsyncRedisBackend:
         try:
             await self._forget_lanes()
             await self.client.aclose()
+            await aclose_node_pools(self.client)
             for pool in sentinel_pools(self.client):
                 await pool.disconnect()
         except ERRORS as exc:
@@ -199,7 +197,9 @@ class AsyncRedisBackend:
                 if id(result) in failed:  # its node failed for an earlier call: not again
                     replies.append(failed[id(result)])
                     continue
-                where = node_named(self.node_of, call)  # before the long way learns the slots again
+                where = routing.node_named(
+                    self.node_of, call
+                )  # before the long way learns the slots again
                 try:
                     result = await self._settle(call, result)
                 except ERRORS as exc:
@@ -218,7 +218,7 @@ class AsyncRedisBackend:
             raise_failures(replies, "redis cluster calls")
         return replies
 
-    async def _send_all(self, calls: Sequence[ScriptCall]) -> list[object]:  # in input order
+    async def _send_all(self, calls: Sequence[ScriptCall]) -> list[object]:  # input order
         wait = self._durability.frame(calls)
         if not self._cluster:  # one lane; framed as the batch is sent
             count = len(calls) + bool(wait)
@@ -275,7 +275,7 @@ class AsyncRedisBackend:
         be reached sends it the long way (the cluster client follows it and refreshes its
         slot map); a connection lost after the call was sent learns the slots again but
         raises (the call may have run); any other error is raised."""
-        if not (self._cluster and isinstance(error, REROUTE)):
+        if not (self._cluster and isinstance(error, routing.REROUTE)):
             raise error
         await self._reroute(error)
         if isinstance(error, ConnectionError) and not unconnected(error):
@@ -285,8 +285,9 @@ class AsyncRedisBackend:
         # WAIT counts its own connection's writes, and the cluster client does not say which
         # connection took a call: send it again on a lane, with its WAIT, to the slot's owner
         # as now known, or (ASK: a slot being migrated) behind ASKING to where ASK points
-        if isinstance(error, MovedError):
-            await alearn_slots(self.client)
+        if isinstance(error, MovedError) and not await routing.alearn_slots(self.client):
+            # the cluster client follows a MOVED of its own and keeps it: ask it of the key
+            await self.client.execute_command("EXISTS", record_key(call))  # type: ignore[no-untyped-call,unused-ignore]
         elif isinstance(error, AskError):
             return await self._asking(call, error)
         results = await self._send_all([call])
@@ -299,11 +300,10 @@ class AsyncRedisBackend:
     async def _asking(self, call: ScriptCall, error: AskError) -> bytes:
         """A call ASK sent elsewhere, sent there behind ASKING, with its WAIT; again behind
         the library's load when that node lacks it (a node new to the cluster)."""
-        owner = owner_at(self.client, error.host, error.port)
+        owner = routing.owner_at(self.client, error.host, error.port)
         if owner is None:  # a node the client does not know yet: learn the cluster
-            await alearn_slots(self.client)
-            owner = owner_at(self.client, error.host, error.port)
-            if owner is None:
+            await routing.alearn_slots(self.client)
+            if (owner := routing.owner_at(self.client, error.host, error.port)) is None:
                 raise error
         wait = self._durability.frame([call])
         lane = self._lane_of(owner)
@@ -322,7 +322,7 @@ class AsyncRedisBackend:
         """Before calls go the long way: drop the lanes; after a lost node, learn the slots."""
         if self._lanes:
             await self._forget_lanes()
-            await alearn_lost(self.client, error)
+            await routing.alearn_lost(self.client, error)
 
     def _failed(self, exc: Exception, where: str | None) -> BackendUnavailable:
         """The error of a call that failed on the node ``where``."""
@@ -344,19 +344,19 @@ class AsyncRedisBackend:
 
     async def _groups(self, encoded: list[tuple[bytes, bytes]]) -> list[_Group]:
         """Encoded calls by lane (``per_lane``); a slot the map lacks: learnt again, once."""
-        if unmapped(self.client):  # a lost node: the client's map is to be learnt again
-            await alearn_slots(self.client)
+        if routing.unmapped(self.client):  # a lost node: the client's map is to be learnt again
+            await routing.alearn_slots(self.client)
         try:
-            return per_lane(encoded, self._lane)
+            return routing.per_lane(encoded, self._lane)
         except SlotNotCoveredError:
-            await alearn_slots(self.client)
-            return per_lane(encoded, self._lane)
+            await routing.alearn_slots(self.client)
+            return routing.per_lane(encoded, self._lane)
 
     def _lane(self, key: bytes) -> AsyncLane:  # to the node that owns key (or the server)
         return self._lane_of(self._owner_of(key))
 
     def _lane_of(self, owner: Any) -> AsyncLane:
-        """The lane to a node (what :func:`owners` gives for a key, or ``owner_at``)."""
+        """The lane to a node (what ``owners`` gives for a key, or ``owner_at``)."""
         entry = self._lanes.get(id(owner))
         if entry is None or entry[0] is not owner:
             entry = self._lanes[id(owner)] = (owner, AsyncLane(owner))

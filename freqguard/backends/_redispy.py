@@ -1,0 +1,234 @@
+"""What freqguard asks of redis-py beyond calling commands, in one place, across the
+releases it supports (5.0 to 8.x).
+
+Everything here is found by feature, never by version number. Most of it is public API
+whose shape changed between releases (``get_connection`` took a command name until 5.3 and
+warns about one since). Three answers are read faster from redis-py's own state, where the
+release keeps it (:data:`PRIVATE`): which node owns a slot (the cluster client's slot map,
+sparing the key's re-encoding), whether an async cluster client must learn its slots again
+(its ``_initialize`` flag), and whether an idle asyncio connection was closed by the server
+(its stream reader's end of file). Each has a public fallback, which a release without that
+state gets, and which the tests run too (``PRIVATE = False``): the slot from
+``get_node_from_key``, the slots learnt again by the cluster client's own handling of the
+call sent the long way, the closed connection found by the connection's own poll.
+"""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from redis import exceptions as rex
+from redis.asyncio import ConnectionPool as AsyncConnectionPool
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.connection import Connection as AsyncConnection
+from redis.cluster import RedisCluster
+from redis.connection import ConnectionPool
+from redis.crc import key_slot
+
+__all__ = [
+    "PRIVATE",
+    "NodePool",
+    "aclose_node_pools",
+    "aget_connection",
+    "alearn_slots",
+    "aserver_closed",
+    "async_node_pool",
+    "close_node_pools",
+    "get_connection",
+    "learn_slots",
+    "mark_lost",
+    "node_of_key",
+    "single_connection",
+    "unmapped",
+]
+
+#: Whether redis-py's own state may be read where it is there (see the module's docs); the
+#: tests set it False to run every public fallback.
+PRIVATE = True
+
+
+def _takes_name(method: Callable[..., Any]) -> bool:
+    """Whether a pool's ``get_connection`` needs a command name (redis-py before 5.3)."""
+    parameter = inspect.signature(method).parameters.get("command_name")
+    return parameter is not None and parameter.default is inspect.Parameter.empty
+
+
+_SYNC_NAME = ("FCALL",) if _takes_name(ConnectionPool.get_connection) else ()
+_ASYNC_NAME = ("FCALL",) if _takes_name(AsyncConnectionPool.get_connection) else ()
+
+
+def get_connection(pool: Any) -> Any:
+    """A connection from a sync pool, as its release takes it."""
+    return pool.get_connection(*_SYNC_NAME)
+
+
+async def aget_connection(pool: Any) -> Any:
+    """A connection from an asyncio pool, as its release takes it."""
+    return await pool.get_connection(*_ASYNC_NAME)
+
+
+def single_connection(client: object) -> bool:
+    """Whether a client keeps one connection to itself (``single_connection_client=True``):
+    the sync client holds it as ``connection``, the asyncio one says so outright."""
+    if isinstance(client, (RedisCluster, AsyncRedisCluster)):
+        return False
+    return bool(
+        getattr(client, "single_connection_client", False)
+        or getattr(client, "connection", None) is not None
+    )
+
+
+# -- cluster nodes ---------------------------------------------------------------------------
+
+
+def node_of_key(client: RedisCluster | AsyncRedisCluster) -> Callable[[bytes], Any]:
+    """What gives the node that owns a key's slot, by the client's slot map; raising
+    ``SlotNotCoveredError`` for a slot missing from it."""
+    manager = getattr(client, "nodes_manager", None) if PRIVATE else None
+    lookup = getattr(manager, "get_node_from_slot", None)
+    if lookup is None:
+        public: Callable[[Any], Any] = client.get_node_from_key
+
+        def by_key(key: bytes) -> Any:
+            try:
+                return public(key)
+            except (KeyError, IndexError):
+                raise rex.SlotNotCoveredError(f"slot {key_slot(key)} is not covered") from None
+
+        return by_key
+
+    def by_slot(key: bytes) -> Any:
+        slot = key_slot(key)
+        try:
+            return lookup(slot)
+        except (KeyError, IndexError):  # how the asyncio client says it is not in its map
+            raise rex.SlotNotCoveredError(f"slot {slot} is not covered by the cluster") from None
+
+    return by_slot
+
+
+class NodePool:
+    """Connections to one node of an asyncio cluster client, as a pool gives them: the
+    node's own (its ``acquire_connection`` and ``release``, shared with the cluster client)
+    where the release has both, else a pool of freqguard's own made with the cluster
+    client's connection settings (one more connection a node). One a node and client
+    (:func:`async_node_pool`)."""
+
+    __slots__ = ("__weakref__", "_node", "_pool")
+
+    def __init__(self, client: AsyncRedisCluster, node: AsyncClusterNode) -> None:
+        self._node = node
+        self._pool: AsyncConnectionPool | None = None
+        if not _NODE_RELEASES:
+            kwargs: dict[str, Any] = {**client.get_connection_kwargs()}
+            self._pool = AsyncConnectionPool(**{**kwargs, "host": node.host, "port": node.port})
+
+    async def get_connection(self) -> Any:
+        if self._pool is not None:
+            return await aget_connection(self._pool)
+        return self._node.acquire_connection()
+
+    async def release(self, connection: Any) -> None:
+        if self._pool is not None:
+            await self._pool.release(connection)
+        else:
+            self._node.release(connection)  # type: ignore[attr-defined,unused-ignore]
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            await self._pool.disconnect()
+
+
+_NODE_RELEASES = callable(getattr(AsyncClusterNode, "release", None)) and callable(
+    getattr(AsyncClusterNode, "acquire_connection", None)
+)
+
+
+_NODE_POOLS: weakref.WeakKeyDictionary[AsyncRedisCluster, dict[str, NodePool]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def async_node_pool(client: AsyncRedisCluster, node: AsyncClusterNode) -> NodePool:
+    """The connections of one node of an asyncio cluster client (see :class:`NodePool`),
+    made once a node and client (a node the client replaced gets new ones)."""
+    pools = _NODE_POOLS.get(client)
+    if pools is None:
+        pools = _NODE_POOLS[client] = {}
+    found = pools.get(node.name)
+    if found is None or found._node is not node:
+        found = pools[node.name] = NodePool(client, node)
+    return found
+
+
+def close_node_pools(client: object) -> None:
+    """Nothing: a sync cluster client's nodes are its own clients (the sync twin of
+    :func:`aclose_node_pools`)."""
+
+
+async def aclose_node_pools(client: object) -> None:
+    """Close the pools of freqguard's own made for a client's nodes (none where the nodes'
+    own connections serve)."""
+    if not isinstance(client, AsyncRedisCluster):
+        return
+    for pool in (_NODE_POOLS.pop(client, None) or {}).values():
+        await pool.aclose()
+
+
+def learn_slots(client: RedisCluster) -> bool:
+    """Learn a sync cluster client's slot map again, where its state allows; False when
+    it does not (the call then goes the long way, whose errors make the client learn it)."""
+    manager = getattr(client, "nodes_manager", None) if PRIVATE else None
+    initialize = getattr(manager, "initialize", None)
+    if initialize is None:
+        return False
+    initialize()
+    return True
+
+
+async def alearn_slots(client: AsyncRedisCluster) -> bool:
+    """Learn an asyncio cluster client's slot map again, where its state allows; False
+    when it does not (the call then goes the long way, whose errors make it learn)."""
+    manager = getattr(client, "nodes_manager", None) if PRIVATE else None
+    initialize = getattr(manager, "initialize", None)
+    if initialize is None:
+        return False
+    await initialize()
+    return True
+
+
+def unmapped(client: object) -> bool:
+    """Whether an asyncio cluster client is marked to learn its slot map before its next
+    command (new, or after a lost node); False where that is not known."""
+    return PRIVATE and getattr(client, "_initialize", False) is True
+
+
+def mark_lost(client: AsyncRedisCluster) -> None:
+    """After a lost node, mark an asyncio cluster client to learn its slots, its default
+    node and the node it asks for keys before its next command, as its own handler of a
+    lost node does; where its state is not known, the long way's own handling does it."""
+    if PRIVATE and hasattr(client, "_initialize"):
+        client._initialize = True
+
+
+async def aserver_closed(connection: Any) -> bool:
+    """Whether the server closed an idle asyncio connection (restarted, or timed the client
+    out): read from its stream's end of file where the connection keeps one, else asked of
+    its poll (which also says there is stray data: reconnect either way)."""
+    reader = getattr(connection, "_reader", None) if PRIVATE else None
+    if reader is not None:
+        return bool(reader.at_eof())
+    try:
+        return bool(await getattr(connection, _CAN_READ)())
+    except (rex.ConnectionError, OSError):
+        return True
+
+
+# the asyncio connection's poll: can_read since 8.0 (can_read_destructive then deprecated)
+_CAN_READ = (
+    "can_read" if callable(getattr(AsyncConnection, "can_read", None)) else ("can_read_destructive")
+)
