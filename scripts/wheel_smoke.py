@@ -13,7 +13,7 @@ from freqguard.script import library
 
 assert "site-packages" in freqguard.__file__, f"not the installed package: {freqguard.__file__}"
 lua = library.function_library()  # reads every file of the library's manifest
-assert lua.startswith("#!lua") and "redis.register_function" in lua, "no policy library"
+assert lua.startswith("#!lua"), "the wheel lacks the policy library"
 assert resources.files("freqguard").joinpath("py.typed").is_file(), "the wheel lacks py.typed"
 guard = Guard(policies=[Policy("p", Rule("1/minute", by="u"))], clock=ManualClock(0))
 assert guard.hit("p", u="a").allowed
