@@ -1,5 +1,5 @@
 """The numeric bounds every configuration and every time must respect, derived from the
-encodings the two twins share (see ``freqguard/script/policy.lua``).
+encodings the two twins share (see ``freqguard/script/lua/prelude.lua``).
 
 * Lua numbers are doubles: integers are exact only below 2^53, so every value the script
   computes (a time, a time plus a window, a bucket's arrival time, an expiry) stays below it.

@@ -40,12 +40,35 @@ QUIET_RULE = "quiet-hours"
 
 
 class Strategy(str, Enum):
-    """How a rule counts. See docs/strategies.md for the exact guarantee of each."""
+    """How a rule counts. See docs/strategies.md for the exact guarantee of each.
 
-    FIXED_WINDOW = "fixed-window"
-    SLIDING_LOG = "sliding-log"
-    TOKEN_BUCKET = "token-bucket"
-    GCRA = "gcra"
+    The registry of strategies: each member's line holds every fact of it the rest of the
+    package reads (the word users write, the short name in derived rule ids, whether it is a
+    bucket, whose ``burst`` sets its capacity, and the largest limit it takes). Its twins
+    are found by its name (``FIXED_WINDOW``: ``script/strategies/fixed_window.py`` and
+    ``fixed_window.lua``), its page by its word (``docs/strategies/fixed-window.md``);
+    ``tests/conformance/test_strategy_parts.py`` names what a new member still lacks.
+    """
+
+    # the word users write, short name, a bucket, the largest limit (its own bound)
+    FIXED_WINDOW = ("fixed-window", "fw", False, MAX_LIMIT)
+    SLIDING_LOG = ("sliding-log", "sl", False, MAX_LOG_LIMIT)
+    TOKEN_BUCKET = ("token-bucket", "tb", True, MAX_LIMIT)
+    GCRA = ("gcra", "gcra", True, MAX_LIMIT)
+
+    short: str  # in a rule's derived id (``sl.5.60s``) and in its keys
+    uses_burst: bool  # a bucket: ``burst`` (default: the limit) is its capacity
+    max_limit: int  # below MAX_LIMIT: a state that grows with the limit (a log's entries)
+
+    # the defaults are never used (every member states its facts): they let a type checker
+    # read ``Strategy("gcra")`` as the lookup by value it is
+    def __new__(
+        cls, value: str, short: str = "", uses_burst: bool = False, max_limit: int = MAX_LIMIT
+    ) -> Strategy:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.short, member.uses_burst, member.max_limit = short, uses_burst, max_limit
+        return member
 
     @classmethod
     def parse(cls, value: Strategy | str) -> Strategy:
@@ -60,30 +83,14 @@ class Strategy(str, Enum):
         allowed = ", ".join(repr(m.value) for m in cls)
         raise ConfigError(f"unknown strategy {value!r}; allowed: {allowed}")
 
-    @property
-    def uses_burst(self) -> bool:
-        return self in (Strategy.TOKEN_BUCKET, Strategy.GCRA)
-
-    @property
-    def short(self) -> str:
-        return _SHORT[self]
-
-
-_SHORT = {
-    Strategy.FIXED_WINDOW: "fw",
-    Strategy.SLIDING_LOG: "sl",
-    Strategy.TOKEN_BUCKET: "tb",
-    Strategy.GCRA: "gcra",
-}
-
 
 def _check_bounds(rate: Rate, strategy: Strategy, burst: int | None, name: str | None) -> None:
     """Refuse what the encodings cannot hold exactly (see :mod:`freqguard.bounds`)."""
     label = f"rule {name or str(rate)!r}"
-    if strategy is Strategy.SLIDING_LOG and rate.limit > MAX_LOG_LIMIT:
+    if rate.limit > strategy.max_limit:
         raise ConfigError(
-            f"{label}: an exact sliding log keeps one entry per admitted unit, so its limit "
-            f"is at most {MAX_LOG_LIMIT}, got {rate.limit}; use strategy='gcra' (or "
+            f"{label}: a {strategy.value} rule keeps state that grows with its limit, so its "
+            f"limit is at most {strategy.max_limit}, got {rate.limit}; use strategy='gcra' (or "
             f"'token-bucket') for a smooth rate, or 'fixed-window' for a cheap counter"
         )
     if strategy.uses_burst:

@@ -1,6 +1,6 @@
 """A smoke test of an installed freqguard (CI runs it from a clean venv holding only the
-wheel, outside the checkout): the package is the installed one, its Lua script is in it,
-and a guard decides."""
+wheel, outside the checkout): the package is the installed one, every file of its Lua
+library is in it, and a guard decides."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from importlib.metadata import version
 
 import freqguard
 from freqguard import Guard, ManualClock, Policy, Rule
+from freqguard.script import library
 
 assert "site-packages" in freqguard.__file__, f"not the installed package: {freqguard.__file__}"
-lua = resources.files("freqguard.script").joinpath("policy.lua").read_text()
-assert lua.startswith("#!lua"), "the wheel lacks the policy script"
+lua = library.function_library()  # reads every file of the library's manifest
+assert lua.startswith("#!lua"), "the wheel lacks the policy library"
 assert resources.files("freqguard").joinpath("py.typed").is_file(), "the wheel lacks py.typed"
 guard = Guard(policies=[Policy("p", Rule("1/minute", by="u"))], clock=ManualClock(0))
 assert guard.hit("p", u="a").allowed

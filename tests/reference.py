@@ -1,4 +1,9 @@
-"""Brute-force reference models of the strategies: slow, obvious, independent of the twins."""
+"""Brute-force reference models of the strategies: slow, obvious, independent of the twins.
+
+Each strategy it models is named in :data:`MODELS`, with the model that counts for it; a
+rule of any other (a strategy added to ``freqguard.rules.Strategy`` without its model here,
+a calendar rule, the quiet hours) is refused, never decided by a guess.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,31 @@ from fractions import Fraction
 
 from freqguard import Rule, Strategy
 
+#: The model of each strategy modeled: every timestamp kept ("log"), counted per aligned
+#: window ("window"), or a bucket of fractional tokens ("bucket").
+MODELS = {
+    Strategy.SLIDING_LOG: "log",
+    Strategy.FIXED_WINDOW: "window",
+    Strategy.TOKEN_BUCKET: "bucket",
+    Strategy.GCRA: "bucket",
+}
+
+
+class NotModeled(NotImplementedError):
+    """A rule the reference has no model for."""
+
 
 class RefRule:
     def __init__(self, rule: Rule) -> None:
+        model = MODELS.get(rule.strategy)
+        if model is None or rule.calendar or rule.quiet is not None:
+            strategy = getattr(rule.strategy, "value", rule.strategy)
+            what = "calendar" if rule.calendar else "quiet-hours" if rule.quiet else strategy
+            raise NotModeled(
+                f"the reference models no {what} rule ({rule.id!r}); modeled: "
+                f"{', '.join(s.value for s in MODELS)}: add its model to tests/reference.py"
+            )
+        self.model = model
         self.rule = rule
         self.capacity = rule.capacity
         self.window = rule.rate.window_us
@@ -36,8 +63,7 @@ class RefRule:
 
     def check(self, now: int, need: int) -> int:
         """µs until a hit of ``need`` fits (0: now), searched the slow way where possible."""
-        s = self.rule.strategy
-        if s is Strategy.SLIDING_LOG:
+        if self.model == "log":
             if self._count(now) + need <= self.capacity:
                 return 0
             candidates = sorted(
@@ -47,7 +73,7 @@ class RefRule:
                 if self._count(when) + need <= self.capacity:
                     return when - now
             return max(candidates) - now if candidates else self.window
-        if s is Strategy.FIXED_WINDOW:
+        if self.model == "window":
             if self._fixed_count(now) + need <= self.capacity:
                 return 0
             return now - now % self.window + self.window - now
@@ -59,20 +85,19 @@ class RefRule:
         return int(wait)
 
     def consume(self, now: int, cost: int) -> None:
-        if self.rule.strategy.uses_burst:
+        if self.model == "bucket":
             self.tokens = self._level(now) - cost
             self.last = now
         self.admitted.append((now, cost))
 
     def report(self, now: int) -> tuple[int, int]:
-        s = self.rule.strategy
-        if s is Strategy.SLIDING_LOG:
+        if self.model == "log":
             inside = [(t, n) for t, n in self.admitted if t > now - self.window]
             if not inside:
                 return self.capacity, 0
             count = sum(n for _, n in inside)
             return max(0, self.capacity - count), max(t for t, _ in inside) + self.window - now
-        if s is Strategy.FIXED_WINDOW:
+        if self.model == "window":
             count = self._fixed_count(now)
             if not count:
                 return self.capacity, 0

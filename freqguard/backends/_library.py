@@ -1,20 +1,23 @@
 """The Redis Function library the backends call, and how it is loaded again when missing.
 
-The policy function of ``freqguard/script/policy.lua`` is loaded with FUNCTION LOAD under a name
-that carries a digest of its code (so versions side by side never clash), on first use and
-again whenever a server answers that it lacks it: after ``FUNCTION FLUSH``, or on a new node;
-inside pipelines too, and in a way no concurrent flush can defeat (see :func:`again`). Redis
-persists and replicates functions, so a failover keeps them. Redis 7.0 or newer is required.
-No I/O here: the backends send what :func:`again` frames.
+The policy function's Lua files, joined into one library (``freqguard/script/library.py``
+says in which order, and ends them with the tail that registers the functions), are loaded
+with FUNCTION LOAD under a name that carries a digest of the joined code (so versions side
+by side never clash), on first use and again whenever a server answers that it lacks it:
+after ``FUNCTION FLUSH``, or on a new node; inside pipelines too, and in a way no concurrent
+flush can defeat (see :func:`again`). Redis persists and replicates functions, so a failover
+keeps them. Redis 7.0 or newer is required. No I/O here: the backends send what
+:func:`again` frames.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from importlib import resources
 
 from redis import exceptions as rex
+
+from freqguard.script import library
 
 __all__ = [
     "ATTEMPTS",
@@ -30,7 +33,7 @@ __all__ = [
     "missing",
 ]
 
-_SOURCE = resources.files("freqguard.script").joinpath("policy.lua").read_text(encoding="utf-8")
+_SOURCE = library.function_library()
 #: the name of the library and of its function, for hits
 FUNCTION = "freqguard_" + hashlib.sha1(_SOURCE.encode("utf-8")).hexdigest()[:12]
 #: the same function flagged allow-oom, for the calls that never grow what is stored (CHECK,
@@ -40,7 +43,7 @@ FUNCTION_NOGROW = FUNCTION + "_nogrow"
 FUNCTION_BUCKET = FUNCTION + "_bucket"
 FUNCTION_BUCKET_NOGROW = FUNCTION + "_bucket_nogrow"
 #: the library's code, as FUNCTION LOAD takes it
-LIBRARY = _SOURCE.replace("__LIBRARY__", FUNCTION)
+LIBRARY = _SOURCE.replace(library.NAME, FUNCTION)
 
 
 # "Function not found" (never loaded, FUNCTION FLUSH, a new node): the calls that met it are

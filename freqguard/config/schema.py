@@ -14,9 +14,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from freqguard.rules import Strategy
+
 __all__ = ["SCHEMA", "SchemaError", "check", "shown"]
 
-_STRATEGIES = ["sliding-log", "fixed-window", "token-bucket", "gcra"]
+_STRATEGIES = [strategy.value for strategy in Strategy]  # the registry's words
 _ON_ERROR: dict[str, Any] = {
     "description": "what a store failure answers: raise, allow (fail open), deny (fail "
     "closed), or a fallback backend, its limits shared out among 'workers'",

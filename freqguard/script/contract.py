@@ -1,13 +1,15 @@
 """Everything the Python twin (``freqguard/script/twin.py``, ``freqguard/script/strategies/``)
-and the Lua twin (``freqguard/script/policy.lua``) must agree on, written once: the call's
-layout, modes, pack formats, function names and steps. Each strategy's own facts (its code
-in the specs, its packed state) are in its module (:mod:`freqguard.script.strategies`).
+and the Lua twin (the Lua files ``freqguard/script/library.py`` joins) must agree on,
+written once: the call's layout, modes, pack formats, function names and steps. Each
+strategy's own facts (its code in the specs, its packed state) are in its module
+(:mod:`freqguard.script.strategies`).
 
-The Lua cannot import Python, so it states each value again;
-``tests/conformance/test_contract.py`` reads the Lua's constants, its strategy table, its pack
-formats, how it parses the specs, its twin functions and its steps, and holds them to this
-module both ways. The Python twin takes its
-values from here. Change a value here and that test says where the Lua must follow.
+The Lua cannot import Python, so ``scripts/lua_contract.py`` writes these values, and each
+twin module's, into ``freqguard/script/lua/contract.lua``, which the other Lua files read
+(CI fails while it is stale: run the script after changing a value here). The Python twin
+takes its values from here. ``tests/conformance/test_contract.py`` holds what cannot be
+generated: how the Lua parses the specs and reads its arguments, its steps and their
+order.
 
 Pack formats are written in the Lua's ``struct`` notation: ``>`` big-endian, ``B`` one byte,
 ``In`` an unsigned integer of ``n`` bytes.

@@ -155,7 +155,7 @@ class KeyLayout:
         self.buckets = buckets if partition is not None else 0
         self._bucket_head = (f"{prefix}:{{#", f"}}:{policy}")
         # In Redis, every state of one partition and policy is a field of one record key
-        # (see freqguard/script/policy.lua); a field is this 2-byte field tag plus the raw
+        # (see freqguard/script/lua/records.lua); a field is this 2-byte field tag plus the raw
         # digest. Not the cluster hash tag: that is the {partition} of the key.
         self.field_tag = _blake2b(self.key_id.encode(), digest_size=2).digest()
 

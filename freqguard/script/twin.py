@@ -1,4 +1,4 @@
-"""The policy script: the Python twin of ``freqguard/script/policy.lua``.
+"""The policy script: the Python twin of ``freqguard/script/lua/twin.lua`` (and its library).
 
 One call decides every rule of a policy that lives on one part. It loads each key's state,
 checks every rule, and writes only when no non-shadow rule denies (all-or-nothing). Both twins
@@ -49,7 +49,7 @@ class StateStore(Protocol):
     def delete(self, key: str, horizon: int) -> None: ...
 
 
-# -- the script's steps (freqguard/script/policy.lua has the same, in the same order) ---------
+# -- the script's steps (freqguard/script/lua/twin.lua has the same, in the same order) -----
 
 
 def judged_at(found: Sequence[Entry | None], now: int) -> int:

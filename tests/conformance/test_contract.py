@@ -1,150 +1,63 @@
-"""The Lua twin is held to ``freqguard/script/contract.py``, and the Python twin to it too,
-both ways:
-constants, strategy codes, pack formats, the reply layout, the specs' encoding, the twin
-functions of every strategy and the steps of the policy function (same names, same order),
-and neither twin's functions grow past a screen."""
+"""The Lua twin is held to ``freqguard/script/contract.py``, and the Python twin to it too.
+
+The Lua's constants, strategy codes, pack formats and registry are generated from the Python
+(``lua/contract.lua``, by ``scripts/lua_contract.py``; ``test_lua_contract.py`` holds it
+current), and no hand-written Lua file states one again. What is left to hold by reading
+the Lua: how it parses the specs, reads its arguments and refund marks, the steps of the
+policy function (same names, same order, called in that order), its entry points and the
+tail that registers them, and that neither twin's functions grow past a screen. Each
+strategy's own parts (its twin functions in order among them) are
+``test_strategy_parts.py``'s."""
 
 from __future__ import annotations
 
 import ast
 import inspect
 import re
-from importlib import resources
 from types import ModuleType
 
 import pytest
 
 from freqguard import Policy, QuietHours, Rule, Strategy
 from freqguard.engine.plan import PolicyPlan
-from freqguard.script import contract, twin
+from freqguard.script import contract, library, twin
 from freqguard.script.strategies import (
     KINDS,
     SHORT_FORMATS,
     STATE_FORMATS,
-    STRATEGY_CODES,
     TWINS,
     RuleParams,
 )
 from freqguard.script.strategies.base import SHORT_COUNT, SHORT_SPAN
 
-LUA = resources.files("freqguard.script").joinpath("policy.lua").read_text(encoding="utf-8")
+GENERATED = "lua/contract.lua"
+#: every Lua file of the library, by its path under freqguard/script, in the joined order
+FILES = {path: library.read(path) for path in (*library.MANIFEST, library.FUNCTION_TAIL)}
+#: the hand-written ones
+WRITTEN = {path: text for path, text in FILES.items() if path != GENERATED}
+LUA = library.body()
 
 
-def _lua_local(name: str) -> str:
-    found = re.search(rf"^\s*local {name} = (.+?)\s*(?:--.*)?$", LUA, re.M)
-    assert found, f"policy.lua has no `local {name} = ...`"
-    return found.group(1)
+def _file(name: str) -> str:
+    return FILES[f"lua/{name}.lua"]
 
 
-def test_the_lua_modes_are_the_contracts() -> None:
-    found = re.search(
-        r"local HIT, CHECK, REFUND, RESET, LIMIT = (\d+), (\d+), (\d+), (\d+), (\d+)", LUA
-    )
-    assert found
-    assert tuple(map(int, found.groups())) == (
-        contract.HIT,
-        contract.CHECK,
-        contract.REFUND,
-        contract.RESET,
-        contract.LIMIT,
-    )
-
-
-@pytest.mark.parametrize(
-    ("lua", "value"),
-    [
-        ("STALE_GRACE", contract.STALE_GRACE_US),
-        ("PINNED_GRACE_MS", contract.PINNED_GRACE_MS),
-        ("PRUNE_FLOOR", contract.PRUNE_FLOOR),
-        ("BACK_LIMIT", contract.BACK_LIMIT),
-        ("SHORT_SPAN", SHORT_SPAN),
-        ("SHORT_COUNT", SHORT_COUNT),
-        ("MAX_LOG_LIMIT", contract.MAX_LOG_LIMIT),
-        ("MAX_SPAN_US", contract.MAX_SPAN_US),
-    ],
-)
-def test_the_lua_constants_are_the_contracts(lua: str, value: int) -> None:
-    text = _lua_local(lua).replace("^", "**")
-    assert re.fullmatch(r"[\d *]+", text), text
-    assert eval(text) == value  # digits, spaces and ** only, checked above
-
-
-def _lua_section(strategy: str) -> str:
-    """The Lua between a strategy's section heading and the next heading."""
-    found = re.search(rf"^-- {strategy} -+\n(.*?)^-- \S+ -+$", LUA, re.M | re.S)
-    assert found, strategy
-    return found.group(1)
-
-
-@pytest.mark.parametrize("strategy", list(STRATEGY_CODES))
-def test_each_lua_section_states_its_strategys_code_and_state(strategy: str) -> None:
-    """Every fact of a strategy is in its section, as in its Python module."""
-    section, name = _lua_section(strategy), strategy.replace("-", "_")
-    assert re.search(rf"^local {name} = {{code = {STRATEGY_CODES[strategy]}}}$", section, re.M)
-    state = f"{name.upper()}_STATE"
-    assert re.search(rf"^local {state} = '{re.escape(STATE_FORMATS[strategy])}'", section, re.M)
+def _generated_names() -> set[str]:
+    """Every name the generated file declares."""
+    names: set[str] = set()
+    for found in re.findall(r"^local ([\w, ]+?) =", FILES[GENERATED], re.M):
+        names.update(name.strip() for name in found.split(","))
+    return names
 
 
 @pytest.mark.parametrize("strategy", list(SHORT_FORMATS))
-def test_each_short_state_is_the_lua_s_and_told_apart_by_its_size(strategy: str) -> None:
-    """The Lua's <NAME>_SHORT is the module's SHORT_FORMAT, its size is the one the Lua
-    tells it by, and no full form has that size."""
-    name = strategy.replace("-", "_").upper()
+def test_each_short_state_is_told_apart_by_its_size(strategy: str) -> None:
+    """The Lua tells a short state by its size (its table's ``short_bytes``, generated from
+    the module's SHORT_FORMAT): no full form may have that size."""
     short = SHORT_FORMATS[strategy]
-    assert _lua_string(f"{name}_SHORT") == short
     size = sum(contract.widths(short))
-    sized = [n for n in (f"{name}_SHORT_BYTES", "COUNT_SHORT_BYTES") if f"local {n} =" in LUA]
-    assert size in [int(_lua_local(n)) for n in sized]
     assert size not in {sum(contract.widths(f)) for f in STATE_FORMATS.values()}
     assert "I5" in short  # born's distance, below SHORT_SPAN
-
-
-def test_the_lua_registry_maps_each_code_to_its_section() -> None:
-    """Codes, not positions: each twin is found under its own code in the Lua's TWINS."""
-    table = re.search(r"^local TWINS = \{(.*?)^\}", LUA, re.M | re.S)
-    assert table
-    pairs = re.findall(r"\[(\w+)\.code\] = (\w+)", table.group(1))
-    names = [strategy.replace("-", "_") for strategy in STRATEGY_CODES]
-    assert pairs == [(name, name) for name in names]
-
-
-def _lua_string(name: str) -> str:
-    value = _lua_local(name)
-    assert re.fullmatch(r"'[^']*'", value), value
-    return value[1:-1]
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "FIELD_HEAD",
-        "RECORD_META",
-        "REPLY_HEAD",
-        "REPLY_WAIT",
-        "REPLY_STATE_LENGTH",
-        "LIMIT_ENTRY",
-        "BLOB_HEAD",
-        "BUCKET_META",
-    ],
-)
-def test_the_lua_formats_are_the_contracts(name: str) -> None:
-    assert _lua_string(name) == getattr(contract, name)
-
-
-def test_the_lua_sizes_are_those_of_the_formats() -> None:
-    log = STATE_FORMATS["sliding-log"]
-    assert int(_lua_local("LOG_HEADER_BYTES")) == sum(contract.widths(log))
-    assert int(_lua_local("FIELD_HEAD_BYTES")) == sum(contract.widths(contract.FIELD_HEAD))
-    assert int(_lua_local("RECORD_META_BYTES")) == sum(contract.widths(contract.RECORD_META))
-    assert int(_lua_local("LIMIT_ENTRY_BYTES")) == sum(contract.widths(contract.LIMIT_ENTRY))
-    assert int(_lua_local("REPLY_LIMITS")) == contract.REPLY_LIMITS
-
-
-@pytest.mark.parametrize(
-    "name", ["RECORD_LAYOUT", "OLDEST_LAYOUT", "LAYOUT_MARKS", "REPLY_DROPPED", "BUCKET_LAYOUT"]
-)
-def test_the_lua_states_the_layout_as_the_contract_does(name: str) -> None:
-    assert int(_lua_local(name)) == getattr(contract, name)
 
 
 def test_an_unmarked_meta_field_can_never_be_read_as_marked() -> None:
@@ -156,26 +69,33 @@ def test_an_unmarked_meta_field_can_never_be_read_as_marked() -> None:
     assert contract.LAYOUT_MARKS + contract.RECORD_LAYOUT <= 0xFF
 
 
-def test_the_lua_writes_no_format_but_the_named_ones() -> None:
-    """A format written anywhere else in the Lua would escape the contract."""
-    named = {name for name, _ in re.findall(r"^local (\w+) = ('[>BI\d]+')", LUA, re.M)}
-    # each state's full form and short form, the record's, the bucket's
-    assert len(named) == 12 + len(SHORT_FORMATS) + 2
-    heads = "{[0] = " + ", ".join(f"'{h}'" for h in contract.BUCKET_ENTRY_HEADS) + "}"
-    for line in LUA.splitlines():
-        formats = re.findall(r"'>?[BI][\dBI]*'", line)
-        if not formats or re.match(rf"local ({'|'.join(named)}) = ", line):
-            continue
-        if line.startswith("local ENTRY_HEADS = "):  # a bucketed record's field heads
-            assert line == f"local ENTRY_HEADS = {heads}"
-            continue
-        # a sliding log's entries: one offset of 1 to 7 bytes each
-        assert line == "local FORMATS = {" + ", ".join(f"'>I{w}'" for w in range(1, 8)) + "}"
+def test_no_hand_written_lua_states_a_generated_value_again() -> None:
+    """Every constant the twins share is declared once, in the generated file: a
+    hand-written file declares none of its names, and writes no pack format of its own but
+    a sliding log's entries (an offset of 1 to 7 bytes)."""
+    generated = _generated_names()
+    assert {
+        "HIT",
+        "ARGV_FIELDS",
+        "FIELD_HEAD",
+        "TWINS",
+        "BOUNDS",
+        "gcra",
+        "GCRA_SHORT",
+    } <= generated
+    entries = "local FORMATS = {" + ", ".join(f"'>I{w}'" for w in range(1, 8)) + "}"
+    for path, text in WRITTEN.items():
+        for found in re.findall(r"^\s*local ([\w, ]+?)(?: =|$)", text, re.M):
+            names = {name.strip() for name in found.split(",")}
+            assert not names & generated, f"{path} declares {sorted(names & generated)} again"
+        for line in text.splitlines():
+            if re.search(r"'>?[BI][\dBI]*'", line.split("--", 1)[0]):
+                assert line.startswith(entries), f"{path}: a format of its own: {line!r}"
 
 
 def _read_fields(function: str) -> list[str]:
     """The fields a Lua parse function reads, by their position from ``at``."""
-    body = re.search(rf"^local function {function}\(.*?^end$", LUA, re.M | re.S)
+    body = re.search(rf"^local function {function}\(.*?^end$", _file("specs"), re.M | re.S)
     assert body, function
     reads = re.findall(r"(\w+) = v\[at(?: \+ (\d+))?\]", body.group(0))
     assert sorted(int(at or 0) for _, at in reads) == list(range(len(reads)))
@@ -240,13 +160,11 @@ def test_the_python_twin_decodes_short_states_to_the_same_numbers(kind: str) -> 
 
 @pytest.mark.parametrize("kind", ["calendar", "quiet"])
 def test_the_numbers_after_a_states_rules_are_read_as_written(kind: str) -> None:
-    """The Lua reads <KIND>_BOUNDS numbers after a calendar's or the quiet hours' rule, as
-    many as the Python twin writes (its BOUNDS), and raises the same error beyond them."""
+    """The Python twin writes as many numbers after a calendar's or the quiet hours' rule
+    as its module's BOUNDS says (the Lua reads that many: BOUNDS, generated from it), and
+    the Lua reads them where parse_state expects them."""
     twin = KINDS[kind]
-    name = kind.upper()
-    assert _lua_local(f"{name}_BOUNDS") == str(twin.BOUNDS)  # type: ignore[attr-defined]
-    assert re.search(rf"\[{kind}\.code\] = {name}_BOUNDS", LUA)
-    assert _lua_string(f"{name}_OUTSIDE") == twin.OUTSIDE  # type: ignore[attr-defined]
+    assert "spec.bounds, at = parse_bounds(spec.code, v, at)" in _file("specs")
     rule = Rule("3/day", by="a", calendar=True, tz="UTC")
     quiet = QuietHours("21:00", "08:00", tz="UTC") if kind == "quiet" else None
     policy = Policy("p", rule if quiet is None else Rule("3/day", by="a"), quiet=quiet)
@@ -275,21 +193,21 @@ def _python_functions(module: ModuleType) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
-def test_every_twin_function_exists_on_both_sides_in_the_same_order(kind: str) -> None:
-    twin = KINDS[kind]
-    module = inspect.getmodule(twin.load)
-    assert module is not None
-    assert twin.code == STRATEGY_CODES[kind]
-    lua_name = kind.replace("-", "_")
-    lua = re.findall(rf"^\s*function {lua_name}\.(\w+)\(", LUA, re.M)
-    python = [f for f in _python_functions(module) if f in contract.TWIN_FUNCTIONS]
-    assert lua == list(contract.TWIN_FUNCTIONS), "every Lua twin function is in the contract"
-    assert python == list(contract.TWIN_FUNCTIONS), "every contract function has a Python twin"
-
-
 def _lua_functions() -> list[str]:
     return re.findall(r"^local function (\w+)\(", LUA, re.M)
+
+
+def test_the_steps_and_run_are_in_the_twin_s_file() -> None:
+    """lua/twin.lua is the Lua of script/twin.py: every step and run, and nothing after run
+    but the entry points (lua/entries.lua)."""
+    steps = re.findall(r"^local function (\w+)\(", _file("twin"), re.M)
+    assert [f for f in steps if f in contract.RUN_STEPS] == list(contract.RUN_STEPS)
+    assert steps[-1] == "run"
+    assert re.findall(r"^local function (\w+)\(", _file("entries"), re.M) == [
+        "policy",
+        "nogrow",
+        "bucketed",
+    ]
 
 
 def _script_functions() -> list[str]:
@@ -312,8 +230,8 @@ def _calls(body: str, names: tuple[str, ...]) -> list[str]:
 
 
 def test_run_calls_the_steps_in_the_contracts_order_on_both_sides() -> None:
-    lua_run = re.search(r"^local function run\(.*?^end$", LUA, re.M | re.S)
-    assert lua_run, "policy.lua has no top-level `local function run(`"
+    lua_run = re.search(r"^local function run\(.*?^end$", _file("twin"), re.M | re.S)
+    assert lua_run, "lua/twin.lua has no top-level `local function run(`"
     steps = contract.RUN_STEPS
     assert _calls(lua_run.group(0), steps) == list(steps)
     assert _calls(inspect.getsource(twin.run), steps) == list(steps)
@@ -322,16 +240,17 @@ def test_run_calls_the_steps_in_the_contracts_order_on_both_sides() -> None:
 SCREEN = 40  # lines: a function longer than this does too much (STYLE.md)
 
 
-def test_no_lua_function_is_longer_than_a_screen() -> None:
+@pytest.mark.parametrize("path", list(WRITTEN))
+def test_no_lua_function_is_longer_than_a_screen(path: str) -> None:
     """Every Lua function is defined at the top level (no closure holds the others), and
     none is longer than a screen."""
-    assert not re.search(r"^[ \t]+(local )?function \w", LUA, re.M), "a nested named function"
-    lines = LUA.splitlines()
+    text = WRITTEN[path]
+    assert not re.search(r"^[ \t]+(local )?function \w", text, re.M), "a nested named function"
+    lines = text.splitlines()
     starts = [i for i, line in enumerate(lines) if re.match(r"(local )?function \w", line)]
-    assert len(starts) > 30
     for start in starts:
         end = next(i for i in range(start, len(lines)) if lines[i] == "end")
-        assert end - start + 1 <= SCREEN, f"policy.lua:{start + 1} {lines[start]!r}"
+        assert end - start + 1 <= SCREEN, f"{path}:{start + 1} {lines[start]!r}"
 
 
 @pytest.mark.parametrize(
@@ -348,36 +267,27 @@ def test_no_python_twin_function_is_longer_than_a_screen(module: ModuleType) -> 
 # -- the call's layout -----------------------------------------------------------------------
 
 
-def test_the_lua_names_each_argument_position_as_the_contract_orders_them() -> None:
-    names = ", ".join(f"ARGV_{name.upper()}" for name in contract.ARGV)
-    positions = ", ".join(str(i) for i in range(1, len(contract.ARGV) + 1))
-    assert re.search(rf"^local {names} = {positions}$", LUA, re.M), names
-    last = f"ARGV_{contract.ARGV[-1].upper()}"
-    assert contract.ARGV_STATES[0] == "fields"
-    assert _lua_local("ARGV_FIELDS") == f"{last} + 1"
-
-
 def test_the_lua_reads_its_arguments_only_through_the_named_positions() -> None:
-    assert re.findall(r"argv\[\s*\d", LUA) == []
-    assert re.findall(r"tunpack\(argv, \d", LUA) == []
-
-
-def test_a_bucketed_call_names_its_record_first() -> None:
-    assert int(_lua_local("ARGV_RECORD")) == contract.ARGV_BUCKETED.index("record") + 1
-    assert contract.ARGV_BUCKETED[1:] == contract.ARGV
+    """Every file reads ``argv`` at the positions the generated file names (contract.py
+    ARGV, ARGV_STATES, ARGV_BUCKETED), never at a number of its own."""
+    for path, text in WRITTEN.items():
+        assert re.findall(r"argv\[\s*\d", text) == [], path
+        assert re.findall(r"tunpack\(argv, \d", text) == [], path
+    assert "argv[ARGV_RECORD]" in _file("entries")  # a bucketed call's record, first
 
 
 def test_the_lua_reads_a_refund_mark_with_the_contracts_separator() -> None:
-    assert _lua_local("MARK_SEPARATOR") == repr(contract.MARK_SEPARATOR)
-    assert "MARK_PATTERN" in LUA.split("function give_back", 1)[1].split("\nend", 1)[0]
+    base = FILES["strategies/base.lua"]
+    assert "MARK_PATTERN" in base.split("function give_back", 1)[1].split("\nend", 1)[0]
+    assert "local MARK_PATTERN = '^(%d+)' .. MARK_SEPARATOR .. '(%d+)' .. MARK_SEPARATOR" in base
 
 
 def test_the_nogrow_name_refuses_what_the_contract_says_grows() -> None:
     """The Lua's second name refuses exactly the calls ``contract.grows`` names (the
     encoder sends every other call there: tests/backends/test_redis_memory.py runs both)."""
-    nogrow = LUA.split("local function nogrow(", 1)[1].split("\nend\n", 1)[0]
+    nogrow = _file("entries").split("local function nogrow(", 1)[1].split("\nend\n", 1)[0]
     assert "local mode = tonumber(argv[ARGV_MODE])" in nogrow
-    registered = LUA.split("-- The policy function under two names", 1)[1]
+    registered = FILES[library.FUNCTION_TAIL]
     assert "callback = function(keys, argv) return nogrow(keys, argv) end," in registered
     assert "callback = bucketed(nogrow)," in registered
     assert "(mode == HIT or mode == LIMIT) and tonumber(argv[ARGV_COST]) > 0" in nogrow
@@ -388,6 +298,46 @@ def test_the_nogrow_name_refuses_what_the_contract_says_grows() -> None:
         False,
         True,
     ]
+
+
+# -- the library -----------------------------------------------------------------------------
+
+
+def test_the_library_is_its_files_joined_in_the_manifest_s_order() -> None:
+    """One chunk: the head, every file of the manifest in order, then the tail; the
+    strategies' files are the registry's, in its order, after what they share."""
+    code = library.function_library()
+    assert code.startswith(library.FUNCTION_HEAD)
+    at = [code.index(FILES[path]) for path in (*library.MANIFEST, library.FUNCTION_TAIL)]
+    assert at == sorted(at)
+    assert len(set(library.MANIFEST)) == len(library.MANIFEST)
+    strategies = [p for p in library.MANIFEST if p.startswith("strategies/")]
+    assert strategies == [
+        "strategies/base.lua",
+        *[f"strategies/{k.replace('-', '_')}.lua" for k in KINDS],
+    ]
+    assert library.MANIFEST[:2] == ("lua/prelude.lua", GENERATED)  # before any reader
+
+
+def test_only_the_tail_registers_and_names_the_functions() -> None:
+    """The body defines the entry points and registers nothing, under no name: another tail
+    (an EVAL script's) can end the same body."""
+    for path, text in FILES.items():
+        registers = "redis.register_function" in text or library.NAME in text
+        assert registers == (path == library.FUNCTION_TAIL), path
+    assert library.NAME not in library.body()
+
+
+def test_the_joined_library_keeps_below_lua_s_200_locals() -> None:
+    """A Lua chunk holds at most 200 local variables at once: the files join into one, so
+    their top-level locals add up (group constants in tables, or a file's own in a
+    do ... end block, before this fails)."""
+    count = 0
+    for line in LUA.splitlines():
+        found = re.match(r"local function \w|local ([\w, ]+?)(?: =|$)", line)
+        if found:
+            count += 1 if found.group(1) is None else len(found.group(1).split(","))
+    assert 100 < count < 200, count
 
 
 def _resp_args(packed: bytes) -> list[bytes]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import freqguard
 
@@ -91,12 +92,16 @@ def test_every_exported_name_is_documented() -> None:
 
 
 def test_strategy_values_are_the_documented_strings() -> None:
-    assert [s.value for s in freqguard.Strategy] == [
-        "fixed-window",
-        "sliding-log",
-        "token-bucket",
-        "gcra",
-    ]
+    """The words users write are the registry's (``Strategy``), and each is documented: a
+    page under docs/strategies/ named by it, linked from the strategies' table, and no page
+    for a word that is not one."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    words = [s.value for s in freqguard.Strategy]
+    assert sorted(page.stem for page in (docs / "strategies").glob("*.md")) == sorted(words)
+    table = (docs / "strategies.md").read_text(encoding="utf-8")
+    for word in words:
+        assert f"| `{word}`" in table, word
+        assert f"(strategies/{word}.md)" in table, word
 
 
 def test_import_star_works_without_the_extras() -> None:

@@ -1,28 +1,25 @@
 """The Python twins of the strategies' Lua, one module each, with every fact of a strategy
 in its module: its arithmetic, its ``code`` in the specs and its ``STATE_FORMAT``.
 
-Adding a strategy: its module here and its line in :data:`TWINS` (with its name in
-:class:`~freqguard.rules.Strategy`), and its section in ``policy.lua`` with its line in the
-Lua's ``TWINS``; ``tests/conformance/test_contract.py`` says what the Lua still lacks.
+The registry is :class:`~freqguard.rules.Strategy`: each member's twin is the module named
+after it (``Strategy.GCRA``: ``gcra.py``), beside its Lua twin (``gcra.lua``, whose table
+has the same name). Adding a strategy: its line in ``Strategy``, its module and Lua file
+here, its docs page; ``scripts/lua_contract.py`` then writes its code and formats into the
+Lua, and ``tests/conformance/test_strategy_parts.py`` names what is still missing.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import cast
 
 from freqguard.rules import Rule, Strategy
-from freqguard.script.strategies import (
-    calendar,
-    fixed_window,
-    gcra,
-    quiet,
-    sliding_log,
-    token_bucket,
-)
 from freqguard.script.strategies.base import RuleParams, StateSpec, Twin
 
 __all__ = [
     "KINDS",
+    "MODULE_NAMES",
+    "OTHER_KINDS",
     "SHORT_FORMATS",
     "STATE_FORMATS",
     "STRATEGY_CODES",
@@ -30,24 +27,37 @@ __all__ = [
     "RuleParams",
     "StateSpec",
     "Twin",
+    "module_name",
     "twin_of",
 ]
 
-#: The registry: each strategy's twin (one line each).
-TWINS: dict[Strategy, Twin] = {
-    Strategy.FIXED_WINDOW: cast(Twin, fixed_window),
-    Strategy.SLIDING_LOG: cast(Twin, sliding_log),
-    Strategy.TOKEN_BUCKET: cast(Twin, token_bucket),
-    Strategy.GCRA: cast(Twin, gcra),
-}
 
-#: Every twin by its name: the strategies', and the calendar's (a calendar rule counts as
-#: a fixed window does, over periods the specs name: ``Rule(..., calendar=True)``).
+def module_name(kind: str) -> str:
+    """The name of a twin's module, Lua file and Lua table: ``"token-bucket"`` is
+    ``token_bucket`` (``token_bucket.py``, ``token_bucket.lua``, the Lua's ``token_bucket``)."""
+    return kind.replace("-", "_")
+
+
+def _twin(kind: str) -> Twin:
+    return cast(Twin, import_module(f"{__name__}.{module_name(kind)}"))
+
+
+#: Each strategy's twin, found by its name.
+TWINS: dict[Strategy, Twin] = {strategy: _twin(strategy.value) for strategy in Strategy}
+
+#: The twins that are no strategy users name: the calendar's (a calendar rule counts as a
+#: fixed window does, over periods the specs name: ``Rule(..., calendar=True)``) and the
+#: quiet hours' (``Policy(..., quiet=...)``); :func:`twin_of` says which a rule takes.
+OTHER_KINDS = ("calendar", "quiet")
+
+#: Every twin by its name: the strategies', then the others.
 KINDS: dict[str, Twin] = {
     **{strategy.value: twin for strategy, twin in TWINS.items()},
-    "calendar": cast(Twin, calendar),
-    "quiet": cast(Twin, quiet),
+    **{kind: _twin(kind) for kind in OTHER_KINDS},
 }
+
+#: Each twin's module (and Lua file and table) name, by its name.
+MODULE_NAMES = {kind: module_name(kind) for kind in KINDS}
 
 #: Each twin's number in the specs, by its name (from its module).
 STRATEGY_CODES = {name: twin.code for name, twin in KINDS.items()}

@@ -1,7 +1,7 @@
 """What every strategy twin offers the policy script.
 
-A twin is the Python half of a strategy whose other half is a Lua function in
-``freqguard/script/policy.lua``. Both use the same names in the same order:
+A twin is the Python half of a strategy whose other half is a Lua file beside it
+(``gcra.py``, ``gcra.lua``). Both use the same names in the same order:
 
 * ``load(state, now, spec)``: the state normalized to ``now`` (``None`` means no state);
 * ``check(view, now, need, rule)``: microseconds until a hit of ``need`` fits, 0 if it fits now;

@@ -26,7 +26,7 @@ from typing import cast
 from freqguard.script.contract import widths
 from freqguard.script.strategies.base import RuleParams, StateSpec, counted, unpacker
 
-#: Its number in the specs (the Lua section's ``code``).
+#: Its number in the specs (its Lua table's ``code``, in ``calendar.lua``).
 code = 5
 #: Its packed state, in the Lua's notation (period_start, count, born).
 STATE_FORMAT = ">I7I4I7"

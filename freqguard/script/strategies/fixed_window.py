@@ -14,7 +14,7 @@ from typing import cast
 from freqguard.script.contract import widths
 from freqguard.script.strategies.base import RuleParams, StateSpec, counted, unpacker
 
-#: Its number in the specs (the Lua section's ``code``).
+#: Its number in the specs (its Lua table's ``code``, in ``fixed_window.lua``).
 code = 1
 #: Its packed state, in the Lua's notation (window_start, count, born).
 STATE_FORMAT = ">I7I4I7"

@@ -16,7 +16,7 @@ from typing import cast
 from freqguard.script.contract import BACK_LIMIT, widths
 from freqguard.script.strategies.base import RuleParams, StateSpec, metered, unpacker
 
-#: Its number in the specs (the Lua section's ``code``).
+#: Its number in the specs (its Lua table's ``code``, in ``gcra.lua``).
 code = 4
 #: Its packed state, in the Lua's notation (tat, back, born).
 STATE_FORMAT = ">I7I7I7"

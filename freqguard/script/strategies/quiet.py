@@ -13,7 +13,7 @@ from __future__ import annotations
 from freqguard.script.strategies.base import RuleParams, StateSpec
 from freqguard.script.strategies.calendar import OutsidePeriods
 
-#: Its number in the specs (the Lua section's ``code``).
+#: Its number in the specs (its Lua table's ``code``, in ``quiet.lua``).
 code = 6
 #: Its packed state, in the Lua's notation: it has none (nothing is ever stored).
 STATE_FORMAT = ">"

@@ -20,7 +20,7 @@ from typing import overload
 from freqguard.script.contract import MAX_LOG_LIMIT, widths
 from freqguard.script.strategies.base import RuleParams, StateSpec, counted
 
-#: Its number in the specs (the Lua section's ``code``).
+#: Its number in the specs (its Lua table's ``code``, in ``sliding_log.lua``).
 code = 2
 #: Its packed state, in the Lua's notation (the header: entry width, base; then the entries).
 STATE_FORMAT = ">BI7"

@@ -18,7 +18,7 @@ from freqguard.script.contract import widths
 from freqguard.script.strategies.base import RuleParams, StateSpec, metered, unpacker
 from freqguard.script.strategies.gcra import give_back, next_back
 
-#: Its number in the specs (the Lua section's ``code``).
+#: Its number in the specs (its Lua table's ``code``, in ``token_bucket.lua``).
 code = 3
 #: Its packed state, in the Lua's notation (tokens, last, back, born).
 STATE_FORMAT = ">I4I7I7I7"

@@ -1,0 +1,79 @@
+"""The Lua twin's files, and the one library they join into.
+
+The Lua is written in files beside the Python they mirror: each strategy's beside its module
+(``strategies/gcra.lua`` beside ``gcra.py``), what they share in ``strategies/base.lua``,
+the rest in ``lua/`` (``limits.lua`` beside ``limits.py``, ``twin.lua`` for ``twin.py``'s
+steps and ``run``), and the contract's constants in ``lua/contract.lua``, which
+``scripts/lua_contract.py`` generates from the Python. Redis takes one chunk: the files
+are joined in the order of :data:`MANIFEST` (one scope: each file reads the locals of the
+files before it), the *body*, which defines the policy function's entry points and
+registers nothing; then a *tail* makes them something Redis runs. :func:`function_library`
+ends the body with :data:`FUNCTION_TAIL`, which registers them as Redis Functions (the
+library ``FUNCTION LOAD`` takes, behind :data:`FUNCTION_HEAD`); another tail, an EVAL
+script's, would end the same :func:`body`. No I/O but reading the package's own files.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from freqguard.script.strategies import MODULE_NAMES
+
+__all__ = [
+    "FUNCTION_HEAD",
+    "FUNCTION_TAIL",
+    "MANIFEST",
+    "NAME",
+    "body",
+    "function_library",
+    "read",
+]
+
+#: Where the library's name goes: the client replaces it with a name carrying a digest of
+#: the joined code (``backends/_library.py``), so versions side by side never clash.
+NAME = "__LIBRARY__"
+
+#: The body's files, in the order they are joined (paths under ``freqguard/script``): each
+#: may read what those before it define. The strategies' are the registry's
+#: (``strategies.KINDS``), each named as its module.
+MANIFEST: tuple[str, ...] = (
+    "lua/prelude.lua",  # the header: the call's layout; the libraries, bound on first call
+    "lua/contract.lua",  # generated: the constants, each twin's facts and table, TWINS
+    "strategies/base.lua",  # what the strategies share
+    *[f"strategies/{name}.lua" for name in MODULE_NAMES.values()],
+    "lua/specs.lua",  # the specs parsed
+    "lua/limits.lua",  # per-key limits
+    "lua/buckets.lua",  # a bucketed record's codec, and the bucket's TTL
+    "lua/records.lua",  # the record read and written
+    "lua/twin.lua",  # the steps, and run
+    "lua/entries.lua",  # the entry points: policy, nogrow, bucketed
+)
+
+#: The first line of a Redis Functions library: its engine and name.
+FUNCTION_HEAD = f"#!lua name={NAME}\n"
+#: The tail that registers the entry points as Redis Functions.
+FUNCTION_TAIL = "lua/register.lua"
+
+
+def read(path: str) -> str:
+    """One of the package's Lua files, by its path under ``freqguard/script``."""
+    node = resources.files("freqguard.script")
+    for part in path.split("/"):
+        node = node.joinpath(part)
+    return node.read_text(encoding="utf-8")
+
+
+def _joined(paths: tuple[str, ...]) -> str:
+    # a line naming each file, so that a line of the library is found in its file
+    return "".join(f"-- {'=' * 8} {path}\n{read(path)}\n" for path in paths)
+
+
+def body() -> str:
+    """The files of :data:`MANIFEST`, joined: the entry points, registered by no one."""
+    return _joined(MANIFEST)
+
+
+def function_library() -> str:
+    """The library ``FUNCTION LOAD`` takes, under the name :data:`NAME`: the head, the
+    body, and the tail that registers its functions."""
+    return FUNCTION_HEAD + body() + _joined((FUNCTION_TAIL,))

@@ -1,0 +1,31 @@
+-- The policy function's entry points, which a tail (lua/register.lua) hands to Redis: the
+-- function itself (the libraries bound on its first call), its _nogrow twin, and the
+-- bucketed form of either. Each takes (keys, argv) as the call sends them.
+
+local bound = false
+
+local function policy(keys, argv, rid)
+  if not bound then
+    bind()
+    bind_entries()
+    bound = true
+  end
+  return run(keys, argv, rid)
+end
+
+local function nogrow(keys, argv, rid)
+  local mode = tonumber(argv[ARGV_MODE])
+  if (mode == HIT or mode == LIMIT) and tonumber(argv[ARGV_COST]) > 0 then  -- grows
+    return redis.error_reply('ERR a call that grows cannot run as a _nogrow function')
+  end
+  return policy(keys, argv, rid)
+end
+
+-- A bucketed call: its ARGV[1] is the record's id, the rest the ARGV above.
+local function bucketed(callback)
+  return function(keys, argv)
+    local rest = {}
+    for i = ARGV_RECORD + 1, #argv do rest[i - ARGV_RECORD] = argv[i] end
+    return callback(keys, rest, argv[ARGV_RECORD])
+  end
+end

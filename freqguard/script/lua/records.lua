@@ -1,0 +1,220 @@
+-- The record: where a call's states and per-key limits live (freqguard/script/keys.py says
+-- where, for both twins), read and written here; Lua only: the Python twin's store
+-- (twin.py StateStore) keeps them as numbers.
+--
+-- A record is its own hash (KEYS[1]), or, when the call goes to the bucketed functions (the
+-- library's last two; ARGV[1] the record's 8-byte id, the rest as above), one field of the
+-- shared hash KEYS[1], which holds the same fields as one string in a compact form (see
+-- Buckets). The id is no key: a key that never exists would make a node refuse the call
+-- (TRYAGAIN) while its slot migrates. Everything below reads and writes a
+-- record through these functions, on the hash itself or on the bucket's record, decoded once
+-- a call (rec.map) and written back once (bucket_flush).
+
+-- A record, and its fields named by the call (got[1] the meta field, got[i + 1] state i's;
+-- false where absent). A bucketed one keeps in rec.map the fields it decoded or changed
+-- (rec.touched: set or deleted), its other entries as they are.
+local function open_record(keys, argv, n, rid)
+  local key = keys[1]
+  if not rid then
+    return {key = key}, call('HMGET', key, '', tunpack(argv, ARGV_FIELDS, ARGV_FIELDS - 1 + n))
+  end
+  local pair = call('HMGET', key, '', rid)
+  local rec = {key = key, rid = rid, bucket = pair[1], blob = pair[2], touched = {}}
+  local map, entries, index = blob_read(key, pair[2])
+  rec.map, rec.entries, rec.index, rec.unread = map or {}, entries or {}, index or {}, not map
+  local got = {rec.map[''] or false}
+  for i = 1, n do
+    local name = argv[ARGV_FIELDS - 1 + i]
+    local at = rec.index[name]
+    got[i + 1] = at and entry_field(pair[2], rec.entries[at]) or false
+    if at then rec.map[name] = got[i + 1] end
+  end
+  return rec, got
+end
+
+local function rec_all(rec)  -- HGETALL
+  if not rec.rid then return call('HGETALL', rec.key) end
+  local all, map, touched = {}, rec.map, rec.touched
+  if map[''] then all = {'', map['']} end
+  local entries = rec.entries
+  for i = 2, #entries - 2, 2 do
+    local name = entries[i - 1]
+    if not touched[name] then
+      all[#all + 1] = name
+      all[#all + 1] = map[name] or entry_field(rec.blob, entries[i])
+    end
+  end
+  for name, value in pairs(map) do
+    if name ~= '' and touched[name] then
+      all[#all + 1] = name
+      all[#all + 1] = value
+    end
+  end
+  return all
+end
+
+local function rec_drop_fields(rec, names)  -- HDEL
+  if not rec.rid then
+    call('HDEL', rec.key, tunpack(names))
+    return
+  end
+  for i = 1, #names do rec.map[names[i]], rec.touched[names[i]] = nil, true end
+  rec.dirty = true
+end
+
+local function rec_count(rec)  -- HLEN
+  if not rec.rid then return call('HLEN', rec.key) end
+  return #rec_all(rec) / 2
+end
+
+local function rec_delete(rec)  -- DEL
+  if not rec.rid then
+    call('DEL', rec.key)
+    return
+  end
+  rec.map, rec.entries, rec.index, rec.touched, rec.dirty = {}, {}, {}, {}, true
+end
+
+local function rec_set(rec, sets)  -- HSET
+  if not rec.rid then
+    call('HSET', rec.key, tunpack(sets))
+    return
+  end
+  for i = 1, #sets, 2 do rec.map[sets[i]], rec.touched[sets[i]] = sets[i + 1], true end
+  rec.dirty = true
+end
+
+-- The record's TTL (ms), or (nil) for ever: a bucket keeps the longest its records need
+-- (bucket_flush).
+local function rec_expire(rec, ttl_ms)
+  if not rec.rid then
+    if ttl_ms then call('PEXPIRE', rec.key, ttl_ms) else call('PERSIST', rec.key) end
+    return
+  end
+  rec.ttl_ms, rec.persist = ttl_ms, not ttl_ms
+end
+
+-- Fields whose expiry has passed no longer matter; they go once the record holds more than
+-- prune_at fields, which then doubles what is left: amortized O(1) per write. Only on the
+-- server's time: a pinned record goes whole, in real time (its TTL), as in the memory twin.
+local function prune(rec, now)
+  local all, stale = rec_all(rec), {}
+  for i = 1, #all, 2 do
+    local name = all[i]
+    if name ~= '' and sunpack(FIELD_HEAD, all[i + 1]) <= now - STALE_GRACE_US then
+      stale[#stale + 1] = name
+    end
+  end
+  if #stale > 0 then rec_drop_fields(rec, stale) end
+  local live = -#stale
+  for i = 1, #all, 2 do
+    if all[i] ~= '' then live = live + 1 end
+  end
+  return live
+end
+
+-- The record's expiry after a write of that latest expiry, and its TTL (ms) when it must be
+-- set (nil: the current one still covers every field).
+local function record_ttl(record_expiry, latest, now, clock, pinned)
+  if pinned then
+    record_expiry = max(record_expiry, latest)
+    return record_expiry, ceil((record_expiry + STALE_GRACE_US - clock) / 1000) + PINNED_GRACE_MS
+  end
+  if latest > record_expiry then
+    record_expiry = latest + floor((latest - now) / 32)  -- slack: most writes keep the TTL
+    return record_expiry, ceil((record_expiry + STALE_GRACE_US - clock) / 1000)
+  end
+  return record_expiry, nil
+end
+
+-- The latest expiry of a record's state fields (a change of its limits reads them all).
+local function fields_expiry(rec)
+  local all, latest = rec_all(rec), 0
+  for i = 1, #all, 2 do
+    if all[i] ~= '' then latest = max(latest, sunpack(FIELD_HEAD, all[i + 1])) end
+  end
+  return latest
+end
+
+-- The record's expiry and TTL (ms; nil: keep it) when its limits hold it until `held`
+-- (NEVER: no TTL; PERSIST after a change). A change of limits sets the TTL afresh, from
+-- what the states need and what the limits do.
+local function limits_ttl(rec, record_expiry, latest, held, now, clock, pinned, changed)
+  if changed then record_expiry = fields_expiry(rec) end
+  if held >= NEVER then  -- the states' expiry is kept (with slack) for when no limit holds
+    if changed then rec_expire(rec, nil) end
+    return (record_ttl(record_expiry, latest, now, clock, false)), nil
+  end
+  if changed then
+    return record_ttl(0, max(record_expiry, latest, held), now, clock, pinned)
+  end
+  return record_ttl(record_expiry, max(latest, held), now, clock, pinned)
+end
+
+-- Write: the changed fields, the meta field (with the limits, `tail`), the record's TTL; an
+-- emptied record without limits goes.
+local function write_record(rec, got, sets, drops, latest, added, now, clock, pinned, lim)
+  if #sets == 0 and #drops == 0 and not lim.changed then return end
+  local meta, mark, record_expiry, fields, prune_at = got[1], 0, 0, 0, PRUNE_FLOOR
+  if meta then mark, record_expiry, fields, prune_at = sunpack(RECORD_META, meta) end
+  if #drops > 0 then rec_drop_fields(rec, drops) end
+  fields = fields + added - #drops
+  if #sets == 0 and fields <= 0 then fields = rec_count(rec) - 1 end
+  if #sets == 0 and fields <= 0 and lim.tail == '' then
+    rec_delete(rec)
+    return
+  end
+  if fields > prune_at and not pinned then  -- pinned records go in real time (their TTL)
+    if #sets > 0 then rec_set(rec, sets) end
+    sets, fields = {}, prune(rec, clock)
+    prune_at = max(PRUNE_FLOOR, 2 * fields)
+  end
+  local ttl_ms, given = nil, record_expiry
+  if lim.tail == '' and not lim.changed then
+    record_expiry, ttl_ms = record_ttl(record_expiry, latest, now, clock, pinned)
+  else
+    local held = limits_until(lim.entries)
+    record_expiry, ttl_ms = limits_ttl(rec, record_expiry, latest, held, now, clock, pinned,
+      lim.changed)
+  end
+  if ttl_ms or record_expiry ~= given or added > 0 or #drops > 0 or not meta or lim.changed
+    or mark ~= LAYOUT_MARKS + RECORD_LAYOUT then  -- an older layout's record: marked anew
+    sets[#sets + 1] = ''
+    sets[#sets + 1] = pack(RECORD_META, LAYOUT_MARKS + RECORD_LAYOUT, record_expiry,
+      max(fields, 0), prune_at) .. lim.tail
+  end
+  if #sets > 0 then rec_set(rec, sets) end
+  if ttl_ms then rec_expire(rec, max(1, ttl_ms)) end
+end
+
+
+
+-- The record's layout (see Layout in the header): 0 when it is absent or in this layout;
+-- REPLY_DROPPED when it had no mark (or an unreadable one), after deleting it and emptying
+-- `got` (its HMGET), so the call decides as if it were absent. A record of a newer layout
+-- fails the call, which changes nothing.
+local function check_layout(rec, got, n)
+  if rec.unread then  -- a bucketed record's string it could not read (got is all false)
+    rec_delete(rec)
+    return REPLY_DROPPED
+  end
+  local meta = got[1]
+  if meta then
+    local mark = byte(meta, 1)
+    if mark >= LAYOUT_MARKS + OLDEST_LAYOUT and mark <= LAYOUT_MARKS + RECORD_LAYOUT
+      and (#meta - RECORD_META_BYTES) % LIMIT_ENTRY_BYTES == 0 then
+      return 0
+    elseif mark > LAYOUT_MARKS + RECORD_LAYOUT then
+      error({err = format('ERR freqguard record %s is in layout %d, newer than the %d this '
+        .. 'release reads: upgrade freqguard on this client', rec.key, mark - LAYOUT_MARKS,
+        RECORD_LAYOUT)})
+    end
+  else
+    local found = false
+    for i = 2, n + 1 do found = found or got[i] ~= false end
+    if not found then return 0 end
+  end
+  rec_delete(rec)
+  for i = 1, n + 1 do got[i] = false end
+  return REPLY_DROPPED
+end

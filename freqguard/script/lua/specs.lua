@@ -1,0 +1,65 @@
+-- The specs (ARGV_SPECS), parsed: the Lua beside how freqguard/script/calls.py writes them
+-- (spec_text, from contract.py SPEC_STATE and SPEC_RULE). Each state's twin is found in
+-- TWINS under its code, and the numbers after its rules by BOUNDS (both in lua/contract.lua,
+-- generated from the Python registry).
+local PARSED, PARSED_COUNT = {}, 0
+
+-- ARGV_SPECS: the number of states, then per state the numbers of parse_state, each followed
+-- by the numbers of parse_rule for each of its rules (freqguard/script/contract.py SPEC_STATE,
+-- SPEC_RULE). Both return the next position.
+local function parse_rule(v, at)
+  return {capacity = v[at], window = v[at + 1], interval = v[at + 2], shadow = v[at + 3] == 1,
+    tag = v[at + 4], reserve = v[at + 5], burst = v[at + 6]}, at + 7
+end
+
+-- A state's longest window and largest capacity, from its rules.
+local function measure(spec)
+  local window, cap = 0, 0
+  for r = 1, #spec.rules do
+    window, cap = max(window, spec.rules[r].window), max(cap, spec.rules[r].capacity)
+  end
+  spec.window, spec.cap = window, cap
+  spec.width = log_width(window)        -- sliding logs: bytes per entry, and the
+  spec.offset_range = 256 ^ spec.width  -- offsets they can hold
+  return spec
+end
+
+-- A calendar state's periods (or the quiet hours' span and intervals), after its rules
+-- (BOUNDS[code] numbers; none for others).
+local function parse_bounds(code, v, at)
+  local bounds = {}
+  for b = 1, BOUNDS[code] or 0 do bounds[b] = v[at + b - 1] end
+  return bounds, at + #bounds
+end
+
+local function parse_state(v, at)
+  local spec = {code = v[at], shadow = v[at + 1] == 1, rule_count = v[at + 2], rules = {}}
+  spec.twin, at = TWINS[spec.code], at + 3
+  for r = 1, spec.rule_count do
+    spec.rules[r], at = parse_rule(v, at)
+  end
+  spec.bounds, at = parse_bounds(spec.code, v, at)
+  return measure(spec), at
+end
+
+local function parse_specs(text)
+  local v, at = {}, 2
+  for word in gmatch(text, '%S+') do v[#v + 1] = tonumber(word) end
+  local specs, rules = {}, 0
+  for k = 1, v[1] do
+    specs[k], at = parse_state(v, at)
+    rules = rules + specs[k].rule_count
+  end
+  specs.reply_format = REPLY_HEAD .. rep(REPLY_WAIT, rules)
+  return specs
+end
+
+local function specs_of(text)  -- parsed once per text (all forgotten past 1024 texts)
+  local specs = PARSED[text]
+  if not specs then
+    if PARSED_COUNT >= 1024 then PARSED, PARSED_COUNT = {}, 0 end
+    specs = parse_specs(text)
+    PARSED[text], PARSED_COUNT = specs, PARSED_COUNT + 1
+  end
+  return specs
+end

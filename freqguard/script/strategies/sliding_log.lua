@@ -1,0 +1,109 @@
+-- sliding-log: the Lua twin of freqguard/script/strategies/sliding_log.py; its code and
+-- format are in lua/contract.lua (from the module).
+-- state: ascending timestamps, packed: a header SLIDING_LOG_STATE (entry width w, base),
+-- then one w-byte offset from base per entry, at most the largest capacity of them. The
+-- width holds four times the longest window, so the base moves (re-encoding the entries)
+-- only every few windows. Entries that left the window may stay until they are pushed out:
+-- every rule counts only the entries inside its own window, as the Python twin does.
+local LOG_HEADER_BYTES = sliding_log.state_bytes  -- the header's size
+local FORMATS = {'>I1', '>I2', '>I3', '>I4', '>I5', '>I6', '>I7'}  -- an entry, by its width
+
+local function log_width(window)
+  local w, needed = 1, window * 4
+  while w < 7 and 256 ^ w <= needed do w = w + 1 end
+  return w
+end
+
+local function log_at(view, i)  -- the i-th timestamp (1-based)
+  return view.base + sunpack(view.fmt, view.raw, LOG_HEADER_BYTES + 1 + (i - 1) * view.width)
+end
+
+function sliding_log.load(raw, now, spec)
+  if not raw then return {n = 0, width = spec.width, base = now} end
+  local width, base = sunpack(SLIDING_LOG_STATE, raw)
+  local n = (#raw - LOG_HEADER_BYTES) / width
+  return {raw = raw, n = n, width = width, base = base, fmt = FORMATS[width]}
+end
+
+-- The log is sorted, so the rule admits `need` more iff the entry `capacity - need + 1`
+-- from the newest has left the window, and that entry is also when it does: one read.
+function sliding_log.check(view, now, need, rule)
+  local n = view.n
+  local j = n - rule.capacity + need
+  if j < 1 then return 0 end
+  if j > n then  -- more than the rule could ever admit: report when it is empty
+    if n > 0 then
+      local newest = log_at(view, n)
+      if newest > now - rule.window then return max(1, newest + rule.window - now) end
+    end
+    return rule.window
+  end
+  local wait = log_at(view, j) + rule.window - now
+  if wait > 0 then return wait end
+  return 0
+end
+
+local function log_pack(width, entries)  -- re-encode, the base at the oldest entry
+  local base = entries[1]
+  local parts, fmt = {pack(SLIDING_LOG_STATE, width, base)}, FORMATS[width]
+  for i = 1, #entries do parts[i + 1] = pack(fmt, entries[i] - base) end
+  return concat(parts)
+end
+
+function sliding_log.consume(view, now, cost, spec)
+  local n, width, cap = view.n, spec.width, spec.cap
+  local added = min(cost, cap)
+  if n == 0 or log_at(view, n) <= now - spec.window then  -- nothing left in the window
+    return pack(SLIDING_LOG_STATE, width, now) .. rep(pack(FORMATS[width], 0), added)
+  end
+  local base = view.base
+  if width == view.width and now - base < spec.offset_range then
+    local keep = min(n, cap - added)  -- the usual case: trim the oldest, append
+    local head = sub(view.raw, 1, LOG_HEADER_BYTES)
+    return head .. sub(view.raw, LOG_HEADER_BYTES + 1 + (n - keep) * width)
+      .. rep(pack(view.fmt, now - base), added)
+  end
+  -- a rebase or a new width: re-encode (time never goes back, so `now` goes last)
+  local merged, cutoff = {}, now - spec.window
+  for i = 1, n do
+    local t = log_at(view, i)
+    if t > cutoff then merged[#merged + 1] = t end
+  end
+  for _ = 1, added do merged[#merged + 1] = now end
+  local kept = {}
+  for i = max(1, #merged - cap + 1), #merged do kept[#kept + 1] = merged[i] end
+  return log_pack(width, kept)
+end
+
+local function log_upto(view, t)  -- how many entries are <= t (binary search)
+  local lo, hi = 0, view.n
+  while lo < hi do
+    local mid = floor((lo + hi + 1) / 2)
+    if log_at(view, mid) <= t then lo = mid else hi = mid - 1 end
+  end
+  return lo
+end
+
+function sliding_log.refund(view, now, cost, spec, mark)
+  mark = mark and tonumber(mark)
+  local head = sub(view.raw, 1, LOG_HEADER_BYTES)
+  if not mark then  -- the newest units inside the window, whoever's they are
+    local last = view.n - cost
+    if last < 1 or log_at(view, last) <= now - spec.window then return head end
+    return sub(view.raw, 1, LOG_HEADER_BYTES + last * view.width)
+  end
+  local hi = log_upto(view, mark)  -- the hit's own units: the entries equal to its time
+  local lo = max(log_upto(view, mark - 1), hi - cost)
+  return sub(view.raw, 1, LOG_HEADER_BYTES + lo * view.width)
+    .. sub(view.raw, LOG_HEADER_BYTES + 1 + hi * view.width)
+end
+
+function sliding_log.ttl(raw, now, spec)
+  local width, base = sunpack(SLIDING_LOG_STATE, raw)
+  return base + sunpack(FORMATS[width], raw, #raw - width + 1) + spec.window - now
+end
+
+function sliding_log.limited(rule, n, w)  -- one entry per unit: at most MAX_LOG_LIMIT
+  if n > MAX_LOG_LIMIT then return nil end
+  return counted(rule, n, w)
+end
