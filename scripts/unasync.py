@@ -52,6 +52,7 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     ),
     # the guard's own imports
     (r"freqguard\._async\.", "freqguard._sync."),
+    (r"freqguard\.backends\._async\.", "freqguard.backends._sync."),
     # syntax
     (r"async def", "def"),
     (r"await ", ""),
@@ -68,6 +69,7 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     (r"AsyncLane", "Lane"),
     (r"AsyncJob", "Job"),
     (r"AsyncSingleFlight", "SingleFlight"),
+    (r"AsyncPreparation", "Preparation"),
     (r"aexchange_all", "exchange_all"),
     (r"adrive", "drive"),
     (r"alearn_slots", "learn_slots"),

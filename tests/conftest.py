@@ -102,6 +102,45 @@ def flush(nodes: Iterable[RedisServer]) -> None:
         node.client.function_flush()
 
 
+@pytest.fixture(scope="session")
+def scripts_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A standalone server without Redis Functions (FUNCTION and FCALL renamed away)."""
+    with servers.standalone(tmp_path_factory.mktemp("scripts"), *servers.NO_FUNCTIONS) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def scripts_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RedisServer]]:
+    """A 3-master cluster without Redis Functions."""
+    with servers.cluster(tmp_path_factory.mktemp("scripts-c"), extra=servers.NO_FUNCTIONS) as nodes:
+        yield nodes
+
+
+def flush_scripts(nodes: Iterable[RedisServer]) -> None:
+    """:func:`flush` for servers without Functions: their scripts go instead."""
+    for node in nodes:
+        node.client.flushall()
+        node.client.script_flush()
+
+
+@pytest.fixture
+def scripts_backend(scripts_server: RedisServer) -> Iterator[RedisBackend]:
+    """A backend that finds, at its first call, that the store runs no Functions."""
+    flush_scripts([scripts_server])
+    backend = RedisBackend(Redis(port=scripts_server.port, socket_timeout=5))
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def scripts_cluster_backend(scripts_cluster: list[RedisServer]) -> Iterator[RedisBackend]:
+    flush_scripts(scripts_cluster)
+    client = RedisCluster(host="127.0.0.1", port=scripts_cluster[0].port, socket_timeout=5)
+    backend = RedisBackend(client)
+    yield backend
+    backend.close()
+
+
 @pytest.fixture
 def redis_backend(redis_server: RedisServer) -> Iterator[RedisBackend]:
     flush([redis_server])

@@ -133,9 +133,15 @@ class RedisServer:
             self.process.wait()
 
 
+#: A server's options that take Redis Functions away, as stores without them do (Redis
+#: before 7.0, Dragonfly, managed services that rename FUNCTION): the backend must call its
+#: policy function as EVAL scripts there.
+NO_FUNCTIONS = ("--rename-command", "FUNCTION", "", "--rename-command", "FCALL", "")
+
+
 @contextmanager
-def standalone(workdir: Path) -> Iterator[RedisServer]:
-    server = RedisServer(workdir)
+def standalone(workdir: Path, *extra: str) -> Iterator[RedisServer]:
+    server = RedisServer(workdir, *extra)
     try:
         yield server
     finally:
@@ -144,7 +150,12 @@ def standalone(workdir: Path) -> Iterator[RedisServer]:
 
 @contextmanager
 def cluster(
-    workdir: Path, masters: int = 3, *, replicas: int = 0, node_timeout_ms: int = 5000
+    workdir: Path,
+    masters: int = 3,
+    *,
+    replicas: int = 0,
+    node_timeout_ms: int = 5000,
+    extra: tuple[str, ...] = (),
 ) -> Iterator[list[RedisServer]]:
     """A real Redis Cluster of ``masters`` primaries, each with ``replicas`` replicas, made
     with ``redis-cli --cluster create``; a node that misses ``node_timeout_ms`` of pings is
@@ -159,6 +170,7 @@ def cluster(
                     "yes",
                     "--cluster-node-timeout",
                     str(node_timeout_ms),
+                    *extra,
                 )
             )
         subprocess.run(

@@ -86,7 +86,7 @@ class Unreplicated(rex.RedisError):
 
 def translate(exc: Exception, client: object) -> FreqGuardError:
     """The freqguard error for a redis-py error ``client`` raised (see the module's table)."""
-    if isinstance(exc, rex.MovedError) and not isinstance(client, _CLUSTERS):
+    if _moved(exc) and not isinstance(client, _CLUSTERS):
         return cluster_node(client)
     hint = mismatch(exc, client)
     return BackendUnavailable(
@@ -94,6 +94,14 @@ def translate(exc: Exception, client: object) -> FreqGuardError:
         # an error reply (out of memory, ...): the server is up, and applied nothing
         answered=isinstance(exc, rex.ResponseError),
         sent=not (isinstance(exc, rex.ResponseError) or unconnected(exc)),
+    )
+
+
+def _moved(exc: Exception) -> bool:
+    """A MOVED reply: a MovedError, or (redis-py before 6.0, on a standalone client) the
+    plain error reply that says MOVED."""
+    return isinstance(exc, rex.MovedError) or (
+        isinstance(exc, rex.ResponseError) and str(exc).startswith("MOVED ")
     )
 
 

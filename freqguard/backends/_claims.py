@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Sequence
+from functools import partial
 from time import monotonic
 from typing import Any
 
@@ -60,22 +61,42 @@ class Claims:
     def done(self, key: str) -> None:
         self._done.add(key)
 
+    def marker(self, key: str) -> Callable[[], None]:
+        """What says ``key`` was checked (:func:`claim`'s ``checked``)."""
+        return partial(self.done, key)
 
-def claim(client: Any, key: str, buckets: int) -> Generator[Callable[[], Any], Any, None]:
-    """Record ``buckets`` under ``key`` if no client did, else compare with what is there.
-    A server that refuses the requests (an ACL without SET or GET, renamed commands) is
-    warned of, once per key, and not checked.
+
+def claim(
+    client: Any, key: str, buckets: int, checked: Callable[[], None]
+) -> Generator[Callable[[], Any], Any, None]:
+    """Record ``buckets`` under ``key`` if no client did, else compare with what is there,
+    and say so (``checked()``). A server that refuses the requests (an ACL without SET or
+    GET, renamed commands) is warned of, once per key, and not checked again; one that
+    cannot be reached leaves it to the next call (which fails or not on its own).
 
     Raises:
         ConfigError: the store's clients keep the policy's records another way.
     """
     mine = str(buckets)
     try:
+        yield from _compare(client, key, mine, checked)
+    except _UNREACHED:
+        return
+
+
+_UNREACHED = (rex.ConnectionError, rex.TimeoutError, rex.RedisClusterException)
+
+
+def _compare(
+    client: Any, key: str, mine: str, checked: Callable[[], None]
+) -> Generator[Callable[[], Any], Any, None]:
+    try:
         try:
             made = yield lambda: client.set(key, mine, nx=True, ex=HOLD)
         except rex.OutOfMemoryError:  # a full server is still read: compare, claim nothing
             made = False
         if made:
+            checked()
             return
         found = yield lambda: client.get(key)
         if isinstance(found, bytes):
@@ -84,10 +105,12 @@ def claim(client: Any, key: str, buckets: int) -> Generator[Callable[[], Any], A
             return
         if found == mine:  # renewed (EXPIRE runs on a full server too)
             yield lambda: client.expire(key, HOLD)
+            checked()
             return
     except rex.ResponseError as exc:
         if not _refused(exc):  # MOVED, a busy server...: as any call's error
             raise
+        checked()
         if key not in _WARNED:
             _WARNED.add(key)
             _log.warning(

@@ -21,7 +21,7 @@ from redis import exceptions as rex
 
 from freqguard.backends._boundary import ERRORS, address, cluster_node
 
-__all__ = ["BUCKET_LISTPACK", "inspection", "warn_evicting", "warn_listpack"]
+__all__ = ["BUCKET_LISTPACK", "functions_served", "inspection", "warn_evicting", "warn_listpack"]
 
 _POLICY = "maxmemory-policy"
 #: The listpack limits that keep a bucket of 32-64 records compact (docs/redis.md).
@@ -77,14 +77,20 @@ def warn_listpack(answer: Mapping[Any, Any], client: object) -> None:
 
 
 def inspection(
-    client: Any, cluster: bool, buckets: bool = False
+    client: Any,
+    cluster: bool,
+    buckets: bool = False,
+    functions: Callable[[bool], None] | None = None,
 ) -> Generator[Callable[[], Any], Any, None]:
     """What a backend checks once, before its first call, written once for sync and async:
     it yields each request (a callable whose reply, awaited for async clients, is sent back;
     a redis-py error is thrown in instead). A cluster node behind a standalone client is a
     :func:`~freqguard.backends._boundary.cluster_node` error; a ``maxmemory-policy`` that can
     evict is warned of (:func:`warn_evicting`), and with ``buckets``, low listpack limits
-    (:func:`warn_listpack`)."""
+    (:func:`warn_listpack`). With ``functions``, whether the server runs Redis Functions is
+    told to it (:func:`functions_served`)."""
+    if functions is not None:
+        yield from functions_served(client, functions)
     if not cluster:
         try:
             info = yield lambda: client.info("cluster")
@@ -111,3 +117,29 @@ def inspection(
         else:
             limits = yield lambda: client.config_get("hash-max-listpack-*")
         warn_listpack(limits, client)
+
+
+def functions_served(
+    client: Any, told: Callable[[bool], None]
+) -> Generator[Callable[[], Any], Any, None]:
+    """Whether the server runs Redis Functions, told to ``told``: it does unless it refuses
+    ``FUNCTION LIST`` as a command it does not know (before Redis 7.0, Dragonfly, KeyDB, a
+    managed service that renames it away) or one the client may not run (an ACL); the
+    calls then go as EVAL scripts, which is logged once. Any other failure is raised (the
+    inspection is made again at the next call)."""
+    try:
+        yield lambda: client.execute_command("FUNCTION", "LIST", "LIBRARYNAME", "freqguard_")
+    except rex.ResponseError as exc:
+        text = str(exc).lower()
+        if not (isinstance(exc, rex.NoPermissionError) or "unknown" in text):
+            raise
+        _log.warning(
+            "freqguard: the store does not run Redis Functions (%s): its calls go as "
+            "EVALSHA scripts, which parse their rules at every call (docs/redis.md, 'Stores "
+            'without Functions\'); RedisBackend(scripts="eval") or ?scripts=eval says so '
+            "without this warning",
+            exc,
+        )
+        told(False)
+        return
+    told(True)

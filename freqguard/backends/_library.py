@@ -14,21 +14,26 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from redis import exceptions as rex
 
+from freqguard.backends._url_options import SCRIPT_KINDS
 from freqguard.script import library
 
 __all__ = [
     "ATTEMPTS",
     "FUNCTION",
+    "FUNCTIONS",
     "FUNCTION_BUCKET",
     "FUNCTION_BUCKET_NOGROW",
     "FUNCTION_NOGROW",
     "LIBRARY",
     "LOAD",
+    "SCRIPTS",
+    "SCRIPT_KINDS",
+    "Library",
     "Read",
-    "after_load",
     "again",
     "missing",
 ]
@@ -45,13 +50,6 @@ FUNCTION_BUCKET_NOGROW = FUNCTION + "_bucket_nogrow"
 #: the library's code, as FUNCTION LOAD takes it
 LIBRARY = _SOURCE.replace(library.NAME, FUNCTION)
 
-
-# "Function not found" (never loaded, FUNCTION FLUSH, a new node): the calls that met it are
-# sent again behind the library's load, on the connection they failed on. FUNCTION LOAD goes
-# without REPLACE: a library already there is refused before its code is compiled, so many
-# callers recovering at once cost one compilation.
-_CODE = LIBRARY.encode()
-LOAD = b"*3\r\n$8\r\nFUNCTION\r\n$4\r\nLOAD\r\n$%d\r\n%s\r\n" % (len(_CODE), _CODE)
 _MULTI = b"*1\r\n$5\r\nMULTI\r\n"
 _EXEC = b"*1\r\n$4\r\nEXEC\r\n"
 _ATOMIC = 64  # calls per transaction: the server runs each whole, serving no one else
@@ -60,15 +58,80 @@ ATTEMPTS = 3  # calls through redis-py's command API: loads and tries in all
 Read = Callable[[Sequence[object]], list[object]]
 
 
+def _bulks(*words: bytes) -> bytes:
+    return b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
+
+
+@dataclass(frozen=True)
+class Library:
+    """How a backend's calls reach the policy function: as Redis Functions (``FCALL`` of
+    the library :data:`LIBRARY` loads), or, on a store without them, as four EVAL scripts
+    (``EVALSHA`` of each, loaded with ``SCRIPT LOAD``; the same body, see
+    ``script.library.scripts``). Both take the same keys and arguments and decide alike."""
+
+    kind: str  # "functions" or "scripts"
+    command: bytes  # what a call is: FCALL or EVALSHA
+    names: tuple[str, str, str, str]  # the four entry points' function names, or SHA1s
+    sources: tuple[str, ...]  # what loads them: the library, or the four scripts
+    load: bytes  # the load in the wire protocol, sent before calls that missed
+    loads: int  # how many replies the load gets
+    absent: str  # what an error reply says when they are not loaded
+
+    def name(self, grows: bool, bucketed: bool) -> str:
+        """The entry point a call goes to (see ``script.library.ENTRIES``)."""
+        return self.names[(not grows) + 2 * bucketed]
+
+    def missing(self, result: object) -> bool:
+        """Whether a reply says the server lacks them (never loaded, or flushed)."""
+        return isinstance(result, rex.ResponseError) and self.absent in str(result)
+
+    def after_load(self, loaded: object, result: object) -> object:
+        """A call's result after the load: the load's own error where it failed (for
+        another reason than being there already) and the call found nothing to run."""
+        failed = isinstance(loaded, Exception) and "already exists" not in str(loaded)
+        return loaded if failed and self.missing(result) else result
+
+
+# "Function not found" (never loaded, FUNCTION FLUSH, a new node): the calls that met it are
+# sent again behind the library's load, on the connection they failed on. FUNCTION LOAD goes
+# without REPLACE: a library already there is refused before its code is compiled, so many
+# callers recovering at once cost one compilation.
+FUNCTIONS = Library(
+    "functions",
+    b"FCALL",
+    (FUNCTION, FUNCTION_NOGROW, FUNCTION_BUCKET, FUNCTION_BUCKET_NOGROW),
+    (LIBRARY,),
+    _bulks(b"FUNCTION", b"LOAD", LIBRARY.encode()),
+    1,
+    "Function not found",
+)
+LOAD = FUNCTIONS.load
+_SCRIPTS = library.scripts()
+#: A store without Redis Functions: the same body, as EVALSHA scripts (SCRIPT LOAD each).
+SCRIPTS = Library(
+    "scripts",
+    b"EVALSHA",
+    tuple(hashlib.sha1(code.encode("utf-8")).hexdigest() for code in _SCRIPTS),  # type: ignore[arg-type]
+    _SCRIPTS,
+    b"".join(_bulks(b"SCRIPT", b"LOAD", code.encode("utf-8")) for code in _SCRIPTS),
+    len(_SCRIPTS),
+    "No matching script",  # redis-py's NoScriptError for the server's NOSCRIPT
+)
+
+
 def missing(result: object) -> bool:
-    """Whether a reply says the server lacks the library (never loaded, or flushed)."""
-    return isinstance(result, rex.ResponseError) and "Function not found" in str(result)
+    """Whether a reply says the server lacks the library or the scripts."""
+    return FUNCTIONS.missing(result) or SCRIPTS.missing(result)
 
 
 def again(
-    calls: Sequence[tuple[bytes, bytes]], atomic: bool, slot_of: Callable[[bytes], int]
+    found: Library,
+    calls: Sequence[tuple[bytes, bytes]],
+    atomic: bool,
+    slot_of: Callable[[bytes], int],
 ) -> tuple[bytes, int, Read]:
-    """Encoded calls that found the library missing, framed to go again behind its load.
+    """Encoded calls that found the library (or the scripts) missing, framed to go again
+    behind its load.
 
     First the load and then the calls: one load for them all. A flush from another client can
     still come between the two; the calls that meet one go again ``atomic``: in transactions
@@ -80,11 +143,12 @@ def again(
         The bytes to send, the number of replies they get, and what turns those replies into
         each call's result, in the order of ``calls``.
     """
+    n = found.loads
     if not atomic:
         return (
-            LOAD + b"".join([packed for packed, _ in calls]),
-            1 + len(calls),
-            lambda replies: [after_load(replies[0], result) for result in replies[1:]],
+            found.load + b"".join([packed for packed, _ in calls]),
+            n + len(calls),
+            lambda replies: [found.after_load(replies[0], result) for result in replies[n:]],
         )
     runs = _runs([slot_of(key) for _, key in calls])
 
@@ -92,10 +156,11 @@ def again(
         results: list[object] = [None] * len(calls)
         at = 0
         for run in runs:
-            queued, done = replies[at : at + 2 + len(run)], replies[at + 2 + len(run)]
-            at += 3 + len(run)
-            if isinstance(done, list):  # it ran: the load's answer, then each call's
-                answers = [after_load(done[0], result) for result in done[1:]]
+            queued = replies[at : at + 1 + n + len(run)]
+            done = replies[at + 1 + n + len(run)]
+            at += 2 + n + len(run)
+            if isinstance(done, list):  # it ran: the load's answers, then each call's
+                answers = [found.after_load(done[0], result) for result in done[n:]]
             else:  # refused as it was queued (out of memory, a slot that moved): none ran
                 refused = next((r for r in queued if isinstance(r, Exception)), done)
                 answers = [refused] * len(run)
@@ -105,8 +170,8 @@ def again(
 
     parts: list[bytes] = []
     for run in runs:
-        parts += [_MULTI, LOAD, *[calls[index][0] for index in run], _EXEC]
-    return b"".join(parts), len(calls) + 3 * len(runs), read
+        parts += [_MULTI, found.load, *[calls[index][0] for index in run], _EXEC]
+    return b"".join(parts), len(calls) + (2 + n) * len(runs), read
 
 
 def _runs(slots: list[int]) -> list[list[int]]:
@@ -119,10 +184,3 @@ def _runs(slots: list[int]) -> list[list[int]]:
         else:
             run.append(index)
     return runs
-
-
-def after_load(loaded: object, result: object) -> object:
-    """A call's result after the load: the load's own error where it failed (for another
-    reason than being there already) and the call found no library."""
-    failed = isinstance(loaded, Exception) and "already exists" not in str(loaded)
-    return loaded if failed and missing(result) else result

@@ -114,8 +114,8 @@ def node_of_key(client: RedisCluster | AsyncRedisCluster) -> Callable[[bytes], A
 class NodePool:
     """Connections to one node of an asyncio cluster client, as a pool gives them: the
     node's own (its ``acquire_connection`` and ``release``, shared with the cluster client)
-    where the release has both, else a pool of freqguard's own made with the cluster
-    client's connection settings (one more connection a node). One a node and client
+    where the release has both, else a pool of freqguard's own made with the node's
+    connection settings (one more connection a node). One a node and client
     (:func:`async_node_pool`)."""
 
     __slots__ = ("__weakref__", "_node", "_pool")
@@ -123,9 +123,9 @@ class NodePool:
     def __init__(self, client: AsyncRedisCluster, node: AsyncClusterNode) -> None:
         self._node = node
         self._pool: AsyncConnectionPool | None = None
-        if not _NODE_RELEASES:
-            kwargs: dict[str, Any] = {**client.get_connection_kwargs()}
-            self._pool = AsyncConnectionPool(**{**kwargs, "host": node.host, "port": node.port})
+        if not _NODE_RELEASES:  # the node's own settings (host and port among them)
+            kwargs: dict[str, Any] = dict(node.connection_kwargs)
+            self._pool = AsyncConnectionPool(connection_class=node.connection_class, **kwargs)
 
     async def get_connection(self) -> Any:
         if self._pool is not None:
@@ -160,7 +160,9 @@ def async_node_pool(client: AsyncRedisCluster, node: AsyncClusterNode) -> NodePo
     if pools is None:
         pools = _NODE_POOLS[client] = {}
     found = pools.get(node.name)
-    if found is None or found._node is not node:
+    # a node the client replaced (it learnt its slots again) has connections of its own;
+    # a pool of freqguard's own serves its address whatever the client's node object
+    if found is None or (found._pool is None and found._node is not node):
         found = pools[node.name] = NodePool(client, node)
     return found
 

@@ -14,12 +14,7 @@ from typing import Any
 
 from redis.client import NEVER_DECODE
 
-from freqguard.backends._library import (
-    FUNCTION,
-    FUNCTION_BUCKET,
-    FUNCTION_BUCKET_NOGROW,
-    FUNCTION_NOGROW,
-)
+from freqguard.backends._library import FUNCTIONS, Library
 from freqguard.errors import ConfigError
 from freqguard.script.calls import ScriptCall
 from freqguard.script.contract import ARGV, MARK_SEPARATOR, grows
@@ -83,19 +78,12 @@ def record_key(call: ScriptCall) -> bytes:
     return call_keys(call)[0]
 
 
-def _function(call: ScriptCall, bucketed: bool) -> str:
-    """The function a call goes to: a HIT that consumes may grow what is stored; every other
-    call goes to the twin Redis runs even when out of memory (see FUNCTION_NOGROW); each in
-    its bucketed form for a record in a bucket."""
-    if grows(call.mode, call.cost):
-        return FUNCTION_BUCKET if bucketed else FUNCTION
-    return FUNCTION_BUCKET_NOGROW if bucketed else FUNCTION_NOGROW
-
-
-def function_args(call: ScriptCall) -> tuple[Any, ...]:
-    """FCALL's arguments, for redis-py's ``execute_command``: the function, numkeys, the
-    key, the record's id in its bucket if any (:func:`call_keys`), then ARGV (see the
-    script header)."""
+def function_args(call: ScriptCall, found: Library = FUNCTIONS) -> tuple[Any, ...]:
+    """FCALL's (or EVALSHA's) arguments, for redis-py's ``execute_command``: the entry point
+    (a HIT that consumes may grow what is stored; every other call goes to the twin Redis
+    runs even when out of memory, see FUNCTION_NOGROW; each in its bucketed form for a
+    record in a bucket), numkeys, the key, the record's id in its bucket if any
+    (:func:`call_keys`), then ARGV (see the script header)."""
     key, rid = call_keys(call)
     texts = call.texts
     fields = [layout.field(texts) for layout in call.part.layouts]
@@ -107,7 +95,8 @@ def function_args(call: ScriptCall) -> tuple[Any, ...]:
     }
     argv = [values[name] for name in ARGV]
     head = (key,) if rid is None else (key, rid)
-    return ("FCALL", _function(call, rid is not None), 1, *head, *argv, *fields, *_marks(call))
+    entry = found.name(grows(call.mode, call.cost), rid is not None)
+    return (found.command.decode(), entry, 1, *head, *argv, *fields, *_marks(call))
 
 
 def _marks(call: ScriptCall) -> tuple[bytes, ...]:
@@ -135,35 +124,42 @@ def bulk(data: bytes) -> bytes:
 
 
 def _frame(
-    text: str, bucketed: bool, states: int, marks: tuple[bytes, ...]
+    found: Library, text: str, bucketed: bool, states: int, marks: tuple[bytes, ...]
 ) -> tuple[bytes, bytes, bytes]:
-    """FCALL's constant frames for a plan: the head naming its function, the plan text, and
-    the head naming its NOGROW twin; kept per plan (and bucketed or not), but for a
-    refund's, which counts its marks."""
+    """FCALL's (or EVALSHA's) constant frames for a plan: the head naming its entry point,
+    the plan text, and the head naming its NOGROW twin; kept per plan (and bucketed or not,
+    and per library), but for a refund's, which counts its marks."""
     # FCALL, function, numkeys, key, the record's id in its bucket, ARGV...
     count = 4 + bucketed + len(ARGV) + states + len(marks)
-    grow, keep = (
-        (FUNCTION_BUCKET, FUNCTION_BUCKET_NOGROW) if bucketed else (FUNCTION, FUNCTION_NOGROW)
-    )
-    head = b"*%d\r\n%s%s%s" % (count, bulk(b"FCALL"), bulk(grow.encode()), bulk(b"1"))
-    nogrow = b"*%d\r\n%s%s%s" % (count, bulk(b"FCALL"), bulk(keep.encode()), bulk(b"1"))
+    command = bulk(found.command)
+    grow, keep = found.name(True, bucketed).encode(), found.name(False, bucketed).encode()
+    head = b"*%d\r\n%s%s%s" % (count, command, bulk(grow), bulk(b"1"))
+    nogrow = b"*%d\r\n%s%s%s" % (count, command, bulk(keep), bulk(b"1"))
     frame = (head, bulk(text.encode()), nogrow)
     if not marks:
         if len(_FRAMES) >= MAX_FRAMES:
             _FRAMES.clear()
-        _FRAMES["#" + text if bucketed else text] = frame
+        _FRAMES[_cached(found, text, bucketed)] = frame
     return frame
 
 
-def encode(call: ScriptCall) -> tuple[bytes, bytes]:
-    """FCALL in the wire protocol (RESP), and the record key it touches (its slot's)."""
+def _cached(found: Library, text: str, bucketed: bool) -> str:
+    """A plan's key in the frames kept (see :func:`_frame`)."""
+    if found is FUNCTIONS:
+        return "#" + text if bucketed else text
+    return ("$#" if bucketed else "$") + text
+
+
+def encode(call: ScriptCall, found: Library = FUNCTIONS) -> tuple[bytes, bytes]:
+    """FCALL (or, with the scripts, EVALSHA) in the wire protocol (RESP), and the record
+    key it touches (its slot's)."""
     text = call.part.spec_text
     key, rid = call_keys(call)
     bucketed = rid is not None
-    frame = _FRAMES.get("#" + text if bucketed else text)
+    frame = _FRAMES.get(_cached(found, text, bucketed))
     marks = _marks(call)
     if frame is None or marks:
-        frame = _frame(text, bucketed, len(call.part.layouts), marks)
+        frame = _frame(found, text, bucketed, len(call.part.layouts), marks)
     fields = [layout.field(call.texts) for layout in call.part.layouts]
     now = b"" if call.now is None else b"%d" % call.now
     cost = b"%d" % call.cost
@@ -182,10 +178,12 @@ def encode(call: ScriptCall) -> tuple[bytes, bytes]:
     return packed, key
 
 
-def chunks(calls: Sequence[ScriptCall], tail: bytes = b"") -> Iterator[bytes]:
+def chunks(
+    calls: Sequence[ScriptCall], tail: bytes = b"", found: Library = FUNCTIONS
+) -> Iterator[bytes]:
     """The calls packed, :data:`CHUNK` to a write (see Lane.stream), then ``tail``."""
     for start in range(0, len(calls), CHUNK):
-        yield b"".join([encode(call)[0] for call in calls[start : start + CHUNK]])
+        yield b"".join([encode(call, found)[0] for call in calls[start : start + CHUNK]])
     if tail:
         yield tail
 

@@ -27,9 +27,14 @@ _INTEGERS = {  # (smallest, largest)
     "buckets": (1, 2**32),
 }
 _FLAGS = frozenset({"socket_keepalive", "retry_on_timeout", "ssl_check_hostname"})
+#: How a backend's calls may reach the policy function (``RedisBackend(scripts=...)``).
+SCRIPT_KINDS = ("auto", "functions", "eval")
+# options that take one of a few words
+_CHOICES = {"scripts": SCRIPT_KINDS}
 # freqguard's own options, for the backend and not the client: wait for replicas (WAIT),
-# and recipients' records shared in buckets (RedisBackend's buckets)
-_BACKEND = frozenset({"wait_replicas", "wait_timeout", "buckets"})
+# recipients' records shared in buckets (RedisBackend's buckets), and how calls reach the
+# policy function (Redis Functions or EVAL scripts)
+_BACKEND = frozenset({"wait_replicas", "wait_timeout", "buckets", "scripts"})
 _FLAG_VALUES = ("true", "false", "yes", "no", "1", "0")
 _TEXTS = frozenset(
     {
@@ -125,6 +130,13 @@ def _option(url: str, name: str, text: str) -> Any:
         return _seconds(url, name, text)
     if name in _INTEGERS:
         return _integer(url, name, text, *_INTEGERS[name])
+    if name in _CHOICES:
+        if text not in _CHOICES[name]:
+            raise ConfigError(
+                f"{name} must be one of {', '.join(_CHOICES[name])}, "
+                f"got {_excerpt(text)!r} (in {_shown(url)!r})"
+            )
+        return text
     if name in _FLAGS:
         if text.lower() not in _FLAG_VALUES:
             raise ConfigError(
@@ -133,7 +145,7 @@ def _option(url: str, name: str, text: str) -> Any:
             )
         return text.lower() in ("true", "yes", "1")
     if name not in _TEXTS:
-        known = ", ".join(sorted(_SECONDS | _INTEGERS.keys() | _FLAGS | _TEXTS))
+        known = ", ".join(sorted(_SECONDS | _INTEGERS.keys() | _FLAGS | _TEXTS | _CHOICES.keys()))
         raise ConfigError(f"unknown option {name!r} in {_shown(url)!r}; known: {known}")
     return text
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from freqguard.backends._url_options import (
     _SHARED_WITH_SENTINELS,
@@ -127,12 +127,16 @@ def _direct(url: str, scheme: str) -> Target:
             )
         _db(url, scheme, query, path[1:] if path not in ("", "/") else None)
     kind = "cluster" if scheme.endswith("+cluster") else "redis"
-    own = _backend_options(url, query)
-    if own:  # redis-py would hand them to its connections: not in the URL it reads
-        kept = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in own]
-        # not urlunsplit: it writes unix:///path back as unix:/path, which redis-py refuses
-        url = url.partition("?")[0] + (f"?{urlencode(kept)}" if kept else "")
-    return Target(kind, url.replace("+cluster://", "://", 1), _fail_fast(query), backend=own)
+    own = _backend_options(url, query)  # freqguard's own: never handed to the connections
+    # the options go as typed keyword arguments, the URL without its query: redis-py reads
+    # a query's values as text in some releases (protocol=3 stayed "3" before 6.0), and a
+    # value in the URL would win over the keyword. Not urlunsplit: it writes unix:///path
+    # back as unix:/path, which redis-py refuses.
+    url = url.partition("?")[0].partition("#")[0]
+    if kind == "cluster":  # db 0, checked: redis-py's cluster client refuses the argument
+        query.pop("db", None)
+    options = {**_fail_fast(query), **query}
+    return Target(kind, url.replace("+cluster://", "://", 1), options, backend=own)
 
 
 def _address(url: str, text: str) -> tuple[str, int]:

@@ -20,6 +20,7 @@ from importlib import resources
 from freqguard.script.strategies import MODULE_NAMES
 
 __all__ = [
+    "ENTRIES",
     "FUNCTION_HEAD",
     "FUNCTION_TAIL",
     "MANIFEST",
@@ -27,6 +28,7 @@ __all__ = [
     "body",
     "function_library",
     "read",
+    "scripts",
 ]
 
 #: Where the library's name goes: the client replaces it with a name carrying a digest of
@@ -71,6 +73,20 @@ def _joined(paths: tuple[str, ...]) -> str:
 def body() -> str:
     """The files of :data:`MANIFEST`, joined: the entry points, registered by no one."""
     return _joined(MANIFEST)
+
+
+#: The policy function's four entry points (the body defines them), in the order the
+#: backends name them: for hits that grow what is stored, for the calls that never do (run
+#: by Redis when out of memory: ``_nogrow``), and each for a record in a bucket.
+ENTRIES = ("policy", "nogrow", "bucketed(policy)", "bucketed(nogrow)")
+
+
+def scripts() -> tuple[str, ...]:
+    """The body as four EVAL scripts, one an entry point of :data:`ENTRIES`: for a store
+    without Redis Functions (``RedisBackend(scripts="eval")``). Each call runs the whole
+    chunk, so nothing is kept between calls (the specs are parsed each time)."""
+    text = body()
+    return tuple(f"{text}return {entry}(KEYS, ARGV)\n" for entry in ENTRIES)
 
 
 def function_library() -> str:

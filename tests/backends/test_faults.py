@@ -227,7 +227,10 @@ def test_a_killed_server_restarted_on_its_port_is_found_by_the_same_guards(
     errors = _hits_while_dead(raising, failing_open)
     for client in (raising, failing_open):
         # refused connections fail fast; the breaker still spares the store the reconnections
-        assert client.tally.failures == {"ConnectionError": FAILURES}
+        # (redis-py before 8 may say so as its cluster client's failure to learn its nodes)
+        failures = client.tally.failures
+        assert sum(failures.values()) == FAILURES
+        assert set(failures) <= {"ConnectionError", "RedisClusterException"}
     assert all(type(e) is BackendUnavailable for e in errors[:FAILURES])
     assert all(type(e) is CircuitOpen for e in errors[FAILURES:])
     assert all(0 < e.retry_after <= COOLDOWN for e in errors[FAILURES:])  # type: ignore[attr-defined]

@@ -16,8 +16,10 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
+from redis.retry import Retry
 
 from freqguard import (
     AsyncGuard,
@@ -333,10 +335,11 @@ def test_threads_sharing_one_backend_admit_exactly_the_limit(
 
 def test_dropped_connections_reconnect(redis_server: RedisServer, clock: ManualClock) -> None:
     """A connection the server closed fails one call when the client has no retries, and
-    is reconnected on the next; with redis-py's default retries, no call fails."""
+    is reconnected on the next; with retries (redis-py's default from 6.0), no call fails."""
     flush([redis_server])
     no_retry = Guard(backend_from_url(redis_server.url), [SMS], clock=clock)
-    retrying = Guard(RedisBackend(Redis(port=redis_server.port)), [SMS], clock=clock)
+    client = Redis(port=redis_server.port, retry=Retry(NoBackoff(), 3))
+    retrying = Guard(RedisBackend(client), [SMS], clock=clock)
     assert no_retry.hit("sms", recipient="a", content="x").allowed
     assert retrying.hit("sms", recipient="b", content="x").allowed
     killed = redis_server.client.client_kill_filter(_type="normal", skipme=True)

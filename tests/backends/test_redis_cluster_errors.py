@@ -84,9 +84,18 @@ def test_an_uncovered_slot_is_backend_unavailable_sync(
 ) -> None:
     nodes, _ = uncovered
     url = f"redis+cluster://127.0.0.1:{nodes[0].port}"
-    with pytest.raises(BackendUnavailable, match="not covered") as caught:
-        backend_from_url(url)  # redis-py refuses a slot map with a hole by default
-    assert isinstance(caught.value.__cause__, rex.RedisClusterException)
+    refused: BackendUnavailable | None = None
+    try:
+        made = backend_from_url(url)
+    except BackendUnavailable as exc:  # redis-py 6 on: a slot map with a hole, at once
+        refused = exc
+    if refused is not None:
+        assert "not covered" in str(refused)
+        assert isinstance(refused.__cause__, rex.RedisClusterException)
+    else:  # redis-py 5 takes it: the hole's slot is refused at its first call
+        with pytest.raises(BackendUnavailable):
+            Guard(made, [P]).hit("p", r="u0")
+        made.close()
     client = RedisCluster(host="127.0.0.1", port=nodes[0].port, require_full_coverage=False)
     guard = Guard(RedisBackend(client), [P])
     for operation in (

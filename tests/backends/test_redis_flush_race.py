@@ -147,14 +147,17 @@ def flush_behind_every_load(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     ping = b"*1\r\n$4\r\nPING\r\n"
 
     def flushed_between(
-        calls: Sequence[tuple[bytes, bytes]], atomic_: bool, slot_of: Callable[[bytes], int]
+        found: _library.Library,
+        calls: Sequence[tuple[bytes, bytes]],
+        atomic_: bool,
+        slot_of: Callable[[bytes], int],
     ) -> tuple[bytes, int, Callable[[Sequence[object]], list[object]]]:
-        data, count, read = again(calls, atomic_, slot_of)
+        data, count, read = again(found, calls, atomic_, slot_of)
         if atomic_:
             atomic[0] += len(calls)
             return data, count, read
-        assert data.startswith(_library.LOAD)
-        return ping + data[len(_library.LOAD) :], count, read
+        assert data.startswith(found.load)
+        return ping * found.loads + data[len(found.load) :], count, read
 
     for module in (sync_backend, async_backend):
         monkeypatch.setattr(module, "again", flushed_between)

@@ -146,4 +146,4 @@ def test_redis_at_a_tls_only_server_says_tls(tls_server: int, side: str) -> None
     hit(f"rediss://127.0.0.1:{tls_server}?ssl_cert_reqs=none&{FAST}", side)  # it serves TLS
     error = failure(f"redis://127.0.0.1:{tls_server}?{FAST}", side)
     assert str(error).endswith(f"({PLAIN_AT_TLS})")
-    assert "Connection reset by peer" in str(error)
+    assert "ConnectionError" in str(error)  # redis-py's own words differ by release

@@ -29,7 +29,7 @@ from freqguard import (
 )
 from freqguard.backends.redis import RedisBackend
 from freqguard.script.contract import STALE_GRACE_US
-from tests.conftest import examples, flush
+from tests.conftest import examples, flush, flush_scripts
 from tests.servers import RedisServer, state_keys
 
 LAG = 0.3  # seconds; below STALE_GRACE_US
@@ -227,18 +227,30 @@ def test_memory_redis_and_cluster_decide_alike(
     redis_backend: RedisBackend,
     bucketed_backend: RedisBackend,
     cluster_backend: RedisBackend,
+    scripts_backend: RedisBackend,
+    scripts_cluster_backend: RedisBackend,
     redis_server: RedisServer,
     redis_cluster: list[RedisServer],
+    scripts_server: RedisServer,
+    scripts_cluster: list[RedisServer],
     rules: list[Rule],
     pool: list[dict[str, str]],
     ops: list[Any],
     start: int,
 ) -> None:
     """... and Redis with records shared in buckets (on one server with the plain records:
-    other keys)."""
+    other keys), and servers and a cluster without Redis Functions (EVAL scripts)."""
     flush([redis_server, *redis_cluster])
+    flush_scripts([scripts_server, *scripts_cluster])
     policy = _unique(rules)
-    backends = [MemoryBackend(), redis_backend, bucketed_backend, cluster_backend]
+    backends = [
+        MemoryBackend(),
+        redis_backend,
+        bucketed_backend,
+        cluster_backend,
+        scripts_backend,
+        scripts_cluster_backend,
+    ]
     _assert_alike(backends, policy, pool, ops, start)
 
 

@@ -5,6 +5,7 @@ every public operation raises, from redis-py's error, the one ``_boundary.transl
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from typing import Any
 
 from redis.asyncio import Redis as AsyncRedis
@@ -12,6 +13,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import AskError, ConnectionError, MovedError, SlotNotCoveredError
 
 from freqguard.backends import _routing as routing
+from freqguard.backends._async.prepare import AsyncPreparation
 from freqguard.backends._boundary import (
     ERRORS,
     Unreplicated,
@@ -19,12 +21,9 @@ from freqguard.backends._boundary import (
     translate,
     unconnected,
 )
-from freqguard.backends._claims import Claims, claim
 from freqguard.backends._durability import Durability
-from freqguard.backends._flight import AsyncSingleFlight
-from freqguard.backends._inspect import inspection
-from freqguard.backends._lanes import AsyncJob, AsyncLane, adrive, aexchange_all
-from freqguard.backends._library import ATTEMPTS, LIBRARY, LOAD, after_load, again, missing
+from freqguard.backends._lanes import AsyncJob, AsyncLane, aexchange_all
+from freqguard.backends._library import ATTEMPTS, again, missing
 from freqguard.backends._redispy import aclose_node_pools
 from freqguard.backends._resp import (
     ASKING,
@@ -69,10 +68,13 @@ class AsyncRedisBackend:
         buckets: share the records of many partition values in this many hashes a policy
             (1 to 2^32), one compact string each: fewer bytes, more server time; 0 (default):
             a hash each; every client of a prefix alike. See docs/redis.md.
+        scripts: how calls reach the policy function: ``"functions"`` (Redis Functions,
+            Redis 7.0+), ``"eval"`` (EVALSHA scripts, for stores without Functions), or
+            ``"auto"`` (default): Functions unless the store refuses them.
 
     Raises:
         ConfigError: a bad ``wait_replicas``, ``wait_timeout`` (or one not shorter than the
-            client's socket timeout) or ``buckets``.
+            client's socket timeout), ``buckets`` or ``scripts``.
     """
 
     #: On a cluster, the node each call goes to (``host:port``): the guard's circuit
@@ -87,6 +89,7 @@ class AsyncRedisBackend:
         wait_replicas: int = 0,
         wait_timeout: float = 0.1,
         buckets: int = 0,
+        scripts: str = "auto",
     ) -> None:
         self.buckets = check_buckets(buckets)  # the guard builds its keys by it
         self._durability = durability = Durability(wait_replicas, wait_timeout, client)
@@ -102,10 +105,7 @@ class AsyncRedisBackend:
         self._direct = self._cluster or not routing.single_connection(client)
         # the one-call path sends no WAIT: with wait_replicas, every call goes as a batch
         self._fast = self._direct and not self._wait
-        self._inspected = False
-        self._claims = Claims(self.buckets)
-        self._inspecting, self._claiming = AsyncSingleFlight(), AsyncSingleFlight()
-        self._loading = AsyncSingleFlight()
+        self._ready = AsyncPreparation(client, self._cluster, self.buckets, scripts)
 
     async def aexecute(self, call: ScriptCall) -> Reply:
         """Run one call.
@@ -115,12 +115,12 @@ class AsyncRedisBackend:
             ConfigError: the client is standalone and the server a cluster node.
         """
         try:
-            slow = not (self._inspected and self._fast) or self._claims.wanted(call)
+            slow = not self._fast or self._ready.wanted(call)
             if slow or routing.unmapped(self.client):
                 # the first calls take the long way, and those that must learn the slots
                 return (await self._run([call]))[0]
             # the common case, without a batch's bookkeeping
-            packed, key = encode(call)
+            packed, key = encode(call, self._ready.library)
             try:
                 results = await self._lane(key).exchange(packed, 1)
             except SlotNotCoveredError:  # a hole in the slot map: the batch learns it
@@ -144,9 +144,7 @@ class AsyncRedisBackend:
 
     async def aexecute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
         """Run calls in order (calls on one key see each other's effects); raises as
-        :meth:`aexecute`.
-
-        Raises:
+        :meth:`aexecute`, and:
             PartialFailure: on a cluster, some nodes answered and others failed: each call's
                 reply or error (a failure of every call is raised as it came).
         """
@@ -176,7 +174,7 @@ class AsyncRedisBackend:
         their order), the nodes at once; replies in input order."""
         if not calls:
             return []
-        await self._prepare(calls)
+        await self._ready.prepare(calls)
         if not self._direct:  # one connection: WAIT after the calls counts them
             results: list[object] = [await self._command(call) for call in calls]
             durability = self._durability
@@ -222,9 +220,10 @@ class AsyncRedisBackend:
         wait = self._durability.frame(calls)
         if not self._cluster:  # one lane; framed as the batch is sent
             count = len(calls) + bool(wait)
-            streamed = await self._lane(b"").stream(lambda: chunks(calls, wait), count)
+            library = self._ready.library
+            streamed = await self._lane(b"").stream(lambda: chunks(calls, wait, library), count)
             return self._durability.acked(streamed, calls) if wait else streamed
-        groups = await self._groups([encode(call) for call in calls])
+        groups = await self._groups([encode(call, self._ready.library) for call in calls])
         waits = [self._durability.frame([calls[i] for i in indices]) for _, indices, _ in groups]
         jobs = [
             (lane, b"".join(packed) + wait, len(packed) + bool(wait))
@@ -248,9 +247,13 @@ class AsyncRedisBackend:
             redo = [i for i, result in enumerate(results) if missing(result)]
             if not redo:
                 return
-            encoded = [encode(calls[i]) for i in redo]
+            library = self._ready.library
+            encoded = [encode(calls[i], library) for i in redo]
             groups = await self._groups(encoded)
-            framed = [again([encoded[i] for i in ix], atomic, self._slot_of) for _, ix, _ in groups]
+            framed = [
+                again(library, [encoded[i] for i in ix], atomic, self._slot_of)
+                for _, ix, _ in groups
+            ]
             waits = [self._durability.frame([calls[redo[i]] for i in ix]) for _, ix, _ in groups]
             jobs = [
                 (lane, data + wait, count + bool(wait))
@@ -305,15 +308,18 @@ class AsyncRedisBackend:
             await routing.alearn_slots(self.client)
             if (owner := routing.owner_at(self.client, error.host, error.port)) is None:
                 raise error
-        wait = self._durability.frame([call])
-        lane = self._lane_of(owner)
-        _, *answer = await lane.exchange(ASKING + encode(call)[0] + wait, 2 + bool(wait))
+        wait, library = self._durability.frame([call]), self._ready.library
+        lane, packed = self._lane_of(owner), encode(call, library)[0]
+        _, *answer = await lane.exchange(ASKING + packed + wait, 2 + bool(wait))
         (result,) = self._durability.acked(answer, [call]) if wait else answer
         if missing(result):
-            packed = LOAD + ASKING + encode(call)[0] + wait
-            loaded, _, *answer = await lane.exchange(packed, 3 + bool(wait))
+            n = library.loads
+            loaded, *answer = await lane.exchange(
+                library.load + ASKING + packed + wait, n + 2 + bool(wait)
+            )
+            answer = answer[n:]
             (result,) = self._durability.acked(answer, [call]) if wait else answer
-            result = after_load(loaded, result)
+            result = library.after_load(loaded, result)
         if isinstance(result, Exception):
             raise result
         return result  # type: ignore[return-value]
@@ -343,9 +349,11 @@ class AsyncRedisBackend:
         return answers
 
     async def _groups(self, encoded: list[tuple[bytes, bytes]]) -> list[_Group]:
-        """Encoded calls by lane (``per_lane``); a slot the map lacks: learnt again, once."""
-        if routing.unmapped(self.client):  # a lost node: the client's map is to be learnt again
-            await routing.alearn_slots(self.client)
+        """Encoded calls by lane (``per_lane``); a slot the map lacks: learnt again, once.
+        A map to learn again after a lost node that cannot be (yet): the map it has."""
+        if routing.unmapped(self.client):
+            with suppress(*ERRORS):
+                await routing.alearn_slots(self.client)
         try:
             return routing.per_lane(encoded, self._lane)
         except SlotNotCoveredError:
@@ -371,7 +379,8 @@ class AsyncRedisBackend:
         """The call through redis-py's own command API (which also follows redirections). A
         missing library is loaded and the call repeated, ``ATTEMPTS`` tries in all: the
         client's API cannot hold the load and the call in one transaction."""
-        args = function_args(call)
+        library = self._ready.library
+        args = function_args(call, library)
         attempts = ATTEMPTS
         while True:
             try:
@@ -380,21 +389,4 @@ class AsyncRedisBackend:
                 attempts -= 1
                 if not (missing(exc) and attempts):
                     raise
-            await self._loading.run(lambda: self.client.function_load(LIBRARY, replace=True))
-
-    async def _prepare(self, calls: Sequence[ScriptCall]) -> None:
-        """Before calls go: the server's checks, once for every caller meanwhile (a failure
-        leaves them to the next), and each new policy's buckets setting (``_claims``)."""
-        if not self._inspected:
-            await self._inspecting.run(self._inspection)
-        while self._claims.keys(calls):  # one caller's claims at a time: one connection
-            await self._claiming.run(lambda: self._claim(calls))
-
-    async def _claim(self, calls: Sequence[ScriptCall]) -> None:
-        for key in self._claims.keys(calls):
-            await adrive(claim(self.client, key, self.buckets), ERRORS)
-            self._claims.done(key)
-
-    async def _inspection(self) -> None:
-        await adrive(inspection(self.client, self._cluster, self.buckets > 0), ERRORS)
-        self._inspected = True
+            await self._ready.load(library)

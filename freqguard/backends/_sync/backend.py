@@ -6,6 +6,7 @@ every public operation raises, from redis-py's error, the one ``_boundary.transl
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from typing import Any
 
 from redis import Redis
@@ -20,12 +21,9 @@ from freqguard.backends._boundary import (
     translate,
     unconnected,
 )
-from freqguard.backends._claims import Claims, claim
 from freqguard.backends._durability import Durability
-from freqguard.backends._flight import SingleFlight
-from freqguard.backends._inspect import inspection
-from freqguard.backends._lanes import Job, Lane, drive, exchange_all
-from freqguard.backends._library import ATTEMPTS, LIBRARY, LOAD, after_load, again, missing
+from freqguard.backends._lanes import Job, Lane, exchange_all
+from freqguard.backends._library import ATTEMPTS, again, missing
 from freqguard.backends._redispy import close_node_pools
 from freqguard.backends._resp import (
     ASKING,
@@ -36,6 +34,7 @@ from freqguard.backends._resp import (
     function_args,
     record_key,
 )
+from freqguard.backends._sync.prepare import Preparation
 from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable, raise_failures
 from freqguard.script.calls import Reply, ScriptCall, unpack
@@ -70,10 +69,13 @@ class RedisBackend:
         buckets: share the records of many partition values in this many hashes a policy
             (1 to 2^32), one compact string each: fewer bytes, more server time; 0 (default):
             a hash each; every client of a prefix alike. See docs/redis.md.
+        scripts: how calls reach the policy function: ``"functions"`` (Redis Functions,
+            Redis 7.0+), ``"eval"`` (EVALSHA scripts, for stores without Functions), or
+            ``"auto"`` (default): Functions unless the store refuses them.
 
     Raises:
         ConfigError: a bad ``wait_replicas``, ``wait_timeout`` (or one not shorter than the
-            client's socket timeout) or ``buckets``.
+            client's socket timeout), ``buckets`` or ``scripts``.
     """
 
     #: On a cluster, the node each call goes to (``host:port``): the guard's circuit
@@ -88,6 +90,7 @@ class RedisBackend:
         wait_replicas: int = 0,
         wait_timeout: float = 0.1,
         buckets: int = 0,
+        scripts: str = "auto",
     ) -> None:
         self.buckets = check_buckets(buckets)  # the guard builds its keys by it
         self._durability = durability = Durability(wait_replicas, wait_timeout, client)
@@ -103,10 +106,7 @@ class RedisBackend:
         self._direct = self._cluster or not routing.single_connection(client)
         # the one-call path sends no WAIT: with wait_replicas, every call goes as a batch
         self._fast = self._direct and not self._wait
-        self._inspected = False
-        self._claims = Claims(self.buckets)
-        self._inspecting, self._claiming = SingleFlight(), SingleFlight()
-        self._loading = SingleFlight()
+        self._ready = Preparation(client, self._cluster, self.buckets, scripts)
 
     def execute(self, call: ScriptCall) -> Reply:
         """Run one call.
@@ -116,12 +116,12 @@ class RedisBackend:
             ConfigError: the client is standalone and the server a cluster node.
         """
         try:
-            slow = not (self._inspected and self._fast) or self._claims.wanted(call)
+            slow = not self._fast or self._ready.wanted(call)
             if slow or routing.unmapped(self.client):
                 # the first calls take the long way, and those that must learn the slots
                 return (self._run([call]))[0]
             # the common case, without a batch's bookkeeping
-            packed, key = encode(call)
+            packed, key = encode(call, self._ready.library)
             try:
                 results = self._lane(key).exchange(packed, 1)
             except SlotNotCoveredError:  # a hole in the slot map: the batch learns it
@@ -145,9 +145,7 @@ class RedisBackend:
 
     def execute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
         """Run calls in order (calls on one key see each other's effects); raises as
-        :meth:`execute`.
-
-        Raises:
+        :meth:`execute`, and:
             PartialFailure: on a cluster, some nodes answered and others failed: each call's
                 reply or error (a failure of every call is raised as it came).
         """
@@ -177,7 +175,7 @@ class RedisBackend:
         their order), the nodes at once; replies in input order."""
         if not calls:
             return []
-        self._prepare(calls)
+        self._ready.prepare(calls)
         if not self._direct:  # one connection: WAIT after the calls counts them
             results: list[object] = [self._command(call) for call in calls]
             durability = self._durability
@@ -223,9 +221,10 @@ class RedisBackend:
         wait = self._durability.frame(calls)
         if not self._cluster:  # one lane; framed as the batch is sent
             count = len(calls) + bool(wait)
-            streamed = self._lane(b"").stream(lambda: chunks(calls, wait), count)
+            library = self._ready.library
+            streamed = self._lane(b"").stream(lambda: chunks(calls, wait, library), count)
             return self._durability.acked(streamed, calls) if wait else streamed
-        groups = self._groups([encode(call) for call in calls])
+        groups = self._groups([encode(call, self._ready.library) for call in calls])
         waits = [self._durability.frame([calls[i] for i in indices]) for _, indices, _ in groups]
         jobs = [
             (lane, b"".join(packed) + wait, len(packed) + bool(wait))
@@ -249,9 +248,13 @@ class RedisBackend:
             redo = [i for i, result in enumerate(results) if missing(result)]
             if not redo:
                 return
-            encoded = [encode(calls[i]) for i in redo]
+            library = self._ready.library
+            encoded = [encode(calls[i], library) for i in redo]
             groups = self._groups(encoded)
-            framed = [again([encoded[i] for i in ix], atomic, self._slot_of) for _, ix, _ in groups]
+            framed = [
+                again(library, [encoded[i] for i in ix], atomic, self._slot_of)
+                for _, ix, _ in groups
+            ]
             waits = [self._durability.frame([calls[redo[i]] for i in ix]) for _, ix, _ in groups]
             jobs = [
                 (lane, data + wait, count + bool(wait))
@@ -306,15 +309,18 @@ class RedisBackend:
             routing.learn_slots(self.client)
             if (owner := routing.owner_at(self.client, error.host, error.port)) is None:
                 raise error
-        wait = self._durability.frame([call])
-        lane = self._lane_of(owner)
-        _, *answer = lane.exchange(ASKING + encode(call)[0] + wait, 2 + bool(wait))
+        wait, library = self._durability.frame([call]), self._ready.library
+        lane, packed = self._lane_of(owner), encode(call, library)[0]
+        _, *answer = lane.exchange(ASKING + packed + wait, 2 + bool(wait))
         (result,) = self._durability.acked(answer, [call]) if wait else answer
         if missing(result):
-            packed = LOAD + ASKING + encode(call)[0] + wait
-            loaded, _, *answer = lane.exchange(packed, 3 + bool(wait))
+            n = library.loads
+            loaded, *answer = lane.exchange(
+                library.load + ASKING + packed + wait, n + 2 + bool(wait)
+            )
+            answer = answer[n:]
             (result,) = self._durability.acked(answer, [call]) if wait else answer
-            result = after_load(loaded, result)
+            result = library.after_load(loaded, result)
         if isinstance(result, Exception):
             raise result
         return result  # type: ignore[return-value]
@@ -344,9 +350,11 @@ class RedisBackend:
         return answers
 
     def _groups(self, encoded: list[tuple[bytes, bytes]]) -> list[_Group]:
-        """Encoded calls by lane (``per_lane``); a slot the map lacks: learnt again, once."""
-        if routing.unmapped(self.client):  # a lost node: the client's map is to be learnt again
-            routing.learn_slots(self.client)
+        """Encoded calls by lane (``per_lane``); a slot the map lacks: learnt again, once.
+        A map to learn again after a lost node that cannot be (yet): the map it has."""
+        if routing.unmapped(self.client):
+            with suppress(*ERRORS):
+                routing.learn_slots(self.client)
         try:
             return routing.per_lane(encoded, self._lane)
         except SlotNotCoveredError:
@@ -372,7 +380,8 @@ class RedisBackend:
         """The call through redis-py's own command API (which also follows redirections). A
         missing library is loaded and the call repeated, ``ATTEMPTS`` tries in all: the
         client's API cannot hold the load and the call in one transaction."""
-        args = function_args(call)
+        library = self._ready.library
+        args = function_args(call, library)
         attempts = ATTEMPTS
         while True:
             try:
@@ -381,21 +390,4 @@ class RedisBackend:
                 attempts -= 1
                 if not (missing(exc) and attempts):
                     raise
-            self._loading.run(lambda: self.client.function_load(LIBRARY, replace=True))
-
-    def _prepare(self, calls: Sequence[ScriptCall]) -> None:
-        """Before calls go: the server's checks, once for every caller meanwhile (a failure
-        leaves them to the next), and each new policy's buckets setting (``_claims``)."""
-        if not self._inspected:
-            self._inspecting.run(self._inspection)
-        while self._claims.keys(calls):  # one caller's claims at a time: one connection
-            self._claiming.run(lambda: self._claim(calls))
-
-    def _claim(self, calls: Sequence[ScriptCall]) -> None:
-        for key in self._claims.keys(calls):
-            drive(claim(self.client, key, self.buckets), ERRORS)
-            self._claims.done(key)
-
-    def _inspection(self) -> None:
-        drive(inspection(self.client, self._cluster, self.buckets > 0), ERRORS)
-        self._inspected = True
+            self._ready.load(library)

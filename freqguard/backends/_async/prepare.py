@@ -1,0 +1,98 @@
+"""What a Redis backend does before calls go: the server's checks once (``_inspect``),
+which way the policy function is called (Redis Functions or EVAL scripts, ``_library``), and
+each policy's buckets setting against the store's (``_claims``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from freqguard.backends._boundary import ERRORS
+from freqguard.backends._claims import Claims, claim
+from freqguard.backends._flight import AsyncSingleFlight
+from freqguard.backends._inspect import inspection
+from freqguard.backends._lanes import adrive
+from freqguard.backends._library import FUNCTIONS, SCRIPT_KINDS, SCRIPTS, Library
+from freqguard.errors import ConfigError
+from freqguard.script.calls import ScriptCall
+
+__all__ = ["AsyncPreparation", "check_scripts"]
+
+
+def check_scripts(scripts: object) -> str:
+    """``scripts`` as given, if it is one of ``_library.SCRIPT_KINDS``.
+
+    Raises:
+        ConfigError: anything else, naming what is allowed.
+    """
+    if scripts not in SCRIPT_KINDS:
+        allowed = ", ".join(repr(kind) for kind in SCRIPT_KINDS)
+        raise ConfigError(
+            f"scripts must be one of {allowed} (auto: Redis Functions where the store runs "
+            f"them, else EVAL scripts), got {scripts!r}"
+        )
+    return str(scripts)
+
+
+class AsyncPreparation:
+    """A backend's checks before its calls, and what they found."""
+
+    __slots__ = (
+        "_claiming",
+        "_claims",
+        "_client",
+        "_cluster",
+        "_inspecting",
+        "_loading",
+        "inspected",
+        "library",
+        "scripts",
+    )
+
+    def __init__(self, client: Any, cluster: bool, buckets: int, scripts: str) -> None:
+        self._client, self._cluster = client, cluster
+        self.scripts = check_scripts(scripts)
+        #: how calls reach the policy function: as Redis Functions or as EVAL scripts
+        self.library: Library = SCRIPTS if scripts == "eval" else FUNCTIONS
+        self.inspected = False
+        self._claims = Claims(buckets)
+        self._inspecting, self._claiming = AsyncSingleFlight(), AsyncSingleFlight()
+        self._loading = AsyncSingleFlight()
+
+    def wanted(self, call: ScriptCall) -> bool:
+        """Whether ``call`` must wait for :meth:`prepare` (the hot path's test)."""
+        return not self.inspected or self._claims.wanted(call)
+
+    async def prepare(self, calls: Sequence[ScriptCall]) -> None:
+        """The server's checks (once; a failure leaves them to the next call), and the
+        buckets settings of the policies not checked yet."""
+        if not self.inspected:
+            await self._inspecting.run(self._inspect)
+        if self._claims.keys(calls):  # one caller's claims at a time: one connection
+            await self._claiming.run(lambda: self._claim(calls))
+
+    async def _inspect(self) -> None:
+        told = self._choose if self.scripts == "auto" else None
+        buckets = self._claims.buckets > 0
+        await adrive(inspection(self._client, self._cluster, buckets, told), ERRORS)
+        self.inspected = True
+
+    def _choose(self, functions: bool) -> None:
+        self.library = FUNCTIONS if functions else SCRIPTS
+
+    async def _claim(self, calls: Sequence[ScriptCall]) -> None:
+        client, buckets = self._client, self._claims.buckets
+        for key in self._claims.keys(calls):
+            await adrive(claim(client, key, buckets, self._claims.marker(key)), ERRORS)
+
+    async def load(self, library: Library) -> None:
+        """The library (or the scripts) loaded through redis-py's own API, once for every
+        caller that comes meanwhile."""
+        await self._loading.run(lambda: self._load(library))
+
+    async def _load(self, library: Library) -> None:
+        for source in library.sources:
+            if library is FUNCTIONS:
+                await self._client.function_load(source, replace=True)
+            else:
+                await self._client.script_load(source)

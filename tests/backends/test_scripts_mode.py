@@ -1,0 +1,114 @@
+"""Stores without Redis Functions: the same policy function as EVALSHA scripts, chosen at the
+first call when the store refuses FUNCTION (servers started with FUNCTION and FCALL renamed
+away, as Redis 6.2, Dragonfly or a managed service would answer), or by ``scripts="eval"``
+(``?scripts=eval``); deciding as the Functions do (the differential tests run both), and
+loading its scripts again whenever a store lost them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+
+from freqguard import AsyncGuard, BackendUnavailable, ConfigError, Guard, ManualClock
+from freqguard.backends import _library
+from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
+from freqguard.backends.urls import backend_from_url
+from tests.conftest import SMS, START, flush, flush_scripts
+from tests.servers import RedisServer
+
+
+def _burst(guard: Guard) -> list[bool]:
+    return [guard.hit("sms", recipient="a", content=f"m{i}").allowed for i in range(17)]
+
+
+def test_a_store_without_functions_is_served_by_scripts_and_says_so(
+    scripts_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    flush_scripts([scripts_server])
+    backend = RedisBackend(Redis(port=scripts_server.port))
+    guard = Guard(backend, [SMS], clock=ManualClock(START))
+    with caplog.at_level(logging.WARNING, logger="freqguard"):
+        assert _burst(guard) == [True] * 15 + [False] * 2
+        assert guard.peek("sms", recipient="a", content="m0").rules[0].remaining == 0
+    assert caplog.text.count("does not run Redis Functions") == 1
+    assert backend._ready.library is _library.SCRIPTS
+    assert len(scripts_server.client.script_exists(*_library.SCRIPTS.names)) == 4
+    guard.close()
+
+
+@pytest.mark.parametrize("url_option", [True, False])
+def test_scripts_are_chosen_on_a_store_with_functions_too(
+    redis_server: RedisServer, url_option: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``scripts="eval"``: the same decisions where Functions would serve, without a word."""
+    flush([redis_server])
+    if url_option:
+        backend = backend_from_url(f"redis://127.0.0.1:{redis_server.port}?scripts=eval")
+    else:
+        backend = RedisBackend(Redis(port=redis_server.port), scripts="eval")
+    guard = Guard(backend, [SMS], clock=ManualClock(START))
+    with caplog.at_level(logging.WARNING, logger="freqguard"):
+        assert _burst(guard) == [True] * 15 + [False] * 2
+    assert "Redis Functions" not in caplog.text
+    assert redis_server.client.function_list() == []  # no library was loaded
+    guard.close()
+
+
+def test_scripts_flushed_mid_stream_are_loaded_again(scripts_server: RedisServer) -> None:
+    flush_scripts([scripts_server])
+    guard = Guard(RedisBackend(Redis(port=scripts_server.port)), [SMS], clock=ManualClock(START))
+    decisions = []
+    for i in range(40):
+        if i % 7 == 3:
+            scripts_server.client.script_flush()
+        decisions.append(guard.hit("sms", recipient="b", content=f"m{i}").allowed)
+        if i % 9 == 0:  # a batch too
+            guard.hit_many("sms", [{"recipient": "c", "content": f"n{i}"}] * 3)
+    assert decisions == [True] * 15 + [False] * 25
+    guard.close()
+
+
+def test_an_async_backend_and_a_cluster_are_served_by_scripts(
+    scripts_server: RedisServer, scripts_cluster: list[RedisServer]
+) -> None:
+    flush_scripts([scripts_server, *scripts_cluster])
+
+    async def main() -> list[list[bool]]:
+        out = []
+        for client in (
+            AsyncRedis(port=scripts_server.port),
+            AsyncRedisCluster(host="127.0.0.1", port=scripts_cluster[0].port),
+        ):
+            guard = AsyncGuard(AsyncRedisBackend(client), [SMS], clock=ManualClock(START))
+            hits = [guard.hit("sms", recipient=f"r{i % 3}", content="x") for i in range(9)]
+            out.append([d.allowed for d in await asyncio.gather(*hits)])
+            await guard.aclose()
+        return out
+
+    # 2 per 59 seconds of one content: two a recipient of three
+    assert [sorted(run) for run in asyncio.run(main())] == [[False] * 3 + [True] * 6] * 2
+    client = RedisCluster(host="127.0.0.1", port=scripts_cluster[0].port)
+    guard = Guard(RedisBackend(client), [SMS], clock=ManualClock(START))
+    many = guard.hit_many("sms", [{"recipient": f"s{i}", "content": "y"} for i in range(30)])
+    assert all(d.allowed for d in many)
+    guard.close()
+
+
+def test_functions_asked_of_a_store_without_them_fail_clearly(scripts_server: RedisServer) -> None:
+    backend = RedisBackend(Redis(port=scripts_server.port), scripts="functions")
+    guard = Guard(backend, [SMS], clock=ManualClock(START))
+    with pytest.raises(BackendUnavailable, match="unknown command"):
+        guard.hit("sms", recipient="a", content="x")
+    guard.close()
+
+
+@pytest.mark.parametrize("bad", ["lua", "", None, 1])
+def test_a_bad_scripts_option_is_refused(redis_server: RedisServer, bad: object) -> None:
+    with pytest.raises(ConfigError, match="scripts must be one of"):
+        RedisBackend(Redis(port=redis_server.port), scripts=bad)  # type: ignore[arg-type]
