@@ -213,7 +213,7 @@ class AsyncGuard:
         hits = self._hits
         plan = self._policies.plan(policy)
         if hits.alone(plan) and self._accounting.quiet:
-            # decide_op's one-call case, sent without its generator: worth ~10% of an
+            # decide_op's one-call case, sent without its generator: worth 5-15% of an
             # in-memory hit (benchmarks/README.md, "Guard.hit's one-call path"); held to the
             # other path by tests/conformance/test_hit_paths.py
             call = hits.first_call(plan, cost, ctx)

@@ -67,11 +67,11 @@ class Hits:
         nodes: bool,
     ) -> None:
         self._policies = policies
-        self._nodes = nodes
         self._failover = failover
         self._denials = denials
         self._observers = observers
         self._now = now
+        self._nodes = nodes
         self._plain = not observers.active and denials.cache is None
 
     def alone(self, plan: PolicyPlan) -> bool:

@@ -1,6 +1,6 @@
 """``hit`` has two paths, held equal here. A hit of a policy on one part, with nothing to do
 around its one call (no observers, no deny cache, store failures raised, a breaker counting
-no failures), is sent by ``hit`` itself (the one-call path: ~10% of an in-memory hit, see
+no failures), is sent by ``hit`` itself (the one-call path: 5-15% of an in-memory hit, see
 benchmarks/README.md); every other hit, and every other operation, drives the operation's
 generator (``decide_op``) through the guard's ``_run``.
 
