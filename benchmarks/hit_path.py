@@ -43,7 +43,7 @@ def one_call(guard: Guard, recipient: str, content: str) -> object:
 
 def generic(guard: Guard, recipient: str, content: str) -> object:
     ctx = {"recipient": recipient, "content": content}
-    return guard._run(guard._decide("sms", 1, ctx, HIT), "sms")
+    return guard._run(guard._hits.decide("sms", 1, ctx, HIT), "sms")
 
 
 async def aone_call(guard: AsyncGuard, recipient: str, content: str) -> object:
@@ -52,7 +52,7 @@ async def aone_call(guard: AsyncGuard, recipient: str, content: str) -> object:
 
 async def ageneric(guard: AsyncGuard, recipient: str, content: str) -> object:
     ctx = {"recipient": recipient, "content": content}
-    return await guard._run(guard._decide("sms", 1, ctx, HIT), "sms")
+    return await guard._run(guard._hits.decide("sms", 1, ctx, HIT), "sms")
 
 
 class Tally:

@@ -61,7 +61,7 @@ def main() -> None:
     stream = sms_stream(100_000 + 2 * args.messages)
     with standalone(Path(tempfile.mkdtemp(prefix="fg-stages-"))) as server:
         client = Redis(port=server.port)
-        plan = Guard(RedisBackend(client), [sms_policy(Strategy.SLIDING_LOG)])._lookup("sms")
+        plan = Guard(RedisBackend(client), [sms_policy(Strategy.SLIDING_LOG)])._policies.plan("sms")
 
         def batch(part: list[tuple[str, str]]) -> list[tuple[object, ...]]:
             return [

@@ -169,7 +169,7 @@ def reply_times(guard: Guard | AsyncGuard, decision: Decision) -> tuple[int, ...
     report = decision._report
     assert isinstance(report, partial), "read the replies before the report is built"
     replies = report.args[0]
-    plan = guard._lookup(decision.policy)
+    plan = guard._policies.plan(decision.policy)
     times = [0] * len(plan.policy.rules)
     for part, reply in zip(plan.parts, replies, strict=True):
         for index in part.rule_index:

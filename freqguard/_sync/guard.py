@@ -2,14 +2,16 @@
 """The guard: the engine every operation goes through.
 
 Written once, for asyncio; the sync guard (``freqguard/_sync/guard.py``) is generated
-from it by ``scripts/unasync.py``. Both drive the same I/O-free operations
-(:mod:`freqguard.engine`); what differs is only how a batch of script calls is sent and
-how a wait is made (``_io.py``, written by hand on each side).
+from it by ``scripts/unasync.py``. Both are made of the same I/O-free parts
+(:mod:`freqguard.engine`: the registry, the failover, the deny cache's use, the accounting
+of store calls, the operations and the receipts, each one object) and drive the same
+operations; what differs is only how a batch of script calls is sent and how a wait is made
+(``_io.py``, written by hand on each side).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import TypeVar, overload
 
@@ -18,27 +20,41 @@ from freqguard.backends.base import SyncBackend
 from freqguard.backends.memory import MemoryBackend
 from freqguard.clock import Clock
 from freqguard.decision import Decision
-from freqguard.engine.base import DEFAULT_BREAKER, GuardBase, check_backend
+from freqguard.engine.accounting import Accounting
 from freqguard.engine.breaker import Breaker
+from freqguard.engine.denials import Denials
 from freqguard.engine.denycache import DenyCache
-from freqguard.engine.failover import Elsewhere
+from freqguard.engine.failover import Elsewhere, Failover
+from freqguard.engine.hits import Hits
 from freqguard.engine.limits import limit_call, limits_calls, limits_of
+from freqguard.engine.observers import Observers
 from freqguard.engine.ops import Op, Sleep
-from freqguard.engine.refunds import maybe_applied, op_policy, unspend
+from freqguard.engine.refunds import Receipts, maybe_applied, unspend
+from freqguard.engine.registry import PolicyRegistry
+from freqguard.engine.settings import (
+    DEFAULT_BREAKER,
+    Now,
+    Shared,
+    Sharing,
+    check_backend,
+    check_breaker,
+    check_observers,
+    check_policies,
+)
 from freqguard.errors import BackendUnavailable
-from freqguard.observe.base import Observer
-from freqguard.policy import OnError, Policy
+from freqguard.observe.base import Observer, backend_label
+from freqguard.policy import OnError, Policy, check_on_error
 from freqguard.rates import Rate
-from freqguard.rules import Rule
+from freqguard.rules import Rule, check_name
 from freqguard.script.calls import Reply
-from freqguard.script.contract import CHECK
+from freqguard.script.contract import CHECK, HIT, REFUND
 
 __all__ = ["Guard"]
 
 T = TypeVar("T")
 
 
-class Guard(GuardBase):
+class Guard:
     """The synchronous engine.
 
     Args:
@@ -81,9 +97,73 @@ class Guard(GuardBase):
         if backend is not None:
             check_backend("Guard", backend, self._methods)
         self.backend: SyncBackend = backend if backend is not None else MemoryBackend()
-        breaker = Breaker() if breaker is DEFAULT_BREAKER else breaker
-        args = (policies, clock, prefix, on_error, deny_cache, observers, breaker)
-        super().__init__(self.backend, *args)
+        policies = check_policies(policies)
+        self._now = Now(clock)
+        self.prefix = check_name("key prefix", prefix)
+        owner = type(self).__name__
+        self.on_error: object = check_on_error(on_error, owner, self._methods)
+        self.breaker = check_breaker(breaker)
+        self.observers = check_observers(observers)
+        denials = Denials(deny_cache, clock)
+        registry = PolicyRegistry(
+            self.prefix, self.backend.clock.now_us, getattr(self.backend, "buckets", 0)
+        )
+        failover = Failover(self.on_error, owner, self._methods, self.breaker, self.prefix)
+        self._compose(registry, failover, denials)
+        for policy in policies:
+            self.add_policy(policy)
+
+    def _compose(self, policies: PolicyRegistry, failover: Failover, denials: Denials) -> None:
+        """Make the parts every operation goes through, around the guard's registry,
+        failover and deny cache (its own, or those of the sync guard it faces)."""
+        label = backend_label(self.backend)
+        observers = Observers(self.observers, label)
+        node_of = getattr(self.backend, "node_of", None)
+        self._policies, self._failover, self._denials = policies, failover, denials
+        self._accounting = Accounting(self.breaker, observers, node_of, label)
+        self._hits = Hits(policies, failover, denials, observers, self._now, node_of is not None)
+        self._receipts = Receipts(policies, failover, denials, self._now)
+
+    def _shared(self) -> Shared:
+        """What an async face of this guard shares with it (see :meth:`_adopt`)."""
+        parts = (self._policies, self._failover, self._denials, self.breaker, self.observers)
+        return Shared(*parts)
+
+    def _adopt(self, other: Sharing, fallback: Callable[[object], object]) -> None:
+        """Share ``other``'s registry, ``on_error``, breaker, deny cache and observers, not
+        copies: a policy added to either, now or later, is known to both (an async face of
+        a sync guard). ``fallback`` adapts its fallback backends to this guard's kind."""
+        shared = other._shared()
+        self.breaker, self.observers = shared.breaker, shared.observers
+        failover = shared.failover.facing(fallback, type(self).__name__, self._methods)
+        self.on_error = failover.default
+        self._compose(shared.policies, failover, shared.denials)
+
+    @property
+    def clock(self) -> Clock | None:
+        """The clock that pins time for every backend, or None (the backend's own time)."""
+        return self._now.clock
+
+    @clock.setter
+    def clock(self, clock: Clock | None) -> None:
+        self._now.clock = clock
+
+    @property
+    def policies(self) -> Mapping[str, Policy]:
+        """The registered policies by name."""
+        return self._policies.policies
+
+    def add_policy(self, policy: Policy) -> None:
+        """Register a policy; re-adding an equal one is a no-op, a different one an error.
+
+        Raises:
+            ConfigError: not a Policy, a different policy of that name registered, or an
+                ``on_error`` this guard cannot drive.
+        """
+        plan = self._policies.compile(policy)
+        if plan is not None:
+            self._failover.add(plan)
+            self._policies.add(plan)
 
     def _run(self, op: Op[T], policy: str, whole: bool = False) -> T:
         """Drive ``op``. When the caller is cancelled (asyncio only), what the operation
@@ -109,12 +189,13 @@ class Guard(GuardBase):
         """One step of an operation: its calls sent (the breaker's say, the observers told),
         or sent to the fallback, or a wait."""
         if type(step) is list:
-            sent = self._admitted(policy, step)
+            accounting = self._accounting
+            sent = accounting.admitted(policy, step)
             try:
                 outcome: list[Reply] | BackendUnavailable = send(self.backend, sent, whole)
             except BackendUnavailable as exc:
                 outcome = exc
-            return self._finished(policy, step, sent, outcome)
+            return accounting.finished(policy, step, sent, outcome)
         if isinstance(step, Elsewhere):
             return send(step.backend, step.calls, whole)
         assert isinstance(step, Sleep)
@@ -128,33 +209,36 @@ class Guard(GuardBase):
             ConfigError: unknown policy, missing or unknown dimension, bad cost.
             BackendUnavailable: the store failed (and ``on_error`` is ``"raise"``).
         """
-        plan = self._lookup(policy)
-        if self._one_call(plan):
-            # decide_op's one-call case, sent without its generator: worth ~10% of an
-            # in-memory hit (benchmarks/README.md, "Guard.hit's one-call path")
-            call = self._first_call(plan, cost, ctx)
+        hits = self._hits
+        plan = self._policies.plan(policy)
+        if hits.alone(plan) and self._accounting.quiet:
+            # decide_op's one-call case, sent without its generator: worth 5-15% of an
+            # in-memory hit (benchmarks/README.md, "Guard.hit's one-call path"); held to the
+            # other path by tests/conformance/test_hit_paths.py
+            call = hits.first_call(plan, cost, ctx)
             try:
                 reply = self.backend.execute(call)
             except BackendUnavailable as exc:
-                self._store_failed(exc, policy, [call])
+                self._accounting.failed_alone(policy, call, exc)
                 raise
-            return self._first_reply(plan, call, reply)
-        hit = self._hit(policy, cost, ctx)
+            return plan.decide([reply], call.texts, call.cost, HIT)
+        hit = hits.hit(policy, cost, ctx)
         if hit.cached is not None:
             return hit.cached
         whole = not hit.plan.single_part
-        return self._hit_done(hit, self._run(self._hit_op(hit), policy, whole))
+        return hits.hit_done(hit, self._run(hits.hit_op(hit), policy, whole))
 
     def peek(self, policy: str, **ctx: object) -> Decision:
         """What a hit of cost 1 would answer (remaining as of now); changes nothing."""
-        return self._run(self._decide(policy, 1, ctx, CHECK), policy)
+        return self._run(self._hits.decide(policy, 1, ctx, CHECK), policy)
 
     def hit_many(
         self, policy: str, contexts: Iterable[Mapping[str, object]], cost: int = 1
     ) -> list[Decision]:
         """Many hits in one batch, decided in order; every context is validated first."""
-        hits, sent, op = self._many(policy, contexts, cost)
-        return self._many_done(hits, sent, self._run(op, policy, True) if sent else [])
+        hits, sent, op = self._hits.many(policy, contexts, cost)
+        decided = self._run(op, policy, True) if sent else []
+        return self._hits.many_done(hits, sent, decided)
 
     def acquire(
         self, policy: str, timeout: float | None = None, cost: int = 1, **ctx: object
@@ -165,8 +249,9 @@ class Guard(GuardBase):
             CapExceeded: when the turn comes later than the timeout allows (at once, no wait).
         """
         clock = self.clock or self.backend.clock
-        hit, op = self._acquire(policy, timeout, cost, ctx, clock)
-        return self._hit_done(hit, self._run(op, policy, not hit.plan.single_part))
+        hit, op = self._hits.acquire(policy, timeout, cost, ctx, clock)
+        decision = self._run(op, policy, not hit.plan.single_part)
+        return self._hits.hit_done(hit, decision)
 
     @overload
     def refund(self, policy: Decision, /) -> Decision: ...
@@ -191,14 +276,17 @@ class Guard(GuardBase):
         Raises:
             ConfigError: a decision already refunded, or given with a cost or context.
         """
-        op = self._refund(policy, cost, ctx)
+        if not isinstance(policy, Decision):
+            count = 1 if cost is None else cost
+            return self._run(self._hits.decide(policy, count, ctx, REFUND), policy)
+        op = self._receipts.refund(policy, cost, ctx)
         if isinstance(op, Decision):
             return op
         try:
-            return self._run(op, op_policy(policy))
+            return self._run(op, policy.policy)
         except BaseException as exc:
             if not maybe_applied(exc):
-                unspend(policy.receipt if isinstance(policy, Decision) else None)
+                unspend(policy.receipt)
             raise
 
     def reset(
@@ -220,7 +308,7 @@ class Guard(GuardBase):
             BackendUnavailable: the store failed, whatever ``on_error`` says (a reset that
                 did not happen is never answered as if it had).
         """
-        op, ids = self._reset(policy, rules, ctx)
+        op, ids = self._hits.reset(policy, rules, ctx)
         self._run(op, policy)
         return ids
 
@@ -249,24 +337,24 @@ class Guard(GuardBase):
             ConfigError: an unknown policy or rule, a context other than the partition, a
                 rate the rule cannot take (its strategy's or the policy's bounds), a bad ttl.
         """
-        plan = self._lookup(policy)
+        plan = self._policies.plan(policy)
         call = limit_call(plan, rule, rate, ttl, ctx, self._now())
         send(self.backend, [call], False)
-        self._forget(plan, None)
+        self._denials.forget(plan, None)
 
     def clear_limit(self, policy: str, rule: str | Rule, **ctx: object) -> None:
         """Decide the rule at its own rate again for that partition value (see
         :meth:`set_limit`); nothing happens where no limit was set."""
-        plan = self._lookup(policy)
+        plan = self._policies.plan(policy)
         call = limit_call(plan, rule, None, None, ctx, self._now(), clear=True)
         send(self.backend, [call], False)
-        self._forget(plan, None)
+        self._denials.forget(plan, None)
 
     def limits_for(self, policy: str, **ctx: object) -> dict[str, Rate | None]:
         """Every rule's rate by rule id, as it applies to this context now: its per-key
         limit's, None where exempt, else its own. ``ctx`` names the partition values (a
         hit's whole context is accepted too)."""
-        plan = self._lookup(policy)
+        plan = self._policies.plan(policy)
         replies = send(self.backend, limits_calls(plan, ctx, self._now()), False)
         return limits_of(plan, replies)
 

@@ -1,71 +1,68 @@
-"""Around each step's store calls: the breaker's say before, the breaker and the observers told
-after, and a failure answered by the policy's ``on_error``."""
+"""The accounting of a guard's store calls: the breaker's say before each step's calls (a
+circuit per store node), and after them the breaker told each node's outcome and the
+observers each failure."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
-from freqguard.decision import Decision
-from freqguard.engine.breaker import CircuitOpen
-from freqguard.engine.failover import (
-    fail_answer,
-    mark_all,
-    resilient,
-)
-from freqguard.engine.ops import Op
-from freqguard.engine.plan import PolicyPlan
-from freqguard.engine.registry import Registry
+from freqguard.engine.breaker import Breaker, CircuitOpen
+from freqguard.engine.observers import Observers
 from freqguard.errors import (
     BackendUnavailable,
     PartialFailure,
     raise_failures,
 )
-from freqguard.observe.base import Observer
 from freqguard.script.calls import Reply, ScriptCall
 
 __all__ = ["Accounting"]
 
-T = TypeVar("T")
-_log = logging.getLogger("freqguard")
 
+class Accounting:
+    """What a guard does around the store calls of each step.
 
-class Accounting(Registry):
-    """What a guard does around the store calls of a step."""
+    Args:
+        breaker: the guard's breaker, or None.
+        observers: the guard's observers, told of each failure.
+        node_of: the backend's, when it has several nodes (Redis Cluster): the node each
+            call goes to, a circuit each.
+        label: the backend's label, for messages.
+    """
 
-    def _guarded(
+    __slots__ = ("_breaker", "_label", "_node_of", "_observers")
+
+    def __init__(
         self,
-        plan: PolicyPlan,
-        make: Callable[[PolicyPlan], Op[T]],
-        answer: Callable[[str, BackendUnavailable], T],
-        cost: int = 0,
-    ) -> Op[T]:
-        """``make(plan)``, with a store failure answered by the policy's ``on_error`` (a
-        fallback runs it again there, with the plan it decides with there; a hit of a
-        ``cost`` its shared-out limits can never admit fails closed instead, to wait for
-        the store)."""
-        how, there = self._on_failure(plan, cost)
-        if how == "raise":
-            return make(plan)
-        return resilient(lambda: make(plan), how, answer, mark_all, lambda: make(there))
+        breaker: Breaker | None,
+        observers: Observers,
+        node_of: Callable[[ScriptCall], object] | None,
+        label: str,
+    ) -> None:
+        self._breaker = breaker
+        self._observers = observers
+        self._node_of = node_of
+        self._label = label
 
-    def _fail(self, plan: PolicyPlan, cost: int) -> Callable[[str, BackendUnavailable], Decision]:
-        rules, breaker = plan.policy.rules, self.breaker
-        return lambda source, exc: fail_answer(plan.name, rules, cost, source, exc, breaker)
+    @property
+    def quiet(self) -> bool:
+        """Whether there is nothing to do around a call: the breaker (if any) counts no
+        failures, so it has none to check and none to reset."""
+        breaker = self._breaker
+        return breaker is None or not breaker.counting
 
     def _node(self, call: ScriptCall) -> object:
         """The store node ``call`` goes to (None: the store has one)."""
         node_of = self._node_of
         return None if node_of is None else node_of(call)
 
-    def _admitted(self, policy: str, calls: list[ScriptCall]) -> list[ScriptCall]:
+    def admitted(self, policy: str, calls: list[ScriptCall]) -> list[ScriptCall]:
         """The calls the breaker lets go to the store: ``calls`` itself while it counts no
         failures; else a :class:`_Sent` holding each call's node, named once here for the
         check and the accounting both (a slot map learnt again meanwhile must not send a
         probe's answer to another node), without the calls of open circuits. When every
         call is held back, :class:`CircuitOpen` is raised (the observers told)."""
-        breaker = self.breaker
+        breaker = self._breaker
         if breaker is None or not breaker.counting:
             return calls
         nodes = [self._node(call) for call in calls]
@@ -85,11 +82,11 @@ class Accounting(Registry):
                     held[index] = blocked
             if len(held) == len(calls):
                 error = held[0]
-                self._failed(error, policy)
+                self._observers.failed(error, policy)
                 raise error
         return _Sent([c for i, c in enumerate(calls) if i not in held], nodes, held)
 
-    def _finished(
+    def finished(
         self,
         policy: str,
         step: list[ScriptCall],
@@ -111,9 +108,10 @@ class Accounting(Registry):
         raise_failures(results, "calls")
         return results
 
-    def _store_failed(self, exc: BackendUnavailable, policy: str, calls: list[ScriptCall]) -> None:
-        """A call of the one-call path failed."""
-        self._account(policy, calls, _each(calls, exc))
+    def failed_alone(self, policy: str, call: ScriptCall, exc: BackendUnavailable) -> None:
+        """The one call of a hit sent alone (while :attr:`quiet`) failed: the observers and
+        the breaker told."""
+        self._account(policy, [call], _each([call], exc))
 
     def _account(
         self,
@@ -130,8 +128,8 @@ class Accounting(Registry):
         for result in results:
             if isinstance(result, BackendUnavailable) and id(result) not in seen:
                 seen.add(id(result))
-                self._failed(result, policy)
-        breaker = self.breaker
+                self._observers.failed(result, policy)
+        breaker = self._breaker
         if breaker is None:
             return
         down: set[object] = set()
@@ -152,35 +150,6 @@ class Accounting(Registry):
             breaker.succeeded(node)
         for node in down:
             breaker.failed(node)
-
-    def _decided(self, decision: Decision, texts: Mapping[str, str], seconds: float) -> None:
-        for observer in self.observers:
-            try:
-                observer.decided(decision, texts, seconds)
-            except Exception as exc:  # an observer never changes a decision
-                self._observer_broke(observer, "decided", exc)
-
-    def _failed(self, error: BackendUnavailable, policy: str) -> None:
-        for observer in self.observers:
-            try:
-                observer.failed(error, policy, self._label)
-            except Exception as exc:  # nor how a failure is answered
-                self._observer_broke(observer, "failed", exc)
-
-    def _observer_broke(self, observer: Observer, method: str, exc: Exception) -> None:
-        """Log an observer's error once per observer, method and kind of error: it changes
-        no decision, no ``on_error`` answer and no breaker count."""
-        seen = (id(observer), method, type(exc))
-        if seen in self._broke:
-            return
-        self._broke.add(seen)
-        _log.error(
-            "freqguard: observer %r raised in %s(), ignored (logged once): %r",
-            observer,
-            method,
-            exc,
-            exc_info=exc,
-        )
 
 
 class _Sent(list[ScriptCall]):

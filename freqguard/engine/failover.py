@@ -1,23 +1,27 @@
-"""What a guard does when the store fails: the degraded answers of ``on_error``, a fallback
-backend's run of an operation, a batch settled hit by hit, and a policy's limits shared out
-among the workers that fall back (:class:`~freqguard.policy.Fallback`). I/O-free: the
-guards drive these (``on_error`` is described in :mod:`freqguard.failure`)."""
+"""What a guard does when the store fails: each policy's ``on_error`` (:class:`Failover`), the
+degraded answers, a fallback backend's run of an operation, a batch settled hit by hit, and
+a policy's limits shared out among the workers that fall back
+(:class:`~freqguard.policy.Fallback`). I/O-free: the guards drive these (``on_error`` is
+described in :mod:`freqguard.failure`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+import copy
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from freqguard.decision import Decision, make_decision, with_source
 from freqguard.engine.breaker import Breaker, CircuitOpen
+from freqguard.engine.plan import PolicyPlan
 from freqguard.errors import BackendUnavailable, ConfigError, raise_failures
-from freqguard.policy import Policy
+from freqguard.policy import Fallback, Policy, check_on_error
 from freqguard.rates import Rate, parse_rate
 from freqguard.rules import Rule
 from freqguard.script.calls import Reply, ScriptCall
 
 __all__ = [
     "Elsewhere",
+    "Failover",
     "elsewhere",
     "fail_answer",
     "mark_all",
@@ -28,6 +32,157 @@ __all__ = [
 
 T = TypeVar("T")
 _US = 1_000_000
+
+
+class Failover:
+    """Each policy's ``on_error``, and how the policy's operations answer a store failure
+    by it: checked when the policy is registered (a :class:`~freqguard.policy.Fallback`'s
+    limits shared out then, not at a hit), the degraded answers, the operation run again on
+    the fallback backend.
+
+    Args:
+        on_error: the guard's ``on_error``, checked (what a policy without its own follows).
+        owner: the guard's class name, for messages.
+        methods: what the guard calls on a backend (and on a fallback backend).
+        breaker: the guard's breaker: a fail-closed answer waits for its probe.
+        prefix: the guard's key prefix (a fallback's keys are built with it).
+
+    Attributes:
+        default: the guard's ``on_error``, as this guard drives it.
+    """
+
+    __slots__ = (
+        "_adapt",
+        "_breaker",
+        "_driven",
+        "_given",
+        "_given_default",
+        "_methods",
+        "_owner",
+        "_prefix",
+        "_shared",
+        "default",
+    )
+
+    def __init__(
+        self,
+        on_error: object,
+        owner: str,
+        methods: tuple[str, ...],
+        breaker: Breaker | None,
+        prefix: str,
+    ) -> None:
+        self.default = on_error
+        self._given_default = on_error  # as given: a face of this guard adapts it (facing)
+        self._owner, self._methods = owner, methods
+        self._breaker, self._prefix = breaker, prefix
+        self._adapt: Callable[[object], object] = _same
+        self._given: dict[str, object] = {}  # per policy, as given
+        self._driven: Mapping[str, object] = self._given  # as this guard drives it
+        self._shared: dict[tuple[str, int], tuple[PolicyPlan, PolicyPlan]] = {}
+
+    def facing(
+        self, adapt: Callable[[object], object], owner: str, methods: tuple[str, ...]
+    ) -> Failover:
+        """The same policies' ``on_error``, shared not copied, for the async face of a sync
+        guard: ``adapt`` makes each fallback backend one the face can drive."""
+        face = copy.copy(self)
+        face.default = adapt(self.default)
+        face._adapt, face._owner, face._methods = adapt, owner, methods
+        face._driven = _Adapted(self._given, adapt)
+        return face
+
+    def add(self, plan: PolicyPlan) -> None:
+        """Take the ``on_error`` of a policy being registered (its own, or the guard's),
+        checked as this guard will drive it.
+
+        Raises:
+            ConfigError: an ``on_error`` this guard cannot drive, or a Fallback whose
+                shared-out limits are refused.
+        """
+        policy = plan.policy
+        on_error = self._given_default if policy.on_error is None else policy.on_error
+        where = f"policy {policy.name!r} on {self._owner}"
+        check_on_error(self._adapt(on_error), where, self._methods)
+        if isinstance(on_error, Fallback):
+            self._shared_out(plan, on_error)
+        self._given[plan.name] = on_error
+
+    def of(self, plan: PolicyPlan) -> object:
+        """``plan``'s ``on_error``, as this guard drives it."""
+        return self._driven[plan.name]
+
+    def on_failure(self, plan: PolicyPlan, cost: int = 0) -> tuple[object, PolicyPlan]:
+        """How a store failure of ``plan`` is answered (``"raise"``, ``"allow"``, ``"deny"``
+        or the backend to fall back on) and the plan a fallback decides with: ``plan``
+        itself, or its limits shared out (:class:`~freqguard.policy.Fallback`), made once.
+        A ``cost`` the shared-out limits can never admit fails closed instead."""
+        on_error = self._driven[plan.name]
+        if not isinstance(on_error, Fallback):
+            return on_error, plan
+        there = self._shared_out(plan, on_error)
+        return (on_error.backend if there.fits(cost) else "deny"), there
+
+    def guarded(
+        self,
+        plan: PolicyPlan,
+        make: Callable[[PolicyPlan], Op[Decision]],
+        cost: int,
+        *,
+        hit: bool = False,
+    ) -> Op[Decision]:
+        """``make(plan)``, an operation of ``cost``, with a store failure answered by the
+        policy's ``on_error`` (a fallback runs it again there, with the plan it decides with
+        there; a ``hit`` of a cost its shared-out limits can never admit fails closed
+        instead, to wait for the store)."""
+        how, there = self.on_failure(plan, cost if hit else 0)
+        if how == "raise":
+            return make(plan)
+        answer = self.answer(plan, cost)
+        return resilient(lambda: make(plan), how, answer, mark_all, lambda: make(there))
+
+    def answer(self, plan: PolicyPlan, cost: int) -> Callable[[str, BackendUnavailable], Decision]:
+        """The degraded answer to a hit of ``plan`` of ``cost``, by its source
+        (``"fail-open"``, ``"fail-closed"``) and the error (:func:`fail_answer`)."""
+        rules, breaker = plan.policy.rules, self._breaker
+        return lambda source, exc: fail_answer(plan.name, rules, cost, source, exc, breaker)
+
+    def _shared_out(self, plan: PolicyPlan, fallback: Fallback) -> PolicyPlan:
+        """``plan`` with its limits shared out among the fallback's ``workers``, its keys as
+        the fallback's backend builds them (its buckets), made once."""
+        workers = fallback.workers
+        made = self._shared.get((plan.name, workers))
+        if made is None or made[0] is not plan:
+            buckets: int = getattr(fallback.backend, "buckets", 0)
+            scaled = PolicyPlan(shared_out(plan.policy, workers), self._prefix, buckets=buckets)
+            made = self._shared[(plan.name, workers)] = (plan, scaled)
+        return made[1]
+
+
+class _Adapted(Mapping[str, object]):
+    """A live view of another guard's per-policy ``on_error``, each value adapted once (a
+    hit reads it: no adapter may be made per hit)."""
+
+    def __init__(self, source: dict[str, object], adapt: Callable[[object], object]) -> None:
+        self._source, self._adapt = source, adapt
+        self._made: dict[int, tuple[object, object]] = {}  # id(value) -> (value, adapted)
+
+    def __getitem__(self, name: str) -> object:
+        value = self._source[name]
+        made = self._made.get(id(value))
+        if made is None or made[0] is not value:
+            made = self._made[id(value)] = (value, self._adapt(value))
+        return made[1]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._source)
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+
+def _same(value: object) -> object:
+    return value
 
 
 def shared_out(policy: Policy, workers: int) -> Policy:

@@ -7,55 +7,76 @@ import threading
 from collections.abc import Callable, Mapping
 
 from freqguard.decision import Decision, Receipt, with_source
-from freqguard.engine.failover import (
-    elsewhere,
-    mark_all,
-    resilient,
-)
-from freqguard.engine.hits import Hits
+from freqguard.engine.denials import Denials
+from freqguard.engine.failover import Failover, elsewhere, mark_all, resilient
 from freqguard.engine.ops import Op, refund_op
 from freqguard.engine.plan import PolicyPlan
-from freqguard.errors import (
-    BackendUnavailable,
-    ConfigError,
-)
-from freqguard.script.contract import REFUND
+from freqguard.engine.registry import PolicyRegistry
+from freqguard.errors import BackendUnavailable, ConfigError
 
-__all__ = ["Refunds", "maybe_applied", "op_policy", "unspend"]
+__all__ = ["Receipts", "maybe_applied", "unspend"]
 
 
-class Refunds(Hits):
-    """``refund(decision)``."""
+class Receipts:
+    """``refund(decision)``: the decision's receipt claimed once, and the operation that
+    gives back what its hit took.
 
-    def _refund(
-        self, target: str | Decision, cost: int | None, ctx: Mapping[str, object]
+    Args:
+        policies: the guard's registry.
+        failover: the policies' ``on_error``.
+        denials: the guard's deny cache in use (a refund may free a denial).
+        now: the time the guard's calls are made at (None: the store's).
+    """
+
+    __slots__ = ("_denials", "_failover", "_now", "_policies")
+
+    def __init__(
+        self,
+        policies: PolicyRegistry,
+        failover: Failover,
+        denials: Denials,
+        now: Callable[[], int | None],
+    ) -> None:
+        self._policies = policies
+        self._failover = failover
+        self._denials = denials
+        self._now = now
+
+    def refund(
+        self, decision: Decision, cost: int | None, ctx: Mapping[str, object]
     ) -> Op[Decision] | Decision:
-        """A refund by context (the newest units) or of one decision (exactly its own); a
-        decision that consumed nothing is answered as it is."""
-        if not isinstance(target, Decision):
-            return self._decide(target, 1 if cost is None else cost, ctx, REFUND)
+        """The operation that gives back exactly what ``decision``'s hit took, its receipt
+        spent (given back by :func:`unspend` if the refund surely did not happen); a
+        decision that consumed nothing is answered as it is.
+
+        Raises:
+            ConfigError: a cost or context given, or the decision refunded already.
+        """
         if cost is not None or ctx:
             raise ConfigError(
                 "refund(decision) takes no cost or context: it gives back exactly what that "
                 "hit took; use refund(policy, cost, **context) to give back the newest units"
             )
-        receipt = target.receipt
+        receipt = decision.receipt
         if receipt is None:
-            return target
-        plan = self._lookup(target.policy)
+            return decision
+        plan = self._policies.plan(decision.policy)
         with _CLAIM:  # two refunds of one decision at once: only one goes through
             if receipt.spent:
-                raise ConfigError(f"this decision of policy {target.policy!r} was already refunded")
+                raise ConfigError(
+                    f"this decision of policy {decision.policy!r} was already refunded"
+                )
             receipt.spent = True
         try:
-            self._forget(plan, receipt.context)
-            on_error = self._on_error[plan.name]
-            if target.source == "fallback":  # it consumed on the fallback: give back there
-                backend, there = self._on_failure(plan)
+            self._denials.forget(plan, receipt.context)
+            failover = self._failover
+            if decision.source == "fallback":  # it consumed on the fallback: give back there
+                backend, there = failover.on_failure(plan)
                 return _marked(
                     elsewhere(refund_op(there, receipt, self._now()), backend), "fallback"
                 )
             op = refund_op(plan, receipt, self._now())
+            on_error = failover.of(plan)
             if on_error == "raise":
                 return op
             # a receipt of the store is no use to a fallback: answered as failing open
@@ -70,7 +91,7 @@ class Refunds(Hits):
     ) -> Callable[[str, BackendUnavailable], Decision]:
         """The answer to a refund the store could not take: nothing given back (the receipt
         can be refunded again later), the degraded answer of ``on_error``."""
-        fail = self._fail(plan, receipt.cost)
+        fail = self._failover.answer(plan, receipt.cost)
 
         def answer(source: str, exc: BackendUnavailable) -> Decision:
             if not exc.sent:  # surely not applied: it can be refunded again
@@ -100,8 +121,3 @@ def unspend(receipt: Receipt | None) -> None:
 
 def _marked(op: Op[Decision], source: str) -> Op[Decision]:
     return with_source((yield from op), source)
-
-
-def op_policy(target: str | Decision) -> str:
-    """The policy a refund's target names."""
-    return target.policy if isinstance(target, Decision) else target

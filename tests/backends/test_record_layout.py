@@ -228,7 +228,7 @@ def _hit_0_1_0(client: Redis, guard: Guard, now_us: int, content: str) -> bytes:
     """A hit of SMS for recipient ``a`` through the 0.1.0 release's function, on the record
     and fields this release reads: its plan is this one's with the first four numbers of
     each rule only (``contract.SPEC_RULE``'s; 0.1.0 had no tags, reserves or bursts)."""
-    part = guard._lookup("sms").parts[0]
+    part = guard._policies.plan("sms").parts[0]
     words = [int(w) for w in part.spec_text.split()]
     plan, at = [words[0]], 1
     for _ in range(words[0]):

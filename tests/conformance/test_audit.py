@@ -148,7 +148,7 @@ def test_two_compensations_give_back_only_what_is_still_ahead() -> None:
     backend = guard.backend
 
     def start(user: str) -> tuple[Op[Decision], list[Reply]]:
-        op = guard._decide("p", 1, {"u": user}, HIT)
+        op = guard._hits.decide("p", 1, {"u": user}, HIT)
         step = next(op)
         assert isinstance(step, list)
         return op, backend.execute_many(step)  # the global slot admits and consumes

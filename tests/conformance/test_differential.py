@@ -101,7 +101,7 @@ def _only(policy: Policy, context: dict[str, str], reads: bool = True) -> dict[s
 
 def _limit(guard: Guard, policy: Policy, context: dict[str, str], arg: Any, n: Any) -> None:
     """Set (``n`` given) or clear a per-key limit of one rule for a context's partition."""
-    plan = guard._lookup(policy.name)
+    plan = guard._policies.plan(policy.name)
     index = arg[1] % len(policy.rules)
     if policy.rules[index].quiet is not None:  # no rate to limit (refused: tested apart)
         return

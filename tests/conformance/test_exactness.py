@@ -113,7 +113,7 @@ def test_multi_slot_compensation_removes_only_its_own_unit(
     guard = make_guard([policy])
     assert guard.hit("p", u="a").allowed  # t=0: global [0], a used up
     clock.advance(0.5)
-    op = guard._decide("p", 1, {"u": "a"}, HIT)  # A at 0.5, driven by hand
+    op = guard._hits.decide("p", 1, {"u": "a"}, HIT)  # A at 0.5, driven by hand
     step = next(op)
     assert isinstance(step, list)
     replies = guard.backend.execute_many(step)  # the global slot admits and consumes

@@ -263,7 +263,7 @@ def test_a_store_more_than_a_period_from_the_clients_clock_refuses_to_guess(
     now = round(_utc(2026, 6, 10, 12) * US)
     for backend in (MemoryBackend(), RedisBackend(Redis(port=redis_server.port))):
         guard = Guard(backend, [policy], clock=ManualClock(now / US))
-        plan = guard._lookup("sms")
+        plan = guard._policies.plan("sms")
         texts = plan.texts({"r": "a"})
         (part,) = plan.parts_for(texts, now)
         call = ScriptCall(part, texts, now + 3 * 86_400 * US, 1, HIT)

@@ -27,7 +27,7 @@ def test_five_touches_a_local_day_across_channels_each_within_its_cap(
     make_any_guard: AnyGuardFactory, clock: ManualClock
 ) -> None:
     guard = make_any_guard([FATIGUE])
-    plan = guard.guard._lookup("touch")
+    plan = guard.guard._policies.plan("touch")
     assert plan.single_part  # both rules in the recipient's record: one call a message
     tokyo = ZoneInfo("Asia/Tokyo")
     clock.set(datetime(2026, 6, 11, 9, tzinfo=tokyo).timestamp(), backwards=True)

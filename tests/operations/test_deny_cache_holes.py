@@ -67,8 +67,8 @@ def test_an_entry_holds_a_digest_of_the_context_not_its_values(clock: ManualCloc
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert guard._cache is not None
-    assert len(guard._cache) == 300
+    assert guard._denials.cache is not None
+    assert len(guard._denials.cache) == 300
     # the store keeps its states (digests, ~300 B each); the cache must not keep 10 KB bodies
     assert held < 300 * 3_000, held
 
@@ -86,7 +86,7 @@ def test_a_denial_decided_before_a_refund_is_not_cached_after_it() -> None:
         first = await guard.hit("one", u="x")  # batch 1
         await guard.hit("one", u="x")  # batch 2: denied, cached
         clock.advance(0.5)
-        guard._cache.forget("one")  # type: ignore[union-attr] # as if it had expired
+        guard._denials.cache.forget("one")  # type: ignore[union-attr] # as if it had expired
         late = asyncio.ensure_future(guard.hit("one", u="x"))  # batch 3: held
         await gate.reached.wait()
         await guard.refund(first)  # frees the unit, forgets the denials

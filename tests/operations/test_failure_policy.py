@@ -438,8 +438,8 @@ def test_the_deny_cache_is_bounded() -> None:
         ctx: dict[str, Any] = {"recipient": f"r{i}", "content": "c"}
         for _ in range(3):
             guard.hit("sms", **ctx)
-    assert guard._cache is not None
-    assert len(guard._cache) == 10
+    assert guard._denials.cache is not None
+    assert len(guard._denials.cache) == 10
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -580,6 +580,6 @@ def test_capped_takes_on_error_for_its_own_cap_and_configure_the_guards(
     configure(MemoryBackend(clock), on_error="deny", deny_cache=5)
     try:
         assert default_guard().on_error == "deny"
-        assert default_guard()._cache is not None
+        assert default_guard()._denials.cache is not None
     finally:
         configure()

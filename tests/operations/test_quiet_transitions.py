@@ -90,7 +90,7 @@ def _text(minute: int) -> str:
 
 
 def _plan(policy: Policy) -> PolicyPlan:
-    return Guard(MemoryBackend(), [policy])._lookup(policy.name)
+    return Guard(MemoryBackend(), [policy])._policies.plan(policy.name)
 
 
 def _spec(plan: PolicyPlan, second: int, twin: object) -> StateSpec:

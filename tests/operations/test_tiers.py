@@ -71,7 +71,7 @@ def test_each_distinct_rate_is_compiled_once(make_any_guard: AnyGuardFactory) ->
     guard = make_any_guard([_api()])
     for i in range(50):
         guard.hit("api", user=f"u{i}", plan=("free", "pro", "none")[i % 3])
-    tiers = guard.guard._lookup("api")._tiers
+    tiers = guard.guard._policies.plan("api")._tiers
     assert tiers is not None
     assert len(tiers._made) == 3  # free, pro, and the rule's own
 

@@ -205,7 +205,7 @@ def test_the_redis_edges_frame_cache_is_bounded_as_the_luas_parsed_specs() -> No
 
     rates = {f"t{n}": f"{n + 2}/hour" for n in range(3000)}
     policy = Policy("p", Rule("1/hour", by="u", name="r", rate_for=TierRates("plan", rates)))
-    plan = Guard(policies=[policy])._lookup("p")
+    plan = Guard(policies=[policy])._policies.plan("p")
     for n in range(3000):
         texts = {"u": "a", "plan": f"t{n}"}
         _resp.encode(plan.call(texts, 1, 1, 0))

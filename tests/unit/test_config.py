@@ -72,7 +72,7 @@ def test_the_example_file_loads_and_its_guards_decide() -> None:
     assert [d.allowed for d in decisions] == [True, True, False]
     assert [r.name for r in decisions[-1].denied_by] == ["content-59s"]
     assert isinstance(guard.on_error, str)
-    vendor_on_error = guard._on_error["sms-vendor"]
+    vendor_on_error = guard._failover.of(guard._policies.plan("sms-vendor"))
     assert isinstance(vendor_on_error, Fallback)
     assert vendor_on_error.workers == 8
     assert isinstance(config.async_guard(clock), AsyncGuard)

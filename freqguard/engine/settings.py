@@ -1,0 +1,123 @@
+"""A guard's settings, checked at construction, and what its parts are made from: the time
+its calls are made at (:class:`Now`) and what the async face of a sync guard shares with it
+(:class:`Shared`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, NamedTuple, Protocol
+
+from freqguard.bounds import check_time
+from freqguard.clock import Clock
+from freqguard.engine.breaker import Breaker
+from freqguard.engine.denials import Denials
+from freqguard.engine.failover import Failover
+from freqguard.engine.registry import PolicyRegistry
+from freqguard.errors import ConfigError
+from freqguard.observe.base import Observer
+from freqguard.policy import Policy
+
+__all__ = [
+    "DEFAULT_BREAKER",
+    "Now",
+    "Shared",
+    "Sharing",
+    "check_backend",
+    "check_breaker",
+    "check_observers",
+    "check_policies",
+]
+
+DEFAULT_BREAKER: Any = object()  # "a new Breaker()": a default argument must not be shared
+
+
+def check_backend(guard: str, backend: object, methods: tuple[str, ...]) -> None:
+    """Refuse, at construction, a backend the guard could not drive: the alternative is an
+    AttributeError at the first hit, far from the mistake."""
+    if all(callable(getattr(backend, name, None)) for name in methods) and hasattr(
+        backend, "clock"
+    ):
+        return
+    if isinstance(backend, (list, tuple)) and backend and isinstance(backend[0], Policy):
+        got = f"a {type(backend).__name__} of policies: pass policies=[...]"
+    elif isinstance(backend, Policy):
+        got = "a Policy: pass policies=[...]"
+    elif isinstance(backend, str):
+        maker = "backend_from_url" if guard == "Guard" else "async_backend_from_url"
+        got = f"the string {backend!r}: pass {maker}({backend!r})"
+    else:
+        got = _short(repr(backend))
+        other = "AsyncGuard" if guard == "Guard" else "Guard"
+        twins = ("aexecute", "aexecute_many") if guard == "Guard" else ("execute", "execute_many")
+        if all(callable(getattr(backend, name, None)) for name in twins):
+            # the hint first: a client's repr can run to hundreds of characters
+            got = f"{type(backend).__name__}, which serves {other}, not {guard} ({got})"
+    kind = "a sync" if guard == "Guard" else "an async"
+    raise TypeError(
+        f"{guard} needs {kind} backend (with {', '.join(methods)} and clock) as its first "
+        f"argument, got {got}"
+    )
+
+
+def _short(text: str, most: int = 80) -> str:
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
+def check_policies(policies: Iterable[Policy]) -> Iterable[Policy]:
+    """``policies``, unless it is one policy where a list of them belongs."""
+    if isinstance(policies, Policy):
+        raise TypeError(
+            f"policies takes a list of policies: pass policies=[policy], got {policies!r}"
+        )
+    return policies
+
+
+def check_breaker(breaker: object) -> Breaker | None:
+    """The guard's breaker: a new :class:`Breaker` for :data:`DEFAULT_BREAKER`, the one
+    given, or None (none)."""
+    if breaker is DEFAULT_BREAKER:
+        return Breaker()
+    if breaker is not None and not isinstance(breaker, Breaker):
+        raise ConfigError(f"breaker must be a Breaker or None, got {breaker!r}")
+    return breaker
+
+
+def check_observers(observers: Iterable[Observer]) -> tuple[Observer, ...]:
+    """The observers, each checked to be one."""
+    checked = tuple(observers)
+    for observer in checked:
+        if not isinstance(observer, Observer):
+            raise TypeError(f"observers must have decided() and failed(), got {observer!r}")
+    return checked
+
+
+class Now:
+    """The time a guard's calls are made at, in µs: its clock's when it pins one, else None
+    (the store decides on its own time). ``clock`` may be replaced while the guard runs."""
+
+    __slots__ = ("clock",)
+
+    def __init__(self, clock: Clock | None) -> None:
+        self.clock = clock
+
+    def __call__(self) -> int | None:
+        clock = self.clock
+        return None if clock is None else check_time(clock.now_us())
+
+
+class Shared(NamedTuple):
+    """What the async face of a sync guard shares with it, not copies: a policy added to
+    either, now or later, is known to both, and one breaker, deny cache and set of
+    observers serve both."""
+
+    policies: PolicyRegistry
+    failover: Failover
+    denials: Denials
+    breaker: Breaker | None
+    observers: tuple[Observer, ...]
+
+
+class Sharing(Protocol):
+    """A guard whose parts a face can share (:class:`Shared`)."""
+
+    def _shared(self) -> Shared: ...
