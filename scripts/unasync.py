@@ -52,7 +52,6 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     ),
     # the guard's own imports
     (r"freqguard\._async\.", "freqguard._sync."),
-    (r"freqguard\.backends\._async\.", "freqguard.backends._sync."),
     # syntax
     (r"async def", "def"),
     (r"await ", ""),

@@ -103,10 +103,17 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
             continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
+            module = node.module or ""
+            if node.level:  # relative: from the importing module's package, up level - 1
+                package = module_name(path).split(".")
+                if path.name != "__init__.py":
+                    package = package[:-1]
+                base = ".".join(package[: len(package) - (node.level - 1)])
+                module = f"{base}.{module}" if module else base
+            found.add(module)
             # "from freqguard.x import y": y may be a module of its own
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
     own = module_name(path)
     return {name for name in found if name in modules and name != own}
 

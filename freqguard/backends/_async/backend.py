@@ -13,7 +13,6 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import AskError, ConnectionError, MovedError, SlotNotCoveredError
 
 from freqguard.backends import _routing as routing
-from freqguard.backends._async.prepare import AsyncPreparation
 from freqguard.backends._boundary import (
     ERRORS,
     Unreplicated,
@@ -37,6 +36,8 @@ from freqguard.backends._resp import (
 from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable, raise_failures
 from freqguard.script.calls import Reply, ScriptCall, unpack
+
+from .prepare import AsyncPreparation  # the generated twin imports its own
 
 __all__ = ["AsyncRedisBackend"]
 

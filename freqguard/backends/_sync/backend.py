@@ -34,10 +34,11 @@ from freqguard.backends._resp import (
     function_args,
     record_key,
 )
-from freqguard.backends._sync.prepare import Preparation
 from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable, raise_failures
 from freqguard.script.calls import Reply, ScriptCall, unpack
+
+from .prepare import Preparation  # the generated twin imports its own
 
 __all__ = ["RedisBackend"]
 
