@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Mapping
+from functools import partial
 from typing import Any
 
 from redis import exceptions as rex
@@ -90,7 +91,7 @@ def inspection(
     (:func:`warn_listpack`). With ``functions``, whether the server runs Redis Functions is
     told to it (:func:`functions_served`)."""
     if functions is not None:
-        yield from functions_served(client, functions)
+        yield from functions_served(client, functions, cluster)
     if not cluster:
         try:
             info = yield lambda: client.info("cluster")
@@ -120,26 +121,50 @@ def inspection(
 
 
 def functions_served(
-    client: Any, told: Callable[[bool], None]
+    client: Any, told: Callable[[bool], None], cluster: bool = False
 ) -> Generator[Callable[[], Any], Any, None]:
     """Whether the server runs Redis Functions, told to ``told``: it does unless it refuses
     ``FUNCTION LIST`` as a command it does not know (before Redis 7.0, Dragonfly, KeyDB, a
     managed service that renames it away) or one the client may not run (an ACL); the
-    calls then go as EVAL scripts, which is logged once. Any other failure is raised (the
-    inspection is made again at the next call)."""
+    calls then go as EVAL scripts, which is logged once. In a cluster, a node that cannot
+    be reached is passed over for the next primary that can (one primary down must not
+    fail calls to the others). Any other failure is raised (the inspection is made again
+    at the next call)."""
+    probe = ("FUNCTION", "LIST", "LIBRARYNAME", "freqguard_")
     try:
-        yield lambda: client.execute_command("FUNCTION", "LIST", "LIBRARYNAME", "freqguard_")
+        yield lambda: client.execute_command(*probe)
     except rex.ResponseError as exc:
-        text = str(exc).lower()
-        if not (isinstance(exc, rex.NoPermissionError) or "unknown" in text):
-            raise
-        _log.warning(
-            "freqguard: the store does not run Redis Functions (%s): its calls go as "
-            "EVALSHA scripts, which parse their rules at every call (docs/redis.md, 'Stores "
-            'without Functions\'); RedisBackend(scripts="eval") or ?scripts=eval says so '
-            "without this warning",
-            exc,
-        )
-        told(False)
+        told(_runs_functions(exc))
         return
+    except ERRORS:
+        if not cluster:
+            raise
+        for node in list(client.get_primaries()):  # known now: the first call learnt them
+            try:
+                yield partial(client.execute_command, *probe, target_nodes=node)
+            except rex.ResponseError as exc:
+                told(_runs_functions(exc))
+                return
+            except ERRORS:
+                continue
+            told(True)
+            return
+        raise
     told(True)
+
+
+def _runs_functions(refusal: rex.ResponseError) -> bool:
+    """Whether a server that refused ``FUNCTION LIST`` so runs Functions all the same: it
+    does not if it knows no such command or the client may not run it (logged once);
+    any other refusal is raised."""
+    text = str(refusal).lower()
+    if not (isinstance(refusal, rex.NoPermissionError) or "unknown" in text):
+        raise refusal
+    _log.warning(
+        "freqguard: the store does not run Redis Functions (%s): its calls go as "
+        "EVALSHA scripts, which parse their rules at every call (docs/redis.md, 'Stores "
+        'without Functions\'); RedisBackend(scripts="eval") or ?scripts=eval says so '
+        "without this warning",
+        refusal,
+    )
+    return False

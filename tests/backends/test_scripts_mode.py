@@ -15,11 +15,20 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from freqguard import AsyncGuard, BackendUnavailable, ConfigError, Guard, ManualClock
+from freqguard import (
+    AsyncGuard,
+    BackendUnavailable,
+    ConfigError,
+    Guard,
+    ManualClock,
+    Policy,
+    Rule,
+)
 from freqguard.backends import _library
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from freqguard.backends.urls import backend_from_url
 from tests.conftest import SMS, START, flush, flush_scripts
+from tests.faults import owner, stopped
 from tests.servers import RedisServer
 
 
@@ -112,3 +121,57 @@ def test_functions_asked_of_a_store_without_them_fail_clearly(scripts_server: Re
 def test_a_bad_scripts_option_is_refused(redis_server: RedisServer, bad: object) -> None:
     with pytest.raises(ConfigError, match="scripts must be one of"):
         RedisBackend(Redis(port=redis_server.port), scripts=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("functions", [True, False], ids=["functions", "scripts"])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_cluster_asked_with_a_hung_node_is_told_by_the_next_primary(
+    redis_cluster: list[RedisServer],
+    scripts_cluster: list[RedisServer],
+    functions: bool,
+    flavour: str,
+) -> None:
+    """Which way calls go is asked of one node; when it hangs, of the next primary: the
+    first calls to the other primaries decide (a regression: the probe failed them all)."""
+    nodes = redis_cluster if functions else scripts_cluster
+    (flush if functions else flush_scripts)(nodes)
+    probe = RedisCluster(host="127.0.0.1", port=nodes[0].port)
+    hung = next(n for n in nodes if n.port == probe.get_default_node().port)  # type: ignore[no-untyped-call]
+    probe.close()
+    policy = Policy("p", Rule("3/day", by="r"))
+    names = [f"r{n}" for n in range(40) if owner(nodes, policy, r=f"r{n}") is not hung][:5]
+    expected = _library.FUNCTIONS if functions else _library.SCRIPTS
+    other = next(n for n in nodes if n is not hung)
+    timeouts = [n.client.config_get("cluster-node-timeout") for n in nodes]
+    for node in nodes:  # not failed by the others while it hangs: the cluster stays up
+        node.client.config_set("cluster-node-timeout", 120_000)
+    if flavour == "sync":
+        client = RedisCluster(host="127.0.0.1", port=other.port, socket_timeout=0.2)
+        node = client.get_node("127.0.0.1", hung.port)  # type: ignore[no-untyped-call]
+        assert client.set_default_node(node)  # type: ignore[no-untyped-call]
+        sync = RedisBackend(client)
+        guard = Guard(sync, [policy], clock=ManualClock(START))
+        with stopped(hung):
+            got = [guard.hit("p", r=r).source for r in names]
+        library = sync._ready.library
+        guard.close()
+    else:
+
+        async def main() -> tuple[list[str], _library.Library]:
+            client = AsyncRedisCluster(host="127.0.0.1", port=other.port, socket_timeout=0.2)
+            await client.initialize()  # the slots, learnt before the node hangs
+            node = client.get_node("127.0.0.1", hung.port)
+            assert node is not None
+            client.set_default_node(node)
+            backend = AsyncRedisBackend(client)
+            guard = AsyncGuard(backend, [policy], clock=ManualClock(START))
+            with stopped(hung):
+                out = [(await guard.hit("p", r=r)).source for r in names]
+            await guard.aclose()
+            return out, backend._ready.library
+
+        got, library = asyncio.run(main())
+    for node, timeout in zip(nodes, timeouts, strict=True):
+        node.client.config_set("cluster-node-timeout", str(timeout["cluster-node-timeout"]))
+    assert got == ["backend"] * 5
+    assert library is expected
