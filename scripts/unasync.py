@@ -73,7 +73,7 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     (r"adrive", "drive"),
     (r"alearn_slots", "learn_slots"),
     (r"alearn_lost", "learn_lost"),
-    (r"aclose_node_pools", "close_node_pools"),
+    (r"aclose_client", "close_client"),
     (r"aexecute_many", "execute_many"),
     (r"aexecute", "execute"),
     (r"aclose", "close"),

@@ -15,13 +15,16 @@ call sent the long way, the closed connection found by the connection's own poll
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import weakref
 from collections.abc import Callable
 from typing import Any
 
+from redis import Redis
 from redis import exceptions as rex
 from redis.asyncio import ConnectionPool as AsyncConnectionPool
+from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.connection import Connection as AsyncConnection
@@ -32,12 +35,12 @@ from redis.crc import key_slot
 __all__ = [
     "PRIVATE",
     "NodePool",
-    "aclose_node_pools",
+    "aclose_client",
     "aget_connection",
     "alearn_slots",
     "aserver_closed",
     "async_node_pool",
-    "close_node_pools",
+    "close_client",
     "get_connection",
     "learn_slots",
     "mark_lost",
@@ -167,18 +170,26 @@ def async_node_pool(client: AsyncRedisCluster, node: AsyncClusterNode) -> NodePo
     return found
 
 
-def close_node_pools(client: object) -> None:
-    """Nothing: a sync cluster client's nodes are its own clients (the sync twin of
-    :func:`aclose_node_pools`)."""
+def close_client(client: Redis | RedisCluster) -> None:
+    """Close a sync client (the sync twin of :func:`aclose_client`: its cluster nodes are
+    clients of their own, closed by it)."""
+    client.close()
 
 
-async def aclose_node_pools(client: object) -> None:
-    """Close the pools of freqguard's own made for a client's nodes (none where the nodes'
-    own connections serve)."""
-    if not isinstance(client, AsyncRedisCluster):
-        return
-    for pool in (_NODE_POOLS.pop(client, None) or {}).values():
-        await pool.aclose()
+async def aclose_client(client: AsyncRedis | AsyncRedisCluster) -> None:
+    """Close an asyncio client, and on a cluster what its ``aclose`` may leave open: the
+    pools of freqguard's own made for its nodes (none where the nodes' own connections
+    serve), and every connection while it is marked to learn its slots again (after a lost
+    node, until its next command, which freqguard's own lanes may never send), when its
+    ``aclose`` closes nothing: it learns them first (its own close of everything when no
+    node answers)."""
+    if isinstance(client, AsyncRedisCluster):
+        with contextlib.suppress(rex.RedisError, rex.RedisClusterException, OSError):
+            await client.initialize()  # nothing when it is not marked
+    await client.aclose()
+    if isinstance(client, AsyncRedisCluster):
+        for pool in (_NODE_POOLS.pop(client, None) or {}).values():
+            await pool.aclose()
 
 
 def learn_slots(client: RedisCluster) -> bool:

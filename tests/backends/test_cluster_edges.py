@@ -23,6 +23,7 @@ from freqguard import (
     async_backend_from_url,
     backend_from_url,
 )
+from freqguard.backends import _redispy
 from freqguard.backends._resp import record_key
 from freqguard.engine.plan import PolicyPlan
 from freqguard.script.contract import HIT
@@ -257,3 +258,43 @@ def test_a_hit_of_cost_zero_waits_for_no_replica_as_a_peek(
             assert guard.hit("p", cost=0, r="a").remaining == 1  # got: BackendUnavailable
     finally:
         guard.close()
+
+
+# -- 6. closing after a lost node closes every connection -----------------------------------------
+
+
+def _clients(node: RedisServer) -> int:
+    """Connections of normal clients to ``node``, the asking one left out."""
+    listed = node.client.execute_command("CLIENT LIST TYPE normal")  # type: ignore[no-untyped-call]
+    text = listed.decode() if isinstance(listed, bytes) else str(listed)
+    return len([line for line in text.splitlines() if line.strip()]) - 1
+
+
+@pytest.mark.parametrize("public", [False, True], ids=["private", "public"])
+def test_an_async_cluster_backend_closed_after_a_lost_node_leaves_no_connection_open(
+    cluster: list[RedisServer], public: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py's asyncio cluster client closes nothing while it is marked to learn its slots
+    again (after a lost node, until its next command): aclose of the backend after a lost
+    node, with the calls going by freqguard's own lanes since, left the nodes' connections
+    open (a ResourceWarning each, and sockets held until the process ends)."""
+    monkeypatch.setattr(_redispy, "PRIVATE", not public)
+    victim = owner(cluster, P, r="a")
+    seed = next(node for node in cluster if node is not victim)
+    before = {node.port: _clients(node) for node in cluster}
+    query = f"socket_timeout={TIMEOUT}&socket_connect_timeout={TIMEOUT}"
+    guard = _guard("async", f"redis+cluster://127.0.0.1:{seed.port}/0?{query}", on_error="allow")
+    try:
+        others = [f"o{n}" for n in range(40)]
+        for r in ["a", *others]:
+            assert guard.hit("p", r=r).allowed
+        kill(victim)
+        assert guard.hit("p", r="a").source == "fail-open"
+        restart(victim, cluster)
+        for r in others:
+            guard.hit("p", r=r)
+    finally:
+        guard.close()
+    servers.wait_for(  # bounded polling: each node sees its clients' FIN
+        lambda: all(_clients(node) <= before[node.port] for node in cluster), "closed"
+    )

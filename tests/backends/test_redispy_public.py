@@ -78,8 +78,7 @@ def test_both_ways_give_the_nodes_connections_of_an_async_cluster(
         await connection.send_command("PING")
         assert await connection.read_response() in (b"PONG", "PONG")
         await pool.release(connection)
-        await _redispy.aclose_node_pools(client)
-        await client.aclose()
+        await _redispy.aclose_client(client)
 
     asyncio.run(main())
 

@@ -23,7 +23,7 @@ from freqguard.backends._boundary import (
 from freqguard.backends._durability import Durability
 from freqguard.backends._lanes import AsyncJob, AsyncLane, aexchange_all
 from freqguard.backends._library import ATTEMPTS, again, missing
-from freqguard.backends._redispy import aclose_node_pools
+from freqguard.backends._redispy import aclose_client
 from freqguard.backends._resp import (
     ASKING,
     RAW,
@@ -160,8 +160,7 @@ class AsyncRedisBackend:
         """Give the lanes' connections back and close the client."""
         try:
             await self._forget_lanes()
-            await self.client.aclose()
-            await aclose_node_pools(self.client)
+            await aclose_client(self.client)
             for pool in sentinel_pools(self.client):
                 await pool.disconnect()
         except ERRORS as exc:

@@ -24,7 +24,7 @@ from freqguard.backends._boundary import (
 from freqguard.backends._durability import Durability
 from freqguard.backends._lanes import Job, Lane, exchange_all
 from freqguard.backends._library import ATTEMPTS, again, missing
-from freqguard.backends._redispy import close_node_pools
+from freqguard.backends._redispy import close_client
 from freqguard.backends._resp import (
     ASKING,
     RAW,
@@ -161,8 +161,7 @@ class RedisBackend:
         """Give the lanes' connections back and close the client."""
         try:
             self._forget_lanes()
-            self.client.close()
-            close_node_pools(self.client)
+            close_client(self.client)
             for pool in sentinel_pools(self.client):
                 pool.disconnect()
         except ERRORS as exc:
