@@ -131,8 +131,11 @@ def functions_served(
     fail calls to the others). Any other failure is raised (the inspection is made again
     at the next call)."""
     probe = ("FUNCTION", "LIST", "LIBRARYNAME", "freqguard_")
+    # a cluster client is told where the probe goes: redis-py before 5.3.1 fails to find the
+    # keys of a subcommand without any (ValueError) when left to route it
+    where = {"target_nodes": client.DEFAULT_NODE} if cluster else {}
     try:
-        yield lambda: client.execute_command(*probe)
+        yield lambda: client.execute_command(*probe, **where)
     except rex.ResponseError as exc:
         told(_runs_functions(exc))
         return

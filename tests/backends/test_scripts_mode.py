@@ -10,6 +10,7 @@ import asyncio
 import logging
 
 import pytest
+import redis
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
@@ -30,6 +31,9 @@ from freqguard.backends.urls import backend_from_url
 from tests.conftest import SMS, START, flush, flush_scripts
 from tests.faults import owner, stopped
 from tests.servers import RedisServer
+
+#: redis-py before 8.0.1, whose async cluster client cannot spare a hung default node
+OLD_ASYNC_CLUSTER = tuple(int(p) for p in redis.__version__.split(".")[:3]) < (8, 0, 1)
 
 
 def _burst(guard: Guard) -> list[bool]:
@@ -133,6 +137,12 @@ def test_a_cluster_asked_with_a_hung_node_is_told_by_the_next_primary(
 ) -> None:
     """Which way calls go is asked of one node; when it hangs, of the next primary: the
     first calls to the other primaries decide (a regression: the probe failed them all)."""
+    if flavour == "async" and OLD_ASYNC_CLUSTER:
+        pytest.skip(
+            "redis-py before 8.0.1: the async cluster client asks its default node for the "
+            "command table whenever it learns the slots, so it fails every call while that "
+            "node hangs (docs/redis.md, 'Which redis-py')"
+        )
     nodes = redis_cluster if functions else scripts_cluster
     (flush if functions else flush_scripts)(nodes)
     probe = RedisCluster(host="127.0.0.1", port=nodes[0].port)
@@ -175,3 +185,28 @@ def test_a_cluster_asked_with_a_hung_node_is_told_by_the_next_primary(
         node.client.config_set("cluster-node-timeout", str(timeout["cluster-node-timeout"]))
     assert got == ["backend"] * 5
     assert library is expected
+
+
+def test_a_full_store_without_functions_refuses_every_write_and_loses_nothing(
+    scripts_server: RedisServer,
+) -> None:
+    """Where scripts differ from Functions: on a full store (used memory past ``maxmemory``),
+    peeks and refunds are refused with the hits (they write the states' times, which an EVAL
+    script may not do on a full server; the Functions have an entry flagged allow-oom for
+    them). Nothing is lost: a refund refused then goes through once memory is freed."""
+    flush_scripts([scripts_server])
+    guard = Guard(RedisBackend(Redis(port=scripts_server.port)), [SMS], clock=ManualClock(START))
+    kept = guard.hit("sms", recipient="a", content="x")
+    server = scripts_server.client
+    used = int(server.info("memory")["used_memory"])
+    server.config_set("maxmemory", used // 2)
+    try:
+        with pytest.raises(BackendUnavailable, match="OutOfMemoryError"):
+            guard.hit("sms", recipient="newcomer", content="x")
+        with pytest.raises(BackendUnavailable, match="OutOfMemoryError"):
+            guard.refund(kept)
+    finally:
+        server.config_set("maxmemory", 0)
+    assert guard.refund(kept).rules[0].remaining == 15
+    assert guard.peek("sms", recipient="a", content="x").rules[0].remaining == 15
+    guard.close()
