@@ -6,7 +6,8 @@ with FUNCTION LOAD under a name that carries a digest of the joined code (so ver
 by side never clash), on first use and again whenever a server answers that it lacks it:
 after ``FUNCTION FLUSH``, or on a new node; inside pipelines too, and in a way no concurrent
 flush can defeat (see :func:`again`). Redis persists and replicates functions, so a failover
-keeps them. Redis 7.0 or newer is required. No I/O here: the backends send what
+keeps them. A store without Functions gets the same body as EVALSHA scripts
+(:data:`SCRIPTS`). No I/O here: the backends send what
 :func:`again` frames.
 """
 
