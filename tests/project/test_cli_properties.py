@@ -427,7 +427,9 @@ RAW = st.one_of(
 )
 CELLS = st.one_of(
     st.sampled_from(["1781200000", "sms", "vendor", "a", "UTC", "1", "", "nan", "-3", "x,y"]),
-    TEXT,
+    # Python 3.10's csv writer cannot write a NUL without an escapechar (the raw lines
+    # below send NULs and every other byte)
+    TEXT.filter(lambda s: "\x00" not in s),
 )
 ROWS = st.one_of(
     st.lists(CELLS, min_size=6, max_size=6).map(lambda cells: _csv_line(cells)),
