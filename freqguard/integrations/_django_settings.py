@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core import checks
 
+from freqguard.backends.urls import parse_url
 from freqguard.config import Config, load
 from freqguard.errors import ConfigError
 from freqguard.guard import Guard
@@ -125,6 +126,8 @@ def read_settings() -> Settings:
             f"FREQGUARD_BACKEND must be a backend URL (memory://, redis://...) or a Guard, "
             f"got {backend!r}"
         )
+    if isinstance(backend, str):
+        parse_url(backend)  # checked now (no I/O): the guard is made at first use
     config = _config(values)
     default = values.get("FREQGUARD_DEFAULT_LIMITS")
     if default is not None and not isinstance(default, str):

@@ -113,11 +113,10 @@ class FreqGuardMiddleware:
             return self._acall(request)
         state = current()
         found = _route_of(state, request)
-        if found is None:
-            return self.get_response(request)
+        marks = request.freqguard = Marks(middleware=True)  # type: ignore[attr-defined]
+        if found is None:  # a DRF throttle or a method's cap may still decide
+            return _with_headers(state, marks, self.get_response(request))
         route, cap = found
-        marks = marks_of(request)
-        marks.middleware = True
         answer = state.decider().decide(state.guard().hit, route, request_info(request))
         denied = _noted(marks, cap, answer)
         if denied is not None:
@@ -127,12 +126,10 @@ class FreqGuardMiddleware:
     async def _acall(self, request: HttpRequest) -> Response:
         state = current()
         found = _route_of(state, request)
-        if found is None:
-            answered: Response = await self.get_response(request)
-            return answered
+        marks = request.freqguard = Marks(middleware=True)  # type: ignore[attr-defined]
+        if found is None:  # a DRF throttle or a method's cap may still decide
+            return _with_headers(state, marks, await self.get_response(request))
         route, cap = found
-        marks = marks_of(request)
-        marks.middleware = True
         if _needs_user(route):
             await sync_to_async(_load_user)(request)
         guard = state.aguard()

@@ -113,4 +113,5 @@ urlpatterns = [
     path("api/scoped", drf_views.Scoped.as_view(), name="scoped"),
     path("api/other-scoped", drf_views.OtherScoped.as_view(), name="other-scoped"),
     path("api/defaults", drf_views.Defaults.as_view(), name="drf-defaults"),
+    path("api/plain", drf_views.Plain.as_view(), name="drf-plain"),
 ]

@@ -43,3 +43,8 @@ class Defaults(APIView):
 
     def get(self, request: Request) -> Response:
         return Response({"defaults": True})
+
+
+class Plain(APIView):  # DEFAULT_THROTTLE_CLASSES (none unless a test sets them)
+    def get(self, request: Request) -> Response:
+        return Response({"plain": True})

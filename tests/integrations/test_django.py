@@ -50,9 +50,7 @@ def test_default_limits_count_each_view_on_its_own(guard: Guard, clock: ManualCl
     assert _codes(_get("/plain", 4)) == [200, 200, 200, 429]
     # the same view under another (unnamed) route: its own budget, named by dotted path
     assert _codes(_get("/plain-again", 4)) == [200, 200, 200, 429]
-    assert {"django.plain", "django.tests.integrations.django_site.plain"} <= set(
-        guard.policies
-    )
+    assert {"django.plain", "django.tests.integrations.django_site.plain"} <= set(guard.policies)
     clock.advance(60)
     assert _codes(_get("/plain")) == [200]
 
