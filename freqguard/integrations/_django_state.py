@@ -63,6 +63,14 @@ class Marks:
     decided: set[ViewCap] = field(default_factory=set)
     decisions: list[Decision] = field(default_factory=list)
     middleware: bool = False  # the middleware adds the headers to the response
+    first: Answer | None = None  # the first decision's answer: its headers are planned
+
+    def note(self, answer: Answer) -> None:
+        """Note an answer's decision (none: refused before a hit, or skipped)."""
+        if answer.decision is not None:
+            if not self.decisions:
+                self.first = answer
+            self.decisions.append(answer.decision)
 
 
 def marks_of(request: Any) -> Marks:
@@ -82,6 +90,8 @@ class State:
         self.key: KeyFunc = settings.key or _peer
         self.routes: dict[str, tuple[Route, ViewCap | None] | None] = {}  # by view name
         self.alone: dict[ViewCap, Route] = {}
+        # by (resolver, path): the route the path resolves to
+        self.resolved: dict[tuple[object, str], tuple[Route, ViewCap | None] | None] = {}
         self.throttles: dict[tuple[type[Any], type[Any]], Route] = {}  # DRF's, by class
         self._lock = threading.Lock()
         self._guard: Guard | None = None
@@ -180,8 +190,11 @@ class State:
             route = self.alone[cap] = Route(cap.alone, (part,), cap.cost, on_error=cap.on_error)
         return route
 
-    def headers(self, decisions: list[Decision]) -> dict[str, str]:
+    def headers(self, marks: Marks) -> dict[str, str]:
         """The rate-limit headers of the tightest of a request's decisions."""
+        decisions = marks.decisions
+        if len(decisions) == 1 and marks.first is not None:
+            return marks.first.headers  # the usual case: built from the route's plan
         tightest = min(decisions, key=lambda d: (d.allowed, d.remaining))
         return tightest.headers(self.settings.headers)
 

@@ -82,6 +82,7 @@ __all__ = [
 ]
 
 V = TypeVar("V")
+_RESOLVED = 4096  # paths whose routes are remembered
 Response = HttpResponseBase
 GetResponse = Callable[[HttpRequest], Any]
 
@@ -143,33 +144,42 @@ class FreqGuardMiddleware:
 def _route_of(state: State, request: HttpRequest) -> tuple[Route, ViewCap | None] | None:
     """The route of the view the request resolves to (None: no view, or nothing caps it).
 
-    Resolved here, as Django resolves it after the middleware chain (a cached resolver):
-    the view must be known before it runs, without a ``process_view`` hook whose mode
-    would follow the handler's (a thread hop per request under ASGI).
+    Resolved here, as Django resolves it after the middleware chain (a cached resolver),
+    and remembered by path: the view must be known before it runs, without a
+    ``process_view`` hook whose mode would follow the handler's (a thread hop per request
+    under ASGI).
     """
     if not state.settings.enabled:
         return None
+    resolver = get_resolver(getattr(request, "urlconf", None))
+    where = (resolver, request.path_info)
     try:
-        match = get_resolver(getattr(request, "urlconf", None)).resolve(request.path_info)
+        return state.resolved[where]
+    except KeyError:
+        pass
+    try:
+        match = resolver.resolve(request.path_info)
     except Resolver404:
-        return None
-    return state.view_route(match.view_name, match.func)
+        found = None
+    else:
+        found = state.view_route(match.view_name, match.func)
+    if len(state.resolved) >= _RESOLVED:  # paths with ids are many: keep the recent ones
+        state.resolved.clear()
+    state.resolved[where] = found
+    return found
 
 
 def _noted(marks: Marks, cap: ViewCap | None, answer: Answer) -> Response | None:
     """Note an answer on the request; the refusal to send, if refused."""
     if cap is not None:
         marks.decided.add(cap)
-    if not answer.allowed:
-        return response(answer)
-    if answer.decision is not None:
-        marks.decisions.append(answer.decision)
-    return None
+    marks.note(answer)  # a denial too: the tightest, whose headers the response keeps
+    return None if answer.allowed else response(answer)
 
 
 def _with_headers(state: State, marks: Marks, found: Response) -> Response:
     if marks.decisions:
-        for name, value in state.headers(marks.decisions).items():
+        for name, value in state.headers(marks).items():
             found[name] = value
     return found
 

@@ -139,7 +139,7 @@ class FreqGuardThrottle(BaseThrottle):
         self.decision = answer.decision
         if self.decision is None:  # a key function skipped the request
             return True
-        marks_of(request).decisions.append(self.decision)
+        marks_of(request).note(answer)
         return self.decision.allowed
 
     def wait(self) -> float | None:
