@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.signals import setting_changed
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from freqguard.backends.urls import async_backend_from_url, backend_from_url
 from freqguard.decision import Decision
@@ -35,10 +35,14 @@ __all__ = [
     "ViewCap",
     "current",
     "drop",
+    "load_user",
     "marks_of",
+    "needs_user",
+    "noted",
     "request_info",
     "response",
     "unclosed",
+    "with_headers",
 ]
 
 _peer = client_ip()
@@ -286,3 +290,29 @@ def response(answer: Answer) -> HttpResponse:
     for name, value in answer.headers.items():
         found[name] = value
     return found
+
+
+def noted(marks: Marks, cap: ViewCap | None, answer: Answer) -> HttpResponseBase | None:
+    """Note an answer on the request; the refusal to send, if refused."""
+    if cap is not None:
+        marks.decided.add(cap)
+    marks.note(answer)  # a denial too: the tightest, whose headers the response keeps
+    return None if answer.allowed else response(answer)
+
+
+def with_headers(state: State, marks: Marks, found: HttpResponseBase) -> HttpResponseBase:
+    if marks.decisions:
+        for name, value in state.headers(marks).items():
+            found[name] = value
+    return found
+
+
+def needs_user(route: Route) -> bool:
+    return any(getattr(part.key, "needs_user", False) for part in route.parts)
+
+
+def load_user(request: Any) -> None:
+    """Evaluate the lazy ``request.user`` (a session lookup): off the event loop."""
+    user = getattr(request, "user", None)
+    if user is not None:
+        user.is_authenticated  # noqa: B018 -- evaluated for its side effect, the lookup

@@ -21,6 +21,7 @@ from rest_framework.request import Request  # noqa: E402
 from rest_framework.response import Response  # noqa: E402
 from rest_framework.settings import api_settings  # noqa: E402
 from rest_framework.test import APIClient, APIRequestFactory  # noqa: E402
+from rest_framework.throttling import BaseThrottle  # noqa: E402
 from rest_framework.views import APIView  # noqa: E402
 
 from freqguard.integrations.drf import FreqGuardThrottle, drf_rates  # noqa: E402
@@ -82,7 +83,8 @@ def test_without_a_rate_the_default_limits_each_view_its_own(clock: ManualClock)
 def test_it_serves_as_the_default_throttle_class(guard: Guard) -> None:
     rest = {**REST, "DEFAULT_THROTTLE_CLASSES": ["tests.integrations.drf_views.Burst"]}
     with override_settings(REST_FRAMEWORK=rest):
-        found = api_settings.DEFAULT_THROTTLE_CLASSES  # imported from its dotted path
+        # imported from its dotted path (the stubs type the setting as the strings given)
+        found: list[type[BaseThrottle]] = api_settings.DEFAULT_THROTTLE_CLASSES  # type: ignore[assignment]
 
         class Late(APIView):
             # what APIView itself takes when DRF is first imported, as in a project
