@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from django.test import AsyncClient, Client, override_settings
+from django.http import HttpRequest, HttpResponse
+from django.test import AsyncClient, Client, RequestFactory, override_settings
 
-from freqguard import Guard, ManualClock, MemoryBackend
+from freqguard import Guard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.errors import ConfigError
 from freqguard.integrations import django as fg_django
 from tests.integrations import django_site
@@ -159,3 +161,53 @@ def test_decorating_something_else_is_refused() -> None:
         fg_django.capped("1/minute", cost=-1)
     with pytest.raises(ConfigError, match="rate"):
         fg_django.capped("often")
+
+
+def test_a_configuration_file_makes_the_guard(tmp_path: Path) -> None:
+    config = tmp_path / "freqguard.toml"
+    config.write_text(
+        'backend = "memory://"\n\n[[policy]]\nname = "sms"\n'
+        'rules = [{ rate = "2/minute", by = "recipient", name = "rcpt-1m" }]\n'
+    )
+    with override_settings(FREQGUARD_CONFIG=str(config), FREQGUARD_DEFAULT_LIMITS="2/minute"):
+        assert _codes(_get("/plain", 3)) == [200, 200, 429]
+        assert _codes(_aget("/async", 1)) == [200]  # the async side on the same store
+        assert "sms" in fg_django.guard().policies  # the file's policies are registered
+        assert fg_django.async_guard().policies.keys() == fg_django.guard().policies.keys()
+
+
+def test_a_policy_as_the_cap_brings_its_rules_and_on_error(clock: ManualClock) -> None:
+    policy = Policy("quota", Rule("1/minute", by="client"), on_error="allow")
+
+    @fg_django.capped(policy)
+    def view(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("ok")
+
+    with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(clock)), MIDDLEWARE=[]):
+        allowed = view(RequestFactory().get("/anywhere"))
+        denied = view(RequestFactory().get("/again"))
+        registered = fg_django.guard().policies[view._freqguard_cap.alone]  # type: ignore[attr-defined]
+    assert allowed.status_code == 200
+    assert denied.status_code == 429
+    assert registered.on_error == "allow"
+    assert [rule.id for rule in registered.rules] == [policy.rules[0].id]
+
+
+def test_a_methods_denial_keeps_its_own_headers_under_the_middleware(guard: Guard) -> None:
+    """The middleware decided the view's defaults (allowed), the method's cap denies: the
+    429 carries the denial's headers, the tightest, not the defaults'."""
+    client = Client()
+    client.post("/method")
+    denied = client.post("/method")
+    assert denied.status_code == 429
+    assert denied["RateLimit"] == '"sl.1.60s";r=0;t=60'
+
+
+def test_a_cost_counts_that_many(clock: ManualClock) -> None:
+    @fg_django.capped("10/minute", cost=2)
+    def heavy(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("ok")
+
+    with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(clock)), MIDDLEWARE=[]):
+        codes = [heavy(RequestFactory().get("/")).status_code for _ in range(6)]
+    assert codes == [200] * 5 + [429]
