@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from django.http import HttpRequest, HttpResponse
 from django.test import AsyncClient, Client, RequestFactory, override_settings
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from freqguard import Guard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.errors import ConfigError
@@ -211,3 +213,29 @@ def test_a_cost_counts_that_many(clock: ManualClock) -> None:
     with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(clock)), MIDDLEWARE=[]):
         codes = [heavy(RequestFactory().get("/")).status_code for _ in range(6)]
     assert codes == [200] * 5 + [429]
+
+
+_header_text = st.text(
+    st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=0, max_size=60
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(spoofs=st.lists(_header_text, min_size=1, max_size=4))
+def test_a_spoofed_forwarded_for_never_buys_a_new_budget(spoofs: list[str]) -> None:
+    """No trusted proxies: whatever X-Forwarded-For a client writes, it is keyed by its
+    peer address, so after its one request every other is denied."""
+    with override_settings(
+        FREQGUARD_BACKEND=Guard(MemoryBackend(ManualClock(1e9))),
+        FREQGUARD_DEFAULT_LIMITS="1/minute",
+    ):
+        assert _codes(_get("/plain")) == [200]
+        for spoof in spoofs:
+            assert _codes(_get("/plain", 1, x_forwarded_for=spoof)) == [429]
+
+
+@settings(max_examples=40, deadline=None)
+@given(key=_header_text.filter(lambda text: text.strip() != ""))
+def test_any_api_key_is_its_own_budget_and_never_an_error(key: str) -> None:
+    with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(ManualClock(1e9)))):
+        assert _codes(_get("/key", 2, x_api_key=key)) == [200, 429]
