@@ -15,8 +15,10 @@ address:
 
 freqguard decides on the memory backend, a fixed window keyed by the peer address, as
 django-ratelimit counts (a cache counter per window). Timed in the process's CPU time,
-which a busy machine's other processes do not inflate as they do the wall clock. Reported: CPU µs per request (best of the rounds),
-the overhead over ``bare``, and each overhead's ratio to django-ratelimit's.
+which a busy machine's other processes do not inflate as they do the wall clock.
+
+Reported: CPU µs per request (best of the rounds), the overhead over ``bare``, and each
+overhead's ratio to django-ratelimit's.
 """
 
 from __future__ import annotations
