@@ -6,6 +6,7 @@ wrapper that decides a cap the middleware has not (no middleware, or a method's 
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -73,17 +74,31 @@ def capped(
     if key is not None and not callable(key):
         raise ConfigError(f"key must be a key function (client_ip()), got {key!r}")
 
-    cap = ViewCap(items, key, cost, name, "", on_error)
+    per_call: list[ViewCap] = []  # method_decorator applies the decorator on every call
+    lock = threading.Lock()
+
+    def cap_for(target: Any) -> ViewCap:
+        """A cap of its own for each view; one for all the calls of a decorated method."""
+        if not isinstance(target, functools.partial):
+            return ViewCap(items, key, cost, name, _alone(target), on_error)
+        with lock:
+            if not per_call:  # named after the method: Orders.post
+                per_call.append(ViewCap(items, key, cost, name, _alone(target.func), on_error))
+        return per_call[0]
 
     def apply(target: V) -> V:
         _check_target("capped", target)
-        if not cap.alone:  # the first target names it: method_decorator applies it per call
-            cap.alone = implicit_name(target, prefix="django.view")  # type: ignore[arg-type]
+        cap = cap_for(target)
         if isinstance(target, type):
             return _cap_class(target, cap)  # type: ignore[return-value]
         return _cap_view(target, cap)  # type: ignore[arg-type, return-value]
 
     return apply
+
+
+def _alone(target: Any) -> str:
+    """The policy of a cap decided on its own: ``django.view.<module>.<qualname>``."""
+    return implicit_name(target, prefix="django.view")
 
 
 def exempt(target: V) -> V:

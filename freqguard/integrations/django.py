@@ -29,7 +29,7 @@ Denials answer 429 with an RFC 9457 problem body, ``Retry-After`` and the rate-l
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.apps import AppConfig
@@ -77,7 +77,6 @@ __all__ = [
     "user_or_ip",
 ]
 
-V = TypeVar("V")
 _RESOLVED = 4096  # paths whose routes are remembered
 Response = HttpResponseBase
 GetResponse = Callable[[HttpRequest], Any]

@@ -239,3 +239,27 @@ def test_a_spoofed_forwarded_for_never_buys_a_new_budget(spoofs: list[str]) -> N
 def test_any_api_key_is_its_own_budget_and_never_an_error(key: str) -> None:
     with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(ManualClock(1e9)))):
         assert _codes(_get("/key", 2, x_api_key=key)) == [200, 429]
+
+
+def test_a_methods_cap_is_named_after_the_method(guard: Guard) -> None:
+    client = Client()
+    client.post("/method")
+    client.post("/method")
+    names = [name for name in guard.policies if name.startswith("django.view.")]
+    assert names == ["django.view.tests.integrations.django_site.MethodCapped.post"]
+
+
+def test_one_capped_on_two_views_gives_each_its_own_budget(clock: ManualClock) -> None:
+    once = fg_django.capped("1/minute")
+
+    @once
+    def first(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("1")
+
+    @once
+    def second(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("2")
+
+    with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(clock)), MIDDLEWARE=[]):
+        codes = [view(RequestFactory().get("/")).status_code for view in (first, second)]
+    assert codes == [200, 200]
