@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from django.test import AsyncClient, Client, override_settings
@@ -14,7 +15,7 @@ from django.test import AsyncClient, Client, override_settings
 from freqguard.integrations import django as fg_django
 from tests.conftest import flush
 from tests.integrations import django_site  # noqa: F401 -- configures Django
-from tests.servers import RedisServer
+from tests.servers import RedisServer, free_port
 
 CONCURRENT = 24
 
@@ -87,3 +88,29 @@ def test_a_drf_throttle_on_redis(redis_url: str) -> None:
     client = APIClient()
     codes = [client.get("/api/orders").status_code for _ in range(4)]
     assert codes == [200, 200, 200, 429]
+
+
+def test_a_store_that_is_down_answers_503_with_retry_after() -> None:
+    """Nothing listens on the port and the guard's ``on_error`` is ``"raise"``: the
+    middleware (sync and async) and the DRF throttle answer 503, never a bare 500."""
+    from rest_framework.test import APIClient
+
+    async def aget() -> Any:
+        try:
+            return await AsyncClient().get("/plain")
+        finally:
+            await fg_django.aclose()
+
+    down = f"redis://127.0.0.1:{free_port()}"
+    try:
+        with override_settings(FREQGUARD_BACKEND=down, FREQGUARD_DEFAULT_LIMITS="3/minute"):
+            responses = [Client().get("/plain"), asyncio.run(aget())]
+        with override_settings(FREQGUARD_BACKEND=down):  # the throttle alone decides
+            throttled = APIClient().get("/api/orders")
+    finally:
+        fg_django.close()
+    for response in responses:
+        assert response.status_code == 503
+        assert response["Content-Type"] == "application/problem+json"
+        assert int(response["Retry-After"]) >= 1
+    assert throttled.status_code == 503
