@@ -17,6 +17,7 @@ from tests.integrations import django_site
 
 django_site.setup()  # done on import already: DRF's modules below read the settings
 from django.test import override_settings  # noqa: E402
+from rest_framework.exceptions import ParseError  # noqa: E402
 from rest_framework.request import Request  # noqa: E402
 from rest_framework.response import Response  # noqa: E402
 from rest_framework.settings import api_settings  # noqa: E402
@@ -24,6 +25,8 @@ from rest_framework.test import APIClient, APIRequestFactory  # noqa: E402
 from rest_framework.throttling import BaseThrottle  # noqa: E402
 from rest_framework.views import APIView  # noqa: E402
 
+from freqguard.integrations._request import KeyFunc  # noqa: E402
+from freqguard.integrations.django import header  # noqa: E402
 from freqguard.integrations.drf import FreqGuardThrottle, drf_rates  # noqa: E402
 from tests.integrations import drf_views  # noqa: E402
 
@@ -143,3 +146,18 @@ def test_drfs_rate_spelling_is_read(drf: str, ours: str) -> None:
 def test_a_rate_that_does_not_parse_is_refused() -> None:
     with pytest.raises(ConfigError):
         drf_rates("often")
+
+
+def test_a_key_that_refuses_the_request_is_a_400(guard: Guard) -> None:
+    class ByApiKey(FreqGuardThrottle):
+        rate = "1/minute"
+
+        def key(self) -> KeyFunc:
+            return header("x-api-key")
+
+    view = drf_views.Orders()
+    factory = APIRequestFactory()
+    with pytest.raises(ParseError, match="x-api-key"):
+        ByApiKey().allow_request(Request(factory.get("/")), view)
+    keyed = Request(factory.get("/", HTTP_X_API_KEY="k"))
+    assert [ByApiKey().allow_request(keyed, view) for _ in range(2)] == [True, False]
