@@ -72,7 +72,7 @@ class Marks:
     def note(self, answer: Answer) -> None:
         """Note an answer's decision (none: refused before a hit, or skipped)."""
         if answer.decision is not None:
-            if not self.decisions:
+            if not self.decisions and answer.allowed:  # a refusal's are a problem's too
                 self.first = answer
             self.decisions.append(answer.decision)
 
