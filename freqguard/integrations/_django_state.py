@@ -222,19 +222,14 @@ def current() -> State:
         with _state_lock:
             state = _state
             if state is None:
-                state = _made(State(read_settings()))
+                state = State(read_settings())
+                _set(state)
     return state
 
 
-def _set(state: State | None) -> State | None:
+def _set(state: State | None) -> None:
     global _state
     _state = state
-    return state
-
-
-def _made(state: State) -> State:
-    _set(state)
-    return state
 
 
 #: async guards of dropped states: closed by the next ``aclose()`` (a settings signal is sync)
