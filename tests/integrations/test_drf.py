@@ -17,6 +17,7 @@ from tests.integrations import django_site
 
 django_site.setup()  # done on import already: DRF's modules below read the settings
 from django.test import override_settings  # noqa: E402
+from django.urls import resolve  # noqa: E402
 from rest_framework.exceptions import ParseError  # noqa: E402
 from rest_framework.request import Request  # noqa: E402
 from rest_framework.response import Response  # noqa: E402
@@ -25,8 +26,9 @@ from rest_framework.test import APIClient, APIRequestFactory  # noqa: E402
 from rest_framework.throttling import BaseThrottle  # noqa: E402
 from rest_framework.views import APIView  # noqa: E402
 
+from freqguard.integrations._django_state import current  # noqa: E402
 from freqguard.integrations._request import KeyFunc  # noqa: E402
-from freqguard.integrations.django import header  # noqa: E402
+from freqguard.integrations.django import exempt, header  # noqa: E402
 from freqguard.integrations.drf import FreqGuardThrottle, drf_rates  # noqa: E402
 from tests.integrations import drf_views  # noqa: E402
 
@@ -162,3 +164,18 @@ def test_a_key_that_refuses_the_request_is_a_400(guard: Guard) -> None:
         ByApiKey().allow_request(Request(factory.get("/")), view)
     keyed = Request(factory.get("/", HTTP_X_API_KEY="k"))
     assert [ByApiKey().allow_request(keyed, view) for _ in range(2)] == [True, False]
+
+
+def test_an_exempt_api_view_leaves_the_default_limits_to_its_throttle(clock: ManualClock) -> None:
+    @exempt
+    class Open(APIView):
+        def get(self, request: Request) -> Response:
+            return Response({"open": True})
+
+    found = resolve("/api/orders")
+    with override_settings(
+        FREQGUARD_BACKEND=Guard(MemoryBackend(clock)), FREQGUARD_DEFAULT_LIMITS="1/minute"
+    ):
+        state = current()
+        assert state.view_route("open", Open.as_view()) is None  # nothing caps it
+        assert state.view_route(found.view_name, found.func) is not None
