@@ -1,0 +1,213 @@
+"""``@capped`` and ``exempt`` for Django views: what they mark on a view or a class-based
+view (read by the middleware, which decides a cap with the view's default limits), and the
+wrapper that decides a cap the middleware has not (no middleware, or a method's cap).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.http import HttpRequest, HttpResponseBase
+from django.views import View
+
+from freqguard.decorators.naming import implicit_name
+from freqguard.errors import ConfigError
+from freqguard.integrations._django_state import (
+    ViewCap,
+    current,
+    load_user,
+    marks_of,
+    needs_user,
+    noted,
+    request_info,
+    with_headers,
+)
+from freqguard.integrations._http import KeyFunc, rule_items
+from freqguard.policy import Policy
+from freqguard.rules import Rule, check_name
+
+__all__ = ["capped", "exempt"]
+
+V = TypeVar("V")
+Response = HttpResponseBase
+
+
+def capped(
+    rule: str | Rule | Policy | Sequence[str | Rule],
+    *,
+    key: KeyFunc | None = None,
+    cost: int = 1,
+    name: str | None = None,
+) -> Callable[[V], V]:
+    """Cap a view: a function view (sync or async), a class-based view (decorate the
+    class, or a method with ``method_decorator``).
+
+    With the middleware installed, the cap of a function view or a decorated class is
+    decided with the view's default limits, in one hit before the view runs. A method's cap
+    (``method_decorator``) is decided when that method runs, on its own policy.
+
+    Args:
+        rule: rates (``"5/minute; 100/day"``), Rules, a list of them, or a Policy (its
+            rules and ``on_error``).
+        key: the key function (default ``FREQGUARD_KEY``, else the peer address).
+        cost: what one request costs, charged to the default limits too (one hit).
+        name: the policy's name (default ``django.<route name>``).
+
+    Raises:
+        ConfigError: a rate that does not parse, a bad cost or name, or a target that is
+            neither a view function nor a class-based view.
+    """
+    on_error = None
+    if isinstance(rule, Policy):
+        items: tuple[Any, ...] = rule.rules
+        on_error = rule.on_error
+    else:
+        items = rule_items(rule)
+    if name is not None:
+        check_name("policy name", name)
+    if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+        raise ConfigError(f"cost must be an integer >= 0, got {cost!r}")
+    if key is not None and not callable(key):
+        raise ConfigError(f"key must be a key function (client_ip()), got {key!r}")
+
+    per_call: list[ViewCap] = []  # method_decorator applies the decorator on every call
+    lock = threading.Lock()
+
+    def cap_for(target: Any) -> ViewCap:
+        """A cap of its own for each view; one for all the calls of a decorated method."""
+        if not isinstance(target, functools.partial):
+            return ViewCap(items, key, cost, name, _alone(target), on_error)
+        with lock:
+            if not per_call:  # named after the method: Orders.post
+                per_call.append(ViewCap(items, key, cost, name, _alone(target.func), on_error))
+        return per_call[0]
+
+    def apply(target: V) -> V:
+        _check_target("capped", target)
+        cap = cap_for(target)
+        if isinstance(target, type):
+            return _cap_class(target, cap)  # type: ignore[return-value]
+        return _cap_view(target, cap)  # type: ignore[arg-type, return-value]
+
+    return apply
+
+
+def _alone(target: Any) -> str:
+    """The policy of a cap decided on its own: ``django.view.<module>.<qualname>``."""
+    return implicit_name(target, prefix="django.view")
+
+
+def exempt(target: V) -> V:
+    """Exempt a view (function or class-based) from ``FREQGUARD_DEFAULT_LIMITS``; its own
+    ``@capped`` still holds.
+
+    Raises:
+        ConfigError: for something neither a view function nor a class-based view.
+    """
+    _check_target("exempt", target)
+    target._freqguard_exempt = True  # type: ignore[attr-defined]
+    return target
+
+
+def _check_target(method: str, target: object) -> None:
+    if isinstance(target, type) and not issubclass(target, View):
+        raise ConfigError(
+            f"{method} takes a view function or a class-based view (a View), got {target!r}"
+        )
+    if not callable(target):
+        raise ConfigError(f"{method} takes a view function or a class-based view, got {target!r}")
+
+
+def _request_in(args: tuple[Any, ...]) -> Any:
+    """The request among a view's arguments: first, or after ``self`` (a method)."""
+    for arg in args[:2]:
+        if hasattr(arg, "META"):
+            return arg
+    raise ConfigError(f"@capped view called without a request: {args!r}")
+
+
+def _cap_view(view: Callable[..., Any], cap: ViewCap) -> Callable[..., Any]:
+    if iscoroutinefunction(view):
+
+        @functools.wraps(view)
+        async def awrapper(*args: Any, **kwargs: Any) -> Any:
+            request = _request_in(args)
+            denied = await _adecide_alone(cap, request)
+            if denied is not None:
+                return denied
+            return _own_headers(request, await view(*args, **kwargs))
+
+        awrapper._freqguard_cap = cap  # type: ignore[attr-defined]
+        return awrapper
+
+    @functools.wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        request = _request_in(args)
+        denied = _decide_alone(cap, request)
+        if denied is not None:
+            return denied
+        return _own_headers(request, view(*args, **kwargs))
+
+    wrapper._freqguard_cap = cap  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _cap_class(cls: type[View], cap: ViewCap) -> type[View]:
+    """Cap every request a class-based view dispatches (its ``dispatch``)."""
+    original: Callable[..., Any] = cls.dispatch
+    if getattr(cls, "view_is_async", False):  # dispatch returns the handler's coroutine
+
+        async def adispatch(self: View, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            denied = await _adecide_alone(cap, request)
+            if denied is not None:
+                return denied
+            return _own_headers(request, await original(self, request, *args, **kwargs))
+
+        cls.dispatch = functools.wraps(original)(adispatch)  # type: ignore[method-assign,assignment]
+    else:
+
+        def dispatch(self: View, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            denied = _decide_alone(cap, request)
+            if denied is not None:
+                return denied
+            return _own_headers(request, original(self, request, *args, **kwargs))
+
+        cls.dispatch = functools.wraps(original)(dispatch)  # type: ignore[method-assign]
+    cls._freqguard_cap = cap  # type: ignore[attr-defined]
+    return cls
+
+
+def _decide_alone(cap: ViewCap, request: Any) -> Response | None:
+    """Decide a cap the middleware has not: the refusal, if refused."""
+    marks = marks_of(request)
+    state = current()
+    if cap in marks.decided or not state.settings.enabled:
+        return None
+    route = state.alone_route(cap)
+    answer = state.decider().decide(state.guard().hit, route, request_info(request))
+    return noted(marks, cap, answer)
+
+
+async def _adecide_alone(cap: ViewCap, request: Any) -> Response | None:
+    marks = marks_of(request)
+    state = current()
+    if cap in marks.decided or not state.settings.enabled:
+        return None
+    route = state.alone_route(cap)
+    if needs_user(route):
+        await sync_to_async(load_user)(request)
+    guard = state.aguard()
+    answer = await state.adecider().adecide(guard.hit, route, request_info(request))
+    return noted(marks, cap, answer)
+
+
+def _own_headers(request: Any, found: Any) -> Any:
+    """The rate-limit headers, when no middleware adds them."""
+    marks = marks_of(request)
+    if not marks.middleware and marks.decisions and isinstance(found, HttpResponseBase):
+        return with_headers(current(), marks, found)
+    return found

@@ -1,0 +1,160 @@
+"""The Django integration's settings: read once from ``django.conf.settings``, checked, and
+reported through Django's system checks (``manage.py check``) as well as by the middleware.
+
+An unknown ``FREQGUARD_*`` setting is an error naming the one it resembles
+(``FREQGUARD_DEFAULT_LIMIT`` would otherwise leave every view uncapped, silently);
+django-ratelimit's ``RATELIMIT_*`` settings, which freqguard does not read, are a warning
+naming freqguard's.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core import checks
+
+from freqguard.backends.urls import parse_url
+from freqguard.config import Config, load
+from freqguard.errors import ConfigError
+from freqguard.guard import Guard
+from freqguard.headers import check_profile
+from freqguard.integrations._request import KeyFunc
+from freqguard.rates import Rate, parse_rates
+
+__all__ = ["SETTINGS", "Settings", "check_settings", "read_settings", "setting_problems"]
+
+#: The settings freqguard reads.
+SETTINGS = frozenset(
+    {
+        "FREQGUARD_BACKEND",
+        "FREQGUARD_CONFIG",
+        "FREQGUARD_DEFAULT_LIMITS",
+        "FREQGUARD_HEADERS",
+        "FREQGUARD_ENABLED",
+        "FREQGUARD_KEY",
+    }
+)
+#: What people coming from Flask-Limiter or django-ratelimit type instead.
+_MEANT = {
+    "FREQGUARD_DEFAULT_LIMIT": "FREQGUARD_DEFAULT_LIMITS",
+    "FREQGUARD_DEFAULT": "FREQGUARD_DEFAULT_LIMITS",
+    "FREQGUARD_STORAGE_URI": "FREQGUARD_BACKEND",
+    "FREQGUARD_STORAGE_URL": "FREQGUARD_BACKEND",
+    "FREQGUARD_URL": "FREQGUARD_BACKEND",
+    "FREQGUARD_CACHE": "FREQGUARD_BACKEND",
+    "FREQGUARD_HEADERS_ENABLED": "FREQGUARD_HEADERS",
+    "FREQGUARD_ENABLE": "FREQGUARD_ENABLED",
+    "RATELIMIT_ENABLE": "FREQGUARD_ENABLED",
+    "RATELIMIT_USE_CACHE": "FREQGUARD_BACKEND",
+    "RATELIMIT_IP_META_KEY": "FREQGUARD_KEY",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The settings, checked: what the integration is built from."""
+
+    backend: str | Guard  # a URL, or a Guard made in the settings module
+    config: Config | None
+    defaults: tuple[Rate, ...]
+    headers: str
+    enabled: bool
+    key: KeyFunc | None  # None: the peer address
+
+
+def setting_problems(names: Iterable[str]) -> tuple[list[str], list[str]]:
+    """The errors (unknown ``FREQGUARD_*`` settings, each naming the one meant) and the
+    warnings (django-ratelimit's settings) for a settings module's names."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    known = ", ".join(sorted(SETTINGS))
+    for name in sorted(names):
+        if name.startswith("FREQGUARD_") and name not in SETTINGS:
+            meant = _MEANT.get(name) or next(
+                iter(difflib.get_close_matches(name, SETTINGS, 1)), None
+            )
+            hint = f"did you mean {meant}? " if meant else ""
+            errors.append(f"unknown setting {name}: {hint}freqguard reads {known}")
+        elif name in _MEANT:
+            warnings.append(
+                f"{name} is django-ratelimit's setting, which freqguard does not read: "
+                f"set {_MEANT[name]}"
+            )
+    return errors, warnings
+
+
+def _names() -> list[str]:
+    return [name for name in dir(django_settings) if name.isupper()]
+
+
+def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
+    """Django system check: the problems of the ``FREQGUARD_*`` settings
+    (``freqguard.E001`` unknown setting, ``freqguard.E002`` a bad value,
+    ``freqguard.W001`` django-ratelimit's setting)."""
+    errors, warnings = setting_problems(_names())
+    found: list[Any] = [checks.Error(text, id="freqguard.E001") for text in errors]
+    if not errors:
+        try:
+            read_settings()
+        except ConfigError as error:
+            found.append(checks.Error(str(error), id="freqguard.E002"))
+    found += [checks.Warning(text, id="freqguard.W001") for text in warnings]
+    return found
+
+
+def read_settings() -> Settings:
+    """The settings, checked.
+
+    Raises:
+        ConfigError: an unknown ``FREQGUARD_*`` setting (naming the one meant), or a bad
+            value (naming it and what is allowed).
+    """
+    errors, _ = setting_problems(_names())
+    if errors:
+        raise ConfigError("; ".join(errors))
+    values = {name: getattr(django_settings, name) for name in SETTINGS if _has(name)}
+    enabled = values.get("FREQGUARD_ENABLED", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"FREQGUARD_ENABLED must be True or False, got {enabled!r}")
+    backend = values.get("FREQGUARD_BACKEND", "memory://")
+    if not isinstance(backend, (str, Guard)):
+        raise ConfigError(
+            f"FREQGUARD_BACKEND must be a backend URL (memory://, redis://...) or a Guard, "
+            f"got {backend!r}"
+        )
+    if isinstance(backend, str):
+        parse_url(backend)  # checked now (no I/O): the guard is made at first use
+    config = _config(values)
+    default = values.get("FREQGUARD_DEFAULT_LIMITS")
+    if default is not None and not isinstance(default, str):
+        raise ConfigError(f"FREQGUARD_DEFAULT_LIMITS must be rates ('100/hour'), got {default!r}")
+    key = values.get("FREQGUARD_KEY")
+    if key is not None and not callable(key):
+        raise ConfigError(f"FREQGUARD_KEY must be a key function (client_ip()), got {key!r}")
+    return Settings(
+        backend,
+        config,
+        parse_rates(default) if default else (),
+        check_profile(values.get("FREQGUARD_HEADERS", "ietf")),
+        enabled,
+        key,
+    )
+
+
+def _has(name: str) -> bool:
+    return hasattr(django_settings, name)
+
+
+def _config(values: dict[str, Any]) -> Config | None:
+    given = values.get("FREQGUARD_CONFIG")
+    if given is None:
+        return None
+    if "FREQGUARD_BACKEND" in values:
+        raise ConfigError(
+            "FREQGUARD_CONFIG names the backend: set it or FREQGUARD_BACKEND, not both"
+        )
+    return given if isinstance(given, Config) else load(given)

@@ -1,0 +1,220 @@
+"""Django: ``FreqGuardMiddleware`` (default limits for every view), ``@capped`` views.
+
+Settings (``settings.py``):
+
+* ``FREQGUARD_BACKEND``: a backend URL (default ``"memory://"``), or a :class:`Guard`.
+* ``FREQGUARD_CONFIG``: a configuration file's path (or a loaded
+  :class:`~freqguard.config.Config`) to make the guard from; not with ``FREQGUARD_BACKEND``.
+* ``FREQGUARD_DEFAULT_LIMITS``: rates applied to every view not exempt, each view counted
+  on its own, its policy named ``django.<route name>`` (default none).
+* ``FREQGUARD_HEADERS``: the header profile (default ``"ietf"``).
+* ``FREQGUARD_ENABLED``: ``False`` switches every cap off (default ``True``).
+* ``FREQGUARD_KEY``: the key function of the default limits and of caps given none
+  (default: the peer address; behind proxies ``client_ip(trusted_proxies)``).
+
+Any other ``FREQGUARD_*`` setting is an error naming the one it resembles, shown by
+``manage.py check`` (with ``"freqguard.integrations.django.FreqGuardConfig"`` in
+``INSTALLED_APPS``) and raised by the middleware when Django loads it.
+
+A view's default limits and its own cap are one policy, decided in one atomic hit by the
+middleware before the view runs: a request denied by either consumes from neither. A cap
+the middleware cannot see (a method of a class-based view decorated with
+``method_decorator``, or no middleware) is decided by the view's wrapper, on its own policy.
+
+The middleware is sync and async: under ASGI (an async chain) it decides with an
+:class:`AsyncGuard` and never blocks the event loop; under WSGI with a :class:`Guard`.
+Denials answer 429 with an RFC 9457 problem body, ``Retry-After`` and the rate-limit headers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.apps import AppConfig
+from django.core import checks
+from django.http import HttpRequest, HttpResponseBase
+from django.urls import Resolver404, get_resolver
+
+from freqguard.guard import AsyncGuard, Guard
+from freqguard.integrations._decide import Route
+from freqguard.integrations._django_caps import capped, exempt
+from freqguard.integrations._django_settings import check_settings
+from freqguard.integrations._django_state import (
+    Marks,
+    State,
+    ViewCap,
+    current,
+    drop,
+    load_user,
+    needs_user,
+    noted,
+    request_info,
+    unclosed,
+    with_headers,
+)
+from freqguard.integrations._http import (
+    BadRequest,
+    KeyFunc,
+    RequestInfo,
+    client_ip,
+    header,
+)
+
+__all__ = [
+    "BadRequest",
+    "FreqGuardConfig",
+    "FreqGuardMiddleware",
+    "aclose",
+    "async_guard",
+    "capped",
+    "client_ip",
+    "close",
+    "exempt",
+    "guard",
+    "header",
+    "user_or_ip",
+]
+
+_RESOLVED = 4096  # paths whose routes are remembered
+Response = HttpResponseBase
+GetResponse = Callable[[HttpRequest], Any]
+
+
+class FreqGuardMiddleware:
+    """Decides each request to a view before the view runs: its default limits and its
+    ``@capped`` cap, in one hit.
+
+    Place it after the middleware that sets ``request.user`` (for :func:`user_or_ip`) or
+    ``request.urlconf``.
+
+    Raises:
+        ConfigError: when Django loads it, for an unknown ``FREQGUARD_*`` setting or a bad
+            value.
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: GetResponse) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+        current()  # refuse to start on bad settings
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self._acall(request)
+        state = current()
+        found = _route_of(state, request)
+        marks = request.freqguard = Marks(middleware=True)  # type: ignore[attr-defined]
+        if found is None:  # a DRF throttle or a method's cap may still decide
+            return with_headers(state, marks, self.get_response(request))
+        route, cap = found
+        answer = state.decider().decide(state.guard().hit, route, request_info(request))
+        denied = noted(marks, cap, answer)
+        if denied is not None:
+            return denied
+        return with_headers(state, marks, self.get_response(request))
+
+    async def _acall(self, request: HttpRequest) -> Response:
+        state = current()
+        found = _route_of(state, request)
+        marks = request.freqguard = Marks(middleware=True)  # type: ignore[attr-defined]
+        if found is None:  # a DRF throttle or a method's cap may still decide
+            return with_headers(state, marks, await self.get_response(request))
+        route, cap = found
+        if needs_user(route):
+            await sync_to_async(load_user)(request)
+        guard = state.aguard()
+        answer = await state.adecider().adecide(guard.hit, route, request_info(request))
+        denied = noted(marks, cap, answer)
+        if denied is not None:
+            return denied
+        return with_headers(state, marks, await self.get_response(request))
+
+
+def _route_of(state: State, request: HttpRequest) -> tuple[Route, ViewCap | None] | None:
+    """The route of the view the request resolves to (None: no view, or nothing caps it).
+
+    Resolved here, as Django resolves it after the middleware chain (a cached resolver),
+    and remembered by path: the view must be known before it runs, without a
+    ``process_view`` hook whose mode would follow the handler's (a thread hop per request
+    under ASGI).
+    """
+    if not state.settings.enabled:
+        return None
+    resolver = get_resolver(getattr(request, "urlconf", None))
+    where = (resolver, request.path_info)
+    try:
+        return state.resolved[where]
+    except KeyError:
+        pass
+    try:
+        match = resolver.resolve(request.path_info)
+    except Resolver404:
+        found = None
+    else:
+        found = state.view_route(match.view_name, match.func)
+    if len(state.resolved) >= _RESOLVED:  # paths with ids are many: keep the recent ones
+        state.resolved.clear()
+    state.resolved[where] = found
+    return found
+
+
+def user_or_ip(
+    trusted_proxies: str | Sequence[str] = (), *, header: str = "x-forwarded-for"
+) -> KeyFunc:
+    """Key requests as DRF does: the user's id when authenticated, else the client's
+    address (:func:`client_ip` behind ``trusted_proxies``); dimension ``ident``
+    (``user:42``, ``ip:203.0.113.7``), so users and addresses never share a budget.
+
+    Needs ``request.user`` (``AuthenticationMiddleware`` before the freqguard middleware).
+    """
+    address = client_ip(trusted_proxies, header=header)
+
+    def key(request: RequestInfo) -> dict[str, object]:
+        user = getattr(request.raw, "user", None)
+        if user is not None and user.is_authenticated:
+            return {"ident": f"user:{user.pk}"}
+        return {"ident": f"ip:{address(request)['client']}"}  # type: ignore[index]
+
+    key.needs_user = True  # type: ignore[attr-defined]
+    return key
+
+
+def guard() -> Guard:
+    """The sync Guard the integration decides with (to reset, refund or peek)."""
+    return current().guard()
+
+
+def async_guard() -> AsyncGuard:
+    """The AsyncGuard the integration decides with under ASGI."""
+    return current().aguard()
+
+
+def close() -> None:
+    """Close the sync guards the integration made; it makes them anew when next used."""
+    for made in drop():
+        unclosed.append(made)
+
+
+async def aclose() -> None:
+    """Close every guard the integration made (the async ones on this event loop)."""
+    close()
+    while unclosed:
+        await unclosed.pop().aclose()
+
+
+class FreqGuardConfig(AppConfig):
+    """Add ``"freqguard.integrations.django.FreqGuardConfig"`` to ``INSTALLED_APPS`` for
+    ``manage.py check`` to report the ``FREQGUARD_*`` settings' problems."""
+
+    name = "freqguard.integrations.django"
+    label = "freqguard"
+    verbose_name = "freqguard"
+
+    def ready(self) -> None:
+        checks.register(check_settings, "freqguard")

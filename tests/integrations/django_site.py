@@ -1,0 +1,117 @@
+"""The Django site the Django and DRF tests drive: settings configured once per process,
+when this module is imported (DRF's modules read them when imported), no database; users
+come from an ``X-User`` header (a middleware and a DRF authentication class), so a test can
+be anyone without a session."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.urls import path
+from django.utils.decorators import method_decorator
+from django.views import View
+
+from freqguard.integrations.django import capped, exempt, header, user_or_ip
+
+SETTINGS: dict[str, Any] = {
+    "DEBUG": False,
+    "SECRET_KEY": "tests-only",
+    "ROOT_URLCONF": "tests.integrations.django_site",
+    "ALLOWED_HOSTS": ["*"],
+    "INSTALLED_APPS": ["rest_framework", "freqguard.integrations.django.FreqGuardConfig"],
+    "MIDDLEWARE": [
+        "tests.integrations.django_users.HeaderUserMiddleware",
+        "freqguard.integrations.django.FreqGuardMiddleware",
+    ],
+    "DATABASES": {},
+    "USE_TZ": True,
+    "REST_FRAMEWORK": {
+        "UNAUTHENTICATED_USER": None,
+        "DEFAULT_AUTHENTICATION_CLASSES": ["tests.integrations.django_users.HeaderAuthentication"],
+        "DEFAULT_THROTTLE_RATES": {"orders": "2/min"},
+    },
+}
+
+
+def setup() -> None:
+    """Configure Django for this process, once."""
+    if not settings.configured:
+        settings.configure(**SETTINGS)
+        django.setup()
+
+
+setup()
+
+from tests.integrations import drf_views  # noqa: E402 -- DRF reads the settings on import
+
+
+def plain(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("plain")
+
+
+@capped("2/minute")
+def sync_capped(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("sync")
+
+
+@capped("2/minute")
+async def async_capped(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("async")
+
+
+@capped("1/minute", key=header("x-api-key"))
+def by_api_key(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("key")
+
+
+@capped("2/minute", key=user_or_ip())
+def by_user(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("user")
+
+
+@exempt
+def exempted(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("exempt")
+
+
+@capped("2/minute")
+class ClassCapped(View):
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("class")
+
+
+@capped("2/minute")
+class AsyncClassCapped(View):
+    async def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("async class")
+
+
+class MethodCapped(View):
+    @method_decorator(capped("1/minute"))
+    def post(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("posted")
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("got")
+
+
+urlpatterns = [
+    path("plain", plain, name="plain"),
+    path("plain-again", plain),  # unnamed: counted under the view's dotted path
+    path("sync", sync_capped, name="sync"),
+    path("async", async_capped, name="async"),
+    path("key", by_api_key, name="key"),
+    path("user", by_user, name="user"),
+    path("exempt", exempted, name="exempt"),
+    path("class", ClassCapped.as_view(), name="class"),
+    path("async-class", AsyncClassCapped.as_view(), name="async-class"),
+    path("method", MethodCapped.as_view(), name="method"),
+    path("api/orders", drf_views.Orders.as_view(), name="orders"),
+    path("api/scoped", drf_views.Scoped.as_view(), name="scoped"),
+    path("api/other-scoped", drf_views.OtherScoped.as_view(), name="other-scoped"),
+    path("api/defaults", drf_views.Defaults.as_view(), name="drf-defaults"),
+    path("api/plain", drf_views.Plain.as_view(), name="drf-plain"),
+]
