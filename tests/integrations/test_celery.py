@@ -1,0 +1,272 @@
+"""capped_task's logic, run eagerly (``task_always_eager``) on a ManualClock, and its
+re-send and redelivery paths run as a worker would run them, on Celery's in-memory broker.
+The real workers on real brokers are in test_celery_workers.py."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("celery", reason="the celery extra is not installed")
+
+from celery import Celery, Task
+from celery.exceptions import Retry
+
+from freqguard import (
+    CapExceeded,
+    ConfigError,
+    ContextError,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    QuietHours,
+    Rule,
+)
+from freqguard.integrations.celery import ON_DENIED, TASK_MARKS, capped_task
+
+SMS = Policy("sms", Rule("2/minute", by="recipient", name="rcpt-1m"))
+
+
+class VendorDown(Exception):
+    pass
+
+
+@pytest.fixture
+def app() -> Iterator[Celery]:
+    app = Celery("capped", broker="memory://", backend="cache+memory://", set_as_current=False)
+    app.conf.task_always_eager = True
+    app.conf.task_store_eager_result = False
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def guard(clock: ManualClock) -> Guard:
+    return Guard(MemoryBackend(), [], clock=clock)
+
+
+def test_allowed_runs_then_denied_defers_by_retry_after(app: Celery, guard: Guard) -> None:
+    sent: list[str] = []
+
+    @capped_task(app, SMS, guard=guard)
+    def send(recipient: str, content: str) -> str:
+        sent.append(content)
+        return f"sent {content}"
+
+    assert [send.delay(recipient="+1", content=str(i)).get() for i in range(2)] == [
+        "sent 0",
+        "sent 1",
+    ]
+    third = send.delay(recipient="+1", content="2").get()
+    assert third == {
+        "deferred": True,
+        "policy": "sms",
+        "denied_by": ["rcpt-1m"],
+        "retry_after": 60.0,
+    }
+    assert sent == ["0", "1"]
+    assert send.delay(recipient="+2", content="other").get() == "sent other"
+
+
+def test_drop_returns_dropped_and_logs(
+    app: Celery, guard: Guard, caplog: pytest.LogCaptureFixture
+) -> None:
+    @capped_task(app, SMS, guard=guard, on_denied="drop")
+    def send(recipient: str) -> str:
+        return "sent"
+
+    assert [send.delay(recipient="+1").get() for _ in range(2)] == ["sent", "sent"]
+    with caplog.at_level(logging.INFO, "freqguard.celery"):
+        dropped = send.delay(recipient="+1").get()
+    assert dropped == {
+        "dropped": True,
+        "policy": "sms",
+        "denied_by": ["rcpt-1m"],
+        "retry_after": 60.0,
+    }
+    assert "dropped: policy 'sms' denied by rcpt-1m" in caplog.text
+
+
+def test_raise_raises_cap_exceeded(app: Celery, guard: Guard) -> None:
+    @capped_task(app, SMS, guard=guard, on_denied="raise")
+    def send(recipient: str) -> str:
+        return "sent"
+
+    send.delay(recipient="+1").get()
+    send.delay(recipient="+1").get()
+    with pytest.raises(CapExceeded, match="denied by rcpt-1m") as caught:
+        send.delay(recipient="+1").get()
+    assert caught.value.decision.retry_after == 60.0
+
+
+def test_a_failing_body_refunds_its_hit(app: Celery, guard: Guard) -> None:
+    calls: list[str] = []
+
+    @capped_task(app, SMS, guard=guard, on_denied="raise")
+    def send(recipient: str, fail: bool = False) -> str:
+        calls.append(recipient)
+        if fail:
+            raise VendorDown("vendor timed out")
+        return "sent"
+
+    for _ in range(3):
+        with pytest.raises(VendorDown):
+            send.delay(recipient="+1", fail=True).get()
+    assert [send.delay(recipient="+1").get() for _ in range(2)] == ["sent", "sent"]
+    assert len(calls) == 5
+    assert guard.peek("sms", recipient="+1").remaining == 0
+
+
+def test_celery_retry_after_the_body_ran_counts_once(app: Celery, guard: Guard) -> None:
+    attempts: list[int] = []
+
+    @capped_task(app, SMS, guard=guard, bind=True, max_retries=3)
+    def send(task: Task, recipient: str) -> str:
+        attempts.append(task.request.retries)
+        if len(attempts) < 3:
+            raise task.retry(countdown=0)
+        return "sent"
+
+    # two retries run eagerly, at once; each run refunded before it retried
+    assert send.delay(recipient="+1").get() == "sent"
+    assert attempts == [0, 1, 2]
+    assert guard.peek("sms", recipient="+1").remaining == 1
+
+
+def test_quiet_hours_defer_to_the_morning(app: Celery, clock: ManualClock) -> None:
+    clock.set(1_781_206_200)  # 2026-06-11 21:30 in Berlin
+    guard = Guard(MemoryBackend(), [], clock=clock)
+    push = Policy(
+        "push",
+        Rule("3/day", by="recipient"),
+        quiet=QuietHours("21:00", "08:00", tz_from="tz"),
+    )
+
+    @capped_task(app, push, guard=guard)
+    def notify(recipient: str, tz: str) -> str:
+        return "sent"
+
+    late = notify.delay(recipient="dana", tz="Europe/Berlin").get()
+    assert late["denied_by"] == ["quiet-hours"]
+    assert late["retry_after"] == 37800.0  # 08:00
+
+
+def test_a_registered_policy_name_and_positional_arguments(app: Celery, guard: Guard) -> None:
+    guard.add_policy(SMS)
+
+    @capped_task(app, "sms", guard=guard, on_denied="drop")
+    def send(recipient: str, content: str) -> str:
+        return content
+
+    assert send.delay("+1", "a").get() == "a"
+    assert send.delay("+1", content="b").get() == "b"
+    assert send.delay(recipient="+1", content="c").get()["dropped"] is True
+
+
+def test_a_missing_dimension_is_an_error_naming_it(app: Celery, guard: Guard) -> None:
+    @capped_task(app, SMS, guard=guard)
+    def send(**message: Any) -> None:
+        raise AssertionError("never runs")
+
+    with pytest.raises(ContextError, match=r"dimension\(s\) recipient; send them as keywords"):
+        send.delay(to="+1").get()
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"on_denied": "skip"}, "on_denied must be one of 'defer', 'drop', 'raise', got 'skip'"),
+        ({"on_denied": None}, "on_denied must be one of .* got None"),
+        ({"policy": "nope"}, r"registered on the guard \(registered: .*\), got 'nope'"),
+        ({"policy": 3}, "got 3"),
+        ({"guard": object()}, "guard must be a freqguard Guard"),
+    ],
+)
+def test_bad_options_fail_at_decoration(
+    app: Celery, guard: Guard, options: dict[str, Any], match: str
+) -> None:
+    arguments: dict[str, Any] = {"policy": SMS, "guard": guard, **options}
+    with pytest.raises(ConfigError, match=match):
+        capped_task(app, **arguments)
+    assert ON_DENIED == ("defer", "drop", "raise")
+
+
+def test_a_function_without_the_dimension_fails_at_decoration(app: Celery, guard: Guard) -> None:
+    with pytest.raises(ConfigError, match="takes no keyword argument for the dimension"):
+
+        @capped_task(app, SMS, guard=guard)
+        def send(to: str) -> None: ...
+
+
+# The worker's paths, without a worker: the task run as a worker runs it (a request that is
+# not eager), re-sending onto the in-memory broker.
+
+
+@pytest.fixture
+def worker_app(app: Celery) -> Celery:
+    app.conf.task_always_eager = False
+    return app
+
+
+def _run_as_worker(task: Task, task_id: str, retries: int = 0, **kwargs: Any) -> Any:
+    task.push_request(id=task_id, retries=retries, is_eager=False, kwargs=kwargs, args=())
+    try:
+        return task.run(**kwargs)
+    finally:
+        task.pop_request()
+
+
+def test_defer_resends_the_same_task_without_spending_retries(
+    worker_app: Celery, guard: Guard
+) -> None:
+    @capped_task(worker_app, SMS, guard=guard, max_retries=0)
+    def send(recipient: str) -> str:
+        return "sent"
+
+    _run_as_worker(send, "a", recipient="+1")
+    _run_as_worker(send, "b", recipient="+1")
+    with pytest.raises(Retry) as deferred:
+        _run_as_worker(send, "c", retries=0, recipient="+1")
+    assert deferred.value.when == 60.0
+    with worker_app.connection() as connection, connection.SimpleQueue("celery") as queue:
+        message = queue.get(timeout=1)
+        headers = message.headers
+        message.ack()
+    assert (headers["id"], headers["retries"], headers["task"]) == ("c", 0, send.name)
+    assert headers["eta"] is not None
+    assert message.payload[1] == {"recipient": "+1"}
+
+
+def test_a_redelivered_acks_late_task_takes_one_hit(worker_app: Celery, guard: Guard) -> None:
+    runs: list[str] = []
+
+    @capped_task(worker_app, SMS, guard=guard, acks_late=True)
+    def send(recipient: str) -> str:
+        runs.append(recipient)
+        return "sent"
+
+    _run_as_worker(send, "same", recipient="+1")
+    _run_as_worker(send, "same", recipient="+1")  # the broker delivered it again
+    assert runs == ["+1", "+1"]
+    assert guard.peek("sms", recipient="+1").remaining == 1
+    assert TASK_MARKS.name in guard.policies
+    _run_as_worker(send, "other", recipient="+1")
+    assert guard.peek("sms", recipient="+1").remaining == 0
+
+
+def test_an_acks_late_task_that_fails_gives_back_its_mark(worker_app: Celery, guard: Guard) -> None:
+    @capped_task(worker_app, SMS, guard=guard, acks_late=True)
+    def send(recipient: str, fail: bool) -> str:
+        if fail:
+            raise VendorDown("vendor timed out")
+        return "sent"
+
+    with pytest.raises(VendorDown):
+        _run_as_worker(send, "t", recipient="+1", fail=True)
+    assert _run_as_worker(send, "t", recipient="+1", fail=False) == "sent"  # its retry
+    assert guard.peek("sms", recipient="+1").remaining == 1
+    assert guard.peek(TASK_MARKS.name, task_id="t").remaining == 0
