@@ -192,6 +192,19 @@ def test_bad_options_fail_at_decoration(
     arguments: dict[str, Any] = {"policy": SMS, "guard": guard, **options}
     with pytest.raises(ConfigError, match=match):
         capped_task(app, **arguments)
+
+
+def test_the_public_names_are_pinned() -> None:
+    from freqguard.integrations import celery
+
+    assert set(celery.__all__) == {
+        "ON_DENIED",
+        "TASK_MARKS",
+        "Deferred",
+        "Dropped",
+        "OnDenied",
+        "capped_task",
+    }
     assert ON_DENIED == ("defer", "drop", "raise")
 
 
