@@ -170,11 +170,11 @@ class _Cap:
         self, task: Task, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> dict[str, Any]:
         """The hit's context: the arguments named after the policy's dimensions and reads
-        (keywords, or positional ones bound to their parameters' names)."""
-        named = dict(kwargs)
-        if args:
-            bound = self.signature.bind_partial(*args, **kwargs).arguments
-            named = {**{k: v for k, v in bound.items() if k not in self.var_keyword}, **kwargs}
+        (keywords, positional ones by their parameters' names, or the parameters' defaults)."""
+        bound = self.signature.bind_partial(*args, **kwargs)
+        bound.apply_defaults()
+        given = bound.arguments.items()
+        named = {**{k: v for k, v in given if k not in self.var_keyword}, **kwargs}
         missing = [d for d in self.policy.dimensions if d not in named]
         if missing:
             raise ContextError(

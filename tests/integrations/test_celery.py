@@ -167,6 +167,18 @@ def test_a_registered_policy_name_and_positional_arguments(app: Celery, guard: G
     assert send.delay(recipient="+1", content="c").get()["dropped"] is True
 
 
+def test_a_default_gives_the_context(app: Celery, clock: ManualClock) -> None:
+    guard = Guard(MemoryBackend(), [], clock=clock)
+    push = Policy("push", Rule("1/day", by="recipient", calendar=True, tz_from="tz"))
+
+    @capped_task(app, push, guard=guard, on_denied="drop")
+    def notify(recipient: str = "ops", tz: str = "Asia/Tokyo") -> str:
+        return tz
+
+    assert notify.delay().get() == "Asia/Tokyo"
+    assert notify.delay(tz="Europe/Berlin").get()["dropped"] is True
+
+
 def test_a_missing_dimension_is_an_error_naming_it(app: Celery, guard: Guard) -> None:
     @capped_task(app, SMS, guard=guard)
     def send(**message: Any) -> None:
