@@ -7,9 +7,10 @@
 
     send_sms.delay(recipient="+15550100", content="Your code is 1234")
 
-The task's keyword arguments are the hit's context: the policy's dimensions (``by``) and
-what it reads (``tz_from`` zones, ``priority``, ``rate_for`` inputs). Each run hits the
-policy once, before the body:
+The task's arguments are the hit's context: those named after the policy's dimensions
+(``by``) and what it reads (``tz_from`` zones, ``priority``, ``rate_for`` inputs), sent as
+keywords (or positionally, or left to the parameter's default). Each run hits the policy
+once, before the body:
 
 * allowed: the body runs; if it raises (a ``self.retry`` or ``Reject`` included), the hit is
   refunded (``guard.refund(decision)``) and the exception goes on, so a retried or requeued
@@ -52,7 +53,7 @@ ON_DENIED: tuple[OnDenied, ...] = ("defer", "drop", "raise")
 
 #: The policy that ties a hit to a task id for tasks with ``acks_late``: one mark per task id
 #: a day (a redelivery comes within the broker's visibility or consumer timeout, an hour or
-#: less by default). It is registered on the guard the first time such a task runs.
+#: less by default). capped_task registers it on its guard.
 TASK_MARKS = Policy("freqguard-celery-task", Rule("1/day", by="task_id", name="taken"))
 
 
@@ -66,8 +67,9 @@ class Dropped(TypedDict):
 
 
 class Deferred(TypedDict):
-    """What a deferred task returns when run eagerly (``task_always_eager`` or ``apply``),
-    where Celery would run a re-sent task at once, whatever its countdown."""
+    """What a deferred task returns when run eagerly (``task_always_eager`` or ``apply``,
+    where Celery would run a re-sent task at once, whatever its countdown) or called as a
+    function: it is not re-sent."""
 
     deferred: Literal[True]
     policy: str
@@ -198,14 +200,14 @@ class _Cap:
         if not decision.allowed:
             return self.denied(task, decision)
         taken = [decision]
-        if task.acks_late and not task.request.is_eager:
-            mark = self.guard.hit(TASK_MARKS.name, task_id=str(task.request.id))
-            if not mark.allowed:  # a redelivery: an earlier delivery holds this task's hit
-                self.guard.refund(decision)
-                taken = []
-            else:
-                taken.append(mark)
         try:
+            if _tied(task):
+                mark = self.guard.hit(TASK_MARKS.name, task_id=str(task.request.id))
+                if mark.allowed:
+                    taken.append(mark)
+                else:  # a redelivery: an earlier delivery holds this task's hit
+                    taken = []
+                    self.guard.refund(decision)
             return fn(task, *args, **kwargs) if bind else fn(*args, **kwargs)
         except BaseException:
             self.refund(task, taken)
@@ -241,6 +243,13 @@ class _Cap:
         return _defer(task, decision, names)
 
 
+def _tied(task: Task) -> bool:
+    """Whether a run's hit is tied to its task id: a task the broker may deliver again
+    after its body began (``acks_late``), run by a worker (an id; not eager, not a call)."""
+    request = task.request
+    return bool(task.acks_late and request.id and not (request.is_eager or request.called_directly))
+
+
 def _defer(task: Task, decision: Decision, names: list[str]) -> Any:
     """Send the task again at ``retry_after`` and end this run as a retry.
 
@@ -249,9 +258,9 @@ def _defer(task: Task, decision: Decision, names: list[str]) -> Any:
     its ``retries`` unchanged.
     """
     request = task.request
-    if request.is_eager:  # Celery would run it again at once, its countdown ignored
+    if request.is_eager or request.called_directly:  # eager: a re-sent task runs at once
         _log.info(
-            "task %s[%s] deferred %.3fs (eager: not sent)",
+            "task %s[%s] deferred %.3fs (run here, not by a worker: not sent)",
             task.name,
             request.id,
             decision.retry_after,

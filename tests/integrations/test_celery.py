@@ -238,7 +238,9 @@ def worker_app(app: Celery) -> Celery:
 
 
 def _run_as_worker(task: Task, task_id: str, retries: int = 0, **kwargs: Any) -> Any:
-    task.push_request(id=task_id, retries=retries, is_eager=False, kwargs=kwargs, args=())
+    task.push_request(
+        id=task_id, retries=retries, is_eager=False, called_directly=False, kwargs=kwargs, args=()
+    )
     try:
         return task.run(**kwargs)
     finally:
@@ -295,3 +297,14 @@ def test_an_acks_late_task_that_fails_gives_back_its_mark(worker_app: Celery, gu
     assert _run_as_worker(send, "t", recipient="+1", fail=False) == "sent"  # its retry
     assert guard.peek("sms", recipient="+1").remaining == 1
     assert guard.peek(TASK_MARKS.name, task_id="t").remaining == 0
+
+
+def test_a_direct_call_is_capped_and_not_tied_or_sent(worker_app: Celery, guard: Guard) -> None:
+    @capped_task(worker_app, SMS, guard=guard, acks_late=True)
+    def send(recipient: str) -> str:
+        return "sent"
+
+    assert [send(recipient="+1"), send(recipient="+1")] == ["sent", "sent"]
+    third = send(recipient="+1")  # no task id to tie to, no worker to re-send to
+    assert (third["deferred"], third["denied_by"]) == (True, ["rcpt-1m"])
+    assert guard.peek(TASK_MARKS.name, task_id="None").remaining == 1
