@@ -10,11 +10,12 @@ the fixture gives it. The test side sends by task name from an app of its own.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,7 @@ guard = Guard(backend_from_url(STORE) if STORE else MemoryBackend(), [])
 WINDOW = Policy("celery-window", Rule("2 per 2 seconds", by="recipient", name="two-in-2s"))
 DROPPING = Policy("celery-drop", Rule("2/minute", by="recipient"))
 RAISING = Policy("celery-raise", Rule("1/minute", by="recipient"))
+HOLDING = Policy("celery-hold", Rule("2/minute", by="recipient"))
 
 
 def _store_time() -> float:
@@ -66,6 +68,18 @@ def window_send(recipient: str, content: str) -> None:
 def drop_send(recipient: str, fail: bool) -> str:
     if fail:
         raise RuntimeError("vendor timed out")
+    return "sent"
+
+
+@capped_task(app, HOLDING, guard=guard, name="fg.hold", acks_late=True, on_denied="drop")
+def hold_send(recipient: str) -> str:
+    """Counts its starts, then waits (bounded) for the test's go-ahead."""
+    assert STORE is not None
+    with Redis.from_url(STORE) as client:
+        client.incr(f"started:{recipient}")
+        deadline = time.monotonic() + 30
+        while not client.exists(f"go:{recipient}") and time.monotonic() < deadline:
+            time.sleep(0.05)  # the test kills this worker here, or lets it finish
     return "sent"
 
 
@@ -107,7 +121,7 @@ class Worker:
 
     def __init__(self, broker: str, store: str, results: str, logs: Path) -> None:
         self.queue = f"freqguard-test-{uuid.uuid4().hex[:12]}"  # RabbitMQ is shared
-        env = {
+        self.env = {
             **os.environ,
             "FREQGUARD_TEST_BROKER": broker,
             "FREQGUARD_TEST_RESULTS": results,
@@ -116,22 +130,31 @@ class Worker:
             "PYTHONPATH": str(ROOT),
         }
         self.log = logs / f"{self.queue}.log"
-        argv = [sys.executable, "-m", "celery", "-A", "tests.integrations.test_celery_workers"]
-        argv += ["worker", "--pool", "prefork", "-c", "2", "-l", "INFO", "-n", f"{self.queue}@%h"]
-        argv += ["--without-gossip", "--without-mingle", "--without-heartbeat", "-Q", self.queue]
-        with self.log.open("w") as out:
-            self.process = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=out)
         self.client = Celery("freqguard-client", broker=broker, backend=results)
         self.client.conf.task_default_queue = self.queue
         self.store = Redis.from_url(store)
-        self._wait_ready()
+        self.start()
 
-    def _wait_ready(self) -> None:
+    def start(self) -> None:
+        """Start the worker process (again) and wait until it consumes."""
+        argv = [sys.executable, "-m", "celery", "-A", "tests.integrations.test_celery_workers"]
+        argv += ["worker", "--pool", "prefork", "-c", "2", "-l", "INFO", "-n", f"{self.queue}@%h"]
+        argv += ["--without-gossip", "--without-mingle", "--without-heartbeat", "-Q", self.queue]
+        self.log.write_text("")
+        with self.log.open("w") as out:
+            self.process = subprocess.Popen(
+                argv, env=self.env, cwd=ROOT, stdout=out, stderr=out, start_new_session=True
+            )
         deadline = time.monotonic() + 60
         while "ready." not in self.log.read_text():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the worker did not start:\n{self.log.read_text()}")
             time.sleep(0.1)  # polling a real process coming up, not test time
+
+    def crash(self) -> None:
+        """SIGKILL the worker and its children (its own process group): no ack, no refund."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
 
     def send(self, name: str, **kwargs: object) -> AsyncResult:
         return self.client.send_task(name, kwargs=kwargs)
@@ -214,3 +237,35 @@ def test_raise_mode_fails_the_task_with_cap_exceeded(worker: Worker) -> None:
         denied.get(timeout=20)
     assert denied.state == "FAILURE"
     assert "freqguard.errors.CapExceeded" in (denied.traceback or "")
+
+
+def _wait_for(check: Callable[[], bool], what: str, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {seconds} s")
+        time.sleep(0.1)  # real workers, real time: polled with a deadline
+
+
+def test_a_task_redelivered_after_its_worker_died_counts_once(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """acks_late: the worker dies mid-body, RabbitMQ delivers the task again to the next
+    worker, which runs it on the first delivery's hit (the mark tied to the task id)."""
+    if not _rabbitmq_up():
+        pytest.skip(f"RabbitMQ is not reachable at {RABBITMQ}")
+    store = f"{redis_server.url}/0"
+    worker = Worker(RABBITMQ, store, f"{redis_server.url}/2", tmp_path)
+    try:
+        recipient = uuid.uuid4().hex
+        result = worker.send("fg.hold", recipient=recipient)
+        _wait_for(lambda: worker.store.get(f"started:{recipient}") == b"1", "the first start")
+        worker.crash()
+        worker.store.set(f"go:{recipient}", 1)
+        worker.start()
+        assert result.get(timeout=30) == "sent"
+        assert worker.store.get(f"started:{recipient}") == b"2"  # delivered and run twice
+        with Guard(backend_from_url(store), [HOLDING]) as check:
+            assert check.peek("celery-hold", recipient=recipient).remaining == 1  # one hit
+    finally:
+        worker.stop()
