@@ -247,6 +247,7 @@ def _wait_for(check: Callable[[], bool], what: str, seconds: float = 30) -> None
         time.sleep(0.1)  # real workers, real time: polled with a deadline
 
 
+@pytest.mark.slow  # two worker starts and a crash: ~12 s
 def test_a_task_redelivered_after_its_worker_died_counts_once(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
