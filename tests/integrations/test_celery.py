@@ -5,10 +5,13 @@ The real workers on real brokers are in test_celery_workers.py."""
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("celery", reason="the celery extra is not installed")
 
@@ -27,6 +30,7 @@ from freqguard import (
     Rule,
 )
 from freqguard.integrations.celery import ON_DENIED, TASK_MARKS, capped_task
+from tests.conftest import START, examples
 
 SMS = Policy("sms", Rule("2/minute", by="recipient", name="rcpt-1m"))
 
@@ -308,3 +312,87 @@ def test_a_direct_call_is_capped_and_not_tied_or_sent(worker_app: Celery, guard:
     third = send(recipient="+1")  # no task id to tie to, no worker to re-send to
     assert (third["deferred"], third["denied_by"]) == (True, ["rcpt-1m"])
     assert guard.peek(TASK_MARKS.name, task_id="None").remaining == 1
+
+
+# The adversaries: runs, failures and redeliveries in any order against a model of what the
+# store must hold; and hostile options and arguments.
+
+Run = tuple[int, bool]  # (task id, whether its body succeeds)
+
+
+@settings(max_examples=examples(150))
+@given(runs=st.lists(st.tuples(st.integers(0, 4), st.booleans()), max_size=14))
+def test_runs_failures_and_redeliveries_hold_one_hit_per_task(
+    worker_app: Celery, runs: list[Run]
+) -> None:
+    """A task id holds one unit once a run of it succeeded, and never more; a failed run
+    holds none; a run over the cap is deferred and changes nothing (the strict side: even a
+    redelivery of a task that holds its unit)."""
+    cap = 3
+    guard = Guard(MemoryBackend(), [], clock=ManualClock(START))
+    policy = Policy("sms", Rule(f"{cap}/minute", by="recipient"))
+
+    @capped_task(worker_app, policy, guard=guard, acks_late=True, name=uuid.uuid4().hex)
+    def send(recipient: str, ok: bool) -> str:
+        if not ok:
+            raise VendorDown("vendor timed out")
+        return "sent"
+
+    holders: set[int] = set()
+    for task, ok in runs:
+        expected_deferred = len(holders) >= cap
+        try:
+            _run_as_worker(send, f"task-{task}", recipient="+1", ok=ok)
+        except Retry:
+            assert expected_deferred
+        except VendorDown:
+            assert not expected_deferred
+        else:
+            assert not expected_deferred
+            assert ok
+            holders.add(task)
+        assert guard.peek("sms", recipient="+1").remaining == cap - len(holders)
+
+
+@settings(max_examples=examples(150))
+@given(on_denied=st.one_of(st.text(max_size=8), st.none(), st.integers(), st.booleans()))
+def test_any_other_on_denied_is_refused_naming_it(on_denied: object) -> None:
+    app = Celery("hostile", set_as_current=False)
+    guard = Guard(MemoryBackend(), [])
+    if on_denied in ON_DENIED:
+        capped_task(app, SMS, guard=guard, on_denied=on_denied)
+        return
+    with pytest.raises(ConfigError) as refused:
+        capped_task(app, SMS, guard=guard, on_denied=on_denied)  # type: ignore[arg-type]
+    assert repr(on_denied) in str(refused.value)
+    assert "'defer', 'drop', 'raise'" in str(refused.value)
+
+
+@settings(max_examples=examples(150))
+@given(
+    recipient=st.one_of(
+        st.text(max_size=40), st.integers(), st.none(), st.binary(max_size=8), st.floats()
+    )
+)
+def test_hostile_arguments_are_counted_or_refused_never_uncapped(recipient: object) -> None:
+    app = Celery("hostile", set_as_current=False)
+    app.conf.task_always_eager = True
+    guard = Guard(MemoryBackend(), [], clock=ManualClock(START))
+    ran: list[object] = []
+
+    @capped_task(app, SMS, guard=guard, on_denied="drop")
+    def send(recipient: object) -> None:
+        ran.append(recipient)
+
+    outcomes = []
+    for _ in range(3):
+        try:
+            outcomes.append(send.apply(kwargs={"recipient": recipient}).get())
+        except ConfigError:
+            outcomes.append("refused")
+    assert outcomes in (["refused"] * 3, [None, None, outcomes[2]])
+    if outcomes[0] is None:
+        assert outcomes[2]["dropped"] is True
+        assert len(ran) == 2
+    else:
+        assert ran == []
