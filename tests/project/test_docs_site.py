@@ -35,7 +35,9 @@ def test_every_public_name_is_in_the_api_reference() -> None:
         "freqguard.configure",
     }
     decorators = {"freqguard.decorators.capped", "freqguard.decorators.configure"}
-    integrations = {f"freqguard.integrations.{name}" for name in ("starlette", "flask", "wsgi")}
+    integrations = {
+        f"freqguard.integrations.{name}" for name in ("starlette", "flask", "wsgi", "celery")
+    }
     assert public | decorators | integrations <= documented
 
 

@@ -1,0 +1,16 @@
+"""The SMS policy: one decision per message, on every rule at once."""
+
+from __future__ import annotations
+
+from freqguard import Policy, QuietHours, Rule
+
+SMS = Policy(
+    "celery-sms",
+    Rule("15/minute", by="recipient", name="rcpt-minute"),
+    Rule("50/day", by="recipient", name="rcpt-day"),
+    Rule("2 per 59 seconds", by=("recipient", "content"), name="content-59s"),
+    # the vendor's limit, one for all recipients and workers: evenly spaced, no burst beyond it
+    Rule("200/second", strategy="gcra", name="vendor"),
+    priorities=("transactional", "marketing"),
+    quiet=QuietHours("21:00", "08:00", tz_from="tz", exempt=("transactional",)),
+)

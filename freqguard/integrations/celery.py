@@ -1,0 +1,284 @@
+"""Celery tasks capped by a policy: ``@capped_task(app, "sms", guard=guard)``.
+
+::
+
+    @capped_task(app, SMS, guard=guard)
+    def send_sms(recipient: str, content: str) -> None: ...
+
+    send_sms.delay(recipient="+15550100", content="Your code is 1234")
+
+The task's arguments are the hit's context: those named after the policy's dimensions
+(``by``) and what it reads (``tz_from`` zones, ``priority``, ``rate_for`` inputs), sent as
+keywords (or positionally, or left to the parameter's default). Each run hits the policy
+once, before the body:
+
+* allowed: the body runs; if it raises (a ``self.retry`` or ``Reject`` included), the hit is
+  refunded (``guard.refund(decision)``) and the exception goes on, so a retried or requeued
+  task counts once, when it runs again;
+* denied, by ``on_denied``: ``"defer"`` sends the task again for when the decision frees
+  (``retry_after``: the window's turn, or the end of quiet hours), with the same id, the same
+  arguments and the same ``request.retries``, so deferrals never spend ``max_retries``;
+  ``"drop"`` returns a :class:`Dropped` result without running and logs it; ``"raise"``
+  raises :class:`~freqguard.CapExceeded`.
+
+With ``acks_late`` the broker delivers a task again when its worker died mid-body; the hit
+that delivery took is tied to the task id (a one-per-task mark on the same guard, see
+docs/celery.md), so the redelivery does not take a second one.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypedDict, cast
+
+from celery import Celery, Task
+from celery.exceptions import Retry
+
+from freqguard.decision import Decision
+from freqguard.errors import CapExceeded, ConfigError, ContextError
+from freqguard.guard import Guard
+from freqguard.policy import Policy
+from freqguard.rules import Rule
+
+__all__ = ["ON_DENIED", "TASK_MARKS", "Deferred", "Dropped", "OnDenied", "capped_task"]
+
+_log = logging.getLogger("freqguard.celery")
+
+OnDenied = Literal["defer", "drop", "raise"]
+#: the allowed values of ``on_denied``
+ON_DENIED: tuple[OnDenied, ...] = ("defer", "drop", "raise")
+
+#: The policy that ties a hit to a task id for tasks with ``acks_late``: one mark per task id
+#: a day (a redelivery comes within the broker's visibility or consumer timeout, an hour or
+#: less by default). capped_task registers it on its guard.
+TASK_MARKS = Policy("freqguard-celery-task", Rule("1/day", by="task_id", name="taken"))
+
+
+class Dropped(TypedDict):
+    """What a task dropped by its cap returns (JSON-serialisable, for any result backend)."""
+
+    dropped: Literal[True]
+    policy: str
+    denied_by: list[str]
+    retry_after: float
+
+
+class Deferred(TypedDict):
+    """What a deferred task returns when run eagerly (``task_always_eager`` or ``apply``,
+    where Celery would run a re-sent task at once, whatever its countdown) or called as a
+    function: it is not re-sent."""
+
+    deferred: Literal[True]
+    policy: str
+    denied_by: list[str]
+    retry_after: float
+
+
+def capped_task(
+    app: Celery,
+    policy: Policy | str,
+    *,
+    guard: Guard,
+    on_denied: OnDenied = "defer",
+    **task_options: Any,
+) -> Callable[[Callable[..., Any]], Task]:
+    """Register the decorated function as a Celery task that hits ``policy`` before each run.
+
+    Args:
+        app: the Celery app the task is registered on (``app.task``).
+        policy: a Policy (registered on ``guard`` here) or the name of one registered on it.
+        guard: the :class:`~freqguard.Guard` that decides (its backend: Redis, for a cap
+            that holds across workers).
+        on_denied: ``"defer"`` (send again at ``retry_after``), ``"drop"`` or ``"raise"``.
+        task_options: passed to ``app.task`` (``name``, ``acks_late``, ``max_retries``...);
+            ``bind=True`` gives the function the task as its first argument, as in Celery.
+
+    Raises:
+        ConfigError: at decoration, an ``on_denied`` not among :data:`ON_DENIED`, a guard
+            that is not a sync ``Guard``, a policy name it does not know, or a function that
+            cannot take one of the policy's dimensions as a keyword argument.
+    """
+    if on_denied not in ON_DENIED:
+        allowed = ", ".join(repr(value) for value in ON_DENIED)
+        raise ConfigError(f"on_denied must be one of {allowed}, got {on_denied!r}")
+    if not isinstance(guard, Guard):
+        raise ConfigError(
+            f"guard must be a freqguard Guard (Celery runs tasks sync), got {guard!r}"
+        )
+    resolved = _policy(guard, policy)
+    guard.add_policy(TASK_MARKS)  # for acks_late, known only when the task runs
+    bind = bool(task_options.pop("bind", False))
+
+    def decorate(fn: Callable[..., Any]) -> Task:
+        params = list(inspect.signature(fn).parameters.values())[1 if bind else 0 :]
+        signature = inspect.Signature(params)
+        _check_signature(fn, signature, resolved)
+        cap = _Cap(guard, resolved, on_denied, signature)
+
+        @functools.wraps(fn)
+        def run(self: Task, *args: Any, **kwargs: Any) -> Any:
+            return cap.run(self, fn, bind, args, kwargs)
+
+        task_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        run.__signature__ = signature.replace(parameters=[task_param, *params])  # type: ignore[attr-defined]
+        del run.__wrapped__  # Celery checks arguments against the signature above, not fn's
+        return cast(Task, app.task(bind=True, **task_options)(run))
+
+    return decorate
+
+
+def _policy(guard: Guard, policy: Policy | str) -> Policy:
+    if isinstance(policy, Policy):
+        guard.add_policy(policy)  # an equal one registered already: a no-op
+        return policy
+    if isinstance(policy, str) and policy in guard.policies:
+        return guard.policies[policy]
+    known = ", ".join(sorted(guard.policies)) or "none"
+    raise ConfigError(
+        f"policy must be a Policy or the name of one registered on the guard "
+        f"(registered: {known}), got {policy!r}"
+    )
+
+
+def _check_signature(fn: Callable[..., Any], signature: inspect.Signature, policy: Policy) -> None:
+    params = signature.parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    takes = {p.name for p in params if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
+    missing = [d for d in policy.dimensions if d not in takes]
+    if missing:
+        raise ConfigError(
+            f"task {fn.__qualname__!r} takes no keyword argument for the dimension(s) "
+            f"{', '.join(missing)} of policy {policy.name!r}: the hit's context comes from them"
+        )
+
+
+class _Cap:
+    """One capped task's decision around each run; no per-run state."""
+
+    def __init__(
+        self, guard: Guard, policy: Policy, on_denied: OnDenied, signature: inspect.Signature
+    ) -> None:
+        self.guard, self.policy, self.on_denied = guard, policy, on_denied
+        self.names = (*policy.dimensions, *policy.reads)
+        self.signature = signature  # the function's, without the task of ``bind=True``
+        kinds = inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL
+        self.var_keyword = {p.name for p in signature.parameters.values() if p.kind in kinds}
+
+    def context(
+        self, task: Task, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The hit's context: the arguments named after the policy's dimensions and reads
+        (keywords, positional ones by their parameters' names, or the parameters' defaults)."""
+        named = kwargs
+        if args or not all(name in kwargs for name in self.names):  # binding costs ~10 µs
+            bound = self.signature.bind_partial(*args, **kwargs)
+            bound.apply_defaults()
+            given = bound.arguments.items()
+            named = {**{k: v for k, v in given if k not in self.var_keyword}, **kwargs}
+        missing = [d for d in self.policy.dimensions if d not in named]
+        if missing:
+            raise ContextError(
+                f"task {task.name!r} (policy {self.policy.name!r}): no argument for the "
+                f"dimension(s) {', '.join(missing)}; send them as keywords, e.g. "
+                f".delay({missing[0]}=...)"
+            )
+        return {name: named[name] for name in self.names if name in named}
+
+    def run(
+        self,
+        task: Task,
+        fn: Callable[..., Any],
+        bind: bool,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        decision = self.guard.hit(self.policy.name, **self.context(task, args, kwargs))
+        if not decision.allowed:
+            return self.denied(task, decision)
+        taken = [decision]
+        try:
+            if _tied(task):
+                mark = self.guard.hit(TASK_MARKS.name, task_id=str(task.request.id))
+                if mark.allowed:
+                    taken.append(mark)
+                else:  # a redelivery: an earlier delivery holds this task's hit
+                    taken = []
+                    self.guard.refund(decision)
+            return fn(task, *args, **kwargs) if bind else fn(*args, **kwargs)
+        except BaseException:
+            self.refund(task, taken)
+            raise
+
+    def refund(self, task: Task, taken: list[Decision]) -> None:
+        """Give back what a failed run took; a refund that fails is logged, and the body's
+        exception goes on (the units stay taken: the strict side of the cap)."""
+        for decision in taken:
+            try:
+                self.guard.refund(decision)
+            except Exception:
+                _log.exception("task %s[%s]: refund failed", task.name, task.request.id)
+
+    def denied(self, task: Task, decision: Decision) -> Any:
+        if self.on_denied == "raise":
+            raise CapExceeded(decision)
+        names = [rule.id for rule in decision.denied_by]
+        if self.on_denied == "drop":
+            _log.info(
+                "task %s[%s] dropped: policy %r denied by %s",
+                task.name,
+                task.request.id,
+                self.policy.name,
+                ", ".join(names),
+            )
+            return Dropped(
+                dropped=True,
+                policy=decision.policy,
+                denied_by=names,
+                retry_after=decision.retry_after,
+            )
+        return _defer(task, decision, names)
+
+
+def _tied(task: Task) -> bool:
+    """Whether a run's hit is tied to its task id: a task the broker may deliver again
+    after its body began (``acks_late``), run by a worker (an id; not eager, not a call)."""
+    request = task.request
+    return bool(task.acks_late and request.id and not (request.is_eager or request.called_directly))
+
+
+def _defer(task: Task, decision: Decision, names: list[str]) -> Any:
+    """Send the task again at ``retry_after`` and end this run as a retry.
+
+    Not ``task.retry``: it counts toward ``max_retries`` (its ``max_retries=None`` means the
+    task's own), and a cap's deferral is no failure. The same request is sent again, with
+    its ``retries`` unchanged.
+    """
+    request = task.request
+    if request.is_eager or request.called_directly:  # eager: a re-sent task runs at once
+        _log.info(
+            "task %s[%s] deferred %.3fs (run here, not by a worker: not sent)",
+            task.name,
+            request.id,
+            decision.retry_after,
+        )
+        return Deferred(
+            deferred=True,
+            policy=decision.policy,
+            denied_by=names,
+            retry_after=decision.retry_after,
+        )
+    countdown = decision.retry_after
+    again = task.signature_from_request(request, countdown=countdown, retries=request.retries)
+    again.apply_async()
+    _log.info(
+        "task %s[%s] deferred %.3fs: denied by %s",
+        task.name,
+        request.id,
+        countdown,
+        ", ".join(names),
+    )
+    raise Retry(f"deferred by policy {decision.policy!r}", when=countdown, sig=again)
