@@ -162,11 +162,12 @@ def _check_size(name: str, rules: tuple[Rule, ...]) -> None:
     shared: dict[frozenset[str], int] = {}  # non-shadow logs of one dimension set: one log
     alone = 0
     for rule in rules:
-        if rule.strategy is Strategy.SLIDING_LOG:
+        if rule.strategy in (Strategy.SLIDING_LOG, Strategy.CONCURRENCY):
             size = rule.capacity  # or the largest rate of its tiers' table
             if isinstance(rule.rate_for, TierRates):
                 size = max(size, *(rate.limit for rate in rule.rate_for.rates.values()))
-            if rule.shadow or rule.only is not None:  # a log of its own (script.keys)
+            if rule.shadow or rule.only is not None or rule.strategy is Strategy.CONCURRENCY:
+                # a log of its own (script.keys)
                 alone += size
             else:
                 dims = frozenset(rule.by)

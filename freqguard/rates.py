@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import timedelta
@@ -124,3 +125,23 @@ def parse_rate(text: str) -> Rate:
             "use parse_rates() or one Rule per rate"
         )
     return rates[0]
+
+
+def seconds_window(what: str, seconds: object) -> timedelta:
+    """A window given in seconds (``lease=60``, ``0.5``), checked as a rate's window is.
+
+    Raises:
+        ConfigError: naming ``what`` when ``seconds`` is no finite number of seconds from
+            one microsecond to ten years.
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise ConfigError(f"{what} must be a number of seconds, got {seconds!r}")
+    if not math.isfinite(seconds) or not 0 < seconds * 1_000_000 <= MAX_WINDOW_US:
+        raise ConfigError(
+            f"{what} must be a number of seconds longer than 0 and at most {_LONGEST}, "
+            f"got {seconds!r}"
+        )
+    us = round(seconds * 1_000_000)
+    if us < 1:
+        raise ConfigError(f"{what} must be at least one microsecond, got {seconds!r}")
+    return timedelta(microseconds=us)

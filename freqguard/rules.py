@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from enum import Enum
 from typing import Any
 
-from freqguard.bounds import MAX_BURST, MAX_LIMIT, MAX_LOG_LIMIT, MAX_SPAN_US
+from freqguard.bounds import MAX_BURST, MAX_LIMIT, MAX_LOG_LIMIT
 from freqguard.clock import PERIODS, check_calendar
 from freqguard.errors import ConfigError
 from freqguard.options import (
@@ -21,7 +21,8 @@ from freqguard.options import (
     fit_name,
     priority_names,
 )
-from freqguard.rates import Rate, parse_rate
+from freqguard.rates import Rate, parse_rate, seconds_window
+from freqguard.strategy import Strategy, check_bounds
 
 __all__ = [
     "NAME_PATTERN",
@@ -30,6 +31,7 @@ __all__ = [
     "Strategy",
     "TierRates",
     "check_name",
+    "concurrent_rate",
     "fit_name",
     "limited_rule",
     "quiet_rule",
@@ -39,69 +41,57 @@ __all__ = [
 QUIET_RULE = "quiet-hours"
 
 
-class Strategy(str, Enum):
-    """How a rule counts. See docs/strategies.md for the exact guarantee of each.
-
-    The registry of strategies: each member's line holds every fact of it the rest of the
-    package reads (the word users write, the short name in derived rule ids, whether it is a
-    bucket, whose ``burst`` sets its capacity, and the largest limit it takes). Its twins
-    are found by its name (``FIXED_WINDOW``: ``script/strategies/fixed_window.py`` and
-    ``fixed_window.lua``), its page by its word (``docs/strategies/fixed-window.md``);
-    ``tests/conformance/test_strategy_parts.py`` names what a new member still lacks.
-    """
-
-    # the word users write, short name, a bucket, the largest limit (its own bound)
-    FIXED_WINDOW = ("fixed-window", "fw", False, MAX_LIMIT)
-    SLIDING_LOG = ("sliding-log", "sl", False, MAX_LOG_LIMIT)
-    TOKEN_BUCKET = ("token-bucket", "tb", True, MAX_LIMIT)
-    GCRA = ("gcra", "gcra", True, MAX_LIMIT)
-
-    short: str  # in a rule's derived id (``sl.5.60s``) and in its keys
-    uses_burst: bool  # a bucket: ``burst`` (default: the limit) is its capacity
-    max_limit: int  # below MAX_LIMIT: a state that grows with the limit (a log's entries)
-
-    # the defaults are never used (every member states its facts): they let a type checker
-    # read ``Strategy("gcra")`` as the lookup by value it is
-    def __new__(
-        cls, value: str, short: str = "", uses_burst: bool = False, max_limit: int = MAX_LIMIT
-    ) -> Strategy:
-        member = str.__new__(cls, value)
-        member._value_ = value
-        member.short, member.uses_burst, member.max_limit = short, uses_burst, max_limit
-        return member
-
-    @classmethod
-    def parse(cls, value: Strategy | str) -> Strategy:
-        """Accept a member, its value (``"sliding-log"``) or its name (``"SLIDING_LOG"``)."""
-        if isinstance(value, Strategy):
-            return value
-        if isinstance(value, str):
-            wanted = value.strip().lower().replace("_", "-")
-            for member in cls:
-                if member.value == wanted:
-                    return member
-        allowed = ", ".join(repr(m.value) for m in cls)
-        raise ConfigError(f"unknown strategy {value!r}; allowed: {allowed}")
+_CONCURRENT = re.compile(r"\s*(\d{1,12})\s+concurrent\s*", re.IGNORECASE)
 
 
-def _check_bounds(rate: Rate, strategy: Strategy, burst: int | None, name: str | None) -> None:
-    """Refuse what the encodings cannot hold exactly (see :mod:`freqguard.bounds`)."""
-    label = f"rule {name or str(rate)!r}"
-    if rate.limit > strategy.max_limit:
-        raise ConfigError(
-            f"{label}: a {strategy.value} rule keeps state that grows with its limit, so its "
-            f"limit is at most {strategy.max_limit}, got {rate.limit}; use strategy='gcra' (or "
-            f"'token-bucket') for a smooth rate, or 'fixed-window' for a cheap counter"
-        )
-    if strategy.uses_burst:
-        capacity = burst if burst is not None else rate.limit
-        refill = capacity * -(-rate.window_us // rate.limit)
-        if refill > MAX_SPAN_US:
+def _leased(
+    rate: Rate | str, strategy: Strategy | str | None, lease: object
+) -> tuple[Rate | str, Strategy | str | None]:
+    """A rate ``"N concurrent"`` with ``lease`` seconds: N per lease, strategy concurrency;
+    each of the three without the others is refused, naming what it lacks."""
+    concurrent = _CONCURRENT.fullmatch(rate) if isinstance(rate, str) else None
+    if concurrent is None:
+        if lease is not None:
             raise ConfigError(
-                f"{label}: a bucket of {capacity} at one token per "
-                f"{-(-rate.window_us // rate.limit)} µs takes {refill} µs to refill, more "
-                f"than the bound of {MAX_SPAN_US} µs (10 years); lower the burst"
+                f"lease={lease!r} applies to a concurrency rule only: write its rate as "
+                f"'N concurrent', e.g. Rule('10 concurrent', by='user', lease=60), not {rate!r}"
             )
+        concurrency = strategy is not None and Strategy.parse(strategy) is Strategy.CONCURRENCY
+        if concurrency and isinstance(rate, str):  # a Rate: its window is the lease
+            raise ConfigError(
+                f"a concurrency rule's rate is written 'N concurrent' with lease=SECONDS, "
+                f"e.g. Rule('10 concurrent', by='user', lease=60), not {rate!r}"
+            )
+        return rate, strategy
+    if lease is None:
+        raise ConfigError(
+            f"rule {rate!r} needs lease=SECONDS: how long a lease not given back (its holder "
+            "died) is held before it frees itself"
+        )
+    told = None if strategy is None else Strategy.parse(strategy)
+    if told is not None and told is not Strategy.CONCURRENCY:
+        raise ConfigError(f"rule {rate!r} counts leases (strategy concurrency), not {told.value}")
+    limit = int(concurrent.group(1))
+    if not 1 <= limit <= MAX_LOG_LIMIT:
+        raise ConfigError(
+            f"rule {rate!r}: at most {MAX_LOG_LIMIT} leases at once (one entry each), "
+            f"at least 1, got {limit}"
+        )
+    return Rate(limit, seconds_window("lease", lease)), Strategy.CONCURRENCY
+
+
+def concurrent_rate(rule: Rule, text: str) -> Rate | None:
+    """A per-key limit written ``"N concurrent"`` for a concurrency rule: N leases of the
+    rule's own lease; None for any other text (parsed as a rate) or rule."""
+    if rule.strategy is not Strategy.CONCURRENCY:
+        return None
+    concurrent = _CONCURRENT.fullmatch(text)
+    if concurrent is None:
+        raise ConfigError(
+            f"rule {rule.id!r} counts leases: its per-key limit is written 'N concurrent' "
+            f"(N leases of {rule.lease} seconds), not {text!r}"
+        )
+    return Rate(int(concurrent.group(1)), rule.rate.window)
 
 
 def _rate_for(function: object, name: str | None, rate: Rate) -> Any:
@@ -154,6 +144,9 @@ class Rule:
         tz: the calendar's IANA zone (``"Asia/Shanghai"``).
         tz_from: the context value that names each hit's zone (the recipient's), read like
             ``reads`` (not part of any key).
+        lease: with a rate ``"N concurrent"``: at most N leases held at once per set of
+            ``by`` values (strategy concurrency), taken by ``Guard.lease``; a lease not
+            given back frees itself ``lease`` seconds after it was taken.
 
     Raises:
         ConfigError: for any invalid argument, naming it.
@@ -191,7 +184,9 @@ class Rule:
         tz_from: str | None = None,
         only: Sequence[str] | None = None,
         caps: Mapping[str, int] | None = None,
+        lease: float | None = None,
     ) -> None:
+        rate, strategy = _leased(rate, strategy, lease)
         rate = parse_rate(rate) if isinstance(rate, str) else rate
         if not isinstance(rate, Rate):
             raise ConfigError(f"rate must be a Rate or a rate string, got {rate!r}")
@@ -218,7 +213,7 @@ class Rule:
                 raise ConfigError(f"burst must be an integer from 1 to {MAX_BURST}, got {burst!r}")
         if not isinstance(shadow, bool):
             raise ConfigError(f"shadow must be a bool, got {shadow!r}")
-        _check_bounds(rate, strategy, burst, name)
+        check_bounds(rate, strategy, burst, name)
         set_ = object.__setattr__
         set_(self, "rate", rate)
         set_(self, "by", dimension_names(by))
@@ -234,7 +229,7 @@ class Rule:
         if isinstance(rate_for, TierRates):  # each rate of a table, as the rule's own
             for tier, tier_rate in rate_for.rates.items():
                 try:
-                    _check_bounds(tier_rate, strategy, burst, name)
+                    check_bounds(tier_rate, strategy, burst, name)
                 except ConfigError as exc:
                     raise ConfigError(f"tier {tier!r} ({tier_rate}): {exc}") from None
         set_(self, "reads", _reads(reads, self.by, rate_for, tz_from))
@@ -317,7 +312,19 @@ class Rule:
             parts.append(f"only={self.only!r}")
         if self.caps:
             parts.append(f"caps={dict(self.caps)!r}")
+        if self.strategy is Strategy.CONCURRENCY:
+            parts[0] = repr(f"{self.rate.limit} concurrent")
+            parts[2] = f"lease={self.lease}"
         return f"Rule({', '.join(parts)})"
+
+    @property
+    def lease(self) -> float | None:
+        """A concurrency rule's lease, in seconds (how long a lease not given back is
+        held); None for any other rule."""
+        if self.strategy is not Strategy.CONCURRENCY:
+            return None
+        seconds = self.rate.window_us / 1_000_000
+        return int(seconds) if seconds.is_integer() else seconds
 
 
 _FIELDS = (

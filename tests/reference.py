@@ -19,7 +19,14 @@ MODELS = {
     Strategy.FIXED_WINDOW: "window",
     Strategy.TOKEN_BUCKET: "bucket",
     Strategy.GCRA: "bucket",
+    # the leases held: those taken within the lease (given back ones are refunds)
+    Strategy.CONCURRENCY: "log",
 }
+
+
+#: The strategies ``Guard.hit`` takes: all but concurrency, whose leases ``Guard.lease``
+#: takes (tests/conformance/test_leases.py); the behaviour tests over "every strategy" run these.
+RATE_STRATEGIES = [s for s in Strategy if s is not Strategy.CONCURRENCY]
 
 
 class NotModeled(NotImplementedError):

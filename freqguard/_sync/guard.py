@@ -11,7 +11,8 @@ operations; what differs is only how a batch of script calls is sent and how a w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import TypeVar, overload
 
@@ -279,14 +280,37 @@ class Guard:
         if not isinstance(policy, Decision):
             count = 1 if cost is None else cost
             return self._run(self._hits.decide(policy, count, ctx, REFUND), policy)
-        op = self._receipts.refund(policy, cost, ctx)
+        return self._given_back(self._receipts.refund(policy, cost, ctx), policy)
+
+    @contextmanager
+    def lease(
+        self,
+        policy: str,
+        cost: int = 1,
+        **ctx: object,
+    ) -> Iterator[Decision]:
+        """A lease of a policy with a concurrency rule, taken in one call with its other
+        rules (all-or-nothing) and given back when the block ends, however (the leases
+        only: its rate rules keep counting the call), or after the rule's ``lease`` by
+        itself. ``async with guard.lease("llm", user="u1") as d:`` then ``if d.allowed``."""
+        hit = self._hits.hit(policy, cost, ctx, lease=True)
+        decided = self._run(self._hits.hit_op(hit), policy, not hit.plan.single_part)
+        decision = self._hits.hit_done(hit, decided)
+        try:
+            yield decision
+        finally:
+            if decision.allowed:
+                self._given_back(self._receipts.release(decision), decision)
+
+    def _given_back(self, op: Op[Decision] | Decision, decision: Decision) -> Decision:
+        """Run a refund's operation; a failure surely not applied gives its receipt back."""
         if isinstance(op, Decision):
             return op
         try:
-            return self._run(op, policy.policy)
+            return self._run(op, decision.policy)
         except BaseException as exc:
             if not maybe_applied(exc):
-                unspend(policy.receipt)
+                unspend(decision.receipt)
             raise
 
     def reset(

@@ -146,7 +146,10 @@ def _rule(spec: Mapping[str, Any]) -> Rule:
 
 def _rule_document(rule: Rule) -> dict[str, Any]:
     entry: dict[str, Any] = {"rate": str(rule.rate), "by": list(rule.by)}
-    entry["strategy"] = rule.strategy.value
+    if rule.lease is not None:  # "N concurrent", its window the lease
+        entry["rate"], entry["lease"] = f"{rule.rate.limit} concurrent", rule.lease
+    else:
+        entry["strategy"] = rule.strategy.value
     if rule.name is not None:
         entry["name"] = rule.name
     if rule.burst is not None:

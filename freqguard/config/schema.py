@@ -48,6 +48,11 @@ _RULE: dict[str, Any] = {
         "strategy": {"enum": _STRATEGIES},
         "name": {"type": "string"},
         "burst": {"type": "integer", "minimum": 1},
+        "lease": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "description": 'a concurrency rule\'s ("N concurrent") lease, in seconds',
+        },
         "shadow": {"type": "boolean"},
         "calendar": {
             "type": "boolean",

@@ -79,7 +79,12 @@ class Hits:
         no observers, no deny cache, store failures raised (then ``Guard.hit`` may send
         :meth:`first_call` itself, when the accounting has nothing to do either:
         :attr:`~freqguard.engine.accounting.Accounting.quiet`)."""
-        return plan.single_part and self._plain and self._failover.of(plan) == "raise"
+        return (
+            plan.single_part
+            and self._plain
+            and not plan.leased
+            and self._failover.of(plan) == "raise"
+        )
 
     def first_call(self, plan: PolicyPlan, cost: object, ctx: Mapping[str, object]) -> ScriptCall:
         """The one call of a hit :meth:`alone`, validated: :func:`decide_op`'s one-call case,
@@ -87,9 +92,24 @@ class Hits:
         checked, texts = plan.check_cost(cost), plan.texts(ctx)
         return plan.call(texts, self._now(), checked, HIT)
 
-    def hit(self, policy: str, cost: object, ctx: Mapping[str, object], cached: bool = True) -> Hit:
-        """A hit validated, and the deny cache's answer to it (``cached``: asked)."""
+    def hit(
+        self,
+        policy: str,
+        cost: object,
+        ctx: Mapping[str, object],
+        cached: bool = True,
+        lease: bool = False,
+    ) -> Hit:
+        """A hit validated, and the deny cache's answer to it (``cached``: asked). A policy
+        that holds leases is hit only by ``Guard.lease`` (``lease``), never from the deny
+        cache: a lease given back frees its denials before their time."""
         plan = self._policies.plan(policy)
+        if plan.leased and not lease:
+            raise ConfigError(
+                f"policy {policy!r} has a concurrency rule: take its leases with "
+                f"guard.lease({policy!r}, ...) (a with block gives each back), not hit"
+            )
+        cached = cached and not lease
         checked = plan.check_cost(cost)
         texts = plan.texts(ctx)
         answer, mark = None, _NO_MARK

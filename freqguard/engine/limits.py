@@ -18,7 +18,7 @@ from freqguard.engine.tiers import rule_params
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
 from freqguard.rates import Rate, parse_rate
-from freqguard.rules import Rule
+from freqguard.rules import Rule, concurrent_rate
 from freqguard.script.calls import Part, Reply, ScriptCall
 from freqguard.script.contract import LIMIT
 from freqguard.script.keys import value_text
@@ -134,7 +134,7 @@ def _limit(plan: PolicyPlan, index: int, rate: object) -> Limit:
         params = rule_params(rule)
         return Limit(0, 0, True, rule.limit, params.window, params.capacity, params.interval)
     if isinstance(rate, str):
-        rate = parse_rate(rate)
+        rate = concurrent_rate(rule, rate) or parse_rate(rate)
     if not isinstance(rate, Rate):
         raise ConfigError(
             f"{where}: a per-key limit is a rate string, a Rate or None (exempt), got {rate!r}"

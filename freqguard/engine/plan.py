@@ -23,8 +23,11 @@ from freqguard.script.calls import Part, Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT, REFUND, RESET
 from freqguard.script.keys import StateLayout, policy_layout, value_text
 from freqguard.script.limits import Limit, rule_tags
-from freqguard.script.strategies import StateSpec, twin_of
+from freqguard.script.strategies import KINDS, StateSpec, twin_of
 from freqguard.script.strategies.base import SKIP
+
+#: The twin of a concurrency rule's state: the leases held.
+LEASES = KINDS["concurrency"]
 
 __all__ = ["PolicyPlan", "limit_rate", "rule_params"]
 
@@ -72,6 +75,7 @@ class PolicyPlan:
         "_varies",
         "dimensions",
         "fingerprint",
+        "leased",
         "name",
         "parts",
         "policy",
@@ -102,6 +106,13 @@ class PolicyPlan:
             for states in policy_layout(policy, prefix, buckets)
         )
         self.single_part = len(self.parts) == 1
+        # which states hold leases (a concurrency rule's), per part: Guard.lease gives
+        # back only those; a policy with any is taken by Guard.lease, never by hit
+        self.leased = tuple(
+            tuple(spec.twin is LEASES for spec in part.specs) for part in self.parts
+        )
+        if not any(any(part) for part in self.leased):
+            self.leased = ()
         # what a receipt must have been made by: the parts' specs and states (strategies,
         # capacities, windows, rule ids, dimensions), not just the policy's name
         self.fingerprint = "|".join(
@@ -249,6 +260,22 @@ class PolicyPlan:
                 times[index] = reply.now
         marks = tuple(reply.marks(cost, HIT) for reply in replies)
         return Receipt(self.name, cost, tuple(times), texts, marks, self.fingerprint)
+
+    def leases_of(self, receipt: Receipt) -> Receipt:
+        """``receipt`` narrowed to the leases its hit took: its marks kept where a state
+        holds leases, none elsewhere (a refund gives back nothing there)."""
+        marks = tuple(
+            tuple(mark if lease else None for mark, lease in zip(part, leased))  # noqa: B905
+            for part, leased in zip(receipt.marks, self.leased)  # noqa: B905
+        )
+        return Receipt(
+            receipt.policy,
+            receipt.cost,
+            receipt.times_us,
+            receipt.context,
+            marks,
+            receipt.fingerprint,
+        )
 
     def refund_calls(self, receipt: Receipt, now: int | None) -> list[ScriptCall]:
         """The calls that give back exactly what the hit of ``receipt`` consumed."""

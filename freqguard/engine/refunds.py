@@ -57,6 +57,17 @@ class Receipts:
                 "refund(decision) takes no cost or context: it gives back exactly what that "
                 "hit took; use refund(policy, cost, **context) to give back the newest units"
             )
+        return self._give_back(decision, lambda plan, receipt: receipt)
+
+    def release(self, decision: Decision) -> Op[Decision] | Decision:
+        """The operation that gives back the leases ``decision``'s hit took (its concurrency
+        rules' units), the other rules' kept; its receipt spent, as by :meth:`refund`."""
+        return self._give_back(decision, lambda plan, receipt: plan.leases_of(receipt))
+
+    def _give_back(
+        self, decision: Decision, sent: Callable[[PolicyPlan, Receipt], Receipt]
+    ) -> Op[Decision] | Decision:
+        """Claim ``decision``'s receipt and give back what ``sent`` makes of it."""
         receipt = decision.receipt
         if receipt is None:
             return decision
@@ -69,13 +80,12 @@ class Receipts:
             receipt.spent = True
         try:
             self._denials.forget(plan, receipt.context)
+            given = sent(plan, receipt)
             failover = self._failover
             if decision.source == "fallback":  # it consumed on the fallback: give back there
                 backend, there = failover.on_failure(plan)
-                return _marked(
-                    elsewhere(refund_op(there, receipt, self._now()), backend), "fallback"
-                )
-            op = refund_op(plan, receipt, self._now())
+                return _marked(elsewhere(refund_op(there, given, self._now()), backend), "fallback")
+            op = refund_op(plan, given, self._now())
             on_error = failover.of(plan)
             if on_error == "raise":
                 return op

@@ -30,7 +30,6 @@ from freqguard import (
     MemoryBackend,
     Policy,
     Rule,
-    Strategy,
     async_backend_from_url,
     backend_from_url,
 )
@@ -38,6 +37,7 @@ from freqguard.backends._lanes import AsyncLane
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from freqguard.script.contract import STALE_GRACE_US
 from tests.conftest import SMS, START, flush, in_threads
+from tests.reference import RATE_STRATEGIES
 from tests.servers import RedisServer, cluster, state_keys
 
 CONTENT = "Your verification code is 918273"
@@ -55,7 +55,7 @@ def _hammer(url: str, cluster: bool, strategy: str, hits: int, out: multiprocess
 
 
 @pytest.mark.parametrize("where", ["redis", "cluster"])
-@pytest.mark.parametrize("strategy", [s.value for s in Strategy])
+@pytest.mark.parametrize("strategy", [s.value for s in RATE_STRATEGIES])
 def test_eight_processes_admit_exactly_the_limit(
     where: str,
     strategy: str,
@@ -104,12 +104,15 @@ def test_every_key_has_a_ttl_bounded_by_its_window_and_no_content_is_stored(
     client = _client(where, nodes)
     policies = [
         SMS,
-        *(Policy(f"p-{s.value}", Rule("3/minute", by=("r", "c"), strategy=s)) for s in Strategy),
+        *(
+            Policy(f"p-{s.value}", Rule("3/minute", by=("r", "c"), strategy=s))
+            for s in RATE_STRATEGIES
+        ),
     ]
     guard = Guard(RedisBackend(client), policies)
     for n in range(20):
         guard.hit("sms", recipient=f"+1555{n % 3}", content=CONTENT)
-        for s in Strategy:
+        for s in RATE_STRATEGIES:
             guard.hit(f"p-{s.value}", r="{tag}:x", c=CONTENT)
     stored = _all_keys(nodes)
     assert stored
@@ -134,7 +137,11 @@ def test_every_key_expires_once_its_windows_have_passed(redis_server: RedisServe
         RedisBackend(Redis(port=redis_server.port)),
         [
             Policy(
-                "p", *(Rule("2 per 1 second", by="r", strategy=s, name=s.short) for s in Strategy)
+                "p",
+                *(
+                    Rule("2 per 1 second", by="r", strategy=s, name=s.short)
+                    for s in RATE_STRATEGIES
+                ),
             )
         ],
     )

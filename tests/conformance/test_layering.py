@@ -21,6 +21,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "freqguard.bounds",
         "freqguard.rates",
         "freqguard.options",
+        "freqguard.strategy",
         "freqguard.rules",
         "freqguard.policy",
     ),

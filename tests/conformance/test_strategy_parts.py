@@ -15,13 +15,14 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Sequence
+from datetime import timedelta
 from importlib import import_module
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from freqguard import ConfigError, Rule, Strategy
+from freqguard import ConfigError, Rate, Rule, Strategy
 from freqguard.script import contract, library
 from freqguard.script.strategies import KINDS, OTHER_KINDS, TWINS, module_name
 from tests.reference import NotModeled, RefRule
@@ -110,7 +111,7 @@ def _docs(kind: str) -> list[str]:
 
 def _reference(kind: str) -> list[str]:
     try:
-        RefRule(Rule("3/minute", strategy=kind))
+        RefRule(Rule(Rate(3, timedelta(minutes=1)), strategy=kind))
     except (NotModeled, ConfigError) as exc:
         return [f"{kind}: tests/reference.py has no model ({exc})"]
     return []

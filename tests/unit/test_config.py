@@ -151,7 +151,7 @@ ERRORS: list[tuple[str, str, str]] = [
         '{ rate = "15/minute", by',
         '{ rat = "15/minute", by',
         "app.toml:7: policy 'sms', rule 1 ('rcpt-1m'): unknown key 'rat' (allowed: burst, by, "
-        "calendar, caps, name, only, rate, shadow, strategy, tiers, tz, tz_from)",
+        "calendar, caps, lease, name, only, rate, shadow, strategy, tiers, tz, tz_from)",
     ),
     (
         'by = ["recipient", "content"]',

@@ -76,6 +76,10 @@ local GCRA_STATE = '>I7I7I7'
 local GCRA_SHORT = '>I7I5'
 local gcra = {code = 4, state_bytes = 21, short_bytes = 12}
 
+-- concurrency (freqguard/script/strategies/concurrency.py)
+local CONCURRENCY_STATE = '>BI7'
+local concurrency = {code = 7, state_bytes = 8}
+
 -- calendar (freqguard/script/strategies/calendar.py)
 local CALENDAR_STATE = '>I7I4I7'
 local CALENDAR_SHORT = '>I7I2I5'
@@ -93,6 +97,7 @@ local TWINS = {
   [sliding_log.code] = sliding_log,
   [token_bucket.code] = token_bucket,
   [gcra.code] = gcra,
+  [concurrency.code] = concurrency,
   [calendar.code] = calendar,
   [quiet.code] = quiet,
 }

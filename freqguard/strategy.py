@@ -1,0 +1,77 @@
+"""Strategies: the registry of how rules count, and the bounds each one's state can hold."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from freqguard.bounds import MAX_LIMIT, MAX_LOG_LIMIT, MAX_SPAN_US
+from freqguard.errors import ConfigError
+from freqguard.rates import Rate
+
+__all__ = ["Strategy", "check_bounds"]
+
+
+class Strategy(str, Enum):
+    """How a rule counts. See docs/strategies.md for the exact guarantee of each.
+
+    The registry of strategies: each member's line holds every fact of it the rest of the
+    package reads (the word users write, the short name in derived rule ids, whether it is a
+    bucket, whose ``burst`` sets its capacity, and the largest limit it takes). Its twins
+    are found by its name (``FIXED_WINDOW``: ``script/strategies/fixed_window.py`` and
+    ``fixed_window.lua``), its page by its word (``docs/strategies/fixed-window.md``);
+    ``tests/conformance/test_strategy_parts.py`` names what a new member still lacks.
+    """
+
+    # the word users write, short name, a bucket, the largest limit (its own bound)
+    FIXED_WINDOW = ("fixed-window", "fw", False, MAX_LIMIT)
+    SLIDING_LOG = ("sliding-log", "sl", False, MAX_LOG_LIMIT)
+    TOKEN_BUCKET = ("token-bucket", "tb", True, MAX_LIMIT)
+    GCRA = ("gcra", "gcra", True, MAX_LIMIT)
+    CONCURRENCY = ("concurrency", "cc", False, MAX_LOG_LIMIT)  # "10 concurrent", lease=60
+
+    short: str  # in a rule's derived id (``sl.5.60s``) and in its keys
+    uses_burst: bool  # a bucket: ``burst`` (default: the limit) is its capacity
+    max_limit: int  # below MAX_LIMIT: a state that grows with the limit (a log's entries)
+
+    # the defaults are never used (every member states its facts): they let a type checker
+    # read ``Strategy("gcra")`` as the lookup by value it is
+    def __new__(
+        cls, value: str, short: str = "", uses_burst: bool = False, max_limit: int = MAX_LIMIT
+    ) -> Strategy:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.short, member.uses_burst, member.max_limit = short, uses_burst, max_limit
+        return member
+
+    @classmethod
+    def parse(cls, value: Strategy | str) -> Strategy:
+        """Accept a member, its value (``"sliding-log"``) or its name (``"SLIDING_LOG"``)."""
+        if isinstance(value, Strategy):
+            return value
+        if isinstance(value, str):
+            wanted = value.strip().lower().replace("_", "-")
+            for member in cls:
+                if member.value == wanted:
+                    return member
+        allowed = ", ".join(repr(m.value) for m in cls)
+        raise ConfigError(f"unknown strategy {value!r}; allowed: {allowed}")
+
+
+def check_bounds(rate: Rate, strategy: Strategy, burst: int | None, name: str | None) -> None:
+    """Refuse what the encodings cannot hold exactly (see :mod:`freqguard.bounds`)."""
+    label = f"rule {name or str(rate)!r}"
+    if rate.limit > strategy.max_limit:
+        raise ConfigError(
+            f"{label}: a {strategy.value} rule keeps state that grows with its limit, so its "
+            f"limit is at most {strategy.max_limit}, got {rate.limit}; use strategy='gcra' (or "
+            f"'token-bucket') for a smooth rate, or 'fixed-window' for a cheap counter"
+        )
+    if strategy.uses_burst:
+        capacity = burst if burst is not None else rate.limit
+        refill = capacity * -(-rate.window_us // rate.limit)
+        if refill > MAX_SPAN_US:
+            raise ConfigError(
+                f"{label}: a bucket of {capacity} at one token per "
+                f"{-(-rate.window_us // rate.limit)} µs takes {refill} µs to refill, more "
+                f"than the bound of {MAX_SPAN_US} µs (10 years); lower the burst"
+            )
