@@ -92,6 +92,12 @@ class Policy:
         return tuple(dict.fromkeys([*reads, PRIORITY] if self.priorities else reads))
 
     @property
+    def leases(self) -> bool:
+        """Whether a rule of the policy counts leases (``"N concurrent"``): then
+        ``Guard.lease`` takes it, and ``hit`` refuses it."""
+        return any(rule.strategy is Strategy.CONCURRENCY for rule in self.rules)
+
+    @property
     def quiet(self) -> QuietHours | None:
         """The policy's quiet hours (its pseudo-rule ``"quiet-hours"`` decides them)."""
         return next((rule.quiet for rule in self.rules if rule.quiet is not None), None)

@@ -209,7 +209,13 @@ class Capped:
             kwargs: dict[str, Any],
         ) -> Any:
             guard = self._sync_guard()
-            decision = self._ask(guard, *self._call(site, guard, wrapped, args, kwargs))
+            name, ctx, cost = self._call(site, guard, wrapped, args, kwargs)
+            if self._leases(guard, name):  # held while the call runs
+                with guard.lease(name, cost, **ctx) as leased:
+                    if not leased.allowed:
+                        return self._exceeded(leased)
+                    return wrapped(*args, **kwargs)
+            decision = self._ask(guard, name, ctx, cost)
             if not decision.allowed:
                 return self._exceeded(decision)
             return wrapped(*args, **kwargs)
@@ -225,7 +231,13 @@ class Capped:
             kwargs: dict[str, Any],
         ) -> Any:
             guard = self._async_guard()
-            decision = await self._ask(guard, *self._call(site, guard, wrapped, args, kwargs))
+            name, ctx, cost = self._call(site, guard, wrapped, args, kwargs)
+            if self._leases(guard, name):  # held while the call runs
+                async with guard.lease(name, cost, **ctx) as leased:
+                    if not leased.allowed:
+                        return self._exceeded(leased)
+                    return await wrapped(*args, **kwargs)
+            decision = await self._ask(guard, name, ctx, cost)
             if not decision.allowed:
                 return self._exceeded(decision)
             return await wrapped(*args, **kwargs)
@@ -266,6 +278,18 @@ class Capped:
             return guard.acquire(name, self.timeout, cost, **ctx)
         return guard.hit(name, cost, **ctx)
 
+    def _leases(self, guard: Guard | AsyncGuard, name: str) -> bool:
+        """Whether the call takes a lease of its policy (a concurrency rule), held while it
+        runs: refused with ``on_exceeded="wait"``, which waits for a rate's turn only."""
+        if not guard.policies[name].leases:
+            return False
+        if self.on_exceeded == "wait":
+            raise ConfigError(
+                f"policy {name!r} counts leases: on_exceeded='wait' waits for a rate's turn, "
+                "and a lease frees when another call ends; use 'raise', 'skip' or a function"
+            )
+        return True
+
     def _exceeded(self, decision: Decision) -> Any:
         if self.on_exceeded == "skip":
             return None
@@ -298,6 +322,11 @@ class Capped:
         ctx = self._block_context()
         name = self._block_name(tuple(ctx)) if self._policy is None else None
         name, ctx = self._policy_for(guard, name, self._block_registered, ctx)
+        if guard.policies[name].leases:
+            raise ConfigError(
+                f"policy {name!r} counts leases: take one with guard.lease({name!r}, ...), "
+                "which gives it back when its block ends"
+            )
         return name, ctx, self.cost if isinstance(self.cost, int) else self.cost()
 
     def __enter__(self) -> Decision:

@@ -18,15 +18,18 @@ Starlette and FastAPI users import the same names from
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from contextlib import AsyncExitStack
 from typing import Any
 
 from freqguard.config import Config
+from freqguard.decision import Decision
 from freqguard.decorators.adapters import as_async as _as_async_guard
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.headers import check_profile
 from freqguard.integrations._decide import (
     Answer,
     Decider,
+    Route,
     compile_limit,
 )
 from freqguard.integrations._http import (
@@ -108,6 +111,7 @@ class FreqGuardMiddleware:
         self.app = app
         self.guard = async_guard_for(guard)
         self._hit = self.guard.hit
+        self._leased: dict[Route, bool] = {}  # whether each route's policy holds leases
         self.limits = tuple(limits)
         self.decider = Decider(
             self.guard, [compile_limit(limit) for limit in self.limits], check_profile(headers)
@@ -123,7 +127,32 @@ class FreqGuardMiddleware:
             await self.app(scope, receive, send)
             return
         route, params = found
+        if self._leased.get(route, True):  # a policy with leases, or not known yet
+            await self._leasing(route, params, scope, receive, send)
+            return
         answer = await self.decider.adecide(self._hit, route, request_info(scope, params))
+        await self._answered(answer, scope, receive, send)
+
+    async def _leasing(
+        self, route: Route, params: Mapping[str, str], scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """A request of a route whose policy holds leases (a concurrency rule): the lease
+        taken is held until the app has answered (the request's time in flight)."""
+        async with AsyncExitStack() as held:
+
+            async def hit(name: str, cost: int, **ctx: object) -> Decision:
+                leases = self.guard.policies[name].leases
+                self._leased[route] = leases
+                if not leases:
+                    return await self._hit(name, cost, **ctx)
+                return await held.enter_async_context(self.guard.lease(name, cost, **ctx))
+
+            answer = await self.decider.adecide(hit, route, request_info(scope, params))
+            await self._answered(answer, scope, receive, send)
+
+    async def _answered(self, answer: Answer, scope: Scope, receive: Receive, send: Send) -> None:
+        """The app called (its answer given the decision's headers), or the refusal sent."""
+        kind = scope["type"]
         if not answer.allowed:
             await _refuse(scope, send, answer)
             return

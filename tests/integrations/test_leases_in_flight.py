@@ -1,0 +1,125 @@
+"""Calls and requests in flight: ``@capped`` and the ASGI middleware hold a lease of a
+policy with a concurrency rule while the call or the request runs, and give it back when
+it ends, however it ends."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from freqguard import (
+    AsyncGuard,
+    CapExceeded,
+    ConfigError,
+    Guard,
+    ManualClock,
+    Policy,
+    Rule,
+    capped,
+)
+from freqguard.integrations.asgi import FreqGuardMiddleware, Limit, Receive, Scope, Send
+
+ONE = Policy("one", Rule("1 concurrent", by="user", lease=60))
+TWO = Policy("two", Rule("2 concurrent", lease=60), Rule("10/minute"))
+
+
+def test_a_capped_function_holds_a_lease_while_it_runs() -> None:
+    guard = Guard(policies=[ONE], clock=ManualClock(1_000))
+    inner: list[object] = []
+
+    @capped("one", guard=guard, key="user")
+    def call(user: str, again: bool) -> str:
+        if again:
+            try:
+                call(user, False)  # the same user while the first call runs: denied
+            except CapExceeded as exc:
+                inner.append(exc.decision.retry_after)
+            inner.append(call("other", False))  # another user's lease is its own
+        return "done"
+
+    assert call("u", True) == "done"
+    assert inner == [60.0, "done"]
+    assert call("u", False) == "done"  # given back when it returned
+
+    @capped("one", guard=guard, key="user")
+    def failing(user: str) -> None:
+        raise RuntimeError("the vendor failed")
+
+    with pytest.raises(RuntimeError):
+        failing("v")
+    assert guard.peek("one", user="v").remaining == 1  # given back when it raised
+
+
+def test_async_calls_in_flight_never_pass_the_cap() -> None:
+    guard = AsyncGuard(policies=[TWO], clock=ManualClock(1_000))
+    running, most = 0, 0
+
+    async def main() -> list[str]:
+        gate = asyncio.Event()
+
+        @capped("two", guard=guard, on_exceeded="skip")
+        async def call() -> str:
+            nonlocal running, most
+            running += 1
+            most = max(most, running)
+            await gate.wait()
+            running -= 1
+            return "ran"
+
+        tasks = [asyncio.create_task(call()) for _ in range(5)]
+        for _ in range(100):  # bounded: until the three denied ones have returned
+            await asyncio.sleep(0)
+            if sum(task.done() for task in tasks) == 3:
+                break
+        gate.set()
+        return [str(result) for result in await asyncio.gather(*tasks)]
+
+    assert sorted(asyncio.run(main())) == ["None", "None", "None", "ran", "ran"]
+    assert most == 2
+
+
+def test_a_lease_cannot_be_waited_for_or_taken_by_a_with_block() -> None:
+    guard = Guard(policies=[ONE], clock=ManualClock(1_000))
+
+    @capped("one", guard=guard, key="user", on_exceeded="wait", timeout=1)
+    def call(user: str) -> None: ...
+
+    with pytest.raises(ConfigError, match="on_exceeded='wait' waits for a rate's turn"):
+        call("u")
+    with (
+        pytest.raises(ConfigError, match=r"take one with guard\.lease\('one'"),
+        capped("one", guard=guard, context={"user": "u"}),
+    ):
+        pass
+
+
+def test_the_asgi_middleware_caps_requests_in_flight() -> None:
+    guard = AsyncGuard(policies=[TWO], clock=ManualClock(1_000))
+    gate = asyncio.Event()
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        assert scope["type"] == "http"
+        await gate.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    capped_app = FreqGuardMiddleware(
+        app, guard=guard, limits=[Limit("/llm", rule=TWO, key=lambda request: {})]
+    )
+
+    async def main() -> tuple[list[int], int]:
+        transport = httpx.ASGITransport(app=capped_app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            tasks = [asyncio.create_task(client.get("/llm")) for _ in range(5)]
+            for _ in range(200):  # bounded: until the three refused ones are answered
+                await asyncio.sleep(0)
+                if sum(task.done() for task in tasks) == 3:
+                    break
+            gate.set()
+            statuses = sorted(r.status_code for r in await asyncio.gather(*tasks))
+            after = (await client.get("/llm")).status_code  # both given back
+        return statuses, after
+
+    assert asyncio.run(main()) == ([200, 200, 429, 429, 429], 200)
