@@ -15,8 +15,8 @@ per job:
 ``_lanes``, ``_async/wire``       connections borrowed from the client's pool; one batch
                                   per node, all nodes at once
 ``_inspect``                      what is asked once before the first call (Functions or
-                                  scripts, the eviction policy, the buckets claim)
-``_claims``                       the buckets setting a prefix claims in the store
+                                  scripts, the eviction policy, the bins claim)
+``_claims``                       the bins setting a prefix claims in the store
 ``_durability``                   WAIT after writes (``wait_replicas``)
 ``_url_options``                  the backend's own URL options
 ``_boundary``                     where redis-py errors become freqguard errors

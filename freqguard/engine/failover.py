@@ -149,12 +149,12 @@ class Failover:
 
     def _shared_out(self, plan: PolicyPlan, fallback: Fallback) -> PolicyPlan:
         """``plan`` with its limits shared out among the fallback's ``workers``, its keys as
-        the fallback's backend builds them (its buckets), made once."""
+        the fallback's backend builds them (its bins), made once."""
         workers = fallback.workers
         made = self._shared.get((plan.name, workers))
         if made is None or made[0] is not plan:
-            buckets: int = getattr(fallback.backend, "buckets", 0)
-            scaled = PolicyPlan(shared_out(plan.policy, workers), self._prefix, buckets=buckets)
+            bins: int = getattr(fallback.backend, "bins", 0)
+            scaled = PolicyPlan(shared_out(plan.policy, workers), self._prefix, bins=bins)
             made = self._shared[(plan.name, workers)] = (plan, scaled)
         return made[1]
 

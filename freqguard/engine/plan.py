@@ -85,12 +85,12 @@ class PolicyPlan:
         policy: Policy,
         prefix: str,
         estimate: Callable[[], int] | None = None,
-        buckets: int = 0,
+        bins: int = 0,
     ) -> None:
         """``estimate``: the store's time as the client best knows it (µs; default: this
         machine's clock), around which a calendar rule's periods are sent when a call's
-        time is the store's own. ``buckets``: how many buckets the records share in Redis
-        (``RedisBackend(buckets=N)``; 0: a hash each)."""
+        time is the store's own. ``bins``: how many bins the records share in Redis
+        (``RedisBackend(bins=N)``; 0: a hash each)."""
         self.policy = policy
         self.name = policy.name
         self.dimensions = policy.dimensions
@@ -99,7 +99,7 @@ class PolicyPlan:
         self.tags = rule_tags([rule.id for rule in rules])
         self.parts = tuple(
             _compile_slot(states, policy, self.tags)
-            for states in policy_layout(policy, prefix, buckets)
+            for states in policy_layout(policy, prefix, bins)
         )
         self.single_part = len(self.parts) == 1
         # what a receipt must have been made by: the parts' specs and states (strategies,

@@ -26,13 +26,13 @@ from freqguard.bounds import MAX_LOG_LIMIT, MAX_SPAN_US
 
 __all__ = [
     "ARGV",
-    "ARGV_BUCKETED",
+    "ARGV_BINNED",
     "ARGV_STATES",
     "BACK_LIMIT",
+    "BIN_ENTRY_HEADS",
+    "BIN_LAYOUT",
+    "BIN_META",
     "BLOB_HEAD",
-    "BUCKET_ENTRY_HEADS",
-    "BUCKET_LAYOUT",
-    "BUCKET_META",
     "CHECK",
     "FIELD_HEAD",
     "HIT",
@@ -77,9 +77,9 @@ ARGV = ("now", "cost", "mode", "specs")
 #: LIMIT call only, one change of the record's per-key limits (see :data:`LIMIT`).
 ARGV_STATES = ("fields", "marks")
 
-#: The ARGV of a call to the bucketed functions (``RedisBackend(buckets=N)``): the record's
-#: id in its bucket (KEYS[1]), then :data:`ARGV` and :data:`ARGV_STATES` as above.
-ARGV_BUCKETED = ("record", *ARGV)
+#: The ARGV of a call to the binned functions (``RedisBackend(bins=N)``): the record's
+#: id in its bin (KEYS[1]), then :data:`ARGV` and :data:`ARGV_STATES` as above.
+ARGV_BINNED = ("record", *ARGV)
 
 #: A bucket's refund mark is its numbers joined by this (``tat:back:born:interval``, the
 #: interval the hit was charged at; receipts made before per-key limits have no interval);
@@ -156,17 +156,17 @@ LAYOUT_MARKS = 0xF0
 #: 0.2 development builds), which 3 reads as it is, marking the record 3 when it writes it.
 OLDEST_LAYOUT = 2
 
-#: Lua only, as :data:`FIELD_HEAD`: with buckets (``RedisBackend(buckets=N)``), records of
-#: many partition values share one hash (a *bucket*), each a string in its field, marked
-#: ``LAYOUT_MARKS + BUCKET_LAYOUT``; it starts with ``BLOB_HEAD`` (the mark, the record's
+#: Lua only, as :data:`FIELD_HEAD`: with bins (``RedisBackend(bins=N)``), records of
+#: many partition values share one hash (a *bin*), each a string in its field, marked
+#: ``LAYOUT_MARKS + BIN_LAYOUT``; it starts with ``BLOB_HEAD`` (the mark, the record's
 #: expiry), then the meta field's numbers as varints and its limits, then each state field
-#: behind one of ``BUCKET_ENTRY_HEADS``: its expiry and latest in full, or its expiry and
-#: its span (expiry - latest) in 4 or 5 bytes. The bucket's own field "" holds
-#: ``BUCKET_META``: its expiry and how many records it holds before stale ones are swept.
-BUCKET_LAYOUT = 4
+#: behind one of ``BIN_ENTRY_HEADS``: its expiry and latest in full, or its expiry and
+#: its span (expiry - latest) in 4 or 5 bytes. The bin's own field "" holds
+#: ``BIN_META``: its expiry and how many records it holds before stale ones are swept.
+BIN_LAYOUT = 4
 BLOB_HEAD = ">BI7"
-BUCKET_META = ">I8I4"
-BUCKET_ENTRY_HEADS = ("I7I7", "I7I4", "I7I5")
+BIN_META = ">I8I4"
+BIN_ENTRY_HEADS = ("I7I7", "I7I4", "I7I5")
 
 #: The functions both twins of a strategy define, under these names and in this order. The
 #: Python twin has more that run on the client only (``decode``, ``mark``, ``report``,

@@ -21,7 +21,7 @@ from freqguard import (
     async_backend_from_url,
     backend_from_url,
 )
-from freqguard.backends._library import FUNCTION_BUCKET, FUNCTION_BUCKET_NOGROW
+from freqguard.backends._library import FUNCTION_BIN, FUNCTION_BIN_NOGROW
 from freqguard.backends.redis import FUNCTION, FUNCTION_NOGROW, AsyncRedisBackend, RedisBackend
 from freqguard.script.contract import CHECK, HIT, LIMIT
 from tests.conftest import flush
@@ -116,13 +116,13 @@ def test_the_nogrow_function_refuses_a_call_that_grows(redis_server: RedisServer
     assert len(state_keys(client)) == 0
     client.fcall(FUNCTION, 1, "k", "", 1, HIT, specs, "ab")
     assert len(state_keys(client)) == 1
-    rid = b"12345678"  # the bucketed twins: ARGV[1] is the record's id in the bucket
+    rid = b"12345678"  # the binned twins: ARGV[1] is the record's id in the bin
     with pytest.raises(rex.ResponseError, match="a call that grows cannot run"):
-        client.fcall(FUNCTION_BUCKET_NOGROW, 1, "b", rid, "", 1, HIT, specs, "ab")
-    client.fcall(FUNCTION_BUCKET_NOGROW, 1, "b", rid, "", 1, CHECK, specs, "ab")
+        client.fcall(FUNCTION_BIN_NOGROW, 1, "b", rid, "", 1, HIT, specs, "ab")
+    client.fcall(FUNCTION_BIN_NOGROW, 1, "b", rid, "", 1, CHECK, specs, "ab")
     assert len(state_keys(client)) == 1
-    client.fcall(FUNCTION_BUCKET, 1, "b", rid, "", 1, HIT, specs, "ab")
-    assert sorted(client.hkeys("b")) == [b"", rid]  # the bucket's meta field, the record
+    client.fcall(FUNCTION_BIN, 1, "b", rid, "", 1, HIT, specs, "ab")
+    assert sorted(client.hkeys("b")) == [b"", rid]  # the bin's meta field, the record
     guard.close()
 
 

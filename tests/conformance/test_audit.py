@@ -224,10 +224,10 @@ def test_redis_under_processes_threads_and_tasks(redis_server: RedisServer) -> N
 
 
 @pytest.mark.slow
-def test_bucketed_redis_under_processes_threads_and_tasks(redis_server: RedisServer) -> None:
-    """Records shared in three buckets a policy: every recipient's record beside others in
+def test_binned_redis_under_processes_threads_and_tasks(redis_server: RedisServer) -> None:
+    """Records shared in three bins a policy: every recipient's record beside others in
     one hash, written by many clients at once."""
-    target = Target("redis", redis_server.port, buckets=3)
+    target = Target("redis", redis_server.port, bins=3)
     config = AuditConfig(target, seconds=8, processes=4, threads=3, tasks=8, seed=4)
     _assert_sound(run_audit(config))
 

@@ -1,4 +1,4 @@
-"""Memory, Redis (records in hashes of their own, or shared in buckets) and Redis Cluster make
+"""Memory, Redis (records in hashes of their own, or shared in bins) and Redis Cluster make
 identical decisions (pinned clocks), for every strategy,
 for random sequences of hits, peeks, refunds, resets, batches, per-key limits set, lapsing
 and cleared, and time steps (back ones too), calendar rules across local midnights and DST
@@ -225,7 +225,7 @@ def _unique(
 )
 def test_memory_redis_and_cluster_decide_alike(
     redis_backend: RedisBackend,
-    bucketed_backend: RedisBackend,
+    binned_backend: RedisBackend,
     cluster_backend: RedisBackend,
     scripts_backend: RedisBackend,
     scripts_cluster_backend: RedisBackend,
@@ -238,7 +238,7 @@ def test_memory_redis_and_cluster_decide_alike(
     ops: list[Any],
     start: int,
 ) -> None:
-    """... and Redis with records shared in buckets (on one server with the plain records:
+    """... and Redis with records shared in bins (on one server with the plain records:
     other keys), and servers and a cluster without Redis Functions (EVAL scripts)."""
     flush([redis_server, *redis_cluster])
     flush_scripts([scripts_server, *scripts_cluster])
@@ -246,7 +246,7 @@ def test_memory_redis_and_cluster_decide_alike(
     backends = [
         MemoryBackend(),
         redis_backend,
-        bucketed_backend,
+        binned_backend,
         cluster_backend,
         scripts_backend,
         scripts_cluster_backend,
@@ -481,7 +481,7 @@ DAY_EDGES = [
 )
 def test_messaging_rules_decide_alike(
     redis_backend: RedisBackend,
-    bucketed_backend: RedisBackend,
+    binned_backend: RedisBackend,
     cluster_backend: RedisBackend,
     redis_server: RedisServer,
     redis_cluster: list[RedisServer],
@@ -498,5 +498,5 @@ def test_messaging_rules_decide_alike(
     flush([redis_server, *redis_cluster])
     prioritized = quiet is not None or any(r.only or r.caps for r in rules)
     policy = _unique(rules, ("t", "m") if prioritized else (), quiet)
-    backends = [MemoryBackend(), redis_backend, bucketed_backend, cluster_backend]
+    backends = [MemoryBackend(), redis_backend, binned_backend, cluster_backend]
     _assert_alike(backends, policy, pool, ops, start)

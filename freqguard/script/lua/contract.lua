@@ -11,7 +11,7 @@ local HIT, CHECK, REFUND, RESET, LIMIT = 0, 1, 2, 3, 4
 -- from ARGV_FIELDS on (ARGV_STATES), then (a refund of one decision) one mark per state.
 local ARGV_NOW, ARGV_COST, ARGV_MODE, ARGV_SPECS = 1, 2, 3, 4
 local ARGV_FIELDS = 5
-local ARGV_RECORD = 1                    -- a bucketed call's: the record's id, then the above
+local ARGV_RECORD = 1                    -- a binned call's: the record's id, then the above
 local MARK_SEPARATOR = ':'               -- joins a bucket's mark: tat, back, born, interval
 -- With a pinned clock (tests, replays) the caller's time and the server's expiry clock
 -- differ: a record must not expire in real time while it still matters in pinned time.
@@ -37,14 +37,14 @@ local REPLY_LIMITS = 2                   -- the flag: the limits follow the stat
 local REPLY_DROPPED = 4                  -- the flag: an unmarked record was dropped
 local REPLY_WAIT = 'I8'                  -- then one per rule
 local REPLY_STATE_LENGTH = '>I4'         -- then per state, before it
--- Buckets (lua/buckets.lua): a bucketed record's string starts with BLOB_HEAD, its mark
--- LAYOUT_MARKS + BUCKET_LAYOUT; each state field's entry with one of BUCKET_ENTRY_HEADS
--- (by its kind); the bucket's own field "" holds BUCKET_META.
+-- Bins (lua/bins.lua): a binned record's string starts with BLOB_HEAD, its mark
+-- LAYOUT_MARKS + BIN_LAYOUT; each state field's entry with one of BIN_ENTRY_HEADS
+-- (by its kind); the bin's own field "" holds BIN_META.
 local BLOB_HEAD = '>BI7'                 -- mark, the record's expiry
-local BUCKET_LAYOUT = 4
-local BUCKET_META = '>I8I4'              -- its expiry (NEVER: none), prune_at
-local BUCKET_ENTRY_HEADS = {[0] = 'I7I7', 'I7I4', 'I7I5'}
-local BUCKET_ENTRY_HEAD_BYTES = {[0] = 14, 11, 12}  -- their sizes
+local BIN_LAYOUT = 4
+local BIN_META = '>I8I4'                 -- its expiry (NEVER: none), prune_at
+local BIN_ENTRY_HEADS = {[0] = 'I7I7', 'I7I4', 'I7I5'}
+local BIN_ENTRY_HEAD_BYTES = {[0] = 14, 11, 12}  -- their sizes
 -- The bounds of a rule's own numbers (freqguard/bounds.py), which a per-key limit is
 -- held to as well (each strategy's limited): a sliding log's limit, a bucket's refill
 -- time (µs).

@@ -12,7 +12,7 @@
 -- into one chunk in the order of freqguard/script/library.py MANIFEST (each file sees the
 -- locals of those before it): this one (the libraries); the contract's constants, generated
 -- from the Python (lua/contract.lua, by scripts/lua_contract.py); what the strategies share
--- (strategies/base.lua), then each strategy; the specs; per-key limits; buckets; the
+-- (strategies/base.lua), then each strategy; the specs; per-key limits; bins; the
 -- record; the policy function's steps, then the function itself (run, lua/twin.lua), which
 -- calls them in that order; its entry points (lua/entries.lua); last a tail that makes them
 -- something Redis runs (lua/register.lua: the Redis Functions). The Python twin

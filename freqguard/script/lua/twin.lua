@@ -218,6 +218,6 @@ local function run(keys, argv, rid)
   local sets, drops, latest, added = changes(specs, after, got, argv, expiries, now, mode)
   local lim = limits_of(got[1], entries, changed)
   write_record(rec, got, sets, drops, latest, added, now, clock, pinned, lim)
-  bucket_flush(rec, clock, pinned, lim.changed or rec.unread)
+  bin_flush(rec, clock, pinned, lim.changed or rec.unread)
   return reply(specs, allowed, now, waits, after, raws, lim.tail, found)
 end
