@@ -22,7 +22,7 @@ from freqguard.rules import Rule, limited_rule
 from freqguard.script.calls import Part, Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT, REFUND, RESET
 from freqguard.script.keys import StateLayout, policy_layout, value_text
-from freqguard.script.limits import Limit, rule_tags
+from freqguard.script.limits import KeyLimit, rule_tags
 from freqguard.script.strategies import StateSpec, twin_of
 from freqguard.script.strategies.base import SKIP
 
@@ -31,7 +31,7 @@ __all__ = ["PolicyPlan", "limit_rate", "rule_params"]
 _US = 1_000_000.0
 
 
-def limit_rate(limit: Limit) -> Rate:
+def limit_rate(limit: KeyLimit) -> Rate:
     """The rate a per-key limit sets."""
     return Rate(limit.limit, timedelta(microseconds=limit.window))
 
@@ -120,7 +120,7 @@ class PolicyPlan:
         # whether a hit's parts are others than those compiled (parts_for)
         self._varies = any((self._tiers, self._calendar, self._priorities))
         self._estimate = estimate if estimate is not None else SystemClock().now_us
-        self._limited: dict[tuple[int, Limit], Rule] = {}  # rules as per-key limits make them
+        self._limited: dict[tuple[int, KeyLimit], Rule] = {}  # rules as per-key limits make them
         enforcing = [r for r in rules if not r.shadow]
         # the enforcing rule with the least capacity bounds every cost; a policy of shadow
         # rules only never denies, so any cost goes

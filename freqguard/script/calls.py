@@ -23,7 +23,7 @@ from freqguard.script.contract import (
     struct_codes,
 )
 from freqguard.script.keys import KeyLayout
-from freqguard.script.limits import Limit, apply, unpack_limits
+from freqguard.script.limits import KeyLimit, apply, unpack_limits
 from freqguard.script.strategies import StateSpec
 from freqguard.script.strategies.base import Mark
 
@@ -42,7 +42,7 @@ class Part(NamedTuple):
     rule_index: tuple[int, ...]  # the policy's index of each rule, in reply order
     # per rule, in reply order, the per-key limit a call applied (None: the rule's own);
     # empty for a part as compiled (see script.limits.apply)
-    limits: tuple[Limit | None, ...] = ()
+    limits: tuple[KeyLimit | None, ...] = ()
     # per rule, in reply order, how a log line names it ("rule 'r' of policy 'p'")
     labels: tuple[str, ...] = ()
 
@@ -107,7 +107,7 @@ class Reply:
         views: list[Any] | None = None,
         data: bytes = b"",
         report: Report | None = None,
-        limits: tuple[Limit, ...] = (),
+        limits: tuple[KeyLimit, ...] = (),
     ) -> None:
         self._slot = part
         self._report = report
