@@ -194,7 +194,7 @@ def memory_backend() -> MemoryBackend:
 _BY_NAME = {p.name: p for p in POLICIES}
 
 
-def first_slot(policy: Policy) -> frozenset[int]:
+def first_part(policy: Policy) -> frozenset[int]:
     """The rules of a policy's first part, or every rule when it has one part (a rule's part
     is a dimension all rules share, else its own first dimension in policy order)."""
     shared = [d for d in policy.dimensions if all(d in r.by for r in policy.rules)]
@@ -207,7 +207,7 @@ def first_slot(policy: Policy) -> frozenset[int]:
     return frozenset(i for i, r in enumerate(policy.rules) if part(r) == first)
 
 
-_FIRST = {p.name: first_slot(p) for p in POLICIES}
+_FIRST = {p.name: first_part(p) for p in POLICIES}
 
 
 class Action(NamedTuple):

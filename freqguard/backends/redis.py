@@ -1,7 +1,7 @@
 """Redis and Redis Cluster backends, sync and async.
 
 Each runs the policy function of the Lua files under ``freqguard/script/`` by FCALL (Redis
-Functions) or, on a store without them, by EVALSHA: one call per slot of a hit. One module
+Functions) or, on a store without them, by EVALSHA: one call per part of a hit. One module
 per job:
 
 ================================  =====================================================

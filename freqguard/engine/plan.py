@@ -36,7 +36,7 @@ def limit_rate(limit: KeyLimit) -> Rate:
     return Rate(limit.limit, timedelta(microseconds=limit.window))
 
 
-def _compile_slot(states: tuple[StateLayout, ...], policy: Policy, tags: tuple[int, ...]) -> Part:
+def _compile_part(states: tuple[StateLayout, ...], policy: Policy, tags: tuple[int, ...]) -> Part:
     """A part of a policy (its states, from :func:`~freqguard.script.keys.policy_layout`),
     compiled."""
     rules = policy.rules
@@ -98,7 +98,7 @@ class PolicyPlan:
         rules = policy.rules
         self.tags = rule_tags([rule.id for rule in rules])
         self.parts = tuple(
-            _compile_slot(states, policy, self.tags)
+            _compile_part(states, policy, self.tags)
             for states in policy_layout(policy, prefix, bins)
         )
         self.single_part = len(self.parts) == 1

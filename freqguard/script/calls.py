@@ -96,7 +96,7 @@ class Reply:
         limits: the record's per-key limits as stored after the call (live or not).
     """
 
-    __slots__ = ("_data", "_report", "_slot", "_views", "allowed", "limits", "now", "waits")
+    __slots__ = ("_data", "_part", "_report", "_views", "allowed", "limits", "now", "waits")
 
     def __init__(
         self,
@@ -109,7 +109,7 @@ class Reply:
         report: Report | None = None,
         limits: tuple[KeyLimit, ...] = (),
     ) -> None:
-        self._slot = part
+        self._part = part
         self._report = report
         self.allowed = allowed
         self.waits = waits
@@ -120,27 +120,27 @@ class Reply:
 
     @property
     def part(self) -> Part:
-        return self._slot
+        return self._part
 
     def views(self) -> list[Any]:
         """Each state as the call left it, loaded at :attr:`now`, in the part's order (a memory
         log may have grown since: only its marks, which do not read it, use it then)."""
         views = self._views
         if views is None:
-            views = self._views = _views(self._slot, self._data, self.now)
+            views = self._views = _views(self._part, self._data, self.now)
         return views
 
     def report(self) -> Report:
         """``(remaining, reset_after µs)`` per rule, in the part's rule order."""
         report = self._report
         if report is None:
-            report = self._report = report_of(self._slot, self.views(), self.now)
+            report = self._report = report_of(self._part, self.views(), self.now)
         return report
 
     def marks(self, cost: int, mode: int) -> tuple[Mark | None, ...]:
         """Per state, what a refund needs to take back exactly what this call consumed
         (``None``: it consumed nothing there); see ``Twin.mark``."""
-        specs = self._slot.specs
+        specs = self._part.specs
         if mode != HIT or cost == 0 or not self.allowed:
             return (None,) * len(specs)
         marks: list[Mark | None] = []

@@ -237,14 +237,14 @@ def policy_layout(
         partition = shared[0] if shared else (own[0] if own else None)
         parts.setdefault(partition, []).append(index)
     layout = tuple(
-        _slot_layout(policy, prefix, partition, indices, bins)
+        _part_layout(policy, prefix, partition, indices, bins)
         for partition, indices in parts.items()
     )
     _check_field_tags(policy.name, layout)
     return layout
 
 
-def _slot_layout(
+def _part_layout(
     policy: Policy, prefix: str, partition: str | None, indices: list[int], bins: int
 ) -> tuple[StateLayout, ...]:
     order = {d: i for i, d in enumerate(policy.dimensions)}

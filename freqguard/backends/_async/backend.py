@@ -152,7 +152,7 @@ class AsyncRedisBackend:
             PartialFailure: on a cluster, some nodes answered and others failed: each call's
                 reply or error (a failure of every call is raised as it came).
         """
-        if len(calls) == 1:  # a step of a multi-slot operation: the lone call's own path
+        if len(calls) == 1:  # a step of a multi-part operation: the lone call's own path
             return [await self.aexecute(calls[0])]
         try:
             return await self._run(calls)

@@ -153,7 +153,7 @@ class RedisBackend:
             PartialFailure: on a cluster, some nodes answered and others failed: each call's
                 reply or error (a failure of every call is raised as it came).
         """
-        if len(calls) == 1:  # a step of a multi-slot operation: the lone call's own path
+        if len(calls) == 1:  # a step of a multi-part operation: the lone call's own path
             return [self.execute(calls[0])]
         try:
             return self._run(calls)
