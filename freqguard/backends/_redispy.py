@@ -171,7 +171,7 @@ def async_node_pool(client: AsyncRedisCluster, node: AsyncClusterNode) -> NodePo
 
 
 def close_client(client: Redis | RedisCluster) -> None:
-    """Close a sync client (the sync twin of :func:`aclose_client`: its cluster nodes are
+    """Close a sync client (the sync counterpart of :func:`aclose_client`: its cluster nodes are
     clients of their own, closed by it)."""
     client.close()
 

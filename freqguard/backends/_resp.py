@@ -81,7 +81,7 @@ def record_key(call: ScriptCall) -> bytes:
 
 def function_args(call: ScriptCall, found: Library = FUNCTIONS) -> tuple[Any, ...]:
     """FCALL's (or EVALSHA's) arguments, for redis-py's ``execute_command``: the entry point
-    (a HIT that consumes may grow what is stored; every other call goes to the twin Redis
+    (a HIT that consumes may grow what is stored; every other call goes to the variant Redis
     runs even when out of memory, see FUNCTION_NOGROW; each in its binned form for a
     record in a bin), numkeys, the key, the record's id in its bin if any
     (:func:`call_keys`), then ARGV (see the script header)."""
@@ -128,7 +128,7 @@ def _frame(
     found: Library, text: str, binned: bool, states: int, marks: tuple[bytes, ...]
 ) -> tuple[bytes, bytes, bytes]:
     """FCALL's (or EVALSHA's) constant frames for a plan: the head naming its entry point,
-    the plan text, and the head naming its NOGROW twin; kept per plan (and binned or not,
+    the plan text, and the head naming its NOGROW variant; kept per plan (and binned or not,
     and per library), but for a refund's, which counts its marks."""
     # FCALL, function, numkeys, key, the record's id in its bin, ARGV...
     count = 4 + binned + len(ARGV) + states + len(marks)

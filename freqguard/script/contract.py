@@ -100,7 +100,7 @@ LIMIT_CHANGE = ("tag", "ttl", "exempt", "limit", "window", "capacity", "interval
 
 def grows(mode: int, cost: int) -> bool:
     """Whether a call may grow what is stored: a hit that consumes, or a LIMIT call that
-    sets. Every other call goes to the policy function's twin that Redis runs even when out
+    sets. Every other call goes to the policy function's variant that Redis runs even when out
     of memory (the Lua's ``_nogrow`` name), which refuses a call that grows."""
     return cost > 0 and mode in (HIT, LIMIT)
 

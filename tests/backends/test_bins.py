@@ -459,7 +459,9 @@ def _admin(node: RedisServer, *args: object) -> Any:
 # -- found by review: TTLs on a pinned time, strings cut short ---------------------------
 
 
-def _twins(server: RedisServer, policy: Policy, *clocks: ManualClock) -> list[list[Guard]]:
+def _binned_and_hashed(
+    server: RedisServer, policy: Policy, *clocks: ManualClock
+) -> list[list[Guard]]:
     """Guards on a binned backend (db 1, one bin) and a hash-per-record one (db 2)."""
     return [
         [
@@ -483,7 +485,9 @@ def test_a_pinned_record_behind_the_bins_expiry_is_still_covered(
     the first's ten minutes; the bin must keep the longest."""
     flush([redis_server])
     policy = Policy("p", Rule("86400 per 1 day", by="u", strategy=Strategy.GCRA))
-    (ba, bb), (ha, hb) = _twins(redis_server, policy, ManualClock(START + 3600), ManualClock(START))
+    (ba, bb), (ha, hb) = _binned_and_hashed(
+        redis_server, policy, ManualClock(START + 3600), ManualClock(START)
+    )
     for first, second in ((ba, bb), (ha, hb)):
         first.hit("p", u="a")
         second.hit("p", u="b", cost=3000)
@@ -511,7 +515,7 @@ def test_clearing_a_limit_for_ever_on_a_pinned_time_lets_the_bin_expire(
 ) -> None:
     flush([redis_server])
     policy = Policy("p", Rule("2 per 1 second", by="u", name="r"))
-    ((binned,), (hashed,)) = _twins(redis_server, policy, ManualClock(START))
+    ((binned,), (hashed,)) = _binned_and_hashed(redis_server, policy, ManualClock(START))
     for guard in (binned, hashed):
         guard.hit("p", u="a")
         guard.set_limit("p", "r", Rate(9, timedelta(seconds=1)), u="a")
@@ -589,7 +593,7 @@ def test_a_sweep_on_a_pinned_time_never_shortens_the_bins_ttl(
     flush([redis_server])
     policy = Policy("p", Rule("1 per 1 hour", by="u", strategy=Strategy.GCRA, name="r"))
     clock = ManualClock(START)
-    ((binned,), (hashed,)) = _twins(redis_server, policy, clock)
+    ((binned,), (hashed,)) = _binned_and_hashed(redis_server, policy, clock)
     binned.hit("p", u="a")
     hashed.hit("p", u="a")
     clock.advance(59 * 60)

@@ -38,7 +38,7 @@ from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable, raise_failures
 from freqguard.script.calls import Reply, ScriptCall, unpack
 
-from .prepare import AsyncPreparation  # the generated twin imports its own
+from .prepare import AsyncPreparation  # the generated sync copy imports its own
 
 __all__ = ["AsyncRedisBackend"]
 

@@ -39,7 +39,7 @@ from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable, raise_failures
 from freqguard.script.calls import Reply, ScriptCall, unpack
 
-from .prepare import Preparation  # the generated twin imports its own
+from .prepare import Preparation  # the generated sync copy imports its own
 
 __all__ = ["RedisBackend"]
 

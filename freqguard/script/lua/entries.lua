@@ -1,5 +1,5 @@
 -- The policy function's entry points, which a tail (lua/register.lua) hands to Redis: the
--- function itself (the libraries bound on its first call), its _nogrow twin, and the
+-- function itself (the libraries bound on its first call), its _nogrow variant, and the
 -- binned form of either. Each takes (keys, argv) as the call sends them.
 
 local bound = false
