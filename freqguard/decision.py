@@ -290,7 +290,7 @@ _DEGRADED = frozenset(("fallback", "fail-open", "fail-closed"))
 
 
 def with_source(decision: Decision, source: str) -> Decision:
-    """``decision`` marked as made by ``source`` (one of :data:`SOURCES`); returned as is."""
+    """``decision`` with its source set to ``source`` (one of :data:`SOURCES`); returned as is."""
     _set_source(decision, source)
     return decision
 

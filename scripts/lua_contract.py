@@ -7,7 +7,7 @@ that owns it.
 The Lua cannot import Python, so every value both twins agree on is stated in this one
 generated file, which the library joins before any hand-written Lua reads it
 (``freqguard/script/library.py``): the modes, the call's argument positions, the pack
-formats and the sizes the Lua reads, the graces and bounds, the layout marks and the
+formats and the sizes the Lua reads, the graces and bounds, the layout stamps and the
 bins' formats (all from ``freqguard/script/contract.py``, the bounds through it, the
 short states' spans from ``strategies/base.py``); then each twin's facts from its module
 (its ``code``, ``STATE_FORMAT`` as ``<NAME>_STATE``, ``SHORT_FORMAT`` as ``<NAME>_SHORT``,
@@ -111,22 +111,24 @@ def _contract() -> list[str]:
         "-- How the record's fields and the reply are packed; each twin's states are below.",
         local("FIELD_HEAD", lua(c.FIELD_HEAD), "a state's field: expiry, latest, the state"),
         local("FIELD_HEAD_BYTES", lua(size(c.FIELD_HEAD)), "its size"),
-        local("RECORD_META", lua(c.RECORD_META), 'the field "": mark, expiry, fields, prune_at'),
+        local("RECORD_META", lua(c.RECORD_META), 'the field "": stamp, expiry, fields, prune_at'),
         local("RECORD_META_BYTES", lua(size(c.RECORD_META)), "its size; the limits follow"),
         local("RECORD_LAYOUT", lua(c.RECORD_LAYOUT), "the layout this release writes"),
         local("OLDEST_LAYOUT", lua(c.OLDEST_LAYOUT), "the oldest it reads (states in full)"),
-        local("LAYOUT_MARKS", lua(c.LAYOUT_MARKS), "a meta field's mark: LAYOUT_MARKS + layout"),
+        local(
+            "LAYOUT_STAMPS", lua(c.LAYOUT_STAMPS), "a meta field's stamp: LAYOUT_STAMPS + layout"
+        ),
         local("LIMIT_ENTRY", lua(c.LIMIT_ENTRY), "one limit: tag, expiry, exempt, limit,"),
         local("LIMIT_ENTRY_BYTES", lua(size(c.LIMIT_ENTRY)), "window, capacity, interval; size"),
         local("REPLY_HEAD", lua(c.REPLY_HEAD), "flags, now"),
         local("REPLY_LIMITS", lua(c.REPLY_LIMITS), "the flag: the limits follow the states"),
-        local("REPLY_DROPPED", lua(c.REPLY_DROPPED), "the flag: an unmarked record was dropped"),
+        local("REPLY_DROPPED", lua(c.REPLY_DROPPED), "the flag: an unstamped record was dropped"),
         local("REPLY_WAIT", lua(c.REPLY_WAIT), "then one per rule"),
         local("REPLY_STATE_LENGTH", lua(c.REPLY_STATE_LENGTH), "then per state, before it"),
-        "-- Bins (lua/bins.lua): a binned record's string starts with BLOB_HEAD, its mark",
-        "-- LAYOUT_MARKS + BIN_LAYOUT; each state field's entry with one of BIN_ENTRY_HEADS",
+        "-- Bins (lua/bins.lua): a binned record's string starts with BLOB_HEAD, its stamp",
+        "-- LAYOUT_STAMPS + BIN_LAYOUT; each state field's entry with one of BIN_ENTRY_HEADS",
         '-- (by its kind); the bin\'s own field "" holds BIN_META.',
-        local("BLOB_HEAD", lua(c.BLOB_HEAD), "mark, the record's expiry"),
+        local("BLOB_HEAD", lua(c.BLOB_HEAD), "stamp, the record's expiry"),
         local("BIN_LAYOUT", lua(c.BIN_LAYOUT)),
         local("BIN_META", lua(c.BIN_META), "its expiry (NEVER: none), prune_at"),
         local("BIN_ENTRY_HEADS", lua(c.BIN_ENTRY_HEADS)),

@@ -9,7 +9,7 @@ Two rooms are written once, for asyncio, and generated for threads: the guard
 copy*, is the same code with each line passed through :data:`SUBSTITUTIONS`, in order: whole
 words, so ``aexecute`` never touches ``aexecute_many``'s tail and ``AsyncRedis`` not
 ``AsyncRedisCluster``. A substitution that no module uses is an error as well, so the list says
-exactly how the two sides differ. A line of :data:`ASYNC_ONLY` (the mark that makes the async
+exactly how the two sides differ. A line of :data:`ASYNC_ONLY` (the decorator that makes the async
 guard's answers refuse to be true or false, and its import) is left out of the sync side, and
 one that no module has is an error too. What cannot be said by substitution (threads and tasks
 wait and are cancelled differently) lives in hand-written pairs: ``_io.py`` on each side of the
@@ -80,7 +80,7 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
 ]
 
 #: lines (regular expressions for the whole line, indentation aside) the sync side leaves out:
-#: an un-awaited coroutine is always true, so the async guard's answers are marked to refuse
+#: an un-awaited coroutine is always true, so the async guard's answers are decorated to refuse
 #: ``if guard.hit(...)``; the sync guard's are the decisions themselves
 ASYNC_ONLY: list[str] = [
     r"from freqguard\.engine\.awaitables import must_await",

@@ -61,7 +61,7 @@ class Claims:
     def done(self, key: str) -> None:
         self._done.add(key)
 
-    def marker(self, key: str) -> Callable[[], None]:
+    def on_checked(self, key: str) -> Callable[[], None]:
         """What says ``key`` was checked (:func:`claim`'s ``checked``)."""
         return partial(self.done, key)
 

@@ -1,5 +1,5 @@
-"""What ``fg.capped`` and ``fg.exempt`` mark on Flask views and blueprints, and the route
-those marks make for an endpoint.
+"""What ``fg.capped`` and ``fg.exempt`` set on Flask views and blueprints, and the route
+they make for an endpoint.
 
 A view's cap wraps the view (:class:`Capping`), so that it still holds when the view runs
 outside its own route; a blueprint's cap and an exemption are attributes of the blueprint or

@@ -208,18 +208,18 @@ def unpack(part: Part, data: bytes) -> Reply:
 
 
 _log = logging.getLogger("freqguard")
-#: how many records without a layout mark this process's calls dropped (see note_dropped)
+#: how many records without a layout stamp this process's calls dropped (see note_dropped)
 dropped_records = [0]
 
 
 def note_dropped() -> None:
-    """Log that a call dropped a record without a layout mark (``contract.RECORD_LAYOUT``):
+    """Log that a call dropped a record without a layout stamp (``contract.RECORD_LAYOUT``):
     the first, then the 10th, 100th, 1000th..., so an upgrade over millions of records says
     so in a few lines."""
     dropped_records[0] = count = dropped_records[0] + 1
     if count == 10 ** (len(str(count)) - 1):  # 1, 10, 100, ...
         _log.warning(
-            "freqguard: dropped a Redis record without a layout mark (written by freqguard "
+            "freqguard: dropped a Redis record without a layout stamp (written by freqguard "
             "0.1, or by something else) and decided its call as if it were absent; %d so far "
             "in this process (logged at 1, 10, 100, ...). See the upgrade notes: "
             "docs/upgrading.md",

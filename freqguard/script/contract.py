@@ -36,7 +36,7 @@ __all__ = [
     "CHECK",
     "FIELD_HEAD",
     "HIT",
-    "LAYOUT_MARKS",
+    "LAYOUT_STAMPS",
     "LIMIT",
     "LIMIT_CHANGE",
     "LIMIT_ENTRY",
@@ -121,7 +121,7 @@ REPLY_HEAD = ">BI8"
 REPLY_WAIT = "I8"
 REPLY_STATE_LENGTH = ">I4"
 REPLY_LIMITS = 2
-#: The flag that says the call found a record without a layout mark (see
+#: The flag that says the call found a record without a layout stamp (see
 #: :data:`RECORD_LAYOUT`), dropped it and decided as if it were absent; the client logs it.
 REPLY_DROPPED = 4
 
@@ -135,30 +135,30 @@ LIMIT_ENTRY = ">I4I7BI4I7I4I7"
 
 #: Lua only, stated here so that every format is read in one place: a state's field in its
 #: Redis record starts with its expiry and the latest time it was written at (µs); the
-#: record's meta field ("") holds its layout's mark (:data:`LAYOUT_MARKS` + the layout), its
+#: record's meta field ("") holds its layout's stamp (:data:`LAYOUT_STAMPS` + the layout), its
 #: expiry, its number of state fields and the count at which stale fields are next pruned,
 #: then the record's per-key limits (:data:`LIMIT_ENTRY`).
 FIELD_HEAD = ">I7I7"
 RECORD_META = ">BI7I4I4"
 
 #: The layout of the records this release writes in Redis, stated in each record: its meta
-#: field starts with ``LAYOUT_MARKS + RECORD_LAYOUT``. freqguard 0.1 wrote no mark (its
-#: meta field began with an expiry in µs, whose first byte stays below ``LAYOUT_MARKS``
+#: field starts with ``LAYOUT_STAMPS + RECORD_LAYOUT``. freqguard 0.1 wrote no stamp (its
+#: meta field began with an expiry in µs, whose first byte stays below ``LAYOUT_STAMPS``
 #: for every number the Lua stores, all below 2^53), and its layout changed twice without
-#: one, so its records cannot be told apart: a call that finds a record without a mark (or
+#: one, so its records cannot be told apart: a call that finds a record without a stamp (or
 #: with an unreadable meta field) drops it, decides as if it were absent and says so
-#: (:data:`REPLY_DROPPED`). A record with a mark above this release's layout is a newer
+#: (:data:`REPLY_DROPPED`). A record with a stamp above this release's layout is a newer
 #: release's: the call fails naming both layouts and changes nothing, so an older client
 #: never misreads it. See docs/upgrading.md.
 RECORD_LAYOUT = 3
-LAYOUT_MARKS = 0xF0
-#: The oldest marked layout this release reads: 2 stored every state in full (freqguard
-#: 0.2 development builds), which 3 reads as it is, marking the record 3 when it writes it.
+LAYOUT_STAMPS = 0xF0
+#: The oldest stamped layout this release reads: 2 stored every state in full (freqguard
+#: 0.2 development builds), which 3 reads as it is, stamping the record 3 when it writes it.
 OLDEST_LAYOUT = 2
 
 #: Lua only, as :data:`FIELD_HEAD`: with bins (``RedisBackend(bins=N)``), records of
-#: many partition values share one hash (a *bin*), each a string in its field, marked
-#: ``LAYOUT_MARKS + BIN_LAYOUT``; it starts with ``BLOB_HEAD`` (the mark, the record's
+#: many partition values share one hash (a *bin*), each a string in its field, stamped
+#: ``LAYOUT_STAMPS + BIN_LAYOUT``; it starts with ``BLOB_HEAD`` (the stamp, the record's
 #: expiry), then the meta field's numbers as varints and its limits, then each state field
 #: behind one of ``BIN_ENTRY_HEADS``: its expiry and latest in full, or its expiry and
 #: its span (expiry - latest) in 4 or 5 bytes. The bin's own field "" holds

@@ -93,7 +93,7 @@ def reset_states(
 ) -> int:
     """RESET: every stored state is deleted. On a pinned time, where the next call may come
     at the very microsecond of a hit before the reset, the reset ends its microsecond: in
-    place of each state an expired marker of no state, written 1 µs after the latest time of
+    place of each state an expired tombstone (no state), written 1 µs after the latest time of
     the call (kept for the stale grace, as any expired state), so that what comes after is
     judged at least that late and no receipt from before the reset can match it. Returns
     the time the call is judged at."""

@@ -45,7 +45,7 @@ from freqguard.script.contract import (
     BIN_ENTRY_HEADS,
     BLOB_HEAD,
     FIELD_HEAD,
-    LAYOUT_MARKS,
+    LAYOUT_STAMPS,
     widths,
 )
 from freqguard.script.keys import raw_digest
@@ -284,13 +284,13 @@ def test_a_newer_record_is_refused_and_an_unreadable_one_dropped(
     ((bin_key, rid),) = [(k, n) for k in state_keys(db1) for n in db1.hkeys(k) if n]
     blob = db1.hget(bin_key, rid)
     assert blob is not None
-    db1.hset(bin_key, rid, bytes([LAYOUT_MARKS + 5]) + blob[1:])
+    db1.hset(bin_key, rid, bytes([LAYOUT_STAMPS + 5]) + blob[1:])
     with pytest.raises(BackendUnavailable, match="layout 5, newer than the 4"):
         guard.hit("p", u="a")
-    assert db1.hget(bin_key, rid) == bytes([LAYOUT_MARKS + 5]) + blob[1:]  # untouched
+    assert db1.hget(bin_key, rid) == bytes([LAYOUT_STAMPS + 5]) + blob[1:]  # untouched
     db1.hset(bin_key, rid, b"\x01garbage")
     assert guard.hit("p", u="a").allowed  # dropped, decided as absent (and logged)
-    assert db1.hget(bin_key, rid)[0] == LAYOUT_MARKS + 4  # written afresh
+    assert db1.hget(bin_key, rid)[0] == LAYOUT_STAMPS + 4  # written afresh
     assert not guard.hit("p", u="a").allowed
     backend.close()
 
@@ -548,7 +548,7 @@ def test_a_bad_record_in_a_bin_fails_no_sweep(redis_server: RedisServer, db1: An
     guard.hit("p", u="b")
     (bin_key,) = state_keys(db1)
     db1.hset(bin_key, raw_digest("a"), b"\xf4\0\0")
-    db1.hset(bin_key, raw_digest("b"), bytes([LAYOUT_MARKS + 5]) + bytes(20))
+    db1.hset(bin_key, raw_digest("b"), bytes([LAYOUT_STAMPS + 5]) + bytes(20))
     for n in range(40):
         assert guard.hit("p", u=f"r{n}").allowed
     assert db1.hget(bin_key, raw_digest("a")) is None

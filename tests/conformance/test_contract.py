@@ -60,13 +60,13 @@ def test_each_short_state_is_told_apart_by_its_size(strategy: str) -> None:
     assert "I5" in short  # born's distance, below SHORT_SPAN
 
 
-def test_an_unmarked_meta_field_can_never_be_read_as_marked() -> None:
+def test_an_unstamped_meta_field_can_never_be_read_as_stamped() -> None:
     """freqguard 0.1's meta field started with an expiry in µs (``>I7``, big-endian): its
-    first byte stays below the marks for every number the Lua can store (all below 2^53,
-    freqguard.bounds), so no 0.1 record passes for a marked one."""
+    first byte stays below the stamps for every number the Lua can store (all below 2^53,
+    freqguard.bounds), so no 0.1 record passes for a stamped one."""
     top = (2**53 - 1) >> (8 * (7 - 1))
-    assert top < contract.LAYOUT_MARKS
-    assert contract.LAYOUT_MARKS + contract.RECORD_LAYOUT <= 0xFF
+    assert top < contract.LAYOUT_STAMPS
+    assert contract.LAYOUT_STAMPS + contract.RECORD_LAYOUT <= 0xFF
 
 
 def test_no_hand_written_lua_states_a_generated_value_again() -> None:

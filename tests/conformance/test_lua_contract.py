@@ -86,7 +86,7 @@ def test_the_generated_values_are_the_pythons() -> None:
     assert number("SHORT_COUNT") == base.SHORT_COUNT
     for name in ("PINNED_GRACE_MS", "PRUNE_FLOOR", "BACK_LIMIT", "RECORD_LAYOUT", "OLDEST_LAYOUT"):
         assert number(name) == getattr(contract, name)
-    for name in ("LAYOUT_MARKS", "REPLY_LIMITS", "REPLY_DROPPED", "BIN_LAYOUT"):
+    for name in ("LAYOUT_STAMPS", "REPLY_LIMITS", "REPLY_DROPPED", "BIN_LAYOUT"):
         assert number(name) == getattr(contract, name)
     assert number("MAX_LOG_LIMIT") == contract.MAX_LOG_LIMIT
     assert number("MAX_SPAN_US") == contract.MAX_SPAN_US

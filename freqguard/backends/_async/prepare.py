@@ -83,7 +83,7 @@ class AsyncPreparation:
     async def _claim(self, calls: Sequence[ScriptCall]) -> None:
         client, bins = self._client, self._claims.bins
         for key in self._claims.keys(calls):
-            await adrive(claim(client, key, bins, self._claims.marker(key)), ERRORS)
+            await adrive(claim(client, key, bins, self._claims.on_checked(key)), ERRORS)
 
     async def load(self, library: Library) -> None:
         """The library (or the scripts) loaded through redis-py's own API, once for every

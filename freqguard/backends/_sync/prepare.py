@@ -84,7 +84,7 @@ class Preparation:
     def _claim(self, calls: Sequence[ScriptCall]) -> None:
         client, bins = self._client, self._claims.bins
         for key in self._claims.keys(calls):
-            drive(claim(client, key, bins, self._claims.marker(key)), ERRORS)
+            drive(claim(client, key, bins, self._claims.on_checked(key)), ERRORS)
 
     def load(self, library: Library) -> None:
         """The library (or the scripts) loaded through redis-py's own API, once for every

@@ -4,7 +4,7 @@
 -- and writes such a record through the codec below, and keeps the bin's TTL with
 -- bin_flush. Lua only: the memory twin keeps no bytes.
 --
--- A binned record's string is BLOB_HEAD (the mark LAYOUT_MARKS + BIN_LAYOUT,
+-- A binned record's string is BLOB_HEAD (the stamp LAYOUT_STAMPS + BIN_LAYOUT,
 -- the record's expiry), then the meta field's numbers as varints (fields, prune_at, number
 -- of limits), its limits as stored, then one entry per state field: one byte (the name's
 -- length, 2, 6, 10 or 14, as 0-3, + 4 x the entry's kind), the name, the field's expiry
@@ -102,7 +102,7 @@ local function blob_parse(blob)
   limits, at = varint_at(blob, at)
   local tail_end, size = at + limits * LIMIT_ENTRY_BYTES, #blob
   if tail_end > size + 1 then error('cut short') end
-  local map = {[''] = pack(RECORD_META, LAYOUT_MARKS + RECORD_LAYOUT, expiry, fields, prune_at)
+  local map = {[''] = pack(RECORD_META, LAYOUT_STAMPS + RECORD_LAYOUT, expiry, fields, prune_at)
     .. sub(blob, at, tail_end - 1)}
   local entries, index, i = {}, {}, 0
   at = tail_end
@@ -117,18 +117,18 @@ local function blob_parse(blob)
   return map, entries, index
 end
 
--- A binned record: its meta field "" (rebuilt as RECORD_META marked with this release's
+-- A binned record: its meta field "" (rebuilt as RECORD_META stamped with this release's
 -- RECORD_LAYOUT, so the steps read it as they read a hash's), its entries in order (each
 -- name, then where it starts), and where each name's start is in them; false for a string
 -- of an older or unknown form, or cut short, which the call drops. A newer one fails the
 -- call.
 local function blob_read(key, blob)
   if not blob then return {}, {}, {} end
-  local mark = byte(blob, 1)
-  if mark ~= LAYOUT_MARKS + BIN_LAYOUT then
-    if mark and mark > LAYOUT_MARKS + BIN_LAYOUT then
+  local stamp = byte(blob, 1)
+  if stamp ~= LAYOUT_STAMPS + BIN_LAYOUT then
+    if stamp and stamp > LAYOUT_STAMPS + BIN_LAYOUT then
       error({err = format('ERR freqguard record in bin %s is in layout %d, newer than the '
-        .. '%d this release reads: upgrade freqguard on this client', key, mark - LAYOUT_MARKS,
+        .. '%d this release reads: upgrade freqguard on this client', key, stamp - LAYOUT_STAMPS,
         BIN_LAYOUT)})
     end
     return false
@@ -144,7 +144,7 @@ local function blob_write(rec)
   local meta = rec.map['']
   local _, expiry, fields, prune_at = sunpack(RECORD_META, meta)
   local tail = sub(meta, RECORD_META_BYTES + 1)
-  local parts = {pack(BLOB_HEAD, LAYOUT_MARKS + BIN_LAYOUT, expiry), varint(fields),
+  local parts = {pack(BLOB_HEAD, LAYOUT_STAMPS + BIN_LAYOUT, expiry), varint(fields),
     varint(prune_at), varint(#tail / LIMIT_ENTRY_BYTES), tail}
   local entries, touched, from = rec.entries, rec.touched, false
   for i = 2, #entries - 2, 2 do
@@ -181,9 +181,9 @@ end
 -- of an older or unknown form, or cut short (it goes); true for a newer release's (it stays,
 -- unread, and holds nothing).
 local function blob_until(blob)
-  local mark = byte(blob, 1)
-  if mark ~= LAYOUT_MARKS + BIN_LAYOUT then
-    return mark ~= nil and mark > LAYOUT_MARKS + BIN_LAYOUT
+  local stamp = byte(blob, 1)
+  if stamp ~= LAYOUT_STAMPS + BIN_LAYOUT then
+    return stamp ~= nil and stamp > LAYOUT_STAMPS + BIN_LAYOUT
   end
   local ok, until_ = pcall(blob_expiry, blob)
   return ok and until_

@@ -25,22 +25,22 @@ local BACK_LIMIT = 2 ^ 50                -- see next_back
 -- How the record's fields and the reply are packed; each twin's states are below.
 local FIELD_HEAD = '>I7I7'               -- a state's field: expiry, latest, the state
 local FIELD_HEAD_BYTES = 14              -- its size
-local RECORD_META = '>BI7I4I4'           -- the field "": mark, expiry, fields, prune_at
+local RECORD_META = '>BI7I4I4'           -- the field "": stamp, expiry, fields, prune_at
 local RECORD_META_BYTES = 16             -- its size; the limits follow
 local RECORD_LAYOUT = 3                  -- the layout this release writes
 local OLDEST_LAYOUT = 2                  -- the oldest it reads (states in full)
-local LAYOUT_MARKS = 240                 -- a meta field's mark: LAYOUT_MARKS + layout
+local LAYOUT_STAMPS = 240                -- a meta field's stamp: LAYOUT_STAMPS + layout
 local LIMIT_ENTRY = '>I4I7BI4I7I4I7'     -- one limit: tag, expiry, exempt, limit,
 local LIMIT_ENTRY_BYTES = 34             -- window, capacity, interval; size
 local REPLY_HEAD = '>BI8'                -- flags, now
 local REPLY_LIMITS = 2                   -- the flag: the limits follow the states
-local REPLY_DROPPED = 4                  -- the flag: an unmarked record was dropped
+local REPLY_DROPPED = 4                  -- the flag: an unstamped record was dropped
 local REPLY_WAIT = 'I8'                  -- then one per rule
 local REPLY_STATE_LENGTH = '>I4'         -- then per state, before it
--- Bins (lua/bins.lua): a binned record's string starts with BLOB_HEAD, its mark
--- LAYOUT_MARKS + BIN_LAYOUT; each state field's entry with one of BIN_ENTRY_HEADS
+-- Bins (lua/bins.lua): a binned record's string starts with BLOB_HEAD, its stamp
+-- LAYOUT_STAMPS + BIN_LAYOUT; each state field's entry with one of BIN_ENTRY_HEADS
 -- (by its kind); the bin's own field "" holds BIN_META.
-local BLOB_HEAD = '>BI7'                 -- mark, the record's expiry
+local BLOB_HEAD = '>BI7'                 -- stamp, the record's expiry
 local BIN_LAYOUT = 4
 local BIN_META = '>I8I4'                 -- its expiry (NEVER: none), prune_at
 local BIN_ENTRY_HEADS = {[0] = 'I7I7', 'I7I4', 'I7I5'}

@@ -155,8 +155,8 @@ end
 -- emptied record without limits goes.
 local function write_record(rec, got, sets, drops, latest, added, now, clock, pinned, lim)
   if #sets == 0 and #drops == 0 and not lim.changed then return end
-  local meta, mark, record_expiry, fields, prune_at = got[1], 0, 0, 0, PRUNE_FLOOR
-  if meta then mark, record_expiry, fields, prune_at = sunpack(RECORD_META, meta) end
+  local meta, stamp, record_expiry, fields, prune_at = got[1], 0, 0, 0, PRUNE_FLOOR
+  if meta then stamp, record_expiry, fields, prune_at = sunpack(RECORD_META, meta) end
   if #drops > 0 then rec_drop_fields(rec, drops) end
   fields = fields + added - #drops
   if #sets == 0 and fields <= 0 then fields = rec_count(rec) - 1 end
@@ -178,9 +178,9 @@ local function write_record(rec, got, sets, drops, latest, added, now, clock, pi
       lim.changed)
   end
   if ttl_ms or record_expiry ~= given or added > 0 or #drops > 0 or not meta or lim.changed
-    or mark ~= LAYOUT_MARKS + RECORD_LAYOUT then  -- an older layout's record: marked anew
+    or stamp ~= LAYOUT_STAMPS + RECORD_LAYOUT then  -- an older layout's record: stamped anew
     sets[#sets + 1] = ''
-    sets[#sets + 1] = pack(RECORD_META, LAYOUT_MARKS + RECORD_LAYOUT, record_expiry,
+    sets[#sets + 1] = pack(RECORD_META, LAYOUT_STAMPS + RECORD_LAYOUT, record_expiry,
       max(fields, 0), prune_at) .. lim.tail
   end
   if #sets > 0 then rec_set(rec, sets) end
@@ -190,7 +190,7 @@ end
 
 
 -- The record's layout (see Layout in the header): 0 when it is absent or in this layout;
--- REPLY_DROPPED when it had no mark (or an unreadable one), after deleting it and emptying
+-- REPLY_DROPPED when it had no stamp (or an unreadable one), after deleting it and emptying
 -- `got` (its HMGET), so the call decides as if it were absent. A record of a newer layout
 -- fails the call, which changes nothing.
 local function check_layout(rec, got, n)
@@ -200,13 +200,13 @@ local function check_layout(rec, got, n)
   end
   local meta = got[1]
   if meta then
-    local mark = byte(meta, 1)
-    if mark >= LAYOUT_MARKS + OLDEST_LAYOUT and mark <= LAYOUT_MARKS + RECORD_LAYOUT
+    local stamp = byte(meta, 1)
+    if stamp >= LAYOUT_STAMPS + OLDEST_LAYOUT and stamp <= LAYOUT_STAMPS + RECORD_LAYOUT
       and (#meta - RECORD_META_BYTES) % LIMIT_ENTRY_BYTES == 0 then
       return 0
-    elseif mark > LAYOUT_MARKS + RECORD_LAYOUT then
+    elseif stamp > LAYOUT_STAMPS + RECORD_LAYOUT then
       error({err = format('ERR freqguard record %s is in layout %d, newer than the %d this '
-        .. 'release reads: upgrade freqguard on this client', rec.key, mark - LAYOUT_MARKS,
+        .. 'release reads: upgrade freqguard on this client', rec.key, stamp - LAYOUT_STAMPS,
         RECORD_LAYOUT)})
     end
   else
