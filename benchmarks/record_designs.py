@@ -55,7 +55,7 @@ from freqguard.script.strategies import TWINS
 from tests.servers import RedisServer, standalone
 
 HEAD = sum(widths(FIELD_HEAD))  # expiry, latest: 7 bytes each
-META = sum(widths(RECORD_META))  # mark, expiry, fields, prune_at
+META = sum(widths(RECORD_META))  # stamp, expiry, fields, prune_at
 
 Record = tuple[bytes, dict[bytes, bytes], int]  # key, fields, TTL (ms)
 
@@ -104,10 +104,10 @@ def compact(strategy: Strategy, fields: dict[bytes, bytes]) -> dict[bytes, bytes
     """The record's fields, compact: the latest write moves to the meta field (once), each
     field's head becomes its expiry's delta from the record's."""
     meta = fields[b""]
-    mark, expiry, count, prune_at = struct.unpack(">BQII", meta[:1] + b"\0" + meta[1:META])
+    stamp, expiry, count, prune_at = struct.unpack(">BQII", meta[:1] + b"\0" + meta[1:META])
     latest = max(u7(value, 7) for name, value in fields.items() if name)
     out = {
-        b"": bytes([mark])
+        b"": bytes([stamp])
         + expiry.to_bytes(7, "big")
         + latest.to_bytes(7, "big")
         + varint(count)

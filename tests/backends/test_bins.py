@@ -209,7 +209,7 @@ def test_stale_records_are_swept_on_server_time_and_never_by_a_pinned_one(
 ) -> None:
     """Records written at a pinned time years before the server's stay (a pinned time may come
     back to them); the first record a call on the server's time adds past the bin's prune
-    mark sweeps every stale one, and the bin's TTL becomes its live records'."""
+    threshold sweeps every stale one, and the bin's TTL becomes its live records'."""
     flush([redis_server])
     backend = RedisBackend(Redis(port=redis_server.port, db=1), bins=1)
     policy = Policy("p", Rule("2 per 1 second", by="u"), Rule("3 per 1 minute", by="u"))

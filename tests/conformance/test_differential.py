@@ -277,7 +277,7 @@ def test_long_runs_rebase_logs_and_still_decide_alike(
 def test_stale_fields_are_pruned_on_server_time_and_never_by_a_pinned_one(
     redis_backend: RedisBackend, redis_server: RedisServer
 ) -> None:
-    """A record's stale fields are pruned once it holds more than its prune mark, by calls on
+    """A record's stale fields are pruned once it holds more than its prune threshold, by calls on
     the server's time; a pinned time may come back to where they matter (a replay, a test),
     so its calls prune nothing and the record goes whole with its TTL, as the memory twin's
     pinned states go."""

@@ -308,7 +308,7 @@ def test_a_day_ahead_write_to_a_record_prunes_none_of_its_states_by_that_time(
     make_guard: GuardFactory, clock: ManualClock
 ) -> None:
     """On Redis, a recipient's states share a record whose stale fields are pruned once it
-    holds more than its prune mark: a write a day ahead (pinned time) pruned every content's
+    holds more than its prune threshold: a write a day ahead (pinned time) pruned every content's
     state of that recipient, and back at the old time each content was admitted afresh."""
     rule = Rule("2/minute", by=("u", "c"), name="same-content")
     guard = make_guard([Policy("p", rule)])
