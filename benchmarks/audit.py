@@ -2,7 +2,7 @@
 
     python -m benchmarks.audit --seconds 600 --backend redis|cluster|memory
         [--processes N] [--threads N] [--tasks N] [--seed N] [--switch-interval S]
-        [--buckets N]
+        [--bins N]
 
 Starts its own redis-server (or a 3-master cluster) on free loopback ports, runs the workload
 of ``tests/audit.py`` on it for ``--seconds`` of the backend's own time, and prints
@@ -27,7 +27,7 @@ DEFAULTS = {"memory": (1, 16, 32), "redis": (8, 3, 8), "cluster": (6, 3, 8)}
 def _config(args: argparse.Namespace, port: int) -> AuditConfig:
     processes, threads, tasks = DEFAULTS[args.backend]
     return AuditConfig(
-        Target(args.backend, port, args.buckets),
+        Target(args.backend, port, args.bins),
         seconds=args.seconds,
         processes=args.processes or processes,
         threads=args.threads or threads,
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=None, help="asyncio tasks in process 0")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--switch-interval", type=float, default=None)
-    parser.add_argument("--buckets", type=int, default=0, help="Redis: records in N buckets")
+    parser.add_argument("--bins", type=int, default=0, help="Redis: records in N bins")
     report = audit(parser.parse_args(argv))
     print(report.format())
     return 1 if report.violations or report.errors else 0

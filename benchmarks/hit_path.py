@@ -2,7 +2,7 @@
 
     python -m benchmarks.hit_path [--messages 100000] [--block 1000] [--backend memory|redis|all]
 
-A hit on a policy that lives on one slot is one script call. ``Guard.hit`` sends that call
+A hit on a policy that lives in one part is one script call. ``Guard.hit`` sends that call
 itself; every other operation drives ``decide_op``'s generator through ``Guard._run``. This
 measures what that shortcut is worth, on the four-rule SMS policy (sliding logs) and the
 seeded stream of ``benchmarks.memory_sms``: two guards, each on its own state, take the same

@@ -25,13 +25,13 @@ With ``--before``, each case also runs on the policy function of commit c95719d
 short), loaded under this release's function name as a deploy would, and the table shows
 both, before then after, from one run.
 
-With ``--buckets PER``, each case also runs with the records shared in buckets
-(``RedisBackend(buckets=N)``, N = recipients / PER), the server set as docs/redis.md
-advises (``hash-max-listpack-value 4096``, or ``--bucket-value``; ``hash-max-listpack-entries
-256``); a bucketed
+With ``--bins PER``, each case also runs with the records shared in bins
+(``RedisBackend(bins=N)``, N = recipients / PER), the server set as docs/redis.md
+advises (``hash-max-listpack-value 4096``, or ``--bin-value``; ``hash-max-listpack-entries
+256``); a binned
 record is one string, so its column shows the records' bytes (``states``: ids and strings)
-and the buckets' own (``key name``: the bucket's key and meta field, shared out), and
-``records held as a hashtable`` counts buckets.
+and the bins' own (``key name``: the bin's key and meta field, shared out), and
+``records held as a hashtable`` counts bins.
 """
 
 from __future__ import annotations
@@ -70,17 +70,17 @@ def one_case(
     strategy: Strategy,
     listpack: int,
     code: str | None = None,
-    buckets: int = 0,
-    bucket_value: int = 4096,
+    bins: int = 0,
+    bin_value: int = 4096,
 ) -> dict[str, float]:
     """One strategy's records taken apart; with ``code``, written by that policy function;
-    with ``buckets``, shared in that many buckets."""
+    with ``bins``, shared in that many bins."""
     client = server.client
     client.flushall()
     client.function_flush()  # functions outlive FLUSHALL: the case before may have left one
-    client.config_set("hash-max-listpack-value", bucket_value if buckets else listpack)
-    client.config_set("hash-max-listpack-entries", 256 if buckets else 128)
-    backend = RedisBackend(Redis(port=server.port), buckets=buckets)
+    client.config_set("hash-max-listpack-value", bin_value if bins else listpack)
+    client.config_set("hash-max-listpack-entries", 256 if bins else 128)
+    backend = RedisBackend(Redis(port=server.port), bins=bins)
     guard = Guard(backend, [sms_policy(strategy)])
     guard.hit("sms", recipient="warm", content="up")  # the function loaded
     if code is not None:  # in its place, as a deploy does
@@ -93,8 +93,8 @@ def one_case(
     used = int(client.info("memory")["used_memory"]) - before
     fcall = client.info("commandstats")["cmdstat_fcall"]
     keys = client.keys("*")
-    if buckets:
-        return _bucketed(client, keys, used, fcall, guard)
+    if bins:
+        return _binned(client, keys, used, fcall, guard)
     parts: Counter[str] = Counter()
     for key in keys:
         record = client.hgetall(key)
@@ -119,22 +119,22 @@ def one_case(
     return out
 
 
-def _bucketed(
+def _binned(
     client: Redis, keys: list[Any], used: int, fcall: dict[str, str], guard: Guard
 ) -> dict[str, float]:
-    """A bucketed case's bytes: each record an id and a string in a shared hash."""
+    """A binned case's bytes: each record an id and a string in a shared hash."""
     parts: Counter[str] = Counter()
     for key in keys:
-        bucket = client.hgetall(key)
-        parts["key name"] += len(key) + 1 + len(bucket.get(b"", b""))  # the bucket's own
-        records = {rid: blob for rid, blob in bucket.items() if rid}
+        binned = client.hgetall(key)
+        parts["key name"] += len(key) + 1 + len(binned.get(b"", b""))  # the bin's own
+        records = {rid: blob for rid, blob in binned.items() if rid}
         parts["states"] += sum(len(rid) + len(blob) for rid, blob in records.items())
         parts["recipients"] += len(records)
         if client.object("encoding", key) == b"hashtable":
             parts["hashtable records"] += 1
     recipients = parts.pop("recipients")
     out = {name: count / recipients for name, count in parts.items()}
-    out["hashtable records"] = 100 * parts["hashtable records"] / len(keys)  # % of buckets
+    out["hashtable records"] = 100 * parts["hashtable records"] / len(keys)  # % of bins
     out["used_memory"] = used / recipients
     out["held"] = out["key name"] + out["states"]
     out["redis overhead"] = out["used_memory"] - out["held"]
@@ -161,8 +161,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--before", action="store_true", help="also the c95719d function")
-    parser.add_argument("--buckets", type=int, default=0, help="also bucketed, PER a bucket")
-    parser.add_argument("--bucket-value", type=int, default=4096, help="its listpack value")
+    parser.add_argument("--bins", type=int, default=0, help="also binned, PER a bin")
+    parser.add_argument("--bin-value", type=int, default=4096, help="its listpack value")
     parser.add_argument("--only", default="", help="these strategies only (comma-separated)")
     args = parser.parse_args()
     stream = sms_stream(args.messages)
@@ -170,17 +170,17 @@ def main() -> None:
     codes: list[tuple[str, str | None, int]] = [("", None, 0)]
     if args.before:
         codes = [(", before", BEFORE.read_text(encoding="utf-8"), 0), (", after", None, 0)]
-    if args.buckets:
-        codes.append((", bucketed", None, max(1, recipients // args.buckets)))
+    if args.bins:
+        codes.append((", binned", None, max(1, recipients // args.bins)))
     results, heads = [], []
     with tempfile.TemporaryDirectory() as tmp, standalone(Path(tmp)) as server:
         for s, lp in CASES:
             if args.only and s.value not in args.only.split(","):
                 continue
-            for when, code, buckets in codes:
-                if buckets and lp != 64:
-                    continue  # the bucketed case sets its own listpack limits
-                results.append(one_case(server, stream, s, lp, code, buckets, args.bucket_value))
+            for when, code, bins in codes:
+                if bins and lp != 64:
+                    continue  # the binned case sets its own listpack limits
+                results.append(one_case(server, stream, s, lp, code, bins, args.bin_value))
                 name = f"{s.value} ({lp})" if s is Strategy.SLIDING_LOG else s.value
                 heads.append(name + when)
     print(f"{args.messages} messages, {recipients} recipients; bytes per recipient\n")

@@ -1,6 +1,6 @@
 """Bytes per recipient under other ways of storing the same records (issue 23, item 1).
 
-    python -m benchmarks.record_designs [--messages 200000] [--per-bucket 64]
+    python -m benchmarks.record_designs [--messages 200000] [--per-bin 64]
 
 ``benchmarks.record_bytes`` says where a recipient's bytes go in today's layout (2): over
 half of them are Redis's own (the key's dict entries, objects, expiry entry, the listpack's
@@ -19,16 +19,16 @@ measuring ``used_memory`` growth per recipient:
 ``compact, hash`` / ``compact, string``
     a compact encoding of the same content: the latest write once in the meta field instead
     of in every field's head; each field's expiry as a zigzag varint delta from the record's
-    expiry; counts and the buckets' ``back`` as varints (``back`` is 0 until a refund);
+    expiry; counts and the bins' ``back`` as varints (``back`` is 0 until a refund);
     ``born`` as a varint delta from the time it belongs to. Nothing is dropped: every
     number the function reads is still there, exactly;
-``this release, bucketed`` / ``compact, bucketed``
-    recipients hashed into shared hashes of about ``--per-bucket`` recipients each (field:
-    an 8-byte digest of the recipient, value: its packed string), the bucket's TTL the
+``this release, binned`` / ``compact, binned``
+    recipients hashed into shared hashes of about ``--per-bin`` recipients each (field:
+    an 8-byte digest of the recipient, value: its packed string), the bin's TTL the
     longest of its recipients'. Redis 7.0 has no TTL per field, so the function would have
-    to delete a stale recipient itself (when it touches its bucket), and the operator must
-    raise ``hash-max-listpack-value`` (to 512 here) so that buckets stay listpacks: one
-    recipient whose record passes it turns its whole bucket into a hashtable.
+    to delete a stale recipient itself (when it touches its bin), and the operator must
+    raise ``hash-max-listpack-value`` (to 512 here) so that bins stay listpacks: one
+    recipient whose record passes it turns its whole bin into a hashtable.
 
 The compact sizes are an encoding applied here to the dumped values (the function does not
 write it yet); every ``used_memory`` figure is the real server's.
@@ -55,7 +55,7 @@ from freqguard.script.strategies import TWINS
 from tests.servers import RedisServer, standalone
 
 HEAD = sum(widths(FIELD_HEAD))  # expiry, latest: 7 bytes each
-META = sum(widths(RECORD_META))  # mark, expiry, fields, prune_at
+META = sum(widths(RECORD_META))  # stamp, expiry, fields, prune_at
 
 Record = tuple[bytes, dict[bytes, bytes], int]  # key, fields, TTL (ms)
 
@@ -104,10 +104,10 @@ def compact(strategy: Strategy, fields: dict[bytes, bytes]) -> dict[bytes, bytes
     """The record's fields, compact: the latest write moves to the meta field (once), each
     field's head becomes its expiry's delta from the record's."""
     meta = fields[b""]
-    mark, expiry, count, prune_at = struct.unpack(">BQII", meta[:1] + b"\0" + meta[1:META])
+    stamp, expiry, count, prune_at = struct.unpack(">BQII", meta[:1] + b"\0" + meta[1:META])
     latest = max(u7(value, 7) for name, value in fields.items() if name)
     out = {
-        b"": bytes([mark])
+        b"": bytes([stamp])
         + expiry.to_bytes(7, "big")
         + latest.to_bytes(7, "big")
         + varint(count)
@@ -188,8 +188,8 @@ def as_strings(records: list[Record], shape: Shape) -> Write:
     return write
 
 
-def as_buckets(records: list[Record], shape: Shape, size: int) -> Write:
-    buckets = max(1, len(records) // size)
+def as_bins(records: list[Record], shape: Shape, size: int) -> Write:
+    bins = max(1, len(records) // size)
 
     def write(client: Redis) -> None:
         ttls: dict[int, int] = {}
@@ -197,11 +197,11 @@ def as_buckets(records: list[Record], shape: Shape, size: int) -> Write:
         def commands() -> Iterable[tuple[object, ...]]:
             for key, fields, ttl in records:
                 digest = hashlib.blake2b(key, digest_size=8).digest()
-                bucket = int.from_bytes(digest[:4], "big") % buckets
-                ttls[bucket] = max(ttls.get(bucket, 0), ttl)
-                yield ("HSET", b"fg:sms:%d" % bucket, digest, packed(shape(fields)))
-            for bucket, ttl in ttls.items():
-                yield ("PEXPIRE", b"fg:sms:%d" % bucket, ttl)
+                index = int.from_bytes(digest[:4], "big") % bins
+                ttls[index] = max(ttls.get(index, 0), ttl)
+                yield ("HSET", b"fg:sms:%d" % index, digest, packed(shape(fields)))
+            for index, ttl in ttls.items():
+                yield ("PEXPIRE", b"fg:sms:%d" % index, ttl)
 
         in_batches(client, commands())
 
@@ -214,7 +214,7 @@ STRATEGIES = [Strategy.SLIDING_LOG, Strategy.FIXED_WINDOW, Strategy.TOKEN_BUCKET
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
-    parser.add_argument("--per-bucket", type=int, default=64)
+    parser.add_argument("--per-bin", type=int, default=64)
     args = parser.parse_args()
     stream = sms_stream(args.messages)
     recipients = len({r for r, _ in stream})
@@ -240,13 +240,13 @@ def main() -> None:
                 ("compact, hash per recipient", as_hashes(records, tight), 64),
                 ("compact, string per recipient", as_strings(records, tight), 64),
                 (
-                    f"this release, bucketed ({args.per_bucket} a hash)",
-                    as_buckets(records, same, args.per_bucket),
+                    f"this release, binned ({args.per_bin} a hash)",
+                    as_bins(records, same, args.per_bin),
                     512,
                 ),
                 (
-                    f"compact, bucketed ({args.per_bucket} a hash)",
-                    as_buckets(records, tight, args.per_bucket),
+                    f"compact, binned ({args.per_bin} a hash)",
+                    as_bins(records, tight, args.per_bin),
                     512,
                 ),
             ]

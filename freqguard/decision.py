@@ -62,7 +62,7 @@ class Receipt:
         times_us: per rule, in policy order, the µs the hit was judged and recorded at (the
             server's or pinned time, or a state's later one: time per state never goes back).
         context: the hit's dimension values, as text.
-        marks: per slot, per state, what the hit left there (see ``Twin.mark``).
+        marks: per part, per state, what the hit left there (see ``Twin.mark``).
         fingerprint: the policy's rules as they were when the hit was decided; a refund
             against a policy of that name whose rules changed since is refused.
     """
@@ -169,7 +169,7 @@ class Decision:
 
     @property
     def source(self) -> str:
-        # unset on the hot path: a decision made by the store never pays for the slot
+        # unset on the hot path: a decision made by the store never pays for the attribute
         return getattr(self, "_source", "backend")
 
     @property
@@ -290,13 +290,13 @@ _DEGRADED = frozenset(("fallback", "fail-open", "fail-closed"))
 
 
 def with_source(decision: Decision, source: str) -> Decision:
-    """``decision`` marked as made by ``source`` (one of :data:`SOURCES`); returned as is."""
+    """``decision`` with its source set to ``source`` (one of :data:`SOURCES`); returned as is."""
     _set_source(decision, source)
     return decision
 
 
 def _fill(decision: Decision, values: tuple[object, ...]) -> None:
-    """Set every slot, past the ``__setattr__`` that keeps decisions immutable (unrolled:
+    """Set every attribute, past the ``__setattr__`` that keeps decisions immutable (unrolled:
     this runs once per decision)."""
     policy, allowed, retry_after, denied_by, report, raw, bound, receipt = values
     _set_policy(decision, policy)

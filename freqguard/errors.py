@@ -81,7 +81,7 @@ class BackendUnavailable(FreqGuardError):
             node's ``host:port``, as its ``node_of`` does) and knew it as the call failed.
         applied: the store's own answer to a call it applied when the failure came after
             (an admission its replicas did not acknowledge, ``wait_replicas``), else None;
-            a hit on several slots goes on with it, so that a later slot's denial is still
+            a hit on several parts goes on with it, so that a later part's denial is still
             answered as one.
     """
 

@@ -7,8 +7,8 @@ that owns it.
 The Lua cannot import Python, so every value both twins agree on is stated in this one
 generated file, which the library joins before any hand-written Lua reads it
 (``freqguard/script/library.py``): the modes, the call's argument positions, the pack
-formats and the sizes the Lua reads, the graces and bounds, the layout marks and the
-buckets' formats (all from ``freqguard/script/contract.py``, the bounds through it, the
+formats and the sizes the Lua reads, the graces and bounds, the layout stamps and the
+bins' formats (all from ``freqguard/script/contract.py``, the bounds through it, the
 short states' spans from ``strategies/base.py``); then each twin's facts from its module
 (its ``code``, ``STATE_FORMAT`` as ``<NAME>_STATE``, ``SHORT_FORMAT`` as ``<NAME>_SHORT``,
 ``OUTSIDE`` as ``<NAME>_OUTSIDE``; its table, named as its module, with its code and its
@@ -78,8 +78,8 @@ def size(fmt: str) -> int:
 def _contract() -> list[str]:
     modes = contract.MODES
     argv = [f"ARGV_{name.upper()}" for name in contract.ARGV]
-    if contract.ARGV_STATES[0] != "fields" or contract.ARGV_BUCKETED[1:] != contract.ARGV:
-        raise ValueError("ARGV_STATES must start with the fields, ARGV_BUCKETED end with ARGV")
+    if contract.ARGV_STATES[0] != "fields" or contract.ARGV_BINNED[1:] != contract.ARGV:
+        raise ValueError("ARGV_STATES must start with the fields, ARGV_BINNED end with ARGV")
     c = contract
     return [
         "",
@@ -91,8 +91,8 @@ def _contract() -> list[str]:
         local("ARGV_FIELDS", lua(len(argv) + 1)),
         local(
             "ARGV_RECORD",
-            lua(c.ARGV_BUCKETED.index("record") + 1),
-            "a bucketed call's: the record's id, then the above",
+            lua(c.ARGV_BINNED.index("record") + 1),
+            "a binned call's: the record's id, then the above",
         ),
         local(
             "MARK_SEPARATOR",
@@ -111,28 +111,30 @@ def _contract() -> list[str]:
         "-- How the record's fields and the reply are packed; each twin's states are below.",
         local("FIELD_HEAD", lua(c.FIELD_HEAD), "a state's field: expiry, latest, the state"),
         local("FIELD_HEAD_BYTES", lua(size(c.FIELD_HEAD)), "its size"),
-        local("RECORD_META", lua(c.RECORD_META), 'the field "": mark, expiry, fields, prune_at'),
+        local("RECORD_META", lua(c.RECORD_META), 'the field "": stamp, expiry, fields, prune_at'),
         local("RECORD_META_BYTES", lua(size(c.RECORD_META)), "its size; the limits follow"),
         local("RECORD_LAYOUT", lua(c.RECORD_LAYOUT), "the layout this release writes"),
         local("OLDEST_LAYOUT", lua(c.OLDEST_LAYOUT), "the oldest it reads (states in full)"),
-        local("LAYOUT_MARKS", lua(c.LAYOUT_MARKS), "a meta field's mark: LAYOUT_MARKS + layout"),
+        local(
+            "LAYOUT_STAMPS", lua(c.LAYOUT_STAMPS), "a meta field's stamp: LAYOUT_STAMPS + layout"
+        ),
         local("LIMIT_ENTRY", lua(c.LIMIT_ENTRY), "one limit: tag, expiry, exempt, limit,"),
         local("LIMIT_ENTRY_BYTES", lua(size(c.LIMIT_ENTRY)), "window, capacity, interval; size"),
         local("REPLY_HEAD", lua(c.REPLY_HEAD), "flags, now"),
         local("REPLY_LIMITS", lua(c.REPLY_LIMITS), "the flag: the limits follow the states"),
-        local("REPLY_DROPPED", lua(c.REPLY_DROPPED), "the flag: an unmarked record was dropped"),
+        local("REPLY_DROPPED", lua(c.REPLY_DROPPED), "the flag: an unstamped record was dropped"),
         local("REPLY_WAIT", lua(c.REPLY_WAIT), "then one per rule"),
         local("REPLY_STATE_LENGTH", lua(c.REPLY_STATE_LENGTH), "then per state, before it"),
-        "-- Buckets (lua/buckets.lua): a bucketed record's string starts with BLOB_HEAD, its mark",
-        "-- LAYOUT_MARKS + BUCKET_LAYOUT; each state field's entry with one of BUCKET_ENTRY_HEADS",
-        '-- (by its kind); the bucket\'s own field "" holds BUCKET_META.',
-        local("BLOB_HEAD", lua(c.BLOB_HEAD), "mark, the record's expiry"),
-        local("BUCKET_LAYOUT", lua(c.BUCKET_LAYOUT)),
-        local("BUCKET_META", lua(c.BUCKET_META), "its expiry (NEVER: none), prune_at"),
-        local("BUCKET_ENTRY_HEADS", lua(c.BUCKET_ENTRY_HEADS)),
+        "-- Bins (lua/bins.lua): a binned record's string starts with BLOB_HEAD, its stamp",
+        "-- LAYOUT_STAMPS + BIN_LAYOUT; each state field's entry with one of BIN_ENTRY_HEADS",
+        '-- (by its kind); the bin\'s own field "" holds BIN_META.',
+        local("BLOB_HEAD", lua(c.BLOB_HEAD), "stamp, the record's expiry"),
+        local("BIN_LAYOUT", lua(c.BIN_LAYOUT)),
+        local("BIN_META", lua(c.BIN_META), "its expiry (NEVER: none), prune_at"),
+        local("BIN_ENTRY_HEADS", lua(c.BIN_ENTRY_HEADS)),
         local(
-            "BUCKET_ENTRY_HEAD_BYTES",
-            lua(tuple(size(head) for head in c.BUCKET_ENTRY_HEADS)),
+            "BIN_ENTRY_HEAD_BYTES",
+            lua(tuple(size(head) for head in c.BIN_ENTRY_HEADS)),
             "their sizes",
         ),
         "-- The bounds of a rule's own numbers (freqguard/bounds.py), which a per-key limit is",

@@ -1,20 +1,20 @@
-"""Write the sync counterpart of each module of an ``_async/`` folder into its ``_sync/`` sibling.
+"""Write the sync copy of each module of an ``_async/`` folder into its ``_sync/`` sibling.
 
     python scripts/unasync.py           # write every generated module
     python scripts/unasync.py --check   # exit 1, showing the difference, if one is stale
 
 Two rooms are written once, for asyncio, and generated for threads: the guard
 (``freqguard/_async/`` -> ``freqguard/_sync/``) and the Redis I/O edge
-(``freqguard/backends/_async/`` -> ``freqguard/backends/_sync/``). A generated module is the same
-code with each line passed through :data:`SUBSTITUTIONS`, in order: whole words, so
-``aexecute`` never touches ``aexecute_many``'s tail and ``AsyncRedis`` not
-``AsyncRedisCluster``. A substitution that no module uses is an error as well, so the list
-says exactly how the two sides differ. A line of :data:`ASYNC_ONLY` (the mark that makes the
-async guard's answers refuse to be true or false, and its import) is left out of the sync
-side, and one that no module has is an error too. What cannot be said by substitution
-(threads and tasks wait and are cancelled differently) lives in hand-written pairs:
-``_io.py`` on each side of the guard (:data:`HANDWRITTEN`), and outside ``_async/`` for the
-Redis edge (``_lanes.py``, ``_flight.py``, ``learn_slots`` in ``_routing.py``).
+(``freqguard/backends/_async/`` -> ``freqguard/backends/_sync/``). A generated module, a *sync
+copy*, is the same code with each line passed through :data:`SUBSTITUTIONS`, in order: whole
+words, so ``aexecute`` never touches ``aexecute_many``'s tail and ``AsyncRedis`` not
+``AsyncRedisCluster``. A substitution that no module uses is an error as well, so the list says
+exactly how the two sides differ. A line of :data:`ASYNC_ONLY` (the decorator that makes the async
+guard's answers refuse to be true or false, and its import) is left out of the sync side, and
+one that no module has is an error too. What cannot be said by substitution (threads and tasks
+wait and are cancelled differently) lives in hand-written pairs: ``_io.py`` on each side of the
+guard (:data:`HANDWRITTEN`), and outside ``_async/`` for the Redis edge (``_lanes.py``,
+``_flight.py``, ``learn_slots`` in ``_routing.py``).
 
 A generated module must come out as ``ruff format`` leaves it (CI checks both). Where
 dropping ``await`` would let a split line fit on one, keep it split in the source with a
@@ -86,7 +86,7 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
 ]
 
 #: lines (regular expressions for the whole line, indentation aside) the sync side leaves out:
-#: an un-awaited coroutine is always true, so the async guard's answers are marked to refuse
+#: an un-awaited coroutine is always true, so the async guard's answers are decorated to refuse
 #: ``if guard.hit(...)``; the sync guard's are the decisions themselves
 ASYNC_ONLY: list[str] = [
     r"from freqguard\.engine\.awaitables import must_await",
@@ -115,7 +115,7 @@ def header(source: Path) -> str:
 
 
 def unasync(text: str, used: set[int]) -> str:
-    """The sync counterpart of an async module's text; adds to ``used`` the rules it used
+    """The sync copy of an async module's text; adds to ``used`` the rules it used
     (their indexes in ``SUBSTITUTIONS + ASYNC_ONLY``)."""
     lines = []
     for line in text.splitlines(keepends=True):

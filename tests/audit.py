@@ -194,7 +194,7 @@ def memory_backend() -> MemoryBackend:
 _BY_NAME = {p.name: p for p in POLICIES}
 
 
-def first_slot(policy: Policy) -> frozenset[int]:
+def first_part(policy: Policy) -> frozenset[int]:
     """The rules of a policy's first part, or every rule when it has one part (a rule's part
     is a dimension all rules share, else its own first dimension in policy order)."""
     shared = [d for d in policy.dimensions if all(d in r.by for r in policy.rules)]
@@ -207,7 +207,7 @@ def first_slot(policy: Policy) -> frozenset[int]:
     return frozenset(i for i, r in enumerate(policy.rules) if part(r) == first)
 
 
-_FIRST = {p.name: first_slot(p) for p in POLICIES}
+_FIRST = {p.name: first_part(p) for p in POLICIES}
 
 
 class Action(NamedTuple):
@@ -374,7 +374,7 @@ async def adrive(guard: AsyncGuard, driver: Driver, deadline: float, max_ops: in
 class Target(NamedTuple):
     kind: str  # "memory", "redis" or "cluster"
     port: int = 0  # Redis: the port on 127.0.0.1 of the server, or of one cluster node
-    buckets: int = 0  # Redis: records shared in this many buckets (RedisBackend(buckets=))
+    bins: int = 0  # Redis: records shared in this many bins (RedisBackend(bins=))
 
 
 @dataclass(frozen=True)
@@ -408,7 +408,7 @@ def _sync_backend(target: Target) -> Any:
         client: Any = Redis(host="127.0.0.1", port=target.port, socket_timeout=10)
     else:
         client = RedisCluster(host="127.0.0.1", port=target.port, socket_timeout=10)
-    return RedisBackend(client, buckets=target.buckets)
+    return RedisBackend(client, bins=target.bins)
 
 
 def _async_backend(target: Target) -> Any:
@@ -421,7 +421,7 @@ def _async_backend(target: Target) -> Any:
         client: Any = Redis(host="127.0.0.1", port=target.port, socket_timeout=10)
     else:
         client = RedisCluster(host="127.0.0.1", port=target.port, socket_timeout=10)
-    return AsyncRedisBackend(client, buckets=target.buckets)
+    return AsyncRedisBackend(client, bins=target.bins)
 
 
 async def _tasks(config: AuditConfig, drivers: list[Driver], deadline: float, memory: Any) -> None:

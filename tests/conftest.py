@@ -150,13 +150,13 @@ def redis_backend(redis_server: RedisServer) -> Iterator[RedisBackend]:
 
 
 @pytest.fixture
-def bucketed_backend(redis_server: RedisServer) -> Iterator[RedisBackend]:
-    """The standalone server with records shared in buckets: two a policy, so that the few
+def binned_backend(redis_server: RedisServer) -> Iterator[RedisBackend]:
+    """The standalone server with records shared in bins: two a policy, so that the few
     partition values of a test share them; in db 1, so that a test may use it beside
-    ``redis_backend`` (a key of no partition, which no bucket holds, would be shared)."""
+    ``redis_backend`` (a key of no partition, which no bin holds, would be shared)."""
     flush([redis_server])
     client = Redis(port=redis_server.port, db=1, socket_timeout=5)
-    backend = RedisBackend(client, buckets=2)
+    backend = RedisBackend(client, bins=2)
     yield backend
     backend.close()
 
@@ -171,13 +171,13 @@ def cluster_backend(redis_cluster: list[RedisServer]) -> Iterator[RedisBackend]:
 
 
 BACKENDS = ("memory", "redis", "cluster")
-#: BACKENDS, and Redis with records in buckets (``RedisBackend(buckets=2)``)
-STORES = ("memory", "redis", "bucketed", "cluster")
+#: BACKENDS, and Redis with records in bins (``RedisBackend(bins=2)``)
+STORES = ("memory", "redis", "binned", "cluster")
 
 
 @pytest.fixture(params=STORES)
 def any_store(request: pytest.FixtureRequest) -> SyncBackend:
-    """Every store a sync guard runs on, buckets included, each test on empty stores."""
+    """Every store a sync guard runs on, bins included, each test on empty stores."""
     if request.param == "memory":
         return MemoryBackend()
     found: SyncBackend = request.getfixturevalue(f"{request.param}_backend")

@@ -130,7 +130,7 @@ def owner(nodes: list[RedisServer], policy: Policy, **ctx: str) -> RedisServer:
 
 
 def owners_of(nodes: list[RedisServer], policy: Policy, **ctx: str) -> list[RedisServer]:
-    """The node holding each of ``policy``'s records for ``ctx``, slot by slot."""
+    """The node holding each of ``policy``'s records for ``ctx``, part by part."""
     plan = PolicyPlan(policy, "fg")
     keys = [record_key(call) for call in plan.calls(plan.texts(ctx), None, 1, HIT)]
     table = nodes[0].client.execute_command("CLUSTER SLOTS")  # type: ignore[no-untyped-call]

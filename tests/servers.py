@@ -33,9 +33,9 @@ def _bindable(port: int) -> bool:
 
 
 def state_keys(client: Any) -> list[bytes]:
-    """A server's keys but each policy's claim of a buckets setting (``backends/_claims.py``:
-    ``<prefix>:{*<policy>}:<policy>:buckets``), which every client writes beside the state."""
-    return [key for key in client.keys("*") if not key.endswith(b":buckets")]
+    """A server's keys but each policy's claim of a bins setting (``backends/_claims.py``:
+    ``<prefix>:{*<policy>}:<policy>:bins``), which every client writes beside the state."""
+    return [key for key in client.keys("*") if not key.endswith(b":bins")]
 
 
 def free_port() -> int:

@@ -107,7 +107,7 @@ class Guard:
         self.observers = check_observers(observers)
         denials = Denials(deny_cache, clock)
         registry = PolicyRegistry(
-            self.prefix, self.backend.clock.now_us, getattr(self.backend, "buckets", 0)
+            self.prefix, self.backend.clock.now_us, getattr(self.backend, "bins", 0)
         )
         failover = Failover(self.on_error, owner, self._methods, self.breaker, self.prefix)
         self._compose(registry, failover, denials)

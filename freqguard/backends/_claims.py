@@ -1,10 +1,10 @@
-"""One way to keep a policy's records per prefix: each client checks its ``buckets`` setting
+"""One way to keep a policy's records per prefix: each client checks its ``bins`` setting
 against the store's before its first call of a policy.
 
-Records in a hash each (``buckets=0``) and records shared in N buckets live under different
-keys, and so do N buckets and M: clients of one prefix with different settings would count
+Records in a hash each (``bins=0``) and records shared in N bins live under different
+keys, and so do N bins and M: clients of one prefix with different settings would count
 apart, each up to the cap. So the first client of a policy records its setting in the
-store (``KeyLayout.layout_key``: ``<prefix>:{*<policy>}:<policy>:buckets``, for
+store (``KeyLayout.layout_key``: ``<prefix>:{*<policy>}:<policy>:bins``, for
 :data:`HOLD` seconds), and every client compares its own with it before its first call of
 that policy, and again every :data:`RECHECK` seconds, which keeps the key alive while any
 client runs: a client with another setting is refused with a
@@ -36,10 +36,10 @@ HOLD = 86_400
 class Claims:
     """The layout keys a backend has checked, and when to check them again."""
 
-    __slots__ = ("_done", "_next", "buckets")
+    __slots__ = ("_done", "_next", "bins")
 
-    def __init__(self, buckets: int) -> None:
-        self.buckets = buckets
+    def __init__(self, bins: int) -> None:
+        self.bins = bins
         self._done: set[str] = set()
         self._next = monotonic() + RECHECK
 
@@ -61,15 +61,15 @@ class Claims:
     def done(self, key: str) -> None:
         self._done.add(key)
 
-    def marker(self, key: str) -> Callable[[], None]:
+    def on_checked(self, key: str) -> Callable[[], None]:
         """What says ``key`` was checked (:func:`claim`'s ``checked``)."""
         return partial(self.done, key)
 
 
 def claim(
-    client: Any, key: str, buckets: int, checked: Callable[[], None]
+    client: Any, key: str, bins: int, checked: Callable[[], None]
 ) -> Generator[Callable[[], Any], Any, None]:
-    """Record ``buckets`` under ``key`` if no client did, else compare with what is there,
+    """Record ``bins`` under ``key`` if no client did, else compare with what is there,
     and say so (``checked()``). A server that refuses the requests (an ACL without SET or
     GET, renamed commands) is warned of, once per key, and not checked again; one that
     cannot be reached leaves it to the next call (which fails or not on its own).
@@ -77,7 +77,7 @@ def claim(
     Raises:
         ConfigError: the store's clients keep the policy's records another way.
     """
-    mine = str(buckets)
+    mine = str(bins)
     try:
         yield from _compare(client, key, mine, checked)
     except _UNREACHED:
@@ -114,9 +114,9 @@ def _compare(
         if key not in _WARNED:
             _WARNED.add(key)
             _log.warning(
-                "freqguard: cannot check that every client keeps %s with buckets=%s (the "
-                "server refused: %s); clients with another buckets setting would count "
-                "apart, each up to the cap (docs/redis.md, 'Changing buckets')",
+                "freqguard: cannot check that every client keeps %s with bins=%s (the "
+                "server refused: %s); clients with another bins setting would count "
+                "apart, each up to the cap (docs/redis.md, 'Changing bins')",
                 key,
                 mine,
                 exc,
@@ -125,9 +125,9 @@ def _compare(
     policy = key.rsplit(":", 2)[-2]
     raise ConfigError(
         f"policy {policy!r}: the clients of this store keep its records with "
-        f"buckets={found} (recorded in {key}), and this client has buckets={mine}: the two "
+        f"bins={found} (recorded in {key}), and this client has bins={mine}: the two "
         "would count apart, each up to the cap. Give every client of a key prefix the same "
-        "buckets setting (docs/redis.md, 'Changing buckets')"
+        "bins setting (docs/redis.md, 'Changing bins')"
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from freqguard.clock import Clock
 from freqguard.script.contract import PINNED_GRACE_MS, STALE_GRACE_US
-from freqguard.script.limits import Limit
+from freqguard.script.limits import KeyLimit
 
 __all__ = ["HorizonStore", "Stored"]
 
@@ -86,11 +86,11 @@ class HorizonStore:
         # none lives (as Redis expires the record): when (limits_gone, by record; absent:
         # never), and a heap of (when, record) to find them (entries a later change made
         # stale stay until popped, or until the heap is rebuilt)
-        self.limits: dict[str, tuple[Limit, ...]] = {}
+        self.limits: dict[str, tuple[KeyLimit, ...]] = {}
         self.limits_gone: dict[str, int] = {}
         self.limits_heap: list[tuple[int, str]] = []
 
-    def keep_limits(self, record: str, limits: tuple[Limit, ...], now: int) -> None:
+    def keep_limits(self, record: str, limits: tuple[KeyLimit, ...], now: int) -> None:
         """A record's limits as a LIMIT call at ``now`` leaves them: kept until none lives
         (plus the stale grace, and in real time for pinned calls, as ``put``), or for ever
         while one has no expiry."""

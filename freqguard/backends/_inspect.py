@@ -5,8 +5,8 @@ get MOVED for every other key: it is refused at once with a
 :class:`~freqguard.ConfigError` that names the fix. A ``maxmemory-policy`` that can evict is
 logged as a warning on the ``freqguard`` logger: every record has a TTL, so ``volatile-*``
 policies evict them as ``allkeys-*`` do, and an evicted record forgets what a recipient was
-sent. With buckets (``RedisBackend(buckets=N)``), listpack limits below what keeps a bucket
-compact are warned of too: every bucket would become a hashtable, exact but several times
+sent. With bins (``RedisBackend(bins=N)``), listpack limits below what keeps a bin
+compact are warned of too: every bin would become a hashtable, exact but several times
 larger. The questions are written once, as an I/O-free step generator (:func:`inspection`)
 that the sync and async backends drive.
 """
@@ -22,11 +22,11 @@ from redis import exceptions as rex
 
 from freqguard.backends._boundary import ERRORS, address, cluster_node
 
-__all__ = ["BUCKET_LISTPACK", "functions_served", "inspection", "warn_evicting", "warn_listpack"]
+__all__ = ["BIN_LISTPACK", "functions_served", "inspection", "warn_evicting", "warn_listpack"]
 
 _POLICY = "maxmemory-policy"
-#: The listpack limits that keep a bucket of 32-64 records compact (docs/redis.md).
-BUCKET_LISTPACK = {"hash-max-listpack-value": 4096, "hash-max-listpack-entries": 256}
+#: The listpack limits that keep a bin of 32-64 records compact (docs/redis.md).
+BIN_LISTPACK = {"hash-max-listpack-value": 4096, "hash-max-listpack-entries": 256}
 _log = logging.getLogger("freqguard")
 
 
@@ -58,10 +58,10 @@ def _per_node(answer: Mapping[Any, Any], client: object, name: str) -> Mapping[A
 
 def warn_listpack(answer: Mapping[Any, Any], client: object) -> None:
     """Log a warning if CONFIG GET's answer (one server's, or one per cluster node) names
-    listpack limits below :data:`BUCKET_LISTPACK`."""
+    listpack limits below :data:`BIN_LISTPACK`."""
     low = []
     for node, reply in _per_node(answer, client, "hash-max-listpack-value").items():
-        for name, wanted in BUCKET_LISTPACK.items():
+        for name, wanted in BIN_LISTPACK.items():
             value = reply.get(name) if isinstance(reply, Mapping) else None
             if isinstance(value, bytes):
                 value = value.decode()
@@ -69,9 +69,9 @@ def warn_listpack(answer: Mapping[Any, Any], client: object) -> None:
                 low.append(f"{node} has {name} {value}")
     if low:
         _log.warning(
-            "%s: with buckets, a bucket past these limits becomes a hashtable, exact but "
+            "%s: with bins, a bin past these limits becomes a hashtable, exact but "
             "several times larger. Set hash-max-listpack-value 4096 and "
-            "hash-max-listpack-entries 256 (see 'Records in buckets' in freqguard's "
+            "hash-max-listpack-entries 256 (see 'Records in bins' in freqguard's "
             "docs/redis.md).",
             "; ".join(low),
         )
@@ -80,14 +80,14 @@ def warn_listpack(answer: Mapping[Any, Any], client: object) -> None:
 def inspection(
     client: Any,
     cluster: bool,
-    buckets: bool = False,
+    bins: bool = False,
     functions: Callable[[bool], None] | None = None,
 ) -> Generator[Callable[[], Any], Any, None]:
     """What a backend checks once, before its first call, written once for sync and async:
     it yields each request (a callable whose reply, awaited for async clients, is sent back;
     a redis-py error is thrown in instead). A cluster node behind a standalone client is a
     :func:`~freqguard.backends._boundary.cluster_node` error; a ``maxmemory-policy`` that can
-    evict is warned of (:func:`warn_evicting`), and with ``buckets``, low listpack limits
+    evict is warned of (:func:`warn_evicting`), and with ``bins``, low listpack limits
     (:func:`warn_listpack`). With ``functions``, whether the server runs Redis Functions is
     told to it (:func:`functions_served`)."""
     if functions is not None:
@@ -110,7 +110,7 @@ def inspection(
             raise  # a standalone server that cannot answer cannot decide either
         policies = {}  # one primary down must not fail calls to the others
     warn_evicting(policies, client)
-    if buckets and policies:  # CONFIG answered: ask for the listpack limits too
+    if bins and policies:  # CONFIG answered: ask for the listpack limits too
         if cluster:
             limits = yield lambda: client.config_get(
                 "hash-max-listpack-*", target_nodes=client.PRIMARIES

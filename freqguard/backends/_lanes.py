@@ -5,7 +5,7 @@ freqguard sends its FCALLs here rather than through redis-py's command API (see
 for the threads that call through it; an :class:`AsyncLane` shares one connection among the
 tasks of an event loop and batches what they send. Both read replies with the connection's
 own parser and return error replies in place, so one bad reply never desynchronizes a
-connection (``_async/wire.py``, and its generated sync twin).
+connection (``_async/wire.py``, and its generated sync copy).
 
 The two lanes, and :func:`exchange_all` / :func:`aexchange_all`, are written by hand, not
 generated from one source: a thread does its own I/O on a connection it holds for the call,
@@ -210,7 +210,7 @@ class AsyncLane:
         self._loop, self._connection, self._pending, self._driver = loop, None, [], None
 
     async def stream(self, chunks: Callable[[], Iterable[bytes]], count: int) -> list[object]:
-        """:meth:`Lane.stream`'s twin: the chunks go as one batch (the driver already
+        """:meth:`Lane.stream`'s counterpart: the chunks go as one batch (the driver already
         pipelines it with the calls of other tasks)."""
         return await self.exchange(b"".join(chunks()), count)
 
@@ -326,7 +326,7 @@ def exchange_all(jobs: Sequence[Job]) -> list[list[object] | Exception]:
 
 
 async def aexchange_all(jobs: Sequence[AsyncJob]) -> list[list[object] | Exception]:
-    """:func:`exchange_all`'s twin: every lane's calls at once, by ``asyncio.gather``."""
+    """:func:`exchange_all`'s counterpart: every lane's calls at once, by ``asyncio.gather``."""
     if len(jobs) == 1:  # gather would wrap it in a task, a loop turn later
         lane, packed, count = jobs[0]
         try:

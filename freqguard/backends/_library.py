@@ -26,8 +26,8 @@ __all__ = [
     "ATTEMPTS",
     "FUNCTION",
     "FUNCTIONS",
-    "FUNCTION_BUCKET",
-    "FUNCTION_BUCKET_NOGROW",
+    "FUNCTION_BIN",
+    "FUNCTION_BIN_NOGROW",
     "FUNCTION_NOGROW",
     "LIBRARY",
     "LOAD",
@@ -45,9 +45,9 @@ FUNCTION = "freqguard_" + hashlib.sha1(_SOURCE.encode("utf-8")).hexdigest()[:12]
 #: the same function flagged allow-oom, for the calls that never grow what is stored (CHECK,
 #: REFUND, RESET, a HIT of cost 0): Redis runs them when used memory is past maxmemory
 FUNCTION_NOGROW = FUNCTION + "_nogrow"
-#: the two for records in buckets (``RedisBackend(buckets=N)``): ARGV[1] is the record's id
-FUNCTION_BUCKET = FUNCTION + "_bucket"
-FUNCTION_BUCKET_NOGROW = FUNCTION + "_bucket_nogrow"
+#: the two for records in bins (``RedisBackend(bins=N)``): ARGV[1] is the record's id
+FUNCTION_BIN = FUNCTION + "_bin"
+FUNCTION_BIN_NOGROW = FUNCTION + "_bin_nogrow"
 #: the library's code, as FUNCTION LOAD takes it
 LIBRARY = _SOURCE.replace(library.NAME, FUNCTION)
 
@@ -78,9 +78,9 @@ class Library:
     loads: int  # how many replies the load gets
     absent: str  # what an error reply says when they are not loaded
 
-    def name(self, grows: bool, bucketed: bool) -> str:
+    def name(self, grows: bool, binned: bool) -> str:
         """The entry point a call goes to (see ``script.library.ENTRIES``)."""
-        return self.names[(not grows) + 2 * bucketed]
+        return self.names[(not grows) + 2 * binned]
 
     def missing(self, result: object) -> bool:
         """Whether a reply says the server lacks them (never loaded, or flushed)."""
@@ -100,7 +100,7 @@ class Library:
 FUNCTIONS = Library(
     "functions",
     b"FCALL",
-    (FUNCTION, FUNCTION_NOGROW, FUNCTION_BUCKET, FUNCTION_BUCKET_NOGROW),
+    (FUNCTION, FUNCTION_NOGROW, FUNCTION_BIN, FUNCTION_BIN_NOGROW),
     (LIBRARY,),
     _bulks(b"FUNCTION", b"LOAD", LIBRARY.encode()),
     1,

@@ -41,9 +41,9 @@ __all__ = [
     "aserver_closed",
     "async_node_pool",
     "close_client",
+    "flag_relearn",
     "get_connection",
     "learn_slots",
-    "mark_lost",
     "node_of_key",
     "single_connection",
     "unmapped",
@@ -171,7 +171,7 @@ def async_node_pool(client: AsyncRedisCluster, node: AsyncClusterNode) -> NodePo
 
 
 def close_client(client: Redis | RedisCluster) -> None:
-    """Close a sync client (the sync twin of :func:`aclose_client`: its cluster nodes are
+    """Close a sync client (the sync counterpart of :func:`aclose_client`: its cluster nodes are
     clients of their own, closed by it)."""
     client.close()
 
@@ -179,13 +179,13 @@ def close_client(client: Redis | RedisCluster) -> None:
 async def aclose_client(client: AsyncRedis | AsyncRedisCluster) -> None:
     """Close an asyncio client, and on a cluster what its ``aclose`` may leave open: the
     pools of freqguard's own made for its nodes (none where the nodes' own connections
-    serve), and every connection while it is marked to learn its slots again (after a lost
+    serve), and every connection while it is flagged to learn its slots again (after a lost
     node, until its next command, which freqguard's own lanes may never send), when its
     ``aclose`` closes nothing: it learns them first (its own close of everything when no
     node answers)."""
     if isinstance(client, AsyncRedisCluster):
         with contextlib.suppress(rex.RedisError, rex.RedisClusterException, OSError):
-            await client.initialize()  # nothing when it is not marked
+            await client.initialize()  # nothing when it is not flagged
     await client.aclose()
     if isinstance(client, AsyncRedisCluster):
         for pool in (_NODE_POOLS.pop(client, None) or {}).values():
@@ -215,13 +215,13 @@ async def alearn_slots(client: AsyncRedisCluster) -> bool:
 
 
 def unmapped(client: object) -> bool:
-    """Whether an asyncio cluster client is marked to learn its slot map before its next
+    """Whether an asyncio cluster client is flagged to learn its slot map before its next
     command (new, or after a lost node); False where that is not known."""
     return PRIVATE and getattr(client, "_initialize", False) is True
 
 
-def mark_lost(client: AsyncRedisCluster) -> None:
-    """After a lost node, mark an asyncio cluster client to learn its slots, its default
+def flag_relearn(client: AsyncRedisCluster) -> None:
+    """After a lost node, flag an asyncio cluster client to learn its slots, its default
     node and the node it asks for keys before its next command, as its own handler of a
     lost node does; where its state is not known, the long way's own handling does it."""
     if PRIVATE and hasattr(client, "_initialize"):

@@ -8,7 +8,7 @@ command API, the long way that follows cluster redirections. No I/O here.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -28,11 +28,12 @@ __all__ = [
     "RAW",
     "bulk",
     "call_keys",
-    "check_buckets",
+    "check_bins",
     "chunks",
     "encode",
     "function_args",
     "record_key",
+    "refuse_renamed",
     "wait_frame",
 ]
 
@@ -64,25 +65,25 @@ _IN_ORDER = None if tuple(range(9)) == _ORDER else itemgetter(*_ORDER)
 
 def call_keys(call: ScriptCall) -> tuple[bytes, bytes | None]:
     """The one record a call touches (every key of one call is a field of one record: same
-    partition, same policy), its key; or, when records share buckets, the bucket's key and
-    the record's id in it (see ``KeyLayout.bucket``), which goes as ARGV[1] of the bucketed
+    partition, same policy), its key; or, when records share bins, the bin's key and
+    the record's id in it (see ``KeyLayout.bin``), which goes as ARGV[1] of the binned
     functions, not as a key. The key is the call's slot."""
     layout = call.part.layouts[0]
-    if layout.buckets:
-        return layout.bucket(call.texts)
+    if layout.bins:
+        return layout.bin(call.texts)
     return layout.record(call.texts).encode("utf-8", "surrogatepass"), None
 
 
 def record_key(call: ScriptCall) -> bytes:
-    """The key of the one record (or bucket) a call touches (its slot's, on a cluster)."""
+    """The key of the one record (or bin) a call touches (its slot's, on a cluster)."""
     return call_keys(call)[0]
 
 
 def function_args(call: ScriptCall, found: Library = FUNCTIONS) -> tuple[Any, ...]:
     """FCALL's (or EVALSHA's) arguments, for redis-py's ``execute_command``: the entry point
-    (a HIT that consumes may grow what is stored; every other call goes to the twin Redis
-    runs even when out of memory, see FUNCTION_NOGROW; each in its bucketed form for a
-    record in a bucket), numkeys, the key, the record's id in its bucket if any
+    (a HIT that consumes may grow what is stored; every other call goes to the variant Redis
+    runs even when out of memory, see FUNCTION_NOGROW; each in its binned form for a
+    record in a bin), numkeys, the key, the record's id in its bin if any
     (:func:`call_keys`), then ARGV (see the script header)."""
     key, rid = call_keys(call)
     texts = call.texts
@@ -124,30 +125,30 @@ def bulk(data: bytes) -> bytes:
 
 
 def _frame(
-    found: Library, text: str, bucketed: bool, states: int, marks: tuple[bytes, ...]
+    found: Library, text: str, binned: bool, states: int, marks: tuple[bytes, ...]
 ) -> tuple[bytes, bytes, bytes]:
     """FCALL's (or EVALSHA's) constant frames for a plan: the head naming its entry point,
-    the plan text, and the head naming its NOGROW twin; kept per plan (and bucketed or not,
+    the plan text, and the head naming its NOGROW variant; kept per plan (and binned or not,
     and per library), but for a refund's, which counts its marks."""
-    # FCALL, function, numkeys, key, the record's id in its bucket, ARGV...
-    count = 4 + bucketed + len(ARGV) + states + len(marks)
+    # FCALL, function, numkeys, key, the record's id in its bin, ARGV...
+    count = 4 + binned + len(ARGV) + states + len(marks)
     command = bulk(found.command)
-    grow, keep = found.name(True, bucketed).encode(), found.name(False, bucketed).encode()
+    grow, keep = found.name(True, binned).encode(), found.name(False, binned).encode()
     head = b"*%d\r\n%s%s%s" % (count, command, bulk(grow), bulk(b"1"))
     nogrow = b"*%d\r\n%s%s%s" % (count, command, bulk(keep), bulk(b"1"))
     frame = (head, bulk(text.encode()), nogrow)
     if not marks:
         if len(_FRAMES) >= MAX_FRAMES:
             _FRAMES.clear()
-        _FRAMES[_cached(found, text, bucketed)] = frame
+        _FRAMES[_cached(found, text, binned)] = frame
     return frame
 
 
-def _cached(found: Library, text: str, bucketed: bool) -> str:
+def _cached(found: Library, text: str, binned: bool) -> str:
     """A plan's key in the frames kept (see :func:`_frame`)."""
     if found is FUNCTIONS:
-        return "#" + text if bucketed else text
-    return ("$#" if bucketed else "$") + text
+        return "#" + text if binned else text
+    return ("$#" if binned else "$") + text
 
 
 def encode(call: ScriptCall, found: Library = FUNCTIONS) -> tuple[bytes, bytes]:
@@ -155,11 +156,11 @@ def encode(call: ScriptCall, found: Library = FUNCTIONS) -> tuple[bytes, bytes]:
     key it touches (its slot's)."""
     text = call.part.spec_text
     key, rid = call_keys(call)
-    bucketed = rid is not None
-    frame = _FRAMES.get(_cached(found, text, bucketed))
+    binned = rid is not None
+    frame = _FRAMES.get(_cached(found, text, binned))
     marks = _marks(call)
     if frame is None or marks:
-        frame = _frame(found, text, bucketed, len(call.part.layouts), marks)
+        frame = _frame(found, text, binned, len(call.part.layouts), marks)
     fields = [layout.field(call.texts) for layout in call.part.layouts]
     now = b"" if call.now is None else b"%d" % call.now
     cost = b"%d" % call.cost
@@ -191,22 +192,42 @@ def chunks(
 #: ASKING in the wire protocol: the next command may touch a part being imported here.
 ASKING = b"*1\r\n$6\r\nASKING\r\n"
 
-#: The most buckets the records of one policy may share (``RedisBackend(buckets=N)``).
-MAX_BUCKETS = 2**32
+#: The most bins the records of one policy may share (``RedisBackend(bins=N)``).
+MAX_BINS = 2**32
 
 
-def check_buckets(buckets: object) -> int:
-    """``buckets`` as given, if it is a number of buckets (0: none).
+def check_bins(bins: object) -> int:
+    """``bins`` as given, if it is a number of bins (0: none).
 
     Raises:
-        ConfigError: anything but an integer from 0 to :data:`MAX_BUCKETS`.
+        ConfigError: anything but an integer from 0 to :data:`MAX_BINS`.
     """
-    if isinstance(buckets, bool) or not isinstance(buckets, int) or not 0 <= buckets <= MAX_BUCKETS:
+    if isinstance(bins, bool) or not isinstance(bins, int) or not 0 <= bins <= MAX_BINS:
         raise ConfigError(
-            f"buckets must be an integer from 1 to {MAX_BUCKETS} (records shared in that "
-            f"many hashes a policy), or 0 (a hash each), got {buckets!r}"
+            f"bins must be an integer from 1 to {MAX_BINS} (records shared in that "
+            f"many hashes a policy), or 0 (a hash each), got {bins!r}"
         )
-    return buckets
+    return bins
+
+
+#: The backends' options renamed before they were released, by their old names (``buckets``
+#: was a storage word that the token bucket also uses).
+RENAMED = {"buckets": "bins"}
+
+
+def refuse_renamed(given: Mapping[str, object], owner: str) -> None:
+    """Refuse keyword arguments ``owner`` does not take, naming the new name of a renamed one.
+
+    Raises:
+        TypeError: any of ``given`` (an old name is never ignored).
+    """
+    for name, value in given.items():
+        if name in RENAMED:
+            raise TypeError(
+                f"{owner}() has no option {name!r}: it is called {RENAMED[name]!r} now "
+                f"({RENAMED[name]}={value!r})"
+            )
+        raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
 
 
 #: The most replicas a write may be made to wait for (a typo past it, not a topology).

@@ -26,7 +26,7 @@ from freqguard.backends import _redispy
 from freqguard.backends._redispy import (
     NodePool,
     async_node_pool,
-    mark_lost,
+    flag_relearn,
     node_of_key,
     single_connection,
     unmapped,
@@ -170,11 +170,11 @@ def learn_lost(client: Redis | RedisCluster, error: BaseException) -> None:
 
 
 async def alearn_lost(client: AsyncRedis | AsyncRedisCluster, error: BaseException) -> None:
-    """:func:`learn_lost` for redis-py's asyncio cluster client: mark it to learn its slots, its
+    """:func:`learn_lost` for redis-py's asyncio cluster client: flag it to learn its slots, its
     default node and the node it asks for keys before its next command, as its own handler
     of a lost node does."""
     if isinstance(client, AsyncRedisCluster) and isinstance(error, _LOST):
-        mark_lost(client)
+        flag_relearn(client)
 
 
 def node_named(node_of: Callable[[ScriptCall], str | None] | None, call: ScriptCall) -> str | None:

@@ -24,7 +24,7 @@ _INTEGERS = {  # (smallest, largest)
     "protocol": (2, 3),
     "min_other_sentinels": (0, 1000),
     "wait_replicas": (0, 100),
-    "buckets": (1, 2**32),
+    "bins": (1, 2**32),
 }
 _FLAGS = frozenset({"socket_keepalive", "retry_on_timeout", "ssl_check_hostname"})
 #: How a backend's calls may reach the policy function (``RedisBackend(scripts=...)``).
@@ -32,9 +32,11 @@ SCRIPT_KINDS = ("auto", "functions", "eval")
 # options that take one of a few words
 _CHOICES = {"scripts": SCRIPT_KINDS}
 # freqguard's own options, for the backend and not the client: wait for replicas (WAIT),
-# recipients' records shared in buckets (RedisBackend's buckets), and how calls reach the
+# recipients' records shared in bins (RedisBackend's bins), and how calls reach the
 # policy function (Redis Functions or EVAL scripts)
-_BACKEND = frozenset({"wait_replicas", "wait_timeout", "buckets", "scripts"})
+_BACKEND = frozenset({"wait_replicas", "wait_timeout", "bins", "scripts"})
+# options renamed before a release, by their old names: never taken, never ignored
+_RENAMED = {"buckets": "bins"}
 _FLAG_VALUES = ("true", "false", "yes", "no", "1", "0")
 _TEXTS = frozenset(
     {
@@ -144,6 +146,11 @@ def _option(url: str, name: str, text: str) -> Any:
                 f"got {_excerpt(text)!r} (in {_shown(url)!r})"
             )
         return text.lower() in ("true", "yes", "1")
+    if name in _RENAMED:
+        raise ConfigError(
+            f"unknown option {name!r}: it is called {_RENAMED[name]!r} now "
+            f"(?{_RENAMED[name]}={_excerpt(text)}), in {_shown(url)!r}"
+        )
     if name not in _TEXTS:
         known = ", ".join(sorted(_SECONDS | _INTEGERS.keys() | _FLAGS | _TEXTS | _CHOICES.keys()))
         raise ConfigError(f"unknown option {name!r} in {_shown(url)!r}; known: {known}")

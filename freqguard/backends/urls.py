@@ -17,8 +17,8 @@ day; ``max_connections`` and ``socket_read_size`` >= 1; ``health_check_interval`
 ``protocol`` 2 or 3; flags as true/false/yes/no/1/0; TLS options with ``rediss`` only).
 An option redis-py would not understand is refused by name. Three options are freqguard's
 own, for the backend: ``wait_replicas=N`` (0-100) and ``wait_timeout`` (seconds, shorter
-than ``socket_timeout``) make each write wait for N replicas, and ``buckets=N`` (1 to 2^32)
-shares records in buckets (see ``RedisBackend``).
+than ``socket_timeout``) make each write wait for N replicas, and ``bins=N`` (1 to 2^32)
+shares records in bins (see ``RedisBackend``).
 
 A Sentinel URL lists the sentinels (port 26379 when left out) and names the monitored
 service; the client asks the sentinels where the service's master is whenever it connects,
@@ -86,7 +86,7 @@ class Target:
         sentinel_options: keyword arguments for each sentinel's own connection.
         min_other_sentinels: trust only a sentinel that sees this many others.
         backend: keyword arguments for the backend (``wait_replicas``, ``wait_timeout``,
-            ``buckets``).
+            ``bins``).
     """
 
     kind: str

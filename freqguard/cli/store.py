@@ -98,8 +98,8 @@ def ours(key: bytes, prefix: str) -> bool:
     """Whether ``key`` is one of freqguard's records under ``prefix`` in Redis (see
     freqguard/script/keys.py): ``<prefix>:{<partition>}:<policy>``, the partition a value
     kept verbatim or ``=`` and its digest, ``*<policy>`` for a policy's one record, or
-    ``#<n>`` for a bucket; and ``<prefix>:{*<policy>}:<policy>:buckets``, where the clients
-    record their buckets setting (``KeyLayout.layout_key``). Any other key, whatever it
+    ``#<n>`` for a bin; and ``<prefix>:{*<policy>}:<policy>:bins``, where the clients
+    record their bins setting (``KeyLayout.layout_key``). Any other key, whatever it
     starts with, is another's."""
     try:
         text = key.decode("ascii")
@@ -107,9 +107,9 @@ def ours(key: bytes, prefix: str) -> bool:
         return False
     head = f"{prefix}:{{"
     token, close, policy = text[len(head) :].partition("}:")
-    claim = token.startswith("*") and policy.endswith(":buckets")
-    if claim:  # the clients' buckets setting, beside the policy's one record
-        policy = policy.removesuffix(":buckets")
+    claim = token.startswith("*") and policy.endswith(":bins")
+    if claim:  # the clients' bins setting, beside the policy's one record
+        policy = policy.removesuffix(":bins")
     if not text.startswith(head) or not close or not _name(policy):
         return False
     if token.startswith("*"):

@@ -40,7 +40,7 @@ class ThreadedBackend:
         self.clock = backend.clock
         # a cluster backend names each call's node: the guard's breaker keeps a circuit each
         self.node_of = getattr(backend, "node_of", None)
-        self.buckets: int = getattr(backend, "buckets", 0)  # keys are built as the backend's
+        self.bins: int = getattr(backend, "bins", 0)  # keys are built as the backend's
 
     async def aexecute(self, call: ScriptCall) -> Reply:
         """Run one script call in a worker thread."""

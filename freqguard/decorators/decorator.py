@@ -34,6 +34,7 @@ from freqguard.decision import Decision
 from freqguard.decorators.adapters import as_async
 from freqguard.decorators.call_keys import Arguments, CallKey, KeyArgument
 from freqguard.decorators.defaults import configure, default_async_guard, default_guard
+from freqguard.decorators.leases import leased, refuse_block
 from freqguard.decorators.naming import implicit_name
 from freqguard.engine.failover import shared_out
 from freqguard.errors import CapExceeded, ConfigError
@@ -210,10 +211,10 @@ class Capped:
         ) -> Any:
             guard = self._sync_guard()
             name, ctx, cost = self._call(site, guard, wrapped, args, kwargs)
-            if self._leases(guard, name):  # held while the call runs
-                with guard.lease(name, cost, **ctx) as leased:
-                    if not leased.allowed:
-                        return self._exceeded(leased)
+            if leased(guard, name, self.on_exceeded):  # held while the call runs
+                with guard.lease(name, cost, **ctx) as lease:
+                    if not lease.allowed:
+                        return self._exceeded(lease)
                     return wrapped(*args, **kwargs)
             decision = self._ask(guard, name, ctx, cost)
             if not decision.allowed:
@@ -232,10 +233,10 @@ class Capped:
         ) -> Any:
             guard = self._async_guard()
             name, ctx, cost = self._call(site, guard, wrapped, args, kwargs)
-            if self._leases(guard, name):  # held while the call runs
-                async with guard.lease(name, cost, **ctx) as leased:
-                    if not leased.allowed:
-                        return self._exceeded(leased)
+            if leased(guard, name, self.on_exceeded):  # held while the call runs
+                async with guard.lease(name, cost, **ctx) as lease:
+                    if not lease.allowed:
+                        return self._exceeded(lease)
                     return await wrapped(*args, **kwargs)
             decision = await self._ask(guard, name, ctx, cost)
             if not decision.allowed:
@@ -278,18 +279,6 @@ class Capped:
             return guard.acquire(name, self.timeout, cost, **ctx)
         return guard.hit(name, cost, **ctx)
 
-    def _leases(self, guard: Guard | AsyncGuard, name: str) -> bool:
-        """Whether the call takes a lease of its policy (a concurrency rule), held while it
-        runs: refused with ``on_exceeded="wait"``, which waits for a rate's turn only."""
-        if not guard.policies[name].leases:
-            return False
-        if self.on_exceeded == "wait":
-            raise ConfigError(
-                f"policy {name!r} counts leases: on_exceeded='wait' waits for a rate's turn, "
-                "and a lease frees when another call ends; use 'raise', 'skip' or a function"
-            )
-        return True
-
     def _exceeded(self, decision: Decision) -> Any:
         if self.on_exceeded == "skip":
             return None
@@ -322,11 +311,7 @@ class Capped:
         ctx = self._block_context()
         name = self._block_name(tuple(ctx)) if self._policy is None else None
         name, ctx = self._policy_for(guard, name, self._block_registered, ctx)
-        if guard.policies[name].leases:
-            raise ConfigError(
-                f"policy {name!r} counts leases: take one with guard.lease({name!r}, ...), "
-                "which gives it back when its block ends"
-            )
+        refuse_block(guard, name)
         return name, ctx, self.cost if isinstance(self.cost, int) else self.cost()
 
     def __enter__(self) -> Decision:

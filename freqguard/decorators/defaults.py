@@ -1,6 +1,6 @@
 """The process-wide default guard: what ``@capped`` uses when given no ``guard=``.
 
-It is a sync :class:`Guard` with an :class:`AsyncGuard` twin over the same state, made on
+It is a sync :class:`Guard` with an :class:`AsyncGuard` face over the same state, made on
 first use (in memory) or by :func:`configure`. ``configure`` replaces both; a decorated
 function looks the default up at each call, so it follows the latest one.
 """
@@ -34,7 +34,7 @@ def configure(
             ``observers``, ``breaker`` (see :class:`~freqguard.Guard`).
 
     Returns:
-        The new default sync guard (an async twin over the same state is made alongside).
+        The new default sync guard (an async face over the same state is made alongside).
     """
     from freqguard.backends.urls import async_backend_from_url, backend_from_url
 

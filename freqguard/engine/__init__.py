@@ -2,6 +2,6 @@
 script calls and take the replies), what a store failure answers (fallbacks, the breaker),
 the deny cache, and the parts a guard is composed of, one object per job (the registry, the
 failover, the deny cache's use, the accounting of store calls, the operations prepared, the
-receipts). The guards (``freqguard/_async/guard.py`` and its generated sync twin) hold the
+receipts). The guards (``freqguard/_async/guard.py`` and its generated sync copy) hold the
 parts and drive the operations.
 """

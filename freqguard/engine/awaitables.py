@@ -2,10 +2,10 @@
 
 ``if guard.hit("sms", recipient=r):`` on an :class:`~freqguard.AsyncGuard`, its ``await``
 forgotten, tests a coroutine object, which is always true: every message would count as
-sent. A method marked :func:`must_await` returns a :class:`Pending` instead, which is a
+sent. A method decorated with :func:`must_await` returns a :class:`Pending` instead, which is a
 coroutine to asyncio (``await``, ``create_task``, ``gather``, ``wait_for``) but raises
 ``TypeError`` where it is read as true or false. The sync guard's methods return their
-answers themselves (``scripts/unasync.py`` drops the mark), so its decisions stay truthy.
+answers themselves (``scripts/unasync.py`` drops the decorator), so its decisions stay truthy.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class _MustAwait(Generic[P, T]):
 
 
 def must_await(method: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Pending[T]]:
-    """Mark an ``async def`` method whose answer is read as true or false (a
+    """Decorate an ``async def`` method whose answer is read as true or false (a
     :class:`~freqguard.Decision`): its calls return a :class:`Pending`, which refuses to
     be, so that a forgotten ``await`` raises at once instead of counting as allowed."""
     return _MustAwait(method)

@@ -43,10 +43,10 @@ class Denials:
         assert self.cache is not None
         return self.cache.get(plan.name, _key(plan, texts), cost)
 
-    def mark(self, plan: PolicyPlan) -> tuple[int, float]:
+    def snapshot(self, plan: PolicyPlan) -> tuple[int, float]:
         """What :meth:`remember` must be given, read before the store is asked."""
         assert self.cache is not None
-        return self.cache.mark(plan.name)
+        return self.cache.snapshot(plan.name)
 
     def remember(
         self,
@@ -54,12 +54,12 @@ class Denials:
         texts: Mapping[str, str],
         cost: int,
         decision: Decision,
-        mark: tuple[int, float],
+        snapshot: tuple[int, float],
     ) -> None:
         """Remember a denial of the store's (none of another source: a fail-closed answer
         says nothing of the caps)."""
         if self.cache is not None and not decision.allowed and decision.source == "backend":
-            self.cache.put(plan.name, _key(plan, texts), cost, decision, mark)
+            self.cache.put(plan.name, _key(plan, texts), cost, decision, snapshot)
 
     def forget(self, plan: PolicyPlan, texts: Mapping[str, str] | None) -> None:
         """A refund or reset of ``texts``: the denials it may free are forgotten. When every

@@ -69,7 +69,7 @@ class DenyCache:
         """The entry of a context: its values in the policy's dimension order, digested."""
         return policy, raw_digest(*values, size=16)
 
-    def mark(self, policy: str) -> tuple[int, float]:
+    def snapshot(self, policy: str) -> tuple[int, float]:
         """What :meth:`put` must be given back, read before the store is asked: how many
         refunds and resets of the policy came so far (a denial decided before one is not
         remembered after it), and the time (the denial lasts its ``retry_after`` from then:
@@ -95,14 +95,14 @@ class DenyCache:
         return _aged(policy, denial, until, now)
 
     def put(
-        self, policy: str, key: Key, cost: int, decision: Decision, mark: tuple[int, float]
+        self, policy: str, key: Key, cost: int, decision: Decision, snapshot: tuple[int, float]
     ) -> None:
         """Remember a denial the store made, unless the policy had a refund or reset since
-        ``mark`` (:meth:`mark`, read before the store was asked)."""
+        ``snapshot`` (:meth:`snapshot`, read before the store was asked)."""
         if decision.allowed or decision.retry_after <= 0:
             return
         denial = _Denial(decision.retry_after, decision.denied_by, decision.raw)
-        epoch, asked = mark
+        epoch, asked = snapshot
         with self._lock:
             if self._epoch.get(policy, 0) != epoch:
                 return  # a refund or reset came in between: this denial may be stale

@@ -24,8 +24,8 @@ __all__ = [
     "Failover",
     "elsewhere",
     "fail_answer",
-    "mark_all",
     "resilient",
+    "set_source_all",
     "settle_many",
     "shared_out",
 ]
@@ -139,7 +139,7 @@ class Failover:
         if how == "raise":
             return make(plan)
         answer = self.answer(plan, cost)
-        return resilient(lambda: make(plan), how, answer, mark_all, lambda: make(there))
+        return resilient(lambda: make(plan), how, answer, set_source_all, lambda: make(there))
 
     def answer(self, plan: PolicyPlan, cost: int) -> Callable[[str, BackendUnavailable], Decision]:
         """The degraded answer to a hit of ``plan`` of ``cost``, by its source
@@ -149,12 +149,12 @@ class Failover:
 
     def _shared_out(self, plan: PolicyPlan, fallback: Fallback) -> PolicyPlan:
         """``plan`` with its limits shared out among the fallback's ``workers``, its keys as
-        the fallback's backend builds them (its buckets), made once."""
+        the fallback's backend builds them (its bins), made once."""
         workers = fallback.workers
         made = self._shared.get((plan.name, workers))
         if made is None or made[0] is not plan:
-            buckets: int = getattr(fallback.backend, "buckets", 0)
-            scaled = PolicyPlan(shared_out(plan.policy, workers), self._prefix, buckets=buckets)
+            bins: int = getattr(fallback.backend, "bins", 0)
+            scaled = PolicyPlan(shared_out(plan.policy, workers), self._prefix, bins=bins)
             made = self._shared[(plan.name, workers)] = (plan, scaled)
         return made[1]
 
@@ -280,12 +280,12 @@ def resilient(
     make: Callable[[], Op[T]],
     on_error: object,
     answer: Callable[[str, BackendUnavailable], T],
-    mark: Callable[[T, str], T],
+    set_source: Callable[[T, str], T],
     again: Callable[[], Op[T]] | None = None,
 ) -> Op[T]:
     """Run ``make()``; if the store fails, answer by ``on_error``: ``answer(source, error)``
     for allow/deny, or the whole operation again (``again()``, default ``make()``) on the
-    fallback backend, its result marked by ``mark(result, "fallback")``."""
+    fallback backend, its source set by ``set_source(result, "fallback")``."""
     try:
         return (yield from make())
     except BackendUnavailable as exc:
@@ -293,7 +293,7 @@ def resilient(
             raise
         if isinstance(on_error, str):
             return answer("fail-open" if on_error == "allow" else "fail-closed", exc)
-        return mark((yield from elsewhere((again or make)(), on_error)), "fallback")
+        return set_source((yield from elsewhere((again or make)(), on_error)), "fallback")
 
 
 def settle_many(
@@ -356,8 +356,8 @@ def fail_answer(
     return with_source(make_decision(name, False, wait_us / _US, denied, lambda: raw), source)
 
 
-def mark_all(result: T, source: str) -> T:
-    """Mark a decision, or each of a list of decisions, as made by ``source``."""
+def set_source_all(result: T, source: str) -> T:
+    """Set the source of a decision, or of each of a list of decisions, to ``source``."""
     if isinstance(result, Decision):
         with_source(result, source)
     elif isinstance(result, list):

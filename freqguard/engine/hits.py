@@ -28,17 +28,17 @@ __all__ = ["Hit", "Hits"]
 class Hit(NamedTuple):
     """A hit, prepared: its plan, context (as text) and cost, validated; the deny cache's
     answer (None: ask the store); when it started (for the observers); and the deny
-    cache's mark, read before the store was asked."""
+    cache's snapshot, read before the store was asked."""
 
     plan: PolicyPlan
     texts: Mapping[str, str]
     cost: int
     cached: Decision | None
     start: float
-    mark: tuple[int, float]
+    snapshot: tuple[int, float]
 
 
-_NO_MARK = (0, 0.0)
+_NO_SNAPSHOT = (0, 0.0)
 
 
 class Hits:
@@ -112,15 +112,15 @@ class Hits:
         cached = cached and not lease
         checked = plan.check_cost(cost)
         texts = plan.texts(ctx)
-        answer, mark = None, _NO_MARK
+        answer, snapshot = None, _NO_SNAPSHOT
         denials = self._denials
         if cached and denials.cache is not None:
             answer = denials.answer(plan, texts, checked)
             if answer is not None:
                 self._observers.decided(answer, texts, 0.0)
-            mark = denials.mark(plan)
+            snapshot = denials.snapshot(plan)
         start = perf_counter() if self._observers.active else 0.0
-        return Hit(plan, texts, checked, answer, start, mark)
+        return Hit(plan, texts, checked, answer, start, snapshot)
 
     def hit_op(self, hit: Hit) -> Op[Decision]:
         """The operation that decides ``hit`` (see :func:`~freqguard.engine.ops.decide_op`)."""
@@ -131,7 +131,7 @@ class Hits:
 
     def hit_done(self, hit: Hit, decision: Decision) -> Decision:
         """``decision``, a denial remembered, the observers told."""
-        self._denials.remember(hit.plan, hit.texts, hit.cost, decision, hit.mark)
+        self._denials.remember(hit.plan, hit.texts, hit.cost, decision, hit.snapshot)
         if self._observers.active:
             self._observers.decided(decision, hit.texts, perf_counter() - hit.start)
         return decision

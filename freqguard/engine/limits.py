@@ -22,7 +22,7 @@ from freqguard.rules import Rule, concurrent_rate
 from freqguard.script.calls import Part, Reply, ScriptCall
 from freqguard.script.contract import LIMIT
 from freqguard.script.keys import value_text
-from freqguard.script.limits import Limit, change_text
+from freqguard.script.limits import KeyLimit, change_text
 
 __all__ = ["limit_call", "limits_calls", "limits_of"]
 
@@ -123,7 +123,7 @@ def _partition_texts(
     return texts
 
 
-def _limit(plan: PolicyPlan, index: int, rate: object) -> Limit:
+def _limit(plan: PolicyPlan, index: int, rate: object) -> KeyLimit:
     """The limit a rate makes of the rule at ``index``, checked as the rule would be (its
     strategy's bounds, the policy's), the burst of a bucket kept if the rule set one."""
     policy, rule = plan.policy, plan.policy.rules[index]
@@ -132,7 +132,7 @@ def _limit(plan: PolicyPlan, index: int, rate: object) -> Limit:
         raise ConfigError(f"{where}: the quiet hours have no rate a limit could change")
     if rate is None:
         params = rule_params(rule)
-        return Limit(0, 0, True, rule.limit, params.window, params.capacity, params.interval)
+        return KeyLimit(0, 0, True, rule.limit, params.window, params.capacity, params.interval)
     if isinstance(rate, str):
         rate = concurrent_rate(rule, rate) or parse_rate(rate)
     if not isinstance(rate, Rate):
@@ -162,7 +162,7 @@ def _limit(plan: PolicyPlan, index: int, rate: object) -> Limit:
     except ConfigError as exc:
         raise ConfigError(f"{where}: the limit {rate} cannot apply: {exc}") from None
     params = rule_params(made)
-    return Limit(0, 0, False, rate.limit, params.window, params.capacity, params.interval)
+    return KeyLimit(0, 0, False, rate.limit, params.window, params.capacity, params.interval)
 
 
 def _ttl_us(ttl: object) -> int:

@@ -22,7 +22,7 @@ from freqguard.rules import Rule, limited_rule
 from freqguard.script.calls import Part, Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT, REFUND, RESET
 from freqguard.script.keys import StateLayout, policy_layout, value_text
-from freqguard.script.limits import Limit, rule_tags
+from freqguard.script.limits import KeyLimit, rule_tags
 from freqguard.script.strategies import KINDS, StateSpec, twin_of
 from freqguard.script.strategies.base import SKIP
 
@@ -34,12 +34,12 @@ __all__ = ["PolicyPlan", "limit_rate", "rule_params"]
 _US = 1_000_000.0
 
 
-def limit_rate(limit: Limit) -> Rate:
+def limit_rate(limit: KeyLimit) -> Rate:
     """The rate a per-key limit sets."""
     return Rate(limit.limit, timedelta(microseconds=limit.window))
 
 
-def _compile_slot(states: tuple[StateLayout, ...], policy: Policy, tags: tuple[int, ...]) -> Part:
+def _compile_part(states: tuple[StateLayout, ...], policy: Policy, tags: tuple[int, ...]) -> Part:
     """A part of a policy (its states, from :func:`~freqguard.script.keys.policy_layout`),
     compiled."""
     rules = policy.rules
@@ -89,12 +89,12 @@ class PolicyPlan:
         policy: Policy,
         prefix: str,
         estimate: Callable[[], int] | None = None,
-        buckets: int = 0,
+        bins: int = 0,
     ) -> None:
         """``estimate``: the store's time as the client best knows it (µs; default: this
         machine's clock), around which a calendar rule's periods are sent when a call's
-        time is the store's own. ``buckets``: how many buckets the records share in Redis
-        (``RedisBackend(buckets=N)``; 0: a hash each)."""
+        time is the store's own. ``bins``: how many bins the records share in Redis
+        (``RedisBackend(bins=N)``; 0: a hash each)."""
         self.policy = policy
         self.name = policy.name
         self.dimensions = policy.dimensions
@@ -102,8 +102,8 @@ class PolicyPlan:
         rules = policy.rules
         self.tags = rule_tags([rule.id for rule in rules])
         self.parts = tuple(
-            _compile_slot(states, policy, self.tags)
-            for states in policy_layout(policy, prefix, buckets)
+            _compile_part(states, policy, self.tags)
+            for states in policy_layout(policy, prefix, bins)
         )
         self.single_part = len(self.parts) == 1
         # which states hold leases (a concurrency rule's), per part: Guard.lease gives
@@ -131,7 +131,7 @@ class PolicyPlan:
         # whether a hit's parts are others than those compiled (parts_for)
         self._varies = any((self._tiers, self._calendar, self._priorities))
         self._estimate = estimate if estimate is not None else SystemClock().now_us
-        self._limited: dict[tuple[int, Limit], Rule] = {}  # rules as per-key limits make them
+        self._limited: dict[tuple[int, KeyLimit], Rule] = {}  # rules as per-key limits make them
         enforcing = [r for r in rules if not r.shadow]
         # the enforcing rule with the least capacity bounds every cost; a policy of shadow
         # rules only never denies, so any cost goes

@@ -19,16 +19,16 @@ class PolicyRegistry:
         prefix: the guard's key prefix.
         estimate: the store's time as the guard best knows it (µs): calendar periods are
             sent around it.
-        buckets: how many buckets the records share in Redis (``RedisBackend(buckets=N)``;
+        bins: how many bins the records share in Redis (``RedisBackend(bins=N)``;
             0: a hash each): part of every key.
     """
 
-    __slots__ = ("_buckets", "_estimate", "_plans", "_prefix")
+    __slots__ = ("_bins", "_estimate", "_plans", "_prefix")
 
-    def __init__(self, prefix: str, estimate: Callable[[], int], buckets: int) -> None:
+    def __init__(self, prefix: str, estimate: Callable[[], int], bins: int) -> None:
         self._prefix = prefix
         self._estimate = estimate
-        self._buckets = buckets
+        self._bins = bins
         self._plans: dict[str, PolicyPlan] = {}
 
     def compile(self, policy: object) -> PolicyPlan | None:
@@ -45,7 +45,7 @@ class PolicyRegistry:
             if known.policy == policy:
                 return None
             raise ConfigError(f"a different policy named {policy.name!r} is already registered")
-        return PolicyPlan(policy, self._prefix, self._estimate, self._buckets)
+        return PolicyPlan(policy, self._prefix, self._estimate, self._bins)
 
     def add(self, plan: PolicyPlan) -> None:
         """Register a plan made by :meth:`compile`."""

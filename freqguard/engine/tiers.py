@@ -17,7 +17,7 @@ from freqguard.policy import Policy
 from freqguard.rates import Rate, parse_rate
 from freqguard.rules import Rule
 from freqguard.script.calls import Part, spec_text
-from freqguard.script.limits import Limit, apply
+from freqguard.script.limits import KeyLimit, apply
 from freqguard.script.strategies.base import RuleParams
 
 __all__ = ["MAX_VARIANTS", "Tiers", "rule_params"]
@@ -95,7 +95,7 @@ class Tiers:
             params = rule_params(rules[index])
             window, capacity, interval = params.window, params.capacity, params.interval
             limits.append(
-                Limit(self._tags[index], 0, False, rate.limit, window, capacity, interval)
+                KeyLimit(self._tags[index], 0, False, rate.limit, window, capacity, interval)
             )
         made = tuple(_variant(part, limits) for part in self._parts)
         if len(self._made) >= MAX_VARIANTS:
@@ -104,7 +104,7 @@ class Tiers:
         return made
 
 
-def _variant(part: Part, limits: Sequence[Limit]) -> Part:
+def _variant(part: Part, limits: Sequence[KeyLimit]) -> Part:
     """``part`` with these rates as its rules' own: in its specs, which the script reads."""
     made = apply(part, limits, 0)
     return part if made is part else made._replace(spec_text=spec_text(made.specs))

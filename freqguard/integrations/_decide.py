@@ -36,7 +36,7 @@ from freqguard.rules import Rule
 __all__ = [
     "Answer",
     "Decider",
-    "Part",
+    "KeyedRules",
     "Route",
     "answer_for",
     "bad_request",
@@ -48,7 +48,7 @@ _NO_PARAMS: Mapping[str, str] = {}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Part:
+class KeyedRules:
     """One key function and the rules it keys: rates take the key's dimensions, Rules keep
     their own ``by``; ``label`` prefixes the rules' names (Flask's ``default``)."""
 
@@ -66,7 +66,7 @@ class Route:
     """
 
     name: str
-    parts: tuple[Part, ...]
+    keyed: tuple[KeyedRules, ...]
     cost: int = 1
     regex: re.Pattern[str] | None = None  # None: every path
     methods: frozenset[str] | None = None  # None: every method; GET brings HEAD
@@ -82,26 +82,26 @@ class Route:
         return (found.groupdict() if self.regex.groups else _NO_PARAMS) if found else None
 
     def context(self, info: RequestInfo) -> tuple[dict[str, object], tuple[tuple[str, ...], ...]]:
-        """The hit's context, and each part's dimensions in it.
+        """The hit's context, and the dimensions of each of :attr:`keyed` in it.
 
         Raises:
             BadRequest: a key function refuses the request.
         """
-        if len(self.parts) == 1:
-            ctx = context_of(self.parts[0].key, info)
+        if len(self.keyed) == 1:
+            ctx = context_of(self.keyed[0].key, info)
             return ctx, (tuple(ctx),)
         ctx = {}
         dims: list[tuple[str, ...]] = []
         asked: dict[KeyFunc, tuple[str, ...]] = {}
-        for part in self.parts:
-            by = asked.get(part.key)
+        for keyed in self.keyed:
+            by = asked.get(keyed.key)
             if by is None:
-                found = context_of(part.key, info)
+                found = context_of(keyed.key, info)
                 # two different key functions naming one dimension: the second is renamed,
                 # so neither's value stands in for the other's
                 renamed = {(f"view_{d}" if d in ctx else d): v for d, v in found.items()}
                 ctx.update(renamed)
-                by = asked[part.key] = tuple(renamed)
+                by = asked[keyed.key] = tuple(renamed)
             dims.append(by)
         return ctx, tuple(dims)
 
@@ -110,14 +110,14 @@ class Route:
         if self.policy is not None:
             return self.policy
         rules: list[Rule] = []
-        for part, by in zip(self.parts, dims, strict=True):
-            for item in part.items:
+        for keyed, by in zip(self.keyed, dims, strict=True):
+            for item in keyed.items:
                 if isinstance(item, Rule):
                     rules.append(item)
                     continue
                 rule = Rule(item, by=by)
                 rules.append(
-                    Rule(item, by=by, name=f"{part.label}.{rule.id}") if part.label else rule
+                    Rule(item, by=by, name=f"{keyed.label}.{rule.id}") if keyed.label else rule
                 )
         return Policy(self.name, *rules, on_error=self.on_error)
 
@@ -131,9 +131,9 @@ def compile_limit(limit: Limit) -> Route:
         methods = methods | {"HEAD"}
     if isinstance(limit.items, Policy):
         policy = limit.items  # hit by its own name
-        return Route(policy.name, (Part(limit.key, ()),), limit.cost, regex, methods, policy)
-    route_parts = (Part(limit.key, limit.items),)
-    route = Route(limit.name, route_parts, limit.cost, regex, methods, on_error=limit.on_error)
+        return Route(policy.name, (KeyedRules(limit.key, ()),), limit.cost, regex, methods, policy)
+    keyed = (KeyedRules(limit.key, limit.items),)
+    route = Route(limit.name, keyed, limit.cost, regex, methods, on_error=limit.on_error)
     if all(isinstance(item, Rule) for item in limit.items):  # known now: registered now
         return dataclasses.replace(route, policy=route.build(((),)))
     return route

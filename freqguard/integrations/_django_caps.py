@@ -20,9 +20,9 @@ from freqguard.integrations._django_state import (
     ViewCap,
     current,
     load_user,
-    marks_of,
     needs_user,
     noted,
+    notes_of,
     request_info,
     with_headers,
 )
@@ -183,31 +183,31 @@ def _cap_class(cls: type[View], cap: ViewCap) -> type[View]:
 
 def _decide_alone(cap: ViewCap, request: Any) -> Response | None:
     """Decide a cap the middleware has not: the refusal, if refused."""
-    marks = marks_of(request)
+    notes = notes_of(request)
     state = current()
-    if cap in marks.decided or not state.settings.enabled:
+    if cap in notes.decided or not state.settings.enabled:
         return None
     route = state.alone_route(cap)
     answer = state.decider().decide(state.guard().hit, route, request_info(request))
-    return noted(marks, cap, answer)
+    return noted(notes, cap, answer)
 
 
 async def _adecide_alone(cap: ViewCap, request: Any) -> Response | None:
-    marks = marks_of(request)
+    notes = notes_of(request)
     state = current()
-    if cap in marks.decided or not state.settings.enabled:
+    if cap in notes.decided or not state.settings.enabled:
         return None
     route = state.alone_route(cap)
     if needs_user(route):
         await sync_to_async(load_user)(request)
     guard = state.aguard()
     answer = await state.adecider().adecide(guard.hit, route, request_info(request))
-    return noted(marks, cap, answer)
+    return noted(notes, cap, answer)
 
 
 def _own_headers(request: Any, found: Any) -> Any:
     """The rate-limit headers, when no middleware adds them."""
-    marks = marks_of(request)
-    if not marks.middleware and marks.decisions and isinstance(found, HttpResponseBase):
-        return with_headers(current(), marks, found)
+    notes = notes_of(request)
+    if not notes.middleware and notes.decisions and isinstance(found, HttpResponseBase):
+        return with_headers(current(), notes, found)
     return found

@@ -23,22 +23,22 @@ from freqguard.decision import Decision
 from freqguard.decorators.adapters import as_async
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.integrations._client_ip import client_ip
-from freqguard.integrations._decide import Answer, Decider, Part, Route
+from freqguard.integrations._decide import Answer, Decider, KeyedRules, Route
 from freqguard.integrations._django_settings import Settings, read_settings
 from freqguard.integrations._request import KeyFunc, RequestInfo
 from freqguard.rates import Rate
 from freqguard.rules import Rule, fit_name
 
 __all__ = [
-    "Marks",
+    "RequestNotes",
     "State",
     "ViewCap",
     "current",
     "drop",
     "load_user",
-    "marks_of",
     "needs_user",
     "noted",
+    "notes_of",
     "request_info",
     "response",
     "unclosed",
@@ -61,7 +61,7 @@ class ViewCap:
 
 
 @dataclass
-class Marks:
+class RequestNotes:
     """What one request has decided: the caps, the decisions (for the headers)."""
 
     decided: set[ViewCap] = field(default_factory=set)
@@ -77,12 +77,12 @@ class Marks:
             self.decisions.append(answer.decision)
 
 
-def marks_of(request: Any) -> Marks:
-    """The request's marks (a DRF Request's are its Django request's)."""
+def notes_of(request: Any) -> RequestNotes:
+    """The request's notes (a DRF Request's are its Django request's)."""
     request = getattr(request, "_request", request)
-    found: Marks | None = getattr(request, "freqguard", None)
+    found: RequestNotes | None = getattr(request, "freqguard", None)
     if found is None:
-        found = request.freqguard = Marks()
+        found = request.freqguard = RequestNotes()
     return found
 
 
@@ -174,9 +174,9 @@ class State:
             owner, "_freqguard_exempt", False
         )
         defaults = () if exempt else self.settings.defaults
-        parts = [Part(self.key, defaults, "default")] if defaults else []
+        parts = [KeyedRules(self.key, defaults, "default")] if defaults else []
         if cap is not None:
-            parts.append(Part(cap.key or self.key, cap.items))
+            parts.append(KeyedRules(cap.key or self.key, cap.items))
         found = None
         if parts:
             name = (cap.name if cap is not None else None) or _fit(view_name)
@@ -190,15 +190,15 @@ class State:
         """The route of a cap decided on its own (no middleware, or not seen by it)."""
         route = self.alone.get(cap)
         if route is None:
-            part = Part(cap.key or self.key, cap.items)
+            part = KeyedRules(cap.key or self.key, cap.items)
             route = self.alone[cap] = Route(cap.alone, (part,), cap.cost, on_error=cap.on_error)
         return route
 
-    def headers(self, marks: Marks) -> dict[str, str]:
+    def headers(self, notes: RequestNotes) -> dict[str, str]:
         """The rate-limit headers of the tightest of a request's decisions."""
-        decisions = marks.decisions
-        if len(decisions) == 1 and marks.first is not None:
-            return marks.first.headers  # the usual case: built from the route's plan
+        decisions = notes.decisions
+        if len(decisions) == 1 and notes.first is not None:
+            return notes.first.headers  # the usual case: built from the route's plan
         tightest = min(decisions, key=lambda d: (d.allowed, d.remaining))
         return tightest.headers(self.settings.headers)
 
@@ -287,23 +287,23 @@ def response(answer: Answer) -> HttpResponse:
     return found
 
 
-def noted(marks: Marks, cap: ViewCap | None, answer: Answer) -> HttpResponseBase | None:
+def noted(notes: RequestNotes, cap: ViewCap | None, answer: Answer) -> HttpResponseBase | None:
     """Note an answer on the request; the refusal to send, if refused."""
     if cap is not None:
-        marks.decided.add(cap)
-    marks.note(answer)  # a denial too: the tightest, whose headers the response keeps
+        notes.decided.add(cap)
+    notes.note(answer)  # a denial too: the tightest, whose headers the response keeps
     return None if answer.allowed else response(answer)
 
 
-def with_headers(state: State, marks: Marks, found: HttpResponseBase) -> HttpResponseBase:
-    if marks.decisions:
-        for name, value in state.headers(marks).items():
+def with_headers(state: State, notes: RequestNotes, found: HttpResponseBase) -> HttpResponseBase:
+    if notes.decisions:
+        for name, value in state.headers(notes).items():
             found[name] = value
     return found
 
 
 def needs_user(route: Route) -> bool:
-    return any(getattr(part.key, "needs_user", False) for part in route.parts)
+    return any(getattr(part.key, "needs_user", False) for part in route.keyed)
 
 
 def load_user(request: Any) -> None:

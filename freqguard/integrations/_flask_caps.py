@@ -1,12 +1,13 @@
-"""What ``fg.capped`` and ``fg.exempt`` mark on Flask views and blueprints, and the route
-those marks make for an endpoint.
+"""What ``fg.capped`` and ``fg.exempt`` set on Flask views and blueprints, and the route
+they make for an endpoint.
 
 A view's cap wraps the view (:class:`Capping`), so that it still holds when the view runs
 outside its own route; a blueprint's cap and an exemption are attributes of the blueprint or
 view, read when the extension builds an endpoint's route (:func:`route_of`): the default
-limits or the caps of the blueprints around it, and its view's own cap, as the parts of one
-policy. The extension (:mod:`freqguard.integrations.flask`) checks the arguments, keeps each
-app's state and decides the hits.
+limits or the caps of the blueprints around it, and its view's own cap, each a key function
+and its rules (``KeyedRules``) of one policy. The extension
+(:mod:`freqguard.integrations.flask`) checks the arguments, keeps each app's state and
+decides the hits.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from flask import Blueprint, Flask, g
 
 from freqguard.decorators.naming import implicit_name
 from freqguard.errors import ConfigError
-from freqguard.integrations._decide import Part, Route
+from freqguard.integrations._decide import KeyedRules, Route
 from freqguard.integrations._http import KeyFunc
 from freqguard.rates import Rate
 from freqguard.rules import Rule, fit_name
@@ -113,7 +114,7 @@ class Capping:
         alone_name = implicit_name(view, prefix="flask.view")
         cap = ViewCap(asked.rates, asked.key, asked.cost, self._name, alone_name)
         alone = Route(
-            cap.alone, (Part(cap.key, cap.rates),), 1 if asked.cost is None else asked.cost
+            cap.alone, (KeyedRules(cap.key, cap.rates),), 1 if asked.cost is None else asked.cost
         )
         hit = self._hit
 
@@ -164,11 +165,11 @@ def route_of(app: Flask, endpoint: str, key: KeyFunc, defaults: tuple[Rate, ...]
     cap: ViewCap | None = getattr(view, "_freqguard_cap", None)
     exempt = getattr(view, "_freqguard_exempt", False)
     around, with_defaults = ([], False) if exempt else _around(app, endpoint)
-    parts = [Part(key, defaults, "default")] if with_defaults and defaults else []
-    parts += [Part(bp.key, bp.rates, _label(name)) for name, bp in reversed(around)]
+    keyed = [KeyedRules(key, defaults, "default")] if with_defaults and defaults else []
+    keyed += [KeyedRules(bp.key, bp.rates, _label(name)) for name, bp in reversed(around)]
     if cap is not None:
-        parts.append(Part(cap.key, cap.rates))
-    if not parts:
+        keyed.append(KeyedRules(cap.key, cap.rates))
+    if not keyed:
         return None
     # one hit, one cost: the view's, else the nearest blueprint's that names one
     found = (cap, *(bp for _, bp in around))
@@ -177,7 +178,7 @@ def route_of(app: Flask, endpoint: str, key: KeyFunc, defaults: tuple[Rate, ...]
     shared = [blueprint for blueprint, bp in around if bp.shared]
     if shared:
         name = _shared_name(endpoint, shared[0], cap is not None, around[0][0])
-    return Route(name, tuple(parts), costs[0] if costs else 1)
+    return Route(name, tuple(keyed), costs[0] if costs else 1)
 
 
 def _around(app: Flask, endpoint: str) -> tuple[list[tuple[str, BlueprintCap]], bool]:

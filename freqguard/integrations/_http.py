@@ -53,7 +53,7 @@ def header(name: str, *, missing: str | KeyFunc = "deny") -> KeyFunc:
     * ``"deny"`` (the default): refused with 400, naming the header;
     * ``"share"``: keyed on ``""``: all requests without it share one budget;
     * ``"skip"``: not capped by this limit (nor given its headers);
-    * a key function (``client_ip()``): keyed on what it gives instead, marked (a NUL
+    * a key function (``client_ip()``): keyed on what it gives instead, prefixed (a NUL
       first, which no header value holds) so that it never meets a header's value.
 
     A request carrying the header on several lines raises :class:`BadRequest` (answered

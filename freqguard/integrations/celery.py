@@ -22,7 +22,7 @@ once, before the body:
   raises :class:`~freqguard.CapExceeded`.
 
 With ``acks_late`` the broker delivers a task again when its worker died mid-body; the hit
-that delivery took is tied to the task id (a one-per-task mark on the same guard, see
+that delivery took is tied to the task id (a one-per-task once-hit on the same guard, see
 docs/celery.md), so the redelivery does not take a second one.
 """
 
@@ -43,7 +43,7 @@ from freqguard.guard import Guard
 from freqguard.policy import Policy
 from freqguard.rules import Rule
 
-__all__ = ["ON_DENIED", "TASK_MARKS", "Deferred", "Dropped", "OnDenied", "capped_task"]
+__all__ = ["ON_DENIED", "TASK_ONCE", "Deferred", "Dropped", "OnDenied", "capped_task"]
 
 _log = logging.getLogger("freqguard.celery")
 
@@ -51,10 +51,10 @@ OnDenied = Literal["defer", "drop", "raise"]
 #: the allowed values of ``on_denied``
 ON_DENIED: tuple[OnDenied, ...] = ("defer", "drop", "raise")
 
-#: The policy that ties a hit to a task id for tasks with ``acks_late``: one mark per task id
+#: The policy that ties a hit to a task id for tasks with ``acks_late``: one once-hit per task id
 #: a day (a redelivery comes within the broker's visibility or consumer timeout, an hour or
 #: less by default). capped_task registers it on its guard.
-TASK_MARKS = Policy("freqguard-celery-task", Rule("1/day", by="task_id", name="taken"))
+TASK_ONCE = Policy("freqguard-celery-task", Rule("1/day", by="task_id", name="taken"))
 
 
 class Dropped(TypedDict):
@@ -109,7 +109,7 @@ def capped_task(
             f"guard must be a freqguard Guard (Celery runs tasks sync), got {guard!r}"
         )
     resolved = _policy(guard, policy)
-    guard.add_policy(TASK_MARKS)  # for acks_late, known only when the task runs
+    guard.add_policy(TASK_ONCE)  # for acks_late, known only when the task runs
     bind = bool(task_options.pop("bind", False))
 
     def decorate(fn: Callable[..., Any]) -> Task:
@@ -202,9 +202,9 @@ class _Cap:
         taken = [decision]
         try:
             if _tied(task):
-                mark = self.guard.hit(TASK_MARKS.name, task_id=str(task.request.id))
-                if mark.allowed:
-                    taken.append(mark)
+                once = self.guard.hit(TASK_ONCE.name, task_id=str(task.request.id))
+                if once.allowed:
+                    taken.append(once)
                 else:  # a redelivery: an earlier delivery holds this task's hit
                     taken = []
                     self.guard.refund(decision)

@@ -42,7 +42,7 @@ from freqguard.integrations._decide import Route
 from freqguard.integrations._django_caps import capped, exempt
 from freqguard.integrations._django_settings import check_settings
 from freqguard.integrations._django_state import (
-    Marks,
+    RequestNotes,
     State,
     ViewCap,
     current,
@@ -109,31 +109,31 @@ class FreqGuardMiddleware:
             return self._acall(request)
         state = current()
         found = _route_of(state, request)
-        marks = request.freqguard = Marks(middleware=True)  # type: ignore[attr-defined]
+        notes = request.freqguard = RequestNotes(middleware=True)  # type: ignore[attr-defined]
         if found is None:  # a DRF throttle or a method's cap may still decide
-            return with_headers(state, marks, self.get_response(request))
+            return with_headers(state, notes, self.get_response(request))
         route, cap = found
         answer = state.decider().decide(state.guard().hit, route, request_info(request))
-        denied = noted(marks, cap, answer)
+        denied = noted(notes, cap, answer)
         if denied is not None:
             return denied
-        return with_headers(state, marks, self.get_response(request))
+        return with_headers(state, notes, self.get_response(request))
 
     async def _acall(self, request: HttpRequest) -> Response:
         state = current()
         found = _route_of(state, request)
-        marks = request.freqguard = Marks(middleware=True)  # type: ignore[attr-defined]
+        notes = request.freqguard = RequestNotes(middleware=True)  # type: ignore[attr-defined]
         if found is None:  # a DRF throttle or a method's cap may still decide
-            return with_headers(state, marks, await self.get_response(request))
+            return with_headers(state, notes, await self.get_response(request))
         route, cap = found
         if needs_user(route):
             await sync_to_async(load_user)(request)
         guard = state.aguard()
         answer = await state.adecider().adecide(guard.hit, route, request_info(request))
-        denied = noted(marks, cap, answer)
+        denied = noted(notes, cap, answer)
         if denied is not None:
             return denied
-        return with_headers(state, marks, await self.get_response(request))
+        return with_headers(state, notes, await self.get_response(request))
 
 
 def _route_of(state: State, request: HttpRequest) -> tuple[Route, ViewCap | None] | None:

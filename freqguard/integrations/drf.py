@@ -31,8 +31,8 @@ from rest_framework.throttling import BaseThrottle
 
 from freqguard.decision import Decision
 from freqguard.errors import ConfigError
-from freqguard.integrations._decide import Part, Route
-from freqguard.integrations._django_state import State, current, marks_of, request_info
+from freqguard.integrations._decide import KeyedRules, Route
+from freqguard.integrations._django_state import State, current, notes_of, request_info
 from freqguard.integrations._request import KeyFunc
 from freqguard.integrations.django import user_or_ip
 from freqguard.rates import Rate, parse_rates
@@ -116,7 +116,7 @@ class FreqGuardThrottle(BaseThrottle):
             else:
                 owner = type(view)
                 name = fit_name(f"drf.{type(self).__name__}.{owner.__module__}.{owner.__name__}")
-            parts = (Part(self.key(), self.rates()),)
+            parts = (KeyedRules(self.key(), self.rates()),)
             found = state.throttles[type(self), type(view)] = Route(name, parts, self.cost)
         return found
 
@@ -139,7 +139,7 @@ class FreqGuardThrottle(BaseThrottle):
         self.decision = answer.decision
         if self.decision is None:  # a key function skipped the request
             return True
-        marks_of(request).note(answer)
+        notes_of(request).note(answer)
         return self.decision.allowed
 
     def wait(self) -> float | None:

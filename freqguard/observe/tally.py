@@ -71,7 +71,7 @@ class Tally:
     def decided(self, decision: Decision, context: Mapping[str, str], seconds: float) -> None:
         """Count one decision (and, when denied, each rule that said no)."""
         policy, allowed = decision.policy, decision.allowed
-        # The source slot is left unset on a store's decision (the common case), and the
+        # The source attribute is left unset on a store's decision (the common case), and the
         # ``source`` property pays for an AttributeError then: getattr's default is cheaper.
         source = getattr(decision, "_source", "backend")
         key = (policy, allowed, source)

@@ -1,4 +1,4 @@
-"""The script: one call decides every rule of a policy's slot, in Redis (the Lua twin) or
+"""The script: one call decides every rule of a policy's part, in Redis (the Lua twin) or
 in process (:mod:`~freqguard.script.twin`), and both twins make the same decisions.
 
 - :mod:`~freqguard.script.contract`: what both twins agree on (codes, formats, the call's

@@ -23,7 +23,7 @@ from freqguard.script.contract import (
     struct_codes,
 )
 from freqguard.script.keys import KeyLayout
-from freqguard.script.limits import Limit, apply, unpack_limits
+from freqguard.script.limits import KeyLimit, apply, unpack_limits
 from freqguard.script.strategies import StateSpec
 from freqguard.script.strategies.base import Mark
 
@@ -42,7 +42,7 @@ class Part(NamedTuple):
     rule_index: tuple[int, ...]  # the policy's index of each rule, in reply order
     # per rule, in reply order, the per-key limit a call applied (None: the rule's own);
     # empty for a part as compiled (see script.limits.apply)
-    limits: tuple[Limit | None, ...] = ()
+    limits: tuple[KeyLimit | None, ...] = ()
     # per rule, in reply order, how a log line names it ("rule 'r' of policy 'p'")
     labels: tuple[str, ...] = ()
 
@@ -96,7 +96,7 @@ class Reply:
         limits: the record's per-key limits as stored after the call (live or not).
     """
 
-    __slots__ = ("_data", "_report", "_slot", "_views", "allowed", "limits", "now", "waits")
+    __slots__ = ("_data", "_part", "_report", "_views", "allowed", "limits", "now", "waits")
 
     def __init__(
         self,
@@ -107,9 +107,9 @@ class Reply:
         views: list[Any] | None = None,
         data: bytes = b"",
         report: Report | None = None,
-        limits: tuple[Limit, ...] = (),
+        limits: tuple[KeyLimit, ...] = (),
     ) -> None:
-        self._slot = part
+        self._part = part
         self._report = report
         self.allowed = allowed
         self.waits = waits
@@ -120,27 +120,27 @@ class Reply:
 
     @property
     def part(self) -> Part:
-        return self._slot
+        return self._part
 
     def views(self) -> list[Any]:
         """Each state as the call left it, loaded at :attr:`now`, in the part's order (a memory
         log may have grown since: only its marks, which do not read it, use it then)."""
         views = self._views
         if views is None:
-            views = self._views = _views(self._slot, self._data, self.now)
+            views = self._views = _views(self._part, self._data, self.now)
         return views
 
     def report(self) -> Report:
         """``(remaining, reset_after µs)`` per rule, in the part's rule order."""
         report = self._report
         if report is None:
-            report = self._report = report_of(self._slot, self.views(), self.now)
+            report = self._report = report_of(self._part, self.views(), self.now)
         return report
 
     def marks(self, cost: int, mode: int) -> tuple[Mark | None, ...]:
         """Per state, what a refund needs to take back exactly what this call consumed
         (``None``: it consumed nothing there); see ``Twin.mark``."""
-        specs = self._slot.specs
+        specs = self._part.specs
         if mode != HIT or cost == 0 or not self.allowed:
             return (None,) * len(specs)
         marks: list[Mark | None] = []
@@ -208,18 +208,18 @@ def unpack(part: Part, data: bytes) -> Reply:
 
 
 _log = logging.getLogger("freqguard")
-#: how many records without a layout mark this process's calls dropped (see note_dropped)
+#: how many records without a layout stamp this process's calls dropped (see note_dropped)
 dropped_records = [0]
 
 
 def note_dropped() -> None:
-    """Log that a call dropped a record without a layout mark (``contract.RECORD_LAYOUT``):
+    """Log that a call dropped a record without a layout stamp (``contract.RECORD_LAYOUT``):
     the first, then the 10th, 100th, 1000th..., so an upgrade over millions of records says
     so in a few lines."""
     dropped_records[0] = count = dropped_records[0] + 1
     if count == 10 ** (len(str(count)) - 1):  # 1, 10, 100, ...
         _log.warning(
-            "freqguard: dropped a Redis record without a layout mark (written by freqguard "
+            "freqguard: dropped a Redis record without a layout stamp (written by freqguard "
             "0.1, or by something else) and decided its call as if it were absent; %d so far "
             "in this process (logged at 1, 10, 100, ...). See the upgrade notes: "
             "docs/upgrading.md",

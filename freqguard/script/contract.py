@@ -26,17 +26,17 @@ from freqguard.bounds import MAX_LOG_LIMIT, MAX_SPAN_US
 
 __all__ = [
     "ARGV",
-    "ARGV_BUCKETED",
+    "ARGV_BINNED",
     "ARGV_STATES",
     "BACK_LIMIT",
+    "BIN_ENTRY_HEADS",
+    "BIN_LAYOUT",
+    "BIN_META",
     "BLOB_HEAD",
-    "BUCKET_ENTRY_HEADS",
-    "BUCKET_LAYOUT",
-    "BUCKET_META",
     "CHECK",
     "FIELD_HEAD",
     "HIT",
-    "LAYOUT_MARKS",
+    "LAYOUT_STAMPS",
     "LIMIT",
     "LIMIT_CHANGE",
     "LIMIT_ENTRY",
@@ -77,9 +77,9 @@ ARGV = ("now", "cost", "mode", "specs")
 #: LIMIT call only, one change of the record's per-key limits (see :data:`LIMIT`).
 ARGV_STATES = ("fields", "marks")
 
-#: The ARGV of a call to the bucketed functions (``RedisBackend(buckets=N)``): the record's
-#: id in its bucket (KEYS[1]), then :data:`ARGV` and :data:`ARGV_STATES` as above.
-ARGV_BUCKETED = ("record", *ARGV)
+#: The ARGV of a call to the binned functions (``RedisBackend(bins=N)``): the record's
+#: id in its bin (KEYS[1]), then :data:`ARGV` and :data:`ARGV_STATES` as above.
+ARGV_BINNED = ("record", *ARGV)
 
 #: A bucket's refund mark is its numbers joined by this (``tat:back:born:interval``, the
 #: interval the hit was charged at; receipts made before per-key limits have no interval);
@@ -100,7 +100,7 @@ LIMIT_CHANGE = ("tag", "ttl", "exempt", "limit", "window", "capacity", "interval
 
 def grows(mode: int, cost: int) -> bool:
     """Whether a call may grow what is stored: a hit that consumes, or a LIMIT call that
-    sets. Every other call goes to the policy function's twin that Redis runs even when out
+    sets. Every other call goes to the policy function's variant that Redis runs even when out
     of memory (the Lua's ``_nogrow`` name), which refuses a call that grows."""
     return cost > 0 and mode in (HIT, LIMIT)
 
@@ -121,7 +121,7 @@ REPLY_HEAD = ">BI8"
 REPLY_WAIT = "I8"
 REPLY_STATE_LENGTH = ">I4"
 REPLY_LIMITS = 2
-#: The flag that says the call found a record without a layout mark (see
+#: The flag that says the call found a record without a layout stamp (see
 #: :data:`RECORD_LAYOUT`), dropped it and decided as if it were absent; the client logs it.
 REPLY_DROPPED = 4
 
@@ -135,38 +135,38 @@ LIMIT_ENTRY = ">I4I7BI4I7I4I7"
 
 #: Lua only, stated here so that every format is read in one place: a state's field in its
 #: Redis record starts with its expiry and the latest time it was written at (µs); the
-#: record's meta field ("") holds its layout's mark (:data:`LAYOUT_MARKS` + the layout), its
+#: record's meta field ("") holds its layout's stamp (:data:`LAYOUT_STAMPS` + the layout), its
 #: expiry, its number of state fields and the count at which stale fields are next pruned,
 #: then the record's per-key limits (:data:`LIMIT_ENTRY`).
 FIELD_HEAD = ">I7I7"
 RECORD_META = ">BI7I4I4"
 
 #: The layout of the records this release writes in Redis, stated in each record: its meta
-#: field starts with ``LAYOUT_MARKS + RECORD_LAYOUT``. freqguard 0.1 wrote no mark (its
-#: meta field began with an expiry in µs, whose first byte stays below ``LAYOUT_MARKS``
+#: field starts with ``LAYOUT_STAMPS + RECORD_LAYOUT``. freqguard 0.1 wrote no stamp (its
+#: meta field began with an expiry in µs, whose first byte stays below ``LAYOUT_STAMPS``
 #: for every number the Lua stores, all below 2^53), and its layout changed twice without
-#: one, so its records cannot be told apart: a call that finds a record without a mark (or
+#: one, so its records cannot be told apart: a call that finds a record without a stamp (or
 #: with an unreadable meta field) drops it, decides as if it were absent and says so
-#: (:data:`REPLY_DROPPED`). A record with a mark above this release's layout is a newer
+#: (:data:`REPLY_DROPPED`). A record with a stamp above this release's layout is a newer
 #: release's: the call fails naming both layouts and changes nothing, so an older client
 #: never misreads it. See docs/upgrading.md.
 RECORD_LAYOUT = 3
-LAYOUT_MARKS = 0xF0
-#: The oldest marked layout this release reads: 2 stored every state in full (freqguard
-#: 0.2 development builds), which 3 reads as it is, marking the record 3 when it writes it.
+LAYOUT_STAMPS = 0xF0
+#: The oldest stamped layout this release reads: 2 stored every state in full (freqguard
+#: 0.2 development builds), which 3 reads as it is, stamping the record 3 when it writes it.
 OLDEST_LAYOUT = 2
 
-#: Lua only, as :data:`FIELD_HEAD`: with buckets (``RedisBackend(buckets=N)``), records of
-#: many partition values share one hash (a *bucket*), each a string in its field, marked
-#: ``LAYOUT_MARKS + BUCKET_LAYOUT``; it starts with ``BLOB_HEAD`` (the mark, the record's
+#: Lua only, as :data:`FIELD_HEAD`: with bins (``RedisBackend(bins=N)``), records of
+#: many partition values share one hash (a *bin*), each a string in its field, stamped
+#: ``LAYOUT_STAMPS + BIN_LAYOUT``; it starts with ``BLOB_HEAD`` (the stamp, the record's
 #: expiry), then the meta field's numbers as varints and its limits, then each state field
-#: behind one of ``BUCKET_ENTRY_HEADS``: its expiry and latest in full, or its expiry and
-#: its span (expiry - latest) in 4 or 5 bytes. The bucket's own field "" holds
-#: ``BUCKET_META``: its expiry and how many records it holds before stale ones are swept.
-BUCKET_LAYOUT = 4
+#: behind one of ``BIN_ENTRY_HEADS``: its expiry and latest in full, or its expiry and
+#: its span (expiry - latest) in 4 or 5 bytes. The bin's own field "" holds
+#: ``BIN_META``: its expiry and how many records it holds before stale ones are swept.
+BIN_LAYOUT = 4
 BLOB_HEAD = ">BI7"
-BUCKET_META = ">I8I4"
-BUCKET_ENTRY_HEADS = ("I7I7", "I7I4", "I7I5")
+BIN_META = ">I8I4"
+BIN_ENTRY_HEADS = ("I7I7", "I7I4", "I7I5")
 
 #: The functions both twins of a strategy define, under these names and in this order. The
 #: Python twin has more that run on the client only (``decode``, ``mark``, ``report``,

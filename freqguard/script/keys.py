@@ -23,8 +23,8 @@ Layout::
 
 In Redis, every key of one partition value and policy is a field of one record (the key up
 to its policy, :meth:`KeyLayout.record`), named by a 2-byte *field tag* of its key id plus
-the digest (:meth:`KeyLayout.field`). With buckets (``RedisBackend(buckets=N)``), records
-of many partition values share one hash, ``<prefix>:{#<n>}:<policy>`` (:meth:`KeyLayout.bucket`),
+the digest (:meth:`KeyLayout.field`). With bins (``RedisBackend(bins=N)``), records
+of many partition values share one hash, ``<prefix>:{#<n>}:<policy>`` (:meth:`KeyLayout.bin`),
 ``n`` taken from the partition value's 8-byte digest, which names its record there.
 """
 
@@ -111,12 +111,12 @@ class KeyLayout:
         key_id: what the state is (a rule id, or ``log`` for a shared sliding log).
         partition: the hash-tag dimension, or ``None`` for a global key.
         dimensions: every dimension the key is keyed by, partition included, in rule order.
-        buckets: how many buckets the records of a partitioned key share in Redis (0: none,
+        bins: how many bins the records of a partitioned key share in Redis (0: none,
             a record is a hash of its own).
     """
 
     __slots__ = (
-        "_bucket_head",
+        "_bin_head",
         "_extra",
         "_global_head",
         "_global_record",
@@ -124,7 +124,7 @@ class KeyLayout:
         "_mid",
         "_partition",
         "_policy_tail",
-        "buckets",
+        "bins",
         "field_tag",
         "key_id",
         "layout_key",
@@ -137,7 +137,7 @@ class KeyLayout:
         key_id: str,
         partition: str | None,
         dimensions: tuple[str, ...],
-        buckets: int = 0,
+        bins: int = 0,
     ) -> None:
         check_name("key prefix", prefix)
         self.key_id = f"{key_id}@{','.join(dimensions)}"
@@ -148,12 +148,12 @@ class KeyLayout:
         self._mid = f"{self._policy_tail}:{self.key_id}"
         self._global_record = f"{prefix}:{{*{policy}}}:{policy}"
         self._global_head = f"{self._global_record}:{self.key_id}"
-        # where the store records how its clients keep this policy's records (buckets or
+        # where the store records how its clients keep this policy's records (bins or
         # not, how many): a key no state's can be (no '@')
-        self.layout_key = f"{self._global_record}:buckets"
-        # a global key's record is one: never in a bucket
-        self.buckets = buckets if partition is not None else 0
-        self._bucket_head = (f"{prefix}:{{#", f"}}:{policy}")
+        self.layout_key = f"{self._global_record}:bins"
+        # a global key's record is one: never in a bin
+        self.bins = bins if partition is not None else 0
+        self._bin_head = (f"{prefix}:{{#", f"}}:{policy}")
         # In Redis, every state of one partition and policy is a field of one record key
         # (see freqguard/script/lua/records.lua); a field is this 2-byte field tag plus the raw
         # digest. Not the cluster hash tag: that is the {partition} of the key.
@@ -188,14 +188,14 @@ class KeyLayout:
             return self._global_record
         return self._head + partition_token(texts[self._partition]) + self._policy_tail
 
-    def bucket(self, texts: Mapping[str, str]) -> tuple[bytes, bytes]:
-        """The bucket the key's record lives in (``buckets`` > 0), and the record's 8-byte id
+    def bin(self, texts: Mapping[str, str]) -> tuple[bytes, bytes]:
+        """The bin the key's record lives in (``bins`` > 0), and the record's 8-byte id
         there (the field it is): ``fg:{#4711}:sms`` and the partition value's digest."""
         assert self._partition is not None
-        assert self.buckets > 0
+        assert self.bins > 0
         rid = raw_digest(texts[self._partition])
-        head, tail = self._bucket_head
-        key = f"{head}{int.from_bytes(rid, 'big') % self.buckets}{tail}".encode()
+        head, tail = self._bin_head
+        key = f"{head}{int.from_bytes(rid, 'big') % self.bins}{tail}".encode()
         return key, rid
 
     def field(self, texts: Mapping[str, str]) -> bytes:
@@ -213,10 +213,10 @@ class StateLayout(NamedTuple):
 
 
 def policy_layout(
-    policy: Policy, prefix: str, buckets: int = 0
+    policy: Policy, prefix: str, bins: int = 0
 ) -> tuple[tuple[StateLayout, ...], ...]:
     """Every piece of state a policy keeps, one tuple per part, each in rule order
-    (``buckets``: see :class:`KeyLayout`).
+    (``bins``: see :class:`KeyLayout`).
 
     * The partition (the hash tag, so the part) of a rule is a dimension every rule of the
       policy shares, else the rule's first dimension in policy order (not in its own ``by``
@@ -237,15 +237,15 @@ def policy_layout(
         partition = shared[0] if shared else (own[0] if own else None)
         parts.setdefault(partition, []).append(index)
     layout = tuple(
-        _slot_layout(policy, prefix, partition, indices, buckets)
+        _part_layout(policy, prefix, partition, indices, bins)
         for partition, indices in parts.items()
     )
     _check_field_tags(policy.name, layout)
     return layout
 
 
-def _slot_layout(
-    policy: Policy, prefix: str, partition: str | None, indices: list[int], buckets: int
+def _part_layout(
+    policy: Policy, prefix: str, partition: str | None, indices: list[int], bins: int
 ) -> tuple[StateLayout, ...]:
     order = {d: i for i, d in enumerate(policy.dimensions)}
     states: dict[tuple[str, tuple[str, ...]], list[int]] = {}
@@ -254,9 +254,7 @@ def _slot_layout(
         dims = tuple(sorted(rule.by, key=order.__getitem__))
         states.setdefault((_key_id(rule), dims), []).append(index)
     return tuple(
-        StateLayout(
-            KeyLayout(prefix, policy.name, key_id, partition, dims, buckets), tuple(members)
-        )
+        StateLayout(KeyLayout(prefix, policy.name, key_id, partition, dims, bins), tuple(members))
         for (key_id, dims), members in states.items()
     )
 

@@ -45,10 +45,10 @@ MANIFEST: tuple[str, ...] = (
     *[f"strategies/{name}.lua" for name in MODULE_NAMES.values()],
     "lua/specs.lua",  # the specs parsed
     "lua/limits.lua",  # per-key limits
-    "lua/buckets.lua",  # a bucketed record's codec, and the bucket's TTL
+    "lua/bins.lua",  # a binned record's codec, and the bin's TTL
     "lua/records.lua",  # the record read and written
     "lua/twin.lua",  # the steps, and run
-    "lua/entries.lua",  # the entry points: policy, nogrow, bucketed
+    "lua/entries.lua",  # the entry points: policy, nogrow, binned
 )
 
 #: The first line of a Redis Functions library: its engine and name.
@@ -77,8 +77,8 @@ def body() -> str:
 
 #: The policy function's four entry points (the body defines them), in the order the
 #: backends name them: for hits that grow what is stored, for the calls that never do (run
-#: by Redis when out of memory: ``_nogrow``), and each for a record in a bucket.
-ENTRIES = ("policy", "nogrow", "bucketed(policy)", "bucketed(nogrow)")
+#: by Redis when out of memory: ``_nogrow``), and each for a record in a bin.
+ENTRIES = ("policy", "nogrow", "binned(policy)", "binned(nogrow)")
 
 
 def scripts() -> tuple[str, ...]:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from freqguard.script.calls import Part
 
 __all__ = [
-    "Limit",
+    "KeyLimit",
     "apply",
     "change_text",
     "limited",
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 
-class Limit(NamedTuple):
+class KeyLimit(NamedTuple):
     """One per-key limit as stored (``contract.LIMIT_ENTRY``)."""
 
     tag: int
@@ -58,20 +58,20 @@ _WIDTHS = widths(LIMIT_ENTRY)
 ENTRY_BYTES = sum(_WIDTHS)
 
 
-def unpack_limits(raw: bytes) -> tuple[Limit, ...]:
+def unpack_limits(raw: bytes) -> tuple[KeyLimit, ...]:
     """A record's limits as the Lua packs them (``contract.LIMIT_ENTRY`` each)."""
-    out: list[Limit] = []
+    out: list[KeyLimit] = []
     for at in range(0, len(raw) - ENTRY_BYTES + 1, ENTRY_BYTES):
         values: list[int] = []
         for width in _WIDTHS:
             values.append(int.from_bytes(raw[at : at + width], "big"))
             at += width
         tag, expiry, exempt, limit, window, capacity, interval = values
-        out.append(Limit(tag, expiry, exempt == 1, limit, window, capacity, interval))
+        out.append(KeyLimit(tag, expiry, exempt == 1, limit, window, capacity, interval))
     return tuple(out)
 
 
-def pack_limits(limits: Iterable[Limit]) -> bytes:
+def pack_limits(limits: Iterable[KeyLimit]) -> bytes:
     """The inverse of :func:`unpack_limits`."""
     return b"".join(
         b"".join(int(v).to_bytes(w, "big") for v, w in zip(limit, _WIDTHS, strict=True))
@@ -79,7 +79,7 @@ def pack_limits(limits: Iterable[Limit]) -> bytes:
     )
 
 
-def change_text(limit: Limit | None, tag: int, ttl: int = 0, keep: Sequence[int] = ()) -> str:
+def change_text(limit: KeyLimit | None, tag: int, ttl: int = 0, keep: Sequence[int] = ()) -> str:
     """A LIMIT call's change (``contract.LIMIT_CHANGE``): the tags whose limits it keeps
     (``keep``: every rule of the policy, whatever part, since equal values of two parts'
     partitions share a record), then: set ``limit`` for ``ttl`` µs (0: for ever), or with
@@ -98,7 +98,7 @@ def parse_change(change: str) -> tuple[frozenset[int], list[int]]:
     return frozenset(words[1 : 1 + count]), words[1 + count :]
 
 
-def live(limits: Sequence[Limit], now: int) -> tuple[Limit, ...]:
+def live(limits: Sequence[KeyLimit], now: int) -> tuple[KeyLimit, ...]:
     """The limits still in force at ``now``."""
     return tuple([limit for limit in limits if limit.lives(now)])
 
@@ -129,14 +129,14 @@ def _long_tag(rule_id: str) -> int:
 
 
 # Effective parts by (base part, the limits applied): made once per distinct set of limits.
-_MADE: dict[tuple[int, tuple[Limit | None, ...]], tuple[Part, Part]] = {}
+_MADE: dict[tuple[int, tuple[KeyLimit | None, ...]], tuple[Part, Part]] = {}
 _MADE_MAX = 4096
 # (rule, limit) pairs already logged as not applying (see _refused)
-_REFUSED: set[tuple[str, Limit]] = set()
+_REFUSED: set[tuple[str, KeyLimit]] = set()
 _log = logging.getLogger("freqguard")
 
 
-def limited(twin: Twin, rule: RuleParams, limit: Limit) -> RuleParams | None:
+def limited(twin: Twin, rule: RuleParams, limit: KeyLimit) -> RuleParams | None:
     """The rule as ``limit`` makes it decide: at the rate stored with it (as written), read
     as the rule's strategy reads rates (``Twin.limited``); exempt, as a shadow rule at its
     own numbers. None where the rule's strategy cannot read that rate (it changed since the
@@ -147,7 +147,7 @@ def limited(twin: Twin, rule: RuleParams, limit: Limit) -> RuleParams | None:
     return rule._replace(shadow=True)
 
 
-def apply(part: Part, limits: Sequence[Limit], now: int) -> Part:
+def apply(part: Part, limits: Sequence[KeyLimit], now: int) -> Part:
     """``part`` with the rules that a limit living at ``now`` names decided at its rate (see
     :func:`limited`); ``part`` itself when none does. The states keep their horizon (the
     memory backend files them by it, whatever limit applies)."""
@@ -155,7 +155,7 @@ def apply(part: Part, limits: Sequence[Limit], now: int) -> Part:
     by_tag = {limit.tag: limit._replace(expiry=0) for limit in limits if limit.lives(now)}
     if not by_tag:
         return part
-    found: list[Limit | None] = []
+    found: list[KeyLimit | None] = []
     made: list[RuleParams | None] = []
     for spec in part.specs:
         for rule in spec.rules:
@@ -186,7 +186,7 @@ def apply(part: Part, limits: Sequence[Limit], now: int) -> Part:
     return effective
 
 
-def _refused(part: Part, index: int, limit: Limit) -> None:
+def _refused(part: Part, index: int, limit: KeyLimit) -> None:
     """Log, once per rule and limit, a stored limit its rule's strategy cannot read."""
     label = part.labels[index] if part.labels else f"the rule tagged {limit.tag}"
     if (label, limit) in _REFUSED:

@@ -26,7 +26,7 @@ from freqguard.script.contract import (
     REFUND,
     RESET,
 )
-from freqguard.script.limits import Limit, apply, limited, parse_change
+from freqguard.script.limits import KeyLimit, apply, limited, parse_change
 from freqguard.script.strategies import StateSpec
 from freqguard.script.strategies.base import Mark
 
@@ -61,8 +61,8 @@ def judged_at(found: Sequence[Entry | None], now: int) -> int:
 
 
 def change_limits(
-    limits: Sequence[Limit], change: str | None, mode: int, now: int, pinned: bool, part: Part
-) -> tuple[Limit, ...]:
+    limits: Sequence[KeyLimit], change: str | None, mode: int, now: int, pinned: bool, part: Part
+) -> tuple[KeyLimit, ...]:
     """The record's per-key limits after the call: as stored, but for a LIMIT call with a
     change (:func:`~freqguard.script.limits.parse_change`), which sets one rule's limit
     (``contract.LIMIT_CHANGE``, its expiry ``ttl`` after ``now``) or clears it (its tag
@@ -84,7 +84,7 @@ def change_limits(
     ]
     if len(words) > 1:
         tag, ttl, exempt, *numbers = words  # contract.LIMIT_CHANGE
-        kept.append(Limit(tag, now + ttl if ttl else 0, exempt == 1, *numbers))
+        kept.append(KeyLimit(tag, now + ttl if ttl else 0, exempt == 1, *numbers))
     return tuple(kept)
 
 
@@ -93,7 +93,7 @@ def reset_states(
 ) -> int:
     """RESET: every stored state is deleted. On a pinned time, where the next call may come
     at the very microsecond of a hit before the reset, the reset ends its microsecond: in
-    place of each state an expired marker of no state, written 1 µs after the latest time of
+    place of each state an expired tombstone (no state), written 1 µs after the latest time of
     the call (kept for the stale grace, as any expired state), so that what comes after is
     judged at least that late and no receipt from before the reset can match it. Returns
     the time the call is judged at."""
@@ -109,7 +109,7 @@ def reset_states(
     return at
 
 
-def apply_limits(part: Part, limits: Sequence[Limit], now: int) -> Part:
+def apply_limits(part: Part, limits: Sequence[KeyLimit], now: int) -> Part:
     """The part as decided: each rule a limit living at ``now`` names, at its numbers."""
     return apply(part, limits, now)
 
@@ -195,7 +195,7 @@ def run(
     mode: int,
     marks: Sequence[Mark | None] | None = None,
     pinned: bool = False,
-    limits: tuple[Limit, ...] = (),
+    limits: tuple[KeyLimit, ...] = (),
     change: str | None = None,
 ) -> Reply:
     """Execute the policy script against ``store``; see the module docstring. ``limits``

@@ -530,7 +530,7 @@ def test_a_batch_across_a_hung_node_is_answered_by_the_store_where_it_can(
         assert client.guard.peek("p", r=r).remaining in (CAP - 1, CAP - 2)  # never twice
 
 
-TWO_SLOTS = Policy(
+TWO_PARTS = Policy(
     "two",
     Rule(f"{CAP}/day", by="r", name="per-r"),
     Rule(f"{CAP}/day", by="c", name="per-c"),
@@ -538,21 +538,21 @@ TWO_SLOTS = Policy(
 
 
 @pytest.mark.parametrize("nodes", ["cluster"], indirect=True)
-def test_a_multi_slot_batch_across_a_hung_node_decides_the_hits_that_avoid_it(
+def test_a_multi_part_batch_across_a_hung_node_decides_the_hits_that_avoid_it(
     nodes: list[RedisServer], connect: Connect
 ) -> None:
-    """A policy on two slots decides hit by hit: a hit with a slot on the hung node fails
+    """A policy on two parts decides hit by hit: a hit with a part on the hung node fails
     (failing closed: denied) and gives back what it took on the others; the rest are the
     store's."""
-    client = connect("deny", (TWO_SLOTS,))
+    client = connect("deny", (TWO_PARTS,))
     victim = owner(nodes, P, r="a")
     keep = next(
         c
         for c in (f"c{n}" for n in range(1000))
-        if victim not in owners_of(nodes, TWO_SLOTS, r="a", c=c)[1:]
+        if victim not in owners_of(nodes, TWO_PARTS, r="a", c=c)[1:]
     )  # the per-c record of c=keep is elsewhere: the hits differ by their per-r record
     names = [f"r{n}" for n in range(12)]
-    touches = {r for r in names if victim in owners_of(nodes, TWO_SLOTS, r=r, c=keep)}
+    touches = {r for r in names if victim in owners_of(nodes, TWO_PARTS, r=r, c=keep)}
     assert 0 < len(touches) < len(names)
     with stopped(victim):
         got = client.guard.hit_many("two", [{"r": r, "c": keep} for r in names])

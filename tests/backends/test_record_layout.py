@@ -1,14 +1,14 @@
 """Upgrading over records an older release wrote: a new release never misreads one.
 
 Each record states its layout in its meta field (``contract.RECORD_LAYOUT``). freqguard 0.1
-wrote none, and changed its layout twice without one, so a record without a mark is
+wrote none, and changed its layout twice without one, so a record without a stamp is
 dropped: its call decides as if it were absent, and the client logs it. Two fixtures are
 0.1's policy functions, loaded on a real server to write real 0.1 records:
 
 * ``policy-0.1.0.lua``: the 0.1.0 release (tag ``v0.1.0``), whose plan had no rule tags and
   whose fields had no latest-write time; driven here by hand, on the record and fields this
   release reads.
-* ``policy-0.1-main.lua``: the last layout without a mark (commit f203286, still versioned
+* ``policy-0.1-main.lua``: the last layout without a stamp (commit f203286, still versioned
   0.1.0): the tests load it under this release's function name and drive it with a
   ``Guard`` whose calls are encoded as that release's client encoded them (``_OldCalls``),
   then swap in this release's function as a deploy does.
@@ -47,7 +47,7 @@ from freqguard.backends._library import FUNCTION, LIBRARY
 from freqguard.backends.redis import RedisBackend
 from freqguard.script import calls
 from freqguard.script.calls import Part, Reply, ScriptCall
-from freqguard.script.contract import LAYOUT_MARKS, OLDEST_LAYOUT, RECORD_LAYOUT, SPEC_RULE
+from freqguard.script.contract import LAYOUT_STAMPS, OLDEST_LAYOUT, RECORD_LAYOUT, SPEC_RULE
 from freqguard.script.limits import parse_change
 from tests.conformance.test_differential import _replay, _unique, ctx, op, rule
 from tests.conftest import SMS, START, examples, flush
@@ -58,7 +58,7 @@ RELEASE_0_1_0 = (FIXTURES / "policy-0.1.0.lua").read_text(encoding="utf-8")
 MAIN_0_1 = (FIXTURES / "policy-0.1-main.lua").read_text(encoding="utf-8")
 FULL_0_2 = (FIXTURES / "policy-0.2-full.lua").read_text(encoding="utf-8")
 RECORD = "fg:{a}:sms"
-MARK = bytes([LAYOUT_MARKS + RECORD_LAYOUT])
+MARK = bytes([LAYOUT_STAMPS + RECORD_LAYOUT])
 
 
 def _deploy(client: Redis, code: str) -> None:
@@ -134,9 +134,9 @@ def _upgrades(test: Any) -> Any:
 def test_the_fixtures_are_0_1_functions() -> None:
     """Neither marks its records, and this release's does: they really differ."""
     for old in (RELEASE_0_1_0, MAIN_0_1):
-        assert "LAYOUT_MARKS" not in old
+        assert "LAYOUT_STAMPS" not in old
         assert "'>I7I4I4'" in old
-    assert "LAYOUT_MARKS" in LIBRARY
+    assert "LAYOUT_STAMPS" in LIBRARY
     assert "'>BI7I4I4'" in LIBRARY
 
 
@@ -261,7 +261,7 @@ def test_records_of_the_0_1_0_release_are_dropped_and_said(
         assert _hit_0_1_0(client, guard, clock.now_us(), "m15")[0] == 0
         old = _meta(client)
         assert len(old) == 15
-        assert old[0] < LAYOUT_MARKS
+        assert old[0] < LAYOUT_STAMPS
         _deploy(client, LIBRARY)
         with caplog.at_level(logging.WARNING, logger="freqguard"):
             peeked = guard.peek("sms", recipient="a", content="m15")
@@ -272,7 +272,7 @@ def test_records_of_the_0_1_0_release_are_dropped_and_said(
         assert decision.rules[0].remaining == 14
         assert _meta(client)[:1] == MARK
         assert dropped == [1]  # the peek dropped it; the hit found an empty record
-        assert "without a layout mark" in caplog.text
+        assert "without a layout stamp" in caplog.text
         assert "docs/upgrading.md" in caplog.text
         for i in range(14):
             guard.hit("sms", recipient="a", content=f"n{i}")
@@ -335,13 +335,13 @@ def test_a_layout_2_record_is_marked_3_when_written_and_refused_by_layout_2_afte
     _deploy(client, FULL_0_2)
     try:
         guard.hit("sms", recipient="a")
-        assert _meta(client)[0] == LAYOUT_MARKS + OLDEST_LAYOUT
+        assert _meta(client)[0] == LAYOUT_STAMPS + OLDEST_LAYOUT
         _deploy(client, LIBRARY)
         backend.old = False
         assert guard.peek("sms", recipient="a").remaining == 14
-        assert _meta(client)[0] == LAYOUT_MARKS + OLDEST_LAYOUT
+        assert _meta(client)[0] == LAYOUT_STAMPS + OLDEST_LAYOUT
         assert guard.hit("sms", recipient="a").remaining == 13
-        assert _meta(client)[0] == LAYOUT_MARKS + RECORD_LAYOUT
+        assert _meta(client)[0] == LAYOUT_STAMPS + RECORD_LAYOUT
         dump = client.dump(RECORD)
         _deploy(client, FULL_0_2)
         backend.old = True

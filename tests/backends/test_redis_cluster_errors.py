@@ -275,7 +275,7 @@ def test_a_moved_reply_without_info_says_so_too(
     mine.close()
     here = next(r for r, port in owners.items() if port == node.port)
     there = next(r for r, port in owners.items() if port != node.port)
-    # the policy's claim of its buckets setting goes first (backends/_claims.py): decided
+    # the policy's claim of its bins setting goes first (backends/_claims.py): decided
     # here only if its key is this node's too
     claim_slot = key_slot(f"*{P.name}".encode())
     if mine_ports[claim_slot] == node.port:

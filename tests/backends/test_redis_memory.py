@@ -21,7 +21,7 @@ from freqguard import (
     async_backend_from_url,
     backend_from_url,
 )
-from freqguard.backends._library import FUNCTION_BUCKET, FUNCTION_BUCKET_NOGROW
+from freqguard.backends._library import FUNCTION_BIN, FUNCTION_BIN_NOGROW
 from freqguard.backends.redis import FUNCTION, FUNCTION_NOGROW, AsyncRedisBackend, RedisBackend
 from freqguard.script.contract import CHECK, HIT, LIMIT
 from tests.conftest import flush
@@ -62,7 +62,7 @@ def test_out_of_memory_refuses_hits_but_not_peek_refund_or_reset(
     full_server: tuple[RedisServer, list[str], int],
 ) -> None:
     """Redis refuses a function that may write when used memory is past maxmemory, unless it
-    is registered allow-oom: calls that never grow state go to such a twin of the function,
+    is registered allow-oom: calls that never grow state go to such a variant of the function,
     so a full server can still be read, refunded and emptied through freqguard."""
     server, recipients, records = full_server
     guard = Guard(RedisBackend(Redis(port=server.port)), [P])
@@ -116,13 +116,13 @@ def test_the_nogrow_function_refuses_a_call_that_grows(redis_server: RedisServer
     assert len(state_keys(client)) == 0
     client.fcall(FUNCTION, 1, "k", "", 1, HIT, specs, "ab")
     assert len(state_keys(client)) == 1
-    rid = b"12345678"  # the bucketed twins: ARGV[1] is the record's id in the bucket
+    rid = b"12345678"  # the binned variants: ARGV[1] is the record's id in the bin
     with pytest.raises(rex.ResponseError, match="a call that grows cannot run"):
-        client.fcall(FUNCTION_BUCKET_NOGROW, 1, "b", rid, "", 1, HIT, specs, "ab")
-    client.fcall(FUNCTION_BUCKET_NOGROW, 1, "b", rid, "", 1, CHECK, specs, "ab")
+        client.fcall(FUNCTION_BIN_NOGROW, 1, "b", rid, "", 1, HIT, specs, "ab")
+    client.fcall(FUNCTION_BIN_NOGROW, 1, "b", rid, "", 1, CHECK, specs, "ab")
     assert len(state_keys(client)) == 1
-    client.fcall(FUNCTION_BUCKET, 1, "b", rid, "", 1, HIT, specs, "ab")
-    assert sorted(client.hkeys("b")) == [b"", rid]  # the bucket's meta field, the record
+    client.fcall(FUNCTION_BIN, 1, "b", rid, "", 1, HIT, specs, "ab")
+    assert sorted(client.hkeys("b")) == [b"", rid]  # the bin's meta field, the record
     guard.close()
 
 

@@ -99,8 +99,8 @@ def test_a_single_connection_client_is_told_apart(redis_server: RedisServer) -> 
 PUBLIC_RUN = [
     "tests/backends/test_redis.py",
     "tests/backends/test_redis_limits.py",
-    "tests/backends/test_buckets.py",
-    "tests/backends/test_bucket_settings.py",
+    "tests/backends/test_bins.py",
+    "tests/backends/test_bin_settings.py",
     "tests/backends/test_cluster_edges.py",
     "tests/backends/test_cluster_new_node.py",
     "tests/backends/test_redis_cluster_errors.py",

@@ -133,8 +133,8 @@ def test_a_refund_after_a_refund_gives_back_only_what_is_still_ahead(
 
 
 def test_two_compensations_give_back_only_what_is_still_ahead() -> None:
-    """The same through multi-slot compensation, with no refund at all: a global gcra (burst
-    2, one per second) and a per-user cap that denies X1 and X2 after the global slot took
+    """The same through multi-part compensation, with no refund at all: a global gcra (burst
+    2, one per second) and a per-user cap that denies X1 and X2 after the global part took
     them. X1 (at 0) is compensated at 0.3, after X2 (at 0.3) queued behind it; X2 is
     compensated at 1.3, when time had returned its unit, yet gave back 0.7 s. Then K3 at
     1.3, K4 and K5 at 1.8 all passed: three admitted units in 0.5 s."""
@@ -151,7 +151,7 @@ def test_two_compensations_give_back_only_what_is_still_ahead() -> None:
         op = guard._hits.decide("p", 1, {"u": user}, HIT)
         step = next(op)
         assert isinstance(step, list)
-        return op, backend.execute_many(step)  # the global slot admits and consumes
+        return op, backend.execute_many(step)  # the global part admits and consumes
 
     def finish(op: Op[Decision], replies: list[Reply]) -> Decision:
         while True:
@@ -188,7 +188,7 @@ def test_time_per_state_must_not_go_back() -> None:
 
 
 def _assert_sound(report: AuditReport) -> None:
-    """No violation, and a workload that hit its limits: denials, refunds and multi-slot
+    """No violation, and a workload that hit its limits: denials, refunds and multi-part
     compensation all happened, on every policy where they can."""
     text = report.format()
     print(text)
@@ -224,10 +224,10 @@ def test_redis_under_processes_threads_and_tasks(redis_server: RedisServer) -> N
 
 
 @pytest.mark.slow
-def test_bucketed_redis_under_processes_threads_and_tasks(redis_server: RedisServer) -> None:
-    """Records shared in three buckets a policy: every recipient's record beside others in
+def test_binned_redis_under_processes_threads_and_tasks(redis_server: RedisServer) -> None:
+    """Records shared in three bins a policy: every recipient's record beside others in
     one hash, written by many clients at once."""
-    target = Target("redis", redis_server.port, buckets=3)
+    target = Target("redis", redis_server.port, bins=3)
     config = AuditConfig(target, seconds=8, processes=4, threads=3, tasks=8, seed=4)
     _assert_sound(run_audit(config))
 

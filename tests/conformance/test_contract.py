@@ -60,13 +60,13 @@ def test_each_short_state_is_told_apart_by_its_size(strategy: str) -> None:
     assert "I5" in short  # born's distance, below SHORT_SPAN
 
 
-def test_an_unmarked_meta_field_can_never_be_read_as_marked() -> None:
+def test_an_unstamped_meta_field_can_never_be_read_as_stamped() -> None:
     """freqguard 0.1's meta field started with an expiry in µs (``>I7``, big-endian): its
-    first byte stays below the marks for every number the Lua can store (all below 2^53,
-    freqguard.bounds), so no 0.1 record passes for a marked one."""
+    first byte stays below the stamps for every number the Lua can store (all below 2^53,
+    freqguard.bounds), so no 0.1 record passes for a stamped one."""
     top = (2**53 - 1) >> (8 * (7 - 1))
-    assert top < contract.LAYOUT_MARKS
-    assert contract.LAYOUT_MARKS + contract.RECORD_LAYOUT <= 0xFF
+    assert top < contract.LAYOUT_STAMPS
+    assert contract.LAYOUT_STAMPS + contract.RECORD_LAYOUT <= 0xFF
 
 
 def test_no_hand_written_lua_states_a_generated_value_again() -> None:
@@ -206,7 +206,7 @@ def test_the_steps_and_run_are_in_the_twin_s_file() -> None:
     assert re.findall(r"^local function (\w+)\(", _file("entries"), re.M) == [
         "policy",
         "nogrow",
-        "bucketed",
+        "binned",
     ]
 
 
@@ -218,7 +218,7 @@ def test_the_run_steps_are_defined_on_both_sides_in_the_same_order() -> None:
     """Every function both twins of the script define is a step of the contract, and every
     step is defined on both sides, in the contract's order."""
     lua, python = _lua_functions(), _script_functions()
-    assert lua[-4:] == ["run", "policy", "nogrow", "bucketed"]  # run below its steps; its names
+    assert lua[-4:] == ["run", "policy", "nogrow", "binned"]  # run below its steps; its names
     assert "run" in python
     assert [f for f in lua if f in python and f != "run"] == list(contract.RUN_STEPS)
     assert [f for f in python if f in lua and f != "run"] == list(contract.RUN_STEPS)
@@ -269,11 +269,11 @@ def test_no_python_twin_function_is_longer_than_a_screen(module: ModuleType) -> 
 
 def test_the_lua_reads_its_arguments_only_through_the_named_positions() -> None:
     """Every file reads ``argv`` at the positions the generated file names (contract.py
-    ARGV, ARGV_STATES, ARGV_BUCKETED), never at a number of its own."""
+    ARGV, ARGV_STATES, ARGV_BINNED), never at a number of its own."""
     for path, text in WRITTEN.items():
         assert re.findall(r"argv\[\s*\d", text) == [], path
         assert re.findall(r"tunpack\(argv, \d", text) == [], path
-    assert "argv[ARGV_RECORD]" in _file("entries")  # a bucketed call's record, first
+    assert "argv[ARGV_RECORD]" in _file("entries")  # a binned call's record, first
 
 
 def test_the_lua_reads_a_refund_mark_with_the_contracts_separator() -> None:
@@ -289,7 +289,7 @@ def test_the_nogrow_name_refuses_what_the_contract_says_grows() -> None:
     assert "local mode = tonumber(argv[ARGV_MODE])" in nogrow
     registered = FILES[library.FUNCTION_TAIL]
     assert "callback = function(keys, argv) return nogrow(keys, argv) end," in registered
-    assert "callback = bucketed(nogrow)," in registered
+    assert "callback = binned(nogrow)," in registered
     assert "(mode == HIT or mode == LIMIT) and tonumber(argv[ARGV_COST]) > 0" in nogrow
     assert [contract.grows(mode, cost) for mode in contract.MODES.values() for cost in (0, 2)] == [
         False,

@@ -1,4 +1,4 @@
-"""Memory, Redis (records in hashes of their own, or shared in buckets) and Redis Cluster make
+"""Memory, Redis (records in hashes of their own, or shared in bins) and Redis Cluster make
 identical decisions (pinned clocks), for every strategy,
 for random sequences of hits, peeks, refunds, resets, batches, per-key limits set, lapsing
 and cleared, and time steps (back ones too), calendar rules across local midnights and DST
@@ -226,7 +226,7 @@ def _unique(
 )
 def test_memory_redis_and_cluster_decide_alike(
     redis_backend: RedisBackend,
-    bucketed_backend: RedisBackend,
+    binned_backend: RedisBackend,
     cluster_backend: RedisBackend,
     scripts_backend: RedisBackend,
     scripts_cluster_backend: RedisBackend,
@@ -239,7 +239,7 @@ def test_memory_redis_and_cluster_decide_alike(
     ops: list[Any],
     start: int,
 ) -> None:
-    """... and Redis with records shared in buckets (on one server with the plain records:
+    """... and Redis with records shared in bins (on one server with the plain records:
     other keys), and servers and a cluster without Redis Functions (EVAL scripts)."""
     flush([redis_server, *redis_cluster])
     flush_scripts([scripts_server, *scripts_cluster])
@@ -247,7 +247,7 @@ def test_memory_redis_and_cluster_decide_alike(
     backends = [
         MemoryBackend(),
         redis_backend,
-        bucketed_backend,
+        binned_backend,
         cluster_backend,
         scripts_backend,
         scripts_cluster_backend,
@@ -278,7 +278,7 @@ def test_long_runs_rebase_logs_and_still_decide_alike(
 def test_stale_fields_are_pruned_on_server_time_and_never_by_a_pinned_one(
     redis_backend: RedisBackend, redis_server: RedisServer
 ) -> None:
-    """A record's stale fields are pruned once it holds more than its prune mark, by calls on
+    """A record's stale fields are pruned once it holds more than its prune threshold, by calls on
     the server's time; a pinned time may come back to where they matter (a replay, a test),
     so its calls prune nothing and the record goes whole with its TTL, as the memory twin's
     pinned states go."""
@@ -482,7 +482,7 @@ DAY_EDGES = [
 )
 def test_messaging_rules_decide_alike(
     redis_backend: RedisBackend,
-    bucketed_backend: RedisBackend,
+    binned_backend: RedisBackend,
     cluster_backend: RedisBackend,
     redis_server: RedisServer,
     redis_cluster: list[RedisServer],
@@ -499,5 +499,5 @@ def test_messaging_rules_decide_alike(
     flush([redis_server, *redis_cluster])
     prioritized = quiet is not None or any(r.only or r.caps for r in rules)
     policy = _unique(rules, ("t", "m") if prioritized else (), quiet)
-    backends = [MemoryBackend(), redis_backend, bucketed_backend, cluster_backend]
+    backends = [MemoryBackend(), redis_backend, binned_backend, cluster_backend]
     _assert_alike(backends, policy, pool, ops, start)

@@ -1,5 +1,5 @@
 """Exactness where it used to break: refunds that took back another caller's units, the
-compensation of multi-slot policies, and clocks that step back. Every test runs on memory,
+compensation of multi-part policies, and clocks that step back. Every test runs on memory,
 Redis and Redis Cluster with a pinned clock, and checks the times the backend recorded
 (``Decision.receipt``) against the brute-force model, not the caller's clock."""
 
@@ -31,7 +31,7 @@ from tests.servers import RedisServer
 
 
 def _at(decision: Decision) -> int:
-    """The µs at which the hit's one slot recorded it."""
+    """The µs at which the hit's one part recorded it."""
     assert decision.receipt is not None
     (at,) = set(decision.receipt.times_us)
     return at
@@ -103,11 +103,11 @@ def test_a_gcra_refund_never_gives_back_what_time_already_returned(
     assert not guard.hit("p", u="x").allowed
 
 
-def test_multi_slot_compensation_removes_only_its_own_unit(
+def test_multi_part_compensation_removes_only_its_own_unit(
     make_guard: GuardFactory, clock: ManualClock
 ) -> None:
-    """A global 3/second plus 1/second per user span two slots. A's hit consumes in the
-    global slot, B's hit lands meanwhile, then A's user slot denies: the compensation must
+    """A global 3/second plus 1/second per user span two parts. A's hit consumes in the
+    global part, B's hit lands meanwhile, then A's user part denies: the compensation must
     take back A's global unit, not B's newer one."""
     policy = Policy("p", Rule("3/second", name="all"), Rule("1/second", by="u", name="user"))
     guard = make_guard([policy])
@@ -116,7 +116,7 @@ def test_multi_slot_compensation_removes_only_its_own_unit(
     op = guard._hits.decide("p", 1, {"u": "a"}, HIT)  # A at 0.5, driven by hand
     step = next(op)
     assert isinstance(step, list)
-    replies = guard.backend.execute_many(step)  # the global slot admits and consumes
+    replies = guard.backend.execute_many(step)  # the global part admits and consumes
     clock.advance(0.1)
     assert guard.hit("p", u="b").allowed  # B at 0.6
     denied = None
@@ -128,7 +128,7 @@ def test_multi_slot_compensation_removes_only_its_own_unit(
         else:
             assert isinstance(step, list)
             replies = guard.backend.execute_many(step)
-    assert not denied.allowed  # A's user slot denied
+    assert not denied.allowed  # A's user part denied
     clock.set(START + 1.55)  # the 0 unit has left; B's at 0.6 has not
     admitted = sum(guard.hit("p", u=f"n{i}").allowed for i in range(4))
     assert admitted == 2
@@ -210,7 +210,7 @@ def test_two_refunds_of_one_decision_at_once_give_back_once(redis_server: RedisS
 def test_a_receipt_is_refused_by_a_policy_whose_rules_changed(
     backend: SyncBackend, clock: ManualClock, strategy: str, other: str
 ) -> None:
-    """Only the name and the slot count were compared: another strategy's marks were taken
+    """Only the name and the part count were compared: another strategy's marks were taken
     (a TypeError in memory; on Redis the newest units went back)."""
     before = Guard(backend, [Policy("p", Rule("2/minute", by="u", strategy=strategy))], clock=clock)
     after = Guard(backend, [Policy("p", Rule("2/minute", by="u", strategy=other))], clock=clock)
@@ -256,8 +256,8 @@ def test_a_refund_needs_no_room_in_a_full_memory_backend(
     assert not guard.hit("p", u="a").allowed
 
 
-def test_a_multi_slot_hit_that_fails_midway_gives_back_what_it_took(clock: ManualClock) -> None:
-    """The global slot consumed, the per-user slot's store failed: the global unit stayed
+def test_a_multi_part_hit_that_fails_midway_gives_back_what_it_took(clock: ManualClock) -> None:
+    """The global part consumed, the per-user part's store failed: the global unit stayed
     taken, and no receipt could give it back."""
     policy = Policy("p", Rule("2/minute", name="all"), Rule("5/minute", by="u", name="user"))
     guard = Guard(MemoryBackend(max_keys=2, when_full="reject"), [policy], clock=clock)
@@ -308,7 +308,7 @@ def test_a_day_ahead_write_to_a_record_prunes_none_of_its_states_by_that_time(
     make_guard: GuardFactory, clock: ManualClock
 ) -> None:
     """On Redis, a recipient's states share a record whose stale fields are pruned once it
-    holds more than its prune mark: a write a day ahead (pinned time) pruned every content's
+    holds more than its prune threshold: a write a day ahead (pinned time) pruned every content's
     state of that recipient, and back at the old time each content was admitted afresh."""
     rule = Rule("2/minute", by=("u", "c"), name="same-content")
     guard = make_guard([Policy("p", rule)])

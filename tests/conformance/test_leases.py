@@ -265,7 +265,7 @@ def _replay(guard: Guard, clock: ManualClock, policy: Policy, ops: list[Any]) ->
 @given(policy=lease_policy(), ops=st.lists(op, min_size=1, max_size=40))
 def test_every_store_holds_leases_alike_and_as_the_model(
     redis_backend: RedisBackend,
-    bucketed_backend: RedisBackend,
+    binned_backend: RedisBackend,
     cluster_backend: RedisBackend,
     scripts_backend: RedisBackend,
     redis_server: RedisServer,
@@ -277,7 +277,7 @@ def test_every_store_holds_leases_alike_and_as_the_model(
     flush([redis_server, *redis_cluster])
     flush_scripts([scripts_server])
     results = []
-    for backend in (MemoryBackend(), redis_backend, bucketed_backend, cluster_backend):
+    for backend in (MemoryBackend(), redis_backend, binned_backend, cluster_backend):
         clock = ManualClock(1_700_000_000)
         results.append(_replay(Guard(backend, [policy], clock=clock), clock, policy, ops))
     clock = ManualClock(1_700_000_000)

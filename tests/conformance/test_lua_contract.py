@@ -80,26 +80,26 @@ def test_the_generated_values_are_the_pythons() -> None:
     for position, name in enumerate(contract.ARGV, start=1):
         assert number(f"ARGV_{name.upper()}") == position
     assert number("ARGV_FIELDS") == len(contract.ARGV) + 1
-    assert number("ARGV_RECORD") == contract.ARGV_BUCKETED.index("record") + 1
+    assert number("ARGV_RECORD") == contract.ARGV_BINNED.index("record") + 1
     assert number("STALE_GRACE_US") == contract.STALE_GRACE_US
     assert number("SHORT_SPAN") == base.SHORT_SPAN
     assert number("SHORT_COUNT") == base.SHORT_COUNT
     for name in ("PINNED_GRACE_MS", "PRUNE_FLOOR", "BACK_LIMIT", "RECORD_LAYOUT", "OLDEST_LAYOUT"):
         assert number(name) == getattr(contract, name)
-    for name in ("LAYOUT_MARKS", "REPLY_LIMITS", "REPLY_DROPPED", "BUCKET_LAYOUT"):
+    for name in ("LAYOUT_STAMPS", "REPLY_LIMITS", "REPLY_DROPPED", "BIN_LAYOUT"):
         assert number(name) == getattr(contract, name)
     assert number("MAX_LOG_LIMIT") == contract.MAX_LOG_LIMIT
     assert number("MAX_SPAN_US") == contract.MAX_SPAN_US
     assert values["MARK_SEPARATOR"] == f"'{contract.MARK_SEPARATOR}'"
     formats = ("FIELD_HEAD", "RECORD_META", "LIMIT_ENTRY", "REPLY_HEAD", "REPLY_WAIT")
-    for name in (*formats, "REPLY_STATE_LENGTH", "BLOB_HEAD", "BUCKET_META"):
+    for name in (*formats, "REPLY_STATE_LENGTH", "BLOB_HEAD", "BIN_META"):
         assert values[name] == f"'{getattr(contract, name)}'"
     for name in ("FIELD_HEAD", "RECORD_META", "LIMIT_ENTRY"):
         assert number(f"{name}_BYTES") == sum(contract.widths(getattr(contract, name)))
-    heads = contract.BUCKET_ENTRY_HEADS
-    assert values["BUCKET_ENTRY_HEADS"] == "{[0] = " + ", ".join(f"'{h}'" for h in heads) + "}"
+    heads = contract.BIN_ENTRY_HEADS
+    assert values["BIN_ENTRY_HEADS"] == "{[0] = " + ", ".join(f"'{h}'" for h in heads) + "}"
     sizes = ", ".join(str(sum(contract.widths(h))) for h in heads)
-    assert values["BUCKET_ENTRY_HEAD_BYTES"] == "{[0] = " + sizes + "}"
+    assert values["BIN_ENTRY_HEAD_BYTES"] == "{[0] = " + sizes + "}"
     for kind, twin in KINDS.items():
         name = MODULE_NAMES[kind]
         assert values[f"{name.upper()}_STATE"] == f"'{twin.STATE_FORMAT}'"

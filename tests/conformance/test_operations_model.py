@@ -1,7 +1,7 @@
 """The operations around the engine, held to a reference model: hits, per-key limits (set,
 cleared, lapsing, exempt), tiers, resets by dimensions and by rule, and deploys that change a
 rule's strategy, rename it, add rules (new parts among them) or remove them, in random
-sequences on every store (memory, Redis, Redis in buckets, Cluster), on a pinned clock.
+sequences on every store (memory, Redis, Redis in bins, Cluster), on a pinned clock.
 
 The model is written from what the docs promise, in plain terms: a state per rule (a
 sliding log per set of dimensions, shared by its sliding-log rules) named by what it is and

@@ -24,7 +24,7 @@ def _unasync() -> ModuleType:
     return module
 
 
-def test_the_generated_sync_modules_are_current() -> None:
+def test_the_sync_copies_are_current() -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--check"], capture_output=True, text=True, check=False
     )

@@ -29,7 +29,7 @@ from freqguard import (
     QuietHours,
     Rule,
 )
-from freqguard.integrations.celery import ON_DENIED, TASK_MARKS, capped_task
+from freqguard.integrations.celery import ON_DENIED, TASK_ONCE, capped_task
 from tests.conftest import START, examples
 
 SMS = Policy("sms", Rule("2/minute", by="recipient", name="rcpt-1m"))
@@ -215,7 +215,7 @@ def test_the_public_names_are_pinned() -> None:
 
     assert set(celery.__all__) == {
         "ON_DENIED",
-        "TASK_MARKS",
+        "TASK_ONCE",
         "Deferred",
         "Dropped",
         "OnDenied",
@@ -284,7 +284,7 @@ def test_a_redelivered_acks_late_task_takes_one_hit(worker_app: Celery, guard: G
     _run_as_worker(send, "same", recipient="+1")  # the broker delivered it again
     assert runs == ["+1", "+1"]
     assert guard.peek("sms", recipient="+1").remaining == 1
-    assert TASK_MARKS.name in guard.policies
+    assert TASK_ONCE.name in guard.policies
     _run_as_worker(send, "other", recipient="+1")
     assert guard.peek("sms", recipient="+1").remaining == 0
 
@@ -300,7 +300,7 @@ def test_an_acks_late_task_that_fails_gives_back_its_mark(worker_app: Celery, gu
         _run_as_worker(send, "t", recipient="+1", fail=True)
     assert _run_as_worker(send, "t", recipient="+1", fail=False) == "sent"  # its retry
     assert guard.peek("sms", recipient="+1").remaining == 1
-    assert guard.peek(TASK_MARKS.name, task_id="t").remaining == 0
+    assert guard.peek(TASK_ONCE.name, task_id="t").remaining == 0
 
 
 def test_a_direct_call_is_capped_and_not_tied_or_sent(worker_app: Celery, guard: Guard) -> None:
@@ -311,7 +311,7 @@ def test_a_direct_call_is_capped_and_not_tied_or_sent(worker_app: Celery, guard:
     assert [send(recipient="+1"), send(recipient="+1")] == ["sent", "sent"]
     third = send(recipient="+1")  # no task id to tie to, no worker to re-send to
     assert (third["deferred"], third["denied_by"]) == (True, ["rcpt-1m"])
-    assert guard.peek(TASK_MARKS.name, task_id="None").remaining == 1
+    assert guard.peek(TASK_ONCE.name, task_id="None").remaining == 1
 
 
 # The adversaries: runs, failures and redeliveries in any order against a model of what the

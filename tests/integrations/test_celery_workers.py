@@ -252,7 +252,7 @@ def test_a_task_redelivered_after_its_worker_died_counts_once(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
     """acks_late: the worker dies mid-body, RabbitMQ delivers the task again to the next
-    worker, which runs it on the first delivery's hit (the mark tied to the task id)."""
+    worker, which runs it on the first delivery's hit (the once-hit tied to the task id)."""
     if not _rabbitmq_up():
         pytest.skip(f"RabbitMQ is not reachable at {RABBITMQ}")
     store = f"{redis_server.url}/0"

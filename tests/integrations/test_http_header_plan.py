@@ -71,8 +71,8 @@ def test_the_plan_says_what_the_per_request_headers_said(clock: ManualClock, pro
 
 def test_a_plan_serves_an_equal_policy_registered_apart(clock: ManualClock) -> None:
     # the guard holds its own Rule objects: the plan finds the binding rule by id
-    twin = Policy("p", *(Rule(r.rate, by=r.by, name=r.name) for r in POLICY.rules[:1]))
-    decision = Guard(MemoryBackend(), [twin], clock=clock).hit("p", k="a")
+    copy = Policy("p", *(Rule(r.rate, by=r.by, name=r.name) for r in POLICY.rules[:1]))
+    decision = Guard(MemoryBackend(), [copy], clock=clock).hit("p", k="a")
     plan = header_plan(POLICY.rules[:1], "ietf")
     assert plan.fields(decision) == reference(decision, "ietf")
 

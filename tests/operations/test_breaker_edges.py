@@ -27,7 +27,7 @@ from freqguard.failure import Breaker
 from freqguard.script.calls import Reply, ScriptCall
 from tests.operations.test_failure_nodes import COOLDOWN, FAILURES, Nodes, P
 
-# two slots: the per-r record on the node of r's first letter, the per-c one on c's
+# two parts: the per-r record on the node of r's first letter, the per-c one on c's
 TWO = Policy(
     "two",
     Rule("3/day", by="r", name="per-r", strategy="fixed-window"),

@@ -33,7 +33,7 @@ from tests.conftest import flush
 from tests.faults import Gate
 from tests.servers import RedisServer
 
-# rules that share no dimension: one slot each, two calls a hit
+# rules that share no dimension: one part each, two calls a hit
 TWO = Policy("two", Rule("2/minute", by="r", name="per-r"), Rule("5/minute", by="c", name="per-c"))
 ONE = Policy("one", Rule("3/minute", by="r", name="per-r"))
 
@@ -74,11 +74,11 @@ async def _remaining(guard: AsyncGuard, policy: str, **ctx: str) -> list[int]:
 
 
 @pytest.mark.parametrize("sent_first", [False, True])
-def test_a_hit_cancelled_on_its_second_slot_gives_back_the_first(
+def test_a_hit_cancelled_on_its_second_part_gives_back_the_first(
     request: pytest.FixtureRequest, store: str, sent_first: bool
 ) -> None:
     """Cancelled while its second call is out (not yet sent, or sent and answered after the
-    cancellation): every slot is as it was, where the first slot's unit was lost."""
+    cancellation): every part is as it was, where the first part's unit was lost."""
 
     async def main() -> list[int]:
         gate = Gate(_inner(store, _server(request, store)), hold=2, sent_first=sent_first)
@@ -110,7 +110,7 @@ def test_a_hit_cancelled_through_wait_for_gives_back_what_it_took(
 def test_a_batch_cancelled_midway_leaves_nothing_behind(
     request: pytest.FixtureRequest, store: str, policy: str, hold: int
 ) -> None:
-    """``hit_many``: on two slots, two contexts decided and the third's first call out; on
+    """``hit_many``: on two parts, two contexts decided and the third's first call out; on
     one, the whole batch out and answered after the cancellation. The caller never sees
     those decisions: what they took goes back."""
 
@@ -129,7 +129,7 @@ def test_a_batch_cancelled_midway_leaves_nothing_behind(
     assert asyncio.run(main()) == [full] * 3
 
 
-def test_an_acquire_cancelled_on_its_second_slot_gives_back_the_first(
+def test_an_acquire_cancelled_on_its_second_part_gives_back_the_first(
     request: pytest.FixtureRequest, store: str
 ) -> None:
     async def main() -> list[int]:
@@ -171,7 +171,7 @@ def test_through_async_view_the_cancelled_hit_is_given_back_once_its_thread_is_d
     redis_server: RedisServer,
 ) -> None:
     """An async face runs a sync backend's calls in worker threads, which a cancellation
-    cannot stop: the second slot's call runs to its end after the caller is gone. What it
+    cannot stop: the second part's call runs to its end after the caller is gone. What it
     and the first took both go back."""
     flush([redis_server])
     gate = _ThreadGate(backend_from_url(redis_server.url), hold=2)

@@ -193,10 +193,10 @@ def test_a_batch_that_fails_everywhere_raises_its_one_error(asynchronous: bool) 
     assert isinstance(caught.value.__cause__, TimeoutError)
 
 
-def test_a_multi_slot_batch_decides_the_hits_that_avoid_the_failing_node(
+def test_a_multi_part_batch_decides_the_hits_that_avoid_the_failing_node(
     asynchronous: bool,
 ) -> None:
-    """TWO goes slot by slot: a hit whose per-r record is on A fails, and gives back what it
+    """TWO goes part by part: a hit whose per-r record is on A fails, and gives back what it
     took on B first (failing open here); the others are decided."""
     rig = Rig("allow", asynchronous)
     rig.store.down = {"A"}
@@ -207,7 +207,7 @@ def test_a_multi_slot_batch_decides_the_hits_that_avoid_the_failing_node(
     assert per_c["per-c"] == 100 - 3  # the failed hits took nothing there
 
 
-def test_on_a_store_of_one_node_the_first_failure_ends_a_multi_slot_batch() -> None:
+def test_on_a_store_of_one_node_the_first_failure_ends_a_multi_part_batch() -> None:
     """No node_of: one store. Once it failed, the hits after are not tried (each would wait
     for the same dead store) and on_error answers them all."""
 

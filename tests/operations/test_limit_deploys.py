@@ -1,4 +1,4 @@
-"""Per-key limits across parts and deploys, on every store (memory, Redis, Redis in buckets,
+"""Per-key limits across parts and deploys, on every store (memory, Redis, Redis in bins,
 Cluster): a limit belongs to one rule and one value of that rule's partition, whatever other
 parts hold the same value; and after a deploy that changes the rule's strategy (same name)
 it means the rate the operator wrote, as the rule's new strategy decides rates, or it does

@@ -1,4 +1,4 @@
-"""peek, hit_many, acquire, refund, reset, shadow rules and cross-slot policies."""
+"""peek, hit_many, acquire, refund, reset, shadow rules and multi-part policies."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def test_shadow_rules_report_but_never_block(make_any_guard: AnyGuardFactory) ->
     assert third["trial"].remaining == 0  # and it counts only what it would have admitted
 
 
-def test_cross_slot_policy_refunds_when_a_later_slot_denies(
+def test_multi_part_policy_refunds_when_a_later_part_denies(
     make_any_guard: AnyGuardFactory,
 ) -> None:
     policy = Policy(
@@ -136,7 +136,7 @@ def test_cross_slot_policy_refunds_when_a_later_slot_denies(
     assert guard.hit("login", user="bob", ip="1.1.1.1").allowed
     denied = guard.hit("login", user="alice", ip="1.1.1.1")
     assert [r.name for r in denied.denied_by] == ["per-ip"]
-    # the per-user slot consumed first, then was refunded: alice still has 2 of 3
+    # the per-user part consumed first, then was refunded: alice still has 2 of 3
     states = {s.rule.name: s for s in denied.rules}
     assert states["per-user"].remaining == 2
     assert guard.peek("login", user="alice", ip="2.2.2.2").remaining == 2
@@ -146,7 +146,7 @@ def test_rules_keyed_by_the_same_dimensions_in_any_order_share_one_log(
     make_any_guard: AnyGuardFactory,
 ) -> None:
     """Found by the differential test: `by=("u", "c")` and `by=("c", "u")` name one log; they
-    used to land in two slots that both wrote it (the second saw the first's entry), so Redis
+    used to land in two parts that both wrote it (the second saw the first's entry), so Redis
     denied a first hit that memory allowed."""
     policy = Policy(
         "p",

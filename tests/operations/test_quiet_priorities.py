@@ -110,7 +110,7 @@ def test_quiet_hours_consume_nothing_in_any_part(
     make_any_guard: AnyGuardFactory, clock: ManualClock
 ) -> None:
     """On a policy of two parts, the quiet hours are decided in the first, so the second
-    (the global cap, on another slot) is never charged for a quiet hit."""
+    (the global cap, in another part) is never charged for a quiet hit."""
     policy = Policy(
         "sms",
         Rule("5/hour", by="r", name="rcpt"),

@@ -178,7 +178,7 @@ def test_flush_deletes_the_prefixes_keys_only_and_only_with_yes(
     foreign = RedisCluster(host="127.0.0.1", port=redis_cluster[0].port)
     foreign.set("other:{x}", "kept")  # not freqguard's
     dry = json.loads(_run("flush", str(path), "--json").stdout)
-    assert dry == {"prefix": "fg", "keys": 41, "deleted": False}  # and the buckets claim
+    assert dry == {"prefix": "fg", "keys": 41, "deleted": False}  # and the bins claim
     done = json.loads(_run("flush", str(path), "--yes", "--json").stdout)
     assert done["keys"] == 41
     assert done["deleted"] is True

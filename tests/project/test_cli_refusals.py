@@ -253,8 +253,8 @@ FOREIGN = [
     "fg:{a}{b}:sms",
     "other:{fg}:sms",
     "fg:{*sms}:sms:other",
-    "fg:{*sms}:other:buckets",
-    "fg:{x}:sms:buckets",
+    "fg:{*sms}:other:bins",
+    "fg:{x}:sms:bins",
 ]
 OURS = ["fg:{r1}:sms", "fg:{#12}:sms", "fg:{*sms}:sms", "fg:{=" + "ab" * 8 + "}:sms"]
 
@@ -287,7 +287,7 @@ def test_flush_deletes_freqguards_layout_only_on_a_server(
     guard = load(redis_config).guard()
     guard.hit("sms", recipient="r2", content="hi")  # a real record, and its policy's claim
     guard.close()
-    assert client.get("fg:{*sms}:sms:buckets") == b"0"  # of its buckets setting
+    assert client.get("fg:{*sms}:sms:bins") == b"0"  # of its bins setting
     dry = json.loads(cli("flush", str(redis_config), "--json").out)
     assert dry == {"prefix": "fg", "keys": len(OURS) + 2, "deleted": False}
     done = json.loads(cli("flush", str(redis_config), "--yes", "--json").out)

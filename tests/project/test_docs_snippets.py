@@ -8,7 +8,7 @@ then its own; a failure names the file and line in the Markdown.
 Redis URLs in a block are pointed at the suite's own servers (never a shared 6379):
 ``redis://``/``rediss://`` at the standalone server, ``redis+cluster://``/``rediss+cluster://``
 at the cluster (TLS dropped: the test servers do not speak it). A block the reader is not
-meant to run is marked, on the line right before it, ``<!-- snippet: skip <reason> -->``;
+meant to run carries, on the line right before it, ``<!-- snippet: skip <reason> -->``;
 keep those rare.
 """
 
@@ -28,7 +28,7 @@ from freqguard import AsyncGuard, Guard, configure
 ROOT = Path(__file__).parent.parent.parent
 DOCS = sorted([*ROOT.glob("*.md"), *ROOT.glob("docs/**/*.md")])
 BLOCK = re.compile(
-    r"(?:<!-- snippet: (?P<mark>.*?) -->\n)?^```python\n(?P<code>.*?)^```", re.M | re.S
+    r"(?:<!-- snippet: (?P<directive>.*?) -->\n)?^```python\n(?P<code>.*?)^```", re.M | re.S
 )
 CLUSTER_URL = re.compile(r"rediss?\+cluster://[^\s\"'/]+")
 REDIS_URL = re.compile(r"rediss?://[^\s\"'/]+")
@@ -39,7 +39,7 @@ class Snippet:
     path: Path
     line: int  # of the block's first line of code
     code: str
-    skip: str | None  # the reason, when marked skip
+    skip: str | None  # the reason, for a skip directive
 
     @property
     def id(self) -> str:
@@ -50,11 +50,13 @@ def _snippets(path: Path) -> list[Snippet]:
     text = path.read_text()
     found = []
     for match in BLOCK.finditer(text):
-        mark = match["mark"]
-        if mark is not None and not re.fullmatch(r"skip \S.*", mark):
-            raise ValueError(f"{path}: unknown mark <!-- snippet: {mark} -->; use 'skip <reason>'")
+        directive = match["directive"]
+        if directive is not None and not re.fullmatch(r"skip \S.*", directive):
+            raise ValueError(
+                f"{path}: unknown directive <!-- snippet: {directive} -->; use 'skip <reason>'"
+            )
         line = text.count("\n", 0, match.start("code")) + 1
-        skip = mark[len("skip ") :] if mark else None
+        skip = directive[len("skip ") :] if directive else None
         found.append(Snippet(path, line, match["code"], skip))
     return found
 

@@ -212,7 +212,7 @@ def test_the_sync_guard_answers_decisions_that_are_true_or_false() -> None:
     assert first
     assert not second
     assert not inspect.iscoroutinefunction(Guard.hit)
-    assert not hasattr(Guard.hit, "__wrapped__")  # no mark, no wrapper: nothing in the way
+    assert not hasattr(Guard.hit, "__wrapped__")  # no decorator, no wrapper: nothing in the way
 
 
 def test_mypy_types_the_awaited_answers_and_flags_a_forgotten_await(tmp_path: Path) -> None:

@@ -180,7 +180,7 @@ def test_field_tags_never_collide_within_a_policy(count: int) -> None:
     names = _colliding_names() if count == 2 else [f"rule-{n}" for n in range(count)]
     policy = Policy("p", *(Rule("5/minute", by="u", strategy="gcra", name=n) for n in names))
     layout = policy_layout(policy, "fg")
-    tags = [state.key.field_tag for slot in layout for state in slot]
+    tags = [state.key.field_tag for part in layout for state in part]
     assert len(set(tags)) == len(tags)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import suppress
-from typing import Any
+from typing import Any, NoReturn
 
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
@@ -27,17 +27,18 @@ from freqguard.backends._redispy import aclose_client
 from freqguard.backends._resp import (
     ASKING,
     RAW,
-    check_buckets,
+    check_bins,
     chunks,
     encode,
     function_args,
     record_key,
+    refuse_renamed,
 )
 from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable, raise_failures
 from freqguard.script.calls import Reply, ScriptCall, unpack
 
-from .prepare import AsyncPreparation  # the generated twin imports its own
+from .prepare import AsyncPreparation  # the generated sync copy imports its own
 
 __all__ = ["AsyncRedisBackend"]
 
@@ -53,7 +54,7 @@ class AsyncRedisBackend:
     Before its first call it asks the server what it is, once (``_inspect``): a standalone
     client aimed at a cluster node is a :class:`~freqguard.ConfigError`, and an evicting
     ``maxmemory-policy`` a warning; and before its first call of each policy, that the
-    store's clients keep its records with the same ``buckets`` (``_claims``).
+    store's clients keep its records with the same ``bins`` (``_claims``).
 
     Args:
         client: the redis-py client (``Redis`` or ``RedisCluster``); its timeouts and retries
@@ -66,7 +67,7 @@ class AsyncRedisBackend:
             (``on_error`` answers); 0 (default): no waiting. See docs/operations.md.
         wait_timeout: seconds to wait for the replicas (0.001-60; less than the client's
             socket timeout, or the socket gives up first).
-        buckets: share the records of many partition values in this many hashes a policy
+        bins: share the records of many partition values in this many hashes a policy
             (1 to 2^32), one compact string each: fewer bytes, more server time; 0 (default):
             a hash each; every client of a prefix alike. See docs/redis.md.
         scripts: how calls reach the policy function: ``"functions"`` (Redis Functions,
@@ -75,7 +76,7 @@ class AsyncRedisBackend:
 
     Raises:
         ConfigError: a bad ``wait_replicas``, ``wait_timeout`` (or one not shorter than the
-            client's socket timeout), ``buckets`` or ``scripts``.
+            client's socket timeout), ``bins`` or ``scripts``.
     """
 
     #: On a cluster, the node each call goes to (``host:port``): the guard's circuit
@@ -89,10 +90,12 @@ class AsyncRedisBackend:
         clock: Clock | None = None,
         wait_replicas: int = 0,
         wait_timeout: float = 0.1,
-        buckets: int = 0,
+        bins: int = 0,
         scripts: str = "auto",
+        **renamed: NoReturn,
     ) -> None:
-        self.buckets = check_buckets(buckets)  # the guard builds its keys by it
+        refuse_renamed(renamed, type(self).__name__)
+        self.bins = check_bins(bins)  # the guard builds its keys by it
         self._durability = durability = Durability(wait_replicas, wait_timeout, client)
         self._wait = durability.wait
         self.client = client
@@ -106,7 +109,7 @@ class AsyncRedisBackend:
         self._direct = self._cluster or not routing.single_connection(client)
         # the one-call path sends no WAIT: with wait_replicas, every call goes as a batch
         self._fast = self._direct and not self._wait
-        self._ready = AsyncPreparation(client, self._cluster, self.buckets, scripts)
+        self._ready = AsyncPreparation(client, self._cluster, self.bins, scripts)
 
     async def aexecute(self, call: ScriptCall) -> Reply:
         """Run one call.
@@ -149,7 +152,7 @@ class AsyncRedisBackend:
             PartialFailure: on a cluster, some nodes answered and others failed: each call's
                 reply or error (a failure of every call is raised as it came).
         """
-        if len(calls) == 1:  # a step of a multi-slot operation: the lone call's own path
+        if len(calls) == 1:  # a step of a multi-part operation: the lone call's own path
             return [await self.aexecute(calls[0])]
         try:
             return await self._run(calls)

@@ -1,6 +1,6 @@
 """What a Redis backend does before calls go: the server's checks once (``_inspect``),
 which way the policy function is called (Redis Functions or EVAL scripts, ``_library``), and
-each policy's buckets setting against the store's (``_claims``)."""
+each policy's bins setting against the store's (``_claims``)."""
 
 from __future__ import annotations
 
@@ -49,13 +49,13 @@ class AsyncPreparation:
         "scripts",
     )
 
-    def __init__(self, client: Any, cluster: bool, buckets: int, scripts: str) -> None:
+    def __init__(self, client: Any, cluster: bool, bins: int, scripts: str) -> None:
         self._client, self._cluster = client, cluster
         self.scripts = check_scripts(scripts)
         #: how calls reach the policy function: as Redis Functions or as EVAL scripts
         self.library: Library = SCRIPTS if scripts == "eval" else FUNCTIONS
         self.inspected = False
-        self._claims = Claims(buckets)
+        self._claims = Claims(bins)
         self._inspecting, self._claiming = AsyncSingleFlight(), AsyncSingleFlight()
         self._loading = AsyncSingleFlight()
 
@@ -65,7 +65,7 @@ class AsyncPreparation:
 
     async def prepare(self, calls: Sequence[ScriptCall]) -> None:
         """The server's checks (once; a failure leaves them to the next call), and the
-        buckets settings of the policies not checked yet."""
+        bins settings of the policies not checked yet."""
         if not self.inspected:
             await self._inspecting.run(self._inspect)
         if self._claims.keys(calls):  # one caller's claims at a time: one connection
@@ -73,17 +73,17 @@ class AsyncPreparation:
 
     async def _inspect(self) -> None:
         told = self._choose if self.scripts == "auto" else None
-        buckets = self._claims.buckets > 0
-        await adrive(inspection(self._client, self._cluster, buckets, told), ERRORS)
+        bins = self._claims.bins > 0
+        await adrive(inspection(self._client, self._cluster, bins, told), ERRORS)
         self.inspected = True
 
     def _choose(self, functions: bool) -> None:
         self.library = FUNCTIONS if functions else SCRIPTS
 
     async def _claim(self, calls: Sequence[ScriptCall]) -> None:
-        client, buckets = self._client, self._claims.buckets
+        client, bins = self._client, self._claims.bins
         for key in self._claims.keys(calls):
-            await adrive(claim(client, key, buckets, self._claims.marker(key)), ERRORS)
+            await adrive(claim(client, key, bins, self._claims.on_checked(key)), ERRORS)
 
     async def load(self, library: Library) -> None:
         """The library (or the scripts) loaded through redis-py's own API, once for every

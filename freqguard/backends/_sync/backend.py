@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import suppress
-from typing import Any
+from typing import Any, NoReturn
 
 from redis import Redis
 from redis.cluster import RedisCluster
@@ -28,17 +28,18 @@ from freqguard.backends._redispy import close_client
 from freqguard.backends._resp import (
     ASKING,
     RAW,
-    check_buckets,
+    check_bins,
     chunks,
     encode,
     function_args,
     record_key,
+    refuse_renamed,
 )
 from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable, raise_failures
 from freqguard.script.calls import Reply, ScriptCall, unpack
 
-from .prepare import Preparation  # the generated twin imports its own
+from .prepare import Preparation  # the generated sync copy imports its own
 
 __all__ = ["RedisBackend"]
 
@@ -54,7 +55,7 @@ class RedisBackend:
     Before its first call it asks the server what it is, once (``_inspect``): a standalone
     client aimed at a cluster node is a :class:`~freqguard.ConfigError`, and an evicting
     ``maxmemory-policy`` a warning; and before its first call of each policy, that the
-    store's clients keep its records with the same ``buckets`` (``_claims``).
+    store's clients keep its records with the same ``bins`` (``_claims``).
 
     Args:
         client: the redis-py client (``Redis`` or ``RedisCluster``); its timeouts and retries
@@ -67,7 +68,7 @@ class RedisBackend:
             (``on_error`` answers); 0 (default): no waiting. See docs/operations.md.
         wait_timeout: seconds to wait for the replicas (0.001-60; less than the client's
             socket timeout, or the socket gives up first).
-        buckets: share the records of many partition values in this many hashes a policy
+        bins: share the records of many partition values in this many hashes a policy
             (1 to 2^32), one compact string each: fewer bytes, more server time; 0 (default):
             a hash each; every client of a prefix alike. See docs/redis.md.
         scripts: how calls reach the policy function: ``"functions"`` (Redis Functions,
@@ -76,7 +77,7 @@ class RedisBackend:
 
     Raises:
         ConfigError: a bad ``wait_replicas``, ``wait_timeout`` (or one not shorter than the
-            client's socket timeout), ``buckets`` or ``scripts``.
+            client's socket timeout), ``bins`` or ``scripts``.
     """
 
     #: On a cluster, the node each call goes to (``host:port``): the guard's circuit
@@ -90,10 +91,12 @@ class RedisBackend:
         clock: Clock | None = None,
         wait_replicas: int = 0,
         wait_timeout: float = 0.1,
-        buckets: int = 0,
+        bins: int = 0,
         scripts: str = "auto",
+        **renamed: NoReturn,
     ) -> None:
-        self.buckets = check_buckets(buckets)  # the guard builds its keys by it
+        refuse_renamed(renamed, type(self).__name__)
+        self.bins = check_bins(bins)  # the guard builds its keys by it
         self._durability = durability = Durability(wait_replicas, wait_timeout, client)
         self._wait = durability.wait
         self.client = client
@@ -107,7 +110,7 @@ class RedisBackend:
         self._direct = self._cluster or not routing.single_connection(client)
         # the one-call path sends no WAIT: with wait_replicas, every call goes as a batch
         self._fast = self._direct and not self._wait
-        self._ready = Preparation(client, self._cluster, self.buckets, scripts)
+        self._ready = Preparation(client, self._cluster, self.bins, scripts)
 
     def execute(self, call: ScriptCall) -> Reply:
         """Run one call.
@@ -150,7 +153,7 @@ class RedisBackend:
             PartialFailure: on a cluster, some nodes answered and others failed: each call's
                 reply or error (a failure of every call is raised as it came).
         """
-        if len(calls) == 1:  # a step of a multi-slot operation: the lone call's own path
+        if len(calls) == 1:  # a step of a multi-part operation: the lone call's own path
             return [self.execute(calls[0])]
         try:
             return self._run(calls)

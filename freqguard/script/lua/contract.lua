@@ -11,7 +11,7 @@ local HIT, CHECK, REFUND, RESET, LIMIT = 0, 1, 2, 3, 4
 -- from ARGV_FIELDS on (ARGV_STATES), then (a refund of one decision) one mark per state.
 local ARGV_NOW, ARGV_COST, ARGV_MODE, ARGV_SPECS = 1, 2, 3, 4
 local ARGV_FIELDS = 5
-local ARGV_RECORD = 1                    -- a bucketed call's: the record's id, then the above
+local ARGV_RECORD = 1                    -- a binned call's: the record's id, then the above
 local MARK_SEPARATOR = ':'               -- joins a bucket's mark: tat, back, born, interval
 -- With a pinned clock (tests, replays) the caller's time and the server's expiry clock
 -- differ: a record must not expire in real time while it still matters in pinned time.
@@ -25,26 +25,26 @@ local BACK_LIMIT = 2 ^ 50                -- see next_back
 -- How the record's fields and the reply are packed; each twin's states are below.
 local FIELD_HEAD = '>I7I7'               -- a state's field: expiry, latest, the state
 local FIELD_HEAD_BYTES = 14              -- its size
-local RECORD_META = '>BI7I4I4'           -- the field "": mark, expiry, fields, prune_at
+local RECORD_META = '>BI7I4I4'           -- the field "": stamp, expiry, fields, prune_at
 local RECORD_META_BYTES = 16             -- its size; the limits follow
 local RECORD_LAYOUT = 3                  -- the layout this release writes
 local OLDEST_LAYOUT = 2                  -- the oldest it reads (states in full)
-local LAYOUT_MARKS = 240                 -- a meta field's mark: LAYOUT_MARKS + layout
+local LAYOUT_STAMPS = 240                -- a meta field's stamp: LAYOUT_STAMPS + layout
 local LIMIT_ENTRY = '>I4I7BI4I7I4I7'     -- one limit: tag, expiry, exempt, limit,
 local LIMIT_ENTRY_BYTES = 34             -- window, capacity, interval; size
 local REPLY_HEAD = '>BI8'                -- flags, now
 local REPLY_LIMITS = 2                   -- the flag: the limits follow the states
-local REPLY_DROPPED = 4                  -- the flag: an unmarked record was dropped
+local REPLY_DROPPED = 4                  -- the flag: an unstamped record was dropped
 local REPLY_WAIT = 'I8'                  -- then one per rule
 local REPLY_STATE_LENGTH = '>I4'         -- then per state, before it
--- Buckets (lua/buckets.lua): a bucketed record's string starts with BLOB_HEAD, its mark
--- LAYOUT_MARKS + BUCKET_LAYOUT; each state field's entry with one of BUCKET_ENTRY_HEADS
--- (by its kind); the bucket's own field "" holds BUCKET_META.
-local BLOB_HEAD = '>BI7'                 -- mark, the record's expiry
-local BUCKET_LAYOUT = 4
-local BUCKET_META = '>I8I4'              -- its expiry (NEVER: none), prune_at
-local BUCKET_ENTRY_HEADS = {[0] = 'I7I7', 'I7I4', 'I7I5'}
-local BUCKET_ENTRY_HEAD_BYTES = {[0] = 14, 11, 12}  -- their sizes
+-- Bins (lua/bins.lua): a binned record's string starts with BLOB_HEAD, its stamp
+-- LAYOUT_STAMPS + BIN_LAYOUT; each state field's entry with one of BIN_ENTRY_HEADS
+-- (by its kind); the bin's own field "" holds BIN_META.
+local BLOB_HEAD = '>BI7'                 -- stamp, the record's expiry
+local BIN_LAYOUT = 4
+local BIN_META = '>I8I4'                 -- its expiry (NEVER: none), prune_at
+local BIN_ENTRY_HEADS = {[0] = 'I7I7', 'I7I4', 'I7I5'}
+local BIN_ENTRY_HEAD_BYTES = {[0] = 14, 11, 12}  -- their sizes
 -- The bounds of a rule's own numbers (freqguard/bounds.py), which a per-key limit is
 -- held to as well (each strategy's limited): a sliding log's limit, a bucket's refill
 -- time (µs).

@@ -1,6 +1,6 @@
 -- The policy function's entry points, which a tail (lua/register.lua) hands to Redis: the
--- function itself (the libraries bound on its first call), its _nogrow twin, and the
--- bucketed form of either. Each takes (keys, argv) as the call sends them.
+-- function itself (the libraries bound on its first call), its _nogrow variant, and the
+-- binned form of either. Each takes (keys, argv) as the call sends them.
 
 local bound = false
 
@@ -21,8 +21,8 @@ local function nogrow(keys, argv, rid)
   return policy(keys, argv, rid)
 end
 
--- A bucketed call: its ARGV[1] is the record's id, the rest the ARGV above.
-local function bucketed(callback)
+-- A binned call: its ARGV[1] is the record's id, the rest the ARGV above.
+local function binned(callback)
   return function(keys, argv)
     local rest = {}
     for i = ARGV_RECORD + 1, #argv do rest[i - ARGV_RECORD] = argv[i] end

@@ -2,7 +2,7 @@
 -- A record's limits follow RECORD_META in its meta field: one LIMIT_ENTRY each, read as
 -- {tag, expiry, exempt, limit, window, capacity, interval}; expiry 0: never
 -- (freqguard/script/limits.py).
-local NEVER = 2 ^ 60  -- the expiry of what never expires (a limit, a bucket's; Lua only)
+local NEVER = 2 ^ 60  -- the expiry of what never expires (a limit, a bin's; Lua only)
 local NO_LIMITS = {}
 
 local function read_limits(meta)

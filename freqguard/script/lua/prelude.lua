@@ -12,7 +12,7 @@
 -- into one chunk in the order of freqguard/script/library.py MANIFEST (each file sees the
 -- locals of those before it): this one (the libraries); the contract's constants, generated
 -- from the Python (lua/contract.lua, by scripts/lua_contract.py); what the strategies share
--- (strategies/base.lua), then each strategy; the specs; per-key limits; buckets; the
+-- (strategies/base.lua), then each strategy; the specs; per-key limits; bins; the
 -- record; the policy function's steps, then the function itself (run, lua/twin.lua), which
 -- calls them in that order; its entry points (lua/entries.lua); last a tail that makes them
 -- something Redis runs (lua/register.lua: the Redis Functions). The Python twin
@@ -43,7 +43,7 @@
 --        (length 0: none); then the record's per-key limits, as stored (LIMIT_ENTRY each), if any.
 -- Record each state's field holds FIELD_HEAD, its expiry and the latest time it was written
 --        at (µs), then the packed state (absent once expired). The field "" holds
---        RECORD_META: the layout's mark, the expiry the record was given, its number of state
+--        RECORD_META: the layout's stamp, the expiry the record was given, its number of state
 --        fields, and the count at which stale fields are next pruned (prune_at), then the
 --        record's per-key limits (LIMIT_ENTRY each). The record's TTL covers every field
 --        and limit (with some slack, so most writes leave it alone; plus a grace period
@@ -53,11 +53,11 @@
 --        failover, calls out of order). All arithmetic on integers below 2^53
 --        (freqguard/bounds.py).
 -- Layout each record states its layout (RECORD_LAYOUT) in its meta field's first byte,
---        LAYOUT_MARKS + the layout. A record without a mark (freqguard 0.1, whose layouts
+--        LAYOUT_STAMPS + the layout. A record without a stamp (freqguard 0.1, whose layouts
 --        cannot be told apart) is dropped, its call decided as if it were absent; one of a
 --        newer layout is refused, never misread (see check_layout). Layout 3 stores states
 --        short where they fit (SHORT_SPAN); layout 2 stored every state in full, which
---        layout 3 still reads, so a layout-2 record is read as it is and marked 3 by the
+--        layout 3 still reads, so a layout-2 record is read as it is and stamped 3 by the
 --        first call that writes it.
 
 -- The libraries, bound by bind() on the first call: the load context offers none of them

@@ -2,16 +2,16 @@
 -- where, for both twins), read and written here; Lua only: the Python twin's store
 -- (twin.py StateStore) keeps them as numbers.
 --
--- A record is its own hash (KEYS[1]), or, when the call goes to the bucketed functions (the
+-- A record is its own hash (KEYS[1]), or, when the call goes to the binned functions (the
 -- library's last two; ARGV[1] the record's 8-byte id, the rest as above), one field of the
 -- shared hash KEYS[1], which holds the same fields as one string in a compact form (see
--- Buckets). The id is no key: a key that never exists would make a node refuse the call
+-- Bins). The id is no key: a key that never exists would make a node refuse the call
 -- (TRYAGAIN) while its slot migrates. Everything below reads and writes a
--- record through these functions, on the hash itself or on the bucket's record, decoded once
--- a call (rec.map) and written back once (bucket_flush).
+-- record through these functions, on the hash itself or on the bin's record, decoded once
+-- a call (rec.map) and written back once (bin_flush).
 
 -- A record, and its fields named by the call (got[1] the meta field, got[i + 1] state i's;
--- false where absent). A bucketed one keeps in rec.map the fields it decoded or changed
+-- false where absent). A binned one keeps in rec.map the fields it decoded or changed
 -- (rec.touched: set or deleted), its other entries as they are.
 local function open_record(keys, argv, n, rid)
   local key = keys[1]
@@ -19,7 +19,7 @@ local function open_record(keys, argv, n, rid)
     return {key = key}, call('HMGET', key, '', tunpack(argv, ARGV_FIELDS, ARGV_FIELDS - 1 + n))
   end
   local pair = call('HMGET', key, '', rid)
-  local rec = {key = key, rid = rid, bucket = pair[1], blob = pair[2], touched = {}}
+  local rec = {key = key, rid = rid, bin = pair[1], blob = pair[2], touched = {}}
   local map, entries, index = blob_read(key, pair[2])
   rec.map, rec.entries, rec.index, rec.unread = map or {}, entries or {}, index or {}, not map
   local got = {rec.map[''] or false}
@@ -84,8 +84,8 @@ local function rec_set(rec, sets)  -- HSET
   rec.dirty = true
 end
 
--- The record's TTL (ms), or (nil) for ever: a bucket keeps the longest its records need
--- (bucket_flush).
+-- The record's TTL (ms), or (nil) for ever: a bin keeps the longest its records need
+-- (bin_flush).
 local function rec_expire(rec, ttl_ms)
   if not rec.rid then
     if ttl_ms then call('PEXPIRE', rec.key, ttl_ms) else call('PERSIST', rec.key) end
@@ -155,8 +155,8 @@ end
 -- emptied record without limits goes.
 local function write_record(rec, got, sets, drops, latest, added, now, clock, pinned, lim)
   if #sets == 0 and #drops == 0 and not lim.changed then return end
-  local meta, mark, record_expiry, fields, prune_at = got[1], 0, 0, 0, PRUNE_FLOOR
-  if meta then mark, record_expiry, fields, prune_at = sunpack(RECORD_META, meta) end
+  local meta, stamp, record_expiry, fields, prune_at = got[1], 0, 0, 0, PRUNE_FLOOR
+  if meta then stamp, record_expiry, fields, prune_at = sunpack(RECORD_META, meta) end
   if #drops > 0 then rec_drop_fields(rec, drops) end
   fields = fields + added - #drops
   if #sets == 0 and fields <= 0 then fields = rec_count(rec) - 1 end
@@ -178,9 +178,9 @@ local function write_record(rec, got, sets, drops, latest, added, now, clock, pi
       lim.changed)
   end
   if ttl_ms or record_expiry ~= given or added > 0 or #drops > 0 or not meta or lim.changed
-    or mark ~= LAYOUT_MARKS + RECORD_LAYOUT then  -- an older layout's record: marked anew
+    or stamp ~= LAYOUT_STAMPS + RECORD_LAYOUT then  -- an older layout's record: stamped anew
     sets[#sets + 1] = ''
-    sets[#sets + 1] = pack(RECORD_META, LAYOUT_MARKS + RECORD_LAYOUT, record_expiry,
+    sets[#sets + 1] = pack(RECORD_META, LAYOUT_STAMPS + RECORD_LAYOUT, record_expiry,
       max(fields, 0), prune_at) .. lim.tail
   end
   if #sets > 0 then rec_set(rec, sets) end
@@ -190,23 +190,23 @@ end
 
 
 -- The record's layout (see Layout in the header): 0 when it is absent or in this layout;
--- REPLY_DROPPED when it had no mark (or an unreadable one), after deleting it and emptying
+-- REPLY_DROPPED when it had no stamp (or an unreadable one), after deleting it and emptying
 -- `got` (its HMGET), so the call decides as if it were absent. A record of a newer layout
 -- fails the call, which changes nothing.
 local function check_layout(rec, got, n)
-  if rec.unread then  -- a bucketed record's string it could not read (got is all false)
+  if rec.unread then  -- a binned record's string it could not read (got is all false)
     rec_delete(rec)
     return REPLY_DROPPED
   end
   local meta = got[1]
   if meta then
-    local mark = byte(meta, 1)
-    if mark >= LAYOUT_MARKS + OLDEST_LAYOUT and mark <= LAYOUT_MARKS + RECORD_LAYOUT
+    local stamp = byte(meta, 1)
+    if stamp >= LAYOUT_STAMPS + OLDEST_LAYOUT and stamp <= LAYOUT_STAMPS + RECORD_LAYOUT
       and (#meta - RECORD_META_BYTES) % LIMIT_ENTRY_BYTES == 0 then
       return 0
-    elseif mark > LAYOUT_MARKS + RECORD_LAYOUT then
+    elseif stamp > LAYOUT_STAMPS + RECORD_LAYOUT then
       error({err = format('ERR freqguard record %s is in layout %d, newer than the %d this '
-        .. 'release reads: upgrade freqguard on this client', rec.key, mark - LAYOUT_MARKS,
+        .. 'release reads: upgrade freqguard on this client', rec.key, stamp - LAYOUT_STAMPS,
         RECORD_LAYOUT)})
     end
   else

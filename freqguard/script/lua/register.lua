@@ -3,7 +3,7 @@
 -- name (__LIBRARY__, which the client replaces by a digest of the joined code). Another
 -- tail may end the same body instead (an EVAL script would call an entry point itself).
 --
--- The policy function under two names, and the bucketed one under two more. Redis refuses a
+-- The policy function under two names, and the binned one under two more. Redis refuses a
 -- function that may write once used memory is past maxmemory, unless it is flagged
 -- allow-oom: the first name, for hits, is refused then (a full server takes no new state);
 -- the second (freqguard/backends/_library.py: FUNCTION_NOGROW) serves the calls that never
@@ -15,9 +15,9 @@ redis.register_function{
   callback = function(keys, argv) return nogrow(keys, argv) end,
   flags = {'allow-oom'},
 }
-redis.register_function('__LIBRARY___bucket', bucketed(policy))
+redis.register_function('__LIBRARY___bin', binned(policy))
 redis.register_function{
-  function_name = '__LIBRARY___bucket_nogrow',
-  callback = bucketed(nogrow),
+  function_name = '__LIBRARY___bin_nogrow',
+  callback = binned(nogrow),
   flags = {'allow-oom'},
 }

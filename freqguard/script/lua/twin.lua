@@ -49,7 +49,7 @@ end
 
 -- RESET: every stored state is deleted (false). On a pinned time, where the next call may
 -- come at the very microsecond of a hit before the reset, the reset ends its microsecond: in
--- place of each state an expired marker of no state ('') written 1 µs after the latest time
+-- place of each state an expired tombstone (no state, '') written 1 µs after the latest time
 -- of the call, so that what comes after is judged at least that late and no receipt from
 -- before the reset can match it. Returns the states' fate and the time.
 local function reset_states(got, n, now, pinned)
@@ -134,7 +134,7 @@ local function consume_states(specs, views, after, waits, now, cost)
 end
 
 -- The fields to set (each changed state behind its expiry and now; a refund keeps the
--- expiry: it only shrinks what can matter; a reset's marker is expired as it is written)
+-- expiry: it only shrinks what can matter; a reset's tombstone is expired as it is written)
 -- and to delete; the latest expiry set; how many fields are new.
 local function changes(specs, after, got, argv, expiries, now, mode)
   local sets, drops, latest, added = {}, {}, 0, 0
@@ -142,7 +142,7 @@ local function changes(specs, after, got, argv, expiries, now, mode)
     local state = after[i]
     if state then
       local spec = specs[i]
-      local expiry = now  -- a reset's marker
+      local expiry = now  -- a reset's tombstone
       if mode == REFUND then
         expiry = expiries[i]
       elseif mode ~= RESET then
@@ -202,7 +202,7 @@ local function run(keys, argv, rid)
   local n = #specs
   local rec, got = open_record(keys, argv, n, rid)
   local found = check_layout(rec, got, n)
-  -- per state: the packed state to store ('' a reset's marker), false to delete, nil to keep
+  -- per state: the packed state to store ('' a reset's tombstone), false to delete, nil to keep
   local after = {}
   if mode ~= RESET then now = judged_at(got, n, now) end
   local change = mode == LIMIT and argv[ARGV_FIELDS + n] or ''
@@ -218,6 +218,6 @@ local function run(keys, argv, rid)
   local sets, drops, latest, added = changes(specs, after, got, argv, expiries, now, mode)
   local lim = limits_of(got[1], entries, changed)
   write_record(rec, got, sets, drops, latest, added, now, clock, pinned, lim)
-  bucket_flush(rec, clock, pinned, lim.changed or rec.unread)
+  bin_flush(rec, clock, pinned, lim.changed or rec.unread)
   return reply(specs, allowed, now, waits, after, raws, lim.tail, found)
 end

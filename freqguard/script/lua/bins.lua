@@ -1,26 +1,26 @@
--- Buckets: with RedisBackend(buckets=N) the records of many partition values share one hash
--- (a bucket, KeyLayout.bucket in freqguard/script/keys.py), each one string in its field; a
--- record's calls go to the bucketed functions (lua/entries.lua), and lua/records.lua reads
--- and writes such a record through the codec below, and keeps the bucket's TTL with
--- bucket_flush. Lua only: the memory twin keeps no bytes.
+-- Bins: with RedisBackend(bins=N) the records of many partition values share one hash
+-- (a bin, KeyLayout.bin in freqguard/script/keys.py), each one string in its field; a
+-- record's calls go to the binned functions (lua/entries.lua), and lua/records.lua reads
+-- and writes such a record through the codec below, and keeps the bin's TTL with
+-- bin_flush. Lua only: the memory twin keeps no bytes.
 --
--- A bucketed record's string is BLOB_HEAD (the mark LAYOUT_MARKS + BUCKET_LAYOUT,
+-- A binned record's string is BLOB_HEAD (the stamp LAYOUT_STAMPS + BIN_LAYOUT,
 -- the record's expiry), then the meta field's numbers as varints (fields, prune_at, number
 -- of limits), its limits as stored, then one entry per state field: one byte (the name's
 -- length, 2, 6, 10 or 14, as 0-3, + 4 x the entry's kind), the name, the field's expiry
--- and its span (expiry - latest) in 4 or 5 bytes, or its latest in full (BUCKET_ENTRY_HEADS),
+-- and its span (expiry - latest) in 4 or 5 bytes, or its latest in full (BIN_ENTRY_HEADS),
 -- the state's length in one byte or in four, and the state. An entry depends on nothing
 -- else in the string: a call decodes only the fields it names and copies the rest as is.
-local BUCKET_FLOOR = 16                  -- the records it holds before stale ones are swept
-local BUCKET_SLACK = 8                   -- a bucket's expiry, when extended, gains 1/8 more
--- an entry's kind: 2 x its head (BUCKET_ENTRY_HEADS) + its state length's (0: one byte,
+local BIN_FLOOR = 16                     -- the records it holds before stale ones are swept
+local BIN_SLACK = 8                      -- a bin's expiry, when extended, gains 1/8 more
+-- an entry's kind: 2 x its head (BIN_ENTRY_HEADS) + its state length's (0: one byte,
 -- 1: four)
 local ENTRY_FORMATS = {}                 -- by kind: '>' .. head .. length .. 'c0' (see bind)
 
 local function bind_entries()  -- on the first call, as bind()
-  for head = 0, #BUCKET_ENTRY_HEADS do
-    ENTRY_FORMATS[2 * head] = '>' .. BUCKET_ENTRY_HEADS[head] .. 'I1c0'
-    ENTRY_FORMATS[2 * head + 1] = '>' .. BUCKET_ENTRY_HEADS[head] .. 'I4c0'
+  for head = 0, #BIN_ENTRY_HEADS do
+    ENTRY_FORMATS[2 * head] = '>' .. BIN_ENTRY_HEADS[head] .. 'I1c0'
+    ENTRY_FORMATS[2 * head + 1] = '>' .. BIN_ENTRY_HEADS[head] .. 'I4c0'
   end
 end
 
@@ -52,7 +52,7 @@ local function entry_at(blob, at)
   local code = flag % 4
   local kind = (flag - code) / 4
   local head = at + 3 + 4 * code
-  local state = head + BUCKET_ENTRY_HEAD_BYTES[(kind - kind % 2) / 2]
+  local state = head + BIN_ENTRY_HEAD_BYTES[(kind - kind % 2) / 2]
   local size
   if kind % 2 == 0 then
     size, state = byte(blob, state), state + 1
@@ -73,7 +73,7 @@ local function entry_field(blob, at)
   return pack(FIELD_HEAD, expiry, b) .. state
 end
 
--- One state field as a bucketed record holds it (see Buckets).
+-- One state field as a binned record holds it (see Bins).
 local function blob_entry(name, value)
   local expiry, latest = sunpack(FIELD_HEAD, value)
   local state = sub(value, FIELD_HEAD_BYTES + 1)
@@ -88,12 +88,12 @@ local function blob_entry(name, value)
   end
   local code = (#name - 2) / 4
   if code ~= floor(code) or code < 0 or code > 3 then
-    error({err = 'ERR freqguard: a field name of ' .. #name .. ' bytes cannot be bucketed'})
+    error({err = 'ERR freqguard: a field name of ' .. #name .. ' bytes cannot be binned'})
   end
   return char(code + 4 * kind) .. name .. entry
 end
 
--- A bucketed record's meta field and entries (see blob_read); fails on a string cut short.
+-- A binned record's meta field and entries (see blob_read); fails on a string cut short.
 local function blob_parse(blob)
   local _, expiry, at = sunpack(BLOB_HEAD, blob)
   local fields, prune_at, limits
@@ -102,7 +102,7 @@ local function blob_parse(blob)
   limits, at = varint_at(blob, at)
   local tail_end, size = at + limits * LIMIT_ENTRY_BYTES, #blob
   if tail_end > size + 1 then error('cut short') end
-  local map = {[''] = pack(RECORD_META, LAYOUT_MARKS + RECORD_LAYOUT, expiry, fields, prune_at)
+  local map = {[''] = pack(RECORD_META, LAYOUT_STAMPS + RECORD_LAYOUT, expiry, fields, prune_at)
     .. sub(blob, at, tail_end - 1)}
   local entries, index, i = {}, {}, 0
   at = tail_end
@@ -117,19 +117,19 @@ local function blob_parse(blob)
   return map, entries, index
 end
 
--- A bucketed record: its meta field "" (rebuilt as RECORD_META marked with this release's
+-- A binned record: its meta field "" (rebuilt as RECORD_META stamped with this release's
 -- RECORD_LAYOUT, so the steps read it as they read a hash's), its entries in order (each
 -- name, then where it starts), and where each name's start is in them; false for a string
 -- of an older or unknown form, or cut short, which the call drops. A newer one fails the
 -- call.
 local function blob_read(key, blob)
   if not blob then return {}, {}, {} end
-  local mark = byte(blob, 1)
-  if mark ~= LAYOUT_MARKS + BUCKET_LAYOUT then
-    if mark and mark > LAYOUT_MARKS + BUCKET_LAYOUT then
-      error({err = format('ERR freqguard record in bucket %s is in layout %d, newer than the '
-        .. '%d this release reads: upgrade freqguard on this client', key, mark - LAYOUT_MARKS,
-        BUCKET_LAYOUT)})
+  local stamp = byte(blob, 1)
+  if stamp ~= LAYOUT_STAMPS + BIN_LAYOUT then
+    if stamp and stamp > LAYOUT_STAMPS + BIN_LAYOUT then
+      error({err = format('ERR freqguard record in bin %s is in layout %d, newer than the '
+        .. '%d this release reads: upgrade freqguard on this client', key, stamp - LAYOUT_STAMPS,
+        BIN_LAYOUT)})
     end
     return false
   end
@@ -138,13 +138,13 @@ local function blob_read(key, blob)
   return map, entries, index
 end
 
--- A bucketed record's string: its meta field, the entries no call changed as they were
+-- A binned record's string: its meta field, the entries no call changed as they were
 -- (each run of them copied at once), then the fields it set.
 local function blob_write(rec)
   local meta = rec.map['']
   local _, expiry, fields, prune_at = sunpack(RECORD_META, meta)
   local tail = sub(meta, RECORD_META_BYTES + 1)
-  local parts = {pack(BLOB_HEAD, LAYOUT_MARKS + BUCKET_LAYOUT, expiry), varint(fields),
+  local parts = {pack(BLOB_HEAD, LAYOUT_STAMPS + BIN_LAYOUT, expiry), varint(fields),
     varint(prune_at), varint(#tail / LIMIT_ENTRY_BYTES), tail}
   local entries, touched, from = rec.entries, rec.touched, false
   for i = 2, #entries - 2, 2 do
@@ -162,7 +162,7 @@ local function blob_write(rec)
   return concat(parts)
 end
 
--- A bucketed record's expiry, or NEVER if a limit holds it for ever; fails on a string cut
+-- A binned record's expiry, or NEVER if a limit holds it for ever; fails on a string cut
 -- short.
 local function blob_expiry(blob)
   local _, expiry, at = sunpack(BLOB_HEAD, blob)
@@ -177,19 +177,19 @@ local function blob_expiry(blob)
   return expiry
 end
 
--- How long a bucketed record is needed, on its calls' time: blob_expiry; false for a string
+-- How long a binned record is needed, on its calls' time: blob_expiry; false for a string
 -- of an older or unknown form, or cut short (it goes); true for a newer release's (it stays,
 -- unread, and holds nothing).
 local function blob_until(blob)
-  local mark = byte(blob, 1)
-  if mark ~= LAYOUT_MARKS + BUCKET_LAYOUT then
-    return mark ~= nil and mark > LAYOUT_MARKS + BUCKET_LAYOUT
+  local stamp = byte(blob, 1)
+  if stamp ~= LAYOUT_STAMPS + BIN_LAYOUT then
+    return stamp ~= nil and stamp > LAYOUT_STAMPS + BIN_LAYOUT
   end
   local ok, until_ = pcall(blob_expiry, blob)
   return ok and until_
 end
 
--- A bucket's deadline and TTL set afresh from its records. Where that cannot know every
+-- A bin's deadline and TTL set afresh from its records. Where that cannot know every
 -- record's need (a pinned time, a newer release's record, a lost meta field: `damaged`),
 -- the TTL only grows. On the server's time, the
 -- records whose time has passed (their expiry, or a limit's) go first, as stale fields do
@@ -227,20 +227,20 @@ local function sweep(key, clock, real, pinned, damaged)
   else
     call('PERSIST', key)
   end
-  call('HSET', key, '', pack(BUCKET_META, deadline, max(BUCKET_FLOOR, 2 * live)))
+  call('HSET', key, '', pack(BIN_META, deadline, max(BIN_FLOOR, 2 * live)))
 end
 
--- A bucketed record written back (or deleted); the bucket's TTL kept the longest its
+-- A binned record written back (or deleted); the bin's TTL kept the longest its
 -- records need, as a deadline on the server's time (a pinned call asks TIME for it), so
--- that no write, pinned or not, in or out of order, shortens it; the bucket swept when it
+-- that no write, pinned or not, in or out of order, shortens it; the bin swept when it
 -- has grown past its prune_at, or set afresh (`recompute`) when a change of limits or a
 -- dropped record may have ended what held it for ever.
-local function bucket_flush(rec, clock, pinned, recompute)
+local function bin_flush(rec, clock, pinned, recompute)
   if not rec.rid or not rec.dirty then return end
   local key, rid = rec.key, rec.rid
-  local known, deadline, prune_at = false, 0, BUCKET_FLOOR
-  if rec.bucket then known, deadline, prune_at = pcall(sunpack, BUCKET_META, rec.bucket) end
-  if not known or deadline > NEVER then deadline, prune_at, known = 0, BUCKET_FLOOR, false end
+  local known, deadline, prune_at = false, 0, BIN_FLOOR
+  if rec.bin then known, deadline, prune_at = pcall(sunpack, BIN_META, rec.bin) end
+  if not known or deadline > NEVER then deadline, prune_at, known = 0, BIN_FLOOR, false end
   local real = clock
   if pinned then
     local t = call('TIME')
@@ -260,17 +260,17 @@ local function bucket_flush(rec, clock, pinned, recompute)
     grows = call('HSET', key, rid, blob_write(rec)) == 1
   end
   -- a meta field missing (beside other records) or unreadable: its deadline is unknown
-  local damaged = not known and (rec.bucket or call('HLEN', key) > 1)
+  local damaged = not known and (rec.bin or call('HLEN', key) > 1)
   if recompute or damaged or (grows and not pinned and call('HLEN', key) - 1 > prune_at) then
     sweep(key, clock, real, pinned, damaged)
   elseif rec.persist and deadline < NEVER then
     call('PERSIST', key)
-    call('HSET', key, '', pack(BUCKET_META, NEVER, prune_at))
+    call('HSET', key, '', pack(BIN_META, NEVER, prune_at))
   elseif rec.ttl_ms and real + 1000 * rec.ttl_ms > deadline then  -- with slack of its own:
-    local slack = ceil(rec.ttl_ms / BUCKET_SLACK)  -- most records' writes then keep it
+    local slack = ceil(rec.ttl_ms / BIN_SLACK)  -- most records' writes then keep it
     call('PEXPIRE', key, rec.ttl_ms + slack)
-    call('HSET', key, '', pack(BUCKET_META, real + 1000 * (rec.ttl_ms + slack), prune_at))
+    call('HSET', key, '', pack(BIN_META, real + 1000 * (rec.ttl_ms + slack), prune_at))
   elseif not known then
-    call('HSET', key, '', pack(BUCKET_META, deadline, prune_at))
+    call('HSET', key, '', pack(BIN_META, deadline, prune_at))
   end
 end

@@ -1,5 +1,5 @@
 """Clients of one prefix must keep a policy's records one way: in a hash each, or shared in
-the same number of buckets. Two settings would count apart, each client up to the cap (3-4
+the same number of bins. Two settings would count apart, each client up to the cap (3-4
 times it between them), so a client whose setting differs from the one the store's clients
 already use is refused at its first call of the policy, writing nothing, with an error that
 names both settings; on a standalone server and a Cluster, sync and async."""
@@ -21,12 +21,12 @@ from tests.servers import RedisServer, state_keys
 P = Policy("p", Rule("2/minute", by="r", name="m"))
 
 
-def _guard(client: Redis | RedisCluster, buckets: int) -> Guard:
-    return Guard(RedisBackend(client, buckets=buckets), [P], clock=ManualClock(START))
+def _guard(client: Redis | RedisCluster, bins: int) -> Guard:
+    return Guard(RedisBackend(client, bins=bins), [P], clock=ManualClock(START))
 
 
 @pytest.mark.parametrize(("first", "second"), [(0, 4), (4, 0), (4, 16), (1, 2)])
-def test_a_client_with_another_buckets_setting_is_refused_and_writes_nothing(
+def test_a_client_with_another_bins_setting_is_refused_and_writes_nothing(
     redis_server: RedisServer, first: int, second: int
 ) -> None:
     flush([redis_server])
@@ -37,8 +37,8 @@ def test_a_client_with_another_buckets_setting_is_refused_and_writes_nothing(
     for _ in range(2):  # refused every time, not only the first
         with pytest.raises(ConfigError) as refused:
             other.hit("p", r="u0")
-        assert f"buckets={first}" in str(refused.value)
-        assert f"buckets={second}" in str(refused.value)
+        assert f"bins={first}" in str(refused.value)
+        assert f"bins={second}" in str(refused.value)
         assert "'p'" in str(refused.value)
     assert sorted(state_keys(redis_server.client)) == keys
     assert one.hit("p", r="u0").allowed  # the first setting goes on
@@ -60,7 +60,7 @@ def test_the_same_setting_is_shared_and_a_cluster_refuses_another(
     assert [one.hit("p", r="a").allowed, same.hit("p", r="a").allowed] == [True, True]
     assert not one.hit("p", r="a").allowed  # one count between them
     other = _guard(RedisCluster(host="127.0.0.1", port=port), 0)
-    with pytest.raises(ConfigError, match="buckets=8"):
+    with pytest.raises(ConfigError, match="bins=8"):
         other.hit("p", r="b")
     for guard in (one, same, other):
         guard.close()
@@ -71,10 +71,10 @@ def test_an_async_client_with_another_setting_is_refused(redis_server: RedisServ
     _guard(Redis(port=redis_server.port), 0).hit("p", r="a")
 
     async def other() -> None:
-        backend = AsyncRedisBackend(AsyncRedis(port=redis_server.port), buckets=4)
+        backend = AsyncRedisBackend(AsyncRedis(port=redis_server.port), bins=4)
         guard = AsyncGuard(backend, [P], clock=ManualClock(START))
         try:
-            with pytest.raises(ConfigError, match=r"buckets=0.*buckets=4"):
+            with pytest.raises(ConfigError, match=r"bins=0.*bins=4"):
                 await guard.hit("p", r="a")
         finally:
             await guard.aclose()
