@@ -2,7 +2,8 @@
 
 Worker processes, each with threads sharing one :class:`Guard` and, in some, asyncio tasks
 sharing one :class:`AsyncGuard`, drive a mixed workload (:data:`POLICIES`: every strategy,
-rules sharing a log, shadow rules, multi-part policies, costs above 1, ``hit_many``, refunds
+rules sharing a log, shadow rules, multi-part policies, leases taken and released (or left to
+expire) beside a rate, costs above 1, ``hit_many``, refunds
 of admitted decisions, per-key limits set, changed and cleared while hits run) at a few hot
 keys, so that every limit is hit all the time. Time is the backend's own (no ``clock=``):
 Redis ``TIME``, the memory backend's ``SystemClock``.
@@ -16,6 +17,8 @@ takes, per rule and key, what stayed admitted and holds it to the rule's guarant
 * sliding-log: at most ``limit`` units in any window ``(t - window, t]``. A refund takes back
   exactly that hit's units, so refunded admissions are left out.
 * fixed-window: at most ``limit`` units per aligned window, refunded admissions left out.
+* concurrency: at no µs more than ``limit`` leases held, each from when it was taken until
+  its release or the end of its lease; a release leaves the policy's rate rules counting.
 * a rule whose per-key limit changes under load (:data:`LIMITED`) is held to its guarantee
   at the largest of the rates it alternates between, never more.
 * token-bucket and gcra: the stream replayed in time order conforms to GCRA
@@ -97,6 +100,11 @@ POLICIES: tuple[Policy, ...] = (
         Rule("8/second", by="user", strategy="fixed-window", name="fixed"),
     ),
     Policy("limited-gcra", Rule("6/second", by="user", strategy="gcra", name="user")),
+    Policy(  # calls in flight: leases taken by take_lease, released (or left to expire)
+        "leases",
+        Rule("3 concurrent", by="user", lease=0.3, name="held"),
+        Rule("20/second", by="user", name="rate"),
+    ),
 )
 #: Per (policy, rule): the rates a per-key limit alternates between, with the rule's own
 #: (a cleared limit), for a user, while hits run. The same window, so the guarantee checked
@@ -178,10 +186,15 @@ def reply_times(guard: Guard | AsyncGuard, decision: Decision) -> tuple[int, ...
 
 
 def refund(guard: Guard, decision: Decision) -> tuple[int, ...]:
+    """Give back an admission: a refund, or a lease's release (its leases only)."""
+    if guard.policies[decision.policy].leases:
+        return reply_times(guard, guard.release(decision))
     return reply_times(guard, guard.refund(decision))
 
 
 async def arefund(guard: AsyncGuard, decision: Decision) -> tuple[int, ...]:
+    if guard.policies[decision.policy].leases:
+        return reply_times(guard, await guard.release(decision))
     return reply_times(guard, await guard.refund(decision))
 
 
@@ -263,12 +276,13 @@ class Driver:
                 "limit", name, [{"user": rng.choice(VALUES["user"])}], 0, None, (rule, rate)
             )
         policy = rng.choice(POLICIES)
-        many = rng.random() < self.many_share
+        many = rng.random() < self.many_share and not policy.leases  # a lease: one at once
         contexts = [
             {d: rng.choice(VALUES[d]) for d in policy.dimensions}
             for _ in range(rng.randint(2, 5) if many else 1)
         ]
-        return Action("many" if many else "hit", policy.name, contexts, rng.choice(COSTS))
+        kind = "lease" if policy.leases else "many" if many else "hit"
+        return Action(kind, policy.name, contexts, rng.choice(COSTS))
 
     def decided(
         self,
@@ -305,7 +319,9 @@ class Driver:
                     aid, self.seq, action.policy, times, action.cost, values, took, start, end
                 )
             )
-            if action.policy not in NO_REFUNDS and self.rng.random() < self.refund_share:
+            # every lease is released, most of them within their lease (0.3 s)
+            share = 0.9 if policy.leases else self.refund_share
+            if action.policy not in NO_REFUNDS and self.rng.random() < share:
                 # refunded at once, or as a vendor call fails later: a bucket's give-back
                 # depends on where its span is by then
                 due = time.monotonic() + self.rng.choice(REFUND_DELAYS)
@@ -330,6 +346,8 @@ def _call(guard: Guard, action: Action) -> list[Decision] | tuple[int, ...]:
         return refund(guard, action.held[1])
     if action.kind == "many":
         return guard.hit_many(action.policy, action.contexts, action.cost)
+    if action.kind == "lease":
+        return [guard.take_lease(action.policy, action.cost, **action.contexts[0])]
     return [guard.hit(action.policy, action.cost, **action.contexts[0])]
 
 
@@ -345,6 +363,8 @@ async def _acall(guard: AsyncGuard, action: Action) -> list[Decision] | tuple[in
         return await arefund(guard, action.held[1])
     if action.kind == "many":
         return await guard.hit_many(action.policy, action.contexts, action.cost)
+    if action.kind == "lease":
+        return [await guard.take_lease(action.policy, action.cost, **action.contexts[0])]
     return [await guard.hit(action.policy, action.cost, **action.contexts[0])]
 
 
@@ -646,7 +666,7 @@ def check_rules(
             given = [refunds_of[a.aid] for a in stream if a.aid in refunds_of]
             result.refunded += sum(by_aid[r.aid].cost for r in given)
             checked = checked_rule(result.policy, result.rule)
-            result.add(*_check_stream(checked, i, stream, given), key)
+            result.add(*_check_stream(result.policy, checked, i, stream, given), key)
     return checks
 
 
@@ -661,12 +681,35 @@ def checked_rule(policy: str, rule: Rule) -> Rule:
     return Rule(largest, rule.by, rule.strategy, name=rule.id, burst=rule.burst)
 
 
+def check_leases(taken: list[tuple[int, int, Refund | None]], rule: Rule, i: int) -> list[str]:
+    """Concurrency: at no µs are more than ``limit`` leases held, a lease held from when it
+    was taken until it was released or its lease ran out, whichever came first (``taken``:
+    ``(t, cost, its release or None)``). At one µs, what ends goes before what starts."""
+    events: list[tuple[int, int]] = []
+    for t, cost, given in taken:
+        end = t + rule.rate.window_us
+        if given is not None:
+            end = min(end, given.times[i])
+        events += [(t, cost), (end, -cost)]
+    held, found = 0, []
+    for t, change in sorted(events):
+        held += change
+        if held > rule.limit:
+            found.append(f"{held} > {rule.limit} leases held at {t} µs")
+    return found
+
+
 def _check_stream(
-    rule: Rule, i: int, stream: list[Admission], given: list[Refund]
+    policy: str, rule: Rule, i: int, stream: list[Admission], given: list[Refund]
 ) -> tuple[list[str], list[str]]:
     """What breaks the rule's guarantee, then what breaks it even if every refunded hit is
     taken as never having happened (for windows the two are one check)."""
     gone = {r.aid: r for r in given}
+    if rule.strategy is Strategy.CONCURRENCY:
+        found = check_leases([(a.times[i], a.cost, gone.get(a.aid)) for a in stream], rule, i)
+        return found, found
+    if _BY_NAME.get(policy) is not None and _BY_NAME[policy].leases:
+        gone = {}  # a release gives back the leases only: the rate rules keep the call
     kept = [(a.times[i], a.cost) for a in stream if a.aid not in gone]
     if rule.strategy is Strategy.SLIDING_LOG:
         found = check_window(kept, rule)

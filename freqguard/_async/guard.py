@@ -158,8 +158,7 @@ class AsyncGuard:
         """Register a policy; re-adding an equal one is a no-op, a different one an error.
 
         Raises:
-            ConfigError: not a Policy, a different policy of that name registered, or an
-                ``on_error`` this guard cannot drive.
+            ConfigError: not a Policy, another of that name, or an ``on_error`` it cannot take.
         """
         plan = self._policies.compile(policy)
         if plan is not None:
@@ -187,8 +186,7 @@ class AsyncGuard:
             return done.value  # type: ignore[no-any-return]
 
     async def _step(self, step: object, policy: str, whole: bool) -> list[Reply]:
-        """One step of an operation: its calls sent (the breaker's say, the observers told),
-        or sent to the fallback, or a wait."""
+        """A step: its calls sent (breaker and observers told), or to the fallback; a wait."""
         if type(step) is list:
             accounting = self._accounting
             sent = accounting.admitted(policy, step)
@@ -296,18 +294,28 @@ class AsyncGuard:
         cost: int = 1,
         **ctx: object,
     ) -> AsyncIterator[Decision]:
-        """A lease of a policy with a concurrency rule, taken in one call with its other
-        rules (all-or-nothing) and given back when the block ends, however (the leases
-        only: its rate rules keep counting the call), or after the rule's ``lease`` by
-        itself. ``async with guard.lease("llm", user="u1") as d:`` then ``if d.allowed``."""
-        hit = self._hits.hit(policy, cost, ctx, lease=True)
-        decided = await self._run(self._hits.hit_op(hit), policy, not hit.plan.single_part)
-        decision = self._hits.hit_done(hit, decided)
+        """A lease of a policy with a concurrency rule (:meth:`take_lease`), given back when
+        the block ends, however (:meth:`release`). ``async with guard.lease("llm",
+        user="u1") as d:``, then act ``if d.allowed``."""
+        decision = await self.take_lease(policy, cost, **ctx)
         try:
             yield decision
         finally:
             if decision.allowed:
-                await self._given_back(self._receipts.release(decision), decision)
+                await self.release(decision)
+
+    @must_await
+    async def take_lease(self, policy: str, cost: int = 1, **ctx: object) -> Decision:
+        """A lease, taken in one call with the policy's other rules (all-or-nothing); give
+        it back with :meth:`release`, else it frees itself after the rule's ``lease``."""
+        hit = self._hits.hit(policy, cost, ctx, lease=True)
+        decided = await self._run(self._hits.hit_op(hit), policy, not hit.plan.single_part)
+        return self._hits.hit_done(hit, decided)
+
+    @must_await
+    async def release(self, decision: Decision, /) -> Decision:
+        """Give back the leases ``decision`` took, once; its rate rules keep the call."""
+        return await self._given_back(self._receipts.release(decision), decision)
 
     async def _given_back(self, op: Op[Decision] | Decision, decision: Decision) -> Decision:
         """Run a refund's operation; a failure surely not applied gives its receipt back."""
@@ -327,17 +335,12 @@ class AsyncGuard:
         those values; with ``rules``, of those rules (each keyed by exactly the dimensions
         given). State that other contexts share is never touched unless named: resetting
         a recipient leaves a global rule's count alone, and resetting one (user, ip) does
-        not free the ip for its other users.
-
-        Returns:
-            The ids of the rules whose counts were forgotten.
+        not free the ip for its other users. Returns the ids of the rules reset.
 
         Raises:
             ConfigError: no rule keyed by exactly those dimensions, an unknown rule or
-                dimension, a rule keyed by other dimensions, or one of several rules that
-                share one sliding log named without the others.
-            BackendUnavailable: the store failed, whatever ``on_error`` says (a reset that
-                did not happen is never answered as if it had).
+                dimension, or one of several rules sharing a sliding log named alone.
+            BackendUnavailable: the store failed, whatever ``on_error`` says.
         """
         op, ids = self._hits.reset(policy, rules, ctx)
         await self._run(op, policy)
@@ -358,8 +361,7 @@ class AsyncGuard:
         beside that value's states and read by the same call that decides.
 
         Args:
-            policy: the policy's name.
-            rule: the rule's id (its name) or the Rule.
+            policy, rule: the policy's name; the rule's id (its name) or the Rule.
             rate: a rate string, a :class:`Rate`, or None (exempt).
             ttl: seconds (or a timedelta) until the limit lapses; None: until cleared.
             ctx: the partition's value, e.g. ``recipient="+4917..."``.
@@ -374,17 +376,15 @@ class AsyncGuard:
         self._denials.forget(plan, None)
 
     async def clear_limit(self, policy: str, rule: str | Rule, **ctx: object) -> None:
-        """Decide the rule at its own rate again for that partition value (see
-        :meth:`set_limit`); nothing happens where no limit was set."""
+        """The rule at its own rate again for that partition value (:meth:`set_limit`)."""
         plan = self._policies.plan(policy)
         call = limit_call(plan, rule, None, None, ctx, self._now(), clear=True)
         await send(self.backend, [call], False)
         self._denials.forget(plan, None)
 
     async def limits_for(self, policy: str, **ctx: object) -> dict[str, Rate | None]:
-        """Every rule's rate by rule id, as it applies to this context now: its per-key
-        limit's, None where exempt, else its own. ``ctx`` names the partition values (a
-        hit's whole context is accepted too)."""
+        """Every rule's rate by rule id as it applies to ``ctx`` (the partition values, or a
+        hit's whole context) now: its per-key limit's, None where exempt, else its own."""
         plan = self._policies.plan(policy)
         replies = await send(self.backend, limits_calls(plan, ctx, self._now()), False)
         return limits_of(plan, replies)

@@ -187,6 +187,17 @@ def test_time_per_state_must_not_go_back() -> None:
     assert check_times([first, overlapping], [], [policy]) == []
 
 
+def test_leases_are_held_until_released_or_expired_in_the_model() -> None:
+    policy = Policy("p", Rule("2 concurrent", by="u", lease=1, name="held"))
+    a, b, c = _admission(1, 1.0), _admission(2, 1.2), _admission(3, 1.5)
+    assert _violations(policy, [a, b, c], []) == 1  # three held at 1.5 s
+    assert _violations(policy, [a, b, c], [_refund(a, 1.4)]) == 0  # a released first
+    assert _violations(policy, [a, b, c], [_refund(a, 1.5)]) == 0  # released at that µs
+    assert _violations(policy, [a, b, _admission(3, 2.0)], []) == 0  # a expired at 2.0 s
+    late = _refund(a, 2.5)  # released after its lease ran out: it held until 2.0 s
+    assert _violations(policy, [a, b, _admission(3, 1.9)], [late]) == 1
+
+
 def _assert_sound(report: AuditReport) -> None:
     """No violation, and a workload that hit its limits: denials, refunds and multi-part
     compensation all happened, on every policy where they can."""
