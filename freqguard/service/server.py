@@ -1,0 +1,95 @@
+"""How ``freqguard serve`` runs uvicorn: the event loop and HTTP parser it picks, and
+``TCP_NODELAY`` on every connection a worker accepts.
+
+With ``--workers`` above 1, uvicorn binds the listening socket in the supervisor as
+``socket.socket(AF_INET, SOCK_STREAM)`` (protocol number 0) and hands it to each worker.
+asyncio's own loop sets ``TCP_NODELAY`` only on sockets whose ``proto`` is
+``IPPROTO_TCP``, and a socket accepted from that listener carries 0: Nagle's algorithm then
+holds back the body uvicorn writes after the headers until the client's delayed ACK,
+about 40 ms, on every response. The protocol classes here set the option on each
+connection themselves, whatever the loop and however the socket was made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from dataclasses import dataclass
+from importlib.util import find_spec
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from freqguard.cli.store import LOOPS, PARSERS
+from freqguard.errors import ConfigError
+
+__all__ = [
+    "H11NoDelay",
+    "Wire",
+    "nodelay",
+    "pick",
+]
+
+
+def nodelay(transport: asyncio.BaseTransport) -> None:
+    """Set ``TCP_NODELAY`` on the TCP socket under ``transport`` (a Unix socket: nothing)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class H11NoDelay(H11Protocol):
+    """uvicorn's h11 protocol, its connections without Nagle's delay."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        nodelay(transport)
+        super().connection_made(transport)
+
+
+if find_spec("httptools") is not None:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class HttpToolsNoDelay(HttpToolsProtocol):
+        """uvicorn's httptools protocol, its connections without Nagle's delay."""
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            nodelay(transport)
+            super().connection_made(transport)
+
+
+@dataclass(frozen=True)
+class Wire:
+    """The loop and the parser a worker runs: their names (for the log) and what uvicorn
+    takes for them."""
+
+    loop: str
+    parser: str
+    protocol: type[asyncio.Protocol]
+
+    def __str__(self) -> str:
+        return f"loop {self.loop}, parser {self.parser}"
+
+
+def pick(loop: str = "auto", parser: str = "auto") -> Wire:
+    """The loop and parser ``--loop`` and ``--http`` ask for ("auto": the fast one when
+    installed, else asyncio's and h11).
+
+    Raises:
+        ConfigError: a name not in :data:`LOOPS` or :data:`PARSERS`, or one that is not
+            installed (``pip install 'freqguard[serve]'`` installs both).
+    """
+    if loop not in LOOPS or parser not in PARSERS:
+        raise ConfigError(
+            f"loop must be one of {', '.join(LOOPS)}, got {loop!r}; "
+            f"http one of {', '.join(PARSERS)}, got {parser!r}"
+        )
+    for name, asked in (("uvloop", loop), ("httptools", parser)):
+        if asked == name and find_spec(name) is None:
+            raise ConfigError(f"{name} is not installed: pip install 'freqguard[serve]'")
+    if loop == "auto":
+        loop = "uvloop" if find_spec("uvloop") is not None else "asyncio"
+    if parser == "auto":
+        parser = "httptools" if find_spec("httptools") is not None else "h11"
+    protocol: type[asyncio.Protocol] = H11NoDelay
+    if parser == "httptools":
+        protocol = HttpToolsNoDelay
+    return Wire(loop, parser, protocol)
