@@ -160,11 +160,14 @@ def _parser() -> argparse.ArgumentParser:
         default="off",
         help="json: a JSON line per request on stderr, context values digested",
     )
+    # checked by freqguard.service.server.pick, which owns the names (and imports uvicorn)
     serve.add_argument(
-        "--loop", choices=store.LOOPS, default="auto", help="auto: uvloop if installed"
+        "--loop", default="auto", help="the event loop: auto (uvloop if installed), uvloop, asyncio"
     )
     serve.add_argument(
-        "--http", choices=store.PARSERS, default="auto", help="auto: httptools if installed"
+        "--http",
+        default="auto",
+        help="the HTTP parser: auto (httptools if installed), httptools, h11",
     )
     serve.add_argument(
         "--shutdown-timeout",

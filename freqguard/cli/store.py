@@ -17,9 +17,7 @@ from freqguard.script.keys import digest, partition_token
 __all__ = [
     "ACCESS_LOGS",
     "LOG_LEVELS",
-    "LOOPS",
     "MAX_WORKERS",
-    "PARSERS",
     "flush",
     "ours",
     "ping",
@@ -29,9 +27,6 @@ __all__ = [
 
 #: uvicorn's log levels, and the most worker processes ``serve`` starts.
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-#: ``serve --loop`` and ``--http``: "auto" takes uvloop and httptools when installed.
-LOOPS = ("auto", "uvloop", "asyncio")
-PARSERS = ("auto", "httptools", "h11")
 #: ``serve --access-log``: none, or a JSON line per request (context values digested).
 ACCESS_LOGS = ("off", "json")
 MAX_WORKERS = 256

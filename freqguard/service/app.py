@@ -33,11 +33,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+import freqguard.service.schema as schema
 from freqguard.decision import Decision
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import AsyncGuard
 from freqguard.policy import Policy
-from freqguard.service import schema
 from freqguard.service.access import annotate
 from freqguard.service.bodies import (
     COSTED,

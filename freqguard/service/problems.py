@@ -19,9 +19,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+import freqguard.service.schema as schema
 from freqguard.engine.breaker import CircuitOpen
 from freqguard.errors import BackendUnavailable, ConfigError, FreqGuardError, PartialFailure
-from freqguard.service import schema
 
 __all__ = ["HANDLERS", "Problem", "from_store", "invalid", "shown", "store_failed", "unforeseen"]
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 
+import freqguard.service.schema as schema
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import AsyncGuard
 from freqguard.policy import Policy
 from freqguard.rules import Rule
-from freqguard.service import schema
 from freqguard.service.problems import Problem, log
 
 __all__ = ["PROBE", "READY_TIMEOUT", "Readiness"]

@@ -19,15 +19,20 @@ from importlib.util import find_spec
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from freqguard.cli.store import LOOPS, PARSERS
 from freqguard.errors import ConfigError
 
 __all__ = [
+    "LOOPS",
+    "PARSERS",
     "H11NoDelay",
     "Wire",
     "nodelay",
     "pick",
 ]
+
+#: ``serve --loop`` and ``--http``: "auto" takes uvloop and httptools when installed.
+LOOPS = ("auto", "uvloop", "asyncio")
+PARSERS = ("auto", "httptools", "h11")
 
 
 def nodelay(transport: asyncio.BaseTransport) -> None:
