@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ACCESS_LOG_ENV", "AccessLog", "annotate", "digested", "install_handler"]
+__all__ = ["ACCESS_LOG_ENV", "AccessLog", "digested", "install_handler", "notes"]
 
 #: Set (by ``freqguard serve --access-log json``) to the digests' key, in hex: the log is on.
 ACCESS_LOG_ENV = "FREQGUARD_SERVE_ACCESS_LOG"
@@ -40,11 +40,11 @@ def digested(context: Mapping[str, Any], key: bytes) -> dict[str, str]:
     }
 
 
-def annotate(scope: Mapping[str, Any], **facts: Any) -> None:
-    """Note ``facts`` about the request (its policy, outcome, context) for its log line."""
+def notes(scope: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Where a handler notes facts about its request (its policy, outcome, context) for
+    the log line; None when no access log is kept (nothing to note)."""
     state = scope.get("state")
-    if isinstance(state, dict):
-        state.setdefault(_NOTE, {}).update(facts)
+    return state.get(_NOTE) if isinstance(state, dict) else None
 
 
 def install_handler() -> None:
@@ -77,7 +77,8 @@ class AccessLog:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        scope.setdefault("state", {})
+        note: dict[str, Any] = {}
+        scope.setdefault("state", {})[_NOTE] = note
         began = time.perf_counter()
         answer = {"status": 500, "bytes": 0}
 
@@ -91,9 +92,12 @@ class AccessLog:
         try:
             await self.app(scope, receive, sending)
         finally:
-            log.info(json.dumps(self._line(scope, answer, time.perf_counter() - began)))
+            took = time.perf_counter() - began
+            log.info(json.dumps(self._line(scope, note, answer, took)))
 
-    def _line(self, scope: Any, answer: dict[str, int], took: float) -> dict[str, Any]:
+    def _line(
+        self, scope: Any, note: dict[str, Any], answer: dict[str, int], took: float
+    ) -> dict[str, Any]:
         client = scope.get("client")
         line: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -104,7 +108,6 @@ class AccessLog:
             "bytes": answer["bytes"],
             "client": client[0] if client else None,
         }
-        note = scope["state"].get(_NOTE, {})
         for name, value in note.items():
             if name == "context":
                 line["context"] = digested(value, self.key)

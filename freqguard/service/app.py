@@ -38,7 +38,7 @@ from freqguard.decision import Decision
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import AsyncGuard
 from freqguard.policy import Policy
-from freqguard.service.access import annotate
+from freqguard.service.access import notes
 from freqguard.service.bodies import (
     COSTED,
     LIMIT,
@@ -133,10 +133,10 @@ class Service:
                     raise Problem(404, f"policy {policy!r} has no rule {shown(rule, 60)}")
                 body, work = works[request.method]
                 fields = read(body, await read_json(request))
-                _note(request, policy, fields)
                 answer = await work(Call(policy, checks, fields, rule))
-                if isinstance(answer, schema.Decision):
-                    annotate(request.scope, allowed=answer.allowed)
+                note = notes(request.scope)
+                if note is not None:  # an access log is kept
+                    _note(note, policy, fields, answer)
                 return JSON(answer)
             except Problem:
                 raise
@@ -153,13 +153,16 @@ class Service:
         return handle
 
 
-def _note(request: Request, policy: str, fields: Mapping[str, Any]) -> None:
-    """What the access log tells of a call: its policy, and its context (digested there)
-    or how many a batch held."""
+def _note(note: dict[str, Any], policy: str, fields: Mapping[str, Any], answer: Any) -> None:
+    """What the access log tells of a call: its policy, its context (digested there) or
+    how many a batch held, and a decision's outcome."""
+    note["policy"] = policy
     if "contexts" in fields:
-        annotate(request.scope, policy=policy, contexts=len(fields["contexts"]))
+        note["contexts"] = len(fields["contexts"])
     else:
-        annotate(request.scope, policy=policy, context=fields["context"])
+        note["context"] = fields["context"]
+    if isinstance(answer, schema.Decision):
+        note["allowed"] = answer.allowed
 
 
 #: The page runs its own inline script and style, and talks to this origin only.

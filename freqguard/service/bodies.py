@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Receive
 
 from freqguard.bounds import MAX_BURST, MAX_LIMIT, MAX_RULES
 from freqguard.service.problems import Problem, invalid, shown
@@ -66,6 +67,29 @@ def _integer(text: str) -> int | _Huge:
     return int(text) if len(text) <= MAX_DIGITS else _Huge(len(text))
 
 
+async def _body(receive: Receive) -> bytes:
+    """The body's bytes, up to :data:`MAX_BODY` (the ASGI messages read as Starlette's
+    ``Request.stream`` reads them, without its per-chunk machinery: a hit's body is one).
+
+    Raises:
+        Problem: 413 for a larger body.
+        ClientDisconnect: the client went away first.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise Problem(413, f"a body is at most {MAX_BODY} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 async def read_json(request: Request) -> Any:
     """The request's body as JSON, read up to :data:`MAX_BODY` bytes.
 
@@ -76,14 +100,7 @@ async def read_json(request: Request) -> Any:
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_BODY:
         raise Problem(413, f"a body is at most {MAX_BODY} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise Problem(413, f"a body is at most {MAX_BODY} bytes")
-        chunks.append(chunk)
-    raw = b"".join(chunks)
+    raw = await _body(request.receive)
     if _LONG_NUMBER.search(raw) is None:  # else Python's reader, which keeps them apart
         try:
             return _decode(raw)
