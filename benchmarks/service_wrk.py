@@ -23,18 +23,13 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-
-from benchmarks.service import CONFIG
+from benchmarks.service import CONFIG, running
 from freqguard.config import loads
 from tests.servers import free_port, standalone
 
@@ -74,23 +69,8 @@ BEFORE = (
 )
 
 
-@contextmanager
-def _process(args: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[None]:
-    proc = subprocess.Popen(
-        args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # bounded polling for the server to start
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        yield
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
+def _health(port: int) -> str:
+    return f"http://127.0.0.1:{port}/healthz"
 
 
 def _wrk(url: str, script: Path | None, args: argparse.Namespace) -> tuple[float, float]:
@@ -196,13 +176,13 @@ def main() -> None:
             server.client.flushall()
             port = free_port()
             command = [str(SCRIPT), "serve", str(config), "--port", str(port)]
-            with _process([*command, "--workers", str(workers)], port):
+            with running([*command, "--workers", str(workers)], _health(port)):
                 label = "1 worker" if workers == 1 else "2 workers"
                 runs[label] = _drive(f"http://127.0.0.1:{port}", scripts, ARGS)
         if ARGS.before:
             port = free_port()
             env = {**os.environ, "FREQGUARD_SERVE_CONFIG": str(config)}
-            with _process([sys.executable, "-c", BEFORE.format(port=port)], port, env):
+            with running([sys.executable, "-c", BEFORE.format(port=port)], _health(port), env):
                 hit = _wrk(f"http://127.0.0.1:{port}", scripts["hit"], ARGS)
                 runs["before"] = {"hit": ("POST hit", *hit, 1)}
         server.client.flushall()
