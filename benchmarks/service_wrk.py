@@ -6,9 +6,9 @@ workers, beside the in-process AsyncGuard, in one table with the ratios that mat
 Starts its own redis-server (a free port) and, one at a time, ``freqguard serve`` with 1
 and 2 workers (the four-rule SMS policy on that Redis). Each is driven by ``wrk`` for
 ``--seconds`` over ``--connections`` keep-alive connections: ``GET /healthz``, a single
-``hit`` and a 20-item ``hit-many``, the POST bodies made by a Lua script with random
-recipients (``wrk`` must be installed: ``apt-get install wrk``). ``--before`` adds a row
-of uvicorn's own protocol on asyncio's loop with 2 workers: the Nagle stall ``serve``
+``hit`` and a 20-item ``hit-many`` (then hits on one connection: latency alone), the POST
+bodies made by a Lua script with random recipients (``apt-get install wrk``). ``--before``
+adds uvicorn's own protocol on asyncio's loop with 2 workers: the Nagle stall ``serve``
 removes. The in-process ``AsyncGuard`` is driven by as many asyncio tasks. The load
 generator shares the machine with the servers: compare within one run.
 
@@ -73,9 +73,14 @@ def _health(port: int) -> str:
     return f"http://127.0.0.1:{port}/healthz"
 
 
-def _wrk(url: str, script: Path | None, args: argparse.Namespace) -> tuple[float, float]:
-    """Requests/s and mean latency (ms) of one wrk run."""
-    command = ["wrk", "-t2", f"-c{args.connections}", f"-d{args.seconds:g}s", "--latency"]
+def _wrk(
+    url: str, script: Path | None, args: argparse.Namespace, connections: int = 0
+) -> tuple[float, float]:
+    """Requests/s and mean latency (ms) of one wrk run (``connections``: 0 for
+    ``--connections``; 1 runs one thread on one connection)."""
+    connections = connections or args.connections
+    threads = 1 if connections == 1 else 2
+    command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{args.seconds:g}s", "--latency"]
     if script is not None:
         command += ["-s", str(script)]
     out = subprocess.run(
@@ -93,9 +98,11 @@ def _drive(url: str, scripts: dict[str, Path], args: argparse.Namespace) -> dict
     healthz = _wrk(f"{url}/healthz", None, args)
     hit = _wrk(url, scripts["hit"], args)
     many = _wrk(url, scripts["many"], args)
+    alone = _wrk(url, scripts["hit"], args, connections=1)
     return {
         "healthz": ("GET /healthz", *healthz, 0),
         "hit": ("POST hit", *hit, 1),
+        "alone": ("POST hit, 1 connection", *alone, 1),
         "many": (f"POST hit-many ({BATCH})", *many, BATCH),
     }
 
@@ -134,7 +141,7 @@ def _table(runs: dict[str, dict[str, Row]], inproc: tuple[float, float]) -> None
     one, two = runs["1 worker"], runs["2 workers"]
     print(f"\nwrk -t2 -c{ARGS.connections} -d{ARGS.seconds:g}s; req/s (mean latency)")
     print(f"{'case':22} {'1 worker':>19} {'2 workers':>19} {'2w/1w':>6} {'decisions/s (2w)':>17}")
-    for key in ("healthz", "hit", "many"):
+    for key in ("healthz", "hit", "many", "alone"):
         name, rate1, lat1, per = one[key]
         _, rate2, lat2, _ = two[key]
         cells = f"{rate1:9.0f} ({lat1:5.1f} ms) {rate2:9.0f} ({lat2:5.1f} ms)"
@@ -146,9 +153,8 @@ def _table(runs: dict[str, dict[str, Row]], inproc: tuple[float, float]) -> None
     for key in ("healthz", "hit"):
         ratio = two[key][1] / one[key][1]
         print(f"2 workers / 1, {key}: {ratio:.2f} (target >= 0.8)")
-    if "before" in runs:
-        _, rate, lat, _ = runs["before"]["hit"]
-        print(f"before (uvicorn's h11 on asyncio, 2 workers), hit: {rate:.0f} ({lat:.1f} ms)")
+    for name, rate, lat, _ in runs.get("before", {}).values():
+        print(f"before (uvicorn's h11 on asyncio, 2 workers), {name}: {rate:.0f} ({lat:.1f} ms)")
     print(f"in-process AsyncGuard, {ARGS.connections} tasks: hit {inproc[0]:.0f}/s, ", end="")
     print(f"hit-many({BATCH}) {inproc[1]:.0f} decisions/s")
 
@@ -183,8 +189,12 @@ def main() -> None:
             port = free_port()
             env = {**os.environ, "FREQGUARD_SERVE_CONFIG": str(config)}
             with running([sys.executable, "-c", BEFORE.format(port=port)], _health(port), env):
-                hit = _wrk(f"http://127.0.0.1:{port}", scripts["hit"], ARGS)
-                runs["before"] = {"hit": ("POST hit", *hit, 1)}
+                url = f"http://127.0.0.1:{port}"
+                hit, alone = _wrk(url, scripts["hit"], ARGS), _wrk(url, scripts["hit"], ARGS, 1)
+                runs["before"] = {
+                    "hit": ("POST hit", *hit, 1),
+                    "alone": ("POST hit, 1 connection", *alone, 1),
+                }
         server.client.flushall()
         inproc = (
             _in_process(text, 0, ARGS.connections, ARGS.seconds),
