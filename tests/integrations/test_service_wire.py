@@ -24,7 +24,7 @@ from freqguard import AsyncGuard, MemoryBackend
 from freqguard.config import loads
 from freqguard.errors import ConfigError
 from freqguard.service import create_app
-from freqguard.service.server import H11NoDelay, pick
+from freqguard.service.server import Combined, H11NoDelay, pick
 from tests.conftest import flush
 from tests.integrations.service_process import SCRIPT, SMS, serving, sms_config
 from tests.servers import RedisServer, free_port
@@ -214,3 +214,42 @@ def test_serve_refuses_a_loop_it_does_not_know(tmp_path: Path) -> None:
     )
     assert ran.returncode == 2
     assert "loop must be one of auto, uvloop, asyncio, got 'trio'" in ran.stderr
+
+
+class _Recorded(asyncio.Transport):
+    """A transport that keeps what is written to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return "extra" if name == "peername" else default
+
+
+def test_writes_in_one_turn_leave_as_one_and_close_sends_what_is_held() -> None:
+    async def run() -> _Recorded:
+        under = _Recorded()
+        combined = Combined(under)
+        combined.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        combined.write(b'{"allowed":true}')
+        assert under.writes == []  # held for this turn
+        await asyncio.sleep(0)  # the loop's next turn
+        combined.write(b"tail")
+        combined.close()
+        assert combined.get_extra_info("peername") == "extra"
+        return under
+
+    under = asyncio.run(run())
+    assert under.writes == [b'HTTP/1.1 200 OK\r\n\r\n{"allowed":true}', b"tail"]
+    assert under.closed
