@@ -6,13 +6,16 @@ from __future__ import annotations
 import argparse
 import re
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from freqguard.cli.output import EXIT_OK, masked, out, say
 from freqguard.cli.words import MEMORY_KEEPS_NOTHING, shared_store
 from freqguard.errors import ConfigError
 from freqguard.rules import Rule, check_name
 from freqguard.script.keys import digest, partition_token
+
+if TYPE_CHECKING:
+    from freqguard.service.server import Wire
 
 __all__ = [
     "ACCESS_LOGS",
@@ -226,9 +229,8 @@ def serve(args: argparse.Namespace) -> int:
         f"{masked(config.backend)}"
     )
     os.environ.pop(ACCESS_LOG_ENV, None)
-    if args.access_log == "json":  # the digests' key: the operator's, or one for this run
-        key = os.environ.get(f"{ACCESS_LOG_ENV}_KEY") or secrets.token_hex(16)
-        os.environ[ACCESS_LOG_ENV] = key
+    if args.access_log == "json":
+        os.environ[ACCESS_LOG_ENV] = _access_key(os.environ.get(f"{ACCESS_LOG_ENV}_KEY"))
     # the tokens read once here (a bad line fails now, not in each worker), and a service
     # reachable beyond this machine without any said so loudly
     for line in startup_warnings(args.host, tokens_from_env()):
@@ -239,6 +241,16 @@ def serve(args: argparse.Namespace) -> int:
         os.environ[HOSTS_ENV] = ",".join(names)
     _run(args, wire)
     return EXIT_OK
+
+
+def _access_key(given: str | None) -> str:
+    """The access log's digest key: the operator's (``..._KEY``), or one for this run."""
+    key = given or secrets.token_hex(16)
+    if len(key.encode()) > 64:  # BLAKE2b's longest key
+        raise ConfigError(
+            f"FREQGUARD_SERVE_ACCESS_LOG_KEY is at most 64 bytes, got {len(key.encode())}"
+        )
+    return key
 
 
 def _readable(path: str) -> None:
@@ -255,7 +267,7 @@ def _readable(path: str) -> None:
         raise ConfigError(f"--token-file {path}: cannot be read: {exc.strerror or exc}") from None
 
 
-def _run(args: argparse.Namespace, wire: Any) -> None:
+def _run(args: argparse.Namespace, wire: Wire) -> None:
     """uvicorn, its worker processes making their apps with ``service.from_env``."""
     import uvicorn
 
