@@ -75,3 +75,20 @@ def serving(config: Path, *args: str, env: dict[str, str] | None = None) -> Iter
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=60)
+
+
+def refused(directory: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """What ``freqguard serve`` (a memory store) says as it refuses to start with ``args``:
+    it must exit 2, a usage error, before serving anything."""
+    config = directory / "svc.toml"
+    config.write_text(f'backend = "memory://"\n{SMS}')
+    ran = subprocess.run(
+        [str(SCRIPT), "serve", str(config), "--port", str(free_port()), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+    assert ran.returncode == 2, ran.stderr
+    return ran.stderr

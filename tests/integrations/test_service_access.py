@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +18,8 @@ from freqguard import AsyncGuard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.service import create_app
 from freqguard.service.access import LOGGER, AccessLog, digested
 from tests.conftest import flush
-from tests.integrations.service_process import SCRIPT, serving, sms_config
-from tests.servers import RedisServer, free_port
+from tests.integrations.service_process import refused, serving, sms_config
+from tests.servers import RedisServer
 
 SMS = Policy("sms", Rule("1/minute", by="recipient", name="rcpt-1m"))
 KEY = b"k" * 16
@@ -122,17 +120,6 @@ def test_serve_writes_json_lines_from_every_worker(
 
 
 def test_serve_refuses_a_key_blake2b_cannot_take(tmp_path: Path) -> None:
-    config = tmp_path / "svc.toml"
-    config.write_text(
-        'backend = "memory://"\n[[policy]]\nname = "p"\nrules = [{ rate = "1/second" }]\n'
-    )
-    ran = subprocess.run(
-        [str(SCRIPT), "serve", str(config), "--access-log", "json", "--port", str(free_port())],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**os.environ, "FREQGUARD_SERVE_ACCESS_LOG_KEY": "k" * 65},
-    )
-    assert ran.returncode == 2
-    assert "FREQGUARD_SERVE_ACCESS_LOG_KEY is at most 64 bytes, got 65" in ran.stderr
+    key = {"FREQGUARD_SERVE_ACCESS_LOG_KEY": "k" * 65}
+    said = refused(tmp_path, "--access-log", "json", env=key)
+    assert "FREQGUARD_SERVE_ACCESS_LOG_KEY is at most 64 bytes, got 65" in said

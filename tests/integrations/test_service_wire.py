@@ -8,7 +8,6 @@ import asyncio
 import os
 import signal
 import socket
-import subprocess
 import threading
 import time
 from importlib.util import find_spec
@@ -26,7 +25,7 @@ from freqguard.errors import ConfigError
 from freqguard.service import create_app
 from freqguard.service.server import Combined, H11NoDelay, pick
 from tests.conftest import flush
-from tests.integrations.service_process import SCRIPT, SMS, serving, sms_config
+from tests.integrations.service_process import SMS, refused, serving, sms_config
 from tests.servers import RedisServer, free_port
 
 FAST = find_spec("uvloop") is not None and find_spec("httptools") is not None
@@ -203,17 +202,8 @@ def _refused(url: str) -> bool:
 
 
 def test_serve_refuses_a_loop_it_does_not_know(tmp_path: Path) -> None:
-    config = tmp_path / "svc.toml"
-    config.write_text(f'backend = "memory://"\n{SMS}')
-    ran = subprocess.run(
-        [str(SCRIPT), "serve", str(config), "--loop", "trio", "--port", str(free_port())],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert ran.returncode == 2
-    assert "loop must be one of auto, uvloop, asyncio, got 'trio'" in ran.stderr
+    said = refused(tmp_path, "--loop", "trio")
+    assert "loop must be one of auto, uvloop, asyncio, got 'trio'" in said
 
 
 class _Recorded(asyncio.Transport):
