@@ -1,7 +1,8 @@
 """``/readyz``: whether the service can decide, which ``/healthz`` (the process answers)
 does not say. A probe peeks at a policy of its own on the guard's store, as ``freqguard
-ping`` does: it writes nothing, loads the store's function where it is missing, and has no
-circuit breaker, so a store that came back is seen at once.
+ping`` does: it counts nothing (its one key is the buckets setting every client of a policy
+records, for a day), loads the store's function where it is missing, and has no circuit
+breaker, so a store that came back is seen at once.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from freqguard.service.problems import Problem, log
 
 __all__ = ["PROBE", "READY_TIMEOUT", "Readiness"]
 
-#: The probe's policy (its one record is never written: a peek only reads).
+#: The probe's policy (no count of it is ever kept: a peek only reads).
 PROBE = "freqguard-ready"
 READY_TIMEOUT = 2.0  # seconds the store has to answer the probe
 

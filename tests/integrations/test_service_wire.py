@@ -119,11 +119,19 @@ def _get(guard: AsyncGuard, *paths: str) -> list[httpx.Response]:
     return asyncio.run(run())
 
 
-def test_readyz_is_200_while_the_store_answers(redis_server: RedisServer) -> None:
+def test_readyz_is_200_while_the_store_answers_and_counts_nothing(
+    redis_server: RedisServer,
+) -> None:
+    flush([redis_server])
     guard = loads(f'backend = "redis://127.0.0.1:{redis_server.port}"\n{SMS}').async_guard()
-    [answer] = _get(guard, "/readyz")
-    assert answer.status_code == 200
-    assert answer.json() == {"status": "ready", "store": type(guard.backend).__name__}
+    answers = _get(guard, "/readyz", "/readyz")
+    assert [a.status_code for a in answers] == [200, 200]
+    assert answers[0].json() == {"status": "ready", "store": type(guard.backend).__name__}
+    # a peek: no count kept; the one key is the buckets setting every client of a policy
+    # records as it first uses it (KeyLayout.layout_key), for a day
+    claim = b"fg:{*freqguard-ready}:freqguard-ready:buckets"
+    assert redis_server.client.keys("*") == [claim]
+    assert 0 < redis_server.client.ttl(claim) <= 86_400
 
 
 def test_readyz_is_a_503_problem_when_the_store_is_gone() -> None:
