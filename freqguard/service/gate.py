@@ -157,9 +157,10 @@ class HostCheck:
         if verdict is None:
             found = _netloc(host.decode("latin-1"), scheme)
             verdict = found is not None and found[0].lower() in self.names
-            if len(self._seen) >= 64:  # a client may send any Host: the cache stays small
-                self._seen.clear()
-            self._seen[host, scheme] = verdict
+            if len(host) <= 300:  # a client may send any Host: the cache stays small
+                if len(self._seen) >= 64:
+                    self._seen.clear()
+                self._seen[host, scheme] = verdict
         return verdict
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
