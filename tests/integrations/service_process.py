@@ -26,9 +26,11 @@ SMS = (
 
 
 def sms_config(directory: Path, port: int) -> Path:
-    """A configuration of the SMS policy on the Redis at ``port``."""
+    """A configuration of the SMS policy on the Redis at ``port``, under a prefix of its
+    own: the records (and the buckets setting each client records, for a day) stay apart
+    from those of the session's other tests on the same server."""
     config = directory / "svc.toml"
-    config.write_text(f'backend = "redis://127.0.0.1:{port}"\n{SMS}')
+    config.write_text(f'backend = "redis://127.0.0.1:{port}"\nprefix = "svc"\n{SMS}')
     return config
 
 
