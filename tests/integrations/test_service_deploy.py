@@ -98,3 +98,8 @@ def test_the_unit_waits_longer_than_the_service_s_graceful_stop() -> None:
     stop = int(re.search(r"^TimeoutStopSec=(\d+)$", unit, re.M).group(1))  # type: ignore[union-attr]
     assert stop > graceful
     assert re.search(r"^User=freqguard$", unit, re.M)
+
+
+def test_the_container_s_graceful_stop_fits_inside_docker_stop_s_wait() -> None:
+    entry = _exec_form(dict(_instructions())["ENTRYPOINT"])
+    assert int(entry[entry.index("--shutdown-timeout") + 1]) < 10  # docker stop's default
