@@ -60,7 +60,8 @@ app = Starlette(routes=[Route("/v1/policies/sms/hit", hit, methods=["POST"])])
 
 
 @contextmanager
-def _process(args: list[str], url: str, env: dict[str, str] | None = None) -> Iterator[None]:
+def running(args: list[str], url: str, env: dict[str, str] | None = None) -> Iterator[None]:
+    """A server ``args`` starts, once ``url`` answers (at most 30 s); stopped by its group."""
     proc = subprocess.Popen(
         args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env
     )
@@ -161,9 +162,7 @@ def main() -> None:
             server.client.flushall()
             port = free_port()
             command = [str(SCRIPT), "serve", str(config), "--port", str(port)]
-            with _process(
-                [*command, "--workers", str(workers)], f"http://127.0.0.1:{port}/healthz"
-            ):
+            with running([*command, "--workers", str(workers)], f"http://127.0.0.1:{port}/healthz"):
                 url = f"http://127.0.0.1:{port}"
                 rows.append(
                     (
@@ -186,7 +185,7 @@ def main() -> None:
             "--log-level",
             "warning",
         ]
-        with _process(uvicorn, f"http://127.0.0.1:{port}/", env):
+        with running(uvicorn, f"http://127.0.0.1:{port}/", env):
             rows.append(
                 (
                     "bare Starlette JSON, 1 worker",

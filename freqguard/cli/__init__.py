@@ -9,7 +9,7 @@
     freqguard replay CONFIG LOG [--what-if CONFIG2]   a log decided again (see .replay)
     freqguard ping CONFIG|URL                   reach the store, load the function
     freqguard flush CONFIG [--prefix P] --yes   delete freqguard's keys (Cluster too)
-    freqguard serve CONFIG [--port P] [--workers N]   the decision service
+    freqguard serve CONFIG [--port P] [--workers N] [--access-log json]   the decision service
 
 Every command but ``demo`` takes ``--json`` for a machine's output. Exit codes: 0 done,
 1 the store failed (unreachable, an error reply), 2 a usage or configuration error (a bad
@@ -154,6 +154,28 @@ def _parser() -> argparse.ArgumentParser:
         "loopback it answers to localhost, 127.0.0.1 and ::1 only",
     )
     serve.add_argument("--log-level", default="warning", choices=store.LOG_LEVELS)
+    serve.add_argument(
+        "--access-log",
+        choices=store.ACCESS_LOGS,
+        default="off",
+        help="json: a JSON line per request on stderr, context values digested",
+    )
+    # checked by freqguard.service.server.pick, which owns the names (and imports uvicorn)
+    serve.add_argument(
+        "--loop", default="auto", help="the event loop: auto (uvloop if installed), uvloop, asyncio"
+    )
+    serve.add_argument(
+        "--http",
+        default="auto",
+        help="the HTTP parser: auto (httptools if installed), httptools, h11",
+    )
+    serve.add_argument(
+        "--shutdown-timeout",
+        type=_within(1, 3600),
+        default=30,
+        metavar="SECONDS",
+        help="on SIGTERM, how long requests in flight may take to finish (default 30)",
+    )
     serve.set_defaults(run=store.serve)
     return parser
 

@@ -5,18 +5,33 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Any
+import secrets
+from typing import TYPE_CHECKING, Any
 
-from freqguard.cli.output import EXIT_OK, out, say
+from freqguard.cli.output import EXIT_OK, masked, out, say
 from freqguard.cli.words import MEMORY_KEEPS_NOTHING, shared_store
 from freqguard.errors import ConfigError
 from freqguard.rules import Rule, check_name
 from freqguard.script.keys import digest, partition_token
 
-__all__ = ["LOG_LEVELS", "MAX_WORKERS", "flush", "ours", "ping", "scan_pattern", "serve"]
+if TYPE_CHECKING:
+    from freqguard.service.server import Wire
+
+__all__ = [
+    "ACCESS_LOGS",
+    "LOG_LEVELS",
+    "MAX_WORKERS",
+    "flush",
+    "ours",
+    "ping",
+    "scan_pattern",
+    "serve",
+]
 
 #: uvicorn's log levels, and the most worker processes ``serve`` starts.
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+#: ``serve --access-log``: none, or a JSON line per request (context values digested).
+ACCESS_LOGS = ("off", "json")
 MAX_WORKERS = 256
 
 
@@ -180,11 +195,12 @@ def serve(args: argparse.Namespace) -> int:
     import os
 
     try:
-        import uvicorn
+        from freqguard.service.server import pick
     except ImportError:
         raise ConfigError("freqguard serve needs uvicorn: pip install 'freqguard[serve]'") from None
     from freqguard.config import load
     from freqguard.service import (
+        ACCESS_LOG_ENV,
         CONFIG_ENV,
         HOSTS_ENV,
         TOKENS_ENV,
@@ -201,21 +217,20 @@ def serve(args: argparse.Namespace) -> int:
             f"{args.workers} times every cap. Run one worker, or: {MEMORY_KEEPS_NOTHING}"
         )
     if args.token_file:
-        if not os.path.isfile(args.token_file):  # a FIFO would block the service's start
-            raise ConfigError(f"--token-file {args.token_file}: no such file")
-        try:
-            with open(args.token_file, "rb"):
-                pass
-        except OSError as exc:
-            raise ConfigError(
-                f"--token-file {args.token_file}: cannot be read: {exc.strerror or exc}"
-            ) from None
+        _readable(args.token_file)
     os.environ[CONFIG_ENV] = os.path.abspath(args.config)
     if args.token_file:
         os.environ[f"{TOKENS_ENV}_FILE"] = os.path.abspath(args.token_file)
     host = f"[{args.host}]" if ":" in args.host else args.host
     workers = "1 worker" if args.workers == 1 else f"{args.workers} workers"
-    say(f"freqguard serve: listening on http://{host}:{args.port} ({workers}), {config.backend}")
+    wire = pick(args.loop, args.http)
+    say(
+        f"freqguard serve: listening on http://{host}:{args.port} ({workers}, {wire}), "
+        f"{masked(config.backend)}"
+    )
+    os.environ.pop(ACCESS_LOG_ENV, None)
+    if args.access_log == "json":
+        os.environ[ACCESS_LOG_ENV] = _access_key(os.environ.get(f"{ACCESS_LOG_ENV}_KEY"))
     # the tokens read once here (a bad line fails now, not in each worker), and a service
     # reachable beyond this machine without any said so loudly
     for line in startup_warnings(args.host, tokens_from_env()):
@@ -224,6 +239,38 @@ def serve(args: argparse.Namespace) -> int:
     os.environ.pop(HOSTS_ENV, None)
     if names is not None:
         os.environ[HOSTS_ENV] = ",".join(names)
+    _run(args, wire)
+    return EXIT_OK
+
+
+def _access_key(given: str | None) -> str:
+    """The access log's digest key: the operator's (``..._KEY``), or one for this run."""
+    key = given or secrets.token_hex(16)
+    if len(key.encode()) > 64:  # BLAKE2b's longest key
+        raise ConfigError(
+            f"FREQGUARD_SERVE_ACCESS_LOG_KEY is at most 64 bytes, got {len(key.encode())}"
+        )
+    return key
+
+
+def _readable(path: str) -> None:
+    """Refuse a token file that is not a file (a FIFO would block the start) or cannot be
+    read."""
+    import os
+
+    if not os.path.isfile(path):
+        raise ConfigError(f"--token-file {path}: no such file")
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"--token-file {path}: cannot be read: {exc.strerror or exc}") from None
+
+
+def _run(args: argparse.Namespace, wire: Wire) -> None:
+    """uvicorn, its worker processes making their apps with ``service.from_env``."""
+    import uvicorn
+
     try:
         uvicorn.run(
             "freqguard.service:from_env",
@@ -232,9 +279,12 @@ def serve(args: argparse.Namespace) -> int:
             port=args.port,
             workers=args.workers,
             log_level=args.log_level,
-            access_log=False,  # an access log would hold recipients' numbers
+            access_log=False,  # uvicorn's would hold paths only; --access-log json is ours
+            loop=wire.loop,
+            http=wire.protocol,
+            timeout_graceful_shutdown=args.shutdown_timeout,
         )
     except SystemExit as exc:  # uvicorn's own exit: it could not start (its log says why)
         if exc.code not in (None, 0):
+            host = f"[{args.host}]" if ":" in args.host else args.host
             raise ConfigError(f"cannot serve on {host}:{args.port} (the reason is above)") from None
-    return EXIT_OK

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from freqguard.service.access import ACCESS_LOG_ENV, AccessLog, install_handler
 from freqguard.service.app import MAX_BATCH, MAX_BODY, create_app, decision_json
 from freqguard.service.gate import (
     HOSTS_ENV,
@@ -23,6 +24,7 @@ from freqguard.service.gate import (
 )
 
 __all__ = [
+    "ACCESS_LOG_ENV",
     "CONFIG_ENV",
     "HOSTS_ENV",
     "MAX_BATCH",
@@ -58,4 +60,9 @@ def from_env() -> Any:
     except ImportError:  # the prometheus extra is not installed: no /metrics
         observers = []
     guard = config.async_guard(observers=observers)
-    return create_app(guard, tokens_from_env(), registry, hosts_from_env())
+    app = create_app(guard, tokens_from_env(), registry, hosts_from_env())
+    key = os.environ.get(ACCESS_LOG_ENV)
+    if key:  # --access-log json: the key of the digests, the same in every worker
+        install_handler()
+        app = AccessLog(app, key.encode())
+    return app

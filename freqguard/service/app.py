@@ -9,7 +9,7 @@
     POST /v1/policies/{policy}/limits     {"context": {...}}             -> {"limits": {...}}
     PUT  /v1/policies/{policy}/limits/{rule}  {"context", "rate", "ttl"} -> {"limits": {...}}
     DELETE /v1/policies/{policy}/limits/{rule} {"context": {...}}        -> {"limits": {...}}
-    GET  /healthz, /metrics, /openapi.json
+    GET  /healthz (up), /readyz (the store answers), /metrics, /openapi.json
     GET  /  (the operator's page), /v1/policies, /v1/stats  (what the page reads; open)
 
 A denial is a 200 with ``"allowed": false`` (the call succeeded). Anything else is RFC 9457
@@ -27,15 +27,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+import freqguard.service.schema as schema
 from freqguard.decision import Decision
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import AsyncGuard
 from freqguard.policy import Policy
+from freqguard.service.access import notes
 from freqguard.service.bodies import (
     COSTED,
     LIMIT,
@@ -61,6 +64,7 @@ from freqguard.service.problems import (
     store_failed,
     unforeseen,
 )
+from freqguard.service.ready import Readiness
 
 __all__ = ["MAX_BATCH", "MAX_BODY", "create_app", "decision_json"]
 
@@ -68,28 +72,19 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 def decision_json(decision: Decision) -> dict[str, Any]:
-    """A decision as the service answers it."""
-    return {
-        "allowed": decision.allowed,
-        "retry_after": decision.retry_after,
-        "remaining": decision.remaining,
-        "limit": decision.capacity,
-        "reset_after": decision.reset_after,
-        "denied_by": [rule.id for rule in decision.denied_by],
-        "rules": [
-            {
-                "rule": state.rule.id,
-                "allowed": state.allowed,
-                "remaining": state.remaining,
-                "limit": state.capacity,
-                "reset_after": state.reset_after,
-                "retry_after": state.retry_after,
-                "shadow": state.rule.shadow,
-            }
-            for state in decision.rules
-        ],
-        "source": decision.source,
-    }
+    """A decision as the service answers it, as plain JSON values."""
+    built: dict[str, Any] = msgspec.to_builtins(schema.decision(decision))
+    return built
+
+
+class JSON(Response):
+    """An answer of ``application/json``, encoded by msgspec (a struct of
+    :mod:`freqguard.service.schema`, or plain values)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return schema.encode(content)
 
 
 @dataclass(frozen=True)
@@ -138,7 +133,11 @@ class Service:
                     raise Problem(404, f"policy {policy!r} has no rule {shown(rule, 60)}")
                 body, work = works[request.method]
                 fields = read(body, await read_json(request))
-                return JSONResponse(await work(Call(policy, checks, fields, rule)))
+                answer = await work(Call(policy, checks, fields, rule))
+                note = notes(request.scope)
+                if note is not None:  # an access log is kept
+                    _note(note, policy, fields, answer)
+                return JSON(answer)
             except Problem:
                 raise
             except BackendUnavailable as exc:
@@ -154,31 +153,43 @@ class Service:
         return handle
 
 
+def _note(note: dict[str, Any], policy: str, fields: Mapping[str, Any], answer: Any) -> None:
+    """What the access log tells of a call: its policy, its context (digested there) or
+    how many a batch held, and a decision's outcome."""
+    note["policy"] = policy
+    if "contexts" in fields:
+        note["contexts"] = len(fields["contexts"])
+    else:
+        note["context"] = fields["context"]
+    if isinstance(answer, schema.Decision):
+        note["allowed"] = answer.allowed
+
+
 #: The page runs its own inline script and style, and talks to this origin only.
 _CSP = "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"
 
 
-def _policy_json(policy: Policy) -> dict[str, Any]:
+def _policy_info(policy: Policy) -> schema.PolicyInfo:
     """A policy as the page lists it: its rules, the context a lookup asks for, and the
     partition values its per-key limits are kept by."""
     parts = {r.by[0] for r in policy.rules if r.by and all(r.by[0] in x.by for x in policy.rules)}
-    return {
-        "policy": policy.name,
-        "context": [*policy.dimensions, *policy.reads],
-        "partition": sorted(parts) or list(policy.dimensions[:1]),
-        "rules": [
-            {
-                "rule": rule.id,
-                "by": list(rule.by),
-                "rate": str(rule.rate) if rule.quiet is None else "quiet hours",
-                "strategy": "calendar" if rule.calendar else rule.strategy.value,
-            }
+    return schema.PolicyInfo(
+        policy=policy.name,
+        context=[*policy.dimensions, *policy.reads],
+        partition=sorted(parts) or list(policy.dimensions[:1]),
+        rules=[
+            schema.RuleInfo(
+                rule=rule.id,
+                by=list(rule.by),
+                rate=str(rule.rate) if rule.quiet is None else "quiet hours",
+                strategy="calendar" if rule.calendar else rule.strategy.value,
+            )
             for rule in policy.rules
         ],
-    }
+    )
 
 
-def _stats(registry: Any) -> list[dict[str, Any]]:
+def _stats(registry: Any) -> list[schema.StatRow]:
     """Per policy: allowed and denied decisions; per rule: its denials (from the metrics)."""
     if registry is None:
         return []
@@ -193,11 +204,11 @@ def _stats(registry: Any) -> list[dict[str, Any]]:
                 entry[outcome] += sample.value
             elif sample.name == "freqguard_denials_total":
                 rules[labels["policy"], labels["rule"]] = sample.value
-    rows: list[dict[str, Any]] = []
+    rows: list[schema.StatRow] = []
     for name, entry in sorted(totals.items()):
-        rows.append({"policy": name, "rule": None, **{k: int(v) for k, v in entry.items()}})
+        rows.append(schema.StatRow(name, None, int(entry["allowed"]), int(entry["denied"])))
         rows += [
-            {"policy": name, "rule": rule, "allowed": None, "denied": int(count)}
+            schema.StatRow(name, rule, None, int(count))
             for (policy, rule), count in sorted(rules.items())
             if policy == name
         ]
@@ -218,12 +229,13 @@ def create_app(
         ConfigError: a token that is not one word of visible ASCII without commas.
     """
     service = Service(guard, tokens, metrics)
+    ready, the_document = Readiness(guard), document()
 
     async def hit(call: Call) -> Any:
         context, cost = call.body["context"], call.body["cost"]
         call.checks.hit(context, "context")
         call.checks.cost(cost, upper=True)
-        return decision_json(await guard.hit(call.policy, cost, **context))
+        return schema.decision(await guard.hit(call.policy, cost, **context))
 
     async def hit_many(call: Call) -> Any:
         contexts, cost = call.body["contexts"], call.body["cost"]
@@ -231,24 +243,24 @@ def create_app(
             call.checks.hit(context, f"contexts[{index}]")
         call.checks.cost(cost, upper=True)
         decisions = await guard.hit_many(call.policy, contexts, cost)
-        return {"decisions": [decision_json(d) for d in decisions]}
+        return schema.Decisions([schema.decision(d) for d in decisions])
 
     async def peek(call: Call) -> Any:
         context = call.body["context"]
         call.checks.hit(context, "context")
-        return decision_json(await guard.peek(call.policy, **context))
+        return schema.decision(await guard.peek(call.policy, **context))
 
     async def refund(call: Call) -> Any:
         context, cost = call.body["context"], call.body["cost"]
         call.checks.hit(context, "context")
         call.checks.cost(cost, upper=False)
-        return decision_json(await guard.refund(call.policy, cost, **context))
+        return schema.decision(await guard.refund(call.policy, cost, **context))
 
     async def reset(call: Call) -> Any:
         context, rules = call.body["context"], call.body["rules"]
         call.checks.reset(context, rules)
         done = await guard.reset(call.policy, rules=rules, **context)
-        return {"reset": True, "rules": list(done)}
+        return schema.ResetDone(reset=True, rules=list(done))
 
     async def limits(call: Call) -> Any:
         context = call.body["context"]
@@ -270,10 +282,13 @@ def create_app(
 
     async def _limits(policy: str, context: Mapping[str, Any]) -> Any:
         found = await guard.limits_for(policy, **context)
-        return {"limits": {r: None if rate is None else str(rate) for r, rate in found.items()}}
+        return schema.Limits({r: None if rate is None else str(rate) for r, rate in found.items()})
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "policies": sorted(guard.policies)})
+        return JSON(schema.Health(status="ok", policies=sorted(guard.policies)))
+
+    async def readyz(request: Request) -> Response:
+        return JSON(await ready.check())
 
     async def metrics_page(request: Request) -> Response:
         if service.metrics is None:
@@ -283,16 +298,16 @@ def create_app(
         return Response(generate_latest(service.metrics), media_type=CONTENT_TYPE_LATEST)
 
     async def openapi(request: Request) -> Response:
-        return JSONResponse(document(sorted(guard.policies)))
+        return JSON(the_document)
 
     async def page(request: Request) -> Response:
         return HTMLResponse(PAGE, headers={"content-security-policy": _CSP})
 
     async def listed(request: Request) -> Response:
-        return JSONResponse({"policies": [_policy_json(p) for p in guard.policies.values()]})
+        return JSON(schema.PolicyList([_policy_info(p) for p in guard.policies.values()]))
 
     async def stats(request: Request) -> Response:
-        return JSONResponse({"rows": _stats(service.metrics)})
+        return JSON(schema.Stats(_stats(service.metrics)))
 
     base = "/v1/policies/{policy}"
     endpoint = service.endpoint
@@ -311,6 +326,7 @@ def create_app(
             methods=["PUT", "DELETE"],
         ),
         Route("/healthz", healthz),
+        Route("/readyz", readyz),
         Route("/metrics", metrics_page),
         Route("/openapi.json", openapi),
         Route("/", page),

@@ -36,6 +36,10 @@ class Checks:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self.plan = PolicyPlan(policy, "checks")  # never sent: the prefix is moot
+        # the policy's names, said once (Policy derives them from its rules at each ask)
+        self._dimensions = tuple(policy.dimensions)
+        self._limit_names = frozenset(self._dimensions)
+        self._hit_names = frozenset((*self._dimensions, *policy.reads))
 
     def _takes(self, limits: bool) -> str:
         taken = f"policy {self.policy.name!r} takes: {_listed(self.policy.dimensions)}"
@@ -46,14 +50,12 @@ class Checks:
     def names(self, context: Mapping[str, Any], path: str, *, limits: bool = False) -> None:
         """Refuse a name the policy does not take (a limit's context: a dimension; a hit's:
         a dimension or what its rules read), and, for a hit, a dimension missing."""
-        accepted = set(self.policy.dimensions)
-        if not limits:
-            accepted.update(self.policy.reads)
+        accepted = self._limit_names if limits else self._hit_names
         for name in context:  # a dimension never takes a guard parameter's name (Rule)
             if name not in accepted:
                 raise invalid(member(path, name), f"not a name {self._takes(limits)}")
         if not limits:
-            for name in self.policy.dimensions:
+            for name in self._dimensions:
                 if name not in context:
                     raise invalid(member(path, name), f"missing: {self._takes(limits)}")
 

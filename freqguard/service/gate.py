@@ -150,12 +150,23 @@ class HostCheck:
 
     def __init__(self, app: Any, names: Sequence[str]) -> None:
         self.app, self.names = app, frozenset(name.lower() for name in names)
+        self._seen: dict[tuple[bytes, str], bool] = {}  # a Host's verdict, by its bytes
+
+    def _answers(self, host: bytes, scheme: str) -> bool:
+        verdict = self._seen.get((host, scheme))
+        if verdict is None:
+            found = _netloc(host.decode("latin-1"), scheme)
+            verdict = found is not None and found[0].lower() in self.names
+            if len(host) <= 300:  # a client may send any Host: the cache stays small
+                if len(self._seen) >= 64:
+                    self._seen.clear()
+                self._seen[host, scheme] = verdict
+        return verdict
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             host = next((v for k, v in scope["headers"] if k == b"host"), b"")
-            found = _netloc(host.decode("latin-1"), scope.get("scheme", "http"))
-            if found is None or found[0].lower() not in self.names:
+            if not self._answers(host, scope.get("scheme", "http")):
                 shown_host = shown(host.decode("latin-1"), 60)
                 problem = Problem(
                     421,

@@ -1,73 +1,54 @@
-"""The decision service's OpenAPI document: each call's body as
-:mod:`freqguard.service.bodies` declares (and checks) it, and every answer other than a 200
-as a problem (RFC 9457)."""
+"""The decision service's OpenAPI document, derived, not written: each call's body from
+its :class:`~freqguard.service.bodies.Body` (the declaration that checks it), each answer
+from its msgspec struct in :mod:`freqguard.service.schema` (the class that encodes it), and
+every answer other than a 200 as a ``Problem`` (RFC 9457).
+
+Every route the app serves is here (a test holds the two together), each with an
+``operationId`` a generated client names its function after; the policy is a plain string
+in the path, so the document is the same whatever the configuration serves.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from freqguard.service.bodies import COSTED, LIMIT, MANY, ONE, RESET, Body
+from freqguard.service.bodies import COSTED, LIMIT, MANY, MAX_BODY, ONE, RESET, Body
+from freqguard.service.schema import components
 
-__all__ = ["document"]
+__all__ = ["BODIES", "document"]
 
-_RULE = {
-    "type": "object",
-    "properties": {
-        "rule": {"type": "string"},
-        "allowed": {"type": "boolean"},
-        "remaining": {"type": "integer"},
-        "limit": {"type": "integer"},
-        "reset_after": {"type": "number"},
-        "retry_after": {"type": "number"},
-        "shadow": {"type": "boolean"},
-    },
-}
-_DECISION = {
-    "type": "object",
-    "required": ["allowed", "retry_after", "remaining", "limit", "reset_after", "denied_by"],
-    "properties": {
-        "allowed": {"type": "boolean"},
-        "retry_after": {"type": "number", "description": "seconds until the hit would fit"},
-        "remaining": {"type": "integer"},
-        "limit": {"type": "integer"},
-        "reset_after": {"type": "number"},
-        "denied_by": {"type": "array", "items": {"type": "string"}},
-        "rules": {"type": "array", "items": _RULE},
-        "source": {"type": "string"},
-    },
-}
-_LIMITS = {"type": "object", "properties": {"limits": {"type": "object"}}}
-_PROBLEM = {
-    "type": "object",
-    "required": ["type", "title", "status", "detail"],
-    "properties": {
-        "type": {"type": "string"},
-        "title": {"type": "string"},
-        "status": {"type": "integer"},
-        "detail": {"type": "string", "description": "what went wrong, in words"},
-        "instance": {"type": "string"},
-        "field": {
-            "type": "string",
-            "description": "with a 422, the field at fault: cost, context.recipient, "
-            "contexts[3].user, body...",
-        },
-    },
+_REF = "#/components/schemas/{}"
+
+#: The request bodies, by the names the document's components give them.
+BODIES: dict[str, Body] = {
+    "CostedCall": COSTED,
+    "ManyCall": MANY,
+    "ContextCall": ONE,
+    "ResetCall": RESET,
+    "LimitCall": LIMIT,
 }
 
 
 def _problem(description: str) -> dict[str, Any]:
-    schema = {"$ref": "#/components/schemas/Problem"}
-    return {
-        "description": description,
-        "content": {"application/problem+json": {"schema": schema}},
-    }
+    schema = {"$ref": _REF.format("Problem")}
+    return {"description": description, "content": {"application/problem+json": {"schema": schema}}}
 
 
-_ERRORS = {
+def _json(description: str, name: str) -> dict[str, Any]:
+    schema = {"$ref": _REF.format(name)}
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_ANY = {
+    "405": _problem("a method the path does not take (Allow lists those it does)"),
+    "421": _problem("a Host the service does not answer to (freqguard serve --allow-host)"),
+}
+_CALL_ERRORS = {
     "401": _problem("a valid bearer token is required (the service has tokens)"),
     "403": _problem("a browser's call from another origin or site"),
     "404": _problem("no such policy or rule"),
-    "413": _problem("a body over 1 MiB"),
+    **_ANY,
+    "413": _problem(f"a body over {MAX_BODY} bytes"),
     "415": _problem("a body that is not application/json"),
     "422": _problem("a body the call does not take; field names what"),
     "500": _problem("the service failed unexpectedly (the details are in its log)"),
@@ -75,80 +56,111 @@ _ERRORS = {
 }
 
 
-def _call(summary: str, body: Body, answer: dict[str, Any]) -> dict[str, Any]:
+def _call(operation: str, summary: str, body: str, answer: str) -> dict[str, Any]:
+    schema = {"$ref": _REF.format(body)}
     return {
+        "operationId": operation,
         "summary": summary,
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": body.schema()}},
-        },
-        "responses": {
-            "200": {"description": "done", "content": {"application/json": {"schema": answer}}},
-            **_ERRORS,
-        },
+        "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
+        "responses": {"200": _json("done", answer), **_CALL_ERRORS},
     }
 
 
-def _get(summary: str, answer: str) -> dict[str, Any]:
+def _get(operation: str, summary: str, ok: dict[str, Any], **more: Any) -> dict[str, Any]:
+    responses = {"200": ok, **more, **_ANY}
     return {
-        "get": {"summary": summary, "security": [], "responses": {"200": {"description": answer}}}
+        "get": {
+            "operationId": operation,
+            "summary": summary,
+            "security": [],
+            "responses": responses,
+        }
     }
 
 
-def document(policies: list[str]) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of the service (its policies named in the path's enum)."""
-    policy = {
-        "name": "policy",
-        "in": "path",
-        "required": True,
-        "schema": {"type": "string", "enum": policies},
+def _media(description: str, media_type: str) -> dict[str, Any]:
+    return {"description": description, "content": {media_type: {"schema": {"type": "string"}}}}
+
+
+def _policy_calls(base: str) -> dict[str, Any]:
+    calls = {
+        "hit": _call("hit", "decide and count one hit", "CostedCall", "Decision"),
+        "hit-many": _call("hitMany", "decide a batch, in order", "ManyCall", "Decisions"),
+        "peek": _call("peek", "what a hit would get; counts nothing", "ContextCall", "Decision"),
+        "refund": _call("refund", "give back the newest units", "CostedCall", "Decision"),
+        "reset": _call(
+            "reset",
+            "forget the counts keyed by exactly the context's dimensions (or of the rules named)",
+            "ResetCall",
+            "ResetDone",
+        ),
+        "limits": _call(
+            "limits", "each rule's rate for a partition value", "ContextCall", "Limits"
+        ),
     }
-    rule = {"name": "rule", "in": "path", "required": True, "schema": {"type": "string"}}
-    many = {"type": "object", "properties": {"decisions": {"type": "array", "items": _DECISION}}}
+    return {f"{base}/{name}": {"post": call} for name, call in calls.items()}
+
+
+def _paths() -> dict[str, Any]:
     base = "/v1/policies/{policy}"
-    paths: dict[str, Any] = {
-        f"{base}/hit": {"post": _call("decide and count one hit", COSTED, _DECISION)},
-        f"{base}/hit-many": {"post": _call("decide a batch, in order", MANY, many)},
-        f"{base}/peek": {"post": _call("what a hit would get; counts nothing", ONE, _DECISION)},
-        f"{base}/refund": {"post": _call("give back the newest units", COSTED, _DECISION)},
-        f"{base}/reset": {
-            "post": _call(
-                "forget the counts keyed by exactly the context's dimensions (or of the "
-                "rules named)",
-                RESET,
-                {
-                    "type": "object",
-                    "properties": {
-                        "reset": {"type": "boolean"},
-                        "rules": {"type": "array", "items": {"type": "string"}},
-                    },
-                },
-            )
-        },
-        f"{base}/limits": {"post": _call("each rule's rate for a partition value", ONE, _LIMITS)},
-        f"{base}/limits/{{rule}}": {
-            "parameters": [policy, rule],
-            "put": _call(
-                "a rule at another rate (null: exempt) for a partition value", LIMIT, _LIMITS
-            ),
-            "delete": _call("back to the rule's own rate", ONE, _LIMITS),
-        },
-        "/healthz": _get("the service is up", "up"),
-        "/metrics": _get("Prometheus metrics", "text"),
-        "/openapi.json": _get("this document", "the document"),
-        "/v1/policies": _get("the policies and their rules (the operator's page)", "policies"),
-        "/v1/stats": _get("decisions and denials per policy and rule", "rows"),
+    policy = {"name": "policy", "in": "path", "required": True, "schema": {"type": "string"}}
+    rule = {"name": "rule", "in": "path", "required": True, "schema": {"type": "string"}}
+    paths = _policy_calls(base)
+    paths[f"{base}/limits/{{rule}}"] = {
+        "put": _call(
+            "setLimit",
+            "a rule at another rate (null: exempt) for a partition value",
+            "LimitCall",
+            "Limits",
+        ),
+        "delete": _call("clearLimit", "back to the rule's own rate", "ContextCall", "Limits"),
     }
     for path, item in paths.items():
-        if path.startswith(base) and "parameters" not in item:
-            item["parameters"] = [policy]
+        item["parameters"] = [policy, rule] if path.endswith("{rule}") else [policy]
+    unready = _problem("the store did not answer in time, or refused the probe")
+    paths.update(
+        {
+            "/healthz": _get("healthz", "the service is up", _json("up", "Health")),
+            "/readyz": _get(
+                "readyz", "the store answers", _json("ready", "Ready"), **{"503": unready}
+            ),
+            "/metrics": _get(
+                "metrics",
+                "Prometheus metrics",
+                _media("the text format", "text/plain"),
+                **{"404": _problem("the prometheus extra is not installed")},
+            ),
+            "/openapi.json": _get(
+                "openapi",
+                "this document",
+                {
+                    "description": "the document",
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                },
+            ),
+            "/": _get("page", "the operator's page", _media("an HTML page", "text/html")),
+            "/v1/policies": _get(
+                "policies", "the policies and their rules", _json("policies", "PolicyList")
+            ),
+            "/v1/stats": _get(
+                "stats", "decisions and denials per policy and rule", _json("rows", "Stats")
+            ),
+        }
+    )
+    return paths
+
+
+def document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the service."""
+    schemas = components()
+    schemas.update({name: body.schema() for name, body in BODIES.items()})
     return {
         "openapi": "3.1.0",
         "info": {"title": "freqguard decision service", "version": "1"},
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {"Problem": _PROBLEM},
+            "schemas": schemas,
         },
         "security": [{"bearer": []}, {}],
-        "paths": paths,
+        "paths": _paths(),
     }

@@ -9,7 +9,6 @@ client: it holds hosts, ports, a client's repr, paths on the server.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
@@ -20,6 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+import freqguard.service.schema as schema
 from freqguard.engine.breaker import CircuitOpen
 from freqguard.errors import BackendUnavailable, ConfigError, FreqGuardError, PartialFailure
 
@@ -53,16 +53,15 @@ class Problem(Exception):
         self.headers = dict(headers or {})
 
     def response(self, request: Request) -> Response:
-        body: dict[str, Any] = {
-            "type": "about:blank",
-            "title": _TITLES.get(self.status) or HTTPStatus(self.status).phrase,
-            "status": self.status,
-            "detail": self.detail,
-            "instance": request.url.path,
-        }
-        if self.field is not None:
-            body["field"] = self.field
-        return Response(json.dumps(body), self.status, self.headers, media_type=MEDIA_TYPE)
+        body = schema.Problem(
+            type="about:blank",
+            title=_TITLES.get(self.status) or HTTPStatus(self.status).phrase,
+            status=self.status,
+            detail=self.detail,
+            instance=request.url.path,
+            field=self.field,
+        )
+        return Response(schema.encode(body), self.status, self.headers, media_type=MEDIA_TYPE)
 
 
 def invalid(field: str, detail: str) -> Problem:

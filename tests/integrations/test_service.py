@@ -8,10 +8,8 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,8 @@ import pytest
 from freqguard import AsyncGuard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.service import MAX_BODY, create_app
 from tests.conftest import flush
-from tests.servers import RedisServer, free_port
+from tests.integrations.service_process import serving, sms_config
+from tests.servers import RedisServer
 
 SCRIPT = Path(sys.executable).parent / "freqguard"
 SMS = Policy(
@@ -175,48 +174,11 @@ def test_tokens_guard_every_call_but_health_and_the_document() -> None:
 def service(tmp_path: Path, redis_server: RedisServer) -> Iterator[str]:
     """``freqguard serve`` with two workers on a shared Redis, stopped by its PID."""
     flush([redis_server])
-    config = tmp_path / "svc.toml"
-    config.write_text(
-        f'backend = "redis://127.0.0.1:{redis_server.port}"\n\n[[policy]]\nname = "sms"\n'
-        'rules = [{ rate = "3/minute", by = "recipient", name = "rcpt-1m" },\n'
-        '  { rate = "9 per 59 seconds", by = ["recipient", "content"], name = "content-59s" }]\n'
-    )
     tokens = tmp_path / "tokens"
     tokens.write_text("t0ken\n")
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            str(SCRIPT),
-            "serve",
-            str(config),
-            "--port",
-            str(port),
-            "--workers",
-            "2",
-            "--token-file",
-            str(tokens),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # bounded polling for the server to start
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("the service did not start in 30 s")
-        yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
-        assert proc.stderr is not None
-        proc.stderr.close()
+    config = sms_config(tmp_path, redis_server.port)
+    with serving(config, "--workers", "2", "--token-file", str(tokens)) as served:
+        yield served.url
 
 
 def test_a_served_policy_counts_across_workers(service: str) -> None:

@@ -490,3 +490,15 @@ def test_a_rebound_name_pointing_at_a_loopback_service_is_not_answered() -> None
     assert served_names("0.0.0.0") is None  # beyond loopback: any name (tokens guard it)
     with pytest.raises(ConfigError, match="--allow-host takes a host name"):
         served_names("127.0.0.1", ["evil/path"])
+
+
+def test_the_host_check_judges_alike_however_often_and_however_many_names() -> None:
+    """Its verdicts are kept per Host (64 at most, long ones never): the 70 names below
+    overflow that, and each is judged the same the second time as the first."""
+    guard = AsyncGuard(MemoryBackend(), [SMS, DAILY], clock=ManualClock(1_700_000_000))
+    app = create_app(guard, hosts=served_names("127.0.0.1"))
+    names = [f"evil{n}.example" for n in range(70)] + ["127.0.0.1:8080", "x" * 400]
+    asked = [("GET", "/healthz", b"", {"host": name}) for name in names * 2]
+    statuses = [answer.status_code for answer in _send(app, asked)]
+    once = [421] * 70 + [200, 421]
+    assert statuses == once + once

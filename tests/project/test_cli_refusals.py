@@ -141,7 +141,7 @@ def test_serve_with_workers_on_a_shared_store_says_where_it_listens(
     done = cli("serve", str(redis_config), "--workers", "3", "--host", "::1", "--port", "9000")
     assert done.code == 0, done.err
     assert served[0]["workers"] == 3
-    assert "listening on http://[::1]:9000 (3 workers)" in done.err
+    assert "listening on http://[::1]:9000 (3 workers, loop " in done.err
 
 
 def test_serve_beyond_loopback_without_tokens_says_so_and_a_bad_token_file_is_refused(

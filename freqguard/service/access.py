@@ -1,0 +1,116 @@
+"""The service's access log (``freqguard serve --access-log json``): one JSON object a line
+per request, on the ``freqguard.service.access`` logger.
+
+A line holds what an operator needs to follow traffic: the time, the method, the path, the
+status, the duration, the bytes answered, the client's address, and, for a call under
+``/v1/policies``, the policy, the outcome and the context's names with each value
+*digested*. A recipient's number or a user's id never appears: each value is a keyed
+BLAKE2b digest (16 hex characters), the same for the same value under one key, so one
+recipient's calls can be followed through a log without the log holding who they are. The
+key is ``FREQGUARD_SERVE_ACCESS_LOG_KEY`` when set (digests comparable across restarts and
+hosts), else a random one for the run (shared by its workers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["ACCESS_LOG_ENV", "AccessLog", "digested", "install_handler", "notes"]
+
+#: Set (by ``freqguard serve --access-log json``) to the digests' key, in hex: the log is on.
+ACCESS_LOG_ENV = "FREQGUARD_SERVE_ACCESS_LOG"
+LOGGER = "freqguard.service.access"
+_NOTE = "freqguard.access"  # the request state's entry a handler annotates
+MAX_PATH = 200  # characters of a path in a line (a client chooses it)
+
+log = logging.getLogger(LOGGER)
+
+
+def digested(context: Mapping[str, Any], key: bytes) -> dict[str, str]:
+    """Each of ``context``'s values as a keyed digest, under its name."""
+    return {
+        str(name)[:64]: hashlib.blake2b(str(value).encode(), key=key, digest_size=8).hexdigest()
+        for name, value in context.items()
+    }
+
+
+def notes(scope: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Where a handler notes facts about its request (its policy, outcome, context) for
+    the log line; None when no access log is kept (nothing to note)."""
+    state = scope.get("state")
+    return state.get(_NOTE) if isinstance(state, dict) else None
+
+
+def install_handler() -> None:
+    """Send the access logger's lines, as they are, to stderr (a worker's own handler: the
+    lines are already JSON)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+class AccessLog:
+    """An ASGI app that logs each HTTP request ``app`` answers, as a line of JSON.
+
+    Args:
+        app: the service's app.
+        key: the digests' key (1 to 64 bytes).
+
+    Raises:
+        ValueError: a key that is empty or longer than 64 bytes.
+    """
+
+    def __init__(self, app: Any, key: bytes) -> None:
+        if not 0 < len(key) <= hashlib.blake2b.MAX_KEY_SIZE:
+            raise ValueError(f"an access log key is 1 to 64 bytes, got {len(key)}")
+        self.app, self.key = app, key
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        note: dict[str, Any] = {}
+        scope.setdefault("state", {})[_NOTE] = note
+        began = time.perf_counter()
+        answer = {"status": 500, "bytes": 0}
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                answer["status"] = message["status"]
+            elif message["type"] == "http.response.body":
+                answer["bytes"] += len(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            took = time.perf_counter() - began
+            log.info(json.dumps(self._line(scope, note, answer, took)))
+
+    def _line(
+        self, scope: Any, note: dict[str, Any], answer: dict[str, int], took: float
+    ) -> dict[str, Any]:
+        client = scope.get("client")
+        line: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "method": scope["method"],
+            "path": scope["path"][:MAX_PATH],
+            "status": answer["status"],
+            "ms": round(took * 1000, 3),
+            "bytes": answer["bytes"],
+            "client": client[0] if client else None,
+        }
+        for name, value in note.items():
+            if name == "context":
+                line["context"] = digested(value, self.key)
+            else:
+                line[name] = value
+        return line

@@ -1,0 +1,195 @@
+"""What the service answers, declared once as msgspec structs: each answer is encoded from
+one of them, and the OpenAPI document's component schemas are derived from the same
+classes (:func:`components`), so an answer and its documentation cannot drift.
+
+The names here are those of the document's components (``Decision``, ``Problem``...):
+import the module, not the names, beside :class:`freqguard.Decision` and
+:class:`~freqguard.service.problems.Problem`, the exception.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from freqguard.decision import Decision as Decided
+
+__all__ = [
+    "ANSWERS",
+    "Decision",
+    "Decisions",
+    "Health",
+    "Limits",
+    "PolicyInfo",
+    "PolicyList",
+    "Problem",
+    "Ready",
+    "ResetDone",
+    "RuleInfo",
+    "RuleState",
+    "StatRow",
+    "Stats",
+    "components",
+    "decision",
+    "encode",
+]
+
+encode = msgspec.json.Encoder().encode
+
+
+class RuleState(msgspec.Struct, frozen=True):
+    """One rule's part in a decision."""
+
+    rule: str
+    allowed: bool
+    remaining: int
+    limit: int
+    reset_after: float
+    retry_after: float
+    shadow: bool
+
+
+class Decision(msgspec.Struct, frozen=True):
+    """A decision: allowed or not, and each rule's state; times in seconds."""
+
+    allowed: bool
+    retry_after: float
+    remaining: int
+    limit: int
+    reset_after: float
+    denied_by: list[str]
+    rules: list[RuleState]
+    source: str
+
+
+class Decisions(msgspec.Struct, frozen=True):
+    """A batch's decisions, in the order of its contexts."""
+
+    decisions: list[Decision]
+
+
+class Limits(msgspec.Struct, frozen=True):
+    """Each rule's rate for one partition value (null: exempt)."""
+
+    limits: dict[str, str | None]
+
+
+class ResetDone(msgspec.Struct, frozen=True):
+    """A reset: the rules whose counts were forgotten."""
+
+    reset: bool
+    rules: list[str]
+
+
+class Health(msgspec.Struct, frozen=True):
+    """The service is up: the policies it serves."""
+
+    status: str
+    policies: list[str]
+
+
+class Ready(msgspec.Struct, frozen=True):
+    """The service can decide: its store answered."""
+
+    status: str
+    store: str
+
+
+class RuleInfo(msgspec.Struct, frozen=True):
+    """A rule as the operator's page lists it."""
+
+    rule: str
+    by: list[str]
+    rate: str
+    strategy: str
+
+
+class PolicyInfo(msgspec.Struct, frozen=True):
+    """A policy as the operator's page lists it: its rules, the context a lookup asks for,
+    and the partition values its per-key limits are kept by."""
+
+    policy: str
+    context: list[str]
+    partition: list[str]
+    rules: list[RuleInfo]
+
+
+class PolicyList(msgspec.Struct, frozen=True):
+    """The policies the service serves."""
+
+    policies: list[PolicyInfo]
+
+
+class StatRow(msgspec.Struct, frozen=True):
+    """Decisions of a policy (``rule`` null), or denials of one of its rules."""
+
+    policy: str
+    rule: str | None
+    allowed: int | None
+    denied: int
+
+
+class Stats(msgspec.Struct, frozen=True):
+    """Decisions and denials since this worker started (from its metrics)."""
+
+    rows: list[StatRow]
+
+
+class Problem(msgspec.Struct, frozen=True, omit_defaults=True):
+    """An answer other than 200 (RFC 9457 problem+json); ``field``, with a 422, names the
+    request's field at fault: ``cost``, ``context.recipient``, ``contexts[3].user``,
+    ``body``..."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    field: str | None = None
+
+
+#: Every answer's struct, in the order the document lists their schemas.
+ANSWERS: tuple[type[msgspec.Struct], ...] = (
+    Decision,
+    Decisions,
+    Limits,
+    ResetDone,
+    Health,
+    Ready,
+    PolicyList,
+    Stats,
+    Problem,
+)
+
+
+def components() -> dict[str, Any]:
+    """The JSON Schemas of :data:`ANSWERS` (and what they hold), by name, as an OpenAPI
+    document's ``components.schemas`` holds them."""
+    _, schemas = msgspec.json.schema_components(ANSWERS, ref_template="#/components/schemas/{name}")
+    return schemas
+
+
+def decision(decided: Decided) -> Decision:
+    """A decision as the service answers it."""
+    return Decision(
+        allowed=decided.allowed,
+        retry_after=decided.retry_after,
+        remaining=decided.remaining,
+        limit=decided.capacity,
+        reset_after=decided.reset_after,
+        denied_by=[rule.id for rule in decided.denied_by],
+        rules=[
+            RuleState(
+                rule=state.rule.id,
+                allowed=state.allowed,
+                remaining=state.remaining,
+                limit=state.capacity,
+                reset_after=state.reset_after,
+                retry_after=state.retry_after,
+                shadow=state.rule.shadow,
+            )
+            for state in decided.rules
+        ],
+        source=decided.source,
+    )

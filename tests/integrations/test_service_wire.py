@@ -1,0 +1,253 @@
+"""The service on the wire: TCP_NODELAY on every accepted connection however the listening
+socket was made, the loop and parser ``serve`` picks (and says), ``/readyz``, and a request
+in flight finishing through SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import threading
+import time
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from freqguard import AsyncGuard, MemoryBackend
+from freqguard.config import loads
+from freqguard.errors import ConfigError
+from freqguard.service import create_app
+from freqguard.service.server import Combined, H11NoDelay, pick
+from tests.conftest import flush
+from tests.integrations.service_process import SMS, refused, serving, sms_config
+from tests.servers import RedisServer, free_port
+
+FAST = find_spec("uvloop") is not None and find_spec("httptools") is not None
+
+
+def _recording(base: type[asyncio.Protocol], seen: list[int]) -> type[asyncio.Protocol]:
+    """``base``, noting each accepted socket's TCP_NODELAY once the connection is made."""
+
+    class Recording(base):  # type: ignore[valid-type,misc]
+        def connection_made(self, transport: asyncio.Transport) -> None:
+            super().connection_made(transport)
+            sock = transport.get_extra_info("socket")
+            seen.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+    return Recording
+
+
+def _accepted_nodelay(protocol: type[asyncio.Protocol], loop: str) -> int:
+    """Serve one request on a listener bound as uvicorn's supervisor binds it for
+    ``--workers N`` (``Config.bind_socket``), and say whether the accepted socket had
+    TCP_NODELAY."""
+    seen: list[int] = []
+    app = create_app(AsyncGuard(MemoryBackend(), []))
+    config = uvicorn.Config(
+        app, port=free_port(), loop=loop, http=_recording(protocol, seen), log_level="error"
+    )
+    listener = config.bind_socket()
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]})
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.01)  # bounded polling for the server to start
+        port = listener.getsockname()[1]
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).status_code == 200
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        listener.close()
+    assert len(seen) == 1
+    return seen[0]
+
+
+def test_the_listener_uvicorn_hands_to_workers_is_not_marked_tcp() -> None:
+    """The cause: asyncio sets TCP_NODELAY only where ``sock.proto`` is IPPROTO_TCP, and
+    the socket uvicorn binds for its workers carries 0."""
+    config = uvicorn.Config(create_app(AsyncGuard(MemoryBackend(), [])), port=free_port())
+    listener = config.bind_socket()
+    try:
+        assert listener.proto == 0
+    finally:
+        listener.close()
+
+
+def test_asyncio_leaves_nagle_on_for_such_a_listener_with_uvicorn_s_own_protocol() -> None:
+    assert _accepted_nodelay(H11Protocol, "asyncio") == 0
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("parser", ["h11", "httptools"])
+def test_serve_s_protocols_turn_nagle_off_on_every_accepted_socket(loop: str, parser: str) -> None:
+    if find_spec(loop if loop == "uvloop" else "asyncio") is None or find_spec(parser) is None:
+        pytest.skip(f"{loop} or {parser} is not installed")
+    assert _accepted_nodelay(pick(loop, parser).protocol, loop) != 0
+
+
+def test_pick_takes_the_fast_ones_when_installed_and_refuses_unknown_names() -> None:
+    wire = pick()
+    if FAST:
+        assert (wire.loop, wire.parser) == ("uvloop", "httptools")
+    assert pick("asyncio", "h11").protocol is H11NoDelay
+    with pytest.raises(ConfigError, match="loop must be one of auto, uvloop, asyncio, got 'trio'"):
+        pick("trio")
+
+
+# -- /readyz --------------------------------------------------------------------------------
+
+
+def _get(guard: AsyncGuard, *paths: str) -> list[httpx.Response]:
+    """``paths`` asked of the app on ``guard``, which is closed after, in the same loop."""
+
+    async def run() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=create_app(guard))
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+                return [await http.get(path) for path in paths]
+        finally:
+            await guard.aclose()
+
+    return asyncio.run(run())
+
+
+def test_readyz_is_200_while_the_store_answers_and_counts_nothing(
+    redis_server: RedisServer,
+) -> None:
+    flush([redis_server])
+    guard = loads(f'backend = "redis://127.0.0.1:{redis_server.port}"\n{SMS}').async_guard()
+    answers = _get(guard, "/readyz", "/readyz")
+    assert [a.status_code for a in answers] == [200, 200]
+    assert answers[0].json() == {"status": "ready", "store": type(guard.backend).__name__}
+    # a peek: no count kept; the one key is the bins setting every client of a policy
+    # records as it first uses it (KeyLayout.layout_key), for a day
+    claim = b"fg:{*freqguard-ready}:freqguard-ready:bins"
+    assert redis_server.client.keys("*") == [claim]
+    assert 0 < redis_server.client.ttl(claim) <= 86_400
+
+
+def test_readyz_is_a_503_problem_when_the_store_is_gone() -> None:
+    guard = loads(f'backend = "redis://127.0.0.1:{free_port()}"\n{SMS}').async_guard()
+    answer, health = _get(guard, "/readyz", "/healthz")
+    assert answer.status_code == 503
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert answer.json()["detail"] == (
+        "not ready: the store could not be reached or refused the probe"
+    )
+    assert health.status_code == 200  # up, not ready: a balancer keeps it, sends it nothing
+
+
+# -- serve: what runs, and a graceful stop ----------------------------------------------------
+
+
+@pytest.mark.skipif(not FAST, reason="uvloop or httptools is not installed")
+def test_serve_says_which_loop_and_parser_run(tmp_path: Path, redis_server: RedisServer) -> None:
+    config = sms_config(tmp_path, redis_server.port)
+    with serving(config, "--workers", "2") as fast:
+        assert "(2 workers, loop uvloop, parser httptools)" in fast.log()
+    with serving(config, "--loop", "asyncio", "--http", "h11") as plain:
+        assert "(1 worker, loop asyncio, parser h11)" in plain.log()
+
+
+def _paused_calls(redis_server: RedisServer) -> int:
+    """Calls of a function the store holds back (CLIENT PAUSE): flag ``b``."""
+    clients = redis_server.client.client_list()
+    return sum(1 for c in clients if c.get("cmd") == "fcall" and "b" in c.get("flags", ""))
+
+
+def _until(condition: Any, what: str, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():  # bounded polling for a real process to get there
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds} s: {what}")
+        time.sleep(0.02)
+
+
+def test_a_hit_in_flight_during_sigterm_finishes(tmp_path: Path, redis_server: RedisServer) -> None:
+    """SIGTERM while the store holds a hit back: the service stops taking connections,
+    the hit gets its decision once the store answers, and only then the process ends."""
+    flush([redis_server])
+    hit = {"context": {"recipient": "inflight", "content": "x"}}
+    answers: list[httpx.Response] = []
+    with serving(sms_config(tmp_path, redis_server.port), "--shutdown-timeout", "30") as svc:
+        url = f"{svc.url}/v1/policies/sms/hit"
+        assert httpx.post(url, json=hit, timeout=10).status_code == 200  # functions loaded
+        redis_server.client.client_pause(30_000, all=False)  # writes (FCALL) held back
+        try:
+            sender = threading.Thread(
+                target=lambda: answers.append(httpx.post(url, json=hit, timeout=60))
+            )
+            sender.start()
+            _until(lambda: _paused_calls(redis_server) == 1, "the hit reached the store")
+            os.killpg(svc.process.pid, signal.SIGTERM)
+            _until(lambda: _refused(svc.url), "the service stopped taking connections")
+            assert svc.process.poll() is None  # still finishing the hit in flight
+        finally:
+            redis_server.client.client_unpause()
+        sender.join(timeout=60)
+        # uvicorn (0.29 on) ends by raising the signal it caught again, once done
+        assert svc.process.wait(timeout=60) in (0, -signal.SIGTERM)
+    assert [a.status_code for a in answers] == [200]
+    assert answers[0].json()["allowed"] is True
+
+
+def _refused(url: str) -> bool:
+    try:
+        httpx.get(f"{url}/healthz", timeout=1)
+    except httpx.ConnectError:
+        return True
+    except httpx.HTTPError:
+        return False
+    return False
+
+
+def test_serve_refuses_a_loop_it_does_not_know(tmp_path: Path) -> None:
+    said = refused(tmp_path, "--loop", "trio")
+    assert "loop must be one of auto, uvloop, asyncio, got 'trio'" in said
+
+
+class _Recorded(asyncio.Transport):
+    """A transport that keeps what is written to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return "extra" if name == "peername" else default
+
+
+def test_writes_in_one_turn_leave_as_one_and_close_sends_what_is_held() -> None:
+    async def run() -> _Recorded:
+        under = _Recorded()
+        combined = Combined(under)
+        combined.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        combined.write(b'{"allowed":true}')
+        assert under.writes == []  # held for this turn
+        await asyncio.sleep(0)  # the loop's next turn
+        combined.write(b"tail")
+        combined.close()
+        assert combined.get_extra_info("peername") == "extra"
+        return under
+
+    under = asyncio.run(run())
+    assert under.writes == [b'HTTP/1.1 200 OK\r\n\r\n{"allowed":true}', b"tail"]
+    assert under.closed
