@@ -37,7 +37,6 @@ import freqguard.service.schema as schema
 from freqguard.decision import Decision
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import AsyncGuard
-from freqguard.policy import Policy
 from freqguard.service.access import notes
 from freqguard.service.bodies import (
     COSTED,
@@ -53,6 +52,7 @@ from freqguard.service.bodies import (
 )
 from freqguard.service.checks import Checks
 from freqguard.service.gate import Gate, HostCheck
+from freqguard.service.listing import policy_info
 from freqguard.service.openapi import document
 from freqguard.service.page import PAGE
 from freqguard.service.problems import (
@@ -167,26 +167,6 @@ def _note(note: dict[str, Any], policy: str, fields: Mapping[str, Any], answer: 
 
 #: The page runs its own inline script and style, and talks to this origin only.
 _CSP = "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"
-
-
-def _policy_info(policy: Policy) -> schema.PolicyInfo:
-    """A policy as the page lists it: its rules, the context a lookup asks for, and the
-    partition values its per-key limits are kept by."""
-    parts = {r.by[0] for r in policy.rules if r.by and all(r.by[0] in x.by for x in policy.rules)}
-    return schema.PolicyInfo(
-        policy=policy.name,
-        context=[*policy.dimensions, *policy.reads],
-        partition=sorted(parts) or list(policy.dimensions[:1]),
-        rules=[
-            schema.RuleInfo(
-                rule=rule.id,
-                by=list(rule.by),
-                rate=str(rule.rate) if rule.quiet is None else "quiet hours",
-                strategy="calendar" if rule.calendar else rule.strategy.value,
-            )
-            for rule in policy.rules
-        ],
-    )
 
 
 def _stats(registry: Any) -> list[schema.StatRow]:
@@ -304,7 +284,7 @@ def create_app(
         return HTMLResponse(PAGE, headers={"content-security-policy": _CSP})
 
     async def listed(request: Request) -> Response:
-        return JSON(schema.PolicyList([_policy_info(p) for p in guard.policies.values()]))
+        return JSON(schema.PolicyList([policy_info(p) for p in guard.policies.values()]))
 
     async def stats(request: Request) -> Response:
         return JSON(schema.Stats(_stats(service.metrics)))

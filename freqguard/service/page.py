@@ -32,7 +32,7 @@ PAGE = """<!doctype html>
 
 <h2>Policies</h2>
 <table id="policies"><thead><tr><th>policy</th><th>rule</th><th>by</th><th>rate</th>
-<th>strategy</th></tr></thead><tbody></tbody></table>
+<th>strategy</th><th>notes</th></tr></thead><tbody></tbody></table>
 
 <h2>Decisions since this worker started</h2>
 <table id="stats"><thead><tr><th>policy</th><th>rule</th><th>allowed</th><th>denied</th>
@@ -57,6 +57,20 @@ const row = (cells) => { const tr = document.createElement("tr"); cells.forEach(
 const seconds = (s) => s === 0 ? "-" : s >= 3600 ? (s / 3600).toFixed(1) + " h"
   : s >= 60 ? (s / 60).toFixed(1) + " min" : s.toFixed(2) + " s";
 let policies = {};
+const rateOf = (r, p) => r.rule === "quiet-hours" && p.quiet
+  ? `quiet ${p.quiet.start}-${p.quiet.end} ${p.quiet.zone}`
+  : r.lease !== null ? `${r.written}, lease ${seconds(r.lease)}` : r.written;
+function notesOf(r, p) {
+  const notes = [];
+  if (r.zone) notes.push(`calendar in ${r.zone}`);
+  if (r.burst !== null) notes.push(`burst ${r.burst}`);
+  if (r.only) notes.push(`only ${r.only.join(", ")}`);
+  const caps = Object.entries(r.caps);
+  if (caps.length) notes.push("caps " + caps.map(([k, v]) => `${k} ${v}`).join(", "));
+  if (r.shadow) notes.push("shadow");
+  if (r.rule === "quiet-hours" && p.quiet && p.quiet.exempt.length) notes.push(`exempt ${p.quiet.exempt.join(", ")}`);
+  return notes.join("; ") || "-";
+}
 
 function fieldsFor(name) {
   const box = $("fields"); box.replaceChildren();
@@ -110,8 +124,9 @@ async function load() {
   const policyBody = $("policies").tBodies[0];
   for (const p of listed.policies) {
     policies[p.policy] = p;
-    for (const r of p.rules) policyBody.append(row([cell(p.policy), cell(r.rule),
-      cell(r.by.join(", ") || "-"), cell(r.rate), cell(r.strategy)]));
+    const name = p.priorities.length ? `${p.policy} (priorities: ${p.priorities.join(", ")})` : p.policy;
+    for (const r of p.rules) policyBody.append(row([cell(name), cell(r.rule),
+      cell(r.by.join(", ") || "-"), cell(rateOf(r, p)), cell(r.strategy), cell(notesOf(r, p))]));
     const option = document.createElement("option"); option.textContent = p.policy; $("policy").append(option);
   }
   const stats = await (await fetch("/v1/stats")).json();

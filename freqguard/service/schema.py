@@ -24,6 +24,7 @@ __all__ = [
     "PolicyInfo",
     "PolicyList",
     "Problem",
+    "QuietInfo",
     "Ready",
     "ResetDone",
     "RuleInfo",
@@ -97,12 +98,33 @@ class Ready(msgspec.Struct, frozen=True):
 
 
 class RuleInfo(msgspec.Struct, frozen=True):
-    """A rule as the operator's page lists it."""
+    """A rule as the operator's page lists it: ``rate`` as the limits calls say it (``2
+    per 60 seconds``), ``written`` as a person writes it (``2/minute``, ``10 concurrent``);
+    a concurrency rule's ``lease`` (seconds), a bucket's ``burst``, a calendar rule's
+    ``zone`` (an IANA name, or ``from <value>``), the priorities it counts (``only``, null:
+    all) and its caps per priority."""
 
     rule: str
     by: list[str]
     rate: str
     strategy: str
+    written: str
+    lease: float | None
+    burst: int | None
+    zone: str | None
+    only: list[str] | None
+    caps: dict[str, int]
+    shadow: bool
+
+
+class QuietInfo(msgspec.Struct, frozen=True):
+    """A policy's quiet hours: local ``HH:MM`` start and end, the zone (an IANA name, or
+    ``from <value>``) and the priorities that pass through them."""
+
+    start: str
+    end: str
+    zone: str
+    exempt: list[str]
 
 
 class PolicyInfo(msgspec.Struct, frozen=True):
@@ -113,6 +135,8 @@ class PolicyInfo(msgspec.Struct, frozen=True):
     context: list[str]
     partition: list[str]
     rules: list[RuleInfo]
+    priorities: list[str]
+    quiet: QuietInfo | None
 
 
 class PolicyList(msgspec.Struct, frozen=True):

@@ -34,6 +34,16 @@ rules = [
 [[policy]]
 name = "vendor"
 rules = [{ rate = "200/second", strategy = "gcra", name = "vendor" }]
+
+[[policy]]
+name = "promo"
+priorities = ["transactional", "marketing"]
+quiet = { start = "21:00", end = "08:00", tz = "Europe/Berlin", exempt = ["transactional"] }
+rules = [
+  { rate = "50/day", by = "user", calendar = true, tz = "UTC", name = "daily" },
+  { rate = "10 concurrent", by = "user", lease = 90, name = "open" },
+  { rate = "3 per 2 hours", by = "user", caps = { marketing = 1 }, name = "two-hours" },
+]
 """
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (CI installs it)")
@@ -143,10 +153,22 @@ def test_the_page_lists_policies_counts_and_looks_a_context_up(served: tuple[str
             json={"context": {"recipient": "+1555"}, "rate": "9/minute"},
         )
     page = _browse(f"{url}/?policy=sms&recipient=%2B1555&content=hi", tmp / "profile")
+    promo = "promo (priorities: transactional, marketing)"
     assert page.tables["policies"] == [
-        ["sms", "rcpt-1m", "recipient", "2 per 60 seconds", "sliding-log"],
-        ["sms", "content-59s", "recipient, content", "5 per 59 seconds", "sliding-log"],
-        ["vendor", "vendor", "-", "200 per second", "gcra"],
+        ["sms", "rcpt-1m", "recipient", "2/minute", "sliding-log", "-"],
+        ["sms", "content-59s", "recipient, content", "5 per 59 seconds", "sliding-log", "-"],
+        ["vendor", "vendor", "-", "200/second", "gcra", "-"],
+        [promo, "daily", "user", "50/day", "calendar", "calendar in UTC"],
+        [promo, "open", "user", "10 concurrent, lease 1.5 min", "concurrency", "-"],
+        [promo, "two-hours", "user", "3 per 2 hours", "sliding-log", "caps marketing 1"],
+        [
+            promo,
+            "quiet-hours",
+            "user",
+            "quiet 21:00-08:00 Europe/Berlin",
+            "fixed-window",
+            "exempt transactional",
+        ],
     ]
     assert page.tables["stats"] == [["sms", "(all)", "2", "1"], ["sms", "rcpt-1m", "", "1"]]
     usage = {row[0]: row for row in page.tables["usage"]}
@@ -162,7 +184,7 @@ def test_with_tokens_a_lookup_asks_for_one(tmp_path: Path) -> None:
     proc, url = _serve(config, {**os.environ, "FREQGUARD_TOKENS": "t0ken"})
     try:
         page = _browse(f"{url}/?policy=sms&recipient=a&content=b", tmp_path / "profile")
-        assert len(page.tables["policies"]) == 3  # the page itself is open, read-only
+        assert len(page.tables["policies"]) == 7  # the page itself is open, read-only
         assert page.texts["answer"].strip() == "this service needs a token for lookups"
         assert page.tables["usage"] == []
     finally:

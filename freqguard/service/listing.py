@@ -1,0 +1,90 @@
+"""The policies as ``GET /v1/policies`` lists them for the operator's page: each rate as a
+person writes it (``50/day``, ``2 per 59 seconds``, ``10 concurrent`` with its lease), a
+calendar rule's zone, a priority's caps, and the policy's priorities and quiet hours.
+
+A written rate (but a calendar rule's ``/week``) parses back to the same rate
+(:func:`freqguard.rates.parse_rate`), so what the page shows can be typed back as a
+per-key limit."""
+
+from __future__ import annotations
+
+import freqguard.service.schema as schema
+from freqguard.options import QuietHours
+from freqguard.policy import Policy
+from freqguard.rates import Rate
+from freqguard.rules import Rule, Strategy
+
+__all__ = ["policy_info", "written"]
+
+#: The units a written rate uses, largest first (the grammar's month and year are left
+#: out: they are 30 and 360 days there, not what a reader takes them for).
+_UNITS = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))
+
+
+def written(rate: Rate) -> str:
+    """``rate`` as a person writes it: ``2/minute``, ``50/day``, ``2 per 59 seconds``,
+    ``3 per 2 hours``; a window of a fraction of a second as :class:`Rate` says it."""
+    us = rate.window_us
+    if us % 1_000_000:
+        return str(rate)
+    seconds = us // 1_000_000
+    for unit, size in _UNITS:
+        if seconds % size == 0:
+            count = seconds // size
+            return f"{rate.limit}/{unit}" if count == 1 else f"{rate.limit} per {count} {unit}s"
+    raise AssertionError(seconds)  # pragma: no cover - a second divides every whole window
+
+
+def _written_rule(rule: Rule) -> str:
+    """A rule's rate as written: ``10 concurrent`` (its lease apart), ``50/month`` for a
+    calendar rule (its period, from midnight of its zone), else :func:`written`."""
+    if rule.quiet is not None:
+        return "quiet hours"
+    if rule.strategy is Strategy.CONCURRENCY:
+        return f"{rule.rate.limit} concurrent"
+    if rule.period is not None:
+        return f"{rule.rate.limit}/{rule.period}"
+    return written(rule.rate)
+
+
+def _rule_info(rule: Rule) -> schema.RuleInfo:
+    zone = None
+    if rule.calendar:
+        zone = rule.tz if rule.tz is not None else f"from {rule.tz_from}"
+    return schema.RuleInfo(
+        rule=rule.id,
+        by=list(rule.by),
+        rate=str(rule.rate) if rule.quiet is None else "quiet hours",
+        strategy="calendar" if rule.calendar else rule.strategy.value,
+        written=_written_rule(rule),
+        lease=rule.lease,
+        burst=rule.burst,
+        zone=zone,
+        only=None if rule.only is None else list(rule.only),
+        caps=dict(rule.caps),
+        shadow=rule.shadow,
+    )
+
+
+def _quiet_info(quiet: QuietHours) -> schema.QuietInfo:
+    return schema.QuietInfo(
+        start=quiet.text(quiet.start),
+        end=quiet.text(quiet.end),
+        zone=quiet.tz if quiet.tz is not None else f"from {quiet.tz_from}",
+        exempt=list(quiet.exempt),
+    )
+
+
+def policy_info(policy: Policy) -> schema.PolicyInfo:
+    """A policy as the page lists it: its rules, the context a lookup asks for, the
+    partition values its per-key limits are kept by, its priorities and quiet hours."""
+    parts = {r.by[0] for r in policy.rules if r.by and all(r.by[0] in x.by for x in policy.rules)}
+    quiet = policy.quiet
+    return schema.PolicyInfo(
+        policy=policy.name,
+        context=[*policy.dimensions, *policy.reads],
+        partition=sorted(parts) or list(policy.dimensions[:1]),
+        rules=[_rule_info(rule) for rule in policy.rules],
+        priorities=list(policy.priorities),
+        quiet=None if quiet is None else _quiet_info(quiet),
+    )

@@ -1,0 +1,71 @@
+"""The operator's console in process (httpx on the ASGI app): ``/v1/policies`` lists each
+rate as written, with its lease, zone, caps, and the policy's priorities and quiet hours."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from freqguard import AsyncGuard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard.options import QuietHours
+from freqguard.rates import Rate, parse_rate
+from freqguard.service import create_app
+from freqguard.service.listing import written
+
+PROMO = Policy(
+    "promo",
+    Rule("50/day", by="user", calendar=True, tz_from="tz", name="daily"),
+    Rule("10 concurrent", by="user", lease=60, name="open"),
+    Rule("3 per 2 hours", by="user", caps={"marketing": 1}, name="two-hours"),
+    Rule("5/second", by="user", strategy="token-bucket", burst=8, name="burst"),
+    priorities=["transactional", "marketing"],
+    quiet=QuietHours("21:00", "08:00", tz="Europe/Berlin", exempt=["transactional"]),
+)
+
+
+def _get(guard: AsyncGuard, path: str) -> httpx.Response:
+    async def run() -> httpx.Response:
+        transport = httpx.ASGITransport(app=create_app(guard))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            return await http.get(path)
+
+    return asyncio.run(run())
+
+
+def test_policies_list_rates_as_written_with_priorities_and_quiet_hours() -> None:
+    guard = AsyncGuard(MemoryBackend(), [PROMO], clock=ManualClock(1_700_000_000))
+    listed: dict[str, Any] = _get(guard, "/v1/policies").json()["policies"][0]
+    rules = {r["rule"]: r for r in listed["rules"]}
+    assert listed["priorities"] == ["transactional", "marketing"]
+    assert listed["quiet"] == {
+        "start": "21:00",
+        "end": "08:00",
+        "zone": "Europe/Berlin",
+        "exempt": ["transactional"],
+    }
+    assert rules["daily"]["written"] == "50/day"
+    assert rules["daily"]["zone"] == "from tz"
+    assert (rules["open"]["written"], rules["open"]["lease"]) == ("10 concurrent", 60)
+    assert rules["two-hours"]["written"] == "3 per 2 hours"
+    assert rules["two-hours"]["caps"] == {"marketing": 1}
+    assert (rules["burst"]["written"], rules["burst"]["burst"]) == ("5/second", 8)
+    assert rules["burst"]["rate"] == "5 per second"  # as the limits calls say it
+    assert rules["quiet-hours"]["written"] == "quiet hours"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["2/minute", "50/day", "2 per 59 seconds", "3 per 2 hours", "7 per 90 minutes", "1/second"],
+)
+def test_a_written_rate_is_its_text_and_parses_back(text: str) -> None:
+    assert written(parse_rate(text)) == text
+    assert parse_rate(written(parse_rate(text))) == parse_rate(text)
+
+
+def test_a_window_of_a_fraction_of_a_second_is_said_as_rate_says_it() -> None:
+    rate = Rate(3, timedelta(milliseconds=1500))
+    assert written(rate) == "3 per 1.5 seconds"
