@@ -1,8 +1,9 @@
 """The operator's page the decision service serves at ``/``: the policies and their rules,
 live decisions and denials per policy and rule (from the service's metrics), and a lookup of
 one context (its use per rule, its per-key limits, when it frees). One HTML document with
-its script inline: no asset, no CDN. It only reads: a lookup asks the ``/v1`` endpoints,
-with the token typed into the page when the service requires one."""
+its script inline: no asset, no CDN. A lookup asks the ``/v1`` endpoints; the one write,
+a per-key limit set or cleared, is the API's own ``PUT``/``DELETE`` call (JSON, this
+origin), each with the token typed into the page when the service requires one."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ PAGE = """<!doctype html>
   form { display: flex; flex-wrap: wrap; gap: .5rem; align-items: end; }
   label { display: flex; flex-direction: column; font-size: .85rem; color: #555d6e; }
   input, select, button { font: inherit; padding: .25rem .4rem; }
-  #fields { display: contents; }
+  #fields { display: contents; } [hidden] { display: none !important; }
 </style>
 </head>
 <body>
@@ -48,6 +49,18 @@ PAGE = """<!doctype html>
 <p id="answer" class="muted"></p>
 <table id="usage"><thead><tr><th>rule</th><th>used</th><th>remaining</th><th>of</th>
 <th>frees in</th><th>next hit</th><th>per-key limit</th></tr></thead><tbody></tbody></table>
+
+<h2>Per-key limits <span class="muted" id="limit-key"></span></h2>
+<table id="limits"><thead><tr><th>rule</th><th>policy's rate</th><th>this key's limit</th>
+<th></th></tr></thead><tbody></tbody></table>
+<form id="limit" hidden>
+  <label>rule <select name="rule" id="limit-rule"></select></label>
+  <label>rate <input name="rate" id="limit-rate" placeholder="60/minute"></label>
+  <label>exempt <input name="exempt" id="limit-exempt" type="checkbox"></label>
+  <label>for seconds <input name="ttl" id="limit-ttl" placeholder="until cleared"></label>
+  <button type="submit" id="limit-set">set limit</button>
+</form>
+<p id="limit-answer" class="muted"></p>
 
 <script>
 const $ = (id) => document.getElementById(id);
@@ -82,12 +95,56 @@ function fieldsFor(name) {
   }
 }
 
-async function post(path, body) {
+async function send(method, path, body) {
   const token = $("token").value;
   const headers = {"content-type": "application/json"};
   if (token) headers.authorization = "Bearer " + token;
-  const response = await fetch(path, {method: "POST", headers, body: JSON.stringify(body)});
+  const response = await fetch(path, {method, headers, body: JSON.stringify(body)});
   return [response.status, await response.json()];
+}
+const post = (path, body) => send("POST", path, body);
+const problem = (status, body) => status === 401
+  ? "this service needs a token: type it in the token field above"
+  : `${status}: ${body.detail || body.title}` + (body.field ? ` (field ${body.field})` : "");
+let keyed = null;  // the policy and partition the limits table shows
+
+function showLimits(name, partition, limits) {
+  keyed = {name, partition};
+  const body = $("limits").tBodies[0]; body.replaceChildren();
+  $("limit-key").textContent = Object.entries(partition).map(([k, v]) => `${k}=${v}`).join(", ");
+  const choices = $("limit-rule"); const chosen = choices.value; choices.replaceChildren();
+  for (const r of policies[name].rules) {
+    if (!(r.rule in limits)) continue;
+    const own = limits[r.rule] === r.rate;
+    const clear = document.createElement("button"); clear.textContent = "clear";
+    clear.className = "clear"; clear.dataset.rule = r.rule; clear.hidden = own;
+    clear.addEventListener("click", () => writeLimit("DELETE", r.rule, {context: partition}));
+    const td = document.createElement("td"); td.append(clear);
+    body.append(row([cell(r.rule), cell(r.written),
+      cell(own ? "-" : limits[r.rule] === null ? "exempt" : limits[r.rule]), td]));
+    const option = document.createElement("option"); option.textContent = r.rule; choices.append(option);
+  }
+  if (chosen) choices.value = chosen;
+  $("limit").hidden = false;
+}
+
+async function writeLimit(method, rule, body) {
+  const path = `/v1/policies/${keyed.name}/limits/${encodeURIComponent(rule)}`;
+  $("limit-answer").textContent = "sending";
+  const [status, answer] = await send(method, path, body);
+  if (status !== 200) { $("limit-answer").textContent = problem(status, answer); return; }
+  $("limit-answer").textContent = method === "DELETE" ? `cleared ${rule}` : `set ${rule}`;
+  showLimits(keyed.name, keyed.partition, answer.limits);
+  await lookup();
+}
+
+async function setLimit(event) {
+  event.preventDefault();
+  const exempt = $("limit-exempt").checked, rate = $("limit-rate").value.trim();
+  if (!exempt && rate === "") { $("limit-answer").textContent = "give a rate, or tick exempt"; return; }
+  const ttlText = $("limit-ttl").value.trim();
+  const ttl = ttlText === "" ? null : Number(ttlText);
+  await writeLimit("PUT", $("limit-rule").value, {context: keyed.partition, rate: exempt ? null : rate, ttl});
 }
 
 async function lookup(event) {
@@ -104,8 +161,9 @@ async function lookup(event) {
   }
   const partition = {};
   for (const field of policies[name].partition) if (field in context) partition[field] = context[field];
-  const [, found] = await post(`/v1/policies/${name}/limits`, {context: partition});
-  const limits = (found && found.limits) || {};
+  const [limitStatus, found] = await post(`/v1/policies/${name}/limits`, {context: partition});
+  const limits = (limitStatus === 200 && found.limits) || {};
+  if (limitStatus === 200) showLimits(name, partition, limits);
   $("answer").textContent = decision.allowed ? "a hit now would be allowed"
     : `a hit now would be denied by ${decision.denied_by.join(", ")}; retry in ${seconds(decision.retry_after)}`;
   for (const r of decision.rules) {
@@ -138,6 +196,7 @@ async function load() {
   fieldsFor($("policy").value);
   $("policy").addEventListener("change", () => fieldsFor($("policy").value));
   $("lookup").addEventListener("submit", lookup);
+  $("limit").addEventListener("submit", setLimit);
   const count = listed.policies.length;
   $("status").textContent = `${count} ${count === 1 ? "policy" : "policies"}`;
   if (params.get("policy")) await lookup();

@@ -69,3 +69,56 @@ def test_a_written_rate_is_its_text_and_parses_back(text: str) -> None:
 def test_a_window_of_a_fraction_of_a_second_is_said_as_rate_says_it() -> None:
     rate = Rate(3, timedelta(milliseconds=1500))
     assert written(rate) == "3 per 1.5 seconds"
+
+
+SMS = Policy("sms", Rule("2/minute", by="recipient", name="rcpt-1m"))
+
+
+def _send(tokens: tuple[str, ...], *calls: tuple[str, str, Any, dict[str, str]]) -> list[int]:
+    guard = AsyncGuard(MemoryBackend(), [SMS], clock=ManualClock(1_700_000_000))
+
+    async def run() -> list[int]:
+        transport = httpx.ASGITransport(app=create_app(guard, tokens))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            out = []
+            for method, path, body, headers in calls:
+                sent = {"content-type": "application/json", **headers}
+                answer = await http.request(method, path, content=body, headers=sent)
+                out.append(answer.status_code)
+            return out
+
+    return asyncio.run(run())
+
+
+def test_the_page_s_writes_are_the_api_s_calls_with_its_gate() -> None:
+    """What the page sends (a PUT and a DELETE of JSON from its own origin, the token as a
+    bearer) passes the gate; the same call without the token, from another origin, or
+    not JSON, does not."""
+    path = "/v1/policies/sms/limits/rcpt-1m"
+    put = b'{"context": {"recipient": "a"}, "rate": "5/minute", "ttl": null}'
+    clear = b'{"context": {"recipient": "a"}}'
+    bearer = {"authorization": "Bearer t0ken"}
+    page = {**bearer, "origin": "http://t", "sec-fetch-site": "same-origin"}
+    assert _send(
+        ("t0ken",),
+        ("PUT", path, put, page),
+        ("DELETE", path, clear, page),
+        ("PUT", path, put, {"origin": "http://t"}),
+        ("PUT", path, put, {**bearer, "origin": "http://evil.example"}),
+        ("PUT", path, put, {**bearer, "sec-fetch-site": "cross-site"}),
+        ("PUT", path, put, {**bearer, "content-type": "text/plain"}),
+    ) == [200, 200, 401, 403, 403, 415]
+
+
+def test_the_page_sends_every_call_through_one_json_function() -> None:
+    """The page's script calls ``fetch`` in one place, which sends JSON and the token; its
+    writes are the limits routes' PUT and DELETE."""
+    from freqguard.service.page import PAGE
+
+    assert PAGE.count("fetch(") == 3  # send(), and the two open GETs it loads from
+    assert 'fetch("/v1/policies")' in PAGE
+    assert 'fetch("/v1/stats")' in PAGE
+    assert '{"content-type": "application/json"}' in PAGE
+    assert 'headers.authorization = "Bearer " + token' in PAGE
+    assert 'writeLimit("PUT"' in PAGE
+    assert 'writeLimit("DELETE"' in PAGE

@@ -1,0 +1,131 @@
+"""Per-key limits from the operator's page, in a real headless chromium driven over the
+DevTools protocol: a context's limits listed, one set and one cleared through the page's
+own form and buttons, each the API's ``PUT``/``DELETE`` (JSON, same origin), with the
+token typed into the page when the service has tokens. What the page wrote is read back
+through the API."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integrations.service_browser import CHROMIUM, Browser
+from tests.integrations.service_process import serving
+
+CONFIG = """\
+backend = "memory://"
+
+[[policy]]
+name = "sms"
+rules = [
+  { rate = "2/minute", by = "recipient", name = "rcpt-1m" },
+  { rate = "5 per 59 seconds", by = ["recipient", "content"], name = "content-59s" },
+]
+"""
+LINK = "/?policy=sms&recipient=%2B1555&content=hi"
+ROWS = """[...document.querySelectorAll('#limits tbody tr')].map((tr) =>
+  [...tr.cells].map((td) => td.querySelector('button')
+    ? (td.querySelector('button').hidden ? '' : td.querySelector('button').textContent)
+    : td.textContent))"""
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (CI installs it)")
+
+
+def _type(browser: Browser, **values: Any) -> None:
+    """Values into the page's inputs, by id (a bool ticks a checkbox)."""
+    for name, value in values.items():
+        element = f"document.getElementById({json.dumps(name.replace('_', '-'))})"
+        prop = "checked" if isinstance(value, bool) else "value"
+        browser.run(f"{element}.{prop} = {json.dumps(value)}")
+
+
+def _answer(browser: Browser, start: str) -> str:
+    script = f"(t => t.startsWith({json.dumps(start)}) && t)($('limit-answer').textContent)"
+    found: str = browser.until(script, repr(start))
+    return found
+
+
+def _limits(url: str, token: str | None = None) -> dict[str, Any]:
+    headers = {} if token is None else {"authorization": f"Bearer {token}"}
+    body = {"context": {"recipient": "+1555"}}
+    found = httpx.post(f"{url}/v1/policies/sms/limits", json=body, headers=headers)
+    assert found.status_code == 200, found.text
+    limits: dict[str, Any] = found.json()["limits"]
+    return limits
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "limits.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+def test_the_page_lists_sets_and_clears_a_key_s_limit(config: Path, tmp_path: Path) -> None:
+    with serving(config, env={"FREQGUARD_TOKENS": ""}) as served, Browser(tmp_path / "p") as page:
+        page.open(served.url + LINK)
+        page.until("document.querySelectorAll('#limits tbody tr').length", "the limits")
+        assert page.run(ROWS) == [
+            ["rcpt-1m", "2/minute", "-", ""],
+            ["content-59s", "5 per 59 seconds", "-", ""],
+        ]
+        _type(page, limit_rule="content-59s", limit_rate="7/minute", limit_ttl="3600")
+        page.run("$('limit-set').click()")
+        assert _answer(page, "set") == "set content-59s"
+        assert page.run(ROWS)[1] == ["content-59s", "5 per 59 seconds", "7 per 60 seconds", "clear"]
+        assert _limits(served.url)["content-59s"] == "7 per 60 seconds"
+
+        _type(page, limit_rule="rcpt-1m", limit_rate="", limit_exempt=True, limit_ttl="")
+        page.run("$('limit-set').click()")
+        assert _answer(page, "set") == "set rcpt-1m"
+        assert _limits(served.url)["rcpt-1m"] is None  # exempt
+
+        page.run("document.querySelector('#limits button[data-rule=\"content-59s\"]').click()")
+        assert _answer(page, "cleared") == "cleared content-59s"
+        assert _limits(served.url) == {"rcpt-1m": None, "content-59s": "5 per 59 seconds"}
+        assert page.run(ROWS)[1] == ["content-59s", "5 per 59 seconds", "-", ""]
+
+
+def test_a_bad_rate_is_the_api_s_problem_shown_and_nothing_is_set(
+    config: Path, tmp_path: Path
+) -> None:
+    with serving(config, env={"FREQGUARD_TOKENS": ""}) as served, Browser(tmp_path / "p") as page:
+        page.open(served.url + LINK)
+        page.until("document.querySelectorAll('#limits tbody tr').length", "the limits")
+        _type(page, limit_rule="rcpt-1m", limit_rate="often")
+        page.run("$('limit-set').click()")
+        assert "(field rate)" in _answer(page, "422")
+        _type(page, limit_rate="")
+        page.run("$('limit-set').click()")
+        assert _answer(page, "give") == "give a rate, or tick exempt"  # never an exemption
+        assert _limits(served.url) == {
+            "rcpt-1m": "2 per 60 seconds",
+            "content-59s": "5 per 59 seconds",
+        }
+
+
+def test_with_tokens_the_page_writes_with_the_token_typed_in(config: Path, tmp_path: Path) -> None:
+    with (
+        serving(config, env={"FREQGUARD_TOKENS": "t0ken"}) as served,
+        Browser(tmp_path / "p") as page,
+    ):
+        page.open(served.url + LINK)
+        assert page.run("$('answer').textContent") == "this service needs a token for lookups"
+        _type(page, token="t0ken")
+        page.run("$('lookup').requestSubmit()")
+        page.until("document.querySelectorAll('#limits tbody tr').length", "the limits")
+        _type(page, limit_rule="rcpt-1m", limit_rate="4/minute")
+        page.run("$('limit-set').click()")
+        assert _answer(page, "set") == "set rcpt-1m"
+        assert _limits(served.url, "t0ken")["rcpt-1m"] == "4 per 60 seconds"
+
+        _type(page, token="wrong")
+        page.run("document.querySelector('#limits button[data-rule=\"rcpt-1m\"]').click()")
+        assert _answer(page, "this service") == (
+            "this service needs a token: type it in the token field above"
+        )
+        assert _limits(served.url, "t0ken")["rcpt-1m"] == "4 per 60 seconds"  # not cleared
