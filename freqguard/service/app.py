@@ -10,7 +10,8 @@
     PUT  /v1/policies/{policy}/limits/{rule}  {"context", "rate", "ttl"} -> {"limits": {...}}
     DELETE /v1/policies/{policy}/limits/{rule} {"context": {...}}        -> {"limits": {...}}
     GET  /healthz (up), /readyz (the store answers), /metrics, /openapi.json
-    GET  /  (the operator's page), /v1/policies, /v1/stats  (what the page reads; open)
+    GET  /  (the operator's page), /v1/policies, /v1/stats, /v1/stats/history
+         (what the page reads; open)
 
 A denial is a 200 with ``"allowed": false`` (the call succeeded). Anything else is RFC 9457
 problem+json (:mod:`freqguard.service.problems`): a bad body a 422 naming the field, an
@@ -52,6 +53,7 @@ from freqguard.service.bodies import (
 )
 from freqguard.service.checks import Checks
 from freqguard.service.gate import Gate, HostCheck
+from freqguard.service.history import history_for
 from freqguard.service.listing import policy_info
 from freqguard.service.openapi import document
 from freqguard.service.page import PAGE
@@ -209,13 +211,15 @@ def create_app(
         ConfigError: a token that is not one word of visible ASCII without commas.
     """
     service = Service(guard, tokens, metrics)
-    ready, the_document = Readiness(guard), document()
+    ready, the_document, history = Readiness(guard), document(), history_for(guard)
 
     async def hit(call: Call) -> Any:
         context, cost = call.body["context"], call.body["cost"]
         call.checks.hit(context, "context")
         call.checks.cost(cost, upper=True)
-        return schema.decision(await guard.hit(call.policy, cost, **context))
+        decided = await guard.hit(call.policy, cost, **context)
+        await history.record(call.policy, (decided,))
+        return schema.decision(decided)
 
     async def hit_many(call: Call) -> Any:
         contexts, cost = call.body["contexts"], call.body["cost"]
@@ -223,6 +227,7 @@ def create_app(
             call.checks.hit(context, f"contexts[{index}]")
         call.checks.cost(cost, upper=True)
         decisions = await guard.hit_many(call.policy, contexts, cost)
+        await history.record(call.policy, decisions)
         return schema.Decisions([schema.decision(d) for d in decisions])
 
     async def peek(call: Call) -> Any:
@@ -289,6 +294,18 @@ def create_app(
     async def stats(request: Request) -> Response:
         return JSON(schema.Stats(_stats(service.metrics)))
 
+    async def stats_history(request: Request) -> Response:
+        name = request.query_params.get("policy")
+        if name is not None and name not in guard.policies:
+            known = ", ".join(sorted(guard.policies))
+            raise Problem(404, f"no policy {shown(name, 60)} (policies: {known})")
+        try:
+            names = sorted(guard.policies) if name is None else [name]
+            rules = {n: [r.id for r in guard.policies[n].rules] for n in names}
+            return JSON(await history.read(rules))
+        except Exception as exc:  # a redis-py error: the store did not answer
+            raise Problem(503, "the store did not answer for the decisions' history") from exc
+
     base = "/v1/policies/{policy}"
     endpoint = service.endpoint
     routes = [
@@ -312,11 +329,13 @@ def create_app(
         Route("/", page),
         Route("/v1/policies", listed),
         Route("/v1/stats", stats),
+        Route("/v1/stats/history", stats_history),
     ]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
+        await history.aclose()
         await guard.aclose()
 
     app = Starlette(routes=routes, exception_handlers=HANDLERS, lifespan=lifespan)

@@ -101,6 +101,26 @@ def _policy_calls(base: str) -> dict[str, Any]:
     return {f"{base}/{name}": {"post": call} for name, call in calls.items()}
 
 
+def _history() -> dict[str, Any]:
+    item = _get(
+        "statsHistory",
+        "decisions allowed and denied per minute over the last hour, per policy and rule, "
+        "of every worker and host",
+        _json("the series", "History"),
+        **{"404": _problem("no policy of that name")},
+    )
+    item["get"]["parameters"] = [
+        {
+            "name": "policy",
+            "in": "query",
+            "required": False,
+            "description": "one policy's series only (default: every policy's)",
+            "schema": {"type": "string"},
+        }
+    ]
+    return item
+
+
 def _paths() -> dict[str, Any]:
     base = "/v1/policies/{policy}"
     policy = {"name": "policy", "in": "path", "required": True, "schema": {"type": "string"}}
@@ -145,6 +165,7 @@ def _paths() -> dict[str, Any]:
             "/v1/stats": _get(
                 "stats", "decisions and denials per policy and rule", _json("rows", "Stats")
             ),
+            "/v1/stats/history": _history(),
         }
     )
     return paths

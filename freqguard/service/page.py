@@ -1,5 +1,7 @@
 """The operator's page the decision service serves at ``/``: the policies and their rules,
-live decisions and denials per policy and rule (from the service's metrics), and a lookup of
+live decisions and denials per policy and rule (from the service's metrics), a chart of
+each policy's decisions per minute over the last hour (every worker's, refreshed every
+five seconds from ``/v1/stats/history``), and a lookup of
 one context (its use per rule, its per-key limits, when it frees). One HTML document with
 its script inline: no asset, no CDN. A lookup asks the ``/v1`` endpoints; the one write,
 a per-key limit set or cleared, is the API's own ``PUT``/``DELETE`` call (JSON, this
@@ -25,6 +27,9 @@ PAGE = """<!doctype html>
   form { display: flex; flex-wrap: wrap; gap: .5rem; align-items: end; }
   label { display: flex; flex-direction: column; font-size: .85rem; color: #555d6e; }
   input, select, button { font: inherit; padding: .25rem .4rem; }
+  svg.chart { background: #f7f8fa; margin: .25rem 1rem .75rem 0; }
+  svg.chart .allowed { stroke: #1b7f3b; } svg.chart .denied { stroke: #b3261e; }
+  svg.chart polyline { fill: none; stroke-width: 1.5; }
   #fields { display: contents; } [hidden] { display: none !important; }
 </style>
 </head>
@@ -38,6 +43,9 @@ PAGE = """<!doctype html>
 <h2>Decisions since this worker started</h2>
 <table id="stats"><thead><tr><th>policy</th><th>rule</th><th>allowed</th><th>denied</th>
 </tr></thead><tbody></tbody></table>
+
+<h2>Decisions per minute, last hour, every worker <span class="muted" id="history-at"></span></h2>
+<div id="history"></div>
 
 <h2>Look up one context</h2>
 <form id="lookup">
@@ -177,6 +185,46 @@ async function lookup(event) {
   }
 }
 
+const SVG = "http://www.w3.org/2000/svg";
+function chart(series) {
+  const width = 600, height = 90, top = Math.max(1, ...series.allowed, ...series.denied);
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("class", "chart"); svg.setAttribute("width", width); svg.setAttribute("height", height);
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`); svg.dataset.policy = series.policy;
+  for (const outcome of ["allowed", "denied"]) {
+    const values = series[outcome], step = width / Math.max(1, values.length - 1);
+    const line = document.createElementNS(SVG, "polyline");
+    line.setAttribute("class", outcome); line.dataset.values = values.join(",");
+    line.setAttribute("points", values.map((v, i) =>
+      `${(i * step).toFixed(1)},${(height - 4 - (v / top) * (height - 8)).toFixed(1)}`).join(" "));
+    svg.append(line);
+  }
+  const peak = document.createElementNS(SVG, "text");
+  peak.setAttribute("x", 4); peak.setAttribute("y", 12); peak.setAttribute("font-size", 10);
+  peak.textContent = `max ${top}/min`; svg.append(peak);
+  return svg;
+}
+
+async function refreshHistory() {
+  const response = await fetch("/v1/stats/history");
+  if (response.status !== 200) { $("history-at").textContent = `(${response.status})`; return; }
+  const history = await response.json(), box = $("history"), parts = [];
+  const sum = (values) => values.reduce((a, b) => a + b, 0);
+  for (const s of history.series) {
+    if (s.rule !== null) continue;
+    const title = document.createElement("p");
+    const rules = history.series.filter((r) => r.policy === s.policy && r.rule !== null && sum(r.denied))
+      .map((r) => `${r.rule} ${sum(r.denied)}`).join(", ");
+    title.textContent = `${s.policy}: ${sum(s.allowed)} allowed, ${sum(s.denied)} denied`
+      + (rules ? ` (denied by ${rules})` : "");
+    title.className = "history-title"; title.dataset.policy = s.policy;
+    parts.push(title, chart(s));
+  }
+  box.replaceChildren(...parts);
+  const last = new Date(history.minutes[history.minutes.length - 1] * 1000);
+  $("history-at").textContent = `to ${last.toISOString().slice(11, 16)} UTC`;
+}
+
 async function load() {
   const listed = await (await fetch("/v1/policies")).json();
   const policyBody = $("policies").tBodies[0];
@@ -200,6 +248,8 @@ async function load() {
   const count = listed.policies.length;
   $("status").textContent = `${count} ${count === 1 ? "policy" : "policies"}`;
   if (params.get("policy")) await lookup();
+  await refreshHistory();
+  setInterval(refreshHistory, 5000);
   document.body.dataset.ready = "1";
 }
 load();

@@ -20,6 +20,7 @@ __all__ = [
     "Decision",
     "Decisions",
     "Health",
+    "History",
     "Limits",
     "PolicyInfo",
     "PolicyList",
@@ -29,6 +30,7 @@ __all__ = [
     "ResetDone",
     "RuleInfo",
     "RuleState",
+    "Series",
     "StatRow",
     "Stats",
     "components",
@@ -160,6 +162,25 @@ class Stats(msgspec.Struct, frozen=True):
     rows: list[StatRow]
 
 
+class Series(msgspec.Struct, frozen=True):
+    """A policy's decisions (``rule`` null) or one rule's part in them: how many were
+    allowed and denied in each minute of :class:`History`'s ``minutes``."""
+
+    policy: str
+    rule: str | None
+    allowed: list[int]
+    denied: list[int]
+
+
+class History(msgspec.Struct, frozen=True):
+    """Decisions per minute over the last hour, of every worker and host of the store:
+    ``minutes`` the start of each (seconds since the epoch, oldest first, the current
+    minute last), and a series per policy and rule."""
+
+    minutes: list[int]
+    series: list[Series]
+
+
 class Problem(msgspec.Struct, frozen=True, omit_defaults=True):
     """An answer other than 200 (RFC 9457 problem+json); ``field``, with a 422, names the
     request's field at fault: ``cost``, ``context.recipient``, ``contexts[3].user``,
@@ -183,6 +204,7 @@ ANSWERS: tuple[type[msgspec.Struct], ...] = (
     Ready,
     PolicyList,
     Stats,
+    History,
     Problem,
 )
 

@@ -115,9 +115,10 @@ def test_the_page_sends_every_call_through_one_json_function() -> None:
     writes are the limits routes' PUT and DELETE."""
     from freqguard.service.page import PAGE
 
-    assert PAGE.count("fetch(") == 3  # send(), and the two open GETs it loads from
+    assert PAGE.count("fetch(") == 4  # send(), and the three open GETs it reads
     assert 'fetch("/v1/policies")' in PAGE
     assert 'fetch("/v1/stats")' in PAGE
+    assert 'fetch("/v1/stats/history")' in PAGE
     assert '{"content-type": "application/json"}' in PAGE
     assert 'headers.authorization = "Bearer " + token' in PAGE
     assert 'writeLimit("PUT"' in PAGE

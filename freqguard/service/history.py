@@ -1,0 +1,234 @@
+"""Decisions over time, shared by every worker and host of a service: per policy and rule,
+how many hits were allowed and denied in each minute of the last hour.
+
+On a Redis store the counts live under the guard's prefix, one hash per policy per hour
+(``{prefix}:stats:{policy}:{hour}``: the braces keep it to one cluster slot), fields
+``{minute of the hour}|{rule}|a`` and ``|d`` (rule empty: the policy's own decisions).
+Each worker adds its calls' counts up in memory and writes them as one pipeline of
+``HINCRBY`` and ``EXPIRE``: at once when idle, then at most every :data:`INTERVAL`
+seconds, never in a decision's path (a pipeline a call measured at ~5x a hit's cost on
+the client, see ``benchmarks/service_history.py``). Each hash expires two hours after its
+last write, so the store cleans itself. On ``memory://`` the service runs one worker, and
+the counts are kept in its memory the same way.
+
+A write that fails is logged (at most once a minute) and dropped: the counts are for the
+operator's eyes, and never fail or slow a decision. Decisions
+taken without the store (a fallback, failing open or closed) are not written: the store
+is not answering then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import freqguard.service.schema as schema
+from freqguard.decision import Decision
+from freqguard.guard import AsyncGuard
+from freqguard.service.problems import log
+
+__all__ = [
+    "INTERVAL",
+    "MINUTES",
+    "History",
+    "MemoryHistory",
+    "RedisHistory",
+    "history_for",
+    "tally",
+]
+
+MINUTES = 60  # the minutes the history holds, the current one last
+INTERVAL = 0.25  # seconds at least between two writes of one worker's counts
+_TTL = 2 * 3600  # seconds an hour's hash is kept after its last write
+_WRITTEN = ("backend", "deny-cache")  # the sources of decisions the store took part in
+_QUIET_LOG = 60.0  # seconds between two logged write failures
+
+
+def tally(decisions: Sequence[Decision]) -> Counter[tuple[str, str]]:
+    """A call's decisions as counts by (rule, ``a`` or ``d``): rule ``""``, the policy's
+    allowed and denied; a rule's, its denials (``denied_by``: a shadow rule's "no" is
+    not one). A rule's allowed is the policy's decisions less its denials, made when read
+    (a decision's rule states cost more to build than the rest of this)."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for decision in decisions:
+        if decision.source not in _WRITTEN:
+            continue
+        if decision.allowed:
+            counts["", "a"] += 1
+        else:
+            counts["", "d"] += 1
+            for rule in decision.denied_by:
+                counts[rule.id, "d"] += 1
+    return counts
+
+
+class History(Protocol):
+    """Where the service keeps the counts: :meth:`record` a call's, :meth:`read` them."""
+
+    async def record(self, policy: str, decisions: Sequence[Decision]) -> None: ...
+
+    async def read(self, policies: Mapping[str, Sequence[str]]) -> schema.History: ...
+
+    async def aclose(self) -> None: ...
+
+
+def _answer(
+    policies: Mapping[str, Sequence[str]],
+    last: int,
+    found: dict[str, dict[int, Counter[tuple[str, str]]]],
+) -> schema.History:
+    """The series of each policy (its own first, then each of its ``rules``) over the
+    :data:`MINUTES` minutes that end with minute ``last`` (minutes since the epoch)."""
+    minutes = list(range(last - MINUTES + 1, last + 1))
+    series: list[schema.Series] = []
+    for policy, rules in policies.items():
+        by_minute = [found.get(policy, {}).get(m, Counter()) for m in minutes]
+        decided = [c["", "a"] + c["", "d"] for c in by_minute]
+        series.append(
+            schema.Series(
+                policy, None, [c["", "a"] for c in by_minute], [c["", "d"] for c in by_minute]
+            )
+        )
+        for rule in rules:
+            denied = [c[rule, "d"] for c in by_minute]
+            allowed = [n - d for n, d in zip(decided, denied, strict=True)]
+            series.append(schema.Series(policy, rule, allowed, denied))
+    return schema.History(minutes=[m * 60 for m in minutes], series=series)
+
+
+class _Clocked:
+    def __init__(self, guard: AsyncGuard) -> None:
+        self._clock = guard.clock or guard.backend.clock
+
+    def minute(self) -> int:
+        """The current minute, since the epoch, on the guard's clock."""
+        return int(self._clock.now() // 60)
+
+
+class MemoryHistory(_Clocked):
+    """The counts in this process (``memory://``: one worker), the last hour's only."""
+
+    def __init__(self, guard: AsyncGuard) -> None:
+        super().__init__(guard)
+        self._counts: dict[str, dict[int, Counter[tuple[str, str]]]] = {}
+
+    async def record(self, policy: str, decisions: Sequence[Decision]) -> None:
+        counts = tally(decisions)
+        if not counts:
+            return
+        now = self.minute()
+        kept = self._counts.setdefault(policy, {})
+        kept.setdefault(now, Counter()).update(counts)
+        for old in [m for m in kept if m <= now - MINUTES]:
+            del kept[old]
+
+    async def read(self, policies: Mapping[str, Sequence[str]]) -> schema.History:
+        return _answer(policies, self.minute(), self._counts)
+
+    async def aclose(self) -> None:
+        """Nothing to send: the counts die with the process, as its store does."""
+
+
+class RedisHistory(_Clocked):
+    """The counts in the guard's Redis store (standalone, cluster or Sentinel), shared by
+    every worker and host of the prefix.
+
+    A call's counts are added to this worker's pending counts, and a writer task sends
+    them: at once when it is idle, then what gathered meanwhile at most every
+    ``interval`` seconds, as one pipeline. A decision never waits for the write; the
+    store's counts lag this worker's by at most ``interval`` and a round trip."""
+
+    def __init__(self, guard: AsyncGuard, client: Any, interval: float = INTERVAL) -> None:
+        super().__init__(guard)
+        self._client, self._prefix, self.interval = client, guard.prefix, interval
+        self._pending: dict[tuple[str, int], Counter[tuple[str, str]]] = {}
+        self._writer: asyncio.Task[None] | None = None
+        self._failed_at = -_QUIET_LOG
+
+    def _key(self, policy: str, hour: int) -> str:
+        return f"{{{self._prefix}:stats:{policy}}}:{hour}"
+
+    async def record(self, policy: str, decisions: Sequence[Decision]) -> None:
+        counts = tally(decisions)
+        if not counts:
+            return
+        self._pending.setdefault((policy, self.minute()), Counter()).update(counts)
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write_while_pending())
+
+    async def _write_while_pending(self) -> None:
+        try:
+            while self._pending:
+                await self._write()
+                await asyncio.sleep(self.interval)  # what gathers meanwhile goes as one
+        finally:
+            self._writer = None
+
+    async def _write(self) -> None:
+        pending, self._pending = self._pending, {}
+        try:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for (policy, minute), counts in pending.items():
+                    key = self._key(policy, minute // 60)
+                    for (rule, outcome), count in counts.items():
+                        pipe.hincrby(key, f"{minute % 60}|{rule}|{outcome}", count)
+                    pipe.expire(key, _TTL)
+                await pipe.execute()
+        except Exception as exc:  # the counts are a view: a decision never fails on them
+            self._quietly(exc)
+
+    async def flush(self) -> None:
+        """Send this worker's pending counts now (before a read, and at shutdown)."""
+        if self._pending:
+            await self._write()
+
+    def _quietly(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if now - self._failed_at >= _QUIET_LOG:
+            self._failed_at = now
+            log.warning("freqguard serve: the decisions' history was not written: %r", exc)
+
+    async def aclose(self) -> None:
+        """Send what is pending, and stop the writer."""
+        writer = self._writer
+        if writer is not None:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+        await self.flush()
+
+    async def read(self, policies: Mapping[str, Sequence[str]]) -> schema.History:
+        await self.flush()
+        last = self.minute()
+        hours = sorted({(last - MINUTES + 1) // 60, last // 60})
+        async with self._client.pipeline(transaction=False) as pipe:
+            for policy in policies:
+                for hour in hours:
+                    pipe.hgetall(self._key(policy, hour))
+            replies = await pipe.execute()
+        found: dict[str, dict[int, Counter[tuple[str, str]]]] = {}
+        index = 0
+        for policy in policies:
+            by_minute = found.setdefault(policy, {})
+            for hour in hours:
+                for field, value in replies[index].items():
+                    minute_text, rule, outcome = _text(field).split("|")
+                    minute = hour * 60 + int(minute_text)
+                    by_minute.setdefault(minute, Counter())[rule, outcome] += int(value)
+                index += 1
+        return _answer(policies, last, found)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def history_for(guard: AsyncGuard) -> History:
+    """The history of ``guard``'s store: in Redis when its backend has a redis-py client,
+    else in this process."""
+    client = getattr(guard.backend, "client", None)
+    return MemoryHistory(guard) if client is None else RedisHistory(guard, client)

@@ -1,0 +1,144 @@
+"""Decisions over time (``GET /v1/stats/history``): in process on memory with a manual
+clock (the minutes move as the test says), then a real ``freqguard serve --workers 2`` on
+a real redis-server, where a known sequence of hits, on connections either worker may
+accept, comes back exactly, whichever worker answers (once both wrote: each writes its
+counts at most every ``INTERVAL`` seconds); and the page's chart of them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from freqguard import AsyncGuard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard.service import create_app
+from freqguard.service.history import INTERVAL, MINUTES
+from tests.conftest import flush
+from tests.integrations.service_browser import CHROMIUM, Browser
+from tests.integrations.service_process import serving, sms_config
+from tests.servers import RedisServer
+
+SMS = Policy(
+    "sms",
+    Rule("2/minute", by="recipient", name="rcpt-1m"),
+    Rule("3 per 59 seconds", by=("recipient", "content"), name="content-59s"),
+)
+START = 1_700_000_040  # a minute's start
+
+
+def _series(answer: dict[str, Any]) -> dict[tuple[str, str | None], tuple[list[int], list[int]]]:
+    return {(s["policy"], s["rule"]): (s["allowed"], s["denied"]) for s in answer["series"]}
+
+
+def test_counts_per_minute_move_with_the_clock_and_forget_after_an_hour() -> None:
+    clock = ManualClock(START)
+    guard = AsyncGuard(MemoryBackend(), [SMS], clock=clock)
+    one = {"context": {"recipient": "a", "content": "x"}}
+
+    async def run() -> list[dict[str, Any]]:
+        transport = httpx.ASGITransport(app=create_app(guard))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            for _ in range(3):  # allowed, allowed, denied by rcpt-1m
+                await http.post("/v1/policies/sms/hit", json=one)
+            clock.advance(60)
+            batch = {"contexts": [{"recipient": "b", "content": "x"}] * 3}
+            await http.post("/v1/policies/sms/hit-many", json=batch)
+            first = (await http.get("/v1/stats/history")).json()
+            clock.advance(60 * MINUTES)
+            later = (await http.get("/v1/stats/history?policy=sms")).json()
+            missing = await http.get("/v1/stats/history?policy=nope")
+            assert missing.status_code == 404
+            assert missing.headers["content-type"] == "application/problem+json"
+            return [first, later]
+
+    first, later = asyncio.run(run())
+    assert len(first["minutes"]) == MINUTES
+    assert first["minutes"][-1] == START + 60
+    series = _series(first)
+    assert series["sms", None] == ([0] * 58 + [2, 2], [0] * 58 + [1, 1])
+    assert series["sms", "rcpt-1m"] == ([0] * 58 + [2, 2], [0] * 58 + [1, 1])
+    assert series["sms", "content-59s"] == ([0] * 58 + [3, 3], [0] * 60)
+    assert all(sum(a) + sum(d) == 0 for a, d in _series(later).values())
+
+
+@pytest.fixture
+def service(tmp_path: Path, redis_server: RedisServer) -> Iterator[str]:
+    """``freqguard serve`` with two workers on a shared Redis, stopped by its PID."""
+    flush([redis_server])
+    with serving(sms_config(tmp_path, redis_server.port), "--workers", "2") as served:
+        yield served.url
+
+
+def _minute_now() -> int:
+    return int(time.time() // 60)
+
+
+def _until_written(service: str, decided: int, seconds: float = 10) -> None:
+    """Until the store holds ``decided`` decisions this minute: each worker writes its
+    counts at most every ``INTERVAL`` seconds (bounded polling)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        read = httpx.get(f"{service}/v1/stats/history").json()
+        allowed, denied = _series(read)["sms", None]
+        if allowed[-1] + denied[-1] >= decided:
+            return
+        time.sleep(INTERVAL)
+    raise AssertionError(f"the store never held {decided} decisions this minute")
+
+
+def test_two_workers_share_the_counts_exactly(service: str) -> None:
+    hit = f"{service}/v1/policies/sms/hit"
+    for attempt in range(3):  # a sequence that crossed a minute's edge is sent again
+        minute = _minute_now()
+        answers = []
+        for recipient in ("a", "b"):  # 3/minute per recipient (the SMS of sms_config)
+            one = {"context": {"recipient": f"{recipient}{attempt}", "content": "x"}}
+            # each on a new connection, which either worker may accept
+            answers += [httpx.post(hit, json=one).json()["allowed"] for _ in range(5)]
+        batch = {"contexts": [{"recipient": f"c{attempt}", "content": "x"}] * 4}
+        batched = httpx.post(f"{service}/v1/policies/sms/hit-many", json=batch).json()
+        _until_written(service, 14)
+        reads = [httpx.get(f"{service}/v1/stats/history").json() for _ in range(6)]
+        if _minute_now() == minute:
+            break
+    else:
+        raise AssertionError("three sequences in a row crossed a minute's edge")
+    assert answers == [True, True, True, False, False] * 2
+    assert [d["allowed"] for d in batched["decisions"]] == [True, True, True, False]
+    earlier = [0] * 59 if attempt == 0 else None  # a crossed sequence left counts before
+    for read in reads:  # whichever worker answered
+        assert read["minutes"][-1] == minute * 60
+        series = _series(read)
+        for rule, allowed, denied in [(None, 9, 5), ("rcpt-1m", 9, 5), ("content-59s", 14, 0)]:
+            got_allowed, got_denied = series["sms", rule]
+            assert (got_allowed[-1], got_denied[-1]) == (allowed, denied)
+            if earlier is not None:
+                assert got_allowed[:-1] == got_denied[:-1] == earlier
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium (CI installs it)")
+def test_the_page_charts_each_policy_and_refreshes(tmp_path: Path) -> None:
+    config = tmp_path / "chart.toml"
+    config.write_text(
+        'backend = "memory://"\n[[policy]]\nname = "sms"\n'
+        'rules = [{ rate = "2/minute", by = "recipient", name = "rcpt-1m" }]\n'
+    )
+    totals = """[...document.querySelectorAll('svg.chart polyline')].map((line) =>
+      line.dataset.values.split(',').map(Number).reduce((a, b) => a + b, 0))"""
+    with serving(config) as served, Browser(tmp_path / "profile") as page:
+        hit = f"{served.url}/v1/policies/sms/hit"
+        for _ in range(3):
+            httpx.post(hit, json={"context": {"recipient": "a"}})
+        page.open(served.url + "/")
+        assert page.run("document.querySelectorAll('svg.chart').length") == 1
+        assert page.run(totals) == [2, 1]  # allowed, denied
+        title = page.run("document.querySelector('.history-title').textContent")
+        assert title == "sms: 2 allowed, 1 denied (denied by rcpt-1m 1)"
+        httpx.post(hit, json={"context": {"recipient": "b"}})
+        # the page asks again every five seconds: polled, bounded
+        page.until(f"JSON.stringify({totals}) === '[3,1]'", "the refreshed chart", seconds=20)
