@@ -5,8 +5,8 @@ real redis-server, with and without the history's write after each call.
 
 Starts its own redis-server (a free port). In one process, ``--tasks`` asyncio tasks hit
 random recipients for ``--seconds``: ``AsyncGuard.hit`` alone, then followed by
-``RedisHistory.record`` (the counts added up, written by a task at most every 0.25 s:
-what the service adds), then ``hit_many`` batches of 20 alone and followed by one
+``RedisHistory.record`` (the counts and the denied keys added up, written by a task at
+most every 0.25 s: what the service adds), then ``hit_many`` batches of 20 alone and followed by one
 record; and the same on one task (latency alone). ``--rounds`` alternates the
 cases and takes each one's median.
 """
@@ -25,10 +25,11 @@ from pathlib import Path
 from benchmarks.service import CONFIG
 from freqguard.config import loads
 from freqguard.guard import AsyncGuard
-from freqguard.service.history import History, history_for
+from freqguard.service.history import History, denied_keys, history_for
 from tests.servers import standalone
 
 BATCH = 20
+DIMENSIONS = ("recipient", "content")
 Case = Callable[[int], Awaitable[int]]  # one step of a task: how many hits it decided
 
 
@@ -43,8 +44,9 @@ def _cases(guard: AsyncGuard, history: History) -> dict[str, Case]:
         return 1
 
     async def hit_recorded(_: int) -> int:
-        decided = await guard.hit("sms", 1, **context(rng))
-        await history.record("sms", (decided,))
+        ctx = context(rng)
+        decided = await guard.hit("sms", 1, **ctx)
+        await history.record("sms", (decided,), denied_keys((decided,), (ctx,), DIMENSIONS))
         return 1
 
     async def batch(_: int) -> int:
@@ -52,8 +54,9 @@ def _cases(guard: AsyncGuard, history: History) -> dict[str, Case]:
         return BATCH
 
     async def batch_recorded(_: int) -> int:
-        decided = await guard.hit_many("sms", [context(rng) for _ in range(BATCH)])
-        await history.record("sms", decided)
+        contexts = [context(rng) for _ in range(BATCH)]
+        decided = await guard.hit_many("sms", contexts)
+        await history.record("sms", decided, denied_keys(decided, contexts, DIMENSIONS))
         return BATCH
 
     return {

@@ -10,8 +10,8 @@
     PUT  /v1/policies/{policy}/limits/{rule}  {"context", "rate", "ttl"} -> {"limits": {...}}
     DELETE /v1/policies/{policy}/limits/{rule} {"context": {...}}        -> {"limits": {...}}
     GET  /healthz (up), /readyz (the store answers), /metrics, /openapi.json
-    GET  /  (the operator's page), /v1/policies, /v1/stats, /v1/stats/history
-         (what the page reads; open)
+    GET  /  (the operator's page), /v1/policies, /v1/stats, /v1/stats/history,
+         /v1/stats/top (what the page reads; open: top keys digested without a token)
 
 A denial is a 200 with ``"allowed": false`` (the call succeeded). Anything else is RFC 9457
 problem+json (:mod:`freqguard.service.problems`): a bad body a 422 naming the field, an
@@ -53,7 +53,7 @@ from freqguard.service.bodies import (
 )
 from freqguard.service.checks import Checks
 from freqguard.service.gate import Gate, HostCheck
-from freqguard.service.history import history_for
+from freqguard.service.history import TOP_MINUTES, denied_keys, history_for
 from freqguard.service.listing import policy_info
 from freqguard.service.openapi import document
 from freqguard.service.page import PAGE
@@ -218,7 +218,8 @@ def create_app(
         call.checks.hit(context, "context")
         call.checks.cost(cost, upper=True)
         decided = await guard.hit(call.policy, cost, **context)
-        await history.record(call.policy, (decided,))
+        keys = denied_keys((decided,), (context,), call.checks.policy.dimensions)
+        await history.record(call.policy, (decided,), keys)
         return schema.decision(decided)
 
     async def hit_many(call: Call) -> Any:
@@ -227,7 +228,8 @@ def create_app(
             call.checks.hit(context, f"contexts[{index}]")
         call.checks.cost(cost, upper=True)
         decisions = await guard.hit_many(call.policy, contexts, cost)
-        await history.record(call.policy, decisions)
+        keys = denied_keys(decisions, contexts, call.checks.policy.dimensions)
+        await history.record(call.policy, decisions, keys)
         return schema.Decisions([schema.decision(d) for d in decisions])
 
     async def peek(call: Call) -> Any:
@@ -294,13 +296,26 @@ def create_app(
     async def stats(request: Request) -> Response:
         return JSON(schema.Stats(_stats(service.metrics)))
 
-    async def stats_history(request: Request) -> Response:
+    def asked(request: Request) -> list[str]:
         name = request.query_params.get("policy")
         if name is not None and name not in guard.policies:
             known = ", ".join(sorted(guard.policies))
             raise Problem(404, f"no policy {shown(name, 60)} (policies: {known})")
+        return sorted(guard.policies) if name is None else [name]
+
+    async def stats_top(request: Request) -> Response:
+        names, text = asked(request), request.query_params.get("minutes", "5")
+        if not text.isdigit() or not 1 <= int(text) <= TOP_MINUTES:
+            raise invalid("minutes", f"an integer from 1 to {TOP_MINUTES}, got {shown(text, 20)}")
+        digest = None if service.gate.authorized(request) else service.gate.digest
         try:
-            names = sorted(guard.policies) if name is None else [name]
+            return JSON(await history.top(names, int(text), digest))
+        except Exception as exc:  # a redis-py error: the store did not answer
+            raise Problem(503, "the store did not answer for the top keys") from exc
+
+    async def stats_history(request: Request) -> Response:
+        names = asked(request)
+        try:
             rules = {n: [r.id for r in guard.policies[n].rules] for n in names}
             return JSON(await history.read(rules))
         except Exception as exc:  # a redis-py error: the store did not answer
@@ -330,6 +345,7 @@ def create_app(
         Route("/v1/policies", listed),
         Route("/v1/stats", stats),
         Route("/v1/stats/history", stats_history),
+        Route("/v1/stats/top", stats_top),
     ]
 
     @contextlib.asynccontextmanager

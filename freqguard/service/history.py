@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import freqguard.service.schema as schema
@@ -34,9 +34,13 @@ from freqguard.service.problems import log
 __all__ = [
     "INTERVAL",
     "MINUTES",
+    "TOP_KEPT",
+    "TOP_MINUTES",
     "History",
     "MemoryHistory",
     "RedisHistory",
+    "bounded",
+    "denied_keys",
     "history_for",
     "tally",
 ]
@@ -46,6 +50,42 @@ INTERVAL = 0.25  # seconds at least between two writes of one worker's counts
 _TTL = 2 * 3600  # seconds an hour's hash is kept after its last write
 _WRITTEN = ("backend", "deny-cache")  # the sources of decisions the store took part in
 _QUIET_LOG = 60.0  # seconds between two logged write failures
+TOP_KEPT = 100  # keys kept per policy and minute: the most denied (a bounded top list)
+TOP_MINUTES = 15  # the minutes the top keys are kept, and the most a read may span
+_TOP_TTL = TOP_MINUTES * 60 + 120
+
+
+def denied_keys(
+    decisions: Sequence[Decision], contexts: Sequence[Mapping[str, Any]], dimensions: Sequence[str]
+) -> Counter[str]:
+    """The denied hits of a call by key: the context's dimensions, ``name=value`` joined
+    by ``,`` in the policy's order (decisions not taken on the store left out)."""
+    keys: Counter[str] = Counter()
+    for decision, context in zip(decisions, contexts, strict=True):
+        if not decision.allowed and decision.source in _WRITTEN:
+            keys[",".join(f"{d}={context[d]}" for d in dimensions if d in context)] += 1
+    return keys
+
+
+def bounded(keys: Counter[str]) -> Counter[str]:
+    """``keys``, or its :data:`TOP_KEPT` most denied when it holds more: the top list an
+    approximate heavy-hitters count (a key pushed out and back starts again from 0)."""
+    return keys if len(keys) <= TOP_KEPT else Counter(dict(keys.most_common(TOP_KEPT)))
+
+
+def _top(
+    found: Mapping[str, Counter[str]], minutes: int, digest: Callable[[str], str] | None
+) -> schema.TopKeys:
+    rows = [(policy, key, count) for policy, keys in found.items() for key, count in keys.items()]
+    rows.sort(key=lambda row: (-row[2], row[0], row[1]))
+    shown_keys = [
+        schema.TopKey(policy, key if digest is None else digest(key), count)
+        for policy, key, count in rows[:TOP_LIST]
+    ]
+    return schema.TopKeys(minutes=minutes, digested=digest is not None, keys=shown_keys)
+
+
+TOP_LIST = 20  # keys a read answers
 
 
 def tally(decisions: Sequence[Decision]) -> Counter[tuple[str, str]]:
@@ -69,9 +109,15 @@ def tally(decisions: Sequence[Decision]) -> Counter[tuple[str, str]]:
 class History(Protocol):
     """Where the service keeps the counts: :meth:`record` a call's, :meth:`read` them."""
 
-    async def record(self, policy: str, decisions: Sequence[Decision]) -> None: ...
+    async def record(
+        self, policy: str, decisions: Sequence[Decision], keys: Counter[str]
+    ) -> None: ...
 
     async def read(self, policies: Mapping[str, Sequence[str]]) -> schema.History: ...
+
+    async def top(
+        self, policies: Sequence[str], minutes: int, digest: Callable[[str], str] | None
+    ) -> schema.TopKeys: ...
 
     async def aclose(self) -> None: ...
 
@@ -115,8 +161,9 @@ class MemoryHistory(_Clocked):
     def __init__(self, guard: AsyncGuard) -> None:
         super().__init__(guard)
         self._counts: dict[str, dict[int, Counter[tuple[str, str]]]] = {}
+        self._keys: dict[tuple[str, int], Counter[str]] = {}
 
-    async def record(self, policy: str, decisions: Sequence[Decision]) -> None:
+    async def record(self, policy: str, decisions: Sequence[Decision], keys: Counter[str]) -> None:
         counts = tally(decisions)
         if not counts:
             return
@@ -125,6 +172,22 @@ class MemoryHistory(_Clocked):
         kept.setdefault(now, Counter()).update(counts)
         for old in [m for m in kept if m <= now - MINUTES]:
             del kept[old]
+        if keys:
+            mine = self._keys.get((policy, now), Counter())
+            mine.update(keys)
+            self._keys[policy, now] = bounded(mine)
+            for old_key in [k for k in self._keys if k[1] <= now - TOP_MINUTES]:
+                del self._keys[old_key]
+
+    async def top(
+        self, policies: Sequence[str], minutes: int, digest: Callable[[str], str] | None
+    ) -> schema.TopKeys:
+        now = self.minute()
+        found = {p: Counter[str]() for p in policies}
+        for (policy, minute), keys in self._keys.items():
+            if policy in found and minute > now - minutes:
+                found[policy].update(keys)
+        return _top(found, minutes, digest)
 
     async def read(self, policies: Mapping[str, Sequence[str]]) -> schema.History:
         return _answer(policies, self.minute(), self._counts)
@@ -146,17 +209,26 @@ class RedisHistory(_Clocked):
         super().__init__(guard)
         self._client, self._prefix, self.interval = client, guard.prefix, interval
         self._pending: dict[tuple[str, int], Counter[tuple[str, str]]] = {}
+        self._pending_keys: dict[tuple[str, int], Counter[str]] = {}
         self._writer: asyncio.Task[None] | None = None
         self._failed_at = -_QUIET_LOG
 
     def _key(self, policy: str, hour: int) -> str:
         return f"{{{self._prefix}:stats:{policy}}}:{hour}"
 
-    async def record(self, policy: str, decisions: Sequence[Decision]) -> None:
+    def _top_key(self, policy: str, minute: int) -> str:
+        return f"{{{self._prefix}:stats:{policy}}}:top:{minute}"
+
+    async def record(self, policy: str, decisions: Sequence[Decision], keys: Counter[str]) -> None:
         counts = tally(decisions)
         if not counts:
             return
-        self._pending.setdefault((policy, self.minute()), Counter()).update(counts)
+        now = self.minute()
+        self._pending.setdefault((policy, now), Counter()).update(counts)
+        if keys:
+            mine = self._pending_keys.get((policy, now), Counter())
+            mine.update(keys)
+            self._pending_keys[policy, now] = bounded(mine)
         if self._writer is None:
             self._writer = asyncio.create_task(self._write_while_pending())
 
@@ -170,6 +242,7 @@ class RedisHistory(_Clocked):
 
     async def _write(self) -> None:
         pending, self._pending = self._pending, {}
+        pending_keys, self._pending_keys = self._pending_keys, {}
         try:
             async with self._client.pipeline(transaction=False) as pipe:
                 for (policy, minute), counts in pending.items():
@@ -177,13 +250,19 @@ class RedisHistory(_Clocked):
                     for (rule, outcome), count in counts.items():
                         pipe.hincrby(key, f"{minute % 60}|{rule}|{outcome}", count)
                     pipe.expire(key, _TTL)
+                for (policy, minute), keys in pending_keys.items():
+                    top = self._top_key(policy, minute)
+                    for member, count in keys.items():
+                        pipe.zincrby(top, count, member)
+                    pipe.zremrangebyrank(top, 0, -TOP_KEPT - 1)  # the most denied stay
+                    pipe.expire(top, _TOP_TTL)
                 await pipe.execute()
         except Exception as exc:  # the counts are a view: a decision never fails on them
             self._quietly(exc)
 
     async def flush(self) -> None:
         """Send this worker's pending counts now (before a read, and at shutdown)."""
-        if self._pending:
+        if self._pending or self._pending_keys:
             await self._write()
 
     def _quietly(self, exc: Exception) -> None:
@@ -200,6 +279,23 @@ class RedisHistory(_Clocked):
             with contextlib.suppress(asyncio.CancelledError):
                 await writer
         await self.flush()
+
+    async def top(
+        self, policies: Sequence[str], minutes: int, digest: Callable[[str], str] | None
+    ) -> schema.TopKeys:
+        await self.flush()
+        now = self.minute()
+        async with self._client.pipeline(transaction=False) as pipe:
+            for policy in policies:
+                for minute in range(now - minutes + 1, now + 1):
+                    pipe.zrange(self._top_key(policy, minute), 0, -1, withscores=True)
+            replies = iter(await pipe.execute())
+        found = {p: Counter[str]() for p in policies}
+        for policy in policies:
+            for _ in range(minutes):
+                for member, score in next(replies):
+                    found[policy][_text(member)] += int(score)
+        return _top(found, minutes, digest)
 
     async def read(self, policies: Mapping[str, Sequence[str]]) -> schema.History:
         await self.flush()

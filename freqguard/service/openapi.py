@@ -101,6 +101,15 @@ def _policy_calls(base: str) -> dict[str, Any]:
     return {f"{base}/{name}": {"post": call} for name, call in calls.items()}
 
 
+_QUERY_POLICY = {
+    "name": "policy",
+    "in": "query",
+    "required": False,
+    "description": "one policy's only (default: every policy's)",
+    "schema": {"type": "string"},
+}
+
+
 def _history() -> dict[str, Any]:
     item = _get(
         "statsHistory",
@@ -109,14 +118,26 @@ def _history() -> dict[str, Any]:
         _json("the series", "History"),
         **{"404": _problem("no policy of that name")},
     )
+    item["get"]["parameters"] = [_QUERY_POLICY]
+    return item
+
+
+def _top() -> dict[str, Any]:
+    item = _get(
+        "statsTop",
+        "the keys denied most over the last minutes, of every worker (digests without a token)",
+        _json("the keys", "TopKeys"),
+        **{"404": _problem("no policy of that name"), "422": _problem("a bad minutes")},
+    )
     item["get"]["parameters"] = [
+        _QUERY_POLICY,
         {
-            "name": "policy",
+            "name": "minutes",
             "in": "query",
             "required": False,
-            "description": "one policy's series only (default: every policy's)",
-            "schema": {"type": "string"},
-        }
+            "description": "how many of the last minutes (1 to 15; default 5)",
+            "schema": {"type": "integer", "minimum": 1, "maximum": 15, "default": 5},
+        },
     ]
     return item
 
@@ -166,6 +187,7 @@ def _paths() -> dict[str, Any]:
                 "stats", "decisions and denials per policy and rule", _json("rows", "Stats")
             ),
             "/v1/stats/history": _history(),
+            "/v1/stats/top": _top(),
         }
     )
     return paths

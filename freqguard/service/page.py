@@ -1,7 +1,8 @@
 """The operator's page the decision service serves at ``/``: the policies and their rules,
 live decisions and denials per policy and rule (from the service's metrics), a chart of
 each policy's decisions per minute over the last hour (every worker's, refreshed every
-five seconds from ``/v1/stats/history``), and a lookup of
+five seconds from ``/v1/stats/history``), the keys denied most (digests unless the
+token is typed in), and a lookup of
 one context (its use per rule, its per-key limits, when it frees). One HTML document with
 its script inline: no asset, no CDN. A lookup asks the ``/v1`` endpoints; the one write,
 a per-key limit set or cleared, is the API's own ``PUT``/``DELETE`` call (JSON, this
@@ -46,6 +47,9 @@ PAGE = """<!doctype html>
 
 <h2>Decisions per minute, last hour, every worker <span class="muted" id="history-at"></span></h2>
 <div id="history"></div>
+<h2>Keys denied most, last 5 minutes <span class="muted" id="top-note"></span></h2>
+<table id="top"><thead><tr><th>policy</th><th>key</th><th>denied</th></tr></thead>
+<tbody></tbody></table>
 
 <h2>Look up one context</h2>
 <form id="lookup">
@@ -205,6 +209,16 @@ function chart(series) {
   return svg;
 }
 
+async function refreshTop() {
+  const token = $("token").value;
+  const response = await fetch("/v1/stats/top", {headers: token ? {authorization: "Bearer " + token} : {}});
+  if (response.status !== 200) { $("top-note").textContent = `(${response.status})`; return; }
+  const top = await response.json();
+  $("top-note").textContent = top.digested ? "(digests: type the token to see the keys)" : "";
+  $("top").tBodies[0].replaceChildren(...top.keys.map((k) =>
+    row([cell(k.policy), cell(k.key), cell(String(k.denied), "n")])));
+}
+
 async function refreshHistory() {
   const response = await fetch("/v1/stats/history");
   if (response.status !== 200) { $("history-at").textContent = `(${response.status})`; return; }
@@ -221,6 +235,7 @@ async function refreshHistory() {
     parts.push(title, chart(s));
   }
   box.replaceChildren(...parts);
+  await refreshTop();
   const last = new Date(history.minutes[history.minutes.length - 1] * 1000);
   $("history-at").textContent = `to ${last.toISOString().slice(11, 16)} UTC`;
 }

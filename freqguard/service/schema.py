@@ -33,6 +33,8 @@ __all__ = [
     "Series",
     "StatRow",
     "Stats",
+    "TopKey",
+    "TopKeys",
     "components",
     "decision",
     "encode",
@@ -181,6 +183,23 @@ class History(msgspec.Struct, frozen=True):
     series: list[Series]
 
 
+class TopKey(msgspec.Struct, frozen=True):
+    """A key (a policy's dimensions, ``name=value,...``, or its digest) and its denials."""
+
+    policy: str
+    key: str
+    denied: int
+
+
+class TopKeys(msgspec.Struct, frozen=True):
+    """The keys denied most over the last ``minutes``, most first, of every worker; each
+    key a digest (``digested``) unless the call carried a valid token."""
+
+    minutes: int
+    digested: bool
+    keys: list[TopKey]
+
+
 class Problem(msgspec.Struct, frozen=True, omit_defaults=True):
     """An answer other than 200 (RFC 9457 problem+json); ``field``, with a 422, names the
     request's field at fault: ``cost``, ``context.recipient``, ``contexts[3].user``,
@@ -205,6 +224,7 @@ ANSWERS: tuple[type[msgspec.Struct], ...] = (
     PolicyList,
     Stats,
     History,
+    TopKeys,
     Problem,
 )
 

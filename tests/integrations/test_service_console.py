@@ -115,7 +115,7 @@ def test_the_page_sends_every_call_through_one_json_function() -> None:
     writes are the limits routes' PUT and DELETE."""
     from freqguard.service.page import PAGE
 
-    assert PAGE.count("fetch(") == 4  # send(), and the three open GETs it reads
+    assert PAGE.count("fetch(") == 5  # send(), and the four open GETs it reads
     assert 'fetch("/v1/policies")' in PAGE
     assert 'fetch("/v1/stats")' in PAGE
     assert 'fetch("/v1/stats/history")' in PAGE

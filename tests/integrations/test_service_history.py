@@ -110,6 +110,14 @@ def test_two_workers_share_the_counts_exactly(service: str) -> None:
         raise AssertionError("three sequences in a row crossed a minute's edge")
     assert answers == [True, True, True, False, False] * 2
     assert [d["allowed"] for d in batched["decisions"]] == [True, True, True, False]
+    top = httpx.get(f"{service}/v1/stats/top?minutes=1").json()
+    assert top["digested"] is False  # no tokens: what any call may see
+    keys = {row["key"]: row["denied"] for row in top["keys"]}
+    assert keys == {
+        f"recipient=a{attempt},content=x": 2,
+        f"recipient=b{attempt},content=x": 2,
+        f"recipient=c{attempt},content=x": 1,
+    }
     earlier = [0] * 59 if attempt == 0 else None  # a crossed sequence left counts before
     for read in reads:  # whichever worker answered
         assert read["minutes"][-1] == minute * 60
@@ -139,6 +147,57 @@ def test_the_page_charts_each_policy_and_refreshes(tmp_path: Path) -> None:
         assert page.run(totals) == [2, 1]  # allowed, denied
         title = page.run("document.querySelector('.history-title').textContent")
         assert title == "sms: 2 allowed, 1 denied (denied by rcpt-1m 1)"
+        top = "[...document.querySelectorAll('#top tbody td')].map((td) => td.textContent)"
+        assert page.run(top) == ["sms", "recipient=a", "1"]  # no tokens: the key itself
         httpx.post(hit, json={"context": {"recipient": "b"}})
         # the page asks again every five seconds: polled, bounded
         page.until(f"JSON.stringify({totals}) === '[3,1]'", "the refreshed chart", seconds=20)
+
+
+def test_top_keys_are_digests_without_the_token_and_forget_after_their_minutes() -> None:
+    clock = ManualClock(START)
+    guard = AsyncGuard(MemoryBackend(), [SMS], clock=clock)
+    auth = {"authorization": "Bearer t0ken"}
+
+    async def run() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=create_app(guard, ("t0ken",)))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            for recipient, hits in (("a", 5), ("b", 3), ("c", 1)):
+                batch = {"contexts": [{"recipient": recipient, "content": "x"}] * hits}
+                await http.post("/v1/policies/sms/hit-many", json=batch, headers=auth)
+            answers = [
+                await http.get("/v1/stats/top", headers=auth),
+                await http.get("/v1/stats/top"),
+                await http.get("/v1/stats/top?minutes=16"),
+            ]
+            clock.advance(5 * 60)
+            answers.append(await http.get("/v1/stats/top?minutes=5", headers=auth))
+            return answers
+
+    raw, digested, bad, later = asyncio.run(run())
+    assert raw.json() == {
+        "minutes": 5,
+        "digested": False,
+        "keys": [
+            {"policy": "sms", "key": "recipient=a,content=x", "denied": 3},
+            {"policy": "sms", "key": "recipient=b,content=x", "denied": 1},
+        ],
+    }
+    assert digested.json()["digested"] is True
+    hidden = [row["key"] for row in digested.json()["keys"]]
+    assert [len(k) for k in hidden] == [16, 16]
+    assert "recipient" not in "".join(hidden)
+    assert bad.status_code == 422
+    assert bad.json()["field"] == "minutes"
+    assert later.json()["keys"] == []
+
+
+def test_the_top_list_is_bounded() -> None:
+    from collections import Counter
+
+    from freqguard.service.history import TOP_KEPT, bounded
+
+    many = Counter({f"k{i}": i for i in range(TOP_KEPT * 3)})
+    kept = bounded(many)
+    assert len(kept) == TOP_KEPT
+    assert min(kept.values()) == TOP_KEPT * 2
