@@ -201,3 +201,44 @@ def test_the_top_list_is_bounded() -> None:
     kept = bounded(many)
     assert len(kept) == TOP_KEPT
     assert min(kept.values()) == TOP_KEPT * 2
+
+
+@pytest.mark.parametrize("store", ["redis", "cluster"])
+def test_the_history_and_top_keys_on_a_redis_store(
+    store: str, request: pytest.FixtureRequest
+) -> None:
+    """The counts and the top keys written and read back on a standalone server and on a
+    Redis Cluster (each key of the history in one slot: one policy's keys share a tag)."""
+    from freqguard.backends.urls import async_backend_from_url
+    from freqguard.service.history import RedisHistory, denied_keys, history_for
+
+    if store == "redis":
+        url = request.getfixturevalue("redis_server").url
+    else:
+        url = "redis+cluster://" + request.getfixturevalue("redis_cluster")[0].url.split("//")[1]
+    prefix = f"hist{time.monotonic_ns()}"  # apart from the session's other tests
+
+    async def run() -> tuple[Any, Any]:
+        guard = AsyncGuard(async_backend_from_url(url), [SMS], prefix=prefix)
+        history = history_for(guard)
+        assert isinstance(history, RedisHistory)
+        contexts = [{"recipient": "a", "content": "x"}] * 3
+        try:
+            decisions = await guard.hit_many("sms", contexts)
+            await history.record("sms", decisions, denied_keys(decisions, contexts, SMS.dimensions))
+            read = await history.read({"sms": ["rcpt-1m", "content-59s"]})
+            top = await history.top(["sms"], 2, None)
+        finally:
+            await history.aclose()
+            await guard.aclose()
+        return read, top
+
+    read, top = asyncio.run(run())
+    # summed over the hour: a minute's edge between the write and the read moves nothing
+    series = {(s.policy, s.rule): (sum(s.allowed), sum(s.denied)) for s in read.series}
+    assert series == {
+        ("sms", None): (2, 1),
+        ("sms", "rcpt-1m"): (2, 1),
+        ("sms", "content-59s"): (3, 0),
+    }
+    assert [(k.key, k.denied) for k in top.keys] == [("recipient=a,content=x", 1)]
