@@ -29,7 +29,13 @@ from redis.connection import Connection
 
 from freqguard.backends._async import wire as async_wire
 from freqguard.backends._async.wire import drive as adrive
-from freqguard.backends._redispy import NodePool, aget_connection, aserver_closed, get_connection
+from freqguard.backends._redispy import (
+    NodePool,
+    aget_connection,
+    aserver_closed,
+    connected,
+    get_connection,
+)
 from freqguard.backends._sync import wire
 from freqguard.backends._sync.wire import drive
 from freqguard.errors import ConfigError
@@ -54,10 +60,11 @@ def _drop_if_closed(connection: Connection) -> None:
 
 def _reconnected(connection: Connection) -> Connection:
     """A connection redis-py dropped after a failure, connected again the way its pool would,
-    by ``connect()`` (which does nothing on a connected one): a Sentinel-managed connection
+    by ``connect()``: a Sentinel-managed connection
     overrides it to ask the sentinels where the master is now, whereas sending on a dropped
     connection reconnects to the address it had (the old master's, after a failover)."""
-    connection.connect()  # type: ignore[no-untyped-call]
+    if not connected(connection):  # a connected one's connect() is a no-op, not free
+        connection.connect()  # type: ignore[no-untyped-call]
     return connection
 
 

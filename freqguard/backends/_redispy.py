@@ -41,6 +41,7 @@ __all__ = [
     "aserver_closed",
     "async_node_pool",
     "close_client",
+    "connected",
     "flag_relearn",
     "get_connection",
     "learn_slots",
@@ -226,6 +227,16 @@ def flag_relearn(client: AsyncRedisCluster) -> None:
     lost node does; where its state is not known, the long way's own handling does it."""
     if PRIVATE and hasattr(client, "_initialize"):
         client._initialize = True
+
+
+def connected(connection: Any) -> bool:
+    """Whether a sync connection holds a socket: its own state where the release keeps it,
+    else its public ``is_connected`` where it has one; False when neither says (the caller
+    then asks ``connect()``, which does nothing on a connected one, at a cost: it goes
+    through the connection's ``Retry``)."""
+    if PRIVATE and hasattr(connection, "_sock"):
+        return connection._sock is not None
+    return bool(getattr(connection, "is_connected", False))
 
 
 async def aserver_closed(connection: Any) -> bool:
