@@ -48,6 +48,8 @@ def _accepted_nodelay(protocol: type[asyncio.Protocol], loop: str) -> int:
     ``--workers N`` (``Config.bind_socket``), and say whether the accepted socket had
     TCP_NODELAY."""
     seen: list[int] = []
+    if loop == "asyncio":  # uvicorn before 0.30 leaves uvloop's policy set by an earlier test
+        asyncio.set_event_loop_policy(None)
     app = create_app(AsyncGuard(MemoryBackend(), []))
     config = uvicorn.Config(
         app, port=free_port(), loop=loop, http=_recording(protocol, seen), log_level="error"
