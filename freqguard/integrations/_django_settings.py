@@ -9,7 +9,6 @@ naming freqguard's.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,11 +17,12 @@ from django.conf import settings as django_settings
 from django.core import checks
 
 from freqguard.backends.urls import parse_url
-from freqguard.config import Config, load
+from freqguard.config import Config
 from freqguard.errors import ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
 from freqguard.integrations._request import KeyFunc
+from freqguard.integrations._settings import configured, unknown_setting
 from freqguard.rates import Rate, parse_rates
 
 __all__ = ["SETTINGS", "Settings", "check_settings", "read_settings", "setting_problems"]
@@ -71,14 +71,10 @@ def setting_problems(names: Iterable[str]) -> tuple[list[str], list[str]]:
     warnings (django-ratelimit's settings) for a settings module's names."""
     errors: list[str] = []
     warnings: list[str] = []
-    known = ", ".join(sorted(SETTINGS))
     for name in sorted(names):
-        if name.startswith("FREQGUARD_") and name not in SETTINGS:
-            meant = _MEANT.get(name) or next(
-                iter(difflib.get_close_matches(name, SETTINGS, 1)), None
-            )
-            hint = f"did you mean {meant}? " if meant else ""
-            errors.append(f"unknown setting {name}: {hint}freqguard reads {known}")
+        unknown = unknown_setting(name, SETTINGS, _MEANT)
+        if unknown is not None:
+            errors.append(unknown)
         elif name in _MEANT:
             warnings.append(
                 f"{name} is django-ratelimit's setting, which freqguard does not read: "
@@ -128,7 +124,7 @@ def read_settings() -> Settings:
         )
     if isinstance(backend, str):
         parse_url(backend)  # checked now (no I/O): the guard is made at first use
-    config = _config(values)
+    config = configured(values)
     default = values.get("FREQGUARD_DEFAULT_LIMITS")
     if default is not None and not isinstance(default, str):
         raise ConfigError(f"FREQGUARD_DEFAULT_LIMITS must be rates ('100/hour'), got {default!r}")
@@ -147,14 +143,3 @@ def read_settings() -> Settings:
 
 def _has(name: str) -> bool:
     return hasattr(django_settings, name)
-
-
-def _config(values: dict[str, Any]) -> Config | None:
-    given = values.get("FREQGUARD_CONFIG")
-    if given is None:
-        return None
-    if "FREQGUARD_BACKEND" in values:
-        raise ConfigError(
-            "FREQGUARD_CONFIG names the backend: set it or FREQGUARD_BACKEND, not both"
-        )
-    return given if isinstance(given, Config) else load(given)

@@ -35,7 +35,6 @@ State lives in ``app.extensions["freqguard"]``, never on the extension object, s
 
 from __future__ import annotations
 
-import difflib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +43,6 @@ from typing import Any, ParamSpec, TypeVar, overload
 from flask import Blueprint, Flask, Response, current_app, g, request
 
 from freqguard.backends.urls import backend_from_url
-from freqguard.config import Config, load
 from freqguard.decision import Decision
 from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError
 from freqguard.guard import Guard
@@ -66,6 +64,7 @@ from freqguard.integrations._http import (
     header,
     rule_items,
 )
+from freqguard.integrations._settings import configured, unknown_setting
 from freqguard.integrations.wsgi import request_info
 from freqguard.rates import Rate, parse_rates
 from freqguard.rules import Rule, check_name
@@ -299,15 +298,8 @@ def _response(answer: Answer) -> Response:
 
 def _configured(settings: Mapping[str, Any]) -> Guard | None:
     """The guard ``FREQGUARD_CONFIG`` makes (None: not set)."""
-    given = settings.get("FREQGUARD_CONFIG")
-    if given is None:
-        return None
-    if "FREQGUARD_BACKEND" in settings:
-        raise ConfigError(
-            "FREQGUARD_CONFIG names the backend: set it or FREQGUARD_BACKEND, not both"
-        )
-    config = given if isinstance(given, Config) else load(given)
-    return config.guard()
+    config = configured(settings)
+    return None if config is None else config.guard()
 
 
 #: The extension's settings; what people coming from Flask-Limiter type instead.
@@ -343,13 +335,9 @@ def _check_settings(settings: Mapping[str, Any]) -> bool:
         ConfigError: an unknown ``FREQGUARD_*`` key, or ``FREQGUARD_ENABLED`` not a bool.
     """
     for key in settings:
-        if key.startswith("FREQGUARD_") and key not in _SETTINGS:
-            meant = _MEANT.get(key) or next(
-                iter(difflib.get_close_matches(key, _SETTINGS, 1)), None
-            )
-            hint = f"did you mean {meant}? " if meant else ""
-            known = ", ".join(sorted(_SETTINGS))
-            raise ConfigError(f"unknown setting {key}: {hint}freqguard reads {known}")
+        unknown = unknown_setting(key, _SETTINGS, _MEANT)
+        if unknown is not None:
+            raise ConfigError(unknown)
         if key in _MEANT and key.startswith("RATELIMIT_"):
             _log.warning(
                 "%s is Flask-Limiter's setting, which freqguard does not read: set %s",

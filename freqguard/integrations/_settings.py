@@ -1,0 +1,42 @@
+"""What the framework integrations configured by ``FREQGUARD_*`` settings (Flask's
+``app.config``, Django's settings) read alike: an unknown setting's error, naming the one
+meant, and the configuration file ``FREQGUARD_CONFIG`` names."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from freqguard.config import Config, load
+from freqguard.errors import ConfigError
+
+__all__ = ["configured", "unknown_setting"]
+
+
+def unknown_setting(name: str, known: Collection[str], meant: Mapping[str, str]) -> str | None:
+    """The error for ``name`` when it is a ``FREQGUARD_*`` setting freqguard does not read
+    (naming the one meant: a peer's spelling in ``meant``, else the closest known one);
+    None for any other name."""
+    if not name.startswith("FREQGUARD_") or name in known:
+        return None
+    guess = meant.get(name) or next(iter(difflib.get_close_matches(name, list(known), 1)), None)
+    hint = f"did you mean {guess}? " if guess else ""
+    return f"unknown setting {name}: {hint}freqguard reads {', '.join(sorted(known))}"
+
+
+def configured(settings: Mapping[str, Any]) -> Config | None:
+    """The configuration ``FREQGUARD_CONFIG`` names (a path or a loaded :class:`Config`);
+    None when it is not set.
+
+    Raises:
+        ConfigError: ``FREQGUARD_BACKEND`` set too (the file names the backend).
+    """
+    given = settings.get("FREQGUARD_CONFIG")
+    if given is None:
+        return None
+    if "FREQGUARD_BACKEND" in settings:
+        raise ConfigError(
+            "FREQGUARD_CONFIG names the backend: set it or FREQGUARD_BACKEND, not both"
+        )
+    return given if isinstance(given, Config) else load(given)
