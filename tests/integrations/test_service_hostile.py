@@ -111,7 +111,29 @@ CALLS += [
     for method in ("PUT", "DELETE")
     for policy, rule in (("sms", "rcpt-1m"), ("sms", "content-59s"), ("daily", "day"))
 ]
+#: A query's value: names and numbers, valid or not, huge, nested-looking, percent-escapes
+#: that decode to bytes that are not UTF-8, and names of the API's own parameters.
+QUERY_VALUES = st.one_of(
+    st.sampled_from(["sms", "daily", "nope", "1", "15", "16", "0", "-1", "1.5", "1e9", ""]),
+    st.sampled_from(["%FF", "%C3", "%00", "a%ZZ", "[1]", "{}", "9" * 400, "policy", "minutes"]),
+    # past int()'s 4,300 digits; digits int() reads that are not ASCII ones
+    st.sampled_from(["9" * 5000, "%C2%B2", "%D9%A3", "%EF%BC%91"]),
+    st.integers(min_value=-(10**30), max_value=10**30).map(str),
+    st.text(
+        st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="&#"), max_size=12
+    ),
+)
+#: The stats routes' queries: the known parameters, repeated, and ones nobody reads.
+STATS_PATHS = st.builds(
+    lambda route, pairs: route + "?" + "&".join(f"{k}={v}" for k, v in pairs),
+    st.sampled_from(["/v1/stats/history", "/v1/stats/top", "/v1/stats"]),
+    st.lists(
+        st.tuples(st.sampled_from(["policy", "minutes", "nope", "cost", "policy"]), QUERY_VALUES),
+        max_size=3,
+    ),
+)
 ANY_PATH = st.one_of(
+    STATS_PATHS,
     st.builds(
         "/v1/policies/{}/{}".format,
         st.sampled_from(["sms", "daily", "nope", "%00", "s%2Fms"]),
@@ -264,3 +286,48 @@ def _has_integral_float(value: Any) -> bool:
     if isinstance(value, list):
         return any(_has_integral_float(v) for v in value)
     return False
+
+
+def test_the_stats_queries_that_once_answered_500_are_422() -> None:
+    """``minutes`` past int()'s digit limit, or a digit int() cannot read (a superscript),
+    was an uncaught ValueError: a 500."""
+    app = create_app(AsyncGuard(MemoryBackend(), [SMS], clock=ManualClock(1_700_000_000)))
+
+    async def run() -> list[int]:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            paths = ["9" * 5000, "%C2%B2", "%D9%A3"]
+            return [(await http.get(f"/v1/stats/top?minutes={m}")).status_code for m in paths]
+
+    assert asyncio.run(run()) == [422, 422, 422]
+
+
+def test_a_content_length_past_int_s_digits_is_a_413_not_a_500() -> None:
+    app = create_app(AsyncGuard(MemoryBackend(), [SMS], clock=ManualClock(1_700_000_000)))
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    for length in (b"9" * 5000, "\u00b2".encode("latin-1")):
+        sent.clear()
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/policies/sms/hit",
+            "root_path": "",
+            "query_string": b"",
+            "scheme": "http",
+            "server": ("t", 80),
+            "http_version": "1.1",
+            "headers": [
+                (b"host", b"t"),
+                (b"content-type", b"application/json"),
+                (b"content-length", length),
+            ],
+        }
+        asyncio.run(app(scope, receive, send))
+        assert sent[0]["status"] in (413, 422), sent[0]
