@@ -52,6 +52,7 @@ from freqguard.service.bodies import (
     read_json,
 )
 from freqguard.service.checks import Checks
+from freqguard.service.dispatch import Calls
 from freqguard.service.gate import Gate, HostCheck
 from freqguard.service.history import TOP_MINUTES, denied_keys, history_for
 from freqguard.service.listing import policy_info
@@ -357,5 +358,6 @@ def create_app(
         await history.aclose()
         await guard.aclose()
 
-    app = Starlette(routes=routes, exception_handlers=HANDLERS, lifespan=lifespan)
+    starlette = Starlette(routes=routes, exception_handlers=HANDLERS, lifespan=lifespan)
+    app = Calls(starlette, routes)
     return app if hosts is None else HostCheck(app, hosts)

@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 encode = msgspec.json.Encoder().encode
+_US = 1_000_000.0  # µs in a second: a raw state's times
 
 
 class RuleState(msgspec.Struct, frozen=True):
@@ -237,7 +238,8 @@ def components() -> dict[str, Any]:
 
 
 def decision(decided: Decided) -> Decision:
-    """A decision as the service answers it."""
+    """A decision as the service answers it (each rule's state read off ``raw`` at once:
+    no :class:`freqguard.RuleState` made on the way)."""
     return Decision(
         allowed=decided.allowed,
         retry_after=decided.retry_after,
@@ -247,15 +249,9 @@ def decision(decided: Decided) -> Decision:
         denied_by=[rule.id for rule in decided.denied_by],
         rules=[
             RuleState(
-                rule=state.rule.id,
-                allowed=state.allowed,
-                remaining=state.remaining,
-                limit=state.capacity,
-                reset_after=state.reset_after,
-                retry_after=state.retry_after,
-                shadow=state.rule.shadow,
+                rule.id, wait == 0, remaining, rule.capacity, reset / _US, wait / _US, rule.shadow
             )
-            for state in decided.rules
+            for rule, remaining, reset, wait in decided.raw
         ],
         source=decided.source,
     )

@@ -12,11 +12,14 @@ strategy's own parts (its twin functions in order among them) are
 from __future__ import annotations
 
 import ast
+import bisect
 import inspect
 import re
 from types import ModuleType
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from freqguard import Policy, QuietHours, Rule, Strategy
 from freqguard.engine.plan import PolicyPlan
@@ -27,8 +30,10 @@ from freqguard.script.strategies import (
     STATE_FORMATS,
     TWINS,
     RuleParams,
+    sliding_log,
 )
 from freqguard.script.strategies.base import SHORT_COUNT, SHORT_SPAN
+from tests.conftest import examples
 
 GENERATED = "lua/contract.lua"
 #: every Lua file of the library, by its path under freqguard/script, in the joined order
@@ -184,6 +189,27 @@ def test_the_python_twin_reads_a_packed_log_as_the_contract_says() -> None:
     raw = width.to_bytes(1, "big") + base.to_bytes(7, "big")
     raw += b"".join(offset.to_bytes(width, "big") for offset in (0, 5, 2**20))
     assert list(TWINS[Strategy.SLIDING_LOG].decode(raw)) == [base, base + 5, base + 2**20]
+
+
+@settings(max_examples=examples(300))
+@given(
+    width=st.integers(1, 7),
+    base=st.integers(0, 2**55),
+    picks=st.lists(st.integers(0, 2**56), max_size=40),
+    probe=st.integers(-(2**57), 2**57),
+)
+def test_a_packed_log_counts_entries_after_a_time_as_its_decoded_entries_do(
+    width: int, base: int, picks: list[int], probe: int
+) -> None:
+    """The report bisects the Lua's bytes; it counts what bisecting the numbers counts, at
+    every width, below the base, past the widest offset and on an entry itself."""
+    offsets = sorted(pick % 256**width for pick in picks)
+    raw = width.to_bytes(1, "big") + base.to_bytes(7, "big")
+    raw += b"".join(offset.to_bytes(width, "big") for offset in offsets)
+    log = sliding_log.decode(raw)
+    entries = [base + offset for offset in offsets]
+    for t in (probe, base + probe % 256**width, *entries, base - 1, base + 256**width):
+        assert log.after(t) == len(entries) - bisect.bisect_right(entries, t)
 
 
 def _python_functions(module: ModuleType) -> list[str]:

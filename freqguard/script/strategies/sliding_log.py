@@ -61,6 +61,25 @@ class PackedLog(Sequence[int]):
         at = _HEADER + index * self._width
         return self._base + int.from_bytes(self._raw[at : at + self._width], "big")
 
+    def after(self, t: int) -> int:
+        """How many entries are later than ``t``: ``len - bisect_right(self, t)``, bisected
+        on the bytes (entries of one width, big-endian, compare as their numbers do)."""
+        offset, width, raw = t - self._base, self._width, self._raw
+        if offset < 0:
+            return self._len
+        if offset >= 1 << (8 * width):
+            return 0
+        key = offset.to_bytes(width, "big")
+        lo, hi = 0, self._len
+        while lo < hi:
+            mid = (lo + hi) // 2
+            at = _HEADER + mid * width
+            if raw[at : at + width] <= key:
+                lo = mid + 1
+            else:
+                hi = mid
+        return self._len - lo
+
 
 def decode(raw: bytes) -> PackedLog:
     """The state as the Lua twin packs it; only ``check`` and ``report`` read it."""
@@ -104,7 +123,10 @@ def refund(log: array[int], now: int, cost: int, spec: StateSpec, mark: int | No
 
 
 def report(log: Sequence[int], now: int, rule: RuleParams) -> tuple[int, int]:
-    count = len(log) - bisect_right(log, now - rule.window)
+    if isinstance(log, PackedLog):  # the Lua's bytes: bisected without decoding each probe
+        count = log.after(now - rule.window)
+    else:
+        count = len(log) - bisect_right(log, now - rule.window)
     if count == 0:
         return rule.capacity, 0
     return max(0, rule.capacity - count), log[-1] + rule.window - now
