@@ -9,7 +9,7 @@
     freqguard replay CONFIG LOG [--what-if CONFIG2]   a log decided again (see .replay)
     freqguard ping CONFIG|URL                   reach the store, load the function
     freqguard flush CONFIG [--prefix P] --yes   delete freqguard's keys (Cluster too)
-    freqguard serve CONFIG [--port P] [--workers N] [--access-log json]   the decision service
+    freqguard serve CONFIG [--port P] [--workers N] [--history off]   the decision service
 
 Every command but ``demo`` takes ``--json`` for a machine's output. Exit codes: 0 done,
 1 the store failed (unreachable, an error reply), 2 a usage or configuration error (a bad
@@ -159,6 +159,13 @@ def _parser() -> argparse.ArgumentParser:
         choices=store.ACCESS_LOGS,
         default="off",
         help="json: a JSON line per request on stderr, context values digested",
+    )
+    serve.add_argument(
+        "--history",
+        choices=("on", "off"),
+        default="on",
+        help="on: keep decisions per minute and the top denied keys in the store, for the "
+        "page's chart (default); off: keep none (the two reads answer 404)",
     )
     # checked by freqguard.service.server.pick, which owns the names (and imports uvicorn)
     serve.add_argument(

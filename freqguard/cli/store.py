@@ -202,6 +202,7 @@ def serve(args: argparse.Namespace) -> int:
     from freqguard.service import (
         ACCESS_LOG_ENV,
         CONFIG_ENV,
+        HISTORY_ENV,
         HOSTS_ENV,
         TOKENS_ENV,
         served_names,
@@ -228,6 +229,7 @@ def serve(args: argparse.Namespace) -> int:
         f"freqguard serve: listening on http://{host}:{args.port} ({workers}, {wire}), "
         f"{masked(config.backend)}"
     )
+    os.environ[HISTORY_ENV] = args.history
     os.environ.pop(ACCESS_LOG_ENV, None)
     if args.access_log == "json":
         os.environ[ACCESS_LOG_ENV] = _access_key(os.environ.get(f"{ACCESS_LOG_ENV}_KEY"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from freqguard.errors import ConfigError
 from freqguard.service.access import ACCESS_LOG_ENV, AccessLog, install_handler
 from freqguard.service.app import MAX_BATCH, MAX_BODY, create_app, decision_json
 from freqguard.service.gate import (
@@ -26,6 +27,7 @@ from freqguard.service.gate import (
 __all__ = [
     "ACCESS_LOG_ENV",
     "CONFIG_ENV",
+    "HISTORY_ENV",
     "HOSTS_ENV",
     "MAX_BATCH",
     "MAX_BODY",
@@ -33,6 +35,7 @@ __all__ = [
     "create_app",
     "decision_json",
     "from_env",
+    "history_from_env",
     "parse_tokens",
     "served_names",
     "startup_warnings",
@@ -41,6 +44,22 @@ __all__ = [
 
 #: The configuration file a worker process serves (``freqguard serve`` sets it).
 CONFIG_ENV = "FREQGUARD_SERVE_CONFIG"
+#: ``off``: keep no decisions' history (``freqguard serve --history off``); ``on``, the
+#: default, keeps it.
+HISTORY_ENV = "FREQGUARD_SERVE_HISTORY"
+HISTORY_CHOICES = ("on", "off")
+
+
+def history_from_env() -> bool:
+    """Whether :data:`HISTORY_ENV` asks for the history (unset: yes).
+
+    Raises:
+        ConfigError: a value other than ``on`` or ``off``.
+    """
+    value = os.environ.get(HISTORY_ENV, "on")
+    if value not in HISTORY_CHOICES:
+        raise ConfigError(f"{HISTORY_ENV} is on or off, got {value[:40]!r}")
+    return value == "on"
 
 
 def from_env() -> Any:
@@ -60,7 +79,7 @@ def from_env() -> Any:
     except ImportError:  # the prometheus extra is not installed: no /metrics
         observers = []
     guard = config.async_guard(observers=observers)
-    app = create_app(guard, tokens_from_env(), registry, hosts_from_env())
+    app = create_app(guard, tokens_from_env(), registry, hosts_from_env(), history_from_env())
     key = os.environ.get(ACCESS_LOG_ENV)
     if key:  # --access-log json: the key of the digests, the same in every worker
         install_handler()

@@ -203,24 +203,27 @@ def create_app(
     tokens: Sequence[str] = (),
     metrics: Any = None,
     hosts: Sequence[str] | None = None,
+    keep_history: bool = True,
 ) -> Any:
     """The service's app on ``guard`` (its policies), requiring one of ``tokens`` if any;
     ``metrics``: a ``prometheus_client`` registry ``/metrics`` exposes, if given; ``hosts``:
-    the only names it answers to in ``Host`` (None: any; ``gate.served_names``).
+    the only names it answers to in ``Host`` (None: any; ``gate.served_names``);
+    ``keep_history``: False keeps no decisions' history (its two reads answer 404).
 
     Raises:
         ConfigError: a token that is not one word of visible ASCII without commas.
     """
     service = Service(guard, tokens, metrics)
-    ready, the_document, history = Readiness(guard), document(), history_for(guard)
+    ready, the_document, history = Readiness(guard), document(), history_for(guard, keep_history)
 
     async def hit(call: Call) -> Any:
         context, cost = call.body["context"], call.body["cost"]
         call.checks.hit(context, "context")
         call.checks.cost(cost, upper=True)
         decided = await guard.hit(call.policy, cost, **context)
-        keys = denied_keys((decided,), (context,), call.checks.policy.dimensions)
-        await history.record(call.policy, (decided,), keys)
+        if keep_history:
+            keys = denied_keys((decided,), (context,), call.checks.policy.dimensions)
+            await history.record(call.policy, (decided,), keys)
         return schema.decision(decided)
 
     async def hit_many(call: Call) -> Any:
@@ -229,8 +232,9 @@ def create_app(
             call.checks.hit(context, f"contexts[{index}]")
         call.checks.cost(cost, upper=True)
         decisions = await guard.hit_many(call.policy, contexts, cost)
-        keys = denied_keys(decisions, contexts, call.checks.policy.dimensions)
-        await history.record(call.policy, decisions, keys)
+        if keep_history:
+            keys = denied_keys(decisions, contexts, call.checks.policy.dimensions)
+            await history.record(call.policy, decisions, keys)
         return schema.Decisions([schema.decision(d) for d in decisions])
 
     async def peek(call: Call) -> Any:
@@ -314,6 +318,8 @@ def create_app(
         digest = None if service.gate.authorized(request) else service.gate.digest
         try:
             return JSON(await history.top(names, int(text), digest))
+        except Problem:  # the history is off
+            raise
         except Exception as exc:  # a redis-py error: the store did not answer
             raise Problem(503, "the store did not answer for the top keys") from exc
 
@@ -322,6 +328,8 @@ def create_app(
         try:
             rules = {n: [r.id for r in guard.policies[n].rules] for n in names}
             return JSON(await history.read(rules))
+        except Problem:  # the history is off
+            raise
         except Exception as exc:  # a redis-py error: the store did not answer
             raise Problem(503, "the store did not answer for the decisions' history") from exc
 

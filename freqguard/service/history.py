@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import freqguard.service.schema as schema
 from freqguard.decision import Decision
 from freqguard.guard import AsyncGuard
-from freqguard.service.problems import log
+from freqguard.service.problems import Problem, log
 
 __all__ = [
     "INTERVAL",
@@ -38,6 +38,7 @@ __all__ = [
     "TOP_MINUTES",
     "History",
     "MemoryHistory",
+    "NoHistory",
     "RedisHistory",
     "bounded",
     "denied_keys",
@@ -323,8 +324,31 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def history_for(guard: AsyncGuard) -> History:
+class NoHistory:
+    """No history kept (``freqguard serve --history off``): a call records nothing, and a
+    read is a 404 that says the history is off (never an empty chart that looks quiet)."""
+
+    OFF = "the decisions' history is off (freqguard serve --history off)"
+
+    async def record(self, policy: str, decisions: Sequence[Decision], keys: Counter[str]) -> None:
+        return None
+
+    async def read(self, policies: Mapping[str, Sequence[str]]) -> schema.History:
+        raise Problem(404, self.OFF)
+
+    async def top(
+        self, policies: Sequence[str], minutes: int, digest: Callable[[str], str] | None
+    ) -> schema.TopKeys:
+        raise Problem(404, self.OFF)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def history_for(guard: AsyncGuard, kept: bool = True) -> History:
     """The history of ``guard``'s store: in Redis when its backend has a redis-py client,
-    else in this process."""
+    else in this process; none (:class:`NoHistory`) unless ``kept``."""
+    if not kept:
+        return NoHistory()
     client = getattr(guard.backend, "client", None)
     return MemoryHistory(guard) if client is None else RedisHistory(guard, client)

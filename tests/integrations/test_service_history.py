@@ -242,3 +242,65 @@ def test_the_history_and_top_keys_on_a_redis_store(
         ("sms", "content-59s"): (3, 0),
     }
     assert [(k.key, k.denied) for k in top.keys] == [("recipient=a,content=x", 1)]
+
+
+def test_with_the_history_off_nothing_is_written_and_its_reads_say_so(
+    redis_server: RedisServer,
+) -> None:
+    """``--history off``: hits decide as ever, the store holds only the decisions' own keys,
+    and the chart's reads are a 404 that says the history is off (not a quiet chart)."""
+    from freqguard.backends.urls import async_backend_from_url
+
+    prefix = f"off{time.monotonic_ns()}"
+    one = {"context": {"recipient": "a", "content": "x"}}
+
+    async def run() -> list[httpx.Response]:
+        guard = AsyncGuard(async_backend_from_url(redis_server.url), [SMS], prefix=prefix)
+        app = create_app(guard, keep_history=False)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            hits = [await http.post("/v1/policies/sms/hit", json=one) for _ in range(3)]
+            reads = [await http.get(path) for path in ("/v1/stats/history", "/v1/stats/top")]
+        await guard.aclose()
+        return hits + reads
+
+    answers = asyncio.run(run())
+    assert [a.json()["allowed"] for a in answers[:3]] == [True, True, False]
+    for read in answers[3:]:
+        assert read.status_code == 404
+        assert read.headers["content-type"] == "application/problem+json"
+        assert "history is off" in read.json()["detail"]
+    keys = redis_server.client.keys(f"*{prefix}*")
+    assert keys, "the decisions' own keys"
+    assert not [k for k in keys if b":stats:" in k]
+
+
+@pytest.mark.parametrize("value", ["", "no", "OFF", "0", "off " * 30])
+def test_a_history_setting_that_is_neither_on_nor_off_is_refused(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from freqguard.errors import ConfigError
+    from freqguard.service import HISTORY_ENV, history_from_env
+
+    monkeypatch.setenv(HISTORY_ENV, value)
+    with pytest.raises(ConfigError, match=f"{HISTORY_ENV} is on or off, got "):
+        history_from_env()
+    monkeypatch.setenv(HISTORY_ENV, "off")
+    assert history_from_env() is False
+    monkeypatch.delenv(HISTORY_ENV)
+    assert history_from_env() is True
+
+
+def test_serve_history_off_keeps_none(tmp_path: Path, redis_server: RedisServer) -> None:
+    flush([redis_server])
+    with serving(sms_config(tmp_path, redis_server.port), "--history", "off") as served:
+        hit = httpx.post(
+            f"{served.url}/v1/policies/sms/hit",
+            json={"context": {"recipient": "a", "content": "x"}},
+            timeout=5,
+        )
+        assert hit.status_code == 200, hit.text
+        read = httpx.get(f"{served.url}/v1/stats/history", timeout=5)
+        assert read.status_code == 404
+        assert "history is off" in read.json()["detail"]
+    assert not [k for k in redis_server.client.keys("*") if b":stats:" in k]
