@@ -13,7 +13,10 @@ removes. The in-process ``AsyncGuard`` is driven by as many asyncio tasks. The l
 generator shares the machine with the servers: compare within one run; ``--rounds 3`` runs
 1 and 2 workers in turn three times and takes each case's median.
 
-Targets: a hit at 0.6x or more of ``/healthz``; 2 workers at 0.8x or more of 1.
+Targets: a hit at 0.6x or more of ``/healthz``; 2 workers at 0.8x or more of 1. The
+floor (:mod:`benchmarks.bare_guard`: a bare ASGI app that only awaits ``AsyncGuard.hit``,
+same uvicorn, loop and parser, one worker) shows how near 0.6x any service making one
+decision a request can come on the machine.
 """
 
 from __future__ import annotations
@@ -108,6 +111,23 @@ def _drive(url: str, scripts: dict[str, Path], args: argparse.Namespace) -> dict
     }
 
 
+#: the floor: a bare ASGI app that only decides (benchmarks.bare_guard), as serve runs
+FLOOR = [
+    sys.executable, "-m", "uvicorn", "benchmarks.bare_guard:app", "--loop", "uvloop",
+    "--http", "httptools", "--log-level", "warning", "--no-access-log", "--port",
+]  # fmt: skip
+
+
+def _floor(config: Path, scripts: dict[str, Path]) -> dict[str, Row]:
+    """/healthz and hits of :data:`FLOOR`, one worker: what any service can reach here."""
+    port = free_port()
+    env = {**os.environ, "FREQGUARD_SERVE_CONFIG": str(config)}
+    with running([*FLOOR, str(port)], _health(port), env):
+        url = f"http://127.0.0.1:{port}"
+        healthz, hit = _wrk(f"{url}/healthz", None, ARGS), _wrk(url, scripts["hit"], ARGS)
+    return {"healthz": ("GET /healthz", *healthz, 0), "hit": ("POST hit", *hit, 1)}
+
+
 def _median(rounds: list[dict[str, Row]]) -> dict[str, Row]:
     """Each case's round of median rate (its latency with it)."""
     middle = len(rounds) // 2
@@ -163,6 +183,13 @@ def _table(runs: dict[str, dict[str, Row]], inproc: tuple[float, float]) -> None
     for key in ("healthz", "hit"):
         ratio = two[key][1] / one[key][1]
         print(f"2 workers / 1, {key}: {ratio:.2f} (target >= 0.8)")
+    floor = runs["floor"]
+    ratio = floor["hit"][1] / floor["healthz"][1]
+    print(
+        f"floor (bare ASGI + AsyncGuard.hit, 1 worker): /healthz {floor['healthz'][1]:.0f}, "
+        f"hit {floor['hit'][1]:.0f}, hit / healthz {ratio:.2f}; the service's hit at "
+        f"{one['hit'][1] / floor['hit'][1]:.2f}x of it"
+    )
     for name, rate, lat, _ in runs.get("before", {}).values():
         print(f"before (uvicorn's h11 on asyncio, 2 workers), {name}: {rate:.0f} ({lat:.1f} ms)")
     print(f"in-process AsyncGuard, {ARGS.connections} tasks: hit {inproc[0]:.0f}/s, ", end="")
@@ -197,6 +224,8 @@ def main() -> None:
                 with running([*command, "--workers", str(workers)], _health(port)):
                     rounds[label].append(_drive(f"http://127.0.0.1:{port}", scripts, ARGS))
         runs: dict[str, dict[str, Row]] = {k: _median(each) for k, each in rounds.items()}
+        server.client.flushall()
+        runs["floor"] = _floor(config, scripts)
         if ARGS.before:
             port = free_port()
             env = {**os.environ, "FREQGUARD_SERVE_CONFIG": str(config)}

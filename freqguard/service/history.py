@@ -89,12 +89,13 @@ def _top(
 TOP_LIST = 20  # keys a read answers
 
 
-def tally(decisions: Sequence[Decision]) -> Counter[tuple[str, str]]:
-    """A call's decisions as counts by (rule, ``a`` or ``d``): rule ``""``, the policy's
-    allowed and denied; a rule's, its denials (``denied_by``: a shadow rule's "no" is
-    not one). A rule's allowed is the policy's decisions less its denials, made when read
-    (a decision's rule states cost more to build than the rest of this)."""
-    counts: Counter[tuple[str, str]] = Counter()
+def tally(decisions: Sequence[Decision], counts: Counter[tuple[str, str]]) -> None:
+    """Add a call's decisions to ``counts`` by (rule, ``a`` or ``d``): rule ``""``, the
+    policy's allowed and denied; a rule's, its denials (``denied_by``: a shadow rule's "no"
+    is not one). A rule's allowed is the policy's decisions less its denials, made when
+    read (a decision's rule states cost more to build than the rest of this). Added in
+    place: a hit's counts are a handful, and a Counter of them made to be added costs
+    more than adding them."""
     for decision in decisions:
         if decision.source not in _WRITTEN:
             continue
@@ -104,7 +105,11 @@ def tally(decisions: Sequence[Decision]) -> Counter[tuple[str, str]]:
             counts["", "d"] += 1
             for rule in decision.denied_by:
                 counts[rule.id, "d"] += 1
-    return counts
+
+
+def _counted(decisions: Sequence[Decision]) -> bool:
+    """Whether any of a call's decisions is counted (taken on the store)."""
+    return any(decision.source in _WRITTEN for decision in decisions)
 
 
 class History(Protocol):
@@ -165,12 +170,11 @@ class MemoryHistory(_Clocked):
         self._keys: dict[tuple[str, int], Counter[str]] = {}
 
     async def record(self, policy: str, decisions: Sequence[Decision], keys: Counter[str]) -> None:
-        counts = tally(decisions)
-        if not counts:
+        if not _counted(decisions):
             return
         now = self.minute()
         kept = self._counts.setdefault(policy, {})
-        kept.setdefault(now, Counter()).update(counts)
+        tally(decisions, kept.setdefault(now, Counter()))
         for old in [m for m in kept if m <= now - MINUTES]:
             del kept[old]
         if keys:
@@ -221,11 +225,13 @@ class RedisHistory(_Clocked):
         return f"{{{self._prefix}:stats:{policy}}}:top:{minute}"
 
     async def record(self, policy: str, decisions: Sequence[Decision], keys: Counter[str]) -> None:
-        counts = tally(decisions)
-        if not counts:
+        if not _counted(decisions):
             return
         now = self.minute()
-        self._pending.setdefault((policy, now), Counter()).update(counts)
+        pending = self._pending.get((policy, now))
+        if pending is None:
+            pending = self._pending[policy, now] = Counter()
+        tally(decisions, pending)
         if keys:
             mine = self._pending_keys.get((policy, now), Counter())
             mine.update(keys)
