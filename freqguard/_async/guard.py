@@ -48,7 +48,7 @@ from freqguard.policy import OnError, Policy, check_on_error
 from freqguard.rates import Rate
 from freqguard.rules import Rule, check_name
 from freqguard.script.calls import Reply
-from freqguard.script.contract import CHECK, HIT, REFUND
+from freqguard.script.contract import CHECK, REFUND
 
 __all__ = ["AsyncGuard"]
 
@@ -215,13 +215,13 @@ class AsyncGuard:
             # decide_op's one-call case, sent without its generator: worth 5-15% of an
             # in-memory hit (benchmarks/README.md, "Guard.hit's one-call path"); held to the
             # other path by tests/conformance/test_hit_paths.py
-            call = hits.first_call(plan, cost, ctx)
+            call, start = hits.first_call(plan, cost, ctx)
             try:
                 reply = await self.backend.aexecute(call)
             except BackendUnavailable as exc:
                 self._accounting.failed_alone(policy, call, exc)
                 raise
-            return plan.decide([reply], call.texts, call.cost, HIT)
+            return hits.alone_done(plan, call, reply, start)
         hit = hits.hit(policy, cost, ctx)
         if hit.cached is not None:
             return hit.cached

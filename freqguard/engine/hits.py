@@ -19,7 +19,7 @@ from freqguard.engine.registry import PolicyRegistry
 from freqguard.engine.resets import reset_calls
 from freqguard.errors import CapExceeded, ConfigError
 from freqguard.rules import Rule
-from freqguard.script.calls import ScriptCall
+from freqguard.script.calls import Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT
 
 __all__ = ["Hit", "Hits"]
@@ -72,12 +72,13 @@ class Hits:
         self._observers = observers
         self._now = now
         self._nodes = nodes
-        self._plain = not observers.active and denials.cache is None
+        self._plain = denials.cache is None
 
     def alone(self, plan: PolicyPlan) -> bool:
-        """Whether a hit of ``plan`` is its one script call and nothing around it: one part,
-        no observers, no deny cache, store failures raised (then ``Guard.hit`` may send
-        :meth:`first_call` itself, when the accounting has nothing to do either:
+        """Whether a hit of ``plan`` is its one script call and nothing around it but the
+        observers told: one part, no deny cache, store failures raised (then ``Guard.hit``
+        may send :meth:`first_call` itself and end with :meth:`alone_done`, when the
+        accounting has nothing to do either:
         :attr:`~freqguard.engine.accounting.Accounting.quiet`)."""
         return (
             plan.single_part
@@ -86,11 +87,25 @@ class Hits:
             and self._failover.of(plan) == "raise"
         )
 
-    def first_call(self, plan: PolicyPlan, cost: object, ctx: Mapping[str, object]) -> ScriptCall:
+    def first_call(
+        self, plan: PolicyPlan, cost: object, ctx: Mapping[str, object]
+    ) -> tuple[ScriptCall, float]:
         """The one call of a hit :meth:`alone`, validated: :func:`decide_op`'s one-call case,
-        whose reply ``plan.decide`` turns into the decision."""
+        whose reply :meth:`alone_done` turns into the decision; and when it began (for the
+        observers, as :meth:`hit` times a hit)."""
         checked, texts = plan.check_cost(cost), plan.texts(ctx)
-        return plan.call(texts, self._now(), checked, HIT)
+        start = perf_counter() if self._observers.active else 0.0
+        return plan.call(texts, self._now(), checked, HIT), start
+
+    def alone_done(
+        self, plan: PolicyPlan, call: ScriptCall, reply: Reply, start: float
+    ) -> Decision:
+        """The decision of a hit :meth:`alone` (``call``, its ``reply``), the observers told
+        (as :meth:`hit_done` tells them; there is no deny cache to remember it)."""
+        decision = plan.decide([reply], call.texts, call.cost, HIT)
+        if self._observers.active:
+            self._observers.decided(decision, call.texts, perf_counter() - start)
+        return decision
 
     def hit(
         self,

@@ -1,12 +1,12 @@
 """``hit`` has two paths, held equal here. A hit of a policy on one part, with nothing to do
-around its one call (no observers, no deny cache, store failures raised, a breaker counting
-no failures), is sent by ``hit`` itself (the one-call path: 5-15% of an in-memory hit, see
-benchmarks/README.md); every other hit, and every other operation, drives the operation's
-generator (``decide_op``) through the guard's ``_run``.
+around its one call but telling the observers (no deny cache, store failures raised, a
+breaker counting no failures), is sent by ``hit`` itself (the one-call path: 5-15% of an
+in-memory hit, see benchmarks/README.md); every other hit, and every other operation,
+drives the operation's generator (``decide_op``) through the guard's ``_run``.
 
 Two guards with the same options take the same random operations on stores of their own in
-lockstep: one as it is, the other with one more observer that does nothing, which keeps its
-every hit off the one-call path. Whatever the options (observers, deny cache, each
+lockstep: one as it is, the other with its hits kept off the one-call path (its ``Hits``
+never finds a hit alone). Whatever the options (observers, deny cache, each
 ``on_error``, a policy's own, fallbacks shared out or not, breaker on or off, a store that
 fails and comes back; policies on several parts, with tiers, calendar rules, priorities and
 quiet hours), they must give equal decisions and receipts (or equal errors), tell their
@@ -38,6 +38,8 @@ from freqguard import (
     TierRates,
 )
 from freqguard.denycache import DenyCache
+from freqguard.engine.hits import Hits
+from freqguard.engine.plan import PolicyPlan
 from freqguard.failure import Breaker, Fallback
 from freqguard.script.calls import Reply, ScriptCall
 from tests.conftest import START, examples
@@ -119,27 +121,24 @@ class Recorder:
         self.told.append(("failed", type(error).__name__, str(error), policy, backend))
 
 
-class Silent:
-    """An observer that does nothing: a guard with it takes no hit down the one-call path."""
+class Driven(Hits):
+    """A guard's ``Hits`` that never finds a hit alone: its hits take the driven path."""
 
-    def decided(self, decision: Decision, context: Mapping[str, str], seconds: float) -> None:
-        pass
+    __slots__ = ()
 
-    def failed(self, error: BackendUnavailable, policy: str, backend: str) -> None:
-        pass
+    def alone(self, plan: PolicyPlan) -> bool:
+        return False
 
 
 class Side:
     """One guard of the pair, with its own clock, stores, observer, deny cache and breaker."""
 
-    def __init__(self, options: dict[str, Any], asynchronous: bool, silent: bool) -> None:
+    def __init__(self, options: dict[str, Any], asynchronous: bool, driven: bool) -> None:
         self.clock = ManualClock(START)
         self.store = Store(self.clock)
         self.fallback = Store(self.clock)
         self.recorder = Recorder() if options["observers"] else None
         observers: list[Any] = [] if self.recorder is None else [self.recorder]
-        if silent:
-            observers.append(Silent())
         self.cache = DenyCache(8, clock=self.clock.now) if options["deny_cache"] else None
         self.breaker = (
             Breaker(2, cooldown=1.0, clock=self.clock.now) if options["breaker"] else None
@@ -160,6 +159,8 @@ class Side:
             observers=observers,
             breaker=self.breaker,
         )
+        if driven:
+            self.guard._hits.__class__ = Driven
         self.loop = asyncio.new_event_loop() if asynchronous else None
 
     def _on_error(self, choice: str | None) -> Any:
@@ -259,7 +260,6 @@ def _alone_expected(side: Side, options: dict[str, Any], name: str) -> bool:
     breaker = side.breaker
     return (
         side.guard._policies.plan(name).single_part
-        and not options["observers"]
         and not options["deny_cache"]
         and on_error == "raise"
         and (breaker is None or not breaker.counting)
@@ -270,7 +270,7 @@ def _alone_expected(side: Side, options: dict[str, Any], name: str) -> bool:
 # count then decides), half with any options
 plain = st.fixed_dictionaries(
     {
-        "observers": st.just(False),
+        "observers": st.booleans(),
         "deny_cache": st.just(False),
         "on_error": st.just("raise"),
         "policy_on_error": st.sampled_from([None, "raise", "allow"]),
@@ -307,8 +307,8 @@ SECONDS = [0.1, 0.6, 1.5, 61]
 def test_both_hit_paths_decide_and_leave_the_same(
     asynchronous: bool, options: dict[str, Any], ops: list[tuple[Any, ...]]
 ) -> None:
-    one_call = Side(options, asynchronous, silent=False)
-    driven = Side(options, asynchronous, silent=True)
+    one_call = Side(options, asynchronous, driven=False)
+    driven = Side(options, asynchronous, driven=True)
     admitted: list[tuple[Decision, Decision]] = []  # each side's admitted hits, in order
     try:
         for kind, name, index, n, batch in ops:
@@ -387,8 +387,8 @@ def test_the_one_call_path_is_taken_while_nothing_needs_doing_around_the_call() 
     pass by comparing the driven path with itself): by a plain guard's hits of a policy on
     one part, the failing one included; not while the breaker counts that failure (the hit
     that finds the store back is driven, and resets the count), nor for a policy on several
-    parts, nor on a guard with an observer."""
-    side = Side(_PLAIN, asynchronous=False, silent=False)
+    parts; a guard's observers are told of its hits either way."""
+    side = Side(_PLAIN, asynchronous=False, driven=False)
     store = side.store
     side.call("hit", "one", r="a")
     side.call("hit", "two", r="a", c="x")
@@ -401,8 +401,8 @@ def test_the_one_call_path_is_taken_while_nothing_needs_doing_around_the_call() 
     assert store.alone == 2
     assert side.call("hit", "one", r="b").allowed
     assert store.alone == 3
-    observed = Side({**_PLAIN, "observers": True}, asynchronous=False, silent=False)
+    observed = Side({**_PLAIN, "observers": True}, asynchronous=False, driven=False)
     observed.call("hit", "one", r="a")
-    assert observed.store.alone == 0
+    assert observed.store.alone == 1
     assert observed.recorder is not None
     assert [told[0] for told in observed.recorder.told] == ["decided"]
