@@ -55,7 +55,7 @@ from freqguard.service.checks import Checks
 from freqguard.service.dispatch import Calls
 from freqguard.service.gate import Gate, HostCheck
 from freqguard.service.history import TOP_MINUTES, denied_keys, history_for
-from freqguard.service.listing import policy_info
+from freqguard.service.listing import policy_info, written
 from freqguard.service.openapi import document
 from freqguard.service.page import PAGE
 from freqguard.service.problems import (
@@ -274,7 +274,10 @@ def create_app(
 
     async def _limits(policy: str, context: Mapping[str, Any]) -> Any:
         found = await guard.limits_for(policy, **context)
-        return schema.Limits({r: None if rate is None else str(rate) for r, rate in found.items()})
+        # each rate as written (50/day), as the page lists the policy's: it parses back
+        return schema.Limits(
+            {r: None if rate is None else written(rate) for r, rate in found.items()}
+        )
 
     async def healthz(request: Request) -> Response:
         return JSON(schema.Health(status="ok", policies=sorted(guard.policies)))

@@ -54,7 +54,7 @@ def _rule_info(rule: Rule) -> schema.RuleInfo:
     return schema.RuleInfo(
         rule=rule.id,
         by=list(rule.by),
-        rate=str(rule.rate) if rule.quiet is None else "quiet hours",
+        rate=written(rule.rate) if rule.quiet is None else "quiet hours",
         strategy="calendar" if rule.calendar else rule.strategy.value,
         written=_written_rule(rule),
         lease=rule.lease,

@@ -76,7 +76,8 @@ class Decisions(msgspec.Struct, frozen=True):
 
 
 class Limits(msgspec.Struct, frozen=True):
-    """Each rule's rate for one partition value (null: exempt)."""
+    """Each rule's rate for one partition value, as written (``100/day``, ``2 per 59
+    seconds``; it parses back), or null: exempt."""
 
     limits: dict[str, str | None]
 
@@ -103,8 +104,9 @@ class Ready(msgspec.Struct, frozen=True):
 
 
 class RuleInfo(msgspec.Struct, frozen=True):
-    """A rule as the operator's page lists it: ``rate`` as the limits calls say it (``2
-    per 60 seconds``), ``written`` as a person writes it (``2/minute``, ``10 concurrent``);
+    """A rule as the operator's page lists it: ``rate`` as the limits calls say it
+    (``2/minute``; a weekly calendar rule ``3 per 7 days``), ``written`` as a person
+    writes the rule (``2/minute``, ``3/week``, ``10 concurrent``);
     a concurrency rule's ``lease`` (seconds), a bucket's ``burst``, a calendar rule's
     ``zone`` (an IANA name, or ``from <value>``), the priorities it counts (``only``, null:
     all) and its caps per priority."""

@@ -100,9 +100,9 @@ def test_a_batch_peek_refund_reset_and_limits() -> None:
     assert responses[1].json()["allowed"] is False
     assert responses[3].json() == {"reset": True, "rules": ["content-59s"]}
     assert responses[4].json()["remaining"] == 1
-    assert responses[5].json()["limits"]["rcpt-1m"] == "5 per 60 seconds"
+    assert responses[5].json()["limits"]["rcpt-1m"] == "5/minute"
     assert responses[6].json()["limits"]["content-59s"] is None  # exempt
-    assert responses[8].json()["limits"] == {"rcpt-1m": "2 per 60 seconds", "content-59s": None}
+    assert responses[8].json()["limits"] == {"rcpt-1m": "2/minute", "content-59s": None}
 
 
 @pytest.mark.parametrize(

@@ -53,8 +53,30 @@ def test_policies_list_rates_as_written_with_priorities_and_quiet_hours() -> Non
     assert rules["two-hours"]["written"] == "3 per 2 hours"
     assert rules["two-hours"]["caps"] == {"marketing": 1}
     assert (rules["burst"]["written"], rules["burst"]["burst"]) == ("5/second", 8)
-    assert rules["burst"]["rate"] == "5 per second"  # as the limits calls say it
+    assert rules["burst"]["rate"] == "5/second"  # as the limits calls say it
     assert rules["quiet-hours"]["written"] == "quiet hours"
+
+
+def test_a_rule_s_listed_rate_is_what_the_limits_call_answers_for_a_key_without_one() -> None:
+    """The page tells a key's own limit from its rule's rate by comparing the two texts:
+    ``/v1/policies``' ``rate`` and the limits call's must be said alike (as written), for a
+    calendar rule, a bucket and a lease too."""
+    rules = [r for r in PROMO.rules if r.quiet is None]
+    policy = Policy("promo", *rules, priorities=PROMO.priorities)
+    guard = AsyncGuard(MemoryBackend(), [policy], clock=ManualClock(1_700_000_000))
+    listed = {
+        r["rule"]: r["rate"] for r in _get(guard, "/v1/policies").json()["policies"][0]["rules"]
+    }
+
+    async def run() -> dict[str, Any]:
+        transport = httpx.ASGITransport(app=create_app(guard))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            answer = await http.post("/v1/policies/promo/limits", json={"context": {"user": "u"}})
+            limits: dict[str, Any] = answer.json()["limits"]
+            return limits
+
+    assert asyncio.run(run()) == listed
+    assert listed["daily"] == "50/day"
 
 
 @pytest.mark.parametrize(

@@ -350,7 +350,7 @@ def test_a_bad_limit_names_its_field(body: dict[str, Any], field: str) -> None:
         ],
     )
     _problem(answer, 422, field)
-    assert after.json()["limits"]["rcpt-1m"] == "2 per 60 seconds"  # nothing was set
+    assert after.json()["limits"]["rcpt-1m"] == "2/minute"  # nothing was set
 
 
 def test_a_rate_a_calendar_rule_cannot_take_is_the_rate_s_fault() -> None:
