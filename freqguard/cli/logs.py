@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import IO, Any
 
 from freqguard.bounds import MAX_TIME_US
+from freqguard.config.nesting import deeper_than
 from freqguard.config.schema import shown
 from freqguard.errors import ConfigError
 
@@ -122,36 +123,11 @@ def _constant(name: str) -> object:
     raise ValueError(f"{name} is not a number (JSON has none)")
 
 
-def _too_deep(text: str) -> bool:
-    """Whether a JSON text nests arrays and objects more than :data:`MAX_DEPTH` deep (not
-    left to the parser's RecursionError, which depends on the interpreter's limit)."""
-    if text.count("[") + text.count("{") <= MAX_DEPTH:  # every real line: no scan
-        return False
-    depth, quoted, escaped = 0, False, False
-    for char in text:
-        if quoted:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                quoted = False
-        elif char == '"':
-            quoted = True
-        elif char in "[{":
-            depth += 1
-            if depth > MAX_DEPTH:
-                return True
-        elif char in "]}":
-            depth -= 1
-    return False
-
-
 def _jsonl(file: IO[bytes], policy: str | None) -> Iterator[Entry]:
     for number, text in _lines(file):
         if not text.strip():
             continue
-        if _too_deep(text):
+        if deeper_than(text, MAX_DEPTH):
             raise ConfigError(f"line {number}: nested too deeply (more than {MAX_DEPTH} levels)")
         try:
             raw = json.loads(text, parse_constant=_constant)

@@ -22,6 +22,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive
 
 from freqguard.bounds import MAX_BURST, MAX_LIMIT, MAX_RULES
+from freqguard.config.nesting import deeper_than
 from freqguard.service.problems import Problem, invalid, shown
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "MANY",
     "MAX_BATCH",
     "MAX_BODY",
+    "MAX_DEPTH",
     "ONE",
     "RESET",
     "Body",
@@ -41,6 +43,7 @@ __all__ = [
 
 MAX_BODY = 1 << 20  # bytes of one request's body
 MAX_BATCH = 1000  # contexts of one hit-many call
+MAX_DEPTH = 32  # levels of arrays and objects in a body (a call's need at most three)
 MAX_DIGITS = 4300  # of an integer in a body (Python's own limit for turning one into text)
 MAX_RATE = 100  # characters of a rate string
 MAX_COST = max(MAX_LIMIT, MAX_BURST)  # no rule holds more: a greater cost never fits
@@ -95,7 +98,7 @@ async def read_json(request: Request) -> Any:
 
     Raises:
         Problem: 413 for a larger body; 422 (field ``body``) for one that is not UTF-8
-            JSON, or nested deeper than the interpreter can follow.
+            JSON, or nested more than :data:`MAX_DEPTH` levels.
     """
     declared = request.headers.get("content-length", "")
     # ASCII digits only (int() reads others, and refuses past 4,300 of them): a sibling of
@@ -103,6 +106,8 @@ async def read_json(request: Request) -> Any:
     if declared.isascii() and declared.isdigit() and int(declared[:12]) > MAX_BODY:
         raise Problem(413, f"a body is at most {MAX_BODY} bytes")
     raw = await _body(request.receive)
+    if deeper_than(raw, MAX_DEPTH):  # before a parser, whose depth is the stack's
+        raise invalid("body", f"nested too deeply (more than {MAX_DEPTH} levels)")
     if _LONG_NUMBER.search(raw) is None:  # else Python's reader, which keeps them apart
         try:
             return _decode(raw)

@@ -97,3 +97,20 @@ def test_every_call_route_is_found_and_no_other_route_is() -> None:
                 assert found is None, (method, path)
     mounted = {"type": "http", "path": "/v1/policies/sms/hit", "method": "POST", "root_path": "/x"}
     assert app._find(mounted) is None
+
+
+@pytest.mark.parametrize("depth", [33, 500, 960, 975, 990, 5000])
+def test_a_deep_body_is_refused_alike_at_every_stack_depth(depth: int) -> None:
+    """A parser stops where the stack runs out, which differs by route: the service
+    refuses a body nested past its bound before parsing it, so both routes answer alike."""
+    body = b'{"context": ' + b"[" * depth + b"]" * depth + b"}"
+    requests = [("POST", "/v1/policies/sms/hit", body, _JSON)]
+
+    async def run() -> None:
+        served, bare = await _served(requests, bare=False), await _served(requests, bare=True)
+        assert served == bare
+        (status, _, content), *_ = served[0]
+        assert status == 422
+        assert b"nested too deeply (more than 32 levels)" in content
+
+    asyncio.run(run())
