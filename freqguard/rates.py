@@ -12,7 +12,7 @@ import limits
 from freqguard.bounds import MAX_LIMIT, MAX_WINDOW_US
 from freqguard.errors import ConfigError
 
-__all__ = ["Rate", "parse_rate", "parse_rates"]
+__all__ = ["Rate", "parse_rate", "parse_rates", "written"]
 
 _GRAMMAR = (
     "'N per M unit' or 'N/M unit' (M optional, unit one of second, minute, hour, day, "
@@ -145,3 +145,23 @@ def seconds_window(what: str, seconds: object) -> timedelta:
     if us < 1:
         raise ConfigError(f"{what} must be at least one microsecond, got {seconds!r}")
     return timedelta(microseconds=us)
+
+
+#: The units a written rate uses, largest first (the grammar's month and year are left
+#: out: they are 30 and 360 days there, not what a reader takes them for).
+_UNITS = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))
+
+
+def written(rate: Rate) -> str:
+    """``rate`` as a person writes it: ``2/minute``, ``50/day``, ``2 per 59 seconds``,
+    ``3 per 2 hours``; a window of a fraction of a second as :class:`Rate` says it. It
+    parses back to the same rate (:func:`parse_rate`)."""
+    us = rate.window_us
+    if us % 1_000_000:
+        return str(rate)
+    seconds = us // 1_000_000
+    for unit, size in _UNITS:
+        if seconds % size == 0:
+            count = seconds // size
+            return f"{rate.limit}/{unit}" if count == 1 else f"{rate.limit} per {count} {unit}s"
+    raise AssertionError(seconds)  # pragma: no cover - a second divides every whole window

@@ -9,7 +9,8 @@
     freqguard replay CONFIG LOG [--what-if CONFIG2]   a log decided again (see .replay)
     freqguard ping CONFIG|URL                   reach the store, load the function
     freqguard flush CONFIG [--prefix P] --yes   delete freqguard's keys (Cluster too)
-    freqguard serve CONFIG [--port P] [--workers N] [--history off]   the decision service
+    freqguard serve CONFIG [--port P] [--workers N] [--access-log json] [--history off]
+                                                the decision service
 
 Every command but ``demo`` takes ``--json`` for a machine's output. Exit codes: 0 done,
 1 the store failed (unreachable, an error reply), 2 a usage or configuration error (a bad

@@ -9,6 +9,7 @@ from typing import Any
 
 from freqguard.cli.output import EXIT_OK, out
 from freqguard.cli.words import context, policy_named, shared_store
+from freqguard.rates import written
 
 __all__ = ["inspect", "limit_clear", "limit_set", "limit_show", "reset"]
 
@@ -80,7 +81,7 @@ def limit_show(args: argparse.Namespace) -> int:
         limits = guard.limits_for(policy, **found)
     finally:
         guard.close()
-    data = {rule: None if rate is None else str(rate) for rule, rate in limits.items()}
+    data = {rule: None if rate is None else written(rate) for rule, rate in limits.items()}
 
     def table() -> list[list[str]]:
         return [["rule", "rate"]] + [[rule, rate or "exempt"] for rule, rate in data.items()]

@@ -11,28 +11,10 @@ from __future__ import annotations
 import freqguard.service.schema as schema
 from freqguard.options import QuietHours
 from freqguard.policy import Policy
-from freqguard.rates import Rate
+from freqguard.rates import written
 from freqguard.rules import Rule, Strategy
 
 __all__ = ["policy_info", "written"]
-
-#: The units a written rate uses, largest first (the grammar's month and year are left
-#: out: they are 30 and 360 days there, not what a reader takes them for).
-_UNITS = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))
-
-
-def written(rate: Rate) -> str:
-    """``rate`` as a person writes it: ``2/minute``, ``50/day``, ``2 per 59 seconds``,
-    ``3 per 2 hours``; a window of a fraction of a second as :class:`Rate` says it."""
-    us = rate.window_us
-    if us % 1_000_000:
-        return str(rate)
-    seconds = us // 1_000_000
-    for unit, size in _UNITS:
-        if seconds % size == 0:
-            count = seconds // size
-            return f"{rate.limit}/{unit}" if count == 1 else f"{rate.limit} per {count} {unit}s"
-    raise AssertionError(seconds)  # pragma: no cover - a second divides every whole window
 
 
 def _written_rule(rule: Rule) -> str:

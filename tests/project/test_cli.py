@@ -96,7 +96,7 @@ def test_limits_are_set_shown_and_cleared(config: Path) -> None:
     shown = json.loads(
         _run("limit", "show", str(config), "sms", "recipient=+1555", "--json").stdout
     )
-    assert shown["limits"] == {"rcpt-1m": "10 per 60 seconds", "content-59s": None}
+    assert shown["limits"] == {"rcpt-1m": "10/minute", "content-59s": None}
     guard = load(config).guard()  # the library sees what the command set
     assert guard.limits_for("sms", recipient="+1555")["rcpt-1m"].limit == 10  # type: ignore[union-attr]
     guard.close()
@@ -104,7 +104,7 @@ def test_limits_are_set_shown_and_cleared(config: Path) -> None:
     shown = json.loads(
         _run("limit", "show", str(config), "sms", "recipient=+1555", "--json").stdout
     )
-    assert shown["limits"]["rcpt-1m"] == "3 per 60 seconds"
+    assert shown["limits"]["rcpt-1m"] == "3/minute"
 
 
 @pytest.mark.parametrize(

@@ -99,7 +99,7 @@ def test_the_readmes_commands_act_on_the_store_freqguard_url_names(
     assert shown["limits"]["rcpt-1d"] is None  # exempt, as set by the other "process"
     assert cli("limit", "clear", example, "sms", "rcpt-1d", who).code == 0
     shown = json.loads(cli("limit", "show", example, "sms", who, "--json").out)
-    assert shown["limits"]["rcpt-1d"] == "50 per 86400 seconds"
+    assert shown["limits"]["rcpt-1d"] == "50/day"
 
 
 def test_check_replay_and_ping_still_run_on_memory(
