@@ -34,7 +34,7 @@ async def app(scope: Any, receive: Any, send: Any) -> None:
         while (await receive())["type"] != "lifespan.shutdown":
             _guard.append(load(os.environ["FREQGUARD_SERVE_CONFIG"]).async_guard())
             await send({"type": "lifespan.startup.complete"})
-        await _guard[0].aclose()
+        await _guard.pop().aclose()  # the next lifespan (service_cpu's rounds) makes its own
         await send({"type": "lifespan.shutdown.complete"})
         return
     if scope["path"] == "/healthz":
@@ -44,5 +44,5 @@ async def app(scope: Any, receive: Any, send: Any) -> None:
     while more:
         message = await receive()
         body, more = body + message.get("body", b""), message.get("more_body", False)
-    decision = await _guard[0].hit("sms", 1, **_decode(body)["context"])
+    decision = await _guard[-1].hit("sms", 1, **_decode(body)["context"])
     await _answer(send, b'{"allowed":true}' if decision.allowed else b'{"allowed":false}')

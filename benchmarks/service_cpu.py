@@ -8,7 +8,8 @@ Each case is ``freqguard.service.from_env``'s app as ``serve`` makes it (the Pro
 observer, the Host check, the history on or off), driven by ``--tasks`` asyncio tasks on
 uvloop; the figure is this process's CPU time a request (``time.process_time``; Redis's is
 its own), the median of ``--rounds``. The difference between a case and the floor is
-what the service adds to a decision.
+what the service adds to a decision. Last, the server's own time a decision (``INFO
+commandstats``), for what a larger host would give.
 """
 
 from __future__ import annotations
@@ -137,11 +138,14 @@ def main() -> None:
             for name, make in cases.items():
                 server.client.flushall()
                 found[name].append(uvloop.run(_case(make, args, round_)))
+        fcall = server.client.info("commandstats").get("cmdstat_fcall", {})
     floor = statistics.median(found["floor: AsyncGuard.hit only"])
     print(f"CPU µs a hit in process, median of {args.rounds} ({args.requests} requests each)")
     for name, each in found.items():
         median = statistics.median(each)
         print(f"{name:32} {median:6.1f}   service's own: {median - floor:5.1f}")
+    if fcall:  # what the store's one thread spends running the policy's function
+        print(f"Redis: {fcall['usec_per_call']} µs a decision (INFO commandstats, cmdstat_fcall)")
 
 
 if __name__ == "__main__":

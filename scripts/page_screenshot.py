@@ -37,6 +37,8 @@ def _serve(config: Path, port: int) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        # the example's memory:// store, whatever this shell's FREQGUARD_URL names
+        env={k: v for k, v in os.environ.items() if not k.startswith("FREQGUARD_")},
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # bounded polling for the server to start

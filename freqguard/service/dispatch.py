@@ -11,6 +11,7 @@ read off the app's own routes: there is one declaration of the API.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -44,6 +45,11 @@ class Calls:
                 action = action.removesuffix("/{rule}")
                 if "{" in action or "/" in action:
                     raise ValueError(f"a call's route {route.path!r} is not one Calls finds")
+                # awaited as it is: an endpoint with more around it (a sync function run
+                # in a thread, middleware of its own) would lose it here
+                bare = inspect.iscoroutinefunction(route.endpoint) and inspect.isfunction(route.app)
+                if not bare:
+                    raise ValueError(f"a call's route {route.path!r} is not a bare async endpoint")
                 for method in route.methods or ():
                     self._handlers[action, ruled, method] = route.endpoint
 

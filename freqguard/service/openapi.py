@@ -116,7 +116,7 @@ def _history() -> dict[str, Any]:
         "decisions allowed and denied per minute over the last hour, per policy and rule, "
         "of every worker and host",
         _json("the series", "History"),
-        **{"404": _problem("no policy of that name")},
+        **{"404": _problem("no policy of that name, or the history is off")},
     )
     item["get"]["parameters"] = [_QUERY_POLICY]
     return item
@@ -127,7 +127,10 @@ def _top() -> dict[str, Any]:
         "statsTop",
         "the keys denied most over the last minutes, of every worker (digests without a token)",
         _json("the keys", "TopKeys"),
-        **{"404": _problem("no policy of that name"), "422": _problem("a bad minutes")},
+        **{
+            "404": _problem("no policy of that name, or the history is off"),
+            "422": _problem("a bad minutes"),
+        },
     )
     item["get"]["parameters"] = [
         _QUERY_POLICY,

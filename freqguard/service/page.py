@@ -209,10 +209,15 @@ function chart(series) {
   return svg;
 }
 
+async function refused(response) {  // a problem's detail ("the history is off"), or its status
+  const problem = await response.json().catch(() => null);
+  return `(${problem && problem.detail ? problem.detail : response.status})`;
+}
+
 async function refreshTop() {
   const token = $("token").value;
   const response = await fetch("/v1/stats/top", {headers: token ? {authorization: "Bearer " + token} : {}});
-  if (response.status !== 200) { $("top-note").textContent = `(${response.status})`; return; }
+  if (response.status !== 200) { $("top-note").textContent = await refused(response); return; }
   const top = await response.json();
   $("top-note").textContent = top.digested ? "(digests: type the token to see the keys)" : "";
   $("top").tBodies[0].replaceChildren(...top.keys.map((k) =>
@@ -221,7 +226,11 @@ async function refreshTop() {
 
 async function refreshHistory() {
   const response = await fetch("/v1/stats/history");
-  if (response.status !== 200) { $("history-at").textContent = `(${response.status})`; return; }
+  if (response.status !== 200) {
+    $("history-at").textContent = await refused(response);
+    await refreshTop();
+    return;
+  }
   const history = await response.json(), box = $("history"), parts = [];
   const sum = (values) => values.reduce((a, b) => a + b, 0);
   for (const s of history.series) {

@@ -20,13 +20,10 @@ from freqguard.service.dispatch import Calls
 from tests.conftest import examples
 from tests.integrations.test_service_hostile import DAILY, REQUESTS, SMS, TOKEN, _state
 
-#: What an answer is compared by (the date and server headers are the server's).
-HEADERS = ("content-type", "content-length", "allow", "www-authenticate", "location")
-
 
 def _answer(answer: httpx.Response) -> tuple[Any, ...]:
-    headers = tuple(answer.headers.get(name) for name in HEADERS)
-    return answer.status_code, headers, answer.content
+    """Status, every header (in order; the ASGI transport adds none) and body."""
+    return answer.status_code, answer.headers.multi_items(), answer.content
 
 
 async def _served(requests: list[tuple[str, str, bytes, dict[str, str]]], bare: bool) -> Any:
@@ -114,3 +111,29 @@ def test_a_deep_body_is_refused_alike_at_every_stack_depth(depth: int) -> None:
         assert b"nested too deeply (more than 32 levels)" in content
 
     asyncio.run(run())
+
+
+def test_a_call_route_that_is_not_a_bare_async_endpoint_is_refused() -> None:
+    """Calls awaits an endpoint as it is: a sync one (Starlette runs it in a thread) or
+    one with middleware of its own would lose that, so either is an error at once."""
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.gzip import GZipMiddleware
+    from starlette.responses import Response
+
+    def sync(request: Any) -> Response:
+        return Response()
+
+    async def bare(request: Any) -> Response:
+        return Response()
+
+    path = "/v1/policies/{policy}/hit"
+    for route in (
+        Route(path, sync, methods=["POST"]),
+        Route(path, bare, methods=["POST"], middleware=[Middleware(GZipMiddleware)]),
+    ):
+        with pytest.raises(ValueError, match="not a bare async endpoint"):
+            Calls(Starlette(routes=[route]), [route])
+    assert Calls(Starlette(), [Route(path, bare, methods=["POST"])])._find(
+        {"type": "http", "path": "/v1/policies/p/hit", "method": "POST"}
+    )

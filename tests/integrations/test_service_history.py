@@ -7,6 +7,7 @@ counts at most every ``INTERVAL`` seconds); and the page's chart of them."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -304,3 +305,24 @@ def test_serve_history_off_keeps_none(tmp_path: Path, redis_server: RedisServer)
         assert read.status_code == 404
         assert "history is off" in read.json()["detail"]
     assert not [k for k in redis_server.client.keys("*") if b":stats:" in k]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install chromium)")
+def test_with_the_history_off_the_page_says_so(tmp_path: Path) -> None:
+    """Not a quiet chart nor an empty top list: both say the history is off."""
+    config = tmp_path / "off.toml"
+    config.write_text(
+        'backend = "memory://"\n[[policy]]\nname = "sms"\n'
+        'rules = [{ rate = "2/minute", by = "recipient", name = "rcpt-1m" }]\n'
+    )
+    with (
+        serving(config, "--history", "off") as served,
+        Browser(tmp_path / "profile") as page,
+    ):
+        for _ in range(3):
+            httpx.post(f"{served.url}/v1/policies/sms/hit", json={"context": {"recipient": "a"}})
+        page.open(served.url + "/")
+        off = "(the decisions' history is off (freqguard serve --history off))"
+        page.until(f"document.getElementById('top-note').textContent === {json.dumps(off)}", "top")
+        assert page.run("document.getElementById('history-at').textContent") == off
+        assert page.run("document.querySelectorAll('svg.chart').length") == 0
