@@ -38,7 +38,7 @@ from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from freqguard.script.contract import STALE_GRACE_US
 from tests.conftest import SMS, START, flush, in_threads
 from tests.reference import RATE_STRATEGIES
-from tests.servers import RedisServer, cluster, state_keys
+from tests.servers import RedisServer, cluster, cluster_settled, state_keys
 
 CONTENT = "Your verification code is 918273"
 GRACE_MS = STALE_GRACE_US // 1000
@@ -586,6 +586,22 @@ def _move_slot(nodes: list[RedisServer], slot: int) -> None:
     _admin(source, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
     for node in (target, source, *[n for n in nodes if n not in (source, target)]):
         _admin(node, "CLUSTER", "SETSLOT", slot, "NODE", ids[target.port])
+    # bounded polling until every node says so and the cluster is settled: a node's view
+    # that lags (the cluster bus, on a loaded machine) would bounce the client's call back
+    # and forth until redis-py gives up ("TTL exhausted"), which is not what is tested here
+    deadline = time.monotonic() + 15
+    while not (all(_owner(n, slot) == target.port for n in nodes) and cluster_settled(nodes)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"slot {slot} did not settle on {target.port} in 15 s")
+        time.sleep(0.05)
+
+
+def _owner(node: RedisServer, slot: int) -> int:
+    """The port of the primary ``node`` says serves ``slot``."""
+    for start, end, primary, *_ in _admin(node, "CLUSTER", "SLOTS"):
+        if start <= slot <= end:
+            return int(primary[1])
+    return 0
 
 
 def _moved_replies(nodes: list[RedisServer]) -> int:
