@@ -41,6 +41,8 @@ __all__ = [
     "answer_for",
     "bad_request",
     "compile_limit",
+    "leasing",
+    "leasing_async",
     "refusal",
 ]
 
@@ -310,3 +312,32 @@ class Decider:
         except ContextError as error:  # the request's own zone or priority
             return bad_request(BadRequest(str(error)), info.path)
         return self.answer(decision, info.path, route)
+
+
+def leasing(guard: Guard, held: list[Decision]) -> Callable[..., Decision]:
+    """``guard.hit``, but a policy with a concurrency rule takes a lease; an admitted one
+    goes into ``held``, for the caller to give back when its request has been answered."""
+
+    def hit(name: str, cost: int, **ctx: object) -> Decision:
+        if not guard.policies[name].leases:
+            return guard.hit(name, cost, **ctx)
+        decision = guard.take_lease(name, cost, **ctx)
+        if decision.allowed:
+            held.append(decision)
+        return decision
+
+    return hit
+
+
+def leasing_async(guard: AsyncGuard, held: list[Decision]) -> Callable[..., Awaitable[Decision]]:
+    """:func:`leasing` for an ``AsyncGuard``."""
+
+    async def hit(name: str, cost: int, **ctx: object) -> Decision:
+        if not guard.policies[name].leases:
+            return await guard.hit(name, cost, **ctx)
+        decision = await guard.take_lease(name, cost, **ctx)
+        if decision.allowed:
+            held.append(decision)
+        return decision
+
+    return hit

@@ -37,8 +37,9 @@ from django.core import checks
 from django.http import HttpRequest, HttpResponseBase
 from django.urls import Resolver404, get_resolver
 
+from freqguard.decision import Decision
 from freqguard.guard import AsyncGuard, Guard
-from freqguard.integrations._decide import Route
+from freqguard.integrations._decide import Route, leasing, leasing_async
 from freqguard.integrations._django_caps import capped, exempt
 from freqguard.integrations._django_settings import check_settings
 from freqguard.integrations._django_state import (
@@ -113,11 +114,17 @@ class FreqGuardMiddleware:
         if found is None:  # a DRF throttle or a method's cap may still decide
             return with_headers(state, notes, self.get_response(request))
         route, cap = found
-        answer = state.decider().decide(state.guard().hit, route, request_info(request))
+        held: list[Decision] = []  # a lease, for a policy with a concurrency rule
+        guard = state.guard()
+        answer = state.decider().decide(leasing(guard, held), route, request_info(request))
         denied = noted(notes, cap, answer)
         if denied is not None:
             return denied
-        return with_headers(state, notes, self.get_response(request))
+        try:
+            return with_headers(state, notes, self.get_response(request))
+        finally:  # the view has answered (a streamed body is not waited for)
+            for decision in held:
+                guard.release(decision)
 
     async def _acall(self, request: HttpRequest) -> Response:
         state = current()
@@ -128,12 +135,17 @@ class FreqGuardMiddleware:
         route, cap = found
         if needs_user(route):
             await sync_to_async(load_user)(request)
-        guard = state.aguard()
-        answer = await state.adecider().adecide(guard.hit, route, request_info(request))
+        guard, held = state.aguard(), list[Decision]()
+        hit = leasing_async(guard, held)
+        answer = await state.adecider().adecide(hit, route, request_info(request))
         denied = noted(notes, cap, answer)
         if denied is not None:
             return denied
-        return with_headers(state, notes, await self.get_response(request))
+        try:
+            return with_headers(state, notes, await self.get_response(request))
+        finally:
+            for decision in held:
+                await guard.release(decision)
 
 
 def _route_of(state: State, request: HttpRequest) -> tuple[Route, ViewCap | None] | None:

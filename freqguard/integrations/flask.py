@@ -47,7 +47,14 @@ from freqguard.decision import Decision
 from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
-from freqguard.integrations._decide import Answer, Decider, Route, bad_request, unavailable
+from freqguard.integrations._decide import (
+    Answer,
+    Decider,
+    Route,
+    bad_request,
+    leasing,
+    unavailable,
+)
 from freqguard.integrations._flask_caps import (
     BlueprintCap,
     Capping,
@@ -137,6 +144,7 @@ class FreqGuard:
         app.extensions["freqguard"] = state
         app.before_request(self._before)
         app.after_request(self._after)
+        app.teardown_request(self._give_back)
         app.register_error_handler(CapExceeded, self._denied)
         app.register_error_handler(BadRequest, self._bad_request)
         app.register_error_handler(BackendUnavailable, self._unavailable)
@@ -163,7 +171,8 @@ class FreqGuard:
             ctx = state.decider.prepare(route, info)  # a BadRequest goes to its handler
         except SkipRequest:  # header(..., missing="skip"): this request goes uncapped
             return
-        decision = state.guard.hit(route.name, route.cost, **ctx)
+        held: list[Decision] = g.setdefault("freqguard_leases", [])  # given back at teardown
+        decision = leasing(state.guard, held)(route.name, route.cost, **ctx)
         decisions: list[Decision] = g.setdefault("freqguard_decisions", [])
         decisions.append(decision)
         if not decision.allowed:
@@ -190,6 +199,13 @@ class FreqGuard:
             tightest = min(decisions, key=lambda d: (d.allowed, d.remaining))
             response.headers.update(tightest.headers(self._state().decider.profile))
         return response
+
+    def _give_back(self, error: BaseException | None) -> None:
+        """The leases the request took (a policy with a concurrency rule), given back once
+        it has been answered, however."""
+        held: list[Decision] = g.pop("freqguard_leases", [])
+        for decision in held:
+            self._state().guard.release(decision)
 
     def _denied(self, error: CapExceeded) -> Response:
         return _response(self._state().decider.answer(error.decision, request.path))

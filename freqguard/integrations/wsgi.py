@@ -8,12 +8,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from freqguard.decision import Decision
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
-from freqguard.integrations._decide import Decider, compile_limit
+from freqguard.integrations._decide import Decider, compile_limit, leasing
 from freqguard.integrations._http import (
     BadRequest,
     Limit,
@@ -60,7 +61,8 @@ class FreqGuardMiddleware:
     """WSGI middleware: the first matching :class:`Limit` decides each request.
 
     The limits are compiled when the middleware is built; each policy is registered on the
-    guard once.
+    guard once. A route whose policy has a concurrency rule holds a lease for each request
+    it admits until the server closes the response (its time in flight).
 
     Args:
         app: the WSGI application.
@@ -86,7 +88,10 @@ class FreqGuardMiddleware:
         if found is None:
             return self.app(environ, start_response)
         route, params = found
-        answer = self.decider.decide(self.guard.hit, route, request_info(environ, params))
+        held: list[Decision] = []  # a lease taken for this request, if its policy holds them
+        answer = self.decider.decide(
+            leasing(self.guard, held), route, request_info(environ, params)
+        )
         extra = list(answer.headers.items())
         if not answer.allowed:
             start_response(f"{answer.status} {_REASONS[answer.status]}", extra)
@@ -95,7 +100,36 @@ class FreqGuardMiddleware:
         def start_with_headers(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
             return start_response(status, [*headers, *extra], *exc)
 
-        return self.app(environ, start_with_headers)
+        if not held:
+            return self.app(environ, start_with_headers)
+        try:
+            body = self.app(environ, start_with_headers)
+        except BaseException:
+            self.guard.release(held[0])
+            raise
+        return _Held(body, lambda: self.guard.release(held[0]))
+
+
+class _Held:
+    """A response body whose request holds a lease: given back when the server closes the
+    body (PEP 3333: once the last byte is sent, or the client went away), so the lease
+    counts the request for as long as it is in flight."""
+
+    def __init__(self, body: Iterable[bytes], release: Callable[[], object]) -> None:
+        self._body, self._release, self._released = body, release, False
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._body)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            if not self._released:
+                self._released = True
+                self._release()
 
 
 _REASONS = {400: "Bad Request", 429: "Too Many Requests", 503: "Service Unavailable"}

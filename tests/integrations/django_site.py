@@ -10,10 +10,12 @@ from typing import Any
 import django
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.test import AsyncClient, Client
 from django.urls import path
 from django.utils.decorators import method_decorator
 from django.views import View
 
+from freqguard import Rule
 from freqguard.integrations.django import capped, exempt, header, user_or_ip
 
 SETTINGS: dict[str, Any] = {
@@ -98,7 +100,27 @@ class MethodCapped(View):
         return HttpResponse("got")
 
 
+@capped(Rule("1 concurrent", by="client", lease=60))
+def leased(request: HttpRequest) -> HttpResponse:
+    """One request at a time: a request made while this one runs is refused (its status
+    is the answer)."""
+    if request.GET.get("inner"):
+        return HttpResponse("inner")
+    inner = Client().get("/leased", {"inner": "1"})
+    return HttpResponse(str(inner.status_code))
+
+
+@capped(Rule("1 concurrent", by="client", lease=60))
+async def aleased(request: HttpRequest) -> HttpResponse:
+    if request.GET.get("inner"):
+        return HttpResponse("inner")
+    inner = await AsyncClient().get("/aleased", {"inner": "1"})
+    return HttpResponse(str(inner.status_code))
+
+
 urlpatterns = [
+    path("leased", leased, name="leased"),
+    path("aleased", aleased, name="aleased"),
     path("plain", plain, name="plain"),
     path("plain-again", plain),  # unnamed: counted under the view's dotted path
     path("sync", sync_capped, name="sync"),

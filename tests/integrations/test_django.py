@@ -263,3 +263,13 @@ def test_one_capped_on_two_views_gives_each_its_own_budget(clock: ManualClock) -
     with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(clock)), MIDDLEWARE=[]):
         codes = [view(RequestFactory().get("/")).status_code for view in (first, second)]
     assert codes == [200, 200]
+
+
+def test_the_middleware_holds_a_lease_while_the_view_runs(clock: ManualClock) -> None:
+    """A view capped by a concurrency rule: a request made while it runs is refused, and
+    the lease is given back once it has answered (sync and async handlers)."""
+    with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(clock))):
+        first, again = _get("/leased", times=2)
+        assert [first.content, again.content] == [b"429", b"429"]  # given back each time
+        afirst, aagain = _aget("/aleased", times=2)
+        assert [afirst.content, aagain.content] == [b"429", b"429"]

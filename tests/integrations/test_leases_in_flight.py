@@ -1,10 +1,12 @@
-"""Calls and requests in flight: ``@capped`` and the ASGI middleware hold a lease of a
-policy with a concurrency rule while the call or the request runs, and give it back when
-it ends, however it ends."""
+"""Calls and requests in flight: ``@capped`` and the ASGI and WSGI middleware hold a lease
+of a policy with a concurrency rule while the call or the request runs, and give it back
+when it ends, however it ends."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -123,3 +125,80 @@ def test_the_asgi_middleware_caps_requests_in_flight() -> None:
         return statuses, after
 
     assert asyncio.run(main()) == ([200, 200, 429, 429, 429], 200)
+
+
+def test_the_wsgi_middleware_holds_a_lease_until_the_server_closes_the_response() -> None:
+    """A request is in flight until the server has sent its body and closed it (PEP 3333):
+    the lease is given back then, or when the app raises; a refused request holds none."""
+    from werkzeug.test import Client
+
+    from freqguard.integrations.wsgi import FreqGuardMiddleware as WSGIMiddleware
+    from freqguard.integrations.wsgi import Limit as WSGILimit
+
+    guard = Guard(policies=[TWO], clock=ManualClock(1_000))
+    closed: list[str] = []
+
+    class Body:
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def __iter__(self) -> Iterator[bytes]:
+            yield b"ok"
+
+        def close(self) -> None:
+            closed.append(self.path)
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ["PATH_INFO"] == "/fail":
+            raise RuntimeError("the app failed")
+        start_response("200 OK", [("content-type", "text/plain")])
+        return Body(environ["PATH_INFO"])
+
+    wsgi = WSGIMiddleware(
+        app, guard=guard, limits=[WSGILimit("/{name}", rule=TWO, key=lambda request: {})]
+    )
+    client = Client(wsgi)
+    first, second = client.get("/a", buffered=False), client.get("/b", buffered=False)
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert client.get("/c").status_code == 429  # two in flight: the cap
+    first.close()
+    assert closed == ["/a"]
+    third = client.get("/d", buffered=False)  # the first one's lease given back
+    assert third.status_code == 200
+    assert client.get("/e").status_code == 429
+    second.close()  # one in flight now: the third
+    with pytest.raises(RuntimeError):
+        client.get("/fail")  # admitted, then the app raised: its lease given back at once
+    fourth = client.get("/f", buffered=False)  # else the cap would refuse it
+    assert fourth.status_code == 200
+    assert client.get("/g").status_code == 429
+    fourth.close()
+    third.close()
+    assert guard.peek("two").remaining == 2  # every lease given back
+
+
+def test_flask_holds_a_lease_while_the_view_runs() -> None:
+    """A view capped by a concurrency rule: a request made while it runs is refused, and
+    the lease is given back at the request's teardown, the view's error included."""
+    from flask import Flask, request
+
+    from freqguard.integrations.flask import FreqGuard
+
+    app = Flask(__name__)
+    fg = FreqGuard(app, guard=Guard(clock=ManualClock(1_000)))
+
+    @app.get("/run")
+    @fg.capped(Rule("1 concurrent", by="client", lease=60))
+    def run() -> str:
+        if request.args.get("inner"):
+            return "inner"
+        if request.args.get("fail"):
+            raise RuntimeError("the view failed")
+        return str(app.test_client().get("/run?inner=1").status_code)
+
+    client = app.test_client()
+    assert client.get("/run").text == "429"
+    assert client.get("/run").text == "429"  # given back after the first
+    app.testing = False  # the view's error answered as a 500, not raised into the test
+    assert client.get("/run?fail=1").status_code == 500
+    assert client.get("/run").text == "429"  # given back after the error too
