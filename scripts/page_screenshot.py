@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +25,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.servers import free_port  # noqa: E402 (the checkout's own test helpers)
+# the checkout's own test helpers
+from tests.integrations.service_browser import CHROMIUM, headless  # noqa: E402
+from tests.servers import free_port  # noqa: E402
 
 SCRIPT = Path(sys.executable).parent / "freqguard"
 
@@ -72,8 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs/images/service-page.png")
     args = parser.parse_args()
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
+    if CHROMIUM is None:
         raise SystemExit("chromium is not installed (apt-get install chromium)")
     port = free_port()
     process = _serve(ROOT / "examples/freqguard.toml", port)
@@ -84,13 +84,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as profile:
             subprocess.run(
                 [
-                    chromium,
-                    "--headless",
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--hide-scrollbars",
-                    f"--user-data-dir={profile}",
-                    "--virtual-time-budget=10000",
+                    *headless(profile),
                     "--window-size=1000,1480",
                     f"--screenshot={args.out.resolve()}",
                     url + query,

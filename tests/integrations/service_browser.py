@@ -26,6 +26,21 @@ _PLACE = (
 )
 
 
+def headless(profile: Path | str) -> list[str]:
+    """Headless chromium loading a page once (its script given 10 s of virtual time): the
+    command before what it does with the page (``--dump-dom``, ``--screenshot=...``)."""
+    assert CHROMIUM is not None
+    return [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=10000",
+    ]
+
+
 class Browser:
     """One page of a headless chromium: :meth:`open` a URL, :meth:`run` a script in it."""
 

@@ -130,13 +130,19 @@ def test_two_workers_share_the_counts_exactly(service: str) -> None:
                 assert got_allowed[:-1] == got_denied[:-1] == earlier
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium (CI installs it)")
-def test_the_page_charts_each_policy_and_refreshes(tmp_path: Path) -> None:
-    config = tmp_path / "chart.toml"
+def _one_rule(directory: Path) -> Path:
+    """A configuration on memory:// (one worker): policy sms, 2/minute per recipient."""
+    config = directory / "sms.toml"
     config.write_text(
         'backend = "memory://"\n[[policy]]\nname = "sms"\n'
         'rules = [{ rate = "2/minute", by = "recipient", name = "rcpt-1m" }]\n'
     )
+    return config
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium (CI installs it)")
+def test_the_page_charts_each_policy_and_refreshes(tmp_path: Path) -> None:
+    config = _one_rule(tmp_path)
     totals = """[...document.querySelectorAll('svg.chart polyline')].map((line) =>
       line.dataset.values.split(',').map(Number).reduce((a, b) => a + b, 0))"""
     with serving(config) as served, Browser(tmp_path / "profile") as page:
@@ -310,11 +316,7 @@ def test_serve_history_off_keeps_none(tmp_path: Path, redis_server: RedisServer)
 @pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install chromium)")
 def test_with_the_history_off_the_page_says_so(tmp_path: Path) -> None:
     """Not a quiet chart nor an empty top list: both say the history is off."""
-    config = tmp_path / "off.toml"
-    config.write_text(
-        'backend = "memory://"\n[[policy]]\nname = "sms"\n'
-        'rules = [{ rate = "2/minute", by = "recipient", name = "rcpt-1m" }]\n'
-    )
+    config = _one_rule(tmp_path)
     with (
         serving(config, "--history", "off") as served,
         Browser(tmp_path / "profile") as page,

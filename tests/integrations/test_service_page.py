@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,10 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.integrations.service_browser import CHROMIUM, headless
 from tests.servers import free_port
 
 SCRIPT = Path(sys.executable).parent / "freqguard"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CONFIG = """\
 [[policy]]
 name = "sms"
@@ -121,15 +120,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 def _browse(url: str, profile: Path, screenshot: Path | None = None) -> Tables:
     """The page's DOM after its script ran, in headless chromium."""
-    args = [
-        str(CHROMIUM),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--hide-scrollbars",
-        f"--user-data-dir={profile}",
-        "--virtual-time-budget=10000",
-    ]
+    args = headless(profile)
     if screenshot is not None:
         args += ["--window-size=1100,760", f"--screenshot={screenshot}"]
     else:
