@@ -25,7 +25,7 @@ from pathlib import Path
 from benchmarks.service import CONFIG
 from freqguard.config import loads
 from freqguard.guard import AsyncGuard
-from freqguard.service.history import History, denied_keys, history_for
+from freqguard.service.history import History, history_for
 from tests.servers import standalone
 
 BATCH = 20
@@ -46,7 +46,7 @@ def _cases(guard: AsyncGuard, history: History) -> dict[str, Case]:
     async def hit_recorded(_: int) -> int:
         ctx = context(rng)
         decided = await guard.hit("sms", 1, **ctx)
-        await history.record("sms", (decided,), denied_keys((decided,), (ctx,), DIMENSIONS))
+        await history.record("sms", (decided,), (ctx,), DIMENSIONS)
         return 1
 
     async def batch(_: int) -> int:
@@ -56,7 +56,7 @@ def _cases(guard: AsyncGuard, history: History) -> dict[str, Case]:
     async def batch_recorded(_: int) -> int:
         contexts = [context(rng) for _ in range(BATCH)]
         decided = await guard.hit_many("sms", contexts)
-        await history.record("sms", decided, denied_keys(decided, contexts, DIMENSIONS))
+        await history.record("sms", decided, contexts, DIMENSIONS)
         return BATCH
 
     return {

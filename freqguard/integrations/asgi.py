@@ -18,7 +18,6 @@ Starlette and FastAPI users import the same names from
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
-from contextlib import AsyncExitStack
 from typing import Any
 
 from freqguard.config import Config
@@ -31,6 +30,7 @@ from freqguard.integrations._decide import (
     Decider,
     Route,
     compile_limit,
+    leasing_async,
 )
 from freqguard.integrations._http import (
     BadRequest,
@@ -136,19 +136,19 @@ class FreqGuardMiddleware:
     async def _leasing(
         self, route: Route, params: Mapping[str, str], scope: Scope, receive: Receive, send: Send
     ) -> None:
-        """A request of a route whose policy holds leases (a concurrency rule): the lease
-        taken is held until the app has answered (the request's time in flight)."""
-        async with AsyncExitStack() as held:
-
-            async def hit(name: str, cost: int, **ctx: object) -> Decision:
-                leases = self.guard.policies[name].leases
-                self._leased[route] = leases
-                if not leases:
-                    return await self._hit(name, cost, **ctx)
-                return await held.enter_async_context(self.guard.lease(name, cost, **ctx))
-
-            answer = await self.decider.adecide(hit, route, request_info(scope, params))
+        """A request of a route whose policy holds leases (a concurrency rule), or not known
+        yet: the lease taken is held until the app has answered (its time in flight)."""
+        held: list[Decision] = []
+        hit = leasing_async(self.guard, held)
+        answer = await self.decider.adecide(hit, route, request_info(scope, params))
+        policy = self.guard.policies.get(route.name)  # registered by now, unless refused
+        if policy is not None:
+            self._leased[route] = policy.leases
+        try:
             await self._answered(answer, scope, receive, send)
+        finally:
+            for decision in held:
+                await self.guard.release(decision)
 
     async def _answered(self, answer: Answer, scope: Scope, receive: Receive, send: Send) -> None:
         """The app called (its answer given the decision's headers), or the refusal sent."""

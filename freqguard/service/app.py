@@ -38,6 +38,7 @@ import freqguard.service.schema as schema
 from freqguard.decision import Decision
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import AsyncGuard
+from freqguard.rates import written
 from freqguard.service.access import notes
 from freqguard.service.bodies import (
     COSTED,
@@ -54,8 +55,8 @@ from freqguard.service.bodies import (
 from freqguard.service.checks import Checks
 from freqguard.service.dispatch import Calls
 from freqguard.service.gate import Gate, HostCheck
-from freqguard.service.history import TOP_MINUTES, denied_keys, history_for
-from freqguard.service.listing import policy_info, written
+from freqguard.service.history import TOP_MINUTES, history_for
+from freqguard.service.listing import policy_info
 from freqguard.service.openapi import document
 from freqguard.service.page import PAGE
 from freqguard.service.problems import (
@@ -221,9 +222,7 @@ def create_app(
         call.checks.hit(context, "context")
         call.checks.cost(cost, upper=True)
         decided = await guard.hit(call.policy, cost, **context)
-        if keep_history:
-            keys = denied_keys((decided,), (context,), call.checks.policy.dimensions)
-            await history.record(call.policy, (decided,), keys)
+        await history.record(call.policy, (decided,), (context,), call.checks.dimensions)
         return schema.decision(decided)
 
     async def hit_many(call: Call) -> Any:
@@ -232,9 +231,7 @@ def create_app(
             call.checks.hit(context, f"contexts[{index}]")
         call.checks.cost(cost, upper=True)
         decisions = await guard.hit_many(call.policy, contexts, cost)
-        if keep_history:
-            keys = denied_keys(decisions, contexts, call.checks.policy.dimensions)
-            await history.record(call.policy, decisions, keys)
+        await history.record(call.policy, decisions, contexts, call.checks.dimensions)
         return schema.Decisions([schema.decision(d) for d in decisions])
 
     async def peek(call: Call) -> Any:

@@ -37,9 +37,9 @@ class Checks:
         self.policy = policy
         self.plan = PolicyPlan(policy, "checks")  # never sent: the prefix is moot
         # the policy's names, said once (Policy derives them from its rules at each ask)
-        self._dimensions = tuple(policy.dimensions)
-        self._limit_names = frozenset(self._dimensions)
-        self._hit_names = frozenset((*self._dimensions, *policy.reads))
+        self.dimensions = tuple(policy.dimensions)
+        self._limit_names = frozenset(self.dimensions)
+        self._hit_names = frozenset((*self.dimensions, *policy.reads))
 
     def _takes(self, limits: bool) -> str:
         taken = f"policy {self.policy.name!r} takes: {_listed(self.policy.dimensions)}"
@@ -55,7 +55,7 @@ class Checks:
             if name not in accepted:
                 raise invalid(member(path, name), f"not a name {self._takes(limits)}")
         if not limits:
-            for name in self._dimensions:
+            for name in self.dimensions:
                 if name not in context:
                     raise invalid(member(path, name), f"missing: {self._takes(limits)}")
 

@@ -113,10 +113,16 @@ def _counted(decisions: Sequence[Decision]) -> bool:
 
 
 class History(Protocol):
-    """Where the service keeps the counts: :meth:`record` a call's, :meth:`read` them."""
+    """Where the service keeps the counts: :meth:`record` a call's (its decisions, and the
+    contexts they were for: a denied one's key, by the policy's ``dimensions``), and
+    :meth:`read` them."""
 
     async def record(
-        self, policy: str, decisions: Sequence[Decision], keys: Counter[str]
+        self,
+        policy: str,
+        decisions: Sequence[Decision],
+        contexts: Sequence[Mapping[str, Any]],
+        dimensions: Sequence[str],
     ) -> None: ...
 
     async def read(self, policies: Mapping[str, Sequence[str]]) -> schema.History: ...
@@ -169,9 +175,16 @@ class MemoryHistory(_Clocked):
         self._counts: dict[str, dict[int, Counter[tuple[str, str]]]] = {}
         self._keys: dict[tuple[str, int], Counter[str]] = {}
 
-    async def record(self, policy: str, decisions: Sequence[Decision], keys: Counter[str]) -> None:
+    async def record(
+        self,
+        policy: str,
+        decisions: Sequence[Decision],
+        contexts: Sequence[Mapping[str, Any]],
+        dimensions: Sequence[str],
+    ) -> None:
         if not _counted(decisions):
             return
+        keys = denied_keys(decisions, contexts, dimensions)
         now = self.minute()
         kept = self._counts.setdefault(policy, {})
         tally(decisions, kept.setdefault(now, Counter()))
@@ -224,9 +237,16 @@ class RedisHistory(_Clocked):
     def _top_key(self, policy: str, minute: int) -> str:
         return f"{{{self._prefix}:stats:{policy}}}:top:{minute}"
 
-    async def record(self, policy: str, decisions: Sequence[Decision], keys: Counter[str]) -> None:
+    async def record(
+        self,
+        policy: str,
+        decisions: Sequence[Decision],
+        contexts: Sequence[Mapping[str, Any]],
+        dimensions: Sequence[str],
+    ) -> None:
         if not _counted(decisions):
             return
+        keys = denied_keys(decisions, contexts, dimensions)
         now = self.minute()
         pending = self._pending.get((policy, now))
         if pending is None:
@@ -336,7 +356,13 @@ class NoHistory:
 
     OFF = "the decisions' history is off (freqguard serve --history off)"
 
-    async def record(self, policy: str, decisions: Sequence[Decision], keys: Counter[str]) -> None:
+    async def record(
+        self,
+        policy: str,
+        decisions: Sequence[Decision],
+        contexts: Sequence[Mapping[str, Any]],
+        dimensions: Sequence[str],
+    ) -> None:
         return None
 
     async def read(self, policies: Mapping[str, Sequence[str]]) -> schema.History:

@@ -14,7 +14,7 @@ from freqguard.policy import Policy
 from freqguard.rates import written
 from freqguard.rules import Rule, Strategy
 
-__all__ = ["policy_info", "written"]
+__all__ = ["policy_info"]
 
 
 def _written_rule(rule: Rule) -> str:

@@ -12,9 +12,8 @@ import pytest
 
 from freqguard import AsyncGuard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.options import QuietHours
-from freqguard.rates import Rate, parse_rate
+from freqguard.rates import Rate, parse_rate, written
 from freqguard.service import create_app
-from freqguard.service.listing import written
 
 PROMO = Policy(
     "promo",

@@ -217,7 +217,7 @@ def test_the_history_and_top_keys_on_a_redis_store(
     """The counts and the top keys written and read back on a standalone server and on a
     Redis Cluster (each key of the history in one slot: one policy's keys share a tag)."""
     from freqguard.backends.urls import async_backend_from_url
-    from freqguard.service.history import RedisHistory, denied_keys, history_for
+    from freqguard.service.history import RedisHistory, history_for
 
     if store == "redis":
         url = request.getfixturevalue("redis_server").url
@@ -232,7 +232,7 @@ def test_the_history_and_top_keys_on_a_redis_store(
         contexts = [{"recipient": "a", "content": "x"}] * 3
         try:
             decisions = await guard.hit_many("sms", contexts)
-            await history.record("sms", decisions, denied_keys(decisions, contexts, SMS.dimensions))
+            await history.record("sms", decisions, contexts, SMS.dimensions)
             read = await history.read({"sms": ["rcpt-1m", "content-59s"]})
             top = await history.top(["sms"], 2, None)
         finally:
