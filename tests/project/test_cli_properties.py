@@ -94,6 +94,8 @@ FLAGS = st.sampled_from(
         *("--json", "--yes", "--ttl", "--prefix", "--workers", "--port", "--host", "--what-if"),
         *("--policy", "--decisions", "--log-level", "--token-file", "--no-progress", "--url"),
         *("--help", "-x", "--", "--json=1"),
+        *("--history", "--history=maybe", "--access-log", "--loop", "--http", "--allow-host"),
+        *("--shutdown-timeout", "--rule"),
     ]
 )
 WORDS = st.one_of(
