@@ -30,42 +30,64 @@ async def sleep(clock: Clock, seconds: float) -> None:
 
 async def send(backend: Any, calls: list[ScriptCall], whole: bool) -> list[Reply]:
     """``backend.aexecute_many(calls)``; with ``whole`` (an operation that writes in more
-    than one call, or a batch), let finish when the caller is cancelled, which is then an
-    :class:`_Interrupted` with the replies (or, when the calls failed too, the cancellation
-    as it came: what they did is not known)."""
+    than one call, a batch, a lease taken or given back), let finish when the caller is
+    cancelled, however many times, which is then an :class:`_Interrupted` with the replies
+    (or, when the calls failed too, the cancellation as it came: what they did is not
+    known)."""
     if not whole:
         return await backend.aexecute_many(calls)  # type: ignore[no-any-return]
     task = asyncio.ensure_future(backend.aexecute_many(calls))
+    cancelled = await _through(task)
+    if cancelled is None:
+        return task.result()  # type: ignore[no-any-return]
     try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError as cancelled:
+        replies = task.result()
+    except BaseException:
+        raise cancelled from None
+    raise _Interrupted(backend, calls, replies) from None
+
+
+async def _through(task: asyncio.Future[Any]) -> BaseException | None:
+    """Wait until ``task`` is done, through every cancellation of the caller meanwhile (the
+    task goes on): the first such cancellation, or None."""
+    cancelled: BaseException | None = None
+    while not task.done():
         try:
-            replies = await task
-        except Exception:
-            raise cancelled from None
-        raise _Interrupted(backend, calls, replies) from None
+            await asyncio.wait((task,))  # never cancels the task, never raises its error
+        except asyncio.CancelledError as exc:
+            cancelled = cancelled or exc
+    return cancelled
 
 
 async def unwind(op: Op[T], cancelled: BaseException, backend: Any) -> None:
     """The caller was cancelled: what the call under way took (when it finished and said)
     and what the operation took before (``op`` gives it back when the cancellation is
-    thrown into it) goes back to the store (``backend``), each call let finish."""
+    thrown into it) goes back to the store (``backend``), each call let finish, through
+    any further cancellation."""
     try:
         if isinstance(cancelled, _Interrupted):
             given = undo(cancelled.calls, cancelled.replies)
             if given:
-                await send(cancelled.backend, given, True)
+                await _finish(cancelled.backend, given)
         step = op.throw(cancelled)
         while isinstance(step, (list, Elsewhere)):
             if isinstance(step, Elsewhere):
-                step = op.send(await send(step.backend, step.calls, True))
+                step = op.send(await _finish(step.backend, step.calls))
             else:
-                step = op.send(await send(backend, step, True))
+                step = op.send(await _finish(backend, step))
     except (asyncio.CancelledError, StopIteration):
         return
     except Exception:  # the store failed meanwhile: the units stay taken, the strict side
         _log.warning("freqguard: a cancelled operation could not give back what it took")
         op.close()
+
+
+async def _finish(backend: Any, calls: list[ScriptCall]) -> list[Reply]:
+    """``calls`` sent and answered, though the caller, being unwound, is cancelled again."""
+    try:
+        return await send(backend, calls, True)
+    except _Interrupted as again:
+        return again.replies
 
 
 class _Interrupted(asyncio.CancelledError):

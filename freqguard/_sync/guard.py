@@ -131,9 +131,8 @@ class Guard:
         return Shared(*parts)
 
     def _adopt(self, other: Sharing, fallback: Callable[[object], object]) -> None:
-        """Share ``other``'s registry, ``on_error``, breaker, deny cache and observers, not
-        copies: a policy added to either, now or later, is known to both (an async face of
-        a sync guard). ``fallback`` adapts its fallback backends to this guard's kind."""
+        """Share ``other``'s registry, ``on_error``, breaker, deny cache and observers (not
+        copies: a policy added to either is known to both); ``fallback`` adapts its fallbacks."""
         shared = other._shared()
         self.breaker, self.observers = shared.breaker, shared.observers
         failover = shared.failover.facing(fallback, type(self).__name__, self._methods)
@@ -273,7 +272,8 @@ class Guard:
         to ``cost`` more than its limit before the older units leave it.
 
         Raises:
-            ConfigError: a decision already refunded, or given with a cost or context.
+            ConfigError: a decision already refunded, or given with a cost or context; a
+                refund by context of a policy that holds leases (:meth:`release` them).
         """
         if not isinstance(policy, Decision):
             count = 1 if cost is None else cost
@@ -300,8 +300,8 @@ class Guard:
     def take_lease(self, policy: str, cost: int = 1, **ctx: object) -> Decision:
         """A lease, taken in one call with the policy's other rules (all-or-nothing); give
         it back with :meth:`release`, else it frees itself after the rule's ``lease``."""
-        hit = self._hits.hit(policy, cost, ctx, lease=True)
-        decided = self._run(self._hits.hit_op(hit), policy, not hit.plan.single_part)
+        hit = self._hits.hit(policy, cost, ctx, lease=True)  # whole: cancelled, given back
+        decided = self._run(self._hits.hit_op(hit), policy, True)
         return self._hits.hit_done(hit, decided)
 
     def release(self, decision: Decision, /) -> Decision:
@@ -312,8 +312,8 @@ class Guard:
         """Run a refund's operation; a failure surely not applied gives its receipt back."""
         if isinstance(op, Decision):
             return op
-        try:
-            return self._run(op, decision.policy)
+        try:  # whole: let finish when the caller is cancelled, so a lease surely goes back
+            return self._run(op, decision.policy, True)
         except BaseException as exc:
             if not maybe_applied(exc):
                 unspend(decision.receipt)

@@ -21,10 +21,18 @@ name the guard does not know, fails at decoration.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Mapping,
+    Sequence,
+)
+from functools import partial
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar, cast, overload
 
@@ -34,14 +42,15 @@ from freqguard.decision import Decision
 from freqguard.decorators.adapters import as_async
 from freqguard.decorators.call_keys import Arguments, CallKey, KeyArgument
 from freqguard.decorators.defaults import configure, default_async_guard, default_guard
+from freqguard.decorators.generators import async_held, held
 from freqguard.decorators.leases import leased, refuse_block
-from freqguard.decorators.naming import implicit_name
+from freqguard.decorators.naming import implicit_name, parse_target, unknown_policy
 from freqguard.engine.failover import shared_out
 from freqguard.errors import CapExceeded, ConfigError
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.policy import Fallback, OnError, Policy, check_on_error
 from freqguard.rates import parse_rates
-from freqguard.rules import NAME_PATTERN, Rule, check_name, fit_name
+from freqguard.rules import Rule, check_name, fit_name
 
 __all__ = ["Capped", "capped", "configure"]
 
@@ -51,11 +60,6 @@ OnExceeded = Literal["raise", "skip", "wait"] | Callable[[Decision], Any]
 RuleSpec = str | Rule | Sequence[str | Rule]
 # per guard, the dimensions of the policy registered on it (a guard's policy never changes)
 Registered = weakref.WeakKeyDictionary[Guard | AsyncGuard, tuple[str, ...]]
-
-
-def _unknown_policy(name: str, guard: Guard | AsyncGuard) -> ConfigError:
-    known = ", ".join(sorted(guard.policies)) or "none"
-    return ConfigError(f"{name!r} is neither a rate nor a registered policy (registered: {known})")
 
 
 class Capped:
@@ -79,7 +83,7 @@ class Capped:
             )
         self.guard, self.cost, self.on_exceeded = guard, cost, on_exceeded
         self.timeout, self.context = timeout, context
-        self._rules, self._policy = self._parse_rule(rule, guard)
+        self._rules, self._policy = parse_target(rule, guard)
         if name is not None:
             check_name("policy name", name)
             if self._policy is not None:
@@ -104,38 +108,6 @@ class Capped:
 
     # -- configuration -------------------------------------------------------------------
 
-    @staticmethod
-    def _parse_rule(
-        rule: RuleSpec, guard: Guard | AsyncGuard | None
-    ) -> tuple[tuple[Rule | str, ...], str | None]:
-        """Rules (or rate strings) to make a policy of, or the name of a registered policy.
-
-        Checked now, at decoration: a rate that does not parse, or a name the guard (or the
-        current default guard) does not know, is a ConfigError here, not at the first call.
-        """
-        if isinstance(rule, Rule):
-            return (rule,), None
-        if isinstance(rule, str):
-            try:
-                parse_rates(rule)
-            except ConfigError:
-                if not NAME_PATTERN.fullmatch(rule):
-                    raise  # not a possible policy name either: the rate error says why
-                target = guard if guard is not None else default_guard()
-                if rule not in target.policies:
-                    raise _unknown_policy(rule, target) from None
-                return (), rule
-            return (rule,), None
-        items = tuple(rule)
-        if not items or not all(isinstance(r, str | Rule) for r in items):
-            raise ConfigError(
-                f"rule must be a rate string, a Rule, a list of them or a policy name, got {rule!r}"
-            )
-        for item in items:
-            if isinstance(item, str):
-                parse_rates(item)
-        return items, None
-
     def _policy_for(
         self,
         guard: Guard | AsyncGuard,
@@ -147,7 +119,7 @@ class Capped:
         if self._policy is not None:
             policy = guard.policies.get(self._policy)
             if policy is None:
-                raise _unknown_policy(self._policy, guard)
+                raise unknown_policy(self._policy, guard)
             dims = policy.dimensions
             if len(dims) == 1 and len(ctx) == 1 and dims[0] not in ctx:
                 ctx = {dims[0]: next(iter(ctx.values()))}  # key="msg.to" for a one-dimension policy
@@ -187,7 +159,9 @@ class Capped:
         site = self._site(func)
         if inspect.iscoroutinefunction(func):  # chosen once, here
             return cast(Callable[P, R], self._wrap_async(func, site))
-        return cast(Callable[P, R], self._wrap_sync(func, site))
+        if inspect.isasyncgenfunction(func):
+            return cast(Callable[P, R], self._wrap_async_generator(func, site))
+        return cast(Callable[P, R], self._wrap_sync(func, site, inspect.isgeneratorfunction(func)))
 
     def _site(self, func: Callable[..., object]) -> _Site:
         name = self._name
@@ -201,7 +175,7 @@ class Capped:
             site.registered[self.guard] = dimensions
         return site
 
-    def _wrap_sync(self, func: Callable[..., Any], site: _Site) -> object:
+    def _wrap_sync(self, func: Callable[..., Any], site: _Site, generator: bool) -> object:
         @wrapt.decorator
         def wrapper(
             wrapped: Callable[..., Any],
@@ -211,6 +185,9 @@ class Capped:
         ) -> Any:
             guard = self._sync_guard()
             name, ctx, cost = self._call(site, guard, wrapped, args, kwargs)
+            if leased(guard, name, self.on_exceeded) and generator:
+                make = partial(wrapped, *args, **kwargs)
+                return held(guard, name, cost, ctx, self._exceeded, make)
             if leased(guard, name, self.on_exceeded):  # held while the call runs
                 with guard.lease(name, cost, **ctx) as lease:
                     if not lease.allowed:
@@ -242,6 +219,26 @@ class Capped:
             if not decision.allowed:
                 return self._exceeded(decision)
             return await wrapped(*args, **kwargs)
+
+        return wrapper(func)
+
+    def _wrap_async_generator(self, func: Callable[..., Any], site: _Site) -> object:
+        @wrapt.decorator
+        def wrapper(
+            wrapped: Callable[..., AsyncGenerator[Any, Any]],
+            instance: object,
+            args: tuple[Any, ...],
+            kwargs: dict[str, Any],
+        ) -> AsyncGenerator[Any, Any]:
+            guard = self._async_guard()
+
+            async def decide(stack: contextlib.AsyncExitStack[Any]) -> Decision:
+                name, ctx, cost = self._call(site, guard, wrapped, args, kwargs)
+                if leased(guard, name, self.on_exceeded):
+                    return await stack.enter_async_context(guard.lease(name, cost, **ctx))
+                return await self._ask(guard, name, ctx, cost)
+
+            return async_held(decide, self._exceeded, lambda: wrapped(*args, **kwargs))
 
         return wrapper(func)
 

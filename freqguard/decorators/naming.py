@@ -1,13 +1,19 @@
-"""The policy name a decorated function (or a Flask view) gets when none is given."""
+"""What a cap names: the rules or the registered policy its ``rule`` gives (checked at
+decoration), and the policy name a decorated function (or a Flask view) gets when none is
+given."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from freqguard.rules import fit_name
+from freqguard.decorators.defaults import default_guard
+from freqguard.errors import ConfigError
+from freqguard.guard import AsyncGuard, Guard
+from freqguard.rates import parse_rates
+from freqguard.rules import NAME_PATTERN, Rule, fit_name
 
-__all__ = ["implicit_name"]
+__all__ = ["implicit_name", "parse_target", "unknown_policy"]
 
 _taken: set[str] = set()  # implicit policy names handed out in this process
 _taken_lock = threading.Lock()
@@ -29,3 +35,41 @@ def implicit_name(func: Callable[..., object], prefix: str = "capped") -> str:
             name = fit_name(f"{raw}.{number}")
         _taken.add(name)
     return name
+
+
+def parse_target(
+    rule: object, guard: Guard | AsyncGuard | None
+) -> tuple[tuple[Rule | str, ...], str | None]:
+    """What a cap's ``rule`` names: rules (or rate strings) to make a policy of, or the name
+    of a registered policy.
+
+    Checked at decoration: a rate that does not parse, or a name the guard (or the current
+    default guard) does not know, is a ConfigError here, not at the first call.
+    """
+    if isinstance(rule, Rule):
+        return (rule,), None
+    if isinstance(rule, str):
+        try:
+            parse_rates(rule)
+        except ConfigError:
+            if not NAME_PATTERN.fullmatch(rule):
+                raise  # not a possible policy name either: the rate error says why
+            target = guard if guard is not None else default_guard()
+            if rule not in target.policies:
+                raise unknown_policy(rule, target) from None
+            return (), rule
+        return (rule,), None
+    items = tuple(rule) if isinstance(rule, Sequence) else ()
+    if not items or not all(isinstance(r, str | Rule) for r in items):
+        raise ConfigError(
+            f"rule must be a rate string, a Rule, a list of them or a policy name, got {rule!r}"
+        )
+    for item in items:
+        if isinstance(item, str):
+            parse_rates(item)
+    return items, None
+
+
+def unknown_policy(name: str, guard: Guard | AsyncGuard) -> ConfigError:
+    known = ", ".join(sorted(guard.policies)) or "none"
+    return ConfigError(f"{name!r} is neither a rate nor a registered policy (registered: {known})")

@@ -20,7 +20,7 @@ from freqguard.engine.resets import reset_calls
 from freqguard.errors import CapExceeded, ConfigError
 from freqguard.rules import Rule
 from freqguard.script.calls import Reply, ScriptCall
-from freqguard.script.contract import CHECK, HIT
+from freqguard.script.contract import CHECK, HIT, REFUND
 
 __all__ = ["Hit", "Hits"]
 
@@ -156,6 +156,12 @@ class Hits:
     ) -> Op[Decision]:
         """A peek, or a refund or reset by context (which the deny cache must forget)."""
         plan = self._policies.plan(policy)
+        if mode == REFUND and plan.leased:
+            raise ConfigError(
+                f"policy {policy!r} has a concurrency rule: a refund by context would give "
+                f"back the newest leases, another caller's too; give a lease back with "
+                f"guard.release(decision), or refund(decision) to give back its rate units too"
+            )
         checked = plan.check_cost(cost, upper=mode == HIT)
         texts = plan.texts(ctx)
         now = self._now()

@@ -23,6 +23,7 @@ from freqguard.script.calls import Part, Reply, ScriptCall
 from freqguard.script.contract import LIMIT
 from freqguard.script.keys import value_text
 from freqguard.script.limits import KeyLimit, change_text
+from freqguard.strategy import Strategy
 
 __all__ = ["limit_call", "limits_calls", "limits_of"]
 
@@ -88,7 +89,7 @@ def limits_of(plan: PolicyPlan, replies: list[Reply]) -> dict[str, Rate | None]:
             continue
         for index, limit in zip(reply.part.rule_index, applied, strict=True):
             if limit is not None:
-                out[rules[index].id] = None if limit.exempt else limit_rate(limit)
+                out[rules[index].id] = None if limit.exempt else limit_rate(limit, rules[index])
     return out
 
 
@@ -130,9 +131,11 @@ def _limit(plan: PolicyPlan, index: int, rate: object) -> KeyLimit:
     where = f"rule {rule.id!r} of policy {plan.name!r}"
     if rule.quiet is not None:
         raise ConfigError(f"{where}: the quiet hours have no rate a limit could change")
+    leases = rule.strategy is Strategy.CONCURRENCY
     if rate is None:
         params = rule_params(rule)
-        return KeyLimit(0, 0, True, rule.limit, params.window, params.capacity, params.interval)
+        window = 0 if leases else params.window  # see below
+        return KeyLimit(0, 0, True, rule.limit, window, params.capacity, params.interval)
     if isinstance(rate, str):
         rate = concurrent_rate(rule, rate) or parse_rate(rate)
     if not isinstance(rate, Rate):
@@ -162,7 +165,11 @@ def _limit(plan: PolicyPlan, index: int, rate: object) -> KeyLimit:
     except ConfigError as exc:
         raise ConfigError(f"{where}: the limit {rate} cannot apply: {exc}") from None
     params = rule_params(made)
-    return KeyLimit(0, 0, False, rate.limit, params.window, params.capacity, params.interval)
+    # a count of leases is stored without a window (0): it is read with the rule's own lease
+    # (a deploy may change it), and no rate strategy reads it, nor does the concurrency
+    # strategy read a rate's count (script/strategies/concurrency.py limited)
+    window = 0 if leases else params.window
+    return KeyLimit(0, 0, False, rate.limit, window, params.capacity, params.interval)
 
 
 def _ttl_us(ttl: object) -> int:

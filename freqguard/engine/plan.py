@@ -34,8 +34,11 @@ __all__ = ["PolicyPlan", "limit_rate", "rule_params"]
 _US = 1_000_000.0
 
 
-def limit_rate(limit: KeyLimit) -> Rate:
-    """The rate a per-key limit sets."""
+def limit_rate(limit: KeyLimit, rule: Rule) -> Rate:
+    """The rate a per-key limit sets on ``rule``: a count of leases (stored without a
+    window) over the rule's own lease."""
+    if limit.window == 0:
+        return Rate(limit.limit, rule.rate.window)
     return Rate(limit.limit, timedelta(microseconds=limit.window))
 
 
@@ -311,7 +314,9 @@ class PolicyPlan:
                     if made is None:
                         if len(self._limited) >= 1024:
                             self._limited.clear()
-                        rate = rules[index].rate if limit.exempt else limit_rate(limit)
+                        rate = (
+                            rules[index].rate if limit.exempt else limit_rate(limit, rules[index])
+                        )
                         made = limited_rule(rules[index], rate, limit.exempt)
                         self._limited[(index, limit)] = made
                     out[index] = made

@@ -11,7 +11,14 @@ from __future__ import annotations
 import dataclasses
 import re
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 
 from freqguard.decision import Decision
 from freqguard.errors import BackendUnavailable, ContextError
@@ -36,6 +43,7 @@ from freqguard.rules import Rule
 __all__ = [
     "Answer",
     "Decider",
+    "HeldBody",
     "KeyedRules",
     "Route",
     "answer_for",
@@ -341,3 +349,26 @@ def leasing_async(guard: AsyncGuard, held: list[Decision]) -> Callable[..., Awai
         return decision
 
     return hit
+
+
+class HeldBody:
+    """A response body whose request holds leases: given back once, when the server closes
+    the body (PEP 3333, and Django's ``response.close()``: once its last byte is sent, or
+    the client went away), so the lease counts the request for as long as it is in flight.
+    """
+
+    def __init__(self, body: Iterable[bytes], release: Callable[[], object]) -> None:
+        self._body, self._release, self._released = body, release, False
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._body)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            if not self._released:
+                self._released = True
+                self._release()

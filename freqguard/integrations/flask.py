@@ -198,14 +198,18 @@ class FreqGuard:
         if decisions:
             tightest = min(decisions, key=lambda d: (d.allowed, d.remaining))
             response.headers.update(tightest.headers(self._state().decider.profile))
+        held: list[Decision] = g.get("freqguard_leases", [])
+        if held and response.is_streamed:
+            # a streamed body is sent after the request's teardown: the request is in
+            # flight until the server closes the response
+            guard, given = self._state().guard, g.pop("freqguard_leases")
+            response.call_on_close(lambda: _release_all(guard, given))
         return response
 
     def _give_back(self, error: BaseException | None) -> None:
         """The leases the request took (a policy with a concurrency rule), given back once
-        it has been answered, however."""
-        held: list[Decision] = g.pop("freqguard_leases", [])
-        for decision in held:
-            self._state().guard.release(decision)
+        it has been answered, however (a streamed answer's when its body is closed)."""
+        _release_all(self._state().guard, g.pop("freqguard_leases", []))
 
     def _denied(self, error: CapExceeded) -> Response:
         return _response(self._state().decider.answer(error.decision, request.path))
@@ -364,3 +368,8 @@ def _check_settings(settings: Mapping[str, Any]) -> bool:
     if not isinstance(enabled, bool):
         raise ConfigError(f"FREQGUARD_ENABLED must be True or False, got {enabled!r}")
     return enabled
+
+
+def _release_all(guard: Guard, held: list[Decision]) -> None:
+    for decision in held:
+        guard.release(decision)

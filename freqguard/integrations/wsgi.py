@@ -8,13 +8,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from freqguard.decision import Decision
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
-from freqguard.integrations._decide import Decider, compile_limit, leasing
+from freqguard.integrations._decide import Decider, HeldBody, compile_limit, leasing
 from freqguard.integrations._http import (
     BadRequest,
     Limit,
@@ -107,29 +107,7 @@ class FreqGuardMiddleware:
         except BaseException:
             self.guard.release(held[0])
             raise
-        return _Held(body, lambda: self.guard.release(held[0]))
-
-
-class _Held:
-    """A response body whose request holds a lease: given back when the server closes the
-    body (PEP 3333: once the last byte is sent, or the client went away), so the lease
-    counts the request for as long as it is in flight."""
-
-    def __init__(self, body: Iterable[bytes], release: Callable[[], object]) -> None:
-        self._body, self._release, self._released = body, release, False
-
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(self._body)
-
-    def close(self) -> None:
-        try:
-            close = getattr(self._body, "close", None)
-            if close is not None:
-                close()
-        finally:
-            if not self._released:
-                self._released = True
-                self._release()
+        return HeldBody(body, lambda: self.guard.release(held[0]))
 
 
 _REASONS = {400: "Bad Request", 429: "Too Many Requests", 503: "Service Unavailable"}

@@ -46,7 +46,7 @@ class KeyLimit(NamedTuple):
     expiry: int  # µs on the time of the call that set it; 0: never
     exempt: bool
     limit: int  # the rate's count and window (µs), what limits_for reports
-    window: int
+    window: int  # 0: a count of leases ("N concurrent"), over the rule's own lease
     capacity: int  # what the twins read
     interval: int
 
@@ -194,12 +194,16 @@ def _refused(part: Part, index: int, limit: KeyLimit) -> None:
     if len(_REFUSED) >= _MADE_MAX:
         _REFUSED.clear()
     _REFUSED.add((label, limit))
+    written = (
+        f"{limit.limit} concurrent"
+        if limit.window == 0
+        else f"{limit.limit} per {limit.window / 1_000_000:g} s"
+    )
     _log.warning(
-        "freqguard: a per-key limit of %d per %g s stored for %s cannot apply to it as it is "
-        "now (its strategy or period changed since the limit was set): its own rate applies; "
-        "set the limit again, or clear it (it is dropped at the record's next limit change)",
-        limit.limit,
-        limit.window / 1_000_000,
+        "freqguard: a per-key limit of %s stored for %s cannot apply to it as it is now (its "
+        "strategy or period changed since the limit was set): its own rate applies; set the "
+        "limit again, or clear it (it is dropped at the record's next limit change)",
+        written,
         label,
     )
 

@@ -5,11 +5,12 @@ be anyone without a session."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import django
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.test import AsyncClient, Client
 from django.urls import path
 from django.utils.decorators import method_decorator
@@ -118,8 +119,25 @@ async def aleased(request: HttpRequest) -> HttpResponse:
     return HttpResponse(str(inner.status_code))
 
 
+@capped(Rule("1 concurrent", by="client", lease=60))
+def streamed(request: HttpRequest) -> StreamingHttpResponse:
+    """A streamed answer: in flight until its last chunk is sent or it is closed."""
+    return StreamingHttpResponse(iter([b"a", b"b"]))
+
+
+@capped(Rule("1 concurrent", by="client", lease=60))
+async def astreamed(request: HttpRequest) -> StreamingHttpResponse:
+    async def chunks() -> AsyncIterator[bytes]:
+        for chunk in (b"a", b"b"):
+            yield chunk
+
+    return StreamingHttpResponse(chunks())
+
+
 urlpatterns = [
     path("leased", leased, name="leased"),
+    path("streamed", streamed, name="streamed"),
+    path("astreamed", astreamed, name="astreamed"),
     path("aleased", aleased, name="aleased"),
     path("plain", plain, name="plain"),
     path("plain-again", plain),  # unnamed: counted under the view's dotted path

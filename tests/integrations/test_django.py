@@ -273,3 +273,29 @@ def test_the_middleware_holds_a_lease_while_the_view_runs(clock: ManualClock) ->
         assert [first.content, again.content] == [b"429", b"429"]  # given back each time
         afirst, aagain = _aget("/aleased", times=2)
         assert [afirst.content, aagain.content] == [b"429", b"429"]
+
+
+def test_a_streamed_answer_holds_its_lease_until_its_body_is_sent_or_closed(
+    clock: ManualClock,
+) -> None:
+    """The view returns before its body is sent: the lease is held until the body has been
+    sent (or the response closed), not given back when the view returns."""
+    with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(clock))):
+        client = Client()
+        first = client.get("/streamed")
+        assert first.status_code == 200
+        assert client.get("/streamed").status_code == 429  # the first is still in flight
+        assert b"".join(first.streaming_content) == b"ab"  # sent: its lease back
+        second = client.get("/streamed")
+        assert second.status_code == 200
+        second.close()  # closed before its body was sent (the client went away)
+        assert b"".join(client.get("/streamed").streaming_content) == b"ab"
+
+        async def run() -> list[int]:
+            aclient = AsyncClient()
+            afirst = await aclient.get("/astreamed")
+            codes = [afirst.status_code, (await aclient.get("/astreamed")).status_code]
+            assert b"".join([c async for c in afirst.streaming_content]) == b"ab"
+            return [*codes, (await aclient.get("/astreamed")).status_code]
+
+        assert asyncio.run(run()) == [200, 429, 200]

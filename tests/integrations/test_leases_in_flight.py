@@ -200,5 +200,35 @@ def test_flask_holds_a_lease_while_the_view_runs() -> None:
     assert client.get("/run").text == "429"
     assert client.get("/run").text == "429"  # given back after the first
     app.testing = False  # the view's error answered as a 500, not raised into the test
-    assert client.get("/run?fail=1").status_code == 500
+    failed = client.get("/run?fail=1")
+    assert failed.status_code == 500
+    failed.close()  # as a server does once it is sent (Flask's error page is a stream)
     assert client.get("/run").text == "429"  # given back after the error too
+
+
+def test_flask_holds_a_streamed_answers_lease_until_its_body_is_sent() -> None:
+    """A streamed view returns before its body is sent (Flask tears the request down
+    then): the lease is held until the server closes the response."""
+    from flask import Flask, Response
+
+    from freqguard.integrations.flask import FreqGuard
+
+    app = Flask(__name__)
+    guard = Guard(clock=ManualClock(1_000))
+    fg = FreqGuard(app, guard=guard)
+
+    @app.get("/stream")
+    @fg.capped(Rule("1 concurrent", by="client", lease=60))
+    def stream() -> Response:
+        return Response(iter([b"a", b"b"]))
+
+    client = app.test_client()
+    first = client.get("/stream", buffered=False)
+    assert first.status_code == 200
+    assert client.get("/stream").status_code == 429  # the first is still in flight
+    assert b"".join(first.response) == b"ab"
+    first.close()
+    second = client.get("/stream", buffered=False)
+    assert second.status_code == 200
+    second.close()  # closed before its body was sent
+    assert client.get("/stream").status_code == 200

@@ -22,6 +22,7 @@ function concurrency.ttl(raw, now, spec)
   return sliding_log.ttl(raw, now, spec)
 end
 
-function concurrency.limited(rule, n, w)
-  return sliding_log.limited(rule, n, w)
+function concurrency.limited(rule, n, w)  -- a count of leases only: stored without a window
+  if w ~= 0 then return nil end
+  return sliding_log.limited(rule, n, rule.window)
 end

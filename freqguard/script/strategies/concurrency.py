@@ -60,7 +60,12 @@ def ttl(view: Any, now: int, spec: StateSpec) -> int:
 
 
 def limited(rule: RuleParams, limit: int, window: int) -> RuleParams | None:
-    return log.limited(rule, limit, window)
+    """``limit`` leases of the rule's own lease: a count stored without a window (0; written
+    ``"N concurrent"``); a rate's count and window (set while the rule counted a rate) is
+    not read as leases of that window."""
+    if window != 0:
+        return None
+    return log.limited(rule, limit, rule.window)
 
 
 def horizon(rules: tuple[RuleParams, ...]) -> int:

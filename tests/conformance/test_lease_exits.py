@@ -1,0 +1,314 @@
+"""Calls in flight hold under every exit: a lease goes back whichever way its holder leaves
+(the block's end, an exception, a cancellation at any await of its entry or exit, a
+generator closed early or never iterated), and nothing but ``release`` (or ``refund`` of the
+decision that took it) gives back another caller's lease; a per-key limit keeps its meaning
+across a deploy that turns a rate rule into a concurrency rule or back.
+
+On every store: memory, Redis, Redis with records in bins, Redis without Functions (EVAL
+scripts) and a Redis Cluster; time pinned (``ManualClock``), so no lease frees itself while
+a test runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Generator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+from freqguard import (
+    AsyncGuard,
+    ConfigError,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    Rate,
+    Rule,
+    capped,
+)
+from freqguard.backends.base import SyncBackend
+from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
+from freqguard.script import limits as script_limits
+from tests.conftest import START, flush, flush_scripts
+from tests.servers import RedisServer
+
+LLM = Policy("llm", Rule("2 concurrent", by="user", lease=60), Rule("100/minute", by="user"))
+EVERY_STORE = ("memory", "redis", "binned", "scripts", "cluster")
+
+
+@pytest.fixture(params=EVERY_STORE)
+def every_store(request: pytest.FixtureRequest) -> SyncBackend:
+    """Every sync store, the one without Functions too, each test on empty stores."""
+    if request.param == "memory":
+        return MemoryBackend()
+    found: SyncBackend = request.getfixturevalue(f"{request.param}_backend")
+    return found
+
+
+@contextlib.asynccontextmanager
+async def async_store(request: pytest.FixtureRequest, name: str) -> AsyncIterator[Any]:
+    """An async store of ``name`` (one of :data:`EVERY_STORE`), on empty servers."""
+    if name == "memory":
+        yield MemoryBackend()
+        return
+    if name == "cluster":
+        nodes: list[RedisServer] = request.getfixturevalue("redis_cluster")
+        flush(nodes)
+        client: Any = AsyncRedisCluster(host="127.0.0.1", port=nodes[0].port, socket_timeout=5)
+        backend = AsyncRedisBackend(client)
+    elif name == "scripts":
+        server: RedisServer = request.getfixturevalue("scripts_server")
+        flush_scripts([server])
+        backend = AsyncRedisBackend(AsyncRedis(port=server.port, socket_timeout=5))
+    else:
+        server = request.getfixturevalue("redis_server")
+        flush([server])
+        bins = 2 if name == "binned" else 0
+        client = AsyncRedis(port=server.port, db=1 if bins else 0, socket_timeout=5)
+        backend = AsyncRedisBackend(client, bins=bins)
+    try:
+        yield backend
+    finally:
+        await backend.aclose()
+
+
+# -- 1: a refund by context never frees another caller's lease -----------------------------
+
+
+def test_a_refund_by_context_on_a_policy_with_leases_points_to_release(
+    every_store: SyncBackend,
+) -> None:
+    guard = Guard(every_store, [LLM], clock=ManualClock(START))
+    first = guard.take_lease("llm", user="u")
+    second = guard.take_lease("llm", user="u")
+    assert first.allowed
+    assert second.allowed
+    with pytest.raises(ConfigError, match=r"guard\.release\(decision\)"):
+        guard.refund("llm", user="u")
+    with pytest.raises(ConfigError, match=r"guard\.release\(decision\)"):
+        guard.refund("llm", 2, user="u")
+    # still two in flight: a third is refused
+    assert not guard.take_lease("llm", user="u").allowed
+    guard.release(first)
+    assert guard.take_lease("llm", user="u").allowed
+
+
+def test_a_refund_of_the_decision_gives_back_its_own_lease_once() -> None:
+    guard = Guard(policies=[LLM], clock=ManualClock(START))
+    taken = guard.take_lease("llm", user="u")
+    guard.refund(taken)  # exactly that hit: its lease and its rate unit
+    with pytest.raises(ConfigError, match="already refunded"):
+        guard.release(taken)
+    states = {r.rule.id: r.remaining for r in guard.peek("llm", user="u").rules}
+    assert states == {"cc.2.60s": 2, "sl.100.60s": 100}
+
+
+# -- 2: a per-key limit across a deploy that changes concurrency <-> rate ------------------
+
+
+def _deploy(store: SyncBackend, clock: ManualClock, rule: Rule) -> Guard:
+    return Guard(store, [Policy("p", rule)], clock=clock)
+
+
+def test_a_rate_limit_set_before_the_rule_counts_leases_does_not_apply(
+    every_store: SyncBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    script_limits._REFUSED.clear()
+    clock = ManualClock(START)
+    before = _deploy(every_store, clock, Rule("10/hour", by="u", name="x"))
+    before.set_limit("p", "x", "3/hour", u="a")
+    rule = Rule("1 concurrent", by="u", name="x", lease=60)
+    after = _deploy(every_store, clock, rule)
+    with caplog.at_level(logging.WARNING, logger="freqguard"):
+        taken = [after.take_lease("p", u="a") for _ in range(3)]
+        assert [d.allowed for d in taken] == [True, False, False]
+        assert after.limits_for("p", u="a") == {"x": rule.rate}
+    assert "cannot apply" in caplog.text
+    clock.advance(61)  # the lease frees itself after the rule's own 60 s
+    again = after.take_lease("p", u="a")
+    assert again.allowed
+    assert again.rules[0].reset_after <= 60
+
+
+def test_a_lease_limit_set_before_the_rule_counts_a_rate_does_not_apply(
+    every_store: SyncBackend,
+) -> None:
+    script_limits._REFUSED.clear()
+    clock = ManualClock(START)
+    before = _deploy(every_store, clock, Rule("1 concurrent", by="u", name="x", lease=60))
+    before.set_limit("p", "x", "3 concurrent", u="a")
+    after = _deploy(every_store, clock, Rule("5/hour", by="u", name="x"))
+    assert after.limits_for("p", u="a") == {"x": Rate(5, timedelta(hours=1))}
+    assert sum(after.hit("p", u="a").allowed for _ in range(8)) == 5
+
+
+def test_a_lease_limit_keeps_its_count_when_the_lease_changes(every_store: SyncBackend) -> None:
+    clock = ManualClock(START)
+    before = _deploy(every_store, clock, Rule("1 concurrent", by="u", name="x", lease=60))
+    before.set_limit("p", "x", "3 concurrent", u="a")
+    longer = Rule("1 concurrent", by="u", name="x", lease=120)
+    after = _deploy(every_store, clock, longer)
+    assert after.limits_for("p", u="a") == {"x": Rate(3, timedelta(seconds=120))}
+    assert [after.take_lease("p", u="a").allowed for _ in range(4)] == [True] * 3 + [False]
+    clock.advance(90)  # leases of the rule's own 120 s: still held
+    assert not after.take_lease("p", u="a").allowed
+    clock.advance(31)
+    assert after.take_lease("p", u="a").allowed
+
+
+# -- 3: @capped on a generator holds its lease while the generator runs --------------------
+
+STREAM = Policy("stream", Rule("1 concurrent", lease=60))
+
+
+def test_a_capped_generator_holds_its_lease_until_it_finishes_or_is_closed() -> None:
+    guard = Guard(policies=[STREAM], clock=ManualClock(START))
+
+    @capped("stream", guard=guard, on_exceeded="skip")
+    def stream(n: int) -> Generator[int, None, None]:
+        yield from range(n)
+
+    first = stream(3)
+    assert next(first) == 0  # its lease taken at the first step
+    assert list(stream(2)) == []  # skipped: one stream at once
+    assert list(first) == [1, 2]  # finished: its lease back
+    assert list(stream(2)) == [0, 1]
+    closed = stream(3)
+    next(closed)
+    closed.close()  # closed early: its lease back
+    assert list(stream(1)) == [0]
+    never = stream(5)  # never iterated: takes nothing
+    assert list(stream(1)) == [0]
+    del never
+    assert guard.peek("stream").remaining == 1
+
+
+def test_a_capped_generator_that_raises_gives_its_lease_back() -> None:
+    guard = Guard(policies=[STREAM], clock=ManualClock(START))
+
+    @capped("stream", guard=guard)
+    def stream() -> Generator[int, None, None]:
+        yield 1
+        raise RuntimeError("the stream broke")
+
+    with pytest.raises(RuntimeError):
+        list(stream())
+    assert guard.peek("stream").remaining == 1
+    held = stream()
+    next(held)
+    with pytest.raises(Exception, match="stream"):
+        next(stream())  # CapExceeded, at the first step
+    held.close()
+
+
+def test_a_capped_async_generator_holds_its_lease_until_it_finishes_or_is_closed() -> None:
+    guard = AsyncGuard(policies=[STREAM], clock=ManualClock(START))
+
+    @capped("stream", guard=guard, on_exceeded="skip")
+    async def stream(n: int) -> AsyncGenerator[int, None]:
+        for i in range(n):
+            yield i
+
+    async def main() -> None:
+        first = stream(3)
+        assert await first.__anext__() == 0
+        assert [i async for i in stream(2)] == []
+        assert [i async for i in first] == [1, 2]
+        assert [i async for i in stream(2)] == [0, 1]
+        closed = stream(3)
+        await closed.__anext__()
+        await closed.aclose()
+        assert [i async for i in stream(1)] == [0]
+        stream(5)  # never iterated: takes nothing
+        assert [i async for i in stream(1)] == [0]
+        assert (await guard.peek("stream")).remaining == 1
+
+    asyncio.run(main())
+
+
+def test_a_rate_capped_generator_is_counted_at_its_call_as_before() -> None:
+    guard = Guard(clock=ManualClock(START))
+
+    @capped("2/minute", guard=guard, on_exceeded="skip")
+    def numbers() -> Generator[int, None, None]:
+        yield 1
+
+    made = [numbers() for _ in range(3)]
+    assert [list(g) if g is not None else None for g in made] == [[1], [1], None]
+
+
+# -- 4: a cancellation at any await of a lease's entry or exit leaves nothing held ---------
+
+
+async def _cancelled_entries(guard: AsyncGuard, again: int | None) -> int:
+    """Enter a lease block in a task and cancel it after 0, 1, 2, ... loop steps (while it
+    takes its lease, or inside the block, then, with ``again``, once more that many steps
+    later: while it gives the lease back); the leases free at the end."""
+    inside = asyncio.Event()
+
+    async def holder() -> None:
+        async with guard.lease("llm", user="u") as decision:
+            if decision.allowed:
+                inside.set()
+                await asyncio.Event().wait()  # held until cancelled
+
+    for steps in range(24):
+        task = asyncio.create_task(holder())
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        if again is not None:
+            for _ in range(again):
+                await asyncio.sleep(0)
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    return (await guard.peek("llm", user="u")).rules[0].remaining
+
+
+@pytest.mark.parametrize("again", [None, 0, 1, 2, 3])
+@pytest.mark.parametrize("store", EVERY_STORE)
+def test_a_lease_cancelled_at_any_await_of_its_entry_or_exit_is_given_back(
+    request: pytest.FixtureRequest, store: str, again: int | None
+) -> None:
+    async def main() -> int:
+        async with async_store(request, store) as backend:
+            guard = AsyncGuard(backend, [LLM], clock=ManualClock(START))
+            return await _cancelled_entries(guard, again)
+
+    assert asyncio.run(main()) == 2
+
+
+def test_a_lease_cancelled_through_a_sync_guards_async_face_is_given_back(
+    redis_server: RedisServer,
+) -> None:
+    """``@capped`` on an ``async def`` with a sync Guard runs the store's calls in a thread,
+    which a cancellation does not stop: what the thread took goes back when it is done."""
+    flush([redis_server])
+    guard = Guard(RedisBackend(Redis(port=redis_server.port)), [LLM], clock=ManualClock(START))
+
+    @capped("llm", key="user", guard=guard)
+    async def call(user: str) -> None:
+        await asyncio.Event().wait()
+
+    async def main() -> None:
+        for steps in range(24):
+            task = asyncio.create_task(call("u"))
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    try:
+        asyncio.run(main())
+        assert guard.peek("llm", user="u").rules[0].remaining == 2
+    finally:
+        guard.close()
