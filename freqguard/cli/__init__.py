@@ -274,6 +274,10 @@ def guarantee(rule: Rule) -> str:
         text = f"at most {n} in any {window}"
     elif rule.strategy is Strategy.FIXED_WINDOW:
         text = f"at most {n} per aligned {window} (up to {2 * n} across a boundary)"
+    elif rule.strategy is Strategy.CONCURRENCY:
+        calls = "call" if n == 1 else "calls"
+        lease = window if window[0].isdigit() else f"1 {window}"
+        text = f"at most {n} {calls} in flight, each lease freed after {lease} at the latest"
     else:
         text = f"{n} per {window}, bursts of up to {rule.capacity} ({rule.strategy.value})"
     if rule.only is not None:

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Iterator
 
 from freqguard.errors import ConfigError
-from freqguard.integrations._request import KeyFunc, RequestInfo
+from freqguard.integrations._request import KeyFunc, RequestInfo, declared
 
 __all__ = ["FORWARDING_HEADERS", "client_ip"]
 
@@ -103,7 +103,7 @@ def client_ip(
             text = widen(vouched)
         return {"client": text}
 
-    return key
+    return declared(key, "client")
 
 
 def _networks(trusted: str | Iterable[str]) -> tuple[_Network, ...]:

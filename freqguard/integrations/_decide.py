@@ -31,10 +31,12 @@ from freqguard.integrations._http import (
     RequestInfo,
     SkipRequest,
     bad_request_body,
+    check_keyed,
     context_of,
     problem_body,
     unavailable_body,
 )
+from freqguard.integrations._request import dimensions_of
 from freqguard.integrations._routes import pattern_regex
 from freqguard.policy import Policy
 from freqguard.rates import Rate
@@ -116,19 +118,22 @@ class Route:
         return ctx, tuple(dims)
 
     def build(self, dims: tuple[tuple[str, ...], ...]) -> Policy:
-        """The route's policy, for the dimensions its key functions gave."""
+        """The route's policy, for the dimensions its key functions gave: rates and Rules
+        keyed by nothing take their key's (one budget per key).
+
+        Raises:
+            ConfigError: a Rule keyed by a dimension its key does not give, or a key that
+                gives one no rule takes (:func:`check_keyed`).
+        """
         if self.policy is not None:
             return self.policy
         rules: list[Rule] = []
         for keyed, by in zip(self.keyed, dims, strict=True):
-            for item in keyed.items:
-                if isinstance(item, Rule):
-                    rules.append(item)
-                    continue
-                rule = Rule(item, by=by)
-                rules.append(
-                    Rule(item, by=by, name=f"{keyed.label}.{rule.id}") if keyed.label else rule
-                )
+            made = check_keyed(f"route {self.name!r}", keyed.items, by)
+            for item, rule in zip(keyed.items, made, strict=True):
+                if keyed.label and isinstance(item, Rate):
+                    rule = Rule(item, by=by, name=f"{keyed.label}.{rule.id}")
+                rules.append(rule)
         return Policy(self.name, *rules, on_error=self.on_error)
 
 
@@ -144,8 +149,9 @@ def compile_limit(limit: Limit) -> Route:
         return Route(policy.name, (KeyedRules(limit.key, ()),), limit.cost, regex, methods, policy)
     keyed = (KeyedRules(limit.key, limit.items),)
     route = Route(limit.name, keyed, limit.cost, regex, methods, on_error=limit.on_error)
-    if all(isinstance(item, Rule) for item in limit.items):  # known now: registered now
-        return dataclasses.replace(route, policy=route.build(((),)))
+    given = dimensions_of(limit.key)
+    if given is not None:  # known now: registered now
+        return dataclasses.replace(route, policy=route.build((given,)))
     return route
 
 

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponseBase
 from django.views import View
 
+from freqguard.decision import Decision
 from freqguard.decorators.naming import implicit_name
 from freqguard.errors import ConfigError
+from freqguard.integrations._decide import leasing, leasing_async
+from freqguard.integrations._django_leases import aanswered, answered
 from freqguard.integrations._django_state import (
     ViewCap,
     current,
@@ -135,22 +138,14 @@ def _cap_view(view: Callable[..., Any], cap: ViewCap) -> Callable[..., Any]:
 
         @functools.wraps(view)
         async def awrapper(*args: Any, **kwargs: Any) -> Any:
-            request = _request_in(args)
-            denied = await _adecide_alone(cap, request)
-            if denied is not None:
-                return denied
-            return _own_headers(request, await view(*args, **kwargs))
+            return await _arun_alone(cap, _request_in(args), lambda: view(*args, **kwargs))
 
         awrapper._freqguard_cap = cap  # type: ignore[attr-defined]
         return awrapper
 
     @functools.wraps(view)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        request = _request_in(args)
-        denied = _decide_alone(cap, request)
-        if denied is not None:
-            return denied
-        return _own_headers(request, view(*args, **kwargs))
+        return _run_alone(cap, _request_in(args), lambda: view(*args, **kwargs))
 
     wrapper._freqguard_cap = cap  # type: ignore[attr-defined]
     return wrapper
@@ -162,47 +157,56 @@ def _cap_class(cls: type[View], cap: ViewCap) -> type[View]:
     if getattr(cls, "view_is_async", False):  # dispatch returns the handler's coroutine
 
         async def adispatch(self: View, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            denied = await _adecide_alone(cap, request)
-            if denied is not None:
-                return denied
-            return _own_headers(request, await original(self, request, *args, **kwargs))
+            run = functools.partial(original, self, request, *args, **kwargs)
+            return await _arun_alone(cap, request, run)
 
         cls.dispatch = functools.wraps(original)(adispatch)  # type: ignore[method-assign,assignment]
     else:
 
         def dispatch(self: View, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            denied = _decide_alone(cap, request)
-            if denied is not None:
-                return denied
-            return _own_headers(request, original(self, request, *args, **kwargs))
+            run = functools.partial(original, self, request, *args, **kwargs)
+            return _run_alone(cap, request, run)
 
         cls.dispatch = functools.wraps(original)(dispatch)  # type: ignore[method-assign]
     cls._freqguard_cap = cap  # type: ignore[attr-defined]
     return cls
 
 
-def _decide_alone(cap: ViewCap, request: Any) -> Response | None:
-    """Decide a cap the middleware has not: the refusal, if refused."""
+def _run_alone(cap: ViewCap, request: Any, view: Callable[[], Any]) -> Any:
+    """A view whose cap the middleware has not decided (no middleware, or a method's cap):
+    decided here, its leases (a concurrency rule) held until it has answered."""
     notes = notes_of(request)
     state = current()
     if cap in notes.decided or not state.settings.enabled:
-        return None
-    route = state.alone_route(cap)
-    answer = state.decider().decide(state.guard().hit, route, request_info(request))
-    return noted(notes, cap, answer)
+        return _own_headers(request, view())
+    route, guard, held = state.alone_route(cap), state.guard(), list[Decision]()
+    answer = state.decider().decide(leasing(guard, held), route, request_info(request))
+    denied = noted(notes, cap, answer)
+    if denied is not None:
+        return denied
+    return answered(guard, held, lambda: _own_headers(request, view()))
 
 
-async def _adecide_alone(cap: ViewCap, request: Any) -> Response | None:
+async def _arun_alone(cap: ViewCap, request: Any, view: Callable[[], Awaitable[Any]]) -> Any:
     notes = notes_of(request)
     state = current()
     if cap in notes.decided or not state.settings.enabled:
-        return None
+        return _own_headers(request, await view())
     route = state.alone_route(cap)
     if needs_user(route):
         await sync_to_async(load_user)(request)
-    guard = state.aguard()
-    answer = await state.adecider().adecide(guard.hit, route, request_info(request))
-    return noted(notes, cap, answer)
+    guard, held = state.aguard(), list[Decision]()
+    answer = await state.adecider().adecide(
+        leasing_async(guard, held), route, request_info(request)
+    )
+    denied = noted(notes, cap, answer)
+    if denied is not None:
+        return denied
+
+    async def respond() -> Any:
+        return _own_headers(request, await view())
+
+    return await aanswered(guard, held, respond)
 
 
 def _own_headers(request: Any, found: Any) -> Any:

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.core.signals import setting_changed
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.urls import URLPattern, URLResolver
 
 from freqguard.backends.urls import async_backend_from_url, backend_from_url
 from freqguard.decision import Decision
@@ -92,7 +93,9 @@ class State:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.key: KeyFunc = settings.key or _peer
-        self.routes: dict[str, tuple[Route, ViewCap | None] | None] = {}  # by view name
+        # by view name and view: route names are not unique
+        self.routes: dict[tuple[str, object], tuple[Route, ViewCap | None] | None] = {}
+        self.shared: dict[object, frozenset[str]] = {}  # by resolver: names of several views
         self.alone: dict[ViewCap, Route] = {}
         # by (resolver, path): the route the path resolves to
         self.resolved: dict[tuple[object, str], tuple[Route, ViewCap | None] | None] = {}
@@ -158,15 +161,24 @@ class State:
         return self._adecider
 
     def view_route(
-        self, view_name: str, view: Callable[..., Any]
+        self, view_name: str, view: Callable[..., Any], resolver: Any
     ) -> tuple[Route, ViewCap | None] | None:
         """The route of a resolved view, and its cap: the default limits and the view's
-        cap, one policy decided in one hit (None: nothing caps it)."""
+        cap, one policy decided in one hit (None: nothing caps it). Route names are not
+        unique in Django: a name ``resolver`` gives several views is told apart by the
+        view's dotted path (one view under several paths of one name is one route)."""
+        owner = getattr(view, "view_class", None)  # a class-based view's as_view()
+        where = (view_name, owner or view)
         try:
-            return self.routes[view_name]
+            return self.routes[where]
         except KeyError:
             pass
-        owner = getattr(view, "view_class", None)  # a class-based view's as_view()
+        shared = self.shared.get(resolver)
+        if shared is None:
+            shared = self.shared[resolver] = shared_names(resolver)
+        if view_name in shared:
+            target = owner or view
+            view_name += f".{target.__module__}.{target.__qualname__}"
         cap: ViewCap | None = getattr(view, "_freqguard_cap", None) or getattr(
             owner, "_freqguard_cap", None
         )
@@ -183,7 +195,7 @@ class State:
             cost = cap.cost if cap is not None else 1
             on_error = cap.on_error if cap is not None else None
             found = Route(name, tuple(parts), cost, on_error=on_error), cap
-        self.routes[view_name] = found
+        self.routes[where] = found
         return found
 
     def alone_route(self, cap: ViewCap) -> Route:
@@ -205,6 +217,24 @@ class State:
 
 def _fit(view_name: str) -> str:
     return fit_name("django." + view_name.replace(":", "."))
+
+
+def shared_names(resolver: Any) -> frozenset[str]:
+    """The route names (``namespace:name``) that ``resolver`` gives to more than one view."""
+    views: dict[str, set[object]] = {}
+
+    def walk(patterns: Any, namespaces: tuple[str, ...]) -> None:
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                inner = (*namespaces, pattern.namespace) if pattern.namespace else namespaces
+                walk(pattern.url_patterns, inner)
+            elif isinstance(pattern, URLPattern) and pattern.name:
+                view = pattern.callback
+                found = views.setdefault(":".join((*namespaces, pattern.name)), set())
+                found.add(getattr(view, "view_class", None) or view)
+
+    walk(resolver.url_patterns, ())
+    return frozenset(name for name, found in views.items() if len(found) > 1)
 
 
 _state: State | None = None

@@ -21,11 +21,13 @@ from freqguard.integrations._request import (
     RequestInfo,
     SkipRequest,
     context_of,
+    declared,
+    dimensions_of,
 )
 from freqguard.integrations._routes import check_pattern
 from freqguard.policy import Policy, check_on_error
 from freqguard.rates import Rate, parse_rates
-from freqguard.rules import Rule, check_name, fit_name
+from freqguard.rules import Rule, check_name, fit_name, rekeyed
 
 __all__ = [
     "BadRequest",
@@ -34,9 +36,11 @@ __all__ = [
     "RequestInfo",
     "SkipRequest",
     "bad_request_body",
+    "check_keyed",
     "client_ip",
     "context_of",
     "header",
+    "keyed_items",
     "path_param",
     "problem_body",
     "problem_detail",
@@ -91,7 +95,7 @@ def header(name: str, *, missing: str | KeyFunc = "deny") -> KeyFunc:
             raise BadRequest(f"header {name!r} was sent {len(lines)} times; send it once")
         return {dimension: lines[0] if lines else absent(request)}
 
-    return key
+    return declared(key, dimension)
 
 
 def path_param(name: str) -> KeyFunc:
@@ -102,7 +106,7 @@ def path_param(name: str) -> KeyFunc:
             raise ConfigError(f"path_param({name!r}): the route pattern has no such parameter")
         return {name: request.path_params[name]}
 
-    return key
+    return declared(key, name)
 
 
 class Limit:
@@ -168,7 +172,7 @@ class Limit:
             "methods": chosen,
             "cost": cost,
             "name": check_name("limit name", name or fit_name(f"http.{methods_text}{path}")),
-            "items": rule if isinstance(rule, Policy) else rule_items(rule),
+            "items": rule if isinstance(rule, Policy) else keyed_items(rule, key, path),
             "on_error": _check_on_error(on_error, rule, path),
         }
         for field, value in fields.items():
@@ -194,6 +198,52 @@ def _check_on_error(on_error: object, rule: object, path: str) -> object:
         )
 
     return check_on_error(on_error, f"Limit({path!r})")
+
+
+def keyed_items(rule: object, key: KeyFunc | None, where: str) -> tuple[Rate | Rule, ...]:
+    """:func:`rule_items`, checked against the dimensions ``key`` says it gives (default:
+    :func:`client_ip`'s), when it says them (see :func:`check_keyed`)."""
+    items = rule_items(rule)
+    given = dimensions_of(key or client_ip())
+    if given is not None:
+        check_keyed(f"Limit({where!r})", items, given)
+    return items
+
+
+def check_keyed(where: str, items: Sequence[Rate | Rule], given: Sequence[str]) -> list[Rule]:
+    """The rules ``items`` make under a key that gives ``given``: a rate, and a Rule keyed by
+    nothing (``Rule("4 concurrent", lease=120)``), take the key's dimensions (one budget per
+    key); a Rule keyed by its own ``by`` keeps it.
+
+    Raises:
+        ConfigError: a Rule keyed by a dimension the key does not give, or a key that gives
+            one no rule takes (a hit would be refused for it): both named.
+    """
+    rules = [
+        Rule(item, by=given)
+        if isinstance(item, Rate)
+        else item
+        if item.by
+        else rekeyed(item, given)
+        for item in items
+    ]
+    taken = {d for rule in rules for d in (*rule.by, *rule.reads)}
+    shown = ", ".join(given) or "none"
+    for rule in rules:
+        missing = [d for d in rule.by if d not in given]
+        if missing:
+            raise ConfigError(
+                f"{where}: the key gives {shown}; rule {rule.id!r} takes {', '.join(rule.by)} "
+                f"({', '.join(missing)} never given): key the rule by the key's dimensions, "
+                f"or give a key that returns {', '.join(missing)}"
+            )
+    unused = [d for d in given if d not in taken]
+    if unused:
+        raise ConfigError(
+            f"{where}: the key gives {shown}, which no rule takes ({', '.join(unused)}): key "
+            f"a rule by it (by=...), or give a key that returns only what the rules take"
+        )
+    return rules
 
 
 def rule_items(rule: object) -> tuple[Rate | Rule, ...]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from freqguard.errors import FreqGuardError
 
-__all__ = ["BadRequest", "KeyFunc", "RequestInfo", "context_of"]
+__all__ = ["BadRequest", "KeyFunc", "RequestInfo", "context_of", "declared", "dimensions_of"]
 
 
 class RequestInfo:
@@ -86,3 +86,17 @@ def context_of(key: KeyFunc, request: RequestInfo) -> dict[str, object]:
     if type(value) is dict:  # the usual case, without the ABC check
         return value
     return dict(value) if isinstance(value, Mapping) else {"key": value}
+
+
+def declared(key: KeyFunc, *dimensions: str) -> KeyFunc:
+    """``key``, saying the dimensions it gives (``client_ip()``'s ``client``), so that a
+    route's rules can be checked against them when the route is made."""
+    key.dimensions = dimensions  # type: ignore[attr-defined]
+    return key
+
+
+def dimensions_of(key: KeyFunc) -> tuple[str, ...] | None:
+    """The dimensions ``key`` says it gives (:func:`declared`), or None: known only from a
+    request."""
+    found = getattr(key, "dimensions", None)
+    return found if isinstance(found, tuple) else None

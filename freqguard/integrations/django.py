@@ -28,12 +28,10 @@ Denials answer 429 with an RFC 9457 problem body, ``Retry-After`` and the rate-l
 
 from __future__ import annotations
 
-import asyncio
-import functools
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.apps import AppConfig
 from django.core import checks
 from django.http import HttpRequest, HttpResponseBase
@@ -41,8 +39,9 @@ from django.urls import Resolver404, get_resolver
 
 from freqguard.decision import Decision
 from freqguard.guard import AsyncGuard, Guard
-from freqguard.integrations._decide import HeldBody, Route, leasing, leasing_async
+from freqguard.integrations._decide import Route, leasing, leasing_async
 from freqguard.integrations._django_caps import capped, exempt
+from freqguard.integrations._django_leases import aanswered, answered
 from freqguard.integrations._django_settings import check_settings
 from freqguard.integrations._django_state import (
     RequestNotes,
@@ -122,22 +121,7 @@ class FreqGuardMiddleware:
         denied = noted(notes, cap, answer)
         if denied is not None:
             return denied
-        if not held:
-            return with_headers(state, notes, self.get_response(request))
-        try:
-            response = with_headers(state, notes, self.get_response(request))
-        except BaseException:
-            _release_all(guard, held)
-            raise
-        if not response.streaming:  # the view has answered
-            _release_all(guard, held)
-            return response
-        # a streamed body is in flight until it is sent: the server closes the response then
-        response.streaming_content = HeldBody(  # type: ignore[attr-defined]
-            response.streaming_content,  # type: ignore[attr-defined]
-            lambda: _release_all(guard, held),
-        )
-        return response
+        return answered(guard, held, lambda: with_headers(state, notes, self.get_response(request)))
 
     async def _acall(self, request: HttpRequest) -> Response:
         state = current()
@@ -154,76 +138,11 @@ class FreqGuardMiddleware:
         denied = noted(notes, cap, answer)
         if denied is not None:
             return denied
-        if not held:
+
+        async def respond() -> Response:
             return with_headers(state, notes, await self.get_response(request))
-        try:
-            response = with_headers(state, notes, await self.get_response(request))
-        except BaseException:
-            await _arelease_all(guard, held)
-            raise
-        if not response.streaming:  # the view has answered
-            await _arelease_all(guard, held)
-            return response
-        content = response.streaming_content  # type: ignore[attr-defined]
-        release = functools.partial(_arelease_all, guard, held)
-        response.streaming_content = (  # type: ignore[attr-defined]
-            AsyncHeldBody(content, release)
-            if response.is_async  # type: ignore[attr-defined]
-            else HeldBody(content, async_to_sync(release))
-        )
-        return response
 
-
-def _release_all(guard: Guard, held: list[Decision]) -> None:
-    for decision in held:
-        guard.release(decision)
-
-
-async def _arelease_all(guard: AsyncGuard, held: list[Decision]) -> None:
-    for decision in held:
-        await guard.release(decision)
-
-
-class AsyncHeldBody:
-    """:class:`HeldBody` for a body sent by an event loop: the leases go back (awaited) when
-    the body ends or fails (a cancellation included), or when it is closed before that."""
-
-    def __init__(self, body: AsyncIterable[bytes], release: Callable[[], Awaitable[None]]) -> None:
-        self._body, self._release, self._released = aiter(body), release, False
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self
-
-    async def __anext__(self) -> bytes:
-        try:
-            return await anext(self._body)
-        except BaseException:  # the end (StopAsyncIteration), a failure, a cancellation
-            if not self._released:
-                self._released = True
-                await self._release()
-            raise
-
-    def close(self) -> None:
-        """Closed before its end (Django closes every response): the leases go back on the
-        event loop if this thread runs one, else on the loop that serves this thread."""
-        if self._released:
-            return
-        self._released = True
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            async_to_sync(self._release)()
-        else:
-            task = loop.create_task(_awaited(self._release()))
-            _RELEASING.add(task)
-            task.add_done_callback(_RELEASING.discard)
-
-
-_RELEASING: set[asyncio.Task[None]] = set()  # held until done: a task is weakly referenced
-
-
-async def _awaited(awaitable: Awaitable[None]) -> None:
-    await awaitable
+        return await aanswered(guard, held, respond)
 
 
 def _route_of(state: State, request: HttpRequest) -> tuple[Route, ViewCap | None] | None:
@@ -247,7 +166,7 @@ def _route_of(state: State, request: HttpRequest) -> tuple[Route, ViewCap | None
     except Resolver404:
         found = None
     else:
-        found = state.view_route(match.view_name, match.func)
+        found = state.view_route(match.view_name, match.func, resolver)
     if len(state.resolved) >= _RESOLVED:  # paths with ids are many: keep the recent ones
         state.resolved.clear()
     state.resolved[where] = found

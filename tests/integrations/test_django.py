@@ -299,3 +299,36 @@ def test_a_streamed_answer_holds_its_lease_until_its_body_is_sent_or_closed(
             return [*codes, (await aclient.get("/astreamed")).status_code]
 
         assert asyncio.run(run()) == [200, 429, 200]
+
+
+@fg_django.capped("1/minute")
+def named_a(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("a")
+
+
+@fg_django.capped("3/minute")
+def named_b(request: HttpRequest, pk: int = 0) -> HttpResponse:
+    return HttpResponse("b")
+
+
+def test_two_views_under_one_route_name_keep_their_own_caps(clock: ManualClock) -> None:
+    """Route names are not unique in Django: each view keeps its own cap (one view under
+    two paths of one name keeps one)."""
+    from django.urls import path
+
+    urls = type("urls", (), {})
+    urls.urlpatterns = [  # type: ignore[attr-defined]
+        path("a", named_a, name="same"),
+        path("b", named_b, name="same"),
+        path("b/<int:pk>", named_b, name="same"),
+    ]
+    with override_settings(
+        FREQGUARD_BACKEND=Guard(MemoryBackend(clock)),
+        ROOT_URLCONF=urls,
+        MIDDLEWARE=SITE["MIDDLEWARE"],
+    ):
+        client = Client()
+        a = [client.get("/a").status_code for _ in range(2)]
+        b = [client.get(path).status_code for path in ("/b", "/b/1", "/b/2", "/b")]
+    assert a == [200, 429]
+    assert b == [200, 200, 200, 429]

@@ -57,6 +57,18 @@ def test_check_lists_each_rules_guarantee(config: Path) -> None:
     assert [r["rule"] for r in data["rules"]] == ["rcpt-1m", "content-59s"]
 
 
+def test_check_says_a_concurrency_rule_caps_calls_in_flight() -> None:
+    from freqguard import Rule
+    from freqguard.cli import guarantee
+
+    assert guarantee(Rule("1 concurrent", lease=60)) == (
+        "at most 1 call in flight, each lease freed after 1 minute at the latest"
+    )
+    assert guarantee(Rule("10 concurrent", by="user", lease=0.5)) == (
+        "at most 10 calls in flight, each lease freed after 0.5 seconds at the latest"
+    )
+
+
 def test_inspect_shows_what_the_store_holds_and_reset_forgets_it(config: Path) -> None:
     guard = load(config).guard()
     for _ in range(2):

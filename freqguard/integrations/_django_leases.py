@@ -1,0 +1,117 @@
+"""Django requests in flight: the leases a request took (a policy with a concurrency rule)
+held until it has been answered, a streamed answer's until its body is sent or closed (the
+server closes every response then), whether the middleware or a view's cap took them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from asgiref.sync import async_to_sync
+
+from freqguard.decision import Decision
+from freqguard.guard import AsyncGuard, Guard
+from freqguard.integrations._decide import HeldBody
+
+__all__ = ["AsyncHeldBody", "aanswered", "answered"]
+
+R = TypeVar("R")
+
+
+def answered(guard: Guard, held: list[Decision], respond: Callable[[], R]) -> R:
+    """``respond()``, the leases in ``held`` given back once it has answered (or raised); a
+    streamed answer's when its body is closed."""
+    if not held:
+        return respond()
+    try:
+        response = respond()
+    except BaseException:
+        _release(guard, held)
+        raise
+    if not getattr(response, "streaming", False):
+        _release(guard, held)
+        return response
+    streamed: Any = response
+    streamed.streaming_content = HeldBody(streamed.streaming_content, lambda: _release(guard, held))
+    return response
+
+
+async def aanswered(
+    guard: AsyncGuard, held: list[Decision], respond: Callable[[], Awaitable[R]]
+) -> R:
+    """:func:`answered` on an event loop."""
+    if not held:
+        return await respond()
+    try:
+        response = await respond()
+    except BaseException:
+        await _arelease(guard, held)
+        raise
+    if not getattr(response, "streaming", False):
+        await _arelease(guard, held)
+        return response
+
+    async def release() -> None:
+        await _arelease(guard, held)
+
+    streamed: Any = response
+    content = streamed.streaming_content
+    streamed.streaming_content = (
+        AsyncHeldBody(content, release)
+        if streamed.is_async
+        else HeldBody(content, async_to_sync(release))
+    )
+    return response
+
+
+def _release(guard: Guard, held: list[Decision]) -> None:
+    for decision in held:
+        guard.release(decision)
+
+
+async def _arelease(guard: AsyncGuard, held: list[Decision]) -> None:
+    for decision in held:
+        await guard.release(decision)
+
+
+class AsyncHeldBody:
+    """:class:`HeldBody` for a body sent by an event loop: the leases go back (awaited) when
+    the body ends or fails (a cancellation included), or when it is closed before that."""
+
+    def __init__(self, body: AsyncIterable[bytes], release: Callable[[], Awaitable[None]]) -> None:
+        self._body, self._release, self._released = aiter(body), release, False
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await anext(self._body)
+        except BaseException:  # the end (StopAsyncIteration), a failure, a cancellation
+            if not self._released:
+                self._released = True
+                await self._release()
+            raise
+
+    def close(self) -> None:
+        """Closed before its end (Django closes every response): the leases go back on the
+        event loop if this thread runs one, else on the loop that serves this thread."""
+        if self._released:
+            return
+        self._released = True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            async_to_sync(self._release)()
+        else:
+            task = loop.create_task(_awaited(self._release()))
+            _RELEASING.add(task)
+            task.add_done_callback(_RELEASING.discard)
+
+
+_RELEASING: set[asyncio.Task[None]] = set()  # held until done: a task is weakly referenced
+
+
+async def _awaited(awaitable: Awaitable[None]) -> None:
+    await awaitable
