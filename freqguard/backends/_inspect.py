@@ -137,7 +137,7 @@ def functions_served(
     try:
         yield lambda: client.execute_command(*probe, **where)
     except rex.ResponseError as exc:
-        told(_runs_functions(exc))
+        told(_runs_functions(exc, address(client)))
         return
     except ERRORS:
         if not cluster:
@@ -146,7 +146,7 @@ def functions_served(
             try:
                 yield partial(client.execute_command, *probe, target_nodes=node)
             except rex.ResponseError as exc:
-                told(_runs_functions(exc))
+                told(_runs_functions(exc, address(client)))
                 return
             except ERRORS:
                 continue
@@ -156,13 +156,21 @@ def functions_served(
     told(True)
 
 
-def _runs_functions(refusal: rex.ResponseError) -> bool:
+#: The stores told of running no Functions, by address: told once a process, whatever
+#: number of backends (sync, async, a face, a CLI's) reach them.
+TOLD: set[str] = set()
+
+
+def _runs_functions(refusal: rex.ResponseError, where: str) -> bool:
     """Whether a server that refused ``FUNCTION LIST`` so runs Functions all the same: it
-    does not if it knows no such command or the client may not run it (logged once);
-    any other refusal is raised."""
+    does not if it knows no such command or the client may not run it (logged once a
+    process for the store at ``where``); any other refusal is raised."""
     text = str(refusal).lower()
     if not (isinstance(refusal, rex.NoPermissionError) or "unknown" in text):
         raise refusal
+    if where in TOLD:
+        return False
+    TOLD.add(where)
     _log.warning(
         "freqguard: the store does not run Redis Functions (%s): its calls go as "
         "EVALSHA scripts, which parse their rules at every call (docs/redis.md, 'Stores "

@@ -25,9 +25,9 @@ from freqguard import (
     Policy,
     Rule,
 )
-from freqguard.backends import _library
+from freqguard.backends import _inspect, _library
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
-from freqguard.backends.urls import backend_from_url
+from freqguard.backends.urls import async_backend_from_url, backend_from_url
 from tests.conftest import SMS, START, flush, flush_scripts
 from tests.faults import owner, stopped
 from tests.servers import RedisServer
@@ -44,6 +44,7 @@ def test_a_store_without_functions_is_served_by_scripts_and_says_so(
     scripts_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     flush_scripts([scripts_server])
+    _inspect.TOLD.clear()  # told once a process: once for this test
     backend = RedisBackend(Redis(port=scripts_server.port))
     guard = Guard(backend, [SMS], clock=ManualClock(START))
     with caplog.at_level(logging.WARNING, logger="freqguard"):
@@ -53,6 +54,28 @@ def test_a_store_without_functions_is_served_by_scripts_and_says_so(
     assert backend._ready.library is _library.SCRIPTS
     assert len(scripts_server.client.script_exists(*_library.SCRIPTS.names)) == 4
     guard.close()
+
+
+def test_a_store_without_functions_is_told_of_once_a_process(
+    scripts_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """However many backends reach it: sync, async, another made later."""
+    flush_scripts([scripts_server])
+    _inspect.TOLD.clear()
+    url = f"redis://127.0.0.1:{scripts_server.port}"
+    with caplog.at_level(logging.WARNING, logger="freqguard"):
+        for _ in range(2):
+            guard = Guard(backend_from_url(url), [SMS], clock=ManualClock(START))
+            guard.hit("sms", recipient="a", content="m")
+            guard.close()
+
+        async def main() -> None:
+            aguard = AsyncGuard(async_backend_from_url(url), [SMS], clock=ManualClock(START))
+            await aguard.hit("sms", recipient="a", content="m")
+            await aguard.aclose()
+
+        asyncio.run(main())
+    assert caplog.text.count("does not run Redis Functions") == 1
 
 
 @pytest.mark.parametrize("url_option", [True, False])
