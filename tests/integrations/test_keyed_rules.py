@@ -96,7 +96,7 @@ def test_a_rule_keyed_by_what_a_key_function_does_not_give_fails_naming_both() -
     request that shows the mismatch is refused with a ConfigError naming both sides."""
     limit = Limit("/llm", rule=Rule("5/minute", by="user"), key=lambda request: {"ip": "x"})
     app = _app(limit)
-    with pytest.raises(ConfigError, match="the key gives ip.*takes user"):
+    with pytest.raises(ConfigError, match=r"the key gives ip.*takes user"):
         asyncio.run(_codes(app, ["a"]))
 
 
