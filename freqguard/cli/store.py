@@ -101,6 +101,7 @@ def _topology(backend: Any) -> dict[str, Any]:
 
 _GLOB = re.compile(r"([*?\[\]\\])")
 _DIGEST = len(digest(""))  # a partition value's digest, in hex
+_BESIDE = re.compile(r"(.+):(?:bins|stats:[0-9]{1,12}|top:[0-9]{1,12})")  # keys.POLICY_KEYS
 
 
 def scan_pattern(prefix: str) -> str:
@@ -110,21 +111,21 @@ def scan_pattern(prefix: str) -> str:
 
 
 def ours(key: bytes, prefix: str) -> bool:
-    """Whether ``key`` is one of freqguard's records under ``prefix`` in Redis (see
+    """Whether ``key`` is one of freqguard's keys under ``prefix`` in Redis (see
     freqguard/script/keys.py): ``<prefix>:{<partition>}:<policy>``, the partition a value
     kept verbatim or ``=`` and its digest, ``*<policy>`` for a policy's one record, or
-    ``#<n>`` for a bin; and ``<prefix>:{*<policy>}:<policy>:bins``, where the clients
-    record their bins setting (``KeyLayout.layout_key``). Any other key, whatever it
-    starts with, is another's."""
+    ``#<n>`` for a bin; and what a policy keeps beside its one record
+    (``<prefix>:{*<policy>}:<policy>:bins``, ``:stats:<hour>``, ``:top:<minute>``:
+    ``keys.policy_key``). Any other key, whatever it starts with, is another's."""
     try:
         text = key.decode("ascii")
     except UnicodeDecodeError:  # freqguard's keys are ASCII
         return False
     head = f"{prefix}:{{"
     token, close, policy = text[len(head) :].partition("}:")
-    claim = token.startswith("*") and policy.endswith(":bins")
-    if claim:  # the clients' bins setting, beside the policy's one record
-        policy = policy.removesuffix(":bins")
+    beside = _BESIDE.fullmatch(policy) if token.startswith("*") else None
+    if beside is not None:  # kept beside the policy's one record
+        policy = beside.group(1)
     if not text.startswith(head) or not close or not _name(policy):
         return False
     if token.startswith("*"):

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from hashlib import blake2b as _blake2b
 from typing import NamedTuple
 
@@ -41,10 +41,13 @@ from freqguard.policy import Policy
 from freqguard.rules import Rule, Strategy, check_name
 
 __all__ = [
+    "POLICY_KEYS",
     "KeyLayout",
     "StateLayout",
+    "context_digest",
     "digest",
     "partition_token",
+    "policy_key",
     "policy_layout",
     "raw_digest",
     "value_text",
@@ -93,6 +96,26 @@ def raw_digest(*texts: str, size: int = _DIGEST_BYTES) -> bytes:
 def digest(*texts: str) -> str:
     """:func:`raw_digest` as key-safe hex."""
     return raw_digest(*texts).hex()
+
+
+#: What a policy keeps beside its records, in keys of the policy's one slot (``{*<policy>}``):
+#: the clients' bins setting (``bins``), the service's decisions per minute of an hour
+#: (``stats:<hour>``) and the keys it denied most in a minute (``top:<minute>``).
+POLICY_KEYS = ("bins", "stats", "top")
+
+
+def policy_key(prefix: str, policy: str, what: str, number: int | None = None) -> str:
+    """A key a policy keeps beside its records (:data:`POLICY_KEYS`):
+    ``<prefix>:{*<policy>}:<policy>:<what>[:<number>]``, in the slot of its one record."""
+    assert what in POLICY_KEYS
+    key = f"{prefix}:{{*{policy}}}:{policy}:{what}"
+    return key if number is None else f"{key}:{number}"
+
+
+def context_digest(context: Mapping[str, object], dimensions: Sequence[str]) -> str:
+    """A context's digest by ``dimensions`` (the service's keys denied most): never its
+    values, which may be a message's content."""
+    return digest(*[str(context[d]) for d in dimensions if d in context])
 
 
 def partition_token(text: str) -> str:
@@ -150,7 +173,7 @@ class KeyLayout:
         self._global_head = f"{self._global_record}:{self.key_id}"
         # where the store records how its clients keep this policy's records (bins or
         # not, how many): a key no state's can be (no '@')
-        self.layout_key = f"{self._global_record}:bins"
+        self.layout_key = policy_key(prefix, policy, "bins")
         # a global key's record is one: never in a bin
         self.bins = bins if partition is not None else 0
         self._bin_head = (f"{prefix}:{{#", f"}}:{policy}")

@@ -9,6 +9,8 @@
     POST /v1/policies/{policy}/limits     {"context": {...}}             -> {"limits": {...}}
     PUT  /v1/policies/{policy}/limits/{rule}  {"context", "rate", "ttl"} -> {"limits": {...}}
     DELETE /v1/policies/{policy}/limits/{rule} {"context": {...}}        -> {"limits": {...}}
+    POST /v1/policies/{policy}/denials    {"context": {...}, "minutes": 5}
+                                          -> {"key": its digest, "denied": n, "minutes": 5}
     GET  /healthz (up), /readyz (the store answers), /metrics, /openapi.json
     GET  /  (the operator's page), /v1/policies, /v1/stats, /v1/stats/history,
          /v1/stats/top (what the page reads; open: top keys digested without a token)
@@ -39,9 +41,11 @@ from freqguard.decision import Decision
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import AsyncGuard
 from freqguard.rates import written
+from freqguard.script.keys import context_digest
 from freqguard.service.access import notes
 from freqguard.service.bodies import (
     COSTED,
+    DENIALS,
     LIMIT,
     MANY,
     MAX_BATCH,
@@ -251,6 +255,13 @@ def create_app(
         done = await guard.reset(call.policy, rules=rules, **context)
         return schema.ResetDone(reset=True, rules=list(done))
 
+    async def denials(call: Call) -> Any:
+        context, minutes = call.body["context"], call.body["minutes"]
+        call.checks.hit(context, "context")
+        key = context_digest(context, call.checks.dimensions)
+        denied = await history.denied(call.policy, key, minutes)
+        return schema.Denials(key=key, denied=denied, minutes=minutes)
+
     async def limits(call: Call) -> Any:
         context = call.body["context"]
         call.checks.lookup(context)
@@ -344,6 +355,7 @@ def create_app(
         Route(f"{base}/refund", endpoint({"POST": (COSTED, refund)}), methods=["POST"]),
         Route(f"{base}/reset", endpoint({"POST": (RESET, reset)}), methods=["POST"]),
         Route(f"{base}/limits", endpoint({"POST": (ONE, limits)}), methods=["POST"]),
+        Route(f"{base}/denials", endpoint({"POST": (DENIALS, denials)}), methods=["POST"]),
         Route(
             f"{base}/limits/{{rule}}",
             endpoint({"PUT": (LIMIT, set_limit), "DELETE": (ONE, clear_limit)}),

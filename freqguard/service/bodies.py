@@ -27,6 +27,7 @@ from freqguard.service.problems import Problem, invalid, shown
 
 __all__ = [
     "COSTED",
+    "DENIALS",
     "LIMIT",
     "MANY",
     "MAX_BATCH",
@@ -47,6 +48,7 @@ MAX_DEPTH = 32  # levels of arrays and objects in a body (a call's need at most 
 MAX_DIGITS = 4300  # of an integer in a body (Python's own limit for turning one into text)
 MAX_RATE = 100  # characters of a rate string
 MAX_COST = max(MAX_LIMIT, MAX_BURST)  # no rule holds more: a greater cost never fits
+TOP_MINUTES = 15  # the minutes the keys denied most are kept (service.history's)
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 #: A run of digits that could be an integer too long to read at once (msgspec would read
 #: it, at a quadratic cost; Python's reader here keeps it as :class:`_Huge`).
@@ -177,6 +179,12 @@ def _rules(value: Any, path: str) -> list[str] | None:
     for index, item in enumerate(value):
         if not isinstance(item, str) or not _PLAIN_NAME.fullmatch(item.replace(".", "_")):
             raise invalid(f"{path}[{index}]", f"a rule's name, got {shown(item)}")
+    return value
+
+
+def _minutes(value: Any, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= TOP_MINUTES:
+        raise invalid(path, f"an integer from 1 to {TOP_MINUTES}, got {shown(value)}")
     return value
 
 
@@ -312,6 +320,17 @@ LIMIT = Body(
                 "exclusiveMinimum": 0,
                 "description": "seconds the limit holds; null: until cleared",
             },
+        ),
+    }
+)
+#: a context's denials: the context, and over how many of the last minutes.
+DENIALS = Body(
+    {
+        "context": _CONTEXT,
+        "minutes": Field(
+            _minutes,
+            {"type": "integer", "minimum": 1, "maximum": TOP_MINUTES, "default": 5},
+            default=5,
         ),
     }
 )

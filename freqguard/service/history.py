@@ -2,7 +2,8 @@
 how many hits were allowed and denied in each minute of the last hour.
 
 On a Redis store the counts live under the guard's prefix, one hash per policy per hour
-(``{prefix}:stats:{policy}:{hour}``: the braces keep it to one cluster slot), fields
+(``{prefix}:{*{policy}}:{policy}:stats:{hour}``, in the slot of the policy's one record:
+``script.keys.policy_key``), fields
 ``{minute of the hour}|{rule}|a`` and ``|d`` (rule empty: the policy's own decisions).
 Each worker adds its calls' counts up in memory and writes them as one pipeline of
 ``HINCRBY`` and ``EXPIRE``: at once when idle, then at most every :data:`INTERVAL`
@@ -26,9 +27,11 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+import freqguard.service.bodies as bodies
 import freqguard.service.schema as schema
 from freqguard.decision import Decision
 from freqguard.guard import AsyncGuard
+from freqguard.script.keys import context_digest, policy_key
 from freqguard.service.problems import Problem, log
 
 __all__ = [
@@ -52,19 +55,20 @@ _TTL = 2 * 3600  # seconds an hour's hash is kept after its last write
 _WRITTEN = ("backend", "deny-cache")  # the sources of decisions the store took part in
 _QUIET_LOG = 60.0  # seconds between two logged write failures
 TOP_KEPT = 100  # keys kept per policy and minute: the most denied (a bounded top list)
-TOP_MINUTES = 15  # the minutes the top keys are kept, and the most a read may span
+TOP_MINUTES = bodies.TOP_MINUTES  # the minutes the top keys are kept, the most a read spans
 _TOP_TTL = TOP_MINUTES * 60 + 120
 
 
 def denied_keys(
     decisions: Sequence[Decision], contexts: Sequence[Mapping[str, Any]], dimensions: Sequence[str]
 ) -> Counter[str]:
-    """The denied hits of a call by key: the context's dimensions, ``name=value`` joined
-    by ``,`` in the policy's order (decisions not taken on the store left out)."""
+    """The denied hits of a call by key: the digest of the context's dimensions, in the
+    policy's order (``script.keys.context_digest``: never the values, which may be a
+    message's content); decisions not taken on the store left out."""
     keys: Counter[str] = Counter()
     for decision, context in zip(decisions, contexts, strict=True):
         if not decision.allowed and decision.source in _WRITTEN:
-            keys[",".join(f"{d}={context[d]}" for d in dimensions if d in context)] += 1
+            keys[context_digest(context, dimensions)] += 1
     return keys
 
 
@@ -130,6 +134,8 @@ class History(Protocol):
     async def top(
         self, policies: Sequence[str], minutes: int, digest: Callable[[str], str] | None
     ) -> schema.TopKeys: ...
+
+    async def denied(self, policy: str, key: str, minutes: int) -> int: ...
 
     async def aclose(self) -> None: ...
 
@@ -207,6 +213,14 @@ class MemoryHistory(_Clocked):
                 found[policy].update(keys)
         return _top(found, minutes, digest)
 
+    async def denied(self, policy: str, key: str, minutes: int) -> int:
+        now = self.minute()
+        return sum(
+            keys[key]
+            for (name, minute), keys in self._keys.items()
+            if name == policy and minute > now - minutes
+        )
+
     async def read(self, policies: Mapping[str, Sequence[str]]) -> schema.History:
         return _answer(policies, self.minute(), self._counts)
 
@@ -232,10 +246,10 @@ class RedisHistory(_Clocked):
         self._failed_at = -_QUIET_LOG
 
     def _key(self, policy: str, hour: int) -> str:
-        return f"{{{self._prefix}:stats:{policy}}}:{hour}"
+        return policy_key(self._prefix, policy, "stats", hour)
 
     def _top_key(self, policy: str, minute: int) -> str:
-        return f"{{{self._prefix}:stats:{policy}}}:top:{minute}"
+        return policy_key(self._prefix, policy, "top", minute)
 
     async def record(
         self,
@@ -324,6 +338,14 @@ class RedisHistory(_Clocked):
                     found[policy][_text(member)] += int(score)
         return _top(found, minutes, digest)
 
+    async def denied(self, policy: str, key: str, minutes: int) -> int:
+        await self.flush()
+        now = self.minute()
+        async with self._client.pipeline(transaction=False) as pipe:
+            for minute in range(now - minutes + 1, now + 1):
+                pipe.zscore(self._top_key(policy, minute), key)
+            return sum(int(score or 0) for score in await pipe.execute())
+
     async def read(self, policies: Mapping[str, Sequence[str]]) -> schema.History:
         await self.flush()
         last = self.minute()
@@ -371,6 +393,9 @@ class NoHistory:
     async def top(
         self, policies: Sequence[str], minutes: int, digest: Callable[[str], str] | None
     ) -> schema.TopKeys:
+        raise Problem(404, self.OFF)
+
+    async def denied(self, policy: str, key: str, minutes: int) -> int:
         raise Problem(404, self.OFF)
 
     async def aclose(self) -> None:

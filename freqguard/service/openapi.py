@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from freqguard.service.bodies import COSTED, LIMIT, MANY, MAX_BODY, ONE, RESET, Body
+from freqguard.service.bodies import COSTED, DENIALS, LIMIT, MANY, MAX_BODY, ONE, RESET, Body
 from freqguard.service.schema import components
 
 __all__ = ["BODIES", "document"]
@@ -26,6 +26,7 @@ BODIES: dict[str, Body] = {
     "ContextCall": ONE,
     "ResetCall": RESET,
     "LimitCall": LIMIT,
+    "DenialsCall": DENIALS,
 }
 
 
@@ -96,6 +97,12 @@ def _policy_calls(base: str) -> dict[str, Any]:
         ),
         "limits": _call(
             "limits", "each rule's rate for a partition value", "ContextCall", "Limits"
+        ),
+        "denials": _call(
+            "denials",
+            "a context's denials over the last minutes, and its digest (its key in statsTop)",
+            "DenialsCall",
+            "Denials",
         ),
     }
     return {f"{base}/{name}": {"post": call} for name, call in calls.items()}

@@ -24,7 +24,7 @@ PAGE = """<!doctype html>
   table { border-collapse: collapse; margin-bottom: .5rem; }
   th, td { text-align: left; padding: .25rem .75rem .25rem 0; border-bottom: 1px solid #e3e6ec; }
   th { font-weight: 600; color: #555d6e; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
-  .denied { color: #b3261e; } .allowed { color: #1b7f3b; } .muted { color: #7a8191; }
+  .denied { color: #b3261e; } .allowed { color: #1b7f3b; } .muted { color: #7a8191; } .matched { font-weight: 600; }
   form { display: flex; flex-wrap: wrap; gap: .5rem; align-items: end; }
   label { display: flex; flex-direction: column; font-size: .85rem; color: #555d6e; }
   input, select, button { font: inherit; padding: .25rem .4rem; }
@@ -119,6 +119,7 @@ const problem = (status, body) => status === 401
   ? "this service needs a token: type it in the token field above"
   : `${status}: ${body.detail || body.title}` + (body.field ? ` (field ${body.field})` : "");
 let keyed = null;  // the policy and partition the limits table shows
+let matched = null;  // the digest of the context looked up, and the context as typed
 
 function showLimits(name, partition, limits) {
   keyed = {name, partition};
@@ -178,6 +179,12 @@ async function lookup(event) {
   if (limitStatus === 200) showLimits(name, partition, limits);
   $("answer").textContent = decision.allowed ? "a hit now would be allowed"
     : `a hit now would be denied by ${decision.denied_by.join(", ")}; retry in ${seconds(decision.retry_after)}`;
+  const [deniedStatus, denied] = await post(`/v1/policies/${name}/denials`, {context});
+  if (deniedStatus === 200) {  // its digest: the keys denied most show it by the context
+    matched = {key: denied.key, text: Object.entries(context).map(([k, v]) => `${k}=${v}`).join(", ")};
+    $("answer").textContent += `; denied ${denied.denied} times in the last ${denied.minutes} minutes`;
+    await refreshTop();
+  }
   for (const r of decision.rules) {
     const own = policies[name].rules.find((x) => x.rule === r.rule);
     const limit = r.rule in limits && (limits[r.rule] === null || limits[r.rule] !== own.rate)
@@ -219,9 +226,15 @@ async function refreshTop() {
   const response = await fetch("/v1/stats/top", {headers: token ? {authorization: "Bearer " + token} : {}});
   if (response.status !== 200) { $("top-note").textContent = await refused(response); return; }
   const top = await response.json();
-  $("top-note").textContent = top.digested ? "(digests: type the token to see the keys)" : "";
-  $("top").tBodies[0].replaceChildren(...top.keys.map((k) =>
-    row([cell(k.policy), cell(k.key), cell(String(k.denied), "n")])));
+  $("top-note").textContent = top.digested ? "(type the token to match a context looked up)"
+    : "(digests: look a context up to see its own)";
+  $("top").tBodies[0].replaceChildren(...top.keys.map((k) => {
+    const mine = matched !== null && k.key === matched.key;
+    const tr = row([cell(k.policy), cell(mine ? matched.text : k.key, mine ? "matched" : ""),
+      cell(String(k.denied), "n")]);
+    if (mine) tr.dataset.matched = "1";
+    return tr;
+  }));
 }
 
 async function refreshHistory() {

@@ -19,6 +19,7 @@ __all__ = [
     "ANSWERS",
     "Decision",
     "Decisions",
+    "Denials",
     "Health",
     "History",
     "Limits",
@@ -187,7 +188,8 @@ class History(msgspec.Struct, frozen=True):
 
 
 class TopKey(msgspec.Struct, frozen=True):
-    """A key (a policy's dimensions, ``name=value,...``, or its digest) and its denials."""
+    """A key (the digest of a context's dimensions; without a token, a digest of that keyed
+    by the service's tokens) and its denials."""
 
     policy: str
     key: str
@@ -195,12 +197,23 @@ class TopKey(msgspec.Struct, frozen=True):
 
 
 class TopKeys(msgspec.Struct, frozen=True):
-    """The keys denied most over the last ``minutes``, most first, of every worker; each
-    key a digest (``digested``) unless the call carried a valid token."""
+    """The keys denied most over the last ``minutes``, most first, of every worker: each
+    the digest of a context (``POST /v1/policies/{policy}/denials`` gives a context's), or,
+    when the call carried no valid token (``digested``), a digest of that which no context
+    matches without a token."""
 
     minutes: int
     digested: bool
     keys: list[TopKey]
+
+
+class Denials(msgspec.Struct, frozen=True):
+    """One context's denials over the last ``minutes``, and its ``key`` (its digest), as
+    the keys denied most list it."""
+
+    key: str
+    denied: int
+    minutes: int
 
 
 class Problem(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -228,6 +241,7 @@ ANSWERS: tuple[type[msgspec.Struct], ...] = (
     Stats,
     History,
     TopKeys,
+    Denials,
     Problem,
 )
 

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from freqguard import AsyncGuard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard.script.keys import context_digest
 from freqguard.service import create_app
 from freqguard.service.history import INTERVAL, MINUTES
 from tests.conftest import flush
@@ -75,6 +76,11 @@ def service(tmp_path: Path, redis_server: RedisServer) -> Iterator[str]:
         yield served.url
 
 
+def _digest(recipient: str, content: str = "x") -> str:
+    """A context's key in the keys denied most: its digest, never its values."""
+    return context_digest({"recipient": recipient, "content": content}, SMS.dimensions)
+
+
 def _minute_now() -> int:
     return int(time.time() // 60)
 
@@ -115,9 +121,9 @@ def test_two_workers_share_the_counts_exactly(service: str) -> None:
     assert top["digested"] is False  # no tokens: what any call may see
     keys = {row["key"]: row["denied"] for row in top["keys"]}
     assert keys == {
-        f"recipient=a{attempt},content=x": 2,
-        f"recipient=b{attempt},content=x": 2,
-        f"recipient=c{attempt},content=x": 1,
+        _digest(f"a{attempt}"): 2,
+        _digest(f"b{attempt}"): 2,
+        _digest(f"c{attempt}"): 1,
     }
     earlier = [0] * 59 if attempt == 0 else None  # a crossed sequence left counts before
     for read in reads:  # whichever worker answered
@@ -155,7 +161,12 @@ def test_the_page_charts_each_policy_and_refreshes(tmp_path: Path) -> None:
         title = page.run("document.querySelector('.history-title').textContent")
         assert title == "sms: 2 allowed, 1 denied (denied by rcpt-1m 1)"
         top = "[...document.querySelectorAll('#top tbody td')].map((td) => td.textContent)"
-        assert page.run(top) == ["sms", "recipient=a", "1"]  # no tokens: the key itself
+        key = context_digest({"recipient": "a"}, ("recipient",))
+        assert page.run(top) == ["sms", key, "1"]  # a digest, never the context
+        page.open(served.url + "/?policy=sms&recipient=a")  # a context looked up: matched
+        page.until("document.body.dataset.ready === '1'", "the page", seconds=20)
+        assert page.run(top) == ["sms", "recipient=a", "1"]
+        assert "denied 1 times in the last 5 minutes" in page.run("$('answer').textContent")
         httpx.post(hit, json={"context": {"recipient": "b"}})
         # the page asks again every five seconds: polled, bounded
         page.until(f"JSON.stringify({totals}) === '[3,1]'", "the refreshed chart", seconds=20)
@@ -186,14 +197,14 @@ def test_top_keys_are_digests_without_the_token_and_forget_after_their_minutes()
         "minutes": 5,
         "digested": False,
         "keys": [
-            {"policy": "sms", "key": "recipient=a,content=x", "denied": 3},
-            {"policy": "sms", "key": "recipient=b,content=x", "denied": 1},
+            {"policy": "sms", "key": _digest("a"), "denied": 3},
+            {"policy": "sms", "key": _digest("b"), "denied": 1},
         ],
     }
     assert digested.json()["digested"] is True
     hidden = [row["key"] for row in digested.json()["keys"]]
     assert [len(k) for k in hidden] == [16, 16]
-    assert "recipient" not in "".join(hidden)
+    assert not {_digest("a"), _digest("b")} & set(hidden)  # no context matches without one
     assert bad.status_code == 422
     assert bad.json()["field"] == "minutes"
     assert later.json()["keys"] == []
@@ -248,7 +259,64 @@ def test_the_history_and_top_keys_on_a_redis_store(
         ("sms", "rcpt-1m"): (2, 1),
         ("sms", "content-59s"): (3, 0),
     }
-    assert [(k.key, k.denied) for k in top.keys] == [("recipient=a,content=x", 1)]
+    assert [(k.key, k.denied) for k in top.keys] == [(_digest("a"), 1)]
+
+
+def _everything(client: Any) -> bytes:
+    """Every key of a server, and what each holds (strings, hash fields and values, sorted
+    set members), as one text to search."""
+    found = []
+    for key in client.scan_iter(count=1000):
+        found.append(key)
+        kind = client.type(key)
+        if kind == b"hash":
+            for field, value in client.hgetall(key).items():
+                found += [field, value]
+        elif kind == b"zset":
+            found += [member for member, _ in client.zrange(key, 0, -1, withscores=True)]
+        elif kind == b"string":
+            found.append(client.get(key))
+    return b"\n".join(found)
+
+
+def test_a_denied_context_is_kept_as_a_digest_and_flush_leaves_nothing(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """docs/redis.md: content never appears in Redis. The keys denied most are kept as
+    digests of their context (the page matches a context typed in to its digest), and
+    ``freqguard flush`` removes every key freqguard wrote, the history's too."""
+    from freqguard.backends.urls import async_backend_from_url
+    from tests.project.cli_run import run as run_cli
+
+    flush([redis_server])
+    content = "Your code is 4711"
+    context = {"recipient": "+15550001", "content": content}
+
+    async def run() -> tuple[Any, Any]:
+        guard = AsyncGuard(async_backend_from_url(redis_server.url), [SMS])
+        transport = httpx.ASGITransport(app=create_app(guard))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            for _ in range(3):
+                await http.post("/v1/policies/sms/hit", json={"context": context})
+            top = (await http.get("/v1/stats/top")).json()
+            matched = await http.post("/v1/policies/sms/denials", json={"context": context})
+            await guard.aclose()
+            return top, matched.json()
+
+    top, matched = asyncio.run(run())
+    stored = _everything(redis_server.client)
+    assert content.encode() not in stored
+    assert b"4711" not in stored
+    assert [(row["key"], row["denied"]) for row in top["keys"]] == [(matched["key"], 1)]
+    assert matched["denied"] == 1
+    assert "+15550001" not in matched["key"]
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'backend = "{redis_server.url}"\n[[policy]]\nname = "sms"\n'
+        'rules = [{ rate = "2/minute", by = "recipient", name = "rcpt-1m" }]\n'
+    )
+    assert run_cli("flush", str(config), "--yes").code == 0
+    assert redis_server.client.dbsize() == 0
 
 
 def test_with_the_history_off_nothing_is_written_and_its_reads_say_so(
