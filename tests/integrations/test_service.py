@@ -68,6 +68,27 @@ def test_a_hit_is_allowed_then_denied_with_the_rule_that_said_no() -> None:
     assert [r["rule"] for r in body["rules"]] == ["rcpt-1m", "content-59s"]
 
 
+def test_a_refund_of_a_policy_with_leases_is_a_422_pointing_to_release() -> None:
+    """A refund by context would give back another caller's lease: refused, nothing given
+    back (issue: a third lease was admitted under "2 concurrent")."""
+    llm = Policy("llm", Rule("2 concurrent", by="user", lease=60))
+    guard = AsyncGuard(MemoryBackend(), [llm], clock=ManualClock(1_700_000_000))
+
+    async def run() -> tuple[httpx.Response, int]:
+        transport = httpx.ASGITransport(app=create_app(guard))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            for _ in range(2):
+                assert (await guard.take_lease("llm", user="u")).allowed
+            body = {"context": {"user": "u"}}
+            answer = await http.post("/v1/policies/llm/refund", json=body)
+            return answer, (await guard.peek("llm", user="u")).remaining
+
+    answer, remaining = asyncio.run(run())
+    assert answer.status_code == 422
+    assert "guard.release(decision)" in answer.json()["detail"]
+    assert remaining == 0  # both leases still held
+
+
 def test_a_batch_peek_refund_reset_and_limits() -> None:
     ctx = {"recipient": "+1555", "content": "hi"}
     batch = {"contexts": [ctx, ctx, {"recipient": "+1555", "content": "yo"}]}
