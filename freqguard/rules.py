@@ -35,7 +35,6 @@ __all__ = [
     "fit_name",
     "limited_rule",
     "quiet_rule",
-    "rekeyed",
 ]
 
 #: The id of a policy's quiet-hours pseudo-rule (a rule may not take it).
@@ -381,24 +380,6 @@ def quiet_rule(quiet: QuietHours, by: tuple[str, ...]) -> Rule:
     object.__setattr__(made, "quiet", quiet)
     if quiet.tz_from is not None:
         object.__setattr__(made, "reads", (quiet.tz_from,))
-    return made
-
-
-def rekeyed(rule: Rule, by: Sequence[str]) -> Rule:
-    """``rule`` keyed by ``by`` instead of its own dimensions (an HTTP route's Rule keyed by
-    nothing takes its key's); its id stays (it names no dimension).
-
-    Raises:
-        ConfigError: a dimension the rule reads as a value (``reads``, ``tz_from``).
-    """
-    names = dimension_names(by)
-    shared = sorted(set(names) & set(rule.reads))
-    if shared:
-        raise ConfigError(f"rule {rule.id!r} reads {shared} as values; they cannot key it")
-    made: Rule = object.__new__(Rule)
-    for name in _FIELDS:
-        object.__setattr__(made, name, getattr(rule, name))
-    object.__setattr__(made, "by", names)
     return made
 
 

@@ -130,7 +130,10 @@ def _contract() -> list[str]:
         '-- (by its kind); the bin\'s own field "" holds BIN_META.',
         local("BLOB_HEAD", lua(c.BLOB_HEAD), "stamp, the record's expiry"),
         local("BIN_LAYOUT", lua(c.BIN_LAYOUT)),
-        local("BIN_META", lua(c.BIN_META), "its expiry (NEVER: none), prune_at"),
+        local("BIN_META", lua(c.BIN_META), "its expiry (NEVER: none), prune_at, bins"),
+        local("BIN_RECORD", lua(c.BIN_RECORD), "a binned call's bins, after the record's id"),
+        local("UNCLAIMED", lua(c.UNCLAIMED), "a write to a bin holding no bins setting"),
+        local("BINS_OTHER", lua(c.BINS_OTHER), "a bin holding another, then its setting"),
         local("BIN_ENTRY_HEADS", lua(c.BIN_ENTRY_HEADS)),
         local(
             "BIN_ENTRY_HEAD_BYTES",

@@ -15,6 +15,7 @@ client runs: a client with another setting is refused with a
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Generator, Sequence
 from functools import partial
 from time import monotonic
@@ -24,8 +25,9 @@ from redis import exceptions as rex
 
 from freqguard.errors import ConfigError
 from freqguard.script.calls import ScriptCall
+from freqguard.script.contract import BINS_OTHER, UNCLAIMED
 
-__all__ = ["HOLD", "RECHECK", "Claims", "claim"]
+__all__ = ["HOLD", "RECHECK", "Claims", "claim", "other_bins", "other_setting", "unclaimed"]
 
 #: Seconds after which a backend checks its claims again (two requests a policy each time),
 #: and how long the store keeps a claim no client renews.
@@ -60,6 +62,10 @@ class Claims:
 
     def done(self, key: str) -> None:
         self._done.add(key)
+
+    def forget(self, key: str) -> None:
+        """Check ``key`` again before the next call (a bin was found unclaimed)."""
+        self._done.discard(key)
 
     def on_checked(self, key: str) -> Callable[[], None]:
         """What says ``key`` was checked (:func:`claim`'s ``checked``)."""
@@ -122,13 +128,36 @@ def _compare(
                 exc,
             )
         return
-    policy = key.rsplit(":", 2)[-2]
-    raise ConfigError(
+    raise other_setting(key.rsplit(":", 2)[-2], found, mine, key)
+
+
+def other_setting(policy: str, found: object, mine: object, where: str) -> ConfigError:
+    """The error of a client whose bins setting is not the one ``where`` records."""
+    return ConfigError(
         f"policy {policy!r}: the clients of this store keep its records with "
-        f"bins={found} (recorded in {key}), and this client has bins={mine}: the two "
+        f"bins={found} (recorded in {where}), and this client has bins={mine}: the two "
         "would count apart, each up to the cap. Give every client of a key prefix the same "
         "bins setting (docs/redis.md, 'Changing bins')"
     )
+
+
+def unclaimed(result: object) -> bool:
+    """Whether a call's result says it would have written a bin that holds no setting (a
+    new bin, or one a flush or a restart emptied): it wrote nothing, and goes again once
+    the bin is claimed (``contract.UNCLAIMED``)."""
+    return isinstance(result, rex.ResponseError) and UNCLAIMED in str(result)
+
+
+def other_bins(result: object, key: bytes, mine: int) -> ConfigError | None:
+    """The error of a call refused by a bin that holds another setting
+    (``contract.BINS_OTHER``), or None."""
+    if not isinstance(result, rex.ResponseError):
+        return None
+    found = re.search(re.escape(BINS_OTHER) + r"([0-9]+)", str(result))
+    if found is None:
+        return None
+    text = key.decode("utf-8", "replace")
+    return other_setting(text.split("}:", 1)[-1], found.group(1), mine, text)
 
 
 def _refused(exc: rex.ResponseError) -> bool:

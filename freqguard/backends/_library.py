@@ -21,6 +21,7 @@ from redis import exceptions as rex
 
 from freqguard.backends._url_options import SCRIPT_KINDS
 from freqguard.script import library
+from freqguard.script.contract import ARGV, BIN_RECORD, CLAIM, widths
 
 __all__ = [
     "ATTEMPTS",
@@ -81,6 +82,15 @@ class Library:
     def name(self, grows: bool, binned: bool) -> str:
         """The entry point a call goes to (see ``script.library.ENTRIES``)."""
         return self.names[(not grows) + 2 * binned]
+
+    def claim(self, bin_key: bytes, bins: int) -> tuple[object, ...]:
+        """The claim of a bin for ``bins`` (a binned call of mode ``CLAIM``, see
+        ``contract.UNCLAIMED``), as ``execute_command`` takes it: its reply is the setting
+        the bin holds."""
+        record = bytes(8) + bins.to_bytes(sum(widths(BIN_RECORD)), "big")
+        values = {"now": "", "cost": 1, "mode": CLAIM, "specs": ""}
+        argv = [values[name] for name in ARGV]
+        return (self.command.decode(), self.name(True, True), 1, bin_key, record, *argv)
 
     def missing(self, result: object) -> bool:
         """Whether a reply says the server lacks them (never loaded, or flushed)."""

@@ -17,7 +17,7 @@ from redis.client import NEVER_DECODE
 from freqguard.backends._library import FUNCTIONS, Library
 from freqguard.errors import ConfigError
 from freqguard.script.calls import ScriptCall
-from freqguard.script.contract import ARGV, MARK_SEPARATOR, grows
+from freqguard.script.contract import ARGV, BIN_RECORD, MARK_SEPARATOR, grows, widths
 from freqguard.script.strategies.base import Mark
 
 __all__ = [
@@ -63,14 +63,19 @@ _ORDER = (0, 1, *[i for name in ARGV for i in _PIECES[name][1]], 8)
 _IN_ORDER = None if tuple(range(9)) == _ORDER else itemgetter(*_ORDER)
 
 
+_BINS_BYTES = sum(widths(BIN_RECORD))  # a binned call's setting, after the record's id
+
+
 def call_keys(call: ScriptCall) -> tuple[bytes, bytes | None]:
     """The one record a call touches (every key of one call is a field of one record: same
     partition, same policy), its key; or, when records share bins, the bin's key and
-    the record's id in it (see ``KeyLayout.bin``), which goes as ARGV[1] of the binned
-    functions, not as a key. The key is the call's slot."""
+    the record's id in it (see ``KeyLayout.bin``) and the client's bins setting
+    (``contract.BIN_RECORD``), which go as ARGV[1] of the binned functions, not as a key.
+    The key is the call's slot."""
     layout = call.part.layouts[0]
     if layout.bins:
-        return layout.bin(call.texts)
+        key, rid = layout.bin(call.texts)
+        return key, rid + layout.bins.to_bytes(_BINS_BYTES, "big")
     return layout.record(call.texts).encode("utf-8", "surrogatepass"), None
 
 

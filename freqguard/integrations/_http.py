@@ -27,7 +27,7 @@ from freqguard.integrations._request import (
 from freqguard.integrations._routes import check_pattern
 from freqguard.policy import Policy, check_on_error
 from freqguard.rates import Rate, parse_rates
-from freqguard.rules import Rule, check_name, fit_name, rekeyed
+from freqguard.rules import Rule, check_name, fit_name
 
 __all__ = [
     "BadRequest",
@@ -224,7 +224,7 @@ def check_keyed(where: str, items: Sequence[Rate | Rule], given: Sequence[str]) 
         if isinstance(item, Rate)
         else item
         if item.by
-        else rekeyed(item, given)
+        else _rekeyed(item, given)
         for item in items
     ]
     taken = {d for rule in rules for d in (*rule.by, *rule.reads)}
@@ -244,6 +244,27 @@ def check_keyed(where: str, items: Sequence[Rate | Rule], given: Sequence[str]) 
             f"a rule by it (by=...), or give a key that returns only what the rules take"
         )
     return rules
+
+
+def _rekeyed(rule: Rule, by: Sequence[str]) -> Rule:
+    """``rule`` keyed by ``by`` (a route's key) instead of nothing; its id stays (it names
+    no dimension). Made again by its constructor, so every check holds (a dimension the
+    rule reads as a value cannot key it)."""
+    return Rule(
+        rule.rate,
+        by,
+        rule.strategy,
+        name=rule.name,
+        burst=rule.burst,
+        shadow=rule.shadow,
+        rate_for=rule.rate_for,
+        reads=rule.reads,
+        calendar=rule.calendar,
+        tz=rule.tz,
+        tz_from=rule.tz_from,
+        only=rule.only,
+        caps=dict(rule.caps) or None,
+    )
 
 
 def rule_items(rule: object) -> tuple[Rate | Rule, ...]:

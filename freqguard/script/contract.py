@@ -29,11 +29,14 @@ __all__ = [
     "ARGV_BINNED",
     "ARGV_STATES",
     "BACK_LIMIT",
+    "BINS_OTHER",
     "BIN_ENTRY_HEADS",
     "BIN_LAYOUT",
     "BIN_META",
+    "BIN_RECORD",
     "BLOB_HEAD",
     "CHECK",
+    "CLAIM",
     "FIELD_HEAD",
     "HIT",
     "LAYOUT_STAMPS",
@@ -61,6 +64,7 @@ __all__ = [
     "SPEC_STATE",
     "STALE_GRACE_US",
     "TWIN_FUNCTIONS",
+    "UNCLAIMED",
     "grows",
     "struct_codes",
     "widths",
@@ -78,8 +82,19 @@ ARGV = ("now", "cost", "mode", "specs")
 ARGV_STATES = ("fields", "marks")
 
 #: The ARGV of a call to the binned functions (``RedisBackend(bins=N)``): the record's
-#: id in its bin (KEYS[1]), then :data:`ARGV` and :data:`ARGV_STATES` as above.
+#: id in its bin (KEYS[1]) followed by the client's bins setting (:data:`BIN_RECORD`),
+#: then :data:`ARGV` and :data:`ARGV_STATES` as above.
 ARGV_BINNED = ("record", *ARGV)
+#: A binned call's ``record``: the record's 8-byte id (``KeyLayout.bin``), then the client's
+#: bins setting in this format.
+BIN_RECORD = ">I4"
+#: What a binned call that would write a bin holding no setting (a new bin, or one a
+#: flush or a restart emptied) fails with, writing nothing: the client checks the store's
+#: record of the setting again, claims the bin (a :data:`CLAIM` call) and sends the call
+#: again. A bin holding another setting fails the call with
+#: :data:`BINS_OTHER` and its setting.
+UNCLAIMED = "freqguard unclaimed bin"
+BINS_OTHER = "freqguard bins="
 
 #: A bucket's refund mark is its numbers joined by this (``tat:back:born:interval``, the
 #: interval the hit was charged at; receipts made before per-key limits have no interval);
@@ -89,9 +104,18 @@ MARK_SEPARATOR = ":"
 #: The script's modes (``mode``). LIMIT reads the record's per-key limits and, with a change
 #: after the fields, sets one rule's (the words of :data:`LIMIT_CHANGE`) or clears it (its
 #: tag alone); an empty change only reads them. A LIMIT call's cost is 1 when it sets
-#: (it may grow what is stored), else 0.
-HIT, CHECK, REFUND, RESET, LIMIT = 0, 1, 2, 3, 4
-MODES = {"HIT": HIT, "CHECK": CHECK, "REFUND": REFUND, "RESET": RESET, "LIMIT": LIMIT}
+#: (it may grow what is stored), else 0. CLAIM (Lua only, a binned call of cost 1 and no
+#: specs) claims its bin for the client's bins setting (:data:`UNCLAIMED`) and answers the
+#: setting the bin holds.
+HIT, CHECK, REFUND, RESET, LIMIT, CLAIM = 0, 1, 2, 3, 4, 5
+MODES = {
+    "HIT": HIT,
+    "CHECK": CHECK,
+    "REFUND": REFUND,
+    "RESET": RESET,
+    "LIMIT": LIMIT,
+    "CLAIM": CLAIM,
+}
 
 #: A LIMIT call's change that sets a limit: these space-separated integers (``ttl``: µs from
 #: the call's time, 0: for ever; ``exempt`` 0/1; then ``LIMIT_ENTRY``'s numbers).
@@ -102,7 +126,7 @@ def grows(mode: int, cost: int) -> bool:
     """Whether a call may grow what is stored: a hit that consumes, or a LIMIT call that
     sets. Every other call goes to the policy function's variant that Redis runs even when out
     of memory (the Lua's ``_nogrow`` name), which refuses a call that grows."""
-    return cost > 0 and mode in (HIT, LIMIT)
+    return cost > 0 and mode in (HIT, LIMIT, CLAIM)
 
 
 #: The specs (``specs``, ``script.calls.spec_text``): space-separated integers, the number
@@ -162,10 +186,12 @@ OLDEST_LAYOUT = 2
 #: expiry), then the meta field's numbers as varints and its limits, then each state field
 #: behind one of ``BIN_ENTRY_HEADS``: its expiry and latest in full, or its expiry and
 #: its span (expiry - latest) in 4 or 5 bytes. The bin's own field "" holds
-#: ``BIN_META``: its expiry and how many records it holds before stale ones are swept.
+#: ``BIN_META``: its expiry, how many records it holds before stale ones are swept, and
+#: the bins setting its records were written with (every write checks it: see
+#: :data:`UNCLAIMED`).
 BIN_LAYOUT = 4
 BLOB_HEAD = ">BI7"
-BIN_META = ">I8I4"
+BIN_META = ">I8I4I4"
 BIN_ENTRY_HEADS = ("I7I7", "I7I4", "I7I5")
 
 #: The functions both twins of a strategy define, under these names and in this order. The

@@ -1,21 +1,15 @@
 """Decisions over time, shared by every worker and host of a service: per policy and rule,
-how many hits were allowed and denied in each minute of the last hour.
+how many hits were allowed and denied in each minute of the last hour, and the contexts
+denied most (their digests: never their values).
 
-On a Redis store the counts live under the guard's prefix, one hash per policy per hour
-(``{prefix}:{*{policy}}:{policy}:stats:{hour}``, in the slot of the policy's one record:
-``script.keys.policy_key``), fields
-``{minute of the hour}|{rule}|a`` and ``|d`` (rule empty: the policy's own decisions).
-Each worker adds its calls' counts up in memory and writes them as one pipeline of
-``HINCRBY`` and ``EXPIRE``: at once when idle, then at most every :data:`INTERVAL`
-seconds, never in a decision's path (a pipeline a call measured at ~5x a hit's cost on
-the client, see ``benchmarks/service_history.py``). Each hash expires two hours after its
-last write, so the store cleans itself. On ``memory://`` the service runs one worker, and
-the counts are kept in its memory the same way.
-
-A write that fails is logged (at most once a minute) and dropped: the counts are for the
-operator's eyes, and never fail or slow a decision. Decisions
-taken without the store (a fallback, failing open or closed) are not written: the store
-is not answering then.
+On a Redis store they live beside the policy's record (``script.keys.policy_key``: one
+hash per policy per hour, fields ``{minute}|{rule}|a`` and ``|d``, rule empty for the
+policy's own; a sorted set per minute of the digests denied most). Each worker adds its
+calls' counts up and writes them as one pipeline at once when idle, then at most every
+:data:`INTERVAL` seconds, never in a decision's path (a pipeline a call cost ~5x a hit on
+the client: ``benchmarks/service_history.py``); they expire by themselves. On
+``memory://`` (one worker) they are kept in its memory. A write that fails is logged (at
+most once a minute) and dropped; decisions taken without the store are not written.
 """
 
 from __future__ import annotations
@@ -378,24 +372,16 @@ class NoHistory:
 
     OFF = "the decisions' history is off (freqguard serve --history off)"
 
-    async def record(
-        self,
-        policy: str,
-        decisions: Sequence[Decision],
-        contexts: Sequence[Mapping[str, Any]],
-        dimensions: Sequence[str],
-    ) -> None:
+    async def record(self, policy: str, *what: object) -> None:
         return None
 
-    async def read(self, policies: Mapping[str, Sequence[str]]) -> schema.History:
+    async def read(self, *what: object) -> schema.History:
         raise Problem(404, self.OFF)
 
-    async def top(
-        self, policies: Sequence[str], minutes: int, digest: Callable[[str], str] | None
-    ) -> schema.TopKeys:
+    async def top(self, *what: object) -> schema.TopKeys:
         raise Problem(404, self.OFF)
 
-    async def denied(self, policy: str, key: str, minutes: int) -> int:
+    async def denied(self, *what: object) -> int:
         raise Problem(404, self.OFF)
 
     async def aclose(self) -> None:

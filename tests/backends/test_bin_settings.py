@@ -7,6 +7,9 @@ names both settings; on a standalone server and a Cluster, sync and async."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any
 
 import pytest
 from redis import Redis
@@ -15,7 +18,10 @@ from redis.cluster import RedisCluster
 
 from freqguard import AsyncGuard, ConfigError, Guard, ManualClock, Policy, Rule
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
+from freqguard.script.keys import raw_digest
+from tests import servers
 from tests.conftest import START, flush
+from tests.faults import kill, restart
 from tests.servers import RedisServer, state_keys
 
 P = Policy("p", Rule("2/minute", by="r", name="m"))
@@ -101,3 +107,66 @@ def test_a_server_that_refuses_the_check_is_still_decided_on_and_says_so(
         guard.close()
     finally:
         admin.acl_deluser("nosets")
+
+
+THREE = Policy("p", Rule("3/minute", by="r", name="m"))
+
+
+# a recipient whose record is in bin k of 16 and in bin k + 16 of 32: the two settings
+# keep it in different bins (another would share one by chance, and count together)
+APART = next(
+    r for r in (f"r{i}" for i in range(100)) if int.from_bytes(raw_digest(r), "big") % 32 >= 16
+)
+
+
+def _admitted(guard: Guard, n: int) -> tuple[int, list[ConfigError]]:
+    admitted, refused = 0, []
+    for _ in range(n):
+        try:
+            admitted += guard.hit("p", r=APART).allowed
+        except ConfigError as exc:
+            refused.append(exc)
+    return admitted, refused
+
+
+@pytest.mark.parametrize("store", ["flush", "restart", "cluster-flush"])
+def test_after_a_flush_or_a_restart_the_setting_is_checked_before_a_write(
+    store: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A flush (or a restart without persistence) takes the store's record of the setting
+    with everything else: a client started then with another setting claims it, while the
+    clients already running still believe theirs checked. Each bin records the setting its
+    records were written with, and a bin that holds none is claimed (the store's record
+    checked again) before a call writes it: the client whose setting no longer holds is
+    refused, and between them no more than the cap is admitted."""
+    with contextlib.ExitStack() as stack:
+        if store == "cluster-flush":
+            nodes: list[RedisServer] = request.getfixturevalue("redis_cluster")
+            flush(nodes)
+
+            def client() -> Any:
+                return RedisCluster(host="127.0.0.1", port=nodes[0].port)
+        else:
+            server = stack.enter_context(servers.standalone(tmp_path / "alone"))
+            nodes = [server]
+
+            def client() -> Any:
+                return Redis(port=server.port)
+
+        old = Guard(RedisBackend(client(), bins=16), [THREE], clock=ManualClock(START))
+        assert old.hit("p", r="warm").allowed  # its setting claimed and checked
+        if store == "restart":
+            kill(server)
+            restart(server)
+        else:
+            flush(nodes)
+        new = Guard(RedisBackend(client(), bins=32), [THREE], clock=ManualClock(START))
+        admitted_new, refused_new = _admitted(new, 3)
+        admitted_old, refused_old = _admitted(old, 3)
+        assert admitted_new + admitted_old <= 3
+        assert (admitted_new, len(refused_old)) == (3, 3)  # the first to write after wins
+        assert not refused_new
+        assert "bins=32" in str(refused_old[0])
+        assert "bins=16" in str(refused_old[0])
+        old.close()
+        new.close()

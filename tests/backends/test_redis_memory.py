@@ -23,7 +23,7 @@ from freqguard import (
 )
 from freqguard.backends._library import FUNCTION_BIN, FUNCTION_BIN_NOGROW
 from freqguard.backends.redis import FUNCTION, FUNCTION_NOGROW, AsyncRedisBackend, RedisBackend
-from freqguard.script.contract import CHECK, HIT, LIMIT
+from freqguard.script.contract import CHECK, CLAIM, HIT, LIMIT
 from tests.conftest import flush
 from tests.servers import RedisServer, state_keys
 
@@ -116,12 +116,19 @@ def test_the_nogrow_function_refuses_a_call_that_grows(redis_server: RedisServer
     assert len(state_keys(client)) == 0
     client.fcall(FUNCTION, 1, "k", "", 1, HIT, specs, "ab")
     assert len(state_keys(client)) == 1
-    rid = b"12345678"  # the binned variants: ARGV[1] is the record's id in the bin
+    rid = b"12345678"  # the binned variants: ARGV[1] is the record's id in the bin, then
+    record = rid + (2).to_bytes(4, "big")  # the client's bins setting
     with pytest.raises(rex.ResponseError, match="a call that grows cannot run"):
-        client.fcall(FUNCTION_BIN_NOGROW, 1, "b", rid, "", 1, HIT, specs, "ab")
-    client.fcall(FUNCTION_BIN_NOGROW, 1, "b", rid, "", 1, CHECK, specs, "ab")
+        client.fcall(FUNCTION_BIN_NOGROW, 1, "b", record, "", 1, HIT, specs, "ab")
+    client.fcall(FUNCTION_BIN_NOGROW, 1, "b", record, "", 1, CHECK, specs, "ab")
     assert len(state_keys(client)) == 1
-    client.fcall(FUNCTION_BIN, 1, "b", rid, "", 1, HIT, specs, "ab")
+    with pytest.raises(rex.ResponseError, match="unclaimed bin"):  # no setting: none written
+        client.fcall(FUNCTION_BIN, 1, "b", record, "", 1, HIT, specs, "ab")
+    claim = bytes(8) + (2).to_bytes(4, "big")  # a claim of the bin for bins=2
+    assert client.fcall(FUNCTION_BIN, 1, "b", claim, "", 1, CLAIM, "") == 2
+    with pytest.raises(rex.ResponseError, match="bins=2 in b, and this client has bins=3"):
+        client.fcall(FUNCTION_BIN, 1, "b", rid + (3).to_bytes(4, "big"), "", 1, HIT, specs, "ab")
+    client.fcall(FUNCTION_BIN, 1, "b", record, "", 1, HIT, specs, "ab")
     assert sorted(client.hkeys("b")) == [b"", rid]  # the bin's meta field, the record
     guard.close()
 

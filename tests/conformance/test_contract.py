@@ -317,11 +317,15 @@ def test_the_nogrow_name_refuses_what_the_contract_says_grows() -> None:
     registered = FILES[library.FUNCTION_TAIL]
     assert "callback = function(keys, argv) return nogrow(keys, argv) end," in registered
     assert "callback = binned(nogrow)," in registered
-    assert "(mode == HIT or mode == LIMIT) and tonumber(argv[ARGV_COST]) > 0" in nogrow
+    assert "(mode == HIT or mode == LIMIT or mode == CLAIM) and tonumber(argv[ARGV_COST]) > 0" in (
+        nogrow
+    )
     assert [contract.grows(mode, cost) for mode in contract.MODES.values() for cost in (0, 2)] == [
         False,
         True,
         *[False] * 6,
+        False,
+        True,
         False,
         True,
     ]

@@ -1,11 +1,11 @@
-"""The Redis backend's calls: framed, routed, sent on lanes, reloaded, errors translated:
-every public operation raises, from redis-py's error, the one ``_boundary.translate`` gives.
-"""
+"""The Redis backend's calls: framed, routed, sent on lanes, reloaded, errors translated (every
+public operation raises, from redis-py's error, the one ``_boundary.translate`` gives)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import suppress
+from functools import partial
 from typing import Any, NoReturn
 
 from redis.asyncio import Redis as AsyncRedis
@@ -110,6 +110,7 @@ class AsyncRedisBackend:
         # the one-call path sends no WAIT: with wait_replicas, every call goes as a batch
         self._fast = self._direct and not self._wait
         self._ready = AsyncPreparation(client, self._cluster, self.bins, scripts)
+        self._resend = partial(self._sent, claims=False)  # calls whose bins were claimed
 
     async def aexecute(self, call: ScriptCall) -> Reply:
         """Run one call.
@@ -133,11 +134,11 @@ class AsyncRedisBackend:
                 results = [exc]
             if missing(results[0]):
                 await self._reload([call], results)
+            if self.bins:  # a write to a bin that holds no setting, or another's
+                results = await self._ready.claimed([call], results, self._resend)
             result = results[0]
             if isinstance(result, Exception):
-                where = routing.node_named(
-                    self.node_of, call
-                )  # before the long way learns the slots again
+                where = routing.node_named(self.node_of, call)  # before the long way
                 try:
                     result = await self._settle(call, result)
                 except ERRORS as exc:
@@ -148,10 +149,8 @@ class AsyncRedisBackend:
 
     async def aexecute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
         """Run calls in order (calls on one key see each other's effects); raises as
-        :meth:`aexecute`, and:
-            PartialFailure: on a cluster, some nodes answered and others failed: each call's
-                reply or error (a failure of every call is raised as it came).
-        """
+        :meth:`aexecute`, and ``PartialFailure`` on a cluster where some nodes answered and
+        others failed: each call's reply or error (a failure of every call as it came)."""
         if len(calls) == 1:  # a step of a multi-part operation: the lone call's own path
             return [await self.aexecute(calls[0])]
         try:
@@ -187,9 +186,7 @@ class AsyncRedisBackend:
                 )
                 results = durability.acked([*results, acked], calls)
         else:
-            results = await self._send_all(calls)
-            if any(missing(result) for result in results):
-                await self._reload(calls, results)
+            results = await self._sent(calls)
         replies: list[Any] = []
         # a node's error (shared by its calls) -> what its first call got the long way
         failed: dict[int, BackendUnavailable] = {}
@@ -198,9 +195,7 @@ class AsyncRedisBackend:
                 if id(result) in failed:  # its node failed for an earlier call: not again
                     replies.append(failed[id(result)])
                     continue
-                where = routing.node_named(
-                    self.node_of, call
-                )  # before the long way learns the slots again
+                where = routing.node_named(self.node_of, call)  # before the long way
                 try:
                     result = await self._settle(call, result)
                 except ERRORS as exc:
@@ -218,6 +213,16 @@ class AsyncRedisBackend:
         if failed:  # one node's error for all, as it is; else each call's, in a PartialFailure
             raise_failures(replies, "redis cluster calls")
         return replies
+
+    async def _sent(self, calls: Sequence[ScriptCall], claims: bool = True) -> list[object]:
+        """``calls`` sent; those that found the library missing again behind its load, and
+        (``claims``) those that found their bin unclaimed again once it is claimed."""
+        results = await self._send_all(calls)
+        if any(missing(result) for result in results):
+            await self._reload(calls, results)
+        if claims and self.bins:
+            results = await self._ready.claimed(calls, results, self._resend)
+        return results
 
     async def _send_all(self, calls: Sequence[ScriptCall]) -> list[object]:  # input order
         wait = self._durability.frame(calls)
@@ -296,9 +301,7 @@ class AsyncRedisBackend:
             await self.client.execute_command("EXISTS", record_key(call))  # type: ignore[no-untyped-call,unused-ignore]
         elif isinstance(error, AskError):
             return await self._asking(call, error)
-        results = await self._send_all([call])
-        if missing(results[0]):  # a node new to the cluster: the library loaded there
-            await self._reload([call], results)
+        results = await self._sent([call])  # a node new to the cluster: the library loaded
         if isinstance(results[0], Exception):
             raise results[0]
         return results[0]  # type: ignore[return-value]
@@ -380,16 +383,14 @@ class AsyncRedisBackend:
 
     async def _command(self, call: ScriptCall) -> bytes:
         """The call through redis-py's own command API (which also follows redirections). A
-        missing library is loaded and the call repeated, ``ATTEMPTS`` tries in all: the
-        client's API cannot hold the load and the call in one transaction."""
-        library = self._ready.library
-        args = function_args(call, library)
-        attempts = ATTEMPTS
-        while True:
+        missing library is loaded (or an unclaimed bin claimed) and the call repeated,
+        ``ATTEMPTS`` tries in all: the client's API cannot hold the load and the call in
+        one transaction."""
+        args = function_args(call, self._ready.library)
+        for attempt in range(ATTEMPTS - 1, -1, -1):
             try:
                 return await self.client.execute_command(*args, **RAW)  # type: ignore[no-any-return,no-untyped-call,unused-ignore]
-            except ERRORS as exc:
-                attempts -= 1
-                if not (missing(exc) and attempts):
+            except ERRORS as exc:  # the library missing, or the call's bin unclaimed
+                if not (attempt and await self._ready.recovered(exc, call)):
                     raise
-            await self._ready.load(library)
+        raise AssertionError(ATTEMPTS)  # never: the last attempt returns or raises

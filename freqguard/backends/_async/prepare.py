@@ -4,15 +4,23 @@ each policy's bins setting against the store's (``_claims``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from freqguard.backends._boundary import ERRORS
-from freqguard.backends._claims import Claims, claim
+from freqguard.backends._claims import Claims, claim, other_bins, other_setting, unclaimed
 from freqguard.backends._flight import AsyncSingleFlight
 from freqguard.backends._inspect import inspection
 from freqguard.backends._lanes import adrive
-from freqguard.backends._library import FUNCTIONS, SCRIPT_KINDS, SCRIPTS, Library
+from freqguard.backends._library import (
+    ATTEMPTS,
+    FUNCTIONS,
+    SCRIPT_KINDS,
+    SCRIPTS,
+    Library,
+    missing,
+)
+from freqguard.backends._resp import record_key
 from freqguard.errors import ConfigError
 from freqguard.script.calls import ScriptCall
 
@@ -84,6 +92,84 @@ class AsyncPreparation:
         client, bins = self._client, self._claims.bins
         for key in self._claims.keys(calls):
             await adrive(claim(client, key, bins, self._claims.on_checked(key)), ERRORS)
+
+    async def claimed(
+        self,
+        calls: Sequence[ScriptCall],
+        results: list[object],
+        resend: Callable[[Sequence[ScriptCall]], Awaitable[list[object]]],
+    ) -> list[object]:
+        """``results``, those of calls refused by a bin that holds no setting (they wrote
+        nothing) sent again (``resend``) once their bins are claimed, once (the calls through
+        redis-py's API do so on their own: ``_command``).
+
+        Raises:
+            ConfigError: a bin, or the store's record, holds another setting.
+        """
+        bins = self._claims.bins
+        for call, result in zip(calls, results, strict=True):
+            error = other_bins(result, record_key(call), bins)
+            if error is not None:
+                raise error
+        redo = [i for i, result in enumerate(results) if unclaimed(result)]
+        if not redo:
+            return results
+        again = [calls[i] for i in redo]
+        await self.reclaim(again)
+        results = list(results)
+        for index, answer in zip(redo, await resend(again), strict=True):
+            results[index] = answer
+        return results
+
+    async def recovered(self, error: Exception, call: ScriptCall) -> bool:
+        """Whether ``call``, which failed with ``error`` through redis-py's API, may go again:
+        it found the library missing, now loaded, or its bin unclaimed, now claimed (see
+        :meth:`claimed`).
+
+        Raises:
+            ConfigError: a bin, or the store's record, holds another setting.
+        """
+        other = other_bins(error, record_key(call), self._claims.bins)
+        if other is not None:
+            raise other from error
+        if unclaimed(error):
+            await self.reclaim([call])
+            return True
+        if missing(error):
+            await self.load(self.library)
+            return True
+        return False
+
+    async def reclaim(self, calls: Sequence[ScriptCall]) -> None:
+        """Before ``calls`` go again: they would have written bins that hold no setting (a
+        new bin, or one a flush or a restart emptied), and wrote nothing. The store's
+        record of each policy's setting is checked again (claimed if gone), then each bin
+        claimed for this client's setting.
+
+        Raises:
+            ConfigError: the store, or a bin, holds another setting.
+        """
+        client, bins = self._client, self._claims.bins
+        for key in sorted({call.part.layouts[0].layout_key for call in calls}):
+            self._claims.forget(key)
+            await adrive(claim(client, key, bins, self._claims.on_checked(key)), ERRORS)
+        for bin_key in sorted({record_key(call) for call in calls}):
+            held = await self._fcall(self.library.claim(bin_key, bins))
+            if int(held) != bins:  # type: ignore[call-overload]
+                text = bin_key.decode("utf-8", "replace")
+                raise other_setting(text.split("}:", 1)[-1], held, bins, text)
+
+    async def _fcall(self, args: tuple[object, ...]) -> object:
+        """A call of the library's through redis-py's own API, the library loaded again if
+        it is missing."""
+        for attempt in range(ATTEMPTS):
+            try:
+                return await self._client.execute_command(*args)
+            except ERRORS as exc:
+                if not missing(exc) or attempt == ATTEMPTS - 1:
+                    raise
+                await self.load(self.library)
+        raise AssertionError("unreachable")
 
     async def load(self, library: Library) -> None:
         """The library (or the scripts) loaded through redis-py's own API, once for every

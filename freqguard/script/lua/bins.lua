@@ -93,6 +93,36 @@ local function blob_entry(name, value)
   return char(code + 4 * kind) .. name .. entry
 end
 
+-- A bin's setting against the call's (its client's bins): a bin that holds another
+-- fails the call, before it writes (BINS_OTHER); one that holds none is claimed before a
+-- write (bin_flush, UNCLAIMED).
+local function check_bins(key, meta, bins)
+  if not meta then return end
+  local ok, _, _, held = pcall(sunpack, BIN_META, meta)
+  if ok and held ~= bins then
+    error({err = format('ERR %s%d in %s, and this client has bins=%d', BINS_OTHER, held, key,
+      bins)})
+  end
+end
+
+-- A bin claimed for the setting a binned call's record names (a CLAIM call, which a client
+-- makes when a call failed with UNCLAIMED, after it checked the store's record of the
+-- setting): the setting the bin holds, now this one if it held none. A meta field written
+-- here has an unknown deadline (the next write sweeps the bin and sets it); a new bin
+-- expires in a day if no write comes.
+local function claim_bin(key, record)
+  local bins = sunpack(BIN_RECORD, record, 9)
+  local meta = call('HGET', key, '')
+  if meta then
+    local ok, _, _, held = pcall(sunpack, BIN_META, meta)
+    if ok then return held end
+  end
+  local existed = call('EXISTS', key) == 1
+  call('HSET', key, '', pack(BIN_META, 2 * NEVER, BIN_FLOOR, bins))
+  if not existed then call('PEXPIRE', key, 86400000) end
+  return bins
+end
+
 -- A binned record's meta field and entries (see blob_read); fails on a string cut short.
 local function blob_parse(blob)
   local _, expiry, at = sunpack(BLOB_HEAD, blob)
@@ -195,7 +225,7 @@ end
 -- records whose time has passed (their expiry, or a limit's) go first, as stale fields do
 -- in a record; a pinned time deletes nothing (it may come back to them). `real`: the
 -- server's time, on which the deadline is kept.
-local function sweep(key, clock, real, pinned, damaged)
+local function sweep(key, clock, real, pinned, damaged, bins)
   local all, stale, live, latest, newer = call('HGETALL', key), {}, 0, 0, false
   for i = 1, #all, 2 do
     if all[i] ~= '' then
@@ -227,7 +257,7 @@ local function sweep(key, clock, real, pinned, damaged)
   else
     call('PERSIST', key)
   end
-  call('HSET', key, '', pack(BIN_META, deadline, max(BIN_FLOOR, 2 * live)))
+  call('HSET', key, '', pack(BIN_META, deadline, max(BIN_FLOOR, 2 * live), bins))
 end
 
 -- A binned record written back (or deleted); the bin's TTL kept the longest its
@@ -237,7 +267,8 @@ end
 -- dropped record may have ended what held it for ever.
 local function bin_flush(rec, clock, pinned, recompute)
   if not rec.rid or not rec.dirty then return end
-  local key, rid = rec.key, rec.rid
+  if not rec.bin then error({err = 'ERR ' .. UNCLAIMED}) end  -- nothing written yet
+  local key, rid, bins = rec.key, rec.rid, rec.bins
   local known, deadline, prune_at = false, 0, BIN_FLOOR
   if rec.bin then known, deadline, prune_at = pcall(sunpack, BIN_META, rec.bin) end
   if not known or deadline > NEVER then deadline, prune_at, known = 0, BIN_FLOOR, false end
@@ -262,15 +293,15 @@ local function bin_flush(rec, clock, pinned, recompute)
   -- a meta field missing (beside other records) or unreadable: its deadline is unknown
   local damaged = not known and (rec.bin or call('HLEN', key) > 1)
   if recompute or damaged or (grows and not pinned and call('HLEN', key) - 1 > prune_at) then
-    sweep(key, clock, real, pinned, damaged)
+    sweep(key, clock, real, pinned, damaged, bins)
   elseif rec.persist and deadline < NEVER then
     call('PERSIST', key)
-    call('HSET', key, '', pack(BIN_META, NEVER, prune_at))
+    call('HSET', key, '', pack(BIN_META, NEVER, prune_at, bins))
   elseif rec.ttl_ms and real + 1000 * rec.ttl_ms > deadline then  -- with slack of its own:
     local slack = ceil(rec.ttl_ms / BIN_SLACK)  -- most records' writes then keep it
     call('PEXPIRE', key, rec.ttl_ms + slack)
-    call('HSET', key, '', pack(BIN_META, real + 1000 * (rec.ttl_ms + slack), prune_at))
+    call('HSET', key, '', pack(BIN_META, real + 1000 * (rec.ttl_ms + slack), prune_at, bins))
   elseif not known then
-    call('HSET', key, '', pack(BIN_META, deadline, prune_at))
+    call('HSET', key, '', pack(BIN_META, deadline, prune_at, bins))
   end
 end

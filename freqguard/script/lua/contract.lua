@@ -6,7 +6,7 @@
 -- Python and stated here for the Lua, which cannot import it.
 
 -- The modes (contract.py MODES).
-local HIT, CHECK, REFUND, RESET, LIMIT = 0, 1, 2, 3, 4
+local HIT, CHECK, REFUND, RESET, LIMIT, CLAIM = 0, 1, 2, 3, 4, 5
 -- The call's arguments (contract.py ARGV): these positions, then one field per state
 -- from ARGV_FIELDS on (ARGV_STATES), then (a refund of one decision) one mark per state.
 local ARGV_NOW, ARGV_COST, ARGV_MODE, ARGV_SPECS = 1, 2, 3, 4
@@ -42,7 +42,10 @@ local REPLY_STATE_LENGTH = '>I4'         -- then per state, before it
 -- (by its kind); the bin's own field "" holds BIN_META.
 local BLOB_HEAD = '>BI7'                 -- stamp, the record's expiry
 local BIN_LAYOUT = 4
-local BIN_META = '>I8I4'                 -- its expiry (NEVER: none), prune_at
+local BIN_META = '>I8I4I4'               -- its expiry (NEVER: none), prune_at, bins
+local BIN_RECORD = '>I4'                 -- a binned call's bins, after the record's id
+local UNCLAIMED = 'freqguard unclaimed bin'  -- a write to a bin holding no bins setting
+local BINS_OTHER = 'freqguard bins='     -- a bin holding another, then its setting
 local BIN_ENTRY_HEADS = {[0] = 'I7I7', 'I7I4', 'I7I5'}
 local BIN_ENTRY_HEAD_BYTES = {[0] = 14, 11, 12}  -- their sizes
 -- The bounds of a rule's own numbers (freqguard/bounds.py), which a per-key limit is

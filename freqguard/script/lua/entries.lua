@@ -15,7 +15,7 @@ end
 
 local function nogrow(keys, argv, rid)
   local mode = tonumber(argv[ARGV_MODE])
-  if (mode == HIT or mode == LIMIT) and tonumber(argv[ARGV_COST]) > 0 then  -- grows
+  if (mode == HIT or mode == LIMIT or mode == CLAIM) and tonumber(argv[ARGV_COST]) > 0 then
     return redis.error_reply('ERR a call that grows cannot run as a _nogrow function')
   end
   return policy(keys, argv, rid)

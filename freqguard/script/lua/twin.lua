@@ -198,6 +198,7 @@ local function run(keys, argv, rid)
   end
   local clock = now  -- the caller's or the server's time: expiries are set on it
   local cost, mode = tonumber(argv[ARGV_COST]), tonumber(argv[ARGV_MODE])
+  if mode == CLAIM then return claim_bin(keys[1], rid) end  -- a bin claimed (bins.lua)
   local specs = specs_of(argv[ARGV_SPECS])
   local n = #specs
   local rec, got = open_record(keys, argv, n, rid)
