@@ -17,6 +17,11 @@ __all__ = ["Where", "key_named", "parse_yaml", "place_of", "toml_lines"]
 Where = Callable[[tuple[str | int, ...]], int | None]  # a path in the document -> its line
 
 
+#: The most levels of mappings and sequences a YAML configuration may nest (its own need
+#: four: the file, a policy list, a policy, its rules, a rule).
+MAX_DEPTH = 32
+
+
 @cache
 def _strict_loader() -> Any:
     """PyYAML's safe loader, stricter: a key given twice in one mapping is an error (PyYAML
@@ -26,9 +31,26 @@ def _strict_loader() -> Any:
 
     class Strict(yaml.SafeLoader):
         source = "<string>"
+        depth = 0
 
         def _fail(self, node: Any, problem: str) -> ConfigError:
             return ConfigError(f"{self.source}:{node.start_mark.line + 1}: {problem}")
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            # the parser reads as the composer asks: refused at the bound, a document nested
+            # 100,000 levels deep costs what MAX_DEPTH + 1 do (PyYAML's scanner is
+            # quadratic in the depth of flow collections)
+            self.depth += 1
+            try:
+                if self.depth > MAX_DEPTH:
+                    line = self.peek_event().start_mark.line + 1
+                    raise ConfigError(
+                        f"{self.source}:{line}: nested too deeply (more than {MAX_DEPTH} "
+                        "levels); a configuration nests a few"
+                    )
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
 
         def construct_object(self, node: Any, deep: bool = False) -> Any:
             try:

@@ -340,7 +340,19 @@ def _text(document: dict[Any, Any], kind: str) -> str:
     tail=st.one_of(
         st.just(b""),
         st.sampled_from([b"prefix = 'a'\nprefix = 'b'\n", b"prefix: a\nprefix: b\n"]),
-        st.sampled_from([b"\xff\xfe", b"caf\xe9", b"\x00", b"[" * 3000, b"deep: " + b"[" * 3000]),
+        st.sampled_from(
+            [
+                b"\xff\xfe",
+                b"caf\xe9",
+                b"\x00",
+                b"[" * 100_000,  # deep documents, in every style: refused at the bound
+                b"deep: " + b"[" * 100_000,
+                b"deep: " + b"{a: " * 100_000,
+                b"- " * 100_000 + b"x",
+                b"a = " + b"[" * 100_000 + b"]" * 100_000,
+                b"a = " + b"{a = " * 100_000 + b"1" + b"}" * 100_000,
+            ]
+        ),
         st.sampled_from(
             [b"\nx = 0x" + b"f" * 5000, b"\nx: " + b"9" * 5000, b"\nx = " + b"9" * 5000]
         ),
