@@ -24,27 +24,54 @@ from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from tests import servers
 from tests.servers import RedisServer
 
+# pytest caches each test module as it rewrote its asserts, in __pycache__, unless told not
+# to write bytecode: where PYTHONDONTWRITEBYTECODE is set, every run (every xdist worker)
+# would rewrite 27,000 lines of tests again, ~12 s of CPU each. The cache is pytest's own.
+sys.dont_write_bytecode = False
+
 if os.environ.get("FREQGUARD_REDISPY_PUBLIC"):  # run redis-py's public fallbacks only
     from freqguard.backends import _redispy
 
     _redispy.PRIVATE = False
 
+# Profiles: "default" sizes the quick run (a property test that names no count of its own
+# runs 40 examples); "ci", which CI's slow job loads (``-m "slow or properties"``), raises
+# every property test to five times its quick count (200 for the unnamed); "thorough", to
+# thousands, for a search by hand.
 settings.register_profile(
-    "default", deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    "default",
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    max_examples=40,
 )
+settings.register_profile("ci", parent=settings.get_profile("default"), max_examples=200)
 settings.register_profile("thorough", parent=settings.get_profile("default"), max_examples=3000)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "default")
+settings.load_profile(PROFILE)
 
 
-def examples(quick: int) -> int:
-    """How many examples a property test runs: ``quick`` in the suite, or the profile's when
-    ``HYPOTHESIS_PROFILE=thorough`` asks for more (``FREQGUARD_EXAMPLES=N`` sets it outright):
-    an explicit ``max_examples`` would otherwise override the profile."""
+def examples(quick: int, thorough: int | None = None) -> int:
+    """How many examples a property test runs: ``quick`` in the quick run; ``thorough``
+    (default five times as many) in the "ci" profile (CI's slow job); at least the
+    profile's in "thorough"; ``FREQGUARD_EXAMPLES=N`` sets it outright. (An explicit
+    ``max_examples`` would otherwise override the profile.)"""
     wanted = os.environ.get("FREQGUARD_EXAMPLES")
     if wanted:
         return int(wanted)
-    profile = settings.default
-    return quick if profile is None else max(quick, profile.max_examples)
+    if PROFILE == "ci":
+        return thorough if thorough is not None else 5 * quick
+    if PROFILE == "thorough":
+        return max(quick, settings.get_profile("thorough").max_examples)
+    return quick
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every Hypothesis test is marked ``properties``: CI's slow job runs them again in the
+    "ci" profile, with :func:`examples`' larger counts."""
+    for item in items:
+        function = getattr(item, "function", None)
+        if getattr(function, "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.properties)
 
 
 START = 1_700_000_000.0  # a realistic epoch second, so that µs values are of production size

@@ -7,6 +7,7 @@ The only waits here are for a real server process to come up (bounded polls); no
 from __future__ import annotations
 
 import functools
+import os
 import random
 import shutil
 import socket
@@ -38,11 +39,22 @@ def state_keys(client: Any) -> list[bytes]:
     return [key for key in client.keys("*") if not key.endswith(b":bins")]
 
 
+def _ports() -> range:
+    """The ports this test process picks from: under pytest-xdist each worker its own
+    stretch (``gw0``, ``gw1``, ...), so two workers never race for one port."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    width = 35_000 // count
+    return range(20_000 + index * width, 20_000 + (index + 1) * width)
+
+
 def free_port() -> int:
     """A free loopback port whose cluster bus port (port + 10000) is free too."""
     rng = random.Random()
+    ports = _ports()
     for _ in range(1000):
-        port = rng.randrange(20_000, 55_000)
+        port = rng.choice(ports)
         if _bindable(port) and _bindable(port + 10_000):
             return port
     raise RuntimeError("no free port pair found on 127.0.0.1")

@@ -33,6 +33,8 @@ from tests.conftest import flush
 from tests.faults import AsyncDriver, kill, owner, owners_of, restart, stopped
 from tests.servers import RedisServer
 
+pytestmark = pytest.mark.slow  # dead and hung cluster nodes: timeouts and failovers
+
 TIMEOUT = 0.5
 TWO = Policy(
     "two",

@@ -60,6 +60,8 @@ from tests.faults import (
 )
 from tests.servers import RedisServer
 
+pytestmark = pytest.mark.slow  # fault drills: servers hung, killed and restarted
+
 TIMEOUT = 0.2  # the clients' socket timeouts: what each call to a hung server costs
 FAILURES = 3  # the breaker opens after this many consecutive failures
 COOLDOWN = 5.0  # ... for this long, on the test's clock

@@ -54,6 +54,7 @@ def _hammer(url: str, cluster: bool, strategy: str, hits: int, out: multiprocess
     client.close()
 
 
+@pytest.mark.slow  # processes, and a cluster's slots moved or lost: seconds each
 @pytest.mark.parametrize("where", ["redis", "cluster"])
 @pytest.mark.parametrize("strategy", [s.value for s in RATE_STRATEGIES])
 def test_eight_processes_admit_exactly_the_limit(
@@ -529,6 +530,7 @@ def test_async_function_flush_and_a_hanging_server(
     asyncio.run(main())
 
 
+@pytest.mark.slow  # processes, and a cluster's slots moved or lost: seconds each
 def test_a_lost_cluster_node_fails_its_calls_and_spares_the_others(
     tmp_path_factory: pytest.TempPathFactory, clock: ManualClock
 ) -> None:
@@ -611,6 +613,7 @@ def _moved_replies(nodes: list[RedisServer]) -> int:
     )
 
 
+@pytest.mark.slow  # processes, and a cluster's slots moved or lost: seconds each
 def test_a_resharded_slot_is_followed_sync_and_async(
     tmp_path_factory: pytest.TempPathFactory, clock: ManualClock
 ) -> None:
@@ -685,3 +688,22 @@ def test_an_async_lane_closed_mid_flight_keeps_its_connection_until_answered(
         await client.aclose()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_rule_names_whose_redis_tags_collide_keep_fields_of_their_own(
+    redis_backend: RedisBackend, redis_server: RedisServer
+) -> None:
+    """Each state is a field of its record named by a 2-byte tag of its key id; "x14@" and
+    "x59@" have the same tag. Such a policy was refused ("rename a rule"); their tags are
+    now lengthened, and each state keeps its own count in its own field."""
+    flush([redis_server])
+    policy = Policy(
+        "p",
+        Rule("1/second", strategy="fixed-window", name="x14"),
+        Rule("5/minute", strategy="gcra", name="x59"),
+    )
+    guard = Guard(redis_backend, [policy], clock=ManualClock(1000))
+    assert guard.hit("p").allowed
+    assert [state.remaining for state in guard.peek("p").rules] == [0, 4]
+    (record,) = state_keys(redis_server.client)
+    assert redis_server.client.hlen(record) == 1 + 2  # the meta field and two states

@@ -79,6 +79,7 @@ def uncovered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[R
         yield nodes, slot
 
 
+@pytest.mark.slow  # a cluster's slots uncovered or nodes dead: timeouts, seconds each
 def test_an_uncovered_slot_is_backend_unavailable_sync(
     uncovered: tuple[list[RedisServer], int],
 ) -> None:
@@ -110,6 +111,7 @@ def test_an_uncovered_slot_is_backend_unavailable_sync(
     guard.close()
 
 
+@pytest.mark.slow  # a cluster's slots uncovered or nodes dead: timeouts, seconds each
 def test_an_uncovered_slot_is_backend_unavailable_async(
     uncovered: tuple[list[RedisServer], int],
 ) -> None:
@@ -148,6 +150,7 @@ def _wait_state(nodes: list[RedisServer], state: str) -> None:
     servers._wait(reached, f"cluster_state {state}")
 
 
+@pytest.mark.slow  # a cluster's slots uncovered or nodes dead: timeouts, seconds each
 def test_a_slot_served_again_is_found_again(uncovered: tuple[list[RedisServer], int]) -> None:
     """Calls go to nodes by the backend's own look-up in the client's slot map: a slot that
     was missing from the map makes the client learn the map again, sync and async, instead
@@ -290,6 +293,7 @@ def test_a_moved_reply_without_info_says_so_too(
     guard.close()
 
 
+@pytest.mark.slow  # a cluster's slots uncovered or nodes dead: timeouts, seconds each
 def test_a_dead_primary_spares_the_first_calls_to_the_others(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

@@ -33,6 +33,8 @@ from tests.conftest import flush
 from tests.faults import AsyncDriver, stopped
 from tests.servers import RedisServer
 
+pytestmark = pytest.mark.slow  # replicas and WAIT: a replicated cluster, timeouts
+
 WAIT = 0.05  # seconds a write waits for its replica
 P = Policy("p", Rule("5/day", by="r", strategy="fixed-window", name="daily"))
 TWO = Policy("two", Rule("5/day", by="r", name="per-r"), Rule("9/day", by="c", name="per-c"))

@@ -150,6 +150,7 @@ def test_a_bad_scripts_option_is_refused(redis_server: RedisServer, bad: object)
         RedisBackend(Redis(port=redis_server.port), scripts=bad)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # a hung cluster node: timeouts
 @pytest.mark.parametrize("functions", [True, False], ids=["functions", "scripts"])
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 def test_a_cluster_asked_with_a_hung_node_is_told_by_the_next_primary(

@@ -191,7 +191,7 @@ def test_the_python_twin_reads_a_packed_log_as_the_contract_says() -> None:
     assert list(TWINS[Strategy.SLIDING_LOG].decode(raw)) == [base, base + 5, base + 2**20]
 
 
-@settings(max_examples=examples(300))
+@settings(max_examples=examples(100))
 @given(
     width=st.integers(1, 7),
     base=st.integers(0, 2**55),

@@ -216,7 +216,7 @@ def _unique(
     )
 
 
-@settings(max_examples=examples(300))
+@settings(max_examples=examples(80))
 @given(
     rules=st.lists(rule(), min_size=1, max_size=4),
     pool=st.lists(ctx, min_size=1, max_size=3),
@@ -472,7 +472,7 @@ DAY_EDGES = [
 ]
 
 
-@settings(max_examples=examples(200))
+@settings(max_examples=examples(60))
 @given(
     rules=st.lists(calendar_rule() | rule() | priority_rule(), min_size=1, max_size=3),
     quiet=quiet_hours(),

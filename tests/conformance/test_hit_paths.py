@@ -302,7 +302,7 @@ SECONDS = [0.1, 0.6, 1.5, 61]
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
-@settings(max_examples=examples(100))
+@settings(max_examples=examples(40))
 @given(options=options, ops=st.lists(op, min_size=5, max_size=30))
 def test_both_hit_paths_decide_and_leave_the_same(
     asynchronous: bool, options: dict[str, Any], ops: list[tuple[Any, ...]]

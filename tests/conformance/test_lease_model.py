@@ -239,7 +239,7 @@ async def _generator(guard: AsyncGuard, how: str) -> None:
 
 
 @pytest.mark.parametrize("store", EVERY_STORE)
-@settings(max_examples=examples(15))
+@settings(max_examples=examples(8))
 @given(steps=st.lists(step, min_size=1, max_size=30))
 def test_leases_hold_to_the_model_over_every_way_out(
     request: pytest.FixtureRequest, store: str, steps: list[tuple[Any, Any, Any]]

@@ -261,7 +261,7 @@ def _replay(guard: Guard, clock: ManualClock, policy: Policy, ops: list[Any]) ->
     return out
 
 
-@settings(max_examples=examples(150))
+@settings(max_examples=examples(40))
 @given(policy=lease_policy(), ops=st.lists(op, min_size=1, max_size=40))
 def test_every_store_holds_leases_alike_and_as_the_model(
     redis_backend: RedisBackend,

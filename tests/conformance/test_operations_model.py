@@ -499,5 +499,5 @@ def test_operations_hold_to_the_model(any_store: SyncBackend) -> None:
 
     run_state_machine_as_test(
         OnThisStore,
-        settings=settings(max_examples=examples(200), stateful_step_count=40, deadline=None),
+        settings=settings(max_examples=examples(50), stateful_step_count=40, deadline=None),
     )

@@ -320,7 +320,7 @@ def test_a_direct_call_is_capped_and_not_tied_or_sent(worker_app: Celery, guard:
 Run = tuple[int, bool]  # (task id, whether its body succeeds)
 
 
-@settings(max_examples=examples(150))
+@settings(max_examples=examples(40))
 @given(runs=st.lists(st.tuples(st.integers(0, 4), st.booleans()), max_size=14))
 def test_runs_failures_and_redeliveries_hold_one_hit_per_task(
     worker_app: Celery, runs: list[Run]
@@ -354,7 +354,7 @@ def test_runs_failures_and_redeliveries_hold_one_hit_per_task(
         assert guard.peek("sms", recipient="+1").remaining == cap - len(holders)
 
 
-@settings(max_examples=examples(150))
+@settings(max_examples=examples(40))
 @given(on_denied=st.one_of(st.text(max_size=8), st.none(), st.integers(), st.booleans()))
 def test_any_other_on_denied_is_refused_naming_it(on_denied: object) -> None:
     app = Celery("hostile", set_as_current=False)
@@ -368,7 +368,7 @@ def test_any_other_on_denied_is_refused_naming_it(on_denied: object) -> None:
     assert "'defer', 'drop', 'raise'" in str(refused.value)
 
 
-@settings(max_examples=examples(150))
+@settings(max_examples=examples(40))
 @given(
     recipient=st.one_of(
         st.text(max_size=40), st.integers(), st.none(), st.binary(max_size=8), st.floats()

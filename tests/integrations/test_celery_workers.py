@@ -30,6 +30,11 @@ from freqguard import Guard, MemoryBackend, Policy, Rule, backend_from_url
 from freqguard.integrations.celery import capped_task
 from tests.servers import RedisServer
 
+pytestmark = [
+    pytest.mark.slow,  # real Celery worker processes on RabbitMQ and Redis
+    pytest.mark.xdist_group("rabbitmq"),  # one broker for the machine: one worker's tests at a time
+]
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
 STORE = os.environ.get("FREQGUARD_TEST_STORE")  # set in the worker only

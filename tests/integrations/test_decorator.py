@@ -208,6 +208,7 @@ def test_names_docs_and_signatures_survive() -> None:
     assert inspect.signature(documented) == inspect.signature(plain)
 
 
+@pytest.mark.slow  # a mypy run
 def test_mypy_sees_the_original_signature(tmp_path: Path) -> None:
     from mypy import api
 

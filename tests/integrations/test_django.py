@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from freqguard import Guard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.errors import ConfigError
 from freqguard.integrations import django as fg_django
+from tests.conftest import examples
 from tests.integrations import django_site
 
 SITE = django_site.SETTINGS
@@ -220,7 +221,7 @@ _header_text = st.text(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(30))
 @given(spoofs=st.lists(_header_text, min_size=1, max_size=4))
 def test_a_spoofed_forwarded_for_never_buys_a_new_budget(spoofs: list[str]) -> None:
     """No trusted proxies: whatever X-Forwarded-For a client writes, it is keyed by its
@@ -234,7 +235,7 @@ def test_a_spoofed_forwarded_for_never_buys_a_new_budget(spoofs: list[str]) -> N
             assert _codes(_get("/plain", 1, x_forwarded_for=spoof)) == [429]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(30))
 @given(key=_header_text.filter(lambda text: text.strip() != ""))
 def test_any_api_key_is_its_own_budget_and_never_an_error(key: str) -> None:
     with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(ManualClock(1e9)))):

@@ -20,6 +20,8 @@ import pytest
 from tests.conftest import flush
 from tests.servers import RedisServer, free_port
 
+pytestmark = pytest.mark.slow  # Django under real uvicorn processes
+
 pytest.importorskip("django", reason="the django extra is not installed")
 
 ROOT = Path(__file__).resolve().parent.parent.parent

@@ -202,6 +202,7 @@ def service(tmp_path: Path, redis_server: RedisServer) -> Iterator[str]:
         yield served.url
 
 
+@pytest.mark.slow  # a real freqguard serve with workers
 def test_a_served_policy_counts_across_workers(service: str) -> None:
     auth = {"authorization": "Bearer t0ken"}
     with httpx.Client(base_url=service, headers=auth, timeout=10) as http:
@@ -236,6 +237,7 @@ def _four_times(command: list[str], service: str) -> list[subprocess.CompletedPr
     ]
 
 
+@pytest.mark.slow  # a real freqguard serve with workers
 @pytest.mark.skipif(shutil.which("curl") is None, reason="no curl on this machine")
 def test_the_curl_example_speaks_the_contract(service: str) -> None:
     runs = _four_times(["sh", str(EXAMPLES / "hit.sh"), "sms", "c", "hi"], service)
@@ -243,6 +245,7 @@ def test_the_curl_example_speaks_the_contract(service: str) -> None:
     assert json.loads(runs[3].stdout)["denied_by"] == ["rcpt-1m"]
 
 
+@pytest.mark.slow  # a real freqguard serve with workers
 @pytest.mark.skipif(shutil.which("node") is None, reason="no node on this machine")
 def test_the_javascript_example_speaks_the_contract(service: str) -> None:
     runs = _four_times(["node", str(EXAMPLES / "client.mjs"), "sms", "d", "hi"], service)

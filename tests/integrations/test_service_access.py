@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from freqguard import AsyncGuard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.service import create_app
 from freqguard.service.access import LOGGER, AccessLog, digested
-from tests.conftest import flush
+from tests.conftest import examples, flush
 from tests.integrations.service_process import refused, serving, sms_config
 from tests.servers import RedisServer
 
@@ -72,7 +72,7 @@ def test_digests_depend_on_the_key() -> None:
         AccessLog(None, b"")
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(30))
 @given(value=st.one_of(st.text(min_size=4), st.integers(min_value=1000)))
 def test_no_context_value_is_ever_written(value: str | int) -> None:
     """Whatever the value (valid or refused), the line holds its digest at most."""
@@ -99,6 +99,7 @@ class _Collect(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+@pytest.mark.slow  # a real freqguard serve with two workers
 def test_serve_writes_json_lines_from_every_worker(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:

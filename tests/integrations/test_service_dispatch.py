@@ -39,7 +39,7 @@ async def _served(requests: list[tuple[str, str, bytes, dict[str, str]]], bare: 
     return answers, await _state(guard)
 
 
-@settings(max_examples=examples(150))
+@settings(max_examples=examples(50))
 @given(requests=REQUESTS)
 def test_calls_answer_as_starlette_s_router_does(
     requests: list[tuple[str, str, bytes, dict[str, str]]],

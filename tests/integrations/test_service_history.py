@@ -98,6 +98,7 @@ def _until_written(service: str, decided: int, seconds: float = 10) -> None:
     raise AssertionError(f"the store never held {decided} decisions this minute")
 
 
+@pytest.mark.slow  # a real freqguard serve, a real browser, seconds each
 def test_two_workers_share_the_counts_exactly(service: str) -> None:
     hit = f"{service}/v1/policies/sms/hit"
     for attempt in range(3):  # a sequence that crossed a minute's edge is sent again
@@ -146,6 +147,7 @@ def _one_rule(directory: Path) -> Path:
     return config
 
 
+@pytest.mark.slow  # a real freqguard serve, a real browser, seconds each
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium (CI installs it)")
 def test_the_page_charts_each_policy_and_refreshes(tmp_path: Path) -> None:
     config = _one_rule(tmp_path)
@@ -366,6 +368,7 @@ def test_a_history_setting_that_is_neither_on_nor_off_is_refused(
     assert history_from_env() is True
 
 
+@pytest.mark.slow  # a real freqguard serve, a real browser, seconds each
 def test_serve_history_off_keeps_none(tmp_path: Path, redis_server: RedisServer) -> None:
     flush([redis_server])
     with serving(sms_config(tmp_path, redis_server.port), "--history", "off") as served:
@@ -381,6 +384,7 @@ def test_serve_history_off_keeps_none(tmp_path: Path, redis_server: RedisServer)
     assert not [k for k in redis_server.client.keys("*") if b":stats:" in k]
 
 
+@pytest.mark.slow  # a real freqguard serve, a real browser, seconds each
 @pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install chromium)")
 def test_with_the_history_off_the_page_says_so(tmp_path: Path) -> None:
     """Not a quiet chart nor an empty top list: both say the history is off."""

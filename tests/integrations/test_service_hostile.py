@@ -212,7 +212,7 @@ def _check(method: str, answer: httpx.Response) -> None:
     assert len(answer.text) < 4000  # no echo of a huge body
 
 
-@settings(max_examples=examples(150))
+@settings(max_examples=examples(50))
 @given(requests=REQUESTS)
 def test_hostile_requests_get_a_problem_and_change_nothing(
     requests: list[tuple[str, str, bytes, dict[str, str]]],
@@ -255,7 +255,7 @@ def _near(body: Body) -> st.SearchStrategy[dict[str, Any]]:
     return st.one_of(near, near, st.builds(lambda a, b: {**b, **a}, near, extra))
 
 
-@settings(max_examples=examples(150))
+@settings(max_examples=examples(50))
 @given(
     case=st.sampled_from(sorted(BODIES)).flatmap(
         lambda name: st.tuples(st.just(name), st.one_of(_near(BODIES[name]), _json_values()))

@@ -147,6 +147,7 @@ def client_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         del sys.modules[name]
 
 
+@pytest.mark.slow  # a client generated and run against a real freqguard serve
 def test_a_generated_client_calls_the_real_service(
     client_package: Any, tmp_path: Path, redis_server: RedisServer
 ) -> None:

@@ -45,7 +45,10 @@ rules = [
 ]
 """
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (CI installs it)")
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium (CI installs it)"),
+    pytest.mark.slow,  # a real browser on a real freqguard serve, seconds each
+]
 
 
 class Tables(HTMLParser):

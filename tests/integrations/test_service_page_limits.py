@@ -32,7 +32,10 @@ ROWS = """[...document.querySelectorAll('#limits tbody tr')].map((tr) =>
     ? (td.querySelector('button').hidden ? '' : td.querySelector('button').textContent)
     : td.textContent))"""
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (CI installs it)")
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium (CI installs it)"),
+    pytest.mark.slow,  # a real browser on a real freqguard serve, seconds each
+]
 
 
 def _type(browser: Browser, **values: Any) -> None:

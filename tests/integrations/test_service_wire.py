@@ -28,6 +28,8 @@ from tests.conftest import flush
 from tests.integrations.service_process import SMS, refused, serving, sms_config
 from tests.servers import RedisServer, free_port
 
+pytestmark = pytest.mark.slow  # real freqguard serve processes over TCP
+
 FAST = find_spec("uvloop") is not None and find_spec("httptools") is not None
 
 

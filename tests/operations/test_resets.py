@@ -108,6 +108,7 @@ def test_quiet_hours_keep_nothing_to_reset(make_any_guard: AnyGuardFactory) -> N
     assert guard.reset("night", r="a") == ("d",)
 
 
+@pytest.mark.slow  # a dead store: timeouts
 @pytest.mark.parametrize("on_error", ["allow", "deny"])
 def test_a_reset_on_a_dead_store_raises_whatever_on_error_says(on_error: str) -> None:
     dead = RedisBackend(Redis(port=free_port(), socket_connect_timeout=0.5))

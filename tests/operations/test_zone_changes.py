@@ -98,7 +98,7 @@ def _wait(clock: ManualClock, minutes: int, zone: str) -> None:
             return
 
 
-@settings(max_examples=examples(60))
+@settings(max_examples=examples(30))
 @given(steps=steps, start=st.sampled_from(STARTS))
 def test_any_zone_changes_admit_at_most_6_in_any_23_hours(
     redis_backend: RedisBackend,
@@ -120,7 +120,7 @@ def test_any_zone_changes_admit_at_most_6_in_any_23_hours(
             assert len(within) <= 6, (first, within)
 
 
-@settings(max_examples=examples(60))
+@settings(max_examples=examples(30))
 @given(
     steps=steps.map(lambda found: [(minutes, 0, hits) for minutes, _, hits in found]),
     zone=st.sampled_from(ZONES),

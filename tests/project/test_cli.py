@@ -1,5 +1,6 @@
-"""The operator's command line, run as the installed console script (a subprocess) against
-a real redis-server: each command's table and JSON, its exit codes, and a pipe closed early."""
+"""The operator's command line against a real redis-server: each command's table and JSON,
+and its exit codes, run in this process as the console script runs it; and the installed
+console script itself (its version, a pipe closed early) in a process of its own."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from redis.cluster import RedisCluster
 
 from freqguard.config import load
 from tests.conftest import flush
+from tests.project.cli_run import run
 from tests.servers import RedisServer, free_port
 
 SCRIPT = Path(sys.executable).parent / "freqguard"
@@ -30,6 +32,14 @@ rules = [
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command run in this process (``cli_run``: its output captured, a traceback fails
+    the test), as the console script would run it: spares each test a new interpreter."""
+    done = run(*args)
+    return subprocess.CompletedProcess(["freqguard", *args], done.code, done.out, done.err)
+
+
+def _script(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed console script itself, in a process of its own."""
     return subprocess.run(
         [str(SCRIPT), *args], capture_output=True, text=True, timeout=60, check=False
     )
@@ -44,7 +54,7 @@ def config(tmp_path: Path, redis_server: RedisServer) -> Path:
 
 
 def test_version_is_the_installed_packages() -> None:
-    done = _run("--version")
+    done = _script("--version")
     assert done.returncode == 0
     assert done.stdout.startswith("freqguard ")
 

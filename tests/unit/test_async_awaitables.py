@@ -9,9 +9,7 @@ import asyncio
 import gc
 import inspect
 import sys
-import textwrap
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -213,38 +211,3 @@ def test_the_sync_guard_answers_decisions_that_are_true_or_false() -> None:
     assert not second
     assert not inspect.iscoroutinefunction(Guard.hit)
     assert not hasattr(Guard.hit, "__wrapped__")  # no decorator, no wrapper: nothing in the way
-
-
-def test_mypy_types_the_awaited_answers_and_flags_a_forgotten_await(tmp_path: Path) -> None:
-    from mypy import api
-
-    source = tmp_path / "typed.py"
-    source.write_text(
-        textwrap.dedent(
-            """
-            import asyncio
-            from freqguard import AsyncGuard, Decision, Guard
-
-            async def main(guard: AsyncGuard, sync: Guard) -> None:
-                decision: Decision = await guard.hit("sms", recipient="a")
-                decisions: list[Decision] = await guard.hit_many("sms", [{"recipient": "a"}])
-                peeked: Decision = await guard.peek("sms")
-                acquired: Decision = await guard.acquire("sms", 1.0)
-                refunded: Decision = await guard.refund(decision)
-                task: asyncio.Task[Decision] = asyncio.create_task(guard.hit("sms"))
-                same: Decision = sync.hit("sms")
-                guard.hit("sms").allowed
-            """
-        )
-    )
-    out, _, _ = api.run(
-        [str(source), "--strict", "--no-incremental", "--cache-dir", str(tmp_path / "c")]
-    )
-    # the snippet's own (old mypy and stubs at their floor may find others in the package)
-    errors = [
-        line for line in out.splitlines() if line.startswith(f"{source}:") and ": error:" in line
-    ]
-    assert len(errors) == 1, out
-    assert errors[0].startswith(f"{source}:13: error:")
-    assert '"Pending[Decision]" has no attribute "allowed"' in errors[0]
-    assert 'Maybe you forgot to use "await"?' in out

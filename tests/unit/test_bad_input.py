@@ -17,9 +17,7 @@ from freqguard import (
     Rule,
     parse_rate,
 )
-from freqguard.backends.redis import RedisBackend
-from tests.conftest import SMS, flush
-from tests.servers import RedisServer, state_keys
+from tests.conftest import SMS
 
 
 @pytest.mark.parametrize(
@@ -124,22 +122,3 @@ def test_a_different_policy_under_a_known_name_is_refused(guard: Guard) -> None:
     guard.add_policy(SMS)  # the same one again: fine
     with pytest.raises(ConfigError, match="already registered"):
         guard.add_policy(Policy("sms", Rule("1/second", by="recipient")))
-
-
-def test_rule_names_whose_redis_tags_collide_keep_fields_of_their_own(
-    redis_backend: RedisBackend, redis_server: RedisServer
-) -> None:
-    """Each state is a field of its record named by a 2-byte tag of its key id; "x14@" and
-    "x59@" have the same tag. Such a policy was refused ("rename a rule"); their tags are
-    now lengthened, and each state keeps its own count in its own field."""
-    flush([redis_server])
-    policy = Policy(
-        "p",
-        Rule("1/second", strategy="fixed-window", name="x14"),
-        Rule("5/minute", strategy="gcra", name="x59"),
-    )
-    guard = Guard(redis_backend, [policy], clock=ManualClock(1000))
-    assert guard.hit("p").allowed
-    assert [state.remaining for state in guard.peek("p").rules] == [0, 4]
-    (record,) = state_keys(redis_server.client)
-    assert redis_server.client.hlen(record) == 1 + 2  # the meta field and two states

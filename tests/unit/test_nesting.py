@@ -28,7 +28,7 @@ def _depth(value: Any) -> int:
     return 0
 
 
-@settings(max_examples=examples(500))
+@settings(max_examples=examples(150))
 @given(value=VALUES, most=st.integers(0, 12), wrap=st.integers(0, 40))
 def test_it_says_what_the_value_s_depth_says(value: Any, most: int, wrap: int) -> None:
     value = [[value]] if wrap % 3 == 0 else value

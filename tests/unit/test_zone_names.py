@@ -98,7 +98,7 @@ MAKERS: dict[str, Any] = {
         for name in HOSTILE + NOT_STRINGS
         if name is not None or maker == "zone_named"  # tz=None: no zone, refused apart
     ],
-    ids=lambda v: repr(v)[:40],
+    ids=lambda v: "object" if type(v) is object else repr(v)[:40],  # the same in every worker
 )
 def test_a_bad_zone_is_refused_where_it_is_written(maker: str, name: object) -> None:
     _assert_refused(MAKERS[maker], name)
@@ -164,7 +164,7 @@ hostile = st.one_of(
 )
 
 
-@settings(max_examples=examples(300))
+@settings(max_examples=examples(100))
 @given(name=hostile)
 def test_any_name_is_a_zone_of_the_database_or_a_clear_error(name: object) -> None:
     """Whatever the name, a zone the database lists under exactly that name or a
@@ -175,7 +175,7 @@ def test_any_name_is_a_zone_of_the_database_or_a_clear_error(name: object) -> No
     _assert_refused(zone_named, name)
 
 
-@settings(max_examples=examples(100))
+@settings(max_examples=examples(50))
 @given(name=hostile.filter(lambda n: isinstance(n, str) and n not in KNOWN))
 def test_any_bad_name_at_a_hit_is_a_context_error(name: str) -> None:
     guard = _guard()

@@ -119,7 +119,7 @@ def _decisions(
     return out
 
 
-@settings(max_examples=examples(60))
+@settings(max_examples=examples(30))
 @given(
     rule=edge_rule(),
     start=st.sampled_from([0, 1_700_000_000_000_000, MAX_TIME_US - MAX_SPAN_US, MAX_TIME_US]),
