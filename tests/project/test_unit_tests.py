@@ -51,7 +51,7 @@ def _io_in(path: Path) -> list[str]:
             if name in ALLOWED_IMPORTS:
                 continue
             if any(name == bad or name.startswith(bad + ".") for bad in FORBIDDEN_IMPORTS):
-                found.append(f"{path.name}:{node.lineno}: imports {name}")
+                found.append(f"{path.name}:{getattr(node, 'lineno', 0)}: imports {name}")
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _a_test(node):
             for arg in node.args.args:
                 if arg.arg in SERVER_FIXTURES:
