@@ -40,13 +40,17 @@ def state_keys(client: Any) -> list[bytes]:
 
 
 def _ports() -> range:
-    """The ports this test process picks from: under pytest-xdist each worker its own
-    stretch (``gw0``, ``gw1``, ...), so two workers never race for one port."""
+    """The ports this test process picks from: ``FREQGUARD_TEST_PORTS`` (``20000-55000``,
+    the default; another for a second checkout's suite run beside this one), and under
+    pytest-xdist each worker its own stretch of it (``gw0``, ``gw1``, ...), so two workers
+    never race for one port."""
+    low, _, high = os.environ.get("FREQGUARD_TEST_PORTS", "20000-55000").partition("-")
+    start, end = int(low), int(high)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
     count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
-    width = 35_000 // count
-    return range(20_000 + index * width, 20_000 + (index + 1) * width)
+    width = (end - start) // count
+    return range(start + index * width, start + (index + 1) * width)
 
 
 def free_port() -> int:
