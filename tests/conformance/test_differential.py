@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from freqguard import (
@@ -473,6 +473,16 @@ DAY_EDGES = [
 
 
 @settings(max_examples=examples(60))
+@example(  # a batch on a new bin: its denied second hit ran before the first's write
+    rules=[Rule("1/day", by="u", calendar=True, tz_from="tz", shadow=True)],
+    quiet=QuietHours("21:00", "08:00", tz_from="tz"),
+    pool=[
+        {"u": "a", "c": "a", "tz": "Asia/Shanghai", "priority": "t"},
+        {"u": "a", "c": "a", "tz": "UTC", "priority": "t"},
+    ],
+    ops=[("many", [0, 1], 1)],
+    start=1_772_945_999,
+)
 @given(
     rules=st.lists(calendar_rule() | rule() | priority_rule(), min_size=1, max_size=3),
     quiet=quiet_hours(),

@@ -94,10 +94,15 @@ local function blob_entry(name, value)
 end
 
 -- A bin's setting against the call's (its client's bins): a bin that holds another
--- fails the call, before it writes (BINS_OTHER); one that holds none is claimed before a
--- write (bin_flush, UNCLAIMED).
-local function check_bins(key, meta, bins)
-  if not meta then return end
+-- fails the call, before it writes (BINS_OTHER); one that holds none fails a call that
+-- may write (UNCLAIMED), denied or not: a batch's later calls on the bin then fail too, and
+-- go again after the earlier ones, in order (a denied hit that ran before an earlier
+-- call's write would answer from a state without it).
+local function check_bins(key, meta, bins, writes)
+  if not meta then
+    if writes then error({err = 'ERR ' .. UNCLAIMED}) end
+    return
+  end
   local ok, _, _, held = pcall(sunpack, BIN_META, meta)
   if ok and held ~= bins then
     error({err = format('ERR %s%d in %s, and this client has bins=%d', BINS_OTHER, held, key,

@@ -13,14 +13,14 @@
 -- A record, and its fields named by the call (got[1] the meta field, got[i + 1] state i's;
 -- false where absent). A binned one keeps in rec.map the fields it decoded or changed
 -- (rec.touched: set or deleted), its other entries as they are.
-local function open_record(keys, argv, n, record)
+local function open_record(keys, argv, n, record, writes)
   local key = keys[1]
   if not record then
     return {key = key}, call('HMGET', key, '', tunpack(argv, ARGV_FIELDS, ARGV_FIELDS - 1 + n))
   end
   local rid, bins = sub(record, 1, 8), sunpack(BIN_RECORD, record, 9)
   local pair = call('HMGET', key, '', rid)
-  check_bins(key, pair[1], bins)
+  check_bins(key, pair[1], bins, writes)
   local rec = {key = key, rid = rid, bins = bins, bin = pair[1], blob = pair[2], touched = {}}
   local map, entries, index = blob_read(key, pair[2])
   rec.map, rec.entries, rec.index, rec.unread = map or {}, entries or {}, index or {}, not map
