@@ -1,10 +1,11 @@
-"""Guard.hit's one-call path against the generic operation path (``core.decide_op``).
+"""Guard.hit's lone call against the same hit driven as an operation (``decide_op``).
 
     python -m benchmarks.hit_path [--messages 100000] [--block 1000] [--backend memory|redis|all]
 
-A hit on a policy that lives in one part is one script call. ``Guard.hit`` sends that call
-itself; every other operation drives ``decide_op``'s generator through ``Guard._run``. This
-measures what that shortcut is worth, on the four-rule SMS policy (sliding logs) and the
+A hit on a policy that lives in one part is one script call: ``Hits.hit`` prepares it, and
+``Guard._run`` sends it alone (no batch around it); every other operation drives
+``decide_op``'s generator through the same ``_run``. This measures what the lone call is
+worth, on the four-rule SMS policy (sliding logs) and the
 seeded stream of ``benchmarks.memory_sms``: two guards, each on its own state, take the same
 stream in alternating blocks (the order swapped every block), so drift on a shared machine
 falls on both alike. Reported per path: wall time and this process's CPU time per hit, and

@@ -47,7 +47,7 @@ from freqguard.observe.base import Observer, backend_label
 from freqguard.policy import OnError, Policy, check_on_error
 from freqguard.rates import Rate
 from freqguard.rules import Rule, check_name
-from freqguard.script.calls import Reply
+from freqguard.script.calls import Reply, ScriptCall
 from freqguard.script.contract import CHECK, REFUND
 
 __all__ = ["Guard"]
@@ -164,11 +164,27 @@ class Guard:
             self._failover.add(plan)
             self._policies.add(plan)
 
-    def _run(self, op: Op[T], policy: str, whole: bool = False) -> T:
-        """Drive ``op``. When the caller is cancelled (asyncio only), what the operation
-        took is given back before the cancellation goes on; with ``whole`` (an operation
-        that writes in more than one call, or a batch) its call under way is first let
-        finish, so that what that call took is known and goes back too."""
+    @overload
+    def _run(self, op: ScriptCall, policy: str, whole: bool = False) -> Reply: ...
+
+    @overload
+    def _run(self, op: Op[T], policy: str, whole: bool = False) -> T: ...
+
+    def _run(self, op: Op[T] | ScriptCall, policy: str, whole: bool = False) -> T | Reply:
+        """Drive ``op``: a lone call (:meth:`Hits.hit`'s, of a hit that is one call and
+        nothing around it) is sent alone, its reply the answer, as an operation's one step
+        without the batch around it; an operation step by step. When the caller is
+        cancelled (asyncio only), what the operation took is given back before the
+        cancellation goes on; with ``whole`` (an operation that writes in more than one
+        call, or a batch) its call under way is first let finish, so that what that call
+        took is known and goes back too."""
+        if type(op) is ScriptCall:
+            try:
+                return self.backend.execute(op)
+            except BackendUnavailable as exc:
+                self._accounting.failed_alone(policy, op, exc)
+                raise
+        assert not isinstance(op, ScriptCall)
         try:
             step = next(op)
             while True:
@@ -208,23 +224,11 @@ class Guard:
             BackendUnavailable: the store failed (and ``on_error`` is ``"raise"``).
         """
         hits = self._hits
-        plan = self._policies.plan(policy)
-        if hits.alone(plan) and self._accounting.quiet:
-            # decide_op's one-call case, sent without its generator: worth 5-15% of an
-            # in-memory hit (benchmarks/README.md, "Guard.hit's one-call path"); held to the
-            # other path by tests/conformance/test_hit_paths.py
-            call, start = hits.first_call(plan, cost, ctx)
-            try:
-                reply = self.backend.execute(call)
-            except BackendUnavailable as exc:
-                self._accounting.failed_alone(policy, call, exc)
-                raise
-            return hits.alone_done(plan, call, reply, start)
-        hit = hits.hit(policy, cost, ctx)
+        hit = hits.hit(policy, cost, ctx, lone=self._accounting.quiet)
         if hit.cached is not None:
             return hit.cached
-        whole = not hit.plan.single_part
-        return hits.hit_done(hit, self._run(hits.hit_op(hit), policy, whole))
+        work = hit.call or hits.hit_op(hit)  # its lone call, or the operation
+        return hits.hit_done(hit, self._run(work, policy, not hit.plan.single_part))
 
     def peek(self, policy: str, **ctx: object) -> Decision:
         """What a hit of cost 1 would answer (remaining as of now); changes nothing."""

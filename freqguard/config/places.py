@@ -43,7 +43,7 @@ def _strict_loader() -> Any:
             self.depth += 1
             try:
                 if self.depth > MAX_DEPTH:
-                    line = self.peek_event().start_mark.line + 1
+                    line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
                     raise ConfigError(
                         f"{self.source}:{line}: nested too deeply (more than {MAX_DEPTH} "
                         "levels); a configuration nests a few"

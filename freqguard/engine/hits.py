@@ -27,8 +27,10 @@ __all__ = ["Hit", "Hits"]
 
 class Hit(NamedTuple):
     """A hit, prepared: its plan, context (as text) and cost, validated; the deny cache's
-    answer (None: ask the store); when it started (for the observers); and the deny
-    cache's snapshot, read before the store was asked."""
+    answer (None: ask the store); when it started (for the observers); the deny cache's
+    snapshot, read before the store was asked; and, for a hit that is one script call with
+    no failure to answer around it (:meth:`Hits.hit`'s ``lone``), that call, which the
+    guard sends alone instead of driving an operation."""
 
     plan: PolicyPlan
     texts: Mapping[str, str]
@@ -36,9 +38,11 @@ class Hit(NamedTuple):
     cached: Decision | None
     start: float
     snapshot: tuple[int, float]
+    call: ScriptCall | None = None
 
 
 _NO_SNAPSHOT = (0, 0.0)
+_new = tuple.__new__
 
 
 class Hits:
@@ -74,39 +78,6 @@ class Hits:
         self._nodes = nodes
         self._plain = denials.cache is None
 
-    def alone(self, plan: PolicyPlan) -> bool:
-        """Whether a hit of ``plan`` is its one script call and nothing around it but the
-        observers told: one part, no deny cache, store failures raised (then ``Guard.hit``
-        may send :meth:`first_call` itself and end with :meth:`alone_done`, when the
-        accounting has nothing to do either:
-        :attr:`~freqguard.engine.accounting.Accounting.quiet`)."""
-        return (
-            plan.single_part
-            and self._plain
-            and not plan.leased
-            and self._failover.of(plan) == "raise"
-        )
-
-    def first_call(
-        self, plan: PolicyPlan, cost: object, ctx: Mapping[str, object]
-    ) -> tuple[ScriptCall, float]:
-        """The one call of a hit :meth:`alone`, validated: :func:`decide_op`'s one-call case,
-        whose reply :meth:`alone_done` turns into the decision; and when it began (for the
-        observers, as :meth:`hit` times a hit)."""
-        checked, texts = plan.check_cost(cost), plan.texts(ctx)
-        start = perf_counter() if self._observers.active else 0.0
-        return plan.call(texts, self._now(), checked, HIT), start
-
-    def alone_done(
-        self, plan: PolicyPlan, call: ScriptCall, reply: Reply, start: float
-    ) -> Decision:
-        """The decision of a hit :meth:`alone` (``call``, its ``reply``), the observers told
-        (as :meth:`hit_done` tells them; there is no deny cache to remember it)."""
-        decision = plan.decide([reply], call.texts, call.cost, HIT)
-        if self._observers.active:
-            self._observers.decided(decision, call.texts, perf_counter() - start)
-        return decision
-
     def hit(
         self,
         policy: str,
@@ -114,28 +85,39 @@ class Hits:
         ctx: Mapping[str, object],
         cached: bool = True,
         lease: bool = False,
+        lone: bool = False,
     ) -> Hit:
         """A hit validated, and the deny cache's answer to it (``cached``: asked). A policy
         that holds leases is hit only by ``Guard.lease`` (``lease``), never from the deny
-        cache: a lease given back frees its denials before their time."""
+        cache: a lease given back frees its denials before their time. With ``lone`` (the
+        guard's accounting has nothing to do around a call), a hit that is one script call
+        whose failure is raised carries that call, to be sent alone (``Guard._run``) and
+        decided by :meth:`hit_done` as :func:`decide_op` decides its one call; any other
+        is driven as :meth:`hit_op`."""
         plan = self._policies.plan(policy)
         if plan.leased and not lease:
             raise ConfigError(
                 f"policy {policy!r} has a concurrency rule: take its leases with "
                 f"guard.lease({policy!r}, ...) (a with block gives each back), not hit"
             )
-        cached = cached and not lease
         checked = plan.check_cost(cost)
         texts = plan.texts(ctx)
+        start = perf_counter() if self._observers.active else 0.0
+        if lone and self._plain and plan.single_part and self._failover.of(plan) == "raise":
+            lone_call = plan.call(texts, self._now(), checked, HIT)  # the usual hit: one call
+            # tuple.__new__: a NamedTuple's own __new__ is a Python call, 2-4% of a hit
+            return _new(Hit, (plan, texts, checked, None, start, _NO_SNAPSHOT, lone_call))
         answer, snapshot = None, _NO_SNAPSHOT
-        denials = self._denials
-        if cached and denials.cache is not None:
+        if not self._plain and cached and not lease:
+            denials = self._denials
             answer = denials.answer(plan, texts, checked)
             if answer is not None:
                 self._observers.decided(answer, texts, 0.0)
             snapshot = denials.snapshot(plan)
-        start = perf_counter() if self._observers.active else 0.0
-        return Hit(plan, texts, checked, answer, start, snapshot)
+        call: ScriptCall | None = None
+        if lone and plan.single_part and not lease and self._failover.of(plan) == "raise":
+            call = plan.call(texts, self._now(), checked, HIT)
+        return Hit(plan, texts, checked, answer, start, snapshot, call)
 
     def hit_op(self, hit: Hit) -> Op[Decision]:
         """The operation that decides ``hit`` (see :func:`~freqguard.engine.ops.decide_op`)."""
@@ -144,9 +126,15 @@ class Hits:
             hit.plan, lambda plan: decide_op(plan, texts, cost, HIT, now), cost, hit=True
         )
 
-    def hit_done(self, hit: Hit, decision: Decision) -> Decision:
-        """``decision``, a denial remembered, the observers told."""
-        self._denials.remember(hit.plan, hit.texts, hit.cost, decision, hit.snapshot)
+    def hit_done(self, hit: Hit, decided: Decision | Reply) -> Decision:
+        """The hit's decision (its operation's, or made of its lone call's reply as
+        :func:`decide_op` makes it), a denial remembered, the observers told."""
+        if isinstance(decided, Reply):
+            decision = hit.plan.decide([decided], hit.texts, hit.cost, HIT)
+        else:
+            decision = decided
+        if not self._plain:
+            self._denials.remember(hit.plan, hit.texts, hit.cost, decision, hit.snapshot)
         if self._observers.active:
             self._observers.decided(decision, hit.texts, perf_counter() - hit.start)
         return decision

@@ -32,6 +32,7 @@ LEASES = KINDS["concurrency"]
 __all__ = ["PolicyPlan", "limit_rate", "rule_params"]
 
 _US = 1_000_000.0
+_new = tuple.__new__
 
 
 def limit_rate(limit: KeyLimit, rule: Rule) -> Rate:
@@ -160,7 +161,8 @@ class PolicyPlan:
             if unknown:
                 problems.append(f"unknown dimension(s) {', '.join(unknown)}")
             raise ConfigError(f"policy {self.name!r}: {'; '.join(problems)} (it takes: {wanted})")
-        return {d: value_text(self.name, d, v) for d, v in ctx.items()}
+        # a str as it is, without a call (the usual value); any other checked by value_text
+        return {d: v if type(v) is str else value_text(self.name, d, v) for d, v in ctx.items()}
 
     def check_cost(self, cost: object, *, upper: bool = True) -> int:
         """Validate a cost: an integer >= 0 that some hit could ever be granted."""
@@ -190,7 +192,8 @@ class PolicyPlan:
         part = self.parts[0]
         if self._varies:
             part = self.parts_for(texts, now)[0]
-        return ScriptCall(part, texts, now, cost, mode)
+        # tuple.__new__: a NamedTuple's own __new__ is a Python call (a hit makes one)
+        return _new(ScriptCall, (part, texts, now, cost, mode, None, None))
 
     def parts_for(
         self, texts: Mapping[str, str], now: int | None, *, bare: bool = False

@@ -23,7 +23,7 @@ from freqguard import (
     async_backend_from_url,
     backend_from_url,
 )
-from freqguard.backends._boundary import PLAIN_AT_TLS, TLS_AT_PLAIN
+from freqguard.backends._boundary import PLAIN_AT_TLS, TLS_AT_PLAIN, mismatch
 from tests import servers
 from tests.servers import RedisServer, free_port
 
@@ -62,9 +62,15 @@ def failure(url: str, side: str) -> BackendUnavailable:
 SIDES = pytest.mark.parametrize("side", ["sync", "async"])
 
 
+#: the handshake's own wait: long enough that a loaded machine's event loop, starved for
+#: 0.2 s, does not time the TCP connect out before the handshake begins (1 in 600 did)
+HANDSHAKE = "socket_connect_timeout=1&socket_timeout=1"
+
+
+@pytest.mark.slow  # the handshake waits out its timeout, a second a side
 @SIDES
 def test_rediss_at_a_plain_server_says_tls(redis_server: RedisServer, side: str) -> None:
-    error = failure(f"rediss://127.0.0.1:{redis_server.port}?{FAST}", side)
+    error = failure(f"rediss://127.0.0.1:{redis_server.port}?{HANDSHAKE}", side)
     assert str(error).endswith(f"({TLS_AT_PLAIN})")
     assert "Timeout connecting to server" in str(error)
     assert error.sent is False  # it never got as far as a command
@@ -149,3 +155,20 @@ def test_redis_at_a_tls_only_server_says_tls(tls_server: int, side: str) -> None
     error = failure(f"redis://127.0.0.1:{tls_server}?{FAST}", side)
     assert str(error).endswith(f"({PLAIN_AT_TLS})")
     assert "ConnectionError" in str(error)  # redis-py's own words differ by release
+
+
+def test_a_timeout_in_the_handshake_is_read_as_tls_at_a_plain_server() -> None:
+    """What the slow test above sees on a real server, read from the error alone: a timeout
+    raised in the TLS handshake (redis-py's ``do_handshake`` frame) gets the hint; one
+    raised elsewhere, none."""
+
+    def do_handshake() -> None:
+        raise TimeoutError("timed out")
+
+    def elsewhere() -> None:
+        raise TimeoutError("timed out")
+
+    for raising, hint in ((do_handshake, TLS_AT_PLAIN), (elsewhere, "")):
+        with pytest.raises(TimeoutError) as caught:
+            raising()
+        assert mismatch(caught.value, None) == hint
