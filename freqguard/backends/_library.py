@@ -117,7 +117,8 @@ FUNCTIONS = Library(
     "Function not found",
 )
 LOAD = FUNCTIONS.load
-_SCRIPTS = library.scripts()
+# each named as the library is, after a digest of the code: versions side by side keep apart
+_SCRIPTS = tuple(code.replace(library.NAME, FUNCTION) for code in library.scripts())
 #: A store without Redis Functions: the same body, as EVALSHA scripts (SCRIPT LOAD each).
 SCRIPTS = Library(
     "scripts",

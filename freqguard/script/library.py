@@ -83,10 +83,47 @@ ENTRIES = ("policy", "nogrow", "binned(policy)", "binned(nogrow)")
 
 def scripts() -> tuple[str, ...]:
     """The body as four EVAL scripts, one an entry point of :data:`ENTRIES`: for a store
-    without Redis Functions (``RedisBackend(scripts="eval")``). Each call runs the whole
-    chunk, so nothing is kept between calls (the specs are parsed each time)."""
-    text = body()
-    return tuple(f"{text}return {entry}(KEYS, ARGV)\n" for entry in ENTRIES)
+    without Redis Functions (``RedisBackend(scripts="eval")``).
+
+    A script builds the library (runs the body) and keeps it in a global named
+    :data:`NAME` (replaced, as the Functions' name is, by a digest of the code), where
+    the store lets a script set one (Redis before 7.0, KeyDB): later calls find it, its
+    specs parsed already, as a Redis Function's are. Redis 7 keeps every global read-only
+    (the keeping fails, quietly): each call then runs the body again.
+    """
+    built = ", ".join(ENTRIES)
+    head = (
+        f"local lib = rawget(_G, '{NAME}')\n"
+        "if not lib then\n"
+        f"  lib = (function()\n{_deferred_body()}\n  return {{{built}}}\n  end)()\n"
+        f"  pcall(rawset, _G, '{NAME}', lib)\n"
+        "end\n"
+    )
+    return tuple(f"{head}return lib[{index}](KEYS, ARGV)\n" for index in range(1, 5))
+
+
+#: Strategies an EVAL script defines at once: the sliding log's ``log_width`` is read by
+#: the specs, and leases run on its functions.
+EAGER = ("sliding_log",)
+
+
+def _deferred_body() -> str:
+    """:func:`body` for an EVAL script, which runs it at every call (a Redis of 6.2.7 or
+    later keeps no global between calls): each strategy but :data:`EAGER` is wrapped in a
+    function that the specs call when they first name its code (``DEFERRED`` in
+    ``strategies/base.lua``), so a call defines the functions of its own strategies only
+    (most of the body's cost is making its ~120 closures)."""
+    parts = []
+    for path in MANIFEST:
+        name = path.removeprefix("strategies/").removesuffix(".lua")
+        if path.startswith("strategies/") and name in MODULE_NAMES.values() and name not in EAGER:
+            parts.append(
+                f"-- {'=' * 8} {path} (deferred)\nlocal function define_{name}()\n{read(path)}\n"
+                f"end\nDEFERRED[{name}.code] = define_{name}\n"
+            )
+        else:
+            parts.append(f"-- {'=' * 8} {path}\n{read(path)}\n")
+    return "".join(parts)
 
 
 def function_library() -> str:

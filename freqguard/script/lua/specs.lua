@@ -34,6 +34,11 @@ end
 
 local function parse_state(v, at)
   local spec = {code = v[at], shadow = v[at + 1] == 1, rule_count = v[at + 2], rules = {}}
+  local define = DEFERRED[spec.code]  -- an EVAL script's strategy, defined on first use
+  if define then
+    DEFERRED[spec.code] = nil
+    define()
+  end
   spec.twin, at = TWINS[spec.code], at + 3
   for r = 1, spec.rule_count do
     spec.rules[r], at = parse_rule(v, at)

@@ -7,6 +7,11 @@
 -- A rule as a per-key limit of n per w µs makes it decide (strategies/base.py counted and
 -- metered): a count of n per window w, or a bucket of one token per w / n µs (rounded up)
 -- that keeps the rule's own burst; nil where the numbers cannot be (past a bucket's bound).
+-- An EVAL script's strategies, each defined when a call's specs first name it (by code:
+-- script/library.py scripts, which defers them; a Redis Function defines them all at load,
+-- and this stays empty).
+local DEFERRED = {}
+
 local function rule_at(rule, capacity, window, interval)
   return {capacity = capacity, window = window, interval = interval, shadow = rule.shadow,
     tag = rule.tag, reserve = rule.reserve, burst = rule.burst}
