@@ -54,11 +54,6 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
         r"from collections\.abc import AsyncIterator, Callable, Iterable, Mapping",
         "from collections.abc import Callable, Iterable, Iterator, Mapping",
     ),
-    (  # the Redis edge's preparation: Awaitable goes, with what awaits it
-        r"from collections\.abc import Awaitable, Callable, Sequence",
-        "from collections.abc import Callable, Sequence",
-    ),
-    (r"Awaitable\[list\[object\]\]", "list[object]"),
     # the guard's own imports
     (r"freqguard\._async\.", "freqguard._sync."),
     # syntax

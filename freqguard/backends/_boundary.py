@@ -23,25 +23,20 @@ import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any
 
 from redis import exceptions as rex
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.asyncio.connection import SSLConnection as AsyncSSLConnection
 from redis.cluster import RedisCluster
-from redis.connection import SSLConnection
 
+from freqguard.backends._redispy import address, tls
 from freqguard.errors import BackendUnavailable, ConfigError, FreqGuardError
 
 __all__ = [
     "ERRORS",
     "Unreplicated",
-    "address",
     "boundary",
     "cluster_node",
     "mismatch",
-    "sentinel_pools",
-    "socket_timeout",
     "translate",
     "unconnected",
 ]
@@ -50,7 +45,6 @@ __all__ = [
 #: node serves) derive from Exception, not RedisError.
 ERRORS = (rex.RedisError, rex.RedisClusterException)
 _CLUSTERS = (RedisCluster, AsyncRedisCluster)
-_TLS_CONNECTIONS = (SSLConnection, AsyncSSLConnection)
 
 #: A TLS client at a plain server: the server reads the ClientHello as the start of a
 #: command and waits for its end, so the handshake times out while connecting (in the ssl
@@ -133,7 +127,7 @@ def mismatch(exc: BaseException, client: object) -> str:
     )
     frames = set().union(*(_frames(e.__traceback__) for e in chain))
     setting_up = any(name.startswith("on_connect") for name in frames)
-    if dropped and setting_up and _tls(client) is False:
+    if dropped and setting_up and tls(client) is False:
         return PLAIN_AT_TLS
     return ""
 
@@ -157,17 +151,6 @@ def _frames(tb: TracebackType | None) -> set[str]:
     return names
 
 
-def _tls(client: object) -> bool | None:
-    """Whether a client's connections speak TLS; None when not known (a cluster client made
-    as it connects, before there is one)."""
-    pool = getattr(client, "connection_pool", None)
-    kwargs = getattr(client, "connection_kwargs", None) or getattr(
-        getattr(client, "nodes_manager", None), "connection_kwargs", None
-    )
-    found = getattr(pool, "connection_class", None) or (kwargs or {}).get("connection_class")
-    return issubclass(found, _TLS_CONNECTIONS) if isinstance(found, type) else None
-
-
 @contextmanager
 def boundary(client: object) -> Iterator[None]:
     """:func:`translate` as a context manager, for code off the hot path."""
@@ -175,30 +158,6 @@ def boundary(client: object) -> Iterator[None]:
         yield
     except ERRORS as exc:
         raise translate(exc, client) from exc
-
-
-def address(client: object) -> str:
-    """Where a standalone client connects, as a URL's address part (for a client of
-    redis-py's Sentinel, the master it last found)."""
-    pool = getattr(client, "connection_pool", None)
-    kwargs: dict[str, Any] = getattr(pool, "connection_kwargs", {})
-    master = getattr(pool, "master_address", None)
-    if master is not None:
-        return f"{master[0]}:{master[1]}"
-    if "path" in kwargs:
-        return f"unix://{kwargs['path']}"
-    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
-
-
-def socket_timeout(client: object) -> float | None:
-    """The socket timeout (seconds) a client's connections are made with, None when unset
-    or not known (a Redis or Sentinel client: its pool's; a cluster client: its nodes')."""
-    pool = getattr(client, "connection_pool", None)
-    kwargs = getattr(pool, "connection_kwargs", None)
-    if kwargs is None:
-        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", None)
-    value = (kwargs or {}).get("socket_timeout")
-    return float(value) if isinstance(value, (int, float)) else None
 
 
 def cluster_node(client: object) -> ConfigError:
@@ -209,10 +168,3 @@ def cluster_node(client: object) -> ConfigError:
         f"{where} is a Redis Cluster node: use redis+cluster://{where} (or a RedisCluster "
         "client), which sends each key to the node that owns its slot"
     )
-
-
-def sentinel_pools(client: object) -> list[Any]:
-    """The connection pools to the sentinels behind a client of redis-py's Sentinel (none for
-    other clients): closing the client leaves them open."""
-    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
-    return [sentinel.connection_pool for sentinel in getattr(manager, "sentinels", ())]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from freqguard.backends._boundary import Unreplicated, socket_timeout
+from freqguard.backends._boundary import Unreplicated
+from freqguard.backends._redispy import socket_timeout
 from freqguard.backends._resp import wait_frame
 from freqguard.errors import ConfigError
 from freqguard.script.calls import ScriptCall, admitted

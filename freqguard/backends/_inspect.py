@@ -20,7 +20,8 @@ from typing import Any
 
 from redis import exceptions as rex
 
-from freqguard.backends._boundary import ERRORS, address, cluster_node
+from freqguard.backends._boundary import ERRORS, cluster_node
+from freqguard.backends._redispy import address
 
 __all__ = ["BIN_LISTPACK", "functions_served", "inspection", "warn_evicting", "warn_listpack"]
 

@@ -35,6 +35,7 @@ from freqguard.backends._redispy import (
     aserver_closed,
     connected,
     get_connection,
+    pool_of,
 )
 from freqguard.backends._sync import wire
 from freqguard.backends._sync.wire import drive
@@ -82,7 +83,7 @@ class Lane:
     __slots__ = ("_closed", "_idle", "_pid", "_pool")
 
     def __init__(self, client: Redis) -> None:
-        self._pool = client.connection_pool
+        self._pool = pool_of(client)
         self._idle: list[tuple[Connection, float]] = []  # and when it was given back
         self._pid = os.getpid()
         self._closed = False
@@ -228,7 +229,7 @@ class AsyncLane:
             if isinstance(owner, NodePool):
                 connection = await owner.get_connection()
             else:
-                connection = await aget_connection(owner.connection_pool)
+                connection = await aget_connection(pool_of(owner))
             self._connection = connection
         elif not connection.is_connected:  # dropped after a failure: see _reconnected
             await connection.connect()  # type: ignore[no-untyped-call]
@@ -291,7 +292,7 @@ class AsyncLane:
         if isinstance(owner, NodePool):
             await owner.release(connection)
         else:
-            await owner.connection_pool.release(connection)
+            await pool_of(owner).release(connection)
 
 
 Job = tuple[Lane, bytes, int]  # a lane, packed calls, how many replies they get

@@ -28,14 +28,16 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.connection import Connection as AsyncConnection
+from redis.asyncio.connection import SSLConnection as AsyncSSLConnection
 from redis.cluster import RedisCluster
-from redis.connection import ConnectionPool
+from redis.connection import ConnectionPool, SSLConnection
 from redis.crc import key_slot
 
 __all__ = [
     "PRIVATE",
     "NodePool",
     "aclose_client",
+    "address",
     "aget_connection",
     "alearn_slots",
     "aserver_closed",
@@ -46,7 +48,11 @@ __all__ = [
     "get_connection",
     "learn_slots",
     "node_of_key",
+    "pool_of",
+    "sentinel_pools",
     "single_connection",
+    "socket_timeout",
+    "tls",
     "unmapped",
 ]
 
@@ -256,3 +262,58 @@ async def aserver_closed(connection: Any) -> bool:
 _CAN_READ = (
     "can_read" if callable(getattr(AsyncConnection, "can_read", None)) else ("can_read_destructive")
 )
+
+
+# -- what a client connects to and how --------------------------------------------------------
+
+
+def pool_of(client: Redis | AsyncRedis) -> Any:
+    """A standalone client's connection pool (a Sentinel client's: to the master it found)."""
+    return client.connection_pool
+
+
+def _settings(client: object) -> dict[str, Any]:
+    """The settings a client's connections are made with: its pool's (a Redis or Sentinel
+    client) or its nodes' (a cluster client); empty when not known."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None) or getattr(client, "connection_kwargs", None)
+    if kwargs is None:
+        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", None)
+    return kwargs if isinstance(kwargs, dict) else {}
+
+
+_TLS_CONNECTIONS = (SSLConnection, AsyncSSLConnection)
+
+
+def tls(client: object) -> bool | None:
+    """Whether a client's connections speak TLS; None when not known (a cluster client made
+    as it connects, before there is one)."""
+    pool = getattr(client, "connection_pool", None)
+    found = getattr(pool, "connection_class", None) or _settings(client).get("connection_class")
+    return issubclass(found, _TLS_CONNECTIONS) if isinstance(found, type) else None
+
+
+def address(client: object) -> str:
+    """Where a standalone client connects, as a URL's address part (for a client of
+    redis-py's Sentinel, the master it last found)."""
+    master = getattr(getattr(client, "connection_pool", None), "master_address", None)
+    if master is not None:
+        return f"{master[0]}:{master[1]}"
+    kwargs = _settings(client)
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}"
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def socket_timeout(client: object) -> float | None:
+    """The socket timeout (seconds) a client's connections are made with, None when unset
+    or not known."""
+    value = _settings(client).get("socket_timeout")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def sentinel_pools(client: object) -> list[Any]:
+    """The connection pools to the sentinels behind a client of redis-py's Sentinel (none for
+    other clients): closing the client leaves them open."""
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    return [sentinel.connection_pool for sentinel in getattr(manager, "sentinels", ())]

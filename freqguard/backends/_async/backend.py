@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import suppress
-from functools import partial
 from typing import Any, NoReturn
 
 from redis.asyncio import Redis as AsyncRedis
@@ -13,17 +12,11 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import AskError, ConnectionError, MovedError, SlotNotCoveredError
 
 from freqguard.backends import _routing as routing
-from freqguard.backends._boundary import (
-    ERRORS,
-    Unreplicated,
-    sentinel_pools,
-    translate,
-    unconnected,
-)
+from freqguard.backends._boundary import ERRORS, Unreplicated, translate, unconnected
 from freqguard.backends._durability import Durability
 from freqguard.backends._lanes import AsyncJob, AsyncLane, aexchange_all
-from freqguard.backends._library import ATTEMPTS, again, missing
-from freqguard.backends._redispy import aclose_client
+from freqguard.backends._library import ATTEMPTS, Read, again, missing
+from freqguard.backends._redispy import aclose_client, sentinel_pools
 from freqguard.backends._resp import (
     ASKING,
     RAW,
@@ -34,6 +27,7 @@ from freqguard.backends._resp import (
     record_key,
     refuse_renamed,
 )
+from freqguard.backends._settle import CLAIM, LOAD, Settling
 from freqguard.clock import Clock, SystemClock
 from freqguard.errors import BackendUnavailable, raise_failures
 from freqguard.script.calls import Reply, ScriptCall, unpack
@@ -110,7 +104,6 @@ class AsyncRedisBackend:
         # the one-call path sends no WAIT: with wait_replicas, every call goes as a batch
         self._fast = self._direct and not self._wait
         self._ready = AsyncPreparation(client, self._cluster, self.bins, scripts)
-        self._resend = partial(self._sent, claims=False)  # calls whose bins were claimed
 
     async def aexecute(self, call: ScriptCall) -> Reply:
         """Run one call.
@@ -119,31 +112,16 @@ class AsyncRedisBackend:
             BackendUnavailable: Redis failed (the redis-py error is its ``__cause__``).
             ConfigError: the client is standalone and the server a cluster node.
         """
+        calls = (call,)
         try:
-            slow = not self._fast or self._ready.wanted(call)
-            if slow or routing.unmapped(self.client):
-                # the first calls take the long way, and those that must learn the slots
-                return (await self._run([call]))[0]
-            # the common case, without a batch's bookkeeping
-            packed, key = encode(call, self._ready.library)
-            try:
-                results = await self._lane(key).exchange(packed, 1)
-            except SlotNotCoveredError:  # a hole in the slot map: the batch learns it
-                return (await self._run([call]))[0]
-            except routing.REROUTE as exc:
-                results = [exc]
-            if missing(results[0]):
-                await self._reload([call], results)
-            if self.bins:  # a write to a bin that holds no setting, or another's
-                results = await self._ready.claimed([call], results, self._resend)
-            result = results[0]
-            if isinstance(result, Exception):
-                where = routing.node_named(self.node_of, call)  # before the long way
-                try:
-                    result = await self._settle(call, result)
-                except ERRORS as exc:
-                    raise self._failed(exc, where) from exc
-            return unpack(call.part, result)  # type: ignore[arg-type]
+            if self._fast and not self._ready.wanted(call) and not routing.unmapped(self.client):
+                results = await self._send_one(call)
+            else:  # the first calls, the first of a policy's, those that must learn the slots
+                await self._ready.prepare(calls)
+                results = await self._send(calls)
+            if not isinstance(results[0], Exception):  # the common case: nothing to settle
+                return unpack(call.part, results[0])  # type: ignore[arg-type]
+            return (await self._settle(calls, results))[0]
         except ERRORS as exc:
             raise translate(exc, self.client) from exc
 
@@ -153,8 +131,11 @@ class AsyncRedisBackend:
         others failed: each call's reply or error (a failure of every call as it came)."""
         if len(calls) == 1:  # a step of a multi-part operation: the lone call's own path
             return [await self.aexecute(calls[0])]
+        if not calls:
+            return []
         try:
-            return await self._run(calls)
+            await self._ready.prepare(calls)
+            return await self._settle(calls, await self._send(calls))
         except ERRORS as exc:
             raise translate(exc, self.client) from exc
 
@@ -171,124 +152,150 @@ class AsyncRedisBackend:
     def __repr__(self) -> str:
         return f"AsyncRedisBackend({self.client!r})"
 
-    async def _run(self, calls: Sequence[ScriptCall]) -> list[Reply]:
-        """Calls in order: each node's in one batch, in input order (calls on one key keep
-        their order), the nodes at once; replies in input order."""
-        if not calls:
-            return []
-        await self._ready.prepare(calls)
+    # One way for every call: framed, routed and sent (_send), then settled (_settle), whose
+    # steps send again what a result asks for (see _settle.py's table).
+
+    async def _send_one(self, call: ScriptCall) -> list[object]:
+        """:meth:`_send` for the common case, a lone call, without a batch's bookkeeping."""
+        packed, key = encode(call, self._ready.library)
+        try:
+            return await self._lane(key).exchange(packed, 1)
+        except SlotNotCoveredError:  # a hole in the slot map: the batch's way learns it
+            return await self._send((call,))
+        except routing.REROUTE as exc:  # settled: the long way
+            return [exc]
+
+    async def _send(self, calls: Sequence[ScriptCall]) -> list[object]:
+        """Each call's result, a reply or an error in its place, in input order: framed,
+        grouped by the node that owns its key, each node's in one write, the nodes at once
+        (calls on one key keep their order); followed by WAIT where an admission must reach
+        the replicas."""
+        wait = self._durability.frame(calls)
         if not self._direct:  # one connection: WAIT after the calls counts them
             results: list[object] = [await self._command(call) for call in calls]
-            durability = self._durability
-            if durability.frame(calls):
-                acked = await self.client.execute_command(  # type: ignore[no-untyped-call,unused-ignore]
-                    "WAIT", durability.replicas, durability.timeout_ms
-                )
-                results = durability.acked([*results, acked], calls)
-        else:
-            results = await self._sent(calls)
+            if not wait:
+                return results
+            acked = await self.client.execute_command(  # type: ignore[no-untyped-call,unused-ignore]
+                "WAIT", self._durability.replicas, self._durability.timeout_ms
+            )
+            return self._durability.acked([*results, acked], calls)
+        library = self._ready.library
+        if not self._cluster:  # one lane; framed as the batch is sent
+            count = len(calls) + bool(wait)
+            streamed = await self._lane(b"").stream(lambda: chunks(calls, wait, library), count)
+            return self._durability.acked(streamed, calls) if wait else streamed
+        encoded = [encode(call, library) for call in calls]
+        return await self._per_node(calls, encoded, lambda ix: (b"".join(ix), len(ix), list))
+
+    async def _settle(self, calls: Sequence[ScriptCall], results: list[object]) -> list[Reply]:
+        """Each call's reply, from its result: the steps its error asks for run (a step's
+        calls settled again) until every result is a reply or a failure; then the failures
+        raised (on a standalone server, the first; on a cluster, one node's error for all as
+        it is, else each call's in a ``PartialFailure``)."""
+        results = list(results)
+        settling = Settling(self._cluster, self.bins)
+        where: dict[int, str | None] = {}  # a rerouted call's node, named before the long way
+        while (step := settling.next_step(calls, results)) is not None:
+            what, positions = step
+            again = [calls[i] for i in positions]
+            if what == LOAD:
+                redone = await self._reload(again, settling.atomic())
+            elif what == CLAIM:
+                await self._ready.reclaim(again)
+                redone = await self._send(again)
+            else:
+                for index in positions:
+                    where[index] = routing.node_named(self.node_of, calls[index])
+                redone = await self._reroute(again, [results[i] for i in positions])
+            for index, result in zip(positions, redone, strict=True):
+                results[index] = result
         replies: list[Any] = []
-        # a node's error (shared by its calls) -> what its first call got the long way
-        failed: dict[int, BackendUnavailable] = {}
-        for call, result in zip(calls, results, strict=True):
-            if isinstance(result, Exception):
-                if id(result) in failed:  # its node failed for an earlier call: not again
-                    replies.append(failed[id(result)])
-                    continue
-                where = routing.node_named(self.node_of, call)  # before the long way
-                try:
-                    result = await self._settle(call, result)
-                except ERRORS as exc:
-                    # a write the master applied and its replicas lack is that call's alone
-                    if not (self._cluster or isinstance(exc, Unreplicated)):
-                        raise
-                    error = self._failed(exc, where)
-                    error.__cause__ = exc
-                    if isinstance(exc, Unreplicated):  # applied: the engine decides with it
-                        error.applied = unpack(call.part, exc.reply)
-                    failed[id(result)] = error
-                    replies.append(error)
-                    continue
-            replies.append(unpack(call.part, result))  # type: ignore[arg-type]
-        if failed:  # one node's error for all, as it is; else each call's, in a PartialFailure
+        failed: dict[int, BackendUnavailable] = {}  # an error a node's calls share: one failure
+        for index, (call, result) in enumerate(zip(calls, results, strict=True)):
+            if not isinstance(result, Exception):
+                replies.append(unpack(call.part, result))  # type: ignore[arg-type]
+                continue
+            error = failed.get(id(result))
+            if error is None:
+                # a write the master applied and its replicas lack is that call's alone
+                if not (self._cluster or isinstance(result, Unreplicated)):
+                    raise result
+                node = where[index] if index in where else routing.node_named(self.node_of, call)
+                error = failed[id(result)] = self._failed(result, node)
+                error.__cause__ = result
+                if isinstance(result, Unreplicated):  # applied: the engine decides with it
+                    error.applied = unpack(call.part, result.reply)
+            replies.append(error)
+        if failed:
             raise_failures(replies, "redis cluster calls")
         return replies
 
-    async def _sent(self, calls: Sequence[ScriptCall], claims: bool = True) -> list[object]:
-        """``calls`` sent; those that found the library missing again behind its load, and
-        (``claims``) those that found their bin unclaimed again once it is claimed."""
-        results = await self._send_all(calls)
-        if any(missing(result) for result in results):
-            await self._reload(calls, results)
-        if claims and self.bins:
-            results = await self._ready.claimed(calls, results, self._resend)
-        return results
+    async def _reload(self, calls: Sequence[ScriptCall], atomic: bool) -> list[object]:
+        """Calls that found the library missing, again behind its load, each node's at once;
+        ``atomic``: in transactions no flush can come between (see ``_library.again``)."""
+        library = self._ready.library
+        encoded = [encode(call, library) for call in calls]
+        slot_of = self._slot_of
+        return await self._per_node(
+            calls, encoded, lambda ix: again(library, ix, atomic, slot_of), keyed=True
+        )
 
-    async def _send_all(self, calls: Sequence[ScriptCall]) -> list[object]:  # input order
-        wait = self._durability.frame(calls)
-        if not self._cluster:  # one lane; framed as the batch is sent
-            count = len(calls) + bool(wait)
-            library = self._ready.library
-            streamed = await self._lane(b"").stream(lambda: chunks(calls, wait, library), count)
-            return self._durability.acked(streamed, calls) if wait else streamed
-        groups = await self._groups([encode(call, self._ready.library) for call in calls])
-        waits = [self._durability.frame([calls[i] for i in indices]) for _, indices, _ in groups]
+    async def _per_node(
+        self,
+        calls: Sequence[ScriptCall],
+        encoded: list[tuple[bytes, bytes]],
+        frame: Callable[[Any], tuple[bytes, int, Read]],
+        keyed: bool = False,
+    ) -> list[object]:
+        """Encoded calls sent to the nodes that own their keys, each node's framed by
+        ``frame`` (of its packed calls, or ``keyed``: its calls as encoded) and followed by
+        its WAIT, the nodes at once; each call's result in input order (a node's failure:
+        given to each of its calls on a cluster, raised on a standalone server)."""
+        groups = await self._groups(encoded)
+        framed = [frame([encoded[i] for i in ix] if keyed else packed) for _, ix, packed in groups]
+        waits = [self._durability.frame([calls[i] for i in ix]) for _, ix, _ in groups]
         jobs = [
-            (lane, b"".join(packed) + wait, len(packed) + bool(wait))
-            for (lane, _, packed), wait in zip(groups, waits, strict=True)
+            (lane, data + wait, count + bool(wait))
+            for (lane, _, _), (data, count, _), wait in zip(groups, framed, waits, strict=True)
         ]
         answers = await self._exchange_all(jobs)
         results: list[object] = [None] * len(calls)
-        for (_, indices, _), wait, answer in zip(groups, waits, answers, strict=True):
+        for (_, indices, _), (_, _, read), wait, answer in zip(
+            groups, framed, waits, answers, strict=True
+        ):
+            part = [calls[i] for i in indices]
             if isinstance(answer, Exception):
-                answer = [answer] * len(indices)  # each goes the long way (_settle)
+                done: list[object] = [answer] * len(indices)  # settled: the long way
             elif wait:
-                answer = self._durability.acked(answer, [calls[i] for i in indices])
-            for index, result in zip(indices, answer, strict=True):
+                done = self._durability.acked(answer, part, read)
+            else:
+                done = read(answer)
+            for index, result in zip(indices, done, strict=True):
                 results[index] = result
         return results
 
-    async def _reload(self, calls: Sequence[ScriptCall], results: list[object]) -> None:
-        """Send again, in place, the calls whose result says the library is missing: each
-        node's behind its load, then atomically those that missed again (see ``again``)."""
-        for atomic in (False, True):
-            redo = [i for i, result in enumerate(results) if missing(result)]
-            if not redo:
-                return
-            library = self._ready.library
-            encoded = [encode(calls[i], library) for i in redo]
-            groups = await self._groups(encoded)
-            framed = [
-                again(library, [encoded[i] for i in ix], atomic, self._slot_of)
-                for _, ix, _ in groups
-            ]
-            waits = [self._durability.frame([calls[redo[i]] for i in ix]) for _, ix, _ in groups]
-            jobs = [
-                (lane, data + wait, count + bool(wait))
-                for (lane, _, _), (data, count, _), wait in zip(groups, framed, waits, strict=True)
-            ]
-            answers = await self._exchange_all(jobs)
-            for (_, indices, _), (_, _, read), wait, answer in zip(
-                groups, framed, waits, answers, strict=True
-            ):
-                redone: list[object]
-                if isinstance(answer, Exception):
-                    redone = [answer] * len(indices)
-                elif wait:
-                    redone = self._durability.acked(answer, [calls[redo[i]] for i in indices], read)
-                else:
-                    redone = read(answer)
-                for index, result in zip(indices, redone, strict=True):
-                    results[redo[index]] = result
+    async def _reroute(self, calls: Sequence[ScriptCall], errors: list[object]) -> list[object]:
+        """Calls a redirection or a lost node stopped, the long way: each call's result (an
+        error when the long way failed); an error a node's calls share is what its first
+        call got for every other when that failed."""
+        results: list[object] = []
+        lost: dict[int, Exception] = {}
+        for call, error in zip(calls, errors, strict=True):
+            if id(error) in lost:
+                results.append(lost[id(error)])
+                continue
+            try:
+                results.append(await self._long_way(call, error))  # type: ignore[arg-type]
+            except ERRORS as exc:
+                lost[id(error)] = exc
+                results.append(exc)
+        return results
 
-    async def _settle(self, call: ScriptCall, error: Exception) -> bytes:
-        """A call's reply after an error: on a cluster, a moved slot or a node that could not
-        be reached sends it the long way (the cluster client follows it and refreshes its
-        slot map); a connection lost after the call was sent learns the slots again but
-        raises (the call may have run); any other error is raised."""
-        if not (self._cluster and isinstance(error, routing.REROUTE)):
-            raise error
-        await self._reroute(error)
+    async def _long_way(self, call: ScriptCall, error: Exception) -> object:
+        """A call's result after a redirection or a lost node: it goes through the cluster
+        client, which follows the redirection and refreshes its slot map; a connection lost
+        after the call was sent learns the slots again but raises (the call may have run)."""
+        await self._drop_lanes(error)
         if isinstance(error, ConnectionError) and not unconnected(error):
             raise error  # lost after it was sent, maybe applied: sent again, counted twice
         if not self._wait:
@@ -301,10 +308,7 @@ class AsyncRedisBackend:
             await self.client.execute_command("EXISTS", record_key(call))  # type: ignore[no-untyped-call,unused-ignore]
         elif isinstance(error, AskError):
             return await self._asking(call, error)
-        results = await self._sent([call])  # a node new to the cluster: the library loaded
-        if isinstance(results[0], Exception):
-            raise results[0]
-        return results[0]  # type: ignore[return-value]
+        return (await self._send((call,)))[0]  # settled again: a new node lacks the library
 
     async def _asking(self, call: ScriptCall, error: AskError) -> bytes:
         """A call ASK sent elsewhere, sent there behind ASKING, with its WAIT; again behind
@@ -330,7 +334,7 @@ class AsyncRedisBackend:
             raise result
         return result  # type: ignore[return-value]
 
-    async def _reroute(self, error: Exception) -> None:
+    async def _drop_lanes(self, error: Exception) -> None:
         """Before calls go the long way: drop the lanes; after a lost node, learn the slots."""
         if self._lanes:
             await self._forget_lanes()

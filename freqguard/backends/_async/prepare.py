@@ -4,7 +4,7 @@ each policy's bins setting against the store's (``_claims``)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from freqguard.backends._boundary import ERRORS
@@ -93,38 +93,10 @@ class AsyncPreparation:
         for key in self._claims.keys(calls):
             await adrive(claim(client, key, bins, self._claims.on_checked(key)), ERRORS)
 
-    async def claimed(
-        self,
-        calls: Sequence[ScriptCall],
-        results: list[object],
-        resend: Callable[[Sequence[ScriptCall]], Awaitable[list[object]]],
-    ) -> list[object]:
-        """``results``, those of calls refused by a bin that holds no setting (they wrote
-        nothing) sent again (``resend``) once their bins are claimed, once (the calls through
-        redis-py's API do so on their own: ``_command``).
-
-        Raises:
-            ConfigError: a bin, or the store's record, holds another setting.
-        """
-        bins = self._claims.bins
-        for call, result in zip(calls, results, strict=True):
-            error = other_bins(result, record_key(call), bins)
-            if error is not None:
-                raise error
-        redo = [i for i, result in enumerate(results) if unclaimed(result)]
-        if not redo:
-            return results
-        again = [calls[i] for i in redo]
-        await self.reclaim(again)
-        results = list(results)
-        for index, answer in zip(redo, await resend(again), strict=True):
-            results[index] = answer
-        return results
-
     async def recovered(self, error: Exception, call: ScriptCall) -> bool:
         """Whether ``call``, which failed with ``error`` through redis-py's API, may go again:
-        it found the library missing, now loaded, or its bin unclaimed, now claimed (see
-        :meth:`claimed`).
+        it found the library missing, now loaded, or its bin unclaimed, now claimed (as the
+        backend's settling does for calls on its lanes: ``_settle``).
 
         Raises:
             ConfigError: a bin, or the store's record, holds another setting.

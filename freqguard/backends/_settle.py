@@ -1,0 +1,97 @@
+"""The last stage of the Redis edge: what a batch's results ask before they are replies.
+
+A call goes one way: framed (``_resp``), routed to the node that owns its key (``_routing``),
+sent on a lane (``_lanes``), settled (here). Settling reads each result; a reply is done,
+and an error reply says what to do again, in this order, each step bounded:
+
+====================================  ===============================================
+the result                            the step (:func:`next_step`)
+====================================  ===============================================
+"Function not found" / NOSCRIPT       :data:`LOAD`: again behind the library's load,
+(``_library.missing``)                then in transactions no flush can come between
+UNCLAIMED (``_claims.unclaimed``)     :data:`CLAIM`: again once the bin is claimed
+BINS_OTHER (``_claims.other_bins``)   a :class:`~freqguard.ConfigError`, raised
+MOVED, ASK, TRYAGAIN, a lost node     :data:`REROUTE`: the long way (the cluster
+(on a cluster: ``_routing.REROUTE``)  client follows it, its slot map learnt again)
+anything else                         a failure: the call's own, or its node's
+====================================  ===============================================
+
+A call done again is settled again, so a claim's resend that finds the library flushed is
+loaded as the first send was; what a step cannot mend the second time (:class:`Settling`
+counts) is the call's failure. No I/O here: the backend runs each step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from freqguard.backends._claims import other_bins, unclaimed
+from freqguard.backends._library import missing
+from freqguard.backends._resp import record_key
+from freqguard.backends._routing import REROUTE as _REROUTE
+from freqguard.script.calls import ScriptCall
+
+__all__ = ["CLAIM", "LOAD", "REROUTE", "Settling"]
+
+LOAD, CLAIM, REROUTE = "load", "claim", "reroute"
+
+#: loads a settling may send: behind the load, then atomically; as many for a claim's resend
+_LOADS = 4
+
+
+class Settling:
+    """What one batch has had done again, and what is left to do (see the module's table).
+
+    Attributes:
+        failed: positions whose error is final (a failure, not a step's to mend).
+    """
+
+    __slots__ = ("_bins", "_claimed", "_cluster", "_loads", "_rerouted", "failed")
+
+    def __init__(self, cluster: bool, bins: int) -> None:
+        self._cluster, self._bins = cluster, bins
+        self._loads = 0
+        self._claimed = False
+        self._rerouted: set[int] = set()
+        self.failed: set[int] = set()
+
+    def next_step(
+        self, calls: Sequence[ScriptCall], results: Sequence[object]
+    ) -> tuple[str, list[int]] | None:
+        """The next step and the positions it is for; None when every result is a reply or
+        a failure.
+
+        Raises:
+            ConfigError: a bin, or the store's record, holds another bins setting.
+        """
+        loads, claims, reroutes = [], [], []
+        for index, result in enumerate(results):
+            if not isinstance(result, Exception) or index in self.failed:
+                continue
+            if missing(result) and self._loads < _LOADS:
+                loads.append(index)
+            elif self._bins and unclaimed(result) and not self._claimed:
+                claims.append(index)
+            elif self._cluster and isinstance(result, _REROUTE) and index not in self._rerouted:
+                reroutes.append(index)
+            else:
+                if self._bins:
+                    error = other_bins(result, record_key(calls[index]), self._bins)
+                    if error is not None:
+                        raise error
+                self.failed.add(index)
+        if loads:
+            self._loads += 1
+            return LOAD, loads
+        if claims:
+            self._claimed = True
+            return CLAIM, claims
+        if reroutes:
+            self._rerouted.update(reroutes)
+            return REROUTE, reroutes
+        return None
+
+    def atomic(self) -> bool:
+        """Whether the load just counted goes in transactions: the second of each pair (a
+        flush from another client came between the first's load and its calls)."""
+        return self._loads % 2 == 0
