@@ -352,7 +352,8 @@ class Guard:
         beside that value's states and read by the same call that decides.
 
         Args:
-            policy, rule: the policy's name; the rule's id (its name) or the Rule.
+            policy: the policy's name.
+            rule: the rule's id (its name) or the Rule.
             rate: a rate string, a :class:`Rate`, or None (exempt).
             ttl: seconds (or a timedelta) until the limit lapses; None: until cleared.
             ctx: the partition's value, e.g. ``recipient="+4917..."``.
