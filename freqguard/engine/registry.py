@@ -31,20 +31,27 @@ class PolicyRegistry:
         self._bins = bins
         self._plans: dict[str, PolicyPlan] = {}
 
-    def compile(self, policy: object) -> PolicyPlan | None:
+    def compile(self, policy: object, replace: object = False) -> PolicyPlan | None:
         """``policy`` compiled, to :meth:`add` once the guard accepts it; None when an
         equal policy is registered already (re-adding it is a no-op).
 
         Raises:
-            ConfigError: not a Policy, or a different policy of that name is registered.
+            ConfigError: not a Policy, ``replace`` not a bool, or a different policy of
+                that name is registered (and ``replace`` is False).
         """
         if not isinstance(policy, Policy):
             raise ConfigError(f"add_policy takes a Policy, got {policy!r}")
+        if not isinstance(replace, bool):
+            raise ConfigError(f"add_policy's replace must be True or False, got {replace!r}")
         known = self._plans.get(policy.name)
         if known is not None:
             if known.policy == policy:
                 return None
-            raise ConfigError(f"a different policy named {policy.name!r} is already registered")
+            if not replace:
+                raise ConfigError(
+                    f"a different policy named {policy.name!r} is already registered "
+                    "(add_policy(..., replace=True) replaces it)"
+                )
         return PolicyPlan(policy, self._prefix, self._estimate, self._bins)
 
     def add(self, plan: PolicyPlan) -> None:
