@@ -154,27 +154,13 @@ class Guard:
         return self._policies.policies
 
     def add_policy(self, policy: Policy, *, replace: bool = False) -> None:
-        """Register a policy; re-adding an equal one is a no-op, a different one an error.
-
-        Args:
-            policy: the policy.
-            replace: a different policy of that name is replaced: hits are decided by the
-                new one from then on. Its records in the store stay, and a state both
-                versions keep goes on counting: the log of hits every sliding-log rule of
-                the same dimensions reads, any other rule's state by the rule's id (which
-                names its rate). A decision made under the old one is not refunded (its
-                receipt names the policy as it was).
+        """Register a policy; re-adding an equal one is a no-op, a different one an error,
+        unless ``replace``: it decides from then on, states both keep going on counting.
 
         Raises:
-            ConfigError: not a Policy, another of that name (unless ``replace``), a
-                ``replace`` that is not True or False, or an ``on_error`` it cannot take.
+            ConfigError: not a Policy, another of that name, or an ``on_error`` it cannot take.
         """
-        plan = self._policies.compile(policy, replace)
-        if plan is not None:
-            self._failover.add(plan)
-            self._policies.add(plan)
-            if replace:  # the old rules' denials say nothing of the new ones
-                self._denials.forget(plan, None)
+        self._policies.register(policy, replace, self._failover, self._denials)
 
     def _run(self, op: Op[T], policy: str, whole: bool = False) -> T:
         """Drive ``op``. When the caller is cancelled (asyncio only), what the operation
@@ -364,8 +350,7 @@ class Guard:
         beside that value's states and read by the same call that decides.
 
         Args:
-            policy: the policy's name.
-            rule: the rule's id (its name) or the Rule.
+            rule: the rule of the policy named ``policy``: its id (its name) or the Rule.
             rate: a rate string, a :class:`Rate`, or None (exempt).
             ttl: seconds (or a timedelta) until the limit lapses; None: until cleared.
             ctx: the partition's value, e.g. ``recipient="+4917..."``.

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from freqguard.engine.denials import Denials
+from freqguard.engine.failover import Failover
 from freqguard.engine.plan import PolicyPlan
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
@@ -53,6 +55,24 @@ class PolicyRegistry:
                     "(add_policy(..., replace=True) replaces it)"
                 )
         return PolicyPlan(policy, self._prefix, self._estimate, self._bins)
+
+    def register(
+        self, policy: object, replace: object, failover: Failover, denials: Denials
+    ) -> None:
+        """``Guard.add_policy``: ``policy`` compiled (:meth:`compile`), its ``on_error``
+        taken by ``failover``, and added; what ``denials`` remembers of its name forgotten
+        (a replaced policy's denials say nothing of the new rules).
+
+        With ``replace``, the store's records stay, and a state both versions keep goes on
+        counting: the log of hits every sliding-log rule of the same dimensions reads, any
+        other rule's state by its id (which names its rate). A decision made under the old
+        version is not refunded (its receipt names the policy as it was).
+        """
+        plan = self.compile(policy, replace)
+        if plan is not None:
+            failover.add(plan)
+            self.add(plan)
+            denials.forget(plan, None)
 
     def add(self, plan: PolicyPlan) -> None:
         """Register a plan made by :meth:`compile`."""

@@ -241,15 +241,22 @@ class Decider:
     """Compiled routes on one guard: match, key, register each policy once, answer.
 
     A policy whose rules are known is registered here; one built from the key's dimensions
-    is registered at its route's first request, under a lock, and never again.
+    is registered at its route's first request, under a lock, and never again. ``register``
+    registers a route's policy in place of ``guard.add_policy`` (Django's: a policy whose
+    rules changed with the settings replaces its older version).
     """
 
     def __init__(
-        self, guard: Guard | AsyncGuard, routes: Sequence[Route] = (), profile: str = "ietf"
+        self,
+        guard: Guard | AsyncGuard,
+        routes: Sequence[Route] = (),
+        profile: str = "ietf",
+        register: Callable[[Route, Policy], None] | None = None,
     ) -> None:
         self.routes = tuple(routes)
         self.profile = profile
-        self._add_policy = guard.add_policy
+        add = guard.add_policy
+        self._add_policy = register or (lambda route, policy: add(policy))
         # routes whose policy is registered on the guard, with its headers: by route, not
         # by name, so two routes naming one policy with different rules still fail as
         # add_policy does
@@ -281,7 +288,7 @@ class Decider:
     def _register(self, route: Route, policy: Policy) -> None:
         with self._lock:
             if route not in self._ready:
-                self._add_policy(policy)
+                self._add_policy(route, policy)
                 self._ready[route] = header_plan(policy.rules, self.profile)
 
     def answer(
