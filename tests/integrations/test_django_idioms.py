@@ -239,3 +239,13 @@ def test_bad_block_and_methods_are_refused_by_name(block: object, methods: objec
 def _closed() -> Iterator[None]:
     yield
     fg_django.close()
+
+
+def test_default_limits_changed_on_the_same_guard_take_effect(guard: Guard) -> None:
+    """override_settings in a test, the guard kept: the view's policy is replaced (it was
+    a ConfigError: a different policy under its name)."""
+    with _site(guard, FREQGUARD_DEFAULT_LIMITS="1/minute"):
+        assert _codes("get", "/login", "/login") == [200, 429]
+        with override_settings(FREQGUARD_DEFAULT_LIMITS="3/minute"):  # the one, two more
+            assert _codes("get", "/login", "/login", "/login") == [200, 200, 429]
+    assert [rule.id for rule in guard.policies["django.login"].rules] == ["default.sl.3.60s"]
