@@ -31,6 +31,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from freqguard.errors import install
+
+try:  # named here: Django's own dependency (asgiref) would be the module said missing
+    import django  # noqa: F401
+except ModuleNotFoundError as missing:
+    if missing.name != "django":
+        raise
+    raise ImportError(
+        f"freqguard.integrations.django needs Django, an optional extra: {install('django')}"
+    ) from missing
+
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.apps import AppConfig
 from django.core import checks
