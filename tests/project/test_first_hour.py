@@ -136,3 +136,15 @@ def test_a_test_that_runs_a_tool_of_the_venv_finds_it_unactivated() -> None:
     so it passes with the venv not activated."""
     source = (ROOT / "tests/integrations/test_service_openapi.py").read_text()
     assert "Path(sys.executable).parent), PATH" in source
+
+
+def test_the_docs_hosts_are_visibly_illustrative() -> None:
+    """A store address a reader might take for theirs (10.0.0.5) is written as one that is
+    plainly not (redis.example.internal); address ranges (10.0.0.0/8) stay."""
+    pages = [*ROOT.glob("*.md"), *ROOT.glob("docs/**/*.md"), ROOT / "examples/freqguard.toml"]
+    found = [
+        f"{page.relative_to(ROOT)}: {address}"
+        for page in pages
+        for address in re.findall(r"\b(?:10|192\.168)\.[0-9.]+[0-9](?![0-9./])", page.read_text())
+    ]
+    assert found == []
