@@ -249,3 +249,16 @@ def test_default_limits_changed_on_the_same_guard_take_effect(guard: Guard) -> N
         with override_settings(FREQGUARD_DEFAULT_LIMITS="3/minute"):  # the one, two more
             assert _codes("get", "/login", "/login", "/login") == [200, 200, 429]
     assert [rule.id for rule in guard.policies["django.login"].rules] == ["default.sl.3.60s"]
+
+
+@pytest.mark.parametrize("csrf_first", [True, False], ids=["csrf-first", "freqguard-first"])
+def test_csrf_refusals_count_against_the_default_limits_wherever_it_is(
+    guard: Guard, csrf_first: bool
+) -> None:
+    """docs/django.md, "Which requests count": a POST without its CSRF token is refused
+    (403) after the middleware decided it, so it counts, whichever comes first."""
+    csrf = "django.middleware.csrf.CsrfViewMiddleware"
+    middleware = [csrf, *MIDDLEWARE] if csrf_first else [*MIDDLEWARE, csrf]
+    with _site(guard, middleware, FREQGUARD_DEFAULT_LIMITS="2/minute"):
+        client = Client(enforce_csrf_checks=True)
+        assert [client.post("/login").status_code for _ in range(3)] == [403, 403, 429]
