@@ -148,3 +148,31 @@ def test_the_docs_hosts_are_visibly_illustrative() -> None:
         for address in re.findall(r"\b(?:10|192\.168)\.[0-9.]+[0-9](?![0-9./])", page.read_text())
     ]
     assert found == []
+
+
+def test_the_readmes_commands_run_after_the_docs_bins_snippet(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/redis.md's bins example claims its own prefix: the README's commands on the same
+    store (the default prefix, no bins) run after it without a flush."""
+    flush([redis_server])
+    url = f"redis://127.0.0.1:{redis_server.port}/0"
+    page = (ROOT / "docs" / "redis.md").read_text()
+    block = next(
+        found[1]
+        for found in re.finditer(r"^```python\n(.*?)^```", page, re.M | re.S)
+        if "bins=1048576" in found[1]
+    )
+    namespace: dict[str, object] = {}
+    exec(re.sub(r"redis://[^\s\"'/]+", url.rsplit("/", 1)[0], block), namespace)
+    namespace["guard"].close()  # type: ignore[attr-defined]
+    monkeypatch.setenv(ENV, url)
+    example = str(ROOT / "examples" / "freqguard.toml")
+    who = "recipient=+4917612345678"
+    for words in (
+        ("inspect", example, "sms", who, "content=hello"),
+        ("limit", "set", example, "sms", "rcpt-1d", "none", who),
+        ("reset", example, "sms", who),
+    ):
+        done = run(*words)
+        assert done.code == 0, (words, done.err)
