@@ -61,7 +61,7 @@ class RequestNotes:
 
     @property
     def decision(self) -> Decision | None:
-        """The decision the request's headers show: a denial first, else the one with the
+        """The tightest of the request's decisions: a denial first, else the one with the
         least remaining (None: nothing decided it)."""
         if not self.decisions:
             return None
