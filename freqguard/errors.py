@@ -23,8 +23,15 @@ __all__ = [
     "ContextError",
     "FreqGuardError",
     "PartialFailure",
+    "install",
     "raise_failures",
 ]
+
+
+def install(extra: str) -> str:
+    """How to install an extra, as a message says it: freqguard is not on the package index
+    yet, so from a checkout (a built wheel takes the extra too: ``"./freqguard-*.whl[x]"``)."""
+    return f"pip install -e '.[{extra}]' in a checkout of freqguard (it is not on PyPI yet)"
 
 
 class FreqGuardError(Exception):

@@ -38,6 +38,7 @@ __all__ = [
     "HeaderProfile",
     "binding_rule",
     "check_profile",
+    "combined_headers",
     "header_plan",
     "rate_limit_headers",
     "whole_seconds",
@@ -72,6 +73,25 @@ def rate_limit_headers(decision: Decision, profile: str = "ietf") -> dict[str, s
     """
     rules = tuple(entry[0] for entry in decision.raw)
     return header_plan(rules, check_profile(profile)).fields(decision)
+
+
+def combined_headers(decisions: Sequence[Decision], profile: str = "ietf") -> dict[str, str]:
+    """The headers of one response whose request met several decisions (a view's default
+    limits and a throttle's, say): ``RateLimit-Policy`` lists every enforcing rule of them
+    all (once each), and the other headers are those of the decision whose rule is nearest
+    exhaustion (:func:`binding_rule` over all of them: a denial first).
+
+    Raises:
+        ConfigError: for an unknown profile.
+    """
+    entries = [entry for decision in decisions for entry in decision.raw]
+    rule = binding_rule(entries)[0]
+    tightest = next(d for d in decisions if any(entry[0] is rule for entry in d.raw))
+    fields = rate_limit_headers(tightest, profile)
+    if "RateLimit-Policy" in fields:
+        rules = {id(entry[0]): entry[0] for entry in entries}  # in order, each once
+        fields["RateLimit-Policy"] = _policy_field(list(rules.values()))
+    return fields
 
 
 class HeaderPlan:

@@ -16,8 +16,14 @@ __all__ = ["Rate", "parse_rate", "parse_rates", "written"]
 
 _GRAMMAR = (
     "'N per M unit' or 'N/M unit' (M optional, unit one of second, minute, hour, day, "
-    "month, year, plural allowed), several joined by ';', ',' or '|'"
+    "month, year, plural allowed; or, as django-ratelimit and DRF write them, s, m, h or d "
+    "('5/m', '100/10s'), sec, min or hr, plural allowed), several joined by ';', ',' or '|'"
 )
+#: django-ratelimit's and DRF's short units, read as they read them; a month and a year
+#: are spelled out (DRF reads any word by its first letter: "1/month" is 1 a minute there).
+_SHORT_UNITS = {"s": "second", "sec": "second", "m": "minute", "min": "minute"}
+_SHORT_UNITS |= {"h": "hour", "hr": "hour", "d": "day"}
+_SHORT = re.compile(r"(\d\s*(?:/|per)\s*\d*)\s*(?:(sec|min|hr)s?|([smhd]))(?![a-z])")
 # limits reads "5/0 minutes" as 5 per 1 minute; we refuse a zero multiple instead.
 _ZERO_MULTIPLE = re.compile(r"(?:/|per)\s*0+\s*[a-z]")
 #: The longest rate text: longer than any rate anyone writes, short enough that the
@@ -92,7 +98,7 @@ def parse_rates(text: str) -> tuple[Rate, ...]:
         )
     if not text.isascii():  # no digit or letter of another script reads as an ASCII one
         raise ConfigError(f"cannot parse rate {text!r}: expected {_GRAMMAR}, in ASCII")
-    normalized = text.strip().lower()
+    normalized = _SHORT.sub(_long_unit, text.strip().lower())
     if _ZERO_MULTIPLE.search(normalized):
         raise ConfigError(f"rate {text!r} has a window of 0 units; it must be at least 1")
     try:
@@ -110,6 +116,10 @@ def parse_rates(text: str) -> tuple[Rate, ...]:
             )
         rates.append(Rate(item.amount, timedelta(seconds=window)))
     return tuple(rates)
+
+
+def _long_unit(found: re.Match[str]) -> str:
+    return f"{found[1]} {_SHORT_UNITS[found[2] or found[3]]}"
 
 
 def parse_rate(text: str) -> Rate:

@@ -153,16 +153,14 @@ class Guard:
         """The registered policies by name."""
         return self._policies.policies
 
-    def add_policy(self, policy: Policy) -> None:
-        """Register a policy; re-adding an equal one is a no-op, a different one an error.
+    def add_policy(self, policy: Policy, *, replace: bool = False) -> None:
+        """Register a policy; re-adding an equal one is a no-op, a different one an error,
+        unless ``replace``: it decides from then on, states both keep going on counting.
 
         Raises:
             ConfigError: not a Policy, another of that name, or an ``on_error`` it cannot take.
         """
-        plan = self._policies.compile(policy)
-        if plan is not None:
-            self._failover.add(plan)
-            self._policies.add(plan)
+        self._policies.register(policy, replace, self._failover, self._denials)
 
     @overload
     def _run(self, op: ScriptCall, policy: str, whole: bool = False) -> Reply: ...
@@ -356,7 +354,7 @@ class Guard:
         beside that value's states and read by the same call that decides.
 
         Args:
-            policy, rule: the policy's name; the rule's id (its name) or the Rule.
+            rule: the rule of the policy named ``policy``: its id (its name) or the Rule.
             rate: a rate string, a :class:`Rate`, or None (exempt).
             ttl: seconds (or a timedelta) until the limit lapses; None: until cleared.
             ctx: the partition's value, e.g. ``recipient="+4917..."``.

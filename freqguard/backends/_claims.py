@@ -8,8 +8,10 @@ store (``KeyLayout.layout_key``: ``<prefix>:{*<policy>}:<policy>:bins``, for
 :data:`HOLD` seconds), and every client compares its own with it before its first call of
 that policy, and again every :data:`RECHECK` seconds, which keeps the key alive while any
 client runs: a client with another setting is refused with a
-:class:`~freqguard.ConfigError` that names both, before it writes anything. No I/O here:
-:func:`claim` yields the requests, as ``_inspect.inspection`` does.
+:class:`~freqguard.ConfigError` that names both, before it writes anything. Calls that
+only read (a peek: ``freqguard ping``, ``/readyz``) compare with a setting recorded and
+record none: they write nothing. No I/O here: :func:`claim` yields the requests, as
+``_inspect.inspection`` does.
 """
 
 from __future__ import annotations
@@ -25,9 +27,18 @@ from redis import exceptions as rex
 
 from freqguard.errors import ConfigError
 from freqguard.script.calls import ScriptCall
-from freqguard.script.contract import BINS_OTHER, UNCLAIMED
+from freqguard.script.contract import BINS_OTHER, CHECK, LIMIT, UNCLAIMED
 
-__all__ = ["HOLD", "RECHECK", "Claims", "claim", "other_bins", "other_setting", "unclaimed"]
+__all__ = [
+    "HOLD",
+    "RECHECK",
+    "Claims",
+    "claim",
+    "other_bins",
+    "other_setting",
+    "reads_only",
+    "unclaimed",
+]
 
 #: Seconds after which a backend checks its claims again (two requests a policy each time),
 #: and how long the store keeps a claim no client renews.
@@ -55,10 +66,15 @@ class Claims:
         self._done.clear()
         return True
 
-    def keys(self, calls: Sequence[ScriptCall]) -> list[str]:
-        """The layout keys of ``calls`` not checked yet, each once."""
-        found = {call.part.layouts[0].layout_key for call in calls}
-        return sorted(found - self._done)
+    def keys(self, calls: Sequence[ScriptCall]) -> list[tuple[str, bool]]:
+        """The layout keys of ``calls`` not checked yet, each once, and whether a call of
+        it writes (a claim is recorded only then)."""
+        found: dict[str, bool] = {}
+        for call in calls:
+            key = call.part.layouts[0].layout_key
+            if key not in self._done:
+                found[key] = found.get(key, False) or not reads_only(call)
+        return sorted(found.items())
 
     def done(self, key: str) -> None:
         self._done.add(key)
@@ -72,11 +88,18 @@ class Claims:
         return partial(self.done, key)
 
 
+def reads_only(call: ScriptCall) -> bool:
+    """Whether ``call`` writes nothing: a peek, or a read of per-key limits."""
+    return call.mode == CHECK or (call.mode == LIMIT and call.change == "")
+
+
 def claim(
-    client: Any, key: str, bins: int, checked: Callable[[], None]
+    client: Any, key: str, bins: int, checked: Callable[[], None], record: bool = True
 ) -> Generator[Callable[[], Any], Any, None]:
     """Record ``bins`` under ``key`` if no client did, else compare with what is there,
-    and say so (``checked()``). A server that refuses the requests (an ACL without SET or
+    and say so (``checked()``); without ``record`` (calls that only read), compare with a
+    setting recorded, and leave a key none holds to the first call that writes (checked
+    then). A server that refuses the requests (an ACL without SET or
     GET, renamed commands) is warned of, once per key, and not checked again; one that
     cannot be reached leaves it to the next call (which fails or not on its own).
 
@@ -85,7 +108,7 @@ def claim(
     """
     mine = str(bins)
     try:
-        yield from _compare(client, key, mine, checked)
+        yield from _compare(client, key, mine, checked, record)
     except _UNREACHED:
         return
 
@@ -94,11 +117,11 @@ _UNREACHED = (rex.ConnectionError, rex.TimeoutError, rex.RedisClusterException)
 
 
 def _compare(
-    client: Any, key: str, mine: str, checked: Callable[[], None]
+    client: Any, key: str, mine: str, checked: Callable[[], None], record: bool
 ) -> Generator[Callable[[], Any], Any, None]:
     try:
         try:
-            made = yield lambda: client.set(key, mine, nx=True, ex=HOLD)
+            made = record and (yield lambda: client.set(key, mine, nx=True, ex=HOLD))
         except rex.OutOfMemoryError:  # a full server is still read: compare, claim nothing
             made = False
         if made:

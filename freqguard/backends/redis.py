@@ -47,14 +47,15 @@ the function that runs when the server is out of memory (:data:`FUNCTION_NOGROW`
 
 from __future__ import annotations
 
+from freqguard.errors import install
+
 try:
     import redis as _redis  # noqa: F401  (here, not as a bare error from deep inside)
 except ModuleNotFoundError as exc:
     if exc.name != "redis":
         raise
     raise ImportError(
-        "freqguard's Redis backends need redis-py, an optional extra: "
-        "pip install 'freqguard[redis]'"
+        f"freqguard's Redis backends need redis-py, an optional extra: {install('redis')}"
     ) from exc
 
 from freqguard.backends._async.backend import AsyncRedisBackend

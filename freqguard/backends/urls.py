@@ -49,7 +49,7 @@ from freqguard.backends._url_options import (
     _shown,
 )
 from freqguard.backends.memory import MemoryBackend
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, install
 
 if TYPE_CHECKING:
     from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
@@ -217,6 +217,11 @@ def parse_url(url: str) -> Target:
     """
     scheme = _scheme(url)
     if scheme == "memory":
+        if url.partition("://")[2] not in ("", "/"):  # nothing would read it
+            raise ConfigError(
+                f"memory:// takes no host, path or options (it keeps counts in this process), "
+                f"got {_shown(url)!r}: write memory://"
+            )
         return Target("memory")
     if scheme.endswith("+sentinel"):
         return _sentinel(url, scheme)
@@ -253,9 +258,7 @@ def _redis_extra(url: str) -> None:
     try:
         import redis  # noqa: F401
     except ImportError:
-        raise ConfigError(
-            f"{_shown(url)!r} needs the redis extra: pip install 'freqguard[redis]'"
-        ) from None
+        raise ConfigError(f"{_shown(url)!r} needs the redis extra: {install('redis')}") from None
 
 
 def backend_from_url(url: str) -> MemoryBackend | RedisBackend:

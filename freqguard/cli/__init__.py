@@ -73,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"freqguard {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = commands.add_parser("demo", help="a burst of SMS and a messaging scene, in memory")
+    demo = _described(commands, "demo", "a burst of SMS and a messaging scene, in memory")
     demo.add_argument(
         "--url", help="run it on this store instead (redis://...), under a prefix of its own"
     )
@@ -100,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     reset.set_defaults(run=operate.reset)
 
-    limit = commands.add_parser("limit", help="per-key limits: show, set or clear")
+    limit = _described(commands, "limit", "per-key limits: show, set or clear")
     actions = limit.add_subparsers(dest="action", required=True, metavar="ACTION")
     show = _command(actions, "show", "each rule's rate for one partition value")
     _policy_and_context(show)
@@ -126,20 +126,34 @@ def _parser() -> argparse.ArgumentParser:
     again.add_argument("--no-progress", action="store_true", help="no progress bar")
     again.set_defaults(run=replay.command)
 
-    ping = commands.add_parser("ping", help="reach the store, load its function, time a call")
+    ping = _described(
+        commands,
+        "ping",
+        "reach the store, load its function where it is missing, time a call that reads "
+        "(and writes nothing)",
+    )
     ping.add_argument("config", metavar="CONFIG|URL", help="a configuration file or a URL")
     ping.add_argument("--json", action="store_true", help="JSON output, for machines")
     ping.set_defaults(run=store.ping)
 
-    flush = _command(commands, "flush", "delete every key under the prefix (a dry run but --yes)")
+    flush = _command(
+        commands,
+        "flush",
+        "delete freqguard's keys under the prefix (records and per-key limits, bins settings, "
+        "the service's history), never another program's; a dry run but --yes",
+    )
     flush.add_argument("--prefix", help="the key prefix (default: the configuration's)")
     flush.add_argument("--yes", action="store_true", help="delete; without it, only count")
     flush.set_defaults(run=store.flush)
 
-    serve = commands.add_parser("serve", help="the decision service (HTTP/JSON) on uvicorn")
+    serve = _described(commands, "serve", "the decision service (HTTP/JSON) on uvicorn")
     serve.add_argument("config", help="a configuration file (TOML, or YAML)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=_within(1, 65535), default=8080)
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)"
+    )
+    serve.add_argument(
+        "--port", type=_within(1, 65535), default=8080, help="the port (default 8080)"
+    )
     serve.add_argument(
         "--workers",
         type=_within(1, store.MAX_WORKERS),
@@ -188,8 +202,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _command(commands: Any, name: str, text: str) -> argparse.ArgumentParser:
+def _described(commands: Any, name: str, text: str) -> argparse.ArgumentParser:
+    """A command whose ``--help`` says what it does, as the list of commands does."""
     made: argparse.ArgumentParser = commands.add_parser(name, help=text, description=text)
+    return made
+
+
+def _command(commands: Any, name: str, text: str) -> argparse.ArgumentParser:
+    made = _described(commands, name, text)
     made.add_argument("config", help="a configuration file (TOML, or YAML)")
     made.add_argument("--json", action="store_true", help="JSON output, for machines")
     return made

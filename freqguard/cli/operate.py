@@ -9,6 +9,8 @@ from typing import Any
 
 from freqguard.cli.output import EXIT_OK, out
 from freqguard.cli.words import context, policy_named, shared_store
+from freqguard.engine.resets import NAME_THE_RULES
+from freqguard.errors import ConfigError
 from freqguard.rates import written
 
 __all__ = ["inspect", "limit_clear", "limit_set", "limit_show", "reset"]
@@ -68,6 +70,9 @@ def reset(args: argparse.Namespace) -> int:
     guard, policy, found = _open(args)
     try:
         done = guard.reset(policy, rules=args.rule or None, **found)
+    except ConfigError as error:  # the rules are named with --rule here
+        flag = "name the rules to reset (--rule RULE, again for more)"
+        raise ConfigError(str(error).replace(NAME_THE_RULES, flag)) from None
     finally:
         guard.close()
     data = {"policy": policy, "reset": True, "rules": list(done)}

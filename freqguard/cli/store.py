@@ -9,8 +9,8 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from freqguard.cli.output import EXIT_OK, masked, out, say
-from freqguard.cli.words import MEMORY_KEEPS_NOTHING, shared_store
-from freqguard.errors import ConfigError
+from freqguard.cli.words import SHARED_STORE, shared_store
+from freqguard.errors import ConfigError, install
 from freqguard.rules import Rule, check_name
 from freqguard.script.keys import digest, partition_token
 
@@ -198,7 +198,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         from freqguard.service.server import pick
     except ImportError:
-        raise ConfigError("freqguard serve needs uvicorn: pip install 'freqguard[serve]'") from None
+        raise ConfigError(f"freqguard serve needs uvicorn: {install('serve')}") from None
     from freqguard.config import load
     from freqguard.service import (
         ACCESS_LOG_ENV,
@@ -216,7 +216,7 @@ def serve(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"freqguard serve --workers {args.workers} on memory://: each of the "
             f"{args.workers} workers would keep counts of its own, admitting up to "
-            f"{args.workers} times every cap. Run one worker, or: {MEMORY_KEEPS_NOTHING}"
+            f"{args.workers} times every cap: run one worker, or name {SHARED_STORE}"
         )
     if args.token_file:
         _readable(args.token_file)

@@ -11,14 +11,25 @@ from freqguard.config.schema import shown
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
 
-__all__ = ["MEMORY_KEEPS_NOTHING", "checked_names", "context", "policy_named", "shared_store"]
+__all__ = [
+    "MEMORY_KEEPS_NOTHING",
+    "SHARED_STORE",
+    "checked_names",
+    "context",
+    "policy_named",
+    "shared_store",
+]
 
+#: What to name in place of memory://.
+SHARED_STORE = (
+    'a shared store: backend = "redis://host:6379/0" in the file, or '
+    f"{ENV}=redis://host:6379/0 (which wins over the file's)"
+)
 #: Why a command that reads or changes the store refuses memory://, and what to use.
 MEMORY_KEEPS_NOTHING = (
     "memory keeps nothing between processes: this process would act on a store of its "
-    "own, gone when it ends, which the guards of every other process never see. Name a "
-    'shared store: backend = "redis://host:6379/0" in the file, or '
-    f"{ENV}=redis://host:6379/0 (which wins over the file's)"
+    "own, gone when it ends, which the guards of every other process never see. Name "
+    + SHARED_STORE
 )
 
 

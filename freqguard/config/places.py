@@ -10,7 +10,7 @@ from functools import cache
 from typing import Any
 
 from freqguard.config.schema import SchemaError, shown
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, install
 
 __all__ = ["Where", "key_named", "parse_yaml", "place_of", "toml_lines"]
 
@@ -125,9 +125,7 @@ def parse_yaml(text: str, source: str) -> tuple[object, Where]:
     try:
         import yaml
     except ImportError:
-        raise ConfigError(
-            f"{source}: a YAML file needs PyYAML (pip install 'freqguard[yaml]')"
-        ) from None
+        raise ConfigError(f"{source}: a YAML file needs PyYAML ({install('yaml')})") from None
     try:
         loader = _strict_loader()(text)  # reads the text's characters at once
     except yaml.YAMLError as exc:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from freqguard.engine.denials import Denials
+from freqguard.engine.failover import Failover
 from freqguard.engine.plan import PolicyPlan
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
@@ -31,21 +33,46 @@ class PolicyRegistry:
         self._bins = bins
         self._plans: dict[str, PolicyPlan] = {}
 
-    def compile(self, policy: object) -> PolicyPlan | None:
+    def compile(self, policy: object, replace: object = False) -> PolicyPlan | None:
         """``policy`` compiled, to :meth:`add` once the guard accepts it; None when an
         equal policy is registered already (re-adding it is a no-op).
 
         Raises:
-            ConfigError: not a Policy, or a different policy of that name is registered.
+            ConfigError: not a Policy, ``replace`` not a bool, or a different policy of
+                that name is registered (and ``replace`` is False).
         """
         if not isinstance(policy, Policy):
             raise ConfigError(f"add_policy takes a Policy, got {policy!r}")
+        if not isinstance(replace, bool):
+            raise ConfigError(f"add_policy's replace must be True or False, got {replace!r}")
         known = self._plans.get(policy.name)
         if known is not None:
             if known.policy == policy:
                 return None
-            raise ConfigError(f"a different policy named {policy.name!r} is already registered")
+            if not replace:
+                raise ConfigError(
+                    f"a different policy named {policy.name!r} is already registered "
+                    "(add_policy(..., replace=True) replaces it)"
+                )
         return PolicyPlan(policy, self._prefix, self._estimate, self._bins)
+
+    def register(
+        self, policy: object, replace: object, failover: Failover, denials: Denials
+    ) -> None:
+        """``Guard.add_policy``: ``policy`` compiled (:meth:`compile`), its ``on_error``
+        taken by ``failover``, and added; what ``denials`` remembers of its name forgotten
+        (a replaced policy's denials say nothing of the new rules).
+
+        With ``replace``, the store's records stay, and a state both versions keep goes on
+        counting: the log of hits every sliding-log rule of the same dimensions reads, any
+        other rule's state by its id (which names its rate). A decision made under the old
+        version is not refunded (its receipt names the policy as it was).
+        """
+        plan = self.compile(policy, replace)
+        if plan is not None:
+            failover.add(plan)
+            self.add(plan)
+            denials.forget(plan, None)
 
     def add(self, plan: PolicyPlan) -> None:
         """Register a plan made by :meth:`compile`."""

@@ -22,7 +22,11 @@ from freqguard.script.calls import Part, ScriptCall
 from freqguard.script.contract import RESET
 from freqguard.script.keys import value_text
 
-__all__ = ["reset_calls"]
+__all__ = ["NAME_THE_RULES", "reset_calls"]
+
+#: What a reset that finds no rule keyed by its dimensions says to do (the command line
+#: says it with its own flag).
+NAME_THE_RULES = "name the rules to reset (rules=[...])"
 
 
 def reset_calls(
@@ -79,7 +83,7 @@ def _chosen(
                 f"policy {plan.name!r}: no rule is keyed by exactly "
                 f"({', '.join(sorted(given))}), and a reset forgets only the states of the "
                 f"dimensions it is given; its rules are keyed by {', '.join(keyed)}: give "
-                "those values, or name the rules to reset (rules=[...])"
+                f"those values, or {NAME_THE_RULES}"
             )
         return found
     if isinstance(rules, (str, Rule)):

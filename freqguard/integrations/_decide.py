@@ -84,6 +84,7 @@ class Route:
     methods: frozenset[str] | None = None  # None: every method; GET brings HEAD
     policy: Policy | None = None
     on_error: object = None  # the policy's, when built here
+    named: bool = True  # a 429 names the policy (not a name a Limit made for itself)
 
     def match(self, method: str, path: str) -> Mapping[str, str] | None:
         if self.methods is not None and method not in self.methods:
@@ -148,7 +149,9 @@ def compile_limit(limit: Limit) -> Route:
         policy = limit.items  # hit by its own name
         return Route(policy.name, (KeyedRules(limit.key, ()),), limit.cost, regex, methods, policy)
     keyed = (KeyedRules(limit.key, limit.items),)
-    route = Route(limit.name, keyed, limit.cost, regex, methods, on_error=limit.on_error)
+    route = Route(
+        limit.name, keyed, limit.cost, regex, methods, on_error=limit.on_error, named=limit.named
+    )
     given = dimensions_of(limit.key)
     if given is not None:  # known now: registered now
         return dataclasses.replace(route, policy=route.build((given,)))
@@ -207,17 +210,22 @@ def refusal(status: int, body: bytes, headers: Mapping[str, str]) -> dict[str, s
 
 
 def answer_for(
-    decision: Decision, profile: str, instance: str | None, plan: HeaderPlan | None = None
+    decision: Decision,
+    profile: str,
+    instance: str | None,
+    plan: HeaderPlan | None = None,
+    named: bool = True,
 ) -> Answer:
     """The answer to a decision: its rate-limit headers, and a 429 problem if denied.
 
-    ``plan`` is the decision's policy's :class:`HeaderPlan` in ``profile``, when known.
+    ``plan`` is the decision's policy's :class:`HeaderPlan` in ``profile``, when known;
+    ``named``: the problem names the policy.
     """
     if plan is None:
         plan = header_plan(tuple(entry[0] for entry in decision.raw), profile)
     if decision.allowed:
         return Answer(200, b"", decision, plan)
-    body = problem_body(decision, instance)
+    body = problem_body(decision, instance, named)
     return Answer(429, body, decision, plan, refusal(429, body, plan.fields(decision)))
 
 
@@ -241,15 +249,22 @@ class Decider:
     """Compiled routes on one guard: match, key, register each policy once, answer.
 
     A policy whose rules are known is registered here; one built from the key's dimensions
-    is registered at its route's first request, under a lock, and never again.
+    is registered at its route's first request, under a lock, and never again. ``register``
+    registers a route's policy in place of ``guard.add_policy`` (Django's: a policy whose
+    rules changed with the settings replaces its older version).
     """
 
     def __init__(
-        self, guard: Guard | AsyncGuard, routes: Sequence[Route] = (), profile: str = "ietf"
+        self,
+        guard: Guard | AsyncGuard,
+        routes: Sequence[Route] = (),
+        profile: str = "ietf",
+        register: Callable[[Route, Policy], None] | None = None,
     ) -> None:
         self.routes = tuple(routes)
         self.profile = profile
-        self._add_policy = guard.add_policy
+        add = guard.add_policy
+        self._add_policy = register or (lambda route, policy: add(policy))
         # routes whose policy is registered on the guard, with its headers: by route, not
         # by name, so two routes naming one policy with different rules still fail as
         # add_policy does
@@ -281,7 +296,7 @@ class Decider:
     def _register(self, route: Route, policy: Policy) -> None:
         with self._lock:
             if route not in self._ready:
-                self._add_policy(policy)
+                self._add_policy(route, policy)
                 self._ready[route] = header_plan(policy.rules, self.profile)
 
     def answer(
@@ -291,7 +306,7 @@ class Decider:
         plan = None if route is None else self._ready[route]
         if decision.allowed and plan is not None:  # the usual case, in one call
             return Answer(200, b"", decision, plan)
-        return answer_for(decision, self.profile, instance, plan)
+        return answer_for(decision, self.profile, instance, plan, route is None or route.named)
 
     def decide(self, hit: Callable[..., Decision], route: Route, info: RequestInfo) -> Answer:
         """Key, hit (``Guard.hit``) and answer one request."""

@@ -1,13 +1,14 @@
 """``@capped`` and ``exempt`` for Django views: what they mark on a view or a class-based
 view (read by the middleware, which decides a cap with the view's default limits), and the
-wrapper that decides a cap the middleware has not (no middleware, or a method's cap).
+wrapper that decides a cap the middleware has not (no middleware, a method's cap, or one
+the middleware leaves to its view: named, not blocking, or for some methods).
 """
 
 from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
@@ -19,9 +20,9 @@ from freqguard.decorators.naming import implicit_name
 from freqguard.errors import ConfigError
 from freqguard.integrations._decide import leasing, leasing_async
 from freqguard.integrations._django_leases import aanswered, answered
-from freqguard.integrations._django_state import (
-    ViewCap,
-    current,
+from freqguard.integrations._django_requests import (
+    agive_back,
+    give_back,
     load_user,
     needs_user,
     noted,
@@ -29,6 +30,7 @@ from freqguard.integrations._django_state import (
     request_info,
     with_headers,
 )
+from freqguard.integrations._django_state import ViewCap, current
 from freqguard.integrations._http import KeyFunc, rule_items
 from freqguard.policy import Policy
 from freqguard.rules import Rule, check_name
@@ -45,24 +47,34 @@ def capped(
     key: KeyFunc | None = None,
     cost: int = 1,
     name: str | None = None,
+    block: bool = True,
+    methods: Iterable[str] | None = None,
 ) -> Callable[[V], V]:
     """Cap a view: a function view (sync or async), a class-based view (decorate the
     class, or a method with ``method_decorator``).
 
     With the middleware installed, the cap of a function view or a decorated class is
-    decided with the view's default limits, in one hit before the view runs. A method's cap
-    (``method_decorator``) is decided when that method runs, on its own policy.
+    decided with the view's default limits, in one hit before the view runs. A cap given a
+    ``name``, ``block=False`` or ``methods``, and a method's cap (``method_decorator``), is
+    decided when its view runs, on a policy of its own; if it refuses the request, what the
+    middleware's hit took goes back.
 
     Args:
-        rule: rates (``"5/minute; 100/day"``), Rules, a list of them, or a Policy (its
-            rules and ``on_error``).
+        rule: rates (``"5/minute; 100/day"``, or django-ratelimit's ``"5/m"``), Rules, a
+            list of them, or a Policy (its rules and ``on_error``).
         key: the key function (default ``FREQGUARD_KEY``, else the peer address).
         cost: what one request costs, charged to the default limits too (one hit).
-        name: the policy's name (default ``django.<route name>``).
+        name: a budget shared by every cap of this name (django-ratelimit's ``group``):
+            its policy's name (default: the view's own, ``django.<route name>``).
+        block: False decides without refusing (django-ratelimit's ``block=False``): the
+            view runs, and reads the decision on the request (``request.limited``,
+            ``request.freqguard.decision``); a denied hit counts nothing.
+        methods: the HTTP methods capped (``["POST"]``; default all; GET brings HEAD).
 
     Raises:
-        ConfigError: a rate that does not parse, a bad cost or name, or a target that is
-            neither a view function nor a class-based view.
+        ConfigError: a rate that does not parse, a bad cost, name, block or method, a key
+            that is not a key function, or a target that is neither a view function nor a
+            class-based view.
     """
     on_error = None
     if isinstance(rule, Policy):
@@ -75,18 +87,24 @@ def capped(
     if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
         raise ConfigError(f"cost must be an integer >= 0, got {cost!r}")
     if key is not None and not callable(key):
-        raise ConfigError(f"key must be a key function (client_ip()), got {key!r}")
+        raise ConfigError(f"key must be a key function (client_ip()), got {key!r}{_meant(key)}")
+    if not isinstance(block, bool):
+        raise ConfigError(f"block must be True or False, got {block!r}")
+    chosen = _methods(methods)
 
     per_call: list[ViewCap] = []  # method_decorator applies the decorator on every call
     lock = threading.Lock()
 
+    def made(target: Any) -> ViewCap:
+        return ViewCap(items, key, cost, name, _alone(target), on_error, block, chosen)
+
     def cap_for(target: Any) -> ViewCap:
         """A cap of its own for each view; one for all the calls of a decorated method."""
         if not isinstance(target, functools.partial):
-            return ViewCap(items, key, cost, name, _alone(target), on_error)
+            return made(target)
         with lock:
             if not per_call:  # named after the method: Orders.post
-                per_call.append(ViewCap(items, key, cost, name, _alone(target.func), on_error))
+                per_call.append(made(target.func))
         return per_call[0]
 
     def apply(target: V) -> V:
@@ -97,6 +115,41 @@ def capped(
         return _cap_view(target, cap)  # type: ignore[arg-type, return-value]
 
     return apply
+
+
+#: django-ratelimit's key strings, and what freqguard writes for them
+_KEYS = {
+    "ip": "client_ip()",
+    "user": "user_or_ip()",
+    "user_or_ip": "user_or_ip()",
+    "header": "header('x-api-key')",
+}
+
+
+def _meant(key: object) -> str:
+    if isinstance(key, str):
+        meant = _KEYS.get(key.partition(":")[0])
+        if meant is not None:
+            return f"; django-ratelimit's key={key!r} is key={meant} here"
+    return ""
+
+
+def _methods(methods: Iterable[str] | None) -> frozenset[str] | None:
+    """The methods as given, upper case; GET brings HEAD (a GET without its body).
+
+    Raises:
+        ConfigError: not an iterable of method names (a bare string included).
+    """
+    if methods is None:
+        return None
+    if isinstance(methods, str) or not all(
+        isinstance(m, str) and m.isascii() and m.isalpha() for m in methods
+    ):
+        raise ConfigError(f"methods must be a list of HTTP methods (['POST']), got {methods!r}")
+    chosen = frozenset(m.upper() for m in methods)
+    if not chosen:
+        raise ConfigError("methods must name at least one HTTP method, got none")
+    return chosen | {"HEAD"} if "GET" in chosen else chosen
 
 
 def _alone(target: Any) -> str:
@@ -173,16 +226,18 @@ def _cap_class(cls: type[View], cap: ViewCap) -> type[View]:
 
 
 def _run_alone(cap: ViewCap, request: Any, view: Callable[[], Any]) -> Any:
-    """A view whose cap the middleware has not decided (no middleware, or a method's cap):
-    decided here, its leases (a concurrency rule) held until it has answered."""
+    """A view whose cap the middleware has not decided: decided here, its leases (a
+    concurrency rule) held until it has answered. A refusal gives back what earlier hits
+    of the request took; a cap that does not block lets the view answer."""
     notes = notes_of(request)
     state = current()
-    if cap in notes.decided or not state.settings.enabled:
+    if cap in notes.decided or not state.settings.enabled or not cap.applies(request.method):
         return _own_headers(request, view())
     route, guard, held = state.alone_route(cap), state.guard(), list[Decision]()
     answer = state.decider().decide(leasing(guard, held), route, request_info(request))
-    denied = noted(notes, cap, answer)
-    if denied is not None:
+    denied = noted(request, cap, answer)
+    if denied is not None and (cap.block or answer.status != 429):
+        give_back(notes)
         return denied
     return answered(guard, held, lambda: _own_headers(request, view()))
 
@@ -190,7 +245,7 @@ def _run_alone(cap: ViewCap, request: Any, view: Callable[[], Any]) -> Any:
 async def _arun_alone(cap: ViewCap, request: Any, view: Callable[[], Awaitable[Any]]) -> Any:
     notes = notes_of(request)
     state = current()
-    if cap in notes.decided or not state.settings.enabled:
+    if cap in notes.decided or not state.settings.enabled or not cap.applies(request.method):
         return _own_headers(request, await view())
     route = state.alone_route(cap)
     if needs_user(route):
@@ -199,8 +254,9 @@ async def _arun_alone(cap: ViewCap, request: Any, view: Callable[[], Awaitable[A
     answer = await state.adecider().adecide(
         leasing_async(guard, held), route, request_info(request)
     )
-    denied = noted(notes, cap, answer)
-    if denied is not None:
+    denied = noted(request, cap, answer)
+    if denied is not None and (cap.block or answer.status != 429):
+        await agive_back(notes)
         return denied
 
     async def respond() -> Any:

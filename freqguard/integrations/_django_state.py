@@ -1,5 +1,5 @@
-"""The Django integration's state: the guards made from the settings, the routes built per
-view, and what one request has decided so far.
+"""The Django integration's state: the guards made from the settings and the routes built
+per view (what one request has decided is in ``_django_requests``).
 
 One state per process, made from ``django.conf.settings`` at first use and dropped when a
 ``FREQGUARD_*`` setting changes (``override_settings`` in tests). The sync :class:`Guard`
@@ -12,38 +12,31 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.signals import setting_changed
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.urls import URLPattern, URLResolver
 
 from freqguard.backends.urls import async_backend_from_url, backend_from_url
-from freqguard.decision import Decision
 from freqguard.decorators.adapters import as_async
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.integrations._client_ip import client_ip
-from freqguard.integrations._decide import Answer, Decider, KeyedRules, Route
+from freqguard.integrations._decide import Decider, KeyedRules, Route
+from freqguard.integrations._django_policies import register
 from freqguard.integrations._django_settings import Settings, read_settings
-from freqguard.integrations._request import KeyFunc, RequestInfo
+from freqguard.integrations._request import KeyFunc
+from freqguard.policy import Policy
 from freqguard.rates import Rate
 from freqguard.rules import Rule, fit_name
 
 __all__ = [
-    "RequestNotes",
     "State",
     "ViewCap",
     "current",
     "drop",
-    "load_user",
-    "needs_user",
-    "noted",
-    "notes_of",
-    "request_info",
-    "response",
+    "shared_names",
     "unclosed",
-    "with_headers",
 ]
 
 _peer = client_ip()
@@ -56,35 +49,20 @@ class ViewCap:
     items: tuple[Rate | Rule, ...]
     key: KeyFunc | None  # None: FREQGUARD_KEY, else the peer address
     cost: int
-    name: str | None  # the policy's name when decided with the route's
-    alone: str  # its policy when decided on its own
+    name: str | None  # a budget shared by every cap of that name: its policy's name
+    alone: str  # its policy when decided on its own, unnamed
     on_error: object = None
+    block: bool = True  # False: decided, noted on the request, never refused
+    methods: frozenset[str] | None = None  # None: every method
 
+    @property
+    def merges(self) -> bool:
+        """Decided with the view's default limits, in the middleware's one hit: a cap of
+        its own view (unnamed) that refuses (``block``) every method."""
+        return self.name is None and self.block and self.methods is None
 
-@dataclass
-class RequestNotes:
-    """What one request has decided: the caps, the decisions (for the headers)."""
-
-    decided: set[ViewCap] = field(default_factory=set)
-    decisions: list[Decision] = field(default_factory=list)
-    middleware: bool = False  # the middleware adds the headers to the response
-    first: Answer | None = None  # the first decision's answer: its headers are planned
-
-    def note(self, answer: Answer) -> None:
-        """Note an answer's decision (none: refused before a hit, or skipped)."""
-        if answer.decision is not None:
-            if not self.decisions and answer.allowed:  # a refusal's are a problem's too
-                self.first = answer
-            self.decisions.append(answer.decision)
-
-
-def notes_of(request: Any) -> RequestNotes:
-    """The request's notes (a DRF Request's are its Django request's)."""
-    request = getattr(request, "_request", request)
-    found: RequestNotes | None = getattr(request, "freqguard", None)
-    if found is None:
-        found = request.freqguard = RequestNotes()
-    return found
+    def applies(self, method: str | None) -> bool:
+        return self.methods is None or (method or "GET") in self.methods
 
 
 class State:
@@ -99,7 +77,9 @@ class State:
         self.alone: dict[ViewCap, Route] = {}
         # by (resolver, path): the route the path resolves to
         self.resolved: dict[tuple[object, str], tuple[Route, ViewCap | None] | None] = {}
-        self.throttles: dict[tuple[type[Any], type[Any]], Route] = {}  # DRF's, by class
+        self.throttles: dict[tuple[type[Any], str], Route] = {}  # DRF's, by class and name
+        self.throttled: dict[str, tuple[Rate, ...]] = {}  # the rates last registered, by name
+        self.sources: dict[Route, str] = {}  # who gave each route's rules (see register)
         self._lock = threading.Lock()
         self._guard: Guard | None = None
         self._aguard: AsyncGuard | None = None
@@ -152,13 +132,24 @@ class State:
 
     def decider(self) -> Decider:
         if self._decider is None:
-            self._decider = Decider(self.guard(), (), self.settings.headers)
+            self._decider = self._make_decider(self.guard())
         return self._decider
 
     def adecider(self) -> Decider:
         if self._adecider is None:
-            self._adecider = Decider(self.aguard(), (), self.settings.headers)
+            self._adecider = self._make_decider(self.aguard())
         return self._adecider
+
+    def _make_decider(self, guard: Guard | AsyncGuard) -> Decider:
+        def add(route: Route, policy: Policy) -> None:
+            register(guard, policy, self.sources.get(route) or f"route {route.name!r}")
+
+        return Decider(guard, (), self.settings.headers, add)
+
+    def remember(self, route: Route, source: str) -> Route:
+        """``route``, whose rules ``source`` gives (named if two give one policy two)."""
+        self.sources[route] = source
+        return route
 
     def view_route(
         self, view_name: str, view: Callable[..., Any], resolver: Any
@@ -182,6 +173,8 @@ class State:
         cap: ViewCap | None = getattr(view, "_freqguard_cap", None) or getattr(
             owner, "_freqguard_cap", None
         )
+        if cap is not None and not cap.merges:  # decided on its own, when the view runs
+            cap = None
         exempt = getattr(view, "_freqguard_exempt", False) or getattr(
             owner, "_freqguard_exempt", False
         )
@@ -191,28 +184,26 @@ class State:
             parts.append(KeyedRules(cap.key or self.key, cap.items))
         found = None
         if parts:
-            name = (cap.name if cap is not None else None) or _fit(view_name)
             cost = cap.cost if cap is not None else 1
             on_error = cap.on_error if cap is not None else None
-            found = Route(name, tuple(parts), cost, on_error=on_error), cap
+            route = Route(_fit(view_name), tuple(parts), cost, on_error=on_error)
+            found = self.remember(route, f"the view {_dotted(owner or view)}"), cap
         self.routes[where] = found
         return found
 
     def alone_route(self, cap: ViewCap) -> Route:
-        """The route of a cap decided on its own (no middleware, or not seen by it)."""
+        """The route of a cap decided on its own (no middleware, a method's cap, or one the
+        middleware leaves to its view: named, not blocking, or for some methods)."""
         route = self.alone.get(cap)
         if route is None:
             part = KeyedRules(cap.key or self.key, cap.items)
-            route = self.alone[cap] = Route(cap.alone, (part,), cap.cost, on_error=cap.on_error)
+            made = Route(cap.name or cap.alone, (part,), cap.cost, on_error=cap.on_error)
+            route = self.alone[cap] = self.remember(made, f"@capped on {cap.alone[12:]}")
         return route
 
-    def headers(self, notes: RequestNotes) -> dict[str, str]:
-        """The rate-limit headers of the tightest of a request's decisions."""
-        decisions = notes.decisions
-        if len(decisions) == 1 and notes.first is not None:
-            return notes.first.headers  # the usual case: built from the route's plan
-        tightest = min(decisions, key=lambda d: (d.allowed, d.remaining))
-        return tightest.headers(self.settings.headers)
+
+def _dotted(target: Any) -> str:
+    return f"{target.__module__}.{target.__qualname__}"
 
 
 def _fit(view_name: str) -> str:
@@ -285,59 +276,3 @@ def _changed(*, setting: str, **kwargs: object) -> None:
 
 
 setting_changed.connect(_changed, dispatch_uid="freqguard.settings")
-
-
-def request_info(request: HttpRequest) -> RequestInfo:
-    """A Django request as key functions read it (WSGI and ASGI alike: ``request.META``)."""
-    meta = request.META
-
-    def read_headers() -> dict[str, list[str]]:
-        # the server (or Django's ASGI handler) has joined repeated lines into one value
-        return {
-            name[5:].replace("_", "-").lower(): [value]
-            for name, value in meta.items()
-            if name.startswith("HTTP_")
-        }
-
-    return RequestInfo(
-        request.method or "GET",
-        request.path_info,
-        read_headers,
-        meta.get("REMOTE_ADDR"),
-        None,
-        request,
-    )
-
-
-def response(answer: Answer) -> HttpResponse:
-    """A refusal (400, 429, 503) as a Django response: the problem body and its headers."""
-    found = HttpResponse(answer.body, status=answer.status)
-    for name, value in answer.headers.items():
-        found[name] = value
-    return found
-
-
-def noted(notes: RequestNotes, cap: ViewCap | None, answer: Answer) -> HttpResponseBase | None:
-    """Note an answer on the request; the refusal to send, if refused."""
-    if cap is not None:
-        notes.decided.add(cap)
-    notes.note(answer)  # a denial too: the tightest, whose headers the response keeps
-    return None if answer.allowed else response(answer)
-
-
-def with_headers(state: State, notes: RequestNotes, found: HttpResponseBase) -> HttpResponseBase:
-    if notes.decisions:
-        for name, value in state.headers(notes).items():
-            found[name] = value
-    return found
-
-
-def needs_user(route: Route) -> bool:
-    return any(getattr(part.key, "needs_user", False) for part in route.keyed)
-
-
-def load_user(request: Any) -> None:
-    """Evaluate the lazy ``request.user`` (a session lookup): off the event loop."""
-    user = getattr(request, "user", None)
-    if user is not None:
-        user.is_authenticated  # noqa: B018 -- evaluated for its side effect, the lookup

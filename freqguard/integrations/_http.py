@@ -128,7 +128,8 @@ class Limit:
             GET also takes HEAD, on the same counter.
         cost: how much one request costs.
         name: the policy's name (default: the methods and path, readable, with a digest of
-            them, so that no two routes share one; it names the keys in the store).
+            them, so that no two routes share one; it names the keys in the store). A 429
+            names the policy only when it was given.
         on_error: what the route answers when the store fails: ``"allow"`` (fail open),
             ``"deny"`` (fail closed: 429 with a ``Retry-After``), a fallback backend, or
             ``"raise"``: a 503 problem document with a ``Retry-After``, never a bare 500.
@@ -141,7 +142,7 @@ class Limit:
             or ``on_error``.
     """
 
-    __slots__ = ("cost", "items", "key", "methods", "name", "on_error", "path", "rule")
+    __slots__ = ("cost", "items", "key", "methods", "name", "named", "on_error", "path", "rule")
 
     path: str
     rule: str | Rule | Policy | Sequence[str | Rule]
@@ -149,6 +150,7 @@ class Limit:
     methods: frozenset[str] | None
     cost: int
     name: str
+    named: bool  # name given: a 429 names the policy
     on_error: object  # "raise" | "allow" | "deny" | a backend | None (the guard's)
     items: tuple[Rate | Rule, ...] | Policy  # the rule, parsed
 
@@ -172,6 +174,7 @@ class Limit:
             "methods": chosen,
             "cost": cost,
             "name": check_name("limit name", name or fit_name(f"http.{methods_text}{path}")),
+            "named": name is not None,
             "items": rule if isinstance(rule, Policy) else keyed_items(rule, key, path),
             "on_error": _check_on_error(on_error, rule, path),
         }
@@ -283,15 +286,17 @@ def rule_items(rule: object) -> tuple[Rate | Rule, ...]:
     return tuple(parsed)
 
 
-def problem_body(decision: Decision, instance: str | None) -> bytes:
-    """An RFC 9457 problem document for a denied request."""
+def problem_body(decision: Decision, instance: str | None, named: bool = True) -> bytes:
+    """An RFC 9457 problem document for a denied request; ``named``: it names the policy
+    (not one whose name the route made for itself)."""
+    shown = {"policy": decision.policy} if named else {}
     return _problem(
         429,
         "Too Many Requests",
         problem_detail(decision),
         instance,
         violated_policies=[rule.id for rule in decision.denied_by],
-        policy=decision.policy,
+        **shown,
     )
 
 

@@ -19,7 +19,8 @@ once, before the body:
   (``retry_after``: the window's turn, or the end of quiet hours), with the same id, the same
   arguments and the same ``request.retries``, so deferrals never spend ``max_retries``;
   ``"drop"`` returns a :class:`Dropped` result without running and logs it; ``"raise"``
-  raises :class:`~freqguard.CapExceeded`.
+  raises :class:`TaskDenied` (a :class:`~freqguard.CapExceeded`), which the worker logs as
+  an expected error and a JSON result backend gives back as itself.
 
 With ``acks_late`` the broker delivers a task again when its worker died mid-body; the hit
 that delivery took is tied to the task id (a one-per-task once-hit on the same guard, see
@@ -28,9 +29,11 @@ docs/celery.md), so the redelivery does not take a second one.
 
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 import logging
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypedDict, cast
 
@@ -38,12 +41,20 @@ from celery import Celery, Task
 from celery.exceptions import Retry
 
 from freqguard.decision import Decision
-from freqguard.errors import CapExceeded, ConfigError, ContextError
+from freqguard.errors import CapExceeded, ConfigError, ContextError, FreqGuardError
 from freqguard.guard import Guard
 from freqguard.policy import Policy
 from freqguard.rules import Rule
 
-__all__ = ["ON_DENIED", "TASK_ONCE", "Deferred", "Dropped", "OnDenied", "capped_task"]
+__all__ = [
+    "ON_DENIED",
+    "TASK_ONCE",
+    "Deferred",
+    "Dropped",
+    "OnDenied",
+    "TaskDenied",
+    "capped_task",
+]
 
 _log = logging.getLogger("freqguard.celery")
 
@@ -75,6 +86,44 @@ class Deferred(TypedDict):
     policy: str
     denied_by: list[str]
     retry_after: float
+
+
+class TaskDenied(CapExceeded):
+    """What a task capped with ``on_denied="raise"`` raises: a denial by design, which the
+    worker logs as an expected error (INFO, without a traceback: it is in the task's
+    ``throws``), and which a result backend that sends JSON gives back as itself
+    (``result.get()`` raises ``TaskDenied``, a ``CapExceeded``, not a bare ``Exception``).
+
+    Attributes:
+        policy: the policy's name.
+        denied_by: the ids of the rules that denied.
+        retry_after: seconds until the task would be admitted.
+        decision: the worker's :class:`~freqguard.Decision`; None where the exception was
+            rebuilt from its message (a JSON result carries that, not the decision).
+    """
+
+    decision: Decision | None  # type: ignore[assignment]
+
+    def __init__(self, decision: Decision | str | None, message: str | None = None) -> None:
+        if isinstance(decision, Decision):
+            super().__init__(decision, message)
+            self.policy, self.retry_after = decision.policy, decision.retry_after
+            self.denied_by = [rule.id for rule in decision.denied_by]
+            return
+        text = message if decision is None and message is not None else str(decision)
+        FreqGuardError.__init__(self, text)  # rebuilt from its message (a JSON result)
+        self.decision = None
+        found = _DENIED.fullmatch(text)
+        self.policy = ast.literal_eval(found["policy"]) if found else ""
+        self.denied_by = found["rules"].split(", ") if found else []
+        self.retry_after = float(found["wait"]) if found else 0.0
+
+
+#: CapExceeded's message, which a JSON result keeps
+_DENIED = re.compile(
+    r"policy (?P<policy>'[^'\\]*'|\"[^\"\\]*\") denied by (?P<rules>.*); "
+    r"retry after (?P<wait>[0-9]+(?:\.[0-9]+)?)s"
+)
 
 
 def capped_task(
@@ -111,6 +160,8 @@ def capped_task(
     resolved = _policy(guard, policy)
     guard.add_policy(TASK_ONCE)  # for acks_late, known only when the task runs
     bind = bool(task_options.pop("bind", False))
+    if on_denied == "raise":  # a denial by design: logged at INFO, without a traceback
+        task_options["throws"] = (*task_options.get("throws", ()), TaskDenied)
 
     def decorate(fn: Callable[..., Any]) -> Task:
         params = list(inspect.signature(fn).parameters.values())[1 if bind else 0 :]
@@ -224,7 +275,7 @@ class _Cap:
 
     def denied(self, task: Task, decision: Decision) -> Any:
         if self.on_denied == "raise":
-            raise CapExceeded(decision)
+            raise TaskDenied(decision)
         names = [rule.id for rule in decision.denied_by]
         if self.on_denied == "drop":
             _log.info(
@@ -281,4 +332,6 @@ def _defer(task: Task, decision: Decision, names: list[str]) -> Any:
         countdown,
         ", ".join(names),
     )
-    raise Retry(f"deferred by policy {decision.policy!r}", when=countdown, sig=again)
+    # the worker's log line: "Task ...[id] retry: <this>"
+    said = f"deferred {countdown:.3f}s by policy {decision.policy!r}: denied by {', '.join(names)}"
+    raise Retry(said, when=countdown, sig=again)

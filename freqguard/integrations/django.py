@@ -31,6 +31,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from freqguard.errors import install
+
+try:  # named here: Django's own dependency (asgiref) would be the module said missing
+    import django  # noqa: F401
+except ModuleNotFoundError as missing:
+    if missing.name != "django":
+        raise
+    raise ImportError(
+        f"freqguard.integrations.django needs Django, an optional extra: {install('django')}"
+    ) from missing
+
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.apps import AppConfig
 from django.core import checks
@@ -42,20 +53,17 @@ from freqguard.guard import AsyncGuard, Guard
 from freqguard.integrations._decide import Route, leasing, leasing_async
 from freqguard.integrations._django_caps import capped, exempt
 from freqguard.integrations._django_leases import aanswered, answered
-from freqguard.integrations._django_settings import check_settings
-from freqguard.integrations._django_state import (
+from freqguard.integrations._django_requests import (
     RequestNotes,
-    State,
-    ViewCap,
-    current,
-    drop,
     load_user,
     needs_user,
     noted,
     request_info,
-    unclosed,
+    taken,
     with_headers,
 )
+from freqguard.integrations._django_settings import check_settings
+from freqguard.integrations._django_state import State, ViewCap, current, drop, unclosed
 from freqguard.integrations._http import (
     BadRequest,
     KeyFunc,
@@ -118,9 +126,10 @@ class FreqGuardMiddleware:
         held: list[Decision] = []  # a lease, for a policy with a concurrency rule
         guard = state.guard()
         answer = state.decider().decide(leasing(guard, held), route, request_info(request))
-        denied = noted(notes, cap, answer)
+        denied = noted(request, cap, answer)
         if denied is not None:
             return denied
+        taken(request, guard, answer, held)
         return answered(guard, held, lambda: with_headers(state, notes, self.get_response(request)))
 
     async def _acall(self, request: HttpRequest) -> Response:
@@ -135,9 +144,10 @@ class FreqGuardMiddleware:
         guard, held = state.aguard(), list[Decision]()
         hit = leasing_async(guard, held)
         answer = await state.adecider().adecide(hit, route, request_info(request))
-        denied = noted(notes, cap, answer)
+        denied = noted(request, cap, answer)
         if denied is not None:
             return denied
+        taken(request, guard, answer, held)
 
         async def respond() -> Response:
             return with_headers(state, notes, await self.get_response(request))

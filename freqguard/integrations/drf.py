@@ -1,5 +1,5 @@
-"""Django REST framework: ``FreqGuardThrottle``, a throttle class on the Django
-integration's guard (``FREQGUARD_BACKEND``)::
+"""Django REST framework: throttle classes on the Django integration's guard
+(``FREQGUARD_BACKEND``), as DRF's own are written::
 
     class BurstThrottle(FreqGuardThrottle):
         rate = "10/minute; 1000/day"  # decided in one hit: give one throttle every rate
@@ -9,18 +9,21 @@ integration's guard (``FREQGUARD_BACKEND``)::
 
 Usable in ``throttle_classes`` and in ``REST_FRAMEWORK["DEFAULT_THROTTLE_CLASSES"]``. The
 rate is the class's ``rate``, else ``DEFAULT_THROTTLE_RATES[scope]``, else
-``FREQGUARD_DEFAULT_LIMITS``. Keys as DRF's: the user's id when authenticated, else the
-client's address (behind ``trusted_proxies``). A throttle with a ``scope`` is one budget for
-every view using it (policy ``drf.<scope>``); without one each view has its own
-(``drf.<throttle class>.<view class>``). ``wait()`` is the decision's exact
-``retry_after``; with the freqguard middleware installed the response carries the
-rate-limit headers too.
+``FREQGUARD_DEFAULT_LIMITS``, read at every request (a setting or a ``rate`` changed takes
+effect); a scope whose rate is None throttles nothing, as in DRF. Keys as DRF's: the
+user's id when authenticated, else the client's address (behind ``trusted_proxies``). A
+throttle with a ``scope`` is one budget for every view using it (policy ``drf.<scope>``);
+without one each view has its own (``drf.<throttle class>.<view class>``).
+:class:`FreqGuardScopedThrottle`, :class:`FreqGuardAnonThrottle` and
+:class:`FreqGuardUserThrottle` are DRF's ``ScopedRateThrottle``, ``AnonRateThrottle`` and
+``UserRateThrottle``. ``wait()`` is the decision's exact ``retry_after``; with the
+freqguard middleware installed the response carries the rate-limit headers too.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,16 +35,21 @@ from rest_framework.throttling import BaseThrottle
 from freqguard.decision import Decision
 from freqguard.errors import ConfigError
 from freqguard.integrations._decide import KeyedRules, Route
-from freqguard.integrations._django_state import State, current, notes_of, request_info
-from freqguard.integrations._request import KeyFunc
-from freqguard.integrations.django import user_or_ip
+from freqguard.integrations._django_requests import notes_of, request_info
+from freqguard.integrations._django_state import State, current
+from freqguard.integrations._request import KeyFunc, RequestInfo, SkipRequest
+from freqguard.integrations.django import client_ip, user_or_ip
 from freqguard.rates import Rate, parse_rates
 from freqguard.rules import fit_name
 
-__all__ = ["FreqGuardThrottle", "Unavailable", "drf_rates"]
-
-_UNITS = {"s": "second", "m": "minute", "h": "hour", "d": "day"}
-_DRF_RATE = re.compile(r"\s*(\d+)\s*/\s*([smhd])[a-z]*\s*")
+__all__ = [
+    "FreqGuardAnonThrottle",
+    "FreqGuardScopedThrottle",
+    "FreqGuardThrottle",
+    "FreqGuardUserThrottle",
+    "Unavailable",
+    "drf_rates",
+]
 
 
 class Unavailable(APIException):
@@ -52,16 +60,16 @@ class Unavailable(APIException):
     default_code = "unavailable"
 
 
+@functools.lru_cache(maxsize=256)  # read at every request: parsed once a text
 def drf_rates(rate: str) -> tuple[Rate, ...]:
     """A rate as DRF writes it (``"100/h"``, ``"5/min"``), or as freqguard does
-    (``"10/minute; 1000/day"``).
+    (``"10/minute; 1000/day"``, ``"1/month"``): :func:`~freqguard.parse_rates`, which reads
+    both. DRF reads a unit by its first letter (``"1/month"`` is 1 a minute there); here a
+    month is a month, and a unit it does not know is an error.
 
     Raises:
         ConfigError: a rate that does not parse.
     """
-    found = _DRF_RATE.fullmatch(rate)
-    if found is not None:
-        return parse_rates(f"{found[1]}/{_UNITS[found[2]]}")
     return parse_rates(rate)
 
 
@@ -89,48 +97,69 @@ class FreqGuardThrottle(BaseThrottle):
         return user_or_ip(self.trusted_proxies)
 
     def rates(self) -> tuple[Rate, ...]:
-        """The rates this throttle decides.
+        """The rates this throttle decides now (none: its scope's rate is None, and it
+        throttles nothing).
 
         Raises:
-            ConfigError: no rate given anywhere, or one that does not parse.
+            ConfigError: no rate given anywhere, or one that does not parse (naming where).
         """
+        return self._given()[0]
+
+    def _given(self) -> tuple[tuple[Rate, ...], str]:
+        """The rates, and where they are given (named when two give one scope two)."""
         if self.rate is not None:
-            return drf_rates(self.rate)
+            return _parsed(self.rate, f"{type(self).__qualname__}.rate"), f"{_name(self)}.rate"
         configured = api_settings.DEFAULT_THROTTLE_RATES or {}
-        scoped = configured.get(self.scope) if self.scope is not None else None
-        if isinstance(scoped, str):
-            return drf_rates(scoped)
+        if self.scope is not None and self.scope in configured:
+            where = f"DEFAULT_THROTTLE_RATES[{self.scope!r}]"
+            scoped = configured[self.scope]
+            if scoped is None:  # DRF: no throttling
+                return (), where
+            return _parsed(scoped, where), where
         state = current()
         if state.settings.defaults:
-            return state.settings.defaults
+            return state.settings.defaults, "FREQGUARD_DEFAULT_LIMITS"
         where = f"DEFAULT_THROTTLE_RATES[{self.scope!r}], " if self.scope else ""
         raise ConfigError(
             f"{type(self).__name__} has no rate: set its rate, {where}or FREQGUARD_DEFAULT_LIMITS"
         )
 
-    def _route(self, state: State, view: Any) -> Route:
-        found = state.throttles.get((type(self), type(view)))
-        if found is None:
-            if self.scope is not None:
-                name = fit_name(f"drf.{self.scope}")
-            else:
-                owner = type(view)
-                name = fit_name(f"drf.{type(self).__name__}.{owner.__module__}.{owner.__name__}")
-            parts = (KeyedRules(self.key(), self.rates()),)
-            found = state.throttles[type(self), type(view)] = Route(name, parts, self.cost)
+    def _route(self, state: State, view: Any) -> Route | None:
+        """The route of this throttle's rates now (None: no rates)."""
+        rates, where = self._given()
+        if not rates:
+            return None
+        if self.scope is not None:
+            name = f"drf.{self.scope}"
+        else:
+            owner = type(view)
+            name = f"drf.{type(self).__name__}.{owner.__module__}.{owner.__name__}"
+        key = (type(self), name)
+        found = state.throttles.get(key)
+        # a route made anew when the rates its policy was last registered at changed (by
+        # this throttle or another of the scope), so that its policy is registered again
+        if found is None or state.throttled.get(name) != rates:
+            made = Route(fit_name(name), (KeyedRules(self.key(), rates),), self.cost)
+            found = state.throttles[key] = state.remember(made, where)
+            state.throttled[name] = rates
         return found
 
     def allow_request(self, request: Request, view: Any) -> bool:
-        """Decide the request: True when admitted.
+        """Decide the request: True when admitted (or not throttled: a scope whose rate is
+        None).
 
         Raises:
             ParseError: the key function refuses the request (400).
             Unavailable: the store failed and the policy's ``on_error`` is ``"raise"``.
+            ConfigError: no rate, a rate that does not parse, or two throttles giving one
+                scope two rates.
         """
         state = current()
         if not state.settings.enabled:
             return True
         route = self._route(state, view)
+        if route is None:
+            return True
         answer = state.decider().decide(state.guard().hit, route, request_info(request))
         if answer.status == 400:
             raise ParseError(_detail(answer.body))
@@ -147,6 +176,67 @@ class FreqGuardThrottle(BaseThrottle):
         if self.decision is None or self.decision.allowed:
             return None
         return self.decision.retry_after
+
+
+class FreqGuardScopedThrottle(FreqGuardThrottle):
+    """DRF's ``ScopedRateThrottle``: one throttle class for every view, each view's budget
+    named by its ``throttle_scope`` (policy ``drf.<scope>``, shared by the views naming
+    it), at ``DEFAULT_THROTTLE_RATES[scope]``. A view without a ``throttle_scope`` is not
+    throttled.
+
+    Attributes:
+        scope_attr: the view's attribute that names the scope.
+    """
+
+    scope_attr: str = "throttle_scope"
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        """Decide the request on its view's scope (True, not throttled, without one)."""
+        self.scope = getattr(view, self.scope_attr, None)
+        if not self.scope:
+            return True
+        return super().allow_request(request, view)
+
+
+class FreqGuardAnonThrottle(FreqGuardThrottle):
+    """DRF's ``AnonRateThrottle``: anonymous requests by the client's address, at
+    ``DEFAULT_THROTTLE_RATES["anon"]``; an authenticated user's are not throttled."""
+
+    scope = "anon"
+
+    def key(self) -> KeyFunc:
+        """The client's address (behind ``trusted_proxies``); an authenticated request is
+        skipped."""
+        address = client_ip(self.trusted_proxies)
+
+        def anonymous(request: RequestInfo) -> dict[str, object]:
+            user = getattr(request.raw, "user", None)
+            if user is not None and user.is_authenticated:
+                raise SkipRequest("authenticated")
+            return {"ident": f"ip:{address(request)['client']}"}  # type: ignore[index]
+
+        return anonymous
+
+
+class FreqGuardUserThrottle(FreqGuardThrottle):
+    """DRF's ``UserRateThrottle``: each user by their id (anonymous requests by address),
+    at ``DEFAULT_THROTTLE_RATES["user"]``."""
+
+    scope = "user"
+
+
+def _name(throttle: object) -> str:
+    return f"{type(throttle).__module__}.{type(throttle).__qualname__}"
+
+
+def _parsed(text: object, where: str) -> tuple[Rate, ...]:
+    """``text`` parsed, an error naming ``where`` it was given."""
+    if not isinstance(text, str):
+        raise ConfigError(f"{where} must be a rate ('100/hour') or None, got {text!r}")
+    try:
+        return drf_rates(text)
+    except ConfigError as error:
+        raise ConfigError(f"{where}: {error}") from None
 
 
 def _detail(body: bytes) -> str:

@@ -60,25 +60,40 @@ async def refused_handler(request: Request, exc: Exception) -> Response:
 
 
 async def enforce(
-    guard: Guard | AsyncGuard, policy: str, cost: int = 1, *, headers: str = "ietf", **ctx: object
+    guard: Guard | AsyncGuard,
+    policy: str,
+    cost: int = 1,
+    *,
+    headers: str = "ietf",
+    request: Request | None = None,
+    response: Response | None = None,
+    **ctx: object,
 ) -> Decision:
     """Hit ``policy``; on denial raise :class:`Refused` (an ``HTTPException(429)``).
 
-    For FastAPI dependencies that key on validated parameters::
+    For FastAPI dependencies that key on validated parameters; give it the request and the
+    response FastAPI gives a dependency, and it answers as the middleware does (the
+    problem's ``instance``, the rate-limit headers on an admitted response)::
 
-        async def per_user(user_id: int) -> None:
-            await enforce(guard, "api", user=user_id)
+        async def per_user(user_id: int, request: Request, response: Response) -> int:
+            await enforce(guard, "api", request=request, response=response, user=user_id)
+            return user_id
 
-    The problem document names no ``instance`` (the request is not known here). A store
-    failure the policy's ``on_error`` does not answer raises :class:`Refused` with a 503.
+    A store failure the policy's ``on_error`` does not answer raises :class:`Refused` with
+    a 503. ``request`` and ``response`` are not dimensions: name none of them so.
     """
+    profile = check_profile(headers)
+    instance = None if request is None else request_info(request.scope).path
     try:
         decision = await async_guard_for(guard).hit(policy, cost, **ctx)
     except BackendUnavailable as error:
-        answer = unavailable(error, None)
+        answer = unavailable(error, instance)
         raise Refused(answer, json.loads(answer.body)["detail"]) from error
+    answer = answer_for(decision, profile, instance)
     if not decision.allowed:
-        raise Refused(answer_for(decision, check_profile(headers), None), problem_detail(decision))
+        raise Refused(answer, problem_detail(decision))
+    if response is not None:
+        response.headers.update(answer.headers)
     return decision
 
 

@@ -1,4 +1,4 @@
-"""The OpenTelemetry observer (extra ``otel``: ``pip install "freqguard[otel]"``).
+"""The OpenTelemetry observer (the extra ``otel``).
 
 Imported on first use of ``freqguard.observe.OpenTelemetryObserver``: code without metrics
 never loads ``opentelemetry``. It needs only the API; the application installs and configures

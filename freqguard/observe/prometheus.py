@@ -1,4 +1,4 @@
-"""The Prometheus observer (extra ``prometheus``: ``pip install "freqguard[prometheus]"``).
+"""The Prometheus observer (the extra ``prometheus``).
 
 Imported on first use of ``freqguard.observe.PrometheusObserver``: code without metrics never
 loads ``prometheus_client``.

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, install
 
 __all__ = [
     "LOOPS",
@@ -120,7 +120,7 @@ def pick(loop: str = "auto", parser: str = "auto") -> Wire:
 
     Raises:
         ConfigError: a name not in :data:`LOOPS` or :data:`PARSERS`, or one that is not
-            installed (``pip install 'freqguard[serve]'`` installs both).
+            installed (the ``serve`` extra installs both).
     """
     if loop not in LOOPS or parser not in PARSERS:
         raise ConfigError(
@@ -129,7 +129,7 @@ def pick(loop: str = "auto", parser: str = "auto") -> Wire:
         )
     for name, asked in (("uvloop", loop), ("httptools", parser)):
         if asked == name and find_spec(name) is None:
-            raise ConfigError(f"{name} is not installed: pip install 'freqguard[serve]'")
+            raise ConfigError(f"{name} is not installed: {install('serve')}")
     if loop == "auto":
         loop = "uvloop" if find_spec("uvloop") is not None else "asyncio"
     if parser == "auto":

@@ -170,3 +170,38 @@ def test_after_a_flush_or_a_restart_the_setting_is_checked_before_a_write(
         assert "bins=16" in str(refused_old[0])
         old.close()
         new.close()
+
+
+@pytest.mark.parametrize("bins", [0, 4])
+def test_a_peek_writes_no_claim_and_a_later_write_still_records_it(
+    redis_server: RedisServer, bins: int
+) -> None:
+    """``freqguard ping`` and ``/readyz`` peek a policy of their own: a call that only reads
+    compares with a recorded setting and records none (they left a key for a day)."""
+    flush([redis_server])
+    client = Redis(port=redis_server.port)
+    guard = _guard(client, bins)
+    assert guard.peek("p", r="u0").allowed
+    assert guard.limits_for("p", r="u0") == {"m": P.rules[0].rate}
+    assert client.keys("*") == []
+    guard.hit("p", r="u0")
+    assert client.get("fg:{*p}:p:bins") == str(bins).encode()
+    other = _guard(Redis(port=redis_server.port), bins + 2)
+    with pytest.raises(ConfigError):  # a peek still compares with what is recorded
+        other.peek("p", r="u0")
+    guard.close()
+    other.close()
+
+
+def test_an_async_peek_writes_no_claim(redis_server: RedisServer) -> None:
+    flush([redis_server])
+
+    async def peek() -> bool:
+        guard = AsyncGuard(AsyncRedisBackend(AsyncRedis(port=redis_server.port)), [P])
+        try:
+            return (await guard.peek("p", r="u0")).allowed
+        finally:
+            await guard.aclose()
+
+    assert asyncio.run(peek())
+    assert redis_server.client.keys("*") == []

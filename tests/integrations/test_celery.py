@@ -219,6 +219,7 @@ def test_the_public_names_are_pinned() -> None:
         "Deferred",
         "Dropped",
         "OnDenied",
+        "TaskDenied",
         "capped_task",
     }
     assert ON_DENIED == ("defer", "drop", "raise")

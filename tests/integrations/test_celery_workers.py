@@ -26,8 +26,8 @@ from celery import Celery
 from celery.result import AsyncResult
 from redis import Redis
 
-from freqguard import Guard, MemoryBackend, Policy, Rule, backend_from_url
-from freqguard.integrations.celery import capped_task
+from freqguard import CapExceeded, Guard, MemoryBackend, Policy, Rule, backend_from_url
+from freqguard.integrations.celery import TaskDenied, capped_task
 from tests.servers import RedisServer
 
 pytestmark = [
@@ -235,13 +235,14 @@ def test_raise_mode_fails_the_task_with_cap_exceeded(worker: Worker) -> None:
     recipient = uuid.uuid4().hex
     assert worker.send("fg.raise", recipient=recipient).get(timeout=20) == "sent"
     denied = worker.send("fg.raise", recipient=recipient)
-    # JSON results carry an exception as its type's name and its arguments: Celery cannot
-    # rebuild a CapExceeded (made from a Decision) from its message, so the client gets an
-    # Exception that names it (docs/celery.md; pickled results rebuild it)
-    with pytest.raises(Exception, match=r"CapExceeded.*policy 'celery-raise' denied by"):
+    # JSON results carry an exception as its type's name and its message: TaskDenied is
+    # rebuilt from its message, a CapExceeded with its numbers (a bare Exception before)
+    with pytest.raises(TaskDenied, match=r"policy 'celery-raise' denied by") as raised:
         denied.get(timeout=20)
+    assert isinstance(raised.value, CapExceeded)
+    assert (raised.value.policy, raised.value.denied_by) == ("celery-raise", ["sl.1.60s"])
+    assert 0 < raised.value.retry_after <= 60
     assert denied.state == "FAILURE"
-    assert "freqguard.errors.CapExceeded" in (denied.traceback or "")
 
 
 def _wait_for(check: Callable[[], bool], what: str, seconds: float = 30) -> None:

@@ -40,17 +40,17 @@ from freqguard.integrations.wsgi import FreqGuardMiddleware as WSGIMiddleware
 class CountingGuard(Guard):
     added = 0
 
-    def add_policy(self, policy: Policy) -> None:
+    def add_policy(self, policy: Policy, *, replace: bool = False) -> None:
         self.added += 1
-        super().add_policy(policy)
+        super().add_policy(policy, replace=replace)
 
 
 class CountingAsyncGuard(AsyncGuard):
     added = 0
 
-    def add_policy(self, policy: Policy) -> None:
+    def add_policy(self, policy: Policy, *, replace: bool = False) -> None:
         self.added += 1
-        super().add_policy(policy)
+        super().add_policy(policy, replace=replace)
 
 
 async def _page(request: Request) -> PlainTextResponse:

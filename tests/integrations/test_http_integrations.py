@@ -7,6 +7,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import httpx
@@ -215,3 +216,23 @@ def test_flask_and_wsgi_behind_a_real_server() -> None:
     assert responses[0].headers["RateLimit-Limit"] == "5"
     assert responses[0].headers["RateLimit-Remaining"] == "4"
     assert responses[5].headers["Content-Type"] == "application/problem+json"
+
+
+def test_a_429_names_no_policy_the_user_did_not_name(clock: ManualClock) -> None:
+    """The name a Limit makes for itself (``http.POST-sms--recipient-.7a728a8bb24a``) names
+    keys in the store, not something a client can use: a 429 shows only a given name."""
+    app = build_starlette(_guard(clock))
+    denied = asyncio.run(_requests(app, [("POST", "/sms/123", {})] * 11))[-1]
+    assert denied.status_code == 429
+    assert "policy" not in denied.json()
+
+    def page(environ: object, start: Any) -> list[bytes]:
+        start("200 OK", [])
+        return [b"page"]
+
+    named = WSGIMiddleware(
+        page, guard=Guard(MemoryBackend(clock)), limits=[Limit("/", "1/minute", name="front")]
+    )
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "REMOTE_ADDR": "1.2.3.4"}
+    bodies = [b"".join(named(environ, lambda status, headers: None)) for _ in range(2)]
+    assert json.loads(bodies[1])["policy"] == "front"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -114,6 +115,7 @@ def test_the_answers_match_their_schemas() -> None:
 # -- a generated client, against the real service -------------------------------------------
 
 GENERATOR = shutil.which("openapi-python-client", path=str(Path(sys.executable).parent))
+PATH = os.environ.get("PATH", "")
 
 
 @pytest.fixture
@@ -138,6 +140,8 @@ def client_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         text=True,
         timeout=120,
         check=False,
+        # its post-hooks run ruff: this venv's, found without the venv activated
+        env={**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), PATH])},
     )
     assert made.returncode == 0, made.stdout + made.stderr
     assert "Warning" not in made.stdout + made.stderr, made.stdout + made.stderr

@@ -137,7 +137,7 @@ def test_the_redis_backends_without_the_extra_say_how_to_get_it() -> None:
     )
     assert done.stdout.strip() == (
         "ImportError freqguard's Redis backends need redis-py, an optional extra: "
-        "pip install 'freqguard[redis]'"
+        "pip install -e '.[redis]' in a checkout of freqguard (it is not on PyPI yet)"
     )
 
 

@@ -127,7 +127,7 @@ def test_serve_on_memory_is_one_process_or_refused(
     done = cli("serve", str(memory_config), "--workers", "2")
     assert done.code == 2
     assert "2 workers" in done.err
-    assert "keeps nothing between processes" in done.err
+    assert "run one worker, or name a shared store" in done.err
     assert served == []
     done = cli("serve", str(memory_config), "--port", "8123")
     assert done.code == 0, done.err

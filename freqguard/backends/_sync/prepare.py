@@ -91,8 +91,9 @@ class Preparation:
 
     def _claim(self, calls: Sequence[ScriptCall]) -> None:
         client, bins = self._client, self._claims.bins
-        for key in self._claims.keys(calls):
-            drive(claim(client, key, bins, self._claims.on_checked(key)), ERRORS)
+        for key, record in self._claims.keys(calls):
+            checked = self._claims.on_checked(key)
+            drive(claim(client, key, bins, checked, record), ERRORS)
 
     def recovered(self, error: Exception, call: ScriptCall) -> bool:
         """Whether ``call``, which failed with ``error`` through redis-py's API, may go again:

@@ -1,0 +1,182 @@
+"""docs/coming-from/drf.md, row by row: DRF's throttle classes and freqguard's on the same
+views and requests, one pinned clock (DRF's ``timer``, the guard's ManualClock), the
+outcomes equal or different as the page says."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from freqguard import Guard, ManualClock, MemoryBackend
+from freqguard.errors import ConfigError
+
+pytest.importorskip("rest_framework", reason="the drf extra is not installed")
+from tests.integrations import django_site
+
+django_site.setup()
+from django.core.cache import cache  # noqa: E402
+from django.test import override_settings  # noqa: E402
+from rest_framework import throttling  # noqa: E402
+from rest_framework.request import Request  # noqa: E402
+from rest_framework.response import Response  # noqa: E402
+from rest_framework.test import APIRequestFactory  # noqa: E402
+from rest_framework.views import APIView  # noqa: E402
+
+from freqguard.integrations import drf  # noqa: E402
+
+REST = django_site.SETTINGS["REST_FRAMEWORK"]
+START = 1_700_000_000.0
+
+
+@pytest.fixture
+def clock() -> Iterator[ManualClock]:
+    manual = ManualClock(START)
+    cache.clear()  # DRF's histories
+    with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(manual))):
+        yield manual
+
+
+def _timed(throttle: type[Any], clock: ManualClock, **attrs: Any) -> type[Any]:
+    """DRF's throttle on the test's clock (DRF's own tests override ``timer`` so)."""
+    return type(throttle.__name__, (throttle,), {"timer": lambda self: clock.now(), **attrs})
+
+
+def _view(throttles: list[type[Any]], **attrs: Any) -> Any:
+    def get(self: APIView, request: Request) -> Response:
+        return Response("ok")
+
+    made: type[APIView] = type(
+        "View", (APIView,), {"throttle_classes": throttles, "get": get, **attrs}
+    )
+    return made.as_view()
+
+
+def _codes(view: Any, times: int, user: str | None = None) -> list[int]:
+    factory = APIRequestFactory()
+    request = factory.get("/", HTTP_X_USER=user) if user else factory.get("/")
+    return [view(request).status_code for _ in range(times)]
+
+
+def _rates(**rates: str | None) -> Any:
+    return override_settings(REST_FRAMEWORK={**REST, "DEFAULT_THROTTLE_RATES": rates})
+
+
+def test_scoped_throttle(clock: ManualClock) -> None:
+    rates = {"x": "3/min", "y": "1/min"}
+    theirs_cls = _timed(throttling.ScopedRateThrottle, clock, THROTTLE_RATES=rates)
+    for throttle in (theirs_cls, drf.FreqGuardScopedThrottle):
+        cache.clear()
+        x = _view([throttle], throttle_scope="x")
+        y = _view([throttle], throttle_scope="y")
+        unscoped = _view([throttle])
+        with _rates(**rates):
+            assert _codes(x, 4) == [200, 200, 200, 429]
+            assert _codes(y, 2) == [200, 429]
+            assert _codes(unscoped, 5) == [200] * 5
+            clock.advance(60)
+            assert _codes(x, 4) == [200, 200, 200, 429]
+
+
+def test_anon_throttle(clock: ManualClock) -> None:
+    theirs_cls = _timed(throttling.AnonRateThrottle, clock, THROTTLE_RATES={"anon": "2/min"})
+    for throttle in (theirs_cls, drf.FreqGuardAnonThrottle):
+        cache.clear()
+        view = _view([throttle])
+        with _rates(anon="2/min"):
+            assert _codes(view, 3) == [200, 200, 429]
+            assert _codes(view, 4, user="ann") == [200] * 4
+
+
+def test_user_throttle(clock: ManualClock) -> None:
+    theirs_cls = _timed(throttling.UserRateThrottle, clock, THROTTLE_RATES={"user": "2/min"})
+    for throttle in (theirs_cls, drf.FreqGuardUserThrottle):
+        cache.clear()
+        view = _view([throttle])
+        with _rates(user="2/min"):
+            assert _codes(view, 3, user="ann") == [200, 200, 429]
+            assert _codes(view, 2, user="bob") == [200, 200]
+            assert _codes(view, 3) == [200, 200, 429]
+
+
+@pytest.mark.parametrize("rate", ["3/min", "3/m", "3/minute"])
+def test_a_class_rate(clock: ManualClock, rate: str) -> None:
+    theirs = _view([_timed(throttling.UserRateThrottle, clock, rate=rate, scope="r")])
+    ours = _view([type("Ours", (drf.FreqGuardThrottle,), {"rate": rate})])
+    assert _codes(theirs, 4) == _codes(ours, 4) == [200, 200, 200, 429]
+
+
+def test_two_throttles(clock: ManualClock) -> None:
+    """DRF's test_request_throttling_multiple_throttles: 3/sec and 6/min; the second
+    counts a request the first denied; denied requests add nothing."""
+    sec = _timed(throttling.UserRateThrottle, clock, rate="3/sec", scope="seconds")
+    mins = _timed(throttling.UserRateThrottle, clock, rate="6/min", scope="minutes")
+    ours_sec = type("Sec", (drf.FreqGuardThrottle,), {"rate": "3/sec", "scope": "s"})
+    ours_min = type("Min", (drf.FreqGuardThrottle,), {"rate": "6/min", "scope": "m"})
+    for first, second in ((sec, mins), (ours_sec, ours_min)):
+        cache.clear()
+        view = _view([first, second])
+        base = clock.now()
+        assert _codes(view, 4) == [200, 200, 200, 429]
+        clock.set(base + 1)
+        assert _codes(view, 3) == [200, 200, 429]  # the denied fourth counted by 6/min
+        clock.set(base + 2)
+        assert _codes(view, 1) == [429]
+        clock.set(base + 120)
+
+
+def test_a_rate_of_none(clock: ManualClock) -> None:
+    theirs_cls = _timed(throttling.ScopedRateThrottle, clock, THROTTLE_RATES={"x": None})
+    for throttle in (theirs_cls, drf.FreqGuardScopedThrottle):
+        with _rates(x=None):
+            assert _codes(_view([throttle], throttle_scope="x"), 5) == [200] * 5
+
+
+def test_a_month(clock: ManualClock) -> None:
+    theirs = _view([_timed(throttling.UserRateThrottle, clock, rate="1/month", scope="mo")])
+    ours = _view([type("Monthly", (drf.FreqGuardThrottle,), {"rate": "1/month"})])
+    assert _codes(theirs, 2) == _codes(ours, 2) == [200, 429]
+    clock.advance(61)
+    assert _codes(theirs, 1) == [200]  # DRF: "month" is read as "m", a minute
+    assert _codes(ours, 1) == [429]  # a month
+    with pytest.raises(ConfigError, match="1/mo"):
+        drf.drf_rates("1/mo")
+
+
+def test_wait(clock: ManualClock) -> None:
+    """5/min, four requests at 0 s, a fifth at 30 s: after it, DRF's wait() answers a pace
+    and freqguard's None; a sixth is denied by both, and both wait the 30 s until the oldest
+    leaves the window."""
+    theirs = _timed(throttling.UserRateThrottle, clock, rate="5/min", scope="w")()
+    ours_cls = type("Ours", (drf.FreqGuardThrottle,), {"rate": "5/min"})
+    request = Request(APIRequestFactory().get("/"))
+    view = APIView()
+    for _ in range(4):
+        assert theirs.allow_request(request, view)
+        assert ours_cls().allow_request(request, view)
+    clock.advance(30)
+    assert theirs.allow_request(request, view)
+    assert theirs.wait() == 30.0  # a pace: the time left over the requests left
+    ours = ours_cls()
+    assert ours.allow_request(request, view)
+    assert ours.wait() is None  # admitted: nothing to wait for
+    denied_theirs, denied_ours = (
+        _timed(throttling.UserRateThrottle, clock, rate="5/min", scope="w")(),
+        ours_cls(),
+    )
+    assert not denied_theirs.allow_request(request, view)
+    assert not denied_ours.allow_request(request, view)
+    assert denied_theirs.wait() == denied_ours.wait() == 30.0  # the exact time, both
+
+
+def test_settings_that_change(clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    theirs = _view([throttling.ScopedRateThrottle], throttle_scope="x")
+    ours = _view([drf.FreqGuardScopedThrottle], throttle_scope="x")
+    with _rates(x="1/min"):
+        # DRF's class kept the rates of the settings it was imported under: no "x" there
+        with pytest.raises(Exception, match="No default throttle rate set for 'x' scope"):
+            _codes(theirs, 1)
+        assert _codes(ours, 2) == [200, 429]
+        with _rates(x="3/min"):
+            assert _codes(ours, 3) == [200, 200, 429]  # read at its new rate

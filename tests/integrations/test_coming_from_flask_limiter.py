@@ -1,0 +1,223 @@
+"""docs/coming-from/flask-limiter.md, row by row: Flask-Limiter (where installed: freqguard
+does not depend on it) and slowapi beside freqguard's Flask extension and Starlette
+middleware, on one pinned clock (limits' memory storage, which both use, reads
+``time.time``, patched here), the outcomes equal or different as the page says."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import types
+from typing import Any
+
+import httpx
+import limits.storage.memory
+import pytest
+from flask import Flask
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from freqguard import AsyncGuard, Guard, ManualClock, MemoryBackend
+from freqguard.integrations.flask import FreqGuard
+from freqguard.integrations.starlette import FreqGuardMiddleware, Limit
+
+START = 1_700_000_000.0
+HAS_FLASK_LIMITER = importlib.util.find_spec("flask_limiter") is not None
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> ManualClock:
+    manual = ManualClock(START)
+    monkeypatch.setattr(limits.storage.memory, "time", types.SimpleNamespace(time=manual.now))
+    return manual
+
+
+def _theirs_too() -> None:
+    """Freqguard's side has run; Flask-Limiter's runs where it is installed."""
+    if not HAS_FLASK_LIMITER:
+        pytest.skip("Flask-Limiter is not installed: freqguard's side ran alone")
+
+
+def _flask_app(
+    clock: ManualClock, config: dict[str, Any], routes: dict[str, Any]
+) -> tuple[Flask, FreqGuard]:
+    app = Flask("ours")
+    app.config.update(config)
+    fg = FreqGuard(guard=Guard(MemoryBackend(clock)))
+    for path, wrap in routes.items():
+        view = wrap(fg)(lambda: "ok")
+        app.add_url_rule(path, path.strip("/"), view)
+    fg.init_app(app)
+    return app, fg
+
+
+def _limiter_app(limits_given: dict[str, Any], routes: dict[str, Any]) -> Flask:
+    from flask_limiter import Limiter
+    from flask_limiter.util import get_remote_address
+
+    app = Flask("theirs")
+    app.config.update(limits_given.pop("config", {}))
+    limiter = Limiter(get_remote_address, app=app, storage_uri="memory://", **limits_given)
+    for path, wrap in routes.items():
+        app.add_url_rule(path, path.strip("/"), wrap(limiter)(lambda: "ok"))
+    return app
+
+
+def _codes(app: Flask, path: str, times: int) -> list[int]:
+    client = app.test_client()
+    return [client.get(path).status_code for _ in range(times)]
+
+
+def _plain(fg: Any) -> Any:
+    return lambda view: view
+
+
+def test_default_limits(clock: ManualClock) -> None:
+    ours, _ = _flask_app(
+        clock, {"FREQGUARD_DEFAULT_LIMITS": "2/minute"}, {"/a": _plain, "/b": _plain}
+    )
+    assert _codes(ours, "/a", 3) == _codes(ours, "/b", 3) == [200, 200, 429]
+    _theirs_too()
+    theirs = _limiter_app({"default_limits": ["2/minute"]}, {"/a": _plain, "/b": _plain})
+    assert _codes(theirs, "/a", 3) == _codes(theirs, "/b", 3) == [200, 200, 429]
+
+
+def test_a_route_limit(clock: ManualClock) -> None:
+    routes_ours = {"/r": lambda fg: fg.capped("3/minute")}
+    ours, _ = _flask_app(clock, {"FREQGUARD_DEFAULT_LIMITS": "1/minute"}, routes_ours)
+    assert _codes(ours, "/r", 2) == [200, 429]  # the default 1/minute holds beside it
+    _theirs_too()
+    theirs = _limiter_app(
+        {"default_limits": ["1/minute"]}, {"/r": lambda lim: lim.limit("3/minute")}
+    )
+    assert _codes(theirs, "/r", 4) == [200, 200, 200, 429]  # the route's replaces it
+
+
+def test_exempt(clock: ManualClock) -> None:
+    ours, _ = _flask_app(
+        clock, {"FREQGUARD_DEFAULT_LIMITS": "1/minute"}, {"/e": lambda fg: fg.exempt}
+    )
+    assert _codes(ours, "/e", 3) == [200] * 3
+    _theirs_too()
+    theirs = _limiter_app({"default_limits": ["1/minute"]}, {"/e": lambda lim: lim.exempt})
+    assert _codes(theirs, "/e", 3) == [200] * 3
+
+
+def test_shared_limit(clock: ManualClock) -> None:
+    shared = {p: (lambda fg: fg.capped("2/minute", name="s")) for p in ("/x", "/y")}
+    ours, _ = _flask_app(clock, {}, shared)
+    assert _codes(ours, "/x", 1) + _codes(ours, "/y", 2) == [200, 200, 429]
+    _theirs_too()
+    theirs_routes = {p: (lambda lim: lim.shared_limit("2/minute", scope="s")) for p in ("/x", "/y")}
+    theirs = _limiter_app({}, theirs_routes)
+    assert _codes(theirs, "/x", 1) + _codes(theirs, "/y", 2) == [200, 200, 429]
+
+
+def test_switched_off(clock: ManualClock) -> None:
+    config = {"FREQGUARD_DEFAULT_LIMITS": "1/minute", "FREQGUARD_ENABLED": False}
+    ours, _ = _flask_app(clock, config, {"/a": _plain})
+    assert _codes(ours, "/a", 3) == [200] * 3
+    _theirs_too()
+    theirs = _limiter_app(
+        {"default_limits": ["1/minute"], "config": {"RATELIMIT_ENABLED": False}}, {"/a": _plain}
+    )
+    assert _codes(theirs, "/a", 3) == [200] * 3
+
+
+def test_headers(clock: ManualClock) -> None:
+    config = {"FREQGUARD_DEFAULT_LIMITS": "2/minute", "FREQGUARD_HEADERS": "x-ratelimit"}
+    ours, _ = _flask_app(clock, config, {"/a": _plain})
+    client = ours.test_client()
+    first, _, refused = (client.get("/a") for _ in range(3))
+    assert (first.headers["X-RateLimit-Limit"], first.headers["X-RateLimit-Remaining"]) == (
+        "2",
+        "1",
+    )
+    assert first.headers["X-RateLimit-Reset"] == "60"  # seconds from now
+    assert refused.headers["Content-Type"] == "application/problem+json"
+    _theirs_too()
+    theirs = _limiter_app({"default_limits": ["2/minute"], "headers_enabled": True}, {"/a": _plain})
+    client = theirs.test_client()
+    first, _, refused = (client.get("/a") for _ in range(3))
+    assert (first.headers["X-RateLimit-Limit"], first.headers["X-RateLimit-Remaining"]) == (
+        "2",
+        "1",
+    )
+    assert int(first.headers["X-RateLimit-Reset"]) > START  # a Unix time
+    assert refused.headers["Content-Type"].startswith("text/html")
+
+
+# -- slowapi ------------------------------------------------------------------------------
+
+
+def _get(app: Any, *paths: str) -> list[httpx.Response]:
+    async def run() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app, client=("9.9.9.9", 1234))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            return [await http.get(path) for path in paths]
+
+    return asyncio.run(run())
+
+
+def _slowapi_app(decorate: dict[str, Any]) -> Starlette:
+    from slowapi import Limiter, _rate_limit_exceeded_handler
+    from slowapi.errors import RateLimitExceeded
+    from slowapi.util import get_remote_address
+
+    limiter = Limiter(key_func=get_remote_address)
+
+    def route(path: str) -> Route:
+        async def endpoint(request: Request) -> PlainTextResponse:
+            return PlainTextResponse("ok")
+
+        endpoint.__name__ = f"endpoint_{path.strip('/')}"
+        wrap = decorate.get(path)
+        return Route(path, wrap(limiter)(endpoint) if wrap else endpoint)
+
+    app = Starlette(routes=[route(p) for p in ("/a", "/b", "/free")])
+    app.state.limiter = limiter
+    app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)  # type: ignore[arg-type]
+    return app
+
+
+def _ours(clock: ManualClock, limits_given: list[Limit]) -> Any:
+    async def endpoint(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[Route(p, endpoint) for p in ("/a", "/b", "/free")])
+    guard = AsyncGuard(MemoryBackend(), clock=clock)
+    return FreqGuardMiddleware(app, guard=guard, limits=limits_given)
+
+
+def test_slowapi_route_limit(clock: ManualClock) -> None:
+    theirs = _get(_slowapi_app({"/a": lambda lim: lim.limit("2/minute")}), *["/a"] * 3, "/free")
+    ours = _get(_ours(clock, [Limit("/a", "2/minute")]), *["/a"] * 3, "/free")
+    assert [r.status_code for r in theirs] == [r.status_code for r in ours] == [200, 200, 429, 200]
+    assert theirs[2].json() == {"error": "Rate limit exceeded: 2 per 1 minute"}
+    assert ours[2].headers["content-type"] == "application/problem+json"
+    assert ours[2].headers["retry-after"] == "60"
+
+
+def test_slowapi_shared_limit(clock: ManualClock) -> None:
+    shared = {p: (lambda lim: lim.shared_limit("2/minute", scope="s")) for p in ("/a", "/b")}
+    theirs = _get(_slowapi_app(shared), "/a", "/b", "/a")
+    ours = _get(
+        _ours(clock, [Limit(p, "2/minute", name="s") for p in ("/a", "/b")]), "/a", "/b", "/a"
+    )
+    assert [r.status_code for r in theirs] == [r.status_code for r in ours] == [200, 200, 429]
+
+
+def test_a_window_edge(clock: ManualClock) -> None:
+    """slowapi's fixed window starts at a key's first request: one then, one 58 s later, and
+    two at 60.5 s, in its next window: it admits all four, three in the minute ending then;
+    the sliding log admits the first of the two."""
+    theirs_app = _slowapi_app({"/a": lambda lim: lim.limit("2/minute")})
+    ours_app = _ours(clock, [Limit("/a", "2/minute")])
+    codes: dict[str, list[int]] = {"theirs": [], "ours": []}
+    for offset, times in ((0, 1), (58, 1), (60.5, 2)):
+        clock.set(START + offset)
+        codes["theirs"] += [r.status_code for r in _get(theirs_app, *["/a"] * times)]
+        codes["ours"] += [r.status_code for r in _get(ours_app, *["/a"] * times)]
+    assert codes == {"theirs": [200, 200, 200, 200], "ours": [200, 200, 200, 429]}

@@ -1,0 +1,207 @@
+"""docs/coming-from/limits.md, row by row: each case run through limits and through
+freqguard on one pinned clock (limits' memory storage reads ``time.time``, patched here),
+the outcomes equal, or different as the page says."""
+
+from __future__ import annotations
+
+import types
+
+import limits.storage.memory
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from limits import parse, parse_many, storage, strategies
+
+from freqguard import (
+    ConfigError,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    Rule,
+    backend_from_url,
+    parse_rate,
+    parse_rates,
+)
+from freqguard.backends.urls import parse_url
+from tests.conftest import START, examples
+
+
+class Clock:
+    """One time for both: limits' storage reads it, freqguard's guard is pinned to it."""
+
+    def __init__(self) -> None:
+        self.manual = ManualClock(START)
+
+    def time(self) -> float:
+        return self.manual.now()
+
+    def at(self, offset: float) -> None:
+        self.manual.set(START + offset)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    shared = Clock()
+    monkeypatch.setattr(limits.storage.memory, "time", types.SimpleNamespace(time=shared.time))
+    return shared
+
+
+def _guard(clock: Clock, rate: str, strategy: str = "sliding-log") -> Guard:
+    policy = Policy("api", Rule(rate, by="user", strategy=strategy))
+    return Guard(MemoryBackend(), [policy], clock=clock.manual)
+
+
+def _both(
+    clock: Clock, rate: str, times: list[float], limiter: type[strategies.RateLimiter]
+) -> tuple[list[bool], list[bool]]:
+    theirs = limiter(storage.MemoryStorage())
+    ours = _guard(clock, rate)
+    item = parse(rate)
+    got_theirs, got_ours = [], []
+    for offset in times:
+        clock.at(offset)
+        got_theirs.append(theirs.hit(item, "u"))
+        got_ours.append(ours.hit("api", user="u").allowed)
+    return got_theirs, got_ours
+
+
+@pytest.mark.parametrize("text", ["10/minute", "2 per 59 seconds", "10/minute; 100/hour", "1/day"])
+def test_rate_strings(text: str) -> None:
+    theirs = [(item.amount, item.get_expiry()) for item in parse_many(text)]
+    ours = [(rate.limit, rate.window_seconds) for rate in parse_rates(text)]
+    assert theirs == ours
+    assert parse_rate("5/m").limit == 5  # and django-ratelimit's, which limits refuses
+    with pytest.raises(ValueError, match="granularity"):
+        parse("5/m")
+
+
+def test_moving_window_hits(clock: Clock) -> None:
+    times = [0, 1, 2, 3, 59, 60.5, 60.9, 61.5, 119, 180]
+    theirs, ours = _both(clock, "3/minute", times, strategies.MovingWindowRateLimiter)
+    assert theirs == ours == [True, True, True, False, False, True, False, True, True, True]
+
+
+def test_a_hit_exactly_one_window_old(clock: Clock) -> None:
+    """limits' window holds both its ends: a hit exactly 60 s old still counts there. Here
+    a hit leaves the window 60 s after it came (a window is (t - 60 s, t])."""
+    theirs, ours = _both(clock, "1/minute", [0, 60], strategies.MovingWindowRateLimiter)
+    assert theirs == [True, False]
+    assert ours == [True, True]
+
+
+@settings(max_examples=examples(30))
+@given(
+    limit=st.integers(1, 5),
+    gaps=st.lists(st.integers(0, 40_000), min_size=1, max_size=25),
+)
+def test_moving_window_hits_on_any_stream(limit: int, gaps: list[int]) -> None:
+    """Any stream of hits (gaps in ms): limits' moving window and the sliding log answer
+    alike, hit for hit."""
+    shared = Clock()
+    times = [sum(gaps[: i + 1]) / 1000 for i in range(len(gaps))]
+    assume(all(abs(b - a) != 60 for i, a in enumerate(times) for b in times[i + 1 :]))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(limits.storage.memory, "time", types.SimpleNamespace(time=shared.time))
+        theirs, ours = _both(shared, f"{limit}/minute", times, strategies.MovingWindowRateLimiter)
+    assert theirs == ours
+
+
+def test_costs(clock: Clock) -> None:
+    theirs = strategies.MovingWindowRateLimiter(storage.MemoryStorage())
+    ours = _guard(clock, "5/minute")
+    item = parse("5/minute")
+    got = [(theirs.hit(item, "u", cost=c), ours.hit("api", c, user="u").allowed) for c in (3, 3, 2)]
+    assert got == [(True, True), (False, False), (True, True)]
+
+
+def test_test_is_peek(clock: Clock) -> None:
+    theirs = strategies.MovingWindowRateLimiter(storage.MemoryStorage())
+    ours = _guard(clock, "1/minute")
+    item = parse("1/minute")
+    assert theirs.test(item, "u") is ours.peek("api", user="u").allowed is True
+    assert theirs.test(item, "u") is ours.peek("api", user="u").allowed is True  # counts none
+    theirs.hit(item, "u")
+    ours.hit("api", user="u")
+    assert theirs.test(item, "u") is ours.peek("api", user="u").allowed is False
+
+
+def test_window_stats(clock: Clock) -> None:
+    theirs = strategies.MovingWindowRateLimiter(storage.MemoryStorage())
+    ours = _guard(clock, "3/minute")
+    item = parse("3/minute")
+    empty_theirs, empty_ours = theirs.get_window_stats(item, "u"), ours.peek("api", user="u")
+    assert empty_theirs.remaining == empty_ours.remaining == 3
+    assert empty_theirs.reset_time == clock.time() + 60  # a full window from now
+    assert empty_ours.reset_after == 0  # nothing held: nothing to wait for
+    clock.at(10)
+    theirs.hit(item, "u")
+    ours.hit("api", user="u")
+    clock.at(15)
+    assert theirs.get_window_stats(item, "u").remaining == ours.peek("api", user="u").remaining
+    assert theirs.get_window_stats(item, "u").reset_time == START + 70
+    assert ours.peek("api", user="u").reset_after == 55  # the same moment, in seconds from now
+
+
+def test_clear_is_reset(clock: Clock) -> None:
+    theirs = strategies.MovingWindowRateLimiter(storage.MemoryStorage())
+    ours = _guard(clock, "1/minute")
+    item = parse("1/minute")
+    theirs.hit(item, "u")
+    ours.hit("api", user="u")
+    theirs.clear(item, "u")
+    ours.reset("api", user="u")
+    assert theirs.hit(item, "u") is ours.hit("api", user="u").allowed is True
+
+
+def test_fixed_window_denied_hits(clock: Clock) -> None:
+    theirs = strategies.FixedWindowRateLimiter(storage.MemoryStorage())
+    ours = _guard(clock, "5/minute", "fixed-window")
+    item = parse("5/minute")
+    got = [(theirs.hit(item, "u", cost=c), ours.hit("api", c, user="u").allowed) for c in (3, 3)]
+    assert got == [(True, True), (False, False)]
+    # limits counted the denied 3 (its counter is at 6): 2 more are denied there, admitted here
+    assert (theirs.hit(item, "u", cost=2), ours.hit("api", 2, user="u").allowed) == (False, True)
+
+
+def test_sliding_window_counter(clock: Clock) -> None:
+    """Ten hits late in one window; six seconds into the next, limits' counter weighs them
+    at 54/60 and admits one more: eleven in the minute ending then. The log says no."""
+    theirs = strategies.SlidingWindowCounterRateLimiter(storage.MemoryStorage())
+    ours = _guard(clock, "10/minute")
+    item = parse("10/minute")
+    start = 60 - (START % 60) - 0.1  # just before one of limits' window edges
+    clock.at(start)
+    assert all(theirs.hit(item, "u") for _ in range(10))
+    assert all(ours.hit("api", user="u").allowed for _ in range(10))
+    clock.at(start + 6.1)
+    assert theirs.hit(item, "u") is True
+    assert ours.hit("api", user="u").allowed is False
+
+
+def test_cost_above_the_limit(clock: Clock) -> None:
+    theirs = strategies.MovingWindowRateLimiter(storage.MemoryStorage())
+    assert [theirs.hit(parse("2/minute"), "u", cost=3) for _ in range(3)] == [False] * 3
+    with pytest.raises(ConfigError, match="cost 3 exceeds the capacity 2"):
+        _guard(clock, "2/minute").hit("api", 3, user="u")
+
+
+def test_zero_rate(clock: Clock) -> None:
+    theirs = strategies.MovingWindowRateLimiter(storage.MemoryStorage())
+    assert theirs.hit(parse("0/minute"), "u") is False
+    with pytest.raises(ConfigError, match="a limit must be >= 1"):
+        parse_rate("0/minute")
+
+
+@pytest.mark.parametrize(
+    ("url", "kind"),
+    [
+        ("memory://", "memory"),
+        ("redis://localhost:6379/0", "redis"),
+        ("rediss://h:6380/1", "redis"),
+    ],
+)
+def test_storage_urls(url: str, kind: str) -> None:
+    assert storage.storage_from_string(url) is not None
+    assert parse_url(url).kind == kind
+    assert backend_from_url("memory://") is not None
