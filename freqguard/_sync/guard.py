@@ -169,13 +169,10 @@ class Guard:
     def _run(self, op: Op[T], policy: str, whole: bool = False) -> T: ...
 
     def _run(self, op: Op[T] | ScriptCall, policy: str, whole: bool = False) -> T | Reply:
-        """Drive ``op``: a lone call (:meth:`Hits.hit`'s, of a hit that is one call and
-        nothing around it) is sent alone, its reply the answer, as an operation's one step
-        without the batch around it; an operation step by step. When the caller is
-        cancelled (asyncio only), what the operation took is given back before the
-        cancellation goes on; with ``whole`` (an operation that writes in more than one
-        call, or a batch) its call under way is first let finish, so that what that call
-        took is known and goes back too."""
+        """Drive ``op``: a lone call (:meth:`Hits.hit`'s) sent alone, its reply the answer;
+        an operation step by step. A cancelled caller's operation gives back what it took
+        first; with ``whole`` (it writes in more than one call, or a batch) after its call
+        under way is let finish, so that what that call took goes back too."""
         if type(op) is ScriptCall:
             try:
                 return self.backend.execute(op)
