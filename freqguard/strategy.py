@@ -28,6 +28,7 @@ class Strategy(str, Enum):
     TOKEN_BUCKET = ("token-bucket", "tb", True, MAX_LIMIT)
     GCRA = ("gcra", "gcra", True, MAX_LIMIT)
     CONCURRENCY = ("concurrency", "cc", False, MAX_LOG_LIMIT)  # "10 concurrent", lease=60
+    ROLLING_WINDOW = ("rolling-window", "rw", False, MAX_LIMIT)  # never over, any limit
 
     short: str  # in a rule's derived id (``sl.5.60s``) and in its keys
     uses_burst: bool  # a bucket: ``burst`` (default: the limit) is its capacity

@@ -333,7 +333,9 @@ def test_an_expired_state_is_found_again_when_the_clock_steps_back(
         clock = ManualClock(1_700_000_000)
         guard = Guard(backend, [policy], clock=clock)
         out = [guard.hit("p", u="a")]
-        clock.set(1_700_000_001)  # the state has just expired: absent
+        # the state has just expired: absent (1 s on, or, for a rolling window, when the
+        # hit's sub-window has left: the hit said when, as reset_after)
+        clock.advance(out[0].reset_after)
         out += [guard.peek("p", u="a"), guard.hit("p", u="a", cost=0)]
         clock.set(1_700_000_000.5, backwards=True)  # back, within the grace: it counts again
         out += [guard.peek("p", u="a"), guard.hit("p", u="a")]
