@@ -8,6 +8,7 @@ make the Lua re-encode its logs and prune its records."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -41,8 +42,8 @@ DIMS = [(), ("u",), ("u", "c"), ("c",), ("c", "u")]
 
 
 @st.composite
-def rule(draw: st.DrawFn) -> Rule:
-    strategy = draw(st.sampled_from(RATE_STRATEGIES))
+def rule(draw: st.DrawFn, strategies: Sequence[Strategy] | None = None) -> Rule:
+    strategy = draw(st.sampled_from(strategies or RATE_STRATEGIES))
     window = draw(st.integers(1, 30)) * 100_000 + draw(st.sampled_from([0, 1, 333]))
     return Rule(
         Rate(draw(st.integers(1, 5)), timedelta(microseconds=window)),
