@@ -66,7 +66,7 @@ def test_a_counter_weighting_the_previous_window_admits_more_than_the_limit(
         now[0] = at
         if counter.hit(item, "u"):
             theirs.append(round(at * US))
-    ours = {}
+    ours: dict[str, list[int]] = {}
     for strategy in ("rolling-window", "sliding-log"):
         clock = ManualClock(base)
         guard = Guard(MemoryBackend(), [Policy("p", Rule("10/minute", strategy=strategy))], clock)

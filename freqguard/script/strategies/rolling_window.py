@@ -17,10 +17,11 @@ sub-window that counts, the last now's.
 Guarantee: in every interval of length ``window`` at most ``limit`` cost units are admitted
 (a unit counts for as long as its time is inside the window, and up to ``grain - 1`` µs
 longer). What it gives up: a hit is denied only if the units admitted in the last ``window +
-grain - 1`` µs leave no room for it, so with hits of cost 1 it admits, at every moment, at
-least what an exact log of that longer window would: over a stream that saturates the limit,
-at least ``window / (window + grain - 1)`` (about ``SUB_WINDOWS / (SUB_WINDOWS + 1)``, 98.4 %)
-of what the exact sliding log admits.
+grain - 1`` µs leave no room for it (it waits at most ``grain - 1`` µs longer than in an
+exact log), so with hits of cost 1 it admits, at every moment, at least what an exact log of
+that longer window would; on streams that saturate the limit, about ``SUB_WINDOWS /
+(SUB_WINDOWS + 1)`` (98.4 %) of what the exact sliding log admits
+(``benchmarks/rolling_window.py``).
 
 Another window for the same state (a per-key limit, a tier's rate): each sub-window's units
 move to the new grain's sub-window of its last µs (or of ``now``, if that is earlier), never
