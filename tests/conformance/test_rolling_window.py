@@ -14,7 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from freqguard import Guard, ManualClock, MemoryBackend, Policy, Rate, Rule, Strategy
+from freqguard import (
+    ConfigError,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    Rate,
+    Rule,
+    Strategy,
+)
 from freqguard.backends.base import SyncBackend
 from freqguard.backends.redis import RedisBackend
 from freqguard.script.strategies.rolling_window import SUB_WINDOWS, grain
@@ -288,6 +297,57 @@ def test_ten_million_in_120_seconds(any_store: SyncBackend, clock: ManualClock) 
     assert not guard.hit("bulk", tenant="acme").allowed
     clock.advance(122)  # the sub-windows of 1060 s and 1061 s have left
     assert guard.peek("bulk", tenant="acme").remaining == 1_000_000_000
+
+
+# -- hostile numbers ---------------------------------------------------------------------------
+
+NUMBER = st.one_of(
+    st.integers(-2, 3),
+    st.integers(10**9 - 1, 10**9 + 1),
+    st.sampled_from([2**31, 2**53, 10**30]),
+    st.floats(allow_nan=True),
+    st.none(),
+    st.booleans(),
+    st.text(max_size=4),
+)
+
+
+@settings(max_examples=examples(150))
+@given(
+    limit=NUMBER,
+    window=NUMBER | st.sampled_from([316_224_000, 316_224_001, 1e-7]),
+    burst=NUMBER,
+    shadow=NUMBER,
+    calendar=st.booleans() | NUMBER,
+    cost=NUMBER,
+    per_key=st.sampled_from(["0/minute", "1000000001/minute", "5 concurrent", "x", None])
+    | st.builds(lambda n, w: f"{n} per {w} seconds", st.integers(-1, 2 * 10**9), NUMBER),
+)
+def test_hostile_numbers_are_config_errors_naming_them_never_another_error(
+    limit: Any, window: Any, burst: Any, shadow: Any, calendar: Any, cost: Any, per_key: Any
+) -> None:
+    """A rolling-window rule, its hit's cost and a per-key limit from numbers of every kind:
+    either it decides, or a ConfigError says what was wrong; never another exception."""
+    kwargs = {"shadow": shadow, "calendar": calendar}
+    if burst is not None:
+        kwargs["burst"] = burst
+    said: list[str] = []
+    try:
+        made = Rule(f"{limit} per {window} seconds", by="u", strategy="rolling-window", **kwargs)
+    except ConfigError as exc:
+        made, said = None, [str(exc)]
+    if made is not None:
+        guard = Guard(MemoryBackend(), [Policy("p", made)], clock=ManualClock(START))
+        for act in (
+            lambda: guard.hit("p", cost, u="x"),
+            lambda: guard.set_limit("p", made.id, per_key, u="x"),
+            lambda: guard.hit("p", u="x"),
+        ):
+            try:
+                act()
+            except ConfigError as exc:
+                said.append(str(exc))
+    assert all(said)  # each refusal says what
 
 
 # -- a ring carried to other windows, alike everywhere ---------------------------------------
