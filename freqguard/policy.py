@@ -183,7 +183,8 @@ def _check_size(name: str, rules: tuple[Rule, ...]) -> None:
         raise ConfigError(
             f"policy {name!r}: its sliding logs could hold {entries} entries at once; a "
             f"policy's logs hold at most {MAX_POLICY_LOG_ENTRIES} in all (one per admitted "
-            "unit, each trimmed by every hit): use gcra or fixed-window for the large rules"
+            "unit, each trimmed by every hit): use rolling-window (the same cap, in a state of "
+            "fixed size), gcra or fixed-window for the large rules"
         )
 
 

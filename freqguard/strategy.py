@@ -28,6 +28,7 @@ class Strategy(str, Enum):
     TOKEN_BUCKET = ("token-bucket", "tb", True, MAX_LIMIT)
     GCRA = ("gcra", "gcra", True, MAX_LIMIT)
     CONCURRENCY = ("concurrency", "cc", False, MAX_LOG_LIMIT)  # "10 concurrent", lease=60
+    ROLLING_WINDOW = ("rolling-window", "rw", False, MAX_LIMIT)  # never over, any limit
 
     short: str  # in a rule's derived id (``sl.5.60s``) and in its keys
     uses_burst: bool  # a bucket: ``burst`` (default: the limit) is its capacity
@@ -61,9 +62,12 @@ def check_bounds(rate: Rate, strategy: Strategy, burst: int | None, name: str | 
     """Refuse what the encodings cannot hold exactly (see :mod:`freqguard.bounds`)."""
     label = f"rule {name or str(rate)!r}"
     if rate.limit > strategy.max_limit:
+        same = "strategy='rolling-window' for the same cap in every window (never over it, at"
+        same += " any limit, admitting a little less than an exact log), "
         raise ConfigError(
             f"{label}: a {strategy.value} rule keeps state that grows with its limit, so its "
-            f"limit is at most {strategy.max_limit}, got {rate.limit}; use strategy='gcra' (or "
+            f"limit is at most {strategy.max_limit}, got {rate.limit}; use "
+            f"{same if strategy is Strategy.SLIDING_LOG else ''}strategy='gcra' (or "
             f"'token-bucket') for a smooth rate, or 'fixed-window' for a cheap counter"
         )
     if strategy.uses_burst:

@@ -11,10 +11,10 @@ formats and the sizes the Lua reads, the graces and bounds, the layout stamps an
 bins' formats (all from ``freqguard/script/contract.py``, the bounds through it, the
 short states' spans from ``strategies/base.py``); then each twin's facts from its module
 (its ``code``, ``STATE_FORMAT`` as ``<NAME>_STATE``, ``SHORT_FORMAT`` as ``<NAME>_SHORT``,
-``OUTSIDE`` as ``<NAME>_OUTSIDE``; its table, named as its module, with its code and its
-formats' sizes), and the registry: ``TWINS`` (each table under its code) and ``BOUNDS``
-(how many numbers follow a state's rules, from each module's ``BOUNDS``), in the order of
-``freqguard.script.strategies.KINDS``.
+``OUTSIDE`` as ``<NAME>_OUTSIDE``, each of its ``NUMBERS`` as ``<NAME>_<NUMBER>``; its
+table, named as its module, with its code and its formats' sizes), and the registry:
+``TWINS`` (each table under its code) and ``BOUNDS`` (how many numbers follow a state's
+rules, from each module's ``BOUNDS``), in the order of ``freqguard.script.strategies.KINDS``.
 """
 
 from __future__ import annotations
@@ -166,6 +166,8 @@ def _twin(kind: str, twin: Twin) -> list[str]:
     outside = getattr(twin, "OUTSIDE", None)
     if outside is not None:
         lines.append(local(f"{upper}_OUTSIDE", lua(outside)))
+    for number, value in getattr(twin, "NUMBERS", {}).items():
+        lines.append(local(f"{upper}_{number}", lua(value)))
     lines.append(local(name, "{" + ", ".join(fields) + "}"))
     return lines
 

@@ -11,9 +11,11 @@ import math
 from fractions import Fraction
 
 from freqguard import Rule, Strategy
+from freqguard.script.strategies.rolling_window import SUB_WINDOWS
 
 #: The model of each strategy modeled: every timestamp kept ("log"), counted per aligned
-#: window ("window"), or a bucket of fractional tokens ("bucket").
+#: window ("window"), a bucket of fractional tokens ("bucket"), or every timestamp kept and
+#: counted for as long as any µs of its sub-window is inside the window ("ring").
 MODELS = {
     Strategy.SLIDING_LOG: "log",
     Strategy.FIXED_WINDOW: "window",
@@ -21,6 +23,7 @@ MODELS = {
     Strategy.GCRA: "bucket",
     # the leases held: those taken within the lease (given back ones are refunds)
     Strategy.CONCURRENCY: "log",
+    Strategy.ROLLING_WINDOW: "ring",
 }
 
 
@@ -48,14 +51,22 @@ class RefRule:
         self.capacity = rule.capacity
         self.window = rule.rate.window_us
         self.interval = math.ceil(self.window / rule.limit)
+        self.grain = math.ceil(self.window / SUB_WINDOWS)  # a ring's sub-window, µs
         # (timestamp, cost) of every admitted hit, never trimmed
         self.admitted: list[tuple[int, int]] = []
         self.tokens = Fraction(self.capacity)
         self.last: int | None = None
 
-    # -- sliding log ---------------------------------------------------------------------
+    # -- sliding log, and the rolling window's ring: a log whose units count until their ---
+    # -- sub-window's last µs leaves the window ------------------------------------------
     def _count(self, now: int) -> int:
-        return sum(n for t, n in self.admitted if t > now - self.window)
+        return sum(n for t, n in self.admitted if self._leaves(t) > now)
+
+    def _leaves(self, t: int) -> int:
+        """When a unit admitted at ``t`` stops counting (for a log: ``t + window``)."""
+        if self.model == "ring":
+            return t - t % self.grain + self.grain - 1 + self.window
+        return t + self.window
 
     # -- fixed window --------------------------------------------------------------------
     def _fixed_count(self, now: int) -> int:
@@ -70,11 +81,11 @@ class RefRule:
 
     def check(self, now: int, need: int) -> int:
         """µs until a hit of ``need`` fits (0: now), searched the slow way where possible."""
-        if self.model == "log":
+        if self.model in ("log", "ring"):
             if self._count(now) + need <= self.capacity:
                 return 0
             candidates = sorted(
-                {t + self.window for t, _ in self.admitted if t + self.window > now}
+                {self._leaves(t) for t, _ in self.admitted if self._leaves(t) > now}
             )
             for when in candidates:
                 if self._count(when) + need <= self.capacity:
@@ -98,12 +109,12 @@ class RefRule:
         self.admitted.append((now, cost))
 
     def report(self, now: int) -> tuple[int, int]:
-        if self.model == "log":
-            inside = [(t, n) for t, n in self.admitted if t > now - self.window]
+        if self.model in ("log", "ring"):
+            inside = [(t, n) for t, n in self.admitted if self._leaves(t) > now]
             if not inside:
                 return self.capacity, 0
             count = sum(n for _, n in inside)
-            return max(0, self.capacity - count), max(t for t, _ in inside) + self.window - now
+            return max(0, self.capacity - count), max(self._leaves(t) for t, _ in inside) - now
         if self.model == "window":
             count = self._fixed_count(now)
             if not count:

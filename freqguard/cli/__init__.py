@@ -26,6 +26,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -34,6 +35,7 @@ from freqguard.cli.output import EXIT_OK, EXIT_STORE, EXIT_USAGE, masked, out, s
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.rates import Rate
 from freqguard.rules import Rule, Strategy
+from freqguard.script.strategies import rolling_window
 
 __all__ = ["main"]
 
@@ -294,6 +296,11 @@ def guarantee(rule: Rule) -> str:
         text = f"at most {n} in any {window}"
     elif rule.strategy is Strategy.FIXED_WINDOW:
         text = f"at most {n} per aligned {window} (up to {2 * n} across a boundary)"
+    elif rule.strategy is Strategy.ROLLING_WINDOW:
+        grain = _window(Rate(1, timedelta(microseconds=rolling_window.grain(rule.rate.window_us))))
+        grain = grain if grain[0].isdigit() else f"1 {grain}"
+        text = f"at most {n} in any {window} (a unit counts up to {grain} longer than exactly: "
+        text += f"{rolling_window.SUB_WINDOWS} sub-windows)"
     elif rule.strategy is Strategy.CONCURRENCY:
         calls = "call" if n == 1 else "calls"
         lease = window if window[0].isdigit() else f"1 {window}"

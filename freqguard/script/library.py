@@ -103,7 +103,8 @@ def scripts() -> tuple[str, ...]:
 
 
 #: Strategies an EVAL script defines at once: the sliding log's ``log_width`` is read by
-#: the specs, and leases run on its functions.
+#: the specs, leases run on its functions, and the rolling window packs its counts in its
+#: ``FORMATS``.
 EAGER = ("sliding_log",)
 
 

@@ -56,7 +56,10 @@ def test_a_sliding_log_above_its_ceiling_is_refused_naming_what_to_use() -> None
     with pytest.raises(ConfigError, match="strategy='gcra'") as raised:
         Rule(f"{MAX_LOG_LIMIT + 1}/day")
     assert str(MAX_LOG_LIMIT) in str(raised.value)
+    # the same cap in every window, at any limit
+    assert "strategy='rolling-window' for the same cap" in str(raised.value)
     Rule("1000000000/day", strategy="fixed-window")  # a counter has no such ceiling
+    Rule("1000000000/day", strategy="rolling-window")  # nor a ring of counts
 
 
 @pytest.mark.parametrize("seconds", [1e11, -1.0, (MAX_TIME_US + 1) / 1e6])

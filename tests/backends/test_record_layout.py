@@ -42,16 +42,27 @@ from freqguard import (
     MemoryBackend,
     Policy,
     Rule,
+    Strategy,
 )
 from freqguard.backends._library import FUNCTION, LIBRARY
+from freqguard.backends.base import SyncBackend
 from freqguard.backends.redis import RedisBackend
 from freqguard.script import calls
 from freqguard.script.calls import Part, Reply, ScriptCall
-from freqguard.script.contract import LAYOUT_STAMPS, OLDEST_LAYOUT, RECORD_LAYOUT, SPEC_RULE
+from freqguard.script.contract import (
+    FIELD_HEAD,
+    LAYOUT_STAMPS,
+    OLDEST_LAYOUT,
+    RECORD_LAYOUT,
+    SPEC_RULE,
+    widths,
+)
 from freqguard.script.limits import parse_change
+from freqguard.script.strategies import STATE_FORMATS
 from tests.conformance.test_differential import _replay, _unique, ctx, op, rule
 from tests.conftest import SMS, START, examples, flush
-from tests.servers import RedisServer
+from tests.reference import RATE_STRATEGIES
+from tests.servers import RedisServer, state_keys
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 RELEASE_0_1_0 = (FIXTURES / "policy-0.1.0.lua").read_text(encoding="utf-8")
@@ -118,12 +129,17 @@ def dropped() -> Iterator[list[int]]:
     calls.dropped_records[0] = saved
 
 
+#: The strategies the fixtures' releases decide (rolling-window came after them: a client
+#: that has it loads a library that has it, named after its code's digest).
+OLD_STRATEGIES = [s for s in RATE_STRATEGIES if s is not Strategy.ROLLING_WINDOW]
+
+
 def _upgrades(test: Any) -> Any:
     """A property test of an upgrade: random rules, contexts, and operations before and
     after the swap of functions (the differential tests' generators)."""
     return settings(max_examples=examples(60))(
         given(
-            rules=st.lists(rule(), min_size=1, max_size=4),
+            rules=st.lists(rule(OLD_STRATEGIES), min_size=1, max_size=4),
             pool=st.lists(ctx, min_size=1, max_size=3),
             before=st.lists(op, min_size=1, max_size=30),
             after=st.lists(op, min_size=1, max_size=30),
@@ -385,3 +401,36 @@ def test_the_log_says_it_at_powers_of_ten(
             calls.note_dropped()
     said = [r.getMessage().split(" so far")[0].rsplit(" ", 1)[1] for r in caplog.records]
     assert said == ["1", "10", "100", "1000"]
+
+
+@pytest.mark.parametrize(("limit", "width"), [(10_000_000, 3), (1_000_000_000, 4)])
+def test_a_rolling_window_record_is_bounded_whatever_its_limit(
+    redis_backend: RedisBackend, redis_server: RedisServer, limit: int, width: int
+) -> None:
+    """A count in each of the 61 sub-windows a window of 120 s touches (sub-windows of 2 s),
+    as wide as the largest needs: the state is its header and 61 counts, and the whole
+    record, meta field and hash included, stays under 1 KiB (``MEMORY USAGE``), at the
+    issue's 10,000,000 per 120 s and at the largest limit; memory decides alike."""
+    flush([redis_server])
+    rate = f"{limit} per 120 seconds"
+    policy = Policy("sms", Rule(rate, by="recipient", strategy="rolling-window"))
+    clocks = [ManualClock(START), ManualClock(START)]
+    stores: tuple[SyncBackend, ...] = (redis_backend, MemoryBackend())
+    guards = [Guard(b, [policy], clock=c) for b, c in zip(stores, clocks, strict=True)]
+    costs = [2**24 if width == 4 else 2**16] + [limit // 62] * 60
+    for cost in costs:
+        assert [g.hit("sms", cost, recipient="a").allowed for g in guards] == [True, True]
+        for clock in clocks:
+            clock.advance(2)
+    decisions = [g.peek("sms", recipient="a") for g in guards]
+    assert decisions[0] == decisions[1]
+    assert decisions[0].remaining == limit - sum(costs[1:])  # the first sub-window has left
+    client = redis_server.client
+    (key,) = state_keys(client)
+    fields: dict[bytes, bytes] = client.hgetall(key)  # type: ignore[assignment]
+    (state,) = [value for field, value in fields.items() if field]
+    header = sum(widths(STATE_FORMATS["rolling-window"]))
+    assert len(state) == sum(widths(FIELD_HEAD)) + header + 61 * width
+    usage = client.memory_usage(key)
+    assert usage is not None
+    assert usage <= 1024

@@ -37,6 +37,7 @@ from freqguard.backends import _lanes
 from freqguard.backends._lanes import AsyncLane
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from freqguard.script.contract import STALE_GRACE_US
+from freqguard.script.strategies import rolling_window
 from tests.conftest import SMS, START, flush, in_threads
 from tests.reference import RATE_STRATEGIES
 from tests.servers import RedisServer, cluster, cluster_settled, state_keys
@@ -118,7 +119,8 @@ def test_every_key_has_a_ttl_bounded_by_its_window_and_no_content_is_stored(
             guard.hit(f"p-{s.value}", r="{tag}:x", c=CONTENT)
     stored = _all_keys(nodes)
     assert stored
-    windows_ms = {"sms": 86_400_000, "p-": 60_000}
+    # a rolling window's units count until their sub-window leaves: a grain (1 s) longer
+    windows_ms = {"sms": 86_400_000, "p-rolling-window": 61_000, "p-": 60_000}
     for key, (value, ttl) in stored.items():
         bound = next(ms for prefix, ms in windows_ms.items() if f":{prefix}".encode() in key)
         # plus 1/32 slack and the stale grace, see policy.lua
@@ -131,9 +133,10 @@ def test_every_key_has_a_ttl_bounded_by_its_window_and_no_content_is_stored(
 
 def test_every_key_expires_once_its_windows_have_passed(redis_server: RedisServer) -> None:
     """On the server's own clock (no pinned time, so no pinned grace): every key is due to
-    expire within its longest window, plus the 1/32 slack and the 1 s stale grace, of the
-    server's TIME. Redis then empties the database by itself; reading absolute expiry
-    times needs no waiting."""
+    expire within the longest its states matter (the window; a rolling window's, a
+    sub-window more), plus the 1/32 slack and the 1 s stale grace, of the server's TIME.
+    Redis then empties the database by itself; reading absolute expiry times needs no
+    waiting."""
     flush([redis_server])
     guard = Guard(
         RedisBackend(Redis(port=redis_server.port)),
@@ -156,7 +159,8 @@ def test_every_key_expires_once_its_windows_have_passed(redis_server: RedisServe
     now_ms = seconds * 1000 + micros // 1000
     for key in keys:
         expires_at = int(client.execute_command("PEXPIRETIME", key))  # type: ignore[no-untyped-call]
-        assert now_ms < expires_at <= now_ms + 1000 * 33 // 32 + GRACE_MS + 1, key
+        longest_us = 1_000_000 + rolling_window.grain(1_000_000)
+        assert now_ms < expires_at <= now_ms + longest_us * 33 // 32 // 1000 + GRACE_MS + 1, key
 
 
 @pytest.mark.parametrize("where", ["redis", "cluster"])

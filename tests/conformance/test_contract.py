@@ -136,8 +136,12 @@ def test_the_python_twin_writes_the_specs_as_the_contract_says() -> None:
     assert next(words, None) is None
 
 
-#: the logs' states are a header and then entries, decoded as a view (sliding_log.PackedLog)
-@pytest.mark.parametrize("kind", [k for k in KINDS if k not in ("sliding-log", "concurrency")])
+#: the logs' states are a header and then entries, decoded as a view (sliding_log.PackedLog),
+#: and a rolling window's a header and then counts (test_..._packed_ring_...)
+PACKED = ("sliding-log", "concurrency", "rolling-window")
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k not in PACKED])
 def test_the_python_twin_decodes_states_as_the_contract_says(kind: str) -> None:
     widths = contract.widths(STATE_FORMATS[kind])
     values = [7 * (i + 1) + 256**w // 3 for i, w in enumerate(widths)]
@@ -189,6 +193,18 @@ def test_the_python_twin_reads_a_packed_log_as_the_contract_says() -> None:
     raw = width.to_bytes(1, "big") + base.to_bytes(7, "big")
     raw += b"".join(offset.to_bytes(width, "big") for offset in (0, 5, 2**20))
     assert list(TWINS[Strategy.SLIDING_LOG].decode(raw)) == [base, base + 5, base + 2**20]
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4])
+def test_the_python_twin_reads_a_packed_ring_as_the_contract_says(width: int) -> None:
+    """A rolling window's header (the counts' width, grain, born, head), then its counts."""
+    assert contract.widths(STATE_FORMATS["rolling-window"]) == (1, 7, 7, 7)
+    grain, born, head, counts = 2_000_000, 2**55 + 3, 2**55 + 4_000_000, (1, 0, 256**width - 1)
+    header = zip((width, grain, born, head), (1, 7, 7, 7), strict=True)
+    raw = b"".join(v.to_bytes(w, "big") for v, w in header)
+    raw += b"".join(count.to_bytes(width, "big") for count in counts)
+    assert KINDS["rolling-window"].decode(raw) == (grain, born, head, counts)
+    assert KINDS["rolling-window"].decode(raw[: -3 * width]) == (grain, born, head, ())
 
 
 @settings(max_examples=examples(100))

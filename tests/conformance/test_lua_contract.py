@@ -67,7 +67,8 @@ def test_the_check_catches_a_stale_or_missing_file(
 
 def test_the_generated_values_are_the_pythons() -> None:
     """Read back, every value is the Python's: the contract's, the bounds', the short
-    spans', each twin's code, formats, sizes and error, and the registry in KINDS' order."""
+    spans', each twin's code, formats, sizes, error and numbers, and the registry in KINDS'
+    order."""
     text = _script().text()
     values = _locals(text)
 
@@ -113,6 +114,8 @@ def test_the_generated_values_are_the_pythons() -> None:
         assert values.get(f"{name.upper()}_OUTSIDE") == (
             None if outside is None else f"'{outside}'"
         )
+        for fact, value in getattr(twin, "NUMBERS", {}).items():
+            assert number(f"{name.upper()}_{fact}") == value
     registry = re.search(r"^local TWINS = \{\n(.*?)^\}", text, re.M | re.S)
     assert registry
     names = list(MODULE_NAMES.values())

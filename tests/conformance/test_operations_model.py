@@ -7,8 +7,10 @@ The model is written from what the docs promise, in plain terms: a state per rul
 sliding log per set of dimensions, shared by its sliding-log rules) named by what it is and
 the values it is keyed by; a per-key limit per rule and partition value, read as written by
 the rule's strategy of the moment; a reset forgets the states keyed by exactly the
-dimensions it is given. Every hit's decision (allowed, and which rules said no) and every
-``limits_for`` must be the model's.
+dimensions it is given; a rolling window's counts per sub-window, carried to another
+window's sub-windows as if each came at its last µs (docs/strategies/rolling-window.md).
+Every hit's decision (allowed, and which rules said no) and every ``limits_for`` must be
+the model's.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ from redis.cluster import RedisCluster
 from freqguard import ConfigError, Guard, ManualClock, Policy, Rate, Rule, TierRates
 from freqguard.backends.base import SyncBackend
 from freqguard.backends.memory import MemoryBackend
+from freqguard.script.strategies.rolling_window import SUB_WINDOWS
 from tests.conftest import START, examples
 
-KINDS = ("sliding-log", "fixed-window", "gcra", "token-bucket")
+KINDS = ("sliding-log", "fixed-window", "gcra", "token-bucket", "rolling-window")
 BUCKETS = ("gcra", "token-bucket")
 NAMES = ("a", "b", "c", "d", "e", "f")
 DIMS = (("u",), ("u", "c"), ("t",), ())
@@ -95,6 +98,8 @@ class State:
     tat: int = 0  # gcra's
     tokens: int = 0  # a token bucket's, and when its last whole token was credited
     last: int = 0
+    slots: dict[int, int] = field(default_factory=dict)  # a rolling window's, by start
+    grain: int = 0  # their length, µs
 
 
 @dataclass(frozen=True)
@@ -203,6 +208,10 @@ class Model:
             return replace(state, entries=state.entries[:keep])
         if kind == "fixed-window":
             return replace(state, count=max(0, state.count - cost))
+        if kind == "rolling-window":  # to the hit's own sub-window
+            slots = dict(state.slots)
+            slots[now - now % state.grain] -= cost
+            return replace(state, slots=slots)
         if kind == "gcra":
             return replace(state, tat=max(now, before.tat if before else now))
         tokens, last = Model.tokens(before, p, now)  # as loaded before the hit
@@ -219,11 +228,28 @@ class Model:
             start = now - now % p.window
             count = state.count if state and state.start == start else 0
             return count + need <= p.capacity
+        if kind == "rolling-window":
+            return sum(Model.ring(state, p, now).values()) + need <= p.capacity
         if kind == "gcra":
             tat = state.tat if state and state.tat > now else now
             return tat + need * p.interval - now - p.capacity * p.interval <= 0
         tokens, _ = Model.tokens(state, p, now)
         return tokens >= need
+
+    @staticmethod
+    def ring(state: State | None, p: Params, now: int) -> dict[int, int]:
+        """A rolling window's counts that count at ``now``: each sub-window whose last µs is
+        inside the window; a state kept at another grain moved to this one's sub-windows,
+        each sub-window's units as if they came at its last µs (or now, if earlier)."""
+        grain = -(-p.window // SUB_WINDOWS)
+        out: dict[int, int] = {}
+        for start, count in (state.slots if state else {}).items():
+            if state is not None and state.grain != grain:
+                last = min(start + state.grain - 1, now)
+                start = last - last % grain
+            if start + grain - 1 > now - p.window:
+                out[start] = out.get(start, 0) + count
+        return out
 
     @staticmethod
     def tokens(state: State | None, p: Params, now: int) -> tuple[int, int]:
@@ -249,6 +275,12 @@ class Model:
             start = now - now % p.window
             count = state.count if state and state.start == start else 0
             return State(start + p.window, start=start, count=count + cost)
+        if kind == "rolling-window":
+            grain = -(-p.window // SUB_WINDOWS)
+            slots = Model.ring(state, p, now)
+            start = now - now % grain
+            slots[start] = slots.get(start, 0) + cost
+            return State(start + grain - 1 + p.window, slots=slots, grain=grain)
         if kind == "gcra":
             tat = (state.tat if state and state.tat > now else now) + cost * p.interval
             return State(tat, tat=tat)

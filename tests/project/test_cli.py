@@ -79,6 +79,21 @@ def test_check_says_a_concurrency_rule_caps_calls_in_flight() -> None:
     )
 
 
+def test_check_says_a_rolling_window_never_admits_more_and_what_it_gives_up() -> None:
+    from freqguard import Rule
+    from freqguard.cli import guarantee
+
+    assert guarantee(Rule("10000000 per 120 seconds", by="t", strategy="rolling-window")) == (
+        "at most 10000000 in any 2 minutes (a unit counts up to 2 seconds longer than "
+        "exactly: 60 sub-windows)"
+    )
+    assert guarantee(Rule("60/minute", strategy="rolling-window", shadow=True)) == (
+        "at most 60 in any minute (a unit counts up to 1 second longer than exactly: 60 "
+        "sub-windows); shadow: never blocks"
+    )
+    assert "up to 0.016667 seconds longer" in guarantee(Rule("5/second", strategy="rolling-window"))
+
+
 def test_inspect_shows_what_the_store_holds_and_reset_forgets_it(config: Path) -> None:
     guard = load(config).guard()
     for _ in range(2):

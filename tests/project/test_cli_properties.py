@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from freqguard.config import ENV, SCHEMA, load
 from freqguard.errors import ConfigError
+from freqguard.strategy import Strategy
 from tests.conftest import examples, flush
 from tests.project.cli_run import run
 from tests.servers import RedisServer, free_port
@@ -249,7 +250,7 @@ VALUES_TREE = st.recursive(
 )
 PLAUSIBLE = {
     "by": st.sampled_from(["recipient", ["recipient", "content"], "cost", "tz"]),
-    "strategy": st.sampled_from(["sliding-log", "fixed-window", "token-bucket", "gcra"]),
+    "strategy": st.sampled_from([s.value for s in Strategy if s is not Strategy.CONCURRENCY]),
     "burst": st.integers(min_value=-2, max_value=10**10),
     "name": st.sampled_from(["a", "b", "quiet-hours", "a b"]),
     "calendar": st.booleans(),

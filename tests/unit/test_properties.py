@@ -80,6 +80,16 @@ def test_sliding_log_matches_reference_and_is_exact(
         assert max_in_any_window(times, rule.rate.window_us) <= rule.limit
 
 
+@given(st.lists(rules(Strategy.ROLLING_WINDOW), min_size=1, max_size=3), steps())
+def test_rolling_window_matches_reference_and_is_never_over(
+    rule_list: list[Rule], plan: list[tuple[int, int]]
+) -> None:
+    policy_rules = _unique(rule_list)
+    admitted = _run(policy_rules, plan)
+    for rule, times in zip(policy_rules, admitted, strict=True):
+        assert max_in_any_window(times, rule.rate.window_us) <= rule.limit
+
+
 @given(st.lists(rules(Strategy.FIXED_WINDOW), min_size=1, max_size=3), steps())
 def test_fixed_window_matches_reference(rule_list: list[Rule], plan: list[tuple[int, int]]) -> None:
     policy_rules = _unique(rule_list)

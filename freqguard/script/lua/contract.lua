@@ -83,6 +83,11 @@ local gcra = {code = 4, state_bytes = 21, short_bytes = 12}
 local CONCURRENCY_STATE = '>BI7'
 local concurrency = {code = 7, state_bytes = 8}
 
+-- rolling-window (freqguard/script/strategies/rolling_window.py)
+local ROLLING_WINDOW_STATE = '>BI7I7I7'
+local ROLLING_WINDOW_SUB_WINDOWS = 60
+local rolling_window = {code = 8, state_bytes = 22}
+
 -- calendar (freqguard/script/strategies/calendar.py)
 local CALENDAR_STATE = '>I7I4I7'
 local CALENDAR_SHORT = '>I7I2I5'
@@ -101,6 +106,7 @@ local TWINS = {
   [token_bucket.code] = token_bucket,
   [gcra.code] = gcra,
   [concurrency.code] = concurrency,
+  [rolling_window.code] = rolling_window,
   [calendar.code] = calendar,
   [quiet.code] = quiet,
 }

@@ -1,0 +1,187 @@
+"""rolling-window: never more than the limit in any window, for limits of any size, in a
+state that does not grow with them.
+
+The window is cut into :data:`SUB_WINDOWS` sub-windows of ``grain = ceil(window /
+SUB_WINDOWS)`` µs, aligned to the epoch (``t - t % grain``), each with the count of the units
+admitted in it. A sub-window counts, whole, while any of its microseconds is inside the
+window (``start + grain - 1 > now - window``): the oldest one, partly inside, counts in full,
+the safe side. A hit is admitted when the counts plus its cost stay within the limit.
+
+State: ``(grain, born, head, counts)``: the counts of consecutive sub-windows, oldest first,
+the last the one starting at ``head``; from the oldest that is not empty and still counts
+(at most ``SUB_WINDOWS + 1``, whatever the limit). ``born`` is when this ring began, which a
+refund's mark names: a ring begun again (after a reset) is another, and so is one carried to
+another grain. A view (:func:`load`) is a state at ``now``: its counts those of every
+sub-window that counts, the last now's.
+
+Guarantee: in every interval of length ``window`` at most ``limit`` cost units are admitted
+(a unit counts for as long as its time is inside the window, and up to ``grain - 1`` µs
+longer). What it gives up: a hit is denied only if the units admitted in the last ``window +
+grain - 1`` µs leave no room for it (it waits at most ``grain - 1`` µs longer than in an
+exact log), so with hits of cost 1 it admits, at every moment, at least what an exact log of
+that longer window would; on streams that saturate the limit, about ``SUB_WINDOWS /
+(SUB_WINDOWS + 1)`` (98.4 %) of what the exact sliding log admits
+(``benchmarks/rolling_window.py``).
+
+Another window for the same state (a per-key limit, a tier's rate): each sub-window's units
+move to the new grain's sub-window of its last µs (or of ``now``, if that is earlier), never
+earlier than they came, so they count at least as long as they should; the ring starts a new
+generation, so refunds of the hits before give back nothing there.
+"""
+
+from __future__ import annotations
+
+from freqguard.script.contract import widths
+from freqguard.script.strategies.base import RuleParams, StateSpec, counted, unpacker
+
+#: Its number in the specs (its Lua table's ``code``, in ``rolling_window.lua``).
+code = 8
+#: Its packed state's header, in the Lua's notation (the counts' width in bytes, grain, born,
+#: head); then the counts, oldest first, each as wide as the header says (1 to 4 bytes).
+STATE_FORMAT = ">BI7I7I7"
+#: How many sub-windows a window is cut into: the state holds at most one more count, and
+#: a hit is denied only when the last ``window + grain - 1`` µs leave no room for it.
+SUB_WINDOWS = 60
+#: The numbers the Lua reads besides its formats (``ROLLING_WINDOW_SUB_WINDOWS``).
+NUMBERS = {"SUB_WINDOWS": SUB_WINDOWS}
+
+State = tuple[int, int, int, tuple[int, ...]]  # (grain, born, head, counts)
+_header = unpacker(STATE_FORMAT)
+_HEADER = sum(widths(STATE_FORMAT))
+
+
+def grain(window: int) -> int:
+    """A sub-window's length (µs) in a window of ``window`` µs."""
+    return -(-window // SUB_WINDOWS)
+
+
+def oldest(now: int, window: int, g: int) -> int:
+    """The start of the oldest sub-window of ``g`` µs that still counts at ``now``: the first
+    whose last µs is inside the window (after ``now - window``)."""
+    earliest = now - window - g + 2
+    return earliest + -earliest % g
+
+
+def decode(raw: bytes) -> State:
+    """The state as the Lua twin packs it (:data:`STATE_FORMAT`, then the counts)."""
+    width, g, born, head = _header(raw)
+    spans = range(_HEADER, len(raw), width)
+    return (g, born, head, tuple([int.from_bytes(raw[at : at + width], "big") for at in spans]))
+
+
+def load(state: State | None, now: int, spec: StateSpec) -> State:
+    window = spec.window
+    g = grain(window)
+    cur = now - now % g
+    size = (cur - oldest(now, window, g)) // g + 1  # the sub-windows that count, to now's
+    if state is None:
+        return (g, now, cur, (0,) * size)
+    if state[0] != g:
+        return _regrained(state, now, g, size)
+    _, born, head, counts = state
+    after = (cur - head) // g  # the sub-windows since the state's newest: empty
+    room = size - after  # the view's sub-windows up to the state's newest
+    if room <= 0:
+        return (g, born, cur, (0,) * size)
+    kept = counts[-room:]
+    return (g, born, cur, (0,) * (room - len(kept)) + kept + (0,) * after)
+
+
+def check(view: State, now: int, need: int, rule: RuleParams) -> int:
+    counts = view[3]
+    total = sum(counts)
+    excess = total + need - rule.capacity
+    if excess <= 0:
+        return 0
+    if excess > total:  # more than the rule could ever admit: report when it is empty
+        return max(1, _emptied(view, rule.window) - now) if total else rule.window
+    freed = 0
+    for i, count in enumerate(counts):  # the oldest sub-windows leave first
+        freed += count
+        if freed >= excess:
+            return _leaves(view, i, rule.window) - now
+    raise AssertionError("unreachable: the counts add up to more than the excess")
+
+
+def consume(view: State, now: int, cost: int, spec: StateSpec) -> State:
+    g, born, cur, counts = view
+    return _trimmed(g, born, cur, (*counts[:-1], counts[-1] + cost))
+
+
+def mark(view: State, now: int, spec: StateSpec) -> tuple[int, int]:
+    # the ring the hit went into, and its sub-window: what a refund gives back to
+    return (view[1], view[2])
+
+
+def refund(
+    view: State, now: int, cost: int, spec: StateSpec, mark: tuple[int, ...] | None
+) -> State:
+    g, born, cur, counts = view
+    out = list(counts)
+    if mark is None:  # the newest units inside the window, whoever's they are
+        for i in range(len(out) - 1, -1, -1):
+            took = min(cost, out[i])
+            out[i], cost = out[i] - took, cost - took
+    elif mark[0] == born:  # the hit's own sub-window, while it counts; else another ring
+        i = len(out) - 1 - (cur - mark[1]) // g
+        if 0 <= i < len(out):
+            out[i] = max(0, out[i] - cost)
+    return _trimmed(g, born, cur, tuple(out))
+
+
+def report(view: State, now: int, rule: RuleParams) -> tuple[int, int]:
+    total = sum(view[3])
+    if total == 0:
+        return rule.capacity, 0
+    return max(0, rule.capacity - total), _emptied(view, rule.window) - now
+
+
+def ttl(state: State, now: int, spec: StateSpec) -> int:
+    return state[2] + state[0] - 1 + spec.window - now  # when the newest sub-window leaves
+
+
+def limited(rule: RuleParams, limit: int, window: int) -> RuleParams | None:
+    return counted(rule, limit, window)
+
+
+def horizon(rules: tuple[RuleParams, ...]) -> int:
+    return rules[0].window + grain(rules[0].window)
+
+
+def _leaves(view: State, i: int, window: int) -> int:
+    """When the view's ``i``-th sub-window stops counting: its last µs leaves the window."""
+    g, _, cur, counts = view
+    return cur - (len(counts) - 1 - i) * g + g - 1 + window
+
+
+def _emptied(view: State, window: int) -> int:
+    """When the newest sub-window that is not empty stops counting (some is)."""
+    counts = view[3]
+    newest = len(counts) - 1
+    while not counts[newest]:
+        newest -= 1
+    return _leaves(view, newest, window)
+
+
+def _trimmed(g: int, born: int, head: int, counts: tuple[int, ...]) -> State:
+    """A state as stored: from the oldest sub-window that is not empty."""
+    for i, count in enumerate(counts):
+        if count:
+            return (g, born, head, counts[i:])
+    return (g, born, head, ())
+
+
+def _regrained(state: State, now: int, g: int, size: int) -> State:
+    """A ring kept at another grain, as a view at ``g``: each sub-window's units in the
+    sub-window of its last µs (or of ``now``, if earlier), a new generation."""
+    old, born, head, counts = state
+    cur = now - now % g
+    first = cur - (size - 1) * g
+    out = [0] * size
+    start = head - (len(counts) - 1) * old
+    for i, count in enumerate(counts):
+        last = min(start + i * old + old - 1, now)
+        at = last - last % g
+        if count and at >= first:
+            out[(at - first) // g] += count
+    return (g, max(now, born + 1), cur, tuple(out))
