@@ -22,32 +22,16 @@ from freqguard.errors import ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
 from freqguard.integrations._request import KeyFunc
-from freqguard.integrations._settings import configured, unknown_setting
+from freqguard.integrations._settings import COMMON, MEANT, configured, unknown_setting
 from freqguard.rates import Rate, parse_rates
 
 __all__ = ["SETTINGS", "Settings", "check_settings", "read_settings", "setting_problems"]
 
 #: The settings freqguard reads.
-SETTINGS = frozenset(
-    {
-        "FREQGUARD_BACKEND",
-        "FREQGUARD_CONFIG",
-        "FREQGUARD_DEFAULT_LIMITS",
-        "FREQGUARD_HEADERS",
-        "FREQGUARD_ENABLED",
-        "FREQGUARD_KEY",
-    }
-)
-#: What people coming from Flask-Limiter or django-ratelimit type instead.
+SETTINGS = COMMON | {"FREQGUARD_KEY"}
+#: What people coming from django-ratelimit type instead.
 _MEANT = {
-    "FREQGUARD_DEFAULT_LIMIT": "FREQGUARD_DEFAULT_LIMITS",
-    "FREQGUARD_DEFAULT": "FREQGUARD_DEFAULT_LIMITS",
-    "FREQGUARD_STORAGE_URI": "FREQGUARD_BACKEND",
-    "FREQGUARD_STORAGE_URL": "FREQGUARD_BACKEND",
-    "FREQGUARD_URL": "FREQGUARD_BACKEND",
-    "FREQGUARD_CACHE": "FREQGUARD_BACKEND",
-    "FREQGUARD_HEADERS_ENABLED": "FREQGUARD_HEADERS",
-    "FREQGUARD_ENABLE": "FREQGUARD_ENABLED",
+    **MEANT,
     "RATELIMIT_ENABLE": "FREQGUARD_ENABLED",
     "RATELIMIT_USE_CACHE": "FREQGUARD_BACKEND",
     "RATELIMIT_IP_META_KEY": "FREQGUARD_KEY",

@@ -11,7 +11,30 @@ from typing import Any
 from freqguard.config import Config, load
 from freqguard.errors import ConfigError
 
-__all__ = ["configured", "unknown_setting"]
+__all__ = ["COMMON", "MEANT", "configured", "unknown_setting"]
+
+#: The settings every integration reads (Django adds FREQGUARD_KEY).
+COMMON = frozenset(
+    {
+        "FREQGUARD_BACKEND",
+        "FREQGUARD_CONFIG",
+        "FREQGUARD_DEFAULT_LIMITS",
+        "FREQGUARD_HEADERS",
+        "FREQGUARD_ENABLED",
+    }
+)
+#: What people type for them, from the peers' names (each integration adds its peer's own
+#: ``RATELIMIT_*`` names, which it warns of).
+MEANT = {
+    "FREQGUARD_DEFAULT_LIMIT": "FREQGUARD_DEFAULT_LIMITS",
+    "FREQGUARD_DEFAULT": "FREQGUARD_DEFAULT_LIMITS",
+    "FREQGUARD_STORAGE_URI": "FREQGUARD_BACKEND",
+    "FREQGUARD_STORAGE_URL": "FREQGUARD_BACKEND",
+    "FREQGUARD_URL": "FREQGUARD_BACKEND",
+    "FREQGUARD_CACHE": "FREQGUARD_BACKEND",
+    "FREQGUARD_HEADERS_ENABLED": "FREQGUARD_HEADERS",
+    "FREQGUARD_ENABLE": "FREQGUARD_ENABLED",
+}
 
 
 def unknown_setting(name: str, known: Collection[str], meant: Mapping[str, str]) -> str | None:

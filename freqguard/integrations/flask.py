@@ -71,7 +71,7 @@ from freqguard.integrations._http import (
     header,
     rule_items,
 )
-from freqguard.integrations._settings import configured, unknown_setting
+from freqguard.integrations._settings import COMMON, MEANT, configured, unknown_setting
 from freqguard.integrations.wsgi import request_info
 from freqguard.rates import Rate, parse_rates
 from freqguard.rules import Rule, check_name
@@ -322,23 +322,11 @@ def _configured(settings: Mapping[str, Any]) -> Guard | None:
     return None if config is None else config.guard()
 
 
-#: The extension's settings; what people coming from Flask-Limiter type instead.
-_SETTINGS = frozenset(
-    {
-        "FREQGUARD_BACKEND",
-        "FREQGUARD_CONFIG",
-        "FREQGUARD_DEFAULT_LIMITS",
-        "FREQGUARD_HEADERS",
-        "FREQGUARD_ENABLED",
-    }
-)
+#: The extension's settings (freqguard/integrations/_settings.py); what people coming from
+#: Flask-Limiter type instead.
+_SETTINGS = COMMON
 _MEANT = {
-    "FREQGUARD_DEFAULT_LIMIT": "FREQGUARD_DEFAULT_LIMITS",
-    "FREQGUARD_DEFAULT": "FREQGUARD_DEFAULT_LIMITS",
-    "FREQGUARD_STORAGE_URI": "FREQGUARD_BACKEND",
-    "FREQGUARD_STORAGE_URL": "FREQGUARD_BACKEND",
-    "FREQGUARD_URL": "FREQGUARD_BACKEND",
-    "FREQGUARD_HEADERS_ENABLED": "FREQGUARD_HEADERS",
+    **MEANT,
     "RATELIMIT_DEFAULT": "FREQGUARD_DEFAULT_LIMITS",
     "RATELIMIT_STORAGE_URI": "FREQGUARD_BACKEND",
     "RATELIMIT_STORAGE_URL": "FREQGUARD_BACKEND",
