@@ -28,11 +28,11 @@ from freqguard.clock import ManualClock
 from freqguard.errors import ConfigError
 from freqguard.guard import Guard
 
-__all__ = ["Entry", "Tally", "command", "entries", "replay"]
+__all__ = ["Entry", "ReplayCounts", "command", "entries", "replay"]
 
 
 @dataclass
-class Tally:
+class ReplayCounts:
     """What one configuration decided over a log."""
 
     hits: Counter[str] = field(default_factory=Counter)  # per policy
@@ -47,7 +47,7 @@ class _Run:
         self.config = config
         self.clock = ManualClock(0)
         self.guard = Guard(MemoryBackend(max_keys=None), config.policies, clock=self.clock)
-        self.tally = Tally()
+        self.counts = ReplayCounts()
 
     def decide(self, entry: Entry) -> tuple[bool, list[str]]:
         self.clock.set(entry.time, backwards=True)
@@ -58,11 +58,11 @@ class _Run:
         except ConfigError as exc:
             raise ConfigError(f"line {entry.line}: {exc}") from None
         denied = [rule.id for rule in decision.denied_by]
-        self.tally.hits[entry.policy] += 1
+        self.counts.hits[entry.policy] += 1
         if decision.allowed:
-            self.tally.allowed[entry.policy] += 1
+            self.counts.allowed[entry.policy] += 1
         for rule in denied:
-            self.tally.denied_by[entry.policy, rule] += 1
+            self.counts.denied_by[entry.policy, rule] += 1
         return decision.allowed, denied
 
 
@@ -74,7 +74,7 @@ def replay(
     policy: str | None = None,
     decisions: IO[str] | None = None,
     progress: bool = False,
-) -> tuple[Tally, Tally | None, Counter[str]]:
+) -> tuple[ReplayCounts, ReplayCounts | None, Counter[str]]:
     """Decide every entry of ``log`` with ``config`` (and ``other``): the tallies, and per
     policy how many decisions the other configuration changed (``"blocked"``: allowed by
     ``config``, denied by ``other``; ``"allowed"``: the reverse)."""
@@ -97,7 +97,7 @@ def replay(
                 if allowed != again:
                     changed[f"{entry.policy}:{'blocked' if allowed else 'allowed'}"] += 1
             advance()
-    return first.tally, None if second is None else second.tally, changed
+    return first.counts, None if second is None else second.counts, changed
 
 
 class _bar:

@@ -27,13 +27,13 @@ from freqguard.integrations._http import KeyFunc
 from freqguard.rates import Rate
 from freqguard.rules import Rule, fit_name
 
-__all__ = ["BlueprintCap", "Capping", "ViewCap", "check_not_both", "check_view", "route_of"]
+__all__ = ["BlueprintCap", "Capping", "FlaskViewCap", "check_not_both", "check_view", "route_of"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class ViewCap:
+class FlaskViewCap:
     """What ``@fg.capped`` asked for one view."""
 
     __slots__ = ("alone", "cost", "key", "name", "rates")
@@ -112,7 +112,7 @@ class Capping:
                 "cap always adds to the limits around it, on its route's own policy"
             )
         alone_name = implicit_name(view, prefix="flask.view")
-        cap = ViewCap(asked.rates, asked.key, asked.cost, self._name, alone_name)
+        cap = FlaskViewCap(asked.rates, asked.key, asked.cost, self._name, alone_name)
         alone = Route(
             cap.alone, (KeyedRules(cap.key, cap.rates),), 1 if asked.cost is None else asked.cost
         )
@@ -162,7 +162,7 @@ def route_of(app: Flask, endpoint: str, key: KeyFunc, defaults: tuple[Rate, ...]
         ConfigError: a shared blueprint cap and a cap only this route has.
     """
     view = app.view_functions.get(endpoint)
-    cap: ViewCap | None = getattr(view, "_freqguard_cap", None)
+    cap: FlaskViewCap | None = getattr(view, "_freqguard_cap", None)
     exempt = getattr(view, "_freqguard_exempt", False)
     around, with_defaults = ([], False) if exempt else _around(app, endpoint)
     keyed = [KeyedRules(key, defaults, "default")] if with_defaults and defaults else []
