@@ -14,7 +14,7 @@ guard's answers refuse to be true or false, and its import) is left out of the s
 one that no module has is an error too. What cannot be said by substitution (threads and tasks
 wait and are cancelled differently) lives in hand-written pairs: ``_io.py`` on each side of the
 guard (:data:`HANDWRITTEN`), and outside ``_async/`` for the Redis edge (``_lanes.py``,
-``_flight.py``, ``learn_slots`` in ``_routing.py``).
+``_shared_run.py``, ``learn_slots`` in ``_routing.py``).
 
 A generated module must come out as ``ruff format`` leaves it (CI checks both). Where
 dropping ``await`` would let a split line fit on one, keep it split in the source with a
@@ -73,7 +73,7 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     (r"AsyncConnection", "Connection"),
     (r"AsyncLane", "Lane"),
     (r"AsyncJob", "Job"),
-    (r"AsyncSingleFlight", "SingleFlight"),
+    (r"AsyncSharedRun", "SharedRun"),
     (r"AsyncPreparation", "Preparation"),
     (r"aexchange_all", "exchange_all"),
     (r"adrive", "drive"),

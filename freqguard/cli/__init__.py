@@ -295,7 +295,7 @@ def guarantee(rule: Rule) -> str:
     elif rule.strategy is Strategy.SLIDING_LOG:
         text = f"at most {n} in any {window}"
     elif rule.strategy is Strategy.FIXED_WINDOW:
-        text = f"at most {n} per aligned {window} (up to {2 * n} across a boundary)"
+        text = f"at most {n} per aligned {window} (up to {2 * n} across two windows' edge)"
     elif rule.strategy is Strategy.ROLLING_WINDOW:
         grain = _window(Rate(1, timedelta(microseconds=rolling_window.grain(rule.rate.window_us))))
         grain = grain if grain[0].isdigit() else f"1 {grain}"

@@ -136,8 +136,8 @@ class Config:
         }
 
 
-def _rule(spec: Mapping[str, Any]) -> Rule:
-    options = dict(spec)
+def _rule(table: Mapping[str, Any]) -> Rule:
+    options = dict(table)
     tiers = options.pop("tiers", None)
     if tiers is not None:
         options["rate_for"] = TierRates(tiers["from"], tiers["rates"])
@@ -284,9 +284,9 @@ def _build(data: object, source: str, where: Where) -> Config:
     policies, fallbacks = [], {}
     for index, raw in enumerate(data.get("policy", [])):
         rules = []
-        for number, spec in enumerate(raw["rules"]):
+        for number, table in enumerate(raw["rules"]):
             try:
-                rules.append(_rule(spec))
+                rules.append(_rule(table))
             except ConfigError as exc:
                 place = place_of(source, where, ("policy", index, "rules", number), data)
                 raise ConfigError(f"{place}: {exc}") from None

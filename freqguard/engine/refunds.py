@@ -18,7 +18,7 @@ __all__ = ["Receipts", "maybe_applied", "unspend"]
 
 
 class Receipts:
-    """``refund(decision)``: the decision's receipt claimed once, and the operation that
+    """``refund(decision)``: the decision's receipt used once, and the operation that
     gives back what its hit took.
 
     Args:

@@ -1,4 +1,4 @@
-"""A guard's settings, checked at construction, and what its parts are made from: the time
+"""A guard's settings, checked at construction, and what its components are made from: the time
 its calls are made at (:class:`Now`) and what the async face of a sync guard shares with it
 (:class:`Shared`)."""
 

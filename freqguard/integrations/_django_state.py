@@ -179,14 +179,14 @@ class State:
             owner, "_freqguard_exempt", False
         )
         defaults = () if exempt else self.settings.defaults
-        parts = [KeyedRules(self.key, defaults, "default")] if defaults else []
+        keyed = [KeyedRules(self.key, defaults, "default")] if defaults else []
         if cap is not None:
-            parts.append(KeyedRules(cap.key or self.key, cap.items))
+            keyed.append(KeyedRules(cap.key or self.key, cap.items))
         found = None
-        if parts:
+        if keyed:
             cost = cap.cost if cap is not None else 1
             on_error = cap.on_error if cap is not None else None
-            route = Route(_fit(view_name), tuple(parts), cost, on_error=on_error)
+            route = Route(_fit(view_name), tuple(keyed), cost, on_error=on_error)
             found = self.remember(route, f"the view {_dotted(owner or view)}"), cap
         self.routes[where] = found
         return found

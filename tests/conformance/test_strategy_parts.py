@@ -48,7 +48,7 @@ def out_of_order(found: Sequence[str], wanted: Sequence[str], where: str) -> lis
 def _registry(kind: str) -> list[str]:
     member = next((s for s in Strategy if s.value == kind), None)
     if member is None:
-        return [f"{kind}: no line in freqguard.rules.Strategy (its word, short name, facts)"]
+        return [f"{kind}: no line in freqguard.strategy.Strategy (its word, short name, facts)"]
     shared = [s.value for s in Strategy if s is not member and s.short == member.short]
     return [f"{kind}: its short name {member.short!r} is also {shared}'s"] if shared else []
 
@@ -146,7 +146,7 @@ def test_a_strategy_without_its_parts_is_told_each_one() -> None:
     """A new word with nothing behind it: every part is named, none guessed."""
     found = "\n".join(missing_parts("leaky-bucket"))
     for part in (
-        "no line in freqguard.rules.Strategy",
+        "no line in freqguard.strategy.Strategy",
         "no page docs/strategies/leaky-bucket.md",
         "no row in docs/strategies.md",
         "no module freqguard/script/strategies/leaky_bucket.py",

@@ -9,7 +9,6 @@ from typing import Any
 
 from freqguard.backends._boundary import ERRORS
 from freqguard.backends._claims import Claims, claim, other_bins, other_setting, unclaimed
-from freqguard.backends._flight import AsyncSingleFlight
 from freqguard.backends._inspect import inspection
 from freqguard.backends._lanes import adrive
 from freqguard.backends._library import (
@@ -21,6 +20,7 @@ from freqguard.backends._library import (
     missing,
 )
 from freqguard.backends._resp import record_key
+from freqguard.backends._shared_run import AsyncSharedRun
 from freqguard.errors import ConfigError
 from freqguard.script.calls import ScriptCall
 
@@ -64,8 +64,8 @@ class AsyncPreparation:
         self.library: Library = SCRIPTS if scripts == "eval" else FUNCTIONS
         self.inspected = False
         self._claims = Claims(bins)
-        self._inspecting, self._claiming = AsyncSingleFlight(), AsyncSingleFlight()
-        self._loading = AsyncSingleFlight()
+        self._inspecting, self._claiming = AsyncSharedRun(), AsyncSharedRun()
+        self._loading = AsyncSharedRun()
 
     def wanted(self, call: ScriptCall) -> bool:
         """Whether ``call`` must wait for :meth:`prepare` (the hot path's test)."""

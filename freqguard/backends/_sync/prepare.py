@@ -10,7 +10,6 @@ from typing import Any
 
 from freqguard.backends._boundary import ERRORS
 from freqguard.backends._claims import Claims, claim, other_bins, other_setting, unclaimed
-from freqguard.backends._flight import SingleFlight
 from freqguard.backends._inspect import inspection
 from freqguard.backends._lanes import drive
 from freqguard.backends._library import (
@@ -22,6 +21,7 @@ from freqguard.backends._library import (
     missing,
 )
 from freqguard.backends._resp import record_key
+from freqguard.backends._shared_run import SharedRun
 from freqguard.errors import ConfigError
 from freqguard.script.calls import ScriptCall
 
@@ -65,8 +65,8 @@ class Preparation:
         self.library: Library = SCRIPTS if scripts == "eval" else FUNCTIONS
         self.inspected = False
         self._claims = Claims(bins)
-        self._inspecting, self._claiming = SingleFlight(), SingleFlight()
-        self._loading = SingleFlight()
+        self._inspecting, self._claiming = SharedRun(), SharedRun()
+        self._loading = SharedRun()
 
     def wanted(self, call: ScriptCall) -> bool:
         """Whether ``call`` must wait for :meth:`prepare` (the hot path's test)."""

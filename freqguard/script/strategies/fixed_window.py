@@ -4,7 +4,7 @@ State: ``(window_start, count, born)``: ``born`` is when this window's count beg
 refund gives back only to the count its hit went into (not to one begun after a reset).
 
 Guarantee: at most ``limit`` per aligned window, so up to ``2 * limit`` in an unaligned
-interval of length ``window`` that straddles a boundary. Cheapest state; not exact.
+interval of length ``window`` that straddles two windows. Cheapest state; not exact.
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Callable
 
-__all__ = ["AsyncSingleFlight", "SingleFlight"]
+__all__ = ["AsyncSharedRun", "SharedRun"]
 
 
-class SingleFlight:
+class SharedRun:
     """Runs work once for the threads that ask while it runs."""
 
     __slots__ = ("_lock", "_runs")
@@ -37,17 +37,21 @@ class SingleFlight:
                 self._runs += 1
 
 
-class AsyncSingleFlight:
+class AsyncSharedRun:
     """Runs work once for the tasks that ask while it runs (in one event loop)."""
 
-    __slots__ = ("_flight",)
+    __slots__ = ("_running",)
 
     def __init__(self) -> None:
-        self._flight: asyncio.Future[object] | None = None
+        self._running: asyncio.Future[object] | None = None
 
     async def run(self, work: Callable[[], Awaitable[object]]) -> None:
         """Run ``work``, or await the run already under way; every waiter gets its error."""
-        flight = self._flight
-        if flight is None or flight.done() or flight.get_loop() is not asyncio.get_running_loop():
-            flight = self._flight = asyncio.ensure_future(work())
-        await asyncio.shield(flight)
+        running = self._running
+        if (
+            running is None
+            or running.done()
+            or running.get_loop() is not asyncio.get_running_loop()
+        ):
+            running = self._running = asyncio.ensure_future(work())
+        await asyncio.shield(running)
