@@ -115,6 +115,8 @@ def _contract() -> list[str]:
         local("RECORD_META_BYTES", lua(size(c.RECORD_META)), "its size; the limits follow"),
         local("RECORD_LAYOUT", lua(c.RECORD_LAYOUT), "the layout this release writes"),
         local("OLDEST_LAYOUT", lua(c.OLDEST_LAYOUT), "the oldest it reads (states in full)"),
+        local("MOVING_LAYOUT", lua(c.MOVING_LAYOUT), "this one, old names left in it"),
+        local("OLD_TAG_BYTES", lua(c.OLD_TAG_BYTES), "a state's tag in layouts 2 and 3"),
         local(
             "LAYOUT_STAMPS", lua(c.LAYOUT_STAMPS), "a meta field's stamp: LAYOUT_STAMPS + layout"
         ),
@@ -130,6 +132,7 @@ def _contract() -> list[str]:
         '-- (by its kind); the bin\'s own field "" holds BIN_META.',
         local("BLOB_HEAD", lua(c.BLOB_HEAD), "stamp, the record's expiry"),
         local("BIN_LAYOUT", lua(c.BIN_LAYOUT)),
+        local("OLDEST_BIN_LAYOUT", lua(c.OLDEST_BIN_LAYOUT), "the oldest it reads"),
         local("BIN_META", lua(c.BIN_META), "its expiry (NEVER: none), prune_at, bins"),
         local("BIN_RECORD", lua(c.BIN_RECORD), "a binned call's bins, after the record's id"),
         local("UNCLAIMED", lua(c.UNCLAIMED), "a write to a bin holding no bins setting"),

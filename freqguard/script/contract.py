@@ -47,7 +47,10 @@ __all__ = [
     "MAX_LOG_LIMIT",
     "MAX_SPAN_US",
     "MODES",
+    "MOVING_LAYOUT",
+    "OLDEST_BIN_LAYOUT",
     "OLDEST_LAYOUT",
+    "OLD_TAG_BYTES",
     "PINNED_GRACE_MS",
     "PRUNE_FLOOR",
     "RECORD_LAYOUT",
@@ -174,10 +177,20 @@ RECORD_META = ">BI7I4I4"
 #: (:data:`REPLY_DROPPED`). A record with a stamp above this release's layout is a newer
 #: release's: the call fails naming both layouts and changes nothing, so an older client
 #: never misreads it. See docs/upgrading.md.
-RECORD_LAYOUT = 3
+#:
+#: Layout 6 names a state's field by a 3-byte tag (``keys.KeyLayout.field_tag``), the
+#: 2-byte tag layouts 2 and 3 named it by (:data:`OLD_TAG_BYTES`) and one more: a rule a
+#: deploy adds read a removed rule's state whose 2-byte tag it shared (design note 79).
+#: A record of layout 2, 3 or :data:`MOVING_LAYOUT` may hold states under their old names:
+#: a call reads a state there when its own name is absent, and moves it when it writes.
+#: A record is stamped :data:`MOVING_LAYOUT` while a field named the old way is left in it
+#: (a state the call did not name: a rule for other priorities), 6 once none is.
+RECORD_LAYOUT = 6
+MOVING_LAYOUT = 5
+OLD_TAG_BYTES = 2
 LAYOUT_STAMPS = 0xF0
 #: The oldest stamped layout this release reads: 2 stored every state in full (freqguard
-#: 0.2 development builds), which 3 reads as it is, stamping the record 3 when it writes it.
+#: 0.2 development builds), which later layouts read as it is.
 OLDEST_LAYOUT = 2
 
 #: Lua only, as :data:`FIELD_HEAD`: with bins (``RedisBackend(bins=N)``), records of
@@ -188,8 +201,11 @@ OLDEST_LAYOUT = 2
 #: its span (expiry - latest) in 4 or 5 bytes. The bin's own field "" holds
 #: ``BIN_META``: its expiry, how many records it holds before stale ones are swept, and
 #: the bins setting its records were written with (every write checks it: see
-#: :data:`UNCLAIMED`).
-BIN_LAYOUT = 4
+#: :data:`UNCLAIMED`). Layout 5 names states as :data:`RECORD_LAYOUT` does; a binned
+#: record of layout 4 (:data:`OLDEST_BIN_LAYOUT`) is read as it is, its states under their
+#: old names moved as a hash's are, and written as 5.
+BIN_LAYOUT = 5
+OLDEST_BIN_LAYOUT = 4
 BLOB_HEAD = ">BI7"
 BIN_META = ">I8I4I4"
 BIN_ENTRY_HEADS = ("I7I7", "I7I4", "I7I5")

@@ -39,6 +39,7 @@ from typing import NamedTuple
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
 from freqguard.rules import Rule, Strategy, check_name
+from freqguard.script.contract import OLD_TAG_BYTES
 
 __all__ = [
     "POLICY_KEYS",
@@ -178,9 +179,16 @@ class KeyLayout:
         self.bins = bins if partition is not None else 0
         self._bin_head = (f"{prefix}:{{#", f"}}:{policy}")
         # In Redis, every state of one partition and policy is a field of one record key
-        # (see freqguard/script/lua/records.lua); a field is this 2-byte field tag plus the raw
-        # digest. Not the cluster hash tag: that is the {partition} of the key.
-        self.field_tag = _blake2b(self.key_id.encode(), digest_size=2).digest()
+        # (see freqguard/script/lua/records.lua); a field is this field tag plus the raw
+        # digest. Not the cluster hash tag: that is the {partition} of the key. The tag is
+        # 3 bytes: the OLD_TAG_BYTES that named the state before layout 6 (the Lua reads a
+        # record's states there too until it has moved them), and one more, so that a rule
+        # a deploy adds reads a removed one's state 1 time in 2^24, not 2^16 (design note 79).
+        key = self.key_id.encode()
+        self.field_tag = (
+            _blake2b(key, digest_size=OLD_TAG_BYTES).digest()
+            + _blake2b(key, digest_size=1).digest()
+        )
 
     @property
     def partition(self) -> str | None:
@@ -298,13 +306,14 @@ def _key_id(rule: Rule) -> str:
 
 def _check_field_tags(policy: str, layout: tuple[tuple[StateLayout, ...], ...]) -> None:
     """In Redis, the states of one partition value share a record, each in a field named by
-    a 2-byte field tag of its key id. States whose short tags collide (1 in 65,536 a pair
-    of names) get 6-byte tags instead, which depend on their key ids alone (so on the
-    policy's rules, not their order); two 6-byte tags alike (1 in 2^48) are refused."""
+    a field tag of its key id. States whose first OLD_TAG_BYTES collide (1 in 65,536 a pair
+    of names; the tags of before layout 6, which the Lua still reads) get 6-byte tags
+    instead, as they did then, which depend on their key ids alone (so on the policy's
+    rules, not their order); two 6-byte tags alike (1 in 2^48) are refused."""
     states = [state.key for part in layout for state in part]
     by_tag: dict[bytes, list[KeyLayout]] = {}
     for key in states:
-        by_tag.setdefault(key.field_tag, []).append(key)
+        by_tag.setdefault(key.field_tag[:OLD_TAG_BYTES], []).append(key)
     for keys in by_tag.values():
         if len({key.key_id for key in keys}) > 1:
             for key in keys:

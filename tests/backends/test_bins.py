@@ -43,6 +43,7 @@ from freqguard.backends.urls import backend_from_url
 from freqguard.failure import Fallback
 from freqguard.script.contract import (
     BIN_ENTRY_HEADS,
+    BIN_LAYOUT,
     BLOB_HEAD,
     FIELD_HEAD,
     LAYOUT_STAMPS,
@@ -75,6 +76,14 @@ def _varint(blob: bytes, at: int) -> tuple[int, int]:
             return n, at
 
 
+def _entry_flag(flag: int) -> tuple[int, int]:
+    """An entry's first byte as the Lua's entry_flag reads it: the name's length and the
+    entry's kind (a 2-, 6-, 10- or 14-byte name below 24; a 3- or 11-byte one from 24)."""
+    if flag < 24:
+        return 2 + 4 * (flag % 4), flag // 4
+    return 3 + 8 * ((flag - 24) % 2), (flag - 24) // 2
+
+
 def _kinds(blob: bytes) -> list[int]:
     """The kind of each state field of a binned record (see the Lua's Bins)."""
     at = sum(widths(BLOB_HEAD))
@@ -84,8 +93,7 @@ def _kinds(blob: bytes) -> list[int]:
     at += limits * 34
     kinds = []
     while at < len(blob):
-        flag = blob[at]
-        kind, name = flag // 4, 2 + 4 * (flag % 4)
+        name, kind = _entry_flag(blob[at])
         at += 1 + name
         head = sum(widths(">" + BIN_ENTRY_HEADS[kind // 2]))
         at += head
@@ -105,8 +113,7 @@ def _fields(blob: bytes) -> dict[bytes, tuple[int, int, bytes]]:
     at += limits * 34
     out = {}
     while at < len(blob):
-        flag = blob[at]
-        kind, size = flag // 4, 2 + 4 * (flag % 4)
+        size, kind = _entry_flag(blob[at])
         name = blob[at + 1 : at + 1 + size]
         at += 1 + size
         numbers = []
@@ -284,13 +291,16 @@ def test_a_newer_record_is_refused_and_an_unreadable_one_dropped(
     ((bin_key, rid),) = [(k, n) for k in state_keys(db1) for n in db1.hkeys(k) if n]
     blob = db1.hget(bin_key, rid)
     assert blob is not None
-    db1.hset(bin_key, rid, bytes([LAYOUT_STAMPS + 5]) + blob[1:])
-    with pytest.raises(BackendUnavailable, match="layout 5, newer than the 4"):
+    newer = bytes([LAYOUT_STAMPS + BIN_LAYOUT + 1]) + blob[1:]
+    db1.hset(bin_key, rid, newer)
+    with pytest.raises(
+        BackendUnavailable, match=f"layout {BIN_LAYOUT + 1}, newer than the {BIN_LAYOUT}"
+    ):
         guard.hit("p", u="a")
-    assert db1.hget(bin_key, rid) == bytes([LAYOUT_STAMPS + 5]) + blob[1:]  # untouched
+    assert db1.hget(bin_key, rid) == newer  # untouched
     db1.hset(bin_key, rid, b"\x01garbage")
     assert guard.hit("p", u="a").allowed  # dropped, decided as absent (and logged)
-    assert db1.hget(bin_key, rid)[0] == LAYOUT_STAMPS + 4  # written afresh
+    assert db1.hget(bin_key, rid)[0] == LAYOUT_STAMPS + BIN_LAYOUT  # written afresh
     assert not guard.hit("p", u="a").allowed
     backend.close()
 
@@ -548,7 +558,7 @@ def test_a_bad_record_in_a_bin_fails_no_sweep(redis_server: RedisServer, db1: An
     guard.hit("p", u="b")
     (bin_key,) = state_keys(db1)
     db1.hset(bin_key, raw_digest("a"), b"\xf4\0\0")
-    db1.hset(bin_key, raw_digest("b"), bytes([LAYOUT_STAMPS + 5]) + bytes(20))
+    db1.hset(bin_key, raw_digest("b"), bytes([LAYOUT_STAMPS + BIN_LAYOUT + 1]) + bytes(20))
     for n in range(40):
         assert guard.hit("p", u=f"r{n}").allowed
     assert db1.hget(bin_key, raw_digest("a")) is None

@@ -24,6 +24,7 @@ backend's over the same whole sequence.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,11 +53,14 @@ from freqguard.script.calls import Part, Reply, ScriptCall
 from freqguard.script.contract import (
     FIELD_HEAD,
     LAYOUT_STAMPS,
+    MOVING_LAYOUT,
+    OLD_TAG_BYTES,
     OLDEST_LAYOUT,
     RECORD_LAYOUT,
     SPEC_RULE,
     widths,
 )
+from freqguard.script.keys import KeyLayout
 from freqguard.script.limits import parse_change
 from freqguard.script.strategies import STATE_FORMATS
 from tests.conformance.test_differential import _replay, _unique, ctx, op, rule
@@ -68,6 +72,7 @@ FIXTURES = Path(__file__).parents[1] / "fixtures"
 RELEASE_0_1_0 = (FIXTURES / "policy-0.1.0.lua").read_text(encoding="utf-8")
 MAIN_0_1 = (FIXTURES / "policy-0.1-main.lua").read_text(encoding="utf-8")
 FULL_0_2 = (FIXTURES / "policy-0.2-full.lua").read_text(encoding="utf-8")
+TAGS_0_2 = (FIXTURES / "policy-0.2-tags.lua").read_text(encoding="utf-8")
 RECORD = "fg:{a}:sms"
 MARK = bytes([LAYOUT_STAMPS + RECORD_LAYOUT])
 
@@ -81,10 +86,12 @@ class _OldCalls:
     """A backend that, while ``old``, sends each call as the 0.1 and 0.2 clients encoded
     it, for the fixtures' functions: each rule without its burst (``SPEC_RULE``'s last
     number, which they do not read) and a LIMIT change without the tags it keeps (they
-    kept the tags of the call's rules)."""
+    kept the tags of the call's rules); each state's field named by its 2-byte tag, as
+    every layout before 6 named it. ``tags_only``: as this release's builds before layout
+    6 encoded it (the policy-0.2-tags fixture): the names alone differ."""
 
-    def __init__(self, backend: RedisBackend) -> None:
-        self.backend, self.old = backend, True
+    def __init__(self, backend: RedisBackend, tags_only: bool = False) -> None:
+        self.backend, self.old, self.tags_only = backend, True, tags_only
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.backend, name)
@@ -98,12 +105,26 @@ class _OldCalls:
     def _call(self, call: ScriptCall) -> ScriptCall:
         if not self.old:
             return call
+        layouts = tuple(map(_old_tag, call.part.layouts))
+        if self.tags_only:
+            return call._replace(part=call.part._replace(layouts=layouts))
         change = call.change
         if change:
             change = " ".join(map(str, parse_change(change)[1]))
         return call._replace(
-            part=call.part._replace(spec_text=_old_specs(call.part)), change=change
+            part=call.part._replace(spec_text=_old_specs(call.part), layouts=layouts),
+            change=change,
         )
+
+
+def _old_tag(layout: KeyLayout) -> KeyLayout:
+    """``layout`` naming its state's field as layouts 2 and 3 did: by the first
+    ``OLD_TAG_BYTES`` of its tag (a 6-byte tag, given when those collide, was named alike)."""
+    if len(layout.field_tag) == 6:
+        return layout
+    old = copy.copy(layout)
+    old.field_tag = layout.field_tag[:OLD_TAG_BYTES]
+    return old
 
 
 def _old_specs(part: Part) -> str:
@@ -359,7 +380,9 @@ def test_a_newer_layout_is_refused_and_left_as_it_is(
         lambda: guard.reset("sms", recipient="a", content="x"),
         lambda: guard.limits_for("sms", recipient="a"),
     ):
-        with pytest.raises(BackendUnavailable, match="layout 4, newer than the 3"):
+        with pytest.raises(
+            BackendUnavailable, match=f"layout {RECORD_LAYOUT + 1}, newer than the {RECORD_LAYOUT}"
+        ):
             call()
     assert client.dump(RECORD) == dump
 
@@ -386,7 +409,7 @@ def test_a_layout_2_record_is_marked_3_when_written_and_refused_by_layout_2_afte
         dump = client.dump(RECORD)
         _deploy(client, FULL_0_2)
         backend.old = True
-        with pytest.raises(BackendUnavailable, match="layout 3, newer than the 2"):
+        with pytest.raises(BackendUnavailable, match=f"layout {RECORD_LAYOUT}, newer than the 2"):
             guard.hit("sms", recipient="a")
         assert client.dump(RECORD) == dump
     finally:
@@ -434,3 +457,134 @@ def test_a_rolling_window_record_is_bounded_whatever_its_limit(
     usage = client.memory_usage(key)
     assert usage is not None
     assert usage <= 1024
+
+
+def test_the_tags_fixture_writes_layout_3_and_bin_layout_4() -> None:
+    """policy-0.2-tags.lua: this release's library as it was before layout 6 (commit
+    d135715), whose states the client named by 2-byte tags."""
+    assert "local RECORD_LAYOUT = 3 " in TAGS_0_2
+    assert "local BIN_LAYOUT = 4\n" in TAGS_0_2
+    assert "MOVING_LAYOUT" not in TAGS_0_2
+    assert "MOVING_LAYOUT" in LIBRARY
+
+
+@pytest.mark.parametrize("store", ["redis", "binned"])
+@settings(max_examples=examples(40))
+@given(
+    rules=st.lists(rule(RATE_STRATEGIES), min_size=1, max_size=4),
+    pool=st.lists(ctx, min_size=1, max_size=3),
+    before=st.lists(op, min_size=1, max_size=30),
+    after=st.lists(op, min_size=1, max_size=30),
+)
+def test_records_with_states_under_their_old_names_are_read_on_exactly(
+    store: str,
+    request: pytest.FixtureRequest,
+    redis_server: RedisServer,
+    rules: list[Rule],
+    pool: list[dict[str, str]],
+    before: list[Any],
+    after: list[Any],
+) -> None:
+    """Records written by layout 3 (bin layout 4), every state under its 2-byte tag, then
+    decided by this release's function and client: every state read where it is, moved
+    under its 3-byte tag when written, refunds of the hits made before honoured; decisions
+    go on exactly as the memory backend's over the whole sequence."""
+    flush([redis_server])
+    seen = calls.dropped_records[0]
+    client = redis_server.client
+    policy = _unique(rules)
+    clock, reference_clock = ManualClock(START), ManualClock(START)
+    backend = _OldCalls(request.getfixturevalue(f"{store}_backend"), tags_only=True)
+    guard = Guard(backend, [policy], clock=clock)
+    reference = Guard(MemoryBackend(), [policy], clock=reference_clock)
+    _deploy(client, TAGS_0_2)
+    try:
+        written = _replay(guard, clock, policy, pool, before)
+        expected = _replay(reference, reference_clock, policy, pool, before)
+        assert written == expected
+        _deploy(client, LIBRARY)
+        backend.old = False
+        for mine, theirs in zip(_unspent(written), _unspent(expected), strict=True):
+            assert guard.refund(mine) == reference.refund(theirs)
+        assert _replay(guard, clock, policy, pool, after) == _replay(
+            reference, reference_clock, policy, pool, after
+        )
+        assert calls.dropped_records[0] == seen  # read, never dropped
+    finally:
+        _deploy(client, LIBRARY)
+
+
+def test_a_record_is_stamped_moving_while_an_old_name_is_left_in_it(
+    redis_backend: RedisBackend, redis_server: RedisServer
+) -> None:
+    """A call names the states of its own context: a recipient's log of another content is
+    in the record but not named. Writes move the states they name and leave that one under
+    its old name, the record stamped MOVING_LAYOUT (and read through again); the first call
+    that names it moves it, and the record is stamped RECORD_LAYOUT. Layout 3's function
+    refuses the record from the first write on, rather than miss the moved states."""
+    client = redis_server.client
+    backend = _OldCalls(redis_backend, tags_only=True)
+    guard = Guard(backend, [SMS], clock=ManualClock(START))
+
+    def names() -> set[int]:
+        return {len(f) for f in client.hkeys(RECORD) if f}
+
+    _deploy(client, TAGS_0_2)
+    try:
+        for content in ("x", "y"):
+            assert guard.hit("sms", recipient="a", content=content).allowed
+        assert _meta(client)[0] == LAYOUT_STAMPS + 3
+        assert names() == {OLD_TAG_BYTES, OLD_TAG_BYTES + 8}
+        _deploy(client, LIBRARY)
+        backend.old = False
+        assert guard.peek("sms", recipient="a", content="x").remaining == 1  # read there
+        assert _meta(client)[0] == LAYOUT_STAMPS + 3  # a read moves nothing
+        assert guard.hit("sms", recipient="a", content="x").remaining == 0
+        assert _meta(client)[0] == LAYOUT_STAMPS + MOVING_LAYOUT
+        assert names() == {3, 3 + 8, OLD_TAG_BYTES + 8}  # y's log left as it was
+        assert guard.hit("sms", recipient="a", content="y").remaining == 0
+        assert _meta(client)[0] == LAYOUT_STAMPS + RECORD_LAYOUT
+        assert names() == {3, 3 + 8}
+        assert not guard.hit("sms", recipient="a", content="y").allowed
+        dump = client.dump(RECORD)
+        _deploy(client, TAGS_0_2)
+        backend.old = True
+        with pytest.raises(BackendUnavailable, match=f"layout {RECORD_LAYOUT}, newer than the 3"):
+            guard.hit("sms", recipient="a", content="z")
+        assert client.dump(RECORD) == dump
+    finally:
+        _deploy(client, LIBRARY)
+
+
+def _meta_numbers(meta: bytes) -> tuple[int, int, int, int]:
+    """RECORD_META's stamp, expiry, fields and prune_at (">BI7I4I4")."""
+    return (
+        meta[0],
+        int.from_bytes(meta[1:8], "big"),
+        int.from_bytes(meta[8:12], "big"),
+        int.from_bytes(meta[12:16], "big"),
+    )
+
+
+def test_an_old_name_whose_time_has_passed_goes_and_the_record_is_stamped_anew(
+    redis_backend: RedisBackend, redis_server: RedisServer
+) -> None:
+    """A state under its old name that no call names (a removed rule's) does not keep a
+    record MOVING_LAYOUT for ever: on the server's time, a write deletes it once its expiry
+    has passed, as a prune would, and counts it out of the record's fields."""
+    client = redis_server.client
+    guard = Guard(redis_backend, [SMS])  # the server's time
+    guard.hit("sms", recipient="a", content="x")
+    stamp, expiry, fields, prune_at = _meta_numbers(_meta(client))
+    assert stamp == LAYOUT_STAMPS + RECORD_LAYOUT
+    assert FIELD_HEAD == ">I7I7"
+    client.hset(
+        RECORD, b"\x01\x02", (1).to_bytes(7, "big") + (1).to_bytes(7, "big") + b"x"
+    )  # long expired
+    meta = bytes([LAYOUT_STAMPS + 3]) + expiry.to_bytes(7, "big") + (fields + 1).to_bytes(4, "big")
+    client.hset(RECORD, "", meta + prune_at.to_bytes(4, "big") + _meta(client)[16:])
+    assert guard.hit("sms", recipient="a", content="x").remaining == 0
+    stamp, _, fields_after, _ = _meta_numbers(_meta(client))
+    assert stamp == LAYOUT_STAMPS + RECORD_LAYOUT
+    assert b"\x01\x02" not in client.hkeys(RECORD)
+    assert fields_after == fields == len(client.hkeys(RECORD)) - 1

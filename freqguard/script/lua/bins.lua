@@ -7,7 +7,7 @@
 -- A binned record's string is BLOB_HEAD (the stamp LAYOUT_STAMPS + BIN_LAYOUT,
 -- the record's expiry), then the meta field's numbers as varints (fields, prune_at, number
 -- of limits), its limits as stored, then one entry per state field: one byte (the name's
--- length, 2, 6, 10 or 14, as 0-3, + 4 x the entry's kind), the name, the field's expiry
+-- length and the entry's kind, see entry_flag), the name, the field's expiry
 -- and its span (expiry - latest) in 4 or 5 bytes, or its latest in full (BIN_ENTRY_HEADS),
 -- the state's length in one byte or in four, and the state. An entry depends on nothing
 -- else in the string: a call decodes only the fields it names and copies the rest as is.
@@ -16,6 +16,24 @@ local BIN_SLACK = 8                      -- a bin's expiry, when extended, gains
 -- an entry's kind: 2 x its head (BIN_ENTRY_HEADS) + its state length's (0: one byte,
 -- 1: four)
 local ENTRY_FORMATS = {}                 -- by kind: '>' .. head .. length .. 'c0' (see bind)
+
+-- A state's field named the way of layouts 2 and 3 (and bin layout 4): its 2-byte tag,
+-- then its 8-byte digest if any (a 3-byte tag makes 3 or 11 bytes, a 6-byte one 6 or 14).
+local function old_name(name)
+  return #name % 8 == OLD_TAG_BYTES
+end
+
+-- An entry's first byte: a name of 2, 6, 10 or 14 bytes (the tags of layout 4, and the
+-- 6-byte ones), as 0-3, + 4 x its kind (0-5); a name of 3 or 11 bytes (a 3-byte tag, see
+-- MOVING_LAYOUT), 24 + 0 or 1 + 2 x its kind. The name's length and the kind.
+local function entry_flag(flag)
+  if flag < 24 then
+    local code = flag % 4
+    return 2 + 4 * code, (flag - code) / 4
+  end
+  local code = (flag - 24) % 2
+  return 3 + 8 * code, (flag - 24 - code) / 2
+end
 
 local function bind_entries()  -- on the first call, as bind()
   for head = 0, #BIN_ENTRY_HEADS do
@@ -48,10 +66,8 @@ end
 
 -- The entry at `at`: its name, and where the next one starts (nothing decoded).
 local function entry_at(blob, at)
-  local flag = byte(blob, at)
-  local code = flag % 4
-  local kind = (flag - code) / 4
-  local head = at + 3 + 4 * code
+  local length, kind = entry_flag(byte(blob, at))
+  local head = at + 1 + length
   local state = head + BIN_ENTRY_HEAD_BYTES[(kind - kind % 2) / 2]
   local size
   if kind % 2 == 0 then
@@ -65,10 +81,8 @@ end
 
 -- The field the entry at `at` holds, as a hash holds it.
 local function entry_field(blob, at)
-  local flag = byte(blob, at)
-  local code = flag % 4
-  local kind = (flag - code) / 4
-  local expiry, b, state = sunpack(ENTRY_FORMATS[kind], blob, at + 3 + 4 * code)
+  local length, kind = entry_flag(byte(blob, at))
+  local expiry, b, state = sunpack(ENTRY_FORMATS[kind], blob, at + 1 + length)
   if kind >= 2 then b = expiry - b end  -- b was the span
   return pack(FIELD_HEAD, expiry, b) .. state
 end
@@ -86,11 +100,15 @@ local function blob_entry(name, value)
     kind = kind + (span < 2 ^ 32 and 2 or 4)
     entry = pack(ENTRY_FORMATS[kind], expiry, span, #state, state)
   end
-  local code = (#name - 2) / 4
-  if code ~= floor(code) or code < 0 or code > 3 then
-    error({err = 'ERR freqguard: a field name of ' .. #name .. ' bytes cannot be binned'})
+  local n, flag = #name
+  if n == 3 or n == 11 then
+    flag = 24 + (n - 3) / 8 + 2 * kind
+  elseif n % 4 == 2 and n <= 14 then
+    flag = (n - 2) / 4 + 4 * kind
+  else
+    error({err = 'ERR freqguard: a field name of ' .. n .. ' bytes cannot be binned'})
   end
-  return char(code + 4 * kind) .. name .. entry
+  return char(flag) .. name .. entry
 end
 
 -- A bin's setting against the call's (its client's bins): a bin that holds another
@@ -137,30 +155,33 @@ local function blob_parse(blob)
   limits, at = varint_at(blob, at)
   local tail_end, size = at + limits * LIMIT_ENTRY_BYTES, #blob
   if tail_end > size + 1 then error('cut short') end
-  local map = {[''] = pack(RECORD_META, LAYOUT_STAMPS + RECORD_LAYOUT, expiry, fields, prune_at)
-    .. sub(blob, at, tail_end - 1)}
-  local entries, index, i = {}, {}, 0
+  local entries, index, i, layout = {}, {}, 0, RECORD_LAYOUT
+  local limits_at = at
   at = tail_end
   while at <= size do  -- entries[2i - 1] the name, entries[2i] where it starts
     local name, after = entry_at(blob, at)
     if after > size + 1 then error('cut short') end
     i = i + 1
     entries[2 * i - 1], entries[2 * i], index[name] = name, at, 2 * i
+    if old_name(name) then layout = MOVING_LAYOUT end
     at = after
   end
   entries[2 * i + 1], entries[2 * i + 2] = false, size + 1  -- where a next one would start
+  local map = {[''] = pack(RECORD_META, LAYOUT_STAMPS + layout, expiry, fields, prune_at)
+    .. sub(blob, limits_at, tail_end - 1)}
   return map, entries, index
 end
 
 -- A binned record: its meta field "" (rebuilt as RECORD_META stamped with this release's
--- RECORD_LAYOUT, so the steps read it as they read a hash's), its entries in order (each
+-- RECORD_LAYOUT, or MOVING_LAYOUT while a state is under its old name, so the steps read it
+-- as they read a hash's), its entries in order (each
 -- name, then where it starts), and where each name's start is in them; false for a string
 -- of an older or unknown form, or cut short, which the call drops. A newer one fails the
 -- call.
 local function blob_read(key, blob)
   if not blob then return {}, {}, {} end
   local stamp = byte(blob, 1)
-  if stamp ~= LAYOUT_STAMPS + BIN_LAYOUT then
+  if stamp ~= LAYOUT_STAMPS + BIN_LAYOUT and stamp ~= LAYOUT_STAMPS + OLDEST_BIN_LAYOUT then
     if stamp and stamp > LAYOUT_STAMPS + BIN_LAYOUT then
       error({err = format('ERR freqguard record in bin %s is in layout %d, newer than the '
         .. '%d this release reads: upgrade freqguard on this client', key, stamp - LAYOUT_STAMPS,
@@ -217,7 +238,7 @@ end
 -- unread, and holds nothing).
 local function blob_until(blob)
   local stamp = byte(blob, 1)
-  if stamp ~= LAYOUT_STAMPS + BIN_LAYOUT then
+  if stamp ~= LAYOUT_STAMPS + BIN_LAYOUT and stamp ~= LAYOUT_STAMPS + OLDEST_BIN_LAYOUT then
     return stamp ~= nil and stamp > LAYOUT_STAMPS + BIN_LAYOUT
   end
   local ok, until_ = pcall(blob_expiry, blob)

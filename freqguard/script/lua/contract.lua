@@ -27,8 +27,10 @@ local FIELD_HEAD = '>I7I7'               -- a state's field: expiry, latest, the
 local FIELD_HEAD_BYTES = 14              -- its size
 local RECORD_META = '>BI7I4I4'           -- the field "": stamp, expiry, fields, prune_at
 local RECORD_META_BYTES = 16             -- its size; the limits follow
-local RECORD_LAYOUT = 3                  -- the layout this release writes
+local RECORD_LAYOUT = 6                  -- the layout this release writes
 local OLDEST_LAYOUT = 2                  -- the oldest it reads (states in full)
+local MOVING_LAYOUT = 5                  -- this one, old names left in it
+local OLD_TAG_BYTES = 2                  -- a state's tag in layouts 2 and 3
 local LAYOUT_STAMPS = 240                -- a meta field's stamp: LAYOUT_STAMPS + layout
 local LIMIT_ENTRY = '>I4I7BI4I7I4I7'     -- one limit: tag, expiry, exempt, limit,
 local LIMIT_ENTRY_BYTES = 34             -- window, capacity, interval; size
@@ -41,7 +43,8 @@ local REPLY_STATE_LENGTH = '>I4'         -- then per state, before it
 -- LAYOUT_STAMPS + BIN_LAYOUT; each state field's entry with one of BIN_ENTRY_HEADS
 -- (by its kind); the bin's own field "" holds BIN_META.
 local BLOB_HEAD = '>BI7'                 -- stamp, the record's expiry
-local BIN_LAYOUT = 4
+local BIN_LAYOUT = 5
+local OLDEST_BIN_LAYOUT = 4              -- the oldest it reads
 local BIN_META = '>I8I4I4'               -- its expiry (NEVER: none), prune_at, bins
 local BIN_RECORD = '>I4'                 -- a binned call's bins, after the record's id
 local UNCLAIMED = 'freqguard unclaimed bin'  -- a write to a bin holding no bins setting

@@ -30,8 +30,9 @@
 --            (0/1), tag (names the rule for per-key limits), reserve (a priority's cap),
 --            burst (a bucket rule's own, 0: none); after a calendar state's
 --            rules, the periods around the client's clock (BOUNDS); see parse_specs
---        [ARGV_FIELDS ...] one per state, its field in the record (a 2-byte field tag, plus
---            the 8-byte digest of its other dimension values when it has any)
+--        [ARGV_FIELDS ...] one per state, its field in the record (a 3-byte field tag, or a
+--            6-byte one, plus the 8-byte digest of its other dimension values when it has
+--            any; layouts 2 and 3 named it by the tag's first 2 bytes: see read_old_names)
 --        then, REFUND only and optional: one per state, the mark the hit to give back left
 --            there (calls.Reply.marks: its time; "tat:back:born:interval" for buckets), ""
 --            where it consumed nothing; without them a refund gives back the newest units
@@ -57,8 +58,9 @@
 --        cannot be told apart) is dropped, its call decided as if it were absent; one of a
 --        newer layout is refused, never misread (see check_layout). Layout 3 stores states
 --        short where they fit (SHORT_SPAN); layout 2 stored every state in full, which
---        layout 3 still reads, so a layout-2 record is read as it is and stamped 3 by the
---        first call that writes it.
+--        later layouts still read as it is. Layout 6 names states by 3-byte tags, where 2
+--        and 3 used 2 bytes; a record of 2, 3 or MOVING_LAYOUT is read under both names
+--        and its states moved by the calls that write them (read_old_names).
 
 -- The libraries, bound by bind() on the first call: the load context offers none of them
 -- (not even tonumber), so nothing below may read them before a call.

@@ -13,24 +13,63 @@
 -- A record, and its fields named by the call (got[1] the meta field, got[i + 1] state i's;
 -- false where absent). A binned one keeps in rec.map the fields it decoded or changed
 -- (rec.touched: set or deleted), its other entries as they are.
-local function open_record(keys, argv, n, record, writes)
-  local key = keys[1]
-  if not record then
-    return {key = key}, call('HMGET', key, '', tunpack(argv, ARGV_FIELDS, ARGV_FIELDS - 1 + n))
+-- The fields `names` of a binned record, false where absent (an HMGET's reply).
+local function bin_get(rec, names)
+  local got = {}
+  for i = 1, #names do
+    local at = rec.index[names[i]]
+    got[i] = at and entry_field(rec.blob, rec.entries[at]) or false
+    if at then rec.map[names[i]] = got[i] end
   end
-  local rid, bins = sub(record, 1, 8), sunpack(BIN_RECORD, record, 9)
-  local pair = call('HMGET', key, '', rid)
-  check_bins(key, pair[1], bins, writes)
-  local rec = {key = key, rid = rid, bins = bins, bin = pair[1], blob = pair[2], touched = {}}
-  local map, entries, index = blob_read(key, pair[2])
-  rec.map, rec.entries, rec.index, rec.unread = map or {}, entries or {}, index or {}, not map
-  local got = {rec.map[''] or false}
+  return got
+end
+
+-- A record of layout 2, 3 or MOVING_LAYOUT may hold a state under its old name (its tag's
+-- first OLD_TAG_BYTES; see contract.py RECORD_LAYOUT): where the call's name for it is
+-- absent, the state is read there, and noted in rec.moved (the old name, the state's
+-- index) for write_record to move.
+local function read_old_names(rec, got, argv, n)
+  local meta = got[1]
+  local layout = meta and byte(meta, 1) - LAYOUT_STAMPS
+  if not layout or layout < OLDEST_LAYOUT or layout > MOVING_LAYOUT then return end
+  local olds, at = {}, {}
   for i = 1, n do
     local name = argv[ARGV_FIELDS - 1 + i]
-    local at = rec.index[name]
-    got[i + 1] = at and entry_field(pair[2], rec.entries[at]) or false
-    if at then rec.map[name] = got[i + 1] end
+    if not got[i + 1] and #name % 8 == OLD_TAG_BYTES + 1 then  -- a 3-byte tag's
+      olds[#olds + 1] = sub(name, 1, OLD_TAG_BYTES) .. sub(name, OLD_TAG_BYTES + 2)
+      at[#olds] = i
+    end
   end
+  if #olds == 0 then return end
+  local found = rec.rid and bin_get(rec, olds) or call('HMGET', rec.key, tunpack(olds))
+  local moved = {}
+  for j = 1, #olds do
+    if found[j] then
+      got[at[j] + 1] = found[j]
+      moved[#moved + 1], moved[#moved + 2] = olds[j], at[j]
+    end
+  end
+  rec.moved = moved
+end
+
+local function open_record(keys, argv, n, record, writes)
+  local key = keys[1]
+  local rec, got
+  if not record then
+    rec = {key = key}
+    got = call('HMGET', key, '', tunpack(argv, ARGV_FIELDS, ARGV_FIELDS - 1 + n))
+  else
+    local rid, bins = sub(record, 1, 8), sunpack(BIN_RECORD, record, 9)
+    local pair = call('HMGET', key, '', rid)
+    check_bins(key, pair[1], bins, writes)
+    rec = {key = key, rid = rid, bins = bins, bin = pair[1], blob = pair[2], touched = {}}
+    local map, entries, index = blob_read(key, pair[2])
+    rec.map, rec.entries, rec.index, rec.unread = map or {}, entries or {}, index or {}, not map
+    got = {rec.map[''] or false, tunpack(bin_get(rec, {tunpack(argv, ARGV_FIELDS,
+      ARGV_FIELDS - 1 + n)}))}
+  end
+  rec.argv = argv
+  read_old_names(rec, got, argv, n)
   return rec, got
 end
 
@@ -153,6 +192,43 @@ local function limits_ttl(rec, record_expiry, latest, held, now, clock, pinned, 
   return record_ttl(record_expiry, max(latest, held), now, clock, pinned)
 end
 
+-- A record's states read under their old names (rec.moved, see read_old_names) are written
+-- under the call's names (as they were, when the call left them as they were) and their old
+-- fields deleted; old names of states the call did not name stay, but those whose expiry
+-- has passed go (on the server's time, as prune). The layout to stamp: MOVING_LAYOUT while
+-- a field is still named the old way, else RECORD_LAYOUT; and how many fields went.
+local function move_old_names(rec, got, sets, drops, clock, pinned)
+  local moved = rec.moved or {}
+  if #moved > 0 then
+    local named, olds = {}, {}
+    for i = 1, #sets, 2 do named[sets[i]] = true end
+    for i = 1, #drops do named[drops[i]] = true end
+    for j = 1, #moved, 2 do
+      local i = moved[j + 1]
+      local name = rec.argv[ARGV_FIELDS - 1 + i]
+      if not named[name] then
+        sets[#sets + 1] = name
+        sets[#sets + 1] = got[i + 1]
+      end
+      olds[#olds + 1] = moved[j]
+    end
+    rec_drop_fields(rec, olds)
+  end
+  local all, left, stale = rec_all(rec), false, {}
+  for i = 1, #all, 2 do
+    local name = all[i]
+    if name ~= '' and #name % 8 == OLD_TAG_BYTES then
+      if not pinned and sunpack(FIELD_HEAD, all[i + 1]) <= clock - STALE_GRACE_US then
+        stale[#stale + 1] = name
+      else
+        left = true
+      end
+    end
+  end
+  if #stale > 0 then rec_drop_fields(rec, stale) end
+  return left and MOVING_LAYOUT or RECORD_LAYOUT, #stale
+end
+
 -- Write: the changed fields, the meta field (with the limits, `tail`), the record's TTL; an
 -- emptied record without limits goes.
 local function write_record(rec, got, sets, drops, latest, added, now, clock, pinned, lim)
@@ -160,6 +236,12 @@ local function write_record(rec, got, sets, drops, latest, added, now, clock, pi
   local meta, stamp, record_expiry, fields, prune_at = got[1], 0, 0, 0, PRUNE_FLOOR
   if meta then stamp, record_expiry, fields, prune_at = sunpack(RECORD_META, meta) end
   if #drops > 0 then rec_drop_fields(rec, drops) end
+  local layout = RECORD_LAYOUT
+  if stamp >= LAYOUT_STAMPS + OLDEST_LAYOUT and stamp <= LAYOUT_STAMPS + MOVING_LAYOUT then
+    local gone
+    layout, gone = move_old_names(rec, got, sets, drops, clock, pinned)
+    fields = fields - gone
+  end
   fields = fields + added - #drops
   if #sets == 0 and fields <= 0 then fields = rec_count(rec) - 1 end
   if #sets == 0 and fields <= 0 and lim.tail == '' then
@@ -180,9 +262,9 @@ local function write_record(rec, got, sets, drops, latest, added, now, clock, pi
       lim.changed)
   end
   if ttl_ms or record_expiry ~= given or added > 0 or #drops > 0 or not meta or lim.changed
-    or stamp ~= LAYOUT_STAMPS + RECORD_LAYOUT then  -- an older layout's record: stamped anew
+    or stamp ~= LAYOUT_STAMPS + layout then  -- an older layout's record: stamped anew
     sets[#sets + 1] = ''
-    sets[#sets + 1] = pack(RECORD_META, LAYOUT_STAMPS + RECORD_LAYOUT, record_expiry,
+    sets[#sets + 1] = pack(RECORD_META, LAYOUT_STAMPS + layout, record_expiry,
       max(fields, 0), prune_at) .. lim.tail
   end
   if #sets > 0 then rec_set(rec, sets) end
