@@ -7,7 +7,7 @@ over 1,000,000 ids, 20 contents; ``benchmarks.workload``) through the four-rule 
 each strategy, on the server's time, and reports per distinct recipient:
 
 * ``used_memory`` growth (what the server really spends, allocator and dict overhead in);
-* what the records hold: the key name, the field names (a 2-byte tag, plus an 8-byte digest
+* what the records hold: the key name, the field names (a 3-byte tag, plus an 8-byte digest
   for the content's states), the field heads (expiry and latest write, 14 bytes a state),
   the states themselves and the meta field;
 * the server's time a decision (``INFO commandstats``: FCALL's µs a call, one call at a
