@@ -24,7 +24,7 @@ from freqguard.decorators.naming import implicit_name
 from freqguard.errors import ConfigError
 from freqguard.integrations._decide import KeyedRules, Route
 from freqguard.integrations._http import KeyFunc
-from freqguard.rates import Rate
+from freqguard.rates import Rate, written
 from freqguard.rules import Rule, fit_name
 
 __all__ = ["BlueprintCap", "Capping", "FlaskViewCap", "check_not_both", "check_view", "route_of"]
@@ -66,15 +66,24 @@ class Capping:
     it caps the view, applied to a Blueprint every view of it.
 
     Args:
-        hit: the extension's hit on a route, for a view run outside its own route.
+        hit: the extension's hit on a route, for a view run outside its own route, or a
+            named cap (its own budget, decided when the view runs).
         asked: what ``capped`` was asked.
-        name: the view's policy name, if given.
+        name: the view's budget, if given.
+        named: the extension's named budgets so far and their rates, to refuse one name
+            given two sets of rates.
     """
 
-    __slots__ = ("_asked", "_hit", "_name")
+    __slots__ = ("_asked", "_hit", "_name", "_named")
 
-    def __init__(self, hit: Callable[[Route], None], asked: BlueprintCap, name: str | None) -> None:
-        self._hit, self._asked, self._name = hit, asked, name
+    def __init__(
+        self,
+        hit: Callable[[Route], None],
+        asked: BlueprintCap,
+        name: str | None,
+        named: dict[str, tuple[Rate | Rule, ...]],
+    ) -> None:
+        self._hit, self._asked, self._name, self._named = hit, asked, name, named
 
     @overload
     def __call__(self, target: Blueprint, /) -> Blueprint: ...
@@ -112,9 +121,19 @@ class Capping:
                 "cap always adds to the limits around it, on its route's own policy"
             )
         alone_name = implicit_name(view, prefix="flask.view")
+        if self._name is not None:  # a budget of its own, shared by every cap naming it
+            given = self._named.setdefault(self._name, asked.rates)
+            if given != asked.rates:
+                raise ConfigError(
+                    f"name={self._name!r} is one budget: view {view.__qualname__!r} gives it "
+                    f"{_rates(asked.rates)}, another view {_rates(given)}; give every view "
+                    "of one name the same rates, or another name"
+                )
         cap = FlaskViewCap(asked.rates, asked.key, asked.cost, self._name, alone_name)
         alone = Route(
-            cap.alone, (KeyedRules(cap.key, cap.rates),), 1 if asked.cost is None else asked.cost
+            self._name or cap.alone,
+            (KeyedRules(cap.key, cap.rates),),
+            1 if asked.cost is None else asked.cost,
         )
         hit = self._hit
 
@@ -126,6 +145,10 @@ class Capping:
 
         wrapper._freqguard_cap = cap  # type: ignore[attr-defined]
         return wrapper
+
+
+def _rates(rates: tuple[Rate | Rule, ...]) -> str:
+    return "; ".join(written(rate) if isinstance(rate, Rate) else repr(rate) for rate in rates)
 
 
 def check_view(method: str, target: object) -> None:
@@ -167,14 +190,14 @@ def route_of(app: Flask, endpoint: str, key: KeyFunc, defaults: tuple[Rate, ...]
     around, with_defaults = ([], False) if exempt else _around(app, endpoint)
     keyed = [KeyedRules(key, defaults, "default")] if with_defaults and defaults else []
     keyed += [KeyedRules(bp.key, bp.rates, _label(name)) for name, bp in reversed(around)]
-    if cap is not None:
+    if cap is not None and cap.name is None:  # a named cap: its own budget, in the view
         keyed.append(KeyedRules(cap.key, cap.rates))
     if not keyed:
         return None
     # one hit, one cost: the view's, else the nearest blueprint's that names one
     found = (cap, *(bp for _, bp in around))
     costs = [c.cost for c in found if c is not None and c.cost is not None]
-    name = cap.name if cap is not None and cap.name else fit_name(f"flask.{endpoint}")
+    name = fit_name(f"flask.{endpoint}")
     shared = [blueprint for blueprint, bp in around if bp.shared]
     if shared:
         name = _shared_name(endpoint, shared[0], cap is not None, around[0][0])

@@ -18,9 +18,10 @@ are logged as a warning naming freqguard's.
 
 A route's default limits and its view's own cap are one policy, decided in one atomic hit
 before the view runs: a request denied by either consumes from neither. The policy is named
-``flask.<endpoint>`` (or the view's ``name=``); the default rules are named
-``default.<rule id>``. A hit has one cost, so a view's ``cost`` is charged to the default
-limits too.
+``flask.<endpoint>``; the default rules are named ``default.<rule id>``. A hit has one cost,
+so a view's ``cost`` is charged to the default limits too. A cap given ``name=`` is a budget
+of its own, shared by every view naming it (Flask-Limiter's ``shared_limit``), decided when
+the view runs; a refusal gives back what the route's hit took.
 
 ``fg.capped(...)(blueprint)`` caps every view of a blueprint (and of the blueprints nested in
 it), each route counted on its own, or with ``shared=True`` all of them on one budget. As in
@@ -35,6 +36,7 @@ State lives in ``app.extensions["freqguard"]``, never on the extension object, s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -116,6 +118,7 @@ class FreqGuard:
     ) -> None:
         self._guard = guard
         self._key: KeyFunc = key or remote_address
+        self._named: dict[str, tuple[Rate | Rule, ...]] = {}  # each name= budget's rates
         if app is not None:
             self.init_app(app)
 
@@ -174,9 +177,11 @@ class FreqGuard:
         held: list[Decision] = g.setdefault("freqguard_leases", [])  # given back at teardown
         decision = leasing(state.guard, held)(route.name, route.cost, **ctx)
         decisions: list[Decision] = g.setdefault("freqguard_decisions", [])
-        decisions.append(decision)
         if not decision.allowed:
+            _give_back(state.guard, decisions, held)
+            decisions.append(decision)
             raise CapExceeded(decision)
+        decisions.append(decision)
 
     def _before(self) -> None:
         endpoint = request.endpoint
@@ -190,7 +195,9 @@ class FreqGuard:
         route = state.routes[endpoint]
         if route is not None:
             view = current_app.view_functions.get(endpoint)
-            g.freqguard_cap = getattr(view, "_freqguard_cap", None)  # decided here, with it
+            cap = getattr(view, "_freqguard_cap", None)
+            if cap is not None and cap.name is None:
+                g.freqguard_cap = cap  # decided here, with the route's limits
             self._hit(route)
 
     def _after(self, response: Response) -> Response:
@@ -253,18 +260,21 @@ class FreqGuard:
             key: the key function (default: the extension's).
             cost: what one request costs, charged to every cap of its hit (default: the
                 blueprint's for a view without one, else 1); a view's beats its blueprint's.
-            name: a view's policy name (default ``flask.<endpoint>``); views given the same
-                name share their caps. Not for a blueprint (see ``shared``).
+            name: a budget of its own, shared by every view given that name (one set of
+                rates), decided when the view runs, apart from the route's default limits
+                (whose hit is given back if it refuses). Not for a blueprint (see
+                ``shared``).
             shared: a blueprint's views share one budget (policy
                 ``flask-blueprint.<registered name>``) instead of one per route.
             defaults: a blueprint's cap adds to the limits around it instead of replacing
                 them (Flask-Limiter's ``override_defaults=False``).
 
         Raises:
-            ConfigError: at decoration, for a rate that does not parse, a bad name, cost or
-                flag, ``shared`` or ``defaults`` on a view, ``name`` on a blueprint, a
-                blueprint capped twice, or something neither a view nor a Blueprint; at
-                ``init_app`` or the first request, for a shared cap over a route with a cap
+            ConfigError: at decoration, for a rate that does not parse, a bad name, one
+                name given two sets of rates, a bad cost or flag, ``shared`` or
+                ``defaults`` on a view, ``name`` on a blueprint, a blueprint capped twice,
+                or something neither a view nor a Blueprint; at ``init_app`` or the first
+                request, for a shared cap over a route with a cap
                 of its own.
         """
         rates = rule_items(rule)
@@ -281,7 +291,7 @@ class FreqGuard:
                 "cannot also take each route's own default limits; choose one"
             )
         asked = BlueprintCap(rates, key or self._key, cost, shared, defaults)
-        return Capping(self._hit, asked, name)
+        return Capping(self._hit, asked, name, self._named)
 
     @overload
     def exempt(self, target: Blueprint) -> Blueprint: ...
@@ -356,6 +366,16 @@ def _check_settings(settings: Mapping[str, Any]) -> bool:
     if not isinstance(enabled, bool):
         raise ConfigError(f"FREQGUARD_ENABLED must be True or False, got {enabled!r}")
     return enabled
+
+
+def _give_back(guard: Guard, earlier: list[Decision], held: list[Decision]) -> None:
+    """A later cap refused the request (a named cap, decided in its view): what the earlier
+    hits took goes back, so that a refused request is counted by none; leases go back when
+    it is answered. Best effort: a store that fails now keeps it."""
+    for decision in earlier:
+        if decision.allowed and decision.receipt is not None and decision not in held:
+            with contextlib.suppress(BackendUnavailable):
+                guard.refund(decision)
 
 
 def _release_all(guard: Guard, held: list[Decision]) -> None:

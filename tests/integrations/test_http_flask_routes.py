@@ -156,3 +156,38 @@ def test_the_views_cost_is_charged_to_the_defaults_too(clock: ManualClock) -> No
 
     client = _app(clock, "5/minute", build)
     assert [client.post("/bulk").status_code for _ in range(2)] == [200, 429]  # 3 + 3 > 5
+
+
+def _named(app: Flask, fg: FreqGuard) -> None:
+    @app.post("/sms")
+    @fg.capped("2/minute", name="vendor")
+    def sms() -> str:
+        return "sms"
+
+    @app.post("/push")
+    @fg.capped("2/minute", name="vendor")
+    def push() -> str:
+        return "push"
+
+
+def test_a_named_cap_is_one_budget_and_each_routes_defaults_stay_its_own(
+    clock: ManualClock,
+) -> None:
+    """Flask-Limiter's shared_limit: views naming one budget share it; the default limits
+    still count per route, not per name (seen failing: the named policy held the defaults
+    too, so /sms and /push shared their 3/hour as well)."""
+    client = _app(clock, "3/hour", _named)
+    assert [client.post(p).status_code for p in ("/sms", "/push", "/sms")] == [200, 200, 429]
+    clock.advance(61)
+    # the refused /sms gave its default hit back: /sms has 2 of its 3/hour left
+    assert [client.post(p).status_code for p in ("/sms", "/sms")] == [200, 200]
+    clock.advance(61)
+    assert client.post("/sms").status_code == 429  # /sms's own 3/hour
+    assert client.post("/push").status_code == 200  # /push's own: 1 of 3 used
+
+
+def test_one_name_given_two_sets_of_rates_is_refused_at_decoration() -> None:
+    fg = FreqGuard()
+    fg.capped("2/minute", name="vendor")(lambda: "a")
+    with pytest.raises(ConfigError, match=r"name='vendor' is one budget: .* 3/minute"):
+        fg.capped("3/minute", name="vendor")(lambda: "b")
