@@ -10,9 +10,6 @@
 -- record through these functions, on the hash itself or on the bin's record, decoded once
 -- a call (rec.map) and written back once (bin_flush).
 
--- A record, and its fields named by the call (got[1] the meta field, got[i + 1] state i's;
--- false where absent). A binned one keeps in rec.map the fields it decoded or changed
--- (rec.touched: set or deleted), its other entries as they are.
 -- The fields `names` of a binned record, false where absent (an HMGET's reply).
 local function bin_get(rec, names)
   local got = {}
@@ -52,6 +49,9 @@ local function read_old_names(rec, got, argv, n)
   rec.moved = moved
 end
 
+-- A record, and its fields named by the call (got[1] the meta field, got[i + 1] state i's;
+-- false where absent). A binned one keeps in rec.map the fields it decoded or changed
+-- (rec.touched: set or deleted), its other entries as they are.
 local function open_record(keys, argv, n, record, writes)
   local key = keys[1]
   local rec, got
