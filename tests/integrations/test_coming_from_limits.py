@@ -72,7 +72,8 @@ def test_rate_strings(text: str) -> None:
     ours = [(rate.limit, rate.window_seconds) for rate in parse_rates(text)]
     assert theirs == ours
     assert parse_rate("5/m").limit == 5  # and django-ratelimit's, which limits refuses
-    with pytest.raises(ValueError, match="granularity"):
+    # limits 3.x says it cannot parse it, later releases name the granularity
+    with pytest.raises(ValueError, match=r"granularity|couldn't parse"):
         parse("5/m")
 
 
@@ -167,6 +168,8 @@ def test_fixed_window_denied_hits(clock: Clock) -> None:
 def test_sliding_window_counter(clock: Clock) -> None:
     """Ten hits late in one window; six seconds into the next, limits' counter weighs them
     at 54/60 and admits one more: eleven in the minute ending then. The log says no."""
+    if not hasattr(strategies, "SlidingWindowCounterRateLimiter"):  # limits 4.1 added it
+        pytest.skip("this limits has no sliding window counter: the row needs both sides")
     theirs = strategies.SlidingWindowCounterRateLimiter(storage.MemoryStorage())
     ours = _guard(clock, "10/minute")
     item = parse("10/minute")
