@@ -31,7 +31,7 @@ from freqguard.integrations._django_requests import (
     with_headers,
 )
 from freqguard.integrations._django_state import ViewCap, current
-from freqguard.integrations._http import KeyFunc, rule_items
+from freqguard.integrations._http import KeyFunc, check_methods, rule_items
 from freqguard.policy import Policy
 from freqguard.rules import Rule, check_name
 
@@ -140,15 +140,9 @@ def _methods(methods: Iterable[str] | None) -> frozenset[str] | None:
     Raises:
         ConfigError: not an iterable of method names (a bare string included).
     """
-    if methods is None:
+    chosen = check_methods(methods)
+    if chosen is None:
         return None
-    if isinstance(methods, str) or not all(
-        isinstance(m, str) and m.isascii() and m.isalpha() for m in methods
-    ):
-        raise ConfigError(f"methods must be a list of HTTP methods (['POST']), got {methods!r}")
-    chosen = frozenset(m.upper() for m in methods)
-    if not chosen:
-        raise ConfigError("methods must name at least one HTTP method, got none")
     return chosen | {"HEAD"} if "GET" in chosen else chosen
 
 

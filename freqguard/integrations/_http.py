@@ -37,6 +37,7 @@ __all__ = [
     "SkipRequest",
     "bad_request_body",
     "check_keyed",
+    "check_methods",
     "client_ip",
     "context_of",
     "header",
@@ -109,6 +110,23 @@ def path_param(name: str) -> KeyFunc:
     return declared(key, name)
 
 
+def check_methods(methods: Iterable[str] | None) -> frozenset[str] | None:
+    """The HTTP methods a cap applies to, upper case (None: every method).
+
+    Raises:
+        ConfigError: not an iterable of method names (a bare string, ``"POST"``, would be
+            its letters, matching no request), or none at all.
+    """
+    if methods is None:
+        return None
+    given = None if isinstance(methods, str) else tuple(methods)
+    if given is None or not all(isinstance(m, str) and m.isascii() and m.isalpha() for m in given):
+        raise ConfigError(f"methods must be a list of HTTP methods (['POST']), got {methods!r}")
+    if not given:
+        raise ConfigError("methods must name at least one HTTP method, got none (None: every)")
+    return frozenset(m.upper() for m in given)
+
+
 class Limit:
     """Requests matching ``path`` (and ``methods``) are capped by ``rule``, keyed by ``key``.
 
@@ -165,7 +183,7 @@ class Limit:
         name: str | None = None,
         on_error: object = None,
     ) -> None:
-        chosen = frozenset(m.upper() for m in methods) if methods else None
+        chosen = check_methods(methods)
         methods_text = "-".join(sorted(chosen or ["ANY"]))
         fields = {
             "path": check_pattern(path),

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import httpx
+import pytest
 from flask import Flask
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -14,7 +15,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from werkzeug.test import Client
 
-from freqguard import AsyncGuard, Guard, ManualClock, MemoryBackend
+from freqguard import AsyncGuard, ConfigError, Guard, ManualClock, MemoryBackend
 from freqguard.integrations.flask import FreqGuard
 from freqguard.integrations.starlette import FreqGuardMiddleware, Limit
 from freqguard.integrations.wsgi import FreqGuardMiddleware as WSGIMiddleware
@@ -94,3 +95,19 @@ def test_flask_head_counts_against_a_get_view_cap(clock: ManualClock) -> None:
     codes = [client.open("/page", method=m).status_code for m in CALLS]
     assert codes == [200] * 3 + [429] * 10
     assert ran == ["GET"] * 3
+
+
+@pytest.mark.parametrize("methods", ["POST", "", [], ["PO ST"], [1], b"POST"])
+def test_a_limits_methods_that_match_nothing_or_everything_by_mistake_are_refused(
+    methods: object,
+) -> None:
+    """Found by a new user's first hour: Limit("/sms", "2/minute", methods="POST") took
+    the string's letters as methods, so no request matched and the route went uncapped;
+    methods=[] capped every method. Each is a ConfigError naming the value, as Django's
+    capped(methods=) already was."""
+    with pytest.raises(ConfigError, match=r"methods must (be a list of HTTP methods|name at)"):
+        Limit("/sms", "2/minute", methods=methods)  # type: ignore[arg-type]
+
+
+def test_a_limits_methods_may_be_any_iterable_of_names() -> None:
+    assert Limit("/sms", "2/minute", methods=(m for m in ["post"])).methods == {"POST"}
