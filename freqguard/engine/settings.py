@@ -48,8 +48,8 @@ def check_backend(guard: str, backend: object, methods: tuple[str, ...]) -> None
     else:
         got = _short(repr(backend))
         other = "AsyncGuard" if guard == "Guard" else "Guard"
-        methods = ("aexecute", "aexecute_many") if guard == "Guard" else ("execute", "execute_many")
-        if all(callable(getattr(backend, name, None)) for name in methods):
+        theirs = ("aexecute", "aexecute_many") if guard == "Guard" else ("execute", "execute_many")
+        if all(callable(getattr(backend, name, None)) for name in theirs):
             # the hint first: a client's repr can run to hundreds of characters
             got = f"{type(backend).__name__}, which serves {other}, not {guard} ({got})"
     kind = "a sync" if guard == "Guard" else "an async"

@@ -110,4 +110,4 @@ def test_a_limits_methods_that_match_nothing_or_everything_by_mistake_are_refuse
 
 
 def test_a_limits_methods_may_be_any_iterable_of_names() -> None:
-    assert Limit("/sms", "2/minute", methods=(m for m in ["post"])).methods == {"POST"}
+    assert Limit("/sms", "2/minute", methods=(m for m in ["post"])).methods == frozenset({"POST"})

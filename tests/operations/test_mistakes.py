@@ -37,13 +37,19 @@ def test_an_async_only_backend_is_refused_by_guard(
     async_redis_backend: AsyncRedisBackend,
 ) -> None:
     with pytest.raises(
-        TypeError, match=r"Guard needs a sync backend.*AsyncRedisBackend.*AsyncGuard"
+        TypeError,
+        match=r"Guard needs a sync backend \(with execute, execute_many, close and clock\)"
+        r".*AsyncRedisBackend.*AsyncGuard",
     ):
         Guard(async_redis_backend, [POLICY])  # type: ignore[arg-type]  # mypy sees it too
 
 
 def test_a_sync_only_backend_is_refused_by_async_guard(redis_backend: RedisBackend) -> None:
-    with pytest.raises(TypeError, match=r"AsyncGuard needs an async backend.*RedisBackend.*Guard"):
+    with pytest.raises(
+        TypeError,
+        match=r"AsyncGuard needs an async backend \(with aexecute, aexecute_many, aclose and"
+        r" clock\).*RedisBackend.*Guard",
+    ):
         AsyncGuard(redis_backend, [POLICY])  # type: ignore[arg-type]
 
 
