@@ -176,7 +176,20 @@ class Hits:
         Hits that failed (a cluster node, say) are answered by ``on_error``, the rest by the
         store."""
         plan = self._policies.plan(policy)
-        hits = [self.hit(policy, cost, ctx) for ctx in contexts]
+        if isinstance(contexts, (Mapping, str, bytes)):
+            raise ConfigError(
+                f"hit_many takes a list of contexts (dicts of dimension values, "
+                f"[{{'recipient': 'a'}}, ...]), got one {type(contexts).__name__}: "
+                f"{_short(contexts)}; for one hit, hit(policy, **context)"
+            )
+        hits = []
+        for index, ctx in enumerate(contexts):
+            if not isinstance(ctx, Mapping):
+                raise ConfigError(
+                    f"hit_many's context {index} must be a dict of dimension values, got "
+                    f"{type(ctx).__name__}: {_short(ctx)}"
+                )
+            hits.append(self.hit(policy, cost, ctx))
         sent = [hit for hit in hits if hit.cached is None]
         checked = plan.check_cost(cost)
         texts = [dict(hit.texts) for hit in sent]
@@ -241,3 +254,8 @@ class Hits:
         except CapExceeded as exc:
             self._observers.decided(exc.decision, hit.texts, perf_counter() - hit.start)
             raise
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -153,3 +153,21 @@ def test_a_backend_for_the_other_guard_says_so_first() -> None:
     message = str(raised.value)
     assert "got AsyncRedisBackend, which serves AsyncGuard, not Guard (" in message
     assert len(message) < 300
+
+
+@pytest.mark.parametrize(
+    ("contexts", "said"),
+    [
+        ({"user": "u"}, r"hit_many takes a list of contexts .* got one dict"),
+        ("user=u", r"hit_many takes a list of contexts .* got one str"),
+        (["user=u"], r"hit_many's context 0 must be a dict of dimension values, got str"),
+        ([{"user": "u"}, None], r"context 1 must be a dict .* got NoneType"),
+    ],
+)
+def test_hit_many_given_the_wrong_shape_says_what_it_takes(contexts: object, said: str) -> None:
+    """Found by a new user's first hour: one dict, or a list of strings, raised an
+    AttributeError from inside the guard."""
+    guard = Guard(MemoryBackend(), [Policy("p", Rule("5/minute", by="user"))])
+    with pytest.raises(ConfigError, match=said):
+        guard.hit_many("p", contexts)  # type: ignore[arg-type]
+    assert guard.peek("p", user="u").remaining == 5  # nothing counted
