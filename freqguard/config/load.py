@@ -27,7 +27,7 @@ from freqguard.config.schema import SchemaError, check
 from freqguard.engine.breaker import Breaker
 from freqguard.engine.denycache import DenyCache
 from freqguard.engine.failover import shared_out
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, install
 from freqguard.observe.base import LoggingObserver, Observer
 from freqguard.policy import Fallback, Policy, QuietHours
 from freqguard.rules import Rule, TierRates, check_name
@@ -332,7 +332,11 @@ def _build(data: object, source: str, where: Where) -> Config:
     return config
 
 
-_EXTRAS = {"prometheus": "prometheus_client", "opentelemetry": "opentelemetry"}
+#: each observer's module, and the extra that installs it
+_EXTRAS = {
+    "prometheus": ("prometheus_client", "prometheus"),
+    "opentelemetry": ("opentelemetry", "otel"),
+}
 
 
 def _check_options(
@@ -358,9 +362,13 @@ def _check_options(
         except ConfigError as exc:
             raise fail(("prefix",), f"prefix: {exc}") from None
     for position, name in enumerate(data.get("observers", ())):
-        extra = _EXTRAS.get(name)
-        if extra is not None and find_spec(extra) is None:
-            raise fail(("observers", position), f"observer {name!r} needs {extra} installed")
+        needs = _EXTRAS.get(name)
+        if needs is not None and find_spec(needs[0]) is None:
+            module, extra = needs
+            raise fail(
+                ("observers", position),
+                f"observer {name!r} needs {module} installed: {install(extra)}",
+            )
     try:
         _breaker(data.get("breaker", True))
     except ConfigError as exc:

@@ -5,6 +5,7 @@ implementation."""
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,22 @@ def test_each_guard_gets_the_configured_observers() -> None:
     config = loads('observers = ["logging"]\n' + BASE)
     for guard in (config.guard(), config.async_guard()):
         assert [type(observer) for observer in guard.observers] == [LoggingObserver]
+
+
+@pytest.mark.parametrize(
+    ("name", "extra"), [("prometheus", "prometheus"), ("opentelemetry", "otel")]
+)
+def test_an_observer_whose_library_is_missing_names_the_extra_to_install(
+    name: str, extra: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a new user's first hour: docs/config.md's file names the prometheus observer,
+    and the base install said only that prometheus_client was missing."""
+    module = sys.modules["freqguard.config.load"]  # the package's `load` is the function
+    monkeypatch.setattr(module, "find_spec", lambda name: None)
+    with pytest.raises(
+        ConfigError, match=rf"observer '{name}' needs .* pip install -e '\.\[{extra}\]'"
+    ):
+        loads(f'observers = ["{name}"]\n' + BASE)
 
 
 def test_metrics_observers_are_shared_by_every_configuration_of_a_process() -> None:
