@@ -72,10 +72,20 @@ def rows(guard: Guard, clock: ManualClock) -> Iterator[tuple[str, ...]]:
 
 def _backend(url: str | None) -> tuple[Any, str]:
     """The demo's store: in memory, or the one ``url`` names under a prefix of this run's
-    own (its records expire by themselves)."""
+    own (whose keys :func:`_close` deletes)."""
     if url is None:
         return MemoryBackend(), "fg"
     return backend_from_url(url), f"fgdemo-{secrets.token_hex(4)}"
+
+
+def _close(guard: Guard, backend: Any, prefix: str) -> None:
+    """The scene's guard closed, and on a store, every key it wrote deleted: a demo leaves
+    nothing behind."""
+    if not isinstance(backend, MemoryBackend):
+        from freqguard.cli.store import delete_keys
+
+        delete_keys(backend.client, prefix, really=True)
+    guard.close()
 
 
 def main(url: str | None = None) -> None:
@@ -87,7 +97,10 @@ def main(url: str | None = None) -> None:
     table = [header, *rows(guard, clock)]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     print("freqguard demo: the SMS policy (per recipient 15/minute and 50/day; per recipient")
-    print("and content 2 per 59 seconds and 5 per 59 minutes), in-memory backend\n")
+    where = (
+        "in-memory backend" if url is None else f"on {url.partition('://')[0]}://, prefix {prefix}"
+    )
+    print(f"and content 2 per 59 seconds and 5 per 59 minutes), {where}\n")
     for n, row in enumerate(table):
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
         if n == 0:
@@ -95,7 +108,7 @@ def main(url: str | None = None) -> None:
     sent = sum(1 for row in table[1:] if row[3] == "sent")
     print(f"\n{sent} sent, {len(table) - 1 - sent} blocked; a blocked message consumed nothing.")
     print("* left: what the tightest rule still admits for that recipient and content.")
-    guard.close()
+    _close(guard, backend, prefix)
     messaging(url)
 
 
@@ -131,7 +144,7 @@ def messaging(url: str | None = None) -> None:
         assert decision.allowed
     print("\nThe OTP went out in the quiet hours; the sale waited for the morning; marketing")
     print("stopped at its 2 of Friday's 3, and the parcel notice took the third.")
-    guard.close()
+    _close(guard, backend, prefix)
 
 
 def _local(clock: ManualClock) -> str:

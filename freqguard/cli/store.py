@@ -149,7 +149,16 @@ def flush(args: argparse.Namespace) -> int:
     backend, prefix, _ = _store(args.config, "freqguard flush")
     if args.prefix is not None:
         prefix = check_name("key prefix", args.prefix)
-    client = backend.client
+    deleted = delete_keys(backend.client, prefix, args.yes)
+    done = {"prefix": prefix, "keys": deleted, "deleted": bool(args.yes)}
+    what = "deleted" if args.yes else "would delete (give --yes)"
+    out(args, done, lambda: [["prefix", what], [prefix, str(deleted)]])
+    return EXIT_OK
+
+
+def delete_keys(client: Any, prefix: str, really: bool) -> int:
+    """Every key freqguard wrote under ``prefix`` in the store ``client`` reaches (each
+    primary of a Cluster), unlinked if ``really``; how many."""
     from redis.cluster import RedisCluster
 
     from freqguard.backends._boundary import boundary
@@ -169,13 +178,10 @@ def flush(args: argparse.Namespace) -> int:
                     continue
                 batch.append(key)
                 if len(batch) == 500:
-                    deleted += _unlink(client, batch, args.yes)
+                    deleted += _unlink(client, batch, really)
                     batch = []
-            deleted += _unlink(client, batch, args.yes)
-    done = {"prefix": prefix, "keys": deleted, "deleted": bool(args.yes)}
-    what = "deleted" if args.yes else "would delete (give --yes)"
-    out(args, done, lambda: [["prefix", what], [prefix, str(deleted)]])
-    return EXIT_OK
+            deleted += _unlink(client, batch, really)
+    return deleted
 
 
 def _unlink(client: Any, keys: list[bytes], really: bool) -> int:
