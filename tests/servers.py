@@ -44,8 +44,14 @@ def _ports() -> range:
     the default; another for a second checkout's suite run beside this one), and under
     pytest-xdist each worker its own stretch of it (``gw0``, ``gw1``, ...), so two workers
     never race for one port."""
-    low, _, high = os.environ.get("FREQGUARD_TEST_PORTS", "20000-55000").partition("-")
+    given = os.environ.get("FREQGUARD_TEST_PORTS", "20000-55000")
+    low, _, high = given.partition("-")
     start, end = int(low), int(high)
+    if not 1024 <= start < end <= 65_535 - 10_000:  # a cluster node's bus port is port + 10000
+        raise ValueError(
+            f"FREQGUARD_TEST_PORTS={given!r}: give LOW-HIGH with 1024 <= LOW < HIGH <= 55535"
+            " (a cluster node also binds its port + 10000)"
+        )
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
     count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))

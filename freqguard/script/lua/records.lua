@@ -138,12 +138,17 @@ end
 -- Fields whose expiry has passed no longer matter; they go once the record holds more than
 -- prune_at fields, which then doubles what is left: amortized O(1) per write. Only on the
 -- server's time: a pinned record goes whole, in real time (its TTL), as in the memory twin.
+-- What is left, and whether a state in it is still under its old name (MOVING_LAYOUT).
 local function prune(rec, now)
-  local all, stale = rec_all(rec), {}
+  local all, stale, old = rec_all(rec), {}, false
   for i = 1, #all, 2 do
     local name = all[i]
-    if name ~= '' and sunpack(FIELD_HEAD, all[i + 1]) <= now - STALE_GRACE_US then
-      stale[#stale + 1] = name
+    if name ~= '' then
+      if sunpack(FIELD_HEAD, all[i + 1]) <= now - STALE_GRACE_US then
+        stale[#stale + 1] = name
+      elseif #name % 8 == OLD_TAG_BYTES then
+        old = true  -- a live state under its old name (see move_old_names)
+      end
     end
   end
   if #stale > 0 then rec_drop_fields(rec, stale) end
@@ -151,7 +156,7 @@ local function prune(rec, now)
   for i = 1, #all, 2 do
     if all[i] ~= '' then live = live + 1 end
   end
-  return live
+  return live, old
 end
 
 -- The record's expiry after a write of that latest expiry, and its TTL (ms) when it must be
@@ -196,24 +201,27 @@ end
 -- under the call's names (as they were, when the call left them as they were) and their old
 -- fields deleted; old names of states the call did not name stay, but those whose expiry
 -- has passed go (on the server's time, as prune). The layout to stamp: MOVING_LAYOUT while
--- a field is still named the old way, else RECORD_LAYOUT; and how many fields went.
+-- a field may still be named the old way, else RECORD_LAYOUT; how many fields went; and
+-- the latest expiry of the states moved (the record's TTL must cover them: a LIMIT call's
+-- reads the fields, where they are not yet). A write that moves nothing reads nothing more:
+-- the record stays MOVING_LAYOUT until a move or a prune finds no old name left.
 local function move_old_names(rec, got, sets, drops, clock, pinned)
   local moved = rec.moved or {}
-  if #moved > 0 then
-    local named, olds = {}, {}
-    for i = 1, #sets, 2 do named[sets[i]] = true end
-    for i = 1, #drops do named[drops[i]] = true end
-    for j = 1, #moved, 2 do
-      local i = moved[j + 1]
-      local name = rec.argv[ARGV_FIELDS - 1 + i]
-      if not named[name] then
-        sets[#sets + 1] = name
-        sets[#sets + 1] = got[i + 1]
-      end
-      olds[#olds + 1] = moved[j]
+  if #moved == 0 then return MOVING_LAYOUT, 0, 0 end
+  local named, olds, latest = {}, {}, 0
+  for i = 1, #sets, 2 do named[sets[i]] = true end
+  for i = 1, #drops do named[drops[i]] = true end
+  for j = 1, #moved, 2 do
+    local i = moved[j + 1]
+    local name = rec.argv[ARGV_FIELDS - 1 + i]
+    latest = max(latest, (sunpack(FIELD_HEAD, got[i + 1])))
+    if not named[name] then
+      sets[#sets + 1] = name
+      sets[#sets + 1] = got[i + 1]
     end
-    rec_drop_fields(rec, olds)
+    olds[#olds + 1] = moved[j]
   end
+  rec_drop_fields(rec, olds)
   local all, left, stale = rec_all(rec), false, {}
   for i = 1, #all, 2 do
     local name = all[i]
@@ -226,7 +234,7 @@ local function move_old_names(rec, got, sets, drops, clock, pinned)
     end
   end
   if #stale > 0 then rec_drop_fields(rec, stale) end
-  return left and MOVING_LAYOUT or RECORD_LAYOUT, #stale
+  return left and MOVING_LAYOUT or RECORD_LAYOUT, #stale, latest
 end
 
 -- Write: the changed fields, the meta field (with the limits, `tail`), the record's TTL; an
@@ -236,11 +244,11 @@ local function write_record(rec, got, sets, drops, latest, added, now, clock, pi
   local meta, stamp, record_expiry, fields, prune_at = got[1], 0, 0, 0, PRUNE_FLOOR
   if meta then stamp, record_expiry, fields, prune_at = sunpack(RECORD_META, meta) end
   if #drops > 0 then rec_drop_fields(rec, drops) end
-  local layout = RECORD_LAYOUT
+  local layout, gone = RECORD_LAYOUT, 0
   if stamp >= LAYOUT_STAMPS + OLDEST_LAYOUT and stamp <= LAYOUT_STAMPS + MOVING_LAYOUT then
-    local gone
-    layout, gone = move_old_names(rec, got, sets, drops, clock, pinned)
-    fields = fields - gone
+    local moved_latest
+    layout, gone, moved_latest = move_old_names(rec, got, sets, drops, clock, pinned)
+    fields, latest = fields - gone, max(latest, moved_latest)
   end
   fields = fields + added - #drops
   if #sets == 0 and fields <= 0 then fields = rec_count(rec) - 1 end
@@ -250,8 +258,10 @@ local function write_record(rec, got, sets, drops, latest, added, now, clock, pi
   end
   if fields > prune_at and not pinned then  -- pinned records go in real time (their TTL)
     if #sets > 0 then rec_set(rec, sets) end
-    sets, fields = {}, prune(rec, clock)
+    local old_left
+    sets, fields, old_left = {}, prune(rec, clock)
     prune_at = max(PRUNE_FLOOR, 2 * fields)
+    if not old_left then layout = RECORD_LAYOUT end
   end
   local ttl_ms, given = nil, record_expiry
   if lim.tail == '' and not lim.changed then
@@ -261,8 +271,8 @@ local function write_record(rec, got, sets, drops, latest, added, now, clock, pi
     record_expiry, ttl_ms = limits_ttl(rec, record_expiry, latest, held, now, clock, pinned,
       lim.changed)
   end
-  if ttl_ms or record_expiry ~= given or added > 0 or #drops > 0 or not meta or lim.changed
-    or stamp ~= LAYOUT_STAMPS + layout then  -- an older layout's record: stamped anew
+  if ttl_ms or record_expiry ~= given or added > 0 or #drops > 0 or gone > 0 or not meta
+    or lim.changed or stamp ~= LAYOUT_STAMPS + layout then  -- an older layout's record: stamped anew
     sets[#sets + 1] = ''
     sets[#sets + 1] = pack(RECORD_META, LAYOUT_STAMPS + layout, record_expiry,
       max(fields, 0), prune_at) .. lim.tail
