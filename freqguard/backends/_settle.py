@@ -10,6 +10,8 @@ the result                            the step (:func:`next_step`)
 "Function not found" / NOSCRIPT       :data:`LOAD`: again behind the library's load,
 (``_library.missing``)                then in transactions no flush can come between
 UNCLAIMED (``_claims.unclaimed``)     :data:`CLAIM`: again once the bin is claimed
+                                      (up to three times: a claimed bin can be
+                                      swept away before the resend)
 BINS_OTHER (``_claims.other_bins``)   a :class:`~freqguard.ConfigError`, raised
 MOVED, ASK, TRYAGAIN, a lost node     :data:`REROUTE`: the long way (the cluster
 (on a cluster: ``_routing.REROUTE``)  client follows it, its slot map learnt again)
@@ -37,6 +39,9 @@ LOAD, CLAIM, REROUTE = "load", "claim", "reroute"
 
 #: loads a settling may send: behind the load, then atomically; as many for a claim's resend
 _LOADS = 4
+#: claims a settling may make: a bin claimed can be swept away, emptied, by another client's
+#: write before the resend comes (seen under load), so the claim is made again, bounded
+_CLAIMS = 3
 
 
 class Settling:
@@ -46,12 +51,12 @@ class Settling:
         failed: positions whose error is final (a failure, not a step's to mend).
     """
 
-    __slots__ = ("_bins", "_claimed", "_cluster", "_loads", "_rerouted", "failed")
+    __slots__ = ("_bins", "_claims", "_cluster", "_loads", "_rerouted", "failed")
 
     def __init__(self, cluster: bool, bins: int) -> None:
         self._cluster, self._bins = cluster, bins
         self._loads = 0
-        self._claimed = False
+        self._claims = 0
         self._rerouted: set[int] = set()
         self.failed: set[int] = set()
 
@@ -70,7 +75,7 @@ class Settling:
                 continue
             if missing(result) and self._loads < _LOADS:
                 loads.append(index)
-            elif self._bins and unclaimed(result) and not self._claimed:
+            elif self._bins and unclaimed(result) and self._claims < _CLAIMS:
                 claims.append(index)
             elif self._cluster and isinstance(result, _REROUTE) and index not in self._rerouted:
                 reroutes.append(index)
@@ -84,7 +89,7 @@ class Settling:
             self._loads += 1
             return LOAD, loads
         if claims:
-            self._claimed = True
+            self._claims += 1
             return CLAIM, claims
         if reroutes:
             self._rerouted.update(reroutes)
