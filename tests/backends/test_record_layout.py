@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -159,17 +159,24 @@ def dropped() -> Iterator[list[int]]:
 OLD_STRATEGIES = [s for s in RATE_STRATEGIES if s is not Strategy.ROLLING_WINDOW]
 
 
-def _upgrades(test: Any) -> Any:
-    """A property test of an upgrade: random rules, contexts, and operations before and
-    after the swap of functions (the differential tests' generators)."""
-    return settings(max_examples=examples(60))(
-        given(
-            rules=st.lists(rule(OLD_STRATEGIES), min_size=1, max_size=4),
-            pool=st.lists(ctx, min_size=1, max_size=3),
-            before=st.lists(op, min_size=1, max_size=30),
-            after=st.lists(op, min_size=1, max_size=30),
-        )(test)
-    )
+def _upgrading(strategies: Sequence[Strategy], quick: int) -> Callable[[Any], Any]:
+    """A property test of an upgrade: random rules of ``strategies``, contexts, and
+    operations before and after the swap of functions (the differential tests' generators)."""
+
+    def made(test: Any) -> Any:
+        return settings(max_examples=examples(quick))(
+            given(
+                rules=st.lists(rule(list(strategies)), min_size=1, max_size=4),
+                pool=st.lists(ctx, min_size=1, max_size=3),
+                before=st.lists(op, min_size=1, max_size=30),
+                after=st.lists(op, min_size=1, max_size=30),
+            )(test)
+        )
+
+    return made
+
+
+_upgrades = _upgrading(OLD_STRATEGIES, 60)
 
 
 def test_the_fixtures_are_0_1_functions() -> None:
@@ -233,26 +240,43 @@ def test_records_with_every_state_in_full_are_read_on_exactly(
     seen = calls.dropped_records[0]
     client = redis_server.client
     policy = _unique(rules)
-    clock, reference_clock = ManualClock(START), ManualClock(START)
     backend = _OldCalls(redis_backend)
+    _read_on_exactly(client, backend, FULL_0_2, policy, pool, before, after, one_part=True)
+    assert calls.dropped_records[0] == seen  # read, never dropped
+
+
+def _read_on_exactly(
+    client: Redis,
+    backend: _OldCalls,
+    old: str,
+    policy: Policy,
+    pool: list[dict[str, str]],
+    before: list[Any],
+    after: list[Any],
+    one_part: bool = False,
+) -> None:
+    """``before`` replayed through the ``old`` function (and ``backend``'s old encoding),
+    then the swap to this release's; the hits made before it are given back after it (their
+    receipts name the states' generations as the older layout stored them), then ``after``:
+    every decision the memory backend's over the whole sequence. ``one_part``: limits set
+    on one part's rules only (see :func:`_limits_of_one_part`)."""
+    clock, reference_clock = ManualClock(START), ManualClock(START)
     guard = Guard(backend, [policy], clock=clock)
     reference = Guard(MemoryBackend(), [policy], clock=reference_clock)
-    before = _limits_of_one_part(guard, policy, before)
-    _deploy(client, FULL_0_2)
+    if one_part:
+        before = _limits_of_one_part(guard, policy, before)
+    _deploy(client, old)
     try:
         written = _replay(guard, clock, policy, pool, before)
         expected = _replay(reference, reference_clock, policy, pool, before)
         assert written == expected
         _deploy(client, LIBRARY)
         backend.old = False
-        # the hits made before the swap are given back after it: their receipts name the
-        # states' generations as the full forms stored them
         for mine, theirs in zip(_unspent(written), _unspent(expected), strict=True):
             assert guard.refund(mine) == reference.refund(theirs)
         assert _replay(guard, clock, policy, pool, after) == _replay(
             reference, reference_clock, policy, pool, after
         )
-        assert calls.dropped_records[0] == seen  # read, never dropped
     finally:
         _deploy(client, LIBRARY)
 
@@ -473,13 +497,7 @@ def test_the_tags_fixture_writes_layout_3_and_bin_layout_4() -> None:
 
 
 @pytest.mark.parametrize("store", ["redis", "binned"])
-@settings(max_examples=examples(40))
-@given(
-    rules=st.lists(rule(RATE_STRATEGIES), min_size=1, max_size=4),
-    pool=st.lists(ctx, min_size=1, max_size=3),
-    before=st.lists(op, min_size=1, max_size=30),
-    after=st.lists(op, min_size=1, max_size=30),
-)
+@_upgrading(RATE_STRATEGIES, 40)  # the tags fixture decides every strategy of this release
 def test_records_with_states_under_their_old_names_are_read_on_exactly(
     store: str,
     request: pytest.FixtureRequest,
@@ -497,25 +515,9 @@ def test_records_with_states_under_their_old_names_are_read_on_exactly(
     seen = calls.dropped_records[0]
     client = redis_server.client
     policy = _unique(rules)
-    clock, reference_clock = ManualClock(START), ManualClock(START)
     backend = _OldCalls(request.getfixturevalue(f"{store}_backend"), tags_only=True)
-    guard = Guard(backend, [policy], clock=clock)
-    reference = Guard(MemoryBackend(), [policy], clock=reference_clock)
-    _deploy(client, TAGS_0_2)
-    try:
-        written = _replay(guard, clock, policy, pool, before)
-        expected = _replay(reference, reference_clock, policy, pool, before)
-        assert written == expected
-        _deploy(client, LIBRARY)
-        backend.old = False
-        for mine, theirs in zip(_unspent(written), _unspent(expected), strict=True):
-            assert guard.refund(mine) == reference.refund(theirs)
-        assert _replay(guard, clock, policy, pool, after) == _replay(
-            reference, reference_clock, policy, pool, after
-        )
-        assert calls.dropped_records[0] == seen  # read, never dropped
-    finally:
-        _deploy(client, LIBRARY)
+    _read_on_exactly(client, backend, TAGS_0_2, policy, pool, before, after)
+    assert calls.dropped_records[0] == seen  # read, never dropped
 
 
 def test_a_record_is_stamped_moving_while_an_old_name_is_left_in_it(
