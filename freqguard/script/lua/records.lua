@@ -203,9 +203,13 @@ end
 -- has passed go (on the server's time, as prune). The layout to stamp: MOVING_LAYOUT while
 -- a field may still be named the old way, else RECORD_LAYOUT; how many fields went; and
 -- the latest expiry of the states moved (the record's TTL must cover them: a LIMIT call's
--- reads the fields, where they are not yet). A write that moves nothing reads nothing more:
+-- reads the fields, where they are not yet). A record whose `stamp` is this layout's has
+-- nothing to move. A write that moves nothing reads nothing more:
 -- the record stays MOVING_LAYOUT until a move or a prune finds no old name left.
-local function move_old_names(rec, got, sets, drops, clock, pinned)
+local function move_old_names(rec, got, sets, drops, stamp, clock, pinned)
+  if stamp < LAYOUT_STAMPS + OLDEST_LAYOUT or stamp > LAYOUT_STAMPS + MOVING_LAYOUT then
+    return RECORD_LAYOUT, 0, 0  -- this layout's record (or a new one): nothing to move
+  end
   local moved = rec.moved or {}
   if #moved == 0 then return MOVING_LAYOUT, 0, 0 end
   local named, olds, latest = {}, {}, 0
@@ -244,12 +248,8 @@ local function write_record(rec, got, sets, drops, latest, added, now, clock, pi
   local meta, stamp, record_expiry, fields, prune_at = got[1], 0, 0, 0, PRUNE_FLOOR
   if meta then stamp, record_expiry, fields, prune_at = sunpack(RECORD_META, meta) end
   if #drops > 0 then rec_drop_fields(rec, drops) end
-  local layout, gone = RECORD_LAYOUT, 0
-  if stamp >= LAYOUT_STAMPS + OLDEST_LAYOUT and stamp <= LAYOUT_STAMPS + MOVING_LAYOUT then
-    local moved_latest
-    layout, gone, moved_latest = move_old_names(rec, got, sets, drops, clock, pinned)
-    fields, latest = fields - gone, max(latest, moved_latest)
-  end
+  local layout, gone, moved_latest = move_old_names(rec, got, sets, drops, stamp, clock, pinned)
+  fields, latest = fields - gone, max(latest, moved_latest)
   fields = fields + added - #drops
   if #sets == 0 and fields <= 0 then fields = rec_count(rec) - 1 end
   if #sets == 0 and fields <= 0 and lim.tail == '' then
