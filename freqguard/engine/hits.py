@@ -176,7 +176,15 @@ class Hits:
         Hits that failed (a cluster node, say) are answered by ``on_error``, the rest by the
         store."""
         plan = self._policies.plan(policy)
-        hits = [self.hit(policy, cost, ctx) for ctx in contexts]
+        hits = []
+        for index, ctx in enumerate(contexts):
+            try:
+                hits.append(self.hit(policy, cost, ctx))
+            except ConfigError as exc:  # a context's fault is named by its place in the batch
+                if exc.field is None or not exc.field.startswith("context"):
+                    raise
+                exc.field = f"contexts[{index}]{exc.field.removeprefix('context')}"
+                raise
         sent = [hit for hit in hits if hit.cached is None]
         checked = plan.check_cost(cost)
         texts = [dict(hit.texts) for hit in sent]
