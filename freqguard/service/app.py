@@ -85,13 +85,19 @@ def decision_json(decision: Decision) -> dict[str, Any]:
 
 
 class JSON(Response):
-    """An answer of ``application/json``, encoded by msgspec (a struct of
-    :mod:`freqguard.service.schema`, or plain values)."""
+    """A 200 of ``application/json``, encoded by msgspec (a struct of
+    :mod:`freqguard.service.schema`, or plain values), its head made at once: nothing of
+    Starlette's own ``__init__`` (a charset, a background) serves it."""
 
     media_type = "application/json"
 
-    def render(self, content: Any) -> bytes:
-        return schema.encode(content)
+    def __init__(self, content: Any) -> None:
+        self.status_code, self.background = 200, None
+        self.body = body = schema.encode(content)
+        self.raw_headers = [(b"content-length", b"%d" % len(body)), _JSON_TYPE]
+
+
+_JSON_TYPE = (b"content-type", b"application/json")
 
 
 @dataclass(frozen=True)
