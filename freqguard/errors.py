@@ -44,15 +44,15 @@ class ConfigError(FreqGuardError, ValueError):
     The message names the bad value and what is allowed. Raised before any state changes.
 
     Attributes:
-        field: the call's argument at fault, where it is one: ``cost``, ``rate``, ``ttl``,
-            ``rule``, ``rules`` (``rules[1]``: one of those named), ``context`` (the
-            context as a whole) or one of its values by name (``context.recipient``;
+        argument: the call's argument at fault, where it is one: ``cost``, ``rate``,
+            ``ttl``, ``rule``, ``rules`` (``rules[1]``: one of those named), ``context``
+            (the context as a whole) or one of its values by name (``context.recipient``;
             ``contexts[2].recipient`` in a batch); None otherwise.
     """
 
-    def __init__(self, *args: object, field: str | None = None) -> None:
+    def __init__(self, *args: object, argument: str | None = None) -> None:
         super().__init__(*args)
-        self.field = field
+        self.argument = argument
 
 
 class ContextError(ConfigError):

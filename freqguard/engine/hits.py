@@ -181,9 +181,9 @@ class Hits:
             try:
                 hits.append(self.hit(policy, cost, ctx))
             except ConfigError as exc:  # a context's fault is named by its place in the batch
-                if exc.field is None or not exc.field.startswith("context"):
+                if exc.argument is None or not exc.argument.startswith("context"):
                     raise
-                exc.field = f"contexts[{index}]{exc.field.removeprefix('context')}"
+                exc.argument = f"contexts[{index}]{exc.argument.removeprefix('context')}"
                 raise
         sent = [hit for hit in hits if hit.cached is None]
         checked = plan.check_cost(cost)

@@ -162,7 +162,7 @@ class PolicyPlan:
                 problems.append(f"unknown dimension(s) {', '.join(unknown)}")
             raise ConfigError(
                 f"policy {self.name!r}: {'; '.join(problems)} (it takes: {wanted})",
-                field=f"context.{(unknown or missing)[0]}",
+                argument=f"context.{(unknown or missing)[0]}",
             )
         # a str as it is, without a call (the usual value); any other checked by value_text
         return {d: v if type(v) is str else value_text(self.name, d, v) for d, v in ctx.items()}
@@ -171,14 +171,15 @@ class PolicyPlan:
         """Validate a cost: an integer >= 0 that some hit could ever be granted."""
         if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
             raise ConfigError(
-                f"cost must be an integer >= 0, got {cost!r} (policy {self.name!r})", field="cost"
+                f"cost must be an integer >= 0, got {cost!r} (policy {self.name!r})",
+                argument="cost",
             )
         if upper and self._narrow is not None and cost > self._narrow.capacity:
             rule = self._narrow.id
             raise ConfigError(
                 f"cost {cost} exceeds the capacity {self._narrow.capacity} of rule {rule!r} "
                 f"(policy {self.name!r}): no hit of that cost could ever be allowed",
-                field="cost",
+                argument="cost",
             )
         return cost
 

@@ -64,7 +64,7 @@ def _texts(plan: PolicyPlan, ctx: Mapping[str, object]) -> dict[str, str]:
         raise ConfigError(
             f"policy {plan.name!r}: a reset takes the values of its dimensions "
             f"({', '.join(plan.dimensions) or 'none'}), got unknown {', '.join(unknown)}",
-            field=f"context.{unknown[0]}",
+            argument=f"context.{unknown[0]}",
         )
     return {name: value_text(plan.name, name, value) for name, value in ctx.items()}
 
@@ -85,7 +85,7 @@ def _chosen(
                 f"({', '.join(sorted(given))}), and a reset forgets only the states of the "
                 f"dimensions it is given; its rules are keyed by {', '.join(keyed)}: give "
                 f"those values, or {NAME_THE_RULES}",
-                field="context",
+                argument="context",
             )
         return found
     if isinstance(rules, (str, Rule)):
@@ -99,23 +99,25 @@ def _chosen(
             known = ", ".join(repr(r.id) for r in policy.rules)
             raise ConfigError(
                 f"policy {plan.name!r} has no rule {named!r} (its rules: {known})",
-                field=f"rules[{at}]",
+                argument=f"rules[{at}]",
             )
         rule = policy.rules[index]
         if rule.quiet is not None:
             raise ConfigError(
-                f"policy {plan.name!r}: quiet hours keep no state to reset", field="rules"
+                f"policy {plan.name!r}: quiet hours keep no state to reset", argument="rules"
             )
         if set(rule.by) != given:
             raise ConfigError(
                 f"rule {rule.id!r} of policy {plan.name!r} is keyed by "
                 f"({', '.join(rule.by)}): a reset of it takes exactly those values, "
                 f"got ({', '.join(sorted(given))})",
-                field="rules",
+                argument="rules",
             )
         found_named.add(index)
     if not found_named:
-        raise ConfigError(f"policy {plan.name!r}: rules=[] names no rule to reset", field="rules")
+        raise ConfigError(
+            f"policy {plan.name!r}: rules=[] names no rule to reset", argument="rules"
+        )
     return frozenset(found_named)
 
 
@@ -139,7 +141,7 @@ def _states(plan: PolicyPlan, part: Part, chosen: frozenset[int]) -> list[int]:
             raise ConfigError(
                 f"policy {plan.name!r}: rules {names} count in one sliding log: a reset "
                 "forgets it for all of them; name them all",
-                field="rules",
+                argument="rules",
             )
     return picked
 

@@ -75,7 +75,7 @@ class Tiers:
         raise ConfigError(
             f"rule {rule.id!r} of policy {self._policy.name!r}: rate_for must return a rate "
             f"string, a Rate or None (the rule's own), got {got!r}",
-            field="context",
+            argument="context",
         )
 
     def _make(self, key: tuple[Rate | None, ...]) -> tuple[Part, ...]:
@@ -92,7 +92,7 @@ class Tiers:
                 raise ConfigError(
                     f"rule {rule.id!r} of policy {self._policy.name!r}: rate_for returned "
                     f"{rate}, which it cannot take: {exc}",
-                    field="context",
+                    argument="context",
                 ) from None
             params = rule_params(rules[index])
             window, capacity, interval = params.window, params.capacity, params.interval

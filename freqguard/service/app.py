@@ -190,7 +190,7 @@ class Service:
                 if from_store(exc):  # the store answered (MOVED): it applied nothing
                     failed = BackendUnavailable(str(exc), answered=True, sent=False)
                     raise store_failed(failed, policy) from None
-                raise invalid(exc.field or field, str(exc)) from None
+                raise invalid(exc.argument or field, str(exc)) from None
             except Exception as exc:
                 raise unforeseen(exc, request) from None
 

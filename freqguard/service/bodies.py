@@ -5,7 +5,7 @@ structs' own (:mod:`freqguard.service.openapi`), so the three cannot drift.
 
 This layer knows shapes and types only; what a policy takes (its dimensions, a cost its
 rules can grant, a rate a rule can take) the guard says, naming the field
-(:attr:`freqguard.ConfigError.field`). A problem names its field as a path into the body:
+(:attr:`freqguard.ConfigError.argument`). A problem names its field as a path into the body:
 ``cost``, ``context.recipient``, ``contexts[3].user``.
 """
 
