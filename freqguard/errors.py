@@ -42,7 +42,17 @@ class ConfigError(FreqGuardError, ValueError):
     """A rule, policy, URL, context value or cost is invalid.
 
     The message names the bad value and what is allowed. Raised before any state changes.
+
+    Attributes:
+        argument: the call's argument at fault, where it is one: ``cost``, ``rate``,
+            ``ttl``, ``rule``, ``rules`` (``rules[1]``: one of those named), ``context``
+            (the context as a whole) or one of its values by name (``context.recipient``;
+            ``contexts[2].recipient`` in a batch); None otherwise.
     """
+
+    def __init__(self, *args: object, argument: str | None = None) -> None:
+        super().__init__(*args)
+        self.argument = argument
 
 
 class ContextError(ConfigError):

@@ -277,23 +277,19 @@ def _readable(path: str) -> None:
 
 
 def _run(args: argparse.Namespace, wire: Wire) -> None:
-    """uvicorn, its worker processes making their apps with ``service.from_env``."""
-    import uvicorn
+    """uvicorn on a socket bound here (``TCP_NODELAY``: ``service.server``), its worker
+    processes making their apps with ``service.from_env``."""
+    from freqguard.service.server import run
 
-    try:
-        uvicorn.run(
-            "freqguard.service:from_env",
-            factory=True,
-            host=args.host,
-            port=args.port,
-            workers=args.workers,
-            log_level=args.log_level,
-            access_log=False,  # uvicorn's would hold paths only; --access-log json is ours
-            loop=wire.loop,
-            http=wire.protocol,
-            timeout_graceful_shutdown=args.shutdown_timeout,
-        )
-    except SystemExit as exc:  # uvicorn's own exit: it could not start (its log says why)
-        if exc.code not in (None, 0):
-            host = f"[{args.host}]" if ":" in args.host else args.host
-            raise ConfigError(f"cannot serve on {host}:{args.port} (the reason is above)") from None
+    started = run(
+        wire,
+        args.host,
+        args.port,
+        args.workers,
+        log_level=args.log_level,
+        access_log=False,  # uvicorn's would hold paths only; --access-log json is ours
+        timeout_graceful_shutdown=args.shutdown_timeout,
+    )
+    if not started:  # uvicorn's log says why
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        raise ConfigError(f"cannot serve on {host}:{args.port} (the reason is above)")

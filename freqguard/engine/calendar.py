@@ -212,7 +212,8 @@ class Calendar:
                 )
                 raise ContextError(
                     f"policy {self._policy.name!r}: {what} in the zone the hit names as "
-                    f"{read!r}; give {read}=... (an IANA name like 'Europe/Berlin')"
+                    f"{read!r}; give {read}=... (an IANA name like 'Europe/Berlin')",
+                    argument="context",
                 )
         exempt = quiet is not None and texts.get(PRIORITY) in quiet.exempt
         kind = rule.period if quiet is None else ("quiet-exempt" if exempt else "quiet")
@@ -230,7 +231,10 @@ class Calendar:
                 lo, hi = period_bounds("day", tz, now)[1:3]
         except ConfigError as exc:  # a zone the hit names (a rule's own was checked when made)
             where = f"rule {rule.id!r}" if read is None else f"context value {read!r}"
-            raise ContextError(f"policy {self._policy.name!r}, {where}: {exc}") from None
+            argument = None if read is None else "context"
+            raise ContextError(
+                f"policy {self._policy.name!r}, {where}: {exc}", argument=argument
+            ) from None
         if len(self._bounds) >= MAX_VARIANTS:
             self._bounds.clear()
         self._bounds[kind, tz] = (lo, hi, bounds)

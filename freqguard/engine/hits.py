@@ -180,16 +180,24 @@ class Hits:
             raise ConfigError(
                 f"hit_many takes a list of contexts (dicts of dimension values, "
                 f"[{{'recipient': 'a'}}, ...]), got one {type(contexts).__name__}: "
-                f"{_short(contexts)}; for one hit, hit(policy, **context)"
+                f"{_short(contexts)}; for one hit, hit(policy, **context)",
+                argument="contexts",
             )
         hits = []
         for index, ctx in enumerate(contexts):
             if not isinstance(ctx, Mapping):
                 raise ConfigError(
                     f"hit_many's context {index} must be a dict of dimension values, got "
-                    f"{type(ctx).__name__}: {_short(ctx)}"
+                    f"{type(ctx).__name__}: {_short(ctx)}",
+                    argument=f"contexts[{index}]",
                 )
-            hits.append(self.hit(policy, cost, ctx))
+            try:
+                hits.append(self.hit(policy, cost, ctx))
+            except ConfigError as exc:  # a context's fault is named by its place in the batch
+                if exc.argument is None or not exc.argument.startswith("context"):
+                    raise
+                exc.argument = f"contexts[{index}]{exc.argument.removeprefix('context')}"
+                raise
         sent = [hit for hit in hits if hit.cached is None]
         checked = plan.check_cost(cost)
         texts = [dict(hit.texts) for hit in sent]

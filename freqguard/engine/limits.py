@@ -99,7 +99,9 @@ def _rule_index(plan: PolicyPlan, rule: object) -> int:
         if rule == known.id or rule is known:
             return index
     names = ", ".join(repr(r.id) for r in rules)
-    raise ConfigError(f"policy {plan.name!r} has no rule {rule!r} (its rules: {names})")
+    raise ConfigError(
+        f"policy {plan.name!r} has no rule {rule!r} (its rules: {names})", argument="rule"
+    )
 
 
 def _partition_texts(
@@ -116,7 +118,8 @@ def _partition_texts(
         what = f"rule {exact!r} of policy {plan.name!r}" if exact else f"policy {plan.name!r}"
         raise ConfigError(
             f"{what}: a per-key limit is kept per value of its partition ({shown}), which "
-            f"applies to every key of the rule under it; got {', '.join(sorted(ctx)) or 'none'}"
+            f"applies to every key of the rule under it; got {', '.join(sorted(ctx)) or 'none'}",
+            argument="context",
         )
     texts = dict.fromkeys(plan.dimensions, "")
     if partition is not None:
@@ -130,23 +133,30 @@ def _limit(plan: PolicyPlan, index: int, rate: object) -> KeyLimit:
     policy, rule = plan.policy, plan.policy.rules[index]
     where = f"rule {rule.id!r} of policy {plan.name!r}"
     if rule.quiet is not None:
-        raise ConfigError(f"{where}: the quiet hours have no rate a limit could change")
+        raise ConfigError(
+            f"{where}: the quiet hours have no rate a limit could change", argument="rate"
+        )
     leases = rule.strategy is Strategy.CONCURRENCY
     if rate is None:
         params = rule_params(rule)
         window = 0 if leases else params.window  # see below
         return KeyLimit(0, 0, True, rule.limit, window, params.capacity, params.interval)
     if isinstance(rate, str):
-        rate = concurrent_rate(rule, rate) or parse_rate(rate)
+        try:
+            rate = concurrent_rate(rule, rate) or parse_rate(rate)
+        except ConfigError as exc:
+            raise ConfigError(str(exc), argument="rate") from None
     if not isinstance(rate, Rate):
         raise ConfigError(
-            f"{where}: a per-key limit is a rate string, a Rate or None (exempt), got {rate!r}"
+            f"{where}: a per-key limit is a rate string, a Rate or None (exempt), got {rate!r}",
+            argument="rate",
         )
     if rule.calendar and rate.window != rule.rate.window:
         raise ConfigError(
             f"{where}: a calendar rule's limit counts over the rule's own period, per "
             f"{rule.period}: give a rate per {rule.period} ('{rate.limit}/{rule.period}'), "
-            f"got {rate}"
+            f"got {rate}",
+            argument="rate",
         )
     try:
         made = Rule(
@@ -163,7 +173,9 @@ def _limit(plan: PolicyPlan, index: int, rate: object) -> KeyLimit:
         rules[index] = made
         Policy(policy.name, *rules, priorities=policy.priorities)  # its bounds, at this rate
     except ConfigError as exc:
-        raise ConfigError(f"{where}: the limit {rate} cannot apply: {exc}") from None
+        raise ConfigError(
+            f"{where}: the limit {rate} cannot apply: {exc}", argument="rate"
+        ) from None
     params = rule_params(made)
     # a count of leases is stored without a window (0): it is read with the rule's own lease
     # (a deploy may change it), and no rate strategy reads it, nor does the concurrency
@@ -178,8 +190,12 @@ def _ttl_us(ttl: object) -> int:
     if isinstance(ttl, timedelta):
         ttl = ttl.total_seconds()
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < math.inf:
-        raise ConfigError(f"ttl must be None (for ever) or finite seconds > 0, got {ttl!r}")
+        raise ConfigError(
+            f"ttl must be None (for ever) or finite seconds > 0, got {ttl!r}", argument="ttl"
+        )
     us = max(1, round(ttl * _US))
     if us > MAX_SPAN_US:
-        raise ConfigError(f"ttl must be at most {MAX_SPAN_US // _US} seconds, got {ttl!r}")
+        raise ConfigError(
+            f"ttl must be at most {MAX_SPAN_US // _US} seconds, got {ttl!r}", argument="ttl"
+        )
     return us

@@ -160,19 +160,26 @@ class PolicyPlan:
                 problems.append(f"missing dimension(s) {', '.join(missing)}")
             if unknown:
                 problems.append(f"unknown dimension(s) {', '.join(unknown)}")
-            raise ConfigError(f"policy {self.name!r}: {'; '.join(problems)} (it takes: {wanted})")
+            raise ConfigError(
+                f"policy {self.name!r}: {'; '.join(problems)} (it takes: {wanted})",
+                argument=f"context.{(unknown or missing)[0]}",
+            )
         # a str as it is, without a call (the usual value); any other checked by value_text
         return {d: v if type(v) is str else value_text(self.name, d, v) for d, v in ctx.items()}
 
     def check_cost(self, cost: object, *, upper: bool = True) -> int:
         """Validate a cost: an integer >= 0 that some hit could ever be granted."""
         if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
-            raise ConfigError(f"cost must be an integer >= 0, got {cost!r} (policy {self.name!r})")
+            raise ConfigError(
+                f"cost must be an integer >= 0, got {cost!r} (policy {self.name!r})",
+                argument="cost",
+            )
         if upper and self._narrow is not None and cost > self._narrow.capacity:
             rule = self._narrow.id
             raise ConfigError(
                 f"cost {cost} exceeds the capacity {self._narrow.capacity} of rule {rule!r} "
-                f"(policy {self.name!r}): no hit of that cost could ever be allowed"
+                f"(policy {self.name!r}): no hit of that cost could ever be allowed",
+                argument="cost",
             )
         return cost
 

@@ -57,7 +57,8 @@ class Priorities:
         got = "none" if priority is None else repr(priority)
         raise ContextError(
             f"policy {self._policy.name!r} decides by priority: give priority=... (one of "
-            f"{listed}), got {got}"
+            f"{listed}), got {got}",
+            argument="context",
         )
 
     def parts(self, parts: tuple[Part, ...], texts: Mapping[str, str]) -> tuple[Part, ...]:

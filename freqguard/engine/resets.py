@@ -63,7 +63,8 @@ def _texts(plan: PolicyPlan, ctx: Mapping[str, object]) -> dict[str, str]:
     if unknown:
         raise ConfigError(
             f"policy {plan.name!r}: a reset takes the values of its dimensions "
-            f"({', '.join(plan.dimensions) or 'none'}), got unknown {', '.join(unknown)}"
+            f"({', '.join(plan.dimensions) or 'none'}), got unknown {', '.join(unknown)}",
+            argument=f"context.{unknown[0]}",
         )
     return {name: value_text(plan.name, name, value) for name, value in ctx.items()}
 
@@ -83,31 +84,40 @@ def _chosen(
                 f"policy {plan.name!r}: no rule is keyed by exactly "
                 f"({', '.join(sorted(given))}), and a reset forgets only the states of the "
                 f"dimensions it is given; its rules are keyed by {', '.join(keyed)}: give "
-                f"those values, or {NAME_THE_RULES}"
+                f"those values, or {NAME_THE_RULES}",
+                argument="context",
             )
         return found
     if isinstance(rules, (str, Rule)):
         rules = [rules]
     ids = {rule.id: i for i, rule in enumerate(policy.rules)}
     found_named: set[int] = set()
-    for named in rules:
+    for at, named in enumerate(rules):
         name = named.id if isinstance(named, Rule) else named
         index = ids.get(name) if isinstance(name, str) else None
         if index is None:
             known = ", ".join(repr(r.id) for r in policy.rules)
-            raise ConfigError(f"policy {plan.name!r} has no rule {named!r} (its rules: {known})")
+            raise ConfigError(
+                f"policy {plan.name!r} has no rule {named!r} (its rules: {known})",
+                argument=f"rules[{at}]",
+            )
         rule = policy.rules[index]
         if rule.quiet is not None:
-            raise ConfigError(f"policy {plan.name!r}: quiet hours keep no state to reset")
+            raise ConfigError(
+                f"policy {plan.name!r}: quiet hours keep no state to reset", argument="rules"
+            )
         if set(rule.by) != given:
             raise ConfigError(
                 f"rule {rule.id!r} of policy {plan.name!r} is keyed by "
                 f"({', '.join(rule.by)}): a reset of it takes exactly those values, "
-                f"got ({', '.join(sorted(given))})"
+                f"got ({', '.join(sorted(given))})",
+                argument="rules",
             )
         found_named.add(index)
     if not found_named:
-        raise ConfigError(f"policy {plan.name!r}: rules=[] names no rule to reset")
+        raise ConfigError(
+            f"policy {plan.name!r}: rules=[] names no rule to reset", argument="rules"
+        )
     return frozenset(found_named)
 
 
@@ -130,7 +140,8 @@ def _states(plan: PolicyPlan, part: Part, chosen: frozenset[int]) -> list[int]:
             names = ", ".join(repr(rules[i].id) for i in members)
             raise ConfigError(
                 f"policy {plan.name!r}: rules {names} count in one sliding log: a reset "
-                "forgets it for all of them; name them all"
+                "forgets it for all of them; name them all",
+                argument="rules",
             )
     return picked
 

@@ -74,7 +74,8 @@ class Tiers:
             return got
         raise ConfigError(
             f"rule {rule.id!r} of policy {self._policy.name!r}: rate_for must return a rate "
-            f"string, a Rate or None (the rule's own), got {got!r}"
+            f"string, a Rate or None (the rule's own), got {got!r}",
+            argument="context",
         )
 
     def _make(self, key: tuple[Rate | None, ...]) -> tuple[Part, ...]:
@@ -90,7 +91,8 @@ class Tiers:
             except ConfigError as exc:
                 raise ConfigError(
                     f"rule {rule.id!r} of policy {self._policy.name!r}: rate_for returned "
-                    f"{rate}, which it cannot take: {exc}"
+                    f"{rate}, which it cannot take: {exc}",
+                    argument="context",
                 ) from None
             params = rule_params(rules[index])
             window, capacity, interval = params.window, params.capacity, params.interval

@@ -76,10 +76,12 @@ def value_text(policy: str, dimension: str, value: object) -> str:
             raise ConfigError(
                 f"dimension {dimension!r} of policy {policy!r} must be an int of at most "
                 f"{sys.get_int_max_str_digits()} digits (sys.get_int_max_str_digits()), "
-                f"got one of about {value.bit_length() * 30103 // 100000} digits"
+                f"got one of about {value.bit_length() * 30103 // 100000} digits",
+                argument=f"context.{dimension}",
             ) from None
     raise ConfigError(
-        f"dimension {dimension!r} of policy {policy!r} must be a str or an int, got {value!r}"
+        f"dimension {dimension!r} of policy {policy!r} must be a str or an int, got {value!r}",
+        argument=f"context.{dimension}",
     )
 
 

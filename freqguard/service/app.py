@@ -40,27 +40,26 @@ import freqguard.service.schema as schema
 from freqguard.decision import Decision
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import AsyncGuard
+from freqguard.policy import Policy
 from freqguard.rates import written
 from freqguard.script.keys import context_digest
 from freqguard.service.access import notes
 from freqguard.service.bodies import (
-    COSTED,
-    DENIALS,
-    LIMIT,
-    MANY,
     MAX_BATCH,
     MAX_BODY,
-    ONE,
-    RESET,
-    Body,
+    ContextCall,
+    CostedCall,
+    DenialsCall,
+    LimitCall,
+    ManyCall,
+    ResetCall,
+    member,
     read,
-    read_json,
 )
-from freqguard.service.checks import Checks
 from freqguard.service.dispatch import Calls
 from freqguard.service.gate import Gate, HostCheck
 from freqguard.service.history import TOP_MINUTES, history_for
-from freqguard.service.listing import policy_info
+from freqguard.service.listing import policy_info, stat_rows
 from freqguard.service.openapi import document
 from freqguard.service.page import PAGE
 from freqguard.service.problems import (
@@ -86,13 +85,47 @@ def decision_json(decision: Decision) -> dict[str, Any]:
 
 
 class JSON(Response):
-    """An answer of ``application/json``, encoded by msgspec (a struct of
-    :mod:`freqguard.service.schema`, or plain values)."""
+    """A 200 of ``application/json``, encoded by msgspec (a struct of
+    :mod:`freqguard.service.schema`, or plain values), its head made at once: nothing of
+    Starlette's own ``__init__`` (a charset, a background) serves it."""
 
     media_type = "application/json"
 
-    def render(self, content: Any) -> bytes:
-        return schema.encode(content)
+    def __init__(self, content: Any) -> None:
+        self.status_code, self.background = 200, None
+        self.body = body = schema.encode(content)
+        self.raw_headers = [(b"content-length", b"%d" % len(body)), _JSON_TYPE]
+
+
+_JSON_TYPE = (b"content-type", b"application/json")
+
+
+@dataclass(frozen=True)
+class Names:
+    """The names one policy's contexts may hold, said once (a Policy derives them from its
+    rules at each ask): its dimensions, and those and what its rules read."""
+
+    policy: Policy
+    dimensions: tuple[str, ...]
+    hit: frozenset[str]
+
+    @classmethod
+    def of(cls, policy: Policy) -> Names:
+        dimensions = tuple(policy.dimensions)
+        return cls(policy, dimensions, frozenset((*dimensions, *policy.reads)))
+
+    def check(self, context: Mapping[str, Any], path: str, *, limits: bool = False) -> None:
+        """Refuse a name the policy does not take (a limit's context: a dimension), before
+        the context is passed to the guard as keywords, where a name like ``cost`` would be
+        another argument; what else the policy refuses the guard names itself."""
+        accepted = frozenset(self.dimensions) if limits else self.hit
+        if context.keys() <= accepted:
+            return
+        name = next(name for name in context if name not in accepted)
+        takes = f"policy {self.policy.name!r} takes: {', '.join(self.dimensions) or 'none'}"
+        if self.policy.reads and not limits:
+            takes += f"; and may read: {', '.join(self.policy.reads)}"
+        raise invalid(member(path, name), f"not a name {takes}")
 
 
 @dataclass(frozen=True)
@@ -100,8 +133,8 @@ class Call:
     """One call, past the gate and its body's checks."""
 
     policy: str
-    checks: Checks
-    body: dict[str, Any]
+    names: Names
+    body: Any
     rule: str | None
 
 
@@ -109,42 +142,45 @@ Work = Callable[[Call], Awaitable[Any]]
 
 
 class Service:
-    """The app's state: the guard, the gate, the checks of each policy."""
+    """The app's state: the guard, the gate, the names each policy takes."""
 
     def __init__(self, guard: AsyncGuard, tokens: Sequence[str], metrics: Any) -> None:
         self.guard, self.metrics, self.gate = guard, metrics, Gate(tokens)
-        self._checks: dict[str, Checks] = {}
+        self._names: dict[str, Names] = {}
 
-    def checks(self, request: Request) -> tuple[str, Checks]:
-        """The policy the path names, and its checks (made again if it was replaced)."""
+    def names(self, request: Request) -> tuple[str, Names]:
+        """The policy the path names, and its names (said again if it was replaced)."""
         name = str(request.path_params["policy"])
         policy = self.guard.policies.get(name)
         if policy is None:
             known = ", ".join(sorted(self.guard.policies))
             raise Problem(404, f"no policy {shown(name, 60)} (policies: {known})")
-        found = self._checks.get(name)
+        found = self._names.get(name)
         if found is None or found.policy is not policy:
-            found = self._checks[name] = Checks(policy)
+            found = self._names[name] = Names.of(policy)
         return name, found
 
-    def endpoint(self, works: Mapping[str, tuple[Body, Work]], field: str = "context") -> Handler:
+    def endpoint(
+        self, works: Mapping[str, tuple[type[msgspec.Struct], Work]], field: str = "context"
+    ) -> Handler:
         """A call's handler: the gate, the policy (and rule), the body, then ``works``' by
-        the request's method; what the guard still refuses is ``field``'s."""
+        the request's method; what the guard refuses is the field its error names (else
+        ``field``)."""
 
         async def handle(request: Request) -> Response:
             policy = "?"
             try:
                 self.gate.check(request)
-                policy, checks = self.checks(request)
+                policy, names = self.names(request)
                 rule = request.path_params.get("rule")
-                if rule is not None and rule not in {r.id for r in checks.policy.rules}:
+                if rule is not None and rule not in {r.id for r in names.policy.rules}:
                     raise Problem(404, f"policy {policy!r} has no rule {shown(rule, 60)}")
-                body, work = works[request.method]
-                fields = read(body, await read_json(request))
-                answer = await work(Call(policy, checks, fields, rule))
+                kind, work = works[request.method]
+                body = await read(request, kind)
+                answer = await work(Call(policy, names, body, rule))
                 note = notes(request.scope)
                 if note is not None:  # an access log is kept
-                    _note(note, policy, fields, answer)
+                    _note(note, policy, body, answer)
                 return JSON(answer)
             except Problem:
                 raise
@@ -154,53 +190,27 @@ class Service:
                 if from_store(exc):  # the store answered (MOVED): it applied nothing
                     failed = BackendUnavailable(str(exc), answered=True, sent=False)
                     raise store_failed(failed, policy) from None
-                raise invalid(field, str(exc)) from None
+                raise invalid(exc.argument or field, str(exc)) from None
             except Exception as exc:
                 raise unforeseen(exc, request) from None
 
         return handle
 
 
-def _note(note: dict[str, Any], policy: str, fields: Mapping[str, Any], answer: Any) -> None:
+def _note(note: dict[str, Any], policy: str, body: Any, answer: Any) -> None:
     """What the access log tells of a call: its policy, its context (digested there) or
     how many a batch held, and a decision's outcome."""
     note["policy"] = policy
-    if "contexts" in fields:
-        note["contexts"] = len(fields["contexts"])
+    if isinstance(body, ManyCall):
+        note["contexts"] = len(body.contexts)
     else:
-        note["context"] = fields["context"]
+        note["context"] = body.context
     if isinstance(answer, schema.Decision):
         note["allowed"] = answer.allowed
 
 
 #: The page runs its own inline script and style, and talks to this origin only.
 _CSP = "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"
-
-
-def _stats(registry: Any) -> list[schema.StatRow]:
-    """Per policy: allowed and denied decisions; per rule: its denials (from the metrics)."""
-    if registry is None:
-        return []
-    totals: dict[str, dict[str, float]] = {}
-    rules: dict[tuple[str, str], float] = {}
-    for family in registry.collect():
-        for sample in family.samples:
-            labels = sample.labels
-            if sample.name == "freqguard_decisions_total":
-                entry = totals.setdefault(labels["policy"], {"allowed": 0.0, "denied": 0.0})
-                outcome = "allowed" if labels.get("outcome") == "allowed" else "denied"
-                entry[outcome] += sample.value
-            elif sample.name == "freqguard_denials_total":
-                rules[labels["policy"], labels["rule"]] = sample.value
-    rows: list[schema.StatRow] = []
-    for name, entry in sorted(totals.items()):
-        rows.append(schema.StatRow(name, None, int(entry["allowed"]), int(entry["denied"])))
-        rows += [
-            schema.StatRow(name, rule, None, int(count))
-            for (policy, rule), count in sorted(rules.items())
-            if policy == name
-        ]
-    return rows
 
 
 def create_app(
@@ -222,62 +232,62 @@ def create_app(
     ready, the_document, history = Readiness(guard), document(), history_for(guard, keep_history)
 
     async def hit(call: Call) -> Any:
-        context, cost = call.body["context"], call.body["cost"]
-        call.checks.hit(context, "context")
-        call.checks.cost(cost, upper=True)
-        decided = await guard.hit(call.policy, cost, **context)
-        await history.record(call.policy, (decided,), (context,), call.checks.dimensions)
+        context = call.body.context
+        call.names.check(context, "context")
+        decided = await guard.hit(call.policy, call.body.cost, **context)
+        await history.record(call.policy, (decided,), (context,), call.names.dimensions)
         return schema.decision(decided)
 
     async def hit_many(call: Call) -> Any:
-        contexts, cost = call.body["contexts"], call.body["cost"]
+        contexts = call.body.contexts
         for index, context in enumerate(contexts):
-            call.checks.hit(context, f"contexts[{index}]")
-        call.checks.cost(cost, upper=True)
-        decisions = await guard.hit_many(call.policy, contexts, cost)
-        await history.record(call.policy, decisions, contexts, call.checks.dimensions)
+            call.names.check(context, f"contexts[{index}]")
+        decisions = await guard.hit_many(call.policy, contexts, call.body.cost)
+        await history.record(call.policy, decisions, contexts, call.names.dimensions)
         return schema.Decisions([schema.decision(d) for d in decisions])
 
     async def peek(call: Call) -> Any:
-        context = call.body["context"]
-        call.checks.hit(context, "context")
-        return schema.decision(await guard.peek(call.policy, **context))
+        call.names.check(call.body.context, "context")
+        return schema.decision(await guard.peek(call.policy, **call.body.context))
 
     async def refund(call: Call) -> Any:
-        context, cost = call.body["context"], call.body["cost"]
-        call.checks.hit(context, "context")
-        call.checks.cost(cost, upper=False)
-        return schema.decision(await guard.refund(call.policy, cost, **context))
+        context = call.body.context
+        call.names.check(context, "context")
+        return schema.decision(await guard.refund(call.policy, call.body.cost, **context))
 
     async def reset(call: Call) -> Any:
-        context, rules = call.body["context"], call.body["rules"]
-        call.checks.reset(context, rules)
+        context, rules = call.body.context, call.body.rules
+        call.names.check(context, "context")
         done = await guard.reset(call.policy, rules=rules, **context)
         return schema.ResetDone(reset=True, rules=list(done))
 
     async def denials(call: Call) -> Any:
-        context, minutes = call.body["context"], call.body["minutes"]
-        call.checks.hit(context, "context")
-        key = context_digest(context, call.checks.dimensions)
+        context, minutes = call.body.context, call.body.minutes
+        call.names.check(context, "context")
+        missing = [d for d in call.names.dimensions if d not in context]
+        if missing:  # no guard call here to say it: a digest of a part of the key is no key
+            taken = ", ".join(call.names.dimensions)
+            raise invalid(
+                member("context", missing[0]), f"missing: policy {call.policy!r} takes: {taken}"
+            )
+        key = context_digest(context, call.names.dimensions)
         denied = await history.denied(call.policy, key, minutes)
         return schema.Denials(key=key, denied=denied, minutes=minutes)
 
     async def limits(call: Call) -> Any:
-        context = call.body["context"]
-        call.checks.lookup(context)
-        return await _limits(call.policy, context)
+        call.names.check(call.body.context, "context", limits=True)
+        return await _limits(call.policy, call.body.context)
 
     async def set_limit(call: Call) -> Any:
-        context, rate, ttl = call.body["context"], call.body["rate"], call.body["ttl"]
-        rule = str(call.rule)
-        call.checks.limit(rule, context, setting=True, rate=rate, ttl=ttl)
-        await guard.set_limit(call.policy, rule, rate, ttl=ttl, **context)
-        return await _limits(call.policy, context)
+        body, rule = call.body, str(call.rule)
+        call.names.check(body.context, "context", limits=True)
+        await guard.set_limit(call.policy, rule, body.rate, ttl=body.ttl, **body.context)
+        return await _limits(call.policy, body.context)
 
     async def clear_limit(call: Call) -> Any:
-        context, rule = call.body["context"], str(call.rule)
-        call.checks.limit(rule, context, setting=False, rate=None, ttl=None)
-        await guard.clear_limit(call.policy, rule, **context)
+        context = call.body.context
+        call.names.check(context, "context", limits=True)
+        await guard.clear_limit(call.policy, str(call.rule), **context)
         return await _limits(call.policy, context)
 
     async def _limits(policy: str, context: Mapping[str, Any]) -> Any:
@@ -310,7 +320,7 @@ def create_app(
         return JSON(schema.PolicyList([policy_info(p) for p in guard.policies.values()]))
 
     async def stats(request: Request) -> Response:
-        return JSON(schema.Stats(_stats(service.metrics)))
+        return JSON(schema.Stats(stat_rows(service.metrics)))
 
     def asked(request: Request) -> list[str]:
         name = request.query_params.get("policy")
@@ -347,18 +357,20 @@ def create_app(
     base = "/v1/policies/{policy}"
     endpoint = service.endpoint
     routes = [
-        Route(f"{base}/hit", endpoint({"POST": (COSTED, hit)}), methods=["POST"]),
+        Route(f"{base}/hit", endpoint({"POST": (CostedCall, hit)}), methods=["POST"]),
         Route(
-            f"{base}/hit-many", endpoint({"POST": (MANY, hit_many)}, "contexts"), methods=["POST"]
+            f"{base}/hit-many",
+            endpoint({"POST": (ManyCall, hit_many)}, "contexts"),
+            methods=["POST"],
         ),
-        Route(f"{base}/peek", endpoint({"POST": (ONE, peek)}), methods=["POST"]),
-        Route(f"{base}/refund", endpoint({"POST": (COSTED, refund)}), methods=["POST"]),
-        Route(f"{base}/reset", endpoint({"POST": (RESET, reset)}), methods=["POST"]),
-        Route(f"{base}/limits", endpoint({"POST": (ONE, limits)}), methods=["POST"]),
-        Route(f"{base}/denials", endpoint({"POST": (DENIALS, denials)}), methods=["POST"]),
+        Route(f"{base}/peek", endpoint({"POST": (ContextCall, peek)}), methods=["POST"]),
+        Route(f"{base}/refund", endpoint({"POST": (CostedCall, refund)}), methods=["POST"]),
+        Route(f"{base}/reset", endpoint({"POST": (ResetCall, reset)}), methods=["POST"]),
+        Route(f"{base}/limits", endpoint({"POST": (ContextCall, limits)}), methods=["POST"]),
+        Route(f"{base}/denials", endpoint({"POST": (DenialsCall, denials)}), methods=["POST"]),
         Route(
             f"{base}/limits/{{rule}}",
-            endpoint({"PUT": (LIMIT, set_limit), "DELETE": (ONE, clear_limit)}),
+            endpoint({"PUT": (LimitCall, set_limit), "DELETE": (ContextCall, clear_limit)}),
             methods=["PUT", "DELETE"],
         ),
         Route("/healthz", healthz),

@@ -218,8 +218,16 @@ def _same_origin(origin: str, host: str) -> bool:
     return own is not None and _netloc(parts.netloc, parts.scheme) == own
 
 
-def _media_type(request: Request) -> str:
-    return request.headers.get("content-type", "").partition(";")[0].strip().lower()
+def _headers(request: Request) -> dict[bytes, bytes]:
+    """The request's headers by their lowercase names, read once (the first of a name
+    repeated, as Starlette's ``Headers.get`` answers)."""
+    headers: dict[bytes, bytes] = dict(reversed(request.scope["headers"]))
+    return headers
+
+
+def _text(headers: dict[bytes, bytes], name: bytes) -> str | None:
+    value = headers.get(name)
+    return None if value is None else value.decode("latin-1")
 
 
 class Gate:
@@ -238,29 +246,30 @@ class Gate:
     def check(self, request: Request) -> None:
         """Raise the :class:`Problem` that refuses ``request``, if any: another site's
         (403), without a valid token (401), not JSON (415)."""
-        self._same_site(request)
-        if self._tokens and not self._authorized(request):
+        headers = _headers(request)
+        self._same_site(headers)
+        if self._tokens and not self._authorized(headers):
             raise Problem(
                 401, "a valid bearer token is required", headers={"www-authenticate": "Bearer"}
             )
-        media = _media_type(request)
-        if media != "application/json":
-            got = shown(media, 60) if media else "none"
+        media = headers.get(b"content-type", b"").partition(b";")[0].strip().lower()
+        if media != b"application/json":
+            got = shown(media.decode("latin-1"), 60) if media else "none"
             raise Problem(
                 415, f"a call takes a body of application/json only, got content type {got}"
             )
 
     @staticmethod
-    def _same_site(request: Request) -> None:
-        site = request.headers.get("sec-fetch-site")
+    def _same_site(headers: dict[bytes, bytes]) -> None:
+        site = _text(headers, b"sec-fetch-site")
         if site is not None and site.strip().lower() not in _SAME:
             raise Problem(
                 403,
                 f"a call from another site is refused (Sec-Fetch-Site: {shown(site, 20)}); "
                 "only this service's own page may call it from a browser",
             )
-        origin = request.headers.get("origin")
-        if origin is not None and not _same_origin(origin, request.headers.get("host", "")):
+        origin = _text(headers, b"origin")
+        if origin is not None and not _same_origin(origin, _text(headers, b"host") or ""):
             raise Problem(
                 403,
                 f"a call from another origin is refused (Origin: {shown(origin, 60)}); "
@@ -270,7 +279,7 @@ class Gate:
     def authorized(self, request: Request) -> bool:
         """Whether ``request`` may see what a call may: the service has no tokens, or it
         carries a valid one."""
-        return not self._tokens or self._authorized(request)
+        return not self._tokens or self._authorized(_headers(request))
 
     def digest(self, text: str) -> str:
         """``text`` as a digest keyed by the tokens (16 hex characters): the same in every
@@ -278,8 +287,8 @@ class Gate:
         key = hashlib.blake2b(b"\n".join(sorted(self._tokens)), digest_size=32).digest()
         return hashlib.blake2b(text.encode(), key=key, digest_size=8).hexdigest()
 
-    def _authorized(self, request: Request) -> bool:
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
+        scheme, _, given = (_text(headers, b"authorization") or "").partition(" ")
         if scheme.lower() != "bearer":
             return False
         offered = given.strip().encode()

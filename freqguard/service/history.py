@@ -8,8 +8,9 @@ policy's own; a sorted set per minute of the digests denied most). Each worker a
 calls' counts up and writes them as one pipeline at once when idle, then at most every
 :data:`INTERVAL` seconds, never in a decision's path (a pipeline a call cost ~5x a hit on
 the client: ``benchmarks/service_history.py``); they expire by themselves. On
-``memory://`` (one worker) they are kept in its memory. A write that fails is logged (at
-most once a minute) and dropped; decisions taken without the store are not written.
+``memory://`` (one worker) they are kept in its memory, added up and written the same
+way. A write that fails is logged (at most once a minute) and dropped; decisions taken
+without the store are not written.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import freqguard.service.bodies as bodies
 import freqguard.service.schema as schema
@@ -38,7 +39,6 @@ __all__ = [
     "NoHistory",
     "RedisHistory",
     "bounded",
-    "denied_keys",
     "history_for",
     "tally",
 ]
@@ -51,40 +51,17 @@ _QUIET_LOG = 60.0  # seconds between two logged write failures
 TOP_KEPT = 100  # keys kept per policy and minute: the most denied (a bounded top list)
 TOP_MINUTES = bodies.TOP_MINUTES  # the minutes the top keys are kept, the most a read spans
 _TOP_TTL = TOP_MINUTES * 60 + 120
+TOP_LIST = 20  # keys a read answers
 
-
-def denied_keys(
-    decisions: Sequence[Decision], contexts: Sequence[Mapping[str, Any]], dimensions: Sequence[str]
-) -> Counter[str]:
-    """The denied hits of a call by key: the digest of the context's dimensions, in the
-    policy's order (``script.keys.context_digest``: never the values, which may be a
-    message's content); decisions not taken on the store left out."""
-    keys: Counter[str] = Counter()
-    for decision, context in zip(decisions, contexts, strict=True):
-        if not decision.allowed and decision.source in _WRITTEN:
-            keys[context_digest(context, dimensions)] += 1
-    return keys
+#: By (policy, minute since the epoch): counts by (rule, ``a`` or ``d``), or keys' denials.
+Counts = dict[tuple[str, int], Counter[tuple[str, str]]]
+Keys = dict[tuple[str, int], Counter[str]]
 
 
 def bounded(keys: Counter[str]) -> Counter[str]:
     """``keys``, or its :data:`TOP_KEPT` most denied when it holds more: the top list an
     approximate heavy-hitters count (a key pushed out and back starts again from 0)."""
     return keys if len(keys) <= TOP_KEPT else Counter(dict(keys.most_common(TOP_KEPT)))
-
-
-def _top(
-    found: Mapping[str, Counter[str]], minutes: int, digest: Callable[[str], str] | None
-) -> schema.TopKeys:
-    rows = [(policy, key, count) for policy, keys in found.items() for key, count in keys.items()]
-    rows.sort(key=lambda row: (-row[2], row[0], row[1]))
-    shown_keys = [
-        schema.TopKey(policy, key if digest is None else digest(key), count)
-        for policy, key, count in rows[:TOP_LIST]
-    ]
-    return schema.TopKeys(minutes=minutes, digested=digest is not None, keys=shown_keys)
-
-
-TOP_LIST = 20  # keys a read answers
 
 
 def tally(decisions: Sequence[Decision], counts: Counter[tuple[str, str]]) -> None:
@@ -105,76 +82,29 @@ def tally(decisions: Sequence[Decision], counts: Counter[tuple[str, str]]) -> No
                 counts[rule.id, "d"] += 1
 
 
-def _counted(decisions: Sequence[Decision]) -> bool:
-    """Whether any of a call's decisions is counted (taken on the store)."""
-    return any(decision.source in _WRITTEN for decision in decisions)
-
-
-class History(Protocol):
+class History:
     """Where the service keeps the counts: :meth:`record` a call's (its decisions, and the
     contexts they were for: a denied one's key, by the policy's ``dimensions``), and
-    :meth:`read` them."""
+    :meth:`read` them, or the keys denied most (:meth:`top`, :meth:`denied`).
 
-    async def record(
-        self,
-        policy: str,
-        decisions: Sequence[Decision],
-        contexts: Sequence[Mapping[str, Any]],
-        dimensions: Sequence[str],
-    ) -> None: ...
+    A call's counts are added to this worker's pending counts, and a writer task sends
+    them: at once when it is idle, then what gathered meanwhile at most every
+    ``interval`` seconds, in one write. A decision never waits for the write; a read sends
+    what is pending first. Where they are kept is a subclass's: :meth:`_add`,
+    :meth:`_counts` and :meth:`_keys`."""
 
-    async def read(self, policies: Mapping[str, Sequence[str]]) -> schema.History: ...
-
-    async def top(
-        self, policies: Sequence[str], minutes: int, digest: Callable[[str], str] | None
-    ) -> schema.TopKeys: ...
-
-    async def denied(self, policy: str, key: str, minutes: int) -> int: ...
-
-    async def aclose(self) -> None: ...
-
-
-def _answer(
-    policies: Mapping[str, Sequence[str]],
-    last: int,
-    found: dict[str, dict[int, Counter[tuple[str, str]]]],
-) -> schema.History:
-    """The series of each policy (its own first, then each of its ``rules``) over the
-    :data:`MINUTES` minutes that end with minute ``last`` (minutes since the epoch)."""
-    minutes = list(range(last - MINUTES + 1, last + 1))
-    series: list[schema.Series] = []
-    for policy, rules in policies.items():
-        by_minute = [found.get(policy, {}).get(m, Counter()) for m in minutes]
-        decided = [c["", "a"] + c["", "d"] for c in by_minute]
-        series.append(
-            schema.Series(
-                policy, None, [c["", "a"] for c in by_minute], [c["", "d"] for c in by_minute]
-            )
-        )
-        for rule in rules:
-            denied = [c[rule, "d"] for c in by_minute]
-            allowed = [n - d for n, d in zip(decided, denied, strict=True)]
-            series.append(schema.Series(policy, rule, allowed, denied))
-    return schema.History(minutes=[m * 60 for m in minutes], series=series)
-
-
-class _Clocked:
-    def __init__(self, guard: AsyncGuard) -> None:
-        self._clock = guard.clock or guard.backend.clock
+    def __init__(self, guard: AsyncGuard, interval: float = INTERVAL) -> None:
+        self._clock, self._prefix = guard.clock or guard.backend.clock, guard.prefix
+        self.interval = interval
+        self._pending: Counts = {}
+        self._pending_keys: Keys = {}
+        self._writer: asyncio.Task[None] | None = None
+        self._failed_at = -_QUIET_LOG
 
     def minute(self) -> int:
         """The current minute, since the epoch, on the guard's clock."""
         return int(self._clock.now() // 60)
 
-
-class MemoryHistory(_Clocked):
-    """The counts in this process (``memory://``: one worker), the last hour's only."""
-
-    def __init__(self, guard: AsyncGuard) -> None:
-        super().__init__(guard)
-        self._counts: dict[str, dict[int, Counter[tuple[str, str]]]] = {}
-        self._keys: dict[tuple[str, int], Counter[str]] = {}
-
     async def record(
         self,
         policy: str,
@@ -182,84 +112,19 @@ class MemoryHistory(_Clocked):
         contexts: Sequence[Mapping[str, Any]],
         dimensions: Sequence[str],
     ) -> None:
-        if not _counted(decisions):
+        """Add a call's decisions (those taken on the store) and its denied contexts' keys
+        (``script.keys.context_digest``, in the policy's order)."""
+        if not any(decision.source in _WRITTEN for decision in decisions):
             return
-        keys = denied_keys(decisions, contexts, dimensions)
-        now = self.minute()
-        kept = self._counts.setdefault(policy, {})
-        tally(decisions, kept.setdefault(now, Counter()))
-        for old in [m for m in kept if m <= now - MINUTES]:
-            del kept[old]
-        if keys:
-            mine = self._keys.get((policy, now), Counter())
-            mine.update(keys)
-            self._keys[policy, now] = bounded(mine)
-            for old_key in [k for k in self._keys if k[1] <= now - TOP_MINUTES]:
-                del self._keys[old_key]
-
-    async def top(
-        self, policies: Sequence[str], minutes: int, digest: Callable[[str], str] | None
-    ) -> schema.TopKeys:
-        now = self.minute()
-        found = {p: Counter[str]() for p in policies}
-        for (policy, minute), keys in self._keys.items():
-            if policy in found and minute > now - minutes:
-                found[policy].update(keys)
-        return _top(found, minutes, digest)
-
-    async def denied(self, policy: str, key: str, minutes: int) -> int:
-        now = self.minute()
-        return sum(
-            keys[key]
-            for (name, minute), keys in self._keys.items()
-            if name == policy and minute > now - minutes
-        )
-
-    async def read(self, policies: Mapping[str, Sequence[str]]) -> schema.History:
-        return _answer(policies, self.minute(), self._counts)
-
-    async def aclose(self) -> None:
-        """Nothing to send: the counts die with the process, as its store does."""
-
-
-class RedisHistory(_Clocked):
-    """The counts in the guard's Redis store (standalone, cluster or Sentinel), shared by
-    every worker and host of the prefix.
-
-    A call's counts are added to this worker's pending counts, and a writer task sends
-    them: at once when it is idle, then what gathered meanwhile at most every
-    ``interval`` seconds, as one pipeline. A decision never waits for the write; the
-    store's counts lag this worker's by at most ``interval`` and a round trip."""
-
-    def __init__(self, guard: AsyncGuard, client: Any, interval: float = INTERVAL) -> None:
-        super().__init__(guard)
-        self._client, self._prefix, self.interval = client, guard.prefix, interval
-        self._pending: dict[tuple[str, int], Counter[tuple[str, str]]] = {}
-        self._pending_keys: dict[tuple[str, int], Counter[str]] = {}
-        self._writer: asyncio.Task[None] | None = None
-        self._failed_at = -_QUIET_LOG
-
-    def _key(self, policy: str, hour: int) -> str:
-        return policy_key(self._prefix, policy, "stats", hour)
-
-    def _top_key(self, policy: str, minute: int) -> str:
-        return policy_key(self._prefix, policy, "top", minute)
-
-    async def record(
-        self,
-        policy: str,
-        decisions: Sequence[Decision],
-        contexts: Sequence[Mapping[str, Any]],
-        dimensions: Sequence[str],
-    ) -> None:
-        if not _counted(decisions):
-            return
-        keys = denied_keys(decisions, contexts, dimensions)
         now = self.minute()
         pending = self._pending.get((policy, now))
         if pending is None:
             pending = self._pending[policy, now] = Counter()
         tally(decisions, pending)
+        keys: Counter[str] = Counter()
+        for decision, context in zip(decisions, contexts, strict=True):
+            if not decision.allowed and decision.source in _WRITTEN:
+                keys[context_digest(context, dimensions)] += 1
         if keys:
             mine = self._pending_keys.get((policy, now), Counter())
             mine.update(keys)
@@ -270,41 +135,24 @@ class RedisHistory(_Clocked):
     async def _write_while_pending(self) -> None:
         try:
             while self._pending:
-                await self._write()
+                await self.flush()
                 await asyncio.sleep(self.interval)  # what gathers meanwhile goes as one
         finally:
             self._writer = None
 
-    async def _write(self) -> None:
+    async def flush(self) -> None:
+        """Send this worker's pending counts now (before a read, and at shutdown)."""
+        if not (self._pending or self._pending_keys):
+            return
         pending, self._pending = self._pending, {}
         pending_keys, self._pending_keys = self._pending_keys, {}
         try:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for (policy, minute), counts in pending.items():
-                    key = self._key(policy, minute // 60)
-                    for (rule, outcome), count in counts.items():
-                        pipe.hincrby(key, f"{minute % 60}|{rule}|{outcome}", count)
-                    pipe.expire(key, _TTL)
-                for (policy, minute), keys in pending_keys.items():
-                    top = self._top_key(policy, minute)
-                    for member, count in keys.items():
-                        pipe.zincrby(top, count, member)
-                    pipe.zremrangebyrank(top, 0, -TOP_KEPT - 1)  # the most denied stay
-                    pipe.expire(top, _TOP_TTL)
-                await pipe.execute()
+            await self._add(pending, pending_keys)
         except Exception as exc:  # the counts are a view: a decision never fails on them
-            self._quietly(exc)
-
-    async def flush(self) -> None:
-        """Send this worker's pending counts now (before a read, and at shutdown)."""
-        if self._pending or self._pending_keys:
-            await self._write()
-
-    def _quietly(self, exc: Exception) -> None:
-        now = time.monotonic()
-        if now - self._failed_at >= _QUIET_LOG:
-            self._failed_at = now
-            log.warning("freqguard serve: the decisions' history was not written: %r", exc)
+            now = time.monotonic()
+            if now - self._failed_at >= _QUIET_LOG:
+                self._failed_at = now
+                log.warning("freqguard serve: the decisions' history was not written: %r", exc)
 
     async def aclose(self) -> None:
         """Send what is pending, and stop the writer."""
@@ -315,83 +163,174 @@ class RedisHistory(_Clocked):
                 await writer
         await self.flush()
 
+    async def read(self, policies: Mapping[str, Sequence[str]]) -> schema.History:
+        """The series of each policy (its own first, then each of its rules) over the
+        :data:`MINUTES` minutes that end with the current one."""
+        await self.flush()
+        last = self.minute()
+        minutes = list(range(last - MINUTES + 1, last + 1))
+        found = await self._counts(list(policies), minutes)
+        series: list[schema.Series] = []
+        for policy, rules in policies.items():
+            by_minute = [found.get((policy, m), Counter()) for m in minutes]
+            allowed = [c["", "a"] for c in by_minute]
+            denied = [c["", "d"] for c in by_minute]
+            series.append(schema.Series(policy, None, allowed, denied))
+            for rule in rules:
+                its = [c[rule, "d"] for c in by_minute]
+                left = [a + d - r for a, d, r in zip(allowed, denied, its, strict=True)]
+                series.append(schema.Series(policy, rule, left, its))
+        return schema.History(minutes=[m * 60 for m in minutes], series=series)
+
     async def top(
         self, policies: Sequence[str], minutes: int, digest: Callable[[str], str] | None
     ) -> schema.TopKeys:
+        """The keys denied most over the last ``minutes``, each shown as ``digest`` makes it
+        (None: as it is)."""
         await self.flush()
-        now = self.minute()
-        async with self._client.pipeline(transaction=False) as pipe:
-            for policy in policies:
-                for minute in range(now - minutes + 1, now + 1):
-                    pipe.zrange(self._top_key(policy, minute), 0, -1, withscores=True)
-            replies = iter(await pipe.execute())
-        found = {p: Counter[str]() for p in policies}
-        for policy in policies:
-            for _ in range(minutes):
-                for member, score in next(replies):
-                    found[policy][_text(member)] += int(score)
-        return _top(found, minutes, digest)
+        found = await self._keys(policies, self._recent(minutes))
+        rows = [(policy, key, n) for (policy, _), keys in found.items() for key, n in keys.items()]
+        summed: Counter[tuple[str, str]] = Counter()
+        for policy, key, count in rows:
+            summed[policy, key] += count
+        ordered = sorted(summed.items(), key=lambda row: (-row[1], row[0]))
+        shown_keys = [
+            schema.TopKey(policy, key if digest is None else digest(key), count)
+            for (policy, key), count in ordered[:TOP_LIST]
+        ]
+        return schema.TopKeys(minutes=minutes, digested=digest is not None, keys=shown_keys)
 
     async def denied(self, policy: str, key: str, minutes: int) -> int:
+        """One key's denials over the last ``minutes``."""
         await self.flush()
-        now = self.minute()
-        async with self._client.pipeline(transaction=False) as pipe:
-            for minute in range(now - minutes + 1, now + 1):
-                pipe.zscore(self._top_key(policy, minute), key)
-            return sum(int(score or 0) for score in await pipe.execute())
+        found = await self._keys([policy], self._recent(minutes))
+        return sum(keys[key] for keys in found.values())
 
-    async def read(self, policies: Mapping[str, Sequence[str]]) -> schema.History:
-        await self.flush()
-        last = self.minute()
-        hours = sorted({(last - MINUTES + 1) // 60, last // 60})
+    def _recent(self, minutes: int) -> list[int]:
+        now = self.minute()
+        return list(range(now - minutes + 1, now + 1))
+
+    async def _add(self, counts: Counts, keys: Keys) -> None:
+        raise NotImplementedError
+
+    async def _counts(self, policies: Sequence[str], minutes: Sequence[int]) -> Counts:
+        raise NotImplementedError
+
+    async def _keys(self, policies: Sequence[str], minutes: Sequence[int]) -> Keys:
+        raise NotImplementedError
+
+
+class MemoryHistory(History):
+    """The counts in this process (``memory://``: one worker), the last hour's only."""
+
+    def __init__(self, guard: AsyncGuard, interval: float = INTERVAL) -> None:
+        super().__init__(guard, interval)
+        self._kept: Counts = {}
+        self._kept_keys: Keys = {}
+
+    async def _add(self, counts: Counts, keys: Keys) -> None:
+        now = self.minute()
+        for where, count in counts.items():
+            self._kept.setdefault(where, Counter()).update(count)
+        for where, found in keys.items():
+            self._kept_keys[where] = bounded(self._kept_keys.get(where, Counter()) + found)
+        for kept, span in ((self._kept, MINUTES), (self._kept_keys, TOP_MINUTES)):
+            for old in [where for where in kept if where[1] <= now - span]:
+                del kept[old]
+
+    async def _counts(self, policies: Sequence[str], minutes: Sequence[int]) -> Counts:
+        return {(p, m): self._kept[p, m] for p in policies for m in minutes if (p, m) in self._kept}
+
+    async def _keys(self, policies: Sequence[str], minutes: Sequence[int]) -> Keys:
+        kept = self._kept_keys
+        return {(p, m): kept[p, m] for p in policies for m in minutes if (p, m) in kept}
+
+
+class RedisHistory(History):
+    """The counts in the guard's Redis store (standalone, cluster or Sentinel), shared by
+    every worker and host of the prefix; each write one pipeline."""
+
+    def __init__(self, guard: AsyncGuard, client: Any, interval: float = INTERVAL) -> None:
+        super().__init__(guard, interval)
+        self._client = client
+
+    def _key(self, policy: str, minute: int) -> str:
+        return policy_key(self._prefix, policy, "stats", minute // 60)
+
+    def _top_key(self, policy: str, minute: int) -> str:
+        return policy_key(self._prefix, policy, "top", minute)
+
+    async def _add(self, counts: Counts, keys: Keys) -> None:
+        async with self._client.pipeline(transaction=False) as pipe:
+            for (policy, minute), count in counts.items():
+                key = self._key(policy, minute)
+                for (rule, outcome), n in count.items():
+                    pipe.hincrby(key, f"{minute % 60}|{rule}|{outcome}", n)
+                pipe.expire(key, _TTL)
+            for (policy, minute), found in keys.items():
+                top = self._top_key(policy, minute)
+                for member, n in found.items():
+                    pipe.zincrby(top, n, member)
+                pipe.zremrangebyrank(top, 0, -TOP_KEPT - 1)  # the most denied stay
+                pipe.expire(top, _TOP_TTL)
+            await pipe.execute()
+
+    async def _counts(self, policies: Sequence[str], minutes: Sequence[int]) -> Counts:
+        hours = sorted({minute // 60 for minute in minutes})
         async with self._client.pipeline(transaction=False) as pipe:
             for policy in policies:
                 for hour in hours:
-                    pipe.hgetall(self._key(policy, hour))
-            replies = await pipe.execute()
-        found: dict[str, dict[int, Counter[tuple[str, str]]]] = {}
-        index = 0
+                    pipe.hgetall(self._key(policy, hour * 60))
+            replies = iter(await pipe.execute())
+        found: Counts = {}
         for policy in policies:
-            by_minute = found.setdefault(policy, {})
             for hour in hours:
-                for field, value in replies[index].items():
-                    minute_text, rule, outcome = _text(field).split("|")
-                    minute = hour * 60 + int(minute_text)
-                    by_minute.setdefault(minute, Counter())[rule, outcome] += int(value)
-                index += 1
-        return _answer(policies, last, found)
+                for field, value in next(replies).items():
+                    minute, rule, outcome = _text(field).split("|")
+                    at = (policy, hour * 60 + int(minute))
+                    found.setdefault(at, Counter())[rule, outcome] += int(value)
+        return found
+
+    async def _keys(self, policies: Sequence[str], minutes: Sequence[int]) -> Keys:
+        async with self._client.pipeline(transaction=False) as pipe:
+            for policy in policies:
+                for minute in minutes:
+                    pipe.zrange(self._top_key(policy, minute), 0, -1, withscores=True)
+            replies = iter(await pipe.execute())
+        return {
+            (policy, minute): Counter({_text(m): int(score) for m, score in next(replies)})
+            for policy in policies
+            for minute in minutes
+        }
 
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class NoHistory:
+class NoHistory(History):
     """No history kept (``freqguard serve --history off``): a call records nothing, and a
     read is a 404 that says the history is off (never an empty chart that looks quiet)."""
 
     OFF = "the decisions' history is off (freqguard serve --history off)"
 
-    async def record(self, policy: str, *what: object) -> None:
+    async def record(self, policy: str, *what: Any) -> None:
         return None
 
-    async def read(self, *what: object) -> schema.History:
+    async def read(self, *what: Any) -> schema.History:
         raise Problem(404, self.OFF)
 
-    async def top(self, *what: object) -> schema.TopKeys:
+    async def top(self, *what: Any) -> schema.TopKeys:
         raise Problem(404, self.OFF)
 
-    async def denied(self, *what: object) -> int:
+    async def denied(self, *what: Any) -> int:
         raise Problem(404, self.OFF)
-
-    async def aclose(self) -> None:
-        return None
 
 
 def history_for(guard: AsyncGuard, kept: bool = True) -> History:
     """The history of ``guard``'s store: in Redis when its backend has a redis-py client,
     else in this process; none (:class:`NoHistory`) unless ``kept``."""
     if not kept:
-        return NoHistory()
+        return NoHistory(guard)
     client = getattr(guard.backend, "client", None)
     return MemoryHistory(guard) if client is None else RedisHistory(guard, client)

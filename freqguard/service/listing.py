@@ -1,4 +1,5 @@
-"""The policies as ``GET /v1/policies`` lists them for the operator's page: each rate as a
+"""The policies as ``GET /v1/policies`` lists them for the operator's page (and the
+decisions since the worker started, as ``GET /v1/stats`` counts them): each rate as a
 person writes it (``50/day``, ``2 per 59 seconds``, ``10 concurrent`` with its lease), a
 calendar rule's zone, a priority's caps, and the policy's priorities and quiet hours.
 
@@ -8,13 +9,15 @@ per-key limit."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import freqguard.service.schema as schema
 from freqguard.options import QuietHours
 from freqguard.policy import Policy
 from freqguard.rates import written
 from freqguard.rules import Rule, Strategy
 
-__all__ = ["policy_info"]
+__all__ = ["policy_info", "stat_rows"]
 
 
 def _written_rule(rule: Rule) -> str:
@@ -70,3 +73,29 @@ def policy_info(policy: Policy) -> schema.PolicyInfo:
         priorities=list(policy.priorities),
         quiet=None if quiet is None else _quiet_info(quiet),
     )
+
+
+def stat_rows(registry: Any) -> list[schema.StatRow]:
+    """Per policy: allowed and denied decisions; per rule: its denials (from the metrics)."""
+    if registry is None:
+        return []
+    totals: dict[str, dict[str, float]] = {}
+    rules: dict[tuple[str, str], float] = {}
+    for family in registry.collect():
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name == "freqguard_decisions_total":
+                entry = totals.setdefault(labels["policy"], {"allowed": 0.0, "denied": 0.0})
+                outcome = "allowed" if labels.get("outcome") == "allowed" else "denied"
+                entry[outcome] += sample.value
+            elif sample.name == "freqguard_denials_total":
+                rules[labels["policy"], labels["rule"]] = sample.value
+    rows: list[schema.StatRow] = []
+    for name, entry in sorted(totals.items()):
+        rows.append(schema.StatRow(name, None, int(entry["allowed"]), int(entry["denied"])))
+        rows += [
+            schema.StatRow(name, rule, None, int(count))
+            for (policy, rule), count in sorted(rules.items())
+            if policy == name
+        ]
+    return rows

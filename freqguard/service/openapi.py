@@ -1,7 +1,7 @@
 """The decision service's OpenAPI document, derived, not written: each call's body from
-its :class:`~freqguard.service.bodies.Body` (the declaration that checks it), each answer
-from its msgspec struct in :mod:`freqguard.service.schema` (the class that encodes it), and
-every answer other than a 200 as a ``Problem`` (RFC 9457).
+its msgspec struct in :mod:`freqguard.service.bodies` (the class its body is decoded
+into), each answer from its struct in :mod:`freqguard.service.schema` (the class that
+encodes it), and every answer other than a 200 as a ``Problem`` (RFC 9457).
 
 Every route the app serves is here (a test holds the two together), each with an
 ``operationId`` a generated client names its function after; the policy is a plain string
@@ -12,22 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from freqguard.service.bodies import COSTED, DENIALS, LIMIT, MANY, MAX_BODY, ONE, RESET, Body
-from freqguard.service.schema import components
+import msgspec
 
-__all__ = ["BODIES", "document"]
+from freqguard.service.bodies import BODIES, MAX_BODY
+from freqguard.service.schema import ANSWERS
+
+__all__ = ["document"]
 
 _REF = "#/components/schemas/{}"
-
-#: The request bodies, by the names the document's components give them.
-BODIES: dict[str, Body] = {
-    "CostedCall": COSTED,
-    "ManyCall": MANY,
-    "ContextCall": ONE,
-    "ResetCall": RESET,
-    "LimitCall": LIMIT,
-    "DenialsCall": DENIALS,
-}
 
 
 def _problem(description: str) -> dict[str, Any]:
@@ -205,8 +197,9 @@ def _paths() -> dict[str, Any]:
 
 def document() -> dict[str, Any]:
     """The OpenAPI 3.1 document of the service."""
-    schemas = components()
-    schemas.update({name: body.schema() for name, body in BODIES.items()})
+    _, schemas = msgspec.json.schema_components(
+        (*ANSWERS, *BODIES), ref_template=_REF.replace("{}", "{name}")
+    )
     return {
         "openapi": "3.1.0",
         "info": {"title": "freqguard decision service", "version": "1"},

@@ -1,6 +1,6 @@
 """What the service answers, declared once as msgspec structs: each answer is encoded from
 one of them, and the OpenAPI document's component schemas are derived from the same
-classes (:func:`components`), so an answer and its documentation cannot drift.
+classes (:mod:`freqguard.service.openapi`), so an answer and its documentation cannot drift.
 
 The names here are those of the document's components (``Decision``, ``Problem``...):
 import the module, not the names, beside :class:`freqguard.Decision` and
@@ -8,8 +8,6 @@ import the module, not the names, beside :class:`freqguard.Decision` and
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import msgspec
 
@@ -36,7 +34,6 @@ __all__ = [
     "Stats",
     "TopKey",
     "TopKeys",
-    "components",
     "decision",
     "encode",
 ]
@@ -244,13 +241,6 @@ ANSWERS: tuple[type[msgspec.Struct], ...] = (
     Denials,
     Problem,
 )
-
-
-def components() -> dict[str, Any]:
-    """The JSON Schemas of :data:`ANSWERS` (and what they hold), by name, as an OpenAPI
-    document's ``components.schemas`` holds them."""
-    _, schemas = msgspec.json.schema_components(ANSWERS, ref_template="#/components/schemas/{name}")
-    return schemas
 
 
 def decision(decided: Decided) -> Decision:

@@ -1,114 +1,62 @@
-"""How ``freqguard serve`` runs uvicorn: the event loop and HTTP parser it picks, and
-``TCP_NODELAY`` on every connection a worker accepts.
+"""How ``freqguard serve`` runs uvicorn: the event loop and HTTP parser it picks, and the
+listening socket it binds itself, with ``TCP_NODELAY``, and hands to uvicorn (``fd``).
 
-With ``--workers`` above 1, uvicorn binds the listening socket in the supervisor as
-``socket.socket(AF_INET, SOCK_STREAM)`` (protocol number 0) and hands it to each worker.
-asyncio's own loop sets ``TCP_NODELAY`` only on sockets whose ``proto`` is
-``IPPROTO_TCP``, and a socket accepted from that listener carries 0: Nagle's algorithm then
-holds back the body uvicorn writes after the headers until the client's delayed ACK,
-about 40 ms, on every response. The protocol classes here set the option on each
-connection themselves, whatever the loop and however the socket was made.
+uvicorn binds a listener for ``--workers`` above 1 as ``socket.socket(AF_INET,
+SOCK_STREAM)`` (protocol number 0), and asyncio sets ``TCP_NODELAY`` only on sockets whose
+``proto`` is ``IPPROTO_TCP``: Nagle's algorithm then held the body uvicorn writes after the
+head until the client's delayed ACK, about 40 ms, on every response. A socket accepted
+from a listener inherits its ``TCP_NODELAY`` (Linux, the BSDs), so :func:`listener` sets it
+there once, and every worker, loop and parser gets it with no code of uvicorn's touched.
 """
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from dataclasses import dataclass
 from importlib.util import find_spec
-from typing import Any, cast
+from typing import Any
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+import uvicorn
 
 from freqguard.errors import ConfigError, install
 
-__all__ = [
-    "LOOPS",
-    "PARSERS",
-    "Combined",
-    "H11NoDelay",
-    "Wire",
-    "nodelay",
-    "pick",
-]
+__all__ = ["APP", "LOOPS", "PARSERS", "Wire", "listener", "pick", "run"]
+
+#: The app's factory each worker calls.
+APP = "freqguard.service:from_env"
 
 #: ``serve --loop`` and ``--http``: "auto" takes uvloop and httptools when installed.
 LOOPS = ("auto", "uvloop", "asyncio")
 PARSERS = ("auto", "httptools", "h11")
 
 
-def nodelay(transport: asyncio.BaseTransport) -> None:
-    """Set ``TCP_NODELAY`` on the TCP socket under ``transport`` (a Unix socket: nothing)."""
-    sock = transport.get_extra_info("socket")
-    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+def listener(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host`` (an IPv6 address has a colon) and ``port``, with
+    ``TCP_NODELAY`` for every connection accepted from it; uvicorn listens on it.
 
-
-class Combined:
-    """A transport whose writes in one turn of the event loop leave as one.
-
-    uvicorn writes a response's head and its body separately; with Nagle off each write
-    is a segment of its own and a system call (half the cost of a small answer). Held
-    until the loop's next turn, they leave together, with no delay added: a cork for one
-    turn. Everything but ``write`` and ``close`` is the transport's own.
+    Raises:
+        ConfigError: the address is taken, or cannot be bound (what the system said).
     """
-
-    def __init__(self, transport: asyncio.Transport) -> None:
-        self._transport = transport
-        self._pending: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        if not self._pending:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._pending.append(data)
-
-    def _flush(self) -> None:
-        if self._pending:
-            data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
-            self._pending.clear()
-            if not self._transport.is_closing():
-                self._transport.write(data)
-
-    def close(self) -> None:
-        self._flush()
-        self._transport.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-
-def _wired(transport: asyncio.Transport) -> asyncio.Transport:
-    nodelay(transport)
-    return cast(asyncio.Transport, Combined(transport))
-
-
-class H11NoDelay(H11Protocol):
-    """uvicorn's h11 protocol, its connections without Nagle's delay (and its writes
-    combined)."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(_wired(transport))
-
-
-if find_spec("httptools") is not None:
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-    class HttpToolsNoDelay(HttpToolsProtocol):
-        """uvicorn's httptools protocol, its connections without Nagle's delay (and its
-        writes combined)."""
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(_wired(transport))
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        shown = f"[{host}]" if family == socket.AF_INET6 else host
+        raise ConfigError(f"cannot serve on {shown}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)  # the workers' processes are handed it
+    return sock
 
 
 @dataclass(frozen=True)
 class Wire:
-    """The loop and the parser a worker runs: their names (for the log) and what uvicorn
-    takes for them."""
+    """The loop and the parser a worker runs, as uvicorn names them."""
 
     loop: str
     parser: str
-    protocol: type[asyncio.Protocol]
 
     def __str__(self) -> str:
         return f"loop {self.loop}, parser {self.parser}"
@@ -134,7 +82,33 @@ def pick(loop: str = "auto", parser: str = "auto") -> Wire:
         loop = "uvloop" if find_spec("uvloop") is not None else "asyncio"
     if parser == "auto":
         parser = "httptools" if find_spec("httptools") is not None else "h11"
-    protocol: type[asyncio.Protocol] = H11NoDelay
-    if parser == "httptools":
-        protocol = HttpToolsNoDelay
-    return Wire(loop, parser, protocol)
+    return Wire(loop, parser)
+
+
+def run(wire: Wire, host: str, port: int, workers: int, **settings: Any) -> bool:
+    """Serve :data:`APP` with uvicorn on :func:`listener`'s socket, ``workers`` processes;
+    ``settings``: uvicorn's own (its log level, the graceful shutdown's timeout...).
+
+    One worker is handed the socket itself, and closes it as it stops, so that no new
+    connection waits on a server that is finishing; several share it by its descriptor
+    (``fd``), each worker with a copy of its own.
+
+    Returns:
+        Whether uvicorn started (else its log said why).
+
+    Raises:
+        ConfigError: the address cannot be bound.
+    """
+    sock = listener(host, port)
+    options = dict(factory=True, loop=wire.loop, http=wire.parser, workers=workers, **settings)
+    try:
+        if workers == 1:
+            server = uvicorn.Server(uvicorn.Config(APP, **options))
+            server.run(sockets=[sock])
+            return server.started
+        uvicorn.run(APP, fd=sock.fileno(), **options)
+    except SystemExit as exc:  # uvicorn's own exit: it could not start
+        return exc.code in (None, 0)
+    finally:
+        sock.close()
+    return True

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from freqguard import AsyncGuard, ManualClock, MemoryBackend, Policy, Rule
@@ -76,6 +76,9 @@ def test_digests_depend_on_the_key() -> None:
 @given(value=st.one_of(st.text(min_size=4), st.integers(min_value=1000)))
 def test_no_context_value_is_ever_written(value: str | int) -> None:
     """Whatever the value (valid or refused), the line holds its digest at most."""
+    # the client's own address is in every line (Hypothesis draws the literals it finds in
+    # the code under test, this one among them): a value equal to it proves nothing
+    assume(str(value) != "127.0.0.1")
     handler = _Collect()
     logging.getLogger(LOGGER).addHandler(handler)
     logging.getLogger(LOGGER).setLevel(logging.INFO)

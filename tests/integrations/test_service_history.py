@@ -401,3 +401,27 @@ def test_with_the_history_off_the_page_says_so(tmp_path: Path) -> None:
         page.until(f"document.getElementById('top-note').textContent === {json.dumps(off)}", "top")
         assert page.run("document.getElementById('history-at').textContent") == off
         assert page.run("document.querySelectorAll('svg.chart').length") == 0
+
+
+@pytest.mark.parametrize(
+    ("context", "field"),
+    [
+        ({"recipient": "+1555"}, "context.content"),  # a digest of part of a key is no key
+        ({"recipient": "+1555", "content": "x", "plan": "pro"}, "context.plan"),
+        ({"recipient": 1.5, "content": "x"}, "context.recipient"),
+    ],
+)
+def test_a_context_s_denials_refuse_a_context_that_is_no_key(
+    context: dict[str, Any], field: str
+) -> None:
+    """``denials`` asks no guard: the service names what is missing or unknown itself."""
+    app = create_app(AsyncGuard(MemoryBackend(), [SMS], clock=ManualClock(1_700_000_000)))
+
+    async def run() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            return await http.post("/v1/policies/sms/denials", json={"context": context})
+
+    answer = asyncio.run(run())
+    assert (answer.status_code, answer.json()["field"]) == (422, field)
+    assert "recipient" in answer.json()["detail"] or field == "context.recipient"

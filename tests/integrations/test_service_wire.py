@@ -1,5 +1,5 @@
-"""The service on the wire: TCP_NODELAY on every accepted connection however the listening
-socket was made, the loop and parser ``serve`` picks (and says), ``/readyz``, and a request
+"""The service on the wire: TCP_NODELAY on every accepted connection from the socket
+``serve`` binds itself, the loop and parser ``serve`` picks (and says), ``/readyz``, and a request
 in flight finishing through SIGTERM."""
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from freqguard import AsyncGuard, MemoryBackend
 from freqguard.config import loads
 from freqguard.errors import ConfigError
 from freqguard.service import create_app
-from freqguard.service.server import Combined, H11NoDelay, pick
+from freqguard.service.server import listener as server_listener
+from freqguard.service.server import pick
 from tests.conftest import flush
 from tests.integrations.service_process import SMS, refused, serving, sms_config
 from tests.servers import RedisServer, free_port
@@ -34,7 +35,8 @@ FAST = find_spec("uvloop") is not None and find_spec("httptools") is not None
 
 
 def _recording(base: type[asyncio.Protocol], seen: list[int]) -> type[asyncio.Protocol]:
-    """``base``, noting each accepted socket's TCP_NODELAY once the connection is made."""
+    """``base`` (a test's instrument only), noting each accepted socket's TCP_NODELAY once
+    the connection is made."""
 
     class Recording(base):  # type: ignore[valid-type,misc]
         def connection_made(self, transport: asyncio.Transport) -> None:
@@ -45,20 +47,33 @@ def _recording(base: type[asyncio.Protocol], seen: list[int]) -> type[asyncio.Pr
     return Recording
 
 
-def _accepted_nodelay(protocol: type[asyncio.Protocol], loop: str) -> int:
-    """Serve one request on a listener bound as uvicorn's supervisor binds it for
-    ``--workers N`` (``Config.bind_socket``), and say whether the accepted socket had
-    TCP_NODELAY."""
+def _protocol(parser: str) -> type[asyncio.Protocol]:
+    if parser == "h11":
+        return H11Protocol
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    return HttpToolsProtocol
+
+
+def _accepted_nodelay(parser: str, loop: str, *, ours: bool) -> int:
+    """Serve one request with uvicorn on a listener bound as ``serve`` binds it (``ours``)
+    or as uvicorn's supervisor binds it for ``--workers N`` (``Config.bind_socket``), and
+    say whether the accepted socket had TCP_NODELAY."""
     seen: list[int] = []
     if loop == "asyncio":  # uvicorn before 0.30 leaves uvloop's policy set by an earlier test
         asyncio.set_event_loop_policy(None)
     app = create_app(AsyncGuard(MemoryBackend(), []))
-    config = uvicorn.Config(
-        app, port=free_port(), loop=loop, http=_recording(protocol, seen), log_level="error"
-    )
-    listener = config.bind_socket()
+    http = _recording(_protocol(parser), seen)
+    if ours:
+        listener = server_listener("127.0.0.1", 0)
+        config = uvicorn.Config(app, fd=listener.fileno(), loop=loop, http=http, log_level="error")
+        sockets = None  # handed to uvicorn as serve hands it: by its descriptor
+    else:
+        config = uvicorn.Config(app, port=free_port(), loop=loop, http=http, log_level="error")
+        listener = config.bind_socket()
+        sockets = [listener]
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]})
+    thread = threading.Thread(target=server.run, kwargs={"sockets": sockets})
     thread.start()
     try:
         deadline = time.monotonic() + 30
@@ -85,23 +100,50 @@ def test_the_listener_uvicorn_hands_to_workers_is_not_marked_tcp() -> None:
         listener.close()
 
 
-def test_asyncio_leaves_nagle_on_for_such_a_listener_with_uvicorn_s_own_protocol() -> None:
-    assert _accepted_nodelay(H11Protocol, "asyncio") == 0
+def test_asyncio_leaves_nagle_on_for_such_a_listener() -> None:
+    assert _accepted_nodelay("h11", "asyncio", ours=False) == 0
+
+
+def test_a_socket_accepted_from_serve_s_listener_has_nagle_off() -> None:
+    """Linux hands an accepted socket its listener's TCP_NODELAY: set once, on the
+    listener, it holds for every connection of every worker."""
+    listener = server_listener("127.0.0.1", 0)
+    listener.listen()
+    try:
+        with socket.create_connection(listener.getsockname(), timeout=10):
+            accepted, _ = listener.accept()
+            with accepted:
+                assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        listener.close()
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 @pytest.mark.parametrize("parser", ["h11", "httptools"])
-def test_serve_s_protocols_turn_nagle_off_on_every_accepted_socket(loop: str, parser: str) -> None:
+def test_uvicorn_on_serve_s_listener_has_nagle_off_on_every_accepted_socket(
+    loop: str, parser: str
+) -> None:
     if find_spec(loop if loop == "uvloop" else "asyncio") is None or find_spec(parser) is None:
         pytest.skip(f"{loop} or {parser} is not installed")
-    assert _accepted_nodelay(pick(loop, parser).protocol, loop) != 0
+    assert _accepted_nodelay(parser, loop, ours=True) != 0
+
+
+def test_a_taken_address_is_a_config_error() -> None:
+    taken = server_listener("127.0.0.1", 0)
+    try:
+        port = taken.getsockname()[1]
+        taken.listen()
+        with pytest.raises(ConfigError, match=f"cannot serve on 127.0.0.1:{port}"):
+            server_listener("127.0.0.1", port)
+    finally:
+        taken.close()
 
 
 def test_pick_takes_the_fast_ones_when_installed_and_refuses_unknown_names() -> None:
     wire = pick()
     if FAST:
         assert (wire.loop, wire.parser) == ("uvloop", "httptools")
-    assert pick("asyncio", "h11").protocol is H11NoDelay
+    assert (pick("asyncio", "h11").loop, pick("asyncio", "h11").parser) == ("asyncio", "h11")
     with pytest.raises(ConfigError, match="loop must be one of auto, uvloop, asyncio, got 'trio'"):
         pick("trio")
 
@@ -214,42 +256,3 @@ def _refused(url: str) -> bool:
 def test_serve_refuses_a_loop_it_does_not_know(tmp_path: Path) -> None:
     said = refused(tmp_path, "--loop", "trio")
     assert "loop must be one of auto, uvloop, asyncio, got 'trio'" in said
-
-
-class _Recorded(asyncio.Transport):
-    """A transport that keeps what is written to it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.writes.append(bytes(data))
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return "extra" if name == "peername" else default
-
-
-def test_writes_in_one_turn_leave_as_one_and_close_sends_what_is_held() -> None:
-    async def run() -> _Recorded:
-        under = _Recorded()
-        combined = Combined(under)
-        combined.write(b"HTTP/1.1 200 OK\r\n\r\n")
-        combined.write(b'{"allowed":true}')
-        assert under.writes == []  # held for this turn
-        await asyncio.sleep(0)  # the loop's next turn
-        combined.write(b"tail")
-        combined.close()
-        assert combined.get_extra_info("peername") == "extra"
-        return under
-
-    under = asyncio.run(run())
-    assert under.writes == [b'HTTP/1.1 200 OK\r\n\r\n{"allowed":true}', b"tail"]
-    assert under.closed

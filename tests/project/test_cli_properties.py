@@ -125,9 +125,9 @@ COMMANDS = [
 
 @pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> None:
-    import uvicorn
+    from freqguard.service import server
 
-    monkeypatch.setattr(uvicorn, "run", lambda *args, **options: None)
+    monkeypatch.setattr(server, "run", lambda *args, **options: True)
     monkeypatch.delenv(ENV, raising=False)
 
 

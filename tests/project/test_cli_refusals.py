@@ -114,10 +114,16 @@ def test_check_replay_and_ping_still_run_on_memory(
 
 @pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    import uvicorn
+    """What ``serve`` would hand uvicorn (``service.server.run``: it binds, then serves)."""
+    from freqguard.service import server
 
     calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: calls.append(k))
+
+    def run(wire: Any, host: str, port: int, workers: int, **settings: Any) -> bool:
+        calls.append({"host": host, "port": port, "workers": workers, **settings})
+        return True
+
+    monkeypatch.setattr(server, "run", run)
     return calls
 
 
@@ -376,15 +382,8 @@ def test_every_url_in_a_message_is_masked(text: str, shown: str) -> None:
     assert masked(text) == shown
 
 
-def test_serve_that_cannot_listen_exits_2(
-    cli: Any, memory_config: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import uvicorn
-
-    def fails(*args: object, **options: object) -> None:
-        raise SystemExit(3)  # what uvicorn does when it cannot bind
-
-    monkeypatch.setattr(uvicorn, "run", fails)
+def test_serve_that_cannot_listen_exits_2(cli: Any, memory_config: Path) -> None:
+    """serve binds its socket before uvicorn starts: a host it cannot bind is refused."""
     done = cli("serve", str(memory_config), "--host", "nonexistent.invalid")
     assert done.code == 2
     assert "cannot serve on nonexistent.invalid:8080" in done.err
