@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -375,14 +375,18 @@ def test_one_prometheus_observer_per_registry(registry: CollectorRegistry) -> No
     assert sorted(names) == sorted(set(names))
 
 
-def test_prometheus_uses_the_default_registry_when_given_none() -> None:
+def test_prometheus_uses_the_default_registry_when_given_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """prometheus_client's REGISTRY, as the module finds it when the observer is made; a
+    fresh one here, since another test of this process may hold freqguard's metrics in
+    the real one (the process-wide observers of a configuration: seen failing by order)."""
+    default = CollectorRegistry()
+    monkeypatch.setattr(sys.modules["freqguard.observe.prometheus"], "REGISTRY", default)
     observer = PrometheusObserver()
-    try:
-        Guard(MemoryBackend(), [LOGIN], observers=[observer]).hit("login", user="ann")
-        labels = {"policy": "login", "outcome": "allowed", "source": "backend"}
-        assert REGISTRY.get_sample_value("freqguard_decisions_total", labels) == 1
-    finally:
-        REGISTRY.unregister(observer._collector)
+    Guard(MemoryBackend(), [LOGIN], observers=[observer]).hit("login", user="ann")
+    labels = {"policy": "login", "outcome": "allowed", "source": "backend"}
+    assert default.get_sample_value("freqguard_decisions_total", labels) == 1
 
 
 def test_async_guards_report_alike(registry: CollectorRegistry, clock: ManualClock) -> None:
