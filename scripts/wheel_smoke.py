@@ -1,6 +1,6 @@
 """A smoke test of an installed freqguard (CI runs it from a clean venv holding only the
 wheel, outside the checkout): the package is the installed one, every file of its Lua
-library is in it, and a guard decides."""
+library is in it, and the service's page, and a guard decides."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ assert "site-packages" in freqguard.__file__, f"not the installed package: {freq
 lua = library.function_library()  # reads every file of the library's manifest
 assert lua.startswith("#!lua"), "the wheel lacks the policy library"
 assert resources.files("freqguard").joinpath("py.typed").is_file(), "the wheel lacks py.typed"
+page = resources.files("freqguard").joinpath("service", "page.html")
+assert page.is_file(), "the wheel lacks the operator's page (service/page.html)"
 guard = Guard(policies=[Policy("p", Rule("1/minute", by="u"))], clock=ManualClock(0))
 assert guard.hit("p", u="a").allowed
 assert not guard.hit("p", u="a").allowed
