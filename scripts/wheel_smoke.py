@@ -15,7 +15,7 @@ assert "site-packages" in freqguard.__file__, f"not the installed package: {freq
 lua = library.function_library()  # reads every file of the library's manifest
 assert lua.startswith("#!lua"), "the wheel lacks the policy library"
 assert resources.files("freqguard").joinpath("py.typed").is_file(), "the wheel lacks py.typed"
-page = resources.files("freqguard").joinpath("service", "page.html")
+page = resources.files("freqguard").joinpath("service").joinpath("page.html")
 assert page.is_file(), "the wheel lacks the operator's page (service/page.html)"
 guard = Guard(policies=[Policy("p", Rule("1/minute", by="u"))], clock=ManualClock(0))
 assert guard.hit("p", u="a").allowed

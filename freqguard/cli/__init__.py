@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     put.add_argument("rule", help="the rule's name (id)")
     put.add_argument("rate", help='a rate ("60/minute"), or "none" to exempt')
     put.add_argument("context", nargs="*", metavar="k=v", help="the partition value")
-    put.add_argument("--ttl", type=float, default=None, help="seconds (default: for ever)")
+    put.add_argument("--ttl", type=_ttl, default=None, help="seconds (default: for ever)")
     put.set_defaults(run=operate.limit_set)
     clear = _command(actions, "clear", "back to the rule's own rate for one value")
     clear.add_argument("policy")
@@ -233,6 +233,19 @@ def _within(low: int, high: int) -> Any:
         return int(text)
 
     return integer
+
+
+def _ttl(text: str) -> float:
+    """An argparse type: a limit's time to live, seconds > 0 (left out: for ever)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"must be seconds > 0 (leave --ttl out for a limit that holds for ever), got {text!r}"
+        )
+    return seconds
 
 
 def _version() -> str:

@@ -218,6 +218,24 @@ def test_a_context_word_the_policy_does_not_take_is_named(
     assert redis_server.client.dbsize() == before
 
 
+@pytest.mark.parametrize("ttl", ["-5", "0", "nan", "inf", "abc"])
+def test_a_limits_ttl_that_is_not_seconds_is_refused_in_the_commands_words(
+    cli: Any, redis_config: Path, redis_server: RedisServer, ttl: str
+) -> None:
+    """Found by a new user's first hour: --ttl -5 was refused in the library's words
+    ("ttl must be None (for ever) ..."), which a command line has no way to give."""
+    before = redis_server.client.dbsize()
+    done = cli(
+        "limit", "set", str(redis_config), "sms", "rcpt-1m", "5/minute", "recipient=a", "--ttl", ttl
+    )
+    assert done.code == 2
+    assert (
+        "--ttl: must be seconds > 0 (leave --ttl out for a limit that holds for ever)" in done.err
+    )
+    assert "None" not in done.err
+    assert redis_server.client.dbsize() == before
+
+
 def test_an_unknown_policy_names_the_policies_there_are(cli: Any, redis_config: Path) -> None:
     done = cli("inspect", str(redis_config), "mms", "recipient=a")
     assert done.code == 2
