@@ -48,6 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
     parser = _parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words and all(w.startswith("-") for w in words):  # options, and no command
+        unknown = [w for w in words if w not in ("-h", "--help", "--version")]
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)} (a COMMAND comes first)")
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))

@@ -428,3 +428,11 @@ def test_a_refusal_names_where_the_memory_url_came_from(
     done = cli("limit", "show", str(redis_config), "sms", "recipient=a")
     assert f"({ENV})" in done.err
     assert "freqguard limit show on memory://" in done.err
+
+
+def test_an_option_without_a_command_is_named(cli: Any) -> None:
+    """Found by a new user's first hour: freqguard --bogus said only that COMMAND was
+    required, never naming --bogus."""
+    done = cli("--bogus", "--json")
+    assert done.code == 2
+    assert "unrecognized arguments: --bogus --json (a COMMAND comes first)" in done.err
