@@ -47,12 +47,7 @@ from freqguard.service.access import notes
 from freqguard.service.bodies import (
     MAX_BATCH,
     MAX_BODY,
-    ContextCall,
-    CostedCall,
-    DenialsCall,
-    LimitCall,
     ManyCall,
-    ResetCall,
     member,
     read,
 )
@@ -60,7 +55,7 @@ from freqguard.service.dispatch import Calls
 from freqguard.service.gate import Gate, HostCheck
 from freqguard.service.history import TOP_MINUTES, history_for
 from freqguard.service.listing import policy_info, stat_rows
-from freqguard.service.openapi import document
+from freqguard.service.openapi import BASE, CALLS, READS, document
 from freqguard.service.page import PAGE
 from freqguard.service.problems import (
     HANDLERS,
@@ -160,15 +155,13 @@ class Service:
             found = self._names[name] = Names.of(policy)
         return name, found
 
-    def endpoint(
-        self, works: Mapping[str, tuple[type[msgspec.Struct], Work]], field: str = "context"
-    ) -> Handler:
+    def endpoint(self, works: Mapping[str, tuple[type[msgspec.Struct], Work]]) -> Handler:
         """A call's handler: the gate, the policy (and rule), the body, then ``works``' by
         the request's method; what the guard refuses is the field its error names (else
-        ``field``)."""
+        the body's first: ``context``, or a batch's ``contexts``)."""
 
         async def handle(request: Request) -> Response:
-            policy = "?"
+            policy, kind = "?", msgspec.Struct
             try:
                 self.gate.check(request)
                 policy, names = self.names(request)
@@ -190,7 +183,8 @@ class Service:
                 if from_store(exc):  # the store answered (MOVED): it applied nothing
                     failed = BackendUnavailable(str(exc), answered=True, sent=False)
                     raise store_failed(failed, policy) from None
-                raise invalid(exc.argument or field, str(exc)) from None
+                field = exc.argument or kind.__struct_fields__[0]
+                raise invalid(field, str(exc)) from None
             except Exception as exc:
                 raise unforeseen(exc, request) from None
 
@@ -354,35 +348,33 @@ def create_app(
         except Exception as exc:  # a redis-py error: the store did not answer
             raise Problem(503, "the store did not answer for the decisions' history") from exc
 
-    base = "/v1/policies/{policy}"
-    endpoint = service.endpoint
-    routes = [
-        Route(f"{base}/hit", endpoint({"POST": (CostedCall, hit)}), methods=["POST"]),
-        Route(
-            f"{base}/hit-many",
-            endpoint({"POST": (ManyCall, hit_many)}, "contexts"),
-            methods=["POST"],
-        ),
-        Route(f"{base}/peek", endpoint({"POST": (ContextCall, peek)}), methods=["POST"]),
-        Route(f"{base}/refund", endpoint({"POST": (CostedCall, refund)}), methods=["POST"]),
-        Route(f"{base}/reset", endpoint({"POST": (ResetCall, reset)}), methods=["POST"]),
-        Route(f"{base}/limits", endpoint({"POST": (ContextCall, limits)}), methods=["POST"]),
-        Route(f"{base}/denials", endpoint({"POST": (DenialsCall, denials)}), methods=["POST"]),
-        Route(
-            f"{base}/limits/{{rule}}",
-            endpoint({"PUT": (LimitCall, set_limit), "DELETE": (ContextCall, clear_limit)}),
-            methods=["PUT", "DELETE"],
-        ),
-        Route("/healthz", healthz),
-        Route("/readyz", readyz),
-        Route("/metrics", metrics_page),
-        Route("/openapi.json", openapi),
-        Route("/", page),
-        Route("/v1/policies", listed),
-        Route("/v1/stats", stats),
-        Route("/v1/stats/history", stats_history),
-        Route("/v1/stats/top", stats_top),
-    ]
+    works = {
+        "hit": hit,
+        "hitMany": hit_many,
+        "peek": peek,
+        "refund": refund,
+        "reset": reset,
+        "limits": limits,
+        "denials": denials,
+        "setLimit": set_limit,
+        "clearLimit": clear_limit,
+    }
+    reads = {
+        "healthz": healthz,
+        "readyz": readyz,
+        "metrics": metrics_page,
+        "openapi": openapi,
+        "page": page,
+        "policies": listed,
+        "stats": stats,
+        "statsHistory": stats_history,
+        "statsTop": stats_top,
+    }
+    calls: dict[str, dict[str, tuple[type[msgspec.Struct], Work]]] = {}
+    for call in CALLS:
+        calls.setdefault(f"{BASE}/{call.path}", {})[call.method] = (call.body, works[call.id])
+    routes = [Route(path, service.endpoint(by), methods=list(by)) for path, by in calls.items()]
+    routes += [Route(read.path, reads[read.id]) for read in READS]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
