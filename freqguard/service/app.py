@@ -1,19 +1,8 @@
 """The decision service's Starlette app: a configuration's policies behind HTTP/JSON.
 
-    POST /v1/policies/{policy}/hit        {"context": {...}, "cost": 1}  -> a decision
-    POST /v1/policies/{policy}/hit-many   {"contexts": [...], "cost": 1} -> {"decisions": [...]}
-    POST /v1/policies/{policy}/peek       {"context": {...}}             -> a decision
-    POST /v1/policies/{policy}/refund     {"context": {...}, "cost": 1}  -> a decision
-    POST /v1/policies/{policy}/reset      {"context": {...}, "rules": [...]}
-                                          -> {"reset": true, "rules": [the rules reset]}
-    POST /v1/policies/{policy}/limits     {"context": {...}}             -> {"limits": {...}}
-    PUT  /v1/policies/{policy}/limits/{rule}  {"context", "rate", "ttl"} -> {"limits": {...}}
-    DELETE /v1/policies/{policy}/limits/{rule} {"context": {...}}        -> {"limits": {...}}
-    POST /v1/policies/{policy}/denials    {"context": {...}, "minutes": 5}
-                                          -> {"key": its digest, "denied": n, "minutes": 5}
-    GET  /healthz (up), /readyz (the store answers), /metrics, /openapi.json
-    GET  /  (the operator's page), /v1/policies, /v1/stats, /v1/stats/history,
-         /v1/stats/top (what the page reads; open: top keys digested without a token)
+Its operations (the calls under ``/v1/policies/{policy}``, and the GETs: ``/healthz``,
+``/readyz``, ``/metrics``, ``/openapi.json``, the operator's page and what it reads) are
+declared in :mod:`freqguard.service.openapi`, the routes and the document made from them.
 
 A denial is a 200 with ``"allowed": false`` (the call succeeded). Anything else is RFC 9457
 problem+json (:mod:`freqguard.service.problems`): a bad body a 422 naming the field, an
