@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from itertools import product
-from typing import Any
+from typing import Any, NoReturn
 
 import freqguard.service.bodies as bodies
 import freqguard.service.schema as schema
@@ -309,19 +309,14 @@ class NoHistory(History):
     """No history kept (``freqguard serve --history off``): a call records nothing, and a
     read is a 404 that says the history is off (never an empty chart that looks quiet)."""
 
-    OFF = "the decisions' history is off (freqguard serve --history off)"
-
     async def record(self, policy: str, *what: Any) -> None:
         return None
 
-    async def read(self, *what: Any) -> schema.History:
-        raise Problem(404, self.OFF)
+    async def _counts(self, *what: Any) -> NoReturn:
+        raise Problem(404, "the decisions' history is off (freqguard serve --history off)")
 
-    async def top(self, *what: Any) -> schema.TopKeys:
-        raise Problem(404, self.OFF)
-
-    async def denied(self, *what: Any) -> int:
-        raise Problem(404, self.OFF)
+    async def _keys(self, *what: Any) -> NoReturn:
+        await self._counts()
 
 
 def history_for(guard: AsyncGuard, kept: bool = True) -> History:
