@@ -133,8 +133,8 @@ _CSP = "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline
 
 class Service:
     """The app's state (the guard, the gate, the metrics' ``registry``, the names each
-    policy takes) and its handlers:
-    each the method named after its operation's id (``hitMany``: :meth:`hit_many`)."""
+    policy takes) and its handlers, each the method named after its operation's id in
+    snake case (``hitMany``: :meth:`hit_many`)."""
 
     def __init__(
         self, guard: AsyncGuard, tokens: Sequence[str], metrics: Any, keep_history: bool

@@ -86,13 +86,9 @@ def tally(decisions: Sequence[Decision], counts: Counter[tuple[str, str]]) -> No
 class History:
     """Where the service keeps the counts: :meth:`record` a call's (its decisions, and the
     contexts they were for: a denied one's key, by the policy's ``dimensions``), and
-    :meth:`read` them, or the keys denied most (:meth:`top`, :meth:`denied`).
-
-    A call's counts are added to this worker's pending counts, and a writer task sends
-    them: at once when it is idle, then what gathered meanwhile at most every
-    ``interval`` seconds, in one write. A decision never waits for the write; a read sends
-    what is pending first. Where they are kept is a subclass's: :meth:`_add`,
-    :meth:`_counts` and :meth:`_keys`."""
+    :meth:`read` them, or the keys denied most (:meth:`top`, :meth:`denied`), on one
+    writer task (the module's docstring says when it writes; a read sends what is pending
+    first). Where they are kept is a subclass's: :meth:`_add`, :meth:`_counts`, :meth:`_keys`."""
 
     def __init__(self, guard: AsyncGuard, interval: float = INTERVAL) -> None:
         self._clock, self._prefix = guard.clock or guard.backend.clock, guard.prefix
