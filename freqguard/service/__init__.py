@@ -1,5 +1,6 @@
 """The decision service (``freqguard serve CONFIG``): a configuration's policies behind
-HTTP/JSON, for callers in any language. See :mod:`freqguard.service.app` for the API.
+HTTP/JSON, for callers in any language. See :mod:`freqguard.service.app` for the API
+(its operations declared in :mod:`freqguard.service.openapi`).
 
 ``freqguard serve`` reads the tokens once as it starts (:func:`tokens_from_env`, which
 fails on a bad line) and prints :func:`startup_warnings`; each worker then makes its app

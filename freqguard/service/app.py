@@ -1,19 +1,8 @@
 """The decision service's Starlette app: a configuration's policies behind HTTP/JSON.
 
-    POST /v1/policies/{policy}/hit        {"context": {...}, "cost": 1}  -> a decision
-    POST /v1/policies/{policy}/hit-many   {"contexts": [...], "cost": 1} -> {"decisions": [...]}
-    POST /v1/policies/{policy}/peek       {"context": {...}}             -> a decision
-    POST /v1/policies/{policy}/refund     {"context": {...}, "cost": 1}  -> a decision
-    POST /v1/policies/{policy}/reset      {"context": {...}, "rules": [...]}
-                                          -> {"reset": true, "rules": [the rules reset]}
-    POST /v1/policies/{policy}/limits     {"context": {...}}             -> {"limits": {...}}
-    PUT  /v1/policies/{policy}/limits/{rule}  {"context", "rate", "ttl"} -> {"limits": {...}}
-    DELETE /v1/policies/{policy}/limits/{rule} {"context": {...}}        -> {"limits": {...}}
-    POST /v1/policies/{policy}/denials    {"context": {...}, "minutes": 5}
-                                          -> {"key": its digest, "denied": n, "minutes": 5}
-    GET  /healthz (up), /readyz (the store answers), /metrics, /openapi.json
-    GET  /  (the operator's page), /v1/policies, /v1/stats, /v1/stats/history,
-         /v1/stats/top (what the page reads; open: top keys digested without a token)
+Its operations (the calls under ``/v1/policies/{policy}``, and the GETs: ``/healthz``,
+``/readyz``, ``/metrics``, ``/openapi.json``, the operator's page and what it reads) are
+declared in :mod:`freqguard.service.openapi`, the routes and the document made from them.
 
 A denial is a 200 with ``"allowed": false`` (the call succeeded). Anything else is RFC 9457
 problem+json (:mod:`freqguard.service.problems`): a bad body a 422 naming the field, an
@@ -26,6 +15,7 @@ configured ``Authorization: Bearer <token>`` (else 401; :mod:`freqguard.service.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,23 +34,12 @@ from freqguard.policy import Policy
 from freqguard.rates import written
 from freqguard.script.keys import context_digest
 from freqguard.service.access import notes
-from freqguard.service.bodies import (
-    MAX_BATCH,
-    MAX_BODY,
-    ContextCall,
-    CostedCall,
-    DenialsCall,
-    LimitCall,
-    ManyCall,
-    ResetCall,
-    member,
-    read,
-)
+from freqguard.service.bodies import MAX_BATCH, MAX_BODY, ManyCall, member, read
 from freqguard.service.dispatch import Calls
 from freqguard.service.gate import Gate, HostCheck
 from freqguard.service.history import TOP_MINUTES, history_for
 from freqguard.service.listing import policy_info, stat_rows
-from freqguard.service.openapi import document
+from freqguard.service.openapi import BASE, CALLS, READS, document
 from freqguard.service.page import PAGE
 from freqguard.service.problems import (
     HANDLERS,
@@ -103,27 +82,36 @@ _JSON_TYPE = (b"content-type", b"application/json")
 @dataclass(frozen=True)
 class Names:
     """The names one policy's contexts may hold, said once (a Policy derives them from its
-    rules at each ask): its dimensions, and those and what its rules read."""
+    rules at each ask): its dimensions, those, and those and what its rules read."""
 
     policy: Policy
     dimensions: tuple[str, ...]
+    keyed: frozenset[str]
     hit: frozenset[str]
 
     @classmethod
     def of(cls, policy: Policy) -> Names:
         dimensions = tuple(policy.dimensions)
-        return cls(policy, dimensions, frozenset((*dimensions, *policy.reads)))
+        return cls(
+            policy, dimensions, frozenset(dimensions), frozenset((*dimensions, *policy.reads))
+        )
 
-    def check(self, context: Mapping[str, Any], path: str, *, limits: bool = False) -> None:
+    def check(self, body: Any, limits: bool) -> None:
         """Refuse a name the policy does not take (a limit's context: a dimension), before
         the context is passed to the guard as keywords, where a name like ``cost`` would be
         another argument; what else the policy refuses the guard names itself."""
-        accepted = frozenset(self.dimensions) if limits else self.hit
-        if context.keys() <= accepted:
-            return
+        accepted = self.keyed if limits else self.hit
+        if isinstance(body, ManyCall):
+            for index, context in enumerate(body.contexts):
+                if not context.keys() <= accepted:
+                    self._refuse(context, f"contexts[{index}]", accepted)
+        elif not body.context.keys() <= accepted:
+            self._refuse(body.context, "context", accepted)
+
+    def _refuse(self, context: Mapping[str, Any], path: str, accepted: frozenset[str]) -> None:
         name = next(name for name in context if name not in accepted)
         takes = f"policy {self.policy.name!r} takes: {', '.join(self.dimensions) or 'none'}"
-        if self.policy.reads and not limits:
+        if self.policy.reads and accepted is self.hit:
             takes += f"; and may read: {', '.join(self.policy.reads)}"
         raise invalid(member(path, name), f"not a name {takes}")
 
@@ -139,36 +127,50 @@ class Call:
 
 
 Work = Callable[[Call], Awaitable[Any]]
+#: The page runs its own inline script and style, and talks to this origin only.
+_CSP = "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"
 
 
 class Service:
-    """The app's state: the guard, the gate, the names each policy takes."""
+    """The app's state (the guard, the gate, the metrics' ``registry``, the names each
+    policy takes) and its handlers, each the method named after its operation's id in
+    snake case (``hitMany``: :meth:`hit_many`)."""
 
-    def __init__(self, guard: AsyncGuard, tokens: Sequence[str], metrics: Any) -> None:
-        self.guard, self.metrics, self.gate = guard, metrics, Gate(tokens)
+    def __init__(
+        self, guard: AsyncGuard, tokens: Sequence[str], metrics: Any, keep_history: bool
+    ) -> None:
+        self.guard, self.registry, self.gate = guard, metrics, Gate(tokens)
+        self.ready, self.history = Readiness(guard), history_for(guard, keep_history)
+        self.document = document()
         self._names: dict[str, Names] = {}
 
-    def names(self, request: Request) -> tuple[str, Names]:
-        """The policy the path names, and its names (said again if it was replaced)."""
-        name = str(request.path_params["policy"])
+    def policy(self, name: str) -> Policy:
+        """The policy of that name, or a 404 listing those served."""
         policy = self.guard.policies.get(name)
         if policy is None:
             known = ", ".join(sorted(self.guard.policies))
             raise Problem(404, f"no policy {shown(name, 60)} (policies: {known})")
+        return policy
+
+    def names(self, request: Request) -> tuple[str, Names]:
+        """The policy the path names, and its names (said again if it was replaced)."""
+        name = str(request.path_params["policy"])
+        policy = self.policy(name)
         found = self._names.get(name)
         if found is None or found.policy is not policy:
             found = self._names[name] = Names.of(policy)
         return name, found
 
     def endpoint(
-        self, works: Mapping[str, tuple[type[msgspec.Struct], Work]], field: str = "context"
+        self, works: Mapping[str, tuple[type[msgspec.Struct], Work]], limits: bool
     ) -> Handler:
-        """A call's handler: the gate, the policy (and rule), the body, then ``works``' by
-        the request's method; what the guard refuses is the field its error names (else
-        ``field``)."""
+        """A call's handler: the gate, the policy (and rule), the body and its context's
+        names (``limits``: a limit's), then ``works``' by the request's method; what the
+        guard refuses is the field its error names (else the body's first: ``context``, or
+        a batch's ``contexts``)."""
 
         async def handle(request: Request) -> Response:
-            policy = "?"
+            policy, kind = "?", msgspec.Struct
             try:
                 self.gate.check(request)
                 policy, names = self.names(request)
@@ -177,6 +179,7 @@ class Service:
                     raise Problem(404, f"policy {policy!r} has no rule {shown(rule, 60)}")
                 kind, work = works[request.method]
                 body = await read(request, kind)
+                names.check(body, limits)
                 answer = await work(Call(policy, names, body, rule))
                 note = notes(request.scope)
                 if note is not None:  # an access log is kept
@@ -190,11 +193,120 @@ class Service:
                 if from_store(exc):  # the store answered (MOVED): it applied nothing
                     failed = BackendUnavailable(str(exc), answered=True, sent=False)
                     raise store_failed(failed, policy) from None
-                raise invalid(exc.argument or field, str(exc)) from None
+                field = exc.argument or kind.__struct_fields__[0]
+                raise invalid(field, str(exc)) from None
             except Exception as exc:
                 raise unforeseen(exc, request) from None
 
         return handle
+
+    async def hit(self, call: Call) -> Any:
+        context = call.body.context
+        decided = await self.guard.hit(call.policy, call.body.cost, **context)
+        await self.history.record(call.policy, (decided,), (context,), call.names.dimensions)
+        return schema.decision(decided)
+
+    async def hit_many(self, call: Call) -> Any:
+        contexts = call.body.contexts
+        decisions = await self.guard.hit_many(call.policy, contexts, call.body.cost)
+        await self.history.record(call.policy, decisions, contexts, call.names.dimensions)
+        return schema.Decisions([schema.decision(d) for d in decisions])
+
+    async def peek(self, call: Call) -> Any:
+        return schema.decision(await self.guard.peek(call.policy, **call.body.context))
+
+    async def refund(self, call: Call) -> Any:
+        body = call.body
+        return schema.decision(await self.guard.refund(call.policy, body.cost, **body.context))
+
+    async def reset(self, call: Call) -> Any:
+        done = await self.guard.reset(call.policy, rules=call.body.rules, **call.body.context)
+        return schema.ResetDone(reset=True, rules=list(done))
+
+    async def denials(self, call: Call) -> Any:
+        context, dimensions = call.body.context, call.names.dimensions
+        missing = [d for d in dimensions if d not in context]
+        if missing:  # no guard call here to say it: a digest of a part of the key is no key
+            taken = f"missing: policy {call.policy!r} takes: {', '.join(dimensions)}"
+            raise invalid(member("context", missing[0]), taken)
+        key = context_digest(context, dimensions)
+        denied = await self.history.denied(call.policy, key, call.body.minutes)
+        return schema.Denials(key=key, denied=denied, minutes=call.body.minutes)
+
+    async def limits(self, call: Call) -> Any:
+        found = await self.guard.limits_for(call.policy, **call.body.context)
+        # each rate as written (50/day), as the page lists the policy's: it parses back
+        return schema.Limits(
+            {r: None if rate is None else written(rate) for r, rate in found.items()}
+        )
+
+    async def set_limit(self, call: Call) -> Any:
+        body = call.body
+        await self.guard.set_limit(
+            call.policy, str(call.rule), body.rate, ttl=body.ttl, **body.context
+        )
+        return await self.limits(call)
+
+    async def clear_limit(self, call: Call) -> Any:
+        await self.guard.clear_limit(call.policy, str(call.rule), **call.body.context)
+        return await self.limits(call)
+
+    async def healthz(self, request: Request) -> Response:
+        return JSON(schema.Health(status="ok", policies=sorted(self.guard.policies)))
+
+    async def readyz(self, request: Request) -> Response:
+        return JSON(await self.ready.check())
+
+    async def metrics(self, request: Request) -> Response:
+        if self.registry is None:
+            raise Problem(404, "no metrics: the prometheus extra is not installed")
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def openapi(self, request: Request) -> Response:
+        return JSON(self.document)
+
+    async def page(self, request: Request) -> Response:
+        return HTMLResponse(PAGE, headers={"content-security-policy": _CSP})
+
+    async def policies(self, request: Request) -> Response:
+        return JSON(schema.PolicyList([policy_info(p) for p in self.guard.policies.values()]))
+
+    async def stats(self, request: Request) -> Response:
+        return JSON(schema.Stats(stat_rows(self.registry)))
+
+    def _asked(self, request: Request) -> list[str]:
+        name = request.query_params.get("policy")
+        return sorted(self.guard.policies) if name is None else [self.policy(name).name]
+
+    async def stats_top(self, request: Request) -> Response:
+        names, text = self._asked(request), request.query_params.get("minutes", "5")
+        # ASCII digits, and few: int() reads other digits too, and refuses past 4,300
+        if not (text.isascii() and text.isdigit() and len(text) <= 3) or not (
+            1 <= int(text) <= TOP_MINUTES
+        ):
+            raise invalid("minutes", f"an integer from 1 to {TOP_MINUTES}, got {shown(text, 20)}")
+        digest = None if self.gate.authorized(request) else self.gate.digest
+        async with _store_answers("the top keys"):
+            return JSON(await self.history.top(names, int(text), digest))
+
+    async def stats_history(self, request: Request) -> Response:
+        policies = {n: [r.id for r in self.guard.policies[n].rules] for n in self._asked(request)}
+        async with _store_answers("the decisions' history"):
+            return JSON(await self.history.read(policies))
+
+
+@contextlib.asynccontextmanager
+async def _store_answers(what: str) -> AsyncIterator[None]:
+    """A read of the history: a redis-py error is a 503 (the store did not answer); a
+    Problem (the history is off) stays as it is."""
+    try:
+        yield
+    except Problem:
+        raise
+    except Exception as exc:
+        raise Problem(503, f"the store did not answer for {what}") from exc
 
 
 def _note(note: dict[str, Any], policy: str, body: Any, answer: Any) -> None:
@@ -209,8 +321,9 @@ def _note(note: dict[str, Any], policy: str, body: Any, answer: Any) -> None:
         note["allowed"] = answer.allowed
 
 
-#: The page runs its own inline script and style, and talks to this origin only.
-_CSP = "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"
+def _method(operation: str) -> str:
+    """The name of the handler of an operation: its id in snake case."""
+    return re.sub(r"[A-Z]", lambda upper: "_" + upper[0].lower(), operation)
 
 
 def create_app(
@@ -228,166 +341,21 @@ def create_app(
     Raises:
         ConfigError: a token that is not one word of visible ASCII without commas.
     """
-    service = Service(guard, tokens, metrics)
-    ready, the_document, history = Readiness(guard), document(), history_for(guard, keep_history)
-
-    async def hit(call: Call) -> Any:
-        context = call.body.context
-        call.names.check(context, "context")
-        decided = await guard.hit(call.policy, call.body.cost, **context)
-        await history.record(call.policy, (decided,), (context,), call.names.dimensions)
-        return schema.decision(decided)
-
-    async def hit_many(call: Call) -> Any:
-        contexts = call.body.contexts
-        for index, context in enumerate(contexts):
-            call.names.check(context, f"contexts[{index}]")
-        decisions = await guard.hit_many(call.policy, contexts, call.body.cost)
-        await history.record(call.policy, decisions, contexts, call.names.dimensions)
-        return schema.Decisions([schema.decision(d) for d in decisions])
-
-    async def peek(call: Call) -> Any:
-        call.names.check(call.body.context, "context")
-        return schema.decision(await guard.peek(call.policy, **call.body.context))
-
-    async def refund(call: Call) -> Any:
-        context = call.body.context
-        call.names.check(context, "context")
-        return schema.decision(await guard.refund(call.policy, call.body.cost, **context))
-
-    async def reset(call: Call) -> Any:
-        context, rules = call.body.context, call.body.rules
-        call.names.check(context, "context")
-        done = await guard.reset(call.policy, rules=rules, **context)
-        return schema.ResetDone(reset=True, rules=list(done))
-
-    async def denials(call: Call) -> Any:
-        context, minutes = call.body.context, call.body.minutes
-        call.names.check(context, "context")
-        missing = [d for d in call.names.dimensions if d not in context]
-        if missing:  # no guard call here to say it: a digest of a part of the key is no key
-            taken = ", ".join(call.names.dimensions)
-            raise invalid(
-                member("context", missing[0]), f"missing: policy {call.policy!r} takes: {taken}"
-            )
-        key = context_digest(context, call.names.dimensions)
-        denied = await history.denied(call.policy, key, minutes)
-        return schema.Denials(key=key, denied=denied, minutes=minutes)
-
-    async def limits(call: Call) -> Any:
-        call.names.check(call.body.context, "context", limits=True)
-        return await _limits(call.policy, call.body.context)
-
-    async def set_limit(call: Call) -> Any:
-        body, rule = call.body, str(call.rule)
-        call.names.check(body.context, "context", limits=True)
-        await guard.set_limit(call.policy, rule, body.rate, ttl=body.ttl, **body.context)
-        return await _limits(call.policy, body.context)
-
-    async def clear_limit(call: Call) -> Any:
-        context = call.body.context
-        call.names.check(context, "context", limits=True)
-        await guard.clear_limit(call.policy, str(call.rule), **context)
-        return await _limits(call.policy, context)
-
-    async def _limits(policy: str, context: Mapping[str, Any]) -> Any:
-        found = await guard.limits_for(policy, **context)
-        # each rate as written (50/day), as the page lists the policy's: it parses back
-        return schema.Limits(
-            {r: None if rate is None else written(rate) for r, rate in found.items()}
-        )
-
-    async def healthz(request: Request) -> Response:
-        return JSON(schema.Health(status="ok", policies=sorted(guard.policies)))
-
-    async def readyz(request: Request) -> Response:
-        return JSON(await ready.check())
-
-    async def metrics_page(request: Request) -> Response:
-        if service.metrics is None:
-            raise Problem(404, "no metrics: the prometheus extra is not installed")
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-        return Response(generate_latest(service.metrics), media_type=CONTENT_TYPE_LATEST)
-
-    async def openapi(request: Request) -> Response:
-        return JSON(the_document)
-
-    async def page(request: Request) -> Response:
-        return HTMLResponse(PAGE, headers={"content-security-policy": _CSP})
-
-    async def listed(request: Request) -> Response:
-        return JSON(schema.PolicyList([policy_info(p) for p in guard.policies.values()]))
-
-    async def stats(request: Request) -> Response:
-        return JSON(schema.Stats(stat_rows(service.metrics)))
-
-    def asked(request: Request) -> list[str]:
-        name = request.query_params.get("policy")
-        if name is not None and name not in guard.policies:
-            known = ", ".join(sorted(guard.policies))
-            raise Problem(404, f"no policy {shown(name, 60)} (policies: {known})")
-        return sorted(guard.policies) if name is None else [name]
-
-    async def stats_top(request: Request) -> Response:
-        names, text = asked(request), request.query_params.get("minutes", "5")
-        # ASCII digits, and few: int() reads other digits too, and refuses past 4,300
-        if not (text.isascii() and text.isdigit() and len(text) <= 3) or not (
-            1 <= int(text) <= TOP_MINUTES
-        ):
-            raise invalid("minutes", f"an integer from 1 to {TOP_MINUTES}, got {shown(text, 20)}")
-        digest = None if service.gate.authorized(request) else service.gate.digest
-        try:
-            return JSON(await history.top(names, int(text), digest))
-        except Problem:  # the history is off
-            raise
-        except Exception as exc:  # a redis-py error: the store did not answer
-            raise Problem(503, "the store did not answer for the top keys") from exc
-
-    async def stats_history(request: Request) -> Response:
-        names = asked(request)
-        try:
-            rules = {n: [r.id for r in guard.policies[n].rules] for n in names}
-            return JSON(await history.read(rules))
-        except Problem:  # the history is off
-            raise
-        except Exception as exc:  # a redis-py error: the store did not answer
-            raise Problem(503, "the store did not answer for the decisions' history") from exc
-
-    base = "/v1/policies/{policy}"
-    endpoint = service.endpoint
+    service = Service(guard, tokens, metrics, keep_history)
+    calls: dict[str, dict[str, tuple[type[msgspec.Struct], Work]]] = {}
+    for call in CALLS:
+        work = getattr(service, _method(call.id))
+        calls.setdefault(call.path, {})[call.method] = (call.body, work)
     routes = [
-        Route(f"{base}/hit", endpoint({"POST": (CostedCall, hit)}), methods=["POST"]),
-        Route(
-            f"{base}/hit-many",
-            endpoint({"POST": (ManyCall, hit_many)}, "contexts"),
-            methods=["POST"],
-        ),
-        Route(f"{base}/peek", endpoint({"POST": (ContextCall, peek)}), methods=["POST"]),
-        Route(f"{base}/refund", endpoint({"POST": (CostedCall, refund)}), methods=["POST"]),
-        Route(f"{base}/reset", endpoint({"POST": (ResetCall, reset)}), methods=["POST"]),
-        Route(f"{base}/limits", endpoint({"POST": (ContextCall, limits)}), methods=["POST"]),
-        Route(f"{base}/denials", endpoint({"POST": (DenialsCall, denials)}), methods=["POST"]),
-        Route(
-            f"{base}/limits/{{rule}}",
-            endpoint({"PUT": (LimitCall, set_limit), "DELETE": (ContextCall, clear_limit)}),
-            methods=["PUT", "DELETE"],
-        ),
-        Route("/healthz", healthz),
-        Route("/readyz", readyz),
-        Route("/metrics", metrics_page),
-        Route("/openapi.json", openapi),
-        Route("/", page),
-        Route("/v1/policies", listed),
-        Route("/v1/stats", stats),
-        Route("/v1/stats/history", stats_history),
-        Route("/v1/stats/top", stats_top),
+        Route(f"{BASE}/{path}", service.endpoint(by, path.startswith("limits")), methods=list(by))
+        for path, by in calls.items()
     ]
+    routes += [Route(read.path, getattr(service, _method(read.id))) for read in READS]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
-        await history.aclose()
+        await service.history.aclose()
         await guard.aclose()
 
     starlette = Starlette(routes=routes, exception_handlers=HANDLERS, lifespan=lifespan)

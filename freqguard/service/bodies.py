@@ -33,7 +33,7 @@ __all__ = [
     "LimitCall",
     "ManyCall",
     "ResetCall",
-    "convert",
+    "decode",
     "member",
     "read",
 ]
@@ -186,20 +186,6 @@ def _at(data: Any, path: str) -> dict[Any, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def convert(data: Any, body: type[Body]) -> Body:
-    """``data`` (plain JSON values) as ``body``.
-
-    Raises:
-        Problem: 422 naming the first field that is unknown, missing or bad.
-    """
-    if not isinstance(data, dict):
-        raise invalid("body", f"a JSON object, got {shown(data)}")
-    try:
-        return msgspec.convert(data, body, strict=True)
-    except msgspec.ValidationError as exc:
-        raise _named(exc, data) from None
-
-
 async def _raw(request: Request) -> bytes:
     """The body's bytes, up to :data:`MAX_BODY` (the ASGI messages read as Starlette's
     ``Request.stream`` reads them, without its per-chunk machinery: a hit's body is one).
@@ -231,10 +217,18 @@ async def read(request: Request, body: type[Body]) -> Body:
     """The request's body, read up to :data:`MAX_BODY` bytes, as ``body``.
 
     Raises:
-        Problem: 413 for a larger body; 422 naming the field at fault (``body`` for one
-            that is not UTF-8 JSON, or nested more than :data:`MAX_DEPTH` levels).
+        Problem: 413 for a larger body; 422 as :func:`decode` says.
     """
-    raw = await _raw(request)
+    return decode(await _raw(request), body)
+
+
+def decode(raw: bytes, body: type[Body]) -> Body:
+    """A body's bytes as ``body``.
+
+    Raises:
+        Problem: 422 naming the field at fault (``body`` for one that is not UTF-8 JSON,
+            or nested more than :data:`MAX_DEPTH` levels).
+    """
     if deeper_than(raw, MAX_DEPTH):  # before a parser, whose depth is the stack's
         raise invalid("body", f"nested too deeply (more than {MAX_DEPTH} levels)")
     try:

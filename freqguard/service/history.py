@@ -20,7 +20,8 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from itertools import product
+from typing import Any, NoReturn
 
 import freqguard.service.bodies as bodies
 import freqguard.service.schema as schema
@@ -85,13 +86,9 @@ def tally(decisions: Sequence[Decision], counts: Counter[tuple[str, str]]) -> No
 class History:
     """Where the service keeps the counts: :meth:`record` a call's (its decisions, and the
     contexts they were for: a denied one's key, by the policy's ``dimensions``), and
-    :meth:`read` them, or the keys denied most (:meth:`top`, :meth:`denied`).
-
-    A call's counts are added to this worker's pending counts, and a writer task sends
-    them: at once when it is idle, then what gathered meanwhile at most every
-    ``interval`` seconds, in one write. A decision never waits for the write; a read sends
-    what is pending first. Where they are kept is a subclass's: :meth:`_add`,
-    :meth:`_counts` and :meth:`_keys`."""
+    :meth:`read` them, or the keys denied most (:meth:`top`, :meth:`denied`), on one
+    writer task (the module's docstring says when it writes; a read sends what is pending
+    first). Where they are kept is a subclass's: :meth:`_add`, :meth:`_counts`, :meth:`_keys`."""
 
     def __init__(self, guard: AsyncGuard, interval: float = INTERVAL) -> None:
         self._clock, self._prefix = guard.clock or guard.backend.clock, guard.prefix
@@ -167,8 +164,7 @@ class History:
         """The series of each policy (its own first, then each of its rules) over the
         :data:`MINUTES` minutes that end with the current one."""
         await self.flush()
-        last = self.minute()
-        minutes = list(range(last - MINUTES + 1, last + 1))
+        minutes = self._recent(MINUTES)
         found = await self._counts(list(policies), minutes)
         series: list[schema.Series] = []
         for policy, rules in policies.items():
@@ -189,10 +185,10 @@ class History:
         (None: as it is)."""
         await self.flush()
         found = await self._keys(policies, self._recent(minutes))
-        rows = [(policy, key, n) for (policy, _), keys in found.items() for key, n in keys.items()]
         summed: Counter[tuple[str, str]] = Counter()
-        for policy, key, count in rows:
-            summed[policy, key] += count
+        for (policy, _), keys in found.items():
+            for key, count in keys.items():
+                summed[policy, key] += count
         ordered = sorted(summed.items(), key=lambda row: (-row[1], row[0]))
         shown_keys = [
             schema.TopKey(policy, key if digest is None else digest(key), count)
@@ -239,11 +235,12 @@ class MemoryHistory(History):
                 del kept[old]
 
     async def _counts(self, policies: Sequence[str], minutes: Sequence[int]) -> Counts:
-        return {(p, m): self._kept[p, m] for p in policies for m in minutes if (p, m) in self._kept}
+        return {at: self._kept[at] for at in product(policies, minutes) if at in self._kept}
 
     async def _keys(self, policies: Sequence[str], minutes: Sequence[int]) -> Keys:
-        kept = self._kept_keys
-        return {(p, m): kept[p, m] for p in policies for m in minutes if (p, m) in kept}
+        return {
+            at: self._kept_keys[at] for at in product(policies, minutes) if at in self._kept_keys
+        }
 
 
 class RedisHistory(History):
@@ -278,29 +275,25 @@ class RedisHistory(History):
     async def _counts(self, policies: Sequence[str], minutes: Sequence[int]) -> Counts:
         hours = sorted({minute // 60 for minute in minutes})
         async with self._client.pipeline(transaction=False) as pipe:
-            for policy in policies:
-                for hour in hours:
-                    pipe.hgetall(self._key(policy, hour * 60))
-            replies = iter(await pipe.execute())
+            for policy, hour in product(policies, hours):
+                pipe.hgetall(self._key(policy, hour * 60))
+            replies = await pipe.execute()
         found: Counts = {}
-        for policy in policies:
-            for hour in hours:
-                for field, value in next(replies).items():
-                    minute, rule, outcome = _text(field).split("|")
-                    at = (policy, hour * 60 + int(minute))
-                    found.setdefault(at, Counter())[rule, outcome] += int(value)
+        for (policy, hour), reply in zip(product(policies, hours), replies, strict=True):
+            for field, value in reply.items():
+                minute, rule, outcome = _text(field).split("|")
+                at = (policy, hour * 60 + int(minute))
+                found.setdefault(at, Counter())[rule, outcome] += int(value)
         return found
 
     async def _keys(self, policies: Sequence[str], minutes: Sequence[int]) -> Keys:
         async with self._client.pipeline(transaction=False) as pipe:
-            for policy in policies:
-                for minute in minutes:
-                    pipe.zrange(self._top_key(policy, minute), 0, -1, withscores=True)
-            replies = iter(await pipe.execute())
+            for policy, minute in product(policies, minutes):
+                pipe.zrange(self._top_key(policy, minute), 0, -1, withscores=True)
+            replies = await pipe.execute()
         return {
-            (policy, minute): Counter({_text(m): int(score) for m, score in next(replies)})
-            for policy in policies
-            for minute in minutes
+            at: Counter({_text(m): int(score) for m, score in reply})
+            for at, reply in zip(product(policies, minutes), replies, strict=True)
         }
 
 
@@ -312,19 +305,14 @@ class NoHistory(History):
     """No history kept (``freqguard serve --history off``): a call records nothing, and a
     read is a 404 that says the history is off (never an empty chart that looks quiet)."""
 
-    OFF = "the decisions' history is off (freqguard serve --history off)"
-
     async def record(self, policy: str, *what: Any) -> None:
         return None
 
-    async def read(self, *what: Any) -> schema.History:
-        raise Problem(404, self.OFF)
+    async def _counts(self, *what: Any) -> NoReturn:
+        raise Problem(404, "the decisions' history is off (freqguard serve --history off)")
 
-    async def top(self, *what: Any) -> schema.TopKeys:
-        raise Problem(404, self.OFF)
-
-    async def denied(self, *what: Any) -> int:
-        raise Problem(404, self.OFF)
+    async def _keys(self, *what: Any) -> NoReturn:
+        await self._counts()
 
 
 def history_for(guard: AsyncGuard, kept: bool = True) -> History:

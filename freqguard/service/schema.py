@@ -13,31 +13,6 @@ import msgspec
 
 from freqguard.decision import Decision as Decided
 
-__all__ = [
-    "ANSWERS",
-    "Decision",
-    "Decisions",
-    "Denials",
-    "Health",
-    "History",
-    "Limits",
-    "PolicyInfo",
-    "PolicyList",
-    "Problem",
-    "QuietInfo",
-    "Ready",
-    "ResetDone",
-    "RuleInfo",
-    "RuleState",
-    "Series",
-    "StatRow",
-    "Stats",
-    "TopKey",
-    "TopKeys",
-    "decision",
-    "encode",
-]
-
 encode = msgspec.json.Encoder().encode
 _US = 1_000_000.0  # µs in a second: a raw state's times
 
@@ -224,23 +199,6 @@ class Problem(msgspec.Struct, frozen=True, omit_defaults=True):
     detail: str
     instance: str | None = None
     field: str | None = None
-
-
-#: Every answer's struct, in the order the document lists their schemas.
-ANSWERS: tuple[type[msgspec.Struct], ...] = (
-    Decision,
-    Decisions,
-    Limits,
-    ResetDone,
-    Health,
-    Ready,
-    PolicyList,
-    Stats,
-    History,
-    TopKeys,
-    Denials,
-    Problem,
-)
 
 
 def decision(decided: Decided) -> Decision:
