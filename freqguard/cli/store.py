@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from freqguard.cli.output import EXIT_OK, masked, out, say
@@ -232,7 +233,7 @@ def serve(args: argparse.Namespace) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     workers = "1 worker" if args.workers == 1 else f"{args.workers} workers"
     wire = pick(args.loop, args.http)
-    say(
+    listening = (
         f"freqguard serve: listening on http://{host}:{args.port} ({workers}, {wire}), "
         f"{masked(config.backend)}"
     )
@@ -248,7 +249,7 @@ def serve(args: argparse.Namespace) -> int:
     os.environ.pop(HOSTS_ENV, None)
     if names is not None:
         os.environ[HOSTS_ENV] = ",".join(names)
-    _run(args, wire)
+    _run(args, wire, lambda: say(listening))
     return EXIT_OK
 
 
@@ -276,9 +277,9 @@ def _readable(path: str) -> None:
         raise ConfigError(f"--token-file {path}: cannot be read: {exc.strerror or exc}") from None
 
 
-def _run(args: argparse.Namespace, wire: Wire) -> None:
+def _run(args: argparse.Namespace, wire: Wire, bound: Callable[[], object]) -> None:
     """uvicorn on a socket bound here (``TCP_NODELAY``: ``service.server``), its worker
-    processes making their apps with ``service.from_env``."""
+    processes making their apps with ``service.from_env``; ``bound`` said once it is."""
     from freqguard.service.server import run
 
     started = run(
@@ -286,6 +287,7 @@ def _run(args: argparse.Namespace, wire: Wire) -> None:
         args.host,
         args.port,
         args.workers,
+        bound,
         log_level=args.log_level,
         access_log=False,  # uvicorn's would hold paths only; --access-log json is ours
         timeout_graceful_shutdown=args.shutdown_timeout,

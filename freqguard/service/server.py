@@ -12,6 +12,7 @@ there once, and every worker, loop and parser gets it with no code of uvicorn's 
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.util import find_spec
 from typing import Any
@@ -85,9 +86,18 @@ def pick(loop: str = "auto", parser: str = "auto") -> Wire:
     return Wire(loop, parser)
 
 
-def run(wire: Wire, host: str, port: int, workers: int, **settings: Any) -> bool:
+def run(
+    wire: Wire,
+    host: str,
+    port: int,
+    workers: int,
+    bound: Callable[[], object] = lambda: None,
+    **settings: Any,
+) -> bool:
     """Serve :data:`APP` with uvicorn on :func:`listener`'s socket, ``workers`` processes;
-    ``settings``: uvicorn's own (its log level, the graceful shutdown's timeout...).
+    ``settings``: uvicorn's own (its log level, the graceful shutdown's timeout...);
+    ``bound``: called once the socket is bound (serve says where it listens then, not before
+    a refusal).
 
     One worker is handed the socket itself, and closes it as it stops, so that no new
     connection waits on a server that is finishing; several share it by its descriptor
@@ -100,6 +110,7 @@ def run(wire: Wire, host: str, port: int, workers: int, **settings: Any) -> bool
         ConfigError: the address cannot be bound.
     """
     sock = listener(host, port)
+    bound()
     options = dict(factory=True, loop=wire.loop, http=wire.parser, workers=workers, **settings)
     try:
         if workers == 1:

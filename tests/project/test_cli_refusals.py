@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -119,8 +120,11 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
     calls: list[dict[str, Any]] = []
 
-    def run(wire: Any, host: str, port: int, workers: int, **settings: Any) -> bool:
+    def run(wire: Any, host: str, port: int, workers: int, bound: Any, **settings: Any) -> bool:
+        # the environment the workers would inherit (cli_run puts the process's back)
         calls.append({"host": host, "port": port, "workers": workers, **settings})
+        calls[-1]["environ"] = dict(os.environ)
+        bound()  # as the socket binds
         return True
 
     monkeypatch.setattr(server, "run", run)
@@ -165,7 +169,8 @@ def test_serve_beyond_loopback_without_tokens_says_so_and_a_bad_token_file_is_re
     assert "with no token" not in cli("serve", str(redis_config)).err  # loopback: quiet
     # on loopback, the workers answer only its names (DNS rebinding), and --allow-host's
     assert cli("serve", str(redis_config), "--allow-host", "limits.internal").code == 0
-    assert os.environ["FREQGUARD_SERVE_HOSTS"] == "localhost,127.0.0.1,::1,limits.internal"
+    hosts = served[-1]["environ"]["FREQGUARD_SERVE_HOSTS"]
+    assert hosts == "localhost,127.0.0.1,::1,limits.internal"
     tokens = tmp_path / "tokens"
     tokens.write_text("good-token-1\nk,9fQ2secret\n")
     monkeypatch.delenv("FREQGUARD_TOKENS_FILE", raising=False)
@@ -405,6 +410,22 @@ def test_serve_that_cannot_listen_exits_2(cli: Any, memory_config: Path) -> None
     done = cli("serve", str(memory_config), "--host", "nonexistent.invalid")
     assert done.code == 2
     assert "cannot serve on nonexistent.invalid:8080" in done.err
+    assert "serve: listening on http" not in done.err
+
+
+def test_serve_on_a_taken_port_is_refused_without_saying_it_listens(
+    cli: Any, memory_config: Path
+) -> None:
+    """Found by a new user's first hour: serve said "listening on" a port another process
+    held, then that it could not serve there."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = cli("serve", str(memory_config), "--port", str(port))
+    assert done.code == 2
+    assert f"cannot serve on 127.0.0.1:{port}" in done.err
+    assert "serve: listening on http" not in done.err
 
 
 @pytest.mark.parametrize("zone", ["America", "Etc"])
