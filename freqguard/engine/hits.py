@@ -17,6 +17,7 @@ from freqguard.engine.ops import Op, acquire_op, decide_op, many_op, reset_op
 from freqguard.engine.plan import PolicyPlan
 from freqguard.engine.registry import PolicyRegistry
 from freqguard.engine.resets import reset_calls
+from freqguard.engine.settings import shortened
 from freqguard.errors import CapExceeded, ConfigError
 from freqguard.rules import Rule
 from freqguard.script.calls import Reply, ScriptCall
@@ -180,7 +181,7 @@ class Hits:
             raise ConfigError(
                 f"hit_many takes a list of contexts (dicts of dimension values, "
                 f"[{{'recipient': 'a'}}, ...]), got one {type(contexts).__name__}: "
-                f"{_short(contexts)}; for one hit, hit(policy, **context)",
+                f"{shortened(repr(contexts), 60)}; for one hit, hit(policy, **context)",
                 argument="contexts",
             )
         hits = []
@@ -188,7 +189,7 @@ class Hits:
             if not isinstance(ctx, Mapping):
                 raise ConfigError(
                     f"hit_many's context {index} must be a dict of dimension values, got "
-                    f"{type(ctx).__name__}: {_short(ctx)}",
+                    f"{type(ctx).__name__}: {shortened(repr(ctx), 60)}",
                     argument=f"contexts[{index}]",
                 )
             try:
@@ -262,8 +263,3 @@ class Hits:
         except CapExceeded as exc:
             self._observers.decided(exc.decision, hit.texts, perf_counter() - hit.start)
             raise
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -26,6 +26,7 @@ __all__ = [
     "check_breaker",
     "check_observers",
     "check_policies",
+    "shortened",
 ]
 
 DEFAULT_BREAKER: Any = object()  # "a new Breaker()": a default argument must not be shared
@@ -46,7 +47,7 @@ def check_backend(guard: str, backend: object, methods: tuple[str, ...]) -> None
         maker = "backend_from_url" if guard == "Guard" else "async_backend_from_url"
         got = f"the string {backend!r}: pass {maker}({backend!r})"
     else:
-        got = _short(repr(backend))
+        got = shortened(repr(backend))
         other = "AsyncGuard" if guard == "Guard" else "Guard"
         theirs = ("aexecute", "aexecute_many") if guard == "Guard" else ("execute", "execute_many")
         if all(callable(getattr(backend, name, None)) for name in theirs):
@@ -59,7 +60,8 @@ def check_backend(guard: str, backend: object, methods: tuple[str, ...]) -> None
     )
 
 
-def _short(text: str, most: int = 80) -> str:
+def shortened(text: str, most: int = 80) -> str:
+    """``text`` cut to ``most`` characters, "..." saying so (a value shown in a message)."""
     return text if len(text) <= most else text[: most - 3] + "..."
 
 
