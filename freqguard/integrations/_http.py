@@ -110,6 +110,14 @@ def path_param(name: str) -> KeyFunc:
     return declared(key, name)
 
 
+def _items(value: object) -> tuple[object, ...] | None:
+    """``value``'s items if it is iterable (a dict's keys: its names), else None."""
+    try:
+        return tuple(value)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
 def check_methods(methods: Iterable[str] | None) -> frozenset[str] | None:
     """The HTTP methods a cap applies to, upper case (None: every method).
 
@@ -119,12 +127,13 @@ def check_methods(methods: Iterable[str] | None) -> frozenset[str] | None:
     """
     if methods is None:
         return None
-    given = None if isinstance(methods, str) else tuple(methods)
-    if given is None or not all(isinstance(m, str) and m.isascii() and m.isalpha() for m in given):
+    given = None if isinstance(methods, (str, bytes)) else _items(methods)
+    names = [m for m in given or () if isinstance(m, str) and m.isascii() and m.isalpha()]
+    if given is None or len(names) != len(given):
         raise ConfigError(f"methods must be a list of HTTP methods (['POST']), got {methods!r}")
-    if not given:
+    if not names:
         raise ConfigError("methods must name at least one HTTP method, got none (None: every)")
-    return frozenset(m.upper() for m in given)
+    return frozenset(m.upper() for m in names)
 
 
 class Limit:

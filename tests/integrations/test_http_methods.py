@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable
 from typing import Any
 
 import httpx
 import pytest
 from flask import Flask
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
@@ -19,6 +22,7 @@ from freqguard import AsyncGuard, ConfigError, Guard, ManualClock, MemoryBackend
 from freqguard.integrations.flask import FreqGuard
 from freqguard.integrations.starlette import FreqGuardMiddleware, Limit
 from freqguard.integrations.wsgi import FreqGuardMiddleware as WSGIMiddleware
+from tests.conftest import examples
 
 # three GETs use up the limit; the HEADs after them must be denied, not run the handler
 CALLS = ["GET"] * 3 + ["HEAD"] * 10
@@ -111,3 +115,37 @@ def test_a_limits_methods_that_match_nothing_or_everything_by_mistake_are_refuse
 
 def test_a_limits_methods_may_be_any_iterable_of_names() -> None:
     assert Limit("/sms", "2/minute", methods=(m for m in ["post"])).methods == frozenset({"POST"})
+
+
+_ANYTHING = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(),
+        st.text(max_size=8),
+        st.binary(max_size=8),
+        st.sampled_from(["GET", "post", "HEAD", "PO ST", "\udcff", ""]),
+    ),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=examples(100))
+@given(methods=_ANYTHING)
+def test_a_limits_methods_are_a_set_of_names_or_a_config_error(methods: object) -> None:
+    """Hostile values for methods=: bad types, nested, empty, non-UTF-8 text. Each is a set
+    of upper-case method names that matches requests, or a ConfigError naming the value,
+    never another exception and never a set no request can match (seen failing first:
+    methods=False raised a TypeError)."""
+    with contextlib.suppress(ConfigError):
+        limit = Limit("/sms", "2/minute", methods=methods)  # type: ignore[arg-type]
+        assert limit.methods is None or (
+            limit.methods and all(m.isalpha() and m.isupper() for m in limit.methods)
+        )
+        return
+    with pytest.raises(ConfigError, match="methods must"):
+        Limit("/sms", "2/minute", methods=methods)  # type: ignore[arg-type]
