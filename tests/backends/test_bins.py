@@ -432,6 +432,7 @@ def test_a_cluster_node_with_low_listpack_limits_is_named(
     assert f"127.0.0.1:{redis_cluster[0].port}" not in message
 
 
+@pytest.mark.slow  # ~4 s: a cluster of its own, a slot migrated
 def test_a_binned_call_on_a_slot_being_migrated_is_served(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
@@ -566,6 +567,7 @@ def test_a_bad_record_in_a_bin_fails_no_sweep(redis_server: RedisServer, db1: An
     assert db1.pttl(bin_key) > 0
 
 
+@pytest.mark.slow  # ~4 s: the dead primary's connect timeouts
 def test_a_binned_fallback_backend_keeps_its_bins(redis_server: RedisServer, db1: Any) -> None:
     """Found by review: the fallback's plan (its limits shared out) was built without the
     fallback backend's bins, so it wrote a hash per record beside them."""
