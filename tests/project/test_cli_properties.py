@@ -124,6 +124,13 @@ COMMANDS = [
 
 
 @pytest.fixture
+def in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The commands run in a folder of the test's own: a drawn word can be a file they write
+    (replay's --decisions), which landed in the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> None:
     from freqguard.service import server
 
@@ -169,6 +176,7 @@ PLAUSIBLE_WORDS = {
 )
 def test_random_words_exit_0_or_2_and_a_refusal_writes_nothing(
     served: None,
+    in_tmp: None,
     configs: dict[str, Path],
     redis_server: RedisServer,
     command: list[str],
