@@ -5,9 +5,9 @@ real redis-server, with and without the history's write after each call.
 
 Starts its own redis-server (a free port). In one process, ``--tasks`` asyncio tasks hit
 random recipients for ``--seconds``: ``AsyncGuard.hit`` alone, then followed by
-``RedisHistory.record`` (the counts and the denied keys added up, written by a task at
-most every 0.25 s: what the service adds), then ``hit_many`` batches of 20 alone and followed by one
-record; and the same on one task (latency alone). ``--rounds`` alternates the
+``History.record`` on a Redis store (the counts and the denied keys added up, written by a
+task at most every 0.25 s: what the service adds), then ``hit_many`` batches of 20 alone and
+followed by one record; and the same on one task (latency alone). ``--rounds`` alternates the
 cases and takes each one's median.
 """
 

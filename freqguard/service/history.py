@@ -2,14 +2,14 @@
 how many hits were allowed and denied in each minute of the last hour, and the contexts
 denied most (their digests: never their values).
 
-On a Redis store they live beside the policy's record (``script.keys.policy_key``: one
-hash per policy per hour, fields ``{minute}|{rule}|a`` and ``|d``, rule empty for the
-policy's own; a sorted set per minute of the digests denied most). Each worker adds its
-calls' counts up and writes them as one pipeline at once when idle, then at most every
-:data:`INTERVAL` seconds, never in a decision's path (a pipeline a call cost ~5x a hit on
-the client: ``benchmarks/service_history.py``); they expire by themselves. On
-``memory://`` (one worker) they are kept in its memory, added up and written the same
-way. A write that fails is logged (at most once a minute) and dropped; decisions taken
+They are the store's tallies (``backends.tallies``), keyed beside the policy's record
+(``script.keys.policy_key``): one tally per policy per hour, fields ``{minute}|{rule}|a``
+and ``|d``, rule empty for the policy's own; a top tally per minute of the digests denied
+most. On Redis every worker and host shares them; on ``memory://`` (one worker) they are
+in its memory. Each worker adds its calls' counts up and writes them at once when idle,
+then at most every :data:`INTERVAL` seconds, never in a decision's path (a write a call
+cost ~5x a hit on the client: ``benchmarks/service_history.py``); they expire by
+themselves. A write that fails is logged (at most once a minute) and dropped; decisions taken
 without the store are not written.
 """
 
@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 
 import freqguard.service.bodies as bodies
 import freqguard.service.schema as schema
+from freqguard.backends.tallies import tallies_of
 from freqguard.decision import Decision
 from freqguard.guard import AsyncGuard
 from freqguard.script.keys import context_digest, policy_key
@@ -36,9 +37,7 @@ __all__ = [
     "TOP_KEPT",
     "TOP_MINUTES",
     "History",
-    "MemoryHistory",
     "NoHistory",
-    "RedisHistory",
     "bounded",
     "history_for",
     "tally",
@@ -88,10 +87,11 @@ class History:
     contexts they were for: a denied one's key, by the policy's ``dimensions``), and
     :meth:`read` them, or the keys denied most (:meth:`top`, :meth:`denied`), on one
     writer task (the module's docstring says when it writes; a read sends what is pending
-    first). Where they are kept is a subclass's: :meth:`_add`, :meth:`_counts`, :meth:`_keys`."""
+    first), kept in the store's tallies (:meth:`_add`, :meth:`_counts`, :meth:`_keys`)."""
 
     def __init__(self, guard: AsyncGuard, interval: float = INTERVAL) -> None:
         self._clock, self._prefix = guard.clock or guard.backend.clock, guard.prefix
+        self._tallies = tallies_of(guard.backend, self._clock)
         self.interval = interval
         self._pending: Counts = {}
         self._pending_keys: Keys = {}
@@ -206,99 +206,37 @@ class History:
         now = self.minute()
         return list(range(now - minutes + 1, now + 1))
 
-    async def _add(self, counts: Counts, keys: Keys) -> None:
-        raise NotImplementedError
-
-    async def _counts(self, policies: Sequence[str], minutes: Sequence[int]) -> Counts:
-        raise NotImplementedError
-
-    async def _keys(self, policies: Sequence[str], minutes: Sequence[int]) -> Keys:
-        raise NotImplementedError
-
-
-class MemoryHistory(History):
-    """The counts in this process (``memory://``: one worker), the last hour's only."""
-
-    def __init__(self, guard: AsyncGuard, interval: float = INTERVAL) -> None:
-        super().__init__(guard, interval)
-        self._kept: Counts = {}
-        self._kept_keys: Keys = {}
-
-    async def _add(self, counts: Counts, keys: Keys) -> None:
-        now = self.minute()
-        for where, count in counts.items():
-            self._kept.setdefault(where, Counter()).update(count)
-        for where, found in keys.items():
-            self._kept_keys[where] = bounded(self._kept_keys.get(where, Counter()) + found)
-        for kept, span in ((self._kept, MINUTES), (self._kept_keys, TOP_MINUTES)):
-            for old in [where for where in kept if where[1] <= now - span]:
-                del kept[old]
-
-    async def _counts(self, policies: Sequence[str], minutes: Sequence[int]) -> Counts:
-        return {at: self._kept[at] for at in product(policies, minutes) if at in self._kept}
-
-    async def _keys(self, policies: Sequence[str], minutes: Sequence[int]) -> Keys:
-        return {
-            at: self._kept_keys[at] for at in product(policies, minutes) if at in self._kept_keys
-        }
-
-
-class RedisHistory(History):
-    """The counts in the guard's Redis store (standalone, cluster or Sentinel), shared by
-    every worker and host of the prefix; each write one pipeline."""
-
-    def __init__(self, guard: AsyncGuard, client: Any, interval: float = INTERVAL) -> None:
-        super().__init__(guard, interval)
-        self._client = client
-
-    def _key(self, policy: str, minute: int) -> str:
+    def _key(self, policy: str, minute: int) -> str:  # the hour's tally of counts
         return policy_key(self._prefix, policy, "stats", minute // 60)
 
-    def _top_key(self, policy: str, minute: int) -> str:
+    def _top_key(self, policy: str, minute: int) -> str:  # the minute's keys denied most
         return policy_key(self._prefix, policy, "top", minute)
 
     async def _add(self, counts: Counts, keys: Keys) -> None:
-        async with self._client.pipeline(transaction=False) as pipe:
-            for (policy, minute), count in counts.items():
-                key = self._key(policy, minute)
-                for (rule, outcome), n in count.items():
-                    pipe.hincrby(key, f"{minute % 60}|{rule}|{outcome}", n)
-                pipe.expire(key, _TTL)
-            for (policy, minute), found in keys.items():
-                top = self._top_key(policy, minute)
-                for member, n in found.items():
-                    pipe.zincrby(top, n, member)
-                pipe.zremrangebyrank(top, 0, -TOP_KEPT - 1)  # the most denied stay
-                pipe.expire(top, _TOP_TTL)
-            await pipe.execute()
+        adds: dict[str, Counter[str]] = {}
+        for (policy, minute), count in counts.items():
+            hour = adds.setdefault(self._key(policy, minute), Counter())
+            for (rule, outcome), n in count.items():
+                hour[f"{minute % 60}|{rule}|{outcome}"] += n
+        tops = {self._top_key(policy, minute): found for (policy, minute), found in keys.items()}
+        await self._tallies.add(adds, _TTL, tops, _TOP_TTL, TOP_KEPT)
 
     async def _counts(self, policies: Sequence[str], minutes: Sequence[int]) -> Counts:
-        hours = sorted({minute // 60 for minute in minutes})
-        async with self._client.pipeline(transaction=False) as pipe:
-            for policy, hour in product(policies, hours):
-                pipe.hgetall(self._key(policy, hour * 60))
-            replies = await pipe.execute()
+        hours = list(product(policies, sorted({minute // 60 for minute in minutes})))
+        replies = await self._tallies.read([self._key(p, hour * 60) for p, hour in hours])
         found: Counts = {}
-        for (policy, hour), reply in zip(product(policies, hours), replies, strict=True):
+        for (policy, hour), reply in zip(hours, replies, strict=True):
             for field, value in reply.items():
-                minute, rule, outcome = _text(field).split("|")
-                at = (policy, hour * 60 + int(minute))
-                found.setdefault(at, Counter())[rule, outcome] += int(value)
+                minute, rule, outcome = field.split("|")
+                found.setdefault((policy, hour * 60 + int(minute)), Counter())[rule, outcome] += (
+                    value
+                )
         return found
 
     async def _keys(self, policies: Sequence[str], minutes: Sequence[int]) -> Keys:
-        async with self._client.pipeline(transaction=False) as pipe:
-            for policy, minute in product(policies, minutes):
-                pipe.zrange(self._top_key(policy, minute), 0, -1, withscores=True)
-            replies = await pipe.execute()
-        return {
-            at: Counter({_text(m): int(score) for m, score in reply})
-            for at, reply in zip(product(policies, minutes), replies, strict=True)
-        }
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+        at = list(product(policies, minutes))
+        replies = await self._tallies.read([self._top_key(*where) for where in at], top=True)
+        return {where: Counter(reply) for where, reply in zip(at, replies, strict=True) if reply}
 
 
 class NoHistory(History):
@@ -316,9 +254,6 @@ class NoHistory(History):
 
 
 def history_for(guard: AsyncGuard, kept: bool = True) -> History:
-    """The history of ``guard``'s store: in Redis when its backend has a redis-py client,
-    else in this process; none (:class:`NoHistory`) unless ``kept``."""
-    if not kept:
-        return NoHistory(guard)
-    client = getattr(guard.backend, "client", None)
-    return MemoryHistory(guard) if client is None else RedisHistory(guard, client)
+    """The history of ``guard``'s store (``backends.tallies``: in Redis on a Redis backend,
+    else in this process); none (:class:`NoHistory`) unless ``kept``."""
+    return History(guard) if kept else NoHistory(guard)
