@@ -1,16 +1,14 @@
 """Decisions over time, shared by every worker and host of a service: per policy and rule,
-how many hits were allowed and denied in each minute of the last hour, and the contexts
-denied most (their digests: never their values).
+the hits allowed and denied in each minute of the last hour, and the contexts denied most
+(their digests, never their values).
 
-They are the store's tallies (``backends.tallies``), keyed beside the policy's record
-(``script.keys.policy_key``): one tally per policy per hour, fields ``{minute}|{rule}|a``
-and ``|d``, rule empty for the policy's own; a top tally per minute of the digests denied
-most. On Redis every worker and host shares them; on ``memory://`` (one worker) they are
-in its memory. Each worker adds its calls' counts up and writes them at once when idle,
-then at most every :data:`INTERVAL` seconds, never in a decision's path (a write a call
-cost ~5x a hit on the client: ``benchmarks/service_history.py``); they expire by
-themselves. A write that fails is logged (at most once a minute) and dropped; decisions taken
-without the store are not written.
+They are the store's tallies (``backends.tallies``), keyed by ``script.keys.policy_key``:
+one tally per policy and hour, fields ``{minute}|{rule}|a`` and ``|d`` (rule empty for the
+policy's own), and a top tally per minute. Each worker adds its calls' counts up and
+writes them at once when idle, then at most every :data:`INTERVAL` seconds, never in a
+decision's path (a write a call cost ~5x a hit: ``benchmarks/service_history.py``). A
+write that fails is logged (at most once a minute) and dropped; decisions taken without
+the store are not written.
 """
 
 from __future__ import annotations
@@ -40,7 +38,6 @@ __all__ = [
     "NoHistory",
     "bounded",
     "history_for",
-    "tally",
 ]
 
 MINUTES = 60  # the minutes the history holds, the current one last
@@ -64,30 +61,10 @@ def bounded(keys: Counter[str]) -> Counter[str]:
     return keys if len(keys) <= TOP_KEPT else Counter(dict(keys.most_common(TOP_KEPT)))
 
 
-def tally(decisions: Sequence[Decision], counts: Counter[tuple[str, str]]) -> None:
-    """Add a call's decisions to ``counts`` by (rule, ``a`` or ``d``): rule ``""``, the
-    policy's allowed and denied; a rule's, its denials (``denied_by``: a shadow rule's "no"
-    is not one). A rule's allowed is the policy's decisions less its denials, made when
-    read (a decision's rule states cost more to build than the rest of this). Added in
-    place: a hit's counts are a handful, and a Counter of them made to be added costs
-    more than adding them."""
-    for decision in decisions:
-        if decision.source not in _WRITTEN:
-            continue
-        if decision.allowed:
-            counts["", "a"] += 1
-        else:
-            counts["", "d"] += 1
-            for rule in decision.denied_by:
-                counts[rule.id, "d"] += 1
-
-
 class History:
-    """Where the service keeps the counts: :meth:`record` a call's (its decisions, and the
-    contexts they were for: a denied one's key, by the policy's ``dimensions``), and
-    :meth:`read` them, or the keys denied most (:meth:`top`, :meth:`denied`), on one
-    writer task (the module's docstring says when it writes; a read sends what is pending
-    first), kept in the store's tallies (:meth:`_add`, :meth:`_counts`, :meth:`_keys`)."""
+    """The service's counts: :meth:`record` a call's, :meth:`read` them or the keys denied
+    most (:meth:`top`, :meth:`denied`); one writer task sends them (a read first sends what
+    is pending) to the store's tallies (:meth:`_add`, :meth:`_counts`, :meth:`_keys`)."""
 
     def __init__(self, guard: AsyncGuard, interval: float = INTERVAL) -> None:
         self._clock, self._prefix = guard.clock or guard.backend.clock, guard.prefix
@@ -114,13 +91,21 @@ class History:
         if not any(decision.source in _WRITTEN for decision in decisions):
             return
         now = self.minute()
-        pending = self._pending.get((policy, now))
-        if pending is None:
-            pending = self._pending[policy, now] = Counter()
-        tally(decisions, pending)
+        counts = self._pending.get((policy, now))
+        if counts is None:
+            counts = self._pending[policy, now] = Counter()
         keys: Counter[str] = Counter()
+        # by (rule, a or d): rule "" the policy's own; a rule's denials only (denied_by: a
+        # shadow rule's "no" is none), its allowed made when read
         for decision, context in zip(decisions, contexts, strict=True):
-            if not decision.allowed and decision.source in _WRITTEN:
+            if decision.source not in _WRITTEN:
+                continue
+            if decision.allowed:
+                counts["", "a"] += 1
+            else:
+                counts["", "d"] += 1
+                for rule in decision.denied_by:
+                    counts[rule.id, "d"] += 1
                 keys[context_digest(context, dimensions)] += 1
         if keys:
             mine = self._pending_keys.get((policy, now), Counter())
