@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from freqguard.observe.otel import OpenTelemetryObserver
     from freqguard.observe.prometheus import PrometheusObserver
 
-__version__ = "0.3.0"
+__version__ = "0.3.1.dev0"
 
 __all__ = [
     "AsyncGuard",

@@ -30,7 +30,7 @@ from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from freqguard.cli import operate, replay, store
+from freqguard.cli import operate, replay, store, words
 from freqguard.cli.output import EXIT_OK, EXIT_STORE, EXIT_USAGE, masked, out, say
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.rates import Rate
@@ -78,7 +78,9 @@ def _parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 done, 1 the store failed, 2 a usage or configuration error",
     )
     parser.add_argument("--version", action="version", version=f"freqguard {_version()}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Command
+    )
 
     demo = _described(commands, "demo", "a burst of SMS and a messaging scene, in memory")
     demo.add_argument(
@@ -215,6 +217,34 @@ def _described(commands: Any, name: str, text: str) -> argparse.ArgumentParser:
     return made
 
 
+class _Command(argparse.ArgumentParser):
+    """A command's parser that names an option it does not know under its own usage first:
+    argparse left an unknown option to the top-level parser (``freqguard: error``, the
+    usage of every command), or named only a missing argument when one was missing too."""
+
+    _branches = False  # a command of commands (``limit``): its own commands name theirs
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        self._branches = True
+        return super().add_subparsers(**kwargs)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        words = list(sys.argv[1:] if args is None else args)
+        if not self._branches:
+            known = [o for action in self._actions for o in action.option_strings]
+            given = words[: words.index("--")] if "--" in words else words
+            unknown = [
+                word
+                for word in given
+                if word.startswith("-")
+                and re.fullmatch(r"-[0-9.]+", word) is None  # a negative number, a value
+                and not any(o.startswith(word.partition("=")[0]) for o in known)
+            ]
+            if unknown:
+                self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return super().parse_known_args(words, namespace)
+
+
 def _command(commands: Any, name: str, text: str) -> argparse.ArgumentParser:
     made = _described(commands, name, text)
     made.add_argument("config", help="a configuration file (TOML, or YAML)")
@@ -273,7 +303,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from freqguard.config import load
 
-    config = load(args.config)
+    config = words.with_policies(load(args.config), args.config, "check")
     policies: list[dict[str, Any]] = [
         {
             "policy": policy.name,

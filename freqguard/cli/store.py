@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from freqguard.cli.output import EXIT_OK, masked, out, say
-from freqguard.cli.words import SHARED_STORE, shared_store
+from freqguard.cli.words import SHARED_STORE, shared_store, with_policies
 from freqguard.errors import ConfigError, install
 from freqguard.rules import Rule, check_name
 from freqguard.script.keys import digest, partition_token
@@ -218,7 +218,8 @@ def serve(args: argparse.Namespace) -> int:
         tokens_from_env,
     )
 
-    config = load(args.config)  # a configuration that does not load fails here, not per worker
+    # a configuration that does not load fails here, not per worker
+    config = with_policies(load(args.config), args.config, "serve")
     if args.workers > 1 and config.backend.partition("://")[0].lower() == "memory":
         raise ConfigError(
             f"freqguard serve --workers {args.workers} on memory://: each of the "

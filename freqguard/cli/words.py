@@ -51,6 +51,20 @@ def shared_store(backend: str, what: str, source: str | None = None) -> None:
         raise ConfigError(f"{what} on memory:// ({source}): {MEMORY_KEEPS_NOTHING}")
 
 
+def with_policies(config: Config, path: str, command: str) -> Config:
+    """``config``, loaded from ``path``, if it declares a policy.
+
+    Raises:
+        ConfigError: it declares none: ``command`` would limit nothing (a wrong file).
+    """
+    if not config.policies:
+        raise ConfigError(
+            f"{shown(path)} declares no policy: nothing for freqguard {command} to do "
+            "(a policy is a [[policy]] table with a name and rules: docs/config.md)"
+        )
+    return config
+
+
 def policy_named(config: Config, name: str) -> Policy:
     """The configuration's policy of that name.
 

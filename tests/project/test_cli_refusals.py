@@ -457,3 +457,48 @@ def test_an_option_without_a_command_is_named(cli: Any) -> None:
     done = cli("--bogus", "--json")
     assert done.code == 2
     assert "unrecognized arguments: --bogus --json (a COMMAND comes first)" in done.err
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["check", "--bogus"],  # argparse named only the missing CONFIG
+        ["check", "{config}", "--bogus"],  # it named it, under the top-level usage
+        ["limit", "set", "--ttl=5", "--bogus=1", "{config}", "sms", "r", "none"],
+        ["inspect", "{config}", "sms", "recipient=a", "--rule", "x"],
+    ],
+)
+def test_an_unknown_option_of_a_command_is_named_under_that_commands_usage(
+    cli: Any, memory_config: Path, words: list[str]
+) -> None:
+    done = cli(*[word.format(config=memory_config) for word in words])
+    assert done.code == 2
+    unknown = next(word for word in words[1:] if word in ("--bogus", "--bogus=1", "--rule"))
+    assert f"error: unrecognized arguments: {unknown}" in done.err
+    command = " ".join(words[: 2 if words[0] == "limit" else 1])
+    assert f"usage: freqguard {command} " in done.err
+
+
+def test_known_options_abbreviated_values_like_options_and_negative_numbers_pass(
+    cli: Any, memory_config: Path
+) -> None:
+    assert cli("check", "--js", str(memory_config)).code == 0  # argparse's abbreviation
+    done = cli("limit", "set", str(memory_config), "sms", "rcpt-1m", "none", "--ttl", "-5")
+    assert "--ttl" in done.err and "unrecognized" not in done.err  # the value's own refusal
+    done = cli("inspect", str(memory_config), "sms", "recipient=a", "--", "--x=1")
+    assert "unrecognized" not in done.err
+
+
+@pytest.mark.parametrize("text", ["", "# nothing yet\n", 'backend = "memory://"\n'])
+def test_check_refuses_a_configuration_without_a_policy(
+    cli: Any, tmp_path: Path, text: str
+) -> None:
+    """A configuration that declares no policy limits nothing: check says so (exit 2), as
+    serve does, instead of printing an empty table (found by a new user's first hour: a
+    wrong file passed)."""
+    path = tmp_path / "empty.toml"
+    path.write_text(text)
+    for command in ("check", "serve"):
+        done = cli(command, str(path))
+        assert done.code == 2, done
+        assert "declares no policy" in done.err and "[[policy]]" in done.err
