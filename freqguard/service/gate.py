@@ -1,13 +1,11 @@
-"""Who may call the service: bearer tokens (their format, in a file or the environment),
-writes from the service's own origin only, in JSON only, and the warning a service open to
-the network without tokens deserves.
+"""Who may call the service: bearer tokens, the service's own origin only, JSON only, the
+names it answers to in ``Host``, and the warning a service open without tokens deserves.
 
-Every call under ``/v1/policies`` is a POST, PUT or DELETE, peeks and lookups included, and
-each passes :meth:`Gate.check` before its body is read. A web page can make a browser send
-a form or a ``text/plain`` fetch to any address without asking (no CORS preflight), and the
-browser then sends the operator's network position with it: refusing anything but
-``application/json`` (which a cross-site page cannot send without a preflight this service
-never grants) and any ``Origin`` or ``Sec-Fetch-Site`` that names another site closes that.
+Every call under ``/v1/policies`` (a POST, PUT or DELETE, peeks included) passes
+:meth:`Gate.check` before its body is read. A web page can make a browser send a form or a
+``text/plain`` fetch anywhere without a CORS preflight, carrying the operator's network
+position: refusing anything but ``application/json`` (which needs a preflight this service
+never grants) and any ``Origin`` or ``Sec-Fetch-Site`` naming another site closes that.
 """
 
 from __future__ import annotations
@@ -180,9 +178,7 @@ class HostCheck:
 
 
 def startup_warnings(host: str, tokens: Sequence[str]) -> list[str]:
-    """What to tell the operator as ``freqguard serve`` starts on ``host`` with ``tokens``:
-    a service reachable beyond this machine with no token lets anyone who can reach it
-    count, reset and change limits."""
+    """What to tell the operator as ``freqguard serve`` starts on ``host`` with ``tokens``."""
     if tokens or _loopback(host):
         return []
     return [
@@ -261,20 +257,15 @@ class Gate:
 
     @staticmethod
     def _same_site(headers: dict[bytes, bytes]) -> None:
-        site = _text(headers, b"sec-fetch-site")
+        site, origin = _text(headers, b"sec-fetch-site"), _text(headers, b"origin")
         if site is not None and site.strip().lower() not in _SAME:
-            raise Problem(
-                403,
-                f"a call from another site is refused (Sec-Fetch-Site: {shown(site, 20)}); "
-                "only this service's own page may call it from a browser",
-            )
-        origin = _text(headers, b"origin")
-        if origin is not None and not _same_origin(origin, _text(headers, b"host") or ""):
-            raise Problem(
-                403,
-                f"a call from another origin is refused (Origin: {shown(origin, 60)}); "
-                "only this service's own page may call it from a browser",
-            )
+            refused = f"another site is refused (Sec-Fetch-Site: {shown(site, 20)})"
+        elif origin is not None and not _same_origin(origin, _text(headers, b"host") or ""):
+            refused = f"another origin is refused (Origin: {shown(origin, 60)})"
+        else:
+            return
+        only = "only this service's own page may call it from a browser"
+        raise Problem(403, f"a call from {refused}; {only}")
 
     def authorized(self, request: Request) -> bool:
         """Whether ``request`` may see what a call may: the service has no tokens, or it
