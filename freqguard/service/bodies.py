@@ -1,12 +1,8 @@
-"""What each call of the service takes in its body, declared once, as msgspec structs: the
-decoder each call reads its body with checks it against its struct, a refusal names the
-field msgspec's path points at, and the OpenAPI document's request schemas are the
-structs' own (:mod:`freqguard.service.openapi`), so the three cannot drift.
-
-This layer knows shapes and types only; what a policy takes (its dimensions, a cost its
-rules can grant, a rate a rule can take) the guard says, naming the field
-(:attr:`freqguard.ConfigError.argument`). A problem names its field as a path into the body:
-``cost``, ``context.recipient``, ``contexts[3].user``.
+"""What each call of the service takes in its body, declared once as a msgspec struct: its
+decoder checks a body, a refusal names the field msgspec's path points at (``cost``,
+``context.recipient``, ``contexts[3].user``), and the OpenAPI document's request schemas
+are the structs' own. Shapes and types only: what a policy takes the guard says, naming
+the argument (:attr:`freqguard.ConfigError.argument`).
 """
 
 from __future__ import annotations
@@ -186,12 +182,12 @@ def _at(data: Any, path: str) -> dict[Any, Any]:
     return data if isinstance(data, dict) else {}
 
 
-async def _raw(request: Request) -> bytes:
-    """The body's bytes, up to :data:`MAX_BODY` (the ASGI messages read as Starlette's
-    ``Request.stream`` reads them, without its per-chunk machinery: a hit's body is one).
+async def read(request: Request, body: type[Body]) -> Body:
+    """The request's body, up to :data:`MAX_BODY` bytes, as ``body`` (its ASGI messages read
+    as Starlette's ``Request.stream`` reads them, without its per-chunk machinery).
 
     Raises:
-        Problem: 413 for a larger body.
+        Problem: 413 for a larger body; 422 as :func:`decode` says.
         ClientDisconnect: the client went away first.
     """
     declared = request.headers.get("content-length", "")
@@ -210,16 +206,7 @@ async def _raw(request: Request) -> bytes:
             raise Problem(413, f"a body is at most {MAX_BODY} bytes")
         chunks.append(chunk)
         if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-async def read(request: Request, body: type[Body]) -> Body:
-    """The request's body, read up to :data:`MAX_BODY` bytes, as ``body``.
-
-    Raises:
-        Problem: 413 for a larger body; 422 as :func:`decode` says.
-    """
-    return decode(await _raw(request), body)
+            return decode(chunks[0] if len(chunks) == 1 else b"".join(chunks), body)
 
 
 def decode(raw: bytes, body: type[Body]) -> Body:
