@@ -1,10 +1,9 @@
-"""Every answer of the service other than a 200, in one place: RFC 9457 problem+json.
+"""Every answer of the service other than a 200: RFC 9457 problem+json.
 
-A handler raises :class:`Problem`; the app's exception handlers (:data:`HANDLERS`) turn it,
-Starlette's own :class:`~starlette.exceptions.HTTPException` (an unknown route, a method a
-route does not take) and any exception nobody foresaw into the same body. What the store
-or an unforeseen exception said goes to the log (``freqguard.service``), never to the
-client: it holds hosts, ports, a client's repr, paths on the server.
+A handler raises :class:`Problem`; :data:`HANDLERS` turn it, Starlette's own refusals and
+any exception nobody foresaw into the same body. What the store or an unforeseen exception
+said goes to the log (``freqguard.service``), never to the client: it holds hosts, ports,
+a client's repr, paths on the server.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from starlette.responses import Response
 
 import freqguard.service.schema as schema
 from freqguard.engine.breaker import CircuitOpen
+from freqguard.engine.settings import shortened
 from freqguard.errors import BackendUnavailable, ConfigError, FreqGuardError, PartialFailure
 
 __all__ = ["HANDLERS", "Problem", "from_store", "invalid", "shown", "store_failed", "unforeseen"]
@@ -46,8 +46,7 @@ class Problem(Exception):
         field: str | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        if len(detail) > MAX_DETAIL:  # an engine's message may quote what the client sent
-            detail = detail[: MAX_DETAIL - 3] + "..."
+        detail = shortened(detail, MAX_DETAIL)  # an engine's message may quote the client
         super().__init__(detail)
         self.status, self.detail, self.field = status, detail, field
         self.headers = dict(headers or {})
@@ -75,8 +74,7 @@ def shown(value: object, most: int = 40) -> str:
         return "an object"
     if isinstance(value, list):
         return "an array"
-    text = repr(value)
-    return text if len(text) <= most else f"{text[: most - 3]}..."
+    return shortened(repr(value), most)
 
 
 def store_failed(exc: BackendUnavailable, policy: str) -> Problem:
