@@ -1,13 +1,9 @@
 """The decision service's API, declared once: each operation in :data:`CALLS` (under
 ``/v1/policies/{policy}``) or :data:`READS` (a GET), from which the app makes its routes and
-:func:`document` the OpenAPI document: each call's body from its msgspec struct in
-:mod:`freqguard.service.bodies` (the class its body is decoded into), each answer from its
-struct in :mod:`freqguard.service.schema` (the class that encodes it), and every answer
-other than a 200 as a ``Problem`` (RFC 9457).
-
-Each operation has an ``operationId`` a generated client names its function after; the
-policy is a plain string in the path, so the document is the same whatever the
-configuration serves.
+:func:`document` the OpenAPI document, with each body's and answer's schema that of the
+struct that decodes or encodes it (:mod:`~freqguard.service.bodies`,
+:mod:`~freqguard.service.schema`). The policy is a plain string in the path, so the
+document is the same whatever the configuration serves.
 """
 
 from __future__ import annotations
