@@ -61,6 +61,10 @@ class PackedLog(Sequence[int]):
         at = _HEADER + index * self._width
         return self._base + int.from_bytes(self._raw[at : at + self._width], "big")
 
+    def last(self) -> int:
+        """The newest entry (``self[-1]``, read without an index's checks)."""
+        return self._base + int.from_bytes(self._raw[-self._width :], "big")
+
     def after(self, t: int) -> int:
         """How many entries are later than ``t``: ``len - bisect_right(self, t)``, bisected
         on the bytes (entries of one width, big-endian, compare as their numbers do)."""
@@ -125,11 +129,13 @@ def refund(log: array[int], now: int, cost: int, spec: StateSpec, mark: int | No
 def report(log: Sequence[int], now: int, rule: RuleParams) -> tuple[int, int]:
     if isinstance(log, PackedLog):  # the Lua's bytes: bisected without decoding each probe
         count = log.after(now - rule.window)
+        last = log.last() if count else 0
     else:
         count = len(log) - bisect_right(log, now - rule.window)
+        last = log[-1] if count else 0
     if count == 0:
         return rule.capacity, 0
-    return max(0, rule.capacity - count), log[-1] + rule.window - now
+    return max(0, rule.capacity - count), last + rule.window - now
 
 
 def ttl(log: array[int], now: int, spec: StateSpec) -> int:
