@@ -1,15 +1,10 @@
-"""The decision service's Starlette app: a configuration's policies behind HTTP/JSON.
+"""The decision service's Starlette app: a configuration's policies behind HTTP/JSON, its
+routes made from the operations :mod:`freqguard.service.openapi` declares.
 
-Its operations (the calls under ``/v1/policies/{policy}``, and the GETs: ``/healthz``,
-``/readyz``, ``/metrics``, ``/openapi.json``, the operator's page and what it reads) are
-declared in :mod:`freqguard.service.openapi`, the routes and the document made from them.
-
-A denial is a 200 with ``"allowed": false`` (the call succeeded). Anything else is RFC 9457
-problem+json (:mod:`freqguard.service.problems`): a bad body a 422 naming the field, an
-unknown policy, rule or path a 404, a body over the size limit a 413, the store failing a
-503. Every call under ``/v1/policies`` takes ``application/json`` only (else 415), from
-the service's own origin (a browser's call from another site: 403), and with tokens
-configured ``Authorization: Bearer <token>`` (else 401; :mod:`freqguard.service.gate`).
+A denial is a 200 with ``"allowed": false``. Anything else is RFC 9457 problem+json: a bad
+body a 422 naming the field, an unknown policy, rule or path a 404, a body over the limit a
+413, the store failing a 503; a call refused by :mod:`~freqguard.service.gate` a 401, 403
+or 415.
 """
 
 from __future__ import annotations
@@ -64,9 +59,8 @@ def decision_json(decision: Decision) -> dict[str, Any]:
 
 
 class JSON(Response):
-    """A 200 of ``application/json``, encoded by msgspec (a struct of
-    :mod:`freqguard.service.schema`, or plain values), its head made at once: nothing of
-    Starlette's own ``__init__`` (a charset, a background) serves it."""
+    """A 200 of ``application/json``, encoded by msgspec, its head made at once (nothing of
+    Starlette's own ``__init__`` serves it)."""
 
     media_type = "application/json"
 
@@ -81,8 +75,8 @@ _JSON_TYPE = (b"content-type", b"application/json")
 
 @dataclass(frozen=True)
 class Names:
-    """The names one policy's contexts may hold, said once (a Policy derives them from its
-    rules at each ask): its dimensions, those, and those and what its rules read."""
+    """The names one policy's contexts may hold (a Policy derives them at each ask): its
+    dimensions, as a set, and with what its rules read."""
 
     policy: Policy
     dimensions: tuple[str, ...]
@@ -97,9 +91,8 @@ class Names:
         )
 
     def check(self, body: Any, limits: bool) -> None:
-        """Refuse a name the policy does not take (a limit's context: a dimension), before
-        the context is passed to the guard as keywords, where a name like ``cost`` would be
-        another argument; what else the policy refuses the guard names itself."""
+        """Refuse a name the policy does not take (a limit's context: a dimension) before the
+        context is passed as keywords, where ``cost`` would be another argument."""
         accepted = self.keyed if limits else self.hit
         if isinstance(body, ManyCall):
             for index, context in enumerate(body.contexts):
@@ -132,8 +125,7 @@ _CSP = "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline
 
 
 class Service:
-    """The app's state (the guard, the gate, the metrics' ``registry``, the names each
-    policy takes) and its handlers, each the method named after its operation's id in
+    """The app's state and its handlers, each the method named after its operation's id in
     snake case (``hitMany``: :meth:`hit_many`)."""
 
     def __init__(
@@ -165,9 +157,8 @@ class Service:
         self, works: Mapping[str, tuple[type[msgspec.Struct], Work]], limits: bool
     ) -> Handler:
         """A call's handler: the gate, the policy (and rule), the body and its context's
-        names (``limits``: a limit's), then ``works``' by the request's method; what the
-        guard refuses is the field its error names (else the body's first: ``context``, or
-        a batch's ``contexts``)."""
+        names (``limits``: a limit's), then ``works``' by the method; a field the guard
+        refuses is the one its error names, else the body's first."""
 
         async def handle(request: Request) -> Response:
             policy, kind = "?", msgspec.Struct
@@ -310,8 +301,8 @@ async def _store_answers(what: str) -> AsyncIterator[None]:
 
 
 def _note(note: dict[str, Any], policy: str, body: Any, answer: Any) -> None:
-    """What the access log tells of a call: its policy, its context (digested there) or
-    how many a batch held, and a decision's outcome."""
+    """What the access log tells of a call: its policy, its context or a batch's size, and
+    a decision's outcome."""
     note["policy"] = policy
     if isinstance(body, ManyCall):
         note["contexts"] = len(body.contexts)
@@ -333,10 +324,9 @@ def create_app(
     hosts: Sequence[str] | None = None,
     keep_history: bool = True,
 ) -> Any:
-    """The service's app on ``guard`` (its policies), requiring one of ``tokens`` if any;
-    ``metrics``: a ``prometheus_client`` registry ``/metrics`` exposes, if given; ``hosts``:
-    the only names it answers to in ``Host`` (None: any; ``gate.served_names``);
-    ``keep_history``: False keeps no decisions' history (its two reads answer 404).
+    """The service's app on ``guard``, requiring one of ``tokens`` if any; ``metrics``: a
+    ``prometheus_client`` registry for ``/metrics``; ``hosts``: the only names it answers to
+    in ``Host`` (None: any); ``keep_history``: False keeps none (its reads answer 404).
 
     Raises:
         ConfigError: a token that is not one word of visible ASCII without commas.
