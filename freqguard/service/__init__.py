@@ -1,10 +1,7 @@
 """The decision service (``freqguard serve CONFIG``): a configuration's policies behind
-HTTP/JSON, for callers in any language. See :mod:`freqguard.service.app` for the API
-(its operations declared in :mod:`freqguard.service.openapi`).
-
-``freqguard serve`` reads the tokens once as it starts (:func:`tokens_from_env`, which
-fails on a bad line) and prints :func:`startup_warnings`; each worker then makes its app
-with :func:`from_env`.
+HTTP/JSON (:mod:`freqguard.service.app`). ``serve`` reads the tokens once as it starts
+(:func:`tokens_from_env`) and prints :func:`startup_warnings`; each worker then makes its
+app with :func:`from_env`.
 """
 
 from __future__ import annotations
@@ -48,7 +45,6 @@ CONFIG_ENV = "FREQGUARD_SERVE_CONFIG"
 #: ``off``: keep no decisions' history (``freqguard serve --history off``); ``on``, the
 #: default, keeps it.
 HISTORY_ENV = "FREQGUARD_SERVE_HISTORY"
-HISTORY_CHOICES = ("on", "off")
 
 
 def history_from_env() -> bool:
@@ -58,7 +54,7 @@ def history_from_env() -> bool:
         ConfigError: a value other than ``on`` or ``off``.
     """
     value = os.environ.get(HISTORY_ENV, "on")
-    if value not in HISTORY_CHOICES:
+    if value not in ("on", "off"):
         raise ConfigError(f"{HISTORY_ENV} is on or off, got {value[:40]!r}")
     return value == "on"
 

@@ -1,14 +1,10 @@
-"""The service's access log (``freqguard serve --access-log json``): one JSON object a line
-per request, on the ``freqguard.service.access`` logger.
-
-A line holds what an operator needs to follow traffic: the time, the method, the path, the
-status, the duration, the bytes answered, the client's address, and, for a call under
-``/v1/policies``, the policy, the outcome and the context's names with each value
-*digested*. A recipient's number or a user's id never appears: each value is a keyed
-BLAKE2b digest (16 hex characters), the same for the same value under one key, so one
-recipient's calls can be followed through a log without the log holding who they are. The
-key is ``FREQGUARD_SERVE_ACCESS_LOG_KEY`` when set (digests comparable across restarts and
-hosts), else a random one for the run (shared by its workers).
+"""The service's access log (``freqguard serve --access-log json``): a JSON object a line
+per request, on the ``freqguard.service.access`` logger: the time, method, path, status,
+duration, bytes answered, client, and for a call under ``/v1/policies`` the policy, the
+outcome and the context with each value *digested* (keyed BLAKE2b, 16 hex characters), so
+one recipient's calls can be followed without the log holding who they are. The key is
+``FREQGUARD_SERVE_ACCESS_LOG_KEY`` when set (digests comparable across restarts and
+hosts), else a random one for the run, shared by its workers.
 """
 
 from __future__ import annotations

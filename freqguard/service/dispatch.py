@@ -1,12 +1,10 @@
 """The calls under ``/v1/policies``, dispatched from ASGI straight to their handlers.
 
-A hit is the service's busiest call, and Starlette's way to it (its middleware, the router
-trying each route, the exception wrappers around the endpoint) cost a hit about as much
-as the service's own checks. :class:`Calls` finds a call's handler by splitting the path
-once and awaits it; anything it does not find (another path, a method the route does not
-take, a trailing slash, a mounted ``root_path``) goes on to the Starlette app, whose
-answers (404, 405 with ``Allow``) stay as they were. The handlers and their methods are
-read off the app's own routes: there is one declaration of the API.
+Starlette's way to a hit (its middleware, the router trying each route, the exception
+wrappers) cost about as much as the service's own checks. :class:`Calls` splits the path
+once and awaits the handler it finds there, read off the app's own routes; anything else
+(another path or method, a trailing slash, a ``root_path``) goes on to the Starlette app,
+whose answers (404, 405 with ``Allow``) stay as they were.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""The policies as ``GET /v1/policies`` lists them for the operator's page (and the
-decisions since the worker started, as ``GET /v1/stats`` counts them): each rate as a
-person writes it (``50/day``, ``2 per 59 seconds``, ``10 concurrent`` with its lease), a
-calendar rule's zone, a priority's caps, and the policy's priorities and quiet hours.
-
-A written rate (but a calendar rule's ``/week``) parses back to the same rate
-(:func:`freqguard.rates.parse_rate`), so what the page shows can be typed back as a
-per-key limit."""
+"""The policies as ``GET /v1/policies`` lists them for the operator's page, and the
+decisions since the worker started (``GET /v1/stats``). A rate is written as a person
+writes it and (but a calendar rule's ``/week``) parses back to the same rate, so what the
+page shows can be typed back as a per-key limit."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""The operator's page the decision service serves at ``/``: the policies and their rules,
-live decisions and denials per policy and rule (from the service's metrics), a chart of
-each policy's decisions per minute over the last hour (every worker's, refreshed every
-five seconds from ``/v1/stats/history``), the keys denied most (digests unless the
-token is typed in), and a lookup of
-one context (its use per rule, its per-key limits, when it frees). One HTML document with
-its script inline: no asset, no CDN. A lookup asks the ``/v1`` endpoints; the one write,
-a per-key limit set or cleared, is the API's own ``PUT``/``DELETE`` call (JSON, this
-origin), each with the token typed into the page when the service requires one."""
+"""The operator's page the decision service serves at ``/``: the policies, their decisions
+and denials, each policy's decisions per minute, the keys denied most, and a lookup of one
+context. One HTML document, its script inline (no asset, no CDN), that calls the API as
+any client does (JSON, this origin, the token typed into the page when one is needed)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""``/readyz``: whether the service can decide, which ``/healthz`` (the process answers)
-does not say. A probe peeks at a policy of its own on the guard's store, as ``freqguard
-ping`` does: it writes nothing (a call that only reads records no bins setting), loads the
-store's function where it is missing, and has no circuit breaker, so a store that came
-back is seen at once.
+"""``/readyz``: whether the service can decide (``/healthz``: the process answers). A probe
+peeks at a policy of its own on the guard's store, as ``freqguard ping`` does: it writes
+nothing, loads the store's function where it is missing, and has no circuit breaker, so a
+store that came back is seen at once.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """What the service answers, declared once as msgspec structs: each answer is encoded from
-one of them, and the OpenAPI document's component schemas are derived from the same
-classes (:mod:`freqguard.service.openapi`), so an answer and its documentation cannot drift.
-
-The names here are those of the document's components (``Decision``, ``Problem``...):
-import the module, not the names, beside :class:`freqguard.Decision` and
-:class:`~freqguard.service.problems.Problem`, the exception.
+one, and the OpenAPI document's component schemas are theirs (a docstring is its schema's
+description). Import the module, not the names: ``Decision`` and ``Problem`` are also
+:class:`freqguard.Decision` and :class:`~freqguard.service.problems.Problem`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """How ``freqguard serve`` runs uvicorn: the event loop and HTTP parser it picks, and the
-listening socket it binds itself, with ``TCP_NODELAY``, and hands to uvicorn (``fd``).
+listening socket it binds itself and hands to uvicorn.
 
-uvicorn binds a listener for ``--workers`` above 1 as ``socket.socket(AF_INET,
-SOCK_STREAM)`` (protocol number 0), and asyncio sets ``TCP_NODELAY`` only on sockets whose
-``proto`` is ``IPPROTO_TCP``: Nagle's algorithm then held the body uvicorn writes after the
-head until the client's delayed ACK, about 40 ms, on every response. A socket accepted
-from a listener inherits its ``TCP_NODELAY`` (Linux, the BSDs), so :func:`listener` sets it
-there once, and every worker, loop and parser gets it with no code of uvicorn's touched.
+uvicorn's own listener for several workers has protocol number 0, and asyncio sets
+``TCP_NODELAY`` only on ``IPPROTO_TCP`` sockets: Nagle's algorithm then held each body
+behind its head until the client's delayed ACK (~40 ms). An accepted socket inherits the
+listener's ``TCP_NODELAY`` (Linux, the BSDs): :func:`listener` sets it once, for every
+worker, loop and parser (design note 82).
 """
 
 from __future__ import annotations
@@ -95,13 +94,9 @@ def run(
     **settings: Any,
 ) -> bool:
     """Serve :data:`APP` with uvicorn on :func:`listener`'s socket, ``workers`` processes;
-    ``settings``: uvicorn's own (its log level, the graceful shutdown's timeout...);
-    ``bound``: called once the socket is bound (serve says where it listens then, not before
-    a refusal).
-
-    One worker is handed the socket itself, and closes it as it stops, so that no new
-    connection waits on a server that is finishing; several share it by its descriptor
-    (``fd``), each worker with a copy of its own.
+    ``settings``: uvicorn's own; ``bound``: called once the socket is bound. One worker is
+    handed the socket (and closes it as it stops: no new connection waits on a server that
+    is finishing); several share it by its descriptor.
 
     Returns:
         Whether uvicorn started (else its log said why).
