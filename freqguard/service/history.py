@@ -88,25 +88,28 @@ class History:
     ) -> None:
         """Add a call's decisions (those taken on the store) and its denied contexts' keys
         (``script.keys.context_digest``, in the policy's order)."""
-        if not any(decision.source in _WRITTEN for decision in decisions):
-            return
-        now = self.minute()
-        counts = self._pending.get((policy, now))
-        if counts is None:
-            counts = self._pending[policy, now] = Counter()
-        keys: Counter[str] = Counter()
+        counts: Counter[tuple[str, str]] | None = None
+        keys: Counter[str] | None = None
         # by (rule, a or d): rule "" the policy's own; a rule's denials only (denied_by: a
         # shadow rule's "no" is none), its allowed made when read
         for decision, context in zip(decisions, contexts, strict=True):
             if decision.source not in _WRITTEN:
                 continue
+            if counts is None:  # a call's first decision taken on the store
+                now = self.minute()
+                counts = self._pending.get((policy, now))
+                if counts is None:
+                    counts = self._pending[policy, now] = Counter()
             if decision.allowed:
                 counts["", "a"] += 1
             else:
                 counts["", "d"] += 1
                 for rule in decision.denied_by:
                     counts[rule.id, "d"] += 1
+                keys = keys if keys is not None else Counter()
                 keys[context_digest(context, dimensions)] += 1
+        if counts is None:
+            return
         if keys:
             mine = self._pending_keys.get((policy, now), Counter())
             mine.update(keys)
