@@ -160,6 +160,16 @@ def scripts_backend(scripts_server: RedisServer) -> Iterator[RedisBackend]:
 
 
 @pytest.fixture
+def scripts_binned_backend(scripts_server: RedisServer) -> Iterator[RedisBackend]:
+    """The store without Functions, records shared in bins (the binned EVAL scripts, whose
+    body is the whole library; the unbinned ones leave ``lua/bins.lua`` out); db 1."""
+    flush_scripts([scripts_server])
+    backend = RedisBackend(Redis(port=scripts_server.port, db=1, socket_timeout=5), bins=2)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
 def scripts_cluster_backend(scripts_cluster: list[RedisServer]) -> Iterator[RedisBackend]:
     flush_scripts(scripts_cluster)
     client = RedisCluster(host="127.0.0.1", port=scripts_cluster[0].port, socket_timeout=5)

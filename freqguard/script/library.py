@@ -15,6 +15,7 @@ script's, would end the same :func:`body`. No I/O but reading the package's own 
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 
 from freqguard.script.strategies import MODULE_NAMES
@@ -92,14 +93,19 @@ def scripts() -> tuple[str, ...]:
     (the keeping fails, quietly): each call then runs the body again.
     """
     built = ", ".join(ENTRIES)
-    head = (
-        f"local lib = rawget(_G, '{NAME}')\n"
-        "if not lib then\n"
-        f"  lib = (function()\n{_deferred_body()}\n  return {{{built}}}\n  end)()\n"
-        f"  pcall(rawset, _G, '{NAME}', lib)\n"
-        "end\n"
-    )
-    return tuple(f"{head}return lib[{index}](KEYS, ARGV)\n" for index in range(1, 5))
+    made = []
+    for index in range(1, len(ENTRIES) + 1):
+        binned = ENTRIES[index - 1].startswith("binned")
+        kept = f"{NAME}_binned" if binned else NAME  # the two bodies differ
+        made.append(
+            f"local lib = rawget(_G, '{kept}')\n"
+            "if not lib then\n"
+            f"  lib = (function()\n{_deferred_body(binned)}\n  return {{{built}}}\n  end)()\n"
+            f"  pcall(rawset, _G, '{kept}', lib)\n"
+            "end\n"
+            f"return lib[{index}](KEYS, ARGV)\n"
+        )
+    return tuple(made)
 
 
 #: Strategies an EVAL script defines at once: the sliding log's ``log_width`` is read by
@@ -108,16 +114,37 @@ def scripts() -> tuple[str, ...]:
 EAGER = ("sliding_log",)
 
 
-def _deferred_body() -> str:
+#: The file only records in bins need (``RedisBackend(bins=N)``): an EVAL script of an
+#: unbinned entry point declares its names and leaves them nil (a call that reached one
+#: would fail loudly), for a sixth less server time a call on Redis 7
+#: (``benchmarks/eval_cost.py``).
+BINNED_ONLY = "lua/bins.lua"
+
+
+def declared(path: str) -> list[str]:
+    """The names a Lua file declares at its top level (``local function f``, ``local A,
+    B = ...``), in order."""
+    names: list[str] = []
+    for line in read(path).splitlines():
+        found = re.match(r"local function (\w+)|local (\w+(?:, *\w+)*) *(?:=|$)", line)
+        if found:
+            names += [name.strip() for name in (found[1] or found[2]).split(",")]
+    return names
+
+
+def _deferred_body(binned: bool = True) -> str:
     """:func:`body` for an EVAL script, which runs it at every call (a Redis of 6.2.7 or
     later keeps no global between calls): each strategy but :data:`EAGER` is wrapped in a
     function that the specs call when they first name its code (``DEFERRED`` in
     ``strategies/base.lua``), so a call defines the functions of its own strategies only
-    (most of the body's cost is making its ~120 closures)."""
+    (most of the body's cost is making its ~120 closures); unless ``binned``,
+    :data:`BINNED_ONLY`'s names are declared and nothing of it is made."""
     parts = []
     for path in MANIFEST:
         name = path.removeprefix("strategies/").removesuffix(".lua")
-        if path.startswith("strategies/") and name in MODULE_NAMES.values() and name not in EAGER:
+        if path == BINNED_ONLY and not binned:
+            parts.append(f"-- {'=' * 8} {path} (left out)\nlocal {', '.join(declared(path))}\n")
+        elif path.startswith("strategies/") and name in MODULE_NAMES.values() and name not in EAGER:
             parts.append(
                 f"-- {'=' * 8} {path} (deferred)\nlocal function define_{name}()\n{read(path)}\n"
                 f"end\nDEFERRED[{name}.code] = define_{name}\n"

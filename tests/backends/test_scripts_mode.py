@@ -234,3 +234,29 @@ def test_a_full_store_without_functions_refuses_every_write_and_loses_nothing(
     assert guard.refund(kept).rules[0].remaining == 15
     assert guard.peek("sms", recipient="a", content="x").rules[0].remaining == 15
     guard.close()
+
+
+def test_an_unbinned_script_leaves_the_bins_code_out_and_fails_loudly_if_it_needs_it(
+    scripts_server: RedisServer,
+) -> None:
+    """The unbinned EVAL scripts declare ``lua/bins.lua``'s names and make none of its
+    functions (``library.BINNED_ONLY``: a sixth of a call's server time on Redis 7); the
+    binned ones hold it whole. A call that reached a bins function through an unbinned
+    script would fail on a nil, never do nothing: a binned call (a CLAIM) sent to one
+    shows it."""
+    from freqguard.script import library
+    from freqguard.script.contract import CLAIM
+
+    policy, nogrow, binned, binned_nogrow = library.scripts()
+    made = "local function bin_flush("
+    assert made not in policy
+    assert made not in nogrow
+    assert made in binned
+    assert made in binned_nogrow
+    assert set(library.declared("lua/bins.lua")) >= {"bin_flush", "claim_bin", "blob_read"}
+    flush_scripts([scripts_server])
+    client = scripts_server.client
+    sha = client.script_load(policy)
+    argv = ["", "1", str(CLAIM), "0"]
+    with pytest.raises(redis.ResponseError, match="claim_bin"):
+        client.evalsha(sha, 1, "fg:{x}:p", *argv)

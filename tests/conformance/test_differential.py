@@ -230,6 +230,7 @@ def test_memory_redis_and_cluster_decide_alike(
     binned_backend: RedisBackend,
     cluster_backend: RedisBackend,
     scripts_backend: RedisBackend,
+    scripts_binned_backend: RedisBackend,
     scripts_cluster_backend: RedisBackend,
     redis_server: RedisServer,
     redis_cluster: list[RedisServer],
@@ -241,7 +242,8 @@ def test_memory_redis_and_cluster_decide_alike(
     start: int,
 ) -> None:
     """... and Redis with records shared in bins (on one server with the plain records:
-    other keys), and servers and a cluster without Redis Functions (EVAL scripts)."""
+    other keys), and servers and a cluster without Redis Functions (EVAL scripts; on the
+    server, records in bins too)."""
     flush([redis_server, *redis_cluster])
     flush_scripts([scripts_server, *scripts_cluster])
     policy = _unique(rules)
@@ -251,6 +253,7 @@ def test_memory_redis_and_cluster_decide_alike(
         binned_backend,
         cluster_backend,
         scripts_backend,
+        scripts_binned_backend,
         scripts_cluster_backend,
     ]
     _assert_alike(backends, policy, pool, ops, start)

@@ -291,8 +291,8 @@ end
 -- that no write, pinned or not, in or out of order, shortens it; the bin swept when it
 -- has grown past its prune_at, or set afresh (`recompute`) when a change of limits or a
 -- dropped record may have ended what held it for ever.
-local function bin_flush(rec, clock, pinned, recompute)
-  if not rec.rid or not rec.dirty then return end
+local function bin_flush(rec, clock, pinned, recompute)  -- a binned record's (rec.rid)
+  if not rec.dirty then return end
   if not rec.bin then error({err = 'ERR ' .. UNCLAIMED}) end  -- nothing written yet
   local key, rid, bins = rec.key, rec.rid, rec.bins
   local known, deadline, prune_at = false, 0, BIN_FLOOR

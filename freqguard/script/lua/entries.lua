@@ -7,7 +7,7 @@ local bound = false
 local function policy(keys, argv, rid)
   if not bound then
     bind()
-    bind_entries()
+    if bind_entries then bind_entries() end  -- none in an unbinned EVAL script
     bound = true
   end
   return run(keys, argv, rid)

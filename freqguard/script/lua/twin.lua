@@ -219,6 +219,6 @@ local function run(keys, argv, rid)
   local sets, drops, latest, added = changes(specs, after, got, argv, expiries, now, mode)
   local lim = limits_of(got[1], entries, changed)
   write_record(rec, got, sets, drops, latest, added, now, clock, pinned, lim)
-  bin_flush(rec, clock, pinned, lim.changed or rec.unread)
+  if rec.rid then bin_flush(rec, clock, pinned, lim.changed or rec.unread) end
   return reply(specs, allowed, now, waits, after, raws, lim.tail, found)
 end
