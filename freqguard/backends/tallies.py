@@ -50,7 +50,7 @@ class MemoryTallies:
                 tally.update(counts)
                 if top and len(tally) > kept:  # as ZREMRANGEBYRANK: ties keep the later member
                     ranked = sorted(tally.items(), key=lambda item: (item[1], item[0]))
-                    tally = Counter(dict(ranked[-kept:]))
+                    tally = Counter(dict(ranked[len(ranked) - kept :] if kept > 0 else []))
                 self._kept[key] = (now + lasts, tally)
 
     async def read(self, keys: Sequence[str], top: bool = False) -> list[dict[str, int]]:

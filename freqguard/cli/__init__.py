@@ -230,16 +230,10 @@ class _Command(argparse.ArgumentParser):
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         words = list(sys.argv[1:] if args is None else args)
-        if not self._branches:
+        given = words[: words.index("--")] if "--" in words else words
+        if not self._branches and not {"-h", "--help"} & set(given):
             known = [o for action in self._actions for o in action.option_strings]
-            given = words[: words.index("--")] if "--" in words else words
-            unknown = [
-                word
-                for word in given
-                if word.startswith("-")
-                and re.fullmatch(r"-[0-9.]+", word) is None  # a negative number, a value
-                and not any(o.startswith(word.partition("=")[0]) for o in known)
-            ]
+            unknown = [word for word in given if _optional(word) and not _known(word, known)]
             if unknown:
                 self.error(f"unrecognized arguments: {' '.join(unknown)}")
         return super().parse_known_args(words, namespace)
@@ -250,6 +244,18 @@ def _command(commands: Any, name: str, text: str) -> argparse.ArgumentParser:
     made.add_argument("config", help="a configuration file (TOML, or YAML)")
     made.add_argument("--json", action="store_true", help="JSON output, for machines")
     return made
+
+
+def _optional(word: str) -> bool:
+    """Whether argparse reads ``word`` as an option, not a value: it starts with ``-`` and
+    is not ``-`` alone, a negative number, or a word holding a space."""
+    negative = re.fullmatch(r"-[0-9_]*\.?[0-9_]+", word) is not None
+    return word.startswith("-") and word != "-" and not negative and " " not in word
+
+
+def _known(word: str, known: list[str]) -> bool:  # argparse takes a known option's prefix
+    name = word.partition("=")[0]
+    return any(option.startswith(name) for option in known)
 
 
 def _policy_and_context(command: argparse.ArgumentParser) -> None:

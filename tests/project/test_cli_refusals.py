@@ -504,3 +504,16 @@ def test_check_refuses_a_configuration_without_a_policy(
         assert done.code == 2, done
         assert "declares no policy" in done.err
         assert "[[policy]]" in done.err
+
+
+def test_a_word_that_starts_with_a_dash_and_holds_a_space_is_still_a_value(
+    cli: Any, memory_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """argparse takes a word that starts with ``-`` and holds a space as a value, never an
+    option (``_parse_optional``: ``' ' in arg_string``), so a file named ``-my app.toml``
+    was checked; ``_Command`` named it an unknown option (review: 0.3.0 exit 0, now 2)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-my app.toml").write_text(memory_config.read_text())
+    done = cli("check", "-my app.toml")
+    assert "unrecognized" not in done.err
+    assert done.code == 0, done.err
