@@ -32,6 +32,7 @@ from freqguard.integrations._django_requests import (
 )
 from freqguard.integrations._django_state import ViewCap, current
 from freqguard.integrations._http import KeyFunc, check_methods, rule_items
+from freqguard.integrations._request import check_key
 from freqguard.policy import Policy
 from freqguard.rules import Rule, check_name
 
@@ -88,6 +89,8 @@ def capped(
         raise ConfigError(f"cost must be an integer >= 0, got {cost!r}")
     if key is not None and not callable(key):
         raise ConfigError(f"key must be a key function (client_ip()), got {key!r}{_meant(key)}")
+    if key is not None:
+        check_key(key, "capped")
     if not isinstance(block, bool):
         raise ConfigError(f"block must be True or False, got {block!r}")
     chosen = _methods(methods)

@@ -20,6 +20,7 @@ from freqguard.integrations._request import (
     KeyFunc,
     RequestInfo,
     SkipRequest,
+    check_key,
     context_of,
     declared,
     dimensions_of,
@@ -197,7 +198,7 @@ class Limit:
         fields = {
             "path": check_pattern(path),
             "rule": rule,
-            "key": key or client_ip(),
+            "key": client_ip() if key is None else check_key(key, f"Limit({path!r})"),
             "methods": chosen,
             "cost": cost,
             "name": check_name("limit name", name or fit_name(f"http.{methods_text}{path}")),

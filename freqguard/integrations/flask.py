@@ -73,6 +73,7 @@ from freqguard.integrations._http import (
     header,
     rule_items,
 )
+from freqguard.integrations._request import check_key
 from freqguard.integrations._settings import COMMON, MEANT, configured, unknown_setting
 from freqguard.integrations.wsgi import request_info
 from freqguard.rates import Rate, parse_rates
@@ -117,7 +118,7 @@ class FreqGuard:
         self, app: Flask | None = None, *, guard: Guard | None = None, key: KeyFunc | None = None
     ) -> None:
         self._guard = guard
-        self._key: KeyFunc = key or remote_address
+        self._key: KeyFunc = remote_address if key is None else check_key(key, "FreqGuard")
         self._named: dict[str, tuple[Rate | Rule, ...]] = {}  # each name= budget's rates
         if app is not None:
             self.init_app(app)
@@ -290,6 +291,8 @@ class FreqGuard:
                 "shared=True with defaults=True: one hit on the blueprint's shared budget "
                 "cannot also take each route's own default limits; choose one"
             )
+        if key is not None:
+            check_key(key, "capped")
         asked = BlueprintCap(rates, key or self._key, cost, shared, defaults)
         return Capping(self._hit, asked, name, self._named)
 

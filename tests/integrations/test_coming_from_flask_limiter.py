@@ -13,13 +13,13 @@ from typing import Any
 import httpx
 import limits.storage.memory
 import pytest
-from flask import Flask
+from flask import Flask, request
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from freqguard import AsyncGuard, Guard, ManualClock, MemoryBackend
+from freqguard import AsyncGuard, ConfigError, Guard, ManualClock, MemoryBackend
 from freqguard.integrations.flask import FreqGuard
 from freqguard.integrations.starlette import FreqGuardMiddleware, Limit
 
@@ -103,6 +103,29 @@ def test_exempt(clock: ManualClock) -> None:
     _theirs_too()
     theirs = _limiter_app({"default_limits": ["1/minute"]}, {"/e": lambda lim: lim.exempt})
     assert _codes(theirs, "/e", 3) == [200] * 3
+
+
+def test_key_func(clock: ManualClock) -> None:
+    """Their key function reads ``flask.request`` and takes nothing; ours takes the request
+    (one key function for every framework), and one that takes nothing is refused at once."""
+    by_user = {"/k": lambda fg: fg.capped("1/minute", key=lambda r: r.headers.get("x-user"))}
+    ours, _ = _flask_app(clock, {}, by_user)
+    client = ours.test_client()
+    codes = [client.get("/k", headers={"X-User": user}).status_code for user in "aab"]
+    assert codes == [200, 429, 200]
+    with pytest.raises(ConfigError, match="Flask-Limiter's key_func takes none"):
+        FreqGuard(key=lambda: request.headers.get("x-user"))  # type: ignore[arg-type, misc]
+    _theirs_too()
+    from flask_limiter import Limiter
+
+    theirs = Flask("theirs")
+    limiter = Limiter(
+        lambda: request.headers.get("x-user", ""), app=theirs, storage_uri="memory://"
+    )
+    theirs.add_url_rule("/k", "k", limiter.limit("1/minute")(lambda: "ok"))
+    client = theirs.test_client()
+    codes = [client.get("/k", headers={"X-User": user}).status_code for user in "aab"]
+    assert codes == [200, 429, 200]
 
 
 def test_shared_limit(clock: ManualClock) -> None:
