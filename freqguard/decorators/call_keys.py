@@ -37,12 +37,16 @@ class Path:
             raise ConfigError(f"key path {text!r} must be dotted identifiers like 'msg.recipient'")
 
     def resolve(self, arguments: Mapping[str, object]) -> object:
-        """The value at this path: attributes or mapping items, from the named argument."""
+        """The value at this path: attributes or mapping items, from the named argument; a
+        property of the object's class before an item of the same name (a Starlette
+        ``Request`` is a mapping over its ASGI scope: ``request.client`` is its
+        ``Address``, not the scope's tuple)."""
         if self.parts[0] not in arguments:
             raise ConfigError(f"key path {self.text!r}: no argument named {self.parts[0]!r}")
         value = arguments[self.parts[0]]
         for part in self.parts[1:]:
-            if isinstance(value, Mapping) and part in value:
+            property_ = isinstance(inspect.getattr_static(type(value), part, None), property)
+            if isinstance(value, Mapping) and part in value and not property_:
                 value = value[part]
             elif hasattr(value, part):
                 value = getattr(value, part)

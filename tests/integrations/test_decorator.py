@@ -69,6 +69,35 @@ def test_dotted_path_and_mapping_keys_and_policy_names(guard: Guard) -> None:
         by_mapping(Message("a", "hello"))
 
 
+def test_a_path_reads_a_property_before_a_mapping_item_of_the_same_name(guard: Guard) -> None:
+    """A Starlette Request is a Mapping over its ASGI scope: ``request.client.host`` read the
+    scope's ``client`` tuple (no ``host``), and every call failed (found by a new user's
+    first hour, slowapi's ``get_remote_address`` written as a path). A property of the
+    object's class wins over an item of the same name; a plain mapping's items are read as
+    before."""
+    from starlette.requests import Request
+
+    @capped("1/minute", key="request.client.host", guard=guard)
+    def route(request: Request) -> bool:
+        return True
+
+    def request(host: str) -> Request:
+        return Request({"type": "http", "client": (host, 5000), "headers": []})
+
+    assert route(request("10.0.0.1"))
+    with pytest.raises(CapExceeded):
+        route(request("10.0.0.1"))
+    assert route(request("10.0.0.2"))
+
+    @capped("1/minute", key="box.keys", guard=guard)  # a dict's item, not its method
+    def boxed(box: dict[str, str]) -> bool:
+        return True
+
+    assert boxed({"keys": "k1"})
+    with pytest.raises(CapExceeded):
+        boxed({"keys": "k1"})
+
+
 def test_callable_key_and_callable_cost(guard: Guard) -> None:
     @capped("10/minute", key=lambda user, n: user.upper(), cost=lambda user, n: n, guard=guard)
     def bulk(user: str, n: int) -> int:
