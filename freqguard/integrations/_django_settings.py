@@ -74,7 +74,8 @@ def _names() -> list[str]:
 def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
     """Django system check: the problems of the ``FREQGUARD_*`` settings
     (``freqguard.E001`` unknown setting, ``freqguard.E002`` a bad value,
-    ``freqguard.W001`` django-ratelimit's setting)."""
+    ``freqguard.W001`` django-ratelimit's setting; ``freqguard.E003`` a DRF throttle rate
+    freqguard's default throttle cannot read, ``W002`` when none is a default class)."""
     errors, warnings = setting_problems(_names())
     found: list[Any] = [checks.Error(text, id="freqguard.E001") for text in errors]
     if not errors:
@@ -83,7 +84,32 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
         except ConfigError as error:
             found.append(checks.Error(str(error), id="freqguard.E002"))
     found += [checks.Warning(text, id="freqguard.W001") for text in warnings]
-    return found
+    rates, ours = throttle_rate_problems()
+    kind, code = (checks.Error, "freqguard.E003") if ours else (checks.Warning, "freqguard.W002")
+    return found + [kind(text, id=code) for text in rates]
+
+
+def throttle_rate_problems() -> tuple[list[str], bool]:
+    """DRF's ``DEFAULT_THROTTLE_RATES`` that freqguard's throttles cannot read (DRF reads a
+    unit by its first letter, so ``"3/minit"`` served there), and whether a freqguard
+    throttle is among the default classes (else a view may still name one)."""
+    rest = getattr(django_settings, "REST_FRAMEWORK", None)
+    if not isinstance(rest, dict) or not isinstance(rest.get("DEFAULT_THROTTLE_RATES"), dict):
+        return [], False
+    classes = rest.get("DEFAULT_THROTTLE_CLASSES") or ()
+    named = [c if isinstance(c, str) else f"{c.__module__}.{c.__qualname__}" for c in classes]
+    problems = []
+    for scope, rate in rest["DEFAULT_THROTTLE_RATES"].items():
+        try:
+            if rate is not None:
+                parse_rates(rate)
+        except ConfigError as error:
+            problems.append(
+                f"REST_FRAMEWORK's DEFAULT_THROTTLE_RATES[{scope!r}] = {rate!r}: {error}. "
+                "DRF read a unit by its first letter; freqguard's throttles read it whole "
+                "('3/minute', '100/h', '5/min')"
+            )
+    return problems, any(name.startswith("freqguard.") for name in named)
 
 
 def read_settings() -> Settings:

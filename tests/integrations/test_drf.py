@@ -151,6 +151,30 @@ def test_a_rate_that_does_not_parse_is_refused() -> None:
         drf_rates("often")
 
 
+@pytest.mark.parametrize("where", ["default", "view"])
+def test_a_throttle_rate_that_does_not_parse_is_a_check_error(where: str) -> None:
+    """DRF reads a unit by its first letter (``"3/minit"`` is 3 a minute there), so a rate
+    that served under DRF may not parse here: ``manage.py check`` says so
+    (``freqguard.E003``), not a 500 at the first request (found by a new user's first
+    hour). Checked when a freqguard throttle is a default class; a warning otherwise (a
+    view may name one)."""
+    from django.core import checks
+
+    classes = ["freqguard.integrations.drf.FreqGuardAnonThrottle"] if where == "default" else []
+    rest = {
+        **REST,
+        "DEFAULT_THROTTLE_CLASSES": classes,
+        "DEFAULT_THROTTLE_RATES": {"anon": "3/minit", "user": "5/minute", "off": None},
+    }
+    with override_settings(REST_FRAMEWORK=rest):
+        found = [m for m in checks.run_checks() if m.id and m.id.startswith("freqguard.")]
+    [message] = found
+    assert message.id == ("freqguard.E003" if where == "default" else "freqguard.W002")
+    assert "DEFAULT_THROTTLE_RATES['anon']" in message.msg
+    assert "'3/minit'" in message.msg
+    assert "first letter" in message.msg
+
+
 def test_a_key_that_refuses_the_request_is_a_400(guard: Guard) -> None:
     class ByApiKey(FreqGuardThrottle):
         rate = "1/minute"
