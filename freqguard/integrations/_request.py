@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from freqguard.errors import ConfigError, FreqGuardError
 
@@ -86,15 +87,37 @@ class SkipRequest(FreqGuardError):
 
 
 KeyFunc = Callable[[RequestInfo], object]
+_log = logging.getLogger("freqguard")
 
 
 def context_of(key: KeyFunc, request: RequestInfo) -> dict[str, object]:
     """What ``key`` gives for ``request``, as a context: a mapping as it is (never written
     to), one value as the dimension ``key``."""
     value = key(request)
-    if type(value) is dict:  # the usual case, without the ABC check
-        return value
-    return dict(value) if isinstance(value, Mapping) else {"key": value}
+    if type(value) is not dict:  # the usual case, without the ABC check
+        value = dict(value) if isinstance(value, Mapping) else {"key": value}
+    if None in value.values():
+        _absent(key, value)
+    return value
+
+
+_warned: set[object] = set()  # the key functions already logged as answering None
+
+
+def _absent(key: KeyFunc, context: Mapping[str, object]) -> NoReturn:
+    """A key function answered None for a dimension: the request lacks what the route is
+    keyed by (a 400), which the developer is told once, a key function."""
+    name = next(dimension for dimension, value in context.items() if value is None)
+    if key not in _warned and len(_warned) < 1024:
+        _warned.add(key)
+        _log.warning(
+            "freqguard: the key function %s answered None for %r: such requests are "
+            "refused with 400; answer a value for every request, or key by header(...) "
+            "with missing='share', 'skip' or another key function to choose otherwise",
+            getattr(key, "__qualname__", key),
+            name,
+        )
+    raise BadRequest(f"this request has no value for {name!r}, which the route is keyed by")
 
 
 def declared(key: KeyFunc, *dimensions: str) -> KeyFunc:

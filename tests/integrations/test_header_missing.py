@@ -118,3 +118,33 @@ def test_flask_and_wsgi() -> None:
 def test_a_bad_choice_is_refused() -> None:
     with pytest.raises(ConfigError, match="takes 'deny', 'share', 'skip' or a key function"):
         header(KEY, missing="allow")
+
+
+def test_a_key_function_that_gives_none_is_a_400_and_a_warning_naming_the_route(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A key function of one's own that answers None for a dimension (the header absent)
+    was a 500 naming the route's internal policy (found by a new user's first hour): it is
+    the request that lacks the value, so a 400 names the dimension, and the log tells the
+    developer, once, which key function and what chooses otherwise."""
+    app = Starlette(routes=[Route("/z", _ok)])
+    guard = AsyncGuard(MemoryBackend(), clock=ManualClock(1000))
+
+    def by_user(request: object) -> dict[str, object]:
+        return {"user": getattr(request, "headers", {}).get("x-user")}
+
+    limited = FreqGuardMiddleware(app, guard=guard, limits=[Limit("/z", "1/minute", key=by_user)])
+
+    async def run() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=limited)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            out = [await http.get("/z") for _ in range(2)]
+            return out + [await http.get("/z", headers={"X-User": "u"}) for _ in range(2)]
+
+    with caplog.at_level("WARNING", logger="freqguard"):
+        responses = asyncio.run(run())
+    assert [r.status_code for r in responses] == [400, 400, 200, 429]
+    assert "no value for 'user'" in responses[0].json()["detail"]
+    warned = [r.getMessage() for r in caplog.records if "by_user" in r.getMessage()]
+    assert len(warned) == 1
+    assert "header(" in warned[0]
