@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from freqguard.errors import ConfigError
+from freqguard.guard import AsyncGuard, Guard
 
-__all__ = ["Arguments", "CallKey", "KeyArgument", "Path"]
+__all__ = ["Arguments", "CallKey", "KeyArgument", "Path", "check_fit"]
 
 KeyArgument = str | Mapping[str, str | Callable[..., object]] | Callable[..., object] | None
 # reads a call's dimension values from (its arguments by name, args, kwargs)
@@ -164,4 +165,39 @@ def _reader(key: KeyArgument) -> Reader | None:
         return call
     raise ConfigError(
         f"key must be a parameter name, a dotted path, a mapping or a callable, got {key!r}"
+    )
+
+
+def check_fit(
+    func: Callable[..., object],
+    guard: Guard | AsyncGuard | None,
+    policy_name: str | None,
+    key: CallKey,
+) -> None:
+    """Refuse at decoration what every call of ``func`` would: an AsyncGuard for a sync
+    function; a key whose dimensions (when known) are not those of the registered policy
+    it names, and at most what its rules read besides (one value given to a one-dimension
+    policy takes its name).
+
+    Raises:
+        ConfigError: either, naming the fix.
+    """
+    sync = not (inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func))
+    if sync and isinstance(guard, AsyncGuard):
+        raise ConfigError(
+            f"@capped: the sync function {func.__name__!r} needs a Guard, not an "
+            "AsyncGuard (make it async, or give a Guard: it serves async functions too)"
+        )
+    policy = None if guard is None or policy_name is None else guard.policies.get(policy_name)
+    given = key.dimensions
+    if policy is None or given is None:
+        return
+    wanted = tuple(policy.dimensions)
+    if len(wanted) == len(given) == 1 or set(wanted) <= set(given) <= {*wanted, *policy.reads}:
+        return
+    spelled = ", ".join(f"{d!r}: ..." for d in wanted)
+    raise ConfigError(
+        f"@capped on {func.__name__!r}: policy {policy.name!r} is keyed by "
+        f"{', '.join(wanted) or 'nothing'}, the key gives {', '.join(given) or 'nothing'}: "
+        f"write key={{{spelled}}} (each a parameter, a dotted path or a callable)"
     )

@@ -40,7 +40,7 @@ import wrapt
 
 from freqguard.decision import Decision
 from freqguard.decorators.adapters import as_async
-from freqguard.decorators.call_keys import Arguments, CallKey, KeyArgument
+from freqguard.decorators.call_keys import Arguments, CallKey, KeyArgument, check_fit
 from freqguard.decorators.defaults import configure, default_async_guard, default_guard
 from freqguard.decorators.generators import async_held, held
 from freqguard.decorators.leases import leased, refuse_block
@@ -156,6 +156,7 @@ class Capped:
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         self._key.check(func)
+        check_fit(func, self.guard, self._policy, self._key)
         site = self._site(func)
         if inspect.iscoroutinefunction(func):  # chosen once, here
             return cast(Callable[P, R], self._wrap_async(func, site))
@@ -387,8 +388,9 @@ def capped(
 
     Raises:
         ConfigError: at decoration, for a rate that does not parse, a policy name the guard
-            does not know, a bad name, key or mode, or (on an explicit guard) a different
-            policy already registered under the name; at call time, for a key that cannot be
-            resolved from the arguments.
+            does not know, a bad name, key or mode, an AsyncGuard for a sync function, or
+            (on an explicit guard) a different policy already registered under the name, or
+            a key whose dimensions do not fit the policy named; at call time, for a key that
+            cannot be resolved from the arguments.
     """
     return Capped(rule, key, guard, cost, on_exceeded, timeout, context, name, on_error)

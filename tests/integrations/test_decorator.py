@@ -262,3 +262,36 @@ def test_mypy_sees_the_original_signature(tmp_path: Path) -> None:
     revealed = out.replace("builtins.", "")
     assert 'Revealed type is "def (k: str, n: int =) -> str"' in revealed
     assert 'Argument 1 to "f" has incompatible type "int"; expected "str"' in out
+
+
+def test_what_a_decoration_can_know_is_refused_there(guard: Guard) -> None:
+    """Two mistakes the decoration can see were refused only at the first call (found by
+    a new user's first hour): an AsyncGuard given to a sync function, and a key whose
+    dimensions do not fit the registered policy it names."""
+    asynchronous = AsyncGuard(MemoryBackend(), clock=ManualClock(0.0))
+    with pytest.raises(ConfigError, match="sync function 'send' needs a Guard"):
+
+        @capped("2/minute", guard=asynchronous)
+        def send() -> None: ...
+
+    with pytest.raises(ConfigError) as refused:
+
+        @capped("sms", key="msg.to", guard=guard)
+        def sms(msg: Message) -> None: ...
+
+    text = str(refused.value)
+    assert "policy 'sms'" in text
+    assert "recipient, content" in text
+    assert "key={'recipient': ..., 'content': ...}" in text
+
+    @capped("sms", key={"recipient": "msg.to", "content": "msg.body"}, guard=guard)
+    def fits(msg: Message) -> bool:
+        return True
+
+    assert fits(Message("a", "b"))
+
+    @capped("2/minute", guard=asynchronous)  # an async function takes either
+    async def fine() -> bool:
+        return True
+
+    assert asyncio.run(fine())
