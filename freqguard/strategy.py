@@ -55,7 +55,17 @@ class Strategy(str, Enum):
                 if member.value == wanted:
                     return member
         allowed = ", ".join(repr(m.value) for m in cls)
-        raise ConfigError(f"unknown strategy {value!r}; allowed: {allowed}")
+        theirs = _PEERS.get(str(value).strip().lower().replace("_", "-"))
+        meant = f"; limits' {value!r} is strategy={theirs!r} here" if theirs else ""
+        raise ConfigError(f"unknown strategy {value!r}{meant}; allowed: {allowed}")
+
+
+#: The strategies of ``limits`` (and Flask-Limiter, slowapi) by their names, and ours for
+#: them: the exact log for its moving window, the rolling window for its counter.
+_PEERS = {
+    "moving-window": "sliding-log",
+    "sliding-window-counter": "rolling-window",
+}
 
 
 def check_bounds(rate: Rate, strategy: Strategy, burst: int | None, name: str | None) -> None:

@@ -34,6 +34,15 @@ from tests.conftest import SMS
         (lambda: Rate(5, timedelta(0)), "longer than 0"),
         (lambda: Rate(5, timedelta(days=20 * 365)), "at most 10 years"),
         (lambda: Rule("5/minute", strategy="leaky"), "unknown strategy 'leaky'"),
+        # limits' names, found by a new user's first hour: each named with ours
+        (
+            lambda: Rule("5/minute", strategy="moving-window"),
+            "limits' 'moving-window' is strategy='sliding-log' here",
+        ),
+        (
+            lambda: Rule("5/minute", strategy="sliding-window-counter"),
+            "'rolling-window' here",
+        ),
         (lambda: Rule("5/minute", strategy="gcra", burst=0), "burst must be an integer"),
         (lambda: Rule("5/minute", burst=3), "burst applies to token-bucket and gcra only"),
         (lambda: Rule("5/minute", by="bad name"), "dimension 'bad name'"),
