@@ -465,3 +465,16 @@ def test_messaging_mistakes_name_the_file_and_line(old: str, new: str, expected:
     with pytest.raises(ConfigError) as raised:
         loads(MESSAGING.replace(old, new, 1), source="push.toml")
     assert str(raised.value).startswith(expected), str(raised.value)
+
+
+def test_several_rates_in_one_rule_table_name_the_files_fix() -> None:
+    """A file's rule takes one rate; several (Flask-Limiter's "10 per minute; 100 per day")
+    are refused naming the fix in the file's terms, one rule table each, not Python's
+    parse_rates() (found by a new user's first hour)."""
+    text = '[[policy]]\nname = "api"\nrules = [{ rate = "10 per minute; 100 per day" }]\n'
+    with pytest.raises(ConfigError) as refused:
+        loads(text, source="app.toml")
+    message = str(refused.value)
+    assert "app.toml" in message
+    assert "one rule table per rate" in message
+    assert "parse_rates" not in message
