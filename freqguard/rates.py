@@ -90,7 +90,14 @@ def parse_rates(text: str) -> tuple[Rate, ...]:
         ConfigError: naming the text and the grammar when it does not parse.
     """
     if not isinstance(text, str):
-        raise ConfigError(f"a rate must be a string like '15/minute', got {text!r}")
+        joined = ""
+        if (
+            isinstance(text, (list, tuple))
+            and 0 < len(text) <= 8
+            and all(isinstance(t, str) and len(t) <= 64 for t in text)
+        ):
+            joined = f"; several rates join with ';' in one string: {'; '.join(text)!r}"
+        raise ConfigError(f"a rate must be a string like '15/minute', got {text!r}{joined}")
     if len(text) > MAX_RATE_TEXT:
         raise ConfigError(
             f"a rate is at most {MAX_RATE_TEXT} characters, got one of {len(text)} "

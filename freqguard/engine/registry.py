@@ -87,6 +87,12 @@ class PolicyRegistry:
         plan = self._plans.get(name)
         if plan is None:
             known = ", ".join(sorted(self._plans)) or "none"
+            if isinstance(name, Policy):
+                raise ConfigError(
+                    f"hit takes a policy's name, got {name!r}: register it "
+                    f"(guard.add_policy(policy), or Guard(backend, [policy])), then give "
+                    f"{name.name!r} (registered: {known})"
+                )
             raise ConfigError(f"unknown policy {name!r} (registered: {known})")
         return plan
 

@@ -16,6 +16,7 @@ from freqguard import (
     Rate,
     Rule,
     parse_rate,
+    parse_rates,
 )
 from tests.conftest import SMS
 
@@ -28,6 +29,11 @@ from tests.conftest import SMS
         (lambda: parse_rate("5/0 minutes"), "window of 0"),
         (lambda: parse_rate("1/second; 2/minute"), "exactly one rate"),
         (lambda: parse_rate(15), "must be a string"),  # type: ignore[arg-type]
+        # Flask-Limiter's list of rates: found by a new user's first hour
+        (
+            lambda: parse_rates(["10 per minute", "100 per day"]),  # type: ignore[arg-type]
+            "several rates join with ';' in one string: '10 per minute; 100 per day'",
+        ),
         (lambda: Rate(0, timedelta(seconds=1)), "got 0"),
         (lambda: Rate(-3, timedelta(seconds=1)), "got -3"),
         (lambda: Rate(True, timedelta(seconds=1)), "got True"),
@@ -55,6 +61,10 @@ from tests.conftest import SMS
         (lambda: Policy("p", Rule("5/minute"), Rule("5/minute")), "two rules with the id"),
         (lambda: Policy("p", Rule("5/minute", name="x"), Rule("6/hour", name="x")), "'x'"),
         (lambda: Guard(MemoryBackend(), prefix="fg:{x}"), "key prefix"),
+        (  # a policy object where its name goes: found by a new user's first hour
+            lambda: Guard(MemoryBackend()).hit(Policy("api", Rule("5/minute"))),  # type: ignore[arg-type]
+            "hit takes a policy's name, got Policy(",
+        ),
     ],
 )
 def test_invalid_configuration_is_refused(make: object, message: str) -> None:
