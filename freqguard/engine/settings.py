@@ -52,7 +52,11 @@ def check_backend(guard: str, backend: object, methods: tuple[str, ...]) -> None
         theirs = ("aexecute", "aexecute_many") if guard == "Guard" else ("execute", "execute_many")
         if all(callable(getattr(backend, name, None)) for name in theirs):
             # the hint first: a client's repr can run to hundreds of characters
-            got = f"{type(backend).__name__}, which serves {other}, not {guard} ({got})"
+            maker = "backend_from_url" if guard == "Guard" else "async_backend_from_url"
+            got = (
+                f"{type(backend).__name__}, which serves {other}, not {guard} (from a URL: "
+                f"{maker}; {got})"
+            )
     kind = "a sync" if guard == "Guard" else "an async"
     raise TypeError(
         f"{guard} needs {kind} backend (with {', '.join(methods)} and clock) as its first "

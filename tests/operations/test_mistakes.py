@@ -151,7 +151,8 @@ def test_a_backend_for_the_other_guard_says_so_first() -> None:
     with pytest.raises(TypeError) as raised:
         Guard(AsyncRedisBackend(redis.asyncio.Redis(port=1)))  # type: ignore[arg-type]
     message = str(raised.value)
-    assert "got AsyncRedisBackend, which serves AsyncGuard, not Guard (" in message
+    assert "got AsyncRedisBackend, which serves AsyncGuard, not Guard" in message
+    assert "from a URL: backend_from_url" in message  # found by a new user's first hour
     assert len(message) < 300
 
 
