@@ -69,9 +69,11 @@ def dimension_names(by: str | Sequence[str]) -> tuple[str, ...]:
             or name in RESERVED_DIMENSIONS
         ):
             reserved = ", ".join(sorted(RESERVED_DIMENSIONS))
+            listed = [part.strip() for part in name.split(",")] if isinstance(name, str) else []
+            hint = f"; several dimensions are a list: by={listed!r}" if len(listed) > 1 else ""
             raise ConfigError(
                 f"dimension {name!r} is not allowed: use a Python identifier of at most 64 "
-                f"characters that is not a keyword nor one of {reserved}"
+                f"characters that is not a keyword nor one of {reserved}{hint}"
             )
     if len(set(names)) != len(names):
         raise ConfigError(f"dimensions must be distinct, got {names!r}")

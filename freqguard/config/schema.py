@@ -10,6 +10,7 @@ objects it builds.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -273,7 +274,11 @@ def check(
         for key in value:
             if key not in properties and not isinstance(extra, Mapping):
                 known = ", ".join(sorted(properties))
-                raise SchemaError((*path, key), f"unknown key {shown(key)} (allowed: {known})")
+                close = difflib.get_close_matches(str(key), list(properties), n=1)
+                meant = f"did you mean {close[0]!r}? " if close else ""
+                raise SchemaError(
+                    (*path, key), f"unknown key {shown(key)} ({meant}allowed: {known})"
+                )
         for key in schema.get("required", ()):
             if key not in value:
                 raise SchemaError(path, f"{key!r} is missing")

@@ -52,6 +52,10 @@ from tests.conftest import SMS
         (lambda: Rule("5/minute", strategy="gcra", burst=0), "burst must be an integer"),
         (lambda: Rule("5/minute", burst=3), "burst applies to token-bucket and gcra only"),
         (lambda: Rule("5/minute", by="bad name"), "dimension 'bad name'"),
+        (  # found by a new user's first hour
+            lambda: Rule("5/minute", by="recipient, content"),
+            "several dimensions are a list: by=['recipient', 'content']",
+        ),
         (lambda: Rule("5/minute", by="cost"), "dimension 'cost'"),
         (lambda: Rule("5/minute", by="class"), "dimension 'class'"),
         (lambda: Rule("5/minute", by=("a", "a")), "distinct"),

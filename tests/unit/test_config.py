@@ -129,7 +129,8 @@ def test_a_round_trip_through_the_document_gives_the_same_configuration() -> Non
 
 ERRORS: list[tuple[str, str, str]] = [
     # (what is replaced, by what, the error's beginning and what it says)
-    ("deny_cache = 10", "deny_cach = 10", "app.toml:2: unknown key 'deny_cach' (allowed: "),
+    # the one meant, first (found by a new user's first hour)
+    ("deny_cache = 10", "deny_cach = 10", "app.toml:2: unknown key 'deny_cach' (did you mean "),
     ("deny_cache = 10", "deny_cache = -1", "app.toml:2: deny_cache -1 is not an integer >= 0"),
     ('prefix = "app"', 'prefix = "a b"', "app.toml:1: prefix: key prefix must"),
     (
@@ -140,7 +141,8 @@ ERRORS: list[tuple[str, str, str]] = [
     (
         '{ rate = "15/minute", by',
         '{ rat = "15/minute", by',
-        "app.toml:7: policy 'sms', rule 1 ('rcpt-1m'): unknown key 'rat' (allowed: burst, by, "
+        "app.toml:7: policy 'sms', rule 1 ('rcpt-1m'): unknown key 'rat' (did you mean 'rate'? "
+        "allowed: burst, by, "
         "calendar, caps, lease, name, only, rate, shadow, strategy, tiers, tz, tz_from)",
     ),
     (
