@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, NoReturn, TypeVar
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponseBase
@@ -50,6 +50,7 @@ def capped(
     name: str | None = None,
     block: bool = True,
     methods: Iterable[str] | None = None,
+    **theirs: NoReturn,
 ) -> Callable[[V], V]:
     """Cap a view: a function view (sync or async), a class-based view (decorate the
     class, or a method with ``method_decorator``).
@@ -77,6 +78,7 @@ def capped(
             that is not a key function, or a target that is neither a view function nor a
             class-based view.
     """
+    _refuse_theirs(theirs)
     on_error = None
     if isinstance(rule, Policy):
         items: tuple[Any, ...] = rule.rules
@@ -127,6 +129,25 @@ _KEYS = {
     "user_or_ip": "user_or_ip()",
     "header": "header('x-api-key')",
 }
+
+
+def _refuse_theirs(given: Mapping[str, object]) -> None:
+    """django-ratelimit's argument names, refused naming freqguard's.
+
+    Raises:
+        ConfigError: for one of them; TypeError for any other unknown name, as Python would.
+    """
+    for name, value in given.items():
+        if name == "method":
+            listed = [value] if isinstance(value, str) else value
+            raise ConfigError(f"django-ratelimit's method= is methods= here: methods={listed!r}")
+        if name == "group":
+            raise ConfigError(f"django-ratelimit's group= is name= here: name={value!r}")
+        if name == "rate":
+            raise ConfigError(
+                f"django-ratelimit's rate= is the first argument here: capped({value!r})"
+            )
+        raise TypeError(f"capped() got an unexpected keyword argument {name!r}")
 
 
 def _meant(key: object) -> str:

@@ -130,6 +130,20 @@ def test_methods(clock: ManualClock) -> None:
         assert _runs(view, 1, method="delete") == [False]
 
 
+@pytest.mark.parametrize(
+    ("theirs", "ours"),
+    [({"method": "POST"}, "methods=['POST']"), ({"group": "x"}, "name='x'"), ({"rate": "5/m"}, "")],
+)
+def test_their_argument_names_are_refused_naming_ours(theirs: dict[str, Any], ours: str) -> None:
+    """django-ratelimit's method=, group= and rate= were bare TypeErrors (found by a new
+    user's first hour): each is named with what it is here."""
+    with pytest.raises(ConfigError, match=f"django-ratelimit's {next(iter(theirs))}="):
+        capped("5/m", **theirs)
+    if ours:
+        with pytest.raises(ConfigError, match=ours.replace("[", r"\[")):
+            capped("5/m", **theirs)
+
+
 def test_user_or_ip(clock: ManualClock) -> None:
     theirs = ratelimit(key="user_or_ip", rate="1/m")(_ok)
     ours = capped("1/m", key=user_or_ip())(_ok)
