@@ -31,7 +31,7 @@ from freqguard.integrations._django_requests import (
     with_headers,
 )
 from freqguard.integrations._django_state import ViewCap, current
-from freqguard.integrations._http import KeyFunc, check_methods, rule_items
+from freqguard.integrations._http import KeyFunc, rule_items, view_methods
 from freqguard.integrations._request import check_key
 from freqguard.policy import Policy
 from freqguard.rules import Rule, check_name
@@ -95,7 +95,7 @@ def capped(
         check_key(key, "capped")
     if not isinstance(block, bool):
         raise ConfigError(f"block must be True or False, got {block!r}")
-    chosen = _methods(methods)
+    chosen = view_methods(methods)
 
     per_call: list[ViewCap] = []  # method_decorator applies the decorator on every call
     lock = threading.Lock()
@@ -156,18 +156,6 @@ def _meant(key: object) -> str:
         if meant is not None:
             return f"; django-ratelimit's key={key!r} is key={meant} here"
     return ""
-
-
-def _methods(methods: Iterable[str] | None) -> frozenset[str] | None:
-    """The methods as given, upper case; GET brings HEAD (a GET without its body).
-
-    Raises:
-        ConfigError: not an iterable of method names (a bare string included).
-    """
-    chosen = check_methods(methods)
-    if chosen is None:
-        return None
-    return chosen | {"HEAD"} if "GET" in chosen else chosen
 
 
 def _alone(target: Any) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, overload
 
-from flask import Blueprint, Flask, g
+from flask import Blueprint, Flask, g, request
 
 from freqguard.decorators.naming import implicit_name
 from freqguard.errors import ConfigError
@@ -36,7 +36,7 @@ R = TypeVar("R")
 class FlaskViewCap:
     """What ``@fg.capped`` asked for one view."""
 
-    __slots__ = ("alone", "cost", "key", "name", "rates")
+    __slots__ = ("alone", "cost", "key", "methods", "name", "rates")
 
     def __init__(
         self,
@@ -45,9 +45,17 @@ class FlaskViewCap:
         cost: int | None,
         name: str | None,
         alone: str,
+        methods: frozenset[str] | None = None,
     ) -> None:
         self.rates, self.key, self.cost, self.name = rates, key, cost, name
         self.alone = alone  # its policy when the view runs outside its own route
+        self.methods = methods  # None: every method; else its own budget, in the view
+
+    @property
+    def in_view(self) -> bool:
+        """Decided when the view runs, on a budget of its own (``name``, ``methods``), not
+        with its route's limits."""
+        return self.name is not None or self.methods is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +82,7 @@ class Capping:
             given two sets of rates.
     """
 
-    __slots__ = ("_asked", "_hit", "_name", "_named")
+    __slots__ = ("_asked", "_hit", "_methods", "_name", "_named")
 
     def __init__(
         self,
@@ -82,8 +90,10 @@ class Capping:
         asked: BlueprintCap,
         name: str | None,
         named: dict[str, tuple[Rate | Rule, ...]],
+        methods: frozenset[str] | None = None,
     ) -> None:
         self._hit, self._asked, self._name, self._named = hit, asked, name, named
+        self._methods = methods
 
     @overload
     def __call__(self, target: Blueprint, /) -> Blueprint: ...
@@ -98,6 +108,10 @@ class Capping:
         return self._view(target)
 
     def _blueprint(self, blueprint: Blueprint) -> Blueprint:
+        if self._methods is not None:
+            raise ConfigError(
+                f"methods= caps some methods of one view, not blueprint {blueprint.name!r}"
+            )
         if self._name is not None:
             raise ConfigError(
                 f"name={self._name!r} names one view's policy: blueprint {blueprint.name!r} "
@@ -129,17 +143,19 @@ class Capping:
                     f"{_rates(asked.rates)}, another view {_rates(given)}; give every view "
                     "of one name the same rates, or another name"
                 )
-        cap = FlaskViewCap(asked.rates, asked.key, asked.cost, self._name, alone_name)
+        cap = FlaskViewCap(
+            asked.rates, asked.key, asked.cost, self._name, alone_name, self._methods
+        )
         alone = Route(
             self._name or cap.alone,
             (KeyedRules(cap.key, cap.rates),),
             1 if asked.cost is None else asked.cost,
         )
-        hit = self._hit
+        hit, methods = self._hit, self._methods
 
         @functools.wraps(view)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            if g.get("freqguard_cap") is not cap:
+            if g.get("freqguard_cap") is not cap and (methods is None or request.method in methods):
                 hit(alone)  # not decided before this request's view: decide now
             return view(*args, **kwargs)
 
@@ -190,7 +206,7 @@ def route_of(app: Flask, endpoint: str, key: KeyFunc, defaults: tuple[Rate, ...]
     around, with_defaults = ([], False) if exempt else _around(app, endpoint)
     keyed = [KeyedRules(key, defaults, "default")] if with_defaults and defaults else []
     keyed += [KeyedRules(bp.key, bp.rates, _label(name)) for name, bp in reversed(around)]
-    if cap is not None and cap.name is None:  # a named cap: its own budget, in the view
+    if cap is not None and not cap.in_view:  # else its own budget, decided in the view
         keyed.append(KeyedRules(cap.key, cap.rates))
     if not keyed:
         return None

@@ -47,6 +47,7 @@ __all__ = [
     "problem_body",
     "problem_detail",
     "rule_items",
+    "view_methods",
 ]
 
 
@@ -135,6 +136,19 @@ def check_methods(methods: Iterable[str] | None) -> frozenset[str] | None:
     if not names:
         raise ConfigError("methods must name at least one HTTP method, got none (None: every)")
     return frozenset(m.upper() for m in names)
+
+
+def view_methods(methods: Iterable[str] | None) -> frozenset[str] | None:
+    """A view cap's methods (Flask's and Django's ``capped(methods=...)``): as given, upper
+    case; GET brings HEAD (a GET without its body).
+
+    Raises:
+        ConfigError: not an iterable of method names (a bare string included).
+    """
+    chosen = check_methods(methods)
+    if chosen is None:
+        return None
+    return chosen | {"HEAD"} if "GET" in chosen else chosen
 
 
 class Limit:

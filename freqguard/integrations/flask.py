@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -72,6 +72,7 @@ from freqguard.integrations._http import (
     client_ip,
     header,
     rule_items,
+    view_methods,
 )
 from freqguard.integrations._request import check_key
 from freqguard.integrations._settings import COMMON, MEANT, configured, unknown_setting
@@ -197,7 +198,7 @@ class FreqGuard:
         if route is not None:
             view = current_app.view_functions.get(endpoint)
             cap = getattr(view, "_freqguard_cap", None)
-            if cap is not None and cap.name is None:
+            if cap is not None and not cap.in_view:
                 g.freqguard_cap = cap  # decided here, with the route's limits
             self._hit(route)
 
@@ -240,6 +241,7 @@ class FreqGuard:
         name: str | None = None,
         shared: bool = False,
         defaults: bool = False,
+        methods: Iterable[str] | None = None,
     ) -> Capping:
         """Cap one view, ``@fg.capped("5/minute")`` directly under ``@app.route(...)``, or
         every view of a blueprint, ``fg.capped("100/hour")(blueprint)``.
@@ -269,6 +271,9 @@ class FreqGuard:
                 ``flask-blueprint.<registered name>``) instead of one per route.
             defaults: a blueprint's cap adds to the limits around it instead of replacing
                 them (Flask-Limiter's ``override_defaults=False``).
+            methods: a view's cap counts only requests of these methods (GET brings
+                HEAD), on a budget of its own decided when the view runs, as ``name``'s;
+                the others pass it uncounted (Flask-Limiter's ``methods=``).
 
         Raises:
             ConfigError: at decoration, for a rate that does not parse, a bad name, one
@@ -294,7 +299,7 @@ class FreqGuard:
         if key is not None:
             check_key(key, "capped")
         asked = BlueprintCap(rates, key or self._key, cost, shared, defaults)
-        return Capping(self._hit, asked, name, self._named)
+        return Capping(self._hit, asked, name, self._named, view_methods(methods))
 
     @overload
     def exempt(self, target: Blueprint) -> Blueprint: ...

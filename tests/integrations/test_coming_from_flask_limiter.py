@@ -128,6 +128,37 @@ def test_key_func(clock: ManualClock) -> None:
     assert codes == [200, 429, 200]
 
 
+def _view() -> str:
+    return "ok"
+
+
+def _post_and_get(app: Flask, view: Any) -> list[int]:
+    app.add_url_rule("/p", "p", view, methods=["GET", "POST"])
+    client = app.test_client()
+    return [client.get("/p").status_code for _ in range(3)] + [
+        client.post("/p").status_code for _ in range(2)
+    ]
+
+
+def test_methods(clock: ManualClock) -> None:
+    """A cap of some methods only (found missing by a new user's first hour): the others
+    pass uncounted; GET brings HEAD."""
+    app = Flask("ours")
+    fg = FreqGuard(app, guard=Guard(MemoryBackend(clock)))
+    ours = fg.capped("1/minute", methods=["POST"])(_view)
+    assert _post_and_get(app, ours) == [200, 200, 200, 200, 429]
+    with pytest.raises(ConfigError, match="methods must"):
+        fg.capped("1/minute", methods="POST")
+    _theirs_too()
+    from flask_limiter import Limiter
+    from flask_limiter.util import get_remote_address
+
+    theirs = Flask("theirs")
+    limiter = Limiter(get_remote_address, app=theirs, storage_uri="memory://")
+    view = limiter.limit("1/minute", methods=["POST"])(_view)
+    assert _post_and_get(theirs, view) == [200, 200, 200, 200, 429]
+
+
 def test_shared_limit(clock: ManualClock) -> None:
     shared = {p: (lambda fg: fg.capped("2/minute", name="s")) for p in ("/x", "/y")}
     ours, _ = _flask_app(clock, {}, shared)
