@@ -82,8 +82,9 @@ class BadRequest(FreqGuardError):
 
 
 class SkipRequest(FreqGuardError):
-    """A key function leaves this request uncapped (``header(..., missing="skip")``): the
-    route decides nothing for it and sends no rate-limit headers."""
+    """Raised by a key function to leave this request uncapped by its limit (an admin, a
+    health check: Flask-Limiter's ``exempt_when``; ``header(..., missing="skip")`` raises
+    it): the limit decides nothing for it and sends no rate-limit headers."""
 
 
 KeyFunc = Callable[[RequestInfo], object]

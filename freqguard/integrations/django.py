@@ -68,6 +68,7 @@ from freqguard.integrations._http import (
     BadRequest,
     KeyFunc,
     RequestInfo,
+    SkipRequest,
     client_ip,
     header,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "BadRequest",
     "FreqGuardConfig",
     "FreqGuardMiddleware",
+    "SkipRequest",
     "aclose",
     "async_guard",
     "capped",

@@ -80,7 +80,7 @@ from freqguard.integrations.wsgi import request_info
 from freqguard.rates import Rate, parse_rates
 from freqguard.rules import Rule, check_name
 
-__all__ = ["BadRequest", "FreqGuard", "client_ip", "header", "remote_address"]
+__all__ = ["BadRequest", "FreqGuard", "SkipRequest", "client_ip", "header", "remote_address"]
 
 _log = logging.getLogger("freqguard")
 

@@ -19,8 +19,17 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from freqguard import AsyncGuard, ConfigError, Guard, ManualClock, MemoryBackend
-from freqguard.integrations.flask import FreqGuard
+from freqguard import (
+    AsyncGuard,
+    ConfigError,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Rule,
+    TierRates,
+)
+from freqguard.integrations._request import RequestInfo
+from freqguard.integrations.flask import FreqGuard, SkipRequest
 from freqguard.integrations.starlette import FreqGuardMiddleware, Limit
 
 START = 1_700_000_000.0
@@ -157,6 +166,61 @@ def test_methods(clock: ManualClock) -> None:
     limiter = Limiter(get_remote_address, app=theirs, storage_uri="memory://")
     view = limiter.limit("1/minute", methods=["POST"])(_view)
     assert _post_and_get(theirs, view) == [200, 200, 200, 200, 429]
+
+
+def test_exempt_when(clock: ManualClock) -> None:
+    """Their ``exempt_when``/``request_filter``; ours, a key function that raises
+    SkipRequest: the request goes uncapped by that cap (found missing by a new user's first
+    hour)."""
+
+    def unless_admin(request: RequestInfo) -> dict[str, object]:
+        if request.headers.get("x-admin") == "1":
+            raise SkipRequest("admin")
+        return {"client": "one"}
+
+    ours, _ = _flask_app(clock, {}, {"/x": lambda fg: fg.capped("1/minute", key=unless_admin)})
+    client = ours.test_client()
+    admin = [client.get("/x", headers={"X-Admin": "1"}).status_code for _ in range(3)]
+    assert admin + [client.get("/x").status_code for _ in range(2)] == [200] * 4 + [429]
+    _theirs_too()
+    from flask_limiter import Limiter
+
+    theirs = Flask("theirs")
+    limiter = Limiter(lambda: "one", app=theirs, storage_uri="memory://")
+    exempt = limiter.limit("1/minute", exempt_when=lambda: request.headers.get("X-Admin") == "1")
+    theirs.add_url_rule("/x", "x", exempt(_view))
+    client = theirs.test_client()
+    admin = [client.get("/x", headers={"X-Admin": "1"}).status_code for _ in range(3)]
+    assert admin + [client.get("/x").status_code for _ in range(2)] == [200] * 4 + [429]
+
+
+def test_dynamic_limit(clock: ManualClock) -> None:
+    """Their callable limit (a rate per request, e.g. by plan); ours, a tier: the rate a
+    value of the request picks (``rate_for=TierRates``)."""
+    pro = {"pro": "3/minute"}
+
+    def by_user(request: RequestInfo) -> dict[str, object]:
+        return {"user": request.headers.get("x-user", ""), "plan": request.headers.get("x-plan")}
+
+    rule = Rule("1/minute", by="user", name="per-user", rate_for=TierRates("plan", pro))
+    ours, _ = _flask_app(clock, {}, {"/d": lambda fg: fg.capped(rule, key=by_user)})
+    client = ours.test_client()
+    free = [client.get("/d", headers={"X-User": "a", "X-Plan": "free"}).status_code for _ in "12"]
+    paid = [client.get("/d", headers={"X-User": "b", "X-Plan": "pro"}).status_code for _ in "1234"]
+    assert (free, paid) == ([200, 429], [200, 200, 200, 429])
+    _theirs_too()
+    from flask_limiter import Limiter
+
+    theirs = Flask("theirs")
+    limiter = Limiter(
+        lambda: request.headers.get("X-User", ""), app=theirs, storage_uri="memory://"
+    )
+    dynamic = limiter.limit(lambda: pro.get(request.headers.get("X-Plan", ""), "1/minute"))
+    theirs.add_url_rule("/d", "d", dynamic(_view))
+    client = theirs.test_client()
+    free = [client.get("/d", headers={"X-User": "a", "X-Plan": "free"}).status_code for _ in "12"]
+    paid = [client.get("/d", headers={"X-User": "b", "X-Plan": "pro"}).status_code for _ in "1234"]
+    assert (free, paid) == ([200, 429], [200, 200, 200, 429])
 
 
 def test_shared_limit(clock: ManualClock) -> None:
