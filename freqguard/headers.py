@@ -188,7 +188,8 @@ def binding_rule(
     retry µs)``, as ``Decision.raw`` holds them): among the non-shadow rules, the denying one
     that frees up last (the first of equals), else the one with the least remaining (the
     later reset of equals). A policy of shadow rules only never denies: the least remaining
-    of all, with no retry."""
+    of all, with no retry. Quiet hours that deny are shown by the policy's narrowest rule,
+    none left until they end (their pseudo-rule's rate is no one's)."""
     binding = None
     for entry in raw:
         rule, remaining, reset, retry = entry
@@ -205,4 +206,9 @@ def binding_rule(
     if binding is None:
         least = min(raw, key=lambda e: (e[1], -e[2]))
         binding = (least[0], least[1], least[2], 0)
+    elif binding[0].quiet is not None:  # quiet hours deny: shown by the narrowest real rule
+        others = [e for e in raw if not e[0].shadow and e[0].quiet is None]
+        if others:
+            narrowest = min(others, key=lambda e: (e[1], -e[2]))[0]
+            binding = (narrowest, 0, binding[2], binding[3])
     return binding

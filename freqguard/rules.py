@@ -294,6 +294,8 @@ class Rule:
         return ident
 
     def __repr__(self) -> str:
+        if self.quiet is not None:  # the policy's quiet hours: their pseudo-rule's rate is no one's
+            return f"Rule(quiet={self.quiet!r}, by={self.by!r}, name={self.name!r})"
         parts = [repr(str(self.rate)), f"by={self.by!r}", f"strategy={self.strategy.value!r}"]
         if self.name is not None:
             parts.append(f"name={self.name!r}")

@@ -330,3 +330,17 @@ def test_an_http_route_decides_by_the_priority_its_key_gives() -> None:
             return codes
 
     assert asyncio.run(run()) == [200, 429, 200, 200, 400]
+
+
+def test_a_decision_denied_by_quiet_hours_shows_them_not_a_made_up_rate(clock: ManualClock) -> None:
+    """The quiet-hours pseudo-rule is shown as the quiet hours it is: its repr printed as a
+    rate of a billion a day, which a new user's first hour read as a rule of their own."""
+    clock.set(_local(BERLIN, 2026, 11, 28, 23))
+    guard = Guard(MemoryBackend(), [_quiet_policy(tz=BERLIN)], clock=clock)
+    decision = guard.hit("sms", r="dana", priority="marketing")
+    (quiet,) = decision.denied_by
+    assert repr(quiet) == (
+        "Rule(quiet=QuietHours('21:00', '08:00', tz='Europe/Berlin'), by=('r',), "
+        "name='quiet-hours')"
+    )
+    assert "1000000000" not in repr(decision)
