@@ -12,7 +12,7 @@ import limits
 from freqguard.bounds import MAX_LIMIT, MAX_WINDOW_US
 from freqguard.errors import ConfigError
 
-__all__ = ["Rate", "parse_rate", "parse_rates", "written"]
+__all__ = ["Rate", "parse_rate", "parse_rates", "several_rates", "written"]
 
 _GRAMMAR = (
     "'N per M unit' or 'N/M unit' (M optional, unit one of second, minute, hour, day, "
@@ -127,6 +127,15 @@ def parse_rates(text: str) -> tuple[Rate, ...]:
 
 def _long_unit(found: re.Match[str]) -> str:
     return f"{found[1]} {_SHORT_UNITS[found[2] or found[3]]}"
+
+
+def several_rates(text: str) -> bool:
+    """Whether ``text`` holds more than one rate (joined by ``;``, ``,`` or ``|``); False
+    for one, or for text that does not parse (whose own error says why)."""
+    try:
+        return len(parse_rates(text)) > 1
+    except ConfigError:
+        return False
 
 
 def parse_rate(text: str) -> Rate:

@@ -30,7 +30,7 @@ from freqguard.engine.failover import shared_out
 from freqguard.errors import ConfigError, install
 from freqguard.observe.base import LoggingObserver, Observer
 from freqguard.policy import Fallback, Policy, QuietHours
-from freqguard.rates import parse_rates
+from freqguard.rates import several_rates
 from freqguard.rules import Rule, TierRates, check_name
 
 if sys.version_info >= (3, 11):
@@ -139,7 +139,7 @@ class Config:
 
 def _rule(table: Mapping[str, Any]) -> Rule:
     rate = table.get("rate")
-    if isinstance(rate, str) and ";" in rate and len(parse_rates(rate)) > 1:
+    if isinstance(rate, str) and several_rates(rate):
         raise ConfigError(
             f"a rule takes one rate, got {rate!r}: write one rule table per rate "
             '(rules = [{ rate = "10/minute" }, { rate = "100/day" }])'

@@ -10,6 +10,7 @@ reads it, without I/O.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -46,14 +47,19 @@ class Path:
             raise ConfigError(f"key path {self.text!r}: no argument named {self.parts[0]!r}")
         value = arguments[self.parts[0]]
         for part in self.parts[1:]:
-            property_ = isinstance(inspect.getattr_static(type(value), part, None), property)
-            if isinstance(value, Mapping) and part in value and not property_:
+            if isinstance(value, Mapping) and part in value and not _property(type(value), part):
                 value = value[part]
             elif hasattr(value, part):
                 value = getattr(value, part)
             else:
                 raise ConfigError(f"key path {self.text!r}: {value!r} has no {part!r}")
         return value
+
+
+@functools.lru_cache(maxsize=1024)
+def _property(kind: type, name: str) -> bool:
+    """Whether ``kind`` has a property ``name`` (read before a mapping item of that name)."""
+    return isinstance(inspect.getattr_static(kind, name, None), property)
 
 
 class Arguments:
@@ -182,22 +188,25 @@ def check_fit(
     Raises:
         ConfigError: either, naming the fix.
     """
+    named = getattr(func, "__name__", None) or repr(func)  # a partial has no name
     sync = not (inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func))
     if sync and isinstance(guard, AsyncGuard):
         raise ConfigError(
-            f"@capped: the sync function {func.__name__!r} needs a Guard, not an "
+            f"@capped: the sync function {named!r} needs a Guard, not an "
             "AsyncGuard (make it async, or give a Guard: it serves async functions too)"
         )
     policy = None if guard is None or policy_name is None else guard.policies.get(policy_name)
     given = key.dimensions
     if policy is None or given is None:
         return
-    wanted = tuple(policy.dimensions)
-    if len(wanted) == len(given) == 1 or set(wanted) <= set(given) <= {*wanted, *policy.reads}:
+    # a policy of priorities decides by the hit's priority: a key must give it
+    wanted = (*policy.dimensions, *(("priority",) if policy.priorities else ()))
+    one = len(wanted) == len(given) == 1
+    if one or set(wanted) <= set(given) <= {*wanted, *policy.reads}:
         return
     spelled = ", ".join(f"{d!r}: ..." for d in wanted)
     raise ConfigError(
-        f"@capped on {func.__name__!r}: policy {policy.name!r} is keyed by "
+        f"@capped on {named!r}: policy {policy.name!r} is keyed by "
         f"{', '.join(wanted) or 'nothing'}, the key gives {', '.join(given) or 'nothing'}: "
         f"write key={{{spelled}}} (each a parameter, a dotted path or a callable)"
     )

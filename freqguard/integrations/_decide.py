@@ -105,16 +105,16 @@ class Route:
             return ctx, (tuple(ctx),)
         ctx = {}
         dims: list[tuple[str, ...]] = []
-        asked: dict[KeyFunc, tuple[str, ...]] = {}
+        asked: dict[int, tuple[str, ...]] = {}  # by the key function's id: it may not hash
         for keyed in self.keyed:
-            by = asked.get(keyed.key)
+            by = asked.get(id(keyed.key))
             if by is None:
                 found = context_of(keyed.key, info)
                 # two different key functions naming one dimension: the second is renamed,
                 # so neither's value stands in for the other's
                 renamed = {(f"view_{d}" if d in ctx else d): v for d, v in found.items()}
                 ctx.update(renamed)
-                by = asked[keyed.key] = tuple(renamed)
+                by = asked[id(keyed.key)] = tuple(renamed)
             dims.append(by)
         return ctx, tuple(dims)
 

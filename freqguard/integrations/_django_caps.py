@@ -39,11 +39,12 @@ from freqguard.rules import Rule, check_name
 __all__ = ["capped", "exempt"]
 
 V = TypeVar("V")
+_NO_RULE: Any = object()  # capped() given no rule: refused after django-ratelimit's names
 Response = HttpResponseBase
 
 
 def capped(
-    rule: str | Rule | Policy | Sequence[str | Rule],
+    rule: str | Rule | Policy | Sequence[str | Rule] = _NO_RULE,
     *,
     key: KeyFunc | None = None,
     cost: int = 1,
@@ -79,6 +80,8 @@ def capped(
             class-based view.
     """
     _refuse_theirs(theirs)
+    if rule is _NO_RULE:
+        raise TypeError("capped() missing 1 required positional argument: 'rule'")
     on_error = None
     if isinstance(rule, Policy):
         items: tuple[Any, ...] = rule.rules
@@ -140,7 +143,10 @@ def _refuse_theirs(given: Mapping[str, object]) -> None:
     for name, value in given.items():
         if name == "method":
             listed = [value] if isinstance(value, str) else value
-            raise ConfigError(f"django-ratelimit's method= is methods= here: methods={listed!r}")
+            ours = f"methods={listed!r}"
+            if isinstance(listed, (list, tuple)) and None in listed:  # ratelimit.ALL
+                ours = "leave methods= out (every method)"
+            raise ConfigError(f"django-ratelimit's method= is methods= here: {ours}")
         if name == "group":
             raise ConfigError(f"django-ratelimit's group= is name= here: name={value!r}")
         if name == "rate":

@@ -9,12 +9,13 @@ naming freqguard's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core import checks
+from django.utils.module_loading import import_string
 
 from freqguard.backends.urls import parse_url
 from freqguard.config import Config
@@ -94,12 +95,11 @@ def throttle_rate_problems() -> tuple[list[str], bool]:
     unit by its first letter, so ``"3/minit"`` served there), and whether a freqguard
     throttle is among the default classes (else a view may still name one)."""
     rest = getattr(django_settings, "REST_FRAMEWORK", None)
-    if not isinstance(rest, dict) or not isinstance(rest.get("DEFAULT_THROTTLE_RATES"), dict):
+    rates = rest.get("DEFAULT_THROTTLE_RATES") if isinstance(rest, Mapping) else None
+    if not isinstance(rates, Mapping):
         return [], False
-    classes = rest.get("DEFAULT_THROTTLE_CLASSES") or ()
-    named = [c if isinstance(c, str) else f"{c.__module__}.{c.__qualname__}" for c in classes]
     problems = []
-    for scope, rate in rest["DEFAULT_THROTTLE_RATES"].items():
+    for scope, rate in rates.items():
         try:
             if rate is not None:
                 parse_rates(rate)
@@ -109,7 +109,21 @@ def throttle_rate_problems() -> tuple[list[str], bool]:
                 "DRF read a unit by its first letter; freqguard's throttles read it whole "
                 "('3/minute', '100/h', '5/min')"
             )
-    return problems, any(name.startswith("freqguard.") for name in named)
+    classes = rest.get("DEFAULT_THROTTLE_CLASSES") if isinstance(rest, Mapping) else None
+    return problems, any(_ours(c) for c in classes) if isinstance(classes, (list, tuple)) else False
+
+
+def _ours(throttle: object) -> bool:
+    """Whether a DRF throttle class (or its dotted path) is freqguard's, or made from one."""
+    try:
+        found = import_string(throttle) if isinstance(throttle, str) else throttle
+    except ImportError:  # a path that does not import: DRF's own check says so
+        return False
+    bases = getattr(found, "__mro__", ())  # by name: drf.py imports this module's users
+    return any(f"{b.__module__}.{b.__qualname__}" == _THROTTLE for b in bases)
+
+
+_THROTTLE = "freqguard.integrations.drf.FreqGuardThrottle"
 
 
 def read_settings() -> Settings:

@@ -211,7 +211,7 @@ def route_of(app: Flask, endpoint: str, key: KeyFunc, defaults: tuple[Rate, ...]
     if not keyed:
         return None
     # one hit, one cost: the view's, else the nearest blueprint's that names one
-    found = (cap, *(bp for _, bp in around))
+    found = (None if cap is None or cap.in_view else cap, *(bp for _, bp in around))
     costs = [c.cost for c in found if c is not None and c.cost is not None]
     name = fit_name(f"flask.{endpoint}")
     shared = [blueprint for blueprint, bp in around if bp.shared]

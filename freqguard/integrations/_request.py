@@ -102,15 +102,15 @@ def context_of(key: KeyFunc, request: RequestInfo) -> dict[str, object]:
     return value
 
 
-_warned: set[object] = set()  # the key functions already logged as answering None
+_warned: set[int] = set()  # the key functions (ids) already logged as answering None
 
 
 def _absent(key: KeyFunc, context: Mapping[str, object]) -> NoReturn:
     """A key function answered None for a dimension: the request lacks what the route is
     keyed by (a 400), which the developer is told once, a key function."""
     name = next(dimension for dimension, value in context.items() if value is None)
-    if key not in _warned and len(_warned) < 1024:
-        _warned.add(key)
+    if id(key) not in _warned and len(_warned) < 1024:  # by id: a key may not hash
+        _warned.add(id(key))
         _log.warning(
             "freqguard: the key function %s answered None for %r: such requests are "
             "refused with 400; answer a value for every request, or key by header(...) "
@@ -145,8 +145,16 @@ def check_key(key: object, where: str) -> KeyFunc:
     """
     if not callable(key):
         raise ConfigError(f"{where}: key must be a key function (client_ip()), got {key!r}")
+    if inspect.iscoroutinefunction(key) or inspect.iscoroutinefunction(
+        getattr(key, "__call__", None)  # noqa: B004 (an instance's own __call__)
+    ):
+        raise ConfigError(
+            f"{where}: the key function {getattr(key, '__name__', key)!r} is async: a key "
+            "function answers at once, from the request (read what it awaits in a "
+            "middleware before, or key by header(...))"
+        )
     try:
-        inspect.signature(key).bind(None)
+        _takes_one(key)
     except TypeError:
         raise ConfigError(
             f"{where}: the key function {getattr(key, '__name__', key)!r} must take the "
@@ -157,3 +165,12 @@ def check_key(key: object, where: str) -> KeyFunc:
     except ValueError:  # no signature to read (a builtin): called as it is
         pass
     return key
+
+
+def _takes_one(key: Callable[..., object]) -> None:
+    """Raise TypeError unless ``key`` takes one positional argument: by its own signature
+    (a ``functools.wraps`` wrapper's, which is what is called), else the one it wraps."""
+    try:
+        inspect.signature(key, follow_wrapped=False).bind(None)
+    except TypeError:
+        inspect.signature(key).bind(None)

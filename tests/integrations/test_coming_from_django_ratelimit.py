@@ -209,3 +209,21 @@ def test_zero_rate(clock: ManualClock) -> None:
     assert _runs(theirs, 1) == [False]
     with pytest.raises(ConfigError, match="a limit must be >= 1"):
         capped("0/m")
+
+
+def test_their_rate_keyword_is_refused_naming_ours_as_they_write_it() -> None:
+    """Review: django-ratelimit's rate is a keyword (``ratelimit(key="ip", rate="5/m")``),
+    given without any first argument; Python refused the missing ``rule`` before the hint
+    for ``rate=`` could run, so it was the bare TypeError the hint replaces."""
+    with pytest.raises(ConfigError, match="django-ratelimit's rate= is the first argument"):
+        capped(key=user_or_ip(), rate="5/m")  # type: ignore[call-arg]
+
+
+def test_their_method_all_is_named_as_ours() -> None:
+    """Review: django-ratelimit's ``method=ratelimit.ALL`` is ``(None,)``; the hint said
+    ``methods=(None,)``, which is refused; ours for every method is leaving it out."""
+    from django_ratelimit import ALL
+
+    with pytest.raises(ConfigError) as refused:
+        capped("5/m", method=ALL)  # type: ignore[call-arg]
+    assert "None," not in str(refused.value)

@@ -341,3 +341,16 @@ def test_a_window_edge(clock: ManualClock) -> None:
         codes["theirs"] += [r.status_code for r in _get(theirs_app, *["/a"] * times)]
         codes["ours"] += [r.status_code for r in _get(ours_app, *["/a"] * times)]
     assert codes == {"theirs": [200, 200, 200, 200], "ours": [200, 200, 200, 429]}
+
+
+def test_a_methods_cap_costs_nothing_to_the_other_methods(clock: ManualClock) -> None:
+    """Review: a view's cap of POST only, costing 3, passes a GET "uncounted", yet the GET
+    was charged 3 against the default limits, as if the cap's cost were the route's: the
+    second GET under "3/minute" was refused."""
+    app = Flask("ours")
+    app.config["FREQGUARD_DEFAULT_LIMITS"] = "3/minute"
+    fg = FreqGuard(app, guard=Guard(MemoryBackend(clock)))
+    view = fg.capped("10/minute", methods=["POST"], cost=3)(_view)
+    app.add_url_rule("/p", "p", view, methods=["GET", "POST"])
+    client = app.test_client()
+    assert [client.get("/p").status_code for _ in range(3)] == [200, 200, 200]

@@ -295,3 +295,29 @@ def test_what_a_decoration_can_know_is_refused_there(guard: Guard) -> None:
         return True
 
     assert asyncio.run(fine())
+
+
+def test_a_refusal_at_decoration_names_a_callable_without_a_name(guard: Guard) -> None:
+    """Review: the refusals of check_fit read ``func.__name__``, which a functools.partial
+    and a callable instance lack: an AttributeError instead of the ConfigError naming the
+    fix."""
+    import functools
+
+    def send(msg: Message, extra: int) -> None: ...
+
+    asynchronous = AsyncGuard(MemoryBackend(), clock=ManualClock(0.0))
+    with pytest.raises(ConfigError, match="needs a Guard"):
+        capped("2/minute", guard=asynchronous)(functools.partial(send, extra=1))
+    with pytest.raises(ConfigError, match="policy 'sms'"):
+        capped("sms", key="msg.to", guard=guard)(functools.partial(send, extra=1))
+
+
+def test_a_key_without_the_priority_its_policy_decides_by_is_refused_at_decoration() -> None:
+    """Review: a policy with priorities refuses every hit that gives no ``priority``; a key
+    that cannot give one fits its dimensions, so it decorated fine and every call failed."""
+    guard = Guard(MemoryBackend(), clock=ManualClock(0.0))
+    guard.add_policy(Policy("p", Rule("5/minute", by=("user",)), priorities=("hi", "lo")))
+    with pytest.raises(ConfigError, match="priority"):
+
+        @capped("p", key="user", guard=guard)
+        def send(user: str) -> None: ...

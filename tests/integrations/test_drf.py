@@ -151,7 +151,7 @@ def test_a_rate_that_does_not_parse_is_refused() -> None:
         drf_rates("often")
 
 
-@pytest.mark.parametrize("where", ["default", "view"])
+@pytest.mark.parametrize("where", ["default", "subclass", "view", "not a list"])
 def test_a_throttle_rate_that_does_not_parse_is_a_check_error(where: str) -> None:
     """DRF reads a unit by its first letter (``"3/minit"`` is 3 a minute there), so a rate
     that served under DRF may not parse here: ``manage.py check`` says so
@@ -160,7 +160,12 @@ def test_a_throttle_rate_that_does_not_parse_is_a_check_error(where: str) -> Non
     view may name one)."""
     from django.core import checks
 
-    classes = ["freqguard.integrations.drf.FreqGuardAnonThrottle"] if where == "default" else []
+    classes: object = {
+        "default": ["freqguard.integrations.drf.FreqGuardAnonThrottle"],
+        "subclass": ["tests.integrations.drf_views.Burst"],  # a project's own, made from ours
+        "view": [],
+        "not a list": 5,  # DRF's own check says so: this one neither fails nor decides
+    }[where]
     rest = {
         **REST,
         "DEFAULT_THROTTLE_CLASSES": classes,
@@ -169,7 +174,8 @@ def test_a_throttle_rate_that_does_not_parse_is_a_check_error(where: str) -> Non
     with override_settings(REST_FRAMEWORK=rest):
         found = [m for m in checks.run_checks() if m.id and m.id.startswith("freqguard.")]
     [message] = found
-    assert message.id == ("freqguard.E003" if where == "default" else "freqguard.W002")
+    ours = where in ("default", "subclass")
+    assert message.id == ("freqguard.E003" if ours else "freqguard.W002")
     assert "DEFAULT_THROTTLE_RATES['anon']" in message.msg
     assert "'3/minit'" in message.msg
     assert "first letter" in message.msg

@@ -148,3 +148,29 @@ def test_a_key_function_that_gives_none_is_a_400_and_a_warning_naming_the_route(
     warned = [r.getMessage() for r in caplog.records if "by_user" in r.getMessage()]
     assert len(warned) == 1
     assert "header(" in warned[0]
+
+
+def test_an_unhashable_key_function_that_gives_none_is_a_400_not_a_500() -> None:
+    """Review: a key function that is a (non-frozen) dataclass instance is unhashable, and
+    the once-a-key-function warning looked it up in a set: a TypeError, so a 500, where
+    the same function answering a value is served."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class ByHeader:
+        name: str
+
+        def __call__(self, request: object) -> dict[str, object]:
+            return {"user": getattr(request, "headers", {}).get(self.name)}
+
+    app = Starlette(routes=[Route("/z", _ok)])
+    guard = AsyncGuard(MemoryBackend(), clock=ManualClock(1000))
+    limit = Limit("/z", "1/minute", key=ByHeader("x-user"))
+    limited = FreqGuardMiddleware(app, guard=guard, limits=[limit])
+
+    async def run() -> list[int]:
+        transport = httpx.ASGITransport(app=limited, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            return [(await http.get("/z", headers=h)).status_code for h in ({"X-User": "u"}, {})]
+
+    assert asyncio.run(run()) == [200, 400]

@@ -58,3 +58,35 @@ def test_the_message_names_the_fix() -> None:
     assert "Limit('/a')" in text
     assert "key=lambda request: request.headers.get('x-user')" in text
     assert "Flask-Limiter's key_func takes none" in text
+
+
+def _takes_request(func: Any) -> Any:
+    """An adapter of a Flask-Limiter key_func (no argument) to ours: a wrapper that takes
+    the request, made with functools.wraps as decorators are."""
+    import functools
+
+    @functools.wraps(func)
+    def key(request: RequestInfo) -> object:
+        return func()
+
+    return key
+
+
+def test_a_wrapper_that_takes_the_request_passes_whatever_it_wraps() -> None:
+    """Review: inspect.signature follows ``__wrapped__``, so the signature checked was the
+    wrapped function's (no argument), not the wrapper's, which is what is called."""
+    key = _takes_request(_none)
+    assert key(RequestInfo("GET", "/", dict, "1.2.3.4")) == "anon"
+    Limit("/a", "2/minute", key=key)
+    FreqGuard(key=key)
+
+
+def test_an_async_key_function_is_refused_where_it_is_given() -> None:
+    """Review: a coroutine function takes the request, so it passed the check, and every
+    request is then keyed by (or refused over) an un-awaited coroutine."""
+
+    async def by_user(request: RequestInfo) -> str:
+        return "u"
+
+    with pytest.raises(ConfigError, match="key function"):
+        Limit("/a", "2/minute", key=by_user)

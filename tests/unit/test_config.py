@@ -480,3 +480,17 @@ def test_several_rates_in_one_rule_table_name_the_files_fix() -> None:
     assert "app.toml" in message
     assert "one rule table per rate" in message
     assert "parse_rates" not in message
+
+
+@pytest.mark.parametrize("joined", [", ", " | "])
+def test_several_rates_joined_otherwise_name_the_files_fix_too(joined: str) -> None:
+    """Review: rates join with ';', ',' or '|' (parse_rates reads all three; limits and
+    Flask-Limiter write ','), but only ';' was caught: the others still named Python's
+    parse_rates()."""
+    rates = joined.join(["10 per minute", "100 per day"])
+    text = f'[[policy]]\nname = "api"\nrules = [{{ rate = "{rates}" }}]\n'
+    with pytest.raises(ConfigError) as refused:
+        loads(text, source="app.toml")
+    message = str(refused.value)
+    assert "one rule table per rate" in message
+    assert "parse_rates" not in message
