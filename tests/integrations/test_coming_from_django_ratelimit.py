@@ -216,7 +216,7 @@ def test_their_rate_keyword_is_refused_naming_ours_as_they_write_it() -> None:
     given without any first argument; Python refused the missing ``rule`` before the hint
     for ``rate=`` could run, so it was the bare TypeError the hint replaces."""
     with pytest.raises(ConfigError, match="django-ratelimit's rate= is the first argument"):
-        capped(key=user_or_ip(), rate="5/m")  # type: ignore[call-arg]
+        capped(key=user_or_ip(), rate="5/m")  # type: ignore[arg-type]
 
 
 def test_their_method_all_is_named_as_ours() -> None:
@@ -225,5 +225,5 @@ def test_their_method_all_is_named_as_ours() -> None:
     from django_ratelimit import ALL
 
     with pytest.raises(ConfigError) as refused:
-        capped("5/m", method=ALL)  # type: ignore[call-arg]
+        capped("5/m", method=ALL)
     assert "None," not in str(refused.value)
