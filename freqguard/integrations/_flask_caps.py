@@ -12,23 +12,38 @@ decides the hits.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, overload
 
-from flask import Blueprint, Flask, g, request
+from flask import Blueprint, Flask, Response, g, request
 
+from freqguard.decision import Decision
 from freqguard.decorators.naming import implicit_name
-from freqguard.errors import ConfigError
+from freqguard.errors import BackendUnavailable, ConfigError
+from freqguard.guard import Guard
 from freqguard.integrations._decide import KeyedRules, Route
 from freqguard.integrations._http import KeyFunc
 from freqguard.rates import Rate, written
 from freqguard.rules import Rule, fit_name
 
-__all__ = ["BlueprintCap", "Capping", "FlaskViewCap", "check_not_both", "check_view", "route_of"]
+__all__ = [
+    "BlueprintCap",
+    "Capping",
+    "Deduct",
+    "FlaskViewCap",
+    "check_not_both",
+    "check_view",
+    "deducted",
+    "give_back",
+    "route_of",
+]
 
+#: ``deduct_when``: whether an admitted request's response counts (else its hit is refunded)
+Deduct = Callable[[Response], bool]
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -36,7 +51,7 @@ R = TypeVar("R")
 class FlaskViewCap:
     """What ``@fg.capped`` asked for one view."""
 
-    __slots__ = ("alone", "cost", "key", "methods", "name", "rates")
+    __slots__ = ("alone", "cost", "deduct", "key", "methods", "name", "rates")
 
     def __init__(
         self,
@@ -46,16 +61,18 @@ class FlaskViewCap:
         name: str | None,
         alone: str,
         methods: frozenset[str] | None = None,
+        deduct: Deduct | None = None,
     ) -> None:
         self.rates, self.key, self.cost, self.name = rates, key, cost, name
         self.alone = alone  # its policy when the view runs outside its own route
         self.methods = methods  # None: every method; else its own budget, in the view
+        self.deduct = deduct  # None: every admitted request counts; else those it accepts
 
     @property
     def in_view(self) -> bool:
-        """Decided when the view runs, on a budget of its own (``name``, ``methods``), not
-        with its route's limits."""
-        return self.name is not None or self.methods is not None
+        """Decided when the view runs, on a budget of its own (``name``, ``methods``,
+        ``deduct_when``), not with its route's limits."""
+        return self.name is not None or self.methods is not None or self.deduct is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,18 +99,19 @@ class Capping:
             given two sets of rates.
     """
 
-    __slots__ = ("_asked", "_hit", "_methods", "_name", "_named")
+    __slots__ = ("_asked", "_deduct", "_hit", "_methods", "_name", "_named")
 
     def __init__(
         self,
-        hit: Callable[[Route], None],
+        hit: Callable[[Route, Deduct | None], None],
         asked: BlueprintCap,
         name: str | None,
         named: dict[str, tuple[Rate | Rule, ...]],
         methods: frozenset[str] | None = None,
+        deduct: Deduct | None = None,
     ) -> None:
         self._hit, self._asked, self._name, self._named = hit, asked, name, named
-        self._methods = methods
+        self._methods, self._deduct = methods, deduct
 
     @overload
     def __call__(self, target: Blueprint, /) -> Blueprint: ...
@@ -108,9 +126,9 @@ class Capping:
         return self._view(target)
 
     def _blueprint(self, blueprint: Blueprint) -> Blueprint:
-        if self._methods is not None:
+        if self._methods is not None or self._deduct is not None:
             raise ConfigError(
-                f"methods= caps some methods of one view, not blueprint {blueprint.name!r}"
+                f"methods= and deduct_when= apply to one view, not to blueprint {blueprint.name!r}"
             )
         if self._name is not None:
             raise ConfigError(
@@ -144,19 +162,19 @@ class Capping:
                     "of one name the same rates, or another name"
                 )
         cap = FlaskViewCap(
-            asked.rates, asked.key, asked.cost, self._name, alone_name, self._methods
+            asked.rates, asked.key, asked.cost, self._name, alone_name, self._methods, self._deduct
         )
         alone = Route(
             self._name or cap.alone,
             (KeyedRules(cap.key, cap.rates),),
             1 if asked.cost is None else asked.cost,
         )
-        hit, methods = self._hit, self._methods
+        hit, methods, deduct = self._hit, self._methods, self._deduct
 
         @functools.wraps(view)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             if g.get("freqguard_cap") is not cap and (methods is None or request.method in methods):
-                hit(alone)  # not decided before this request's view: decide now
+                hit(alone, deduct)  # not decided before this request's view: decide now
             return view(*args, **kwargs)
 
         wrapper._freqguard_cap = cap  # type: ignore[attr-defined]
@@ -265,3 +283,21 @@ def _shared_name(endpoint: str, blueprint: str, own_cap: bool, nearest: str) -> 
             "take both; exempt the view (@fg.exempt), or leave shared=True out"
         )
     return fit_name(f"flask-blueprint.{blueprint}")
+
+
+def deducted(guard: Guard, decision: Decision, deduct: Deduct, response: Response) -> Response:
+    """The response of a request its cap's ``deduct_when`` decides: its hit refunded unless
+    ``deduct`` accepts the response."""
+    if not deduct(response):
+        guard.refund(decision)
+    return response
+
+
+def give_back(guard: Guard, earlier: list[Decision], held: list[Decision]) -> None:
+    """A later cap refused the request (a named cap, decided in its view): what the earlier
+    hits took goes back, so that a refused request is counted by none; leases go back when
+    it is answered. Best effort: a store that fails now keeps it."""
+    for decision in earlier:
+        if decision.allowed and decision.receipt is not None and decision not in held:
+            with contextlib.suppress(BackendUnavailable):
+                guard.refund(decision)

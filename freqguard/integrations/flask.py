@@ -36,13 +36,13 @@ State lives in ``app.extensions["freqguard"]``, never on the extension object, s
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar, overload
 
-from flask import Blueprint, Flask, Response, current_app, g, request
+from flask import Blueprint, Flask, Response, after_this_request, current_app, g, request
 
 from freqguard.backends.urls import backend_from_url
 from freqguard.decision import Decision
@@ -60,8 +60,11 @@ from freqguard.integrations._decide import (
 from freqguard.integrations._flask_caps import (
     BlueprintCap,
     Capping,
+    Deduct,
     check_not_both,
     check_view,
+    deducted,
+    give_back,
     route_of,
 )
 from freqguard.integrations._http import (
@@ -167,7 +170,10 @@ class FreqGuard:
         """The endpoint's route, its default limits keyed by the extension's key."""
         return route_of(app, endpoint, self._key, state.defaults)
 
-    def _hit(self, route: Route) -> None:
+    def _hit(self, route: Route, deduct: Deduct | None = None) -> None:
+        """Decide ``route`` for this request (a denial raises CapExceeded, answered 429);
+        with ``deduct``, its hit is refunded once the response is made, unless ``deduct``
+        accepts the response."""
         state = self._state()
         if not state.enabled:  # FREQGUARD_ENABLED = False
             return
@@ -180,10 +186,12 @@ class FreqGuard:
         decision = leasing(state.guard, held)(route.name, route.cost, **ctx)
         decisions: list[Decision] = g.setdefault("freqguard_decisions", [])
         if not decision.allowed:
-            _give_back(state.guard, decisions, held)
+            give_back(state.guard, decisions, held)
             decisions.append(decision)
             raise CapExceeded(decision)
         decisions.append(decision)
+        if deduct is not None:
+            after_this_request(functools.partial(deducted, state.guard, decision, deduct))
 
     def _before(self) -> None:
         endpoint = request.endpoint
@@ -242,6 +250,7 @@ class FreqGuard:
         shared: bool = False,
         defaults: bool = False,
         methods: Iterable[str] | None = None,
+        deduct_when: Deduct | None = None,
     ) -> Capping:
         """Cap one view, ``@fg.capped("5/minute")`` directly under ``@app.route(...)``, or
         every view of a blueprint, ``fg.capped("100/hour")(blueprint)``.
@@ -274,6 +283,11 @@ class FreqGuard:
             methods: a view's cap counts only requests of these methods (GET brings
                 HEAD), on a budget of its own decided when the view runs, as ``name``'s;
                 the others pass it uncounted (Flask-Limiter's ``methods=``).
+            deduct_when: a view's cap counts only the requests whose response it accepts
+                (``lambda response: response.status_code == 401``: failed logins): the
+                others' hits are refunded, exactly, once the response is made; on a budget
+                of its own decided when the view runs, as ``name``'s (Flask-Limiter's
+                ``deduct_when``).
 
         Raises:
             ConfigError: at decoration, for a rate that does not parse, a bad name, one
@@ -299,7 +313,11 @@ class FreqGuard:
         if key is not None:
             check_key(key, "capped")
         asked = BlueprintCap(rates, key or self._key, cost, shared, defaults)
-        return Capping(self._hit, asked, name, self._named, view_methods(methods))
+        if deduct_when is not None and not callable(deduct_when):
+            raise ConfigError(
+                f"deduct_when must be a callable of the response, got {deduct_when!r}"
+            )
+        return Capping(self._hit, asked, name, self._named, view_methods(methods), deduct_when)
 
     @overload
     def exempt(self, target: Blueprint) -> Blueprint: ...
@@ -374,16 +392,6 @@ def _check_settings(settings: Mapping[str, Any]) -> bool:
     if not isinstance(enabled, bool):
         raise ConfigError(f"FREQGUARD_ENABLED must be True or False, got {enabled!r}")
     return enabled
-
-
-def _give_back(guard: Guard, earlier: list[Decision], held: list[Decision]) -> None:
-    """A later cap refused the request (a named cap, decided in its view): what the earlier
-    hits took goes back, so that a refused request is counted by none; leases go back when
-    it is answered. Best effort: a store that fails now keeps it."""
-    for decision in earlier:
-        if decision.allowed and decision.receipt is not None and decision not in held:
-            with contextlib.suppress(BackendUnavailable):
-                guard.refund(decision)
 
 
 def _release_all(guard: Guard, held: list[Decision]) -> None:

@@ -223,6 +223,37 @@ def test_dynamic_limit(clock: ManualClock) -> None:
     assert (free, paid) == ([200, 429], [200, 200, 200, 429])
 
 
+def _logins(app: Flask) -> list[int]:
+    """Three good logins, then bad ones: only the bad ones are to count."""
+    client = app.test_client()
+    good = [client.post("/login", data={"password": "right"}).status_code for _ in range(3)]
+    return good + [client.post("/login", data={"password": "wrong"}).status_code for _ in "123"]
+
+
+def _login() -> tuple[str, int]:
+    return ("ok", 200) if request.form.get("password") == "right" else ("no", 401)
+
+
+def test_deduct_when(clock: ManualClock) -> None:
+    """Their ``deduct_when``: a response the predicate refuses counts nothing (failed
+    logins only); ours, the hit taken back exactly (``refund``) once the response says so
+    (found missing by a new user's first hour)."""
+    app = Flask("ours")
+    fg = FreqGuard(app, guard=Guard(MemoryBackend(clock)))
+    failed = fg.capped("2/minute", deduct_when=lambda response: response.status_code == 401)
+    app.add_url_rule("/login", "login", failed(_login), methods=["POST"])
+    assert _logins(app) == [200, 200, 200, 401, 401, 429]
+    _theirs_too()
+    from flask_limiter import Limiter
+    from flask_limiter.util import get_remote_address
+
+    theirs = Flask("theirs")
+    limiter = Limiter(get_remote_address, app=theirs, storage_uri="memory://")
+    counted = limiter.limit("2/minute", deduct_when=lambda response: response.status_code == 401)
+    theirs.add_url_rule("/login", "login", counted(_login), methods=["POST"])
+    assert _logins(theirs) == [200, 200, 200, 401, 401, 429]
+
+
 def test_shared_limit(clock: ManualClock) -> None:
     shared = {p: (lambda fg: fg.capped("2/minute", name="s")) for p in ("/x", "/y")}
     ours, _ = _flask_app(clock, {}, shared)
