@@ -58,6 +58,11 @@ _TEXTS = frozenset(
         "sentinel_password",
     }
 )
+# the options whose values a message may show: every known one but the passwords
+_SECRET = frozenset({"password", "ssl_password", "sentinel_password"})
+
+_PLAIN = (_SECONDS | _INTEGERS.keys() | _FLAGS | _TEXTS | _CHOICES.keys() | _BACKEND) - _SECRET
+
 # Options for the sentinels themselves (or for the Sentinel manager): a Sentinel URL's only.
 _FOR_SENTINELS = frozenset({"sentinel_username", "sentinel_password", "min_other_sentinels"})
 # The connection options the sentinels' own connections share with the servers'.
@@ -65,10 +70,18 @@ _SHARED_WITH_SENTINELS = frozenset({"socket_timeout", "socket_connect_timeout", 
 
 
 def _shown(url: str) -> str:
-    """The URL as messages show it: its password masked (``user:***@``, ``password=***``)."""
+    """The URL as messages show it: its password masked (``user:***@``, ``password=***``),
+    and the value of every option that is not a known one of no secret (a misspelt
+    ``pasword=`` is where a value needs it most)."""
     # to the last @ before the query: a password may hold an @ (or a / ) unescaped
     url = re.sub(r"^([^:/?#]*://[^/@:?#]*):[^?]*@", r"\1:***@", url)
-    return re.sub(r"(?i)([?&](?:ssl_|sentinel_)?password=)[^&]*", r"\1***", url)
+    # a value ends at & (or where a message quoting the URL goes on: a quote, ; or ))
+    return re.sub(r"([?&])([^=&]*)=([^&'\";)\s]*)", _option_shown, url)
+
+
+def _option_shown(found: re.Match[str]) -> str:
+    plain = found[2] in _PLAIN  # every option name is lower case: PASSWORD is unknown
+    return f"{found[1]}{found[2]}={found[3] if plain else '***'}"
 
 
 def _excerpt(text: str) -> str:

@@ -229,3 +229,7 @@ def decode(raw: bytes, body: type[Body]) -> Body:
         raise _named(exc, data) from None
     except msgspec.DecodeError as exc:
         raise invalid("body", f"not JSON: {str(exc).removeprefix('JSON is malformed: ')}") from None
+    except UnicodeDecodeError as exc:  # bytes not UTF-8 inside a string (Latin-1 text)
+        raise invalid(
+            "body", f"not UTF-8: byte {exc.object[exc.start]:#04x} at {exc.start}"
+        ) from None

@@ -127,6 +127,17 @@ def test_passwords_stay_out_of_messages() -> None:
     assert "?password=***&ssl_password=***&socket_timeout=0" in str(caught.value)
 
 
+@pytest.mark.parametrize("typo", ["pasword", "passwrd", "PASSWORD"])
+def test_a_misspelt_password_option_is_never_printed(typo: str) -> None:
+    """An unknown option named like a password is masked as a password is: a typo of
+    ``password`` is where its value needs it most (found by an operator's first hour)."""
+    with pytest.raises(ConfigError) as caught:
+        backend_from_url(f"redis://127.0.0.1:6379/0?{typo}=s3cretpw&socket_timeout=1")
+    message = str(caught.value)
+    assert "s3cretpw" not in message
+    assert f"unknown option {typo!r}" in message
+
+
 def test_good_options_reach_the_client(dead_port: int) -> None:
     url = (
         f"redis://127.0.0.1:{dead_port}/3?socket_timeout=2.5&socket_connect_timeout=.25"

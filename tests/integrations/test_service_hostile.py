@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import jsonschema
 import msgspec
+import pytest
 from hypothesis import assume, event, given, reject, settings
 from hypothesis import strategies as st
 
@@ -349,3 +350,31 @@ def test_a_content_length_past_int_s_digits_is_a_413_not_a_500() -> None:
         }
         asyncio.run(app(scope, receive, send))
         assert sent[0]["status"] in (413, 422), sent[0]
+
+
+@pytest.mark.parametrize("bad", [b"caf\xe9", b"\xff", b"\xed\xa0\x80"])
+@pytest.mark.parametrize("call", ["hit", "hit-many"])
+def test_bytes_that_are_not_utf8_inside_a_string_are_a_422_naming_the_body(
+    bad: bytes, call: str
+) -> None:
+    """A Latin-1 "café" (or a lone byte, or an encoded surrogate) inside a JSON string was
+    a UnicodeDecodeError: a 500 a client retries (found by an operator's first hour)."""
+    app = create_app(AsyncGuard(MemoryBackend(), [SMS], clock=ManualClock(1_700_000_000)))
+    context = b'{"recipient": "+1", "content": "' + bad + b'"}'
+    body = (
+        b'{"context": ' + context + b"}" if call == "hit" else b'{"contexts": [' + context + b"]}"
+    )
+
+    async def run() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            return await http.post(
+                f"/v1/policies/sms/{call}",
+                content=body,
+                headers={"content-type": "application/json"},
+            )
+
+    answer = asyncio.run(run())
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["field"] == "body"
+    assert "UTF-8" in answer.json()["detail"]
