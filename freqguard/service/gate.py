@@ -85,7 +85,8 @@ def tokens_from_env() -> list[str]:
     """The tokens :data:`TOKENS_ENV` and the file ``FREQGUARD_TOKENS_FILE`` names hold.
 
     Raises:
-        ConfigError: a file that cannot be read, or a line that is not one token.
+        ConfigError: a file that cannot be read or holds no token, or a line that is not one
+            token.
     """
     tokens = parse_tokens(os.environ.get(TOKENS_ENV, ""), TOKENS_ENV)
     path = os.environ.get(f"{TOKENS_ENV}_FILE")
@@ -96,7 +97,13 @@ def tokens_from_env() -> list[str]:
         except (OSError, UnicodeDecodeError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
             raise ConfigError(f"the token file {path}: cannot read it ({why})") from None
-        tokens += parse_tokens(text, f"the token file {path}")
+        found = parse_tokens(text, f"the token file {path}")
+        if not found:  # a secret not mounted: never a service open to anyone
+            raise ConfigError(
+                f"the token file {path} holds no token: a file given means tokens are meant "
+                "(one a line); fill it, or give no token file for a service without tokens"
+            )
+        tokens += found
     return tokens
 
 

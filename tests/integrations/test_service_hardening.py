@@ -236,6 +236,22 @@ def test_the_environment_s_tokens_and_file_follow_the_same_format(
         svc.tokens_from_env()
 
 
+@pytest.mark.parametrize("text", ["", "\n\n", "   \n"])
+def test_a_token_file_that_holds_no_token_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    """An empty token file (a secret that was not mounted) turned authentication off without
+    a word (found by an operator's first hour): it is refused, naming the file; a file
+    given means tokens were meant."""
+    file = tmp_path / "tokens"
+    file.write_text(text)
+    monkeypatch.delenv("FREQGUARD_TOKENS", raising=False)
+    monkeypatch.setenv("FREQGUARD_TOKENS_FILE", str(file))
+    with pytest.raises(ConfigError, match="holds no token") as caught:
+        svc.tokens_from_env()
+    assert str(file) in str(caught.value)
+
+
 def test_create_app_refuses_a_token_that_could_never_be_sent() -> None:
     guard = AsyncGuard(MemoryBackend(), [SMS])
     with pytest.raises(ConfigError, match="token 2") as caught:
