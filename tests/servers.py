@@ -111,7 +111,10 @@ class RedisServer:
             str(self.dir / "redis.log"),
             *extra,
         ]
-        self.client = redis.Redis(port=self.port, socket_timeout=5)
+        # a server started with --requirepass: its own client gives the password
+        given = list(extra)
+        password = given[given.index("--requirepass") + 1] if "--requirepass" in given else None
+        self.client = redis.Redis(port=self.port, socket_timeout=5, password=password)
         self._launch()
 
     def _launch(self) -> None:
@@ -337,7 +340,10 @@ class SentinelServer(RedisServer):
             f"sentinel parallel-syncs {SERVICE} 1\n"
         )
         self._argv = ["redis-server", str(conf), "--sentinel"]
-        self.client = redis.Redis(port=self.port, socket_timeout=5)
+        # a server started with --requirepass: its own client gives the password
+        given = list(extra)
+        password = given[given.index("--requirepass") + 1] if "--requirepass" in given else None
+        self.client = redis.Redis(port=self.port, socket_timeout=5, password=password)
         self._launch()
 
 

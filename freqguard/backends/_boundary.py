@@ -67,6 +67,14 @@ PLAIN_AT_TLS = (
 )
 
 
+#: A server that refused the client as it connected: it asks for a password (and a user)
+#: that the URL does not give, or gives wrong.
+NO_ACCESS = (
+    "the store refused the connection's credentials: it asks for a password, which the URL "
+    "gives as redis://:PASSWORD@host or redis://USER:PASSWORD@host (or ?password=)"
+)
+
+
 class Unreplicated(rex.RedisError):
     """Fewer replicas than ``wait_replicas`` acknowledged an admission within
     ``wait_timeout``: the master applied it (the call was sent, and ``reply`` is its
@@ -83,11 +91,15 @@ def translate(exc: Exception, client: object) -> FreqGuardError:
     if _moved(exc) and not isinstance(client, _CLUSTERS):
         return cluster_node(client)
     hint = mismatch(exc, client)
+    # refused as the connection was set up (no password, a wrong one): nothing was sent
+    refused = isinstance(exc, rex.AuthenticationError)
+    if refused:
+        hint = NO_ACCESS
     return BackendUnavailable(
         f"redis failed: {type(exc).__name__}: {exc}" + (f" ({hint})" if hint else ""),
         # an error reply (out of memory, ...): the server is up, and applied nothing
-        answered=isinstance(exc, rex.ResponseError),
-        sent=not (isinstance(exc, rex.ResponseError) or unconnected(exc)),
+        answered=refused or isinstance(exc, rex.ResponseError),
+        sent=not (refused or isinstance(exc, rex.ResponseError) or unconnected(exc)),
     )
 
 

@@ -174,3 +174,25 @@ def test_a_timeout_in_the_handshake_is_read_as_tls_at_a_plain_server() -> None:
         with pytest.raises(TimeoutError) as caught:
             raising()
         assert mismatch(caught.value, None) == hint
+
+
+@pytest.fixture(scope="module")
+def password_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with servers.standalone(tmp_path_factory.mktemp("auth"), "--requirepass", "s3cretpw") as s:
+        yield s
+
+
+@pytest.mark.parametrize("side", ["sync", "async"])
+def test_a_store_that_asks_for_a_password_refused_the_call_and_says_so(
+    password_server: RedisServer, side: str
+) -> None:
+    """A store that needs a password and is given none refuses at the connection's setup:
+    nothing was applied, and the message says a password is wanted. It was reported as a
+    store that did not answer, whose call may have been applied (found by an operator's
+    first hour)."""
+    url = f"redis://127.0.0.1:{password_server.port}/0"
+    with pytest.raises(BackendUnavailable) as caught:
+        hit(url, side)
+    error = caught.value
+    assert (error.answered, error.sent) == (True, False)
+    assert "password" in str(error)
