@@ -340,10 +340,7 @@ class SentinelServer(RedisServer):
             f"sentinel parallel-syncs {SERVICE} 1\n"
         )
         self._argv = ["redis-server", str(conf), "--sentinel"]
-        # a server started with --requirepass: its own client gives the password
-        given = list(extra)
-        password = given[given.index("--requirepass") + 1] if "--requirepass" in given else None
-        self.client = redis.Redis(port=self.port, socket_timeout=5, password=password)
+        self.client = redis.Redis(port=self.port, socket_timeout=5)
         self._launch()
 
 

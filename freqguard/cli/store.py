@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from freqguard.cli.output import EXIT_OK, masked, out, say
@@ -250,8 +251,30 @@ def serve(args: argparse.Namespace) -> int:
     os.environ.pop(HOSTS_ENV, None)
     if names is not None:
         os.environ[HOSTS_ENV] = ",".join(names)
-    _run(args, wire, lambda: say(listening))
+    with _shared_metrics(args.workers):
+        _run(args, wire, lambda: say(listening))
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _shared_metrics(workers: int) -> Iterator[None]:
+    """With several workers, each counts its own decisions: prometheus_client's
+    multiprocess mode (a folder of this run's, unless the operator named one) lets the
+    worker a scrape reaches answer every worker's (``service.from_env``)."""
+    import os
+    import shutil
+    import tempfile
+
+    if workers == 1 or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="freqguard-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder  # read by each worker as it starts
+    try:
+        yield
+    finally:
+        os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _access_key(given: str | None) -> str:

@@ -73,6 +73,11 @@ def from_env() -> Any:
 
         registry = prometheus_client.CollectorRegistry()
         observers: list[Any] = [PrometheusObserver(registry=registry)]
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # serve --workers N: every worker's
+            from prometheus_client.multiprocess import MultiProcessCollector
+
+            registry = prometheus_client.CollectorRegistry()  # what /metrics answers: the sum
+            MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     except ImportError:  # the prometheus extra is not installed: no /metrics
         observers = []
     guard = config.async_guard(observers=observers)

@@ -216,13 +216,28 @@ def test_a_served_policy_counts_across_workers(service: str) -> None:
         )
         assert [d["allowed"] for d in batch.json()["decisions"]] == [True, True, True, False]
         assert http.get("/openapi.json").status_code == 200
-        assert "freqguard_decisions_total" in http.get("/metrics").text
+    # every worker's counts in every scrape, whichever worker answers it (each scrape on a
+    # new connection): one worker's alone flipped between scrapes (an operator's first hour)
+    scrapes = [_decided(httpx.get(f"{service}/metrics").text) for _ in range(8)]
+    assert scrapes == [{"allowed": 6.0, "denied": 3.0}] * 8
+    stats = [httpx.get(f"{service}/v1/stats").json()["rows"][0] for _ in range(4)]
+    assert {(row["allowed"], row["denied"]) for row in stats} == {(6, 3)}
     assert (
         httpx.post(
             f"{service}/v1/policies/sms/hit", json={"context": {"recipient": "a"}}
         ).status_code
         == 401
     )
+
+
+def _decided(metrics: str) -> dict[str, float]:
+    """``freqguard_decisions_total`` summed by outcome, from a scrape's text."""
+    found: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if line.startswith("freqguard_decisions_total{"):
+            outcome = line.split('outcome="')[1].split('"')[0]
+            found[outcome] = found.get(outcome, 0.0) + float(line.rsplit(" ", 1)[1])
+    return found
 
 
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples" / "service"
