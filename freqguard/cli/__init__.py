@@ -310,6 +310,12 @@ def _check(args: argparse.Namespace) -> int:
     from freqguard.config import load
 
     config = words.with_policies(load(args.config), args.config, "check")
+    for policy in config.policies:
+        for first, second in words.alike(policy.dimensions):
+            say(
+                f"freqguard check: policy {policy.name!r}: dimensions {first!r} and "
+                f"{second!r} are alike: a typo? (a hit must give each)"
+            )
     policies: list[dict[str, Any]] = [
         {
             "policy": policy.name,

@@ -65,6 +65,28 @@ def with_policies(config: Config, path: str, command: str) -> Config:
     return config
 
 
+def alike(names: Sequence[str]) -> list[tuple[str, str]]:
+    """The pairs of ``names`` one typing slip apart (``recipent``, ``recipient``): at most
+    two edits, each name of five characters or more."""
+    ordered = sorted(names)
+    return [
+        (a, b)
+        for i, a in enumerate(ordered)
+        for b in ordered[i + 1 :]
+        if min(len(a), len(b)) >= 5 and _edits(a, b) <= 2
+    ]
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance (names are short: at most 64 characters)."""
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        previous, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (x != y))
+    return row[-1]
+
+
 def policy_named(config: Config, name: str) -> Policy:
     """The configuration's policy of that name.
 

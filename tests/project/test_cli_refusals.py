@@ -517,3 +517,25 @@ def test_a_word_that_starts_with_a_dash_and_holds_a_space_is_still_a_value(
     done = cli("check", "-my app.toml")
     assert "unrecognized" not in done.err
     assert done.code == 0, done.err
+
+
+def test_check_warns_of_dimensions_alike_in_one_policy(cli: Any, tmp_path: Path) -> None:
+    """A rule keyed by "recipent" beside ones by "recipient" passed check, and every hit of
+    the served policy then failed for want of "recipent" (found by an operator's first
+    hour): check says the two are alike (a warning: two such names may be meant)."""
+    path = tmp_path / "typo.toml"
+    path.write_text(
+        'backend = "memory://"\n\n[[policy]]\nname = "sms"\nrules = [\n'
+        '  { rate = "15/minute", by = "recipient" },\n'
+        '  { rate = "50/day", by = "recipent" },\n]\n'
+    )
+    done = cli("check", str(path))
+    assert done.code == 0
+    assert "policy 'sms'" in done.err
+    assert "'recipent' and 'recipient'" in done.err
+    clean = tmp_path / "clean.toml"
+    clean.write_text(
+        'backend = "memory://"\n\n[[policy]]\nname = "sms"\nrules = [\n'
+        '  { rate = "15/minute", by = ["user", "users_group"] },\n]\n'
+    )
+    assert cli("check", str(clean)).err == ""
