@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 from typing import Any
@@ -23,7 +24,16 @@ from freqguard.engine.breaker import CircuitOpen
 from freqguard.engine.settings import shortened
 from freqguard.errors import BackendUnavailable, ConfigError, FreqGuardError, PartialFailure
 
-__all__ = ["HANDLERS", "Problem", "from_store", "invalid", "shown", "store_failed", "unforeseen"]
+__all__ = [
+    "HANDLERS",
+    "Problem",
+    "QuietLog",
+    "from_store",
+    "invalid",
+    "shown",
+    "store_failed",
+    "unforeseen",
+]
 
 log = logging.getLogger("freqguard.service")
 
@@ -77,7 +87,7 @@ def shown(value: object, most: int = 40) -> str:
     return shortened(repr(value), most)
 
 
-def store_failed(exc: BackendUnavailable, policy: str) -> Problem:
+def store_failed(exc: BackendUnavailable, policy: str, quiet: QuietLog) -> Problem:
     """A 503 saying, in an operator's words, what the store did; what it said (hosts,
     ports, a client's repr) goes to the log."""
     headers = {}
@@ -92,8 +102,30 @@ def store_failed(exc: BackendUnavailable, policy: str) -> Problem:
         detail = "the store could not be reached; nothing was applied"
     else:
         detail = "the store did not answer; the call may have been applied"
-    log.warning("freqguard serve: policy %r: %s: %s", policy, detail, exc)
+    quiet.warn(policy, detail, exc)
     return Problem(503, detail, headers=headers)
+
+
+class QuietLog:
+    """Store failures logged at once, then at most once every ``quiet`` seconds per policy
+    and kind, saying how many were not logged meanwhile: an outage answers every request
+    with a 503, and a line each would flood the log. One per app."""
+
+    def __init__(self, quiet: float = 60.0) -> None:
+        self.quiet = quiet
+        self._logged: dict[tuple[str, str], list[float]] = {}  # key: [logged at, unlogged]
+
+    def warn(self, policy: str, detail: str, exc: BackendUnavailable) -> None:
+        now, key = time.monotonic(), (policy, detail)
+        seen = self._logged.get(key)
+        if seen is not None and now - seen[0] < self.quiet:
+            seen[1] += 1
+            return
+        unlogged = seen[1] if seen is not None else 0
+        if len(self._logged) < 4096 or seen is not None:  # kinds and policies are few
+            self._logged[key] = [now, 0]
+        more = f" ({unlogged:.0f} more since the last line)" if unlogged else ""
+        log.warning("freqguard serve: policy %r: %s: %s%s", policy, detail, exc, more)
 
 
 def from_store(exc: ConfigError) -> bool:

@@ -15,6 +15,7 @@ import pytest
 
 from freqguard import (
     AsyncGuard,
+    BackendUnavailable,
     ConfigError,
     ManualClock,
     MemoryBackend,
@@ -25,6 +26,7 @@ from freqguard import (
 from freqguard import service as svc
 from freqguard.script.calls import Reply, ScriptCall
 from freqguard.service import create_app, served_names
+from freqguard.service.problems import QuietLog
 from tests.servers import free_port
 
 SMS = Policy(
@@ -280,6 +282,34 @@ def test_a_503_says_what_failed_without_hosts_ports_or_reprs(
         assert secret not in answer.text
     assert str(port) in caplog.text  # the details are the operator's, in the log
     assert len(answer.text) < 400
+
+
+def test_an_outage_is_logged_once_a_while_not_once_a_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every failed request logged a warning: at production rates an outage flooded the
+    log (found by an operator's first hour). A failure of one policy and kind is logged
+    at once, then at most once a minute, saying how many went unlogged meanwhile."""
+    full = MemoryBackend(max_keys=1, when_full="reject")
+    with caplog.at_level(logging.WARNING, logger="freqguard.service"):
+        answers = _send(
+            _app(backend=full),
+            [
+                _json("POST", "/v1/policies/sms/hit", {"context": {**CTX, "recipient": str(n)}})
+                for n in range(20)
+            ],
+        )
+    assert [a.status_code for a in answers] == [503] * 20
+    logged = [r for r in caplog.records if "the store refused the call" in r.getMessage()]
+    assert len(logged) == 1
+    quiet = QuietLog(quiet=60.0)  # a minute later: one line, and how many it left out
+    failure = BackendUnavailable("down", answered=True, sent=False)
+    with caplog.at_level(logging.WARNING, logger="freqguard.service"):
+        for _ in range(5):
+            quiet.warn("sms", "the store refused the call", failure)
+        quiet.quiet = 0.0
+        quiet.warn("sms", "the store refused the call", failure)
+    assert caplog.records[-1].getMessage().endswith("(4 more since the last line)")
 
 
 def test_a_store_that_refuses_the_call_says_so() -> None:
