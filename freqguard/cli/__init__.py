@@ -117,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     put = _command(actions, "set", "one rule at another rate (none: exempt) for one value")
     put.add_argument("policy")
     put.add_argument("rule", help="the rule's name (id)")
-    put.add_argument("rate", help='a rate ("60/minute"), or "none" to exempt')
+    put.add_argument("rate", help='a rate ("60/minute"), or "none" (or "exempt") to exempt')
     put.add_argument("context", nargs="*", metavar="k=v", help="the partition value")
     put.add_argument("--ttl", type=_ttl, default=None, help="seconds (default: for ever)")
     put.set_defaults(run=operate.limit_set)

@@ -96,7 +96,7 @@ def limit_show(args: argparse.Namespace) -> int:
 
 
 def limit_set(args: argparse.Namespace) -> int:
-    rate = None if args.rate.lower() == "none" else args.rate
+    rate = None if args.rate.lower() in ("none", "exempt") else args.rate  # as show prints it
     guard, policy, found = _open(args)
     try:
         guard.set_limit(policy, args.rule, rate, ttl=args.ttl, **found)

@@ -143,6 +143,13 @@ def test_limits_are_set_shown_and_cleared(config: Path) -> None:
         _run("limit", "show", str(config), "sms", "recipient=+1555", "--json").stdout
     )
     assert shown["limits"]["rcpt-1m"] == "3/minute"
+    # what show prints for one ("exempt") set takes as "none" does (an operator's first hour)
+    done = _run("limit", "set", str(config), "sms", "rcpt-1m", "exempt", "recipient=+1555")
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(
+        _run("limit", "show", str(config), "sms", "recipient=+1555", "--json").stdout
+    )
+    assert shown["limits"]["rcpt-1m"] is None
 
 
 @pytest.mark.parametrize(
