@@ -224,7 +224,8 @@ def decode(raw: bytes, body: type[Body]) -> Body:
     except msgspec.ValidationError as exc:
         try:
             data = msgspec.json.decode(raw)  # to find a context's value by its name
-        except msgspec.DecodeError:  # a number too long for it, say: named by its place
+        except (msgspec.DecodeError, UnicodeDecodeError):  # a number too long, text not
+            # UTF-8 (the typed decoder failed first on a field): named by its place
             data = None
         raise _named(exc, data) from None
     except msgspec.DecodeError as exc:
