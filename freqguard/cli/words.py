@@ -3,6 +3,7 @@ the policy, its context values (only the names it takes), and a store that is sh
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping, Sequence
 
@@ -66,25 +67,16 @@ def with_policies(config: Config, path: str, command: str) -> Config:
 
 
 def alike(names: Sequence[str]) -> list[tuple[str, str]]:
-    """The pairs of ``names`` one typing slip apart (``recipent``, ``recipient``): at most
-    two edits, each name of five characters or more."""
-    ordered = sorted(names)
+    """The pairs of ``names`` one typing slip apart (``recipent``, ``recipient``), as the
+    settings' and the configuration's "did you mean" tell them (``difflib``), each name
+    of five characters or more."""
+    ordered = sorted(name for name in names if len(name) >= 5)
     return [
         (a, b)
         for i, a in enumerate(ordered)
         for b in ordered[i + 1 :]
-        if min(len(a), len(b)) >= 5 and _edits(a, b) <= 2
+        if difflib.SequenceMatcher(None, a, b).ratio() >= 0.85
     ]
-
-
-def _edits(a: str, b: str) -> int:
-    """Levenshtein distance (names are short: at most 64 characters)."""
-    row = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        previous, row[0] = row[0], i
-        for j, y in enumerate(b, 1):
-            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (x != y))
-    return row[-1]
 
 
 def policy_named(config: Config, name: str) -> Policy:
