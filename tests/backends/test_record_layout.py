@@ -206,10 +206,12 @@ def test_after_an_upgrade_0_1_records_decide_as_absent(
     before = _limits_of_one_part(guard, policy, before)
     _deploy(client, MAIN_0_1)
     try:
-        written = _replay(guard, clock, policy, pool, before)
+        written = _replay(guard, clock, policy, pool, before, refunds_answered=False)
         reference_clock = ManualClock(START)
         reference = Guard(MemoryBackend(), [policy], clock=reference_clock)
-        assert written == _replay(reference, reference_clock, policy, pool, before)
+        assert written == _replay(
+            reference, reference_clock, policy, pool, before, refunds_answered=False
+        )
         _deploy(client, LIBRARY)
         backend.old = False
         fresh_clock = ManualClock(clock.now())
@@ -267,8 +269,8 @@ def _read_on_exactly(
         before = _limits_of_one_part(guard, policy, before)
     _deploy(client, old)
     try:
-        written = _replay(guard, clock, policy, pool, before)
-        expected = _replay(reference, reference_clock, policy, pool, before)
+        written = _replay(guard, clock, policy, pool, before, refunds_answered=False)
+        expected = _replay(reference, reference_clock, policy, pool, before, refunds_answered=False)
         assert written == expected
         _deploy(client, LIBRARY)
         backend.old = False
