@@ -137,6 +137,28 @@ _DECODERS: dict[type[msgspec.Struct], msgspec.json.Decoder[Any]] = {
 }
 _PATH = re.compile(r"(.*?)(?: - at `\$(.*)`)?$", re.DOTALL)
 _KNOWN = re.compile(r"Object (?:contains unknown|missing required) field `(.*)`$", re.DOTALL)
+#: msgspec's words for a JSON value's type, in JSON's (``Expected `int`, got `bool` ``)
+_JSON_TYPES = {
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "bool": "a boolean",
+    "null": "null",
+    "object": "an object",
+    "array": "an array",
+}
+_TYPE = re.compile(r"`([a-z |]+)`")
+
+
+def _in_json(what: str) -> str:
+    """msgspec's message in a JSON client's words: ``an integer, got a boolean``."""
+    words = _TYPE.sub(
+        lambda found: " or ".join(
+            _JSON_TYPES.get(name.strip(), name.strip()) for name in found.group(1).split("|")
+        ),
+        what,
+    )
+    return words.removeprefix("Expected ")
 
 
 def member(path: str, name: str) -> str:
@@ -161,14 +183,14 @@ def _named(error: msgspec.ValidationError, data: Any) -> Problem:
                 return invalid(
                     member(where, str(name)), f"a string or an integer, got {shown(value)}"
                 )
-        return invalid(where, what)
+        return invalid(where, _in_json(what))
     known = _KNOWN.match(what)
     if known is not None:
         name = known.group(1)
         if what.startswith("Object missing"):
             return invalid(name, "required")
         return invalid(member("", name), "not a field of this call")
-    return invalid(where or "body", what)
+    return invalid(where or "body", _in_json(what))
 
 
 def _at(data: Any, path: str) -> dict[Any, Any]:

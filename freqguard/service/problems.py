@@ -84,6 +84,8 @@ def shown(value: object, most: int = 40) -> str:
         return "an object"
     if isinstance(value, list):
         return "an array"
+    if value is None or isinstance(value, bool):  # as the client wrote it
+        return "null" if value is None else str(value).lower()
     return shortened(repr(value), most)
 
 

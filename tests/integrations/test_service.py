@@ -146,6 +146,35 @@ def test_a_bad_body_is_a_422_naming_the_field(body: Any, field: str) -> None:
     assert response.json()["field"] == field
 
 
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ([1, 2], "body: an object, got an array"),
+        ({"context": {"recipient": True, "content": "x"}}, "a string or an integer, got true"),
+        ({"context": {"recipient": None, "content": "x"}}, "a string or an integer, got null"),
+        (
+            {"context": {"recipient": "a", "content": "x"}, "cost": True},
+            "cost: an integer, got a boolean",
+        ),
+        (
+            {"context": {"recipient": "a", "content": "x"}, "cost": "2"},
+            "cost: an integer, got a string",
+        ),
+        (
+            {"context": {"recipient": "a", "content": "x"}, "cost": None},
+            "cost: an integer, got null",
+        ),
+        ({"context": {"recipient": "a", "content": "x"}, "cost": -1}, "cost: an integer >= 0"),
+    ],
+)
+def test_a_422_speaks_json_not_python(body: Any, detail: str) -> None:
+    # a client wrote true and null, numbers and strings: "got True", "Expected `int`" are
+    # Python's words (and msgspec's) for what it sent
+    (response,) = _call([("POST", "/v1/policies/sms/hit", body, {})])
+    assert response.status_code == 422
+    assert detail in response.json()["detail"]
+
+
 def test_unknown_names_oversize_bodies_and_batches() -> None:
     ctx = {"recipient": "a", "content": "x"}
     responses = _call(
