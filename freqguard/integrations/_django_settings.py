@@ -9,19 +9,19 @@ naming freqguard's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core import checks
-from django.utils.module_loading import import_string
 
 from freqguard.backends.urls import parse_url
 from freqguard.config import Config
 from freqguard.errors import ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
+from freqguard.integrations._drf_throttles import throttle_checks
 from freqguard.integrations._request import KeyFunc
 from freqguard.integrations._settings import COMMON, MEANT, configured, unknown_setting
 from freqguard.rates import Rate, parse_rates
@@ -76,7 +76,9 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     """Django system check: the problems of the ``FREQGUARD_*`` settings
     (``freqguard.E001`` unknown setting, ``freqguard.E002`` a bad value,
     ``freqguard.W001`` django-ratelimit's setting; ``freqguard.E003`` a DRF throttle rate
-    freqguard's default throttle cannot read, ``W002`` when none is a default class)."""
+    a freqguard throttle would read and cannot, ``W002`` when none is seen to read it;
+    ``freqguard.E004`` a view's freqguard throttle reading a scope with no rate: see
+    :mod:`freqguard.integrations._drf_throttles`)."""
     errors, warnings = setting_problems(_names())
     found: list[Any] = [checks.Error(text, id="freqguard.E001") for text in errors]
     if not errors:
@@ -85,45 +87,7 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
         except ConfigError as error:
             found.append(checks.Error(str(error), id="freqguard.E002"))
     found += [checks.Warning(text, id="freqguard.W001") for text in warnings]
-    rates, ours = throttle_rate_problems()
-    kind, code = (checks.Error, "freqguard.E003") if ours else (checks.Warning, "freqguard.W002")
-    return found + [kind(text, id=code) for text in rates]
-
-
-def throttle_rate_problems() -> tuple[list[str], bool]:
-    """DRF's ``DEFAULT_THROTTLE_RATES`` that freqguard's throttles cannot read (DRF reads a
-    unit by its first letter, so ``"3/minit"`` served there), and whether a freqguard
-    throttle is among the default classes (else a view may still name one)."""
-    rest = getattr(django_settings, "REST_FRAMEWORK", None)
-    rates = rest.get("DEFAULT_THROTTLE_RATES") if isinstance(rest, Mapping) else None
-    if not isinstance(rates, Mapping):
-        return [], False
-    problems = []
-    for scope, rate in rates.items():
-        try:
-            if rate is not None:
-                parse_rates(rate)
-        except ConfigError as error:
-            problems.append(
-                f"REST_FRAMEWORK's DEFAULT_THROTTLE_RATES[{scope!r}] = {rate!r}: {error}. "
-                "DRF read a unit by its first letter; freqguard's throttles read it whole "
-                "('3/minute', '100/h', '5/min')"
-            )
-    classes = rest.get("DEFAULT_THROTTLE_CLASSES") if isinstance(rest, Mapping) else None
-    return problems, any(_ours(c) for c in classes) if isinstance(classes, (list, tuple)) else False
-
-
-def _ours(throttle: object) -> bool:
-    """Whether a DRF throttle class (or its dotted path) is freqguard's, or made from one."""
-    try:
-        found = import_string(throttle) if isinstance(throttle, str) else throttle
-    except ImportError:  # a path that does not import: DRF's own check says so
-        return False
-    bases = getattr(found, "__mro__", ())  # by name: drf.py imports this module's users
-    return any(f"{b.__module__}.{b.__qualname__}" == _THROTTLE for b in bases)
-
-
-_THROTTLE = "freqguard.integrations.drf.FreqGuardThrottle"
+    return found + throttle_checks()
 
 
 def read_settings() -> Settings:

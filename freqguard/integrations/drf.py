@@ -18,6 +18,8 @@ without one each view has its own (``drf.<throttle class>.<view class>``).
 :class:`FreqGuardUserThrottle` are DRF's ``ScopedRateThrottle``, ``AnonRateThrottle`` and
 ``UserRateThrottle``. ``wait()`` is the decision's exact ``retry_after``; with the
 freqguard middleware installed the response carries the rate-limit headers too.
+``manage.py check`` reports a rate a throttle would read and cannot (``freqguard.E003``), and
+a view whose throttle reads a scope with no rate (``freqguard.E004``), before a request fails.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from freqguard.errors import ConfigError
 from freqguard.integrations._decide import KeyedRules, Route
 from freqguard.integrations._django_requests import notes_of, request_info
 from freqguard.integrations._django_state import State, current
+from freqguard.integrations._drf_throttles import given
 from freqguard.integrations._request import KeyFunc, RequestInfo, SkipRequest
 from freqguard.integrations.django import client_ip, user_or_ip
 from freqguard.rates import Rate, parse_rates
@@ -107,15 +110,14 @@ class FreqGuardThrottle(BaseThrottle):
 
     def _given(self) -> tuple[tuple[Rate, ...], str]:
         """The rates, and where they are given (named when two give one scope two)."""
-        if self.rate is not None:
-            return _parsed(self.rate, f"{type(self).__qualname__}.rate"), f"{_name(self)}.rate"
-        configured = api_settings.DEFAULT_THROTTLE_RATES or {}
-        if self.scope is not None and self.scope in configured:
-            where = f"DEFAULT_THROTTLE_RATES[{self.scope!r}]"
-            scoped = configured[self.scope]
-            if scoped is None:  # DRF: no throttling
+        found = given(self.rate, self.scope, api_settings.DEFAULT_THROTTLE_RATES)
+        if found is not None and found.scope is None:  # the throttle's own
+            return _parsed(found.text, f"{type(self).__qualname__}.rate"), f"{_name(self)}.rate"
+        if found is not None:
+            where = f"DEFAULT_THROTTLE_RATES[{found.scope!r}]"
+            if found.text is None:  # DRF: no throttling
                 return (), where
-            return _parsed(scoped, where), where
+            return _parsed(found.text, where), where
         state = current()
         if state.settings.defaults:
             return state.settings.defaults, "FREQGUARD_DEFAULT_LIMITS"

@@ -31,7 +31,9 @@ as the view's own cap, its rules named ``bp.<blueprint>.<rule id>``. ``fg.exempt
 exempts every view of it from the default limits and the caps of the blueprints around it.
 
 State lives in ``app.extensions["freqguard"]``, never on the extension object, so one
-``FreqGuard`` serves several apps. Denials answer 429 with an RFC 9457 problem body.
+``FreqGuard`` serves several apps. Denials answer 429 with an RFC 9457 problem body, unless
+the app has its own handler for ``CapExceeded`` (registered before ``init_app`` or after:
+Flask-Limiter's ``on_breach``); the rate-limit headers are added to either answer.
 """
 
 from __future__ import annotations
@@ -46,16 +48,13 @@ from flask import Blueprint, Flask, Response, after_this_request, current_app, g
 
 from freqguard.backends.urls import backend_from_url
 from freqguard.decision import Decision
-from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError
+from freqguard.errors import CapExceeded, ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
 from freqguard.integrations._decide import (
-    Answer,
     Decider,
     Route,
-    bad_request,
     leasing,
-    unavailable,
 )
 from freqguard.integrations._flask_caps import (
     BlueprintCap,
@@ -67,6 +66,7 @@ from freqguard.integrations._flask_caps import (
     give_back,
     route_of,
 )
+from freqguard.integrations._flask_errors import register_handlers, warn_unseen
 from freqguard.integrations._http import (
     BadRequest,
     KeyFunc,
@@ -153,9 +153,7 @@ class FreqGuard:
         app.before_request(self._before)
         app.after_request(self._after)
         app.teardown_request(self._give_back)
-        app.register_error_handler(CapExceeded, self._denied)
-        app.register_error_handler(BadRequest, self._bad_request)
-        app.register_error_handler(BackendUnavailable, self._unavailable)
+        register_handlers(app)  # unless the app has its own, registered before or after
 
     @staticmethod
     def _state() -> _State:
@@ -200,6 +198,7 @@ class FreqGuard:
         state = self._state()
         if not state.routes:  # the first request: setup is over, every route is known now
             state.routes = self._routes(state, current_app)
+            warn_unseen(current_app)  # and every error handler
         if endpoint not in state.routes:
             state.routes[endpoint] = self._route(state, current_app, endpoint)
         route = state.routes[endpoint]
@@ -227,18 +226,6 @@ class FreqGuard:
         """The leases the request took (a policy with a concurrency rule), given back once
         it has been answered, however (a streamed answer's when its body is closed)."""
         _release_all(self._state().guard, g.pop("freqguard_leases", []))
-
-    def _denied(self, error: CapExceeded) -> Response:
-        return _response(self._state().decider.answer(error.decision, request.path))
-
-    @staticmethod
-    def _bad_request(error: BadRequest) -> Response:
-        return _response(bad_request(error, request.path))
-
-    @staticmethod
-    def _unavailable(error: BackendUnavailable) -> Response:
-        """The store failed and the route's ``on_error`` is ``"raise"``: a 503, not a 500."""
-        return _response(unavailable(error, request.path))
 
     def capped(
         self,
@@ -346,10 +333,6 @@ class FreqGuard:
         """The Guard an app uses."""
         state: _State = app.extensions["freqguard"]
         return state.guard
-
-
-def _response(answer: Answer) -> Response:
-    return Response(answer.body, answer.status, headers=answer.headers)
 
 
 def _configured(settings: Mapping[str, Any]) -> Guard | None:

@@ -16,7 +16,9 @@ pytest.importorskip("rest_framework", reason="the drf extra is not installed")
 from tests.integrations import django_site
 
 django_site.setup()
+from django.core import checks  # noqa: E402
 from django.core.cache import cache  # noqa: E402
+from django.core.exceptions import ImproperlyConfigured  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from rest_framework import throttling  # noqa: E402
 from rest_framework.request import Request  # noqa: E402
@@ -142,6 +144,22 @@ def test_a_month(clock: ManualClock) -> None:
     assert _codes(ours, 1) == [429]  # a month
     with pytest.raises(ConfigError, match="1/mo"):
         drf.drf_rates("1/mo")
+
+
+def test_a_scope_with_no_rate(clock: ManualClock) -> None:
+    """A ``throttle_scope`` the rates do not name (``"uploads"`` beside ``"upload"``): DRF
+    finds it at the first request to the view, ImproperlyConfigured (a 500); freqguard's
+    request fails as well, and ``manage.py check`` finds it before any (``E004``)."""
+    rates = {"upload": "10/hour"}
+    theirs = _timed(throttling.ScopedRateThrottle, clock, THROTTLE_RATES=rates)
+    with pytest.raises(ImproperlyConfigured, match="No default throttle rate set for 'uploads'"):
+        _codes(_view([theirs], throttle_scope="uploads"), 1)
+    urls = "tests.integrations.drf_check_urls"  # its Uploads: throttle_scope = "uploads"
+    with _rates(**rates), override_settings(ROOT_URLCONF=urls):
+        with pytest.raises(ConfigError, match=r"DEFAULT_THROTTLE_RATES\['uploads'\]"):
+            _codes(_view([drf.FreqGuardScopedThrottle], throttle_scope="uploads"), 1)
+        found = [m.msg for m in checks.run_checks() if m.id == "freqguard.E004"]
+    assert any("Uploads (URL 'api/uploads')" in m and "'upload'?" in m for m in found)
 
 
 def test_wait(clock: ManualClock) -> None:

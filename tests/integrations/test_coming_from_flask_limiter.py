@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import logging
 import types
 from typing import Any
 
 import httpx
 import limits.storage.memory
 import pytest
-from flask import Flask, request
+from flask import Flask, Response, jsonify, make_response, request
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
@@ -21,6 +22,7 @@ from starlette.routing import Route
 
 from freqguard import (
     AsyncGuard,
+    CapExceeded,
     ConfigError,
     Guard,
     ManualClock,
@@ -296,6 +298,89 @@ def test_headers(clock: ManualClock) -> None:
     )
     assert int(first.headers["X-RateLimit-Reset"]) > START  # a Unix time
     assert refused.headers["Content-Type"].startswith("text/html")
+
+
+def _breached(app: Flask) -> Any:
+    client = app.test_client()
+    client.get("/b")
+    return client.get("/b")
+
+
+@pytest.mark.parametrize("order", ["handler first", "extension first"])
+def test_on_breach(clock: ManualClock, order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Their ``on_breach`` callback, whose Response replaces the 429; ours, the app's own
+    handler for CapExceeded, which carries the decision. Flask keeps one handler a class:
+    one registered before ``FreqGuard(app)`` was replaced by the extension's, silently
+    (found porting ``on_breach``; seen failing first)."""
+
+    def breach(error: CapExceeded) -> tuple[Response, int]:
+        return jsonify(error="slow down", retry_after=error.decision.retry_after), 429
+
+    app = Flask("ours")
+    app.config["FREQGUARD_DEFAULT_LIMITS"] = "1/minute"
+    if order == "handler first":
+        app.register_error_handler(CapExceeded, breach)
+    FreqGuard(app, guard=Guard(MemoryBackend(clock)))
+    if order == "extension first":
+        app.register_error_handler(CapExceeded, breach)
+    app.add_url_rule("/b", "b", _view)
+    refused = _breached(app)
+    assert (refused.status_code, refused.json) == (429, {"error": "slow down", "retry_after": 60})
+    assert refused.headers["Retry-After"] == "60"  # the extension's headers, on the user's
+    assert refused.headers["RateLimit"] == '"default.sl.1.60s";r=0;t=60'
+    _theirs_too()
+    import flask_limiter._extension
+    from flask_limiter import Limiter
+    from flask_limiter.util import get_remote_address
+
+    # its Retry-After is the window's reset (on the pinned clock) less its own time.time()
+    monkeypatch.setattr(flask_limiter._extension, "time", types.SimpleNamespace(time=clock.now))
+
+    def their_breach(limit: Any) -> Response:
+        return make_response(jsonify(error="slow down", retry_after=60), 429)
+
+    theirs = Flask("theirs")
+    Limiter(
+        get_remote_address,
+        app=theirs,
+        storage_uri="memory://",
+        default_limits=["1/minute"],
+        headers_enabled=True,
+        on_breach=their_breach,
+    )
+    theirs.add_url_rule("/b", "b", _view)
+    refused = _breached(theirs)
+    assert (refused.status_code, refused.json) == (429, {"error": "slow down", "retry_after": 60})
+    assert refused.headers["Retry-After"] == "61"  # its reset_at: the window's end, plus 1
+    assert refused.headers["X-RateLimit-Remaining"] == "0"
+
+
+def test_a_429_handler(clock: ManualClock, caplog: pytest.LogCaptureFixture) -> None:
+    """Their denial is an HTTP 429 error, so ``@app.errorhandler(429)`` answers it; ours is
+    CapExceeded, which that handler never sees: freqguard answers, and the first request
+    logs a warning naming ``@app.errorhandler(CapExceeded)``."""
+
+    def teapot(error: Exception) -> tuple[str, int]:
+        return "mine", 418
+
+    app = Flask("ours")
+    app.config["FREQGUARD_DEFAULT_LIMITS"] = "1/minute"
+    app.register_error_handler(429, teapot)
+    FreqGuard(app, guard=Guard(MemoryBackend(clock)))
+    app.add_url_rule("/b", "b", _view)
+    with caplog.at_level(logging.WARNING, logger="freqguard"):
+        assert _breached(app).status_code == 429
+    assert "@app.errorhandler(CapExceeded)" in caplog.text
+    _theirs_too()
+    from flask_limiter import Limiter
+    from flask_limiter.util import get_remote_address
+
+    theirs = Flask("theirs")
+    theirs.register_error_handler(429, teapot)
+    Limiter(get_remote_address, app=theirs, storage_uri="memory://", default_limits=["1/minute"])
+    theirs.add_url_rule("/b", "b", _view)
+    refused = _breached(theirs)
+    assert (refused.status_code, refused.text) == (418, "mine")
 
 
 # -- slowapi ------------------------------------------------------------------------------

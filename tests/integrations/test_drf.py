@@ -16,6 +16,7 @@ pytest.importorskip("rest_framework", reason="the drf extra is not installed")
 from tests.integrations import django_site
 
 django_site.setup()  # done on import already: DRF's modules below read the settings
+from django.core import checks  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from django.urls import get_resolver, resolve  # noqa: E402
 from rest_framework.exceptions import ParseError  # noqa: E402
@@ -158,8 +159,6 @@ def test_a_throttle_rate_that_does_not_parse_is_a_check_error(where: str) -> Non
     (``freqguard.E003``), not a 500 at the first request (found by a new user's first
     hour). Checked when a freqguard throttle is a default class; a warning otherwise (a
     view may name one)."""
-    from django.core import checks
-
     classes: object = {
         "default": ["freqguard.integrations.drf.FreqGuardAnonThrottle"],
         "subclass": ["tests.integrations.drf_views.Burst"],  # a project's own, made from ours
@@ -169,16 +168,91 @@ def test_a_throttle_rate_that_does_not_parse_is_a_check_error(where: str) -> Non
     rest = {
         **REST,
         "DEFAULT_THROTTLE_CLASSES": classes,
-        "DEFAULT_THROTTLE_RATES": {"anon": "3/minit", "user": "5/minute", "off": None},
+        "DEFAULT_THROTTLE_RATES": {
+            **REST["DEFAULT_THROTTLE_RATES"],  # the site's views read "orders"
+            "anon": "3/minit",
+            "user": "5/minute",
+            "off": None,
+        },
     }
     with override_settings(REST_FRAMEWORK=rest):
         found = [m for m in checks.run_checks() if m.id and m.id.startswith("freqguard.")]
-    [message] = found
+    [message] = found  # the site's views read none of these scopes: no E004
     ours = where in ("default", "subclass")
     assert message.id == ("freqguard.E003" if ours else "freqguard.W002")
     assert "DEFAULT_THROTTLE_RATES['anon']" in message.msg
     assert "'3/minit'" in message.msg
     assert "first letter" in message.msg
+
+
+#: The rates of tests/integrations/drf_check_urls.py's views.
+CHECKED = {"upload": "10/hour", "reports": "5/min", "slow": "3/minit", "off": None}
+
+
+def _checked(**settings: object) -> dict[str, list[str]]:
+    """freqguard's check messages by id, on drf_check_urls' views and ``CHECKED``."""
+    rest = {**REST, "DEFAULT_THROTTLE_RATES": CHECKED}
+    urls = "tests.integrations.drf_check_urls"
+    with override_settings(ROOT_URLCONF=urls, REST_FRAMEWORK=rest, **settings):
+        found = [m for m in checks.run_checks() if m.id and m.id.startswith("freqguard.")]
+    by_id: dict[str, list[str]] = {}
+    for message in found:
+        by_id.setdefault(str(message.id), []).append(message.msg)
+    return by_id
+
+
+def _one(messages: list[str], naming: str) -> str:
+    [message] = [m for m in messages if naming in m]
+    return message
+
+
+def test_a_views_scope_with_no_rate_is_a_check_error_naming_the_view(guard: Guard) -> None:
+    """A view whose freqguard throttle reads a scope ``DEFAULT_THROTTLE_RATES`` does not
+    name (a ``throttle_scope`` misspelt) failed every request to it with ConfigError, a 500
+    (DRF's own ScopedRateThrottle, ImproperlyConfigured): ``manage.py check`` says so,
+    naming the view, its URL and the scope (``freqguard.E004``). Seen failing first."""
+    found = _checked()
+    assert len(found["freqguard.E004"]) == 3  # not /unscoped, /off, /slow, the ViewSet's list
+    uploads, export, csv = (_one(found["freqguard.E004"], n) for n in ("Uploads", "export", "csv"))
+    assert "tests.integrations.drf_check_urls.Uploads (URL 'api/uploads')" in uploads
+    assert "throttle_scope 'uploads'" in uploads
+    assert "did you mean 'upload'?" in uploads
+    assert "REST_FRAMEWORK['DEFAULT_THROTTLE_RATES']" in uploads
+    assert "tests.integrations.drf_check_urls.export (URL 'api/export')" in export  # @api_view
+    assert "ExportsScope" in export
+    assert "scope 'exports'" in export
+    assert "drf_check_urls.Reports (URL 'reports/csv/')" in csv  # a router's ViewSet action
+    assert "throttle_scope 'reports-csv'" in csv
+    # what the check forestalls: the request fails (as_view(throttle_scope=None): unthrottled)
+    rest = {**REST, "DEFAULT_THROTTLE_RATES": CHECKED}
+    with override_settings(ROOT_URLCONF="tests.integrations.drf_check_urls", REST_FRAMEWORK=rest):
+        factory = APIRequestFactory()
+        with pytest.raises(ConfigError, match=r"DEFAULT_THROTTLE_RATES\['uploads'\]"):
+            resolve("/api/uploads").func(factory.get("/api/uploads"))
+        assert resolve("/unscoped").func(factory.get("/unscoped")).status_code == 200
+    # with default limits, a scope without a rate falls back to them: no error
+    assert "freqguard.E004" not in _checked(FREQGUARD_DEFAULT_LIMITS="100/minute")
+
+
+def test_a_bad_rate_a_view_reads_is_a_check_error_not_a_warning() -> None:
+    """A rate that does not parse, read by a view's freqguard throttle (its scope's, or the
+    class's ``rate``), fails that view's every request: an error (``freqguard.E003``), not
+    the warning ``W002`` left for scopes no freqguard throttle is seen to read."""
+    found = _checked()
+    assert len(found["freqguard.E003"]) == 2
+    slow, misspelt = (_one(found["freqguard.E003"], n) for n in ("'slow'", "Misspelt"))
+    assert "DEFAULT_THROTTLE_RATES['slow'] = '3/minit'" in slow
+    assert "tests.integrations.drf_check_urls.Slow (URL 'slow')" in slow
+    assert "tests.integrations.drf_check_urls.MisspeltRate.rate = '3/minit'" in misspelt
+    assert "Misspelt (URL 'misspelt')" in misspelt
+    assert "freqguard.W002" not in found
+
+
+def test_a_urlconf_that_does_not_import_is_left_to_djangos_check() -> None:
+    from freqguard.integrations._django_settings import check_settings
+
+    with override_settings(ROOT_URLCONF="tests.integrations.no_such_urlconf"):
+        assert check_settings() == []
 
 
 def test_a_key_that_refuses_the_request_is_a_400(guard: Guard) -> None:

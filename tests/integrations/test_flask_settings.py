@@ -1,6 +1,8 @@
 """Flask settings that would pass silently are refused: an unknown ``FREQGUARD_*`` key names
 the one meant (``FREQGUARD_DEFAULT_LIMIT`` left the app uncapped), Flask-Limiter's keys get a
-warning naming freqguard's, and ``FREQGUARD_ENABLED`` switches the app's caps off."""
+warning naming freqguard's, and ``FREQGUARD_ENABLED`` switches the app's caps off. The app's
+own error handlers win over the extension's, registered before it or after, and a handler
+for 429 (Flask-Limiter's idiom), which never sees freqguard's denials, gets a warning."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ import logging
 import pytest
 from flask import Flask
 
-from freqguard import ConfigError
-from freqguard.integrations.flask import FreqGuard
+from freqguard import BackendUnavailable, CapExceeded, ConfigError
+from freqguard.integrations.flask import BadRequest, FreqGuard
 
 
 def _app(**settings: object) -> Flask:
@@ -70,3 +72,56 @@ def test_the_app_wide_switch() -> None:
 
 def _rate_headers(response: object) -> list[str]:
     return [name for name, _ in response.headers if name.lower().startswith("ratelimit")]  # type: ignore[attr-defined]
+
+
+def _mine(error: Exception) -> tuple[str, int]:
+    return f"mine: {type(error).__name__}", 418
+
+
+@pytest.mark.parametrize("order", ["handler first", "extension first"])
+@pytest.mark.parametrize("error", [CapExceeded, BadRequest, BackendUnavailable])
+def test_the_apps_own_error_handler_wins_registered_before_or_after(
+    order: str, error: type[Exception]
+) -> None:
+    """Flask keeps one handler a class, the last registered: ``FreqGuard(app)`` replaced a
+    handler the app had registered before it, silently (found porting Flask-Limiter's
+    ``on_breach``; seen failing first)."""
+    app = _app(FREQGUARD_DEFAULT_LIMITS="1/minute")
+
+    @app.route("/raise")
+    def raising() -> str:
+        raise error("the view's")
+
+    if order == "handler first":
+        app.register_error_handler(error, _mine)
+    FreqGuard(app)
+    if order == "extension first":
+        app.register_error_handler(error, _mine)
+    client = app.test_client()
+    if error is CapExceeded:
+        answered = [client.get("/") for _ in range(2)][1]  # denied by the default limit
+    else:
+        answered = client.get("/raise")
+    assert (answered.status_code, answered.text) == (418, f"mine: {error.__name__}")
+
+
+def test_a_handler_for_429_is_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """Flask-Limiter's denial is an HTTP 429 error, which its users answer with
+    ``@app.errorhandler(429)``; freqguard's is CapExceeded, which such a handler never sees:
+    the first request warns, naming the fix, instead of passing it over in silence."""
+    app = _app(FREQGUARD_DEFAULT_LIMITS="1/minute")
+    FreqGuard(app)
+    app.register_error_handler(429, _mine)  # after the extension: seen at the first request
+    with caplog.at_level(logging.WARNING, logger="freqguard"):
+        codes = [app.test_client().get("/").status_code for _ in range(3)]
+    assert codes == [200, 429, 429]  # freqguard's answer, not the handler's 418
+    [record] = [r for r in caplog.records if "429" in r.getMessage()]
+    assert "@app.errorhandler(CapExceeded)" in record.getMessage()
+    answered = _app(FREQGUARD_DEFAULT_LIMITS="1/minute")  # handled both ways: no warning
+    answered.register_error_handler(429, _mine)
+    answered.register_error_handler(CapExceeded, _mine)
+    FreqGuard(answered)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="freqguard"):
+        codes = [answered.test_client().get("/").status_code for _ in range(2)]
+    assert (codes, caplog.records) == ([200, 418], [])

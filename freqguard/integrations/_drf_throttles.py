@@ -1,0 +1,234 @@
+"""What freqguard's DRF throttles read, known before a request: where a throttle's rate is
+given (:mod:`freqguard.integrations.drf` decides by :func:`given`), and the system checks of
+what they would read, in ``DEFAULT_THROTTLE_RATES`` and on the views of the URLconf that
+name them:
+
+* ``freqguard.E003``: a rate that does not parse, read by a freqguard throttle (a default
+  class, or one a view names); ``W002`` when no freqguard throttle is seen to read it.
+* ``freqguard.E004``: a view's freqguard throttle reads a scope (the view's
+  ``throttle_scope``, or the throttle's ``scope``) that ``DEFAULT_THROTTLE_RATES`` does not
+  name, with no ``FREQGUARD_DEFAULT_LIMITS`` to fall back on: every request to the view
+  would fail.
+
+A throttle is freqguard's by the names in its MRO: drf.py imports this module, and the
+check runs where DRF is not installed. The URLconf is walked within bounds, and one that
+does not load is left to Django's own check.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from django.conf import settings as django_settings
+from django.core import checks
+from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils.module_loading import import_string
+
+from freqguard.errors import ConfigError
+from freqguard.rates import parse_rates
+
+__all__ = ["Given", "given", "throttle_checks"]
+
+_THROTTLE = "freqguard.integrations.drf.FreqGuardThrottle"
+_SCOPED = "freqguard.integrations.drf.FreqGuardScopedThrottle"
+#: The bounds of the walk: URL patterns visited, and includes followed one inside another.
+_MOST_PATTERNS = 20_000
+_DEEPEST = 32
+_WHOLE = (
+    "DRF read a unit by its first letter; freqguard's throttles read it whole "
+    "('3/minute', '100/h', '5/min')"
+)
+
+
+class Given(NamedTuple):
+    """Where a throttle's rate is given, and the text there."""
+
+    scope: object  # None: the throttle's own ``rate``; else DEFAULT_THROTTLE_RATES[scope]
+    text: object  # a rate; None under a scope: not throttled, as in DRF
+
+
+def given(rate: object, scope: object, rates: object) -> Given | None:
+    """Where a freqguard throttle reads its rate, as DRF's throttles do: its own ``rate``,
+    else its scope's in ``rates`` (``DEFAULT_THROTTLE_RATES``); None: neither gives one
+    (``FREQGUARD_DEFAULT_LIMITS`` serves then, if set)."""
+    if rate is not None:
+        return Given(None, rate)
+    if scope is not None and isinstance(rates, Mapping) and scope in rates:
+        return Given(scope, rates[scope])
+    return None
+
+
+@dataclass(frozen=True)
+class _Use:
+    """A view of the URLconf and a freqguard throttle it names."""
+
+    view: str  # dotted, and where: "app.views.Orders (URL 'api/orders')"
+    throttle: type
+    scope: object  # the scope it reads (the view's, for a scoped throttle)
+    attr: str | None  # the view's attribute naming it, for a scoped throttle
+
+
+def throttle_checks() -> list[checks.CheckMessage]:
+    """``freqguard.E003``, ``W002`` and ``E004`` (see the module)."""
+    rest = getattr(django_settings, "REST_FRAMEWORK", None)
+    rest = rest if isinstance(rest, Mapping) else {}
+    bad = _bad_rates(rest.get("DEFAULT_THROTTLE_RATES"))
+    classes = rest.get("DEFAULT_THROTTLE_CLASSES")
+    default = isinstance(classes, (list, tuple)) and any(_ours(c) for c in classes)
+    uses = list(_uses())
+    rates = _drf_rates() if uses else {}
+    fallback = bool(getattr(django_settings, "FREQGUARD_DEFAULT_LIMITS", None))
+    found: list[checks.CheckMessage] = []
+    read: dict[object, str] = {}  # a bad scope: the first view reading it
+    rated: set[type] = set()  # throttles whose own rate is checked
+    for use in uses:
+        where = given(getattr(use.throttle, "rate", None), use.scope, rates)
+        if where is None:
+            if use.scope is not None and not fallback:
+                found.append(checks.Error(_unnamed(use, rates), id="freqguard.E004"))
+        elif where.scope is None:
+            if use.throttle not in rated:
+                rated.add(use.throttle)
+                found += _bad_rate(use, where.text)
+        elif where.scope in bad:
+            read.setdefault(where.scope, use.view)
+    for scope, text in bad.items():
+        if scope in read:
+            text += f"; {read[scope]} reads it"
+        if default or scope in read:
+            found.append(checks.Error(text, id="freqguard.E003"))
+        else:
+            found.append(checks.Warning(text, id="freqguard.W002"))
+    return found
+
+
+def _bad_rates(rates: object) -> dict[object, str]:
+    """The scopes of DRF's ``DEFAULT_THROTTLE_RATES`` whose rate freqguard's throttles cannot
+    read (DRF reads a unit by its first letter, so ``"3/minit"`` served there), each its
+    error."""
+    if not isinstance(rates, Mapping):
+        return {}
+    problems = {}
+    for scope, rate in rates.items():
+        try:
+            if rate is not None:
+                parse_rates(rate)
+        except ConfigError as error:
+            problems[scope] = (
+                f"REST_FRAMEWORK's DEFAULT_THROTTLE_RATES[{scope!r}] = {rate!r}: {error}. {_WHOLE}"
+            )
+    return problems
+
+
+def _bad_rate(use: _Use, text: object) -> list[checks.CheckMessage]:
+    """A throttle's own rate (a text: a property is read at the request), unless it parses."""
+    if not isinstance(text, str):
+        return []
+    try:
+        parse_rates(text)
+    except ConfigError as error:
+        where = f"{_dotted(use.throttle)}.rate = {text!r}"
+        return [checks.Error(f"{use.view}: {where}: {error}. {_WHOLE}", id="freqguard.E003")]
+    return []
+
+
+def _unnamed(use: _Use, rates: object) -> str:
+    """E004's message: the view, the throttle, the scope unnamed, and the fixes."""
+    named = [str(name) for name in rates] if isinstance(rates, Mapping) else []
+    guess = next(iter(difflib.get_close_matches(str(use.scope), named, 1)), None)
+    hint = f" (did you mean {guess!r}?)" if guess else ""
+    what = f"the view's {use.attr}" if use.attr else "the scope"
+    return (
+        f"{use.view}: {_dotted(use.throttle)} reads {what} {use.scope!r}, which "
+        f"REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'] does not name{hint}, and "
+        "FREQGUARD_DEFAULT_LIMITS is not set: every request to the view would fail "
+        f"(ConfigError, a 500). Name it there ({use.scope!r}: '100/hour', or None for no "
+        f"throttling), or give {use.throttle.__name__} a rate"
+    )
+
+
+def _drf_rates() -> object:
+    """``DEFAULT_THROTTLE_RATES`` as the throttles read it (DRF's default when unset)."""
+    from rest_framework.settings import api_settings  # installed: a view names a throttle
+
+    return api_settings.DEFAULT_THROTTLE_RATES
+
+
+def _uses() -> Iterator[_Use]:
+    """Each view of the URLconf and each freqguard throttle it names, once, at the first
+    URL that reaches it."""
+    seen: set[tuple[type, type, object]] = set()
+    for url, callback in _patterns():
+        view = getattr(callback, "cls", None) or getattr(callback, "view_class", None)
+        if not isinstance(view, type):
+            continue
+        init = getattr(callback, "initkwargs", None) or getattr(callback, "view_initkwargs", {})
+        init = init if isinstance(init, Mapping) else {}  # as_view(**initkwargs), router actions
+        throttles = init.get("throttle_classes", getattr(view, "throttle_classes", ()))
+        for throttle in throttles if isinstance(throttles, (list, tuple)) else ():
+            ours = _ours(throttle)
+            if ours is None:
+                continue
+            attr, scope = None, getattr(ours, "scope", None)
+            if _is(ours, _SCOPED):  # the view names the scope
+                attr = getattr(ours, "scope_attr", "throttle_scope")
+                scope = init.get(attr, getattr(view, attr, None))
+                if not scope:  # a view without one is not throttled
+                    continue
+            if scope is not None and not isinstance(scope, str):  # DRF's are text: not judged
+                continue
+            if (view, ours, scope) not in seen:
+                seen.add((view, ours, scope))
+                yield _Use(f"{view.__module__}.{view.__name__} (URL {url!r})", ours, scope, attr)
+
+
+def _patterns() -> Iterator[tuple[str, Any]]:
+    """Each URL pattern of the project's URLconf, its route and its view, depth first, within
+    the bounds; none from a URLconf (or an include) that does not load."""
+    stack: list[tuple[str, int, Iterator[Any]]] = []
+    try:
+        stack.append(("", 0, iter(get_resolver().url_patterns)))
+    except Exception:  # any error importing the project's code: Django's check reports it
+        return
+    visited = 0
+    while stack and visited < _MOST_PATTERNS:
+        prefix, depth, patterns = stack[-1]
+        pattern = next(patterns, None)
+        if pattern is None:
+            stack.pop()
+            continue
+        visited += 1
+        route = prefix + _route(pattern)
+        if isinstance(pattern, URLResolver) and depth < _DEEPEST:
+            try:
+                stack.append((route, depth + 1, iter(pattern.url_patterns)))
+            except Exception:  # as above: an include that does not load is Django's to report
+                continue
+        elif isinstance(pattern, URLPattern):
+            yield route, pattern.callback
+
+
+def _route(pattern: Any) -> str:
+    """A pattern's part of the URL, as written (a regex's without its anchors)."""
+    text = str(getattr(pattern, "pattern", ""))
+    return text.removeprefix("^").removesuffix("$") if text.startswith("^") else text
+
+
+def _ours(throttle: object) -> type | None:
+    """A DRF throttle class (or its dotted path), if freqguard's or made from one."""
+    try:
+        found = import_string(throttle) if isinstance(throttle, str) else throttle
+    except ImportError:  # a path that does not import: DRF's own check says so
+        return None
+    return found if isinstance(found, type) and _is(found, _THROTTLE) else None
+
+
+def _is(throttle: type, name: str) -> bool:
+    return any(_dotted(base) == name for base in throttle.__mro__)
+
+
+def _dotted(target: type) -> str:
+    return f"{target.__module__}.{target.__qualname__}"

@@ -1,0 +1,99 @@
+"""A URLconf for the DRF throttle checks (tests/integrations/test_drf.py): views whose
+freqguard throttles read a scope ``DEFAULT_THROTTLE_RATES`` does not name, or a rate that
+does not parse, reached through an include, an ``@api_view`` function and a router's
+ViewSet. The tests' rates: ``{"upload": "10/hour", "reports": "5/min", "slow": "3/minit",
+"off": None}``."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.urls import include, path
+from rest_framework.decorators import action, api_view, throttle_classes
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.routers import SimpleRouter
+from rest_framework.views import APIView
+from rest_framework.viewsets import ViewSet
+
+from freqguard.integrations.drf import FreqGuardScopedThrottle, FreqGuardThrottle
+
+
+class Uploads(APIView):
+    throttle_classes = (FreqGuardScopedThrottle,)
+    throttle_scope = "uploads"  # the rates name "upload"
+
+    def get(self, request: Request) -> Response:
+        return Response("uploaded")
+
+
+class ExportsScope(FreqGuardThrottle):
+    scope = "exports"  # named nowhere
+
+
+@api_view(["GET"])
+@throttle_classes([ExportsScope])
+def export(request: Request) -> Response:
+    return Response("exported")
+
+
+class SlowScope(FreqGuardThrottle):
+    scope = "slow"  # "3/minit": DRF reads the first letter, freqguard the word
+
+
+class Slow(APIView):
+    throttle_classes = (SlowScope,)
+
+    def get(self, request: Request) -> Response:
+        return Response("slow")
+
+
+class OffScope(FreqGuardThrottle):
+    scope = "off"  # None: not throttled, as in DRF
+
+
+class Off(APIView):
+    throttle_classes = (OffScope,)
+
+    def get(self, request: Request) -> Response:
+        return Response("off")
+
+
+class MisspeltRate(FreqGuardThrottle):
+    rate = "3/minit"
+
+
+class Misspelt(APIView):
+    throttle_classes = (MisspeltRate,)
+
+    def get(self, request: Request) -> Response:
+        return Response("misspelt")
+
+
+class Reports(ViewSet):
+    throttle_classes = (FreqGuardScopedThrottle,)
+    throttle_scope = "reports"
+
+    def list(self, request: Request) -> Response:
+        return Response([])
+
+    @action(detail=False, throttle_scope="reports-csv")  # named nowhere
+    def csv(self, request: Request) -> Response:
+        return Response("a,b")
+
+
+def plain(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("plain")
+
+
+router = SimpleRouter()
+router.register("reports", Reports, basename="reports")
+
+urlpatterns = [
+    path("api/", include([path("uploads", Uploads.as_view()), path("export", export)])),
+    path("unscoped", Uploads.as_view(throttle_scope=None)),  # not throttled: not reported
+    path("slow", Slow.as_view()),
+    path("off", Off.as_view()),
+    path("misspelt", Misspelt.as_view()),
+    path("plain", plain),
+    path("", include(router.urls)),
+]
