@@ -95,7 +95,7 @@ def undo(calls: Sequence[ScriptCall], replies: Sequence[Reply]) -> list[ScriptCa
 
 def refund_op(plan: PolicyPlan, receipt: Receipt, now: int | None) -> Op[Decision]:
     """Give back exactly what one hit consumed (its receipt), in every part at once."""
-    return plan.decide((yield plan.refund_calls(receipt, now)))
+    return plan.decide((yield plan.refund_calls(receipt, now)), mode=REFUND)
 
 
 def reset_op(calls: list[ScriptCall]) -> Op[None]:

@@ -237,6 +237,8 @@ class PolicyPlan:
         receipt = None
         if mode == HIT and cost > 0 and texts is not None:
             receipt = partial(self._receipt, texts, cost, replies)
+        if mode == REFUND:  # never refused: the states it leaves, no rule's wait
+            return make_decision(self.name, True, 0.0, (), partial(self._raw, replies, True))
         if self.single_part:
             reply = replies[0]
             waits = reply.waits
@@ -341,8 +343,11 @@ class PolicyPlan:
             found += [i for i, p in zip(part.rule_index, params) if p.reserve == SKIP]  # noqa: B905
         return frozenset(found)
 
-    def _raw(self, replies: list[Reply]) -> tuple[tuple[Rule, int, int, int], ...]:
-        """``(rule, remaining, reset_after µs, retry_after µs)`` per rule, in policy order."""
+    def _raw(
+        self, replies: list[Reply], refund: bool = False
+    ) -> tuple[tuple[Rule, int, int, int], ...]:
+        """``(rule, remaining, reset_after µs, retry_after µs)`` per rule, in policy order
+        (a ``refund``'s with no wait: its replies checked the refund's cost)."""
         rules = self._rules(replies)
         raw: list[tuple[Rule, int, int, int]] = [None] * len(rules)  # type: ignore[list-item]
         for part, reply in zip(self.parts, replies):  # noqa: B905
@@ -351,7 +356,8 @@ class PolicyPlan:
                 part.rule_index, report, reply.waits
             ):
                 raw[index] = (rules[index], remaining, reset, wait)
-        if self._skips:  # a rule that did not apply waits for nothing
-            for index in self._skipped(replies):
+        if self._skips or refund:  # a rule that did not apply waits for nothing
+            skipped = range(len(raw)) if refund else self._skipped(replies)
+            for index in skipped:
                 raw[index] = (*raw[index][:3], 0)
         return tuple(raw)

@@ -7,7 +7,7 @@ would admit the hit, in the part's rule order; 0 when it does), the time it was 
 the states it left behind, which the Reply reports on (remaining, reset_after µs) when asked.
 Modes: HIT (consume if allowed; cost 0 consumes nothing), CHECK (never write), REFUND (give
 ``cost`` back: exactly what one hit took when its marks are given, else the newest units;
-then report as a peek of one unit: a refund is never refused), RESET (delete, then report).
+then report), RESET (delete, then report).
 
 The Lua twin returns the decision and the states it leaves behind, and :func:`unpack` makes a
 Reply that reports on them here, and only when asked, so neither the server (shared by every
@@ -220,7 +220,7 @@ def run(
     views = load_states(specs, found, now)
     if mode == REFUND:
         refund_states(store, keys, specs, found, views, now, cost, marks)
-    waits, allowed = check_rules(specs, views, now, cost if cost > 0 and mode != REFUND else 1)
+    waits, allowed = check_rules(specs, views, now, cost if cost > 0 else 1)
     if mode == HIT and allowed and cost > 0:
         consume_states(store, keys, specs, views, waits, now, cost)
     # reported now: a memory state may change in place under a later call (logs are appended

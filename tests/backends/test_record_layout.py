@@ -206,12 +206,10 @@ def test_after_an_upgrade_0_1_records_decide_as_absent(
     before = _limits_of_one_part(guard, policy, before)
     _deploy(client, MAIN_0_1)
     try:
-        written = _replay(guard, clock, policy, pool, before, refunds_answered=False)
+        written = _replay(guard, clock, policy, pool, before)
         reference_clock = ManualClock(START)
         reference = Guard(MemoryBackend(), [policy], clock=reference_clock)
-        assert written == _replay(
-            reference, reference_clock, policy, pool, before, refunds_answered=False
-        )
+        assert written == _replay(reference, reference_clock, policy, pool, before)
         _deploy(client, LIBRARY)
         backend.old = False
         fresh_clock = ManualClock(clock.now())
@@ -269,8 +267,8 @@ def _read_on_exactly(
         before = _limits_of_one_part(guard, policy, before)
     _deploy(client, old)
     try:
-        written = _replay(guard, clock, policy, pool, before, refunds_answered=False)
-        expected = _replay(reference, reference_clock, policy, pool, before, refunds_answered=False)
+        written = _replay(guard, clock, policy, pool, before)
+        expected = _replay(reference, reference_clock, policy, pool, before)
         assert written == expected
         _deploy(client, LIBRARY)
         backend.old = False

@@ -123,15 +123,8 @@ def _limit(guard: Guard, policy: Policy, context: dict[str, str], arg: Any, n: A
 
 
 def _replay(
-    guard: Guard,
-    clock: ManualClock,
-    policy: Policy,
-    pool: list[dict[str, str]],
-    ops: list[Any],
-    refunds_answered: bool = True,
+    guard: Guard, clock: ManualClock, policy: Policy, pool: list[dict[str, str]], ops: list[Any]
 ) -> list[object]:
-    """Each answer of ``ops`` in order; a refund's only where ``refunds_answered`` (not on
-    the functions of 0.3 and before, which answered it as a hit of its cost would be)."""
     out: list[object] = []
     # the largest cost any hit may ask for (ConfigError above it is tested elsewhere)
     largest = min((r.capacity for r in policy.rules if not r.shadow), default=3)
@@ -162,8 +155,7 @@ def _replay(
         elif kind == "undo":
             fresh = [d for d in admitted if d.receipt is not None and not d.receipt.spent]
             if fresh:
-                refunded = guard.refund(fresh[n % len(fresh)])
-                out.append(refunded if refunds_answered else "refunded")
+                out.append(guard.refund(fresh[n % len(fresh)]))
         else:
             context = _only(policy, pool[arg % len(pool)])
             if kind == "hit":
@@ -176,8 +168,7 @@ def _replay(
             elif kind == "peek":
                 out.append(guard.peek("p", **context))
             elif kind == "refund":
-                refunded = guard.refund("p", n, **context)
-                out.append(refunded if refunds_answered else "refunded")
+                out.append(guard.refund("p", n, **context))
             else:
                 dims = [d for i, d in enumerate(policy.dimensions) if n >> i & 1]
                 try:

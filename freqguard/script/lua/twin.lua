@@ -212,9 +212,7 @@ local function run(keys, argv, rid)
   specs = apply_limits(specs, entries, now)
   local views, raws, expiries = load_states(specs, got, now, mode)
   if mode == REFUND then refund_states(specs, views, after, raws, argv, now, cost) end
-  -- a refund answers as a peek of one unit after it: it is never refused
-  local need = (cost > 0 and mode ~= REFUND) and cost or 1
-  local waits, allowed = check_rules(specs, views, now, need)
+  local waits, allowed = check_rules(specs, views, now, cost > 0 and cost or 1)
   if mode == HIT and allowed and cost > 0 then
     consume_states(specs, views, after, waits, now, cost)
   end
