@@ -1,48 +1,97 @@
 """The Flask extension's answers to errors (a denial, a request its key refuses, the store
-down), made so that the app's own handlers win, registered before ``init_app`` or after.
+down), and the app's own handlers beside them.
 
-Flask keeps one handler a class, and finds the handler of the most specific class on an
-error's MRO (an HTTP error's status code before any class). So the extension registers one
-handler, for the base of freqguard's errors (:class:`FreqGuardError`), which answers the
-three it knows and hands any other back to Flask (a 500, as if unhandled); an app's handler
-for ``CapExceeded``, ``BadRequest`` or ``BackendUnavailable`` is more specific, whichever
-came first. A denial the extension decides is a :class:`RateLimited`: a ``CapExceeded`` and
-werkzeug's ``TooManyRequests`` both, so Flask-Limiter's habit, ``@app.errorhandler(429)``,
-answers it too. Public Flask API only (``register_error_handler``).
+Flask keeps one handler a class and scope, the last registered: a handler the app registered
+for ``CapExceeded`` before ``init_app`` (Flask-Limiter's ``on_breach``, as freqguard spells
+it) would be replaced by the extension's, silently. So the extension registers its own only
+where the app has none, and the app's wins whichever came first. A handler for the status
+429 (Flask-Limiter's denial is an HTTP 429 error) never sees freqguard's denials, which are
+``CapExceeded``: :func:`warn_unseen` names the fix once setup is over.
+
+Flask has no public way to read the handlers registered: its ``error_handler_spec``
+(``{scope: {code: {class: handler}}}`` in every Flask freqguard supports) is read here
+alone, and an app without it is taken to have registered none (the extension's handlers
+then registered, as they always were).
 """
 
 from __future__ import annotations
 
-from flask import Flask, Response, current_app, request
-from werkzeug.exceptions import TooManyRequests
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from freqguard.errors import BackendUnavailable, CapExceeded, FreqGuardError
+from flask import Flask, Response, current_app, request
+
+from freqguard.errors import BackendUnavailable, CapExceeded
 from freqguard.integrations._decide import Answer, Decider, bad_request, unavailable
 from freqguard.integrations._request import BadRequest
 
-__all__ = ["RateLimited", "register_handlers"]
+__all__ = ["register_handlers", "warn_unseen"]
+
+_log = logging.getLogger("freqguard")
 
 
-class RateLimited(CapExceeded, TooManyRequests):
-    """A request the extension refused: a :class:`CapExceeded` (``.decision``) and an HTTP
-    429, so a handler for either answers it (Flask-Limiter's ``on_breach``, or its users'
-    ``@app.errorhandler(429)``); none: freqguard's problem document."""
+def _denied(error: CapExceeded) -> Response:
+    decider: Decider = current_app.extensions["freqguard"].decider
+    return _response(decider.answer(error.decision, request.path))
+
+
+def _bad_request(error: BadRequest) -> Response:
+    return _response(bad_request(error, request.path))
+
+
+def _unavailable(error: BackendUnavailable) -> Response:
+    """The store failed and the route's ``on_error`` is ``"raise"``: a 503, not a 500."""
+    return _response(unavailable(error, request.path))
+
+
+def _response(answer: Answer) -> Response:
+    return Response(answer.body, answer.status, headers=answer.headers)
+
+
+_HANDLERS: dict[type[Exception], Callable[[Any], Response]] = {
+    CapExceeded: _denied,
+    BadRequest: _bad_request,
+    BackendUnavailable: _unavailable,
+}
 
 
 def register_handlers(app: Flask) -> None:
-    """Register the extension's answer on ``app``, under the app's own handlers."""
-    app.register_error_handler(FreqGuardError, _answer)
+    """Register the extension's handlers on ``app``, each unless the app has its own for
+    that class (registered before ``init_app``; one registered after replaces it)."""
+    for error, handler in _HANDLERS.items():
+        if _registered(app, None, error) is None:
+            app.register_error_handler(error, handler)
 
 
-def _answer(error: FreqGuardError) -> Response:
-    path = request.path
-    if isinstance(error, CapExceeded):
-        decider: Decider = current_app.extensions["freqguard"].decider
-        answer: Answer = decider.answer(error.decision, path)
-    elif isinstance(error, BadRequest):
-        answer = bad_request(error, path)
-    elif isinstance(error, BackendUnavailable):  # the route's on_error is "raise": a 503
-        answer = unavailable(error, path)
-    else:  # not the extension's to answer: Flask's own answer, as if unhandled
-        raise error
-    return Response(answer.body, answer.status, headers=answer.headers)
+def warn_unseen(app: Flask) -> None:
+    """Warn when the app answers the status 429 but not ``CapExceeded``: a habit from
+    Flask-Limiter that would pass unseen."""
+    scopes = list(_spec(app))  # the app (None) and every blueprint with a handler
+    answers_429 = any(_registered(app, scope, 429) for scope in scopes)
+    mine = [_registered(app, scope, CapExceeded) for scope in scopes]
+    if answers_429 and all(handler in (None, _denied) for handler in mine):
+        _log.warning(
+            "app %r has an error handler for 429, which freqguard's denials never reach: "
+            "they raise freqguard.CapExceeded (its .decision has retry_after, denied_by, "
+            "policy). Register it with @app.errorhandler(CapExceeded) too; the rate-limit "
+            "headers and Retry-After are added to its response",
+            app.name,
+        )
+
+
+def _spec(app: Flask) -> Mapping[Any, Any]:
+    spec = getattr(app, "error_handler_spec", None)
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _registered(app: Flask, scope: str | None, error: type[Exception] | int) -> object:
+    """The handler ``scope`` (None: the app) registered for ``error``, a class (not an HTTP
+    error's) or a status code (any class of it); None: none."""
+    by_code = _spec(app).get(scope)
+    if not isinstance(by_code, Mapping):
+        return None
+    by_class = by_code.get(error if isinstance(error, int) else None)
+    if not isinstance(by_class, Mapping):
+        return None
+    return next(iter(by_class.values()), None) if isinstance(error, int) else by_class.get(error)

@@ -32,8 +32,8 @@ exempts every view of it from the default limits and the caps of the blueprints 
 
 State lives in ``app.extensions["freqguard"]``, never on the extension object, so one
 ``FreqGuard`` serves several apps. Denials answer 429 with an RFC 9457 problem body, unless
-the app has its own handler for ``CapExceeded`` or for 429 (registered before ``init_app``
-or after: Flask-Limiter's ``on_breach``); the rate-limit headers are added to either answer.
+the app has its own handler for ``CapExceeded`` (registered before ``init_app`` or after:
+Flask-Limiter's ``on_breach``); the rate-limit headers are added to either answer.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from flask import Blueprint, Flask, Response, after_this_request, current_app, g
 
 from freqguard.backends.urls import backend_from_url
 from freqguard.decision import Decision
-from freqguard.errors import ConfigError
+from freqguard.errors import CapExceeded, ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
 from freqguard.integrations._decide import (
@@ -66,7 +66,7 @@ from freqguard.integrations._flask_caps import (
     give_back,
     route_of,
 )
-from freqguard.integrations._flask_errors import RateLimited, register_handlers
+from freqguard.integrations._flask_errors import register_handlers, warn_unseen
 from freqguard.integrations._http import (
     BadRequest,
     KeyFunc,
@@ -153,7 +153,7 @@ class FreqGuard:
         app.before_request(self._before)
         app.after_request(self._after)
         app.teardown_request(self._give_back)
-        register_handlers(app)  # under the app's own, registered before or after
+        register_handlers(app)  # unless the app has its own, registered before or after
 
     @staticmethod
     def _state() -> _State:
@@ -186,7 +186,7 @@ class FreqGuard:
         if not decision.allowed:
             give_back(state.guard, decisions, held)
             decisions.append(decision)
-            raise RateLimited(decision)
+            raise CapExceeded(decision)
         decisions.append(decision)
         if deduct is not None:
             after_this_request(functools.partial(deducted, state.guard, decision, deduct))
@@ -198,6 +198,7 @@ class FreqGuard:
         state = self._state()
         if not state.routes:  # the first request: setup is over, every route is known now
             state.routes = self._routes(state, current_app)
+            warn_unseen(current_app)  # and every error handler
         if endpoint not in state.routes:
             state.routes[endpoint] = self._route(state, current_app, endpoint)
         route = state.routes[endpoint]

@@ -102,24 +102,26 @@ def test_the_apps_own_error_handler_wins_registered_before_or_after(
         answered = [client.get("/") for _ in range(2)][1]  # denied by the default limit
     else:
         answered = client.get("/raise")
-    shown = "RateLimited" if error is CapExceeded else error.__name__  # a CapExceeded, a 429
-    assert (answered.status_code, answered.text) == (418, f"mine: {shown}")
+    assert (answered.status_code, answered.text) == (418, f"mine: {error.__name__}")
 
 
-def test_a_handler_for_429_answers_a_denial_and_others_pass_through() -> None:
+def test_a_handler_for_429_is_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     """Flask-Limiter's denial is an HTTP 429 error, which its users answer with
-    ``@app.errorhandler(429)``: freqguard's is one too (and a CapExceeded). An error of
-    freqguard's the extension does not answer (a ConfigError in a view) stays Flask's."""
+    ``@app.errorhandler(429)``; freqguard's is CapExceeded, which such a handler never sees:
+    the first request warns, naming the fix, instead of passing it over in silence."""
     app = _app(FREQGUARD_DEFAULT_LIMITS="1/minute")
     FreqGuard(app)
-    app.register_error_handler(429, _mine)
-
-    @app.route("/config")
-    def config() -> str:
-        raise ConfigError("the view's own")
-
-    client = app.test_client()
-    answered = [client.get("/") for _ in range(2)]
-    assert [(r.status_code, r.text) for r in answered] == [(200, "ok"), (418, "mine: RateLimited")]
-    app.testing = False  # a server's answer to an error no handler takes: a 500
-    assert client.get("/config").status_code == 500
+    app.register_error_handler(429, _mine)  # after the extension: seen at the first request
+    with caplog.at_level(logging.WARNING, logger="freqguard"):
+        codes = [app.test_client().get("/").status_code for _ in range(3)]
+    assert codes == [200, 429, 429]  # freqguard's answer, not the handler's 418
+    [record] = [r for r in caplog.records if "429" in r.getMessage()]
+    assert "@app.errorhandler(CapExceeded)" in record.getMessage()
+    answered = _app(FREQGUARD_DEFAULT_LIMITS="1/minute")  # handled both ways: no warning
+    answered.register_error_handler(429, _mine)
+    answered.register_error_handler(CapExceeded, _mine)
+    FreqGuard(answered)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="freqguard"):
+        codes = [answered.test_client().get("/").status_code for _ in range(2)]
+    assert (codes, caplog.records) == ([200, 418], [])
