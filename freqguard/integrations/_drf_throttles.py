@@ -81,6 +81,7 @@ def throttle_checks() -> list[checks.CheckMessage]:
     uses = list(_uses())
     rates = _drf_rates() if uses else {}
     fallback = bool(getattr(django_settings, "FREQGUARD_DEFAULT_LIMITS", None))
+    fallback = fallback or getattr(django_settings, "FREQGUARD_ENABLED", True) is False  # off
     found: list[checks.CheckMessage] = []
     read: dict[object, str] = {}  # a bad scope: the first view reading it
     rated: set[type] = set()  # throttles whose own rate is checked
@@ -146,7 +147,12 @@ def _unnamed(use: _Use, rates: object) -> str:
         f"REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'] does not name{hint}, and "
         "FREQGUARD_DEFAULT_LIMITS is not set: every request to the view would fail "
         f"(ConfigError, a 500). Name it there ({use.scope!r}: '100/hour', or None for no "
-        f"throttling), or give {use.throttle.__name__} a rate"
+        "throttling), "
+        + (
+            "or fix the view's throttle_scope, or set FREQGUARD_DEFAULT_LIMITS"
+            if use.attr
+            else f"or give {use.throttle.__name__} a rate"
+        )
     )
 
 

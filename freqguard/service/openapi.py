@@ -76,7 +76,7 @@ _SUMMARIES = {
     "hit": "decide and count one hit",
     "hitMany": "decide a batch, in order",
     "peek": "what a hit would get; counts nothing",
-    "refund": "give back the newest units; never refused: what it leaves",
+    "refund": "give back the newest units; allowed: what it leaves",
     "reset": "forget the counts keyed by exactly the context's dimensions (or of the rules named)",
     "limits": "each rule's rate for a partition value",
     "denials": "a context's denials over the last minutes, and its digest (its key in statsTop)",

@@ -232,6 +232,12 @@ def test_a_views_scope_with_no_rate_is_a_check_error_naming_the_view(guard: Guar
         assert resolve("/unscoped").func(factory.get("/unscoped")).status_code == 200
     # with default limits, a scope without a rate falls back to them: no error
     assert "freqguard.E004" not in _checked(FREQGUARD_DEFAULT_LIMITS="100/minute")
+    # switched off, the throttles admit every request: nothing would fail
+    assert "freqguard.E004" not in _checked(FREQGUARD_ENABLED=False)
+    # the fix a view's scope asks for is the view's, not a rate given the throttle class,
+    # which would replace every view's scope
+    assert "or give FreqGuardScopedThrottle a rate" not in uploads
+    assert "fix the view's throttle_scope" in uploads
 
 
 def test_a_bad_rate_a_view_reads_is_a_check_error_not_a_warning() -> None:
