@@ -355,9 +355,8 @@ class PolicyPlan:
             for index, (remaining, reset), wait in zip(  # noqa: B905
                 part.rule_index, report, reply.waits
             ):
-                raw[index] = (rules[index], remaining, reset, wait)
-        if self._skips or refund:  # a rule that did not apply waits for nothing
-            skipped = range(len(raw)) if refund else self._skipped(replies)
-            for index in skipped:
+                raw[index] = (rules[index], remaining, reset, 0 if refund else wait)
+        if self._skips:  # a rule that did not apply waits for nothing
+            for index in self._skipped(replies):
                 raw[index] = (*raw[index][:3], 0)
         return tuple(raw)
