@@ -8,6 +8,7 @@ the argument (:attr:`freqguard.ConfigError.argument`).
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Annotated, Any, TypeVar
 
@@ -181,7 +182,7 @@ def _named(error: msgspec.ValidationError, data: Any) -> Problem:
         for name, value in _at(data, where).items():
             if isinstance(value, bool) or not isinstance(value, (str, int)):
                 return invalid(
-                    member(where, str(name)), f"a string or an integer, got {shown(value)}"
+                    member(where, str(name)), f"a string or an integer, got {_got(value)}"
                 )
         return invalid(where, _in_json(what))
     known = _KNOWN.match(what)
@@ -190,7 +191,22 @@ def _named(error: msgspec.ValidationError, data: Any) -> Problem:
         if what.startswith("Object missing"):
             return invalid(name, "required")
         return invalid(member("", name), "not a field of this call")
+    if what == _OUT_OF_RANGE:
+        return invalid(where or "body", f"got {_got(math.inf)}")
+    if what.endswith(", got `float`") and where in _at(data, ""):  # the number as sent
+        return invalid(where, f"{_in_json(what).partition(', got')[0]}, got {_got(data[where])}")
     return invalid(where or "body", _in_json(what))
+
+
+_OUT_OF_RANGE = "Number out of range"
+
+
+def _got(value: Any) -> str:
+    """A value the client sent, as a message shows it: a number past a 64-bit float's
+    range (``1e400``, which Python's reader takes as infinity) said so."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a number out of range (past a 64-bit float's)"
+    return shown(value)
 
 
 def _at(data: Any, path: str) -> dict[Any, Any]:
@@ -244,10 +260,11 @@ def decode(raw: bytes, body: type[Body]) -> Body:
         decoded: Body = _DECODERS[body].decode(raw)
         return decoded
     except msgspec.ValidationError as exc:
-        try:
-            data = msgspec.json.decode(raw)  # to find a context's value by its name
-        except (msgspec.DecodeError, UnicodeDecodeError):  # a number too long, text not
-            # UTF-8 (the typed decoder failed first on a field): named by its place
+        try:  # to find a context's value by its name: Python's reader, which takes a
+            # number out of a float's range (1e400) as infinity, where msgspec's refuses it
+            data = json.loads(raw)  # the body is bounded in size and depth (above)
+        except ValueError:  # a number too long, text not UTF-8 (the typed decoder
+            # failed first on a field): named by its place
             data = None
         raise _named(exc, data) from None
     except msgspec.DecodeError as exc:

@@ -165,6 +165,11 @@ def test_a_bad_body_is_a_422_naming_the_field(body: Any, field: str) -> None:
             "cost: an integer, got null",
         ),
         ({"context": {"recipient": "a", "content": "x"}, "cost": -1}, "cost: an integer >= 0"),
+        ({"context": {"recipient": "a", "content": "x"}, "cost": 1.0}, "cost: an integer, got 1.0"),
+        (
+            b'{"context": {"recipient": "a", "content": "x"}, "cost": 1e400}',
+            "cost: got a number out of range",
+        ),
     ],
 )
 def test_a_422_speaks_json_not_python(body: Any, detail: str) -> None:
@@ -172,6 +177,37 @@ def test_a_422_speaks_json_not_python(body: Any, detail: str) -> None:
     # Python's words (and msgspec's) for what it sent
     (response,) = _call([("POST", "/v1/policies/sms/hit", body, {})])
     assert response.status_code == 422
+    assert detail in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "detail"),
+    [
+        (
+            b'{"context": {"recipient": 1e400, "content": "x"}}',
+            "context.recipient",
+            "got a number out of range",
+        ),
+        (
+            b'{"contexts": [{"recipient": "a", "content": -1e999}]}',
+            "contexts[0].content",
+            "got a number out of range",
+        ),
+        (
+            b'{"context": {"recipient": "a", "content": "x"}, "cost": 2.5}',
+            "cost",
+            "an integer, got 2.5",
+        ),
+    ],
+)
+def test_a_number_json_cannot_hold_is_named_by_its_field(
+    raw: bytes, field: str, detail: str
+) -> None:
+    # msgspec said "Number out of range" at the context, not the name holding it
+    path = "/v1/policies/sms/hit-many" if b"contexts" in raw else "/v1/policies/sms/hit"
+    (response,) = _call([("POST", path, raw, {})])
+    assert response.status_code == 422
+    assert response.json()["field"] == field
     assert detail in response.json()["detail"]
 
 
