@@ -9,6 +9,9 @@ name them:
   ``throttle_scope``, or the throttle's ``scope``) that ``DEFAULT_THROTTLE_RATES`` does not
   name, with no ``FREQGUARD_DEFAULT_LIMITS`` to fall back on: every request to the view
   would fail.
+* ``freqguard.E005``: a view's ``throttle_classes`` names a throttle by a dotted path, which
+  DRF calls as it is (it imports paths only in ``DEFAULT_THROTTLE_CLASSES``): every request
+  to the view would fail.
 
 A throttle is freqguard's by the names in its MRO: drf.py imports this module, and the
 check runs where DRF is not installed. The URLconf is walked within bounds, and one that
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from django.conf import settings as django_settings
@@ -71,21 +74,29 @@ class _Use:
     attr: str | None  # the view's attribute naming it, for a scoped throttle
 
 
+@dataclass
+class _Walk:
+    """What the walk of the URLconf found."""
+
+    uses: list[_Use] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)  # E005: a dotted path in throttle_classes
+
+
 def throttle_checks() -> list[checks.CheckMessage]:
-    """``freqguard.E003``, ``W002`` and ``E004`` (see the module)."""
+    """``freqguard.E003``, ``W002``, ``E004`` and ``E005`` (see the module)."""
     rest = getattr(django_settings, "REST_FRAMEWORK", None)
     rest = rest if isinstance(rest, Mapping) else {}
     bad = _bad_rates(rest.get("DEFAULT_THROTTLE_RATES"))
     classes = rest.get("DEFAULT_THROTTLE_CLASSES")
     default = isinstance(classes, (list, tuple)) and any(_ours(c) for c in classes)
-    uses = list(_uses())
-    rates = _drf_rates() if uses else {}
+    walk = _walk()
+    rates = _drf_rates() if walk.uses else {}
     fallback = bool(getattr(django_settings, "FREQGUARD_DEFAULT_LIMITS", None))
     fallback = fallback or getattr(django_settings, "FREQGUARD_ENABLED", True) is False  # off
-    found: list[checks.CheckMessage] = []
+    found: list[checks.CheckMessage] = [checks.Error(t, id="freqguard.E005") for t in walk.paths]
     read: dict[object, str] = {}  # a bad scope: the first view reading it
     rated: set[type] = set()  # throttles whose own rate is checked
-    for use in uses:
+    for use in walk.uses:
         where = given(getattr(use.throttle, "rate", None), use.scope, rates)
         if where is None:
             if use.scope is not None and not fallback:
@@ -163,10 +174,12 @@ def _drf_rates() -> object:
     return api_settings.DEFAULT_THROTTLE_RATES
 
 
-def _uses() -> Iterator[_Use]:
+def _walk() -> _Walk:
     """Each view of the URLconf and each freqguard throttle it names, once, at the first
-    URL that reaches it."""
+    URL that reaches it; and what else the check says of the views."""
+    walk = _Walk()
     seen: set[tuple[type, type, object]] = set()
+    said: set[tuple[type, str]] = set()  # a view's dotted paths told of
     for url, callback in _patterns():
         view = getattr(callback, "cls", None) or getattr(callback, "view_class", None)
         if not isinstance(view, type):
@@ -174,7 +187,13 @@ def _uses() -> Iterator[_Use]:
         init = getattr(callback, "initkwargs", None) or getattr(callback, "view_initkwargs", {})
         init = init if isinstance(init, Mapping) else {}  # as_view(**initkwargs), router actions
         throttles = init.get("throttle_classes", getattr(view, "throttle_classes", ()))
+        where = f"{view.__module__}.{view.__name__} (URL {url!r})"
         for throttle in throttles if isinstance(throttles, (list, tuple)) else ():
+            if isinstance(throttle, str):  # not imported by DRF here: not what runs
+                if (view, throttle) not in said:
+                    said.add((view, throttle))
+                    walk.paths.append(_path(where, throttle))
+                continue
             ours = _ours(throttle)
             if ours is None:
                 continue
@@ -188,7 +207,20 @@ def _uses() -> Iterator[_Use]:
                 continue
             if (view, ours, scope) not in seen:
                 seen.add((view, ours, scope))
-                yield _Use(f"{view.__module__}.{view.__name__} (URL {url!r})", ours, scope, attr)
+                walk.uses.append(_Use(where, ours, scope, attr))
+    return walk
+
+
+def _path(view: str, path: str) -> str:
+    """E005's message: the view, the dotted path in its throttle_classes, and the fix."""
+    module, _, name = path.rpartition(".")
+    fix = f" (from {module} import {name}; throttle_classes = [{name}])" if module else ""
+    return (
+        f"{view}: throttle_classes names {path!r}, a dotted path: DRF calls each of a view's "
+        "throttle_classes as it is, so every request to the view would fail (TypeError: "
+        f"'str' object is not callable, a 500). Put the class itself there{fix}: DRF "
+        "imports dotted paths only in REST_FRAMEWORK['DEFAULT_THROTTLE_CLASSES']"
+    )
 
 
 def _patterns() -> Iterator[tuple[str, Any]]:

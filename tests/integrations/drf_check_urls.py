@@ -1,8 +1,8 @@
 """A URLconf for the DRF throttle checks (tests/integrations/test_drf.py): views whose
 freqguard throttles read a scope ``DEFAULT_THROTTLE_RATES`` does not name, or a rate that
 does not parse, reached through an include, an ``@api_view`` function and a router's
-ViewSet. The tests' rates: ``{"upload": "10/hour", "reports": "5/min", "slow": "3/minit",
-"off": None}``."""
+ViewSet; and a view naming its throttle by a dotted path. The tests' rates:
+``{"upload": "10/hour", "reports": "5/min", "slow": "3/minit", "off": None}``."""
 
 from __future__ import annotations
 
@@ -69,6 +69,14 @@ class Misspelt(APIView):
         return Response("misspelt")
 
 
+class Dotted(APIView):
+    # a dotted path where DRF wants the class: DRF imports strings only in the settings
+    throttle_classes = ("tests.integrations.drf_check_urls.ExportsScope",)  # type: ignore[assignment]
+
+    def get(self, request: Request) -> Response:
+        return Response("dotted")
+
+
 class Reports(ViewSet):
     throttle_classes = (FreqGuardScopedThrottle,)
     throttle_scope = "reports"
@@ -95,5 +103,7 @@ urlpatterns = [
     path("off", Off.as_view()),
     path("misspelt", Misspelt.as_view()),
     path("plain", plain),
+    path("dotted", Dotted.as_view()),
+    path("dotted-nowhere", Dotted.as_view(throttle_classes=["nowhere.Burst"])),
     path("", include(router.urls)),
 ]

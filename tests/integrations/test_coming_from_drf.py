@@ -162,6 +162,22 @@ def test_a_scope_with_no_rate(clock: ManualClock) -> None:
     assert any("Uploads (URL 'api/uploads')" in m and "'upload'?" in m for m in found)
 
 
+def test_a_dotted_path_in_throttle_classes(clock: ManualClock) -> None:
+    """A dotted path in a view's ``throttle_classes`` (as ``DEFAULT_THROTTLE_CLASSES`` are
+    written): DRF calls it as it is, so every request fails, DRF's throttle's path or
+    freqguard's alike; ``manage.py check`` finds it before any (``E005``)."""
+    for path in (
+        "rest_framework.throttling.AnonRateThrottle",
+        "freqguard.integrations.drf.FreqGuardAnonThrottle",
+    ):
+        with _rates(anon="3/min"), pytest.raises(TypeError, match="'str' object is not callable"):
+            _codes(_view([path]), 1)  # type: ignore[list-item]
+    urls = "tests.integrations.drf_check_urls"  # its Dotted: a path in throttle_classes
+    with _rates(), override_settings(ROOT_URLCONF=urls):
+        found = [m.msg for m in checks.run_checks() if m.id == "freqguard.E005"]
+    assert any("Dotted (URL 'dotted')" in m and "import ExportsScope" in m for m in found)
+
+
 def test_wait(clock: ManualClock) -> None:
     """5/min, four requests at 0 s, a fifth at 30 s: after it, DRF's wait() answers a pace
     and freqguard's None; a sixth is denied by both, and both wait the 30 s until the oldest

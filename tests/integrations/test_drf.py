@@ -254,6 +254,32 @@ def test_a_bad_rate_a_view_reads_is_a_check_error_not_a_warning() -> None:
     assert "freqguard.W002" not in found
 
 
+def test_a_dotted_path_in_a_views_throttle_classes_is_a_check_error() -> None:
+    """DRF imports dotted paths only in ``DEFAULT_THROTTLE_CLASSES``: it calls a view's
+    ``throttle_classes`` as they are, so a string there fails every request to the view
+    (``'str' object is not callable``, a 500). The check imported the string and judged
+    the class it names as the view's throttle (an E004 for its scope); it is an error
+    naming the view, the string and the fix (``freqguard.E005``), whether the string
+    imports or not. Seen failing first."""
+    found = _checked()
+    assert len(found["freqguard.E005"]) == 2
+    dotted = _one(found["freqguard.E005"], "URL 'dotted'")
+    assert "tests.integrations.drf_check_urls.Dotted (URL 'dotted')" in dotted
+    assert "'tests.integrations.drf_check_urls.ExportsScope'" in dotted
+    assert "'str' object is not callable" in dotted
+    assert "from tests.integrations.drf_check_urls import ExportsScope" in dotted
+    assert "REST_FRAMEWORK['DEFAULT_THROTTLE_CLASSES']" in dotted
+    nowhere = _one(found["freqguard.E005"], "URL 'dotted-nowhere'")  # as_view(throttle_classes=)
+    assert "'nowhere.Burst'" in nowhere
+    assert not any("Dotted" in message for message in found["freqguard.E004"])
+    # what the check forestalls
+    rest = {**REST, "DEFAULT_THROTTLE_RATES": CHECKED}
+    with override_settings(ROOT_URLCONF="tests.integrations.drf_check_urls", REST_FRAMEWORK=rest):
+        factory = APIRequestFactory()
+        with pytest.raises(TypeError, match="'str' object is not callable"):
+            resolve("/dotted").func(factory.get("/dotted"))
+
+
 def test_a_urlconf_that_does_not_import_is_left_to_djangos_check() -> None:
     from freqguard.integrations._django_settings import check_settings
 
