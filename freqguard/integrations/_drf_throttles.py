@@ -8,7 +8,8 @@ name them:
 * ``freqguard.E004``: a view's freqguard throttle reads a scope (the view's
   ``throttle_scope``, or the throttle's ``scope``) that ``DEFAULT_THROTTLE_RATES`` does not
   name, with no ``FREQGUARD_DEFAULT_LIMITS`` to fall back on: every request to the view
-  would fail.
+  would fail. One error a view for the view's scope (each view's to fix), one for a
+  throttle's own, naming how many views use it and the first few.
 * ``freqguard.E005``: a view's ``throttle_classes`` names a throttle by a dotted path, which
   DRF calls as it is (it imports paths only in ``DEFAULT_THROTTLE_CLASSES``): every request
   to the view would fail.
@@ -37,6 +38,8 @@ __all__ = ["Given", "given", "throttle_checks"]
 
 _THROTTLE = "freqguard.integrations.drf.FreqGuardThrottle"
 _SCOPED = "freqguard.integrations.drf.FreqGuardScopedThrottle"
+#: The views an error names by name; the others it counts.
+_SHOWN = 3
 #: The bounds of the walk: URL patterns visited, and includes followed one inside another.
 _MOST_PATTERNS = 20_000
 _DEEPEST = 32
@@ -96,17 +99,24 @@ def throttle_checks() -> list[checks.CheckMessage]:
     found: list[checks.CheckMessage] = [checks.Error(t, id="freqguard.E005") for t in walk.paths]
     read: dict[object, str] = {}  # a bad scope: the first view reading it
     rated: set[type] = set()  # throttles whose own rate is checked
+    # a scope with no rate: the views reading it, one error for a throttle's own scope (one
+    # fix), one a view for a view's scope (each view's to fix)
+    unnamed: dict[tuple[type, object, str | None], list[_Use]] = {}
     for use in walk.uses:
         where = given(getattr(use.throttle, "rate", None), use.scope, rates)
         if where is None:
             if use.scope is not None and not fallback:
-                found.append(checks.Error(_unnamed(use, rates), id="freqguard.E004"))
+                key = (use.throttle, use.scope, use.view if use.attr else None)
+                unnamed.setdefault(key, []).append(use)
         elif where.scope is None:
             if use.throttle not in rated:
                 rated.add(use.throttle)
                 found += _bad_rate(use, where.text)
         elif where.scope in bad:
             read.setdefault(where.scope, use.view)
+    found += [
+        checks.Error(_unnamed(views, rates), id="freqguard.E004") for views in unnamed.values()
+    ]
     for scope, text in bad.items():
         if scope in read:
             text += f"; {read[scope]} reads it"
@@ -147,16 +157,23 @@ def _bad_rate(use: _Use, text: object) -> list[checks.CheckMessage]:
     return []
 
 
-def _unnamed(use: _Use, rates: object) -> str:
-    """E004's message: the view, the throttle, the scope unnamed, and the fixes."""
+def _unnamed(uses: list[_Use], rates: object) -> str:
+    """E004's message: the views (the first few, and how many), the throttle, the scope
+    unnamed, and the fixes."""
+    use = uses[0]
+    who, them = use.view, "the view"
+    if len(uses) > 1:
+        more = f" and {len(uses) - _SHOWN} more" if len(uses) > _SHOWN else ""
+        who = f"{len(uses)} views, " + ", ".join(u.view for u in uses[:_SHOWN]) + more
+        them = "them"
     named = [str(name) for name in rates] if isinstance(rates, Mapping) else []
     guess = next(iter(difflib.get_close_matches(str(use.scope), named, 1)), None)
     hint = f" (did you mean {guess!r}?)" if guess else ""
     what = f"the view's {use.attr}" if use.attr else "the scope"
     return (
-        f"{use.view}: {_dotted(use.throttle)} reads {what} {use.scope!r}, which "
+        f"{who}: {_dotted(use.throttle)} reads {what} {use.scope!r}, which "
         f"REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'] does not name{hint}, and "
-        "FREQGUARD_DEFAULT_LIMITS is not set: every request to the view would fail "
+        f"FREQGUARD_DEFAULT_LIMITS is not set: every request to {them} would fail "
         f"(ConfigError, a 500). Name it there ({use.scope!r}: '100/hour', or None for no "
         "throttling), "
         + (

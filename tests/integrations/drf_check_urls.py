@@ -1,7 +1,8 @@
 """A URLconf for the DRF throttle checks (tests/integrations/test_drf.py): views whose
 freqguard throttles read a scope ``DEFAULT_THROTTLE_RATES`` does not name, or a rate that
 does not parse, reached through an include, an ``@api_view`` function and a router's
-ViewSet; and a view naming its throttle by a dotted path. The tests' rates:
+ViewSet; six views on freqguard's anon throttle, whose scope is named nowhere; and a view
+naming its throttle by a dotted path. The tests' rates:
 ``{"upload": "10/hour", "reports": "5/min", "slow": "3/minit", "off": None}``."""
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ from rest_framework.routers import SimpleRouter
 from rest_framework.views import APIView
 from rest_framework.viewsets import ViewSet
 
-from freqguard.integrations.drf import FreqGuardScopedThrottle, FreqGuardThrottle
+from freqguard.integrations.drf import (
+    FreqGuardAnonThrottle,
+    FreqGuardScopedThrottle,
+    FreqGuardThrottle,
+)
 
 
 class Uploads(APIView):
@@ -24,6 +29,24 @@ class Uploads(APIView):
 
     def get(self, request: Request) -> Response:
         return Response("uploaded")
+
+
+class UploadsToo(Uploads):  # the same misspelt scope: each view's own to fix
+    pass
+
+
+class Anonymous(APIView):
+    throttle_classes = (FreqGuardAnonThrottle,)  # reads "anon", which the rates do not name
+
+    def get(self, request: Request) -> Response:
+        return Response("anonymous")
+
+
+#: The anon throttle's views: six, one scope to name.
+ANONYMOUS: list[type[APIView]] = [
+    Anonymous,
+    *(type(f"Anonymous{n}", (Anonymous,), {}) for n in range(1, 6)),
+]
 
 
 class ExportsScope(FreqGuardThrottle):
@@ -106,4 +129,7 @@ urlpatterns = [
     path("dotted", Dotted.as_view()),
     path("dotted-nowhere", Dotted.as_view(throttle_classes=["nowhere.Burst"])),
     path("", include(router.urls)),
+    path("uploads-too", UploadsToo.as_view()),
+    *(path(f"anonymous/{n}", view.as_view()) for n, view in enumerate(ANONYMOUS)),
+    path("anonymous-again", Anonymous.as_view()),  # one view at two URLs: counted once
 ]

@@ -212,8 +212,12 @@ def test_a_views_scope_with_no_rate_is_a_check_error_naming_the_view(guard: Guar
     (DRF's own ScopedRateThrottle, ImproperlyConfigured): ``manage.py check`` says so,
     naming the view, its URL and the scope (``freqguard.E004``). Seen failing first."""
     found = _checked()
-    assert len(found["freqguard.E004"]) == 3  # not /unscoped, /off, /slow, the ViewSet's list
-    uploads, export, csv = (_one(found["freqguard.E004"], n) for n in ("Uploads", "export", "csv"))
+    # Uploads, UploadsToo, export, the csv action, and the anon throttle's six views in one;
+    # not /unscoped, /off, /slow, the ViewSet's list
+    assert len(found["freqguard.E004"]) == 5
+    uploads, export, csv = (
+        _one(found["freqguard.E004"], n) for n in ("Uploads (", "export", "csv")
+    )
     assert "tests.integrations.drf_check_urls.Uploads (URL 'api/uploads')" in uploads
     assert "throttle_scope 'uploads'" in uploads
     assert "did you mean 'upload'?" in uploads
@@ -238,6 +242,31 @@ def test_a_views_scope_with_no_rate_is_a_check_error_naming_the_view(guard: Guar
     # which would replace every view's scope
     assert "or give FreqGuardScopedThrottle a rate" not in uploads
     assert "fix the view's throttle_scope" in uploads
+
+
+def test_a_throttles_own_scope_with_no_rate_is_one_error_naming_its_views() -> None:
+    """freqguard's anon throttle on many views while ``DEFAULT_THROTTLE_RATES`` names no
+    ``'anon'``: one ``freqguard.E004`` for the throttle's scope, fixed in one place, naming
+    how many views use it and the first few; it was one error a view, each saying the same
+    (50 views, 50 errors). A view's own misspelt ``throttle_scope`` stays an error a view,
+    fixed in each view. Seen failing first."""
+    found = _checked()["freqguard.E004"]
+    [anon] = [message for message in found if "'anon'" in message]
+    assert anon.startswith(
+        "6 views, tests.integrations.drf_check_urls.Anonymous (URL 'anonymous/0'), "
+        "tests.integrations.drf_check_urls.Anonymous1 (URL 'anonymous/1'), "
+        "tests.integrations.drf_check_urls.Anonymous2 (URL 'anonymous/2') and 3 more: "
+        "freqguard.integrations.drf.FreqGuardAnonThrottle reads the scope 'anon', which "
+        "REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'] does not name"
+    )
+    assert "every request to them would fail" in anon
+    assert "Name it there ('anon': '100/hour'" in anon
+    assert "or give FreqGuardAnonThrottle a rate" in anon
+    uploads = [message for message in found if "throttle_scope 'uploads'" in message]
+    assert len(uploads) == 2  # each view's own
+    assert any(
+        message.startswith("tests.integrations.drf_check_urls.UploadsToo") for message in uploads
+    )
 
 
 def test_a_bad_rate_a_view_reads_is_a_check_error_not_a_warning() -> None:
