@@ -13,6 +13,11 @@ name them:
 * ``freqguard.E005``: a view's ``throttle_classes`` names a throttle by a dotted path, which
   DRF calls as it is (it imports paths only in ``DEFAULT_THROTTLE_CLASSES``): every request
   to the view would fail.
+* ``freqguard.I001``: the views whose throttles ``get_throttles()`` chooses (an override of
+  DRF's): the check cannot call it without a request, so it does not judge their
+  ``throttle_classes``. One Info for all, and only while freqguard's DRF throttles are
+  loaded: the override is DRF's idiom, not a fault, and without them it has none of
+  freqguard's to choose.
 
 A throttle is freqguard's by the names in its MRO: drf.py imports this module, and the
 check runs where DRF is not installed. The URLconf is walked within bounds, and one that
@@ -22,6 +27,7 @@ does not load is left to Django's own check.
 from __future__ import annotations
 
 import difflib
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -38,6 +44,7 @@ __all__ = ["Given", "given", "throttle_checks"]
 
 _THROTTLE = "freqguard.integrations.drf.FreqGuardThrottle"
 _SCOPED = "freqguard.integrations.drf.FreqGuardScopedThrottle"
+_APIVIEW = "rest_framework.views.APIView"  # its get_throttles() makes throttle_classes
 #: The views an error names by name; the others it counts.
 _SHOWN = 3
 #: The bounds of the walk: URL patterns visited, and includes followed one inside another.
@@ -83,10 +90,11 @@ class _Walk:
 
     uses: list[_Use] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)  # E005: a dotted path in throttle_classes
+    unseen: dict[type, str] = field(default_factory=dict)  # I001: views choosing in code
 
 
 def throttle_checks() -> list[checks.CheckMessage]:
-    """``freqguard.E003``, ``W002``, ``E004`` and ``E005`` (see the module)."""
+    """``freqguard.E003``, ``W002``, ``E004``, ``E005`` and ``I001`` (see the module)."""
     rest = getattr(django_settings, "REST_FRAMEWORK", None)
     rest = rest if isinstance(rest, Mapping) else {}
     bad = _bad_rates(rest.get("DEFAULT_THROTTLE_RATES"))
@@ -97,6 +105,8 @@ def throttle_checks() -> list[checks.CheckMessage]:
     fallback = bool(getattr(django_settings, "FREQGUARD_DEFAULT_LIMITS", None))
     fallback = fallback or getattr(django_settings, "FREQGUARD_ENABLED", True) is False  # off
     found: list[checks.CheckMessage] = [checks.Error(t, id="freqguard.E005") for t in walk.paths]
+    if walk.unseen and "freqguard.integrations.drf" in sys.modules:  # the URLconf is loaded
+        found.append(checks.Info(_unseen(list(walk.unseen.values())), id="freqguard.I001"))
     read: dict[object, str] = {}  # a bad scope: the first view reading it
     rated: set[type] = set()  # throttles whose own rate is checked
     # a scope with no rate: the views reading it, one error for a throttle's own scope (one
@@ -161,11 +171,8 @@ def _unnamed(uses: list[_Use], rates: object) -> str:
     """E004's message: the views (the first few, and how many), the throttle, the scope
     unnamed, and the fixes."""
     use = uses[0]
-    who, them = use.view, "the view"
-    if len(uses) > 1:
-        more = f" and {len(uses) - _SHOWN} more" if len(uses) > _SHOWN else ""
-        who = f"{len(uses)} views, " + ", ".join(u.view for u in uses[:_SHOWN]) + more
-        them = "them"
+    who = _who([each.view for each in uses])
+    them = "them" if len(uses) > 1 else "the view"
     named = [str(name) for name in rates] if isinstance(rates, Mapping) else []
     guess = next(iter(difflib.get_close_matches(str(use.scope), named, 1)), None)
     hint = f" (did you mean {guess!r}?)" if guess else ""
@@ -182,6 +189,28 @@ def _unnamed(uses: list[_Use], rates: object) -> str:
             else f"or give {use.throttle.__name__} a rate"
         )
     )
+
+
+def _unseen(views: list[str]) -> str:
+    """I001's message: the views whose throttles get_throttles() chooses, and the fix."""
+    them = "these views'" if len(views) > 1 else "the view's"
+    return (
+        f"{_who(views)}: get_throttles() chooses the throttles at each request, and the check "
+        f"cannot call it without a request, so it does not judge {them} throttle_classes: a "
+        "scope with no rate or a rate that does not parse, read by what it chooses, is found "
+        "at the first request instead. To have a view checked, name its throttles in "
+        "throttle_classes (an action's in @action(throttle_classes=[...]), a URL's in "
+        "as_view(throttle_classes=[...])) rather than in get_throttles(); if the override "
+        "is meant, SILENCED_SYSTEM_CHECKS = ['freqguard.I001'] silences this"
+    )
+
+
+def _who(views: list[str]) -> str:
+    """The views a message names: the one, or how many and the first few."""
+    if len(views) == 1:
+        return views[0]
+    more = f" and {len(views) - _SHOWN} more" if len(views) > _SHOWN else ""
+    return f"{len(views)} views, " + ", ".join(views[:_SHOWN]) + more
 
 
 def _drf_rates() -> object:
@@ -203,8 +232,14 @@ def _walk() -> _Walk:
             continue
         init = getattr(callback, "initkwargs", None) or getattr(callback, "view_initkwargs", {})
         init = init if isinstance(init, Mapping) else {}  # as_view(**initkwargs), router actions
+        name = f"{view.__module__}.{view.__name__}"
+        where = f"{name} (URL {url!r})"
+        chooser = _chooser(view)
+        if chooser is not None:  # throttle_classes may not be what runs: not judged
+            of = "" if chooser is view else f", get_throttles() of {_dotted(chooser)}"
+            walk.unseen.setdefault(view, f"{name} (URL {url!r}{of})")
+            continue
         throttles = init.get("throttle_classes", getattr(view, "throttle_classes", ()))
-        where = f"{view.__module__}.{view.__name__} (URL {url!r})"
         for throttle in throttles if isinstance(throttles, (list, tuple)) else ():
             if isinstance(throttle, str):  # not imported by DRF here: not what runs
                 if (view, throttle) not in said:
@@ -212,20 +247,34 @@ def _walk() -> _Walk:
                     walk.paths.append(_path(where, throttle))
                 continue
             ours = _ours(throttle)
-            if ours is None:
-                continue
-            attr, scope = None, getattr(ours, "scope", None)
-            if _is(ours, _SCOPED):  # the view names the scope
-                attr = getattr(ours, "scope_attr", "throttle_scope")
-                scope = init.get(attr, getattr(view, attr, None))
-                if not scope:  # a view without one is not throttled
-                    continue
-            if scope is not None and not isinstance(scope, str):  # DRF's are text: not judged
-                continue
-            if (view, ours, scope) not in seen:
-                seen.add((view, ours, scope))
-                walk.uses.append(_Use(where, ours, scope, attr))
+            use = _use(where, view, init, ours) if ours is not None else None
+            if use is not None and (view, use.throttle, use.scope) not in seen:
+                seen.add((view, use.throttle, use.scope))
+                walk.uses.append(use)
     return walk
+
+
+def _use(where: str, view: type, init: Mapping[str, Any], ours: type) -> _Use | None:
+    """The scope a view's freqguard throttle reads (None: the view is not throttled, or
+    the scope is not text, as DRF's are, and not judged)."""
+    attr, scope = None, getattr(ours, "scope", None)
+    if _is(ours, _SCOPED):  # the view names the scope
+        attr = getattr(ours, "scope_attr", "throttle_scope")
+        scope = init.get(attr, getattr(view, attr, None))
+        if not scope:  # a view without one is not throttled
+            return None
+    if scope is not None and not isinstance(scope, str):
+        return None
+    return _Use(where, ours, scope, attr)
+
+
+def _chooser(view: type) -> type | None:
+    """The class whose ``get_throttles()`` the view runs, unless DRF's APIView's (which
+    answers ``throttle_classes``)."""
+    for base in view.__mro__:
+        if "get_throttles" in vars(base):
+            return None if _dotted(base) == _APIVIEW else base
+    return None
 
 
 def _path(view: str, path: str) -> str:

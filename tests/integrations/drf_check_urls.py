@@ -2,7 +2,8 @@
 freqguard throttles read a scope ``DEFAULT_THROTTLE_RATES`` does not name, or a rate that
 does not parse, reached through an include, an ``@api_view`` function and a router's
 ViewSet; six views on freqguard's anon throttle, whose scope is named nowhere; and a view
-naming its throttle by a dotted path. The tests' rates:
+naming its throttle by a dotted path; two choosing their throttles in ``get_throttles()``.
+The tests' rates:
 ``{"upload": "10/hour", "reports": "5/min", "slow": "3/minit", "off": None}``."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from rest_framework.decorators import action, api_view, throttle_classes
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 from rest_framework.viewsets import ViewSet
 
@@ -100,6 +102,21 @@ class Dotted(APIView):
         return Response("dotted")
 
 
+class Chosen(APIView):
+    throttle_classes = (FreqGuardScopedThrottle,)
+    throttle_scope = "chosen"  # named nowhere, and not what runs: get_throttles() chooses
+
+    def get_throttles(self) -> list[BaseThrottle]:
+        return [] if self.request.method == "GET" else super().get_throttles()
+
+    def get(self, request: Request) -> Response:
+        return Response("chosen")
+
+
+class ChosenToo(Chosen):  # the override inherited
+    pass
+
+
 class Reports(ViewSet):
     throttle_classes = (FreqGuardScopedThrottle,)
     throttle_scope = "reports"
@@ -132,4 +149,7 @@ urlpatterns = [
     path("uploads-too", UploadsToo.as_view()),
     *(path(f"anonymous/{n}", view.as_view()) for n, view in enumerate(ANONYMOUS)),
     path("anonymous-again", Anonymous.as_view()),  # one view at two URLs: counted once
+    path("chosen", Chosen.as_view()),
+    path("chosen-too", ChosenToo.as_view()),
+    path("chosen-again", Chosen.as_view()),
 ]

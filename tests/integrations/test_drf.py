@@ -4,6 +4,7 @@ the decision's exact ``retry_after``; on memory with a ManualClock."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -267,6 +268,39 @@ def test_a_throttles_own_scope_with_no_rate_is_one_error_naming_its_views() -> N
     assert any(
         message.startswith("tests.integrations.drf_check_urls.UploadsToo") for message in uploads
     )
+
+
+def test_a_view_choosing_its_throttles_in_code_is_not_judged_by_its_throttle_classes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """DRF runs what a view's ``get_throttles()`` answers, at each request: the check, which
+    cannot call it without one, judged the view's ``throttle_classes`` as if they ran (an
+    E004 for Chosen's scope, which its GET never reads). A view whose ``get_throttles`` is
+    not DRF's APIView's is not judged; one ``freqguard.I001`` (an Info: the override is
+    DRF's idiom, not a fault) names the views the check cannot see, while freqguard's DRF
+    throttles are loaded: a project without them has nothing of freqguard's there to miss.
+    Seen failing first."""
+    found = _checked()
+    assert not any("Chosen" in message for message in found["freqguard.E004"])
+    [info] = found["freqguard.I001"]
+    assert info.startswith(
+        "2 views, tests.integrations.drf_check_urls.Chosen (URL 'chosen'), "
+        "tests.integrations.drf_check_urls.ChosenToo (URL 'chosen-too', get_throttles() "
+        "of tests.integrations.drf_check_urls.Chosen): "
+    )
+    assert "cannot call it without a request" in info
+    assert "throttle_classes" in info
+    assert "SILENCED_SYSTEM_CHECKS = ['freqguard.I001']" in info
+    rest = {**REST, "DEFAULT_THROTTLE_RATES": CHECKED}
+    with override_settings(ROOT_URLCONF="tests.integrations.drf_check_urls", REST_FRAMEWORK=rest):
+        [message] = [m for m in checks.run_checks() if m.id == "freqguard.I001"]
+        assert message.level == checks.INFO  # not a WARNING: check --fail-level WARNING passes
+        # what the check spares: the view's GET reads no throttle, so no scope
+        factory = APIRequestFactory()
+        assert resolve("/chosen").func(factory.get("/chosen")).status_code == 200
+    # quiet where nothing of freqguard's DRF throttles is loaded
+    monkeypatch.delitem(sys.modules, "freqguard.integrations.drf")
+    assert "freqguard.I001" not in _checked()
 
 
 def test_a_bad_rate_a_view_reads_is_a_check_error_not_a_warning() -> None:
