@@ -18,10 +18,12 @@ name them:
   ``throttle_classes``. One Info for all, and only while freqguard's DRF throttles are
   loaded: the override is DRF's idiom, not a fault, and without them it has none of
   freqguard's to choose.
+* ``freqguard.W003``: the walk of the URLconf stopped at its bound, so the views past it
+  were not checked.
 
 A throttle is freqguard's by the names in its MRO: drf.py imports this module, and the
-check runs where DRF is not installed. The URLconf is walked within bounds, and one that
-does not load is left to Django's own check.
+check runs where DRF is not installed. The URLconf is walked within bounds (past the most
+patterns, W003 says so), and one that does not load is left to Django's own check.
 """
 
 from __future__ import annotations
@@ -91,10 +93,12 @@ class _Walk:
     uses: list[_Use] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)  # E005: a dotted path in throttle_classes
     unseen: dict[type, str] = field(default_factory=dict)  # I001: views choosing in code
+    stopped: str | None = None  # W003: the first pattern past the bound, if any
 
 
 def throttle_checks() -> list[checks.CheckMessage]:
-    """``freqguard.E003``, ``W002``, ``E004``, ``E005`` and ``I001`` (see the module)."""
+    """``freqguard.E003``, ``W002``, ``E004``, ``E005``, ``I001`` and ``W003`` (see the
+    module)."""
     rest = getattr(django_settings, "REST_FRAMEWORK", None)
     rest = rest if isinstance(rest, Mapping) else {}
     bad = _bad_rates(rest.get("DEFAULT_THROTTLE_RATES"))
@@ -107,6 +111,8 @@ def throttle_checks() -> list[checks.CheckMessage]:
     found: list[checks.CheckMessage] = [checks.Error(t, id="freqguard.E005") for t in walk.paths]
     if walk.unseen and "freqguard.integrations.drf" in sys.modules:  # the URLconf is loaded
         found.append(checks.Info(_unseen(list(walk.unseen.values())), id="freqguard.I001"))
+    if walk.stopped is not None:
+        found.append(checks.Warning(_stopped(walk.stopped), id="freqguard.W003"))
     read: dict[object, str] = {}  # a bad scope: the first view reading it
     rated: set[type] = set()  # throttles whose own rate is checked
     # a scope with no rate: the views reading it, one error for a throttle's own scope (one
@@ -205,6 +211,18 @@ def _unseen(views: list[str]) -> str:
     )
 
 
+def _stopped(where: str) -> str:
+    """W003's message: where the walk stopped, what it did not check, and what to do."""
+    return (
+        f"The check of the views' DRF throttles stopped its walk of the URLconf after "
+        f"{_MOST_PATTERNS} URL patterns (a bound on its time), at {where}: the views from "
+        "there on were not checked, so a scope with no rate, a rate that does not parse or "
+        "a dotted path in throttle_classes there is found at the first request instead. If "
+        "the URLconf is that large on purpose, SILENCED_SYSTEM_CHECKS = ['freqguard.W003'] "
+        "silences this"
+    )
+
+
 def _who(views: list[str]) -> str:
     """The views a message names: the one, or how many and the first few."""
     if len(views) == 1:
@@ -226,7 +244,7 @@ def _walk() -> _Walk:
     walk = _Walk()
     seen: set[tuple[type, type, object]] = set()
     said: set[tuple[type, str]] = set()  # a view's dotted paths told of
-    for url, callback in _patterns():
+    for url, callback in _patterns(walk):
         view = getattr(callback, "cls", None) or getattr(callback, "view_class", None)
         if not isinstance(view, type):
             continue
@@ -289,23 +307,28 @@ def _path(view: str, path: str) -> str:
     )
 
 
-def _patterns() -> Iterator[tuple[str, Any]]:
+def _patterns(walk: _Walk) -> Iterator[tuple[str, Any]]:
     """Each URL pattern of the project's URLconf, its route and its view, depth first, within
-    the bounds; none from a URLconf (or an include) that does not load."""
+    the bounds (the first pattern past the most: ``walk.stopped``); none from a URLconf (or
+    an include) that does not load."""
     stack: list[tuple[str, int, Iterator[Any]]] = []
     try:
         stack.append(("", 0, iter(get_resolver().url_patterns)))
     except Exception:  # any error importing the project's code: Django's check reports it
         return
     visited = 0
-    while stack and visited < _MOST_PATTERNS:
+    while stack:
         prefix, depth, patterns = stack[-1]
         pattern = next(patterns, None)
         if pattern is None:
             stack.pop()
             continue
-        visited += 1
         route = prefix + _route(pattern)
+        if visited == _MOST_PATTERNS:  # one pattern more than the bound: not all walked
+            view = f" ({pattern.lookup_str})" if isinstance(pattern, URLPattern) else ""
+            walk.stopped = f"URL {route!r}{view}"
+            return
+        visited += 1
         if isinstance(pattern, URLResolver) and depth < _DEEPEST:
             try:
                 stack.append((route, depth + 1, iter(pattern.url_patterns)))

@@ -5,7 +5,8 @@ the decision's exact ``retry_after``; on memory with a ManualClock."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+import types
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -19,7 +20,7 @@ from tests.integrations import django_site
 django_site.setup()  # done on import already: DRF's modules below read the settings
 from django.core import checks  # noqa: E402
 from django.test import override_settings  # noqa: E402
-from django.urls import get_resolver, resolve  # noqa: E402
+from django.urls import get_resolver, path, resolve  # noqa: E402
 from rest_framework.exceptions import ParseError  # noqa: E402
 from rest_framework.request import Request  # noqa: E402
 from rest_framework.response import Response  # noqa: E402
@@ -32,7 +33,7 @@ from freqguard.integrations._django_state import current  # noqa: E402
 from freqguard.integrations._request import KeyFunc  # noqa: E402
 from freqguard.integrations.django import exempt, header  # noqa: E402
 from freqguard.integrations.drf import FreqGuardThrottle, drf_rates  # noqa: E402
-from tests.integrations import drf_views  # noqa: E402
+from tests.integrations import drf_check_urls, drf_views  # noqa: E402
 
 REST = django_site.SETTINGS["REST_FRAMEWORK"]
 
@@ -341,6 +342,35 @@ def test_a_dotted_path_in_a_views_throttle_classes_is_a_check_error() -> None:
         factory = APIRequestFactory()
         with pytest.raises(TypeError, match="'str' object is not callable"):
             resolve("/dotted").func(factory.get("/dotted"))
+
+
+def _urlconf(patterns: Sequence[object]) -> types.ModuleType:
+    """A URLconf of these patterns, then a view on freqguard's anon throttle, whose scope the
+    site's rates do not name (an E004 when the walk reaches it)."""
+    urls = types.ModuleType(f"tests.integrations.urls_{len(patterns)}")
+    vars(urls)["urlpatterns"] = [*patterns, path("last", drf_check_urls.Anonymous.as_view())]
+    return urls
+
+
+def test_a_urlconf_past_the_walks_bound_is_a_warning_naming_where_it_stopped() -> None:
+    """The check walks at most 20,000 URL patterns (a bound on its time): past them it
+    stopped without a word, so a view there was not checked (its E004 missing) and nothing
+    said so. A warning (``freqguard.W003``) says how many patterns it walked and the first
+    it did not, its URL and view. Seen failing first."""
+    plain = [path(f"p{n}", drf_check_urls.plain) for n in range(20_000)]
+    with override_settings(ROOT_URLCONF=_urlconf(plain)):
+        found = [m for m in checks.run_checks() if m.id and m.id.startswith("freqguard.")]
+    [warning] = found
+    assert warning.id == "freqguard.W003"
+    assert warning.level == checks.WARNING
+    assert "after 20000 URL patterns" in warning.msg
+    assert "URL 'last' (tests.integrations.drf_check_urls.Anonymous)" in warning.msg
+    assert "SILENCED_SYSTEM_CHECKS = ['freqguard.W003']" in warning.msg
+    # 20,000 patterns are walked whole: the last view checked, and no warning
+    with override_settings(ROOT_URLCONF=_urlconf(plain[1:])):
+        found = [m for m in checks.run_checks() if m.id and m.id.startswith("freqguard.")]
+    assert [m.id for m in found] == ["freqguard.E004"]
+    assert "Anonymous (URL 'last')" in found[0].msg
 
 
 def test_a_urlconf_that_does_not_import_is_left_to_djangos_check() -> None:
