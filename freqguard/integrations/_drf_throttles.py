@@ -109,7 +109,9 @@ def throttle_checks() -> list[checks.CheckMessage]:
     fallback = bool(getattr(django_settings, "FREQGUARD_DEFAULT_LIMITS", None))
     fallback = fallback or getattr(django_settings, "FREQGUARD_ENABLED", True) is False  # off
     found: list[checks.CheckMessage] = [checks.Error(t, id="freqguard.E005") for t in walk.paths]
-    if walk.unseen and "freqguard.integrations.drf" in sys.modules:  # the URLconf is loaded
+    # quiet unless freqguard's DRF throttles are loaded (the walk has imported every view's
+    # module): without them get_throttles() has none of freqguard's to choose
+    if walk.unseen and "freqguard.integrations.drf" in sys.modules:
         found.append(checks.Info(_unseen(list(walk.unseen.values())), id="freqguard.I001"))
     if walk.stopped is not None:
         found.append(checks.Warning(_stopped(walk.stopped), id="freqguard.W003"))
