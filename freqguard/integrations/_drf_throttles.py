@@ -8,18 +8,30 @@ name them:
 * ``freqguard.E004``: a view's freqguard throttle reads a scope (the view's
   ``throttle_scope``, or the throttle's ``scope``) that ``DEFAULT_THROTTLE_RATES`` does not
   name, with no ``FREQGUARD_DEFAULT_LIMITS`` to fall back on: every request to the view
-  would fail.
+  would fail. One error a view for the view's scope (each view's to fix), one for a
+  throttle's own, naming how many views use it and the first few.
+* ``freqguard.E005``: a view's ``throttle_classes`` names a throttle by a dotted path, which
+  DRF calls as it is (it imports paths only in ``DEFAULT_THROTTLE_CLASSES``): every request
+  to the view would fail.
+* ``freqguard.I001``: the views whose throttles ``get_throttles()`` chooses (an override of
+  DRF's): the check cannot call it without a request, so it does not judge their
+  ``throttle_classes``. One Info for all, and only while freqguard's DRF throttles are
+  loaded: the override is DRF's idiom, not a fault, and without them it has none of
+  freqguard's to choose.
+* ``freqguard.W003``: the walk of the URLconf stopped at its bound, so the views past it
+  were not checked.
 
 A throttle is freqguard's by the names in its MRO: drf.py imports this module, and the
-check runs where DRF is not installed. The URLconf is walked within bounds, and one that
-does not load is left to Django's own check.
+check runs where DRF is not installed. The URLconf is walked within bounds (past the most
+patterns, W003 says so), and one that does not load is left to Django's own check.
 """
 
 from __future__ import annotations
 
 import difflib
+import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from django.conf import settings as django_settings
@@ -34,6 +46,9 @@ __all__ = ["Given", "given", "throttle_checks"]
 
 _THROTTLE = "freqguard.integrations.drf.FreqGuardThrottle"
 _SCOPED = "freqguard.integrations.drf.FreqGuardScopedThrottle"
+_APIVIEW = "rest_framework.views.APIView"  # its get_throttles() makes throttle_classes
+#: The views an error names by name; the others it counts.
+_SHOWN = 3
 #: The bounds of the walk: URL patterns visited, and includes followed one inside another.
 _MOST_PATTERNS = 20_000
 _DEEPEST = 32
@@ -71,31 +86,55 @@ class _Use:
     attr: str | None  # the view's attribute naming it, for a scoped throttle
 
 
+@dataclass
+class _Walk:
+    """What the walk of the URLconf found."""
+
+    uses: list[_Use] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)  # E005: a dotted path in throttle_classes
+    unseen: dict[type, str] = field(default_factory=dict)  # I001: views choosing in code
+    stopped: str | None = None  # W003: the first pattern past the bound, if any
+
+
 def throttle_checks() -> list[checks.CheckMessage]:
-    """``freqguard.E003``, ``W002`` and ``E004`` (see the module)."""
+    """``freqguard.E003``, ``W002``, ``E004``, ``E005``, ``I001`` and ``W003`` (see the
+    module)."""
     rest = getattr(django_settings, "REST_FRAMEWORK", None)
     rest = rest if isinstance(rest, Mapping) else {}
     bad = _bad_rates(rest.get("DEFAULT_THROTTLE_RATES"))
     classes = rest.get("DEFAULT_THROTTLE_CLASSES")
     default = isinstance(classes, (list, tuple)) and any(_ours(c) for c in classes)
-    uses = list(_uses())
-    rates = _drf_rates() if uses else {}
+    walk = _walk()
+    rates = _drf_rates() if walk.uses else {}
     fallback = bool(getattr(django_settings, "FREQGUARD_DEFAULT_LIMITS", None))
     fallback = fallback or getattr(django_settings, "FREQGUARD_ENABLED", True) is False  # off
-    found: list[checks.CheckMessage] = []
+    found: list[checks.CheckMessage] = [checks.Error(t, id="freqguard.E005") for t in walk.paths]
+    # quiet unless freqguard's DRF throttles are loaded (the walk has imported every view's
+    # module): without them get_throttles() has none of freqguard's to choose
+    if walk.unseen and "freqguard.integrations.drf" in sys.modules:
+        found.append(checks.Info(_unseen(list(walk.unseen.values())), id="freqguard.I001"))
+    if walk.stopped is not None:
+        found.append(checks.Warning(_stopped(walk.stopped), id="freqguard.W003"))
     read: dict[object, str] = {}  # a bad scope: the first view reading it
     rated: set[type] = set()  # throttles whose own rate is checked
-    for use in uses:
+    # a scope with no rate: the views reading it, one error for a throttle's own scope (one
+    # fix), one a view for a view's scope (each view's to fix)
+    unnamed: dict[tuple[type, object, str | None], list[_Use]] = {}
+    for use in walk.uses:
         where = given(getattr(use.throttle, "rate", None), use.scope, rates)
         if where is None:
             if use.scope is not None and not fallback:
-                found.append(checks.Error(_unnamed(use, rates), id="freqguard.E004"))
+                key = (use.throttle, use.scope, use.view if use.attr else None)
+                unnamed.setdefault(key, []).append(use)
         elif where.scope is None:
             if use.throttle not in rated:
                 rated.add(use.throttle)
                 found += _bad_rate(use, where.text)
         elif where.scope in bad:
             read.setdefault(where.scope, use.view)
+    found += [
+        checks.Error(_unnamed(views, rates), id="freqguard.E004") for views in unnamed.values()
+    ]
     for scope, text in bad.items():
         if scope in read:
             text += f"; {read[scope]} reads it"
@@ -136,16 +175,20 @@ def _bad_rate(use: _Use, text: object) -> list[checks.CheckMessage]:
     return []
 
 
-def _unnamed(use: _Use, rates: object) -> str:
-    """E004's message: the view, the throttle, the scope unnamed, and the fixes."""
+def _unnamed(uses: list[_Use], rates: object) -> str:
+    """E004's message: the views (the first few, and how many), the throttle, the scope
+    unnamed, and the fixes."""
+    use = uses[0]
+    who = _who([each.view for each in uses])
+    them = "them" if len(uses) > 1 else "the view"
     named = [str(name) for name in rates] if isinstance(rates, Mapping) else []
     guess = next(iter(difflib.get_close_matches(str(use.scope), named, 1)), None)
     hint = f" (did you mean {guess!r}?)" if guess else ""
     what = f"the view's {use.attr}" if use.attr else "the scope"
     return (
-        f"{use.view}: {_dotted(use.throttle)} reads {what} {use.scope!r}, which "
+        f"{who}: {_dotted(use.throttle)} reads {what} {use.scope!r}, which "
         f"REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'] does not name{hint}, and "
-        "FREQGUARD_DEFAULT_LIMITS is not set: every request to the view would fail "
+        f"FREQGUARD_DEFAULT_LIMITS is not set: every request to {them} would fail "
         f"(ConfigError, a 500). Name it there ({use.scope!r}: '100/hour', or None for no "
         "throttling), "
         + (
@@ -156,6 +199,40 @@ def _unnamed(use: _Use, rates: object) -> str:
     )
 
 
+def _unseen(views: list[str]) -> str:
+    """I001's message: the views whose throttles get_throttles() chooses, and the fix."""
+    them = "these views'" if len(views) > 1 else "the view's"
+    return (
+        f"{_who(views)}: get_throttles() chooses the throttles at each request, and the check "
+        f"cannot call it without a request, so it does not judge {them} throttle_classes: a "
+        "scope with no rate or a rate that does not parse, read by what it chooses, is found "
+        "at the first request instead. To have a view checked, name its throttles in "
+        "throttle_classes (an action's in @action(throttle_classes=[...]), a URL's in "
+        "as_view(throttle_classes=[...])) rather than in get_throttles(); if the override "
+        "is meant, SILENCED_SYSTEM_CHECKS = ['freqguard.I001'] silences this"
+    )
+
+
+def _stopped(where: str) -> str:
+    """W003's message: where the walk stopped, what it did not check, and what to do."""
+    return (
+        f"The check of the views' DRF throttles stopped its walk of the URLconf after "
+        f"{_MOST_PATTERNS} URL patterns (a bound on its time), at {where}: the views from "
+        "there on were not checked, so a scope with no rate, a rate that does not parse or "
+        "a dotted path in throttle_classes there is found at the first request instead. If "
+        "the URLconf is that large on purpose, SILENCED_SYSTEM_CHECKS = ['freqguard.W003'] "
+        "silences this"
+    )
+
+
+def _who(views: list[str]) -> str:
+    """The views a message names: the one, or how many and the first few."""
+    if len(views) == 1:
+        return views[0]
+    more = f" and {len(views) - _SHOWN} more" if len(views) > _SHOWN else ""
+    return f"{len(views)} views, " + ", ".join(views[:_SHOWN]) + more
+
+
 def _drf_rates() -> object:
     """``DEFAULT_THROTTLE_RATES`` as the throttles read it (DRF's default when unset)."""
     from rest_framework.settings import api_settings  # installed: a view names a throttle
@@ -163,51 +240,97 @@ def _drf_rates() -> object:
     return api_settings.DEFAULT_THROTTLE_RATES
 
 
-def _uses() -> Iterator[_Use]:
+def _walk() -> _Walk:
     """Each view of the URLconf and each freqguard throttle it names, once, at the first
-    URL that reaches it."""
+    URL that reaches it; and what else the check says of the views."""
+    walk = _Walk()
     seen: set[tuple[type, type, object]] = set()
-    for url, callback in _patterns():
+    said: set[tuple[type, str]] = set()  # a view's dotted paths told of
+    for url, callback in _patterns(walk):
         view = getattr(callback, "cls", None) or getattr(callback, "view_class", None)
         if not isinstance(view, type):
             continue
         init = getattr(callback, "initkwargs", None) or getattr(callback, "view_initkwargs", {})
         init = init if isinstance(init, Mapping) else {}  # as_view(**initkwargs), router actions
+        name = f"{view.__module__}.{view.__name__}"
+        where = f"{name} (URL {url!r})"
+        chooser = _chooser(view)
+        if chooser is not None:  # throttle_classes may not be what runs: not judged
+            of = "" if chooser is view else f", get_throttles() of {_dotted(chooser)}"
+            walk.unseen.setdefault(view, f"{name} (URL {url!r}{of})")
+            continue
         throttles = init.get("throttle_classes", getattr(view, "throttle_classes", ()))
         for throttle in throttles if isinstance(throttles, (list, tuple)) else ():
+            if isinstance(throttle, str):  # not imported by DRF here: not what runs
+                if (view, throttle) not in said:
+                    said.add((view, throttle))
+                    walk.paths.append(_path(where, throttle))
+                continue
             ours = _ours(throttle)
-            if ours is None:
-                continue
-            attr, scope = None, getattr(ours, "scope", None)
-            if _is(ours, _SCOPED):  # the view names the scope
-                attr = getattr(ours, "scope_attr", "throttle_scope")
-                scope = init.get(attr, getattr(view, attr, None))
-                if not scope:  # a view without one is not throttled
-                    continue
-            if scope is not None and not isinstance(scope, str):  # DRF's are text: not judged
-                continue
-            if (view, ours, scope) not in seen:
-                seen.add((view, ours, scope))
-                yield _Use(f"{view.__module__}.{view.__name__} (URL {url!r})", ours, scope, attr)
+            use = _use(where, view, init, ours) if ours is not None else None
+            if use is not None and (view, use.throttle, use.scope) not in seen:
+                seen.add((view, use.throttle, use.scope))
+                walk.uses.append(use)
+    return walk
 
 
-def _patterns() -> Iterator[tuple[str, Any]]:
+def _use(where: str, view: type, init: Mapping[str, Any], ours: type) -> _Use | None:
+    """The scope a view's freqguard throttle reads (None: the view is not throttled, or
+    the scope is not text, as DRF's are, and not judged)."""
+    attr, scope = None, getattr(ours, "scope", None)
+    if _is(ours, _SCOPED):  # the view names the scope
+        attr = getattr(ours, "scope_attr", "throttle_scope")
+        scope = init.get(attr, getattr(view, attr, None))
+        if not scope:  # a view without one is not throttled
+            return None
+    if scope is not None and not isinstance(scope, str):
+        return None
+    return _Use(where, ours, scope, attr)
+
+
+def _chooser(view: type) -> type | None:
+    """The class whose ``get_throttles()`` the view runs, unless DRF's APIView's (which
+    answers ``throttle_classes``)."""
+    for base in view.__mro__:
+        if "get_throttles" in vars(base):
+            return None if _dotted(base) == _APIVIEW else base
+    return None
+
+
+def _path(view: str, path: str) -> str:
+    """E005's message: the view, the dotted path in its throttle_classes, and the fix."""
+    module, _, name = path.rpartition(".")
+    fix = f" (from {module} import {name}; throttle_classes = [{name}])" if module else ""
+    return (
+        f"{view}: throttle_classes names {path!r}, a dotted path: DRF calls each of a view's "
+        "throttle_classes as it is, so every request to the view would fail (TypeError: "
+        f"'str' object is not callable, a 500). Put the class itself there{fix}: DRF "
+        "imports dotted paths only in REST_FRAMEWORK['DEFAULT_THROTTLE_CLASSES']"
+    )
+
+
+def _patterns(walk: _Walk) -> Iterator[tuple[str, Any]]:
     """Each URL pattern of the project's URLconf, its route and its view, depth first, within
-    the bounds; none from a URLconf (or an include) that does not load."""
+    the bounds (the first pattern past the most: ``walk.stopped``); none from a URLconf (or
+    an include) that does not load."""
     stack: list[tuple[str, int, Iterator[Any]]] = []
     try:
         stack.append(("", 0, iter(get_resolver().url_patterns)))
     except Exception:  # any error importing the project's code: Django's check reports it
         return
     visited = 0
-    while stack and visited < _MOST_PATTERNS:
+    while stack:
         prefix, depth, patterns = stack[-1]
         pattern = next(patterns, None)
         if pattern is None:
             stack.pop()
             continue
-        visited += 1
         route = prefix + _route(pattern)
+        if visited == _MOST_PATTERNS:  # one pattern more than the bound: not all walked
+            view = f" ({pattern.lookup_str})" if isinstance(pattern, URLPattern) else ""
+            walk.stopped = f"URL {route!r}{view}"
+            return
+        visited += 1
         if isinstance(pattern, URLResolver) and depth < _DEEPEST:
             try:
                 stack.append((route, depth + 1, iter(pattern.url_patterns)))

@@ -19,7 +19,10 @@ without one each view has its own (``drf.<throttle class>.<view class>``).
 ``UserRateThrottle``. ``wait()`` is the decision's exact ``retry_after``; with the
 freqguard middleware installed the response carries the rate-limit headers too.
 ``manage.py check`` reports a rate a throttle would read and cannot (``freqguard.E003``), and
-a view whose throttle reads a scope with no rate (``freqguard.E004``), before a request fails.
+a view whose throttle reads a scope with no rate (``freqguard.E004``), or whose
+``throttle_classes`` names a throttle by a dotted path (``freqguard.E005``: DRF imports
+paths only in ``DEFAULT_THROTTLE_CLASSES``), before a request fails; it names the views
+whose throttles ``get_throttles()`` chooses, which it cannot see (``freqguard.I001``).
 """
 
 from __future__ import annotations

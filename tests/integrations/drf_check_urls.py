@@ -1,8 +1,10 @@
 """A URLconf for the DRF throttle checks (tests/integrations/test_drf.py): views whose
 freqguard throttles read a scope ``DEFAULT_THROTTLE_RATES`` does not name, or a rate that
 does not parse, reached through an include, an ``@api_view`` function and a router's
-ViewSet. The tests' rates: ``{"upload": "10/hour", "reports": "5/min", "slow": "3/minit",
-"off": None}``."""
+ViewSet; six views on freqguard's anon throttle, whose scope is named nowhere; and a view
+naming its throttle by a dotted path; two choosing their throttles in ``get_throttles()``.
+The tests' rates:
+``{"upload": "10/hour", "reports": "5/min", "slow": "3/minit", "off": None}``."""
 
 from __future__ import annotations
 
@@ -12,10 +14,15 @@ from rest_framework.decorators import action, api_view, throttle_classes
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 from rest_framework.viewsets import ViewSet
 
-from freqguard.integrations.drf import FreqGuardScopedThrottle, FreqGuardThrottle
+from freqguard.integrations.drf import (
+    FreqGuardAnonThrottle,
+    FreqGuardScopedThrottle,
+    FreqGuardThrottle,
+)
 
 
 class Uploads(APIView):
@@ -24,6 +31,24 @@ class Uploads(APIView):
 
     def get(self, request: Request) -> Response:
         return Response("uploaded")
+
+
+class UploadsToo(Uploads):  # the same misspelt scope: each view's own to fix
+    pass
+
+
+class Anonymous(APIView):
+    throttle_classes = (FreqGuardAnonThrottle,)  # reads "anon", which the rates do not name
+
+    def get(self, request: Request) -> Response:
+        return Response("anonymous")
+
+
+#: The anon throttle's views: six, one scope to name.
+ANONYMOUS: list[type[APIView]] = [
+    Anonymous,
+    *(type(f"Anonymous{n}", (Anonymous,), {}) for n in range(1, 6)),
+]
 
 
 class ExportsScope(FreqGuardThrottle):
@@ -69,6 +94,29 @@ class Misspelt(APIView):
         return Response("misspelt")
 
 
+class Dotted(APIView):
+    # a dotted path where DRF wants the class: DRF imports strings only in the settings
+    throttle_classes = ("tests.integrations.drf_check_urls.ExportsScope",)  # type: ignore[assignment]
+
+    def get(self, request: Request) -> Response:
+        return Response("dotted")
+
+
+class Chosen(APIView):
+    throttle_classes = (FreqGuardScopedThrottle,)
+    throttle_scope = "chosen"  # named nowhere, and not what runs: get_throttles() chooses
+
+    def get_throttles(self) -> list[BaseThrottle]:
+        return [] if self.request.method == "GET" else super().get_throttles()
+
+    def get(self, request: Request) -> Response:
+        return Response("chosen")
+
+
+class ChosenToo(Chosen):  # the override inherited
+    pass
+
+
 class Reports(ViewSet):
     throttle_classes = (FreqGuardScopedThrottle,)
     throttle_scope = "reports"
@@ -95,5 +143,13 @@ urlpatterns = [
     path("off", Off.as_view()),
     path("misspelt", Misspelt.as_view()),
     path("plain", plain),
+    path("dotted", Dotted.as_view()),
+    path("dotted-nowhere", Dotted.as_view(throttle_classes=["nowhere.Burst"])),
     path("", include(router.urls)),
+    path("uploads-too", UploadsToo.as_view()),
+    *(path(f"anonymous/{n}", view.as_view()) for n, view in enumerate(ANONYMOUS)),
+    path("anonymous-again", Anonymous.as_view()),  # one view at two URLs: counted once
+    path("chosen", Chosen.as_view()),
+    path("chosen-too", ChosenToo.as_view()),
+    path("chosen-again", Chosen.as_view()),
 ]

@@ -162,6 +162,47 @@ def test_a_scope_with_no_rate(clock: ManualClock) -> None:
     assert any("Uploads (URL 'api/uploads')" in m and "'upload'?" in m for m in found)
 
 
+def test_a_dotted_path_in_throttle_classes(clock: ManualClock) -> None:
+    """A dotted path in a view's ``throttle_classes`` (as ``DEFAULT_THROTTLE_CLASSES`` are
+    written): DRF calls it as it is, so every request fails, DRF's throttle's path or
+    freqguard's alike; ``manage.py check`` finds it before any (``E005``)."""
+    for path in (
+        "rest_framework.throttling.AnonRateThrottle",
+        "freqguard.integrations.drf.FreqGuardAnonThrottle",
+    ):
+        with _rates(anon="3/min"), pytest.raises(TypeError, match="'str' object is not callable"):
+            _codes(_view([path]), 1)  # type: ignore[list-item]
+    urls = "tests.integrations.drf_check_urls"  # its Dotted: a path in throttle_classes
+    with _rates(), override_settings(ROOT_URLCONF=urls):
+        found = [m.msg for m in checks.run_checks() if m.id == "freqguard.E005"]
+    assert any("Dotted (URL 'dotted')" in m and "import ExportsScope" in m for m in found)
+
+
+def test_get_throttles(clock: ManualClock) -> None:
+    """A view choosing its throttles in ``get_throttles()`` (here: none for a GET): DRF and
+    freqguard run what it answers, at each request; ``manage.py check`` cannot call it
+    without one, so it does not judge the view's ``throttle_classes`` and names the views
+    it cannot see in one Info (``I001``)."""
+    theirs = _timed(throttling.ScopedRateThrottle, clock, THROTTLE_RATES={"x": "1/min"})
+    for throttle in (theirs, drf.FreqGuardScopedThrottle):
+        cache.clear()
+
+        def get_throttles(self: APIView) -> list[Any]:
+            return [] if self.request.method == "GET" else [throttle()]  # noqa: B023 (called in this iteration)
+
+        view = _view([throttle], throttle_scope="x", get_throttles=get_throttles)
+        post = APIRequestFactory().post("/")
+        with _rates(x="1/min"):
+            assert _codes(view, 3) == [200] * 3
+            # a POST is throttled (then refused, 405: the view has no post), a GET is not
+            assert [view(post).status_code for _ in range(2)] == [405, 429]
+    urls = "tests.integrations.drf_check_urls"  # its Chosen: get_throttles() overridden
+    with _rates(), override_settings(ROOT_URLCONF=urls):
+        found = [m for m in checks.run_checks() if m.id == "freqguard.I001"]
+    assert [m.level for m in found] == [checks.INFO]
+    assert "Chosen (URL 'chosen')" in found[0].msg
+
+
 def test_wait(clock: ManualClock) -> None:
     """5/min, four requests at 0 s, a fifth at 30 s: after it, DRF's wait() answers a pace
     and freqguard's None; a sixth is denied by both, and both wait the 30 s until the oldest

@@ -4,7 +4,9 @@ the decision's exact ``retry_after``; on memory with a ManualClock."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+import types
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -18,7 +20,7 @@ from tests.integrations import django_site
 django_site.setup()  # done on import already: DRF's modules below read the settings
 from django.core import checks  # noqa: E402
 from django.test import override_settings  # noqa: E402
-from django.urls import get_resolver, resolve  # noqa: E402
+from django.urls import get_resolver, path, resolve  # noqa: E402
 from rest_framework.exceptions import ParseError  # noqa: E402
 from rest_framework.request import Request  # noqa: E402
 from rest_framework.response import Response  # noqa: E402
@@ -31,7 +33,7 @@ from freqguard.integrations._django_state import current  # noqa: E402
 from freqguard.integrations._request import KeyFunc  # noqa: E402
 from freqguard.integrations.django import exempt, header  # noqa: E402
 from freqguard.integrations.drf import FreqGuardThrottle, drf_rates  # noqa: E402
-from tests.integrations import drf_views  # noqa: E402
+from tests.integrations import drf_check_urls, drf_views  # noqa: E402
 
 REST = django_site.SETTINGS["REST_FRAMEWORK"]
 
@@ -212,8 +214,12 @@ def test_a_views_scope_with_no_rate_is_a_check_error_naming_the_view(guard: Guar
     (DRF's own ScopedRateThrottle, ImproperlyConfigured): ``manage.py check`` says so,
     naming the view, its URL and the scope (``freqguard.E004``). Seen failing first."""
     found = _checked()
-    assert len(found["freqguard.E004"]) == 3  # not /unscoped, /off, /slow, the ViewSet's list
-    uploads, export, csv = (_one(found["freqguard.E004"], n) for n in ("Uploads", "export", "csv"))
+    # Uploads, UploadsToo, export, the csv action, and the anon throttle's six views in one;
+    # not /unscoped, /off, /slow, the ViewSet's list
+    assert len(found["freqguard.E004"]) == 5
+    uploads, export, csv = (
+        _one(found["freqguard.E004"], n) for n in ("Uploads (", "export", "csv")
+    )
     assert "tests.integrations.drf_check_urls.Uploads (URL 'api/uploads')" in uploads
     assert "throttle_scope 'uploads'" in uploads
     assert "did you mean 'upload'?" in uploads
@@ -240,6 +246,64 @@ def test_a_views_scope_with_no_rate_is_a_check_error_naming_the_view(guard: Guar
     assert "fix the view's throttle_scope" in uploads
 
 
+def test_a_throttles_own_scope_with_no_rate_is_one_error_naming_its_views() -> None:
+    """freqguard's anon throttle on many views while ``DEFAULT_THROTTLE_RATES`` names no
+    ``'anon'``: one ``freqguard.E004`` for the throttle's scope, fixed in one place, naming
+    how many views use it and the first few; it was one error a view, each saying the same
+    (50 views, 50 errors). A view's own misspelt ``throttle_scope`` stays an error a view,
+    fixed in each view. Seen failing first."""
+    found = _checked()["freqguard.E004"]
+    [anon] = [message for message in found if "'anon'" in message]
+    assert anon.startswith(
+        "6 views, tests.integrations.drf_check_urls.Anonymous (URL 'anonymous/0'), "
+        "tests.integrations.drf_check_urls.Anonymous1 (URL 'anonymous/1'), "
+        "tests.integrations.drf_check_urls.Anonymous2 (URL 'anonymous/2') and 3 more: "
+        "freqguard.integrations.drf.FreqGuardAnonThrottle reads the scope 'anon', which "
+        "REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'] does not name"
+    )
+    assert "every request to them would fail" in anon
+    assert "Name it there ('anon': '100/hour'" in anon
+    assert "or give FreqGuardAnonThrottle a rate" in anon
+    uploads = [message for message in found if "throttle_scope 'uploads'" in message]
+    assert len(uploads) == 2  # each view's own
+    assert any(
+        message.startswith("tests.integrations.drf_check_urls.UploadsToo") for message in uploads
+    )
+
+
+def test_a_view_choosing_its_throttles_in_code_is_not_judged_by_its_throttle_classes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """DRF runs what a view's ``get_throttles()`` answers, at each request: the check, which
+    cannot call it without one, judged the view's ``throttle_classes`` as if they ran (an
+    E004 for Chosen's scope, which its GET never reads). A view whose ``get_throttles`` is
+    not DRF's APIView's is not judged; one ``freqguard.I001`` (an Info: the override is
+    DRF's idiom, not a fault) names the views the check cannot see, while freqguard's DRF
+    throttles are loaded: a project without them has nothing of freqguard's there to miss.
+    Seen failing first."""
+    found = _checked()
+    assert not any("Chosen" in message for message in found["freqguard.E004"])
+    [info] = found["freqguard.I001"]
+    assert info.startswith(
+        "2 views, tests.integrations.drf_check_urls.Chosen (URL 'chosen'), "
+        "tests.integrations.drf_check_urls.ChosenToo (URL 'chosen-too', get_throttles() "
+        "of tests.integrations.drf_check_urls.Chosen): "
+    )
+    assert "cannot call it without a request" in info
+    assert "throttle_classes" in info
+    assert "SILENCED_SYSTEM_CHECKS = ['freqguard.I001']" in info
+    rest = {**REST, "DEFAULT_THROTTLE_RATES": CHECKED}
+    with override_settings(ROOT_URLCONF="tests.integrations.drf_check_urls", REST_FRAMEWORK=rest):
+        [message] = [m for m in checks.run_checks() if m.id == "freqguard.I001"]
+        assert message.level == checks.INFO  # not a WARNING: check --fail-level WARNING passes
+        # what the check spares: the view's GET reads no throttle, so no scope
+        factory = APIRequestFactory()
+        assert resolve("/chosen").func(factory.get("/chosen")).status_code == 200
+    # quiet where nothing of freqguard's DRF throttles is loaded
+    monkeypatch.delitem(sys.modules, "freqguard.integrations.drf")
+    assert "freqguard.I001" not in _checked()
+
+
 def test_a_bad_rate_a_view_reads_is_a_check_error_not_a_warning() -> None:
     """A rate that does not parse, read by a view's freqguard throttle (its scope's, or the
     class's ``rate``), fails that view's every request: an error (``freqguard.E003``), not
@@ -252,6 +316,61 @@ def test_a_bad_rate_a_view_reads_is_a_check_error_not_a_warning() -> None:
     assert "tests.integrations.drf_check_urls.MisspeltRate.rate = '3/minit'" in misspelt
     assert "Misspelt (URL 'misspelt')" in misspelt
     assert "freqguard.W002" not in found
+
+
+def test_a_dotted_path_in_a_views_throttle_classes_is_a_check_error() -> None:
+    """DRF imports dotted paths only in ``DEFAULT_THROTTLE_CLASSES``: it calls a view's
+    ``throttle_classes`` as they are, so a string there fails every request to the view
+    (``'str' object is not callable``, a 500). The check imported the string and judged
+    the class it names as the view's throttle (an E004 for its scope); it is an error
+    naming the view, the string and the fix (``freqguard.E005``), whether the string
+    imports or not. Seen failing first."""
+    found = _checked()
+    assert len(found["freqguard.E005"]) == 2
+    dotted = _one(found["freqguard.E005"], "URL 'dotted'")
+    assert "tests.integrations.drf_check_urls.Dotted (URL 'dotted')" in dotted
+    assert "'tests.integrations.drf_check_urls.ExportsScope'" in dotted
+    assert "'str' object is not callable" in dotted
+    assert "from tests.integrations.drf_check_urls import ExportsScope" in dotted
+    assert "REST_FRAMEWORK['DEFAULT_THROTTLE_CLASSES']" in dotted
+    nowhere = _one(found["freqguard.E005"], "URL 'dotted-nowhere'")  # as_view(throttle_classes=)
+    assert "'nowhere.Burst'" in nowhere
+    assert not any("Dotted" in message for message in found["freqguard.E004"])
+    # what the check forestalls
+    rest = {**REST, "DEFAULT_THROTTLE_RATES": CHECKED}
+    with override_settings(ROOT_URLCONF="tests.integrations.drf_check_urls", REST_FRAMEWORK=rest):
+        factory = APIRequestFactory()
+        with pytest.raises(TypeError, match="'str' object is not callable"):
+            resolve("/dotted").func(factory.get("/dotted"))
+
+
+def _urlconf(patterns: Sequence[object]) -> types.ModuleType:
+    """A URLconf of these patterns, then a view on freqguard's anon throttle, whose scope the
+    site's rates do not name (an E004 when the walk reaches it)."""
+    urls = types.ModuleType(f"tests.integrations.urls_{len(patterns)}")
+    vars(urls)["urlpatterns"] = [*patterns, path("last", drf_check_urls.Anonymous.as_view())]
+    return urls
+
+
+def test_a_urlconf_past_the_walks_bound_is_a_warning_naming_where_it_stopped() -> None:
+    """The check walks at most 20,000 URL patterns (a bound on its time): past them it
+    stopped without a word, so a view there was not checked (its E004 missing) and nothing
+    said so. A warning (``freqguard.W003``) says how many patterns it walked and the first
+    it did not, its URL and view. Seen failing first."""
+    plain = [path(f"p{n}", drf_check_urls.plain) for n in range(20_000)]
+    with override_settings(ROOT_URLCONF=_urlconf(plain)):
+        found = [m for m in checks.run_checks() if m.id and m.id.startswith("freqguard.")]
+    [warning] = found
+    assert warning.id == "freqguard.W003"
+    assert warning.level == checks.WARNING
+    assert "after 20000 URL patterns" in warning.msg
+    assert "URL 'last' (tests.integrations.drf_check_urls.Anonymous)" in warning.msg
+    assert "SILENCED_SYSTEM_CHECKS = ['freqguard.W003']" in warning.msg
+    # 20,000 patterns are walked whole: the last view checked, and no warning
+    with override_settings(ROOT_URLCONF=_urlconf(plain[1:])):
+        found = [m for m in checks.run_checks() if m.id and m.id.startswith("freqguard.")]
+    assert [m.id for m in found] == ["freqguard.E004"]
+    assert "Anonymous (URL 'last')" in found[0].msg
 
 
 def test_a_urlconf_that_does_not_import_is_left_to_djangos_check() -> None:
