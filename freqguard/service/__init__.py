@@ -6,7 +6,6 @@ app with :func:`from_env`.
 
 from __future__ import annotations
 
-import gc
 import os
 from typing import Any
 
@@ -87,9 +86,4 @@ def from_env() -> Any:
     if key:  # --access-log json: the key of the digests, the same in every worker
         install_handler()
         app = AccessLog(app, key.encode())
-    # What the worker loaded (modules, the policies, the app) lives as long as it does:
-    # frozen, a collection of the oldest generation no longer walks it on a request's
-    # path (~5 CPU µs a hit of 65: benchmarks/service_cpu.py). Startup's garbage first.
-    gc.collect()
-    gc.freeze()
     return app

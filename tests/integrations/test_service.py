@@ -358,26 +358,3 @@ def test_a_reset_names_what_it_forgot_and_refuses_what_it_cannot_mean() -> None:
     assert (answers[3].status_code, answers[3].json()["field"]) == (422, "rules")
     assert (answers[4].status_code, answers[4].json()["field"]) == (422, "rules[0]")
     assert [r["remaining"] for r in answers[5].json()["rules"]] == [2, 0]
-
-
-def test_a_worker_freezes_what_it_loaded_so_collections_skip_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # a worker's modules, policies and app live as long as it does: a collection of the
-    # oldest generation walked them all, ~5 of the service's CPU µs a hit
-    # (benchmarks/service_cpu.py, the README's "The service at its floor")
-    import gc
-
-    from freqguard.service import CONFIG_ENV, from_env
-
-    config = tmp_path / "svc.toml"
-    config.write_text(
-        "backend = 'memory://'\n[[policy]]\nname = 'sms'\nrules = [{ rate = '3/minute' }]\n"
-    )
-    monkeypatch.setenv(CONFIG_ENV, str(config))
-    gc.unfreeze()
-    try:
-        from_env()
-        assert gc.get_freeze_count() > 0
-    finally:
-        gc.unfreeze()
