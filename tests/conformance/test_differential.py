@@ -30,7 +30,8 @@ from freqguard import (
 )
 from freqguard.backends.redis import RedisBackend
 from freqguard.script.contract import STALE_GRACE_US
-from tests.conftest import examples, flush, flush_scripts
+from tests.conformance.test_lease_exits import EVERY_STORE
+from tests.conftest import START, examples, flush, flush_scripts
 from tests.reference import RATE_STRATEGIES
 from tests.servers import RedisServer, state_keys
 
@@ -517,3 +518,30 @@ def test_messaging_rules_decide_alike(
     policy = _unique(rules, ("t", "m") if prioritized else (), quiet)
     backends = [MemoryBackend(), redis_backend, binned_backend, cluster_backend]
     _assert_alike(backends, policy, pool, ops, start)
+
+
+@pytest.mark.parametrize("strategy", [Strategy.SLIDING_LOG, Strategy.CONCURRENCY])
+@pytest.mark.parametrize("store", EVERY_STORE)
+def test_a_window_made_longer_counts_the_same_entries_in_every_store(
+    request: pytest.FixtureRequest, store: str, strategy: Strategy
+) -> None:
+    """Entries that left the window while a later write kept the log are dropped by that
+    write in every store: the Lua kept them until the cap pushed them out (the Python twin
+    dropped them), so a per-key limit that made the window longer counted one more hit on
+    Redis than in memory."""
+    backend = MemoryBackend() if store == "memory" else request.getfixturevalue(f"{store}_backend")
+    clock = ManualClock(START)
+    lease = {"lease": 30.0} if strategy is Strategy.CONCURRENCY else {}
+    rate = "5 concurrent" if strategy is Strategy.CONCURRENCY else "5 per 30 seconds"
+    rule = Rule(rate, by="u", strategy=strategy, name="r", **lease)
+    guard = Guard(backend, [Policy("p", rule)], clock=clock)
+    take = guard.take_lease if strategy is Strategy.CONCURRENCY else guard.hit
+    for step in (0, 20, 20):  # at 0, 20 and 40 s: the first has left the 30 s window
+        clock.advance(step)
+        assert take("p", u="a").allowed
+    longer = "5 concurrent" if strategy is Strategy.CONCURRENCY else "5 per 60 seconds"
+    guard.set_limit("p", "r", longer, u="a")
+    if strategy is Strategy.CONCURRENCY:  # a lease's length is the rule's: a deploy
+        rule = Rule(rate, by="u", strategy=strategy, name="r", lease=60.0)
+        guard = Guard(backend, [Policy("p", rule)], clock=clock)
+    assert guard.peek("p", u="a").remaining == 3  # the hits at 20 and 40 s

@@ -3,8 +3,9 @@
 -- state: ascending timestamps, packed: a header SLIDING_LOG_STATE (entry width w, base),
 -- then one w-byte offset from base per entry, at most the largest capacity of them. The
 -- width holds four times the longest window, so the base moves (re-encoding the entries)
--- only every few windows. Entries that left the window may stay until they are pushed out:
--- every rule counts only the entries inside its own window, as the Python twin does.
+-- only every few windows. Entries that left the window stay until the next write drops
+-- them (consume, refund), as the Python twin's do: a window made longer meanwhile (a
+-- per-key limit, a deploy's longer lease) counts them again, in both alike.
 local LOG_HEADER_BYTES = sliding_log.state_bytes  -- the header's size
 local FORMATS = {'>I1', '>I2', '>I3', '>I4', '>I5', '>I6', '>I7'}  -- an entry, by its width
 
@@ -16,6 +17,15 @@ end
 
 local function log_at(view, i)  -- the i-th timestamp (1-based)
   return view.base + sunpack(view.fmt, view.raw, LOG_HEADER_BYTES + 1 + (i - 1) * view.width)
+end
+
+local function log_upto(view, t)  -- how many entries are <= t (binary search)
+  local lo, hi = 0, view.n
+  while lo < hi do
+    local mid = floor((lo + hi + 1) / 2)
+    if log_at(view, mid) <= t then lo = mid else hi = mid - 1 end
+  end
+  return lo
 end
 
 function sliding_log.load(raw, now, spec)
@@ -58,7 +68,10 @@ function sliding_log.consume(view, now, cost, spec)
   end
   local base = view.base
   if width == view.width and now - base < spec.offset_range then
-    local keep = min(n, cap - added)  -- the usual case: trim the oldest, append
+    -- the usual case: append, and drop the oldest past the cap and those that left the
+    -- window (as sliding_log.py consume: a window made longer later must not count them)
+    local keep, cutoff = min(n, cap - added), now - spec.window
+    if keep > 0 and log_at(view, n - keep + 1) <= cutoff then keep = n - log_upto(view, cutoff) end
     local head = sub(view.raw, 1, LOG_HEADER_BYTES)
     return head .. sub(view.raw, LOG_HEADER_BYTES + 1 + (n - keep) * width)
       .. rep(pack(view.fmt, now - base), added)
@@ -75,22 +88,15 @@ function sliding_log.consume(view, now, cost, spec)
   return log_pack(width, kept)
 end
 
-local function log_upto(view, t)  -- how many entries are <= t (binary search)
-  local lo, hi = 0, view.n
-  while lo < hi do
-    local mid = floor((lo + hi + 1) / 2)
-    if log_at(view, mid) <= t then lo = mid else hi = mid - 1 end
-  end
-  return lo
-end
-
 function sliding_log.refund(view, now, cost, spec, mark)
   mark = mark and tonumber(mark)
   local head = sub(view.raw, 1, LOG_HEADER_BYTES)
-  if not mark then  -- the newest units inside the window, whoever's they are
-    local last = view.n - cost
-    if last < 1 or log_at(view, last) <= now - spec.window then return head end
-    return sub(view.raw, 1, LOG_HEADER_BYTES + last * view.width)
+  if not mark then  -- the newest units inside the window, whoever's they are; those that
+    -- left it go too (as sliding_log.py refund)
+    local last, lo = view.n - cost, log_upto(view, now - spec.window)
+    if last <= lo then return head end
+    return head .. sub(view.raw, LOG_HEADER_BYTES + 1 + lo * view.width,
+      LOG_HEADER_BYTES + last * view.width)
   end
   local hi = log_upto(view, mark)  -- the hit's own units: the entries equal to its time
   local lo = max(log_upto(view, mark - 1), hi - cost)
