@@ -545,3 +545,41 @@ def test_a_window_made_longer_counts_the_same_entries_in_every_store(
         rule = Rule(rate, by="u", strategy=strategy, name="r", lease=60.0)
         guard = Guard(backend, [Policy("p", rule)], clock=clock)
     assert guard.peek("p", u="a").remaining == 3  # the hits at 20 and 40 s
+
+
+@pytest.mark.parametrize("strategy", RATE_STRATEGIES)
+def test_a_per_key_limit_that_makes_the_window_longer_decides_alike(
+    redis_backend: RedisBackend,
+    binned_backend: RedisBackend,
+    scripts_backend: RedisBackend,
+    cluster_backend: RedisBackend,
+    redis_server: RedisServer,
+    redis_cluster: list[RedisServer],
+    scripts_server: RedisServer,
+    strategy: Strategy,
+) -> None:
+    """Hits under a short window, some of them out of it by the last; then a per-key limit
+    over a longer one: every store counts the same hits again (each strategy's state as its
+    writes left it)."""
+    flush([redis_server, *redis_cluster])
+    flush_scripts([scripts_server])
+    seen = []
+    for backend in (
+        MemoryBackend(),
+        redis_backend,
+        binned_backend,
+        scripts_backend,
+        cluster_backend,
+    ):
+        clock = ManualClock(START)
+        guard = Guard(
+            backend,
+            [Policy("p", Rule("5 per 30 seconds", by="u", strategy=strategy, name="r"))],
+            clock=clock,
+        )
+        for step in (0, 10, 10, 10, 10):
+            clock.advance(step)
+            guard.hit("p", u="a")
+        guard.set_limit("p", "r", "5 per 120 seconds", u="a")
+        seen.append([guard.peek("p", u="a"), guard.hit("p", u="a"), guard.hit("p", 2, u="a")])
+    assert all(found == seen[0] for found in seen[1:])
