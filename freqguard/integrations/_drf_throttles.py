@@ -13,6 +13,11 @@ name them:
 * ``freqguard.E005``: a view's ``throttle_classes`` names a throttle by a dotted path, which
   DRF calls as it is (it imports paths only in ``DEFAULT_THROTTLE_CLASSES``): every request
   to the view would fail.
+* ``freqguard.E006``: a view's freqguard throttle has neither a ``rate`` nor a ``scope``
+  (the generic :class:`~freqguard.integrations.drf.FreqGuardThrottle`), with no
+  ``FREQGUARD_DEFAULT_LIMITS`` to read instead: every request to the view would fail. One
+  error a throttle class, naming how many views use it and the first few; a throttle whose
+  own code (its ``__init__`` or ``allow_request``) may give the rate is not judged.
 * ``freqguard.I001``: the views whose throttles ``get_throttles()`` chooses (an override of
   DRF's): the check cannot call it without a request, so it does not judge their
   ``throttle_classes``. One Info for all, and only while freqguard's DRF throttles are
@@ -42,6 +47,7 @@ __all__ = ["Given", "given", "throttle_checks"]
 
 #: The views an error names by name; the others it counts.
 _SHOWN = 3
+_DRF = "freqguard.integrations.drf"  # the module of freqguard's DRF throttles
 _WHOLE = (
     "DRF read a unit by its first letter; freqguard's throttles read it whole "
     "('3/minute', '100/h', '5/min')"
@@ -67,8 +73,8 @@ def given(rate: object, scope: object, rates: object) -> Given | None:
 
 
 def throttle_checks() -> list[checks.CheckMessage]:
-    """``freqguard.E003``, ``W002``, ``E004``, ``E005``, ``I001`` and ``W003`` (see the
-    module)."""
+    """``freqguard.E003``, ``W002``, ``E004``, ``E005``, ``E006``, ``I001`` and ``W003``
+    (see the module)."""
     rest = getattr(django_settings, "REST_FRAMEWORK", None)
     rest = rest if isinstance(rest, Mapping) else {}
     bad = _bad_rates(rest.get("DEFAULT_THROTTLE_RATES"))
@@ -92,12 +98,15 @@ def throttle_checks() -> list[checks.CheckMessage]:
     # a scope with no rate: the views reading it, one error for a throttle's own scope (one
     # fix), one a view for a view's scope (each view's to fix)
     unnamed: dict[tuple[type, object, str | None], list[Use]] = {}
+    unrated: dict[type, list[Use]] = {}  # neither rate nor scope: the views, a throttle's
     for use in walked.uses:
         where = given(getattr(use.throttle, "rate", None), use.scope, rates)
         if where is None:
             if use.scope is not None and not fallback:
                 key = (use.throttle, use.scope, use.view if use.attr else None)
                 unnamed.setdefault(key, []).append(use)
+            elif use.scope is None and not fallback and not _coded(use.throttle):
+                unrated.setdefault(use.throttle, []).append(use)
         elif where.scope is None:
             if use.throttle not in rated:
                 rated.add(use.throttle)
@@ -107,6 +116,7 @@ def throttle_checks() -> list[checks.CheckMessage]:
     found += [
         checks.Error(_unnamed(views, rates), id="freqguard.E004") for views in unnamed.values()
     ]
+    found += [checks.Error(_unrated(views), id="freqguard.E006") for views in unrated.values()]
     for scope, text in bad.items():
         if scope in read:
             text += f"; {read[scope]} reads it"
@@ -169,6 +179,31 @@ def _unnamed(uses: list[Use], rates: object) -> str:
             else f"or give {use.throttle.__name__} a rate"
         )
     )
+
+
+def _unrated(uses: list[Use]) -> str:
+    """E006's message: the views (the first few, and how many), the throttle with neither a
+    rate nor a scope, and the fixes."""
+    name = uses[0].throttle.__name__
+    them = "them" if len(uses) > 1 else "the view"
+    return (
+        f"{_who([use.view for use in uses])}: {dotted(uses[0].throttle)} has neither a rate "
+        "nor a scope (both None), and FREQGUARD_DEFAULT_LIMITS is not set: every request "
+        f"to {them} would fail (ConfigError: {name} has no rate, a 500). Give the throttle "
+        f"a rate (a subclass of {name} with rate = '100/hour'), or a scope with a rate in "
+        "REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'] (scope = 'api', and 'api': '100/hour' "
+        "there), or set FREQGUARD_DEFAULT_LIMITS (each view its own budget)"
+    )
+
+
+def _coded(throttle: type) -> bool:
+    """Whether the throttle's own code may give its rate at the request: its ``__init__``
+    or ``allow_request`` not freqguard's (the check cannot run it, so does not judge it)."""
+    for name in ("__init__", "allow_request"):
+        owner = next((base for base in throttle.__mro__ if name in vars(base)), object)
+        if owner.__module__ != _DRF:
+            return True
+    return False
 
 
 def _unseen(views: list[str]) -> str:

@@ -83,10 +83,13 @@ def test_a_scope_is_one_budget_across_views_at_its_configured_rate(guard: Guard)
 
 def test_without_a_rate_the_default_limits_each_view_its_own(clock: ManualClock) -> None:
     with override_settings(
-        FREQGUARD_BACKEND=Guard(MemoryBackend(clock)), FREQGUARD_DEFAULT_LIMITS="5/minute"
+        FREQGUARD_BACKEND=Guard(MemoryBackend(clock)),
+        FREQGUARD_DEFAULT_LIMITS="5/minute",
+        ROOT_URLCONF="tests.integrations.drf_check_urls",  # Unrated: the generic throttle
     ):
         # the middleware's default limits count too (5/minute): the throttle's come first
-        assert _codes("/api/defaults", 6) == [200] * 5 + [429]
+        assert _codes("/unrated/0", 6) == [200] * 5 + [429]
+        assert _codes("/unrated/1", 1) == [200]  # another view: its own budget
 
 
 def test_it_serves_as_the_default_throttle_class(guard: Guard) -> None:
@@ -269,6 +272,48 @@ def test_a_throttles_own_scope_with_no_rate_is_one_error_naming_its_views() -> N
     assert any(
         message.startswith("tests.integrations.drf_check_urls.UploadsToo") for message in uploads
     )
+
+
+def test_a_throttle_with_no_rate_and_no_scope_is_one_check_error_naming_its_views(
+    guard: Guard,
+) -> None:
+    """freqguard's generic throttle (or a subclass) with neither a ``rate`` nor a ``scope``
+    reads ``FREQGUARD_DEFAULT_LIMITS``; unset, every request to its views failed with
+    ConfigError (a 500) while ``manage.py check`` said nothing. One ``freqguard.E006`` a
+    throttle class, naming how many views use it, the first three, and the fixes. A
+    throttle that gives its rate in its own code (``__init__``) is not judged. Seen
+    failing first."""
+    rest = {**REST, "DEFAULT_THROTTLE_RATES": CHECKED}
+    with override_settings(ROOT_URLCONF="tests.integrations.drf_check_urls", REST_FRAMEWORK=rest):
+        factory = APIRequestFactory()  # what the check forestalls: the request fails
+        with pytest.raises(ConfigError, match="FreqGuardThrottle has no rate"):
+            resolve("/unrated/0").func(factory.get("/unrated/0"))
+        with pytest.raises(ConfigError, match="Costly has no rate"):
+            resolve("/heavy").func(factory.get("/heavy"))
+        assert resolve("/coded").func(factory.get("/coded")).status_code == 200
+    found = _checked()["freqguard.E006"]
+    assert len(found) == 2
+    generic = _one(found, "freqguard.integrations.drf.FreqGuardThrottle")
+    assert generic.startswith(
+        "4 views, tests.integrations.drf_check_urls.Unrated (URL 'unrated/0'), "
+        "tests.integrations.drf_check_urls.Unrated1 (URL 'unrated/1'), "
+        "tests.integrations.drf_check_urls.Unrated2 (URL 'unrated/2') and 1 more: "
+        "freqguard.integrations.drf.FreqGuardThrottle has neither a rate nor a scope "
+        "(both None), and FREQGUARD_DEFAULT_LIMITS is not set: every request to them "
+        "would fail (ConfigError: FreqGuardThrottle has no rate, a 500)"
+    )
+    for fix in ("rate = '100/hour'", "DEFAULT_THROTTLE_RATES", "set FREQGUARD_DEFAULT_LIMITS"):
+        assert fix in generic
+    costly = _one(found, "Costly")
+    assert costly.startswith(
+        "tests.integrations.drf_check_urls.Heavy (URL 'heavy'): "
+        "tests.integrations.drf_check_urls.Costly has neither"
+    )
+    assert "every request to the view would fail" in costly
+    assert not any("Coded" in message for message in found)
+    # with default limits the throttle reads them; switched off, it admits every request
+    assert "freqguard.E006" not in _checked(FREQGUARD_DEFAULT_LIMITS="100/minute")
+    assert "freqguard.E006" not in _checked(FREQGUARD_ENABLED=False)
 
 
 def test_a_view_choosing_its_throttles_in_code_is_not_judged_by_its_throttle_classes(
