@@ -25,6 +25,8 @@ name them:
   freqguard's to choose.
 * ``freqguard.W003``: the walk of the URLconf stopped at its bound, so the views past it
   were not checked.
+* ``freqguard.W004``: includes nested deeper than the walk's bound were not descended into
+  (the walk goes on past them), so their views were not checked.
 
 The views come from the walk of the URLconf (:mod:`freqguard.integrations._drf_walk`).
 """
@@ -40,7 +42,7 @@ from django.conf import settings as django_settings
 from django.core import checks
 
 from freqguard.errors import ConfigError
-from freqguard.integrations._drf_walk import MOST_PATTERNS, Use, dotted, ours, walk
+from freqguard.integrations._drf_walk import DEEPEST, MOST_PATTERNS, Use, dotted, ours, walk
 from freqguard.rates import parse_rates
 
 __all__ = ["Given", "given", "throttle_checks"]
@@ -73,8 +75,8 @@ def given(rate: object, scope: object, rates: object) -> Given | None:
 
 
 def throttle_checks() -> list[checks.CheckMessage]:
-    """``freqguard.E003``, ``W002``, ``E004``, ``E005``, ``E006``, ``I001`` and ``W003``
-    (see the module)."""
+    """``freqguard.E003``, ``W002``, ``E004``, ``E005``, ``E006``, ``I001``, ``W003`` and
+    ``W004`` (see the module)."""
     rest = getattr(django_settings, "REST_FRAMEWORK", None)
     rest = rest if isinstance(rest, Mapping) else {}
     bad = _bad_rates(rest.get("DEFAULT_THROTTLE_RATES"))
@@ -93,6 +95,8 @@ def throttle_checks() -> list[checks.CheckMessage]:
         found.append(checks.Info(_unseen(list(walked.unseen.values())), id="freqguard.I001"))
     if walked.stopped is not None:
         found.append(checks.Warning(_stopped(walked.stopped), id="freqguard.W003"))
+    if walked.deep:
+        found.append(checks.Warning(_deep(walked.deep), id="freqguard.W004"))
     read: dict[object, str] = {}  # a bad scope: the first view reading it
     rated: set[type] = set()  # throttles whose own rate is checked
     # a scope with no rate: the views reading it, one error for a throttle's own scope (one
@@ -229,6 +233,20 @@ def _stopped(where: str) -> str:
         "a dotted path in throttle_classes there is found at the first request instead. If "
         "the URLconf is that large on purpose, SILENCED_SYSTEM_CHECKS = ['freqguard.W003'] "
         "silences this"
+    )
+
+
+def _deep(includes: list[str]) -> str:
+    """W004's message: how many includes the walk did not descend into, the first, and what
+    to do."""
+    many = f"{len(includes)} includes" if len(includes) > 1 else "1 include"
+    return (
+        f"The check of the views' DRF throttles did not descend into {many} nested deeper "
+        f"than {DEEPEST}, the first at {includes[0]} (a bound against includes nesting "
+        "without end): the views in them were not checked, so a scope with no rate, a rate "
+        "that does not parse or a dotted path in throttle_classes there is found at the "
+        "first request instead. Include those URLconfs nearer the root; if the nesting is "
+        "meant, SILENCED_SYSTEM_CHECKS = ['freqguard.W004'] silences this"
     )
 
 

@@ -18,14 +18,14 @@ from typing import Any
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
-__all__ = ["MOST_PATTERNS", "Use", "Walk", "dotted", "ours", "walk"]
+__all__ = ["DEEPEST", "MOST_PATTERNS", "Use", "Walk", "dotted", "ours", "walk"]
 
 _THROTTLE = "freqguard.integrations.drf.FreqGuardThrottle"
 _SCOPED = "freqguard.integrations.drf.FreqGuardScopedThrottle"
 _APIVIEW = "rest_framework.views.APIView"  # its get_throttles() makes throttle_classes
 #: The bounds of the walk: URL patterns visited, and includes followed one inside another.
 MOST_PATTERNS = 20_000
-_DEEPEST = 32
+DEEPEST = 32
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class Walk:
     paths: list[tuple[str, str]] = field(default_factory=list)
     unseen: dict[type, str] = field(default_factory=dict)  # I001: views choosing in code
     stopped: str | None = None  # W003: the first pattern past the bound, if any
+    deep: list[str] = field(default_factory=list)  # W004: the includes nested past the bound
 
 
 def walk() -> Walk:
@@ -108,8 +109,9 @@ def _chooser(view: type) -> type | None:
 
 def _patterns(walk: Walk) -> Iterator[tuple[str, Any]]:
     """Each URL pattern of the project's URLconf, its route and its view, depth first, within
-    the bounds (the first pattern past the most: ``walk.stopped``); none from a URLconf (or
-    an include) that does not load."""
+    the bounds (the first pattern past the most: ``walk.stopped``; the includes nested past
+    the deepest, not descended into: ``walk.deep``); none from a URLconf (or an include)
+    that does not load."""
     stack: list[tuple[str, int, Iterator[Any]]] = []
     try:
         stack.append(("", 0, iter(get_resolver().url_patterns)))
@@ -128,13 +130,22 @@ def _patterns(walk: Walk) -> Iterator[tuple[str, Any]]:
             walk.stopped = f"URL {route!r}{view}"
             return
         visited += 1
-        if isinstance(pattern, URLResolver) and depth < _DEEPEST:
+        if isinstance(pattern, URLResolver) and depth >= DEEPEST:
+            walk.deep.append(f"URL {route!r}{_included(pattern)}")
+        elif isinstance(pattern, URLResolver):
             try:
                 stack.append((route, depth + 1, iter(pattern.url_patterns)))
             except Exception:  # as above: an include that does not load is Django's to report
                 continue
         elif isinstance(pattern, URLPattern):
             yield route, pattern.callback
+
+
+def _included(resolver: URLResolver) -> str:
+    """What an include includes, when it has a name: a URLconf module's (a list has none)."""
+    conf = resolver.urlconf_name
+    name = conf if isinstance(conf, str) else getattr(conf, "__name__", None)
+    return f" (an include of {name!r})" if isinstance(name, str) else ""
 
 
 def _route(pattern: Any) -> str:
