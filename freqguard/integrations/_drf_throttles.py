@@ -4,7 +4,9 @@ what they would read, in ``DEFAULT_THROTTLE_RATES`` and on the views of the URLc
 name them:
 
 * ``freqguard.E003``: a rate that does not parse, read by a freqguard throttle (a default
-  class, or one a view names); ``W002`` when no freqguard throttle is seen to read it.
+  class, or one a view names); ``W002`` when no freqguard throttle is seen to read it. One
+  error a rate (a scope's, or a throttle's own), naming how many views read it and the
+  first few.
 * ``freqguard.E004``: a view's freqguard throttle reads a scope (the view's
   ``throttle_scope``, or the throttle's ``scope``) that ``DEFAULT_THROTTLE_RATES`` does not
   name, with no ``FREQGUARD_DEFAULT_LIMITS`` to fall back on: every request to the view
@@ -42,7 +44,15 @@ from django.conf import settings as django_settings
 from django.core import checks
 
 from freqguard.errors import ConfigError
-from freqguard.integrations._drf_walk import DEEPEST, MOST_PATTERNS, Use, dotted, ours, walk
+from freqguard.integrations._drf_walk import (
+    DEEPEST,
+    MOST_PATTERNS,
+    Use,
+    Walk,
+    dotted,
+    ours,
+    walk,
+)
 from freqguard.rates import parse_rates
 
 __all__ = ["Given", "given", "throttle_checks"]
@@ -86,19 +96,10 @@ def throttle_checks() -> list[checks.CheckMessage]:
     rates = _drf_rates() if walked.uses else {}
     fallback = bool(getattr(django_settings, "FREQGUARD_DEFAULT_LIMITS", None))
     fallback = fallback or getattr(django_settings, "FREQGUARD_ENABLED", True) is False  # off
-    found: list[checks.CheckMessage] = [
-        checks.Error(_path(where, path), id="freqguard.E005") for where, path in walked.paths
-    ]
-    # quiet unless freqguard's DRF throttles are loaded (the walk has imported every view's
-    # module): without them get_throttles() has none of freqguard's to choose
-    if walked.unseen and "freqguard.integrations.drf" in sys.modules:
-        found.append(checks.Info(_unseen(list(walked.unseen.values())), id="freqguard.I001"))
-    if walked.stopped is not None:
-        found.append(checks.Warning(_stopped(walked.stopped), id="freqguard.W003"))
-    if walked.deep:
-        found.append(checks.Warning(_deep(walked.deep), id="freqguard.W004"))
-    read: dict[object, str] = {}  # a bad scope: the first view reading it
-    rated: set[type] = set()  # throttles whose own rate is checked
+    found = _of_the_walk(walked)
+    # a rate that does not parse is one to fix: one error naming the views that read it
+    read: dict[object, list[str]] = {}  # a bad scope: the views reading it
+    rated: dict[type, list[Use]] = {}  # a throttle's own rate: the views using it
     # a scope with no rate: the views reading it, one error for a throttle's own scope (one
     # fix), one a view for a view's scope (each view's to fix)
     unnamed: dict[tuple[type, object, str | None], list[Use]] = {}
@@ -112,22 +113,38 @@ def throttle_checks() -> list[checks.CheckMessage]:
             elif use.scope is None and not fallback and not _coded(use.throttle):
                 unrated.setdefault(use.throttle, []).append(use)
         elif where.scope is None:
-            if use.throttle not in rated:
-                rated.add(use.throttle)
-                found += _bad_rate(use, where.text)
+            rated.setdefault(use.throttle, []).append(use)
         elif where.scope in bad:
-            read.setdefault(where.scope, use.view)
+            read.setdefault(where.scope, []).append(use.view)
     found += [
         checks.Error(_unnamed(views, rates), id="freqguard.E004") for views in unnamed.values()
     ]
     found += [checks.Error(_unrated(views), id="freqguard.E006") for views in unrated.values()]
+    for uses in rated.values():
+        found += _bad_rate(uses, getattr(uses[0].throttle, "rate", None))
     for scope, text in bad.items():
         if scope in read:
-            text += f"; {read[scope]} reads it"
+            text += f"; {_who(read[scope])} {'reads' if len(read[scope]) == 1 else 'read'} it"
         if default or scope in read:
             found.append(checks.Error(text, id="freqguard.E003"))
         else:
             found.append(checks.Warning(text, id="freqguard.W002"))
+    return found
+
+
+def _of_the_walk(walked: Walk) -> list[checks.CheckMessage]:
+    """What the walk itself found: ``E005``, ``I001``, ``W003`` and ``W004``."""
+    found: list[checks.CheckMessage] = [
+        checks.Error(_path(where, path), id="freqguard.E005") for where, path in walked.paths
+    ]
+    # quiet unless freqguard's DRF throttles are loaded (the walk has imported every view's
+    # module): without them get_throttles() has none of freqguard's to choose
+    if walked.unseen and _DRF in sys.modules:
+        found.append(checks.Info(_unseen(list(walked.unseen.values())), id="freqguard.I001"))
+    if walked.stopped is not None:
+        found.append(checks.Warning(_stopped(walked.stopped), id="freqguard.W003"))
+    if walked.deep:
+        found.append(checks.Warning(_deep(walked.deep), id="freqguard.W004"))
     return found
 
 
@@ -149,15 +166,17 @@ def _bad_rates(rates: object) -> dict[object, str]:
     return problems
 
 
-def _bad_rate(use: Use, text: object) -> list[checks.CheckMessage]:
-    """A throttle's own rate (a text: a property is read at the request), unless it parses."""
+def _bad_rate(uses: list[Use], text: object) -> list[checks.CheckMessage]:
+    """A throttle's own rate (a text: a property is read at the request), unless it parses:
+    one error, naming the views using the throttle (the first few, and how many)."""
     if not isinstance(text, str):
         return []
     try:
         parse_rates(text)
     except ConfigError as error:
-        where = f"{dotted(use.throttle)}.rate = {text!r}"
-        return [checks.Error(f"{use.view}: {where}: {error}. {_WHOLE}", id="freqguard.E003")]
+        who = _who([use.view for use in uses])
+        where = f"{dotted(uses[0].throttle)}.rate = {text!r}"
+        return [checks.Error(f"{who}: {where}: {error}. {_WHOLE}", id="freqguard.E003")]
     return []
 
 

@@ -1,7 +1,8 @@
 """A URLconf for the DRF throttle checks (tests/integrations/test_drf.py): views whose
 freqguard throttles read a scope ``DEFAULT_THROTTLE_RATES`` does not name, or a rate that
 does not parse, reached through an include, an ``@api_view`` function and a router's
-ViewSet; six views on freqguard's anon throttle, whose scope is named nowhere; and a view
+ViewSet (four views reading the rate that does not parse, two a throttle's own rate
+that does not); six views on freqguard's anon throttle, whose scope is named nowhere; and a view
 naming its throttle by a dotted path; two choosing their throttles in ``get_throttles()``;
 four views on freqguard's generic throttle and one on a subclass, with neither a rate nor a
 scope (``FREQGUARD_DEFAULT_LIMITS`` or nothing), and one whose throttle gives its rate in code.
@@ -74,6 +75,10 @@ class Slow(APIView):
         return Response("slow")
 
 
+#: The views reading "slow": four, one rate to fix.
+SLOW: list[type[APIView]] = [Slow, *(type(f"Slow{n}", (Slow,), {}) for n in range(1, 4))]
+
+
 class OffScope(FreqGuardThrottle):
     scope = "off"  # None: not throttled, as in DRF
 
@@ -94,6 +99,10 @@ class Misspelt(APIView):
 
     def get(self, request: Request) -> Response:
         return Response("misspelt")
+
+
+class MisspeltToo(Misspelt):  # the same throttle's rate: one to fix
+    pass
 
 
 class Dotted(APIView):
@@ -180,8 +189,10 @@ urlpatterns = [
     path("api/", include([path("uploads", Uploads.as_view()), path("export", export)])),
     path("unscoped", Uploads.as_view(throttle_scope=None)),  # not throttled: not reported
     path("slow", Slow.as_view()),
+    *(path(f"slow/{n}", view.as_view()) for n, view in enumerate(SLOW[1:], 1)),
     path("off", Off.as_view()),
     path("misspelt", Misspelt.as_view()),
+    path("misspelt-too", MisspeltToo.as_view()),
     path("plain", plain),
     path("dotted", Dotted.as_view()),
     path("dotted-nowhere", Dotted.as_view(throttle_classes=["nowhere.Burst"])),

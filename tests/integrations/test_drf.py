@@ -363,6 +363,26 @@ def test_a_bad_rate_a_view_reads_is_a_check_error_not_a_warning() -> None:
     assert "freqguard.W002" not in found
 
 
+def test_a_bad_rate_names_how_many_views_read_it_and_the_first_three() -> None:
+    """A rate that does not parse, read by many views, is one ``freqguard.E003`` (one rate
+    to fix), which named only the first view reading it: it says how many read it and
+    names the first three, as E004 does, for a scope's rate and a throttle's own alike.
+    Seen failing first."""
+    found = _checked()["freqguard.E003"]
+    slow, misspelt = (_one(found, n) for n in ("'slow'", "Misspelt"))
+    assert slow.endswith(
+        "; 4 views, tests.integrations.drf_check_urls.Slow (URL 'slow'), "
+        "tests.integrations.drf_check_urls.Slow1 (URL 'slow/1'), "
+        "tests.integrations.drf_check_urls.Slow2 (URL 'slow/2') and 1 more read it"
+    )
+    assert misspelt.startswith(
+        "2 views, tests.integrations.drf_check_urls.Misspelt (URL 'misspelt'), "
+        "tests.integrations.drf_check_urls.MisspeltToo (URL 'misspelt-too'): "
+        "tests.integrations.drf_check_urls.MisspeltRate.rate = '3/minit': "
+    )
+    assert "first letter" in misspelt
+
+
 def test_a_dotted_path_in_a_views_throttle_classes_is_a_check_error() -> None:
     """DRF imports dotted paths only in ``DEFAULT_THROTTLE_CLASSES``: it calls a view's
     ``throttle_classes`` as they are, so a string there fails every request to the view
