@@ -78,9 +78,11 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     ``freqguard.W001`` django-ratelimit's setting; ``freqguard.E003`` a DRF throttle rate
     a freqguard throttle would read and cannot, ``W002`` when none is seen to read it;
     ``freqguard.E004`` a view's freqguard throttle reading a scope with no rate,
-    ``freqguard.E005`` a dotted path in a view's ``throttle_classes``, ``freqguard.I001``
+    ``freqguard.E005`` a dotted path in a view's ``throttle_classes``, ``freqguard.E006`` a
+    view's freqguard throttle with neither a rate nor a scope, ``freqguard.I001``
     the views whose throttles ``get_throttles()`` chooses, not seen, ``freqguard.W003`` a
-    URLconf past the bound of the walk: see
+    URLconf past the bound of the walk, ``freqguard.W004`` includes nested past its depth:
+    see
     :mod:`freqguard.integrations._drf_throttles`)."""
     errors, warnings = setting_problems(_names())
     found: list[Any] = [checks.Error(text, id="freqguard.E001") for text in errors]

@@ -4,7 +4,9 @@ what they would read, in ``DEFAULT_THROTTLE_RATES`` and on the views of the URLc
 name them:
 
 * ``freqguard.E003``: a rate that does not parse, read by a freqguard throttle (a default
-  class, or one a view names); ``W002`` when no freqguard throttle is seen to read it.
+  class, or one a view names); ``W002`` when no freqguard throttle is seen to read it. One
+  error a rate (a scope's, or a throttle's own), naming how many views read it and the
+  first few.
 * ``freqguard.E004``: a view's freqguard throttle reads a scope (the view's
   ``throttle_scope``, or the throttle's ``scope``) that ``DEFAULT_THROTTLE_RATES`` does not
   name, with no ``FREQGUARD_DEFAULT_LIMITS`` to fall back on: every request to the view
@@ -13,6 +15,11 @@ name them:
 * ``freqguard.E005``: a view's ``throttle_classes`` names a throttle by a dotted path, which
   DRF calls as it is (it imports paths only in ``DEFAULT_THROTTLE_CLASSES``): every request
   to the view would fail.
+* ``freqguard.E006``: a view's freqguard throttle has neither a ``rate`` nor a ``scope``
+  (the generic :class:`~freqguard.integrations.drf.FreqGuardThrottle`), with no
+  ``FREQGUARD_DEFAULT_LIMITS`` to read instead: every request to the view would fail. One
+  error a throttle class, naming how many views use it and the first few; a throttle whose
+  own code (its ``__init__`` or ``allow_request``) may give the rate is not judged.
 * ``freqguard.I001``: the views whose throttles ``get_throttles()`` chooses (an override of
   DRF's): the check cannot call it without a request, so it does not judge their
   ``throttle_classes``. One Info for all, and only while freqguard's DRF throttles are
@@ -20,38 +27,39 @@ name them:
   freqguard's to choose.
 * ``freqguard.W003``: the walk of the URLconf stopped at its bound, so the views past it
   were not checked.
+* ``freqguard.W004``: includes nested deeper than the walk's bound were not descended into
+  (the walk goes on past them), so their views were not checked.
 
-A throttle is freqguard's by the names in its MRO: drf.py imports this module, and the
-check runs where DRF is not installed. The URLconf is walked within bounds (past the most
-patterns, W003 says so), and one that does not load is left to Django's own check.
+The views come from the walk of the URLconf (:mod:`freqguard.integrations._drf_walk`).
 """
 
 from __future__ import annotations
 
 import difflib
 import sys
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import NamedTuple
 
 from django.conf import settings as django_settings
 from django.core import checks
-from django.urls import URLPattern, URLResolver, get_resolver
-from django.utils.module_loading import import_string
 
 from freqguard.errors import ConfigError
+from freqguard.integrations._drf_walk import (
+    DEEPEST,
+    MOST_PATTERNS,
+    Use,
+    Walk,
+    dotted,
+    ours,
+    walk,
+)
 from freqguard.rates import parse_rates
 
 __all__ = ["Given", "given", "throttle_checks"]
 
-_THROTTLE = "freqguard.integrations.drf.FreqGuardThrottle"
-_SCOPED = "freqguard.integrations.drf.FreqGuardScopedThrottle"
-_APIVIEW = "rest_framework.views.APIView"  # its get_throttles() makes throttle_classes
 #: The views an error names by name; the others it counts.
 _SHOWN = 3
-#: The bounds of the walk: URL patterns visited, and includes followed one inside another.
-_MOST_PATTERNS = 20_000
-_DEEPEST = 32
+_DRF = "freqguard.integrations.drf"  # the module of freqguard's DRF throttles
 _WHOLE = (
     "DRF read a unit by its first letter; freqguard's throttles read it whole "
     "('3/minute', '100/h', '5/min')"
@@ -76,72 +84,67 @@ def given(rate: object, scope: object, rates: object) -> Given | None:
     return None
 
 
-@dataclass(frozen=True)
-class _Use:
-    """A view of the URLconf and a freqguard throttle it names."""
-
-    view: str  # dotted, and where: "app.views.Orders (URL 'api/orders')"
-    throttle: type
-    scope: object  # the scope it reads (the view's, for a scoped throttle)
-    attr: str | None  # the view's attribute naming it, for a scoped throttle
-
-
-@dataclass
-class _Walk:
-    """What the walk of the URLconf found."""
-
-    uses: list[_Use] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)  # E005: a dotted path in throttle_classes
-    unseen: dict[type, str] = field(default_factory=dict)  # I001: views choosing in code
-    stopped: str | None = None  # W003: the first pattern past the bound, if any
-
-
 def throttle_checks() -> list[checks.CheckMessage]:
-    """``freqguard.E003``, ``W002``, ``E004``, ``E005``, ``I001`` and ``W003`` (see the
-    module)."""
+    """``freqguard.E003``, ``W002``, ``E004``, ``E005``, ``E006``, ``I001``, ``W003`` and
+    ``W004`` (see the module)."""
     rest = getattr(django_settings, "REST_FRAMEWORK", None)
     rest = rest if isinstance(rest, Mapping) else {}
     bad = _bad_rates(rest.get("DEFAULT_THROTTLE_RATES"))
     classes = rest.get("DEFAULT_THROTTLE_CLASSES")
-    default = isinstance(classes, (list, tuple)) and any(_ours(c) for c in classes)
-    walk = _walk()
-    rates = _drf_rates() if walk.uses else {}
+    default = isinstance(classes, (list, tuple)) and any(ours(c) for c in classes)
+    walked = walk()
+    rates = _drf_rates() if walked.uses else {}
     fallback = bool(getattr(django_settings, "FREQGUARD_DEFAULT_LIMITS", None))
     fallback = fallback or getattr(django_settings, "FREQGUARD_ENABLED", True) is False  # off
-    found: list[checks.CheckMessage] = [checks.Error(t, id="freqguard.E005") for t in walk.paths]
-    # quiet unless freqguard's DRF throttles are loaded (the walk has imported every view's
-    # module): without them get_throttles() has none of freqguard's to choose
-    if walk.unseen and "freqguard.integrations.drf" in sys.modules:
-        found.append(checks.Info(_unseen(list(walk.unseen.values())), id="freqguard.I001"))
-    if walk.stopped is not None:
-        found.append(checks.Warning(_stopped(walk.stopped), id="freqguard.W003"))
-    read: dict[object, str] = {}  # a bad scope: the first view reading it
-    rated: set[type] = set()  # throttles whose own rate is checked
+    found = _of_the_walk(walked)
+    # a rate that does not parse is one to fix: one error naming the views that read it
+    read: dict[object, list[str]] = {}  # a bad scope: the views reading it
+    rated: dict[type, list[Use]] = {}  # a throttle's own rate: the views using it
     # a scope with no rate: the views reading it, one error for a throttle's own scope (one
     # fix), one a view for a view's scope (each view's to fix)
-    unnamed: dict[tuple[type, object, str | None], list[_Use]] = {}
-    for use in walk.uses:
+    unnamed: dict[tuple[type, object, str | None], list[Use]] = {}
+    unrated: dict[type, list[Use]] = {}  # neither rate nor scope: the views, a throttle's
+    for use in walked.uses:
         where = given(getattr(use.throttle, "rate", None), use.scope, rates)
         if where is None:
             if use.scope is not None and not fallback:
                 key = (use.throttle, use.scope, use.view if use.attr else None)
                 unnamed.setdefault(key, []).append(use)
+            elif use.scope is None and not fallback and not _coded(use.throttle):
+                unrated.setdefault(use.throttle, []).append(use)
         elif where.scope is None:
-            if use.throttle not in rated:
-                rated.add(use.throttle)
-                found += _bad_rate(use, where.text)
+            rated.setdefault(use.throttle, []).append(use)
         elif where.scope in bad:
-            read.setdefault(where.scope, use.view)
+            read.setdefault(where.scope, []).append(use.view)
     found += [
         checks.Error(_unnamed(views, rates), id="freqguard.E004") for views in unnamed.values()
     ]
+    found += [checks.Error(_unrated(views), id="freqguard.E006") for views in unrated.values()]
+    for uses in rated.values():
+        found += _bad_rate(uses, getattr(uses[0].throttle, "rate", None))
     for scope, text in bad.items():
         if scope in read:
-            text += f"; {read[scope]} reads it"
+            text += f"; {_who(read[scope])} {'reads' if len(read[scope]) == 1 else 'read'} it"
         if default or scope in read:
             found.append(checks.Error(text, id="freqguard.E003"))
         else:
             found.append(checks.Warning(text, id="freqguard.W002"))
+    return found
+
+
+def _of_the_walk(walked: Walk) -> list[checks.CheckMessage]:
+    """What the walk itself found: ``E005``, ``I001``, ``W003`` and ``W004``."""
+    found: list[checks.CheckMessage] = [
+        checks.Error(_path(where, path), id="freqguard.E005") for where, path in walked.paths
+    ]
+    # quiet unless freqguard's DRF throttles are loaded (the walk has imported every view's
+    # module): without them get_throttles() has none of freqguard's to choose
+    if walked.unseen and _DRF in sys.modules:
+        found.append(checks.Info(_unseen(list(walked.unseen.values())), id="freqguard.I001"))
+    if walked.stopped is not None:
+        found.append(checks.Warning(_stopped(walked.stopped), id="freqguard.W003"))
+    if walked.deep:
+        found.append(checks.Warning(_deep(walked.deep), id="freqguard.W004"))
     return found
 
 
@@ -163,19 +166,21 @@ def _bad_rates(rates: object) -> dict[object, str]:
     return problems
 
 
-def _bad_rate(use: _Use, text: object) -> list[checks.CheckMessage]:
-    """A throttle's own rate (a text: a property is read at the request), unless it parses."""
+def _bad_rate(uses: list[Use], text: object) -> list[checks.CheckMessage]:
+    """A throttle's own rate (a text: a property is read at the request), unless it parses:
+    one error, naming the views using the throttle (the first few, and how many)."""
     if not isinstance(text, str):
         return []
     try:
         parse_rates(text)
     except ConfigError as error:
-        where = f"{_dotted(use.throttle)}.rate = {text!r}"
-        return [checks.Error(f"{use.view}: {where}: {error}. {_WHOLE}", id="freqguard.E003")]
+        who = _who([use.view for use in uses])
+        where = f"{dotted(uses[0].throttle)}.rate = {text!r}"
+        return [checks.Error(f"{who}: {where}: {error}. {_WHOLE}", id="freqguard.E003")]
     return []
 
 
-def _unnamed(uses: list[_Use], rates: object) -> str:
+def _unnamed(uses: list[Use], rates: object) -> str:
     """E004's message: the views (the first few, and how many), the throttle, the scope
     unnamed, and the fixes."""
     use = uses[0]
@@ -186,7 +191,7 @@ def _unnamed(uses: list[_Use], rates: object) -> str:
     hint = f" (did you mean {guess!r}?)" if guess else ""
     what = f"the view's {use.attr}" if use.attr else "the scope"
     return (
-        f"{who}: {_dotted(use.throttle)} reads {what} {use.scope!r}, which "
+        f"{who}: {dotted(use.throttle)} reads {what} {use.scope!r}, which "
         f"REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'] does not name{hint}, and "
         f"FREQGUARD_DEFAULT_LIMITS is not set: every request to {them} would fail "
         f"(ConfigError, a 500). Name it there ({use.scope!r}: '100/hour', or None for no "
@@ -197,6 +202,31 @@ def _unnamed(uses: list[_Use], rates: object) -> str:
             else f"or give {use.throttle.__name__} a rate"
         )
     )
+
+
+def _unrated(uses: list[Use]) -> str:
+    """E006's message: the views (the first few, and how many), the throttle with neither a
+    rate nor a scope, and the fixes."""
+    name = uses[0].throttle.__name__
+    them = "them" if len(uses) > 1 else "the view"
+    return (
+        f"{_who([use.view for use in uses])}: {dotted(uses[0].throttle)} has neither a rate "
+        "nor a scope (both None), and FREQGUARD_DEFAULT_LIMITS is not set: every request "
+        f"to {them} would fail (ConfigError: {name} has no rate, a 500). Give the throttle "
+        f"a rate (a subclass of {name} with rate = '100/hour'), or a scope with a rate in "
+        "REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'] (scope = 'api', and 'api': '100/hour' "
+        "there), or set FREQGUARD_DEFAULT_LIMITS (each view its own budget)"
+    )
+
+
+def _coded(throttle: type) -> bool:
+    """Whether the throttle's own code may give its rate at the request: its ``__init__``
+    or ``allow_request`` not freqguard's (the check cannot run it, so does not judge it)."""
+    for name in ("__init__", "allow_request"):
+        owner = next((base for base in throttle.__mro__ if name in vars(base)), object)
+        if owner.__module__ != _DRF:
+            return True
+    return False
 
 
 def _unseen(views: list[str]) -> str:
@@ -217,11 +247,25 @@ def _stopped(where: str) -> str:
     """W003's message: where the walk stopped, what it did not check, and what to do."""
     return (
         f"The check of the views' DRF throttles stopped its walk of the URLconf after "
-        f"{_MOST_PATTERNS} URL patterns (a bound on its time), at {where}: the views from "
+        f"{MOST_PATTERNS} URL patterns (a bound on its time), at {where}: the views from "
         "there on were not checked, so a scope with no rate, a rate that does not parse or "
         "a dotted path in throttle_classes there is found at the first request instead. If "
         "the URLconf is that large on purpose, SILENCED_SYSTEM_CHECKS = ['freqguard.W003'] "
         "silences this"
+    )
+
+
+def _deep(includes: list[str]) -> str:
+    """W004's message: how many includes the walk did not descend into, the first, and what
+    to do."""
+    many = f"{len(includes)} includes" if len(includes) > 1 else "1 include"
+    return (
+        f"The check of the views' DRF throttles did not descend into {many} nested deeper "
+        f"than {DEEPEST}, the first at {includes[0]} (a bound against includes nesting "
+        "without end): the views in them were not checked, so a scope with no rate, a rate "
+        "that does not parse or a dotted path in throttle_classes there is found at the "
+        "first request instead. Include those URLconfs nearer the root; if the nesting is "
+        "meant, SILENCED_SYSTEM_CHECKS = ['freqguard.W004'] silences this"
     )
 
 
@@ -240,63 +284,6 @@ def _drf_rates() -> object:
     return api_settings.DEFAULT_THROTTLE_RATES
 
 
-def _walk() -> _Walk:
-    """Each view of the URLconf and each freqguard throttle it names, once, at the first
-    URL that reaches it; and what else the check says of the views."""
-    walk = _Walk()
-    seen: set[tuple[type, type, object]] = set()
-    said: set[tuple[type, str]] = set()  # a view's dotted paths told of
-    for url, callback in _patterns(walk):
-        view = getattr(callback, "cls", None) or getattr(callback, "view_class", None)
-        if not isinstance(view, type):
-            continue
-        init = getattr(callback, "initkwargs", None) or getattr(callback, "view_initkwargs", {})
-        init = init if isinstance(init, Mapping) else {}  # as_view(**initkwargs), router actions
-        name = f"{view.__module__}.{view.__name__}"
-        where = f"{name} (URL {url!r})"
-        chooser = _chooser(view)
-        if chooser is not None:  # throttle_classes may not be what runs: not judged
-            of = "" if chooser is view else f", get_throttles() of {_dotted(chooser)}"
-            walk.unseen.setdefault(view, f"{name} (URL {url!r}{of})")
-            continue
-        throttles = init.get("throttle_classes", getattr(view, "throttle_classes", ()))
-        for throttle in throttles if isinstance(throttles, (list, tuple)) else ():
-            if isinstance(throttle, str):  # not imported by DRF here: not what runs
-                if (view, throttle) not in said:
-                    said.add((view, throttle))
-                    walk.paths.append(_path(where, throttle))
-                continue
-            ours = _ours(throttle)
-            use = _use(where, view, init, ours) if ours is not None else None
-            if use is not None and (view, use.throttle, use.scope) not in seen:
-                seen.add((view, use.throttle, use.scope))
-                walk.uses.append(use)
-    return walk
-
-
-def _use(where: str, view: type, init: Mapping[str, Any], ours: type) -> _Use | None:
-    """The scope a view's freqguard throttle reads (None: the view is not throttled, or
-    the scope is not text, as DRF's are, and not judged)."""
-    attr, scope = None, getattr(ours, "scope", None)
-    if _is(ours, _SCOPED):  # the view names the scope
-        attr = getattr(ours, "scope_attr", "throttle_scope")
-        scope = init.get(attr, getattr(view, attr, None))
-        if not scope:  # a view without one is not throttled
-            return None
-    if scope is not None and not isinstance(scope, str):
-        return None
-    return _Use(where, ours, scope, attr)
-
-
-def _chooser(view: type) -> type | None:
-    """The class whose ``get_throttles()`` the view runs, unless DRF's APIView's (which
-    answers ``throttle_classes``)."""
-    for base in view.__mro__:
-        if "get_throttles" in vars(base):
-            return None if _dotted(base) == _APIVIEW else base
-    return None
-
-
 def _path(view: str, path: str) -> str:
     """E005's message: the view, the dotted path in its throttle_classes, and the fix."""
     module, _, name = path.rpartition(".")
@@ -307,57 +294,3 @@ def _path(view: str, path: str) -> str:
         f"'str' object is not callable, a 500). Put the class itself there{fix}: DRF "
         "imports dotted paths only in REST_FRAMEWORK['DEFAULT_THROTTLE_CLASSES']"
     )
-
-
-def _patterns(walk: _Walk) -> Iterator[tuple[str, Any]]:
-    """Each URL pattern of the project's URLconf, its route and its view, depth first, within
-    the bounds (the first pattern past the most: ``walk.stopped``); none from a URLconf (or
-    an include) that does not load."""
-    stack: list[tuple[str, int, Iterator[Any]]] = []
-    try:
-        stack.append(("", 0, iter(get_resolver().url_patterns)))
-    except Exception:  # any error importing the project's code: Django's check reports it
-        return
-    visited = 0
-    while stack:
-        prefix, depth, patterns = stack[-1]
-        pattern = next(patterns, None)
-        if pattern is None:
-            stack.pop()
-            continue
-        route = prefix + _route(pattern)
-        if visited == _MOST_PATTERNS:  # one pattern more than the bound: not all walked
-            view = f" ({pattern.lookup_str})" if isinstance(pattern, URLPattern) else ""
-            walk.stopped = f"URL {route!r}{view}"
-            return
-        visited += 1
-        if isinstance(pattern, URLResolver) and depth < _DEEPEST:
-            try:
-                stack.append((route, depth + 1, iter(pattern.url_patterns)))
-            except Exception:  # as above: an include that does not load is Django's to report
-                continue
-        elif isinstance(pattern, URLPattern):
-            yield route, pattern.callback
-
-
-def _route(pattern: Any) -> str:
-    """A pattern's part of the URL, as written (a regex's without its anchors)."""
-    text = str(getattr(pattern, "pattern", ""))
-    return text.removeprefix("^").removesuffix("$") if text.startswith("^") else text
-
-
-def _ours(throttle: object) -> type | None:
-    """A DRF throttle class (or its dotted path), if freqguard's or made from one."""
-    try:
-        found = import_string(throttle) if isinstance(throttle, str) else throttle
-    except ImportError:  # a path that does not import: DRF's own check says so
-        return None
-    return found if isinstance(found, type) and _is(found, _THROTTLE) else None
-
-
-def _is(throttle: type, name: str) -> bool:
-    return any(_dotted(base) == name for base in throttle.__mro__)
-
-
-def _dotted(target: type) -> str:
-    return f"{target.__module__}.{target.__qualname__}"

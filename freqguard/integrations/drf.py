@@ -21,8 +21,10 @@ freqguard middleware installed the response carries the rate-limit headers too.
 ``manage.py check`` reports a rate a throttle would read and cannot (``freqguard.E003``), and
 a view whose throttle reads a scope with no rate (``freqguard.E004``), or whose
 ``throttle_classes`` names a throttle by a dotted path (``freqguard.E005``: DRF imports
-paths only in ``DEFAULT_THROTTLE_CLASSES``), before a request fails; it names the views
-whose throttles ``get_throttles()`` chooses, which it cannot see (``freqguard.I001``).
+paths only in ``DEFAULT_THROTTLE_CLASSES``), or whose throttle has neither a rate nor a
+scope with no ``FREQGUARD_DEFAULT_LIMITS`` (``freqguard.E006``), before a request fails;
+it names the views whose throttles ``get_throttles()`` chooses, which it cannot see
+(``freqguard.I001``).
 """
 
 from __future__ import annotations

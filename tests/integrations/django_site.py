@@ -152,6 +152,5 @@ urlpatterns = [
     path("api/orders", drf_views.Orders.as_view(), name="orders"),
     path("api/scoped", drf_views.Scoped.as_view(), name="scoped"),
     path("api/other-scoped", drf_views.OtherScoped.as_view(), name="other-scoped"),
-    path("api/defaults", drf_views.Defaults.as_view(), name="drf-defaults"),
     path("api/plain", drf_views.Plain.as_view(), name="drf-plain"),
 ]

@@ -1,8 +1,11 @@
 """A URLconf for the DRF throttle checks (tests/integrations/test_drf.py): views whose
 freqguard throttles read a scope ``DEFAULT_THROTTLE_RATES`` does not name, or a rate that
 does not parse, reached through an include, an ``@api_view`` function and a router's
-ViewSet; six views on freqguard's anon throttle, whose scope is named nowhere; and a view
-naming its throttle by a dotted path; two choosing their throttles in ``get_throttles()``.
+ViewSet (four views reading the rate that does not parse, two a throttle's own rate
+that does not); six views on freqguard's anon throttle, whose scope is named nowhere; and a view
+naming its throttle by a dotted path; two choosing their throttles in ``get_throttles()``;
+four views on freqguard's generic throttle and one on a subclass, with neither a rate nor a
+scope (``FREQGUARD_DEFAULT_LIMITS`` or nothing), and one whose throttle gives its rate in code.
 The tests' rates:
 ``{"upload": "10/hour", "reports": "5/min", "slow": "3/minit", "off": None}``."""
 
@@ -72,6 +75,10 @@ class Slow(APIView):
         return Response("slow")
 
 
+#: The views reading "slow": four, one rate to fix.
+SLOW: list[type[APIView]] = [Slow, *(type(f"Slow{n}", (Slow,), {}) for n in range(1, 4))]
+
+
 class OffScope(FreqGuardThrottle):
     scope = "off"  # None: not throttled, as in DRF
 
@@ -92,6 +99,10 @@ class Misspelt(APIView):
 
     def get(self, request: Request) -> Response:
         return Response("misspelt")
+
+
+class MisspeltToo(Misspelt):  # the same throttle's rate: one to fix
+    pass
 
 
 class Dotted(APIView):
@@ -129,6 +140,44 @@ class Reports(ViewSet):
         return Response("a,b")
 
 
+class Unrated(APIView):
+    throttle_classes = (FreqGuardThrottle,)  # no rate, no scope: FREQGUARD_DEFAULT_LIMITS'
+
+    def get(self, request: Request) -> Response:
+        return Response("unrated")
+
+
+#: The generic throttle's views: four, one throttle to give a rate.
+UNRATED: list[type[APIView]] = [
+    Unrated,
+    *(type(f"Unrated{n}", (Unrated,), {}) for n in range(1, 4)),
+]
+
+
+class Costly(FreqGuardThrottle):
+    cost = 2  # no rate, no scope either
+
+
+class Heavy(APIView):
+    throttle_classes = (Costly,)
+
+    def get(self, request: Request) -> Response:
+        return Response("heavy")
+
+
+class RatedInCode(FreqGuardThrottle):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rate = "5/minute"  # given at the request: the check cannot see it, nor judge it
+
+
+class Coded(APIView):
+    throttle_classes = (RatedInCode,)
+
+    def get(self, request: Request) -> Response:
+        return Response("coded")
+
+
 def plain(request: HttpRequest) -> HttpResponse:
     return HttpResponse("plain")
 
@@ -140,8 +189,10 @@ urlpatterns = [
     path("api/", include([path("uploads", Uploads.as_view()), path("export", export)])),
     path("unscoped", Uploads.as_view(throttle_scope=None)),  # not throttled: not reported
     path("slow", Slow.as_view()),
+    *(path(f"slow/{n}", view.as_view()) for n, view in enumerate(SLOW[1:], 1)),
     path("off", Off.as_view()),
     path("misspelt", Misspelt.as_view()),
+    path("misspelt-too", MisspeltToo.as_view()),
     path("plain", plain),
     path("dotted", Dotted.as_view()),
     path("dotted-nowhere", Dotted.as_view(throttle_classes=["nowhere.Burst"])),
@@ -152,4 +203,7 @@ urlpatterns = [
     path("chosen", Chosen.as_view()),
     path("chosen-too", ChosenToo.as_view()),
     path("chosen-again", Chosen.as_view()),
+    *(path(f"unrated/{n}", view.as_view()) for n, view in enumerate(UNRATED)),
+    path("heavy", Heavy.as_view()),
+    path("coded", Coded.as_view()),
 ]

@@ -38,13 +38,6 @@ class OtherScoped(APIView):
         return Response({"scoped": "too"})
 
 
-class Defaults(APIView):
-    throttle_classes = (FreqGuardThrottle,)  # FREQGUARD_DEFAULT_LIMITS, this view's own
-
-    def get(self, request: Request) -> Response:
-        return Response({"defaults": True})
-
-
 class Plain(APIView):  # DEFAULT_THROTTLE_CLASSES (none unless a test sets them)
     def get(self, request: Request) -> Response:
         return Response({"plain": True})

@@ -162,6 +162,25 @@ def test_a_scope_with_no_rate(clock: ManualClock) -> None:
     assert any("Uploads (URL 'api/uploads')" in m and "'upload'?" in m for m in found)
 
 
+def test_no_rate_and_no_scope(clock: ManualClock) -> None:
+    """A throttle with neither a ``rate`` nor a ``scope``: DRF's fails every request
+    (ImproperlyConfigured, a 500); freqguard's reads ``FREQGUARD_DEFAULT_LIMITS``, and
+    without them fails every request as well, which ``manage.py check`` finds first
+    (``E006``)."""
+    theirs = _timed(throttling.SimpleRateThrottle, clock)
+    with pytest.raises(ImproperlyConfigured, match=r"You must set either `\.scope` or `\.rate`"):
+        _codes(_view([theirs]), 1)
+    with _rates():
+        with pytest.raises(ConfigError, match="FreqGuardThrottle has no rate"):
+            _codes(_view([drf.FreqGuardThrottle]), 1)
+        with override_settings(FREQGUARD_DEFAULT_LIMITS="2/minute"):
+            assert _codes(_view([drf.FreqGuardThrottle]), 3) == [200, 200, 429]
+    urls = "tests.integrations.drf_check_urls"  # its Unrated: the generic throttle
+    with _rates(), override_settings(ROOT_URLCONF=urls):
+        found = [m.msg for m in checks.run_checks() if m.id == "freqguard.E006"]
+    assert any("Unrated (URL 'unrated/0')" in m and "neither a rate" in m for m in found)
+
+
 def test_a_dotted_path_in_throttle_classes(clock: ManualClock) -> None:
     """A dotted path in a view's ``throttle_classes`` (as ``DEFAULT_THROTTLE_CLASSES`` are
     written): DRF calls it as it is, so every request fails, DRF's throttle's path or

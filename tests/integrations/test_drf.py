@@ -20,7 +20,7 @@ from tests.integrations import django_site
 django_site.setup()  # done on import already: DRF's modules below read the settings
 from django.core import checks  # noqa: E402
 from django.test import override_settings  # noqa: E402
-from django.urls import get_resolver, path, resolve  # noqa: E402
+from django.urls import URLPattern, URLResolver, get_resolver, include, path, resolve  # noqa: E402
 from rest_framework.exceptions import ParseError  # noqa: E402
 from rest_framework.request import Request  # noqa: E402
 from rest_framework.response import Response  # noqa: E402
@@ -83,10 +83,13 @@ def test_a_scope_is_one_budget_across_views_at_its_configured_rate(guard: Guard)
 
 def test_without_a_rate_the_default_limits_each_view_its_own(clock: ManualClock) -> None:
     with override_settings(
-        FREQGUARD_BACKEND=Guard(MemoryBackend(clock)), FREQGUARD_DEFAULT_LIMITS="5/minute"
+        FREQGUARD_BACKEND=Guard(MemoryBackend(clock)),
+        FREQGUARD_DEFAULT_LIMITS="5/minute",
+        ROOT_URLCONF="tests.integrations.drf_check_urls",  # Unrated: the generic throttle
     ):
         # the middleware's default limits count too (5/minute): the throttle's come first
-        assert _codes("/api/defaults", 6) == [200] * 5 + [429]
+        assert _codes("/unrated/0", 6) == [200] * 5 + [429]
+        assert _codes("/unrated/1", 1) == [200]  # another view: its own budget
 
 
 def test_it_serves_as_the_default_throttle_class(guard: Guard) -> None:
@@ -271,6 +274,48 @@ def test_a_throttles_own_scope_with_no_rate_is_one_error_naming_its_views() -> N
     )
 
 
+def test_a_throttle_with_no_rate_and_no_scope_is_one_check_error_naming_its_views(
+    guard: Guard,
+) -> None:
+    """freqguard's generic throttle (or a subclass) with neither a ``rate`` nor a ``scope``
+    reads ``FREQGUARD_DEFAULT_LIMITS``; unset, every request to its views failed with
+    ConfigError (a 500) while ``manage.py check`` said nothing. One ``freqguard.E006`` a
+    throttle class, naming how many views use it, the first three, and the fixes. A
+    throttle that gives its rate in its own code (``__init__``) is not judged. Seen
+    failing first."""
+    rest = {**REST, "DEFAULT_THROTTLE_RATES": CHECKED}
+    with override_settings(ROOT_URLCONF="tests.integrations.drf_check_urls", REST_FRAMEWORK=rest):
+        factory = APIRequestFactory()  # what the check forestalls: the request fails
+        with pytest.raises(ConfigError, match="FreqGuardThrottle has no rate"):
+            resolve("/unrated/0").func(factory.get("/unrated/0"))
+        with pytest.raises(ConfigError, match="Costly has no rate"):
+            resolve("/heavy").func(factory.get("/heavy"))
+        assert resolve("/coded").func(factory.get("/coded")).status_code == 200
+    found = _checked()["freqguard.E006"]
+    assert len(found) == 2
+    generic = _one(found, "freqguard.integrations.drf.FreqGuardThrottle")
+    assert generic.startswith(
+        "4 views, tests.integrations.drf_check_urls.Unrated (URL 'unrated/0'), "
+        "tests.integrations.drf_check_urls.Unrated1 (URL 'unrated/1'), "
+        "tests.integrations.drf_check_urls.Unrated2 (URL 'unrated/2') and 1 more: "
+        "freqguard.integrations.drf.FreqGuardThrottle has neither a rate nor a scope "
+        "(both None), and FREQGUARD_DEFAULT_LIMITS is not set: every request to them "
+        "would fail (ConfigError: FreqGuardThrottle has no rate, a 500)"
+    )
+    for fix in ("rate = '100/hour'", "DEFAULT_THROTTLE_RATES", "set FREQGUARD_DEFAULT_LIMITS"):
+        assert fix in generic
+    costly = _one(found, "Costly")
+    assert costly.startswith(
+        "tests.integrations.drf_check_urls.Heavy (URL 'heavy'): "
+        "tests.integrations.drf_check_urls.Costly has neither"
+    )
+    assert "every request to the view would fail" in costly
+    assert not any("Coded" in message for message in found)
+    # with default limits the throttle reads them; switched off, it admits every request
+    assert "freqguard.E006" not in _checked(FREQGUARD_DEFAULT_LIMITS="100/minute")
+    assert "freqguard.E006" not in _checked(FREQGUARD_ENABLED=False)
+
+
 def test_a_view_choosing_its_throttles_in_code_is_not_judged_by_its_throttle_classes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -316,6 +361,26 @@ def test_a_bad_rate_a_view_reads_is_a_check_error_not_a_warning() -> None:
     assert "tests.integrations.drf_check_urls.MisspeltRate.rate = '3/minit'" in misspelt
     assert "Misspelt (URL 'misspelt')" in misspelt
     assert "freqguard.W002" not in found
+
+
+def test_a_bad_rate_names_how_many_views_read_it_and_the_first_three() -> None:
+    """A rate that does not parse, read by many views, is one ``freqguard.E003`` (one rate
+    to fix), which named only the first view reading it: it says how many read it and
+    names the first three, as E004 does, for a scope's rate and a throttle's own alike.
+    Seen failing first."""
+    found = _checked()["freqguard.E003"]
+    slow, misspelt = (_one(found, n) for n in ("'slow'", "Misspelt"))
+    assert slow.endswith(
+        "; 4 views, tests.integrations.drf_check_urls.Slow (URL 'slow'), "
+        "tests.integrations.drf_check_urls.Slow1 (URL 'slow/1'), "
+        "tests.integrations.drf_check_urls.Slow2 (URL 'slow/2') and 1 more read it"
+    )
+    assert misspelt.startswith(
+        "2 views, tests.integrations.drf_check_urls.Misspelt (URL 'misspelt'), "
+        "tests.integrations.drf_check_urls.MisspeltToo (URL 'misspelt-too'): "
+        "tests.integrations.drf_check_urls.MisspeltRate.rate = '3/minit': "
+    )
+    assert "first letter" in misspelt
 
 
 def test_a_dotted_path_in_a_views_throttle_classes_is_a_check_error() -> None:
@@ -371,6 +436,55 @@ def test_a_urlconf_past_the_walks_bound_is_a_warning_naming_where_it_stopped() -
         found = [m for m in checks.run_checks() if m.id and m.id.startswith("freqguard.")]
     assert [m.id for m in found] == ["freqguard.E004"]
     assert "Anonymous (URL 'last')" in found[0].msg
+
+
+def _nested(includes: int, bottom: list[URLPattern | URLResolver]) -> types.ModuleType:
+    """A URLconf of ``includes`` includes one inside another (``n0/n1/...``), ``bottom``
+    in the innermost."""
+    patterns = bottom
+    for level in reversed(range(includes)):
+        patterns = [path(f"n{level}/", include(patterns))]
+    urls = types.ModuleType(f"tests.integrations.nested_{includes}")
+    vars(urls)["urlpatterns"] = patterns
+    return urls
+
+
+def test_includes_nested_past_the_walks_bound_are_a_warning_naming_the_first() -> None:
+    """The check follows includes 32 deep (a bound on includes nesting without end): an
+    include deeper was skipped without a word, so its views were not checked (an E004
+    missing). A warning (``freqguard.W004``) says how many it did not descend into and
+    names the first, its URL and what it includes; the walk goes on past them. Seen
+    failing first."""
+    view = drf_check_urls.Anonymous.as_view()
+    listed = path("a/", include([path("x", view)]))
+    module = path("b/", include("tests.integrations.drf_check_urls"))
+    with override_settings(ROOT_URLCONF=_nested(32, [module, listed])):
+        found = [m for m in checks.run_checks() if m.id and m.id.startswith("freqguard.")]
+    [warning] = found
+    assert warning.id == "freqguard.W004"
+    assert warning.level == checks.WARNING
+    route = "".join(f"n{level}/" for level in range(32))
+    assert (
+        f"2 includes nested deeper than 32, the first at URL '{route}b/' (an include of "
+        "'tests.integrations.drf_check_urls')"
+    ) in warning.msg
+    assert "were not checked" in warning.msg
+    assert "SILENCED_SYSTEM_CHECKS = ['freqguard.W004']" in warning.msg
+    # 32 includes deep are walked whole: the view there checked, no warning
+    with override_settings(ROOT_URLCONF=_nested(31, [listed])):
+        found = [m for m in checks.run_checks() if m.id and m.id.startswith("freqguard.")]
+    assert [m.id for m in found] == ["freqguard.E004"]
+    assert f"Anonymous (URL '{route[: -len('n31/')]}a/x')" in found[0].msg
+    # the walk goes on past an include it does not descend into
+    deep = _nested(32, [listed])
+    vars(deep)["urlpatterns"].append(path("last", view))
+    with override_settings(ROOT_URLCONF=deep):
+        found = [m for m in checks.run_checks() if m.id and m.id.startswith("freqguard.")]
+    assert sorted(str(m.id) for m in found) == ["freqguard.E004", "freqguard.W004"]
+    assert "Anonymous (URL 'last')" in _one([m.msg for m in found], "Anonymous")
+    assert "1 include nested deeper than 32, the first at URL" in _one(
+        [m.msg for m in found], "deeper"
+    )
 
 
 def test_a_urlconf_that_does_not_import_is_left_to_djangos_check() -> None:
