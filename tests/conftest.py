@@ -143,6 +143,27 @@ def scripts_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[R
         yield nodes
 
 
+#: A Redis 6.2 redis-server (no Redis Functions, globals of scripts read-only since 6.2.7):
+#: the store ``scripts="eval"`` is for, run for real where this names one (.ci/run builds
+#: it); CI sets ``FREQGUARD_REQUIRE_REDIS_6_2`` so that its tests fail rather than skip.
+REDIS_6_2 = "FREQGUARD_REDIS_6_2"
+
+
+@pytest.fixture(scope="session")
+def redis62_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A standalone Redis 6.2 (the binary :data:`REDIS_6_2` names)."""
+    binary = os.environ.get(REDIS_6_2)
+    if not binary:
+        why = f"no Redis 6.2: set {REDIS_6_2} to its redis-server (.ci/run builds one)"
+        if os.environ.get("FREQGUARD_REQUIRE_REDIS_6_2"):
+            pytest.fail(why)
+        pytest.skip(why)
+    with servers.standalone(tmp_path_factory.mktemp("redis62"), binary=binary) as server:
+        version = server.client.info("server")["redis_version"]
+        assert str(version).startswith("6.2."), f"{binary} is Redis {version}, not 6.2"
+        yield server
+
+
 def flush_scripts(nodes: Iterable[RedisServer]) -> None:
     """:func:`flush` for servers without Functions: their scripts go instead."""
     for node in nodes:

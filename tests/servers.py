@@ -89,14 +89,14 @@ def _wait(check: object, what: str) -> None:
 class RedisServer:
     """One redis-server process."""
 
-    def __init__(self, workdir: Path, *extra: str) -> None:
-        if shutil.which("redis-server") is None:
-            raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+    def __init__(self, workdir: Path, *extra: str, binary: str = "redis-server") -> None:
+        if shutil.which(binary) is None:
+            raise RuntimeError(f"{binary} is not installed (apt-get install redis-server)")
         self.port = free_port()
         self.dir = workdir / str(self.port)
         self.dir.mkdir(parents=True)
         self._argv = [
-            "redis-server",
+            binary,
             "--port",
             str(self.port),
             "--bind",
@@ -165,8 +165,8 @@ NO_FUNCTIONS = ("--rename-command", "FUNCTION", "", "--rename-command", "FCALL",
 
 
 @contextmanager
-def standalone(workdir: Path, *extra: str) -> Iterator[RedisServer]:
-    server = RedisServer(workdir, *extra)
+def standalone(workdir: Path, *extra: str, binary: str = "redis-server") -> Iterator[RedisServer]:
+    server = RedisServer(workdir, *extra, binary=binary)
     try:
         yield server
     finally:

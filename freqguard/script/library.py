@@ -88,9 +88,9 @@ def scripts() -> tuple[str, ...]:
 
     A script builds the library (runs the body) and keeps it in a global named
     :data:`NAME` (replaced, as the Functions' name is, by a digest of the code), where
-    the store lets a script set one (Redis before 7.0, KeyDB): later calls find it, its
-    specs parsed already, as a Redis Function's are. Redis 7 keeps every global read-only
-    (the keeping fails, quietly): each call then runs the body again.
+    the store lets a script set one (Redis before 6.2.7, KeyDB): later calls find it, its
+    specs parsed already, as a Redis Function's are. Redis 6.2.7 and later keep every
+    global read-only (the keeping fails, quietly): each call then runs the body again.
     """
     built = ", ".join(ENTRIES)
     made = []

@@ -20,7 +20,7 @@ from freqguard import AsyncGuard, ConfigError, Guard, ManualClock, Policy, Rule
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from freqguard.script.keys import raw_digest
 from tests import servers
-from tests.conftest import START, flush
+from tests.conftest import START, flush, flush_scripts
 from tests.faults import kill, restart
 from tests.servers import RedisServer, state_keys
 
@@ -36,6 +36,19 @@ def test_a_client_with_another_bins_setting_is_refused_and_writes_nothing(
     redis_server: RedisServer, first: int, second: int
 ) -> None:
     flush([redis_server])
+    _refused(redis_server, first, second)
+
+
+@pytest.mark.parametrize(("first", "second"), [(0, 4), (4, 0), (4, 16)])
+def test_redis_6_2_refuses_another_bins_setting_alike(
+    redis62_server: RedisServer, first: int, second: int
+) -> None:
+    # its scripts' errors are text, not Redis 7's error tables: found by their words alike
+    flush_scripts([redis62_server])
+    _refused(redis62_server, first, second)
+
+
+def _refused(redis_server: RedisServer, first: int, second: int) -> None:
     one = _guard(Redis(port=redis_server.port), first)
     assert [one.hit("p", r=f"u{i}").allowed for i in range(3)] == [True] * 3
     keys = sorted(state_keys(redis_server.client))

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from redis import Redis
 
 from freqguard import (
     ConfigError,
@@ -583,3 +584,30 @@ def test_a_per_key_limit_that_makes_the_window_longer_decides_alike(
         guard.set_limit("p", "r", "5 per 120 seconds", u="a")
         seen.append([guard.peek("p", u="a"), guard.hit("p", u="a"), guard.hit("p", 2, u="a")])
     assert all(found == seen[0] for found in seen[1:])
+
+
+@settings(max_examples=examples(40))
+@given(
+    rules=st.lists(rule(), min_size=1, max_size=4),
+    pool=st.lists(ctx, min_size=1, max_size=3),
+    ops=st.lists(op, min_size=1, max_size=40),
+    start=st.sampled_from([1_700_000_000, 0]),
+)
+def test_a_real_redis_6_2_decides_as_memory(
+    redis62_server: RedisServer,
+    rules: list[Rule],
+    pool: list[dict[str, str]],
+    ops: list[Any],
+    start: int,
+) -> None:
+    """The store ``scripts="eval"`` is for, for real: Redis 6.2 has no Functions, and keeps
+    no global of a script between calls (6.2.7 and later), so every call builds the library;
+    its records plain and in bins decide as memory's."""
+    flush_scripts([redis62_server])
+    plain = RedisBackend(Redis(port=redis62_server.port, socket_timeout=5), scripts="eval")
+    binned = RedisBackend(Redis(port=redis62_server.port, db=1, socket_timeout=5), bins=2)
+    try:
+        _assert_alike([MemoryBackend(), plain, binned], _unique(rules), pool, ops, start)
+    finally:
+        plain.close()
+        binned.close()

@@ -106,7 +106,7 @@ local function blob_entry(name, value)
   elseif n % 4 == 2 and n <= 14 then
     flag = (n - 2) / 4 + 4 * kind
   else
-    error({err = 'ERR freqguard: a field name of ' .. n .. ' bytes cannot be binned'})
+    fail('ERR freqguard: a field name of ' .. n .. ' bytes cannot be binned')
   end
   return char(flag) .. name .. entry
 end
@@ -118,13 +118,13 @@ end
 -- call's write would answer from a state without it).
 local function check_bins(key, meta, bins, writes)
   if not meta then
-    if writes then error({err = 'ERR ' .. UNCLAIMED}) end
+    if writes then fail('ERR ' .. UNCLAIMED) end
     return
   end
   local ok, _, _, held = pcall(sunpack, BIN_META, meta)
   if ok and held ~= bins then
-    error({err = format('ERR %s%d in %s, and this client has bins=%d', BINS_OTHER, held, key,
-      bins)})
+    fail(format('ERR %s%d in %s, and this client has bins=%d', BINS_OTHER, held, key,
+      bins))
   end
 end
 
@@ -183,9 +183,9 @@ local function blob_read(key, blob)
   local stamp = byte(blob, 1)
   if stamp ~= LAYOUT_STAMPS + BIN_LAYOUT and stamp ~= LAYOUT_STAMPS + OLDEST_BIN_LAYOUT then
     if stamp and stamp > LAYOUT_STAMPS + BIN_LAYOUT then
-      error({err = format('ERR freqguard record in bin %s is in layout %d, newer than the '
+      fail(format('ERR freqguard record in bin %s is in layout %d, newer than the '
         .. '%d this release reads: upgrade freqguard on this client', key, stamp - LAYOUT_STAMPS,
-        BIN_LAYOUT)})
+        BIN_LAYOUT))
     end
     return false
   end
@@ -293,7 +293,7 @@ end
 -- dropped record may have ended what held it for ever.
 local function bin_flush(rec, clock, pinned, recompute)  -- a binned record's (rec.rid)
   if not rec.dirty then return end
-  if not rec.bin then error({err = 'ERR ' .. UNCLAIMED}) end  -- nothing written yet
+  if not rec.bin then fail('ERR ' .. UNCLAIMED) end  -- nothing written yet
   local key, rid, bins = rec.key, rec.rid, rec.bins
   local known, deadline, prune_at = false, 0, BIN_FLOOR
   if rec.bin then known, deadline, prune_at = pcall(sunpack, BIN_META, rec.bin) end

@@ -75,3 +75,12 @@ local function bind()
   char = string.char
   concat, tunpack, call = table.concat, unpack, redis.call
 end
+
+-- Fails the call with `message` (an error reply, 'ERR ...'): raised as Redis 7's error
+-- table, which it answers as it is; as text elsewhere (Redis 6.2 cannot raise a table:
+-- its error handler concatenates what it is given), answered with the script's name and
+-- line around it. The client finds its messages by their words (backends/_claims.py).
+local function fail(message)
+  if redis.REDIS_VERSION_NUM then error({err = message}) end
+  error(message, 0)
+end

@@ -299,9 +299,9 @@ local function check_layout(rec, got, n)
       and (#meta - RECORD_META_BYTES) % LIMIT_ENTRY_BYTES == 0 then
       return 0
     elseif stamp > LAYOUT_STAMPS + RECORD_LAYOUT then
-      error({err = format('ERR freqguard record %s is in layout %d, newer than the %d this '
+      fail(format('ERR freqguard record %s is in layout %d, newer than the %d this '
         .. 'release reads: upgrade freqguard on this client', rec.key, stamp - LAYOUT_STAMPS,
-        RECORD_LAYOUT)})
+        RECORD_LAYOUT))
     end
   else
     local found = false
