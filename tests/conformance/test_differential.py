@@ -532,9 +532,9 @@ def test_a_window_made_longer_counts_the_same_entries_in_every_store(
     Redis than in memory."""
     backend = MemoryBackend() if store == "memory" else request.getfixturevalue(f"{store}_backend")
     clock = ManualClock(START)
-    lease = {"lease": 30.0} if strategy is Strategy.CONCURRENCY else {}
-    rate = "5 concurrent" if strategy is Strategy.CONCURRENCY else "5 per 30 seconds"
-    rule = Rule(rate, by="u", strategy=strategy, name="r", **lease)
+    leases = strategy is Strategy.CONCURRENCY
+    rate = "5 concurrent" if leases else "5 per 30 seconds"
+    rule = Rule(rate, by="u", strategy=strategy, name="r", lease=30.0 if leases else None)
     guard = Guard(backend, [Policy("p", rule)], clock=clock)
     take = guard.take_lease if strategy is Strategy.CONCURRENCY else guard.hit
     for step in (0, 20, 20):  # at 0, 20 and 40 s: the first has left the 30 s window
