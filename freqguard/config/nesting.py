@@ -14,24 +14,25 @@ import re
 
 __all__ = ["deeper_than"]
 
-#: A JSON string (its brackets are text, not nesting); one never closed is left as it is,
-#: for the parser to refuse.
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+#: A JSON string (its brackets are text, not nesting); one never closed is text to the end
+#: (a parser reads it so, then refuses it).
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*(?:"|\\?$)')
 _PAIRS = bytes.maketrans(b"[{]}", b"(())")
 _NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"[]{}")
 
 
 def deeper_than(text: bytes | str, most: int) -> bool:
     """Whether ``text`` nests arrays and objects more than ``most`` levels deep (brackets
-    inside strings not counted). Brackets that do not pair up are the parser's to refuse:
-    this says True only when a balanced part nests deeper than ``most``."""
+    inside strings not counted). A bracket opened and never closed is a level too: a
+    recursive parser goes down it before it finds the text malformed (exact for every
+    balanced text; for one that is not, it may count levels side by side as nested)."""
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
     if data.count(b"[") + data.count(b"{") <= most:  # every real body and line: no scan
         return False
     nesting = _STRING.sub(b"", data).translate(_PAIRS, _NOT_BRACKETS)
-    for _ in range(most):  # each pass takes off the innermost level
+    for peeled_levels in range(most):  # each pass takes off the innermost level
         peeled = nesting.replace(b"()", b"")
-        if len(peeled) == len(nesting):  # nothing left that pairs up
-            return False
+        if len(peeled) == len(nesting):  # nothing left that pairs up: opens never closed
+            return peeled_levels + nesting.count(b"(") > most
         nesting = peeled
-    return b"()" in nesting
+    return b"(" in nesting

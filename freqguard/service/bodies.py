@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import msgspec
 from starlette.requests import ClientDisconnect, Request
@@ -193,12 +193,19 @@ def _named(error: msgspec.ValidationError, data: Any) -> Problem:
         return invalid(member("", name), "not a field of this call")
     if what == _OUT_OF_RANGE:
         return invalid(where or "body", f"got {_got(math.inf)}")
-    if what.endswith(", got `float`") and where in _at(data, ""):  # the number as sent
-        return invalid(where, f"{_in_json(what).partition(', got')[0]}, got {_got(data[where])}")
+    sent = _at(data, "").get(where)
+    if what.endswith(", got `float`") and isinstance(sent, float):  # the number as sent
+        # (a name given twice: msgspec refused one, Python's reader kept the last)
+        return invalid(where, f"{_in_json(what).partition(', got')[0]}, got {_got(sent)}")
     return invalid(where or "body", _in_json(what))
 
 
 _OUT_OF_RANGE = "Number out of range"
+
+
+def _no_constant(name: str) -> NoReturn:
+    """Python's reader takes NaN and Infinity; JSON has no such words."""
+    raise ValueError(f"not JSON: {name}")
 
 
 def _got(value: Any) -> str:
@@ -262,7 +269,7 @@ def decode(raw: bytes, body: type[Body]) -> Body:
     except msgspec.ValidationError as exc:
         try:  # to find a context's value by its name: Python's reader, which takes a
             # number out of a float's range (1e400) as infinity, where msgspec's refuses it
-            data = json.loads(raw)  # the body is bounded in size and depth (above)
+            data = json.loads(raw, parse_constant=_no_constant)  # bounded (above)
         except ValueError:  # a number too long, text not UTF-8 (the typed decoder
             # failed first on a field): named by its place
             data = None

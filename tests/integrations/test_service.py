@@ -211,6 +211,29 @@ def test_a_number_json_cannot_hold_is_named_by_its_field(
     assert detail in response.json()["detail"]
 
 
+@pytest.mark.parametrize(
+    ("raw", "detail"),
+    [  # msgspec refuses the first; Python's reader keeps the last (or refuses NaN)
+        (b'{"cost": 1.5, "cost": 1, "context": {}}', "cost: an integer, got a number"),
+        (b'{"cost": 1.5, "cost": NaN, "context": {}}', "cost: an integer, got a number"),
+    ],
+)
+def test_a_field_given_twice_is_refused_by_the_value_msgspec_refused(
+    raw: bytes, detail: str
+) -> None:
+    (response,) = _call([("POST", "/v1/policies/sms/hit", raw, {})])
+    assert response.status_code == 422
+    assert response.json()["detail"] == detail
+
+
+def test_a_body_that_opens_more_than_it_closes_is_a_422_not_a_500() -> None:
+    # msgspec refused cost first; the reader that names the field went down every bracket
+    raw = b'{"cost": 1.5, "context": {"recipient": "a"}, "x": ' + b"[" * 5000 + b"]"
+    (response,) = _call([("POST", "/v1/policies/sms/hit", raw, {})])
+    assert response.status_code == 422
+    assert response.json()["field"] == "body"
+
+
 def test_unknown_names_oversize_bodies_and_batches() -> None:
     ctx = {"recipient": "a", "content": "x"}
     responses = _call(

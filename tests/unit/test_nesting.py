@@ -44,6 +44,13 @@ def test_deep_bodies_and_brackets_that_do_not_pair() -> None:
     assert deeper_than(b"[" * 100_000 + b"]" * 100_000, 32)
     assert not deeper_than(b"[" * 32 + b"]" * 32, 32)
     assert deeper_than(b"[" * 33 + b"]" * 33, 32)
-    assert not deeper_than(b"[" * 100_000, 32)  # never closed: the parser's to refuse
+    # never closed: a recursive reader still goes down every level before it refuses the
+    # text (Python's json.loads: a RecursionError), so they count as nesting
+    assert deeper_than(b"[" * 100_000, 32)
+    assert deeper_than(b'{"a": 1.5, "b": ' + b"[" * 40, 32)
+    assert not deeper_than(b"[" * 32, 32)
+    assert deeper_than(b"[" * 20 + b"[" * 13 + b"]" * 13, 32)  # open around a closed part
+    assert not deeper_than(b"[" * 20 + b"[" * 12 + b"]" * 12, 32)
     assert not deeper_than(b'["' + b"[" * 100 + b'"]', 32)  # text, not nesting
     assert not deeper_than(b'"\\"' + b"[" * 100, 32)  # an escaped quote keeps a string open
+    assert not deeper_than(b'["' + b"[" * 100, 32)  # a string never closed: text to the end
