@@ -64,6 +64,8 @@ def walk() -> Walk:
         init = init if isinstance(init, Mapping) else {}  # as_view(**initkwargs), router actions
         name = f"{view.__module__}.{view.__name__}"
         where = f"{name} (URL {url!r})"
+        if not _throttled(view):  # no view of DRF's: its throttle_classes are no one's
+            continue
         chooser = _chooser(view)
         if chooser is not None:  # throttle_classes may not be what runs: not judged
             of = "" if chooser is view else f", get_throttles() of {dotted(chooser)}"
@@ -96,6 +98,12 @@ def _use(where: str, view: type, init: Mapping[str, Any], throttle: type) -> Use
     if scope is not None and not isinstance(scope, str):
         return None
     return Use(where, throttle, scope, attr)
+
+
+def _throttled(view: type) -> bool:
+    """Whether DRF throttles the view's requests: it has a ``get_throttles()`` (an
+    APIView's, or one of its own); a plain Django view's ``throttle_classes`` run nowhere."""
+    return any("get_throttles" in vars(base) for base in view.__mro__)
 
 
 def _chooser(view: type) -> type | None:

@@ -21,6 +21,7 @@ django_site.setup()  # done on import already: DRF's modules below read the sett
 from django.core import checks  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from django.urls import URLPattern, URLResolver, get_resolver, include, path, resolve  # noqa: E402
+from django.views import View  # noqa: E402
 from rest_framework.exceptions import ParseError  # noqa: E402
 from rest_framework.request import Request  # noqa: E402
 from rest_framework.response import Response  # noqa: E402
@@ -407,6 +408,21 @@ def test_a_dotted_path_in_a_views_throttle_classes_is_a_check_error() -> None:
         factory = APIRequestFactory()
         with pytest.raises(TypeError, match="'str' object is not callable"):
             resolve("/dotted").func(factory.get("/dotted"))
+
+
+def test_a_view_that_is_not_drfs_is_not_judged_by_a_throttle_classes_it_holds() -> None:
+    """A plain Django view (no ``get_throttles``: DRF never runs it) may hold an attribute
+    named ``throttle_classes`` for a framework of its own: no E005 for its dotted path, no
+    E004 for a class there (review: an Error blocks a deploy of a working project)."""
+
+    class Plain(View):
+        throttle_classes = ("myframework.throttles.PerUser", drf_check_urls.ExportsScope)
+
+    urls = types.ModuleType("tests.integrations.urls_plain_view")
+    vars(urls)["urlpatterns"] = [path("plain", Plain.as_view())]
+    with override_settings(ROOT_URLCONF=urls):
+        found = [m for m in checks.run_checks() if m.id and m.id.startswith("freqguard.")]
+    assert found == []
 
 
 def _urlconf(patterns: Sequence[object]) -> types.ModuleType:
