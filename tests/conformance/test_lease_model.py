@@ -36,8 +36,9 @@ from tests.conformance.test_lease_exits import EVERY_STORE, async_store
 from tests.conftest import START, examples
 
 KEYS = ("u", "v")
-#: The key the blocks take their leases by: whether a block cancelled early wrote (and so
-#: dropped what had left the window) depends on the store's speed, so no other step uses it
+#: The key a block takes its lease by when its write would drop what has left the window
+#: on "u": whether a block cancelled early wrote depends on the store's speed, so no other
+#: step uses it
 BLOCKS = "w"
 RATE_US = 60_000_000  # the rate rule's window
 
@@ -92,13 +93,17 @@ class Model:
         self.written(key, now).append(entry)
         return entry
 
-    def written(self, key: str, now: int) -> list[Entry]:
+    def log(self, key: str) -> list[Entry]:
+        return self.logs.get((self.kind, key), [])
+
+    def written(self, key: str, now: int, dry: bool = False) -> list[Entry]:
         """The key's log as a write leaves it: what left the window is dropped (so a deploy
-        that makes the lease longer later counts only what no write has dropped)."""
+        that makes the lease longer later counts only what no write has dropped); ``dry``:
+        what it would be, the log left as it is."""
         kind = self.kind
-        log = self.logs[kind, key] = [
-            e for e in self.logs.get((kind, key), []) if e.at > now - self.window(kind)
-        ]
+        log = [e for e in self.log(key) if e.at > now - self.window(kind)]
+        if not dry:
+            self.logs[kind, key] = log
         return log
 
     def give_back(self, key: str, entry: Entry) -> None:
@@ -171,7 +176,10 @@ async def _replay(backend: Any, steps: list[tuple[Any, Any, Any]]) -> None:
             given_back.append(holder.decision)
             model.give_back(holder.key, holder.entry)
         elif name == "block" and model.kind == "leases":
-            await _block(guard, a, b)
+            # on "u" beside the leases held there, unless its write (which the block may or
+            # may not reach before it is cancelled) would drop some: then on a key of its own
+            key = BLOCKS if model.written("u", now(), dry=True) != model.log("u") else "u"
+            await _block(guard, a, b, key)
         elif name == "generator" and model.kind == "leases":
             if a != "never" and model.free("u", now()) > 0:  # it takes one, and gives it back
                 model.written("u", now())
@@ -207,13 +215,13 @@ async def _replay(backend: Any, steps: list[tuple[Any, Any, Any]]) -> None:
         assert (await guard.peek("llm", user=key)).rules[0].remaining == model.cap(key)
 
 
-async def _block(guard: AsyncGuard, steps: int, again: int | str | None) -> None:
+async def _block(guard: AsyncGuard, steps: int, again: int | str | None, key: str) -> None:
     """A block that holds its lease until it raises, or until it is cancelled ``steps``
     loop steps after it starts (and, with ``again``, once more that many later, while it
     gives the lease back): whatever happened, it holds nothing once it is done."""
 
     async def holder() -> None:
-        async with guard.lease("llm", user=BLOCKS) as decision:
+        async with guard.lease("llm", user=key) as decision:
             if decision.allowed:
                 if again == "raise":
                     raise RuntimeError("the call failed")
