@@ -3,9 +3,10 @@
 -- state: ascending timestamps, packed: a header SLIDING_LOG_STATE (entry width w, base),
 -- then one w-byte offset from base per entry, at most the largest capacity of them. The
 -- width holds four times the longest window, so the base moves (re-encoding the entries)
--- only every few windows. Entries that left the window stay until the next write drops
--- them (consume, refund), as the Python twin's do: a window made longer meanwhile (a
--- per-key limit, a deploy's longer lease) counts them again, in both alike.
+-- only every few windows. Entries that left the window stay until a hit that consumes or a
+-- refund of the newest units drops them (a refund by mark drops none), as the Python
+-- twin's do: a window made longer meanwhile (a per-key limit, a deploy's longer lease)
+-- counts them again, in both alike.
 local LOG_HEADER_BYTES = sliding_log.state_bytes  -- the header's size
 local FORMATS = {'>I1', '>I2', '>I3', '>I4', '>I5', '>I6', '>I7'}  -- an entry, by its width
 
