@@ -12,7 +12,8 @@ bins' formats (all from ``freqguard/script/contract.py``, the bounds through it,
 short states' spans from ``strategies/base.py``); then each twin's facts from its module
 (its ``code``, ``STATE_FORMAT`` as ``<NAME>_STATE``, ``SHORT_FORMAT`` as ``<NAME>_SHORT``,
 ``OUTSIDE`` as ``<NAME>_OUTSIDE``, each of its ``NUMBERS`` as ``<NAME>_<NUMBER>``; its
-table, named as its module, with its code and its formats' sizes), and the registry:
+table, named as its module, with its code, its formats' sizes and ``keeps_own`` where the
+module's ``KEEPS_OWN`` says so), and the registry:
 ``TWINS`` (each table under its code) and ``BOUNDS`` (how many numbers follow a state's
 rules, from each module's ``BOUNDS``), in the order of ``freqguard.script.strategies.KINDS``.
 """
@@ -166,6 +167,8 @@ def _twin(kind: str, twin: Twin) -> list[str]:
         if fmt is not None:
             lines.append(local(f"{upper}_{suffix}", lua(fmt)))
             fields.append(f"{suffix.lower()}_bytes = {lua(size(fmt))}")
+    if getattr(twin, "KEEPS_OWN", False):
+        fields.append("keeps_own = true")
     outside = getattr(twin, "OUTSIDE", None)
     if outside is not None:
         lines.append(local(f"{upper}_OUTSIDE", lua(outside)))

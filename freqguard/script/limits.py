@@ -216,4 +216,8 @@ def _spec(spec: StateSpec, made: Sequence[RuleParams | None]) -> StateSpec:
     shadow = spec.shadow or (len(rules) == 1 and rules[0].shadow)
     window = max(r.window for r in rules)
     cap = max(r.capacity for r in rules)
+    if getattr(spec.twin, "KEEPS_OWN", False):  # a log: each rule counts by its own window,
+        # so the state keeps what its own rules need too, and a stricter limit (a shorter
+        # window, a smaller count) never makes it forget what they count once it is gone
+        window, cap = max(window, spec.window), max(cap, spec.cap)
     return StateSpec(spec.twin, rules, spec.horizon, shadow, window, cap, spec.bounds)

@@ -611,3 +611,27 @@ def test_a_real_redis_6_2_decides_as_memory(
     finally:
         plain.close()
         binned.close()
+
+
+@pytest.mark.parametrize("strategy", [Strategy.SLIDING_LOG])
+@pytest.mark.parametrize("store", EVERY_STORE[:-1])  # the cluster: the same function
+def test_a_stricter_per_key_limit_never_makes_a_rule_forget_its_own_window(
+    request: pytest.FixtureRequest, store: str, strategy: Strategy
+) -> None:
+    """100 an hour, all taken; then 1 a minute for two minutes, one hit under it; then the
+    rule's own rate again: the hour's hits still count. Under the limit each write kept only
+    what the limit's window and count need, so once it was cleared the hour began afresh:
+    201 admitted in three minutes (review)."""
+    backend = MemoryBackend() if store == "memory" else request.getfixturevalue(f"{store}_backend")
+    clock = ManualClock(START)
+    rule = Rule("100/hour", by="u", strategy=strategy, name="r")
+    guard = Guard(backend, [Policy("p", rule)], clock=clock)
+    admitted = sum(guard.hit("p", u="a").allowed for _ in range(100))
+    clock.advance(60)
+    guard.set_limit("p", "r", "1/minute", u="a")
+    clock.advance(60)
+    admitted += guard.hit("p", u="a").allowed
+    clock.advance(60)
+    guard.clear_limit("p", "r", u="a")
+    admitted += sum(guard.hit("p", u="a").allowed for _ in range(200))
+    assert admitted == 101

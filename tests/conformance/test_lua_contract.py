@@ -109,6 +109,8 @@ def test_the_generated_values_are_the_pythons() -> None:
         assert values.get(f"{name.upper()}_SHORT") == (None if short is None else f"'{short}'")
         if short is not None:
             fields.append(f"short_bytes = {sum(contract.widths(short))}")
+        if getattr(twin, "KEEPS_OWN", False):
+            fields.append("keeps_own = true")
         assert values[name] == "{" + ", ".join(fields) + "}"
         outside = getattr(twin, "OUTSIDE", None)
         assert values.get(f"{name.upper()}_OUTSIDE") == (

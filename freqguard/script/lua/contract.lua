@@ -70,7 +70,7 @@ local fixed_window = {code = 1, state_bytes = 18, short_bytes = 14}
 
 -- sliding-log (freqguard/script/strategies/sliding_log.py)
 local SLIDING_LOG_STATE = '>BI7'
-local sliding_log = {code = 2, state_bytes = 8}
+local sliding_log = {code = 2, state_bytes = 8, keeps_own = true}
 
 -- token-bucket (freqguard/script/strategies/token_bucket.py)
 local TOKEN_BUCKET_STATE = '>I4I7I7I7'
@@ -84,7 +84,7 @@ local gcra = {code = 4, state_bytes = 21, short_bytes = 12}
 
 -- concurrency (freqguard/script/strategies/concurrency.py)
 local CONCURRENCY_STATE = '>BI7'
-local concurrency = {code = 7, state_bytes = 8}
+local concurrency = {code = 7, state_bytes = 8, keeps_own = true}
 
 -- rolling-window (freqguard/script/strategies/rolling_window.py)
 local ROLLING_WINDOW_STATE = '>BI7I7I7'

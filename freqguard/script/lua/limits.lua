@@ -51,7 +51,9 @@ local function entry_rule(twin, rule, e)
 end
 
 -- One state's spec with its rules' live limits applied (script/limits.py _spec); the spec
--- itself when none applies. A lone exempt rule's state counts only what it admits.
+-- itself when none applies. A lone exempt rule's state counts only what it admits. A log
+-- (its twin keeps_own) keeps what its own rules need too (the longer window, the larger
+-- count): a stricter limit never makes it forget what they count once it is gone.
 local function limited_spec(spec, by_tag)
   local rules, found = {}, false
   for r = 1, #spec.rules do
@@ -68,5 +70,5 @@ local function limited_spec(spec, by_tag)
   local copy = {code = spec.code, twin = spec.twin, rule_count = spec.rule_count, rules = rules,
     bounds = spec.bounds}
   copy.shadow = spec.shadow or (#rules == 1 and rules[1].shadow)
-  return measure(copy)
+  return measure(copy, spec.twin.keeps_own and spec or nil)
 end

@@ -12,9 +12,11 @@ local function parse_rule(v, at)
     tag = v[at + 4], reserve = v[at + 5], burst = v[at + 6]}, at + 7
 end
 
--- A state's longest window and largest capacity, from its rules.
-local function measure(spec)
+-- A state's longest window and largest capacity, from its rules (and, for a state under
+-- per-key limits, from its own spec's: `own`).
+local function measure(spec, own)
   local window, cap = 0, 0
+  if own then window, cap = own.window, own.cap end
   for r = 1, #spec.rules do
     window, cap = max(window, spec.rules[r].window), max(cap, spec.rules[r].capacity)
   end

@@ -22,6 +22,7 @@ from freqguard.script.strategies.base import RuleParams, StateSpec
 code = 7
 #: Its packed state: the sliding log's.
 STATE_FORMAT = log.STATE_FORMAT
+KEEPS_OWN = log.KEEPS_OWN
 
 
 def decode(raw: bytes) -> log.PackedLog:

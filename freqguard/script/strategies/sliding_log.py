@@ -24,6 +24,10 @@ from freqguard.script.strategies.base import RuleParams, StateSpec, counted
 code = 2
 #: Its packed state, in the Lua's notation (the header: entry width, base; then the entries).
 STATE_FORMAT = ">BI7"
+#: Under a per-key limit its state keeps what the rule's own rate needs too: each rule
+#: counts the entries of its own window, so the longer window kept costs the limit nothing
+#: (script/limits.py ``_spec``).
+KEEPS_OWN = True
 
 _WIDTH, _BASE = widths(STATE_FORMAT)  # the header's fields
 _HEADER = _WIDTH + _BASE
