@@ -265,6 +265,7 @@ def _read_on_exactly(
     reference = Guard(MemoryBackend(), [policy], clock=reference_clock)
     if one_part:
         before = _limits_of_one_part(guard, policy, before)
+    before = _no_stricter_limit_of_a_log(policy, before)
     _deploy(client, old)
     try:
         written = _replay(guard, clock, policy, pool, before)
@@ -299,6 +300,24 @@ def _limits_of_one_part(guard: Guard, policy: Policy, ops: list[Any]) -> list[An
             part = next(n for n, p in enumerate(plan.parts) if index in p.rule_index)
             first = part if first is None else first
             if part != first:
+                continue
+        kept.append(item)
+    return kept
+
+
+def _no_stricter_limit_of_a_log(policy: Policy, ops: list[Any]) -> list[Any]:
+    """``ops`` without the per-key limits stricter than a log's own rate (a shorter window,
+    a smaller count). Under one, an older release's log kept only the limit's entries,
+    where this one keeps its own rate's too (design note 87): what the older one dropped,
+    this one cannot read back, and the reference never dropped it."""
+    kept = []
+    for item in ops:
+        if item[0] == "limit" and item[2] != 0 and item[2][0] is not None:
+            rule = policy.rules[item[1][1] % len(policy.rules)]
+            limit, window = item[2][0], item[2][1] * 100_000
+            own = round(rule.rate.window.total_seconds() * 1_000_000)
+            logs = rule.strategy in (Strategy.SLIDING_LOG, Strategy.CONCURRENCY)
+            if logs and (window < own or limit < rule.rate.limit):
                 continue
         kept.append(item)
     return kept
