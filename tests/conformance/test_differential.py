@@ -219,14 +219,19 @@ def _unique(
     )
 
 
-@settings(max_examples=examples(80))
-@given(
+#: A policy of up to four rules, the contexts its operations draw from, the operations, and
+#: where the clock starts (near time 0, a ManualClock()'s default, every packed time is at
+#: its smallest): what the differential tests replay on each store.
+replays = given(
     rules=st.lists(rule(), min_size=1, max_size=4),
     pool=st.lists(ctx, min_size=1, max_size=3),
     ops=st.lists(op, min_size=1, max_size=40),
-    # near time 0 (a ManualClock()'s default) every packed time is at its smallest
     start=st.sampled_from([1_700_000_000, 0]),
 )
+
+
+@settings(max_examples=examples(80))
+@replays
 def test_memory_redis_and_cluster_decide_alike(
     redis_backend: RedisBackend,
     binned_backend: RedisBackend,
@@ -587,12 +592,7 @@ def test_a_per_key_limit_that_makes_the_window_longer_decides_alike(
 
 
 @settings(max_examples=examples(40))
-@given(
-    rules=st.lists(rule(), min_size=1, max_size=4),
-    pool=st.lists(ctx, min_size=1, max_size=3),
-    ops=st.lists(op, min_size=1, max_size=40),
-    start=st.sampled_from([1_700_000_000, 0]),
-)
+@replays
 def test_a_real_redis_6_2_decides_as_memory(
     redis62_server: RedisServer,
     rules: list[Rule],
