@@ -11,7 +11,8 @@ name them:
   ``throttle_scope``, or the throttle's ``scope``) that ``DEFAULT_THROTTLE_RATES`` does not
   name, with no ``FREQGUARD_DEFAULT_LIMITS`` to fall back on: every request to the view
   would fail. One error a view for the view's scope (each view's to fix), one for a
-  throttle's own, naming how many views use it and the first few.
+  throttle's own, naming how many views use it and the first few. A throttle whose own
+  code (its ``__init__`` or ``allow_request``) may choose the scope is not judged.
 * ``freqguard.E005``: a view's ``throttle_classes`` names a throttle by a dotted path, which
   DRF calls as it is (it imports paths only in ``DEFAULT_THROTTLE_CLASSES``): every request
   to the view would fail.
@@ -107,10 +108,12 @@ def throttle_checks() -> list[checks.CheckMessage]:
     for use in walked.uses:
         where = given(getattr(use.throttle, "rate", None), use.scope, rates)
         if where is None:
-            if use.scope is not None and not fallback:
+            if fallback or _coded(use.throttle):  # the rate is found, or not seen here
+                continue
+            if use.scope is not None:
                 key = (use.throttle, use.scope, use.view if use.attr else None)
                 unnamed.setdefault(key, []).append(use)
-            elif use.scope is None and not fallback and not _coded(use.throttle):
+            else:
                 unrated.setdefault(use.throttle, []).append(use)
         elif where.scope is None:
             rated.setdefault(use.throttle, []).append(use)
@@ -220,8 +223,9 @@ def _unrated(uses: list[Use]) -> str:
 
 
 def _coded(throttle: type) -> bool:
-    """Whether the throttle's own code may give its rate at the request: its ``__init__``
-    or ``allow_request`` not freqguard's (the check cannot run it, so does not judge it)."""
+    """Whether the throttle's own code may give its rate or choose its scope at the
+    request: its ``__init__`` or ``allow_request`` not freqguard's (the check cannot run
+    it, so does not judge it)."""
     for name in ("__init__", "allow_request"):
         owner = next((base for base in throttle.__mro__ if name in vars(base)), object)
         if owner.__module__ != _DRF:

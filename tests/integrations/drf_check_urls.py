@@ -11,6 +11,8 @@ The tests' rates:
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
 from rest_framework.decorators import action, api_view, throttle_classes
@@ -178,6 +180,21 @@ class Coded(APIView):
         return Response("coded")
 
 
+class ScopedInCode(FreqGuardThrottle):
+    scope = "placeholder"  # named nowhere: the code below chooses the scope at the request
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        self.scope = "upload"
+        return super().allow_request(request, view)
+
+
+class CodedScope(APIView):
+    throttle_classes = (ScopedInCode,)
+
+    def get(self, request: Request) -> Response:
+        return Response("coded scope")
+
+
 def plain(request: HttpRequest) -> HttpResponse:
     return HttpResponse("plain")
 
@@ -206,4 +223,5 @@ urlpatterns = [
     *(path(f"unrated/{n}", view.as_view()) for n, view in enumerate(UNRATED)),
     path("heavy", Heavy.as_view()),
     path("coded", Coded.as_view()),
+    path("coded-scope", CodedScope.as_view()),
 ]
