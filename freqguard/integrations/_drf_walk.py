@@ -64,10 +64,10 @@ def walk() -> Walk:
         init = init if isinstance(init, Mapping) else {}  # as_view(**initkwargs), router actions
         name = f"{view.__module__}.{view.__name__}"
         where = f"{name} (URL {url!r})"
-        if not _throttled(view):  # no view of DRF's: its throttle_classes are no one's
-            continue
         chooser = _chooser(view)
-        if chooser is not None:  # throttle_classes may not be what runs: not judged
+        if chooser is None:  # no view of DRF's: its throttle_classes are no one's
+            continue
+        if dotted(chooser) != _APIVIEW:  # throttle_classes may not be what runs: not judged
             of = "" if chooser is view else f", get_throttles() of {dotted(chooser)}"
             found.unseen.setdefault(view, f"{name} (URL {url!r}{of})")
             continue
@@ -100,19 +100,11 @@ def _use(where: str, view: type, init: Mapping[str, Any], throttle: type) -> Use
     return Use(where, throttle, scope, attr)
 
 
-def _throttled(view: type) -> bool:
-    """Whether DRF throttles the view's requests: it has a ``get_throttles()`` (an
-    APIView's, or one of its own); a plain Django view's ``throttle_classes`` run nowhere."""
-    return any("get_throttles" in vars(base) for base in view.__mro__)
-
-
 def _chooser(view: type) -> type | None:
-    """The class whose ``get_throttles()`` the view runs, unless DRF's APIView's (which
-    answers ``throttle_classes``)."""
-    for base in view.__mro__:
-        if "get_throttles" in vars(base):
-            return None if dotted(base) == _APIVIEW else base
-    return None
+    """The class whose ``get_throttles()`` the view runs (DRF's APIView's answers
+    ``throttle_classes``); None: DRF does not throttle the view (a plain Django view's
+    ``throttle_classes`` run nowhere)."""
+    return next((base for base in view.__mro__ if "get_throttles" in vars(base)), None)
 
 
 def _patterns(walk: Walk) -> Iterator[tuple[str, Any]]:
