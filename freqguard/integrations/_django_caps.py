@@ -21,6 +21,7 @@ from freqguard.errors import ConfigError
 from freqguard.integrations._decide import leasing, leasing_async
 from freqguard.integrations._django_leases import aanswered, answered
 from freqguard.integrations._django_requests import (
+    RequestNotes,
     agive_back,
     give_back,
     load_user,
@@ -30,7 +31,7 @@ from freqguard.integrations._django_requests import (
     request_info,
     with_headers,
 )
-from freqguard.integrations._django_state import ViewCap, current
+from freqguard.integrations._django_state import State, ViewCap, current
 from freqguard.integrations._http import KeyFunc, rule_items, view_methods
 from freqguard.integrations._request import check_key
 from freqguard.policy import Policy
@@ -243,7 +244,7 @@ def _run_alone(cap: ViewCap, request: Any, view: Callable[[], Any]) -> Any:
     of the request took; a cap that does not block lets the view answer."""
     notes = notes_of(request)
     state = current()
-    if cap in notes.decided or not state.settings.enabled or not cap.applies(request.method):
+    if _passes(cap, request, notes, state):
         return _own_headers(request, view())
     route, guard, held = state.alone_route(cap), state.guard(), list[Decision]()
     answer = state.decider().decide(leasing(guard, held), route, request_info(request))
@@ -257,7 +258,7 @@ def _run_alone(cap: ViewCap, request: Any, view: Callable[[], Any]) -> Any:
 async def _arun_alone(cap: ViewCap, request: Any, view: Callable[[], Awaitable[Any]]) -> Any:
     notes = notes_of(request)
     state = current()
-    if cap in notes.decided or not state.settings.enabled or not cap.applies(request.method):
+    if _passes(cap, request, notes, state):
         return _own_headers(request, await view())
     route = state.alone_route(cap)
     if needs_user(route):
@@ -275,6 +276,16 @@ async def _arun_alone(cap: ViewCap, request: Any, view: Callable[[], Awaitable[A
         return _own_headers(request, await view())
 
     return await aanswered(guard, held, respond)
+
+
+def _passes(cap: ViewCap, request: Any, notes: RequestNotes, state: State) -> bool:
+    """Whether ``cap`` leaves ``request`` undecided here (the middleware decided it, or
+    freqguard is switched off, or the method is not capped); ``request.limited`` is set
+    then too, as django-ratelimit sets it on every request its decorator sees."""
+    if cap in notes.decided or not state.settings.enabled or not cap.applies(request.method):
+        getattr(request, "_request", request).limited = notes.limited
+        return True
+    return False
 
 
 def _own_headers(request: Any, found: Any) -> Any:
