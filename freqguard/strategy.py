@@ -55,14 +55,14 @@ class Strategy(str, Enum):
                 if member.value == wanted:
                     return member
         allowed = ", ".join(repr(m.value) for m in cls)
-        theirs = _PEERS.get(str(value).strip().lower().replace("_", "-"))
+        theirs = PEER_NAMES.get(str(value).strip().lower().replace("_", "-"))
         meant = f"; limits' {value!r} is strategy={theirs!r} here" if theirs else ""
         raise ConfigError(f"unknown strategy {value!r}{meant}; allowed: {allowed}")
 
 
 #: The strategies of ``limits`` (and Flask-Limiter, slowapi) by their names, and ours for
 #: them: the exact log for its moving window, the rolling window for its counter.
-_PEERS = {
+PEER_NAMES = {
     "moving-window": "sliding-log",
     "sliding-window-counter": "rolling-window",
 }

@@ -32,6 +32,8 @@ def inspect(args: argparse.Namespace) -> int:
     guard, policy, found = _open(args)
     try:
         decision = guard.peek(policy, **found)
+        rates = guard.limits_for(policy, **found)  # None: exempt, decided as a shadow rule
+        shadows = {rule.id: rule.shadow for rule in guard.policies[policy].rules}
     finally:
         guard.close()
     rules = [
@@ -42,7 +44,8 @@ def inspect(args: argparse.Namespace) -> int:
             "used": state.capacity - state.remaining,
             "reset_after": state.reset_after,
             "retry_after": state.retry_after,
-            "shadow": state.rule.shadow,
+            "shadow": shadows[state.rule.id],
+            "exempt": rates.get(state.rule.id, 0) is None,
         }
         for state in decision.rules
     ]
@@ -52,7 +55,7 @@ def inspect(args: argparse.Namespace) -> int:
         head = [["rule", "used", "remaining", "of", "frees in", "next hit"]]
         return head + [
             [
-                r["rule"] + (" (shadow)" if r["shadow"] else ""),
+                r["rule"] + (" (exempt)" if r["exempt"] else " (shadow)" if r["shadow"] else ""),
                 str(r["used"]),
                 str(r["remaining"]),
                 str(r["capacity"]),

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from freqguard.rules import Strategy
+from freqguard.strategy import PEER_NAMES
 
 __all__ = ["SCHEMA", "SchemaError", "check", "shown"]
 
@@ -227,6 +228,23 @@ def allowed(schema: Mapping[str, Any]) -> str:
     return words
 
 
+def _meant(value: object, options: list[Any]) -> str:
+    """The option a text not among ``options`` was likely meant as: the same word written
+    as Python takes it (``sliding_log``), a peer's name for it (limits' ``moving-window``),
+    or a close spelling."""
+    if not isinstance(value, str):
+        return ""
+    words = [option for option in options if isinstance(option, str)]
+    plain = value.strip().lower().replace("_", "-")
+    if plain in words:
+        return f" (did you mean {plain!r}?)"
+    theirs = PEER_NAMES.get(plain)
+    if theirs in words:
+        return f" (limits' {value!r} is {theirs!r} here)"
+    close = difflib.get_close_matches(value, words, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def check(
     value: object, schema: Mapping[str, Any] = SCHEMA, path: tuple[str | int, ...] = ()
 ) -> None:
@@ -244,7 +262,8 @@ def check(
         raise SchemaError(path, f"{shown(value)} is not {allowed(schema)}")
     if "enum" in schema:
         if value not in schema["enum"] or isinstance(value, bool):
-            raise SchemaError(path, f"{shown(value)} is not {allowed(schema)}")
+            meant = _meant(value, schema["enum"])
+            raise SchemaError(path, f"{shown(value)} is not {allowed(schema)}{meant}")
         return
     kind = schema["type"]
     if not _TYPES[kind](value):

@@ -6,7 +6,8 @@ back to rules. No I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import difflib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
 
@@ -159,7 +160,8 @@ class PolicyPlan:
             if missing:
                 problems.append(f"missing dimension(s) {', '.join(missing)}")
             if unknown:
-                problems.append(f"unknown dimension(s) {', '.join(unknown)}")
+                named = ", ".join(_meant(name, self._accepts) for name in unknown)
+                problems.append(f"unknown dimension(s) {named}")
             raise ConfigError(
                 f"policy {self.name!r}: {'; '.join(problems)} (it takes: {wanted})",
                 argument=f"context.{(unknown or missing)[0]}",
@@ -360,3 +362,16 @@ class PolicyPlan:
             for index in self._skipped(replies):
                 raw[index] = (*raw[index][:3], 0)
         return tuple(raw)
+
+
+#: The keyword arguments of the guard's calls, which a misspelling makes a dimension.
+_KEYWORDS = ("cost", "timeout", "ttl", "rules")
+
+
+def _meant(name: str, accepts: Iterable[str]) -> str:
+    """An unknown name, with the dimension (or keyword argument) it was likely meant as."""
+    close = difflib.get_close_matches(name, sorted(accepts), n=1)
+    if close:
+        return f"{name} (did you mean {close[0]}?)"
+    close = difflib.get_close_matches(name, _KEYWORDS, n=1)
+    return f"{name} (did you mean {close[0]}=?)" if close else name

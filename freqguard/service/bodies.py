@@ -7,6 +7,7 @@ the argument (:attr:`freqguard.ConfigError.argument`).
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -170,7 +171,7 @@ def member(path: str, name: str) -> str:
     return f"{path}[{json.dumps(name[:64])}]"
 
 
-def _named(error: msgspec.ValidationError, data: Any) -> Problem:
+def _named(error: msgspec.ValidationError, data: Any, body: type[msgspec.Struct]) -> Problem:
     """A 422 naming the field msgspec's message points at (``$.contexts[1]``); a context's
     value, which msgspec points at as ``[...]``, is found by its name in ``data`` (the
     body as plain JSON values, when it could be read so)."""
@@ -190,7 +191,11 @@ def _named(error: msgspec.ValidationError, data: Any) -> Problem:
         name = known.group(1)
         if what.startswith("Object missing"):
             return invalid(name, "required")
-        return invalid(member("", name), "not a field of this call")
+        fields = body.__struct_fields__
+        close = difflib.get_close_matches(name, fields, n=1)
+        meant = f"did you mean {close[0]}? " if close else ""
+        takes = f"not a field of this call ({meant}it takes: {', '.join(fields)})"
+        return invalid(member("", name), takes)
     if what == _OUT_OF_RANGE:
         return invalid(where or "body", f"got {_got(math.inf)}")
     sent = _at(data, "").get(where)
@@ -273,7 +278,7 @@ def decode(raw: bytes, body: type[Body]) -> Body:
         except ValueError:  # a number too long, text not UTF-8 (the typed decoder
             # failed first on a field): named by its place
             data = None
-        raise _named(exc, data) from None
+        raise _named(exc, data, body) from None
     except msgspec.DecodeError as exc:
         raise invalid("body", f"not JSON: {str(exc).removeprefix('JSON is malformed: ')}") from None
     except UnicodeDecodeError as exc:  # bytes not UTF-8 inside a string (Latin-1 text)

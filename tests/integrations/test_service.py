@@ -212,6 +212,32 @@ def test_a_number_json_cannot_hold_is_named_by_its_field(
 
 
 @pytest.mark.parametrize(
+    ("raw", "field", "detail"),
+    [
+        (
+            b'{"context": {"recipient": "a", "content": "x"}, "costt": 1}',
+            "costt",
+            "costt: not a field of this call (did you mean cost? it takes: context, cost)",
+        ),
+        (
+            b'{"contexts": [{"recipient": "a", "content": "x"}], "priority": 1}',
+            "priority",
+            "priority: not a field of this call (it takes: contexts, cost)",
+        ),
+    ],
+)
+def test_a_field_the_call_does_not_take_names_the_fields_it_does(
+    raw: bytes, field: str, detail: str
+) -> None:
+    """A misspelt field ("costt") was "not a field of this call", with no word of the ones
+    there are (a new user's run)."""
+    path = "/v1/policies/sms/hit-many" if b"contexts" in raw else "/v1/policies/sms/hit"
+    (response,) = _call([("POST", path, raw, {})])
+    assert (response.status_code, response.json()["field"]) == (422, field)
+    assert response.json()["detail"] == detail
+
+
+@pytest.mark.parametrize(
     ("raw", "detail"),
     [  # msgspec refuses the first; Python's reader keeps the last (or refuses NaN)
         (b'{"cost": 1.5, "cost": 1, "context": {}}', "cost: an integer, got a number"),

@@ -109,6 +109,19 @@ def guard() -> Guard:
     [
         (lambda g: g.hit("sms", recipient="a"), "missing dimension.s. content"),
         (lambda g: g.hit("sms", recipient="a", content="b", extra=1), "unknown dimension.s. extra"),
+        (  # a misspelt keyword argument is a dimension too: named as what it was meant
+            lambda g: g.hit("sms", recipient="a", content="b", cots=2),
+            r"unknown dimension\(s\) cots \(did you mean cost=\?\)",
+        ),
+        (
+            lambda g: g.acquire("sms", recipient="a", content="b", timout=2),
+            r"unknown dimension\(s\) timout \(did you mean timeout=\?\)",
+        ),
+        (
+            lambda g: g.hit("sms", recipient="a", contnet="b"),
+            r"missing dimension\(s\) content; unknown dimension\(s\) contnet \(did you mean "
+            r"content\?\)",
+        ),
         (lambda g: g.hit("sms", recipient=None, content="b"), "must be a str or an int, got None"),
         (lambda g: g.hit("sms", recipient=1.5, content="b"), "got 1.5"),
         (lambda g: g.hit("sms", recipient=True, content="b"), "got True"),

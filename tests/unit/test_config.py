@@ -150,6 +150,20 @@ ERRORS: list[tuple[str, str, str]] = [
         "by = 3",
         "app.toml:8: policy 'sms', rule 2 ('content-59s'): by 3 is not a string or a list",
     ),
+    (  # Rule(strategy=...) takes this spelling; a file names the one to write
+        'strategy = "gcra"',
+        'strategy = "sliding_log"',
+        "app.toml:14: policy 'vendor', rule 1 ('200/second'): strategy 'sliding_log' is not "
+        "one of 'fixed-window', 'sliding-log', 'token-bucket', 'gcra', 'concurrency', "
+        "'rolling-window' (did you mean 'sliding-log'?)",
+    ),
+    (  # limits' and Flask-Limiter's name for the exact log
+        'strategy = "gcra"',
+        'strategy = "moving-window"',
+        "app.toml:14: policy 'vendor', rule 1 ('200/second'): strategy 'moving-window' is not "
+        "one of 'fixed-window', 'sliding-log', 'token-bucket', 'gcra', 'concurrency', "
+        "'rolling-window' (limits' 'moving-window' is 'sliding-log' here)",
+    ),
     (
         'strategy = "gcra"',
         'strategy = "leaky"',
