@@ -30,6 +30,7 @@ from freqguard.script.strategies import (
     STATE_FORMATS,
     TWINS,
     RuleParams,
+    rolling_window,
     sliding_log,
 )
 from freqguard.script.strategies.base import SHORT_COUNT, SHORT_SPAN
@@ -197,14 +198,22 @@ def test_the_python_twin_reads_a_packed_log_as_the_contract_says() -> None:
 
 @pytest.mark.parametrize("width", [1, 2, 3, 4])
 def test_the_python_twin_reads_a_packed_ring_as_the_contract_says(width: int) -> None:
-    """A rolling window's header (the counts' width, grain, born, head), then its counts."""
+    """A rolling window's header (the counts' width, grain, born, head), then its counts; a
+    carry (its units and when they leave) between them when the width has its flag."""
     assert contract.widths(STATE_FORMATS["rolling-window"]) == (1, 7, 7, 7)
+    assert contract.widths(rolling_window.CARRY_FORMAT) == (7, 7)
     grain, born, head, counts = 2_000_000, 2**55 + 3, 2**55 + 4_000_000, (1, 0, 256**width - 1)
     header = zip((width, grain, born, head), (1, 7, 7, 7), strict=True)
     raw = b"".join(v.to_bytes(w, "big") for v, w in header)
-    raw += b"".join(count.to_bytes(width, "big") for count in counts)
-    assert KINDS["rolling-window"].decode(raw) == (grain, born, head, counts)
-    assert KINDS["rolling-window"].decode(raw[: -3 * width]) == (grain, born, head, ())
+    packed = b"".join(count.to_bytes(width, "big") for count in counts)
+    decode = KINDS["rolling-window"].decode
+    assert decode(raw + packed) == (grain, born, head, counts, 0, 0)
+    assert decode(raw) == (grain, born, head, (), 0, 0)
+    carry, until = 2**56 - 1, 2**55 + 9
+    flagged = (width + rolling_window.CARRIED).to_bytes(1, "big") + raw[1:]
+    flagged += carry.to_bytes(7, "big") + until.to_bytes(7, "big")
+    assert decode(flagged + packed) == (grain, born, head, counts, carry, until)
+    assert decode(flagged) == (grain, born, head, (), carry, until)
 
 
 @settings(max_examples=examples(100))

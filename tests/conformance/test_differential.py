@@ -28,6 +28,7 @@ from freqguard import (
     Rate,
     Rule,
     Strategy,
+    TierRates,
 )
 from freqguard.backends.redis import RedisBackend
 from freqguard.script.contract import STALE_GRACE_US
@@ -613,7 +614,29 @@ def test_a_real_redis_6_2_decides_as_memory(
         binned.close()
 
 
-@pytest.mark.parametrize("strategy", [Strategy.SLIDING_LOG])
+@pytest.mark.parametrize("strategy", [Strategy.SLIDING_LOG, Strategy.ROLLING_WINDOW])
+@pytest.mark.parametrize("store", EVERY_STORE[:-1])  # the cluster: the same function
+def test_a_tiers_rate_is_the_rules_own_for_its_contexts_on_every_store(
+    request: pytest.FixtureRequest, store: str, strategy: Strategy
+) -> None:
+    """1 per 2 s, 1 a second for plan "pro": a pro hit, a second, then a hit of another
+    plan on the same key. Memory kept the state by the rule's base rate under the tier (2 s,
+    the keeping a per-key limit gets) and denied it; Redis kept the tier's, as the specs it
+    reads say, and admitted it (found by the operations model). A tier's rate is the rule's
+    own for its contexts, on every store: a log keeps the tier's second, so it admits; a
+    rolling window's ring, carried to the 2 s window's sub-windows, still counts the pro
+    hit's, so it denies (the safe side, as any change of window)."""
+    backend = MemoryBackend() if store == "memory" else request.getfixturevalue(f"{store}_backend")
+    clock = ManualClock(START)
+    tier = TierRates("plan", {"pro": "1/second"})
+    rule = Rule("1 per 2 seconds", by="u", strategy=strategy, name="r", rate_for=tier)
+    guard = Guard(backend, [Policy("p", rule)], clock=clock)
+    assert guard.hit("p", u="a", plan="pro").allowed
+    clock.advance(1)
+    assert guard.hit("p", u="a", plan="free").allowed == (strategy is Strategy.SLIDING_LOG)
+
+
+@pytest.mark.parametrize("strategy", [Strategy.SLIDING_LOG, Strategy.ROLLING_WINDOW])
 @pytest.mark.parametrize("store", EVERY_STORE[:-1])  # the cluster: the same function
 def test_a_stricter_per_key_limit_never_makes_a_rule_forget_its_own_window(
     request: pytest.FixtureRequest, store: str, strategy: Strategy

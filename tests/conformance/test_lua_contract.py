@@ -117,7 +117,10 @@ def test_the_generated_values_are_the_pythons() -> None:
             None if outside is None else f"'{outside}'"
         )
         for fact, value in getattr(twin, "NUMBERS", {}).items():
-            assert number(f"{name.upper()}_{fact}") == value
+            if isinstance(value, str):  # a format
+                assert values[f"{name.upper()}_{fact}"] == f"'{value}'"
+            else:
+                assert number(f"{name.upper()}_{fact}") == value
     registry = re.search(r"^local TWINS = \{\n(.*?)^\}", text, re.M | re.S)
     assert registry
     names = list(MODULE_NAMES.values())

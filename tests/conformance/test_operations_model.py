@@ -7,7 +7,7 @@ The model is written from what the docs promise, in plain terms: a state per rul
 sliding log per set of dimensions, shared by its sliding-log rules) named by what it is and
 the values it is keyed by; a per-key limit per rule and partition value, read as written by
 the rule's strategy of the moment; a reset forgets the states keyed by exactly the
-dimensions it is given; a rolling window's counts per sub-window, carried to another
+dimensions it is given; a rolling window's counts per sub-window, moved to another
 window's sub-windows as if each came at its last µs (docs/strategies/rolling-window.md).
 Every hit's decision (allowed, and which rules said no) and every ``limits_for`` must be
 the model's.
@@ -100,6 +100,8 @@ class State:
     last: int = 0
     slots: dict[int, int] = field(default_factory=dict)  # a rolling window's, by start
     grain: int = 0  # their length, µs
+    carry: int = 0  # the units that left its ring inside the rule's own window
+    until: int = 0  # when the newest of them leaves that window
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,10 @@ class Params:
     window: int
     interval: int
     exempt: bool
+    # the rule's own window and count (its tier's, for a context of that tier), whatever
+    # limit applies: a log and a rolling window keep what they need too (notes 87 and 88)
+    own: int = 0
+    own_cap: int = 0
 
 
 def _partition(rule: MRule) -> str | None:
@@ -126,6 +132,7 @@ class Model:
         limit, window = rule.limit, rule.window
         if rule.tier is not None and ctx.get("plan") == "pro":
             limit, window = rule.tier
+        own = (limit, window)  # a tier's rate is the rule's own for its contexts
         exempt = False
         part = _partition(rule)
         found = self.limits.get((rule.name, None if part is None else ctx[part]))
@@ -136,7 +143,7 @@ class Model:
                 limit, window = found.limit, found.window
         if rule.kind in BUCKETS:
             return Params(rule.burst or limit, window, math.ceil(window / limit), exempt)
-        return Params(limit, window, 0, exempt)
+        return Params(limit, window, 0, exempt, own[1], own[0])
 
     @staticmethod
     def key(rule: MRule, dims: tuple[str, ...], ctx: dict[str, str]) -> tuple[Any, ...]:
@@ -187,8 +194,8 @@ class Model:
                 lone = len(group) == 1 and params[group[0].name].exempt
                 if lone and not passed[group[0].name]:
                     continue  # a lone exempt rule's state counts only what it admits
-                window = max(params[r.name].window for r in group)
-                cap = max(params[r.name].capacity for r in group)
+                window = max(max(params[r.name].window, params[r.name].own) for r in group)
+                cap = max(max(params[r.name].capacity, params[r.name].own_cap) for r in group)
                 p = params[group[0].name]
                 state = self.consume(group[0].kind, views[key], p, window, cap, now, cost)
                 if not allowed:  # given back: a later part denied
@@ -229,7 +236,7 @@ class Model:
             count = state.count if state and state.start == start else 0
             return count + need <= p.capacity
         if kind == "rolling-window":
-            return sum(Model.ring(state, p, now).values()) + need <= p.capacity
+            return sum(Model.ring(state, p, now)[0].values()) + need <= p.capacity
         if kind == "gcra":
             tat = state.tat if state and state.tat > now else now
             return tat + need * p.interval - now - p.capacity * p.interval <= 0
@@ -237,19 +244,33 @@ class Model:
         return tokens >= need
 
     @staticmethod
-    def ring(state: State | None, p: Params, now: int) -> dict[int, int]:
+    def ring(state: State | None, p: Params, now: int) -> tuple[dict[int, int], int, int]:
         """A rolling window's counts that count at ``now``: each sub-window whose last µs is
         inside the window; a state kept at another grain moved to this one's sub-windows,
-        each sub-window's units as if they came at its last µs (or now, if earlier)."""
+        each sub-window's units as if they came at its last µs (or now, if earlier). And
+        its carry: under a limit of a shorter window than the rule's own, the units that
+        left the ring and are still inside the own window, with when the newest leaves it;
+        once the ring is the own window's again, carried back as if they all came at the
+        newest one's last µs (or now, if earlier)."""
         grain = -(-p.window // SUB_WINDOWS)
+        own = max(p.own, p.window)
         out: dict[int, int] = {}
+        carry, until = (state.carry, state.until) if state and state.until > now else (0, 0)
         for start, count in (state.slots if state else {}).items():
-            if state is not None and state.grain != grain:
-                last = min(start + state.grain - 1, now)
+            assert state is not None
+            last = start + state.grain - 1
+            if state.grain != grain:
+                last = min(last, now)
                 start = last - last % grain
             if start + grain - 1 > now - p.window:
                 out[start] = out.get(start, 0) + count
-        return out
+            elif count and last + own > now:
+                carry, until = carry + count, max(until, last + own)
+        if carry and own == p.window:
+            at = min(until - own, now)
+            out[at - at % grain] = out.get(at - at % grain, 0) + carry
+            carry = until = 0
+        return out, carry, until
 
     @staticmethod
     def tokens(state: State | None, p: Params, now: int) -> tuple[int, int]:
@@ -277,10 +298,11 @@ class Model:
             return State(start + p.window, start=start, count=count + cost)
         if kind == "rolling-window":
             grain = -(-p.window // SUB_WINDOWS)
-            slots = Model.ring(state, p, now)
+            slots, carry, until = Model.ring(state, p, now)
             start = now - now % grain
             slots[start] = slots.get(start, 0) + cost
-            return State(start + grain - 1 + p.window, slots=slots, grain=grain)
+            expiry = start + grain - 1 + max(p.own, p.window)
+            return State(expiry, slots=slots, grain=grain, carry=carry, until=until)
         if kind == "gcra":
             tat = (state.tat if state and state.tat > now else now) + cost * p.interval
             return State(tat, tat=tat)

@@ -2,7 +2,7 @@
 break it: never more than the limit in any window, where a counter that weights the previous
 window (``limits``' sliding window counter) admits more; what it gives up, held between two
 exact logs of the reference; refunds given back to the hit's own sub-window; limits of any
-size, on every store; a ring carried to another window decided alike everywhere."""
+size, on every store; a ring moved to another window decided alike everywhere."""
 
 from __future__ import annotations
 
@@ -350,7 +350,7 @@ def test_hostile_numbers_are_config_errors_naming_them_never_another_error(
     assert all(said)  # each refusal says what
 
 
-# -- a ring carried to other windows, alike everywhere ---------------------------------------
+# -- a ring moved to other windows, alike everywhere ---------------------------------------
 
 # per-key limits of other windows (each moves the ring to another grain), cleared, and hits
 limit_op = st.tuples(

@@ -89,7 +89,10 @@ local concurrency = {code = 7, state_bytes = 8, keeps_own = true}
 -- rolling-window (freqguard/script/strategies/rolling_window.py)
 local ROLLING_WINDOW_STATE = '>BI7I7I7'
 local ROLLING_WINDOW_SUB_WINDOWS = 60
-local rolling_window = {code = 8, state_bytes = 22}
+local ROLLING_WINDOW_CARRIED = 128
+local ROLLING_WINDOW_CARRY = '>I7I7'
+local ROLLING_WINDOW_CARRY_BYTES = 14
+local rolling_window = {code = 8, state_bytes = 22, keeps_own = true}
 
 -- calendar (freqguard/script/strategies/calendar.py)
 local CALENDAR_STATE = '>I7I4I7'

@@ -2,9 +2,10 @@
 -- format and number of sub-windows are in lua/contract.lua (from the module).
 -- state: a header ROLLING_WINDOW_STATE (the counts' width, grain, born, head), then one
 -- count per sub-window of grain µs, oldest first, the last head's; each count as wide as the
--- largest needs, 1 to 4 bytes (a log entry's format: sliding_log.lua's FORMATS). A view:
--- {grain, born, the sub-window of now, counts}, the counts of every sub-window that still
--- counts (its last µs inside the window), up to now's.
+-- largest needs, 1 to 4 bytes (a log entry's format: sliding_log.lua's FORMATS); a carry
+-- (ROLLING_WINDOW_CARRY: units, until) between them when the width byte has the CARRIED
+-- flag. A view: {grain, born, the sub-window of now, counts, carry, until}, the counts of
+-- every sub-window that still counts (its last µs inside the window), up to now's.
 
 local function ring_view(g, born, now, window)  -- every sub-window that counts, empty
   local cur = now - now % g
@@ -12,33 +13,41 @@ local function ring_view(g, born, now, window)  -- every sub-window that counts,
   local first = earliest + (-earliest) % g  -- rolling_window.py oldest
   local counts = {}
   for i = 1, (cur - first) / g + 1 do counts[i] = 0 end
-  return {g, born, cur, counts}
+  return {g, born, cur, counts, 0, 0}
 end
 
-local function ring_read(raw)  -- a packed ring's grain, born, head and counts
+local function ring_read(raw)  -- a packed ring's grain, born, head, counts, carry and until
   local width, g, born, head = sunpack(ROLLING_WINDOW_STATE, raw)
-  local n = (#raw - rolling_window.state_bytes) / width
+  local at, carry, til = rolling_window.state_bytes + 1, 0, 0
+  if width >= ROLLING_WINDOW_CARRIED then
+    width = width - ROLLING_WINDOW_CARRIED
+    carry, til = sunpack(ROLLING_WINDOW_CARRY, raw, at)
+    at = at + ROLLING_WINDOW_CARRY_BYTES
+  end
+  local n = (#raw - at + 1) / width
   local counts = {}
   if n > 0 then
-    counts = {sunpack(rep(FORMATS[width], n), raw, rolling_window.state_bytes + 1)}
+    counts = {sunpack(rep(FORMATS[width], n), raw, at)}
     counts[n + 1] = nil  -- the position unpack returns after the values
   end
-  return g, born, head, counts
+  return g, born, head, counts, carry, til
 end
 
 -- A ring kept at another grain (rolling_window.py _regrained), into a view at this one:
 -- each sub-window's units in the sub-window of its last µs (or of now, if earlier), a new
--- generation.
-local function ring_regrained(view, old, head, counts, now)
+-- generation; those too old for it into left ({its last µs, its units} each).
+local function ring_regrained(view, old, head, counts, now, left)
   local g, out = view[1], view[4]
   local first = view[3] - (#out - 1) * g
   local start = head - (#counts - 1) * old
   for i = 1, #counts do
     local last = min(start + (i - 1) * old + old - 1, now)
     local at = last - last % g
-    if counts[i] > 0 and at >= first then
+    if at >= first then
       local k = (at - first) / g + 1
       out[k] = out[k] + counts[i]
+    else
+      left[#left + 1] = {last, counts[i]}
     end
   end
   view[2] = max(now, view[2] + 1)
@@ -57,21 +66,50 @@ local function ring_pack(view, counts)
   while lo <= n and counts[lo] == 0 do lo = lo + 1 end
   for i = lo, n do most = max(most, counts[i]) end
   while width < 4 and 256 ^ width <= most do width = width + 1 end
-  local head = pack(ROLLING_WINDOW_STATE, width, view[1], view[2], view[3])
+  local head
+  if view[5] > 0 then
+    head = pack(ROLLING_WINDOW_STATE, width + ROLLING_WINDOW_CARRIED, view[1], view[2], view[3])
+      .. pack(ROLLING_WINDOW_CARRY, view[5], view[6])
+  else
+    head = pack(ROLLING_WINDOW_STATE, width, view[1], view[2], view[3])
+  end
   if lo > n then return head end
   return head .. pack(rep(FORMATS[width], n - lo + 1), tunpack(counts, lo, n))
 end
 
+-- The ring is of the rate in force (a limit's); the spec's window, the rule's own when
+-- longer (keeps_own): the units that leave the ring inside it are carried, and go back into
+-- the ring once it is of that window again (rolling_window.py load).
 function rolling_window.load(raw, now, spec)
-  local window = spec.window
+  local window = spec.rules[1].window
   local g = ceil(window / ROLLING_WINDOW_SUB_WINDOWS)
   if not raw then return ring_view(g, now, now, window) end
-  local old, born, head, counts = ring_read(raw)
-  local view = ring_view(g, born, now, window)
-  if old ~= g then return ring_regrained(view, old, head, counts, now) end
-  local out = view[4]
-  local room = #out - (view[3] - head) / g  -- the view's sub-windows up to head
-  for i = 1, min(room, #counts) do out[room - i + 1] = counts[#counts - i + 1] end
+  local old, born, head, counts, carry, til = ring_read(raw)
+  local view, left = ring_view(g, born, now, window), {}
+  if old ~= g then
+    ring_regrained(view, old, head, counts, now, left)
+  else
+    local out = view[4]
+    local room = #out - (view[3] - head) / g  -- the view's sub-windows up to head
+    local kept = max(0, min(room, #counts))
+    for i = 1, kept do out[room - i + 1] = counts[#counts - i + 1] end
+    local start = head - (#counts - 1) * g  -- the sub-windows before kept left the ring
+    for i = 1, #counts - kept do left[i] = {start + (i - 1) * g + g - 1, counts[i]} end
+  end
+  if til <= now then carry, til = 0, 0 end  -- the carry left the own window
+  for i = 1, #left do  -- still inside the own window: carried
+    local last, units = left[i][1], left[i][2]
+    if units > 0 and last + spec.window > now then
+      carry, til = carry + units, max(til, last + spec.window)
+    end
+  end
+  if carry > 0 and spec.window == window then  -- the ring is the own window's again
+    local at = min(til - spec.window, now)
+    local k = (at - at % g - (view[3] - (#view[4] - 1) * g)) / g + 1
+    view[4][k] = view[4][k] + carry
+    carry, til = 0, 0
+  end
+  view[5], view[6] = carry, til
   return view
 end
 

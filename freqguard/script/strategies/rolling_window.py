@@ -10,7 +10,7 @@ the safe side. A hit is admitted when the counts plus its cost stay within the l
 State: ``(grain, born, head, counts)``: the counts of consecutive sub-windows, oldest first,
 the last the one starting at ``head``; from the oldest that is not empty and still counts
 (at most ``SUB_WINDOWS + 1``, whatever the limit). ``born`` is when this ring began, which a
-refund's mark names: a ring begun again (after a reset) is another, and so is one carried to
+refund's mark names: a ring begun again (after a reset) is another, and so is one moved to
 another grain. A view (:func:`load`) is a state at ``now``: its counts those of every
 sub-window that counts, the last now's.
 
@@ -27,6 +27,16 @@ Another window for the same state (a per-key limit, a tier's rate): each sub-win
 move to the new grain's sub-window of its last µs (or of ``now``, if that is earlier), never
 earlier than they came, so they count at least as long as they should; the ring starts a new
 generation, so refunds of the hits before give back nothing there.
+
+A per-key limit of a shorter window than the rule's own decides on a ring of its own
+window, and the state keeps what the rule's own window needs too (``KEEPS_OWN``: the spec's
+``window`` is the longer of the two): the units that leave the ring while still inside the
+own window are its *carry*, a count and the µs at which the newest of them leaves the own
+window (``until``). Once the ring is of the state's window again (the limit cleared), the
+carry goes back into the sub-window of that newest unit's last µs (or of ``now``): never
+earlier than any of them came, so a stricter limit never makes the rule forget its own
+window (design note 88). A carry is stored only while it holds units (the width byte's
+``CARRIED`` flag, then :data:`CARRY_FORMAT`).
 """
 
 from __future__ import annotations
@@ -42,12 +52,25 @@ STATE_FORMAT = ">BI7I7I7"
 #: How many sub-windows a window is cut into: the state holds at most one more count, and
 #: a hit is denied only when the last ``window + grain - 1`` µs leave no room for it.
 SUB_WINDOWS = 60
-#: The numbers the Lua reads besides its formats (``ROLLING_WINDOW_SUB_WINDOWS``).
-NUMBERS = {"SUB_WINDOWS": SUB_WINDOWS}
-
-State = tuple[int, int, int, tuple[int, ...]]  # (grain, born, head, counts)
-_header = unpacker(STATE_FORMAT)
+#: The flag in the header's width byte that says a carry follows the header.
+CARRIED = 128
+#: A carry, after the header when flagged: its units, and the µs they stop counting at.
+CARRY_FORMAT = ">I7I7"
 _HEADER = sum(widths(STATE_FORMAT))
+_CARRY = sum(widths(CARRY_FORMAT))
+#: The numbers the Lua reads besides its formats (``ROLLING_WINDOW_SUB_WINDOWS``...).
+NUMBERS = {
+    "SUB_WINDOWS": SUB_WINDOWS,
+    "CARRIED": CARRIED,
+    "CARRY": CARRY_FORMAT,
+    "CARRY_BYTES": _CARRY,
+}
+#: A state keeps what its rule's own window needs under a limit of a shorter one.
+KEEPS_OWN = True
+
+State = tuple[int, int, int, tuple[int, ...], int, int]  # grain, born, head, counts, carry, until
+_header = unpacker(STATE_FORMAT)
+_carry = unpacker(CARRY_FORMAT)
 
 
 def grain(window: int) -> int:
@@ -63,28 +86,46 @@ def oldest(now: int, window: int, g: int) -> int:
 
 
 def decode(raw: bytes) -> State:
-    """The state as the Lua twin packs it (:data:`STATE_FORMAT`, then the counts)."""
+    """The state as the Lua twin packs it (:data:`STATE_FORMAT`, a carry if flagged, then
+    the counts)."""
     width, g, born, head = _header(raw)
-    spans = range(_HEADER, len(raw), width)
-    return (g, born, head, tuple([int.from_bytes(raw[at : at + width], "big") for at in spans]))
+    at, carry, until = _HEADER, 0, 0
+    if width & CARRIED:
+        width -= CARRIED
+        carry, until = _carry(raw[at : at + _CARRY])
+        at += _CARRY
+    counts = tuple([int.from_bytes(raw[i : i + width], "big") for i in range(at, len(raw), width)])
+    return (g, born, head, counts, carry, until)
 
 
 def load(state: State | None, now: int, spec: StateSpec) -> State:
-    window = spec.window
+    window = spec.rules[0].window  # the ring's: the rate in force (a limit's)
     g = grain(window)
     cur = now - now % g
     size = (cur - oldest(now, window, g)) // g + 1  # the sub-windows that count, to now's
     if state is None:
-        return (g, now, cur, (0,) * size)
-    if state[0] != g:
-        return _regrained(state, now, g, size)
-    _, born, head, counts = state
-    after = (cur - head) // g  # the sub-windows since the state's newest: empty
-    room = size - after  # the view's sub-windows up to the state's newest
-    if room <= 0:
-        return (g, born, cur, (0,) * size)
-    kept = counts[-room:]
-    return (g, born, cur, (0,) * (room - len(kept)) + kept + (0,) * after)
+        return (g, now, cur, (0,) * size, 0, 0)
+    old, born, head, counts, carry, until = state
+    if old != g:
+        view, left = _regrained(state, now, g, size)
+    else:
+        after = (cur - head) // g  # the sub-windows since the state's newest: empty
+        room = max(0, size - after)  # the view's sub-windows up to the state's newest
+        kept = counts[max(0, len(counts) - room) :] if room else ()
+        view = (g, born, cur, (0,) * (room - len(kept)) + kept + (0,) * min(after, size))
+        start = head - (len(counts) - 1) * g  # the sub-windows before kept left the ring
+        left = [(start + i * g + g - 1, n) for i, n in enumerate(counts[: -len(kept) or None])]
+    if until <= now:  # the carry left the own window
+        carry = until = 0
+    for last, units in left:  # still inside the own window: carried
+        if units and last + spec.window > now:
+            carry, until = carry + units, max(until, last + spec.window)
+    if carry and spec.window == window:  # the ring is the own window's again: back into it
+        at = min(until - spec.window, now)
+        out = list(view[3])
+        out[(at - at % g - (cur - (size - 1) * g)) // g] += carry
+        return (*view[:3], tuple(out), 0, 0)
+    return (*view, carry, until)
 
 
 def check(view: State, now: int, need: int, rule: RuleParams) -> int:
@@ -104,8 +145,8 @@ def check(view: State, now: int, need: int, rule: RuleParams) -> int:
 
 
 def consume(view: State, now: int, cost: int, spec: StateSpec) -> State:
-    g, born, cur, counts = view
-    return _trimmed(g, born, cur, (*counts[:-1], counts[-1] + cost))
+    g, born, cur, counts, carry, until = view
+    return _trimmed(g, born, cur, (*counts[:-1], counts[-1] + cost), carry, until)
 
 
 def mark(view: State, now: int, spec: StateSpec) -> tuple[int, int]:
@@ -116,7 +157,7 @@ def mark(view: State, now: int, spec: StateSpec) -> tuple[int, int]:
 def refund(
     view: State, now: int, cost: int, spec: StateSpec, mark: tuple[int, ...] | None
 ) -> State:
-    g, born, cur, counts = view
+    g, born, cur, counts, carry, until = view
     out = list(counts)
     if mark is None:  # the newest units inside the window, whoever's they are
         for i in range(len(out) - 1, -1, -1):
@@ -126,7 +167,7 @@ def refund(
         i = len(out) - 1 - (cur - mark[1]) // g
         if 0 <= i < len(out):
             out[i] = max(0, out[i] - cost)
-    return _trimmed(g, born, cur, tuple(out))
+    return _trimmed(g, born, cur, tuple(out), carry, until)
 
 
 def report(view: State, now: int, rule: RuleParams) -> tuple[int, int]:
@@ -137,7 +178,8 @@ def report(view: State, now: int, rule: RuleParams) -> tuple[int, int]:
 
 
 def ttl(state: State, now: int, spec: StateSpec) -> int:
-    return state[2] + state[0] - 1 + spec.window - now  # when the newest sub-window leaves
+    # when the newest sub-window leaves the own window (the carry leaves before it)
+    return state[2] + state[0] - 1 + spec.window - now
 
 
 def limited(rule: RuleParams, limit: int, window: int) -> RuleParams | None:
@@ -150,7 +192,7 @@ def horizon(rules: tuple[RuleParams, ...]) -> int:
 
 def _leaves(view: State, i: int, window: int) -> int:
     """When the view's ``i``-th sub-window stops counting: its last µs leaves the window."""
-    g, _, cur, counts = view
+    g, _, cur, counts = view[:4]
     return cur - (len(counts) - 1 - i) * g + g - 1 + window
 
 
@@ -163,25 +205,33 @@ def _emptied(view: State, window: int) -> int:
     return _leaves(view, newest, window)
 
 
-def _trimmed(g: int, born: int, head: int, counts: tuple[int, ...]) -> State:
+def _trimmed(
+    g: int, born: int, head: int, counts: tuple[int, ...], carry: int, until: int
+) -> State:
     """A state as stored: from the oldest sub-window that is not empty."""
     for i, count in enumerate(counts):
         if count:
-            return (g, born, head, counts[i:])
-    return (g, born, head, ())
+            return (g, born, head, counts[i:], carry, until)
+    return (g, born, head, (), carry, until)
 
 
-def _regrained(state: State, now: int, g: int, size: int) -> State:
+def _regrained(
+    state: State, now: int, g: int, size: int
+) -> tuple[tuple[int, int, int, tuple[int, ...]], list[tuple[int, int]]]:
     """A ring kept at another grain, as a view at ``g``: each sub-window's units in the
-    sub-window of its last µs (or of ``now``, if earlier), a new generation."""
-    old, born, head, counts = state
+    sub-window of its last µs (or of ``now``, if earlier), a new generation; and the
+    sub-windows too old for it (each its last µs and its units)."""
+    old, born, head, counts = state[:4]
     cur = now - now % g
     first = cur - (size - 1) * g
     out = [0] * size
     start = head - (len(counts) - 1) * old
+    left = []
     for i, count in enumerate(counts):
         last = min(start + i * old + old - 1, now)
         at = last - last % g
-        if count and at >= first:
+        if at >= first:
             out[(at - first) // g] += count
-    return (g, max(now, born + 1), cur, tuple(out))
+        else:
+            left.append((last, count))
+    return (g, max(now, born + 1), cur, tuple(out)), left
