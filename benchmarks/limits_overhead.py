@@ -22,6 +22,7 @@ The target (issue 19): recipients without a limit at <= 1.1x the plain policy's 
 from __future__ import annotations
 
 import zlib
+from typing import Any
 
 from benchmarks.redis_sms import sms_policy
 from benchmarks.workload import server_rounds
@@ -68,9 +69,8 @@ def one_round(server: RedisServer, stream: Stream) -> dict[str, float]:
         before = int(client.info("memory")["used_memory"])
         policy = _tiered() if case == "tiers" else sms_policy(Strategy.SLIDING_LOG)
         guard = Guard(RedisBackend(client), [policy])
-        guard.peek(
-            "sms", recipient="warm", content="up", **({"plan": "pro"} if case == "tiers" else {})
-        )
+        plan: dict[str, Any] = {"plan": "pro"} if case == "tiers" else {}
+        guard.peek("sms", recipient="warm", content="up", **plan)
         if case == "limits":
             for n, recipient in enumerate(sorted(limited)):
                 if n % 2:

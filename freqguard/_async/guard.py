@@ -227,9 +227,9 @@ class AsyncGuard:
         return hits.hit_done(hit, await self._run(work, policy, not hit.plan.single_part))
 
     @must_await
-    async def peek(self, policy: str, **ctx: object) -> Decision:
-        """What a hit of cost 1 would answer (remaining as of now); changes nothing."""
-        return await self._run(self._hits.decide(policy, 1, ctx, CHECK), policy)
+    async def peek(self, policy: str, cost: int = 1, **ctx: object) -> Decision:
+        """What a hit of ``cost`` would answer (remaining as of now); changes nothing."""
+        return await self._run(self._hits.decide(policy, cost, ctx, CHECK), policy)
 
     @must_await
     async def hit_many(

@@ -225,9 +225,9 @@ class Guard:
         work = hit.call or hits.hit_op(hit)  # its lone call, or the operation
         return hits.hit_done(hit, self._run(work, policy, not hit.plan.single_part))
 
-    def peek(self, policy: str, **ctx: object) -> Decision:
-        """What a hit of cost 1 would answer (remaining as of now); changes nothing."""
-        return self._run(self._hits.decide(policy, 1, ctx, CHECK), policy)
+    def peek(self, policy: str, cost: int = 1, **ctx: object) -> Decision:
+        """What a hit of ``cost`` would answer (remaining as of now); changes nothing."""
+        return self._run(self._hits.decide(policy, cost, ctx, CHECK), policy)
 
     def hit_many(
         self, policy: str, contexts: Iterable[Mapping[str, object]], cost: int = 1

@@ -105,9 +105,24 @@ def _scheme(url: object) -> str:
     scheme = url.partition("://")[0].lower()
     if scheme not in _SCHEMES:
         raise ConfigError(
-            f"unsupported backend URL scheme {scheme!r} in {_shown(url)!r}; use {_LISTED}"
+            f"unsupported backend URL scheme {scheme!r} in {_shown(url)!r}; "
+            f"{_theirs(scheme)}use {_LISTED}"
         )
     return scheme
+
+
+def _theirs(scheme: str) -> str:
+    """What to write here for a URL form of limits' ``storage_from_string``, if one."""
+    bare = scheme.removeprefix("async+")
+    if bare.startswith("valkey"):
+        ours = bare.replace("valkey", "redis", 1)
+        if ours in _SCHEMES:
+            return f"a Valkey server speaks Redis's protocol: {ours}:// here; "
+    ours = "unix" if bare == "redis+unix" else bare
+    if ours in _SCHEMES and ours != scheme:
+        aio = " (async_backend_from_url for an AsyncGuard)" if bare != scheme else ""
+        return f"limits' {scheme}:// is {ours}:// here{aio}; "
+    return ""
 
 
 def _direct(url: str, scheme: str) -> Target:

@@ -151,7 +151,7 @@ class Hits:
                 f"back the newest leases, another caller's too; give a lease back with "
                 f"guard.release(decision), or refund(decision) to give back its rate units too"
             )
-        checked = plan.check_cost(cost, upper=mode == HIT)
+        checked = plan.check_cost(cost, upper=mode != REFUND)  # a peek as a hit of that cost
         texts = plan.texts(ctx)
         now = self._now()
         if mode != CHECK:

@@ -194,7 +194,11 @@ def user_or_ip(
 
     Needs ``request.user`` (``AuthenticationMiddleware`` before the freqguard middleware).
     """
-    address = client_ip(trusted_proxies, header=header)
+    return user_or(client_ip(trusted_proxies, header=header))
+
+
+def user_or(address: KeyFunc) -> KeyFunc:
+    """:func:`user_or_ip` with the address ``address`` finds (a ``client`` key function)."""
 
     def key(request: RequestInfo) -> dict[str, object]:
         user = getattr(request.raw, "user", None)

@@ -45,8 +45,8 @@ from freqguard.integrations._decide import KeyedRules, Route
 from freqguard.integrations._django_requests import notes_of, request_info
 from freqguard.integrations._django_state import State, current
 from freqguard.integrations._drf_throttles import given
-from freqguard.integrations._request import KeyFunc, RequestInfo, SkipRequest
-from freqguard.integrations.django import client_ip, user_or_ip
+from freqguard.integrations._request import KeyFunc, RequestInfo, SkipRequest, declared
+from freqguard.integrations.django import client_ip, user_or
 from freqguard.rates import Rate, parse_rates
 from freqguard.rules import fit_name
 
@@ -56,6 +56,7 @@ __all__ = [
     "FreqGuardThrottle",
     "FreqGuardUserThrottle",
     "Unavailable",
+    "drf_client",
     "drf_rates",
 ]
 
@@ -101,8 +102,9 @@ class FreqGuardThrottle(BaseThrottle):
         self.decision: Decision | None = None
 
     def key(self) -> KeyFunc:
-        """The key function: :func:`~freqguard.integrations.django.user_or_ip`."""
-        return user_or_ip(self.trusted_proxies)
+        """The key function: :func:`~freqguard.integrations.django.user_or_ip`, the
+        address found as DRF finds it (:func:`drf_client`)."""
+        return user_or(drf_client(self.trusted_proxies))
 
     def rates(self) -> tuple[Rate, ...]:
         """The rates this throttle decides now (none: its scope's rate is None, and it
@@ -214,7 +216,7 @@ class FreqGuardAnonThrottle(FreqGuardThrottle):
     def key(self) -> KeyFunc:
         """The client's address (behind ``trusted_proxies``); an authenticated request is
         skipped."""
-        address = client_ip(self.trusted_proxies)
+        address = drf_client(self.trusted_proxies)
 
         def anonymous(request: RequestInfo) -> dict[str, object]:
             user = getattr(request.raw, "user", None)
@@ -230,6 +232,32 @@ class FreqGuardUserThrottle(FreqGuardThrottle):
     at ``DEFAULT_THROTTLE_RATES["user"]``."""
 
     scope = "user"
+
+
+def drf_client(trusted_proxies: Sequence[str] = ()) -> KeyFunc:
+    """The client's address of an anonymous request (dimension ``client``), found as DRF's
+    throttles find it where that is safe: behind ``trusted_proxies`` when given
+    (:func:`~freqguard.integrations.django.client_ip`); else, when DRF's ``NUM_PROXIES``
+    is set (read at each request, as DRF reads it), the address that many hops from the
+    right of ``X-Forwarded-For`` (the peer for 0, or without the header); else the peer.
+    Without ``NUM_PROXIES`` DRF reads the whole header, which any client writes as it
+    likes: freqguard does not."""
+    if trusted_proxies:
+        return client_ip(trusted_proxies)
+    peer = client_ip()
+
+    def key(request: RequestInfo) -> object:
+        proxies = api_settings.NUM_PROXIES
+        forwarded = request.headers.get("x-forwarded-for")
+        if isinstance(proxies, int) and proxies > 0 and forwarded:
+            hops = forwarded.split(",")
+            return {"client": hops[-min(proxies, len(hops))].strip()[:_MOST_ADDRESS]}
+        return peer(request)
+
+    return declared(key, "client")
+
+
+_MOST_ADDRESS = 100  # characters of an address taken from a header
 
 
 def _name(throttle: object) -> str:

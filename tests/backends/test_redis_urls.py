@@ -109,6 +109,12 @@ def test_bad_url_options_are_refused_at_construction(
         ("redis://h:1?sentinel_password=x", "'sentinel_password' needs a redis+sentinel:// URL"),
         ("redis+cluster://h:1?min_other_sentinels=1", "needs a redis+sentinel:// URL"),
         ("sentinel://h:1/svc", "unsupported backend URL scheme 'sentinel'"),
+        # limits' forms (storage_from_string) name the one to write here
+        ("redis+unix:///tmp/r.sock", "limits' redis+unix:// is unix:// here"),
+        ("async+redis://h:1", "limits' async+redis:// is redis:// here (async_backend_from_url"),
+        ("valkey://h:1", "a Valkey server speaks Redis's protocol: redis:// here"),
+        ("async+valkeys://h:1", "a Valkey server speaks Redis's protocol: rediss:// here"),
+        ("memcached://h:1", "unsupported backend URL scheme 'memcached'"),
     ],
 )
 def test_bad_url_addresses_are_refused_at_construction(make: Make, url: str, message: str) -> None:

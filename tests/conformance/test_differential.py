@@ -69,7 +69,7 @@ op = st.one_of(
     hit_one,
     hit_one,
     retry,
-    st.tuples(st.just("peek"), pick, st.just(1)),
+    st.tuples(st.just("peek"), pick, st.integers(0, 3)),
     st.tuples(st.just("refund"), pick, st.integers(0, 3)),
     # refund(decision) of the k-th admitted hit so far (exact, once)
     st.tuples(st.just("undo"), st.just(0), st.integers(0, 30)),
@@ -168,8 +168,8 @@ def _replay(
                     admitted.append(decision)
                     out.append(decision.receipt.times_us)
                 out.append(decision)
-            elif kind == "peek":
-                out.append(guard.peek("p", **context))
+            elif kind == "peek":  # what a hit of that cost would get
+                out.append(guard.peek("p", min(n, largest), **context))
             elif kind == "refund":
                 out.append(guard.refund("p", n, **context))
             else:

@@ -130,6 +130,25 @@ def test_group_is_name(clock: ManualClock) -> None:
     assert theirs == ours == [True, True, False]
 
 
+def test_a_group_of_two_rates(clock: ManualClock) -> None:
+    """django-ratelimit keys a group's budget by its rate too: views of one group at two
+    rates keep two budgets. One name here is one budget at one rate: the second cap's first
+    request is refused, naming both caps."""
+    slow = ratelimit(group="g", key="ip", rate="1/m")(_ok)
+    fast = ratelimit(group="g", key="ip", rate="3/m")(_ok)
+    assert [_allowed(v, _request()) for v in (slow, fast, fast, fast, slow)] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+    ]
+    ours_slow, ours_fast = capped("1/m", name="g2")(_ok), capped("3/m", name="g2")(_ok)
+    assert _allowed(ours_slow, _request())
+    with pytest.raises(ConfigError, match="policy 'g2' is given other rules by @capped"):
+        ours_fast(_request())
+
+
 def test_methods(clock: ManualClock) -> None:
     theirs = ratelimit(key="ip", rate="1/m", method="POST")(_ok)
     ours = capped("1/m", methods=["POST"])(_ok)

@@ -91,6 +91,45 @@ def test_anon_throttle(clock: ManualClock) -> None:
             assert _codes(view, 4, user="ann") == [200] * 4
 
 
+#: Anonymous clients behind proxies 10.0.0.2 and 10.0.0.3, the last appending to
+#: X-Forwarded-For; the peer the server sees is 10.9.9.9.
+CHAINS = ["1.1.1.1, 10.0.0.2", "2.2.2.2, 10.0.0.2", "1.1.1.1, 10.0.0.3", "3.3.3.3", ""]
+
+
+def _behind(view: Any, proxies: int | None) -> list[int]:
+    rest = {**REST, "DEFAULT_THROTTLE_RATES": {"anon": "1/min"}, "NUM_PROXIES": proxies}
+    factory = APIRequestFactory()
+    with override_settings(REST_FRAMEWORK=rest):
+        return [
+            view(factory.get("/", HTTP_X_FORWARDED_FOR=xff, REMOTE_ADDR="10.9.9.9")).status_code
+            if xff
+            else view(factory.get("/", REMOTE_ADDR="10.9.9.9")).status_code
+            for xff in CHAINS
+        ]
+
+
+@pytest.mark.parametrize("proxies", [0, 1, 2, 5])
+def test_num_proxies(clock: ManualClock, proxies: int) -> None:
+    """Behind ``NUM_PROXIES`` proxies DRF keys an anonymous request by the address that
+    many hops from the right of X-Forwarded-For (the peer with 0, or without the header);
+    freqguard's throttles keyed the peer, so every client behind the proxy shared one
+    budget (a review of the coming-from pages). Seen failing first."""
+    theirs_cls = _timed(throttling.AnonRateThrottle, clock, THROTTLE_RATES={"anon": "1/min"})
+    theirs = _behind(_view([theirs_cls]), proxies)
+    assert _behind(_view([drf.FreqGuardAnonThrottle]), proxies) == theirs
+    expected = {0: [200, 429, 429, 429, 429], 1: [200, 429, 200, 200, 200]}
+    assert theirs == expected.get(proxies, [200, 200, 429, 200, 200])
+
+
+def test_without_num_proxies_the_peer_keys_a_request(clock: ManualClock) -> None:
+    """Without ``NUM_PROXIES`` DRF keys by the whole X-Forwarded-For, which any client
+    writes as it likes (a new value, a new budget); freqguard keys by the peer, unless
+    ``NUM_PROXIES`` or the throttle's ``trusted_proxies`` say which hops to believe."""
+    theirs_cls = _timed(throttling.AnonRateThrottle, clock, THROTTLE_RATES={"anon": "1/min"})
+    assert _behind(_view([theirs_cls]), None) == [200, 200, 200, 200, 200]
+    assert _behind(_view([drf.FreqGuardAnonThrottle]), None) == [200, 429, 429, 429, 429]
+
+
 def test_user_throttle(clock: ManualClock) -> None:
     theirs_cls = _timed(throttling.UserRateThrottle, clock, THROTTLE_RATES={"user": "2/min"})
     for throttle in (theirs_cls, drf.FreqGuardUserThrottle):
@@ -258,3 +297,15 @@ def test_settings_that_change(clock: ManualClock, monkeypatch: pytest.MonkeyPatc
         assert _codes(ours, 2) == [200, 429]
         with _rates(x="3/min"):
             assert _codes(ours, 3) == [200, 200, 429]  # read at its new rate
+
+
+def test_a_class_rate_changed_at_run_time(clock: ManualClock) -> None:
+    """A class's ``rate`` is read at each request on both sides: DRF's too (it is the
+    settings' THROTTLE_RATES that DRF's classes keep from their import)."""
+    theirs_cls = _timed(throttling.AnonRateThrottle, clock, rate="1/min")
+    ours_cls = type("Ours", (drf.FreqGuardAnonThrottle,), {"rate": "1/min"})
+    for throttle in (theirs_cls, ours_cls):
+        view = _view([throttle])
+        assert _codes(view, 2) == [200, 429]
+        throttle.rate = "3/min"  # type: ignore[attr-defined]
+        assert _codes(view, 3) == [200, 200, 429]  # 3 a minute, the first one counted

@@ -31,7 +31,7 @@ from freqguard import (
     TierRates,
 )
 from freqguard.integrations._request import RequestInfo
-from freqguard.integrations.flask import FreqGuard, SkipRequest
+from freqguard.integrations.flask import FreqGuard, SkipRequest, client_ip
 from freqguard.integrations.starlette import FreqGuardMiddleware, Limit
 
 START = 1_700_000_000.0
@@ -93,6 +93,30 @@ def test_default_limits(clock: ManualClock) -> None:
     _theirs_too()
     theirs = _limiter_app({"default_limits": ["2/minute"]}, {"/a": _plain, "/b": _plain})
     assert _codes(theirs, "/a", 3) == _codes(theirs, "/b", 3) == [200, 200, 429]
+
+
+IPV6 = ["2001:db8::1", "2001:db8::2", "2001:db8:0:1::1"]  # two of one /64, one of another
+
+
+def _from(app: Flask, addresses: list[str]) -> list[int]:
+    client = app.test_client()
+    return [client.get("/a", environ_base={"REMOTE_ADDR": a}).status_code for a in addresses]
+
+
+def test_ipv6_clients_are_keyed_by_their_64_prefix(clock: ManualClock) -> None:
+    """The default key groups an IPv6 client's /64 (one host picks its addresses from one);
+    get_remote_address keys the exact address. ``key=client_ip(ipv6_prefix=128)`` keys it
+    as there."""
+    ours, _ = _flask_app(clock, {"FREQGUARD_DEFAULT_LIMITS": "1/minute"}, {"/a": _plain})
+    assert _from(ours, IPV6) == [200, 429, 200]
+    exact = Flask("exact")
+    exact.config["FREQGUARD_DEFAULT_LIMITS"] = "1/minute"
+    exact.add_url_rule("/a", "a", lambda: "ok")
+    FreqGuard(exact, guard=Guard(MemoryBackend(clock)), key=client_ip(ipv6_prefix=128))
+    assert _from(exact, IPV6) == [200, 200, 200]
+    _theirs_too()
+    theirs = _limiter_app({"default_limits": ["1/minute"]}, {"/a": _plain})
+    assert _from(theirs, IPV6) == [200, 200, 200]
 
 
 def test_a_route_limit(clock: ManualClock) -> None:
@@ -168,6 +192,32 @@ def test_methods(clock: ManualClock) -> None:
     limiter = Limiter(get_remote_address, app=theirs, storage_uri="memory://")
     view = limiter.limit("1/minute", methods=["POST"])(_view)
     assert _post_and_get(theirs, view) == [200, 200, 200, 200, 429]
+
+
+def _heads_then_gets(app: Flask, view: Any) -> list[int]:
+    app.add_url_rule("/g", "g", view, methods=["GET"])
+    client = app.test_client()
+    return [client.head("/g").status_code for _ in range(2)] + [client.get("/g").status_code]
+
+
+def test_head_under_get(clock: ManualClock) -> None:
+    """A cap of GET counts a HEAD here (Flask runs the GET view for it); Flask-Limiter's
+    lets it pass uncounted (a review of the coming-from pages)."""
+    app = Flask("ours")
+    fg = FreqGuard(app, guard=Guard(MemoryBackend(clock)))
+    assert _heads_then_gets(app, fg.capped("1/minute", methods=["GET"])(_view)) == [
+        200,
+        429,
+        429,
+    ]
+    _theirs_too()
+    from flask_limiter import Limiter
+    from flask_limiter.util import get_remote_address
+
+    theirs = Flask("theirs")
+    limiter = Limiter(get_remote_address, app=theirs, storage_uri="memory://")
+    view = limiter.limit("1/minute", methods=["GET"])(_view)
+    assert _heads_then_gets(theirs, view) == [200, 200, 200]
 
 
 def test_exempt_when(clock: ManualClock) -> None:

@@ -5,6 +5,7 @@ the outcomes equal, or different as the page says."""
 from __future__ import annotations
 
 import asyncio
+import re
 import types
 
 import limits.storage.memory
@@ -22,7 +23,6 @@ from freqguard import (
     Policy,
     Rule,
     async_backend_from_url,
-    backend_from_url,
     parse_rate,
     parse_rates,
 )
@@ -156,6 +156,21 @@ def test_test_is_peek(clock: Clock) -> None:
     assert theirs.test(item, "u") is ours.peek("api", user="u").allowed is False
 
 
+def test_test_with_a_cost_is_peek_with_one(clock: Clock) -> None:
+    """limits' ``test(item, key, cost=3)``: whether a hit of that cost would pass. peek
+    took no cost (a review of the coming-from pages)."""
+    theirs = strategies.MovingWindowRateLimiter(storage.MemoryStorage())
+    ours = _guard(clock, "5/minute")
+    item = parse("5/minute")
+    theirs.hit(item, "u", cost=3)
+    ours.hit("api", 3, user="u")
+    for cost in (1, 2, 3, 5):
+        assert theirs.test(item, "u", cost=cost) is ours.peek("api", cost, user="u").allowed
+    assert ours.peek("api", cost=2, user="u").remaining == 2  # counts none
+    with pytest.raises(ConfigError, match="cost 6 exceeds the capacity 5"):
+        ours.peek("api", 6, user="u")
+
+
 def test_window_stats(clock: Clock) -> None:
     theirs = strategies.MovingWindowRateLimiter(storage.MemoryStorage())
     ours = _guard(clock, "3/minute")
@@ -236,4 +251,18 @@ def test_zero_rate(clock: Clock) -> None:
 def test_storage_urls(url: str, kind: str) -> None:
     assert storage.storage_from_string(url) is not None
     assert parse_url(url).kind == kind
-    assert backend_from_url("memory://") is not None
+
+
+@pytest.mark.parametrize(
+    ("url", "ours"),
+    [
+        ("redis+unix:///tmp/redis.sock", "limits' redis+unix:// is unix:// here"),
+        ("async+redis://localhost:6379", "limits' async+redis:// is redis:// here"),
+        ("valkey://localhost:6379", "Redis's protocol: redis:// here"),
+        ("async+redis+cluster://h:7000", "limits' async+redis+cluster:// is redis+cluster://"),
+    ],
+)
+def test_their_other_urls_name_ours(url: str, ours: str) -> None:
+    """limits' other URL forms are refused naming the one to write here."""
+    with pytest.raises(ConfigError, match=re.escape(ours)):
+        parse_url(url)

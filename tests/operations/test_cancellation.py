@@ -69,7 +69,7 @@ async def _cancel_at_the_gate(gate: Gate, work: Any) -> None:
         await task
 
 
-async def _remaining(guard: AsyncGuard, policy: str, **ctx: str) -> list[int]:
+async def _remaining(guard: AsyncGuard, policy: str, **ctx: Any) -> list[int]:
     return [state.remaining for state in (await guard.peek(policy, **ctx)).rules]
 
 

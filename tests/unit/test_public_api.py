@@ -98,7 +98,7 @@ def test_the_guards_operations_are_pinned() -> None:
 
     operations = {
         "hit": "(policy, cost=1, **ctx)",
-        "peek": "(policy, **ctx)",
+        "peek": "(policy, cost=1, **ctx)",
         "hit_many": "(policy, contexts, cost=1)",
         "acquire": "(policy, timeout=None, cost=1, **ctx)",
         "refund": "(policy, cost=None, **ctx)",
