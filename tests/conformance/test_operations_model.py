@@ -101,7 +101,7 @@ class State:
     slots: dict[int, int] = field(default_factory=dict)  # a rolling window's, by start
     grain: int = 0  # their length, µs
     carry: int = 0  # the units that left its ring inside the rule's own window
-    until: int = 0  # when the newest of them leaves that window
+    carried: int = 0  # the last µs of the newest of their sub-windows
 
 
 @dataclass(frozen=True)
@@ -249,28 +249,30 @@ class Model:
         inside the window; a state kept at another grain moved to this one's sub-windows,
         each sub-window's units as if they came at its last µs (or now, if earlier). And
         its carry: under a limit of a shorter window than the rule's own, the units that
-        left the ring and are still inside the own window, with when the newest leaves it;
-        once the ring is the own window's again, carried back as if they all came at the
-        newest one's last µs (or now, if earlier)."""
+        left the ring and are still inside the own window, with the last µs of the newest;
+        once the ring is the state's window again, carried back as if they all came then
+        (or now, if earlier)."""
         grain = -(-p.window // SUB_WINDOWS)
         own = max(p.own, p.window)
         out: dict[int, int] = {}
-        carry, until = (state.carry, state.until) if state and state.until > now else (0, 0)
+        carry, last = (state.carry, state.carried) if state else (0, 0)
+        if last + own <= now:
+            carry = last = 0
         for start, count in (state.slots if state else {}).items():
             assert state is not None
-            last = start + state.grain - 1
+            end = start + state.grain - 1
             if state.grain != grain:
-                last = min(last, now)
-                start = last - last % grain
+                end = min(end, now)
+                start = end - end % grain
             if start + grain - 1 > now - p.window:
                 out[start] = out.get(start, 0) + count
-            elif count and last + own > now:
-                carry, until = carry + count, max(until, last + own)
+            elif count and end + own > now:
+                carry, last = carry + count, max(last, end)
         if carry and own == p.window:
-            at = min(until - own, now)
+            at = min(last, now)
             out[at - at % grain] = out.get(at - at % grain, 0) + carry
-            carry = until = 0
-        return out, carry, until
+            carry = last = 0
+        return out, carry, last
 
     @staticmethod
     def tokens(state: State | None, p: Params, now: int) -> tuple[int, int]:
@@ -298,11 +300,11 @@ class Model:
             return State(start + p.window, start=start, count=count + cost)
         if kind == "rolling-window":
             grain = -(-p.window // SUB_WINDOWS)
-            slots, carry, until = Model.ring(state, p, now)
+            slots, carry, last = Model.ring(state, p, now)
             start = now - now % grain
             slots[start] = slots.get(start, 0) + cost
             expiry = start + grain - 1 + max(p.own, p.window)
-            return State(expiry, slots=slots, grain=grain, carry=carry, until=until)
+            return State(expiry, slots=slots, grain=grain, carry=carry, carried=last)
         if kind == "gcra":
             tat = (state.tat if state and state.tat > now else now) + cost * p.interval
             return State(tat, tat=tat)

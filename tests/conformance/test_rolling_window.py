@@ -269,6 +269,105 @@ def test_a_refund_gives_back_nothing_once_its_hit_no_longer_counts_there(
     assert guard.refund(moved).remaining == 3  # three units counted: the refund found none
 
 
+def test_a_refund_after_a_reset_finds_no_ring_of_another_grain(any_store: SyncBackend) -> None:
+    """A ring moved to another grain is born at the next µs; a reset on a pinned clock
+    judges the next call there too, so the ring after it was born at the same µs at another
+    grain: the refund's mark named it, memory gave back the later hit's unit and the Lua
+    failed on a sub-window index that was not whole (review). A mark names its grain."""
+    clock = ManualClock(1_700_000_000.004)
+    guard = Guard(any_store, [_ring(5, 1 * US)], clock=clock)
+    guard.hit("p", u="a")
+    guard.set_limit("p", "rw.5.1s", "5 per 10 seconds", u="a")
+    decision = guard.hit("p", u="a")
+    guard.reset("p", u="a")
+    guard.clear_limit("p", "rw.5.1s", u="a")
+    guard.hit("p", u="a")
+    assert guard.refund(decision).remaining == 4  # the later hit's unit stays
+
+
+# -- a stricter limit, then cleared: the rule's own window still counts ------------------------
+
+
+def test_a_carry_goes_back_where_it_came_even_under_a_longer_window(
+    any_store: SyncBackend, clock: ManualClock
+) -> None:
+    """10 per 100 s; 5 per second, 5 hits, carried once they leave its ring; then 20 per
+    1000 s: the carry went back at (its leaving of the *own* window) - 1000 s, 900 s before
+    it came, so it left the ring at once, and once cleared the rule admitted 15 in 3 s
+    (review). It goes back at its newest unit's time."""
+    guard = Guard(any_store, [_ring(10, 100 * US)], clock=clock)
+    guard.set_limit("p", "rw.10.100s", "5 per 1 second", u="a")
+    assert guard.hit("p", 5, u="a").allowed
+    clock.advance(2)
+    assert guard.hit("p", u="a").allowed  # the 5 are carried
+    guard.set_limit("p", "rw.10.100s", "20 per 1000 seconds", u="a")
+    assert guard.hit("p", u="a").allowed
+    guard.clear_limit("p", "rw.10.100s", u="a")
+    clock.advance(1)
+    assert sum(guard.hit("p", u="a").allowed for _ in range(20)) == 3  # 10 in 100 s
+
+
+def test_a_carry_past_four_bytes_saturates_alike(
+    any_store: SyncBackend, clock: ManualClock
+) -> None:
+    """A carry goes back into one sub-window: past 2^32 - 1 units the Lua packed it 4 bytes
+    wide and wrapped (2^32 + 5 read as 5), so Redis admitted where memory denied (review).
+    A count saturates at 2^32 - 1, more than any rule's limit and cost: it decides alike."""
+    n = 10**9
+    guard = Guard(any_store, [_ring(n, 3600 * US)], clock=clock)
+    guard.set_limit("p", f"rw.{n}.3600s", f"{n}/minute", u="a")
+    for cost in (n, n, n, n, 2**32 - 4 * n + 5, 1):
+        assert guard.hit("p", cost, u="a").allowed
+        clock.advance(61)
+    guard.clear_limit("p", f"rw.{n}.3600s", u="a")
+    guard.refund("p", 1, u="a")  # a write
+    decision = guard.hit("p", n - 10, u="a")
+    assert (decision.allowed, decision.remaining) == (False, 0)
+
+
+@settings(max_examples=examples(200))
+@given(
+    own=st.tuples(st.integers(1, 8), st.sampled_from([2, 5, 10])),
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("hit"), st.integers(1, 3)),
+            st.tuples(st.just("hit"), st.integers(1, 3)),
+            st.tuples(st.just("wait"), st.integers(1, 3000)),  # ms
+            # a limit of a shorter window (what leaves its ring is carried), or a longer one
+            st.tuples(st.just("limit"), st.tuples(st.integers(1, 12), st.sampled_from([1, 200]))),
+            st.tuples(st.just("clear"), st.just(0)),
+        ),
+        max_size=80,
+    ),
+)
+def test_a_limit_cleared_never_lets_the_rule_admit_more_than_its_own_in_its_window(
+    own: tuple[int, int], steps: list[tuple[str, Any]]
+) -> None:
+    """Against an exact log of every unit admitted: a hit admitted while no limit is in
+    force never makes the rule's own window hold more than its limit, whatever limits of
+    other windows and counts came and went before (the carry's promise; the review that
+    found the carry put back too early under a longer limit checked it so)."""
+    limit, window = own
+    clock = ManualClock(START)
+    guard = Guard(MemoryBackend(clock), [_ring(limit, window * US)], clock=clock)
+    rule, admitted, limited = f"rw.{limit}.{window}s", [], False
+    for kind, arg in steps:
+        if kind == "wait":
+            clock.advance(arg / 1000)
+        elif kind == "limit":
+            guard.set_limit("p", rule, f"{arg[0]} per {arg[1]} seconds", u="a")
+            limited = True
+        elif kind == "clear":
+            guard.clear_limit("p", rule, u="a")
+            limited = False
+        elif arg <= limit and guard.hit("p", arg, u="a").allowed:
+            now = clock.now_us()
+            admitted += [now] * arg
+            if not limited:
+                held = sum(1 for t in admitted if t > now - window * US)
+                assert held <= limit, (held, limit)
+
+
 # -- limits of any size, on every store ------------------------------------------------------
 
 

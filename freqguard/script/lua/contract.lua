@@ -89,6 +89,7 @@ local concurrency = {code = 7, state_bytes = 8, keeps_own = true}
 -- rolling-window (freqguard/script/strategies/rolling_window.py)
 local ROLLING_WINDOW_STATE = '>BI7I7I7'
 local ROLLING_WINDOW_SUB_WINDOWS = 60
+local ROLLING_WINDOW_MOST = 4294967295
 local ROLLING_WINDOW_CARRIED = 128
 local ROLLING_WINDOW_CARRY = '>I7I7'
 local ROLLING_WINDOW_CARRY_BYTES = 14

@@ -2,10 +2,11 @@
 -- format and number of sub-windows are in lua/contract.lua (from the module).
 -- state: a header ROLLING_WINDOW_STATE (the counts' width, grain, born, head), then one
 -- count per sub-window of grain µs, oldest first, the last head's; each count as wide as the
--- largest needs, 1 to 4 bytes (a log entry's format: sliding_log.lua's FORMATS); a carry
--- (ROLLING_WINDOW_CARRY: units, until) between them when the width byte has the CARRIED
--- flag. A view: {grain, born, the sub-window of now, counts, carry, until}, the counts of
--- every sub-window that still counts (its last µs inside the window), up to now's.
+-- largest needs, 1 to 4 bytes (a log entry's format: sliding_log.lua's FORMATS), saturating
+-- at ROLLING_WINDOW_MOST; a carry (ROLLING_WINDOW_CARRY: its units, the last µs of the newest)
+-- between them when the width byte has the CARRIED flag. A view: {grain, born, the
+-- sub-window of now, counts, carry, last}, the counts of every sub-window that still counts
+-- (its last µs inside the window), up to now's.
 
 local function ring_view(g, born, now, window)  -- every sub-window that counts, empty
   local cur = now - now % g
@@ -16,12 +17,12 @@ local function ring_view(g, born, now, window)  -- every sub-window that counts,
   return {g, born, cur, counts, 0, 0}
 end
 
-local function ring_read(raw)  -- a packed ring's grain, born, head, counts, carry and until
+local function ring_read(raw)  -- a packed ring's grain, born, head, counts, carry and last
   local width, g, born, head = sunpack(ROLLING_WINDOW_STATE, raw)
-  local at, carry, til = rolling_window.state_bytes + 1, 0, 0
+  local at, carry, last = rolling_window.state_bytes + 1, 0, 0
   if width >= ROLLING_WINDOW_CARRIED then
     width = width - ROLLING_WINDOW_CARRIED
-    carry, til = sunpack(ROLLING_WINDOW_CARRY, raw, at)
+    carry, last = sunpack(ROLLING_WINDOW_CARRY, raw, at)
     at = at + ROLLING_WINDOW_CARRY_BYTES
   end
   local n = (#raw - at + 1) / width
@@ -30,7 +31,7 @@ local function ring_read(raw)  -- a packed ring's grain, born, head, counts, car
     counts = {sunpack(rep(FORMATS[width], n), raw, at)}
     counts[n + 1] = nil  -- the position unpack returns after the values
   end
-  return g, born, head, counts, carry, til
+  return g, born, head, counts, carry, last
 end
 
 -- A ring kept at another grain (rolling_window.py _regrained), into a view at this one:
@@ -45,7 +46,7 @@ local function ring_regrained(view, old, head, counts, now, left)
     local at = last - last % g
     if at >= first then
       local k = (at - first) / g + 1
-      out[k] = out[k] + counts[i]
+      out[k] = min(ROLLING_WINDOW_MOST, out[k] + counts[i])
     else
       left[#left + 1] = {last, counts[i]}
     end
@@ -84,7 +85,7 @@ function rolling_window.load(raw, now, spec)
   local window = spec.rules[1].window
   local g = ceil(window / ROLLING_WINDOW_SUB_WINDOWS)
   if not raw then return ring_view(g, now, now, window) end
-  local old, born, head, counts, carry, til = ring_read(raw)
+  local old, born, head, counts, carry, last = ring_read(raw)
   local view, left = ring_view(g, born, now, window), {}
   if old ~= g then
     ring_regrained(view, old, head, counts, now, left)
@@ -96,20 +97,20 @@ function rolling_window.load(raw, now, spec)
     local start = head - (#counts - 1) * g  -- the sub-windows before kept left the ring
     for i = 1, #counts - kept do left[i] = {start + (i - 1) * g + g - 1, counts[i]} end
   end
-  if til <= now then carry, til = 0, 0 end  -- the carry left the own window
+  if last + spec.window <= now then carry, last = 0, 0 end  -- it left the own window
   for i = 1, #left do  -- still inside the own window: carried
-    local last, units = left[i][1], left[i][2]
-    if units > 0 and last + spec.window > now then
-      carry, til = carry + units, max(til, last + spec.window)
+    local ends, units = left[i][1], left[i][2]
+    if units > 0 and ends + spec.window > now then
+      carry, last = min(ROLLING_WINDOW_MOST, carry + units), max(last, ends)
     end
   end
-  if carry > 0 and spec.window == window then  -- the ring is the own window's again
-    local at = min(til - spec.window, now)
+  if carry > 0 and spec.window == window then  -- the ring is the state's window again
+    local at = min(last, now)
     local k = (at - at % g - (view[3] - (#view[4] - 1) * g)) / g + 1
-    view[4][k] = view[4][k] + carry
-    carry, til = 0, 0
+    view[4][k] = min(ROLLING_WINDOW_MOST, view[4][k] + carry)
+    carry, last = 0, 0
   end
-  view[5], view[6] = carry, til
+  view[5], view[6] = carry, last
   return view
 end
 
@@ -143,9 +144,11 @@ function rolling_window.refund(view, now, cost, spec, mark)
       local took = min(cost, counts[i])
       counts[i], cost = counts[i] - took, cost - took
     end
-  else  -- the hit's own sub-window ("born:start"), while it counts; else another ring
+  else  -- the hit's own sub-window ("born:start"), while it counts; else another ring (one
+    -- begun after a reset on a pinned clock may be born at the µs a ring moved to another
+    -- grain was: its sub-windows start elsewhere)
     local born, start = match(mark, '^(%d+)' .. MARK_SEPARATOR .. '(%d+)$')
-    if tonumber(born) == view[2] then
+    if tonumber(born) == view[2] and (view[3] - tonumber(start)) % view[1] == 0 then
       local i = #counts - (view[3] - tonumber(start)) / view[1]
       if i >= 1 and i <= #counts then counts[i] = max(0, counts[i] - cost) end
     end

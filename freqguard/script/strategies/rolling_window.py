@@ -31,9 +31,10 @@ generation, so refunds of the hits before give back nothing there.
 A per-key limit of a shorter window than the rule's own decides on a ring of its own
 window, and the state keeps what the rule's own window needs too (``KEEPS_OWN``: the spec's
 ``window`` is the longer of the two): the units that leave the ring while still inside the
-own window are its *carry*, a count and the µs at which the newest of them leaves the own
-window (``until``). Once the ring is of the state's window again (the limit cleared), the
-carry goes back into the sub-window of that newest unit's last µs (or of ``now``): never
+own window are its *carry*, a count and the last µs of the newest of their sub-windows
+(``last``): it counts while that is inside the spec's window. Once the ring is of the
+state's window again (the limit cleared, or one of a longer window), the carry goes back
+into the sub-window of that µs (or of ``now``): never
 earlier than any of them came, so a stricter limit never makes the rule forget its own
 window (design note 88). A carry is stored only while it holds units (the width byte's
 ``CARRIED`` flag, then :data:`CARRY_FORMAT`).
@@ -54,13 +55,17 @@ STATE_FORMAT = ">BI7I7I7"
 SUB_WINDOWS = 60
 #: The flag in the header's width byte that says a carry follows the header.
 CARRIED = 128
-#: A carry, after the header when flagged: its units, and the µs they stop counting at.
+#: A carry, after the header when flagged: its units, and the last µs of the newest.
 CARRY_FORMAT = ">I7I7"
+#: A count saturates here: more than any rule's limit and cost together, so a count past it
+#: decides as it would (a carry gone back into one sub-window may hold more).
+MOST = 2**32 - 1
 _HEADER = sum(widths(STATE_FORMAT))
 _CARRY = sum(widths(CARRY_FORMAT))
 #: The numbers the Lua reads besides its formats (``ROLLING_WINDOW_SUB_WINDOWS``...).
 NUMBERS = {
     "SUB_WINDOWS": SUB_WINDOWS,
+    "MOST": MOST,
     "CARRIED": CARRIED,
     "CARRY": CARRY_FORMAT,
     "CARRY_BYTES": _CARRY,
@@ -68,7 +73,7 @@ NUMBERS = {
 #: A state keeps what its rule's own window needs under a limit of a shorter one.
 KEEPS_OWN = True
 
-State = tuple[int, int, int, tuple[int, ...], int, int]  # grain, born, head, counts, carry, until
+State = tuple[int, int, int, tuple[int, ...], int, int]  # grain, born, head, counts, carry, last
 _header = unpacker(STATE_FORMAT)
 _carry = unpacker(CARRY_FORMAT)
 
@@ -89,13 +94,13 @@ def decode(raw: bytes) -> State:
     """The state as the Lua twin packs it (:data:`STATE_FORMAT`, a carry if flagged, then
     the counts)."""
     width, g, born, head = _header(raw)
-    at, carry, until = _HEADER, 0, 0
+    at, carry, last = _HEADER, 0, 0
     if width & CARRIED:
         width -= CARRIED
-        carry, until = _carry(raw[at : at + _CARRY])
+        carry, last = _carry(raw[at : at + _CARRY])
         at += _CARRY
     counts = tuple([int.from_bytes(raw[i : i + width], "big") for i in range(at, len(raw), width)])
-    return (g, born, head, counts, carry, until)
+    return (g, born, head, counts, carry, last)
 
 
 def load(state: State | None, now: int, spec: StateSpec) -> State:
@@ -105,7 +110,7 @@ def load(state: State | None, now: int, spec: StateSpec) -> State:
     size = (cur - oldest(now, window, g)) // g + 1  # the sub-windows that count, to now's
     if state is None:
         return (g, now, cur, (0,) * size, 0, 0)
-    old, born, head, counts, carry, until = state
+    old, born, head, counts, carry, last = state
     if old != g:
         view, left = _regrained(state, now, g, size)
     else:
@@ -115,17 +120,18 @@ def load(state: State | None, now: int, spec: StateSpec) -> State:
         view = (g, born, cur, (0,) * (room - len(kept)) + kept + (0,) * min(after, size))
         start = head - (len(counts) - 1) * g  # the sub-windows before kept left the ring
         left = [(start + i * g + g - 1, n) for i, n in enumerate(counts[: -len(kept) or None])]
-    if until <= now:  # the carry left the own window
-        carry = until = 0
-    for last, units in left:  # still inside the own window: carried
-        if units and last + spec.window > now:
-            carry, until = carry + units, max(until, last + spec.window)
-    if carry and spec.window == window:  # the ring is the own window's again: back into it
-        at = min(until - spec.window, now)
+    if last + spec.window <= now:  # the carry left the own window
+        carry = last = 0
+    for end, units in left:  # still inside the own window: carried
+        if units and end + spec.window > now:
+            carry, last = min(MOST, carry + units), max(last, end)
+    if carry and spec.window == window:  # the ring is the state's window again: back into it
+        at = min(last, now)
         out = list(view[3])
-        out[(at - at % g - (cur - (size - 1) * g)) // g] += carry
+        k = (at - at % g - (cur - (size - 1) * g)) // g
+        out[k] = min(MOST, out[k] + carry)
         return (*view[:3], tuple(out), 0, 0)
-    return (*view, carry, until)
+    return (*view, carry, last)
 
 
 def check(view: State, now: int, need: int, rule: RuleParams) -> int:
@@ -145,8 +151,8 @@ def check(view: State, now: int, need: int, rule: RuleParams) -> int:
 
 
 def consume(view: State, now: int, cost: int, spec: StateSpec) -> State:
-    g, born, cur, counts, carry, until = view
-    return _trimmed(g, born, cur, (*counts[:-1], counts[-1] + cost), carry, until)
+    g, born, cur, counts, carry, last = view
+    return _trimmed(g, born, cur, (*counts[:-1], counts[-1] + cost), carry, last)
 
 
 def mark(view: State, now: int, spec: StateSpec) -> tuple[int, int]:
@@ -157,17 +163,19 @@ def mark(view: State, now: int, spec: StateSpec) -> tuple[int, int]:
 def refund(
     view: State, now: int, cost: int, spec: StateSpec, mark: tuple[int, ...] | None
 ) -> State:
-    g, born, cur, counts, carry, until = view
+    g, born, cur, counts, carry, last = view
     out = list(counts)
     if mark is None:  # the newest units inside the window, whoever's they are
         for i in range(len(out) - 1, -1, -1):
             took = min(cost, out[i])
             out[i], cost = out[i] - took, cost - took
-    elif mark[0] == born:  # the hit's own sub-window, while it counts; else another ring
+    elif mark[0] == born and (cur - mark[1]) % g == 0:  # the hit's sub-window, while it
+        # counts; else another ring (one begun after a reset on a pinned clock may be born
+        # at the µs a ring moved to another grain was: its sub-windows start elsewhere)
         i = len(out) - 1 - (cur - mark[1]) // g
         if 0 <= i < len(out):
             out[i] = max(0, out[i] - cost)
-    return _trimmed(g, born, cur, tuple(out), carry, until)
+    return _trimmed(g, born, cur, tuple(out), carry, last)
 
 
 def report(view: State, now: int, rule: RuleParams) -> tuple[int, int]:
@@ -205,14 +213,12 @@ def _emptied(view: State, window: int) -> int:
     return _leaves(view, newest, window)
 
 
-def _trimmed(
-    g: int, born: int, head: int, counts: tuple[int, ...], carry: int, until: int
-) -> State:
+def _trimmed(g: int, born: int, head: int, counts: tuple[int, ...], carry: int, last: int) -> State:
     """A state as stored: from the oldest sub-window that is not empty."""
     for i, count in enumerate(counts):
         if count:
-            return (g, born, head, counts[i:], carry, until)
-    return (g, born, head, (), carry, until)
+            return (g, born, head, counts[i:], carry, last)
+    return (g, born, head, (), carry, last)
 
 
 def _regrained(
@@ -234,4 +240,4 @@ def _regrained(
             out[(at - first) // g] += count
         else:
             left.append((last, count))
-    return (g, max(now, born + 1), cur, tuple(out)), left
+    return (g, max(now, born + 1), cur, tuple([min(MOST, c) for c in out])), left
