@@ -44,7 +44,7 @@ async def send(backend: Any, calls: list[ScriptCall], whole: bool) -> list[Reply
         replies = task.result()
     except BaseException:
         raise cancelled from None
-    raise _Interrupted(backend, calls, replies) from None
+    raise _Interrupted(backend, calls, replies, cancelled) from None
 
 
 async def _through(task: asyncio.Future[Any]) -> BaseException | None:
@@ -59,11 +59,18 @@ async def _through(task: asyncio.Future[Any]) -> BaseException | None:
     return cancelled
 
 
-async def unwind(op: Op[T], cancelled: BaseException, backend: Any) -> None:
+async def unwind(op: Op[T], cancelled: BaseException, backend: Any) -> BaseException:
     """The caller was cancelled: what the call under way took (when it finished and said)
     and what the operation took before (``op`` gives it back when the cancellation is
     thrown into it) goes back to the store (``backend``), each call let finish, through
-    any further cancellation."""
+    any further cancellation. Returns the cancellation to raise: the caller's own, as it
+    came (``asyncio.timeout`` turns only a ``CancelledError`` itself into a
+    ``TimeoutError``, never a subclass of it)."""
+    await _unwind(op, cancelled, backend)
+    return cancelled.cancelled if isinstance(cancelled, _Interrupted) else cancelled
+
+
+async def _unwind(op: Op[T], cancelled: BaseException, backend: Any) -> None:
     try:
         if isinstance(cancelled, _Interrupted):
             given = undo(cancelled.calls, cancelled.replies)
@@ -94,6 +101,13 @@ class _Interrupted(asyncio.CancelledError):
     """A cancellation that came while ``calls`` were out on ``backend``, which answered them
     after it: ``replies``."""
 
-    def __init__(self, backend: Any, calls: list[ScriptCall], replies: list[Reply]) -> None:
+    def __init__(
+        self,
+        backend: Any,
+        calls: list[ScriptCall],
+        replies: list[Reply],
+        cancelled: BaseException,
+    ) -> None:
         super().__init__()
         self.backend, self.calls, self.replies = backend, calls, replies
+        self.cancelled = cancelled  # the caller's own cancellation, which is raised

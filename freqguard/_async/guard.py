@@ -189,8 +189,7 @@ class AsyncGuard:
                     step = op.throw(exc)
                     continue
                 except Cancelled as cancelled:
-                    await unwind(op, cancelled, self.backend)
-                    raise
+                    raise await unwind(op, cancelled, self.backend) from None
                 step = op.send(replies)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]

@@ -29,6 +29,6 @@ def send(backend: Any, calls: list[ScriptCall], whole: bool) -> list[Reply]:
     return backend.execute_many(calls)  # type: ignore[no-any-return]
 
 
-def unwind(op: Op[T], cancelled: BaseException, backend: Any) -> None:
+def unwind(op: Op[T], cancelled: BaseException, backend: Any) -> BaseException:
     """Never called (nothing raises :data:`Cancelled`)."""
     raise AssertionError("a sync operation is never cancelled part way") from cancelled

@@ -189,8 +189,7 @@ class Guard:
                     step = op.throw(exc)
                     continue
                 except Cancelled as cancelled:
-                    unwind(op, cancelled, self.backend)
-                    raise
+                    raise unwind(op, cancelled, self.backend) from None
                 step = op.send(replies)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]

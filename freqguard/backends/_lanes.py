@@ -200,8 +200,20 @@ class AsyncLane:
         future: asyncio.Future[list[object]] = loop.create_future()
         self._pending.append((packed, count, future))
         if self._driver is None:
-            self._driver = loop.create_task(self._drive())
+            self._driver = driver = loop.create_task(self._drive())
+            driver.add_done_callback(self._driven)
         return await future
+
+    def _driven(self, driver: asyncio.Task[None]) -> None:
+        """A driver done: one cancelled before its first step never ran its ``finally``
+        (``asyncio.run`` cancels every task as its main returns), so its callers fail here
+        and the next call gets a driver, where they waited for ever."""
+        if self._driver is driver:
+            self._driver = None
+            pending, self._pending = self._pending, []
+            for _, _, future in pending:
+                if not future.done():
+                    future.set_exception(rex.ConnectionError("freqguard: the call was cut off"))
 
     def _rebind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Serve ``loop`` from now on: afresh, its predecessor being gone (or idle). A loop

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis.exceptions as rex
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
@@ -698,6 +699,30 @@ def test_an_async_lane_closed_mid_flight_keeps_its_connection_until_answered(
         await client.aclose()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_an_async_lane_whose_driver_was_cancelled_before_it_ran_serves_the_next_call(
+    redis_server: RedisServer,
+) -> None:
+    """``asyncio.run`` cancels every task when its main returns, a lane's driver among them:
+    one cancelled before its first step never ran its ``finally``, so the lane kept it as
+    its driver, its callers waited forever and every later call queued behind it (review:
+    ``asyncio.run`` hung at shutdown). Its callers fail; the next call gets a driver."""
+
+    async def main() -> None:
+        client = AsyncRedis(port=redis_server.port)
+        lane = AsyncLane(client)
+        first = asyncio.ensure_future(lane.exchange(b"*1\r\n$4\r\nPING\r\n", 1))
+        await asyncio.sleep(0)  # the call is queued, its driver made and not yet run
+        assert lane._driver is not None
+        lane._driver.cancel()
+        with pytest.raises(rex.ConnectionError):
+            await first
+        assert await lane.exchange(b"*1\r\n$4\r\nPING\r\n", 1) == [b"PONG"]
+        await lane.aclose()
+        await client.aclose()
+
+    asyncio.run(asyncio.wait_for(main(), 10))
 
 
 def test_rule_names_whose_redis_tags_collide_keep_fields_of_their_own(
