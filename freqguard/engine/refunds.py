@@ -62,16 +62,24 @@ class Receipts:
     def release(self, decision: Decision) -> Op[Decision] | Decision:
         """The operation that gives back the leases ``decision``'s hit took (its concurrency
         rules' units), the other rules' kept; its receipt spent, as by :meth:`refund`."""
-        return self._give_back(decision, lambda plan, receipt: plan.leases_of(receipt))
+        return self._give_back(decision, lambda plan, receipt: plan.leases_of(receipt), True)
 
     def _give_back(
-        self, decision: Decision, sent: Callable[[PolicyPlan, Receipt], Receipt]
+        self,
+        decision: Decision,
+        sent: Callable[[PolicyPlan, Receipt], Receipt],
+        leases: bool = False,
     ) -> Op[Decision] | Decision:
-        """Claim ``decision``'s receipt and give back what ``sent`` makes of it."""
+        """Claim ``decision``'s receipt and give back what ``sent`` makes of it; with
+        ``leases``, by the plan it was taken under though the policy was replaced since (a
+        lease is a time in a log: the same, whatever limit or lease the rule has now)."""
         receipt = decision.receipt
         if receipt is None:
             return decision
-        plan = self._policies.plan(decision.policy)
+        if leases:
+            plan = self._policies.taken_under(decision.policy, receipt.fingerprint)
+        else:
+            plan = self._policies.plan(decision.policy)
         with _CLAIM:  # two refunds of one decision at once: only one goes through
             if receipt.spent:
                 raise ConfigError(

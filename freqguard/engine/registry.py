@@ -11,7 +11,10 @@ from freqguard.engine.plan import PolicyPlan
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
 
-__all__ = ["PolicyRegistry"]
+__all__ = ["MOST_REPLACED", "PolicyRegistry"]
+
+#: Replaced plans kept, so that leases taken under them are given back after a deploy.
+MOST_REPLACED = 64
 
 
 class PolicyRegistry:
@@ -25,13 +28,15 @@ class PolicyRegistry:
             0: a hash each): part of every key.
     """
 
-    __slots__ = ("_bins", "_estimate", "_plans", "_prefix")
+    __slots__ = ("_bins", "_estimate", "_plans", "_prefix", "_replaced")
 
     def __init__(self, prefix: str, estimate: Callable[[], int], bins: int) -> None:
         self._prefix = prefix
         self._estimate = estimate
         self._bins = bins
         self._plans: dict[str, PolicyPlan] = {}
+        # plans replaced, by (name, fingerprint): a lease taken under one is given back by it
+        self._replaced: dict[tuple[str, str], PolicyPlan] = {}
 
     def compile(self, policy: object, replace: object = False) -> PolicyPlan | None:
         """``policy`` compiled, to :meth:`add` once the guard accepts it; None when an
@@ -75,8 +80,28 @@ class PolicyRegistry:
             denials.forget(plan, None)
 
     def add(self, plan: PolicyPlan) -> None:
-        """Register a plan made by :meth:`compile`."""
+        """Register a plan made by :meth:`compile` (the one it replaces kept for
+        :meth:`taken_under`)."""
+        old = self._plans.get(plan.name)
+        if old is not None and old.fingerprint != plan.fingerprint:
+            if len(self._replaced) >= MOST_REPLACED:
+                self._replaced.pop(next(iter(self._replaced)))  # the oldest goes
+            self._replaced[old.name, old.fingerprint] = old
+        self._replaced.pop((plan.name, plan.fingerprint), None)
         self._plans[plan.name] = plan
+
+    def taken_under(self, name: str, fingerprint: str) -> PolicyPlan:
+        """The plan a receipt of ``name`` was made by: the registered one, or one it
+        replaced (the last :data:`MOST_REPLACED`), so that a lease taken before a deploy
+        is given back after it; else the registered one (which refuses the receipt).
+
+        Raises:
+            ConfigError: no policy of that name is registered.
+        """
+        plan = self.plan(name)
+        if plan.fingerprint == fingerprint:
+            return plan
+        return self._replaced.get((name, fingerprint), plan)
 
     def plan(self, name: str) -> PolicyPlan:
         """The plan registered under a policy's name.

@@ -169,6 +169,34 @@ def test_a_lease_limit_keeps_its_count_when_the_lease_changes(every_store: SyncB
 STREAM = Policy("stream", Rule("1 concurrent", lease=60))
 
 
+def test_a_lease_held_across_a_deploy_is_given_back_when_its_block_ends(
+    every_store: SyncBackend,
+) -> None:
+    """A policy replaced while a lease is held (its limit or its lease changed, the rule's
+    name kept): leaving the block raised ConfigError ("as it was registered then") and the
+    lease stayed held until it lapsed (review). A release finds the plan it was taken under,
+    kept beside the new one; the new plan counts the lease meanwhile."""
+    clock = ManualClock(START)
+    guard = Guard(
+        every_store, [Policy("p", Rule("2 concurrent", lease=60, name="cc"))], clock=clock
+    )
+    for after in (
+        Rule("3 concurrent", lease=60, name="cc"),
+        Rule("3 concurrent", lease=90, name="cc"),
+    ):
+        with guard.lease("p") as held:
+            assert held.allowed
+            guard.add_policy(Policy("p", after), replace=True)
+            assert guard.peek("p").remaining == after.capacity - 1  # counted by the new one
+        assert guard.peek("p").remaining == after.capacity
+    taken = guard.take_lease("p")
+    guard.add_policy(Policy("p", Rule("2 concurrent", lease=60, name="cc")), replace=True)
+    guard.release(taken)
+    assert guard.peek("p").remaining == 2
+    with pytest.raises(ConfigError, match="already refunded"):
+        guard.release(taken)
+
+
 def test_a_capped_generator_holds_its_lease_until_it_finishes_or_is_closed() -> None:
     guard = Guard(policies=[STREAM], clock=ManualClock(START))
 
