@@ -219,13 +219,19 @@ class FreqGuard:
             # a streamed body is sent after the request's teardown: the request is in
             # flight until the server closes the response
             guard, given = self._state().guard, g.pop("freqguard_leases")
+            g.freqguard_streamed = given  # the teardown's, should the response be dropped
             response.call_on_close(lambda: _release_all(guard, given))
         return response
 
     def _give_back(self, error: BaseException | None) -> None:
         """The leases the request took (a policy with a concurrency rule), given back once
-        it has been answered, however (a streamed answer's when its body is closed)."""
-        _release_all(self._state().guard, g.pop("freqguard_leases", []))
+        it has been answered, however (a streamed answer's when its body is closed). With
+        ``error`` (an ``after_request`` that ran after this one's failed, say) Flask drops
+        the streamed response without closing it: its leases go back now."""
+        guard = self._state().guard
+        _release_all(guard, g.pop("freqguard_leases", []))
+        if error is not None:
+            _release_all(guard, g.pop("freqguard_streamed", []))
 
     def capped(
         self,
@@ -379,4 +385,6 @@ def _check_settings(settings: Mapping[str, Any]) -> bool:
 
 def _release_all(guard: Guard, held: list[Decision]) -> None:
     for decision in held:
-        guard.release(decision)
+        receipt = decision.receipt
+        if receipt is None or not receipt.spent:  # spent: given back by the teardown
+            guard.release(decision)

@@ -232,3 +232,37 @@ def test_flask_holds_a_streamed_answers_lease_until_its_body_is_sent() -> None:
     assert second.status_code == 200
     second.close()  # closed before its body was sent
     assert client.get("/stream").status_code == 200
+
+
+def test_flask_gives_a_streamed_answers_lease_back_when_a_later_after_request_fails() -> None:
+    """An ``after_request`` that runs after freqguard's (registered before the extension)
+    and raises: Flask answers 500 and drops the streamed response without closing it, so
+    the lease tied to its closing stayed held until it lapsed (review). The request's
+    teardown, told of the error, gives it back."""
+    from flask import Flask, Response
+
+    from freqguard.integrations.flask import FreqGuard
+
+    app = Flask(__name__)
+    app.testing = False  # the error is answered as a 500, as in production
+
+    @app.after_request
+    def fails(response: Response) -> Response:
+        if response.status_code == 200 and app.config.get("FAIL"):
+            raise RuntimeError("an after_request that fails")
+        return response
+
+    fg = FreqGuard(app, guard=Guard(clock=ManualClock(1_000)))
+
+    @app.get("/stream")
+    @fg.capped(Rule("1 concurrent", by="client", lease=60))
+    def stream() -> Response:
+        return Response(iter([b"a", b"b"]))
+
+    client = app.test_client()
+    app.config["FAIL"] = True
+    assert client.get("/stream").status_code == 500
+    app.config["FAIL"] = False
+    answer = client.get("/stream", buffered=False)
+    assert answer.status_code == 200  # the failed request's lease was given back
+    answer.close()
