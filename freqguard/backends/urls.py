@@ -113,16 +113,31 @@ def _scheme(url: object) -> str:
 
 def _theirs(scheme: str) -> str:
     """What to write here for a URL form of limits' ``storage_from_string``, if one."""
+    if scheme not in _LIMITS_FORMS:
+        return ""
     bare = scheme.removeprefix("async+")
+    ours = bare.replace("valkey", "redis", 1)
+    ours = "unix" if ours == "redis+unix" else ours
+    aio = " (async_backend_from_url for an AsyncGuard)" if bare != scheme else ""
     if bare.startswith("valkey"):
-        ours = bare.replace("valkey", "redis", 1)
-        if ours in _SCHEMES:
-            return f"a Valkey server speaks Redis's protocol: {ours}:// here; "
-    ours = "unix" if bare == "redis+unix" else bare
-    if ours in _SCHEMES and ours != scheme:
-        aio = " (async_backend_from_url for an AsyncGuard)" if bare != scheme else ""
-        return f"limits' {scheme}:// is {ours}:// here{aio}; "
-    return ""
+        return f"a Valkey server speaks Redis's protocol: {ours}:// here{aio}; "
+    return f"limits' {scheme}:// is {ours}:// here{aio}; "
+
+
+#: limits' URL forms (5.8) that a freqguard URL serves.
+_LIMITS_FORMS = frozenset(
+    f"{aio}{scheme}"
+    for aio in ("", "async+")
+    for scheme in (
+        "redis+unix",
+        "valkey",
+        "valkeys",
+        "valkey+unix",
+        "valkey+cluster",
+        "valkey+sentinel",
+        *("redis", "rediss", "redis+cluster", "redis+sentinel"),
+    )
+) - frozenset(_SCHEMES)
 
 
 def _direct(url: str, scheme: str) -> Target:

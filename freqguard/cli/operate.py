@@ -32,8 +32,10 @@ def inspect(args: argparse.Namespace) -> int:
     guard, policy, found = _open(args)
     try:
         decision = guard.peek(policy, **found)
-        rates = guard.limits_for(policy, **found)  # None: exempt, decided as a shadow rule
-        shadows = {rule.id: rule.shadow for rule in guard.policies[policy].rules}
+        # the per-key limits of the context's partition values (None: exempt, decided as
+        # a shadow rule); not of the values the rules read (a plan, a priority)
+        dimensions = guard.policies[policy].dimensions
+        rates = guard.limits_for(policy, **{d: v for d, v in found.items() if d in dimensions})
     finally:
         guard.close()
     rules = [
@@ -44,7 +46,7 @@ def inspect(args: argparse.Namespace) -> int:
             "used": state.capacity - state.remaining,
             "reset_after": state.reset_after,
             "retry_after": state.retry_after,
-            "shadow": shadows[state.rule.id],
+            "shadow": state.rule.shadow and rates.get(state.rule.id, 0) is not None,
             "exempt": rates.get(state.rule.id, 0) is None,
         }
         for state in decision.rules

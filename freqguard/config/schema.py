@@ -235,13 +235,13 @@ def _meant(value: object, options: list[Any]) -> str:
     if not isinstance(value, str):
         return ""
     words = [option for option in options if isinstance(option, str)]
-    plain = value.strip().lower().replace("_", "-")
+    plain = "-".join(value.strip().lower().replace("_", " ").split())[:64]
     if plain in words:
         return f" (did you mean {plain!r}?)"
-    theirs = PEER_NAMES.get(plain)
-    if theirs in words:
-        return f" (limits' {value!r} is {theirs!r} here)"
-    close = difflib.get_close_matches(value, words, n=1)
+    peers = [name for name, ours in PEER_NAMES.items() if ours in words]
+    close = difflib.get_close_matches(plain, [*peers, *words], n=1)
+    if close and close[0] in peers:  # limits' name for one of ours
+        return f" (limits' {close[0]!r} is {PEER_NAMES[close[0]]!r} here)"
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 

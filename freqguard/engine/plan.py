@@ -370,8 +370,10 @@ _KEYWORDS = ("cost", "timeout", "ttl", "rules")
 
 def _meant(name: str, accepts: Iterable[str]) -> str:
     """An unknown name, with the dimension (or keyword argument) it was likely meant as."""
-    close = difflib.get_close_matches(name, sorted(accepts), n=1)
+    close = difflib.get_close_matches(name[:64], sorted(accepts), n=1)
     if close:
         return f"{name} (did you mean {close[0]}?)"
-    close = difflib.get_close_matches(name, _KEYWORDS, n=1)
+    if name in _KEYWORDS:  # a keyword of another of the guard's calls
+        return f"{name} (an argument of another call, not of this one)"
+    close = difflib.get_close_matches(name[:64], _KEYWORDS, n=1)
     return f"{name} (did you mean {close[0]}=?)" if close else name

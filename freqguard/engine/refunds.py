@@ -76,8 +76,10 @@ class Receipts:
         receipt = decision.receipt
         if receipt is None:
             return decision
-        if leases:
-            plan = self._policies.taken_under(decision.policy, receipt.fingerprint)
+        if leases:  # on the fallback, the receipt is of its plan, the limits shared out
+            fallback = decision.source == "fallback"
+            made = (lambda p: self._failover.on_failure(p)[1]) if fallback else (lambda p: p)
+            plan = self._policies.taken_under(decision.policy, receipt.fingerprint, made)
         else:
             plan = self._policies.plan(decision.policy)
         with _CLAIM:  # two refunds of one decision at once: only one goes through

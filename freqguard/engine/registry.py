@@ -90,18 +90,26 @@ class PolicyRegistry:
         self._replaced.pop((plan.name, plan.fingerprint), None)
         self._plans[plan.name] = plan
 
-    def taken_under(self, name: str, fingerprint: str) -> PolicyPlan:
-        """The plan a receipt of ``name`` was made by: the registered one, or one it
-        replaced (the last :data:`MOST_REPLACED`), so that a lease taken before a deploy
-        is given back after it; else the registered one (which refuses the receipt).
+    def taken_under(
+        self,
+        name: str,
+        fingerprint: str,
+        made: Callable[[PolicyPlan], PolicyPlan] = lambda plan: plan,
+    ) -> PolicyPlan:
+        """The plan a receipt of ``name`` was made by (``made`` of it: a fallback's shared-out
+        plan): the registered one, or one it replaced (the last :data:`MOST_REPLACED`), so
+        that a lease taken before a deploy is given back after it; else the registered one
+        (which refuses the receipt).
 
         Raises:
             ConfigError: no policy of that name is registered.
         """
         plan = self.plan(name)
-        if plan.fingerprint == fingerprint:
-            return plan
-        return self._replaced.get((name, fingerprint), plan)
+        olders = [old for (named, _), old in self._replaced.items() if named == name]
+        for candidate in (plan, *reversed(olders)):
+            if made(candidate).fingerprint == fingerprint:
+                return candidate
+        return plan
 
     def plan(self, name: str) -> PolicyPlan:
         """The plan registered under a policy's name.

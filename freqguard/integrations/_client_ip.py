@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from freqguard.errors import ConfigError
 from freqguard.integrations._request import KeyFunc, RequestInfo, declared
 
-__all__ = ["FORWARDING_HEADERS", "client_ip"]
+__all__ = ["FORWARDING_HEADERS", "client_ip", "hop_key"]
 
 FORWARDING_HEADERS: tuple[str, ...] = ("x-forwarded-for", "forwarded", "x-real-ip")
 
@@ -123,6 +123,21 @@ def _prefix(name: str, value: object, most: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
         raise ConfigError(f"{name} must be an integer from 0 to {most}, got {value!r}")
     return value
+
+
+def hop_key(hop: str) -> str | None:
+    """One hop of a forwarding header as :func:`client_ip` keys a client by default (an
+    IPv4 address whole, an IPv6 one by its /64); None when it is not an address (never a
+    key: a value nobody vouched for)."""
+    address = _address(hop) if len(hop) <= _LONGEST_HOP else None
+    if address is None:
+        return None
+    if address.version == 4:
+        return address.compressed
+    return ipaddress.ip_network((address, 64), strict=False).with_prefixlen
+
+
+_LONGEST_HOP = 100  # characters of a hop that can be an address (with a port, a zone, quotes)
 
 
 def _trusted(address: _Address, networks: tuple[_Network, ...]) -> bool:

@@ -41,6 +41,7 @@ from rest_framework.throttling import BaseThrottle
 
 from freqguard.decision import Decision
 from freqguard.errors import ConfigError
+from freqguard.integrations._client_ip import hop_key
 from freqguard.integrations._decide import KeyedRules, Route
 from freqguard.integrations._django_requests import notes_of, request_info
 from freqguard.integrations._django_state import State, current
@@ -239,7 +240,9 @@ def drf_client(trusted_proxies: Sequence[str] = ()) -> KeyFunc:
     throttles find it where that is safe: behind ``trusted_proxies`` when given
     (:func:`~freqguard.integrations.django.client_ip`); else, when DRF's ``NUM_PROXIES``
     is set (read at each request, as DRF reads it), the address that many hops from the
-    right of ``X-Forwarded-For`` (the peer for 0, or without the header); else the peer.
+    right of ``X-Forwarded-For`` (the peer for 0, without the header, or where that hop is
+    not an address), keyed as ``client_ip`` keys one (an IPv6 client by its /64); else the
+    peer.
     Without ``NUM_PROXIES`` DRF reads the whole header, which any client writes as it
     likes: freqguard does not."""
     if trusted_proxies:
@@ -251,13 +254,12 @@ def drf_client(trusted_proxies: Sequence[str] = ()) -> KeyFunc:
         forwarded = request.headers.get("x-forwarded-for")
         if isinstance(proxies, int) and proxies > 0 and forwarded:
             hops = forwarded.split(",")
-            return {"client": hops[-min(proxies, len(hops))].strip()[:_MOST_ADDRESS]}
-        return peer(request)
+            found = hop_key(hops[-min(proxies, len(hops))])
+            if found is not None:  # keyed as client_ip keys one (an IPv6 client's /64)
+                return {"client": found}
+        return peer(request)  # no address there: never a key of a client's own text
 
     return declared(key, "client")
-
-
-_MOST_ADDRESS = 100  # characters of an address taken from a header
 
 
 def _name(throttle: object) -> str:

@@ -192,7 +192,7 @@ def _named(error: msgspec.ValidationError, data: Any, body: type[msgspec.Struct]
         if what.startswith("Object missing"):
             return invalid(name, "required")
         fields = body.__struct_fields__
-        close = difflib.get_close_matches(name, fields, n=1)
+        close = difflib.get_close_matches(name[:64], fields, n=1)  # bounded: any body
         meant = f"did you mean {close[0]}? " if close else ""
         takes = f"not a field of this call ({meant}it takes: {', '.join(fields)})"
         return invalid(member("", name), takes)

@@ -115,6 +115,8 @@ def test_bad_url_options_are_refused_at_construction(
         ("valkey://h:1", "a Valkey server speaks Redis's protocol: redis:// here"),
         ("async+valkeys://h:1", "a Valkey server speaks Redis's protocol: rediss:// here"),
         ("memcached://h:1", "unsupported backend URL scheme 'memcached'"),
+        ("valkey+unix:///tmp/v.sock", "Redis's protocol: unix:// here; use"),
+        ("async+valkey://h:1", "redis:// here (async_backend_from_url for an AsyncGuard)"),
     ],
 )
 def test_bad_url_addresses_are_refused_at_construction(make: Make, url: str, message: str) -> None:
@@ -221,3 +223,9 @@ def test_the_async_twin_reads_a_sentinel_url_alike(dead_port: int) -> None:
     assert own.connection_class.__name__ == "SSLConnection"  # and to the sentinels
     assert own.connection_kwargs["ssl_cert_reqs"] == "none"
     asyncio.run(backend.aclose())
+
+
+def test_a_scheme_limits_does_not_have_is_not_called_theirs() -> None:
+    with pytest.raises(ConfigError) as refused:
+        backend_from_url("async+unix:///tmp/r.sock")
+    assert "limits'" not in str(refused.value)

@@ -121,6 +121,27 @@ def test_num_proxies(clock: ManualClock, proxies: int) -> None:
     assert theirs == expected.get(proxies, [200, 200, 429, 200, 200])
 
 
+def test_behind_num_proxies_a_hop_is_keyed_as_client_ip_keys_it(clock: ManualClock) -> None:
+    """DRF keys the hop's text as it is: an IPv6 client rotating addresses in its /64, or
+    one reaching the app directly with a made-up header, got a budget per value. Here an
+    IPv6 hop is keyed by its /64, as client_ip keys a peer, and a hop that is no address
+    is no key: the peer is (review)."""
+    rest = {**REST, "DEFAULT_THROTTLE_RATES": {"anon": "1/min"}, "NUM_PROXIES": 1}
+    factory = APIRequestFactory()
+    view = _view([drf.FreqGuardAnonThrottle])
+
+    def codes(hops: list[str]) -> list[int]:
+        with override_settings(REST_FRAMEWORK=rest):
+            return [
+                view(factory.get("/", HTTP_X_FORWARDED_FOR=h, REMOTE_ADDR="10.0.0.1")).status_code
+                for h in hops
+            ]
+
+    assert codes(["2001:db8::1", "2001:db8::2", "2001:db8:0:1::1"]) == [200, 429, 200]
+    cache.clear()
+    assert codes(["junk-1", "junk-2"]) == [200, 429]  # the peer's budget, once
+
+
 def test_without_num_proxies_the_peer_keys_a_request(clock: ManualClock) -> None:
     """Without ``NUM_PROXIES`` DRF keys by the whole X-Forwarded-For, which any client
     writes as it likes (a new value, a new budget); freqguard keys by the peer, unless

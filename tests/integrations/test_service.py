@@ -211,6 +211,9 @@ def test_a_number_json_cannot_hold_is_named_by_its_field(
     assert detail in response.json()["detail"]
 
 
+LONG = "cost" + "t" * 100_000  # a field name of 100 kB
+
+
 @pytest.mark.parametrize(
     ("raw", "field", "detail"),
     [
@@ -223,6 +226,11 @@ def test_a_number_json_cannot_hold_is_named_by_its_field(
             b'{"contexts": [{"recipient": "a", "content": "x"}], "priority": 1}',
             "priority",
             "priority: not a field of this call (it takes: contexts, cost)",
+        ),
+        (  # a long name: matched by its first 64 characters, shown cut
+            b'{"context": {"recipient": "a", "content": "x"}, "' + LONG.encode() + b'": 1}',
+            f"[{json.dumps(LONG[:64])}]",
+            f"[{json.dumps(LONG[:64])}]: not a field of this call (it takes: context, cost)",
         ),
     ],
 )

@@ -583,3 +583,19 @@ def test_capped_takes_on_error_for_its_own_cap_and_configure_the_guards(
         assert default_guard()._denials.cache is not None
     finally:
         configure()
+
+
+def test_a_lease_taken_on_the_fallback_is_given_back_after_a_deploy(clock: ManualClock) -> None:
+    """The store away, a lease taken on the fallback (its limits shared out), then the
+    policy replaced: the receipt names the shared-out plan, which the release did not
+    find among the replaced ones, so it raised and the lease stayed held (review)."""
+    store = Switch(clock)
+    store.down = True
+    fallback = Fallback(MemoryBackend(clock), workers=2)
+    before = Policy("p", Rule("4 concurrent", lease=60, name="cc"))
+    guard = Guard(store, [before], clock, on_error=fallback)
+    taken = guard.take_lease("p")
+    assert (taken.allowed, taken.source) == (True, "fallback")
+    guard.add_policy(Policy("p", Rule("6 concurrent", lease=60, name="cc")), replace=True)
+    guard.release(taken)
+    assert guard.peek("p").remaining == 3  # the new plan shared out: 6 / 2, none held

@@ -127,6 +127,27 @@ def test_inspect_shows_what_the_store_holds_and_reset_forgets_it(config: Path) -
     assert [r["used"] for r in data["rules"]] == [0, 2]
 
 
+def test_inspect_takes_the_values_a_policy_reads(tmp_path: Path, redis_server: RedisServer) -> None:
+    """A context with a value the policy's rules read (a tier's plan, a priority): inspect
+    asked for the per-key limits with the whole context, which they refused, so it failed
+    with exit 2 where it had printed the table (review). A rule that ``only`` skips for
+    the priority still shows as shadow."""
+    flush([redis_server])
+    path = tmp_path / "tiers.toml"
+    path.write_text(
+        f'backend = "redis://127.0.0.1:{redis_server.port}"\n'
+        '[[policy]]\nname = "api"\npriorities = ["tx", "bulk"]\nrules = [\n'
+        '  { rate = "5/minute", by = "user", name = "base", '
+        'tiers = { from = "plan", rates = { pro = "50/minute" } } },\n'
+        '  { rate = "2/minute", by = "user", name = "bulk-only", only = ["bulk"] },\n]\n'
+    )
+    done = _run("inspect", str(path), "api", "user=a", "plan=pro", "priority=tx", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {r["rule"]: r for r in json.loads(done.stdout)["rules"]}
+    assert (rows["base"]["capacity"], rows["base"]["exempt"]) == (50, False)
+    assert (rows["bulk-only"]["shadow"], rows["bulk-only"]["exempt"]) == (True, False)
+
+
 def test_limits_are_set_shown_and_cleared(config: Path) -> None:
     done = _run("limit", "set", str(config), "sms", "rcpt-1m", "10/minute", "recipient=+1555")
     assert done.returncode == 0, done.stderr

@@ -113,6 +113,10 @@ def guard() -> Guard:
             lambda g: g.hit("sms", recipient="a", content="b", cots=2),
             r"unknown dimension\(s\) cots \(did you mean cost=\?\)",
         ),
+        (  # a keyword of another call: no echo of itself as the fix
+            lambda g: g.hit("sms", recipient="a", content="b", timeout=2),
+            r"unknown dimension\(s\) timeout \(an argument of another call, not of this one\)",
+        ),
         (
             lambda g: g.acquire("sms", recipient="a", content="b", timout=2),
             r"unknown dimension\(s\) timout \(did you mean timeout=\?\)",

@@ -157,6 +157,13 @@ ERRORS: list[tuple[str, str, str]] = [
         "one of 'fixed-window', 'sliding-log', 'token-bucket', 'gcra', 'concurrency', "
         "'rolling-window' (did you mean 'sliding-log'?)",
     ),
+    (  # written with a space: still limits' name
+        'strategy = "gcra"',
+        'strategy = "moving window"',
+        "app.toml:14: policy 'vendor', rule 1 ('200/second'): strategy 'moving window' is not "
+        "one of 'fixed-window', 'sliding-log', 'token-bucket', 'gcra', 'concurrency', "
+        "'rolling-window' (limits' 'moving-window' is 'sliding-log' here)",
+    ),
     (  # limits' and Flask-Limiter's name for the exact log
         'strategy = "gcra"',
         'strategy = "moving-window"',
