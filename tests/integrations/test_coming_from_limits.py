@@ -5,6 +5,7 @@ the outcomes equal, or different as the page says."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
 import types
 
@@ -160,6 +161,8 @@ def test_test_with_a_cost_is_peek_with_one(clock: Clock) -> None:
     """limits' ``test(item, key, cost=3)``: whether a hit of that cost would pass. peek
     took no cost (a review of the coming-from pages)."""
     theirs = strategies.MovingWindowRateLimiter(storage.MemoryStorage())
+    if "cost" not in inspect.signature(theirs.test).parameters:
+        pytest.skip("this limits' test() takes no cost (newer ones do)")
     ours = _guard(clock, "5/minute")
     item = parse("5/minute")
     theirs.hit(item, "u", cost=3)
