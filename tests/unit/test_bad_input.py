@@ -113,6 +113,10 @@ def guard() -> Guard:
             lambda g: g.hit("sms", recipient="a", content="b", cots=2),
             r"unknown dimension\(s\) cots \(did you mean cost=\?\)",
         ),
+        (  # a batch's context is any mapping: a key that is not text is named, not a crash
+            lambda g: g.hit_many("sms", [{"recipient": "a", "content": "b", 1: "x"}]),
+            r"unknown dimension\(s\) 1 \(it takes",
+        ),
         (  # a keyword of another call: no echo of itself as the fix
             lambda g: g.hit("sms", recipient="a", content="b", timeout=2),
             r"unknown dimension\(s\) timeout \(an argument of another call, not of this one\)",
