@@ -152,9 +152,8 @@ class PolicyPlan:
             if self._dimset <= keys <= self._accepts:
                 return {d: value_text(self.name, d, v) for d, v in ctx.items()}
             missing = [d for d in self.dimensions if d not in ctx]
-            # names as text, cut short: a mapping given to hit_many may hold any key
-            unknown = sorted({repr(k)[:64] if not isinstance(k, str) else k[:64] for k in ctx})
-            unknown = [name for name in unknown if name not in self._accepts]
+            # as text, cut short: a mapping given to hit_many may hold any key
+            unknown = sorted(str(k)[:64] for k in ctx if k not in self._accepts)
             wanted = ", ".join(self.dimensions) or "none"
             if self.policy.reads:
                 wanted += f"; and may read: {', '.join(self.policy.reads)}"

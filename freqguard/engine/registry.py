@@ -105,11 +105,10 @@ class PolicyRegistry:
             ConfigError: no policy of that name is registered.
         """
         plan = self.plan(name)
+        if made(plan).fingerprint == fingerprint:  # the usual release: no deploy since
+            return plan
         olders = [old for (named, _), old in self._replaced.items() if named == name]
-        for candidate in (plan, *reversed(olders)):
-            if made(candidate).fingerprint == fingerprint:
-                return candidate
-        return plan
+        return next((o for o in reversed(olders) if made(o).fingerprint == fingerprint), plan)
 
     def plan(self, name: str) -> PolicyPlan:
         """The plan registered under a policy's name.

@@ -110,14 +110,5 @@ def _variant(part: Part, limits: Sequence[KeyLimit]) -> Part:
     """``part`` with these rates as its rules' own: in its specs, which the script reads.
     Own, as the script reads them: a state keeps what they need, not the base rates' (a
     log's window and count, which a per-key limit keeps beside its own: design note 87)."""
-    made = apply(part, limits, 0)
-    if made is part:
-        return part
-    specs = tuple(
-        spec._replace(
-            window=max(rule.window for rule in spec.rules),
-            cap=max(rule.capacity for rule in spec.rules),
-        )
-        for spec in made.specs
-    )
-    return made._replace(specs=specs, spec_text=spec_text(specs))
+    made = apply(part, limits, 0, own=True)
+    return part if made is part else made._replace(spec_text=spec_text(made.specs))

@@ -72,10 +72,7 @@ def client_ip(
     }
 
     def widen(address: _Address) -> str:
-        bits = prefix[address.version]
-        if bits == address.max_prefixlen:
-            return address.compressed
-        return ipaddress.ip_network((address, bits), strict=False).with_prefixlen
+        return _widened(address, prefix[address.version])
 
     @functools.lru_cache(maxsize=4096)
     def judge_peer(peer: str) -> tuple[_Address | None, str, bool]:
@@ -130,14 +127,17 @@ def hop_key(hop: str) -> str | None:
     IPv4 address whole, an IPv6 one by its /64); None when it is not an address (never a
     key: a value nobody vouched for)."""
     address = _address(hop) if len(hop) <= _LONGEST_HOP else None
-    if address is None:
-        return None
-    if address.version == 4:
-        return address.compressed
-    return ipaddress.ip_network((address, 64), strict=False).with_prefixlen
+    return None if address is None else _widened(address, 32 if address.version == 4 else 64)
 
 
 _LONGEST_HOP = 100  # characters of a hop that can be an address (with a port, a zone, quotes)
+
+
+def _widened(address: _Address, bits: int) -> str:
+    """An address as a key: itself, or its network of ``bits`` (an IPv6 client's /64)."""
+    if bits == address.max_prefixlen:
+        return address.compressed
+    return ipaddress.ip_network((address, bits), strict=False).with_prefixlen
 
 
 def _trusted(address: _Address, networks: tuple[_Network, ...]) -> bool:
