@@ -11,6 +11,7 @@ import asyncio
 import logging
 from typing import Any, TypeVar
 
+from freqguard.backends.base import FINISHING
 from freqguard.clock import Clock
 from freqguard.engine.failover import Elsewhere
 from freqguard.engine.ops import Op, undo
@@ -36,15 +37,32 @@ async def send(backend: Any, calls: list[ScriptCall], whole: bool) -> list[Reply
     known)."""
     if not whole:
         return await backend.aexecute_many(calls)  # type: ignore[no-any-return]
-    task = asyncio.ensure_future(backend.aexecute_many(calls))
-    cancelled = await _through(task)
+    cancelled: BaseException | None = None
+    while True:
+        began: list[bool] = []
+        finishing = FINISHING.set(True)  # the task's own context: its calls finish, whatever
+        try:  # cancels it (asyncio.run cancels every task left, this one among them)
+            task = asyncio.ensure_future(_began(began, backend, calls))
+        finally:
+            FINISHING.reset(finishing)
+        cancelled = await _through(task) or cancelled
+        if began or not task.cancelled():
+            break
+        # cancelled before its first step (asyncio.run's end): nothing sent, send it again
     if cancelled is None:
-        return task.result()  # type: ignore[no-any-return]
+        return task.result()
     try:
         replies = task.result()
     except BaseException:
         raise cancelled from None
     raise _Interrupted(backend, calls, replies, cancelled) from None
+
+
+async def _began(began: list[bool], backend: Any, calls: list[ScriptCall]) -> list[Reply]:
+    """``backend.aexecute_many(calls)``, once ``began`` says that the task running it took
+    its first step: a task cancelled before it has sent nothing."""
+    began.append(True)
+    return await backend.aexecute_many(calls)  # type: ignore[no-any-return]
 
 
 async def _through(task: asyncio.Future[Any]) -> BaseException | None:

@@ -9,12 +9,20 @@ have different names (``execute`` / ``aexecute``) so one object can serve both.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 from typing import Protocol, runtime_checkable
 
 from freqguard.clock import Clock
 from freqguard.script.calls import Reply, ScriptCall
 
-__all__ = ["AsyncBackend", "Reply", "ScriptCall", "SyncBackend"]
+__all__ = ["FINISHING", "AsyncBackend", "Reply", "ScriptCall", "SyncBackend"]
+
+#: Set (in the task that sends them) for calls the async guard lets finish, whatever
+#: cancels them: a lease taken or given back, a batch. An async backend waits for such a
+#: call's reply through a cancellation of the task that waits, so that the guard learns
+#: what the call did and gives back what it took; ``asyncio.run`` cancels every task left
+#: at once as it ends, the guard's own among them.
+FINISHING: ContextVar[bool] = ContextVar("freqguard_finishing", default=False)
 
 
 @runtime_checkable

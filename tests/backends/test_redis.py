@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import redis.exceptions as rex
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
@@ -479,6 +478,16 @@ async def _turns_until(condition: Callable[[], bool], limit: int = 1000) -> None
     raise AssertionError(f"not reached in {limit} loop turns")
 
 
+def _awaits(task: asyncio.Task[Any] | None, name: str) -> bool:
+    """Whether ``task`` is suspended in a coroutine called ``name``, at any depth."""
+    awaited = None if task is None else task.get_coro()
+    while awaited is not None:
+        if getattr(awaited, "__name__", None) == name:
+            return True
+        awaited = getattr(awaited, "cr_await", None)
+    return False
+
+
 def _in_flight(lane: AsyncLane | None) -> bool:
     """Whether a lane's driver has taken every queued call and is sending or reading them."""
     return lane is not None and lane._driver is not None and not lane._pending
@@ -701,13 +710,15 @@ def test_an_async_lane_closed_mid_flight_keeps_its_connection_until_answered(
     asyncio.run(asyncio.wait_for(main(), 30))
 
 
-def test_an_async_lane_whose_driver_was_cancelled_before_it_ran_serves_the_next_call(
+def test_an_async_lane_whose_driver_was_cancelled_before_it_ran_sends_its_calls(
     redis_server: RedisServer,
 ) -> None:
     """``asyncio.run`` cancels every task when its main returns, a lane's driver among them:
     one cancelled before its first step never ran its ``finally``, so the lane kept it as
     its driver, its callers waited forever and every later call queued behind it (review:
-    ``asyncio.run`` hung at shutdown). Its callers fail; the next call gets a driver."""
+    ``asyncio.run`` hung at shutdown). Then its callers failed ("cut off"), though nothing
+    was sent: a lease's release among them, its lease held until it lapsed. Its calls go to
+    the next driver, and so do later ones."""
 
     async def main() -> None:
         client = AsyncRedis(port=redis_server.port)
@@ -716,9 +727,36 @@ def test_an_async_lane_whose_driver_was_cancelled_before_it_ran_serves_the_next_
         await asyncio.sleep(0)  # the call is queued, its driver made and not yet run
         assert lane._driver is not None
         lane._driver.cancel()
-        with pytest.raises(rex.ConnectionError):
-            await first
+        assert await first == [b"PONG"]
         assert await lane.exchange(b"*1\r\n$4\r\nPING\r\n", 1) == [b"PONG"]
+        await lane.aclose()
+        await client.aclose()
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+
+
+def test_an_async_lanes_driver_cancelled_while_its_calls_are_out_reads_their_replies_first(
+    redis_server: RedisServer,
+) -> None:
+    """A driver cancelled once it has sent its round reads the replies before it stops, so
+    that each caller learns what its call did; calls queued meanwhile go to the next
+    driver. The first call blocks in the server for 50 ms (``BLPOP`` on an empty list),
+    so the cancellation surely comes while the round is out."""
+
+    async def main() -> None:
+        client = AsyncRedis(port=redis_server.port)
+        lane = AsyncLane(client)
+        out = asyncio.ensure_future(
+            lane.exchange(b"*3\r\n$5\r\nBLPOP\r\n$5\r\nempty\r\n$4\r\n0.05\r\n", 1)
+        )
+        await _turns_until(lambda: _awaits(lane._driver, "read_response"))  # the round is out
+        driver = lane._driver
+        assert driver is not None
+        driver.cancel()
+        later = asyncio.ensure_future(lane.exchange(b"*1\r\n$4\r\nPING\r\n", 1))
+        assert await out == [None]  # BLPOP's answer once it timed out in the server
+        assert await later == [b"PONG"]
+        assert driver.cancelled()
         await lane.aclose()
         await client.aclose()
 

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import AsyncGenerator, AsyncIterator, Generator
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Generator
 from datetime import timedelta
 from typing import Any
 
@@ -41,6 +41,7 @@ from tests.conftest import START, flush, flush_scripts
 from tests.servers import RedisServer
 
 LLM = Policy("llm", Rule("2 concurrent", by="user", lease=60), Rule("100/minute", by="user"))
+LLM_WIDE = Policy("llm", Rule("2 concurrent", by="user", lease=60), Rule("10000/minute", by="user"))
 EVERY_STORE = ("memory", "redis", "binned", "scripts", "cluster")
 
 
@@ -53,27 +54,30 @@ def every_store(request: pytest.FixtureRequest) -> SyncBackend:
     return found
 
 
-@contextlib.asynccontextmanager
-async def async_store(request: pytest.FixtureRequest, name: str) -> AsyncIterator[Any]:
+def async_backend(request: pytest.FixtureRequest, name: str) -> Any:
     """An async store of ``name`` (one of :data:`EVERY_STORE`), on empty servers."""
     if name == "memory":
-        yield MemoryBackend()
-        return
+        return MemoryBackend()
     if name == "cluster":
         nodes: list[RedisServer] = request.getfixturevalue("redis_cluster")
         flush(nodes)
         client: Any = AsyncRedisCluster(host="127.0.0.1", port=nodes[0].port, socket_timeout=5)
-        backend = AsyncRedisBackend(client)
-    elif name == "scripts":
+        return AsyncRedisBackend(client)
+    if name == "scripts":
         server: RedisServer = request.getfixturevalue("scripts_server")
         flush_scripts([server])
-        backend = AsyncRedisBackend(AsyncRedis(port=server.port, socket_timeout=5))
-    else:
-        server = request.getfixturevalue("redis_server")
-        flush([server])
-        bins = 2 if name == "binned" else 0
-        client = AsyncRedis(port=server.port, db=1 if bins else 0, socket_timeout=5)
-        backend = AsyncRedisBackend(client, bins=bins)
+        return AsyncRedisBackend(AsyncRedis(port=server.port, socket_timeout=5))
+    server = request.getfixturevalue("redis_server")
+    flush([server])
+    bins = 2 if name == "binned" else 0
+    client = AsyncRedis(port=server.port, db=1 if bins else 0, socket_timeout=5)
+    return AsyncRedisBackend(client, bins=bins)
+
+
+@contextlib.asynccontextmanager
+async def async_store(request: pytest.FixtureRequest, name: str) -> AsyncIterator[Any]:
+    """:func:`async_backend`, closed at the end."""
+    backend = async_backend(request, name)
     try:
         yield backend
     finally:
@@ -352,6 +356,67 @@ def _after(steps: int, loop: asyncio.AbstractEventLoop, timeout: Any) -> None:
         timeout.reschedule(loop.time())
     else:
         loop.call_soon(_after, steps - 1, loop, timeout)
+
+
+async def _left_running(guard: AsyncGuard, extra: int) -> None:
+    """Start three tasks that take and give back leases without end, let them run, and
+    return ``extra`` loop steps after the sixth lease: ``asyncio.run`` cancels them then,
+    with the lane's driver, whatever calls are out."""
+    taken = 0
+
+    async def holder() -> None:
+        nonlocal taken
+        while True:
+            async with guard.lease("llm", user="u"):
+                taken += 1
+                await asyncio.sleep(0)
+
+    holders = [asyncio.create_task(holder()) for _ in range(3)]
+    for _ in range(100_000):  # the first calls connect and load the library
+        if taken >= 6:
+            break
+        await asyncio.sleep(0)
+    assert taken >= 6
+    for _ in range(extra):
+        await asyncio.sleep(0)
+    assert not any(holder.done() for holder in holders)  # left running
+
+
+def _run_and_shut_down(main: Coroutine[Any, Any, None], guard: AsyncGuard) -> None:
+    """``asyncio.run(main)``, the guard closed at the end: main run, then what
+    ``asyncio.run`` does once it returns (every task left cancelled at once, and awaited),
+    then the guard closed in the same loop (its connections belong to it)."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(main)
+        left = asyncio.all_tasks(loop)
+        for task in left:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        loop.run_until_complete(guard.aclose())
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("store", ["redis", "binned", "scripts", "cluster"])
+def test_asyncio_runs_shutdown_gives_back_the_leases_of_the_tasks_it_cancels(
+    request: pytest.FixtureRequest, store: str
+) -> None:
+    """``asyncio.run``, once its main returns, cancels every task left at once: tasks in
+    their lease blocks, and the lane's driver with other tasks' calls out. A release queued
+    behind that driver failed with it ("the call was cut off"), and the lease stayed held
+    until it lapsed. The calls sent are answered before the driver stops, and those not
+    sent go to the next driver: every lease goes back, whatever step the shutdown lands
+    on."""
+    sync_store: SyncBackend = request.getfixturevalue(f"{store}_backend")
+    peeker = Guard(sync_store, [LLM_WIDE], clock=ManualClock(START))
+    lapsed = []
+    for extra in range(40):
+        guard = AsyncGuard(async_backend(request, store), [LLM_WIDE], clock=ManualClock(START))
+        _run_and_shut_down(_left_running(guard, extra), guard)
+        if held := 2 - peeker.peek("llm", user="u").rules[0].remaining:
+            lapsed.append((extra, held))
+    assert lapsed == []
 
 
 def test_a_lease_cancelled_through_a_sync_guards_async_face_is_given_back(
