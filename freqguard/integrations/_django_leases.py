@@ -1,6 +1,8 @@
 """Django requests in flight: the leases a request took (a policy with a concurrency rule)
 held until it has been answered, a streamed answer's until its body is sent or closed (the
-server closes every response then), whether the middleware or a view's cap took them."""
+server closes every response then), whether the middleware or a view's cap took them. A
+streamed answer Django drops unclosed, answering 500 instead (a middleware outside
+freqguard's failed once it had passed), gives its leases back then."""
 
 from __future__ import annotations
 
@@ -9,19 +11,23 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from asgiref.sync import async_to_sync
+from django.core.signals import got_request_exception
 
 from freqguard.decision import Decision
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.integrations._decide import HeldBody
 
-__all__ = ["AsyncHeldBody", "aanswered", "answered"]
+__all__ = ["AsyncHeldBody", "aanswered", "answered", "dropped"]
 
 R = TypeVar("R")
 
 
-def answered(guard: Guard, held: list[Decision], respond: Callable[[], R]) -> R:
+def answered(
+    guard: Guard, held: list[Decision], respond: Callable[[], R], streamed: list[Any]
+) -> R:
     """``respond()``, the leases in ``held`` given back once it has answered (or raised); a
-    streamed answer's when its body is closed."""
+    streamed answer's when its body is closed (or its response dropped: the body is noted
+    in the request's ``streamed``)."""
     if not held:
         return respond()
     try:
@@ -32,13 +38,17 @@ def answered(guard: Guard, held: list[Decision], respond: Callable[[], R]) -> R:
     if not getattr(response, "streaming", False):
         _release(guard, held)
         return response
-    streamed: Any = response
-    streamed.streaming_content = HeldBody(streamed.streaming_content, lambda: _release(guard, held))
+    body = HeldBody(response.streaming_content, lambda: _release(guard, held))  # type: ignore[attr-defined]
+    response.streaming_content = body  # type: ignore[attr-defined]
+    streamed.append(body)
     return response
 
 
 async def aanswered(
-    guard: AsyncGuard, held: list[Decision], respond: Callable[[], Awaitable[R]]
+    guard: AsyncGuard,
+    held: list[Decision],
+    respond: Callable[[], Awaitable[R]],
+    streamed: list[Any],
 ) -> R:
     """:func:`answered` on an event loop."""
     if not held:
@@ -55,14 +65,29 @@ async def aanswered(
     async def release() -> None:
         await _arelease(guard, held)
 
-    streamed: Any = response
-    content = streamed.streaming_content
-    streamed.streaming_content = (
+    answer: Any = response
+    content = answer.streaming_content
+    body = answer.streaming_content = (
         AsyncHeldBody(content, release)
-        if streamed.is_async
+        if answer.is_async
         else HeldBody(content, async_to_sync(release))
     )
+    streamed.append(body)
     return response
+
+
+def dropped(request: Any = None, **_: object) -> None:
+    """Django's ``got_request_exception``: it answers 500 in place of the response under
+    way, so a streamed answer that had passed freqguard's is dropped, never closed (a
+    middleware outside freqguard's failed): its leases go back now, where they were held
+    until they lapsed. (Django sends it for an exception it did not foresee; one it
+    answers itself, ``Http404`` or ``PermissionDenied``, leaves such leases to lapse.)"""
+    notes = getattr(getattr(request, "_request", request), "freqguard", None)
+    for body in getattr(notes, "streamed", ()):
+        body.close()
+
+
+got_request_exception.connect(dropped, dispatch_uid="freqguard.dropped")
 
 
 def _release(guard: Guard, held: list[Decision]) -> None:

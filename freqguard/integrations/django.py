@@ -132,7 +132,12 @@ class FreqGuardMiddleware:
         if denied is not None:
             return denied
         taken(request, guard, answer, held)
-        return answered(guard, held, lambda: with_headers(state, notes, self.get_response(request)))
+        return answered(
+            guard,
+            held,
+            lambda: with_headers(state, notes, self.get_response(request)),
+            notes.streamed,
+        )
 
     async def _acall(self, request: HttpRequest) -> Response:
         state = current()
@@ -154,7 +159,7 @@ class FreqGuardMiddleware:
         async def respond() -> Response:
             return with_headers(state, notes, await self.get_response(request))
 
-        return await aanswered(guard, held, respond)
+        return await aanswered(guard, held, respond, notes.streamed)
 
 
 def _route_of(state: State, request: HttpRequest) -> tuple[Route, ViewCap | None] | None:

@@ -39,6 +39,20 @@ SETTINGS: dict[str, Any] = {
 }
 
 
+class FailsOnStreamed:
+    """An outer middleware that fails once a streamed answer has passed freqguard's, when
+    the request says ``X-Fail``: Django answers 500 and drops that response unclosed."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> Any:
+        response = self.get_response(request)
+        if request.headers.get("X-Fail") and getattr(response, "streaming", False):
+            raise RuntimeError("an outer middleware that fails")
+        return response
+
+
 def setup() -> None:
     """Configure Django for this process, once."""
     if not settings.configured:

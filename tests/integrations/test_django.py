@@ -304,6 +304,31 @@ def test_a_streamed_answer_holds_its_lease_until_its_body_is_sent_or_closed(
         assert asyncio.run(run()) == [200, 429, 200]
 
 
+def test_a_streamed_answer_an_outer_middleware_drops_gives_its_lease_back(
+    clock: ManualClock,
+) -> None:
+    """A middleware outside freqguard's fails once a streamed answer has passed: Django
+    answers 500 and drops the streamed response without closing it, so the lease tied to
+    its closing stayed held until it lapsed (named in docs/strategies/concurrency.md).
+    Django's ``got_request_exception`` gives it back (sync and async handlers)."""
+    outer = ["tests.integrations.django_site.FailsOnStreamed", *SITE["MIDDLEWARE"]]
+    with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(clock)), MIDDLEWARE=outer):
+        client = Client(raise_request_exception=False)
+        assert client.get("/streamed", headers={"X-Fail": "1"}).status_code == 500
+        answer: Any = client.get("/streamed")
+        assert answer.status_code == 200  # the dropped one's lease was given back
+        assert b"".join(answer.streaming_content) == b"ab"
+
+        async def run() -> list[int]:
+            aclient = AsyncClient(raise_request_exception=False)
+            failed = await aclient.get("/astreamed", headers={"X-Fail": "1"})
+            again: Any = await aclient.get("/astreamed")
+            assert b"".join([c async for c in again.streaming_content]) == b"ab"
+            return [failed.status_code, again.status_code]
+
+        assert asyncio.run(run()) == [500, 200]
+
+
 @fg_django.capped("1/minute")
 def named_a(request: HttpRequest) -> HttpResponse:
     return HttpResponse("a")
