@@ -49,20 +49,33 @@ async def send(backend: Any, calls: list[ScriptCall], whole: bool) -> list[Reply
         if began or not task.cancelled():
             break
         # cancelled before its first step (asyncio.run's end): nothing sent, send it again
-    if cancelled is None:
-        return task.result()
     try:
-        replies = task.result()
+        replies, failed = task.result()
     except BaseException:
+        if cancelled is None:
+            raise
         raise cancelled from None
+    if failed is not None:
+        if cancelled is None:
+            raise failed
+        raise cancelled from None
+    if cancelled is None:
+        return replies
     raise _Interrupted(backend, calls, replies, cancelled) from None
 
 
-async def _began(began: list[bool], backend: Any, calls: list[ScriptCall]) -> list[Reply]:
+async def _began(
+    began: list[bool], backend: Any, calls: list[ScriptCall]
+) -> tuple[list[Reply], Exception | None]:
     """``backend.aexecute_many(calls)``, once ``began`` says that the task running it took
-    its first step: a task cancelled before it has sent nothing."""
+    its first step (a task cancelled before it has sent nothing); its failure returned,
+    not raised (``asyncio.run`` logs a task it cancelled that ended in an error as an error
+    nobody handled, though the caller handles it)."""
     began.append(True)
-    return await backend.aexecute_many(calls)  # type: ignore[no-any-return]
+    try:
+        return await backend.aexecute_many(calls), None
+    except Exception as exc:
+        return [], exc
 
 
 async def _through(task: asyncio.Future[Any]) -> BaseException | None:

@@ -5,7 +5,7 @@ two are written by hand)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
 from redis import exceptions as rex
@@ -19,6 +19,17 @@ from freqguard.errors import ConfigError
 __all__ = ["AsyncJob", "AsyncLane", "aexchange_all"]
 
 T = TypeVar("T")
+
+
+class _CutOff(Exception):
+    """A round a cancelled driver gave up on (its grace over, or the connection failed):
+    not sent again, since it may have been written."""
+
+
+def _after(seconds: float) -> float:
+    """The event loop's time ``seconds`` from now."""
+    return asyncio.get_running_loop().time() + seconds
+
 
 _FINISH_WITHIN = 1.0  # seconds a cancelled driver still reads the replies to what it sent
 _UNPAUSED = 65_536  # bytes an asyncio transport takes without pausing its writer (high water)
@@ -133,10 +144,13 @@ class AsyncLane:
         packed = b"".join([waiter[0] for waiter in batch])
         count = sum(waiter[1] for waiter in batch)
         self._sent = True
-        return await connection.retry.call_with_retry(
-            lambda: self._send_and_read(connection, packed, count),
-            lambda _: connection.disconnect(),
-        )
+        try:
+            return await connection.retry.call_with_retry(
+                lambda: self._send_and_read(connection, packed, count),
+                lambda _: connection.disconnect(),
+            )
+        except _CutOff:
+            raise rex.ConnectionError("freqguard: the call was cut off") from None
 
     async def _send_and_read(
         self, connection: AsyncConnection, packed: bytes, count: int
@@ -149,42 +163,49 @@ class AsyncLane:
 
         A send cancelled wrote nothing when it was at most :data:`_UNPAUSED` bytes (the
         transport takes those at once, so redis-py's writing never waits: a cancellation
-        can only come before it), and is sent again. The replies are read through it,
-        within :data:`_FINISH_WITHIN` seconds (redis-py's parsers take up a reply where a
-        cancellation left it)."""
+        can only come before it), and is sent again. The replies are read through it
+        (redis-py's parsers take up a reply where a cancellation left it). Once cancelled,
+        the round has :data:`_FINISH_WITHIN` seconds, and a failure is :class:`_CutOff`,
+        which the connection's ``Retry`` does not send again: the round may have been
+        written, and would count twice."""
+        deadline = 0.0  # when a cancelled driver stops waiting
         while True:
             try:
-                await connection.send_packed_command((packed,))  # type: ignore[no-untyped-call,unused-ignore]
+                await self._in_time(connection.send_packed_command((packed,)), deadline)
                 break
             except asyncio.CancelledError as exc:
                 if self._stop is not None or len(packed) > _UNPAUSED:
                     raise
-                self._stop = exc  # redis-py disconnected: the next send reconnects
+                self._stop, deadline = exc, _after(_FINISH_WITHIN)
+            except Exception as exc:
+                if self._stop is None:
+                    raise
+                raise _CutOff from exc
         replies: list[object] = []
-        deadline = asyncio.get_running_loop().time() + _FINISH_WITHIN  # once cancelled
         while len(replies) < count:
             reading = connection.read_response(disable_decoding=True, disconnect_on_error=False)
             try:
-                if self._stop is None:
-                    replies.append(await reading)
-                else:
-                    left = deadline - asyncio.get_running_loop().time()
-                    replies.append(await asyncio.wait_for(reading, max(left, 0.0)))
+                replies.append(await self._in_time(reading, deadline))
             except rex.ResponseError as exc:
                 replies.append(exc)
             except asyncio.CancelledError as exc:
                 if self._stop is not None:
                     await connection.disconnect(nowait=True)
                     raise
-                self._stop = exc
-                deadline = asyncio.get_running_loop().time() + _FINISH_WITHIN
-            except asyncio.TimeoutError:  # the cancelled driver's grace is over
+                self._stop, deadline = exc, _after(_FINISH_WITHIN)
+            except BaseException as exc:
                 await connection.disconnect(nowait=True)
-                raise rex.ConnectionError("freqguard: the call was cut off") from None
-            except BaseException:
-                await connection.disconnect(nowait=True)
+                if self._stop is not None and isinstance(exc, Exception):
+                    raise _CutOff from exc
                 raise
         return replies
+
+    async def _in_time(self, step: Awaitable[T], deadline: float) -> T:
+        """``step`` awaited: by ``deadline`` (the loop's time) once the driver is stopping."""
+        if self._stop is None:
+            return await step
+        left = deadline - asyncio.get_running_loop().time()
+        return await asyncio.wait_for(step, max(left, 0.0))
 
     async def _drive(self) -> None:
         batch: list[_Waiter] = []
@@ -197,6 +218,8 @@ class AsyncLane:
                     for _, _, future in batch:
                         if not future.done():
                             future.set_exception(exc)
+                    if self._stop is not None:  # cancelled meanwhile: now stop
+                        raise self._stop from None
                     continue
                 at = 0
                 for _, n, future in batch:

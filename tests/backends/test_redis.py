@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis.exceptions as rex
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
@@ -43,6 +44,18 @@ from tests.reference import RATE_STRATEGIES
 from tests.servers import RedisServer, cluster, cluster_settled, state_keys
 
 CONTENT = "Your verification code is 918273"
+PING = b"*1\r\n$4\r\nPING\r\n"
+INCR = b"*2\r\n$4\r\nINCR\r\n$7\r\ncounted\r\n"
+
+
+def _blpop(seconds: str) -> bytes:
+    """``BLPOP empty <seconds>``: answered (nil) once the server waited that long."""
+    return b"*3\r\n$5\r\nBLPOP\r\n$5\r\nempty\r\n$%d\r\n%s\r\n" % (
+        len(seconds),
+        seconds.encode(),
+    )
+
+
 GRACE_MS = STALE_GRACE_US // 1000
 
 
@@ -723,12 +736,12 @@ def test_an_async_lane_whose_driver_was_cancelled_before_it_ran_sends_its_calls(
     async def main() -> None:
         client = AsyncRedis(port=redis_server.port)
         lane = AsyncLane(client)
-        first = asyncio.ensure_future(lane.exchange(b"*1\r\n$4\r\nPING\r\n", 1))
+        first = asyncio.ensure_future(lane.exchange(PING, 1))
         await asyncio.sleep(0)  # the call is queued, its driver made and not yet run
         assert lane._driver is not None
         lane._driver.cancel()
         assert await first == [b"PONG"]
-        assert await lane.exchange(b"*1\r\n$4\r\nPING\r\n", 1) == [b"PONG"]
+        assert await lane.exchange(PING, 1) == [b"PONG"]
         await lane.aclose()
         await client.aclose()
 
@@ -746,14 +759,13 @@ def test_an_async_lanes_driver_cancelled_while_its_calls_are_out_reads_their_rep
     async def main() -> None:
         client = AsyncRedis(port=redis_server.port)
         lane = AsyncLane(client)
-        out = asyncio.ensure_future(
-            lane.exchange(b"*3\r\n$5\r\nBLPOP\r\n$5\r\nempty\r\n$4\r\n0.05\r\n", 1)
-        )
+        assert await lane.exchange(PING, 1) == [b"PONG"]  # connected: no handshake to read
+        out = asyncio.ensure_future(lane.exchange(_blpop("0.05"), 1))
         await _turns_until(lambda: _awaits(lane._driver, "read_response"))  # the round is out
         driver = lane._driver
         assert driver is not None
         driver.cancel()
-        later = asyncio.ensure_future(lane.exchange(b"*1\r\n$4\r\nPING\r\n", 1))
+        later = asyncio.ensure_future(lane.exchange(PING, 1))
         assert await out == [None]  # BLPOP's answer once it timed out in the server
         assert await later == [b"PONG"]
         assert driver.cancelled()
@@ -761,6 +773,38 @@ def test_an_async_lanes_driver_cancelled_while_its_calls_are_out_reads_their_rep
         await client.aclose()
 
     asyncio.run(asyncio.wait_for(main(), 10))
+
+
+@pytest.mark.slow  # the server answers after 2.5 s
+def test_a_cancelled_driver_whose_round_outlasts_its_grace_never_sends_it_again(
+    redis_server: RedisServer,
+) -> None:
+    """A round (an INCR, then a BLPOP answered after 2.5 s) is out when the driver is
+    cancelled; its grace (1 s) runs out. Its "cut off" was raised inside the connection's
+    ``Retry``, which sent the round again, ten times (review: INCR ran 11 times, the
+    cancelled driver took 14 s and ended as if not cancelled). Now the caller learns "cut
+    off" once, the INCR ran once, and the driver ends cancelled."""
+    sync = Redis(port=redis_server.port)
+    sync.delete("counted", "empty")
+
+    async def main() -> asyncio.Task[None]:
+        client = AsyncRedis(port=redis_server.port, socket_timeout=5)
+        lane = AsyncLane(client)
+        assert await lane.exchange(PING, 1) == [b"PONG"]  # connected
+        out = asyncio.ensure_future(lane.exchange(INCR + _blpop("2.5"), 2))
+        await _turns_until(lambda: _awaits(lane._driver, "read_response"))
+        driver = lane._driver
+        assert driver is not None
+        driver.cancel()
+        with pytest.raises(rex.ConnectionError, match="cut off"):
+            await out
+        await asyncio.wait((driver,))
+        await client.aclose()
+        return driver
+
+    driver = asyncio.run(asyncio.wait_for(main(), 60))
+    assert int(sync.get("counted") or 0) == 1
+    assert driver.cancelled()
 
 
 def test_rule_names_whose_redis_tags_collide_keep_fields_of_their_own(
