@@ -57,6 +57,7 @@ class AsyncLane:
         "_pending",
         "_sent",
         "_stop",
+        "_until",
     )
 
     def __init__(self, owner: AsyncRedis | NodePool) -> None:
@@ -68,8 +69,15 @@ class AsyncLane:
         self._driver: asyncio.Task[None] | None = None
         self._sent = False  # whether the driver's batch may have gone out
         self._stop: asyncio.CancelledError | None = None  # the driver's, once its round is read
+        self._until: float | None = None  # when a stopping driver's round is cut off
 
     async def exchange(self, packed: bytes, count: int) -> list[object]:
+        future = self.submit(packed, count)
+        return await (_finished(future) if FINISHING.get() else future)
+
+    def submit(self, packed: bytes, count: int) -> asyncio.Future[list[object]]:
+        """Queue ``count`` packed calls: the future of their replies (no task is made, so
+        none can be cancelled before the calls are queued)."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._rebind(loop)
@@ -78,7 +86,7 @@ class AsyncLane:
         if self._driver is None:
             self._driver = driver = loop.create_task(self._drive())
             driver.add_done_callback(self._driven)
-        return await (_finished(future) if FINISHING.get() else future)
+        return future
 
     def _driven(self, driver: asyncio.Task[None]) -> None:
         """A driver done: one cancelled before its first step never ran its ``finally``
@@ -100,7 +108,7 @@ class AsyncLane:
             return
         self._pending = waiting + self._pending
         if self._driver is None:
-            self._driver = driver = loop.create_task(self._drive())
+            self._driver = driver = loop.create_task(self._drive(resumed=True))
             driver.add_done_callback(self._driven)
 
     def _rebind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -116,6 +124,7 @@ class AsyncLane:
                 "between threads"
             )
         self._loop, self._connection, self._pending, self._driver = loop, None, [], None
+        self._stop, self._until = None, None
 
     async def stream(self, chunks: Callable[[], Iterable[bytes]], count: int) -> list[object]:
         """:meth:`Lane.stream`'s counterpart: the chunks go as one batch (the driver already
@@ -140,7 +149,7 @@ class AsyncLane:
         return connection
 
     async def _round(self, batch: list[_Waiter]) -> list[object]:
-        connection = await self._connect()
+        connection = await self._in_time(self._connect())
         packed = b"".join([waiter[0] for waiter in batch])
         count = sum(waiter[1] for waiter in batch)
         self._sent = True
@@ -164,54 +173,65 @@ class AsyncLane:
         A send cancelled wrote nothing when it was at most :data:`_UNPAUSED` bytes (the
         transport takes those at once, so redis-py's writing never waits: a cancellation
         can only come before it), and is sent again. The replies are read through it
-        (redis-py's parsers take up a reply where a cancellation left it). Once cancelled,
-        the round has :data:`_FINISH_WITHIN` seconds, and a failure is :class:`_CutOff`,
-        which the connection's ``Retry`` does not send again: the round may have been
-        written, and would count twice."""
-        deadline = 0.0  # when a cancelled driver stops waiting
+        (redis-py's parsers take up a reply where a cancellation left it). A round of a
+        driver that is stopping (cancelled, or sending what a cancelled one left) has until
+        ``_until``, and its failure is :class:`_CutOff`, which the connection's ``Retry``
+        does not send again: the round may have been written, and would count twice."""
         while True:
             try:
-                await self._in_time(connection.send_packed_command((packed,)), deadline)
+                await self._in_time(connection.send_packed_command((packed,)))
                 break
             except asyncio.CancelledError as exc:
                 if self._stop is not None or len(packed) > _UNPAUSED:
                     raise
-                self._stop, deadline = exc, _after(_FINISH_WITHIN)
+                self._stopping(exc)
             except Exception as exc:
-                if self._stop is None:
+                if self._until is None:
                     raise
                 raise _CutOff from exc
         replies: list[object] = []
         while len(replies) < count:
             reading = connection.read_response(disable_decoding=True, disconnect_on_error=False)
             try:
-                replies.append(await self._in_time(reading, deadline))
+                replies.append(await self._in_time(reading))
             except rex.ResponseError as exc:
                 replies.append(exc)
             except asyncio.CancelledError as exc:
                 if self._stop is not None:
                     await connection.disconnect(nowait=True)
                     raise
-                self._stop, deadline = exc, _after(_FINISH_WITHIN)
+                self._stopping(exc)
             except BaseException as exc:
                 await connection.disconnect(nowait=True)
-                if self._stop is not None and isinstance(exc, Exception):
+                if self._until is not None and isinstance(exc, Exception):
                     raise _CutOff from exc
                 raise
         return replies
 
-    async def _in_time(self, step: Awaitable[T], deadline: float) -> T:
-        """``step`` awaited: by ``deadline`` (the loop's time) once the driver is stopping."""
-        if self._stop is None:
+    def _stopping(self, cancelled: asyncio.CancelledError) -> None:
+        """The driver cancelled: it stops once its round is answered, within
+        :data:`_FINISH_WITHIN` seconds (or the deadline its round already had)."""
+        self._stop = cancelled
+        if self._until is None:
+            self._until = _after(_FINISH_WITHIN)
+
+    async def _in_time(self, step: Awaitable[T]) -> T:
+        """``step`` awaited: by ``_until`` (the loop's time) when the driver is stopping."""
+        if self._until is None:
             return await step
-        left = deadline - asyncio.get_running_loop().time()
+        left = self._until - asyncio.get_running_loop().time()
         return await asyncio.wait_for(step, max(left, 0.0))
 
-    async def _drive(self) -> None:
+    async def _drive(self, resumed: bool = False) -> None:
+        """Send what is queued, round after round. A driver ``resumed`` (made for the calls
+        a cancelled one left) sends them within :data:`_FINISH_WITHIN` seconds, as that one
+        would have: ``asyncio.run`` waits for it, never cancelling it."""
         batch: list[_Waiter] = []
         try:
             while self._pending:
                 batch, self._pending, self._sent = self._pending, [], False
+                if resumed:
+                    self._until, resumed = _after(_FINISH_WITHIN), False
                 try:
                     replies = await self._round(batch)
                 except Exception as exc:  # handed to the callers
@@ -220,6 +240,7 @@ class AsyncLane:
                             future.set_exception(exc)
                     if self._stop is not None:  # cancelled meanwhile: now stop
                         raise self._stop from None
+                    self._until = None
                     continue
                 at = 0
                 for _, n, future in batch:
@@ -229,12 +250,13 @@ class AsyncLane:
                 batch = []
                 if self._stop is not None:  # cancelled while its calls were out: now stop
                     raise self._stop
+                self._until = None
                 if not self._pending:
                     await asyncio.sleep(0)  # the callers just answered may have more to send
             if self._closed:  # closed while this driver ran: its connection goes back now
                 await self._release()
         finally:
-            self._driver, self._stop = None, None
+            self._driver, self._stop, self._until = None, None, None
             cut, unsent = (batch, self._pending) if self._sent else ([], batch + self._pending)
             self._pending = []
             for _, _, future in cut:  # gone out, its outcome unknown: nobody waits forever
@@ -276,7 +298,8 @@ AsyncJob = tuple[AsyncLane, bytes, int]  # a lane, packed calls, how many replie
 
 
 async def aexchange_all(jobs: Sequence[AsyncJob]) -> list[list[object] | Exception]:
-    """:func:`exchange_all`'s counterpart: every lane's calls at once, by ``asyncio.gather``."""
+    """:func:`exchange_all`'s counterpart: every lane's calls queued at once, their replies
+    gathered."""
     if len(jobs) == 1:  # gather would wrap it in a task, a loop turn later
         lane, packed, count = jobs[0]
         try:
@@ -284,7 +307,7 @@ async def aexchange_all(jobs: Sequence[AsyncJob]) -> list[list[object] | Excepti
         except Exception as exc:
             return [exc]
     gathered = asyncio.gather(
-        *[lane.exchange(packed, count) for lane, packed, count in jobs], return_exceptions=True
+        *[lane.submit(packed, count) for lane, packed, count in jobs], return_exceptions=True
     )
     answers = await (_finished(gathered) if FINISHING.get() else gathered)
     for answer in answers:  # cancelled: not an answer to hand on

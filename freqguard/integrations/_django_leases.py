@@ -7,6 +7,7 @@ freqguard's failed once it had passed), gives its leases back then."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -20,6 +21,7 @@ from freqguard.integrations._decide import HeldBody
 __all__ = ["AsyncHeldBody", "aanswered", "answered", "dropped"]
 
 R = TypeVar("R")
+_log = logging.getLogger("freqguard")
 
 
 def answered(
@@ -84,7 +86,12 @@ def dropped(request: Any = None, **_: object) -> None:
     answers itself, ``Http404`` or ``PermissionDenied``, leaves such leases to lapse.)"""
     notes = getattr(getattr(request, "_request", request), "freqguard", None)
     for body in getattr(notes, "streamed", ()):
-        body.close()
+        try:
+            body.close()
+        except Exception:  # Django is answering an error: never fail its answer
+            _log.warning(
+                "freqguard: a dropped answer's leases could not be given back", exc_info=True
+            )
 
 
 got_request_exception.connect(dropped, dispatch_uid="freqguard.dropped")

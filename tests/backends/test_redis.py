@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,12 +38,13 @@ from freqguard import (
 )
 from freqguard.backends import _lanes
 from freqguard.backends._lanes import AsyncLane
+from freqguard.backends.base import FINISHING
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from freqguard.script.contract import STALE_GRACE_US
 from freqguard.script.strategies import rolling_window
 from tests.conftest import SMS, START, flush, in_threads
 from tests.reference import RATE_STRATEGIES
-from tests.servers import RedisServer, cluster, cluster_settled, state_keys
+from tests.servers import RedisServer, cluster, cluster_settled, standalone, state_keys
 
 CONTENT = "Your verification code is 918273"
 PING = b"*1\r\n$4\r\nPING\r\n"
@@ -804,7 +807,99 @@ def test_a_cancelled_driver_whose_round_outlasts_its_grace_never_sends_it_again(
 
     driver = asyncio.run(asyncio.wait_for(main(), 60))
     assert int(sync.get("counted") or 0) == 1
+    sync.delete("counted")
     assert driver.cancelled()
+
+
+def _run_and_shut_down(main: Callable[[], Awaitable[None]], client: AsyncRedis) -> None:
+    """``asyncio.run(main())``, then ``client`` closed in its loop: main run, then what
+    ``asyncio.run`` does once it returns (every task left cancelled at once, and awaited)."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(main())
+        left = asyncio.all_tasks(loop)
+        for task in left:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        loop.run_until_complete(client.aclose())
+    finally:
+        loop.close()
+
+
+def _incr(key: str) -> bytes:
+    return b"*2\r\n$4\r\nINCR\r\n$%d\r\n%s\r\n" % (len(key), key.encode())
+
+
+def test_a_batch_to_finish_over_two_lanes_is_sent_when_asyncio_run_ends_at_once(
+    redis_server: RedisServer,
+) -> None:
+    """A call to finish (``FINISHING``: a lease's, a batch's) over two lanes, made as
+    ``asyncio.run``'s main returns: the tasks ``asyncio.gather`` made for the lanes were
+    cancelled before they ran, nothing was queued, and the caller got a cancellation
+    (review: a release over two nodes lost). The lanes' calls are queued without a task."""
+    sync = Redis(port=redis_server.port)
+    sync.delete("a", "b")
+
+    client = AsyncRedis(port=redis_server.port, socket_timeout=5)
+
+    async def main() -> None:
+        one, two = AsyncLane(client), AsyncLane(client)
+        assert await one.exchange(PING, 1) == [b"PONG"]
+        assert await two.exchange(PING, 1) == [b"PONG"]
+
+        async def caller() -> None:
+            FINISHING.set(True)  # as the guard sets it for a release
+            await _lanes.aexchange_all([(one, _incr("a"), 1), (two, _incr("b"), 1)])
+
+        asyncio.get_running_loop().create_task(caller())  # main returns at once
+
+    _run_and_shut_down(main, client)
+    assert [int(sync.get(key) or 0) for key in ("a", "b")] == [1, 1]
+    sync.delete("a", "b")
+
+
+@pytest.mark.slow  # a server stalled for seconds
+# the connection cut off on a stopped server may still be closing when its loop ends
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("timeout", [None, 1.0])
+def test_a_driver_made_for_a_cancelled_ones_calls_sends_them_once_within_its_grace(
+    tmp_path: Path, timeout: float | None
+) -> None:
+    """``asyncio.run`` cancels a lane's driver before its first step, a call to finish
+    queued: a new driver sends it, which ``asyncio.run`` waits for and never cancels. On a
+    stalled server it waited for ever (no ``socket_timeout``, redis-py's default before
+    8), or timed out and the connection's ``Retry`` wrote the call again (review: the
+    INCR ran twice). It has the cancelled driver's grace (1 s), and sends once."""
+    with standalone(tmp_path) as server:
+        pid = server.process.pid
+        client = AsyncRedis(port=server.port, socket_timeout=timeout)
+
+        async def main() -> None:
+            lane = AsyncLane(client)
+            assert await lane.exchange(PING, 1) == [b"PONG"]  # connected
+            os.kill(pid, signal.SIGSTOP)
+
+            async def caller() -> None:
+                FINISHING.set(True)
+                await lane.exchange(_incr("counted"), 1)
+
+            asyncio.get_running_loop().create_task(caller())
+
+        done = threading.Event()
+
+        def run() -> None:
+            _run_and_shut_down(main, client)
+            done.set()
+
+        thread = threading.Thread(target=run, daemon=True)
+        try:
+            thread.start()
+            returned = done.wait(10)  # a real stalled server: bounded
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        thread.join(10)
+        assert returned
+        assert int(server.client.get("counted") or 0) <= 1
 
 
 def test_rule_names_whose_redis_tags_collide_keep_fields_of_their_own(

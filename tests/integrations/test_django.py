@@ -329,6 +329,25 @@ def test_a_streamed_answer_an_outer_middleware_drops_gives_its_lease_back(
         assert asyncio.run(run()) == [500, 200]
 
 
+def test_a_dropped_answer_whose_leases_cannot_go_back_never_fails_djangos_500(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Django sends ``got_request_exception`` while it answers an error: a release that
+    fails there (the store down) is logged, never raised into Django's own 500 (review)."""
+    from freqguard.integrations._django_leases import dropped
+    from freqguard.integrations._django_requests import RequestNotes
+
+    class Failing:
+        def close(self) -> None:
+            raise ConnectionError("the store is down")
+
+    request = RequestFactory().get("/")
+    request.freqguard = RequestNotes(streamed=[Failing()])  # type: ignore[attr-defined]
+    dropped(request=request)
+    dropped(request=None)  # Django may send none
+    assert "could not be given back" in caplog.text
+
+
 @fg_django.capped("1/minute")
 def named_a(request: HttpRequest) -> HttpResponse:
     return HttpResponse("a")
