@@ -307,9 +307,11 @@ def _limits_of_one_part(guard: Guard, policy: Policy, ops: list[Any]) -> list[An
 
 def _no_stricter_limit_of_a_log(policy: Policy, ops: list[Any]) -> list[Any]:
     """``ops`` without the per-key limits stricter than a log's own rate (a shorter window,
-    a smaller count). Under one, an older release's log kept only the limit's entries,
-    where this one keeps its own rate's too (design note 87): what the older one dropped,
-    this one cannot read back, and the reference never dropped it."""
+    a smaller count), or of a shorter window than a rolling window's. Under one, an older
+    release's log kept only the limit's entries, where this one keeps its own rate's too
+    (design note 87), and its rolling window forgot what left the limit's ring, where this
+    one carries it (design note 88): what the older one dropped, this one cannot read back,
+    and the reference never dropped it."""
     kept = []
     for item in ops:
         if item[0] == "limit" and item[2] != 0 and item[2][0] is not None:
@@ -318,6 +320,8 @@ def _no_stricter_limit_of_a_log(policy: Policy, ops: list[Any]) -> list[Any]:
             own = round(rule.rate.window.total_seconds() * 1_000_000)
             logs = rule.strategy in (Strategy.SLIDING_LOG, Strategy.CONCURRENCY)
             if logs and (window < own or limit < rule.rate.limit):
+                continue
+            if rule.strategy is Strategy.ROLLING_WINDOW and window < own:
                 continue
         kept.append(item)
     return kept
