@@ -8,7 +8,7 @@ import inspect
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -336,6 +336,24 @@ def fast_switching() -> Iterator[None]:
     sys.setswitchinterval(1e-6)
     yield
     sys.setswitchinterval(before)
+
+
+def run_and_shut_down(
+    main: Coroutine[Any, Any, None], close: Callable[[], Awaitable[None]]
+) -> None:
+    """``asyncio.run(main)``, ``close()`` awaited at the end in the same loop (connections
+    belong to their loop): main run, then what ``asyncio.run`` does once it returns (every
+    task left cancelled at once, and awaited), then ``close()``."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(main)
+        left = asyncio.all_tasks(loop)
+        for task in left:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        loop.run_until_complete(close())
+    finally:
+        loop.close()
 
 
 def in_threads(worker: Callable[[int], object], count: int) -> None:

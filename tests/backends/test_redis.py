@@ -10,7 +10,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from freqguard.backends.base import FINISHING
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from freqguard.script.contract import STALE_GRACE_US
 from freqguard.script.strategies import rolling_window
-from tests.conftest import SMS, START, flush, in_threads
+from tests.conftest import SMS, START, flush, in_threads, run_and_shut_down
 from tests.reference import RATE_STRATEGIES
 from tests.servers import RedisServer, cluster, cluster_settled, standalone, state_keys
 
@@ -811,21 +811,6 @@ def test_a_cancelled_driver_whose_round_outlasts_its_grace_never_sends_it_again(
     assert driver.cancelled()
 
 
-def _run_and_shut_down(main: Callable[[], Awaitable[None]], client: AsyncRedis) -> None:
-    """``asyncio.run(main())``, then ``client`` closed in its loop: main run, then what
-    ``asyncio.run`` does once it returns (every task left cancelled at once, and awaited)."""
-    loop = asyncio.new_event_loop()
-    try:
-        loop.run_until_complete(main())
-        left = asyncio.all_tasks(loop)
-        for task in left:
-            task.cancel()
-        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-        loop.run_until_complete(client.aclose())
-    finally:
-        loop.close()
-
-
 def _incr(key: str) -> bytes:
     return b"*2\r\n$4\r\nINCR\r\n$%d\r\n%s\r\n" % (len(key), key.encode())
 
@@ -853,7 +838,7 @@ def test_a_batch_to_finish_over_two_lanes_is_sent_when_asyncio_run_ends_at_once(
 
         asyncio.get_running_loop().create_task(caller())  # main returns at once
 
-    _run_and_shut_down(main, client)
+    run_and_shut_down(main(), client.aclose)
     assert [int(sync.get(key) or 0) for key in ("a", "b")] == [1, 1]
     sync.delete("a", "b")
 
@@ -888,7 +873,7 @@ def test_a_driver_made_for_a_cancelled_ones_calls_sends_them_once_within_its_gra
         done = threading.Event()
 
         def run() -> None:
-            _run_and_shut_down(main, client)
+            run_and_shut_down(main(), client.aclose)
             done.set()
 
         thread = threading.Thread(target=run, daemon=True)

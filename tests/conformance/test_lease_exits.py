@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Generator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator
 from datetime import timedelta
 from typing import Any
 
@@ -37,7 +37,7 @@ from freqguard import (
 from freqguard.backends.base import SyncBackend
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from freqguard.script import limits as script_limits
-from tests.conftest import START, flush, flush_scripts
+from tests.conftest import START, flush, flush_scripts, run_and_shut_down
 from tests.servers import RedisServer
 
 LLM = Policy("llm", Rule("2 concurrent", by="user", lease=60), Rule("100/minute", by="user"))
@@ -389,22 +389,6 @@ async def _left_running(guard: AsyncGuard, extra: int) -> None:
     assert not any(holder.done() for holder in holders)  # left running
 
 
-def _run_and_shut_down(main: Coroutine[Any, Any, None], guard: AsyncGuard) -> None:
-    """``asyncio.run(main)``, the guard closed at the end: main run, then what
-    ``asyncio.run`` does once it returns (every task left cancelled at once, and awaited),
-    then the guard closed in the same loop (its connections belong to it)."""
-    loop = asyncio.new_event_loop()
-    try:
-        loop.run_until_complete(main)
-        left = asyncio.all_tasks(loop)
-        for task in left:
-            task.cancel()
-        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-        loop.run_until_complete(guard.aclose())
-    finally:
-        loop.close()
-
-
 @pytest.mark.parametrize("store", ["redis", "binned", "scripts", "cluster"])
 def test_asyncio_runs_shutdown_gives_back_the_leases_of_the_tasks_it_cancels(
     request: pytest.FixtureRequest, store: str
@@ -421,7 +405,7 @@ def test_asyncio_runs_shutdown_gives_back_the_leases_of_the_tasks_it_cancels(
     lapsed = []
     for extra in range(40):
         guard = AsyncGuard(async_backend(request, store), [LLM_WIDE], clock=ManualClock(START))
-        _run_and_shut_down(_left_running(guard, extra), guard)
+        run_and_shut_down(_left_running(guard, extra), guard.aclose)
         rules = peeker.peek("llm", user="u", org="o").rules
         if held := [2 - rule.remaining for rule in rules[:2] if rule.remaining < 2]:
             lapsed.append((extra, held))
