@@ -84,9 +84,13 @@ class AsyncLane:
         future: asyncio.Future[list[object]] = loop.create_future()
         self._pending.append((packed, count, future))
         if self._driver is None:
-            self._driver = driver = loop.create_task(self._drive())
-            driver.add_done_callback(self._driven)
+            self._drive_on(loop, resumed=False)
         return future
+
+    def _drive_on(self, loop: asyncio.AbstractEventLoop, resumed: bool) -> None:
+        """A driver for what is queued (see :meth:`_drive`), watched by :meth:`_driven`."""
+        self._driver = driver = loop.create_task(self._drive(resumed))
+        driver.add_done_callback(self._driven)
 
     def _driven(self, driver: asyncio.Task[None]) -> None:
         """A driver done: one cancelled before its first step never ran its ``finally``
@@ -108,8 +112,7 @@ class AsyncLane:
             return
         self._pending = waiting + self._pending
         if self._driver is None:
-            self._driver = driver = loop.create_task(self._drive(resumed=True))
-            driver.add_done_callback(self._driven)
+            self._drive_on(loop, resumed=True)
 
     def _rebind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Serve ``loop`` from now on: afresh, its predecessor being gone (or idle). A loop
@@ -222,7 +225,7 @@ class AsyncLane:
         left = self._until - asyncio.get_running_loop().time()
         return await asyncio.wait_for(step, max(left, 0.0))
 
-    async def _drive(self, resumed: bool = False) -> None:
+    async def _drive(self, resumed: bool) -> None:
         """Send what is queued, round after round. A driver ``resumed`` (made for the calls
         a cancelled one left) sends them within :data:`_FINISH_WITHIN` seconds, as that one
         would have: ``asyncio.run`` waits for it, never cancelling it."""
@@ -230,8 +233,8 @@ class AsyncLane:
         try:
             while self._pending:
                 batch, self._pending, self._sent = self._pending, [], False
-                if resumed:
-                    self._until, resumed = _after(_FINISH_WITHIN), False
+                self._until = _after(_FINISH_WITHIN) if resumed else None
+                resumed = False
                 try:
                     replies = await self._round(batch)
                 except Exception as exc:  # handed to the callers
@@ -240,7 +243,6 @@ class AsyncLane:
                             future.set_exception(exc)
                     if self._stop is not None:  # cancelled meanwhile: now stop
                         raise self._stop from None
-                    self._until = None
                     continue
                 at = 0
                 for _, n, future in batch:
@@ -250,7 +252,6 @@ class AsyncLane:
                 batch = []
                 if self._stop is not None:  # cancelled while its calls were out: now stop
                     raise self._stop
-                self._until = None
                 if not self._pending:
                     await asyncio.sleep(0)  # the callers just answered may have more to send
             if self._closed:  # closed while this driver ran: its connection goes back now
