@@ -389,7 +389,10 @@ async def _left_running(guard: AsyncGuard, extra: int) -> None:
     assert not any(holder.done() for holder in holders)  # left running
 
 
-@pytest.mark.parametrize("store", ["redis", "binned", "scripts", "cluster"])
+@pytest.mark.parametrize(
+    "store",
+    ["redis", "binned", "scripts", pytest.param("cluster", marks=pytest.mark.slow)],  # 3 s
+)
 def test_asyncio_runs_shutdown_gives_back_the_leases_of_the_tasks_it_cancels(
     request: pytest.FixtureRequest, store: str
 ) -> None:
