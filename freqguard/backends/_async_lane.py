@@ -21,9 +21,10 @@ __all__ = ["AsyncJob", "AsyncLane", "aexchange_all"]
 T = TypeVar("T")
 
 
-class _CutOff(Exception):
-    """A round a cancelled driver gave up on (its grace over, or the connection failed):
-    not sent again, since it may have been written."""
+def _cut_off() -> rex.ConnectionError:
+    """The failure of a round a cancelled driver gave up on (its grace over, or the
+    connection failed): it may have been written."""
+    return rex.ConnectionError("freqguard: the call was cut off")
 
 
 def _after(seconds: float) -> float:
@@ -43,8 +44,8 @@ class AsyncLane:
     Calls queue up; one driver task sends everything queued as one write, reads the replies
     in order, hands each caller its own, and goes again while calls arrived meanwhile. So
     concurrent tasks are pipelined without asking for it, and a lone call costs one write and
-    one read. A failed batch fails its callers (under the connection's ``Retry`` first); the
-    next batch reconnects. Connections belong to the loop that opened them: a lane used from
+    one read. A failed batch fails its callers (never sent again: it may have run); the next
+    batch reconnects. Connections belong to the loop that opened them: a lane used from
     another loop starts afresh.
     """
 
@@ -155,14 +156,8 @@ class AsyncLane:
         connection = await self._in_time(self._connect())
         packed = b"".join([waiter[0] for waiter in batch])
         count = sum(waiter[1] for waiter in batch)
-        self._sent = True
-        try:
-            return await connection.retry.call_with_retry(
-                lambda: self._send_and_read(connection, packed, count),
-                lambda _: connection.disconnect(),
-            )
-        except _CutOff:
-            raise rex.ConnectionError("freqguard: the call was cut off") from None
+        self._sent = True  # sent once: never under the connection's Retry (Lane._attempt)
+        return await self._send_and_read(connection, packed, count)
 
     async def _send_and_read(
         self, connection: AsyncConnection, packed: bytes, count: int
@@ -178,8 +173,7 @@ class AsyncLane:
         can only come before it), and is sent again. The replies are read through it
         (redis-py's parsers take up a reply where a cancellation left it). A round of a
         driver that is stopping (cancelled, or sending what a cancelled one left) has until
-        ``_until``, and its failure is :class:`_CutOff`, which the connection's ``Retry``
-        does not send again: the round may have been written, and would count twice."""
+        ``_until``, and its failure says it was cut off (:func:`_cut_off`)."""
         while True:
             try:
                 await self._in_time(connection.send_packed_command((packed,)))
@@ -188,10 +182,10 @@ class AsyncLane:
                 if self._stop is not None or len(packed) > _UNPAUSED:
                     raise
                 self._stopping(exc)
-            except Exception as exc:
+            except Exception:
                 if self._until is None:
                     raise
-                raise _CutOff from exc
+                raise _cut_off() from None
         replies: list[object] = []
         while len(replies) < count:
             reading = connection.read_response(disable_decoding=True, disconnect_on_error=False)
@@ -207,7 +201,7 @@ class AsyncLane:
             except BaseException as exc:
                 await connection.disconnect(nowait=True)
                 if self._until is not None and isinstance(exc, Exception):
-                    raise _CutOff from exc
+                    raise _cut_off() from None
                 raise
         return replies
 

@@ -74,8 +74,8 @@ class Lane:
     redis-py's ``execute_command`` costs more on the client than everything else in a decision
     (a pool checkout that polls the socket, observability hooks, generic argument packing),
     so calls go to a connection directly: packed by the caller, sent, read with the
-    connection's own parser, under the connection's ``Retry``. A connection that fails is
-    disconnected by redis-py and reconnects on its next use. Safe across threads (``list.pop``
+    connection's own parser. A connection that fails is disconnected by redis-py and
+    reconnects on its next use. Safe across threads (``list.pop``
     and ``append`` are atomic) and across ``fork`` (a child forgets its parent's connections).
     """
 
@@ -132,13 +132,13 @@ class Lane:
         self._give(connection)
 
     def _attempt(self, work: Callable[[Connection], list[object]]) -> list[object]:
-        """``work`` on a connection, under that connection's ``Retry``."""
+        """``work`` on a connection, once: never under the connection's ``Retry``, which
+        would send calls again that may have run (their reply lost, not the call), and
+        count them twice. A connection that cannot be made is tried again by redis-py's
+        own ``connect``, under that ``Retry``: nothing was sent."""
         connection = self._take()
         try:
-            return connection.retry.call_with_retry(
-                lambda: work(connection),
-                lambda _: connection.disconnect(),  # type: ignore[no-untyped-call]
-            )
+            return work(connection)
         finally:
             self._give(connection)
 
@@ -174,7 +174,7 @@ Job = tuple[Lane, bytes, int]  # a lane, packed calls, how many replies they get
 def exchange_all(jobs: Sequence[Job]) -> list[list[object] | Exception]:
     """Each job's replies, every lane's calls sent before any reply is read, so the nodes
     work at once. A lane that fails gives its error in place of its replies."""
-    if len(jobs) == 1:  # under the connection's Retry
+    if len(jobs) == 1:  # on the lane's own connection, at once
         lane, packed, count = jobs[0]
         try:
             return [lane.exchange(packed, count)]

@@ -41,6 +41,7 @@ from freqguard import (
     backend_from_url,
 )
 from freqguard.backends import _lanes
+from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from freqguard.failure import Breaker, CircuitOpen
 from tests import servers
 from tests.conftest import flush
@@ -614,25 +615,57 @@ def _rx_queued(server: RedisServer, peer_port: int) -> bool:
     return False
 
 
-@pytest.mark.parametrize("nodes", ["cluster"], indirect=True)
+def _own_client(
+    nodes: list[RedisServer], asynchronous: bool, retries: int, timeout: float, **options: Any
+) -> Any:
+    """A redis-py client the user made, with a ``Retry`` of their own (redis-py's default
+    tries 3 times more), rather than one :func:`backend_from_url` made (no retries)."""
+    from redis.backoff import NoBackoff
+
+    if asynchronous:
+        from redis.asyncio import Redis, RedisCluster
+        from redis.asyncio.retry import Retry
+    else:
+        from redis import Redis, RedisCluster  # type: ignore[assignment]
+        from redis.retry import Retry  # type: ignore[assignment]
+    kind = Redis if len(nodes) == 1 else RedisCluster
+    return kind(
+        host="127.0.0.1",
+        port=nodes[0].port,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), retries),
+        **options,
+    )
+
+
+@pytest.mark.parametrize("made", ["url", "own"])
 def test_a_call_whose_connection_dies_after_it_ran_is_not_sent_again(
-    nodes: list[RedisServer], asynchronous: bool
+    nodes: list[RedisServer], asynchronous: bool, made: str
 ) -> None:
     """The node runs the call, and its connection is closed before the reply goes out (here
     CLIENT KILL, queued behind the call while the node is stopped: both run in one turn of
     its event loop, and the reply is dropped with the connection). The caller sees the
     connection lost; the call may have been applied, so it must not be sent again (it was,
-    the long way, and counted twice): it is answered by on_error, and counted once."""
+    the long way, and counted twice): it is answered by on_error, and counted once. Also
+    with a client the user made (``own``), whose ``Retry`` tries 3 times more, as redis-py's
+    default does: the lane sent the call again under it, and counted it twice."""
     victim = owner(nodes, P, r="a")
-    name = f"dies-{asynchronous}"  # this guard's connections, by name
+    name = f"dies-{asynchronous}-{made}"  # this guard's connections, by name
+    scheme = "redis" if len(nodes) == 1 else "redis+cluster"
     query = f"socket_timeout=5&socket_connect_timeout=5&client_name={name}"
-    url = f"redis+cluster://127.0.0.1:{victim.port}/0?{query}"
+    url = f"{scheme}://127.0.0.1:{victim.port}/0?{query}"
     options: dict[str, Any] = {"on_error": "deny", "breaker": None}
     guard: Any
-    if asynchronous:
-        guard = AsyncDriver(AsyncGuard(async_backend_from_url(url), [P], **options))
+    if made == "own":
+        client = _own_client(nodes, asynchronous, retries=3, client_name=name, timeout=5)
+        backend: Any = (AsyncRedisBackend if asynchronous else RedisBackend)(client)
     else:
-        guard = Guard(backend_from_url(url), [P], **options)
+        backend = (async_backend_from_url if asynchronous else backend_from_url)(url)
+    if asynchronous:
+        guard = AsyncDriver(AsyncGuard(backend, [P], **options))
+    else:
+        guard = Guard(backend, [P], **options)
     admin = socket.create_connection(("127.0.0.1", victim.port))
     try:
         assert guard.hit("p", r="a").source == "backend"  # the lane's connection made
