@@ -252,7 +252,7 @@ def _run_alone(cap: ViewCap, request: Any, view: Callable[[], Any]) -> Any:
     if denied is not None and (cap.block or answer.status != 429):
         give_back(notes)
         return denied
-    return answered(guard, held, lambda: _own_headers(request, view()), notes.streamed)
+    return answered(guard, held, lambda: _own_headers(request, view()), request)
 
 
 async def _arun_alone(cap: ViewCap, request: Any, view: Callable[[], Awaitable[Any]]) -> Any:
@@ -275,7 +275,7 @@ async def _arun_alone(cap: ViewCap, request: Any, view: Callable[[], Awaitable[A
     async def respond() -> Any:
         return _own_headers(request, await view())
 
-    return await aanswered(guard, held, respond, notes.streamed)
+    return await aanswered(guard, held, respond, request)
 
 
 def _passes(cap: ViewCap, request: Any, notes: RequestNotes, state: State) -> bool:

@@ -1,8 +1,9 @@
 """Django requests in flight: the leases a request took (a policy with a concurrency rule)
 held until it has been answered, a streamed answer's until its body is sent or closed (the
 server closes every response then), whether the middleware or a view's cap took them. A
-streamed answer Django drops unclosed, answering 500 instead (a middleware outside
-freqguard's failed once it had passed), gives its leases back then."""
+streamed answer Django drops unclosed, answering an error instead (a middleware outside
+freqguard's failed, or raised ``Http404``, once it had passed), gives its leases back as
+Django closes the request."""
 
 from __future__ import annotations
 
@@ -12,24 +13,58 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from asgiref.sync import async_to_sync
-from django.core.signals import got_request_exception
 
 from freqguard.decision import Decision
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.integrations._decide import HeldBody
 
-__all__ = ["AsyncHeldBody", "aanswered", "answered", "dropped"]
+__all__ = ["AsyncHeldBody", "aanswered", "answered"]
 
 R = TypeVar("R")
 _log = logging.getLogger("freqguard")
 
 
-def answered(
-    guard: Guard, held: list[Decision], respond: Callable[[], R], streamed: list[Any]
-) -> R:
+class _Closing:
+    """A request's ``close`` that first closes the streamed bodies holding its leases that
+    are still open. Django closes the request with the response it answered, in every
+    handler (the response's closers, as the server closes it): a body still open then had
+    its response dropped, an error answered in its place (a middleware outside
+    freqguard's raised once it had passed), and its leases go back now, where they were
+    held until they lapsed. A release that fails is logged: the request is over."""
+
+    __slots__ = ("bodies", "closing")
+
+    def __init__(self, closing: Callable[[], object]) -> None:
+        self.bodies: list[Any] = []
+        self.closing = closing
+
+    def __call__(self) -> None:
+        try:
+            while self.bodies:
+                try:
+                    self.bodies.pop().close()
+                except Exception:
+                    _log.warning(
+                        "freqguard: a dropped answer's leases could not be given back",
+                        exc_info=True,
+                    )
+        finally:
+            self.closing()
+
+
+def _noted(request: Any, body: R) -> R:
+    """``body``, closed with ``request`` if it was not by then (:class:`_Closing`)."""
+    request = getattr(request, "_request", request)  # a DRF Request's Django request
+    closing = request.close
+    if not isinstance(closing, _Closing):
+        closing = request.close = _Closing(closing)
+    closing.bodies.append(body)
+    return body
+
+
+def answered(guard: Guard, held: list[Decision], respond: Callable[[], R], request: Any) -> R:
     """``respond()``, the leases in ``held`` given back once it has answered (or raised); a
-    streamed answer's when its body is closed (or its response dropped: the body is noted
-    in the request's ``streamed``)."""
+    streamed answer's when its body is closed, or with ``request`` (:class:`_Closing`)."""
     if not held:
         return respond()
     try:
@@ -41,16 +76,12 @@ def answered(
         _release(guard, held)
         return response
     body = HeldBody(response.streaming_content, lambda: _release(guard, held))  # type: ignore[attr-defined]
-    response.streaming_content = body  # type: ignore[attr-defined]
-    streamed.append(body)
+    response.streaming_content = _noted(request, body)  # type: ignore[attr-defined]
     return response
 
 
 async def aanswered(
-    guard: AsyncGuard,
-    held: list[Decision],
-    respond: Callable[[], Awaitable[R]],
-    streamed: list[Any],
+    guard: AsyncGuard, held: list[Decision], respond: Callable[[], Awaitable[R]], request: Any
 ) -> R:
     """:func:`answered` on an event loop."""
     if not held:
@@ -69,32 +100,13 @@ async def aanswered(
 
     answer: Any = response
     content = answer.streaming_content
-    body = answer.streaming_content = (
+    answer.streaming_content = _noted(
+        request,
         AsyncHeldBody(content, release)
         if answer.is_async
-        else HeldBody(content, async_to_sync(release))
+        else HeldBody(content, async_to_sync(release)),
     )
-    streamed.append(body)
     return response
-
-
-def dropped(request: Any = None, **_: object) -> None:
-    """Django's ``got_request_exception``: it answers 500 in place of the response under
-    way, so a streamed answer that had passed freqguard's is dropped, never closed (a
-    middleware outside freqguard's failed): its leases go back now, where they were held
-    until they lapsed. (Django sends it for an exception it did not foresee; one it
-    answers itself, ``Http404`` or ``PermissionDenied``, leaves such leases to lapse.)"""
-    notes = getattr(getattr(request, "_request", request), "freqguard", None)
-    for body in getattr(notes, "streamed", ()):
-        try:
-            body.close()
-        except Exception:  # Django is answering an error: never fail its answer
-            _log.warning(
-                "freqguard: a dropped answer's leases could not be given back", exc_info=True
-            )
-
-
-got_request_exception.connect(dropped, dispatch_uid="freqguard.dropped")
 
 
 def _release(guard: Guard, held: list[Decision]) -> None:

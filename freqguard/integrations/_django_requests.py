@@ -46,8 +46,6 @@ class RequestNotes:
     first: Answer | None = None  # the first decision's answer: its headers are planned
     # what was taken before a later cap decided: given back if that cap refuses
     taken: list[tuple[Guard | AsyncGuard, Decision]] = field(default_factory=list)
-    # streamed bodies holding leases: closed should Django drop their response (_django_leases)
-    streamed: list[Any] = field(default_factory=list)
 
     def note(self, answer: Answer) -> None:
         """Note an answer's decision (none: refused before a hit, or skipped)."""

@@ -133,10 +133,7 @@ class FreqGuardMiddleware:
             return denied
         taken(request, guard, answer, held)
         return answered(
-            guard,
-            held,
-            lambda: with_headers(state, notes, self.get_response(request)),
-            notes.streamed,
+            guard, held, lambda: with_headers(state, notes, self.get_response(request)), request
         )
 
     async def _acall(self, request: HttpRequest) -> Response:
@@ -159,7 +156,7 @@ class FreqGuardMiddleware:
         async def respond() -> Response:
             return with_headers(state, notes, await self.get_response(request))
 
-        return await aanswered(guard, held, respond, notes.streamed)
+        return await aanswered(guard, held, respond, request)
 
 
 def _route_of(state: State, request: HttpRequest) -> tuple[Route, ViewCap | None] | None:

@@ -10,7 +10,8 @@ from typing import Any
 
 import django
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.test import AsyncClient, Client
 from django.urls import path
 from django.utils.decorators import method_decorator
@@ -39,17 +40,26 @@ SETTINGS: dict[str, Any] = {
 }
 
 
+_FAILURES: dict[str, type[Exception]] = {
+    "500": RuntimeError,
+    "404": Http404,
+    "403": PermissionDenied,
+}
+
+
 class FailsOnStreamed:
     """An outer middleware that fails once a streamed answer has passed freqguard's, when
-    the request says ``X-Fail``: Django answers 500 and drops that response unclosed."""
+    the request says ``X-Fail``: Django answers it (500, or 404 and 403 for the two it
+    answers itself) and drops that response unclosed."""
 
     def __init__(self, get_response: Any) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> Any:
         response = self.get_response(request)
-        if request.headers.get("X-Fail") and getattr(response, "streaming", False):
-            raise RuntimeError("an outer middleware that fails")
+        failure = _FAILURES.get(request.headers.get("X-Fail", ""))
+        if failure is not None and getattr(response, "streaming", False):
+            raise failure("an outer middleware that fails")
         return response
 
 

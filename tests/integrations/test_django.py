@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -304,48 +304,95 @@ def test_a_streamed_answer_holds_its_lease_until_its_body_is_sent_or_closed(
         assert asyncio.run(run()) == [200, 429, 200]
 
 
+OUTER = ["tests.integrations.django_site.FailsOnStreamed", *SITE["MIDDLEWARE"]]
+
+
+@pytest.mark.parametrize("status", ["500", "404", "403"])
 def test_a_streamed_answer_an_outer_middleware_drops_gives_its_lease_back(
-    clock: ManualClock,
+    clock: ManualClock, status: str
 ) -> None:
     """A middleware outside freqguard's fails once a streamed answer has passed: Django
-    answers 500 and drops the streamed response without closing it, so the lease tied to
-    its closing stayed held until it lapsed (named in docs/strategies/concurrency.md).
-    Django's ``got_request_exception`` gives it back (sync and async handlers)."""
-    outer = ["tests.integrations.django_site.FailsOnStreamed", *SITE["MIDDLEWARE"]]
-    with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(clock)), MIDDLEWARE=outer):
+    answers the error and drops the streamed response without closing it, so the lease
+    tied to its closing stayed held until it lapsed. Given back when Django's request
+    finishes (sync and async handlers); an ``Http404`` or ``PermissionDenied``, which
+    Django answers without ``got_request_exception``, left it to lapse."""
+    with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(clock)), MIDDLEWARE=OUTER):
         client = Client(raise_request_exception=False)
-        assert client.get("/streamed", headers={"X-Fail": "1"}).status_code == 500
+        assert client.get("/streamed", headers={"X-Fail": status}).status_code == int(status)
         answer: Any = client.get("/streamed")
         assert answer.status_code == 200  # the dropped one's lease was given back
         assert b"".join(answer.streaming_content) == b"ab"
 
         async def run() -> list[int]:
             aclient = AsyncClient(raise_request_exception=False)
-            failed = await aclient.get("/astreamed", headers={"X-Fail": "1"})
+            failed = await aclient.get("/astreamed", headers={"X-Fail": status})
             again: Any = await aclient.get("/astreamed")
             assert b"".join([c async for c in again.streaming_content]) == b"ab"
             return [failed.status_code, again.status_code]
 
-        assert asyncio.run(run()) == [500, 200]
+        assert asyncio.run(run()) == [int(status), 200]
 
 
-def test_a_dropped_answer_whose_leases_cannot_go_back_never_fails_djangos_500(
+@pytest.mark.parametrize("path", ["/streamed", "/astreamed"])
+@pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume synchronous")
+def test_a_dropped_streamed_answer_gives_its_lease_back_under_djangos_asgi_handler(
+    clock: ManualClock, path: str
+) -> None:
+    """The same through Django's own ASGI handler (what a server runs, not the test
+    client): the request's tasks, and the response closed in a thread."""
+    from django.core.handlers.asgi import ASGIHandler
+
+    async def call(application: ASGIHandler, fail: str) -> int:
+        headers = [(b"host", b"testserver"), (b"x-fail", fail.encode())]
+        scope: dict[str, Any] = {"type": "http", "method": "GET", "path": path}
+        scope |= {"headers": headers, "query_string": b"", "client": ("127.0.0.1", 1)}
+        sent: list[Mapping[str, Any]] = []
+        requested = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal requested
+            if not requested:
+                requested = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await asyncio.Event().wait()  # no disconnect: the handler cancels this
+            raise AssertionError("never")
+
+        async def send(message: Mapping[str, Any]) -> None:
+            sent.append(message)
+
+        await application(scope, receive, send)
+        return int(sent[0]["status"])
+
+    async def run() -> list[int]:
+        application = ASGIHandler()
+        return [await call(application, "404"), await call(application, "")]
+
+    with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(clock)), MIDDLEWARE=OUTER):
+        assert asyncio.run(run()) == [404, 200]
+
+
+def test_a_dropped_answer_whose_leases_cannot_go_back_never_fails_the_requests_close(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Django sends ``got_request_exception`` while it answers an error: a release that
-    fails there (the store down) is logged, never raised into Django's own 500 (review)."""
-    from freqguard.integrations._django_leases import dropped
-    from freqguard.integrations._django_requests import RequestNotes
+    """Django closes the request as the server closes its answer: a release that fails
+    there (the store down) is logged, never raised into the server (review); the request's
+    own close still runs, and a DRF Request's is its Django request's."""
+    from rest_framework.request import Request
+
+    from freqguard.integrations._django_leases import _noted
 
     class Failing:
         def close(self) -> None:
             raise ConnectionError("the store is down")
 
     request = RequestFactory().get("/")
-    request.freqguard = RequestNotes(streamed=[Failing()])  # type: ignore[attr-defined]
-    dropped(request=request)
-    dropped(request=None)  # Django may send none
-    assert "could not be given back" in caplog.text
+    closed: list[bool] = []
+    request.close = lambda: closed.append(True)  # type: ignore[method-assign]
+    _noted(Request(request), Failing())
+    _noted(request, Failing())
+    request.close()
+    assert closed == [True]
+    assert caplog.text.count("could not be given back") == 2
 
 
 @fg_django.capped("1/minute")
