@@ -58,6 +58,13 @@ def _drop_if_closed(connection: Connection) -> None:
         connection.disconnect()  # type: ignore[no-untyped-call]
 
 
+def _disconnect(connection: Connection) -> None:
+    """Close a connection whose call failed: its replies may still come, and would be read
+    as the next call's. redis-py closes its own on a failure, but for a Sentinel-managed
+    connection, whose reads keep it open."""
+    connection.disconnect()  # type: ignore[no-untyped-call]
+
+
 def _reconnected(connection: Connection) -> Connection:
     """A connection redis-py dropped after a failure, connected again the way its pool would,
     by ``connect()``: a Sentinel-managed connection
@@ -123,12 +130,15 @@ class Lane:
         """Read the replies to what :meth:`send` sent, and give the connection back."""
         try:
             return wire.read(connection, count)
+        except BaseException:
+            _disconnect(connection)
+            raise
         finally:
             self._give(connection)
 
     def abandon(self, connection: Connection) -> None:
         """Give back a connection whose replies will not be read."""
-        connection.disconnect()  # type: ignore[no-untyped-call]
+        _disconnect(connection)
         self._give(connection)
 
     def _attempt(self, work: Callable[[Connection], list[object]]) -> list[object]:
@@ -139,6 +149,9 @@ class Lane:
         connection = self._take()
         try:
             return work(connection)
+        except BaseException:
+            _disconnect(connection)
+            raise
         finally:
             self._give(connection)
 

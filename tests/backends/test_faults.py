@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from redis import exceptions as rex
+from redis.crc import key_slot
 
 from freqguard import (
     AsyncGuard,
@@ -41,8 +42,11 @@ from freqguard import (
     backend_from_url,
 )
 from freqguard.backends import _lanes
+from freqguard.backends._resp import record_key
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
+from freqguard.engine.plan import PolicyPlan
 from freqguard.failure import Breaker, CircuitOpen
+from freqguard.script.contract import HIT
 from tests import servers
 from tests.conftest import flush
 from tests.faults import (
@@ -616,10 +620,15 @@ def _rx_queued(server: RedisServer, peer_port: int) -> bool:
 
 
 def _own_client(
-    nodes: list[RedisServer], asynchronous: bool, retries: int, timeout: float, **options: Any
+    nodes: list[RedisServer],
+    asynchronous: bool,
+    retries: int | None,
+    timeout: float,
+    **options: Any,
 ) -> Any:
-    """A redis-py client the user made, with a ``Retry`` of their own (redis-py's default
-    tries 3 times more), rather than one :func:`backend_from_url` made (no retries)."""
+    """A redis-py client the user made, with a ``Retry`` of their own (None: redis-py's
+    default, 10 more tries in redis-py 8), rather than one :func:`backend_from_url` made
+    (no retries)."""
     from redis.backoff import NoBackoff
 
     if asynchronous:
@@ -629,12 +638,13 @@ def _own_client(
         from redis import Redis, RedisCluster  # type: ignore[assignment]
         from redis.retry import Retry  # type: ignore[assignment]
     kind = Redis if len(nodes) == 1 else RedisCluster
+    if retries is not None:
+        options["retry"] = Retry(NoBackoff(), retries)
     return kind(
         host="127.0.0.1",
         port=nodes[0].port,
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
-        retry=Retry(NoBackoff(), retries),
         **options,
     )
 
@@ -648,8 +658,8 @@ def test_a_call_whose_connection_dies_after_it_ran_is_not_sent_again(
     its event loop, and the reply is dropped with the connection). The caller sees the
     connection lost; the call may have been applied, so it must not be sent again (it was,
     the long way, and counted twice): it is answered by on_error, and counted once. Also
-    with a client the user made (``own``), whose ``Retry`` tries 3 times more, as redis-py's
-    default does: the lane sent the call again under it, and counted it twice."""
+    with a client the user made (``own``), whose ``Retry`` tries 3 times more: the lane sent
+    the call again under it, and counted it twice."""
     victim = owner(nodes, P, r="a")
     name = f"dies-{asynchronous}-{made}"  # this guard's connections, by name
     scheme = "redis" if len(nodes) == 1 else "redis+cluster"
@@ -690,3 +700,67 @@ def test_a_call_whose_connection_dies_after_it_ran_is_not_sent_again(
     finally:
         admin.close()
         guard.close()
+
+
+@pytest.mark.parametrize("nodes", ["cluster"], indirect=True)
+def test_a_redirected_call_whose_reply_is_lost_is_not_sent_again(
+    nodes: list[RedisServer], asynchronous: bool
+) -> None:
+    """A call redirected (MOVED: its slot moved) goes again to the slot's new owner; its
+    reply lost there (the node stopped: a read timeout), it is not sent again. It went
+    through the cluster client's ``execute_command``, whose own retries (10 by default in
+    redis-py 8) sent it again, and the node counted it more than once (review)."""
+    victim = owner(nodes, P, r="moved")
+    target = next(node for node in nodes if node is not victim)
+    slot = _slot_of(r="moved")
+    client = _own_client(nodes, asynchronous, retries=None, timeout=TIMEOUT)
+    backend: Any = (AsyncRedisBackend if asynchronous else RedisBackend)(client)
+    options: dict[str, Any] = {"on_error": "deny", "breaker": None}
+    guard: Any = (
+        AsyncDriver(AsyncGuard(backend, [P], **options))
+        if asynchronous
+        else Guard(backend, [P], **options)
+    )
+    try:
+        for n in range(30):  # every node's library loaded, and its lane made
+            guard.hit("p", r=f"warm-{n}")
+        _move_slot(nodes, slot, target)
+        got: list[Any] = []
+        with stopped(target):  # MOVED by the old owner; its reply lost at the new one
+            worker = threading.Thread(target=lambda: got.append(guard.hit("p", r="moved")))
+            worker.start()
+            servers.wait_for(lambda: _given_up(target), "the reply, given up on")
+        worker.join(30)  # the node answers again: a retry would find it
+        assert len(got) == 1  # failed (on_error), or answered when what timed out was not it
+        for _ in range(1000):  # bounded: until the new owner has run what it was sent
+            if guard.peek("p", r="moved").remaining < CAP:
+                break
+        assert guard.peek("p", r="moved").remaining == CAP - 1  # run once
+    finally:
+        guard.close()
+        flush([target])  # the slot empty again: it can go back
+        _move_slot(nodes, slot, victim)
+
+
+def _given_up(server: RedisServer) -> bool:
+    """Whether a call sent to ``server``, stopped, lies unread on a connection its client
+    has closed (in /proc/net/tcp: the server's end holds data, the client's is in
+    FIN_WAIT1 or 2): the client's read of its reply timed out."""
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    own = f"0100007F:{server.port:04X}"
+    unread = {row[2] for row in rows if row[1] == own and int(row[4].split(":")[1], 16) > 0}
+    return any(row[1] in unread and row[3] in ("04", "05") for row in rows if row[2] == own)
+
+
+def _slot_of(**ctx: str) -> int:
+    """The cluster slot of ``P``'s record for ``ctx``."""
+    plan = PolicyPlan(P, "fg")
+    return key_slot(record_key(plan.call(plan.texts(ctx), None, 1, HIT)))
+
+
+def _move_slot(nodes: list[RedisServer], slot: int, to: RedisServer) -> None:
+    """Hand an empty ``slot`` to ``to`` on every node (what a reshard ends with): clients'
+    slot maps are then stale, and the old owner answers MOVED."""
+    node_id = to.client.execute_command("CLUSTER MYID")  # type: ignore[no-untyped-call]
+    for node in nodes:
+        node.client.execute_command("CLUSTER SETSLOT", slot, "NODE", node_id)  # type: ignore[no-untyped-call]

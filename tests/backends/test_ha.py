@@ -333,3 +333,25 @@ def test_wait_replicas_on_a_cluster_fails_only_the_part_whose_replica_is_away(
         assert all(d.remaining == LIMIT - 2 for d in got if d.source == "backend")
     finally:
         guard.close()
+
+
+def test_a_call_timed_out_on_a_sentinel_master_never_leaves_its_reply_to_the_next(
+    sentinels: SentinelGroup,
+) -> None:
+    """A Sentinel-managed connection keeps itself open when a read fails (redis-py's
+    ``SentinelManagedConnection``), so a lane that gave it back as it was left the late
+    reply to the next call: a hit on a fresh key read another key's decision (review). A
+    connection whose call failed is closed before it is kept."""
+    from tests.faults import stopped
+
+    user = uuid.uuid4().hex
+    url = sentinels.url + "?socket_timeout=0.2"
+    with Guard(backend_from_url(url), [CAP], breaker=None, on_error="deny") as guard:
+        for _ in range(5):
+            guard.hit("cap", user=user)
+        with stopped(sentinels.master()):
+            late = guard.hit("cap", user=user)  # times out; the master runs it on waking
+        assert late.source != "backend"
+        for n in range(3):  # at once, within the lane's idle check
+            fresh = guard.hit("cap", user=f"{user}-{n}")
+            assert (fresh.source, fresh.remaining) == ("backend", LIMIT - 1)

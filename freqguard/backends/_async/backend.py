@@ -292,17 +292,15 @@ class AsyncRedisBackend:
         return results
 
     async def _long_way(self, call: ScriptCall, error: Exception) -> object:
-        """A call's result after a redirection or a lost node: it goes through the cluster
-        client, which follows the redirection and refreshes its slot map; a connection lost
-        after the call was sent learns the slots again but raises (the call may have run)."""
+        """A call's result after a redirection or a lost node: the slots learned again, it
+        is sent on a lane (with its WAIT, where asked) to the slot's owner as now known, or
+        (ASK: a slot being migrated) behind ASKING to where ASK points. Never through the
+        cluster client's command API, whose retries send a call again when its reply is
+        lost (counted twice), nor again when its connection was lost after it was sent
+        (it may have run): that raises."""
         await self._drop_lanes(error)
         if isinstance(error, ConnectionError) and not unconnected(error):
             raise error  # lost after it was sent, maybe applied: sent again, counted twice
-        if not self._wait:
-            return await self._command(call)
-        # WAIT counts its own connection's writes, and the cluster client does not say which
-        # connection took a call: send it again on a lane, with its WAIT, to the slot's owner
-        # as now known, or (ASK: a slot being migrated) behind ASKING to where ASK points
         if isinstance(error, MovedError) and not await routing.alearn_slots(self.client):
             # the cluster client follows a MOVED of its own and keeps it: ask it of the key
             await self.client.execute_command("EXISTS", record_key(call))  # type: ignore[no-untyped-call,unused-ignore]
