@@ -41,6 +41,7 @@ __all__ = [
     "flushing",
     "halted",
     "hammering",
+    "input_waiting",
     "kill",
     "owner",
     "pause",
@@ -71,6 +72,17 @@ def halted(pid: int) -> bool:
         except (FileNotFoundError, ProcessLookupError):
             continue  # a thread that exited meanwhile
     return bool(states) and all(state in ("T", "t") for state in states)
+
+
+def input_waiting(server: RedisServer) -> bool:
+    """Whether a client's connection to ``server`` holds data the server has not read (the
+    kernel's view, /proc/net/tcp): with the server stopped, a call sent sits there."""
+    local = f"0100007F:{server.port:04X}"
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == local and int(fields[4].split(":")[1], 16) > 0:
+            return True
+    return False
 
 
 def resume(server: RedisServer) -> None:

@@ -13,8 +13,7 @@ from typing import Any, TypeVar
 
 from freqguard.backends.base import FINISHING
 from freqguard.clock import Clock
-from freqguard.engine.failover import Elsewhere
-from freqguard.engine.ops import Op, undo
+from freqguard.engine.ops import Op, undo, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
 __all__ = ["Cancelled", "send", "sleep", "unwind"]
@@ -102,17 +101,14 @@ async def unwind(op: Op[T], cancelled: BaseException, backend: Any) -> BaseExcep
 
 
 async def _unwind(op: Op[T], cancelled: BaseException, backend: Any) -> None:
+    taken = None
+    if isinstance(cancelled, _Interrupted):
+        taken = (cancelled.backend, undo(cancelled.calls, cancelled.replies))
+    steps = unwinding(op, cancelled, backend, taken)
     try:
-        if isinstance(cancelled, _Interrupted):
-            given = undo(cancelled.calls, cancelled.replies)
-            if given:
-                await _finish(cancelled.backend, given)
-        step = op.throw(cancelled)
-        while isinstance(step, (list, Elsewhere)):
-            if isinstance(step, Elsewhere):
-                step = op.send(await _finish(step.backend, step.calls))
-            else:
-                step = op.send(await _finish(backend, step))
+        where = next(steps)
+        while True:
+            where = steps.send(await _finish(*where))
     except (asyncio.CancelledError, StopIteration):
         return
     except Exception:  # the store failed meanwhile: the units stay taken, the strict side

@@ -25,6 +25,7 @@ __all__ = [
     "refund_op",
     "reset_op",
     "undo",
+    "unwinding",
 ]
 
 _US = 1_000_000.0
@@ -91,6 +92,32 @@ def undo(calls: Sequence[ScriptCall], replies: Sequence[Reply]) -> list[ScriptCa
         for c, r in zip(calls, replies)  # noqa: B905 (the replies of the first calls)
         if c.mode == HIT and c.cost and r.allowed
     ]
+
+
+#: A backend and the calls to send it, each answered before the next: what a cancelled
+#: operation gives back.
+Finish = tuple[Any, list[ScriptCall]]
+
+
+def unwinding(
+    op: Op[T], cancelled: BaseException, backend: Any, taken: Finish | None
+) -> Generator[Finish, list[Reply], None]:
+    """What a cancelled operation gives back, as the calls to let finish (the guards'
+    ``unwind`` sends each, through any cancellation, and sends its replies in): ``taken``
+    first (what the call under way took, by its replies: :func:`undo`), then what ``op``
+    gives back when ``cancelled`` is thrown into it, on ``backend`` or elsewhere (a
+    fallback's). Ends when ``op`` does; the cancellation it raises goes on."""
+    from freqguard.engine.failover import Elsewhere  # failover's steps wrap these
+
+    if taken is not None and taken[1]:
+        yield taken
+    try:
+        step = op.throw(cancelled)
+        while isinstance(step, (list, Elsewhere)):
+            where = (step.backend, step.calls) if isinstance(step, Elsewhere) else (backend, step)
+            step = op.send((yield where))
+    except StopIteration:
+        return
 
 
 def refund_op(plan: PolicyPlan, receipt: Receipt, now: int | None) -> Op[Decision]:

@@ -13,9 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import sys
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Generator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,7 +41,9 @@ from freqguard import (
 from freqguard.backends.base import SyncBackend
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from freqguard.script import limits as script_limits
+from tests import servers
 from tests.conftest import START, flush, flush_scripts, run_and_shut_down
+from tests.faults import input_waiting, pause, resume
 from tests.servers import RedisServer
 
 LLM = Policy("llm", Rule("2 concurrent", by="user", lease=60), Rule("100/minute", by="user"))
@@ -440,4 +446,120 @@ def test_a_lease_cancelled_through_a_sync_guards_async_face_is_given_back(
         asyncio.run(main())
         assert guard.peek("llm", user="u").rules[0].remaining == 2
     finally:
+        guard.close()
+
+
+# -- a Ctrl-C while a sync guard's lease is out --------------------------------------------
+
+
+def _interrupt_pending() -> bool:
+    """Whether a SIGINT sent to this process is still pending (not yet taken by a thread:
+    /proc's ShdPnd), so that a test knows the main thread was interrupted."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("ShdPnd:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    raise AssertionError("no ShdPnd in /proc/self/status")
+
+
+def _interrupt_while_stopped(server: RedisServer, times: int = 1) -> threading.Thread:
+    """A thread that sends this process a SIGINT (``times``, each once the last was taken)
+    once the server, stopped, has the call the main thread waits on, then resumes the
+    server: the Ctrl-C comes while the call is out, its reply not yet read."""
+
+    def run() -> None:
+        try:
+            servers.wait_for(lambda: input_waiting(server), "the call, at the server")
+            for _ in range(times):
+                os.kill(os.getpid(), signal.SIGINT)
+                servers.wait_for(lambda: not _interrupt_pending(), "the interrupt, taken")
+        finally:
+            resume(server)
+
+    return threading.Thread(target=run)
+
+
+def _lease_interrupted(guard: Guard, server: RedisServer, at: str) -> None:
+    """A lease block whose take (``at``) or release is interrupted while out on ``server``."""
+    if at == "take":
+        pause(server)
+        _interrupt_while_stopped(server).start()
+        with guard.lease("llm", user="u"):
+            raise AssertionError("the block is never entered")
+    with guard.lease("llm", user="u") as decision:
+        assert decision.allowed
+        pause(server)
+        _interrupt_while_stopped(server).start()
+
+
+@pytest.mark.parametrize("at", ["take", "release"])
+def test_a_ctrl_c_while_a_sync_lease_is_out_gives_it_back_then_interrupts(
+    redis_server: RedisServer, at: str
+) -> None:
+    """A ``KeyboardInterrupt`` (Ctrl-C in the main thread) while a lease's take or release
+    is out on Redis: the call is let finish (a Ctrl-C cut the reply's read, and a take the
+    server ran left a lease nobody knew of, held until it lapsed), what it took is given
+    back, then the interrupt is raised."""
+    _main_thread_only()
+    flush([redis_server])
+    guard = Guard(RedisBackend(Redis(port=redis_server.port, socket_timeout=5)), [LLM])
+    guard.clock = ManualClock(START)
+    try:
+        with guard.lease("llm", user="u"):  # the connections made, the prefix claimed
+            pass
+        with pytest.raises(KeyboardInterrupt):
+            _lease_interrupted(guard, redis_server, at)
+        assert guard.peek("llm", user="u").rules[0].remaining == 2
+    finally:
+        resume(redis_server)
+        guard.close()
+
+
+def _main_thread_only() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("a signal's handler runs in the main thread only")
+
+
+def test_a_ctrl_c_while_a_sync_batch_is_out_gives_back_its_hits_then_interrupts(
+    redis_server: RedisServer,
+) -> None:
+    """A batch is let finish as a lease is, and what it took given back: as the async
+    guard's batch under a cancellation. The program's SIGINT handler is its own again."""
+    _main_thread_only()
+    flush([redis_server])
+    batch = Policy("batch", Rule("5/minute", by="user"))
+    guard = Guard(RedisBackend(Redis(port=redis_server.port, socket_timeout=5)), [batch])
+    guard.clock = ManualClock(START)
+    contexts = [{"user": "u"}, {"user": "v"}, {"user": "u"}]
+    try:
+        assert [d.allowed for d in guard.hit_many("batch", contexts)] == [True] * 3
+        pause(redis_server)
+        _interrupt_while_stopped(redis_server).start()
+        with pytest.raises(KeyboardInterrupt):
+            guard.hit_many("batch", contexts)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert [guard.peek("batch", user=u).remaining for u in "uv"] == [3, 4]
+    finally:
+        resume(redis_server)
+        guard.close()
+
+
+def test_a_second_ctrl_c_interrupts_a_sync_lease_at_once(redis_server: RedisServer) -> None:
+    """The first Ctrl-C is held back while the take is out; a second one is raised at once
+    (what the take did is then not known: docs/strategies/concurrency.md)."""
+    _main_thread_only()
+    flush([redis_server])
+    guard = Guard(RedisBackend(Redis(port=redis_server.port, socket_timeout=5)), [LLM])
+    guard.clock = ManualClock(START)
+    try:
+        with guard.lease("llm", user="u"):
+            pass
+        pause(redis_server)
+        thread = _interrupt_while_stopped(redis_server, times=2)
+        thread.start()
+        with pytest.raises(KeyboardInterrupt), guard.lease("llm", user="u"):
+            raise AssertionError("the block is never entered")
+        thread.join()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        resume(redis_server)
         guard.close()
