@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from freqguard.backends.base import FINISHING
 from freqguard.clock import Clock
-from freqguard.engine.ops import Op, undo, unwinding
+from freqguard.engine.ops import Interrupted, Op, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
 __all__ = ["Cancelled", "send", "sleep", "unwind"]
@@ -101,10 +101,7 @@ async def unwind(op: Op[T], cancelled: BaseException, backend: Any) -> BaseExcep
 
 
 async def _unwind(op: Op[T], cancelled: BaseException, backend: Any) -> None:
-    taken = None
-    if isinstance(cancelled, _Interrupted):
-        taken = (cancelled.backend, undo(cancelled.calls, cancelled.replies))
-    steps = unwinding(op, cancelled, backend, taken)
+    steps = unwinding(op, cancelled, backend)
     try:
         where = next(steps)
         while True:
@@ -124,9 +121,9 @@ async def _finish(backend: Any, calls: list[ScriptCall]) -> list[Reply]:
         return again.replies
 
 
-class _Interrupted(asyncio.CancelledError):
+class _Interrupted(Interrupted, asyncio.CancelledError):
     """A cancellation that came while ``calls`` were out on ``backend``, which answered them
-    after it: ``replies``."""
+    after it: ``replies``; ``cancelled``, the caller's own, is the one raised."""
 
     def __init__(
         self,
@@ -135,6 +132,6 @@ class _Interrupted(asyncio.CancelledError):
         replies: list[Reply],
         cancelled: BaseException,
     ) -> None:
-        super().__init__()
-        self.backend, self.calls, self.replies = backend, calls, replies
-        self.cancelled = cancelled  # the caller's own cancellation, which is raised
+        Interrupted.__init__(self, backend, calls, replies)
+        asyncio.CancelledError.__init__(self)
+        self.cancelled = cancelled

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from freqguard.backends.memory import MemoryBackend
 from freqguard.clock import Clock
-from freqguard.engine.ops import Op, undo, unwinding
+from freqguard.engine.ops import Interrupted, Op, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
 __all__ = ["Cancelled", "send", "sleep", "unwind"]
@@ -77,10 +77,7 @@ def unwind(op: Op[T], cancelled: BaseException, backend: Any) -> BaseException:
     what the operation took before (``op`` gives it back when the interrupt is thrown into
     it) goes back to the store, each call let finish (a further Ctrl-C held back). Returns
     the interrupt to raise."""
-    taken = None
-    if isinstance(cancelled, _Interrupted):
-        taken = (cancelled.backend, undo(cancelled.calls, cancelled.replies))
-    steps = unwinding(op, cancelled, backend, taken)
+    steps = unwinding(op, cancelled, backend)
     try:
         where = next(steps)
         while True:
@@ -101,10 +98,6 @@ def _finish(backend: Any, calls: list[ScriptCall]) -> list[Reply]:
         return again.replies
 
 
-class _Interrupted(KeyboardInterrupt):
+class _Interrupted(Interrupted, KeyboardInterrupt):
     """A Ctrl-C that came while ``calls`` were out on ``backend``, which answered them after
     it: ``replies``."""
-
-    def __init__(self, backend: Any, calls: list[ScriptCall], replies: list[Reply]) -> None:
-        super().__init__()
-        self.backend, self.calls, self.replies = backend, calls, replies

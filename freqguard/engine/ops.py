@@ -16,6 +16,7 @@ from freqguard.script.calls import Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT, REFUND
 
 __all__ = [
+    "Interrupted",
     "Op",
     "Sleep",
     "Step",
@@ -99,18 +100,30 @@ def undo(calls: Sequence[ScriptCall], replies: Sequence[Reply]) -> list[ScriptCa
 Finish = tuple[Any, list[ScriptCall]]
 
 
+class Interrupted:
+    """What both guards' interruptions carry (asyncio's cancellation, a thread's Ctrl-C)
+    when they came while ``calls`` were out on ``backend``, which answered them after it:
+    ``replies``."""
+
+    def __init__(self, backend: Any, calls: list[ScriptCall], replies: list[Reply]) -> None:
+        self.backend, self.calls, self.replies = backend, calls, replies
+
+
 def unwinding(
-    op: Op[T], cancelled: BaseException, backend: Any, taken: Finish | None
+    op: Op[T], cancelled: BaseException, backend: Any
 ) -> Generator[Finish, list[Reply], None]:
     """What a cancelled operation gives back, as the calls to let finish (the guards'
-    ``unwind`` sends each, through any cancellation, and sends its replies in): ``taken``
-    first (what the call under way took, by its replies: :func:`undo`), then what ``op``
-    gives back when ``cancelled`` is thrown into it, on ``backend`` or elsewhere (a
-    fallback's). Ends when ``op`` does; the cancellation it raises goes on."""
+    ``unwind`` sends each, through any cancellation, and sends its replies in): what the
+    calls under way took, by their replies (:func:`undo`), when ``cancelled`` is
+    :class:`Interrupted`; then what ``op`` gives back when ``cancelled`` is thrown into it,
+    on ``backend`` or elsewhere (a fallback's). Ends when ``op`` does; the cancellation it
+    raises goes on."""
     from freqguard.engine.failover import Elsewhere  # failover's steps wrap these
 
-    if taken is not None and taken[1]:
-        yield taken
+    if isinstance(cancelled, Interrupted):
+        given = undo(cancelled.calls, cancelled.replies)
+        if given:
+            yield cancelled.backend, given
     try:
         step = op.throw(cancelled)
         while isinstance(step, (list, Elsewhere)):
