@@ -1,8 +1,9 @@
 """What only asyncio has, for the async guard: a cancellation may come while calls are out.
 
 Written by hand with its sync counterpart (``freqguard/_sync/_io.py``), the guard's only
-hand-written pair: a thread is not cancelled part way, so the sync side's ``send`` just
-sends and its ``unwind`` is never reached.
+hand-written pair: a thread is not cancelled part way, but its main thread is interrupted
+(Ctrl-C), which the sync side holds back while a lease's calls are out, and unwinds after
+as this side does a cancellation (both through ``engine.ops.unwinding``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ async def sleep(clock: Clock, seconds: float) -> None:
     await clock.asleep(seconds)
 
 
-async def send(backend: Any, calls: list[ScriptCall], whole: bool) -> list[Reply]:
+async def send(backend: Any, calls: list[ScriptCall], whole: int) -> list[Reply]:
     """``backend.aexecute_many(calls)``; with ``whole`` (an operation that writes in more
     than one call, a batch, a lease taken or given back), let finish when the caller is
     cancelled, however many times, which is then an :class:`_Interrupted` with the replies

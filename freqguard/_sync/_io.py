@@ -2,15 +2,16 @@
 cancelled part way, but the main thread is interrupted (Ctrl-C: ``KeyboardInterrupt``, this
 side's :data:`Cancelled`).
 
-An operation whose calls must finish (``whole``: a lease taken or given back, a batch) holds
-a Ctrl-C back while its calls are out on a store outside the process, in the main thread
-while SIGINT has Python's own handler: the interrupt cut the reply's read, and a lease the
-store took was known to nobody (held until it lapsed). Not on a ``MemoryBackend``: its calls
-take microseconds in the process a Ctrl-C usually ends, and holding one back costs more than
-such a call (two ``signal.signal`` calls). Once the calls are answered, :func:`unwind` gives
-back what they took, and the interrupt is raised, as the async guard does with a
-cancellation. A second Ctrl-C meanwhile is raised at once (what the calls did is then not
-known).
+A lease taken or given back (``whole`` is ``HELD``) holds a Ctrl-C back while its calls are
+out on a store outside the process, in the main thread while SIGINT has Python's own
+handler: the interrupt cut the reply's read, and a lease the store took was known to nobody
+(held until it lapsed). Once the calls are answered, :func:`unwind` gives back what they
+took, and the interrupt is raised, as the async guard does with a cancellation; a second
+Ctrl-C meanwhile is raised at once (what the calls did is then not known). Nothing is held
+back elsewhere: a hit or a batch a Ctrl-C cuts counts or not, as a cancelled one may (the
+strict side), and holding one back costs three calls to ``signal`` (about 25 µs: its
+wrappers turn handlers into enums through exceptions). Nor on a ``MemoryBackend``: its
+calls take microseconds in the process a Ctrl-C usually ends.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 
 from freqguard.backends.memory import MemoryBackend
 from freqguard.clock import Clock
-from freqguard.engine.ops import Interrupted, Op, unwinding
+from freqguard.engine.ops import HELD, Interrupted, Op, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
 __all__ = ["Cancelled", "send", "sleep", "unwind"]
@@ -38,26 +39,26 @@ def sleep(clock: Clock, seconds: float) -> None:
     clock.sleep(seconds)
 
 
-def send(backend: Any, calls: list[ScriptCall], whole: bool) -> list[Reply]:
-    """``backend.execute_many(calls)``; with ``whole``, a Ctrl-C held back until they are
-    answered, then an :class:`_Interrupted` with the replies (or, when the calls failed
-    too, the interrupt: what they did is not known)."""
-    if not whole or isinstance(backend, MemoryBackend) or threading.current_thread() is not _MAIN:
+def send(backend: Any, calls: list[ScriptCall], whole: int) -> list[Reply]:
+    """``backend.execute_many(calls)``; with ``whole`` ``HELD``, a Ctrl-C held back until
+    they are answered, then an :class:`_Interrupted` with the replies (or, when the calls
+    failed too, the interrupt: what they did is not known)."""
+    previous = _holdable() if whole == HELD and not isinstance(backend, MemoryBackend) else None
+    if previous is None:
         return backend.execute_many(calls)  # type: ignore[no-any-return]
     came: list[int] = []
+    restoring: list[bool] = []
 
-    def note(signum: int, frame: object) -> None:  # a first Ctrl-C noted, a second raised
-        if came:
+    def note(signum: int, frame: object) -> None:
+        if came and not restoring:  # a second Ctrl-C while the calls are out: at once
             raise KeyboardInterrupt
         came.append(signum)
 
-    # one swap each way (signal.getsignal costs as much): where SIGINT had a handler of the
-    # program's own, it is put back at once and left to it
-    previous = signal.signal(signal.SIGINT, note)
     try:
-        if previous is not signal.default_int_handler:
-            signal.signal(signal.SIGINT, previous)
-            return backend.execute_many(calls)  # type: ignore[no-any-return]
+        signal.signal(signal.SIGINT, note)
+    except (TypeError, ValueError):  # not this interpreter's to set: sent as it is
+        return backend.execute_many(calls)  # type: ignore[no-any-return]
+    try:
         try:
             replies: list[Reply] = backend.execute_many(calls)
         except Exception:
@@ -65,11 +66,20 @@ def send(backend: Any, calls: list[ScriptCall], whole: bool) -> list[Reply]:
                 raise
             raise KeyboardInterrupt from None
     finally:
-        if previous is signal.default_int_handler:
-            signal.signal(signal.SIGINT, previous)
+        restoring.append(True)  # a Ctrl-C as it is put back (signal runs it first): noted
+        signal.signal(signal.SIGINT, previous)
     if came:
         raise _Interrupted(backend, calls, replies)
     return replies
+
+
+def _holdable() -> Any:
+    """SIGINT's handler where a Ctrl-C can be held back: Python's own, in the main thread
+    (a program's own handler, or one set outside Python, is left to it); else None."""
+    if threading.current_thread() is not _MAIN:
+        return None
+    handler = signal.getsignal(signal.SIGINT)
+    return handler if handler is signal.default_int_handler else None
 
 
 def unwind(op: Op[T], cancelled: BaseException, backend: Any) -> BaseException:

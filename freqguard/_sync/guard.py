@@ -29,7 +29,7 @@ from freqguard.engine.failover import Elsewhere, Failover
 from freqguard.engine.hits import Hits
 from freqguard.engine.limits import limit_call, limits_calls, limits_of
 from freqguard.engine.observers import Observers
-from freqguard.engine.ops import Op, Sleep
+from freqguard.engine.ops import HELD, Op, Sleep
 from freqguard.engine.refunds import Receipts, maybe_applied, unspend
 from freqguard.engine.registry import PolicyRegistry
 from freqguard.engine.settings import (
@@ -163,16 +163,17 @@ class Guard:
         self._policies.register(policy, replace, self._failover, self._denials)
 
     @overload
-    def _run(self, op: ScriptCall, policy: str, whole: bool = False) -> Reply: ...
+    def _run(self, op: ScriptCall, policy: str, whole: int = False) -> Reply: ...
 
     @overload
-    def _run(self, op: Op[T], policy: str, whole: bool = False) -> T: ...
+    def _run(self, op: Op[T], policy: str, whole: int = False) -> T: ...
 
-    def _run(self, op: Op[T] | ScriptCall, policy: str, whole: bool = False) -> T | Reply:
+    def _run(self, op: Op[T] | ScriptCall, policy: str, whole: int = False) -> T | Reply:
         """Drive ``op``: a lone call (:meth:`Hits.hit`'s) sent alone, its reply the answer;
         an operation step by step. A cancelled caller's operation gives back what it took
         first; with ``whole`` (it writes in more than one call, or a batch) after its call
-        under way is let finish, so that what that call took goes back too."""
+        under way is let finish, so that what that call took goes back too (``HELD``: a
+        lease's, whose sync guard holds a Ctrl-C back as well)."""
         if type(op) is ScriptCall:
             try:
                 return self.backend.execute(op)
@@ -194,7 +195,7 @@ class Guard:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    def _step(self, step: object, policy: str, whole: bool) -> list[Reply]:
+    def _step(self, step: object, policy: str, whole: int) -> list[Reply]:
         """A step: its calls sent (breaker and observers told), or to the fallback; a wait."""
         if type(step) is list:
             accounting = self._accounting
@@ -299,7 +300,7 @@ class Guard:
         """A lease, taken in one call with the policy's other rules (all-or-nothing); give
         it back with :meth:`release`, else it frees itself after the rule's ``lease``."""
         hit = self._hits.hit(policy, cost, ctx, lease=True)  # whole: cancelled, given back
-        decided = self._run(self._hits.hit_op(hit), policy, True)
+        decided = self._run(self._hits.hit_op(hit), policy, HELD)
         return self._hits.hit_done(hit, decided)
 
     def release(self, decision: Decision, /) -> Decision:
@@ -311,7 +312,7 @@ class Guard:
         if isinstance(op, Decision):
             return op
         try:  # whole: let finish when the caller is cancelled, so a lease surely goes back
-            return self._run(op, decision.policy, True)
+            return self._run(op, decision.policy, HELD)
         except BaseException as exc:
             if not maybe_applied(exc):
                 unspend(decision.receipt)

@@ -16,6 +16,7 @@ from freqguard.script.calls import Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT, REFUND
 
 __all__ = [
+    "HELD",
     "Interrupted",
     "Op",
     "Sleep",
@@ -94,6 +95,11 @@ def undo(calls: Sequence[ScriptCall], replies: Sequence[Reply]) -> list[ScriptCa
         if c.mode == HIT and c.cost and r.allowed
     ]
 
+
+#: ``whole`` for the guards' ``_run`` (True: let an operation's calls finish through a
+#: cancellation, and give back what they took): that, and a Ctrl-C in a sync guard's main
+#: thread held back until the calls are answered (a lease taken or given back).
+HELD = 2
 
 #: A backend and the calls to send it, each answered before the next: what a cancelled
 #: operation gives back.

@@ -519,25 +519,77 @@ def _main_thread_only() -> None:
         pytest.skip("a signal's handler runs in the main thread only")
 
 
-def test_a_ctrl_c_while_a_sync_batch_is_out_gives_back_its_hits_then_interrupts(
-    redis_server: RedisServer,
-) -> None:
-    """A batch is let finish as a lease is, and what it took given back: as the async
-    guard's batch under a cancellation. The program's SIGINT handler is its own again."""
-    _main_thread_only()
-    flush([redis_server])
-    batch = Policy("batch", Rule("5/minute", by="user"))
-    guard = Guard(RedisBackend(Redis(port=redis_server.port, socket_timeout=5)), [batch])
+def _leases(server: RedisServer) -> Guard:
+    flush([server])
+    guard = Guard(RedisBackend(Redis(port=server.port, socket_timeout=5)), [LLM])
     guard.clock = ManualClock(START)
-    contexts = [{"user": "u"}, {"user": "v"}, {"user": "u"}]
+    with guard.lease("llm", user="u"):  # the connections made, the prefix claimed
+        pass
+    return guard
+
+
+def test_a_sigint_handler_set_outside_python_is_left_alone(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A program embedding Python may own SIGINT in C (``getsignal`` answers None; Python
+    cannot set that handler back): the lease goes as it is, the handler untouched (review:
+    ``signal.signal(SIGINT, None)`` raised TypeError, and the C handler was lost)."""
+    _main_thread_only()
+    guard = _leases(redis_server)
+    monkeypatch.setattr(signal, "getsignal", lambda signum: None)
+    set_to: list[object] = []
+    monkeypatch.setattr(signal, "signal", lambda signum, handler: set_to.append(handler))
     try:
-        assert [d.allowed for d in guard.hit_many("batch", contexts)] == [True] * 3
-        pause(redis_server)
-        _interrupt_while_stopped(redis_server).start()
+        with guard.lease("llm", user="u") as decision:
+            assert decision.allowed
+        assert set_to == []
+    finally:
+        guard.close()
+
+
+def test_a_lease_where_no_handler_can_be_set_goes_as_it_is(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subinterpreter's main thread may not set a handler (``signal.signal`` raises
+    ValueError there): the lease goes as it is (review: every lease raised)."""
+    _main_thread_only()
+    guard = _leases(redis_server)
+
+    def refused(signum: int, handler: object) -> object:
+        raise ValueError("signal only works in main thread of the main interpreter")
+
+    monkeypatch.setattr(signal, "signal", refused)
+    try:
+        with guard.lease("llm", user="u") as decision:
+            assert decision.allowed
+        assert guard.peek("llm", user="u").rules[0].remaining == 2
+    finally:
+        guard.close()
+
+
+def test_a_ctrl_c_as_the_handler_is_put_back_is_raised_after_it(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``signal.signal`` runs a pending handler before it sets another: a second Ctrl-C
+    that lands as Python's own is put back is noted, and raised once it is back (review:
+    it was raised there, and the noting handler stayed for good)."""
+    _main_thread_only()
+    guard = _leases(redis_server)
+    real = signal.signal
+
+    def landing(signum: int, handler: Any) -> Any:
+        if handler is signal.default_int_handler:  # putting it back: a Ctrl-C lands first
+            noting: Any = signal.getsignal(signal.SIGINT)
+            noting(signal.SIGINT, None)
+        return real(signum, handler)
+
+    monkeypatch.setattr(signal, "signal", landing)
+    try:
         with pytest.raises(KeyboardInterrupt):
-            guard.hit_many("batch", contexts)
+            _lease_interrupted(guard, redis_server, "take")
+        monkeypatch.setattr(signal, "signal", real)
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        assert [guard.peek("batch", user=u).remaining for u in "uv"] == [3, 4]
+        assert guard.peek("llm", user="u").rules[0].remaining == 2
     finally:
         resume(redis_server)
         guard.close()
