@@ -8,10 +8,13 @@ handler: the interrupt cut the reply's read, and a lease the store took was know
 (held until it lapsed). Once the calls are answered, :func:`unwind` gives back what they
 took, and the interrupt is raised, as the async guard does with a cancellation; a second
 Ctrl-C meanwhile is raised at once (what the calls did is then not known). Nothing is held
-back elsewhere: a hit or a batch a Ctrl-C cuts counts or not, as a cancelled one may (the
-strict side), and holding one back costs three calls to ``signal`` (about 25 µs: its
-wrappers turn handlers into enums through exceptions). Nor on a ``MemoryBackend``: its
-calls take microseconds in the process a Ctrl-C usually ends.
+back elsewhere: a call of a hit or a batch a Ctrl-C cuts counts or not, as a cancelled one
+may (the strict side), and holding one back costs three calls to ``signal`` (about 25 µs:
+its wrappers turn handlers into enums through exceptions). A Ctrl-C anywhere in an
+operation of several steps (a hit over several parts, a batch, ``acquire``) unwinds it as
+a cancellation does the async guard's: what its earlier steps took goes back. Nothing is
+held back on a ``MemoryBackend``: its calls take microseconds in the process a Ctrl-C
+usually ends.
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ def unwind(op: Op[T], cancelled: BaseException, backend: Any) -> BaseException:
 def _finish(backend: Any, calls: list[ScriptCall]) -> list[Reply]:
     """``calls`` sent and answered, a Ctrl-C held back meanwhile."""
     try:
-        return send(backend, calls, True)
+        return send(backend, calls, HELD)
     except _Interrupted as again:
         return again.replies
 

@@ -81,8 +81,9 @@ class Lane:
     redis-py's ``execute_command`` costs more on the client than everything else in a decision
     (a pool checkout that polls the socket, observability hooks, generic argument packing),
     so calls go to a connection directly: packed by the caller, sent, read with the
-    connection's own parser. A connection that fails is disconnected by redis-py and
-    reconnects on its next use. Safe across threads (``list.pop``
+    connection's own parser, never sent again once written. A connection whose call failed
+    is closed (redis-py closes its own, but a Sentinel-managed one) and reconnects on its
+    next use. Safe across threads (``list.pop``
     and ``append`` are atomic) and across ``fork`` (a child forgets its parent's connections).
     """
 

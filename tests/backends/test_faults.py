@@ -660,6 +660,8 @@ def test_a_call_whose_connection_dies_after_it_ran_is_not_sent_again(
     the long way, and counted twice): it is answered by on_error, and counted once. Also
     with a client the user made (``own``), whose ``Retry`` tries 3 times more: the lane sent
     the call again under it, and counted it twice."""
+    if made == "own" and len(nodes) > 1:
+        pytest.skip("a cluster client's node connections have no Retry of their own")
     victim = owner(nodes, P, r="a")
     name = f"dies-{asynchronous}-{made}"  # this guard's connections, by name
     scheme = "redis" if len(nodes) == 1 else "redis+cluster"
@@ -764,3 +766,4 @@ def _move_slot(nodes: list[RedisServer], slot: int, to: RedisServer) -> None:
     node_id = to.client.execute_command("CLUSTER MYID")  # type: ignore[no-untyped-call]
     for node in nodes:
         node.client.execute_command("CLUSTER SETSLOT", slot, "NODE", node_id)  # type: ignore[no-untyped-call]
+    to.client.execute_command("CLUSTER BUMPEPOCH")  # type: ignore[no-untyped-call]  # its claim wins

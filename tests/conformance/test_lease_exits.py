@@ -13,13 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import signal
 import sys
-import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Generator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,9 +37,7 @@ from freqguard import (
 from freqguard.backends.base import SyncBackend
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from freqguard.script import limits as script_limits
-from tests import servers
 from tests.conftest import START, flush, flush_scripts, run_and_shut_down
-from tests.faults import input_waiting, pause, resume
 from tests.servers import RedisServer
 
 LLM = Policy("llm", Rule("2 concurrent", by="user", lease=60), Rule("100/minute", by="user"))
@@ -446,172 +440,4 @@ def test_a_lease_cancelled_through_a_sync_guards_async_face_is_given_back(
         asyncio.run(main())
         assert guard.peek("llm", user="u").rules[0].remaining == 2
     finally:
-        guard.close()
-
-
-# -- a Ctrl-C while a sync guard's lease is out --------------------------------------------
-
-
-def _interrupt_pending() -> bool:
-    """Whether a SIGINT sent to this process is still pending (not yet taken by a thread:
-    /proc's ShdPnd), so that a test knows the main thread was interrupted."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("ShdPnd:"):
-            return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
-    raise AssertionError("no ShdPnd in /proc/self/status")
-
-
-def _interrupt_while_stopped(server: RedisServer, times: int = 1) -> threading.Thread:
-    """A thread that sends this process a SIGINT (``times``, each once the last was taken)
-    once the server, stopped, has the call the main thread waits on, then resumes the
-    server: the Ctrl-C comes while the call is out, its reply not yet read."""
-
-    def run() -> None:
-        try:
-            servers.wait_for(lambda: input_waiting(server), "the call, at the server")
-            for _ in range(times):
-                os.kill(os.getpid(), signal.SIGINT)
-                servers.wait_for(lambda: not _interrupt_pending(), "the interrupt, taken")
-        finally:
-            resume(server)
-
-    return threading.Thread(target=run)
-
-
-def _lease_interrupted(guard: Guard, server: RedisServer, at: str) -> None:
-    """A lease block whose take (``at``) or release is interrupted while out on ``server``."""
-    if at == "take":
-        pause(server)
-        _interrupt_while_stopped(server).start()
-        with guard.lease("llm", user="u"):
-            raise AssertionError("the block is never entered")
-    with guard.lease("llm", user="u") as decision:
-        assert decision.allowed
-        pause(server)
-        _interrupt_while_stopped(server).start()
-
-
-@pytest.mark.parametrize("at", ["take", "release"])
-def test_a_ctrl_c_while_a_sync_lease_is_out_gives_it_back_then_interrupts(
-    redis_server: RedisServer, at: str
-) -> None:
-    """A ``KeyboardInterrupt`` (Ctrl-C in the main thread) while a lease's take or release
-    is out on Redis: the call is let finish (a Ctrl-C cut the reply's read, and a take the
-    server ran left a lease nobody knew of, held until it lapsed), what it took is given
-    back, then the interrupt is raised."""
-    _main_thread_only()
-    flush([redis_server])
-    guard = Guard(RedisBackend(Redis(port=redis_server.port, socket_timeout=5)), [LLM])
-    guard.clock = ManualClock(START)
-    try:
-        with guard.lease("llm", user="u"):  # the connections made, the prefix claimed
-            pass
-        with pytest.raises(KeyboardInterrupt):
-            _lease_interrupted(guard, redis_server, at)
-        assert guard.peek("llm", user="u").rules[0].remaining == 2
-    finally:
-        resume(redis_server)
-        guard.close()
-
-
-def _main_thread_only() -> None:
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("a signal's handler runs in the main thread only")
-
-
-def _leases(server: RedisServer) -> Guard:
-    flush([server])
-    guard = Guard(RedisBackend(Redis(port=server.port, socket_timeout=5)), [LLM])
-    guard.clock = ManualClock(START)
-    with guard.lease("llm", user="u"):  # the connections made, the prefix claimed
-        pass
-    return guard
-
-
-def test_a_sigint_handler_set_outside_python_is_left_alone(
-    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A program embedding Python may own SIGINT in C (``getsignal`` answers None; Python
-    cannot set that handler back): the lease goes as it is, the handler untouched (review:
-    ``signal.signal(SIGINT, None)`` raised TypeError, and the C handler was lost)."""
-    _main_thread_only()
-    guard = _leases(redis_server)
-    monkeypatch.setattr(signal, "getsignal", lambda signum: None)
-    set_to: list[object] = []
-    monkeypatch.setattr(signal, "signal", lambda signum, handler: set_to.append(handler))
-    try:
-        with guard.lease("llm", user="u") as decision:
-            assert decision.allowed
-        assert set_to == []
-    finally:
-        guard.close()
-
-
-def test_a_lease_where_no_handler_can_be_set_goes_as_it_is(
-    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A subinterpreter's main thread may not set a handler (``signal.signal`` raises
-    ValueError there): the lease goes as it is (review: every lease raised)."""
-    _main_thread_only()
-    guard = _leases(redis_server)
-
-    def refused(signum: int, handler: object) -> object:
-        raise ValueError("signal only works in main thread of the main interpreter")
-
-    monkeypatch.setattr(signal, "signal", refused)
-    try:
-        with guard.lease("llm", user="u") as decision:
-            assert decision.allowed
-        assert guard.peek("llm", user="u").rules[0].remaining == 2
-    finally:
-        guard.close()
-
-
-def test_a_ctrl_c_as_the_handler_is_put_back_is_raised_after_it(
-    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``signal.signal`` runs a pending handler before it sets another: a second Ctrl-C
-    that lands as Python's own is put back is noted, and raised once it is back (review:
-    it was raised there, and the noting handler stayed for good)."""
-    _main_thread_only()
-    guard = _leases(redis_server)
-    real = signal.signal
-
-    def landing(signum: int, handler: Any) -> Any:
-        if handler is signal.default_int_handler:  # putting it back: a Ctrl-C lands first
-            noting: Any = signal.getsignal(signal.SIGINT)
-            noting(signal.SIGINT, None)
-        return real(signum, handler)
-
-    monkeypatch.setattr(signal, "signal", landing)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            _lease_interrupted(guard, redis_server, "take")
-        monkeypatch.setattr(signal, "signal", real)
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        assert guard.peek("llm", user="u").rules[0].remaining == 2
-    finally:
-        resume(redis_server)
-        guard.close()
-
-
-def test_a_second_ctrl_c_interrupts_a_sync_lease_at_once(redis_server: RedisServer) -> None:
-    """The first Ctrl-C is held back while the take is out; a second one is raised at once
-    (what the take did is then not known: docs/strategies/concurrency.md)."""
-    _main_thread_only()
-    flush([redis_server])
-    guard = Guard(RedisBackend(Redis(port=redis_server.port, socket_timeout=5)), [LLM])
-    guard.clock = ManualClock(START)
-    try:
-        with guard.lease("llm", user="u"):
-            pass
-        pause(redis_server)
-        thread = _interrupt_while_stopped(redis_server, times=2)
-        thread.start()
-        with pytest.raises(KeyboardInterrupt), guard.lease("llm", user="u"):
-            raise AssertionError("the block is never entered")
-        thread.join()
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    finally:
-        resume(redis_server)
         guard.close()
