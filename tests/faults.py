@@ -43,11 +43,13 @@ __all__ = [
     "hammering",
     "input_waiting",
     "kill",
+    "loopback",
     "owner",
     "pause",
     "restart",
     "resume",
     "stopped",
+    "tcp_rows",
 ]
 
 WAIT_SECONDS = 60.0  # the longest a test waits for a count: only a broken run gets near it
@@ -74,15 +76,26 @@ def halted(pid: int) -> bool:
     return bool(states) and all(state in ("T", "t") for state in states)
 
 
-def input_waiting(server: RedisServer) -> bool:
-    """Whether a client's connection to ``server`` holds data the server has not read (the
-    kernel's view, /proc/net/tcp): with the server stopped, a call sent sits there."""
-    local = f"0100007F:{server.port:04X}"
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[1] == local and int(fields[4].split(":")[1], 16) > 0:
-            return True
-    return False
+def tcp_rows() -> list[list[str]]:
+    """The kernel's IPv4 TCP sockets (/proc/net/tcp), a row each: local and remote address
+    (hex ``IP:PORT``) at 1 and 2, the state at 3, ``tx_queue:rx_queue`` at 4."""
+    return [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+
+
+def loopback(port: int) -> str:
+    """127.0.0.1:``port`` as /proc/net/tcp writes it."""
+    return f"0100007F:{port:04X}"
+
+
+def input_waiting(server: RedisServer, peer_port: int | None = None) -> bool:
+    """Whether a client's connection to ``server`` (the one from ``peer_port``, or any)
+    holds data the server has not read: with the server stopped, a call sent sits there."""
+    own = loopback(server.port)
+    peer = None if peer_port is None else loopback(peer_port)
+    return any(
+        row[1] == own and (peer is None or row[2] == peer) and int(row[4].split(":")[1], 16) > 0
+        for row in tcp_rows()
+    )
 
 
 def resume(server: RedisServer) -> None:

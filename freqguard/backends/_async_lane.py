@@ -256,7 +256,7 @@ class AsyncLane:
             self._pending = []
             for _, _, future in cut:  # gone out, its outcome unknown: nobody waits forever
                 if not future.done():
-                    future.set_exception(rex.ConnectionError("freqguard: the call was cut off"))
+                    future.set_exception(_cut_off())
             self._resume(unsent)
 
     async def aclose(self) -> None:

@@ -83,8 +83,8 @@ class Lane:
     so calls go to a connection directly: packed by the caller, sent, read with the
     connection's own parser, never sent again once written. A connection whose call failed
     is closed (redis-py closes its own, but a Sentinel-managed one) and reconnects on its
-    next use. Safe across threads (``list.pop``
-    and ``append`` are atomic) and across ``fork`` (a child forgets its parent's connections).
+    next use. Safe across threads (``list.pop`` and ``append`` are atomic) and across
+    ``fork`` (a child forgets its parent's connections).
     """
 
     __slots__ = ("_closed", "_idle", "_pid", "_pool")
@@ -165,12 +165,10 @@ class Lane:
         ``count`` replies: the server works on one chunk while the next is produced."""
 
         def work(connection: Connection) -> list[object]:
-            try:
-                for chunk in chunks():
-                    connection.send_packed_command((chunk,))  # type: ignore[no-untyped-call]
-            except BaseException:  # some calls went out, their replies will not be read
-                connection.disconnect()  # type: ignore[no-untyped-call]
-                raise
+            # a failure part way (some calls out, their replies never read): _attempt
+            # closes the connection
+            for chunk in chunks():
+                connection.send_packed_command((chunk,))  # type: ignore[no-untyped-call]
             return wire.read(connection, count)
 
         return self._attempt(work)

@@ -20,7 +20,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from time import perf_counter
 from typing import Any
 
@@ -55,13 +54,16 @@ from tests.faults import (
     at_once,
     flushing,
     hammering,
+    input_waiting,
     kill,
+    loopback,
     owner,
     owners_of,
     pause,
     restart,
     resume,
     stopped,
+    tcp_rows,
 )
 from tests.servers import RedisServer
 
@@ -608,17 +610,6 @@ def test_a_refund_applied_late_and_made_again_gives_back_once(
 # -- a connection killed after its call ran ---------------------------------------------------
 
 
-def _rx_queued(server: RedisServer, peer_port: int) -> bool:
-    """Whether the server's socket to the client at ``peer_port`` holds unread data (the
-    kernel's view, /proc/net/tcp: the server is stopped, so it sits there)."""
-    local, remote = f"0100007F:{server.port:04X}", f"0100007F:{peer_port:04X}"
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[1] == local and fields[2] == remote:
-            return int(fields[4].split(":")[1], 16) > 0
-    return False
-
-
 def _own_client(
     nodes: list[RedisServer],
     asynchronous: bool,
@@ -690,9 +681,9 @@ def test_a_call_whose_connection_dies_after_it_ran_is_not_sent_again(
         with stopped(victim):
             worker = threading.Thread(target=lambda: got.append(guard.hit("p", r="a")))
             worker.start()
-            servers.wait_for(lambda: _rx_queued(victim, lane_port), "the call, queued")
+            servers.wait_for(lambda: input_waiting(victim, lane_port), "the call, queued")
             admin.sendall(b"CLIENT KILL ADDR 127.0.0.1:%d\r\n" % lane_port)
-            servers.wait_for(lambda: _rx_queued(victim, admin_port), "the kill, queued")
+            servers.wait_for(lambda: input_waiting(victim, admin_port), "the kill, queued")
         worker.join(10)
         assert admin.recv(100) == b":1\r\n"  # one connection killed: the lane's
         # applied once (the call ran before the kill, as epoll hands them over in the order
@@ -746,10 +737,9 @@ def test_a_redirected_call_whose_reply_is_lost_is_not_sent_again(
 
 def _given_up(server: RedisServer) -> bool:
     """Whether a call sent to ``server``, stopped, lies unread on a connection its client
-    has closed (in /proc/net/tcp: the server's end holds data, the client's is in
-    FIN_WAIT1 or 2): the client's read of its reply timed out."""
-    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
-    own = f"0100007F:{server.port:04X}"
+    has closed (the server's end holds data, the client's is in FIN_WAIT1 or 2): the
+    client's read of its reply timed out."""
+    rows, own = tcp_rows(), loopback(server.port)
     unread = {row[2] for row in rows if row[1] == own and int(row[4].split(":")[1], 16) > 0}
     return any(row[1] in unread and row[3] in ("04", "05") for row in rows if row[2] == own)
 
