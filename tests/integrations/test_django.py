@@ -333,6 +333,36 @@ def test_a_streamed_answer_an_outer_middleware_drops_gives_its_lease_back(
         assert asyncio.run(run()) == [int(status), 200]
 
 
+_FAILS = st.sampled_from(["", "500", "404", "403"]) | st.text(
+    st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40
+)
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(steps=st.lists(st.tuples(_FAILS, st.booleans()), min_size=1, max_size=8))
+def test_hostile_requests_never_leave_a_streamed_lease_held(
+    steps: list[tuple[str, bool]],
+) -> None:
+    """Requests drawn with any ``X-Fail`` (the outer middleware's failures, junk) on a
+    streamed view of one lease, each answer read to its end or closed early: each is
+    answered as the model says (200, or the failure's status; never a 429, since every
+    earlier answer was closed and gave its lease back), and none leaves its lease held."""
+    clock = ManualClock(1_700_000_000.0)
+    with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(clock)), MIDDLEWARE=OUTER):
+        client = Client(raise_request_exception=False)
+        for fail, read in steps:
+            answer: Any = client.get("/streamed", headers={"X-Fail": fail})
+            expected = int(fail) if fail in ("500", "404", "403") else 200
+            assert answer.status_code == expected
+            if expected == 200 and read:
+                assert b"".join(answer.streaming_content) == b"ab"
+            else:
+                answer.close()
+        last: Any = client.get("/streamed")
+        assert last.status_code == 200
+        last.close()
+
+
 @pytest.mark.parametrize("path", ["/streamed", "/astreamed"])
 @pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume synchronous")
 def test_a_dropped_streamed_answer_gives_its_lease_back_under_djangos_asgi_handler(
