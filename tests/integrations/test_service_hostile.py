@@ -155,7 +155,7 @@ ANY_PATH = st.one_of(
     st.sampled_from(["/", "/healthz", "/openapi.json", "/metrics", "/v1/policies", "/v1/stats"]),
     st.text(
         st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="?#"), max_size=12
-    ).map(lambda text: "/" + text),
+    ).map(lambda text: "/" + text.lstrip("/")),  # "//host...": httpx reads a host there
 )
 ANY_CALL = st.tuples(
     st.sampled_from(["POST", "PUT", "DELETE", "GET", "HEAD", "PATCH", "OPTIONS"]), ANY_PATH
