@@ -50,19 +50,14 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
         r"from redis\.asyncio\.connection import Connection as AsyncConnection",
         "from redis.connection import Connection",
     ),
-    (  # the names sort otherwise once AsyncIterator is Iterator
-        r"from collections\.abc import AsyncIterator, Callable, Iterable, Mapping",
-        "from collections.abc import Callable, Iterable, Iterator, Mapping",
-    ),
     # the guard's own imports
     (r"freqguard\._async\.", "freqguard._sync."),
     # syntax
     (r"async def", "def"),
-    (r"asynccontextmanager", "contextmanager"),
-    (r"AsyncIterator", "Iterator"),
     (r"await ", ""),
     # names
     (r"AsyncGuard", "Guard"),
+    (r"AsyncLeaseBlock", "LeaseBlock"),
     (r"AsyncBackend", "SyncBackend"),
     (r"The asyncio engine", "The synchronous engine"),
     (r"__aenter__", "__enter__"),

@@ -2,13 +2,14 @@
 
 Written by hand with its sync counterpart (``freqguard/_sync/_io.py``), the guard's only
 hand-written pair: a thread is not cancelled part way, but its main thread is interrupted
-(Ctrl-C), which the sync side holds back while a lease's calls are out, and unwinds after
-as this side does a cancellation (both through ``engine.ops.unwinding``).
+(Ctrl-C), which the sync side holds back around what a lease does (``holding``), and
+unwinds elsewhere as this side does a cancellation (both through ``engine.ops.unwinding``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any, TypeVar
 
@@ -17,7 +18,7 @@ from freqguard.clock import Clock
 from freqguard.engine.ops import Interrupted, Op, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
-__all__ = ["Cancelled", "send", "sleep", "unwind"]
+__all__ = ["Cancelled", "holding", "send", "sleep", "unwind"]
 
 T = TypeVar("T")
 _log = logging.getLogger("freqguard")
@@ -27,6 +28,12 @@ Cancelled = asyncio.CancelledError
 
 async def sleep(clock: Clock, seconds: float) -> None:
     await clock.asleep(seconds)
+
+
+def holding(backend: Any) -> contextlib.nullcontext[None]:
+    """The sync side holds a Ctrl-C back around what a lease does; a task is cancelled
+    only where it awaits, which :func:`send` lets finish: nothing to hold here."""
+    return contextlib.nullcontext()
 
 
 async def send(backend: Any, calls: list[ScriptCall], whole: int) -> list[Reply]:

@@ -10,12 +10,12 @@ operations; what differs is only how a batch of script calls is sent and how a w
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import TypeVar, overload
 
-from freqguard._async._io import Cancelled, send, sleep, unwind
+from freqguard._async._io import Cancelled, holding, send, sleep, unwind
+from freqguard._async.leases import AsyncLeaseBlock, given_back, release_unsent
 from freqguard.backends.base import AsyncBackend
 from freqguard.backends.memory import MemoryBackend
 from freqguard.clock import Clock
@@ -29,8 +29,8 @@ from freqguard.engine.failover import Elsewhere, Failover
 from freqguard.engine.hits import Hits
 from freqguard.engine.limits import limit_call, limits_calls, limits_of
 from freqguard.engine.observers import Observers
-from freqguard.engine.ops import HELD, Op, Sleep
-from freqguard.engine.refunds import Receipts, maybe_applied, unspend
+from freqguard.engine.ops import Op, Sleep
+from freqguard.engine.refunds import Receipts
 from freqguard.engine.registry import PolicyRegistry
 from freqguard.engine.settings import (
     DEFAULT_BREAKER,
@@ -284,47 +284,34 @@ class AsyncGuard:
         if not isinstance(policy, Decision):
             count = 1 if cost is None else cost
             return await self._run(self._hits.decide(policy, count, ctx, REFUND), policy)
-        return await self._given_back(self._receipts.refund(policy, cost, ctx), policy)
+        with holding(self.backend):
+            return await given_back(self, self._receipts.refund(policy, cost, ctx), policy)
 
-    @asynccontextmanager
-    async def lease(
-        self,
-        policy: str,
-        cost: int = 1,
-        **ctx: object,
-    ) -> AsyncIterator[Decision]:
+    def lease(self, policy: str, cost: int = 1, **ctx: object) -> AsyncLeaseBlock:
         """A lease of a policy with a concurrency rule (:meth:`take_lease`), given back when
         the block ends, however (:meth:`release`). ``async with guard.lease("llm",
         user="u1") as d:``, then act ``if d.allowed``."""
-        decision = await self.take_lease(policy, cost, **ctx)
-        try:
-            yield decision
-        finally:
-            if decision.allowed:
-                await self.release(decision)
+        return AsyncLeaseBlock(self, policy, cost, ctx)
 
     @must_await
     async def take_lease(self, policy: str, cost: int = 1, **ctx: object) -> Decision:
         """A lease, taken in one call with the policy's other rules (all-or-nothing); give
         it back with :meth:`release`, else it frees itself after the rule's ``lease``."""
-        hit = self._hits.hit(policy, cost, ctx, lease=True)  # whole: cancelled, given back
-        decided = await self._run(self._hits.hit_op(hit), policy, HELD)
-        return self._hits.hit_done(hit, decided)
+        block = AsyncLeaseBlock(self, policy, cost, ctx)
+        try:
+            return await block.__aenter__()
+        except Cancelled:  # a Ctrl-C as the block's entry returned: given back
+            await block.give_back()
+            raise
 
     @must_await
     async def release(self, decision: Decision, /) -> Decision:
         """Give back the leases ``decision`` took, once; its rate rules keep the call."""
-        return await self._given_back(self._receipts.release(decision), decision)
-
-    async def _given_back(self, op: Op[Decision] | Decision, decision: Decision) -> Decision:
-        """Run a refund's operation; a failure surely not applied gives its receipt back."""
-        if isinstance(op, Decision):
-            return op
-        try:  # whole: let finish when the caller is cancelled, so a lease surely goes back
-            return await self._run(op, decision.policy, HELD)
-        except BaseException as exc:
-            if not maybe_applied(exc):
-                unspend(decision.receipt)
+        try:
+            with holding(self.backend):
+                return await given_back(self, self._receipts.release(decision), decision)
+        except Cancelled:  # a Ctrl-C before the hold began: nothing went, it goes now
+            await release_unsent(self, decision)
             raise
 
     async def reset(

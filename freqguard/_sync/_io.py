@@ -2,19 +2,20 @@
 cancelled part way, but the main thread is interrupted (Ctrl-C: ``KeyboardInterrupt``, this
 side's :data:`Cancelled`).
 
-A lease taken or given back (``whole`` is ``HELD``) holds a Ctrl-C back while its calls are
-out on a store outside the process, in the main thread while SIGINT has Python's own
-handler: the interrupt cut the reply's read, and a lease the store took was known to nobody
-(held until it lapsed). Once the calls are answered, :func:`unwind` gives back what they
-took, and the interrupt is raised, as the async guard does with a cancellation; a second
+A lease taken or given back holds a Ctrl-C back (:class:`holding`) from before its calls go
+out until the guard knows what they did, in the main thread while SIGINT has Python's own
+handler, on a store outside the process: an interrupt that cut the reply's read, or landed
+between the store's answer and the decision in the caller's hands, left a lease the store
+took known to nobody (held until it lapsed). At the hold's end the interrupt is raised: the
+guard gives the lease back first, as the async guard does on a cancellation. A second
 Ctrl-C meanwhile is raised at once (what the calls did is then not known). Nothing is held
 back elsewhere: a call of a hit or a batch a Ctrl-C cuts counts or not, as a cancelled one
-may (the strict side), and holding one back costs three calls to ``signal`` (about 25 µs:
-its wrappers turn handlers into enums through exceptions). A Ctrl-C anywhere in an
-operation of several steps (a hit over several parts, a batch, ``acquire``) unwinds it as
-a cancellation does the async guard's: what its earlier steps took goes back. Nothing is
-held back on a ``MemoryBackend``: its calls take microseconds in the process a Ctrl-C
-usually ends.
+may (the strict side), and a hold costs three calls to ``signal`` (about 25 µs: its
+wrappers turn handlers into enums through exceptions). A Ctrl-C anywhere in an operation
+of several steps (a hit over several parts, a batch, ``acquire``) unwinds it as a
+cancellation does the async guard's: what its earlier steps took goes back. Nothing is held
+back on a ``MemoryBackend``: its calls take microseconds in the process a Ctrl-C usually
+ends.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from typing import Any, TypeVar
 
 from freqguard.backends.memory import MemoryBackend
 from freqguard.clock import Clock
-from freqguard.engine.ops import HELD, Interrupted, Op, unwinding
+from freqguard.engine.ops import Op, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
-__all__ = ["Cancelled", "send", "sleep", "unwind"]
+__all__ = ["Cancelled", "holding", "send", "sleep", "unwind"]
 
 T = TypeVar("T")
 _log = logging.getLogger("freqguard")
@@ -43,42 +44,51 @@ def sleep(clock: Clock, seconds: float) -> None:
 
 
 def send(backend: Any, calls: list[ScriptCall], whole: int) -> list[Reply]:
-    """``backend.execute_many(calls)``; with ``whole`` ``HELD``, a Ctrl-C held back until
-    they are answered, then an :class:`_Interrupted` with the replies (or, when the calls
-    failed too, the interrupt: what they did is not known)."""
-    previous = _holdable() if whole == HELD and not isinstance(backend, MemoryBackend) else None
-    if previous is None:
-        return backend.execute_many(calls)  # type: ignore[no-any-return]
-    came: list[int] = []
-    restoring: list[bool] = []
+    """``backend.execute_many(calls)`` (``whole`` is the async side's: a thread's Ctrl-C is
+    held back by :class:`holding`, around the whole of what a lease does)."""
+    return backend.execute_many(calls)  # type: ignore[no-any-return]
 
-    def note(signum: int, frame: object) -> None:
-        if came and not restoring:  # a second Ctrl-C while the calls are out: at once
+
+class holding:
+    """A Ctrl-C held back in the block, on a store outside the process, in the main thread
+    while SIGINT has Python's own handler (a program's own handler, or one set outside
+    Python, is left to it); raised as the block ends (``raising``), after it, or at once
+    when a second comes. Blocks nest: an inner one finds the outer's handler and holds
+    nothing itself."""
+
+    def __init__(self, backend: Any, raising: bool = True) -> None:
+        self.came: list[int] = []
+        self._raising, self._previous, self._restoring = raising, None, False
+        self._backend = backend
+
+    def __enter__(self) -> holding:
+        if isinstance(self._backend, MemoryBackend):
+            return self
+        previous = _holdable()
+        if previous is not None:
+            try:
+                signal.signal(signal.SIGINT, self._note)
+            except (TypeError, ValueError):  # not this interpreter's to set: as it is
+                return self
+            self._previous = previous
+        return self
+
+    def _note(self, signum: int, frame: object) -> None:
+        if self.came and not self._restoring:  # a second Ctrl-C meanwhile: at once
             raise KeyboardInterrupt
-        came.append(signum)
+        self.came.append(signum)
 
-    try:
-        signal.signal(signal.SIGINT, note)
-    except (TypeError, ValueError):  # not this interpreter's to set: sent as it is
-        return backend.execute_many(calls)  # type: ignore[no-any-return]
-    try:
-        try:
-            replies: list[Reply] = backend.execute_many(calls)
-        except Exception:
-            if not came:
-                raise
-            raise KeyboardInterrupt from None
-    finally:
-        restoring.append(True)  # a Ctrl-C as it is put back (signal runs it first): noted
-        signal.signal(signal.SIGINT, previous)
-    if came:
-        raise _Interrupted(backend, calls, replies)
-    return replies
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        if self._previous is not None:
+            self._restoring = True  # a Ctrl-C as it is put back (signal runs it first): noted
+            signal.signal(signal.SIGINT, self._previous)
+        if self.came and self._raising and not (kind and issubclass(kind, KeyboardInterrupt)):
+            raise KeyboardInterrupt from None  # after a failure too: what it did is not known
 
 
 def _holdable() -> Any:
-    """SIGINT's handler where a Ctrl-C can be held back: Python's own, in the main thread
-    (a program's own handler, or one set outside Python, is left to it); else None."""
+    """SIGINT's handler where a Ctrl-C can be held back: Python's own, in the main thread;
+    else None."""
     if threading.current_thread() is not _MAIN:
         return None
     handler = signal.getsignal(signal.SIGINT)
@@ -86,10 +96,9 @@ def _holdable() -> Any:
 
 
 def unwind(op: Op[T], cancelled: BaseException, backend: Any) -> BaseException:
-    """The caller was interrupted: what the calls under way took (when they finished) and
-    what the operation took before (``op`` gives it back when the interrupt is thrown into
-    it) goes back to the store, each call let finish (a further Ctrl-C held back). Returns
-    the interrupt to raise."""
+    """The caller was interrupted: what the operation took before (``op`` gives it back when
+    the interrupt is thrown into it) goes back to the store, each call let finish (a further
+    Ctrl-C held back). Returns the interrupt to raise."""
     steps = unwinding(op, cancelled, backend)
     try:
         where = next(steps)
@@ -100,17 +109,11 @@ def unwind(op: Op[T], cancelled: BaseException, backend: Any) -> BaseException:
     except Exception:  # the store failed meanwhile: the units stay taken, the strict side
         _log.warning("freqguard: an interrupted operation could not give back what it took")
         op.close()
-    return KeyboardInterrupt() if isinstance(cancelled, _Interrupted) else cancelled
+    return cancelled
 
 
 def _finish(backend: Any, calls: list[ScriptCall]) -> list[Reply]:
-    """``calls`` sent and answered, a Ctrl-C held back meanwhile."""
-    try:
-        return send(backend, calls, HELD)
-    except _Interrupted as again:
-        return again.replies
-
-
-class _Interrupted(Interrupted, KeyboardInterrupt):
-    """A Ctrl-C that came while ``calls`` were out on ``backend``, which answered them after
-    it: ``replies``."""
+    """``calls`` sent and answered, a Ctrl-C held back meanwhile (the one being unwound is
+    raised after)."""
+    with holding(backend, raising=False):
+        return send(backend, calls, True)
