@@ -21,7 +21,7 @@ import pytest
 from redis import Redis
 
 from freqguard import Decision, Guard, ManualClock, Policy, Rule
-from freqguard._sync.guard import LeaseBlock
+from freqguard._sync.leases import LeaseBlock
 from freqguard.backends.redis import RedisBackend
 from tests import servers
 from tests.conformance.test_lease_exits import LLM
