@@ -58,6 +58,7 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     # names
     (r"AsyncGuard", "Guard"),
     (r"AsyncLeaseBlock", "LeaseBlock"),
+    (r"AsyncContextDecorator", "ContextDecorator"),
     (r"AsyncBackend", "SyncBackend"),
     (r"The asyncio engine", "The synchronous engine"),
     (r"__aenter__", "__enter__"),

@@ -30,10 +30,14 @@ async def sleep(clock: Clock, seconds: float) -> None:
     await clock.asleep(seconds)
 
 
-def holding(backend: Any) -> contextlib.nullcontext[None]:
+class holding(contextlib.nullcontext[None]):
     """The sync side holds a Ctrl-C back around what a lease does; a task is cancelled
     only where it awaits, which :func:`send` lets finish: nothing to hold here."""
-    return contextlib.nullcontext()
+
+    entered = True  # as the sync side's, once in force
+
+    def __init__(self, backend: Any) -> None:
+        super().__init__()
 
 
 async def send(backend: Any, calls: list[ScriptCall], whole: int) -> list[Reply]:

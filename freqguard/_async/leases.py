@@ -9,6 +9,9 @@ a ``try`` that gives the lease back, and the calls themselves go under ``holding
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from contextlib import AsyncContextDecorator
 from typing import TYPE_CHECKING
 
 from freqguard._async._io import Cancelled, holding
@@ -19,7 +22,16 @@ from freqguard.engine.refunds import maybe_applied, unspend
 if TYPE_CHECKING:
     from freqguard._async.guard import AsyncGuard
 
-__all__ = ["AsyncLeaseBlock", "given_back", "release_unsent", "take"]
+__all__ = [
+    "AsyncLeaseBlock",
+    "give_back",
+    "give_back_unsent",
+    "refunding",
+    "releasing",
+    "take",
+]
+
+_log = logging.getLogger("freqguard")
 
 
 async def take(
@@ -33,6 +45,30 @@ async def take(
         decided = await guard._run(hits.hit_op(hit), policy, HELD)
         taken.append(hits.hit_done(hit, decided))
     return taken[0]
+
+
+async def give_back(
+    guard: AsyncGuard,
+    decision: Decision,
+    claim: Callable[[], Op[Decision] | Decision],
+    started: list[bool],
+) -> Decision:
+    """Give back what ``claim()`` (which spends ``decision``'s receipt) makes of it, a
+    Ctrl-C held back from before the claim until it is answered, ``started`` told first
+    (a Ctrl-C as this begins is its caller's to see). A Ctrl-C before the hold began is
+    raised after the give-back went; one during it, after it was answered or failed (then
+    not sent again: review found a failed release sent twice, and its second failure
+    raised in place of the interrupt)."""
+    hold = None
+    try:
+        started.append(True)
+        hold = holding(guard.backend)
+        with hold:
+            return await given_back(guard, claim(), decision)
+    except Cancelled:
+        if hold is None or not hold.entered:
+            await give_back_unsent(guard, decision, claim)
+        raise
 
 
 async def given_back(
@@ -51,27 +87,49 @@ async def given_back(
         raise
 
 
-async def release_unsent(guard: AsyncGuard, decision: Decision) -> None:
-    """Release ``decision``'s leases if no release of it went (a Ctrl-C cut it before, or
-    came as it was taken: its receipt not spent), a Ctrl-C held back meanwhile."""
+def releasing(guard: AsyncGuard, decision: Decision) -> Callable[[], Op[Decision] | Decision]:
+    """The claim of :func:`give_back` that releases ``decision``'s leases."""
+    return lambda: guard._receipts.release(decision)
+
+
+def refunding(
+    guard: AsyncGuard, decision: Decision, cost: int | None, ctx: dict[str, object]
+) -> Callable[[], Op[Decision] | Decision]:
+    """The claim of :func:`give_back` that refunds what ``decision`` took (``cost`` and
+    ``ctx`` as given, which it refuses)."""
+    return lambda: guard._receipts.refund(decision, cost, ctx)
+
+
+async def give_back_unsent(
+    guard: AsyncGuard, decision: Decision, claim: Callable[[], Op[Decision] | Decision]
+) -> None:
+    """:func:`give_back` again, on the way out of an interrupt, if no give-back of
+    ``decision`` went (its receipt not spent); a failure logged, never raised in place of
+    the interrupt (the units free themselves: a lease after its ``lease`` seconds)."""
     receipt = decision.receipt
-    if decision.allowed and receipt is not None and not receipt.spent:
+    if receipt is None or receipt.spent:
+        return
+    try:
         with holding(guard.backend):
-            await given_back(guard, guard._receipts.release(decision), decision)
+            await given_back(guard, claim(), decision)
+    except Exception:
+        _log.warning("freqguard: what an interrupted call took could not be given back")
 
 
-class AsyncLeaseBlock:
-    """``guard.lease(...)``: a lease taken as the block begins, given back as it ends. A
+class AsyncLeaseBlock(AsyncContextDecorator):
+    """``guard.lease(...)``: a lease taken as the block begins, given back as it ends (a
+    decorator too: a lease for each call, as contextlib's context managers decorate). A
     class, not a generator's context manager: between a generator's yield and the block, a
     Ctrl-C lands in ``contextlib``'s own frame, where nothing gives the lease back; here
     every point from the take's answer to the block is inside a ``try`` that does
     (:meth:`AsyncGuard.take_lease` is its entry)."""
 
-    __slots__ = ("_args", "_guard", "_taken")
-
     def __init__(self, guard: AsyncGuard, policy: str, cost: int, ctx: dict[str, object]) -> None:
         self._guard, self._args = guard, (policy, cost, ctx)
         self._taken: list[Decision] = []  # filled before a Ctrl-C can land: given back
+
+    def _recreate_cm(self) -> AsyncLeaseBlock:
+        return AsyncLeaseBlock(self._guard, *self._args)
 
     async def __aenter__(self) -> Decision:
         taken = self._taken
@@ -81,20 +139,23 @@ class AsyncLeaseBlock:
             )
         try:
             return await take(self._guard, *self._args, taken)
-        except Cancelled:  # a Ctrl-C held back as it was taken, or just after: given back
-            await self.give_back()
+        except BaseException:  # a Ctrl-C held back as it was taken, or just after: given
+            await self.give_back()  # back (another signal's exception too)
             raise
 
     async def give_back(self) -> None:
         """Release the lease taken, unless a release of it went already."""
-        if self._taken:
-            await release_unsent(self._guard, self._taken[0])
+        taken = self._taken
+        if taken and taken[0].allowed:
+            await give_back_unsent(self._guard, taken[0], releasing(self._guard, taken[0]))
 
     async def __aexit__(self, *exc: object) -> None:
         taken = self._taken
         if taken and taken[0].allowed:
+            started: list[bool] = []
             try:
-                await self._guard.release(taken[0])
+                await give_back(self._guard, taken[0], releasing(self._guard, taken[0]), started)
             except Cancelled:  # a Ctrl-C as the release began: it goes now
-                await release_unsent(self._guard, taken[0])
+                if not started:
+                    await give_back_unsent(self._guard, taken[0], releasing(self._guard, taken[0]))
                 raise

@@ -53,24 +53,27 @@ class holding:
     """A Ctrl-C held back in the block, on a store outside the process, in the main thread
     while SIGINT has Python's own handler (a program's own handler, or one set outside
     Python, is left to it); raised as the block ends (``raising``), after it, or at once
-    when a second comes. Blocks nest: an inner one finds the outer's handler and holds
-    nothing itself."""
+    when a second comes. ``entered``: the hold is in force (or none was needed), so what
+    the block claims is the block's to give back. Blocks nest: an inner one finds the
+    outer's handler and holds nothing itself."""
 
     def __init__(self, backend: Any, raising: bool = True) -> None:
         self.came: list[int] = []
-        self._raising, self._previous, self._restoring = raising, None, False
-        self._backend = backend
+        self.entered, self._raising, self._restoring = False, raising, False
+        self._backend, self._previous = backend, None
 
     def __enter__(self) -> holding:
-        if isinstance(self._backend, MemoryBackend):
-            return self
-        previous = _holdable()
+        previous = None if isinstance(self._backend, MemoryBackend) else _holdable()
         if previous is not None:
+            self._previous = previous  # first: an exception as it is set puts it back
             try:
                 signal.signal(signal.SIGINT, self._note)
             except (TypeError, ValueError):  # not this interpreter's to set: as it is
-                return self
-            self._previous = previous
+                self._previous = None
+            except BaseException:  # another signal's handler raised as it was set
+                _put_back(previous)
+                raise
+        self.entered = True
         return self
 
     def _note(self, signum: int, frame: object) -> None:
@@ -79,11 +82,30 @@ class holding:
         self.came.append(signum)
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        other = None
         if self._previous is not None:
             self._restoring = True  # a Ctrl-C as it is put back (signal runs it first): noted
-            signal.signal(signal.SIGINT, self._previous)
+            other = _put_back(self._previous)
         if self.came and self._raising and not (kind and issubclass(kind, KeyboardInterrupt)):
             raise KeyboardInterrupt from None  # after a failure too: what it did is not known
+        if other is not None:
+            raise other
+
+
+def _put_back(handler: Any) -> BaseException | None:
+    """SIGINT's handler set back to ``handler``, through what another signal's handler
+    raises as it is set (``signal.signal`` runs pending handlers first, and its Python
+    wrapper checks for signals after setting it: review found the noting handler left in
+    place for good); the first such exception, for the caller to raise once it is set."""
+    other: BaseException | None = None
+    for _ in range(8):  # each raise is a signal that came: they end
+        try:
+            signal.signal(signal.SIGINT, handler)
+            return other
+        except BaseException as exc:
+            other = other or exc
+    signal.signal(signal.SIGINT, handler)  # as a last try, whatever it raises
+    return other
 
 
 def _holdable() -> Any:

@@ -15,8 +15,14 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import TypeVar, overload
 
-from freqguard._sync._io import Cancelled, holding, send, sleep, unwind
-from freqguard._sync.leases import LeaseBlock, given_back, release_unsent
+from freqguard._sync._io import Cancelled, send, sleep, unwind
+from freqguard._sync.leases import (
+    LeaseBlock,
+    give_back,
+    give_back_unsent,
+    refunding,
+    releasing,
+)
 from freqguard.backends.base import SyncBackend
 from freqguard.backends.memory import MemoryBackend
 from freqguard.clock import Clock
@@ -274,11 +280,16 @@ class Guard:
             ConfigError: a decision already refunded, or given with a cost or context; a
                 refund by context of a policy that holds leases (:meth:`release` them).
         """
-        if not isinstance(policy, Decision):
-            count = 1 if cost is None else cost
-            return self._run(self._hits.decide(policy, count, ctx, REFUND), policy)
-        with holding(self.backend):
-            return given_back(self, self._receipts.refund(policy, cost, ctx), policy)
+        started: list[bool] = []  # the try first: a Ctrl-C in it gives back what it took
+        try:
+            if not isinstance(policy, Decision):
+                count = 1 if cost is None else cost
+                return self._run(self._hits.decide(policy, count, ctx, REFUND), policy)
+            return give_back(self, policy, refunding(self, policy, cost, ctx), started)
+        except Cancelled:  # a Ctrl-C as it began: nothing went, it goes now
+            if not started and isinstance(policy, Decision):
+                give_back_unsent(self, policy, refunding(self, policy, cost, ctx))
+            raise
 
     def lease(self, policy: str, cost: int = 1, **ctx: object) -> LeaseBlock:
         """A lease of a policy with a concurrency rule (:meth:`take_lease`), given back when
@@ -292,17 +303,18 @@ class Guard:
         block = LeaseBlock(self, policy, cost, ctx)
         try:
             return block.__enter__()
-        except Cancelled:  # a Ctrl-C as the block's entry returned: given back
+        except BaseException:  # a Ctrl-C as the block's entry returned: given back
             block.give_back()
             raise
 
     def release(self, decision: Decision, /) -> Decision:
         """Give back the leases ``decision`` took, once; its rate rules keep the call."""
+        started: list[bool] = []
         try:
-            with holding(self.backend):
-                return given_back(self, self._receipts.release(decision), decision)
-        except Cancelled:  # a Ctrl-C before the hold began: nothing went, it goes now
-            release_unsent(self, decision)
+            return give_back(self, decision, releasing(self, decision), started)
+        except Cancelled:  # a Ctrl-C as it began: nothing went, it goes now
+            if not started:
+                give_back_unsent(self, decision, releasing(self, decision))
             raise
 
     def reset(

@@ -10,6 +10,9 @@ a ``try`` that gives the lease back, and the calls themselves go under ``holding
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from contextlib import ContextDecorator
 from typing import TYPE_CHECKING
 
 from freqguard._sync._io import Cancelled, holding
@@ -20,7 +23,16 @@ from freqguard.engine.refunds import maybe_applied, unspend
 if TYPE_CHECKING:
     from freqguard._sync.guard import Guard
 
-__all__ = ["LeaseBlock", "given_back", "release_unsent", "take"]
+__all__ = [
+    "LeaseBlock",
+    "give_back",
+    "give_back_unsent",
+    "refunding",
+    "releasing",
+    "take",
+]
+
+_log = logging.getLogger("freqguard")
 
 
 def take(
@@ -34,6 +46,30 @@ def take(
         decided = guard._run(hits.hit_op(hit), policy, HELD)
         taken.append(hits.hit_done(hit, decided))
     return taken[0]
+
+
+def give_back(
+    guard: Guard,
+    decision: Decision,
+    claim: Callable[[], Op[Decision] | Decision],
+    started: list[bool],
+) -> Decision:
+    """Give back what ``claim()`` (which spends ``decision``'s receipt) makes of it, a
+    Ctrl-C held back from before the claim until it is answered, ``started`` told first
+    (a Ctrl-C as this begins is its caller's to see). A Ctrl-C before the hold began is
+    raised after the give-back went; one during it, after it was answered or failed (then
+    not sent again: review found a failed release sent twice, and its second failure
+    raised in place of the interrupt)."""
+    hold = None
+    try:
+        started.append(True)
+        hold = holding(guard.backend)
+        with hold:
+            return given_back(guard, claim(), decision)
+    except Cancelled:
+        if hold is None or not hold.entered:
+            give_back_unsent(guard, decision, claim)
+        raise
 
 
 def given_back(
@@ -52,27 +88,49 @@ def given_back(
         raise
 
 
-def release_unsent(guard: Guard, decision: Decision) -> None:
-    """Release ``decision``'s leases if no release of it went (a Ctrl-C cut it before, or
-    came as it was taken: its receipt not spent), a Ctrl-C held back meanwhile."""
+def releasing(guard: Guard, decision: Decision) -> Callable[[], Op[Decision] | Decision]:
+    """The claim of :func:`give_back` that releases ``decision``'s leases."""
+    return lambda: guard._receipts.release(decision)
+
+
+def refunding(
+    guard: Guard, decision: Decision, cost: int | None, ctx: dict[str, object]
+) -> Callable[[], Op[Decision] | Decision]:
+    """The claim of :func:`give_back` that refunds what ``decision`` took (``cost`` and
+    ``ctx`` as given, which it refuses)."""
+    return lambda: guard._receipts.refund(decision, cost, ctx)
+
+
+def give_back_unsent(
+    guard: Guard, decision: Decision, claim: Callable[[], Op[Decision] | Decision]
+) -> None:
+    """:func:`give_back` again, on the way out of an interrupt, if no give-back of
+    ``decision`` went (its receipt not spent); a failure logged, never raised in place of
+    the interrupt (the units free themselves: a lease after its ``lease`` seconds)."""
     receipt = decision.receipt
-    if decision.allowed and receipt is not None and not receipt.spent:
+    if receipt is None or receipt.spent:
+        return
+    try:
         with holding(guard.backend):
-            given_back(guard, guard._receipts.release(decision), decision)
+            given_back(guard, claim(), decision)
+    except Exception:
+        _log.warning("freqguard: what an interrupted call took could not be given back")
 
 
-class LeaseBlock:
-    """``guard.lease(...)``: a lease taken as the block begins, given back as it ends. A
+class LeaseBlock(ContextDecorator):
+    """``guard.lease(...)``: a lease taken as the block begins, given back as it ends (a
+    decorator too: a lease for each call, as contextlib's context managers decorate). A
     class, not a generator's context manager: between a generator's yield and the block, a
     Ctrl-C lands in ``contextlib``'s own frame, where nothing gives the lease back; here
     every point from the take's answer to the block is inside a ``try`` that does
     (:meth:`Guard.take_lease` is its entry)."""
 
-    __slots__ = ("_args", "_guard", "_taken")
-
     def __init__(self, guard: Guard, policy: str, cost: int, ctx: dict[str, object]) -> None:
         self._guard, self._args = guard, (policy, cost, ctx)
         self._taken: list[Decision] = []  # filled before a Ctrl-C can land: given back
+
+    def _recreate_cm(self) -> LeaseBlock:
+        return LeaseBlock(self._guard, *self._args)
 
     def __enter__(self) -> Decision:
         taken = self._taken
@@ -82,20 +140,23 @@ class LeaseBlock:
             )
         try:
             return take(self._guard, *self._args, taken)
-        except Cancelled:  # a Ctrl-C held back as it was taken, or just after: given back
-            self.give_back()
+        except BaseException:  # a Ctrl-C held back as it was taken, or just after: given
+            self.give_back()  # back (another signal's exception too)
             raise
 
     def give_back(self) -> None:
         """Release the lease taken, unless a release of it went already."""
-        if self._taken:
-            release_unsent(self._guard, self._taken[0])
+        taken = self._taken
+        if taken and taken[0].allowed:
+            give_back_unsent(self._guard, taken[0], releasing(self._guard, taken[0]))
 
     def __exit__(self, *exc: object) -> None:
         taken = self._taken
         if taken and taken[0].allowed:
+            started: list[bool] = []
             try:
-                self._guard.release(taken[0])
+                give_back(self._guard, taken[0], releasing(self._guard, taken[0]), started)
             except Cancelled:  # a Ctrl-C as the release began: it goes now
-                release_unsent(self._guard, taken[0])
+                if not started:
+                    give_back_unsent(self._guard, taken[0], releasing(self._guard, taken[0]))
                 raise

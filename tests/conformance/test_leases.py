@@ -371,3 +371,24 @@ def test_asyncio_tasks_never_hold_more_than_the_limit_on_redis(redis_server: Red
         return most, denied, free
 
     assert asyncio.run(main()) == (3, 29, 3)
+
+
+def test_a_lease_decorates_a_function_with_a_lease_each_call() -> None:
+    """``@guard.lease(...)``, as contextlib's context managers decorate: a lease taken for
+    each call and given back as it returns, sync and async (review: the class that replaced
+    the generator's context manager dropped it)."""
+    guard = Guard(policies=[LLM], clock=ManualClock(1_000))
+    aguard = AsyncGuard(policies=[LLM], clock=ManualClock(1_000))
+
+    @guard.lease("llm", user="u")
+    def call() -> int:
+        return guard.peek("llm", user="u").rules[0].remaining
+
+    @aguard.lease("llm", user="u")
+    async def acall() -> int:
+        return (await aguard.peek("llm", user="u")).rules[0].remaining
+
+    assert [call(), call()] == [1, 1]
+    assert guard.peek("llm", user="u").rules[0].remaining == 2
+    assert asyncio.run(acall()) == 1
+    assert asyncio.run(aguard.peek("llm", user="u")).rules[0].remaining == 2

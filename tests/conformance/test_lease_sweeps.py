@@ -1,0 +1,126 @@
+"""A Ctrl-C at every point of a sync lease's take, block and release where the interpreter
+runs a pending signal's handler, in turn (design note 93): no lease left held, Python's own
+handler back. Python's profile hook raises the SIGINT at each such point."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from freqguard import Decision, Guard, Policy, Rule
+from freqguard._sync.leases import LeaseBlock
+from tests.conformance.test_lease_interrupts import (
+    _guard,
+    _main_thread_only,  # noqa: F401 (autouse)
+)
+from tests.servers import RedisServer
+
+#: LLM's lease, its rate high enough for a sweep's hits in one minute of a manual clock
+#: (moved on, it would free a lease left held)
+SWEPT = Policy("llm", Rule("2 concurrent", by="user", lease=60), Rule("10000/minute", by="user"))
+
+
+@pytest.fixture
+def swept(redis_server: RedisServer) -> Iterator[Guard]:
+    yield from _guard(redis_server, SWEPT)
+
+
+#: the profile events where the interpreter may run a pending signal's handler (its eval
+#: breaker's checks): as a function begins, and as a call into C returns (not at a Python
+#: function's return, where the hook's exception would land where no signal's does)
+_CHECKED = frozenset({"call", "c_return"})
+_OWN = frozenset({"call", "return"})  # a frame's own events (its calls into C are inside it)
+#: the one point left open: a Ctrl-C the interpreter runs as the block's ``__exit__`` begins,
+#: before its first line (every function's first instruction checks; the ``with`` statement
+#: calls ``__exit__`` once, so it ends the block with the lease held until it lapses)
+_EXIT_BEGINS = (LeaseBlock.__exit__.__code__, "call")
+
+
+def _ctrl_c_at(event: int | None, run: Callable[[], None], within: Any = None) -> int:
+    """``run()`` with a SIGINT raised at its ``event``-th profile event of :data:`_CHECKED`
+    (None: none), as a Ctrl-C landing there; how many events it had (``within``: only
+    those inside a call of that function, not its own call and return, where a Ctrl-C is
+    its caller's). A
+    ``KeyboardInterrupt`` it raises, at once or from a signal still pending as it ends, is
+    swallowed."""
+    seen, inside = [0], [within is None]
+
+    def hook(frame: Any, kind: str, arg: object) -> None:
+        if within is not None and frame.f_code is within.__code__ and kind in _OWN:
+            inside[0] = kind == "call"  # its own call and return: its caller's
+        elif inside[0] and kind in _CHECKED and (frame.f_code, kind) != _EXIT_BEGINS:
+            seen[0] += 1
+            if seen[0] == event:
+                sys.setprofile(None)
+                signal.raise_signal(signal.SIGINT)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        try:
+            sys.setprofile(hook)
+            run()
+        finally:
+            sys.setprofile(None)
+        _flush_pending()
+    return seen[0]
+
+
+def _flush_pending() -> None:
+    """A call: Python runs a pending signal's handler as one returns."""
+
+
+def _sweep(guard: Guard, run: Callable[[], None], within: Any = None) -> None:
+    """``run`` with a Ctrl-C at each of its events in turn (``within``: of that function's
+    calls): afterwards, no lease held, Python's own handler back."""
+    total = _ctrl_c_at(None, run, within)
+    assert total > 0
+    for event in range(1, total + 1):
+        _ctrl_c_at(event, run, within)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, event
+        held = 2 - guard.peek("llm", user="u").rules[0].remaining
+        assert held == 0, f"a Ctrl-C at event {event} of {total} left {held} lease(s) held"
+
+
+def test_a_ctrl_c_anywhere_in_a_lease_block_never_leaves_the_lease_held(swept: Guard) -> None:
+    """A Ctrl-C at any point of ``with guard.lease(...)``: as the take is made, between
+    its answer and the block (the decision built, the block entered), in the block, as
+    the release is made and after it: the lease is never left held (the block ends with
+    a ``KeyboardInterrupt``, or completes), but for :data:`_EXIT_BEGINS`. Python's profile
+    hook places the SIGINT at each point of :data:`_CHECKED` in turn. Before the fix, a
+    Ctrl-C as the decision was built, or in ``contextlib``'s frame between the generator's
+    yield and the block, left it held."""
+
+    def block() -> None:
+        with swept.lease("llm", user="u") as decision:
+            assert decision.allowed
+
+    _sweep(swept, block)
+
+
+@pytest.mark.parametrize("inside", ["take_lease", "release", "refund"])
+def test_a_ctrl_c_anywhere_inside_take_lease_release_or_refund_never_leaves_the_lease_held(
+    swept: Guard, inside: str
+) -> None:
+    """The same inside ``take_lease``, ``release`` and ``refund(decision)``, a lease taken
+    and given back in turn: a Ctrl-C in ``take_lease`` after its store answered gives the
+    lease back before it is raised; in ``release`` or ``refund`` after its first
+    instruction, the give-back still goes (review: a refund's went nowhere at 18 of 225
+    points). A Ctrl-C as one of them begins, or once ``take_lease`` has returned, is its
+    caller's, whose ``try`` has not begun or whose ``finally`` is cut: ``with
+    guard.lease`` leaves only :data:`_EXIT_BEGINS`."""
+    taken: list[Decision] = []
+
+    def pair() -> None:
+        taken.clear()
+        taken.append(swept.take_lease("llm", user="u"))
+        assert taken[0].allowed
+        if inside == "refund":
+            swept.refund(taken[0])
+        else:
+            swept.release(taken[0])
+
+    _sweep(swept, pair, getattr(Guard, inside))
