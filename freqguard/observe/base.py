@@ -15,7 +15,14 @@ if TYPE_CHECKING:
     from freqguard.decision import Decision
     from freqguard.errors import BackendUnavailable
 
-__all__ = ["DECISION_BUCKETS", "LoggingObserver", "Observer", "backend_label", "error_label"]
+__all__ = [
+    "DECISION_BUCKETS",
+    "LoggingObserver",
+    "Observer",
+    "RepeatFilter",
+    "backend_label",
+    "error_label",
+]
 
 #: The decision-time histograms' upper bounds, in seconds: from 50 µs (a memory hit) to
 #: 2.5 s (a store timing out), so that both ends of a deployment land in distinct buckets.
@@ -75,6 +82,31 @@ def error_label(error: BaseException) -> str:
     return type(cause if cause is not None else error).__name__
 
 
+class RepeatFilter:
+    """Which log lines of a kind to write: the first at once, then at most one every
+    ``quiet`` seconds a kind, saying how many were held back meanwhile (a store that fails
+    answers every call with a failure; a line each would flood the log). Kinds are few
+    (backend, error, policy): past ``most`` of them, a new kind is let through uncounted."""
+
+    def __init__(self, quiet: float, clock: Any = time.monotonic, most: int = 4096) -> None:
+        self.quiet, self._clock, self._most = quiet, clock, most
+        self._lock = threading.Lock()
+        self._last: dict[object, tuple[float, int]] = {}  # a kind: (let through at, held)
+
+    def due(self, kind: object) -> int | None:
+        """None: a line of ``kind`` is held back (counted); else write it, with how many
+        were held back since the last."""
+        now = self._clock()
+        with self._lock:
+            last = self._last.get(kind)
+            if last is not None and now - last[0] < self.quiet:
+                self._last[kind] = (last[0], last[1] + 1)
+                return None
+            if last is not None or len(self._last) < self._most:
+                self._last[kind] = (now, 0)
+        return last[1] if last is not None else 0
+
+
 class LoggingObserver:
     """Log decisions and store failures on the logger ``"freqguard"``.
 
@@ -97,9 +129,7 @@ class LoggingObserver:
     ) -> None:
         self.logger = logger or logging.getLogger("freqguard")
         self.quiet = quiet
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._last: dict[tuple[str, str, str], tuple[float, int]] = {}
+        self._repeats = RepeatFilter(quiet, clock)
 
     def decided(self, decision: Decision, context: Mapping[str, str], seconds: float) -> None:
         if decision.allowed or not self.logger.isEnabledFor(logging.DEBUG):
@@ -115,14 +145,9 @@ class LoggingObserver:
 
     def failed(self, error: BackendUnavailable, policy: str, backend: str) -> None:
         what = (backend, error_label(error), policy)
-        now = self._clock()
-        with self._lock:
-            last = self._last.get(what)
-            if last is not None and now - last[0] < self.quiet:
-                self._last[what] = (last[0], last[1] + 1)
-                return
-            suppressed = last[1] if last is not None else 0
-            self._last[what] = (now, 0)
+        suppressed = self._repeats.due(what)
+        if suppressed is None:
+            return
         more = f" ({suppressed} more since the last warning)" if suppressed else ""
         self.logger.warning(
             "store failure backend=%s error=%s policy=%s: %s%s",

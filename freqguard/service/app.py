@@ -39,9 +39,9 @@ from freqguard.service.page import PAGE
 from freqguard.service.problems import (
     HANDLERS,
     Problem,
-    QuietLog,
     from_store,
     invalid,
+    repeats,
     shown,
     store_failed,
     unforeseen,
@@ -134,7 +134,7 @@ class Service:
     ) -> None:
         self.guard, self.registry, self.gate = guard, metrics, Gate(tokens)
         self.ready, self.history = Readiness(guard), history_for(guard, keep_history)
-        self.quiet = QuietLog()  # store failures logged once a while, not once a request
+        self.logged = repeats()  # store failures logged once a while, not once a request
         self.document = document()
         self._names: dict[str, Names] = {}
 
@@ -181,11 +181,11 @@ class Service:
             except Problem:
                 raise
             except BackendUnavailable as exc:
-                raise store_failed(exc, policy, self.quiet) from None
+                raise store_failed(exc, policy, self.logged) from None
             except ConfigError as exc:
                 if from_store(exc):  # the store answered (MOVED): it applied nothing
                     failed = BackendUnavailable(str(exc), answered=True, sent=False)
-                    raise store_failed(failed, policy, self.quiet) from None
+                    raise store_failed(failed, policy, self.logged) from None
                 field = exc.argument or kind.__struct_fields__[0]
                 raise invalid(field, str(exc)) from None
             except Exception as exc:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 from typing import Any
@@ -23,13 +22,14 @@ import freqguard.service.schema as schema
 from freqguard.engine.breaker import CircuitOpen
 from freqguard.engine.settings import shortened
 from freqguard.errors import BackendUnavailable, ConfigError, FreqGuardError, PartialFailure
+from freqguard.observe.base import RepeatFilter
 
 __all__ = [
     "HANDLERS",
     "Problem",
-    "QuietLog",
     "from_store",
     "invalid",
+    "repeats",
     "shown",
     "store_failed",
     "unforeseen",
@@ -89,7 +89,7 @@ def shown(value: object, most: int = 40) -> str:
     return shortened(repr(value), most)
 
 
-def store_failed(exc: BackendUnavailable, policy: str, quiet: QuietLog) -> Problem:
+def store_failed(exc: BackendUnavailable, policy: str, logged: RepeatFilter) -> Problem:
     """A 503 saying, in an operator's words, what the store did; what it said (hosts,
     ports, a client's repr) goes to the log."""
     headers = {}
@@ -104,30 +104,18 @@ def store_failed(exc: BackendUnavailable, policy: str, quiet: QuietLog) -> Probl
         detail = "the store could not be reached; nothing was applied"
     else:
         detail = "the store did not answer; the call may have been applied"
-    quiet.warn(policy, detail, exc)
+    held = logged.due((policy, detail))
+    if held is not None:
+        more = f" ({held} more since the last line)" if held else ""
+        log.warning("freqguard serve: policy %r: %s: %s%s", policy, detail, exc, more)
     return Problem(503, detail, headers=headers)
 
 
-class QuietLog:
-    """Store failures logged at once, then at most once every ``quiet`` seconds per policy
-    and kind, saying how many were not logged meanwhile: an outage answers every request
-    with a 503, and a line each would flood the log. One per app."""
-
-    def __init__(self, quiet: float = 60.0) -> None:
-        self.quiet = quiet
-        self._logged: dict[tuple[str, str], list[float]] = {}  # key: [logged at, unlogged]
-
-    def warn(self, policy: str, detail: str, exc: BackendUnavailable) -> None:
-        now, key = time.monotonic(), (policy, detail)
-        seen = self._logged.get(key)
-        if seen is not None and now - seen[0] < self.quiet:
-            seen[1] += 1
-            return
-        unlogged = seen[1] if seen is not None else 0
-        if len(self._logged) < 4096 or seen is not None:  # kinds and policies are few
-            self._logged[key] = [now, 0]
-        more = f" ({unlogged:.0f} more since the last line)" if unlogged else ""
-        log.warning("freqguard serve: policy %r: %s: %s%s", policy, detail, exc, more)
+def repeats() -> RepeatFilter:
+    """Store failures logged at once, then at most once a minute per policy and kind,
+    saying how many were not logged meanwhile: an outage answers every request with a
+    503, and a line each would flood the log. One per app."""
+    return RepeatFilter(60.0)
 
 
 def from_store(exc: ConfigError) -> bool:

@@ -24,9 +24,10 @@ from freqguard import (
     async_backend_from_url,
 )
 from freqguard import service as svc
+from freqguard.observe.base import RepeatFilter
 from freqguard.script.calls import Reply, ScriptCall
 from freqguard.service import create_app, served_names
-from freqguard.service.problems import QuietLog
+from freqguard.service.problems import store_failed
 from tests.servers import free_port
 
 SMS = Policy(
@@ -302,13 +303,13 @@ def test_an_outage_is_logged_once_a_while_not_once_a_request(
     assert [a.status_code for a in answers] == [503] * 20
     logged = [r for r in caplog.records if "the store refused the call" in r.getMessage()]
     assert len(logged) == 1
-    quiet = QuietLog(quiet=60.0)  # a minute later: one line, and how many it left out
+    repeats = RepeatFilter(60.0)  # a minute later: one line, and how many it left out
     failure = BackendUnavailable("down", answered=True, sent=False)
     with caplog.at_level(logging.WARNING, logger="freqguard.service"):
         for _ in range(5):
-            quiet.warn("sms", "the store refused the call", failure)
-        quiet.quiet = 0.0
-        quiet.warn("sms", "the store refused the call", failure)
+            store_failed(failure, "sms", repeats)
+        repeats.quiet = 0.0
+        store_failed(failure, "sms", repeats)
     assert caplog.records[-1].getMessage().endswith("(4 more since the last line)")
 
 
