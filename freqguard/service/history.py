@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from itertools import product
@@ -26,6 +25,7 @@ import freqguard.service.schema as schema
 from freqguard.backends.tallies import tallies_of
 from freqguard.decision import Decision
 from freqguard.guard import AsyncGuard
+from freqguard.observe.base import RepeatFilter
 from freqguard.script.keys import context_digest, policy_key
 from freqguard.service.problems import Problem, log
 
@@ -44,7 +44,6 @@ MINUTES = 60  # the minutes the history holds, the current one last
 INTERVAL = 0.25  # seconds at least between two writes of one worker's counts
 _TTL = 2 * 3600  # seconds an hour's hash is kept after its last write
 _WRITTEN = ("backend", "deny-cache")  # the sources of decisions the store took part in
-_QUIET_LOG = 60.0  # seconds between two logged write failures
 TOP_KEPT = 100  # keys kept per policy and minute: the most denied (a bounded top list)
 TOP_MINUTES = bodies.TOP_MINUTES  # the minutes the top keys are kept, the most a read spans
 _TOP_TTL = TOP_MINUTES * 60 + 120
@@ -73,7 +72,7 @@ class History:
         self._pending: Counts = {}
         self._pending_keys: Keys = {}
         self._writer: asyncio.Task[None] | None = None
-        self._failed_at = -_QUIET_LOG
+        self._failures = RepeatFilter(60.0)  # a write failure logged once a minute
 
     def minute(self) -> int:
         """The current minute, since the epoch, on the guard's clock."""
@@ -134,9 +133,7 @@ class History:
         try:
             await self._add(pending, pending_keys)
         except Exception as exc:  # the counts are a view: a decision never fails on them
-            now = time.monotonic()
-            if now - self._failed_at >= _QUIET_LOG:
-                self._failed_at = now
+            if self._failures.due("write") is not None:
                 log.warning("freqguard serve: the decisions' history was not written: %r", exc)
 
     async def aclose(self) -> None:
