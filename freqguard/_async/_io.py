@@ -39,6 +39,9 @@ class holding(contextlib.nullcontext[None]):
     def __init__(self, backend: Any) -> None:
         super().__init__()
 
+    def restore(self) -> None:
+        """The sync side puts SIGINT's handler back; nothing to put back here."""
+
 
 async def send(backend: Any, calls: list[ScriptCall], whole: int) -> list[Reply]:
     """``backend.aexecute_many(calls)``; with ``whole`` (an operation that writes in more

@@ -41,9 +41,13 @@ async def take(
     the sync side's ``holding``)."""
     hits = guard._hits
     hit = hits.hit(policy, cost, ctx, lease=True)  # whole: cancelled, given back
-    with holding(guard.backend):
-        decided = await guard._run(hits.hit_op(hit), policy, HELD)
-        taken.append(hits.hit_done(hit, decided))
+    hold = holding(guard.backend)
+    try:
+        with hold:
+            decided = await guard._run(hits.hit_op(hit), policy, HELD)
+            taken.append(hits.hit_done(hit, decided))
+    finally:  # a signal as the hold's __exit__ begins: the handler put back all the same
+        hold.restore()
     return taken[0]
 
 
@@ -63,8 +67,11 @@ async def give_back(
     try:
         started.append(True)
         hold = holding(guard.backend)
-        with hold:
-            return await given_back(guard, claim(), decision)
+        try:
+            with hold:
+                return await given_back(guard, claim(), decision)
+        finally:  # a signal as the hold's __exit__ begins: the handler put back all the same
+            hold.restore()
     except Cancelled:
         if hold is None or not hold.entered:
             await give_back_unsent(guard, decision, claim)
@@ -109,11 +116,14 @@ async def give_back_unsent(
     receipt = decision.receipt
     if receipt is None or receipt.spent:
         return
+    hold = holding(guard.backend)
     try:
-        with holding(guard.backend):
+        with hold:
             await given_back(guard, claim(), decision)
     except Exception:
         _log.warning("freqguard: what an interrupted call took could not be given back")
+    finally:
+        hold.restore()
 
 
 class AsyncLeaseBlock(AsyncContextDecorator):
@@ -127,6 +137,7 @@ class AsyncLeaseBlock(AsyncContextDecorator):
     def __init__(self, guard: AsyncGuard, policy: str, cost: int, ctx: dict[str, object]) -> None:
         self._guard, self._args = guard, (policy, cost, ctx)
         self._taken: list[Decision] = []  # filled before a Ctrl-C can land: given back
+        self._gave = False  # its give-back on the way out of an interrupt was tried
 
     def _recreate_cm(self) -> AsyncLeaseBlock:
         return AsyncLeaseBlock(self._guard, *self._args)
@@ -144,9 +155,11 @@ class AsyncLeaseBlock(AsyncContextDecorator):
             raise
 
     async def give_back(self) -> None:
-        """Release the lease taken, unless a release of it went already."""
-        taken = self._taken
-        if taken and taken[0].allowed:
+        """Release the lease taken, unless a release of it went (or was tried) already:
+        a failed one is not tried again (review: the block's entry and ``take_lease`` each
+        tried it, a second wait on a failing store)."""
+        taken, gave, self._gave = self._taken, self._gave, True
+        if taken and taken[0].allowed and not gave:
             await give_back_unsent(self._guard, taken[0], releasing(self._guard, taken[0]))
 
     async def __aexit__(self, *exc: object) -> None:

@@ -77,15 +77,26 @@ class holding:
         return self
 
     def _note(self, signum: int, frame: object) -> None:
-        if self.came and not self._restoring:  # a second Ctrl-C meanwhile: at once
+        if self.came and not self._restoring:  # a second Ctrl-C meanwhile: at once, the
+            self.restore()  # handler put back first (it may land where __exit__ never runs)
             raise KeyboardInterrupt
         self.came.append(signum)
 
+    def restore(self) -> BaseException | None:
+        """Put SIGINT's handler back, once (``__exit__`` does; a caller's ``finally`` too,
+        for a signal that lands as ``__exit__`` begins, before its first line: review
+        found the noting handler left for good, and every later hold off); what another
+        signal's handler raised meanwhile, if anything."""
+        previous = self._previous
+        if previous is None:
+            return None
+        self._restoring = True  # a Ctrl-C as it is put back (signal runs it first): noted
+        other = _put_back(previous)
+        self._previous = None  # once put back (a signal as _put_back begins: tried again)
+        return other
+
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
-        other = None
-        if self._previous is not None:
-            self._restoring = True  # a Ctrl-C as it is put back (signal runs it first): noted
-            other = _put_back(self._previous)
+        other = self.restore()
         if self.came and self._raising and not (kind and issubclass(kind, KeyboardInterrupt)):
             raise KeyboardInterrupt from None  # after a failure too: what it did is not known
         if other is not None:
@@ -137,5 +148,9 @@ def unwind(op: Op[T], cancelled: BaseException, backend: Any) -> BaseException:
 def _finish(backend: Any, calls: list[ScriptCall]) -> list[Reply]:
     """``calls`` sent and answered, a Ctrl-C held back meanwhile (the one being unwound is
     raised after)."""
-    with holding(backend, raising=False):
-        return send(backend, calls, True)
+    hold = holding(backend, raising=False)
+    try:
+        with hold:
+            return send(backend, calls, True)
+    finally:
+        hold.restore()

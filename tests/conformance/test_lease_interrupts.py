@@ -12,6 +12,7 @@ import contextlib
 import functools
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,8 +22,9 @@ import pytest
 from redis import Redis
 
 from freqguard import BackendUnavailable, Guard, ManualClock, Policy
-from freqguard._sync._io import holding
+from freqguard._sync._io import _put_back, holding, send
 from freqguard.backends.redis import RedisBackend
+from freqguard.script.contract import REFUND
 from tests import servers
 from tests.conformance.test_lease_exits import LLM
 from tests.conftest import START, flush
@@ -31,9 +33,13 @@ from tests.servers import RedisServer
 
 
 @pytest.fixture(autouse=True)
-def _main_thread_only() -> None:
+def _main_thread_only() -> Iterator[None]:
+    """Main thread only; Python's own SIGINT handler put back after, so that a test that
+    found one left in place fails alone."""
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("a signal's handler runs in the main thread only")
+    yield
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
@@ -287,3 +293,80 @@ def test_another_signals_exception_as_the_hold_is_set_or_put_back_leaves_python_
     monkeypatch.setattr(signal, "signal", real)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert guard.peek("llm", user="u").rules[0].remaining == 2
+
+
+class _Alarm(Exception):
+    """What a program's own timeout handler (SIGALRM, here SIGUSR1) raises."""
+
+
+def _raising(signum: int, frame: object) -> None:
+    raise _Alarm
+
+
+@pytest.mark.parametrize(
+    ("second", "where"),
+    [("ctrl-c", "__exit__"), ("another signal", "__exit__"), ("another signal", "_put_back")],
+)
+def test_a_signal_as_the_hold_ends_never_leaves_its_handler_in_place(
+    guard: Guard, second: str, where: str
+) -> None:
+    """A Ctrl-C noted while a release is out, then, as the hold's ``__exit__`` (or its
+    ``_put_back``) begins, before its first line, a second Ctrl-C or another signal's
+    exception: Python's own handler is back after (review: the noting handler stayed for
+    good, every later hold off, a later first Ctrl-C swallowed)."""
+    decision = guard.take_lease("llm", user="u")
+    state = [0]
+    signum = signal.SIGINT if second == "ctrl-c" else signal.SIGUSR1
+    begins = holding.__exit__.__code__ if where == "__exit__" else _put_back.__code__
+
+    def hook(frame: Any, kind: str, arg: object) -> None:
+        if state[0] == 0 and kind == "call" and frame.f_code is send.__code__:
+            state[0] = 1
+            signal.raise_signal(signal.SIGINT)  # noted by the release's hold
+        elif state[0] == 1 and kind == "call" and frame.f_code is begins:
+            state[0] = 2
+            sys.setprofile(None)
+            signal.raise_signal(signum)
+
+    old = signal.signal(signal.SIGUSR1, _raising)
+    try:
+        with contextlib.suppress(KeyboardInterrupt, _Alarm):
+            _profiled(hook, lambda: guard.release(decision))
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert state[0] == 2
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_take_given_back_after_a_ctrl_c_is_tried_once_when_it_fails(
+    guard: Guard, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C noted as a take's decision is built, its give-back failing on a store that
+    refuses it (nothing sent): one attempt, then the interrupt (review: the block's entry
+    and ``take_lease`` each tried it, a second wait on a failing store)."""
+    real, attempts = guard.backend.execute_many, [0]
+
+    def refusing_give_backs(calls: Any) -> Any:
+        if any(call.mode == REFUND for call in calls):
+            attempts[0] += 1
+            raise BackendUnavailable("refused", sent=False)
+        return real(calls)
+
+    def hook(frame: Any, kind: str, arg: object) -> None:
+        if kind == "call" and frame.f_code.co_name == "hit_done":
+            sys.setprofile(None)
+            signal.raise_signal(signal.SIGINT)  # noted by the take's hold
+
+    monkeypatch.setattr(guard.backend, "execute_many", refusing_give_backs)
+    with pytest.raises(KeyboardInterrupt):
+        _profiled(hook, lambda: guard.take_lease("llm", user="u"))
+    assert attempts == [1]
+
+
+def _profiled(hook: Any, run: Callable[[], object]) -> None:
+    """``run()`` under the profile ``hook``."""
+    sys.setprofile(hook)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
