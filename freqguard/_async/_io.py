@@ -43,7 +43,7 @@ class holding(contextlib.nullcontext[None]):
         """The sync side puts SIGINT's handler back; nothing to put back here."""
 
 
-async def send(backend: Any, calls: list[ScriptCall], whole: int) -> list[Reply]:
+async def send(backend: Any, calls: list[ScriptCall], whole: bool) -> list[Reply]:
     """``backend.aexecute_many(calls)``; with ``whole`` (an operation that writes in more
     than one call, a batch, a lease taken or given back), let finish when the caller is
     cancelled, however many times, which is then an :class:`_Interrupted` with the replies

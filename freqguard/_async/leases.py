@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from freqguard._async._io import Cancelled, holding
 from freqguard.decision import Decision
-from freqguard.engine.ops import HELD, Op
+from freqguard.engine.ops import Op
 from freqguard.engine.refunds import maybe_applied, unspend
 
 if TYPE_CHECKING:
@@ -37,14 +37,14 @@ _log = logging.getLogger("freqguard")
 async def take(
     guard: AsyncGuard, policy: str, cost: int, ctx: dict[str, object], taken: list[Decision]
 ) -> Decision:
-    """Take a lease into ``taken``, a Ctrl-C held back until it is there (engine: ``HELD``;
-    the sync side's ``holding``)."""
+    """Take a lease into ``taken``, a Ctrl-C held back until it is there (the sync side's
+    ``holding``; a cancellation lets its call finish and gives back what it took)."""
     hits = guard._hits
     hit = hits.hit(policy, cost, ctx, lease=True)  # whole: cancelled, given back
     hold = holding(guard.backend)
     try:
         with hold:
-            decided = await guard._run(hits.hit_op(hit), policy, HELD)
+            decided = await guard._run(hits.hit_op(hit), policy, True)
             taken.append(hits.hit_done(hit, decided))
     finally:  # a signal as the hold's __exit__ begins: the handler put back all the same
         hold.restore()
@@ -87,7 +87,7 @@ async def given_back(
     if isinstance(op, Decision):
         return op
     try:  # whole: let finish when the caller is cancelled, so a lease surely goes back
-        return await guard._run(op, decision.policy, HELD)
+        return await guard._run(op, decision.policy, True)
     except BaseException as exc:
         if not maybe_applied(exc):
             unspend(decision.receipt)

@@ -43,7 +43,7 @@ def sleep(clock: Clock, seconds: float) -> None:
     clock.sleep(seconds)
 
 
-def send(backend: Any, calls: list[ScriptCall], whole: int) -> list[Reply]:
+def send(backend: Any, calls: list[ScriptCall], whole: bool) -> list[Reply]:
     """``backend.execute_many(calls)`` (``whole`` is the async side's: a thread's Ctrl-C is
     held back by :class:`holding`, around the whole of what a lease does)."""
     return backend.execute_many(calls)  # type: ignore[no-any-return]

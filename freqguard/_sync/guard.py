@@ -169,17 +169,17 @@ class Guard:
         self._policies.register(policy, replace, self._failover, self._denials)
 
     @overload
-    def _run(self, op: ScriptCall, policy: str, whole: int = False) -> Reply: ...
+    def _run(self, op: ScriptCall, policy: str, whole: bool = False) -> Reply: ...
 
     @overload
-    def _run(self, op: Op[T], policy: str, whole: int = False) -> T: ...
+    def _run(self, op: Op[T], policy: str, whole: bool = False) -> T: ...
 
-    def _run(self, op: Op[T] | ScriptCall, policy: str, whole: int = False) -> T | Reply:
+    def _run(self, op: Op[T] | ScriptCall, policy: str, whole: bool = False) -> T | Reply:
         """Drive ``op``: a lone call (:meth:`Hits.hit`'s) sent alone, its reply the answer;
         an operation step by step. A cancelled caller's operation gives back what it took
-        first; with ``whole`` (it writes in more than one call, or a batch) after its call
-        under way is let finish, so that what that call took goes back too (``HELD``: a
-        lease's, whose sync guard holds a Ctrl-C back as well)."""
+        first; with ``whole`` (it writes in more than one call, a batch, a lease's take or
+        give-back) after its call under way is let finish, so that what that call took goes
+        back too."""
         if type(op) is ScriptCall:
             try:
                 return self.backend.execute(op)
@@ -201,7 +201,7 @@ class Guard:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    def _step(self, step: object, policy: str, whole: int) -> list[Reply]:
+    def _step(self, step: object, policy: str, whole: bool) -> list[Reply]:
         """A step: its calls sent (breaker and observers told), or to the fallback; a wait."""
         if type(step) is list:
             accounting = self._accounting

@@ -16,7 +16,6 @@ from freqguard.script.calls import Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT, REFUND
 
 __all__ = [
-    "HELD",
     "Interrupted",
     "Op",
     "Sleep",
@@ -96,20 +95,15 @@ def undo(calls: Sequence[ScriptCall], replies: Sequence[Reply]) -> list[ScriptCa
     ]
 
 
-#: ``whole`` for the guards' ``_run`` (True: let an operation's calls finish through a
-#: cancellation, and give back what they took): that, and a Ctrl-C in a sync guard's main
-#: thread held back until the calls are answered (a lease taken or given back).
-HELD = 2
-
 #: A backend and the calls to send it, each answered before the next: what a cancelled
 #: operation gives back.
 Finish = tuple[Any, list[ScriptCall]]
 
 
 class Interrupted:
-    """What both guards' interruptions carry (asyncio's cancellation, a thread's Ctrl-C)
-    when they came while ``calls`` were out on ``backend``, which answered them after it:
-    ``replies``."""
+    """What the async guard's cancellation carries when it came while ``calls`` were out
+    on ``backend``, which answered them after it: ``replies`` (the sync guard holds a
+    Ctrl-C back around a lease's calls instead: ``_sync/_io.holding``)."""
 
     def __init__(self, backend: Any, calls: list[ScriptCall], replies: list[Reply]) -> None:
         self.backend, self.calls, self.replies = backend, calls, replies
