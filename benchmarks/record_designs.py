@@ -28,7 +28,12 @@ measuring ``used_memory`` growth per recipient:
     longest of its recipients'. Redis 7.0 has no TTL per field, so the function would have
     to delete a stale recipient itself (when it touches its bin), and the operator must
     raise ``hash-max-listpack-value`` (to 512 here) so that bins stay listpacks: one
-    recipient whose record passes it turns its whole bin into a hashtable.
+    recipient whose record passes it turns its whole bin into a hashtable;
+``compact, bins that size themselves``
+    under the server's default listpack limits (64-byte values, 128 fields a hash): each
+    recipient's compact record cut into pieces of at most 64 bytes, in bins as extendible
+    hashing leaves them (as many as 88 fields a bin on average, a bin past 128 split by the
+    next bit of the digest); it prints how many bins stayed listpacks.
 
 The compact sizes are an encoding applied here to the dumped values (the function does not
 write it yet); every ``used_memory`` figure is the real server's.
@@ -208,6 +213,59 @@ def as_bins(records: list[Record], shape: Shape, size: int) -> Write:
     return write
 
 
+def as_split_bins(records: list[Record], shape: Shape, fill: int = 88) -> Write:
+    """Bins that size themselves, as a layout could under the server's default listpack
+    limits (``hash-max-listpack-value 64``, ``-entries 128``): each recipient's packed
+    record cut into pieces of at most 64 bytes (field: its 8-byte digest and the piece's
+    index), the bins found as extendible hashing would leave them: by the digest's top
+    bits, as many as ``fill`` fields a bin on average (about 69 % of 128, what a bin that
+    splits when full holds on average), and a bin past 128 fields split by the next bit
+    until none is. Only the bytes are measured: the function that would find a bin's depth
+    and split it is not built."""
+    most, value = 128, 64
+    pieces = []
+    for key, fields, ttl in records:
+        digest = hashlib.blake2b(key, digest_size=8).digest()
+        blob = packed(shape(fields))
+        cut = [blob[at : at + value] for at in range(0, len(blob), value)]
+        pieces.append((int.from_bytes(digest, "big"), digest, cut, ttl))
+    total = sum(len(cut) for _, _, cut, _ in pieces)
+    depth = max(0, (max(1, total // fill) - 1).bit_length())
+
+    def place(group: list[tuple[int, bytes, list[bytes], int]], bits: int, prefix: int) -> None:
+        if sum(len(cut) for _, _, cut, _ in group) > most and bits < 64:
+            for half in (0, 1):
+                mine = [p for p in group if (p[0] >> (63 - bits)) & 1 == half]
+                place(mine, bits + 1, prefix * 2 + half)
+        elif group:
+            bins.append((b"fg:sms:%d:%d" % (bits, prefix), group))
+
+    bins: list[tuple[bytes, list[tuple[int, bytes, list[bytes], int]]]] = []
+    top: dict[int, list[tuple[int, bytes, list[bytes], int]]] = {}
+    for piece in pieces:
+        top.setdefault(piece[0] >> (64 - depth) if depth else 0, []).append(piece)
+    for prefix, group in top.items():
+        place(group, depth, prefix)
+
+    def write(client: Redis) -> None:
+        def commands() -> Iterable[tuple[object, ...]]:
+            for name, group in bins:
+                flat = [
+                    part
+                    for _, digest, cut, _ in group
+                    for index, chunk in enumerate(cut)
+                    for part in (digest + bytes([index]), chunk)
+                ]
+                yield ("HSET", name, *flat)
+                yield ("PEXPIRE", name, max(ttl for *_, ttl in group))
+
+        in_batches(client, commands())
+        kept = sum(client.object("encoding", name) in ("listpack", b"listpack") for name, _ in bins)
+        print(f"bins that size themselves: {len(bins)} bins, {total} fields, {kept} listpacks")
+
+    return write
+
+
 STRATEGIES = [Strategy.SLIDING_LOG, Strategy.FIXED_WINDOW, Strategy.TOKEN_BUCKET, Strategy.GCRA]
 
 
@@ -248,6 +306,11 @@ def main() -> None:
                     f"compact, binned ({args.per_bin} a hash)",
                     as_bins(records, tight, args.per_bin),
                     512,
+                ),
+                (
+                    "compact, bins that size themselves (default listpack limits)",
+                    as_split_bins(records, tight),
+                    64,
                 ),
             ]
             for label, write, listpack in designs:
