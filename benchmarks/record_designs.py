@@ -31,9 +31,9 @@ measuring ``used_memory`` growth per recipient:
     recipient whose record passes it turns its whole bin into a hashtable;
 ``compact, bins that size themselves``
     under the server's default listpack limits (64-byte values, 128 fields a hash): each
-    recipient's compact record cut into pieces of at most 64 bytes, in bins as extendible
-    hashing leaves them (as many as 88 fields a bin on average, a bin past 128 split by the
-    next bit of the digest); it prints how many bins stayed listpacks.
+    recipient's compact record cut into pieces of at most 64 bytes, in the bins extendible
+    hashing leaves (one to start, a bin past 128 fields split by the digest's next bit); it
+    prints how many bins stayed listpacks.
 
 The compact sizes are an encoding applied here to the dumped values (the function does not
 write it yet); every ``used_memory`` figure is the real server's.
@@ -213,15 +213,14 @@ def as_bins(records: list[Record], shape: Shape, size: int) -> Write:
     return write
 
 
-def as_split_bins(records: list[Record], shape: Shape, fill: int = 88) -> Write:
+def as_split_bins(records: list[Record], shape: Shape) -> Write:
     """Bins that size themselves, as a layout could under the server's default listpack
     limits (``hash-max-listpack-value 64``, ``-entries 128``): each recipient's packed
     record cut into pieces of at most 64 bytes (field: its 8-byte digest and the piece's
-    index), the bins found as extendible hashing would leave them: by the digest's top
-    bits, as many as ``fill`` fields a bin on average (about 69 % of 128, what a bin that
-    splits when full holds on average), and a bin past 128 fields split by the next bit
-    until none is. Only the bytes are measured: the function that would find a bin's depth
-    and split it is not built."""
+    index), in the bins extendible hashing leaves whatever the order of arrival: one bin
+    to start, a bin past 128 fields split in two by the digest's next bit until none is.
+    Only the bytes are measured: the function that would find a bin's depth, split it,
+    read a record in pieces and expire a recipient inside a bin is not built."""
     most, value = 128, 64
     pieces = []
     for key, fields, ttl in records:
@@ -230,7 +229,7 @@ def as_split_bins(records: list[Record], shape: Shape, fill: int = 88) -> Write:
         cut = [blob[at : at + value] for at in range(0, len(blob), value)]
         pieces.append((int.from_bytes(digest, "big"), digest, cut, ttl))
     total = sum(len(cut) for _, _, cut, _ in pieces)
-    depth = max(0, (max(1, total // fill) - 1).bit_length())
+    bins: list[tuple[bytes, list[tuple[int, bytes, list[bytes], int]]]] = []
 
     def place(group: list[tuple[int, bytes, list[bytes], int]], bits: int, prefix: int) -> None:
         if sum(len(cut) for _, _, cut, _ in group) > most and bits < 64:
@@ -240,12 +239,7 @@ def as_split_bins(records: list[Record], shape: Shape, fill: int = 88) -> Write:
         elif group:
             bins.append((b"fg:sms:%d:%d" % (bits, prefix), group))
 
-    bins: list[tuple[bytes, list[tuple[int, bytes, list[bytes], int]]]] = []
-    top: dict[int, list[tuple[int, bytes, list[bytes], int]]] = {}
-    for piece in pieces:
-        top.setdefault(piece[0] >> (64 - depth) if depth else 0, []).append(piece)
-    for prefix, group in top.items():
-        place(group, depth, prefix)
+    place(pieces, 0, 0)
 
     def write(client: Redis) -> None:
         def commands() -> Iterable[tuple[object, ...]]:

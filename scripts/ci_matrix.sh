@@ -26,7 +26,7 @@ JOBS=(lowest-3.10 newest-3.12 newest-3.13)
 # The main run and lowest-3.10 run them all. What Pythons change (asyncio's timeouts and
 # cancellation, threads, typing and signatures, argparse, the HTTP frameworks, parsers) runs
 # in the rest: the behaviour tests on memory, Redis and Redis Cluster, sync and async, and
-# the fault drills (tests/backends/test_faults.py).
+# the fault drills (tests/backends/test_faults.py, test_fault_replies.py).
 REDIS_SIDE=(
   tests/backends/test_cluster_edges.py
   tests/backends/test_cluster_new_node.py

@@ -55,6 +55,7 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     # syntax
     (r"async def", "def"),
     (r"await ", ""),
+    (r"async with", "with"),
     # names
     (r"AsyncGuard", "Guard"),
     (r"AsyncLeaseBlock", "LeaseBlock"),

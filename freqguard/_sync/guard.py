@@ -293,7 +293,7 @@ class Guard:
 
     def lease(self, policy: str, cost: int = 1, **ctx: object) -> LeaseBlock:
         """A lease of a policy with a concurrency rule (:meth:`take_lease`), given back when
-        the block ends, however (:meth:`release`). ``async with guard.lease("llm",
+        the block ends, however (:meth:`release`). ``with guard.lease("llm",
         user="u1") as d:``, then act ``if d.allowed``."""
         return LeaseBlock(self, policy, cost, ctx)
 

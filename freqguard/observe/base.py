@@ -86,7 +86,9 @@ class RepeatFilter:
     """Which log lines of a kind to write: the first at once, then at most one every
     ``quiet`` seconds a kind, saying how many were held back meanwhile (a store that fails
     answers every call with a failure; a line each would flood the log). Kinds are few
-    (backend, error, policy): past ``most`` of them, a new kind is let through uncounted."""
+    (backend, error, policy); past ``most`` of them, those quiet and holding nothing back
+    are forgotten, and a new kind that still finds no room is counted with every other
+    such kind, as one."""
 
     def __init__(self, quiet: float, clock: Any = time.monotonic, most: int = 4096) -> None:
         self.quiet, self._clock, self._most = quiet, clock, most
@@ -98,13 +100,26 @@ class RepeatFilter:
         were held back since the last."""
         now = self._clock()
         with self._lock:
+            if kind not in self._last and len(self._last) >= self._most:
+                self._forget(now)
+                if len(self._last) >= self._most:
+                    kind = _OVERFLOW
             last = self._last.get(kind)
             if last is not None and now - last[0] < self.quiet:
                 self._last[kind] = (last[0], last[1] + 1)
                 return None
-            if last is not None or len(self._last) < self._most:
-                self._last[kind] = (now, 0)
+            self._last[kind] = (now, 0)
         return last[1] if last is not None else 0
+
+    def _forget(self, now: float) -> None:
+        """The kinds whose quiet time is over and that hold nothing back: a line of theirs
+        would be written at once anyway."""
+        done = [k for k, (at, held) in self._last.items() if held == 0 and now - at >= self.quiet]
+        for kind in done:
+            del self._last[kind]
+
+
+_OVERFLOW = object()  # the kinds past RepeatFilter's most, counted as one
 
 
 class LoggingObserver:
@@ -128,8 +143,16 @@ class LoggingObserver:
         clock: Any = time.monotonic,
     ) -> None:
         self.logger = logger or logging.getLogger("freqguard")
-        self.quiet = quiet
         self._repeats = RepeatFilter(quiet, clock)
+
+    @property
+    def quiet(self) -> float:
+        """Seconds during which a repeated error is not logged again."""
+        return self._repeats.quiet
+
+    @quiet.setter
+    def quiet(self, seconds: float) -> None:
+        self._repeats.quiet = seconds
 
     def decided(self, decision: Decision, context: Mapping[str, str], seconds: float) -> None:
         if decision.allowed or not self.logger.isEnabledFor(logging.DEBUG):

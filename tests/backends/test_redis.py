@@ -367,8 +367,8 @@ def test_dropped_connections_reconnect(
 ) -> None:
     """A connection the server closed fails one call, and is reconnected on the next: also
     when the client has retries (redis-py's default from 6.0), since a call whose reply is
-    lost may have run, and is never sent again (test_faults.py: the call killed after it
-    ran). The lanes' idle check is off: on a loaded machine the call came after it and
+    lost may have run, and is never sent again (test_fault_replies.py: the call killed after
+    it ran). The lanes' idle check is off: on a loaded machine the call came after it and
     found the close first (test_faults.py has it on)."""
     monkeypatch.setattr(_lanes, "_CHECK_AFTER", float("inf"))
     flush([redis_server])

@@ -4,7 +4,8 @@ by the store where it can and by ``on_error`` where it cannot. On an injected cl
 The store here is a real MemoryBackend behind nodes named by the first letter of a record's
 hash tag (``fg:{A7}:p`` is on node ``A``); a node in ``down`` fails the calls sent to it as
 a hung Redis Cluster node does, and the rest of a batch is applied (a
-:class:`~freqguard.PartialFailure`). tests/backends/test_faults.py does the same on a real cluster.
+:class:`~freqguard.PartialFailure`). tests/backends/test_fault_replies.py does the same on a real
+cluster.
 """
 
 from __future__ import annotations

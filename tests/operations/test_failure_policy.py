@@ -2,7 +2,7 @@
 
 The store here is a real MemoryBackend behind a switch that makes every call fail as a
 dead Redis does (BackendUnavailable from a ConnectionError); the real-server faults are in
-tests/backends/test_faults.py.
+tests/backends/test_faults.py and test_fault_replies.py.
 """
 
 from __future__ import annotations

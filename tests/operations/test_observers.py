@@ -525,6 +525,31 @@ def test_store_failures_are_warned_once_per_quiet_period(
         assert RECIPIENT not in f"{record.getMessage()} {record.args!r}"
 
 
+def test_store_failures_stay_throttled_past_the_kinds_kept(
+    logs: pytest.LogCaptureFixture,
+) -> None:
+    """Past the 4,096 kinds a LoggingObserver keeps (backend, error, policy), a new kind is
+    still throttled (review: it was let through uncounted, a line for every failure of a
+    guard of many policies in an outage), and setting ``quiet`` later takes effect."""
+    ticks = ManualClock(0.0)
+    observer = LoggingObserver(quiet=10.0, clock=ticks.now)
+    error = BackendUnavailable("down")
+    for index in range(4096):
+        observer.failed(error, f"p{index}", "B")
+    for _ in range(100):  # no kind can be forgotten yet: the new ones share one count
+        observer.failed(error, "late", "B")
+        observer.failed(error, "later", "B")
+    warned = [r for r in logs.records if r.levelno == logging.WARNING]
+    assert len(warned) == 4096 + 1
+    ticks.advance(10.0)  # every kind quiet again: the table makes room
+    observer.failed(error, "late", "B")
+    observer.failed(error, "late", "B")
+    assert len([r for r in logs.records if r.levelno == logging.WARNING]) == 4096 + 2
+    observer.quiet = 0.0
+    observer.failed(error, "late", "B")
+    assert len([r for r in logs.records if r.levelno == logging.WARNING]) == 4096 + 3
+
+
 def test_different_errors_are_not_suppressed_together(
     logs: pytest.LogCaptureFixture, clock: ManualClock
 ) -> None:

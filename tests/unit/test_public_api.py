@@ -106,6 +106,9 @@ def test_the_guards_operations_are_pinned() -> None:
         "set_limit": "(policy, rule, rate, *, ttl=None, **ctx)",
         "clear_limit": "(policy, rule, **ctx)",
         "limits_for": "(policy, **ctx)",
+        "lease": "(policy, cost=1, **ctx)",
+        "take_lease": "(policy, cost=1, **ctx)",
+        "release": "(decision, /)",
     }
     for kind in (Guard, AsyncGuard):
         for name, wanted in operations.items():
