@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from freqguard import AsyncGuard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.script.keys import context_digest
 from freqguard.service import create_app
-from freqguard.service.history import INTERVAL, MINUTES
+from freqguard.service.history import INTERVAL, MINUTES, history_for
 from tests.conftest import flush
 from tests.integrations.service_browser import CHROMIUM, Browser
 from tests.integrations.service_process import serving, sms_config
@@ -449,3 +450,35 @@ def test_a_context_s_denials_refuse_a_context_that_is_no_key(
     answer = asyncio.run(run())
     assert (answer.status_code, answer.json()["field"]) == (422, field)
     assert "recipient" in answer.json()["detail"] or field == "context.recipient"
+
+
+def test_a_history_that_cannot_be_written_is_logged_once_a_while(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counts the store refuses to take never fail a decision; the failure is logged at
+    once, then not again within the minute (``observe.base.RepeatFilter``), and again
+    once the minute has passed."""
+    guard = AsyncGuard(MemoryBackend(), [SMS], clock=ManualClock(START))
+    history = history_for(guard)
+    context: dict[str, Any] = {"recipient": "a", "content": "x"}
+
+    async def refused(*args: object) -> None:
+        raise ConnectionError("the store is down")
+
+    monkeypatch.setattr(history, "_add", refused)
+
+    async def writes(times: int) -> None:
+        decision = await guard.hit("sms", **context)
+        for _ in range(times):
+            await history.record("sms", [decision], [context], ("recipient", "content"))
+            await history.flush()
+
+    def logged() -> int:
+        return sum("history was not written" in r.getMessage() for r in caplog.records)
+
+    with caplog.at_level(logging.WARNING, logger="freqguard.service"):
+        asyncio.run(writes(3))
+        assert logged() == 1
+        monkeypatch.setattr(history._failures, "quiet", 0.0)  # the minute has passed
+        asyncio.run(writes(1))
+        assert logged() == 2
