@@ -312,7 +312,7 @@ class AsyncGuard:
         try:
             return await block.__aenter__()
         except BaseException:  # a Ctrl-C as the block's entry returned: given back
-            await block.give_back()
+            await block.release_taken()
             raise
 
     @must_await

@@ -151,10 +151,10 @@ class AsyncLeaseBlock(AsyncContextDecorator):
         try:
             return await take(self._guard, *self._args, taken)
         except BaseException:  # a Ctrl-C held back as it was taken, or just after: given
-            await self.give_back()  # back (another signal's exception too)
+            await self.release_taken()  # back (another signal's exception too)
             raise
 
-    async def give_back(self) -> None:
+    async def release_taken(self) -> None:
         """Release the lease taken, unless a release of it went (or was tried) already:
         a failed one is not tried again (review: the block's entry and ``take_lease`` each
         tried it, a second wait on a failing store)."""

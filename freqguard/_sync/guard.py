@@ -304,7 +304,7 @@ class Guard:
         try:
             return block.__enter__()
         except BaseException:  # a Ctrl-C as the block's entry returned: given back
-            block.give_back()
+            block.release_taken()
             raise
 
     def release(self, decision: Decision, /) -> Decision:

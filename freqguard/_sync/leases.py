@@ -152,10 +152,10 @@ class LeaseBlock(ContextDecorator):
         try:
             return take(self._guard, *self._args, taken)
         except BaseException:  # a Ctrl-C held back as it was taken, or just after: given
-            self.give_back()  # back (another signal's exception too)
+            self.release_taken()  # back (another signal's exception too)
             raise
 
-    def give_back(self) -> None:
+    def release_taken(self) -> None:
         """Release the lease taken, unless a release of it went (or was tried) already:
         a failed one is not tried again (review: the block's entry and ``take_lease`` each
         tried it, a second wait on a failing store)."""
