@@ -118,6 +118,7 @@ def _contract() -> list[str]:
         local("OLDEST_LAYOUT", lua(c.OLDEST_LAYOUT), "the oldest it reads (states in full)"),
         local("MOVING_LAYOUT", lua(c.MOVING_LAYOUT), "this one, old names left in it"),
         local("OLD_TAG_BYTES", lua(c.OLD_TAG_BYTES), "a state's tag in layouts 2 and 3"),
+        local("WIDE_TAG_BYTES", lua(c.WIDE_TAG_BYTES), "one whose 2 bytes collided, to 0.3.0"),
         local(
             "LAYOUT_STAMPS", lua(c.LAYOUT_STAMPS), "a meta field's stamp: LAYOUT_STAMPS + layout"
         ),

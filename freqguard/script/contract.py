@@ -68,6 +68,7 @@ __all__ = [
     "STALE_GRACE_US",
     "TWIN_FUNCTIONS",
     "UNCLAIMED",
+    "WIDE_TAG_BYTES",
     "grows",
     "struct_codes",
     "widths",
@@ -185,9 +186,15 @@ RECORD_META = ">BI7I4I4"
 #: a call reads a state there when its own name is absent, and moves it when it writes.
 #: A record is stamped :data:`MOVING_LAYOUT` while a field named the old way is left in it
 #: (a state the call did not name: a rule for other priorities), 6 once none is.
+#:
+#: A state's 3-byte tag depends on its key id alone. Up to 0.3.0, states of one policy whose
+#: first OLD_TAG_BYTES were alike were named by :data:`WIDE_TAG_BYTES` of their key ids
+#: instead, whatever the layout; a call sends such a state's old name before its own, and
+#: reads and moves it as above, in any layout (design note 94).
 RECORD_LAYOUT = 6
 MOVING_LAYOUT = 5
 OLD_TAG_BYTES = 2
+WIDE_TAG_BYTES = 6
 LAYOUT_STAMPS = 0xF0
 #: The oldest stamped layout this release reads: 2 stored every state in full (freqguard
 #: 0.2 development builds), which later layouts read as it is.

@@ -22,7 +22,7 @@ Layout::
   never stored verbatim outside the hash tag, and keys stay short whatever their length.
 
 In Redis, every key of one partition value and policy is a field of one record (the key up
-to its policy, :meth:`KeyLayout.record`), named by a 2-byte *field tag* of its key id plus
+to its policy, :meth:`KeyLayout.record`), named by a 3-byte *field tag* of its key id plus
 the digest (:meth:`KeyLayout.field`). With bins (``RedisBackend(bins=N)``), records
 of many partition values share one hash, ``<prefix>:{#<n>}:<policy>`` (:meth:`KeyLayout.bin`),
 ``n`` taken from the partition value's 8-byte digest, which names its record there.
@@ -39,7 +39,7 @@ from typing import NamedTuple
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
 from freqguard.rules import Rule, Strategy, check_name
-from freqguard.script.contract import OLD_TAG_BYTES
+from freqguard.script.contract import OLD_TAG_BYTES, WIDE_TAG_BYTES
 
 __all__ = [
     "POLICY_KEYS",
@@ -154,6 +154,8 @@ class KeyLayout:
         "field_tag",
         "key_id",
         "layout_key",
+        "old_tag",
+        "sent_tag",
     )
 
     def __init__(
@@ -191,6 +193,13 @@ class KeyLayout:
             _blake2b(key, digest_size=OLD_TAG_BYTES).digest()
             + _blake2b(key, digest_size=1).digest()
         )
+        # the 6-byte tag freqguard 0.3.0 and before named the state by when another state
+        # of its policy shared its first OLD_TAG_BYTES (b"": none does; set by
+        # _check_field_tags), and what a call sends as its field: that old tag, then the
+        # field tag (the Lua reads the old name where the new one is absent, see
+        # freqguard/script/lua/records.lua split_names)
+        self.old_tag = b""
+        self.sent_tag = self.field_tag
 
     @property
     def partition(self) -> str | None:
@@ -232,10 +241,11 @@ class KeyLayout:
         return key, rid
 
     def field(self, texts: Mapping[str, str]) -> bytes:
-        """The key's field in its Redis record: the field tag, plus the raw digest if any."""
+        """The key's field in its Redis record as a call sends it: the sent tag (the field
+        tag, after the old tag if any), plus the raw digest if any."""
         if not self._extra:
-            return self.field_tag
-        return self.field_tag + self._digest(texts)
+            return self.sent_tag
+        return self.sent_tag + self._digest(texts)
 
 
 class StateLayout(NamedTuple):
@@ -308,10 +318,12 @@ def _key_id(rule: Rule) -> str:
 
 def _check_field_tags(policy: str, layout: tuple[tuple[StateLayout, ...], ...]) -> None:
     """In Redis, the states of one partition value share a record, each in a field named by
-    a field tag of its key id. States whose first OLD_TAG_BYTES collide (1 in 65,536 a pair
-    of names; the tags of before layout 6, which the Lua still reads) get 6-byte tags
-    instead, as they did then, which depend on their key ids alone (so on the policy's
-    rules, not their order); two 6-byte tags alike (1 in 2^48) are refused."""
+    its 3-byte field tag, a function of its key id alone: a deploy that adds, removes or
+    changes other rules never renames a state (design note 94). Two states whose tags are
+    alike (1 in 16.7 million a pair) are refused. Up to freqguard 0.3.0, states whose first
+    OLD_TAG_BYTES collided were named by 6-byte tags of their key ids instead: such a state
+    is sent with that old tag first (``old_tag``), which the Lua reads where the field tag
+    is absent, and moves."""
     states = [state.key for part in layout for state in part]
     by_tag: dict[bytes, list[KeyLayout]] = {}
     for key in states:
@@ -319,7 +331,8 @@ def _check_field_tags(policy: str, layout: tuple[tuple[StateLayout, ...], ...]) 
     for keys in by_tag.values():
         if len({key.key_id for key in keys}) > 1:
             for key in keys:
-                key.field_tag = _blake2b(key.key_id.encode(), digest_size=6).digest()
+                key.old_tag = _blake2b(key.key_id.encode(), digest_size=WIDE_TAG_BYTES).digest()
+                key.sent_tag = key.old_tag + key.field_tag
     seen: dict[bytes, str] = {}
     for key in states:
         other = seen.setdefault(key.field_tag, key.key_id)

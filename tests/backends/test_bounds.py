@@ -179,12 +179,31 @@ def test_a_policy_whose_logs_could_hold_too_many_entries_is_refused() -> None:
 @pytest.mark.parametrize("count", [2, MAX_RULES])
 def test_field_tags_never_collide_within_a_policy(count: int) -> None:
     """Two states whose 2-byte tags collided made the policy unusable ("rename a rule");
-    colliding tags are now lengthened, so any set of rule names works."""
+    each state now has a 3-byte tag of its own (two alike, 1 in 16.7 million a pair, are
+    refused: below), and those whose 2-byte tags collide are sent with their wide names."""
     names = _colliding_names() if count == 2 else [f"rule-{n}" for n in range(count)]
     policy = Policy("p", *(Rule("5/minute", by="u", strategy="gcra", name=n) for n in names))
     layout = policy_layout(policy, "fg")
     tags = [state.key.field_tag for part in layout for state in part]
     assert len(set(tags)) == len(tags)
+
+
+def test_two_states_whose_whole_tags_collide_are_refused_naming_both() -> None:
+    """A state's tag is its key id's alone (design note 94), so two alike would share a
+    field: refused at construction, naming the fix, never a shared count."""
+    seen: dict[bytes, str] = {}
+    for n in range(100_000):
+        key = f"r{n}/gcra@u".encode()
+        tag = (
+            hashlib.blake2b(key, digest_size=2).digest()
+            + hashlib.blake2b(key, digest_size=1).digest()
+        )
+        if tag in seen:
+            break
+        seen[tag] = f"r{n}"
+    rules = [Rule("5/minute", by="u", strategy="gcra", name=x) for x in (seen[tag], f"r{n}")]
+    with pytest.raises(ConfigError, match=rf"'{seen[tag]}/gcra@u' and 'r{n}/gcra@u'.*rename"):
+        policy_layout(Policy("p", *rules), "fg")
 
 
 def _colliding_names() -> list[str]:

@@ -88,10 +88,17 @@ class _OldCalls:
     number, which they do not read) and a LIMIT change without the tags it keeps (they
     kept the tags of the call's rules); each state's field named by its 2-byte tag, as
     every layout before 6 named it. ``tags_only``: as this release's builds before layout
-    6 encoded it (the policy-0.2-tags fixture): the names alone differ."""
+    6 encoded it (the policy-0.2-tags fixture): the names alone differ. ``named``: how
+    the old client named a state's field (``_old_tag`` unless given)."""
 
-    def __init__(self, backend: RedisBackend, tags_only: bool = False) -> None:
+    def __init__(
+        self,
+        backend: RedisBackend,
+        tags_only: bool = False,
+        named: Callable[[KeyLayout], KeyLayout] | None = None,
+    ) -> None:
         self.backend, self.old, self.tags_only = backend, True, tags_only
+        self.named = named or _old_tag
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.backend, name)
@@ -105,7 +112,7 @@ class _OldCalls:
     def _call(self, call: ScriptCall) -> ScriptCall:
         if not self.old:
             return call
-        layouts = tuple(map(_old_tag, call.part.layouts))
+        layouts = tuple(map(self.named, call.part.layouts))
         if self.tags_only:
             return call._replace(part=call.part._replace(layouts=layouts))
         change = call.change
@@ -119,11 +126,21 @@ class _OldCalls:
 
 def _old_tag(layout: KeyLayout) -> KeyLayout:
     """``layout`` naming its state's field as layouts 2 and 3 did: by the first
-    ``OLD_TAG_BYTES`` of its tag (a 6-byte tag, given when those collide, was named alike)."""
-    if len(layout.field_tag) == 6:
-        return layout
+    ``OLD_TAG_BYTES`` of its tag, or by its wide tag when those collide."""
+    old = _wide_tag(layout)
+    if not layout.old_tag:
+        old.field_tag = old.sent_tag = layout.field_tag[:OLD_TAG_BYTES]
+    return old
+
+
+def _wide_tag(layout: KeyLayout) -> KeyLayout:
+    """``layout`` naming its state's field as 0.3.0 did: by its 3-byte tag, or by its
+    ``WIDE_TAG_BYTES`` tag when the first ``OLD_TAG_BYTES`` of its tag are another
+    state's of the policy (the tag then depended on the other rules: design note 94)."""
     old = copy.copy(layout)
-    old.field_tag = layout.field_tag[:OLD_TAG_BYTES]
+    if layout.old_tag:
+        old.field_tag = old.sent_tag = layout.old_tag
+        old.old_tag = b""
     return old
 
 

@@ -195,8 +195,13 @@ def _assert_alike(
 
 
 def _unique(
-    rules: list[Rule], priorities: tuple[str, ...] = (), quiet: QuietHours | None = None
+    rules: list[Rule],
+    priorities: tuple[str, ...] = (),
+    quiet: QuietHours | None = None,
+    names: Sequence[str] = (),
 ) -> Policy:
+    """``rules`` as a policy, named ``r0``, ``r1``... (or ``names``)."""
+    names = names or [f"r{i}" for i in range(len(rules))]
     return Policy(
         "p",
         *(
@@ -204,7 +209,7 @@ def _unique(
                 r.rate,
                 r.by,
                 r.strategy,
-                name=f"r{i}",
+                name=names[i],
                 burst=r.burst,
                 shadow=r.shadow,
                 calendar=r.calendar,

@@ -587,12 +587,6 @@ def test_memory_keeps_the_others_counts_when_a_rule_sharing_the_record_is_redepl
     assert _deployed_again(MemoryBackend()) == {"b", "c"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by CI's operations model on 2026-11-29, not yet fixed: a rule of another "
-    "dimension whose strategy a deploy changes, where the dimensions share a value (u=t=17, "
-    "one record), makes the Lua miss a fixed-window rule's count (memory counts it)",
-)
 def test_redis_keeps_the_others_counts_when_a_rule_sharing_the_record_is_redeployed(
     redis_server: RedisServer,
 ) -> None:

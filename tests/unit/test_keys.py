@@ -185,3 +185,35 @@ def test_a_named_rules_state_is_named_by_what_it_is() -> None:
             ((state,),) = policy_layout(Policy("p", rule), "fg")  # a log: "log", named or not
             fields.add(state.key.field({"a": "1"}))
     assert len(fields) == len(RATE_STRATEGIES) + 1
+
+
+#: Rules whose states' first two tag bytes are alike (``c/fw@u``, ``d/gcra@t``: 0x3020), and
+#: others: what a deploy adds or removes beside the rules it keeps.
+DEPLOYED = (
+    Rule("5/minute", by="u", name="c", strategy="fixed-window"),
+    Rule("5/minute", by="t", name="d", strategy="gcra"),
+    Rule("5/minute", by="u", name="e", strategy="gcra"),
+    Rule("5/minute", by="u"),
+    Rule("6/minute", by="t"),
+)
+
+
+@given(st.sets(st.sampled_from(range(len(DEPLOYED))), min_size=1), st.sets(st.integers(0, 4)))
+def test_a_states_field_is_named_by_its_own_key_id_whatever_the_other_rules(
+    kept: set[int], others: set[int]
+) -> None:
+    """Design note 94: a state's 3-byte tag is a function of its key id, so a deploy that
+    adds or removes other rules never renames it (up to 0.3.0 it did, when a rule whose
+    2-byte tag it shared came or went: its count started afresh in Redis). A state whose
+    2-byte tag another's shares is sent with its 0.3.0 wide name first."""
+    before = Policy("p", *(DEPLOYED[i] for i in sorted(kept)))
+    after = Policy("p", *(DEPLOYED[i] for i in sorted(kept | others)))
+    named: dict[str, bytes] = {}
+    for policy in (before, after):
+        states = [s.key for part in policy_layout(policy, "fg") for s in part]
+        for key in states:
+            assert named.setdefault(key.key_id, key.field_tag) == key.field_tag
+            shared = [k for k in states if k.field_tag[:2] == key.field_tag[:2]]
+            assert key.sent_tag == key.old_tag + key.field_tag
+            assert bool(key.old_tag) == (len(shared) > 1)
+            assert len(key.field_tag) == 3

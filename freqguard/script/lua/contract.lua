@@ -31,6 +31,7 @@ local RECORD_LAYOUT = 6                  -- the layout this release writes
 local OLDEST_LAYOUT = 2                  -- the oldest it reads (states in full)
 local MOVING_LAYOUT = 5                  -- this one, old names left in it
 local OLD_TAG_BYTES = 2                  -- a state's tag in layouts 2 and 3
+local WIDE_TAG_BYTES = 6                 -- one whose 2 bytes collided, to 0.3.0
 local LAYOUT_STAMPS = 240                -- a meta field's stamp: LAYOUT_STAMPS + layout
 local LIMIT_ENTRY = '>I4I7BI4I7I4I7'     -- one limit: tag, expiry, exempt, limit,
 local LIMIT_ENTRY_BYTES = 34             -- window, capacity, interval; size

@@ -30,9 +30,10 @@
 --            (0/1), tag (names the rule for per-key limits), reserve (a priority's cap),
 --            burst (a bucket rule's own, 0: none); after a calendar state's
 --            rules, the periods around the client's clock (BOUNDS); see parse_specs
---        [ARGV_FIELDS ...] one per state, its field in the record (a 3-byte field tag, or a
---            6-byte one, plus the 8-byte digest of its other dimension values when it has
---            any; layouts 2 and 3 named it by the tag's first 2 bytes: see read_old_names)
+--        [ARGV_FIELDS ...] one per state, its field in the record (a 3-byte field tag,
+--            plus the 8-byte digest of its other dimension values when it has any; layouts
+--            2 and 3 named it by the tag's first 2 bytes: see read_old_names), after the
+--            6-byte name 0.3.0 gave it when another state shared those (split_names)
 --        then, REFUND only and optional: one per state, the mark the hit to give back left
 --            there (calls.Reply.marks: its time; "tat:back:born:interval" for buckets), ""
 --            where it consumed nothing; without them a refund gives back the newest units

@@ -21,20 +21,48 @@ local function bin_get(rec, names)
   return got
 end
 
--- A record of layout 2, 3 or MOVING_LAYOUT may hold a state under its old name (its tag's
--- first OLD_TAG_BYTES; see contract.py RECORD_LAYOUT): where the call's name for it is
--- absent, the state is read there, and noted in rec.moved (the old name, the state's
--- index) for write_record to move.
-local function read_old_names(rec, got, argv, n)
-  local meta = got[1]
-  local layout = meta and byte(meta, 1) - LAYOUT_STAMPS
-  if not layout or layout < OLDEST_LAYOUT or layout > MOVING_LAYOUT then return end
-  local olds, at = {}, {}
+-- A state whose 2-byte tag another state of its policy shares comes with the name freqguard
+-- 0.3.0 and before gave it (WIDE_TAG_BYTES of its key id, then its digest) before its own
+-- (a 3-byte tag), a length of 1 mod 8 (keys.py KeyLayout.sent_tag): its own goes back in
+-- argv, and the old one in the list returned (by the state's index; nil when none came).
+local function split_names(argv, n)
+  local olds
   for i = 1, n do
     local name = argv[ARGV_FIELDS - 1 + i]
-    if not got[i + 1] and #name % 8 == OLD_TAG_BYTES + 1 then  -- a 3-byte tag's
-      olds[#olds + 1] = sub(name, 1, OLD_TAG_BYTES) .. sub(name, OLD_TAG_BYTES + 2)
-      at[#olds] = i
+    if #name % 8 == 1 then
+      olds = olds or {}
+      olds[i] = sub(name, 1, WIDE_TAG_BYTES) .. sub(name, WIDE_TAG_BYTES + OLD_TAG_BYTES + 2)
+      argv[ARGV_FIELDS - 1 + i] = sub(name, WIDE_TAG_BYTES + 1)
+    end
+  end
+  return olds
+end
+
+-- A state may be stored under an old name (see contract.py RECORD_LAYOUT): in a record of
+-- layout 2, 3 or MOVING_LAYOUT, its tag's first OLD_TAG_BYTES, and in any record, the wide
+-- name the call sent (`wide`, see split_names), which is the only one read for such a state
+-- (its 2-byte name would be another's too). Where the call's name for it is absent, the
+-- state is read there, and noted in rec.moved (the old name, the state's index) for
+-- write_record to move.
+local function read_old_names(rec, got, argv, n, wide)
+  local meta = got[1]
+  local layout = meta and (byte(meta, 1) or 0) - LAYOUT_STAMPS
+  -- a new record has no old names; one check_layout drops or refuses is not read
+  if not layout or layout < OLDEST_LAYOUT or layout > RECORD_LAYOUT then return end
+  local moving = layout <= MOVING_LAYOUT
+  if not moving and not wide then return end
+  local olds, at = {}, {}
+  for i = 1, n do
+    if not got[i + 1] then
+      local old = wide and wide[i]
+      local name = argv[ARGV_FIELDS - 1 + i]
+      if not old and moving and #name % 8 == OLD_TAG_BYTES + 1 then  -- a 3-byte tag's
+        old = sub(name, 1, OLD_TAG_BYTES) .. sub(name, OLD_TAG_BYTES + 2)
+      end
+      if old then
+        olds[#olds + 1] = old
+        at[#olds] = i
+      end
     end
   end
   if #olds == 0 then return end
@@ -55,6 +83,7 @@ end
 local function open_record(keys, argv, n, record, writes)
   local key = keys[1]
   local rec, got
+  local wide = split_names(argv, n)
   if not record then
     rec = {key = key}
     got = call('HMGET', key, '', tunpack(argv, ARGV_FIELDS, ARGV_FIELDS - 1 + n))
@@ -69,7 +98,7 @@ local function open_record(keys, argv, n, record, writes)
       ARGV_FIELDS - 1 + n)}))}
   end
   rec.argv = argv
-  read_old_names(rec, got, argv, n)
+  read_old_names(rec, got, argv, n, wide)
   return rec, got
 end
 
@@ -204,14 +233,14 @@ end
 -- a field may still be named the old way, else RECORD_LAYOUT; how many fields went; and
 -- the latest expiry of the states moved (the record's TTL must cover them: a LIMIT call's
 -- reads the fields, where they are not yet). A record whose `stamp` is this layout's has
--- nothing to move. A write that moves nothing reads nothing more:
+-- only wide names to move (see split_names), and stays this layout's. A write that moves
+-- nothing reads nothing more:
 -- the record stays MOVING_LAYOUT until a move or a prune finds no old name left.
 local function move_old_names(rec, got, sets, drops, stamp, clock, pinned)
-  if stamp < LAYOUT_STAMPS + OLDEST_LAYOUT or stamp > LAYOUT_STAMPS + MOVING_LAYOUT then
-    return RECORD_LAYOUT, 0, 0  -- this layout's record (or a new one): nothing to move
-  end
+  local moving = stamp >= LAYOUT_STAMPS + OLDEST_LAYOUT
+    and stamp <= LAYOUT_STAMPS + MOVING_LAYOUT
   local moved = rec.moved or {}
-  if #moved == 0 then return MOVING_LAYOUT, 0, 0 end
+  if #moved == 0 then return moving and MOVING_LAYOUT or RECORD_LAYOUT, 0, 0 end
   local named, olds, latest = {}, {}, 0
   for i = 1, #sets, 2 do named[sets[i]] = true end
   for i = 1, #drops do named[drops[i]] = true end
@@ -226,6 +255,9 @@ local function move_old_names(rec, got, sets, drops, stamp, clock, pinned)
     olds[#olds + 1] = moved[j]
   end
   rec_drop_fields(rec, olds)
+  -- a record of this layout moved wide names only (the calls that name them look for the
+  -- others): it has no 2-byte ones to look for
+  if not moving then return RECORD_LAYOUT, 0, latest end
   local all, left, stale = rec_all(rec), false, {}
   for i = 1, #all, 2 do
     local name = all[i]
