@@ -4,7 +4,7 @@ side's :data:`Cancelled`).
 
 A lease taken or given back holds a Ctrl-C back (:class:`holding`) from before its calls go
 out until the guard knows what they did, in the main thread while SIGINT has Python's own
-handler, on a store outside the process: an interrupt that cut the reply's read, or landed
+handler, on any store: an interrupt that cut the reply's read, or landed
 between the store's answer and the decision in the caller's hands, left a lease the store
 took known to nobody (held until it lapsed). At the hold's end the interrupt is raised: the
 guard gives the lease back first, as the async guard does on a cancellation. A second
@@ -13,9 +13,10 @@ back elsewhere: a call of a hit or a batch a Ctrl-C cuts counts or not, as a can
 may (the strict side), and a hold costs three calls to ``signal`` (about 25 µs: its
 wrappers turn handlers into enums through exceptions). A Ctrl-C anywhere in an operation
 of several steps (a hit over several parts, a batch, ``acquire``) unwinds it as a
-cancellation does the async guard's: what its earlier steps took goes back. Nothing is held
-back on a ``MemoryBackend``: its calls take microseconds in the process a Ctrl-C usually
-ends.
+cancellation does the async guard's: what its earlier steps took goes back. A
+``MemoryBackend``'s call is held too, for a lease (a Ctrl-C after its write, before its
+answer, left the lease held: design note 95); any of its calls a Ctrl-C cuts is made whole
+or not at all (``script.twin.run`` puts back what it found).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import signal
 import threading
 from typing import Any, TypeVar
 
-from freqguard.backends.memory import MemoryBackend
 from freqguard.clock import Clock
 from freqguard.engine.ops import Op, unwinding
 from freqguard.script.calls import Reply, ScriptCall
@@ -63,7 +63,7 @@ class holding:
         self._backend, self._previous = backend, None
 
     def __enter__(self) -> holding:
-        previous = None if isinstance(self._backend, MemoryBackend) else _holdable()
+        previous = _holdable()
         if previous is not None:
             self._previous = previous  # first: an exception as it is set puts it back
             try:

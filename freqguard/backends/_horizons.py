@@ -18,6 +18,7 @@ from typing import Any
 from freqguard.clock import Clock
 from freqguard.script.contract import PINNED_GRACE_MS, STALE_GRACE_US
 from freqguard.script.limits import KeyLimit
+from freqguard.script.strategies.base import StateSpec
 
 __all__ = ["HorizonStore", "Stored"]
 
@@ -170,6 +171,19 @@ class HorizonStore:
             self.count += 1
             if len(entries) > found.peak:
                 found.peak = len(entries)
+
+    def put_back(
+        self, keys: Sequence[str], specs: Sequence[StateSpec], saved: Sequence[Stored | None]
+    ) -> None:
+        """``keys`` as :meth:`get` found them (``saved``): a call cut part way (a Ctrl-C)
+        leaves its states all as they were, as a script that never ran would."""
+        for key, spec, entry in zip(keys, specs, saved, strict=True):
+            for queue in self.queues.values():  # wherever a read or a write filed it
+                if queue.entries.pop(key, None) is not None:
+                    self.count -= 1
+            if entry is not None:
+                self.queues.setdefault(spec.horizon, _Queue()).entries[key] = entry
+                self.count += 1
 
     def delete(self, key: str, horizon: int) -> None:
         found = self.queues.get(horizon)

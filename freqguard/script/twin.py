@@ -48,6 +48,11 @@ class StateStore(Protocol):
 
     def delete(self, key: str, horizon: int) -> None: ...
 
+    def put_back(
+        self, keys: Sequence[str], specs: Sequence[StateSpec], found: Sequence[Entry | None]
+    ) -> None:
+        """``keys`` as ``get`` found them, each under its state's horizon."""
+
 
 # -- the script's steps (freqguard/script/lua/twin.lua has the same, in the same order) -----
 
@@ -199,30 +204,28 @@ def run(
     change: str | None = None,
 ) -> Reply:
     """Execute the policy script against ``store``; see the module docstring. ``limits``
-    are the record's per-key limits; the Reply carries them as the call leaves them.
-
-    Time per state never goes back: every state keeps the latest time it was written at,
-    and a call is judged at the latest of its own time and those, so a clock that steps
-    back (threads that read it out of order, a failover to a lagging server) can neither
-    count a window that a later call already trimmed nor start a fixed window afresh.
-    """
+    are the record's per-key limits; the Reply carries them as the call leaves them. Time
+    per state never goes back: a call is judged at the latest of its own time and the
+    states' (each keeps the latest it was written at), so a clock that steps back can
+    neither count a window a later call trimmed nor start a fixed window afresh."""
     specs = part.specs
-    if mode != RESET:
-        found = [store.get(key, spec.horizon, now) for key, spec in zip(keys, specs)]  # noqa: B905
-        now = judged_at(found, now)
-    if limits or mode == LIMIT:  # the common hit: a record without limits, none changed
-        limits = change_limits(limits, change, mode, now, pinned, part)
-    if mode == RESET:
-        now = reset_states(store, keys, specs, now, pinned)
-        found = [None] * len(specs)
-    part = apply_limits(part, limits, now) if limits else part
-    specs = part.specs
-    views = load_states(specs, found, now)
-    if mode == REFUND:
-        refund_states(store, keys, specs, found, views, now, cost, marks)
-    waits, allowed = check_rules(specs, views, now, cost if cost > 0 else 1)
-    if mode == HIT and allowed and cost > 0:
-        consume_states(store, keys, specs, views, waits, now, cost)
-    # reported now: a memory state may change in place under a later call (logs are appended
-    # to), while a reply must describe the hit it answers
+    # put back if a Ctrl-C cuts the call: whole or not at all, as the Lua's script
+    found = [store.get(key, spec.horizon, now) for key, spec in zip(keys, specs)]  # noqa: B905
+    try:
+        if mode != RESET:
+            now = judged_at(found, now)
+        if limits or mode == LIMIT:  # the common hit: a record without limits, none changed
+            limits = change_limits(limits, change, mode, now, pinned, part)
+        if mode == RESET:
+            now = reset_states(store, keys, specs, now, pinned)
+        part = apply_limits(part, limits, now) if limits else part
+        views = load_states(part.specs, [None] * len(specs) if mode == RESET else found, now)
+        if mode == REFUND:
+            refund_states(store, keys, part.specs, found, views, now, cost, marks)
+        waits, allowed = check_rules(part.specs, views, now, cost if cost > 0 else 1)
+        if mode == HIT and allowed and cost > 0:
+            consume_states(store, keys, part.specs, views, waits, now, cost)
+    except BaseException:
+        store.put_back(keys, specs, found)
+        raise
     return Reply(part, allowed, waits, now, views, b"", report_of(part, views, now), limits)

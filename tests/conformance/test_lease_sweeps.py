@@ -12,22 +12,32 @@ from typing import Any
 
 import pytest
 
-from freqguard import Decision, Guard, Policy, Rule
+from freqguard import Decision, Guard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard._sync.leases import LeaseBlock
 from tests.conformance.test_lease_interrupts import (
     _guard,
     _main_thread_only,  # noqa: F401 (autouse)
 )
-from tests.servers import RedisServer
+from tests.conftest import START
 
 #: LLM's lease, its rate high enough for a sweep's hits in one minute of a manual clock
 #: (moved on, it would free a lease left held)
 SWEPT = Policy("llm", Rule("2 concurrent", by="user", lease=60), Rule("10000/minute", by="user"))
 
 
-@pytest.fixture
-def swept(redis_server: RedisServer) -> Iterator[Guard]:
-    yield from _guard(redis_server, SWEPT)
+@pytest.fixture(params=["redis", "memory"])
+def swept(request: pytest.FixtureRequest) -> Iterator[Guard]:
+    """A guard of :data:`SWEPT` on Redis, or on a ``MemoryBackend``: a Ctrl-C at event 90
+    of 291 of a lease block on memory left the lease held, the store's write made and the
+    decision never returned, while memory's calls were not held (design note 95)."""
+    if request.param == "redis":
+        yield from _guard(request.getfixturevalue("redis_server"), SWEPT)
+        return
+    clock = ManualClock(START)
+    made = Guard(MemoryBackend(clock=clock), [SWEPT], clock=clock)
+    with made.lease("llm", user="u"):
+        pass
+    yield made  # noqa: PT022 (the redis branch above has a teardown)
 
 
 #: the profile events where the interpreter may run a pending signal's handler (its eval
@@ -41,7 +51,7 @@ _OWN = frozenset({"call", "return"})  # a frame's own events (its calls into C a
 _EXIT_BEGINS = (LeaseBlock.__exit__.__code__, "call")
 
 
-def _ctrl_c_at(event: int | None, run: Callable[[], None], within: Any = None) -> int:
+def _ctrl_c_at(event: int | None, run: Callable[[], object], within: Any = None) -> int:
     """``run()`` with a SIGINT raised at its ``event``-th profile event of :data:`_CHECKED`
     (None: none), as a Ctrl-C landing there; how many events it had (``within``: only
     those inside a call of that function, not its own call and return, where a Ctrl-C is

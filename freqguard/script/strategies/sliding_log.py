@@ -110,12 +110,14 @@ def check(log: array[int], now: int, need: int, rule: RuleParams) -> int:
 
 
 def consume(log: array[int], now: int, cost: int, spec: StateSpec) -> array[int]:
-    # time per state never goes back (see twin.run), so every entry is <= now: append
-    del log[: bisect_right(log, now - spec.window)]
-    log.extend(array("q", (now,)) * cost)
-    if len(log) > spec.cap:
-        del log[: len(log) - spec.cap]
-    return log
+    # a new log: the stored one stays as it is until the call has written every state (the
+    # memory store puts them all back if a Ctrl-C cuts it). Time per state never goes back
+    # (see twin.run), so every entry is <= now: append
+    out = log[bisect_right(log, now - spec.window) :]
+    out.extend(array("q", (now,)) * cost)
+    if len(out) > spec.cap:
+        del out[: len(out) - spec.cap]
+    return out
 
 
 def mark(log: array[int], now: int, spec: StateSpec) -> int:
