@@ -30,7 +30,13 @@ from freqguard.backends.redis import RedisBackend
 from freqguard.script import calls
 from freqguard.script.contract import LAYOUT_STAMPS, OLD_TAG_BYTES, RECORD_LAYOUT, WIDE_TAG_BYTES
 from freqguard.script.keys import policy_layout
-from tests.backends.test_record_layout import _deploy, _OldCalls, _read_on_exactly, _wide_tag
+from tests.backends.test_record_layout import (
+    TAGS_0_2,
+    _deploy,
+    _OldCalls,
+    _read_on_exactly,
+    _wide_tag,
+)
 from tests.conformance.test_differential import _unique, ctx, op, rule
 from tests.conftest import START, examples, flush
 from tests.reference import RATE_STRATEGIES
@@ -179,3 +185,66 @@ def test_a_deploy_that_adds_or_removes_a_rule_sharing_a_2_byte_tag_keeps_the_cou
     assert not guard.hit("p", u="a", t="y").allowed
     assert not Guard(backend, [alone], clock=clock).hit("p", u="a").allowed
     flush([redis_server])
+
+
+def _wide_of_c() -> bytes:
+    (c,) = [s.key for part in policy_layout(_sms(), "fg") for s in part if s.rules == (0,)]
+    return c.old_tag
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_a_reset_forgets_a_state_under_both_its_names(
+    redis_backend: RedisBackend, redis_server: RedisServer, pinned: bool
+) -> None:
+    """A record holding ``c`` under both names (a 0.3.0 client wrote the wide one after
+    this release moved it: a rolling deploy, or a rollback): a reset deleted the 3-byte
+    field only, and the next call counted the 0.3.0 units again (found by review)."""
+    flush([redis_server])
+    client = redis_server.client
+    backend = _OldCalls(redis_backend, True, _wide_tag)
+    backend.old = False
+    clock = ManualClock(START) if pinned else None
+    new = Guard(backend, [_sms()], clock=clock)
+    assert new.hit("p", u="a", t="x").allowed  # c under its 3-byte name
+    _deploy(client, RELEASE_0_3_0)
+    backend.old = True
+    try:  # a 0.3.0 client during the roll: its own count, under the wide name
+        old = Guard(backend, [_sms()], clock=clock)
+        assert old.hit("p", u="a", t="y").allowed
+        assert old.hit("p", u="a", t="y").allowed
+    finally:
+        _deploy(client, LIBRARY)
+        backend.old = False
+    assert _wide_of_c() in client.hkeys("fg:{a}:p")
+    assert new.reset("p", u="a") == ("c",)
+    assert _wide_of_c() not in client.hkeys("fg:{a}:p")
+    meta = client.hget("fg:{a}:p", "")
+    assert isinstance(meta, bytes)
+    assert int.from_bytes(meta[8:12], "big") == client.hlen("fg:{a}:p") - 1  # its count
+    assert [new.hit("p", u="a", t="z").allowed for _ in range(3)] == [True, True, False]
+
+
+@pytest.mark.parametrize("old", ["0.3.0", "0.2"])
+def test_a_record_whose_meta_is_unreadable_is_dropped_with_its_old_names(
+    redis_backend: RedisBackend, redis_server: RedisServer, old: str
+) -> None:
+    """A record with a state under an old name and a meta field of a wrong length: the
+    call failed (the write unpacked the moved state from the emptied fields; found by
+    review, for 2-byte names before wide ones) where such a record is dropped."""
+    flush([redis_server])
+    client = redis_server.client
+    clock = ManualClock(START)
+    named = _wide_tag if old == "0.3.0" else None
+    backend = _OldCalls(redis_backend, True, named)
+    _deploy(client, RELEASE_0_3_0 if old == "0.3.0" else TAGS_0_2)
+    try:
+        assert Guard(backend, [_sms()], clock=clock).hit("p", u="a", t="x").allowed
+    finally:
+        _deploy(client, LIBRARY)
+        backend.old = False
+    meta = client.hget("fg:{a}:p", "")
+    assert isinstance(meta, bytes)
+    client.hset("fg:{a}:p", "", meta + b"\x00")  # a limits tail of the wrong length
+    seen = calls.dropped_records[0]
+    assert Guard(backend, [_sms()], clock=clock).hit("p", u="a", t="x").allowed
+    assert calls.dropped_records[0] == seen + 1

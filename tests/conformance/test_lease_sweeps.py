@@ -5,6 +5,7 @@ handler back. Python's profile hook raises the SIGINT at each such point."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -69,12 +70,17 @@ def _ctrl_c_at(event: int | None, run: Callable[[], object], within: Any = None)
                 sys.setprofile(None)
                 signal.raise_signal(signal.SIGINT)
 
+    collecting = gc.isenabled()
+    gc.disable()  # a collection runs finalizers (another test's client's __del__) inside the
+    # run, where a SIGINT is unraisable: ignored, and pytest fails the test (seen 1 in 3 runs)
     with contextlib.suppress(KeyboardInterrupt):
         try:
             sys.setprofile(hook)
             run()
         finally:
             sys.setprofile(None)
+            if collecting:
+                gc.enable()
         _flush_pending()
     return seen[0]
 

@@ -43,8 +43,10 @@ end
 -- name the call sent (`wide`, see split_names), which is the only one read for such a state
 -- (its 2-byte name would be another's too). Where the call's name for it is absent, the
 -- state is read there, and noted in rec.moved (the old name, the state's index) for
--- write_record to move.
-local function read_old_names(rec, got, argv, n, wide)
+-- write_record to move. A reset (`resets`) forgets a state under both names: a wide one
+-- found beside its own (a 0.3.0 client wrote it during a roll) is noted in rec.moved too,
+-- its index negated, for write_record to delete (review: it counted again after a reset).
+local function read_old_names(rec, got, argv, n, wide, resets)
   local meta = got[1]
   local layout = meta and (byte(meta, 1) or 0) - LAYOUT_STAMPS
   -- a new record has no old names; one check_layout drops or refuses is not read
@@ -53,7 +55,12 @@ local function read_old_names(rec, got, argv, n, wide)
   if not moving and not wide then return end
   local olds, at = {}, {}
   for i = 1, n do
-    if not got[i + 1] then
+    if got[i + 1] then
+      if resets and wide and wide[i] then
+        olds[#olds + 1] = wide[i]
+        at[#olds] = -i
+      end
+    else
       local old = wide and wide[i]
       local name = argv[ARGV_FIELDS - 1 + i]
       if not old and moving and #name % 8 == OLD_TAG_BYTES + 1 then  -- a 3-byte tag's
@@ -70,7 +77,7 @@ local function read_old_names(rec, got, argv, n, wide)
   local moved = {}
   for j = 1, #olds do
     if found[j] then
-      got[at[j] + 1] = found[j]
+      if at[j] > 0 then got[at[j] + 1] = found[j] end
       moved[#moved + 1], moved[#moved + 2] = olds[j], at[j]
     end
   end
@@ -80,7 +87,7 @@ end
 -- A record, and its fields named by the call (got[1] the meta field, got[i + 1] state i's;
 -- false where absent). A binned one keeps in rec.map the fields it decoded or changed
 -- (rec.touched: set or deleted), its other entries as they are.
-local function open_record(keys, argv, n, record, writes)
+local function open_record(keys, argv, n, record, writes, resets)
   local key = keys[1]
   local rec, got
   local wide = split_names(argv, n)
@@ -98,7 +105,7 @@ local function open_record(keys, argv, n, record, writes)
       ARGV_FIELDS - 1 + n)}))}
   end
   rec.argv = argv
-  read_old_names(rec, got, argv, n, wide)
+  read_old_names(rec, got, argv, n, wide, resets)
   return rec, got
 end
 
@@ -241,23 +248,27 @@ local function move_old_names(rec, got, sets, drops, stamp, clock, pinned)
     and stamp <= LAYOUT_STAMPS + MOVING_LAYOUT
   local moved = rec.moved or {}
   if #moved == 0 then return moving and MOVING_LAYOUT or RECORD_LAYOUT, 0, 0 end
-  local named, olds, latest = {}, {}, 0
+  local named, olds, latest, twice = {}, {}, 0, 0
   for i = 1, #sets, 2 do named[sets[i]] = true end
   for i = 1, #drops do named[drops[i]] = true end
   for j = 1, #moved, 2 do
     local i = moved[j + 1]
-    local name = rec.argv[ARGV_FIELDS - 1 + i]
-    latest = max(latest, (sunpack(FIELD_HEAD, got[i + 1])))
-    if not named[name] then
-      sets[#sets + 1] = name
-      sets[#sets + 1] = got[i + 1]
+    if i < 0 then  -- a reset's: a state's wide name beside its own, one field fewer
+      twice = twice + 1
+    else
+      local name = rec.argv[ARGV_FIELDS - 1 + i]
+      latest = max(latest, (sunpack(FIELD_HEAD, got[i + 1])))
+      if not named[name] then
+        sets[#sets + 1] = name
+        sets[#sets + 1] = got[i + 1]
+      end
     end
     olds[#olds + 1] = moved[j]
   end
   rec_drop_fields(rec, olds)
   -- a record of this layout moved wide names only (the calls that name them look for the
   -- others): it has no 2-byte ones to look for
-  if not moving then return RECORD_LAYOUT, 0, latest end
+  if not moving then return RECORD_LAYOUT, twice, latest end
   local all, left, stale = rec_all(rec), false, {}
   for i = 1, #all, 2 do
     local name = all[i]
@@ -270,7 +281,7 @@ local function move_old_names(rec, got, sets, drops, stamp, clock, pinned)
     end
   end
   if #stale > 0 then rec_drop_fields(rec, stale) end
-  return left and MOVING_LAYOUT or RECORD_LAYOUT, #stale, latest
+  return left and MOVING_LAYOUT or RECORD_LAYOUT, #stale + twice, latest
 end
 
 -- Write: the changed fields, the meta field (with the limits, `tail`), the record's TTL; an
@@ -341,6 +352,7 @@ local function check_layout(rec, got, n)
     if not found then return 0 end
   end
   rec_delete(rec)
+  rec.moved = nil  -- what read_old_names found goes with it (review: a write unpacked none)
   for i = 1, n + 1 do got[i] = false end
   return REPLY_DROPPED
 end

@@ -201,7 +201,8 @@ local function run(keys, argv, rid)
   if mode == CLAIM then return claim_bin(keys[1], rid) end  -- a bin claimed (bins.lua)
   local specs = specs_of(argv[ARGV_SPECS])
   local n = #specs
-  local rec, got = open_record(keys, argv, n, rid, mode == RESET or mode ~= CHECK and cost > 0)
+  local rec, got = open_record(keys, argv, n, rid, mode == RESET or mode ~= CHECK and cost > 0,
+    mode == RESET)
   local found = check_layout(rec, got, n)
   -- per state: the packed state to store ('' a reset's tombstone), false to delete, nil to keep
   local after = {}
