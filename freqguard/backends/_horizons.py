@@ -94,7 +94,20 @@ class HorizonStore:
     def keep_limits(self, record: str, limits: tuple[KeyLimit, ...], now: int) -> None:
         """A record's limits as a LIMIT call at ``now`` leaves them: kept until none lives
         (plus the stale grace, and in real time for pinned calls, as ``put``), or for ever
-        while one has no expiry."""
+        while one has no expiry. Cut part way (a Ctrl-C), it leaves them as they were."""
+        kept, gone = self.limits.get(record), self.limits_gone.get(record)
+        try:
+            self._keep_limits(record, limits, now)
+        except BaseException:  # a limit kept without its expiry was held for ever
+            self.limits.pop(record, None)
+            self.limits_gone.pop(record, None)
+            if kept is not None:
+                self.limits[record] = kept
+            if gone is not None:
+                self.limits_gone[record] = gone
+            raise
+
+    def _keep_limits(self, record: str, limits: tuple[KeyLimit, ...], now: int) -> None:
         self.limits_gone.pop(record, None)
         if not limits:
             self.limits.pop(record, None)
@@ -108,8 +121,9 @@ class HorizonStore:
         self.limits_gone[record] = gone
         heapq.heappush(self.limits_heap, (gone, record))
         if len(self.limits_heap) > 2 * len(self.limits_gone) + _COMPACT_ABOVE:
-            self.limits_heap = [(when, rec) for rec, when in self.limits_gone.items()]
-            heapq.heapify(self.limits_heap)
+            heap = [(when, rec) for rec, when in self.limits_gone.items()]
+            heapq.heapify(heap)
+            self.limits_heap = heap  # whole, or the one it was
 
     def reclaim_limits(self, now: int, budget: int) -> int:
         """Delete up to ``budget`` records' limits whose time has come (``now`` on the

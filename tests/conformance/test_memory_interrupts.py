@@ -78,3 +78,22 @@ def test_a_ctrl_c_anywhere_in_a_memory_reset_forgets_all_its_states_or_none(
         guard.reset("p", u="x")
 
     _sweep(guard, again, slice(-1))
+
+
+def test_a_ctrl_c_anywhere_in_a_memory_set_limit_keeps_the_limit_whole_or_not_at_all() -> None:
+    """A per-key limit of 10 s set under a Ctrl-C at each point in turn: once its time
+    and the stale grace have passed, a sweep finds nothing held (a limit kept without its
+    expiry would be held for ever)."""
+    clock = ManualClock(START)
+    backend = MemoryBackend(clock=clock)
+    guard = Guard(backend, [ALIKE], clock=clock)
+
+    def limit() -> None:
+        guard.set_limit("p", "fw", "5/minute", ttl=10, u="x")
+
+    total = _ctrl_c_at(None, limit)
+    for event in range(1, total + 1):
+        _ctrl_c_at(event, limit)
+        clock.advance(700)  # past the pinned grace (PINNED_GRACE_MS): as Redis expires it
+        backend.sweep()
+        assert backend.limits_held == 0, f"a Ctrl-C at point {event} of {total}"
