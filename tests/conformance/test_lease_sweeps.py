@@ -15,6 +15,7 @@ import pytest
 
 from freqguard import Decision, Guard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard._sync.leases import LeaseBlock
+from freqguard.integrations._decide import leasing
 from tests.conformance.test_lease_interrupts import (
     _guard,
     _main_thread_only,  # noqa: F401 (autouse)
@@ -149,3 +150,23 @@ def test_a_ctrl_c_anywhere_inside_take_lease_release_or_refund_never_leaves_the_
             swept.release(taken[0])
 
     _sweep(swept, pair, getattr(Guard, inside))
+
+
+def test_a_ctrl_c_anywhere_in_an_integrations_lease_leaves_it_in_the_requests_hands(
+    swept: Guard,
+) -> None:
+    """The integrations take a request's lease into the list its answer gives back
+    (``_decide.leasing``): no point where the interpreter runs a signal's handler lies
+    between ``take_lease``'s answer and the list (the last stop's note feared one)."""
+    held: list[Decision] = []
+
+    def request() -> None:
+        leasing(swept, held)("llm", 1, user="u")
+
+    total = _ctrl_c_at(None, request)
+    for event in range(1, total + 2):
+        _ctrl_c_at(event if event <= total else None, request)
+        while held:
+            swept.release(held.pop())
+        left = 2 - swept.peek("llm", user="u").rules[0].remaining
+        assert left == 0, f"a Ctrl-C at event {event} of {total} left {left} lease(s) held"
