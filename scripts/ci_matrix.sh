@@ -32,9 +32,13 @@ REDIS_SIDE=(
   tests/backends/test_cluster_new_node.py
   tests/backends/test_ha.py
   tests/backends/test_redis.py
+  tests/backends/test_redis_async.py
+  tests/backends/test_redis_cluster_changes.py
   tests/backends/test_redis_cluster_errors.py
+  tests/backends/test_redis_direct.py
   tests/backends/test_redis_durability.py
   tests/backends/test_redis_flush_race.py
+  tests/backends/test_redis_lanes.py
   tests/backends/test_redis_limits.py
   tests/backends/test_redis_memory.py
 )

@@ -98,6 +98,10 @@ def test_a_single_connection_client_is_told_apart(redis_server: RedisServer) -> 
 #: which a client without its state learns only from its own next error (design note 73).
 PUBLIC_RUN = [
     "tests/backends/test_redis.py",
+    "tests/backends/test_redis_async.py",
+    "tests/backends/test_redis_cluster_changes.py",
+    "tests/backends/test_redis_direct.py",
+    "tests/backends/test_redis_lanes.py",
     "tests/backends/test_redis_limits.py",
     "tests/backends/test_bins.py",
     "tests/backends/test_bin_settings.py",
