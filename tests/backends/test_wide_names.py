@@ -30,7 +30,7 @@ from freqguard.backends.redis import RedisBackend
 from freqguard.script import calls
 from freqguard.script.contract import LAYOUT_STAMPS, OLD_TAG_BYTES, RECORD_LAYOUT, WIDE_TAG_BYTES
 from freqguard.script.keys import policy_layout
-from tests.backends.test_record_layout import (
+from tests.backends.upgrade_rig import (
     TAGS_0_2,
     _deploy,
     _OldCalls,
