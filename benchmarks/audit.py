@@ -5,7 +5,7 @@
         [--bins N]
 
 Starts its own redis-server (or a 3-master cluster) on free loopback ports, runs the workload
-of ``tests/audit.py`` on it for ``--seconds`` of the backend's own time, and prints
+of ``tests/audit/`` on it for ``--seconds`` of the backend's own time, and prints
 admissions, denials, compensations and refunds per policy and the violations per rule. Exits
 1 on any violation or worker error, 0 otherwise.
 """

@@ -1,4 +1,4 @@
-"""The concurrency audit (tests/audit.py): its checker on hand-made logs, then short real runs
+"""The concurrency audit (tests/audit/): its checker on hand-made logs, then short real runs
 on memory, standalone Redis and Redis Cluster that must show no violation, and must have hit
 the limits hard enough for that to mean something."""
 
