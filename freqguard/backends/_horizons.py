@@ -42,7 +42,7 @@ class _Queue:
         self.entries: OrderedDict[str, Stored] = OrderedDict()
         self.peak = 0
 
-    def reclaim(self, now: int, budget: int, horizon: int) -> int:
+    def reclaim(self, now: int, budget: int, horizon: int, store: HorizonStore) -> int:
         entries = self.entries
         removed = moved = 0
         # a state under a per-key limit longer than its rule's may outlive the states
@@ -59,6 +59,7 @@ class _Queue:
                 continue
             del entries[key]
             removed += 1
+            store.count -= 1  # at once: a Ctrl-C in the sweep leaves count right
         if removed and self.peak > _COMPACT_ABOVE and len(entries) < self.peak // 8:
             self.entries = OrderedDict(entries)
             self.peak = len(entries)
@@ -160,12 +161,13 @@ class HorizonStore:
         windows or bursts changed), moved under ``horizon``, where its calls now look: a
         miss of the usual queue looks through the few others."""
         for other, queue in self.queues.items():
-            entry = queue.entries.pop(key, None) if other != horizon else None
-            if entry is not None:
+            if other != horizon and key in queue.entries:
                 target = self.queues.get(horizon)
                 if target is None:
                     target = self.queues[horizon] = _Queue()
-                target.entries[key] = entry
+                entry = queue.entries[key]
+                target.entries[key] = entry  # no call between these two: a Ctrl-C
+                del queue.entries[key]  # cannot land with the state in neither queue
                 return entry
         return None
 
@@ -192,6 +194,9 @@ class HorizonStore:
         """``keys`` as :meth:`get` found them (``saved``): a call cut part way (a Ctrl-C)
         leaves its states all as they were, as a script that never ran would."""
         for key, spec, entry in zip(keys, specs, saved, strict=True):
+            home = self.queues.get(spec.horizon)
+            if entry is not None and home is not None and home.entries.get(key) is entry:
+                continue  # untouched: kept in its place in the queue
             for queue in self.queues.values():  # wherever a read or a write filed it
                 if queue.entries.pop(key, None) is not None:
                     self.count -= 1
@@ -204,7 +209,8 @@ class HorizonStore:
         if found is None or key not in found.entries:
             self._refile(key, horizon)
             found = self.queues.get(horizon)
-        if found is not None and found.entries.pop(key, None) is not None:
+        if found is not None and key in found.entries:
+            del found.entries[key]
             self.count -= 1
 
     def missing(self, keys: Sequence[str], horizons: Sequence[int]) -> int:
@@ -227,10 +233,10 @@ class HorizonStore:
             ]
             if not fronts:
                 break
-            queue = self.queues[min(fronts)[1]]
-            queue.entries.popitem(last=False)
+            entries = self.queues[min(fronts)[1]].entries
+            del entries[next(iter(entries))]  # ... then count, with no call between
+            self.count -= 1
             removed += 1
-        self.count -= removed
         return removed
 
     def sweep(self, now: int, budget: int | None = None) -> int:
@@ -239,8 +245,7 @@ class HorizonStore:
             left = len(self.queues[horizon].entries) if budget is None else budget - removed
             if left <= 0 and budget is not None:
                 break
-            removed += self.queues[horizon].reclaim(now, left, horizon)
+            removed += self.queues[horizon].reclaim(now, left, horizon, self)
             if not self.queues[horizon].entries:
                 del self.queues[horizon]  # an empty queue is dropped whole
-        self.count -= removed
         return removed

@@ -100,6 +100,10 @@ class MemoryBackend:
         keys = call.keys()
         with self._lock:  # the clock is read inside: calls are judged in the order they run
             now = check_time(self.clock.now_us() if call.now is None else call.now)
+            self._calls += 1
+            if self._calls % _SWEEP_EVERY == 0:  # before the call: nothing after its write
+                store.sweep(store.clock(now), _SWEEP_BUDGET)
+                store.reclaim_limits(store.clock(now), _SWEEP_BUDGET)
             if self.max_keys is not None:
                 self._make_room(store, keys, call, now)
             try:
@@ -111,10 +115,6 @@ class MemoryBackend:
                     )
             except OutsidePeriods as exc:  # as the Lua's error reply: nothing was written
                 raise BackendUnavailable(str(exc), answered=True, sent=False) from None
-            self._calls += 1
-            if self._calls % _SWEEP_EVERY == 0:
-                store.sweep(store.clock(now), _SWEEP_BUDGET)
-                store.reclaim_limits(store.clock(now), _SWEEP_BUDGET)
         return reply
 
     def _limited(

@@ -225,7 +225,8 @@ def run(
         waits, allowed = check_rules(part.specs, views, now, cost if cost > 0 else 1)
         if mode == HIT and allowed and cost > 0:
             consume_states(store, keys, part.specs, views, waits, now, cost)
+        report = report_of(part, views, now)
     except BaseException:
         store.put_back(keys, specs, found)
         raise
-    return Reply(part, allowed, waits, now, views, b"", report_of(part, views, now), limits)
+    return Reply(part, allowed, waits, now, views, b"", report, limits)
