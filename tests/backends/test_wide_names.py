@@ -37,7 +37,7 @@ from tests.backends.upgrade_rig import (
     _read_on_exactly,
     _wide_tag,
 )
-from tests.conformance.test_differential import _unique, ctx, op, rule
+from tests.conformance.test_differential import _assert_alike, _unique, ctx, op, rule
 from tests.conftest import START, examples, flush
 from tests.reference import RATE_STRATEGIES
 from tests.servers import RedisServer
@@ -120,6 +120,30 @@ def test_states_0_3_0_named_by_wide_tags_are_read_on_exactly(
     policy = _colliding(rules)
     _read_on_exactly(redis_server.client, backend, RELEASE_0_3_0, policy, pool, before, after)
     assert calls.dropped_records[0] == seen  # read, never dropped
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(
+    rules=st.lists(rule(list(RATE_STRATEGIES)), min_size=2, max_size=4),
+    pool=st.lists(ctx, min_size=1, max_size=3),
+    ops=st.lists(op, min_size=1, max_size=40),
+)
+def test_policies_whose_states_share_2_byte_tags_decide_alike_on_every_store(
+    redis_backend: RedisBackend,
+    binned_backend: RedisBackend,
+    cluster_backend: RedisBackend,
+    redis_server: RedisServer,
+    redis_cluster: list[RedisServer],
+    rules: list[Rule],
+    pool: list[dict[str, str]],
+    ops: list[Any],
+) -> None:
+    """The differential replay on policies whose every named state is sent with its wide
+    name (its 2-byte tag another's): the names taken apart on every call, on records,
+    bins and a cluster, decide as memory does."""
+    flush([redis_server, *redis_cluster])
+    backends = [MemoryBackend(), redis_backend, binned_backend, cluster_backend]
+    _assert_alike(backends, _colliding(rules), pool, ops, 1_700_000_000)
 
 
 def _sms(*extra: Rule) -> Policy:
