@@ -112,6 +112,9 @@ PUBLIC_RUN = [
     "tests/backends/test_redis_flush_race.py",
     "tests/backends/test_short_states.py",
     "tests/conformance/test_differential.py",
+    "tests/conformance/test_differential_clock.py",
+    "tests/conformance/test_differential_messaging.py",
+    "tests/conformance/test_differential_windows.py",
     "tests/operations/test_limits.py",
 ]
 
