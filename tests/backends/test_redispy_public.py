@@ -104,6 +104,8 @@ PUBLIC_RUN = [
     "tests/backends/test_redis_lanes.py",
     "tests/backends/test_redis_limits.py",
     "tests/backends/test_bins.py",
+    "tests/backends/test_bin_lifetimes.py",
+    "tests/backends/test_bin_options.py",
     "tests/backends/test_bin_settings.py",
     "tests/backends/test_cluster_edges.py",
     "tests/backends/test_cluster_new_node.py",
