@@ -28,7 +28,7 @@ from freqguard.denycache import DenyCache
 from freqguard.failure import Breaker
 from tests.conftest import flush
 from tests.faults import Gate
-from tests.operations.test_failure_policy import Switch
+from tests.operations.failure_rig import Switch
 from tests.servers import RedisServer
 
 PAIR = Policy("pair", Rule("1/minute", by=("recipient", "content"), name="per-pair"))

@@ -32,7 +32,7 @@ from freqguard import (
 )
 from freqguard.failure import Breaker, CircuitOpen
 from freqguard.script.calls import Reply, ScriptCall
-from tests.operations.test_failure_policy import AsyncSide
+from tests.operations.failure_rig import AsyncSide
 
 CAP = 3
 P = Policy("p", Rule(f"{CAP}/day", by="r", name="daily"))

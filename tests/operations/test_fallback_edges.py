@@ -1,6 +1,6 @@
 """Edges of ``Fallback(backend, workers=N)``, written failing by a second adversarial review,
 on an injected clock (no sleeps), the store a real MemoryBackend behind the switch of
-test_failure_policy."""
+failure_rig."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from freqguard import (
 from freqguard.decorators.adapters import as_async
 from freqguard.failure import Fallback
 from freqguard.script.calls import Reply, ScriptCall
-from tests.operations.test_failure_policy import Switch
+from tests.operations.failure_rig import Switch
 
 START = 1_700_000_000.0
 
