@@ -1,24 +1,22 @@
-"""Observers: the Prometheus and OpenTelemetry metrics and the logs a real guard produces.
+"""Observers: the Prometheus metrics a real guard produces, every shipped observer an
+Observer, and an acquire that times out told as a denial. The OpenTelemetry metrics and the
+logs are in ``test_observers_otel.py`` and ``test_observers_logging.py``.
 
 A real Guard on MemoryBackend with a pinned clock; store failures come from a thin wrapper
-that raises BackendUnavailable from a ConnectionError, as the Redis backends do; one test
-shows the same labels on Redis.
+that raises BackendUnavailable from a ConnectionError, as the Redis backends do
+(``observer_rig.py``); one test shows the same labels on Redis.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
@@ -43,42 +41,9 @@ from freqguard.observe import (
     OpenTelemetryObserver,
     PrometheusObserver,
 )
-from freqguard.script.calls import Reply, ScriptCall
-from freqguard.script.keys import digest
 from tests.conftest import in_threads
+from tests.operations.observer_rig import LOGIN, RECIPIENT, SMS, Outage, traffic
 from tests.servers import free_port
-
-RECIPIENT = "18829340001"
-SMS = Policy(
-    "sms",
-    Rule("2/minute", by="recipient", name="rcpt-1m"),
-    Rule("2 per 59 seconds", by=("recipient", "content"), name="content-59s"),
-)
-LOGIN = Policy("login", Rule("1/minute", by="user", name="user-1m"))
-
-
-class Outage:
-    """A MemoryBackend whose store can be taken away: every call then fails as a Redis
-    backend's does, BackendUnavailable from a ConnectionError."""
-
-    def __init__(self) -> None:
-        self.inner = MemoryBackend()
-        self.clock = self.inner.clock
-        self.down = False
-
-    def execute(self, call: ScriptCall) -> Reply:
-        return self.execute_many([call])[0]
-
-    def execute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
-        if self.down:
-            try:
-                raise ConnectionError("connection refused")
-            except ConnectionError as exc:
-                raise BackendUnavailable("the store failed: connection refused") from exc
-        return self.inner.execute_many(calls)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 @pytest.fixture
@@ -86,59 +51,8 @@ def registry() -> CollectorRegistry:
     return CollectorRegistry()
 
 
-@pytest.fixture
-def reader() -> InMemoryMetricReader:
-    return InMemoryMetricReader()
-
-
 def count(registry: CollectorRegistry, name: str, **labels: str) -> float:
     return registry.get_sample_value(name, labels) or 0.0
-
-
-def otel_points(reader: InMemoryMetricReader) -> dict[tuple[str, frozenset[Any]], Any]:
-    """Each data point by (instrument name, attributes): a counter's value, a histogram's
-    point."""
-    points: dict[tuple[str, frozenset[Any]], Any] = {}
-    data = reader.get_metrics_data()
-    assert data is not None
-    for resource in data.resource_metrics:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                for point in metric.data.data_points:
-                    key = (metric.name, frozenset(dict(point.attributes or {}).items()))
-                    points[key] = getattr(point, "value", point)
-    return points
-
-
-def otel_count(reader: InMemoryMetricReader, name: str, **attributes: str) -> Any:
-    return otel_points(reader).get((name, frozenset(attributes.items())), 0)
-
-
-def traffic(clock: ManualClock, observer: Observer) -> Guard:
-    """A guard with a deny cache and ``observer``, after :func:`a_day_of_traffic`."""
-    guard = Guard(MemoryBackend(), [SMS, LOGIN], clock=clock, deny_cache=100, observers=[observer])
-    a_day_of_traffic(guard)
-    return guard
-
-
-def a_day_of_traffic(guard: Guard) -> None:
-    """sms: 3 allowed, 3 denied by the store, 2 by the deny cache; login: 1 and 1."""
-    ctx: dict[str, Any] = {"recipient": RECIPIENT, "content": "code 1"}
-    for _ in range(2):
-        assert guard.hit("sms", **ctx).allowed
-    denied = guard.hit("sms", **ctx)
-    assert denied.source == "backend"
-    assert [rule.name for rule in denied.denied_by] == ["rcpt-1m", "content-59s"]
-    assert [d.source for d in guard.hit_many("sms", [ctx])] == ["deny-cache"]
-    assert guard.hit("sms", **ctx).source == "deny-cache"
-    other = guard.hit("sms", recipient=RECIPIENT, content="other")  # not the cached context
-    assert other.source == "backend"
-    assert [rule.name for rule in other.denied_by] == ["rcpt-1m"]
-    assert guard.hit("sms", recipient="someone else", content="code 1").allowed
-    too_much = guard.hit("sms", recipient="someone else", content="code 1", cost=2)
-    assert [rule.name for rule in too_much.denied_by] == ["rcpt-1m", "content-59s"]
-    assert guard.acquire("login", user="ann").allowed
-    assert not guard.hit("login", user="ann").allowed
 
 
 # -- Prometheus ----------------------------------------------------------------------------
@@ -403,169 +317,12 @@ def test_async_guards_report_alike(registry: CollectorRegistry, clock: ManualClo
     assert count(registry, total, policy="login", outcome="denied", source="backend") == 1
 
 
-# -- OpenTelemetry -------------------------------------------------------------------------
-
-
-def test_opentelemetry_records_the_same_metrics(
-    reader: InMemoryMetricReader, clock: ManualClock
-) -> None:
-    traffic(clock, OpenTelemetryObserver(MeterProvider(metric_readers=[reader]).get_meter("t")))
-    total = "freqguard.decisions"
-    assert otel_count(reader, total, policy="sms", outcome="allowed", source="backend") == 3
-    assert otel_count(reader, total, policy="sms", outcome="denied", source="backend") == 3
-    assert otel_count(reader, total, policy="sms", outcome="denied", source="deny-cache") == 2
-    assert otel_count(reader, total, policy="login", outcome="denied", source="backend") == 1
-    rcpt, content = (rule.id for rule in SMS.rules)
-    assert otel_count(reader, "freqguard.denials", policy="sms", rule=rcpt) == 5
-    assert otel_count(reader, "freqguard.denials", policy="sms", rule=content) == 4
-    duration = otel_count(reader, "freqguard.decision.duration", policy="sms")
-    assert duration.count == 8
-    assert tuple(duration.explicit_bounds) == DECISION_BUCKETS
-
-
-def test_opentelemetry_counts_store_errors(
-    reader: InMemoryMetricReader, clock: ManualClock
-) -> None:
-    backend = Outage()
-    observer = OpenTelemetryObserver(MeterProvider(metric_readers=[reader]).get_meter("t"))
-    guard = Guard(backend, [SMS], clock=clock, on_error="deny", breaker=None, observers=[observer])
-    backend.down = True
-    for _ in range(2):
-        assert guard.hit("sms", recipient=RECIPIENT, content="c").source == "fail-closed"
-    errors = "freqguard.backend.errors"
-    assert otel_count(reader, errors, backend="Outage", error="ConnectionError") == 2
-    total = "freqguard.decisions"
-    assert otel_count(reader, total, policy="sms", outcome="denied", source="fail-closed") == 2
-    assert not [key for key in otel_points(reader) if key[0] == "freqguard.denials"]
-
-
-def test_opentelemetry_without_a_meter_uses_the_global_provider(clock: ManualClock) -> None:
-    """No SDK configured: the API's no-op meter; the guard works and records nothing."""
-    guard = Guard(MemoryBackend(), [LOGIN], clock=clock, observers=[OpenTelemetryObserver()])
-    assert guard.hit("login", user="ann").allowed
+# -- every observer ------------------------------------------------------------------------
 
 
 def test_every_shipped_observer_is_an_observer(registry: CollectorRegistry) -> None:
     for observer in (LoggingObserver(), PrometheusObserver(registry), OpenTelemetryObserver()):
         assert isinstance(observer, Observer)
-
-
-# -- logging -------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    caplog.set_level(logging.DEBUG, logger="freqguard")
-    return caplog
-
-
-def test_denials_are_logged_at_debug_by_digest_never_by_recipient(
-    logs: pytest.LogCaptureFixture, clock: ManualClock
-) -> None:
-    guard = Guard(
-        MemoryBackend(), [SMS], clock=clock, deny_cache=100, observers=[LoggingObserver()]
-    )
-    content = "Your code is 1234"
-    for _ in range(4):
-        guard.hit("sms", recipient=RECIPIENT, content=content)
-    denials = [r for r in logs.records if r.name == "freqguard"]
-    assert len(denials) == 2  # allowed hits are not logged
-    assert all(r.levelno == logging.DEBUG for r in denials)
-    key = digest("sms", f"content={content}", f"recipient={RECIPIENT}")
-    assert all(f"key={key}" in r.getMessage() for r in denials)
-    assert "source=backend" in denials[0].getMessage()
-    assert "source=deny-cache" in denials[1].getMessage()
-    assert "rules=rcpt-1m,content-59s" in denials[0].getMessage()
-    for record in logs.records:
-        text = f"{record.getMessage()} {record.args!r} {record.__dict__!r}"
-        assert RECIPIENT not in text
-        assert content not in text
-
-
-def test_denials_cost_nothing_when_debug_is_off(
-    caplog: pytest.LogCaptureFixture, clock: ManualClock
-) -> None:
-    caplog.set_level(logging.INFO, logger="freqguard")
-    guard = Guard(MemoryBackend(), [LOGIN], clock=clock, observers=[LoggingObserver()])
-    guard.hit("login", user="ann")
-    assert not guard.hit("login", user="ann").allowed
-    assert not caplog.records
-
-
-def test_store_failures_are_warned_once_per_quiet_period(
-    logs: pytest.LogCaptureFixture, clock: ManualClock
-) -> None:
-    backend = Outage()
-    backend.down = True
-    ticks = ManualClock(0.0)
-    observer = LoggingObserver(quiet=10.0, clock=ticks.now)
-    guard = Guard(backend, [SMS], clock=clock, on_error="allow", breaker=None, observers=[observer])
-
-    def warnings() -> list[str]:
-        return [r.getMessage() for r in logs.records if r.levelno == logging.WARNING]
-
-    for _ in range(3):  # at 0, 1 and 2 s: one warning, two suppressed
-        guard.hit("sms", recipient=RECIPIENT, content="c")
-        ticks.advance(1.0)
-    assert len(warnings()) == 1
-    first = warnings()[0]
-    assert "backend=Outage" in first
-    assert "error=ConnectionError" in first
-    assert "policy=sms" in first
-    assert "more since" not in first
-    ticks.set(10.0)  # 10 s after the first warning: the next is logged, with the count
-    guard.hit("sms", recipient=RECIPIENT, content="c")
-    assert len(warnings()) == 2
-    assert "(2 more since the last warning)" in warnings()[1]
-    ticks.set(25.0)
-    guard.hit("sms", recipient=RECIPIENT, content="c")
-    assert len(warnings()) == 3
-    assert "more since" not in warnings()[2]
-    for record in logs.records:
-        assert RECIPIENT not in f"{record.getMessage()} {record.args!r}"
-
-
-def test_store_failures_stay_throttled_past_the_kinds_kept(
-    logs: pytest.LogCaptureFixture,
-) -> None:
-    """Past the 4,096 kinds a LoggingObserver keeps (backend, error, policy), a new kind is
-    still throttled (review: it was let through uncounted, a line for every failure of a
-    guard of many policies in an outage), and setting ``quiet`` later takes effect."""
-    ticks = ManualClock(0.0)
-    observer = LoggingObserver(quiet=10.0, clock=ticks.now)
-    error = BackendUnavailable("down")
-    for index in range(4096):
-        observer.failed(error, f"p{index}", "B")
-    for _ in range(100):  # no kind can be forgotten yet: the new ones share one count
-        observer.failed(error, "late", "B")
-        observer.failed(error, "later", "B")
-    warned = [r for r in logs.records if r.levelno == logging.WARNING]
-    assert len(warned) == 4096 + 1
-    ticks.advance(10.0)  # every kind quiet again: the table makes room
-    observer.failed(error, "late", "B")
-    observer.failed(error, "late", "B")
-    assert len([r for r in logs.records if r.levelno == logging.WARNING]) == 4096 + 2
-    observer.quiet = 0.0
-    observer.failed(error, "late", "B")
-    assert len([r for r in logs.records if r.levelno == logging.WARNING]) == 4096 + 3
-
-
-def test_different_errors_are_not_suppressed_together(
-    logs: pytest.LogCaptureFixture, clock: ManualClock
-) -> None:
-    backend = Outage()
-    backend.down = True
-    ticks = ManualClock(0.0)
-    observer = LoggingObserver(clock=ticks.now)
-    guard = Guard(
-        backend, [SMS, LOGIN], clock=clock, on_error="allow", breaker=None, observers=[observer]
-    )
-    guard.hit("sms", recipient=RECIPIENT, content="c")
-    guard.hit("login", user="ann")
-    warned = [r.getMessage() for r in logs.records if r.levelno == logging.WARNING]
-    assert len(warned) == 2
-    assert "policy=sms" in warned[0]
-    assert "policy=login" in warned[1]
 
 
 def test_an_acquire_that_times_out_is_told_as_a_denial(clock: ManualClock) -> None:
