@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -51,6 +52,11 @@ _OWN = frozenset({"call", "return"})  # a frame's own events (its calls into C a
 #: before its first line (every function's first instruction checks; the ``with`` statement
 #: calls ``__exit__`` once, so it ends the block with the lease held until it lapses)
 _EXIT_BEGINS = (LeaseBlock.__exit__.__code__, "call")
+#: no point inside the logging module: Python's logging is not safe under a signal (a Ctrl-C
+#: between a handler's acquire and its try leaves its lock held, and every later log line of
+#: the process waits for ever: a sweep through the memory backend's "full" warning hung the
+#: quick suite's worker), in any program, whatever freqguard does around it
+_LOGGING = logging.__file__
 
 
 def _ctrl_c_at(event: int | None, run: Callable[[], object], within: Any = None) -> int:
@@ -65,7 +71,12 @@ def _ctrl_c_at(event: int | None, run: Callable[[], object], within: Any = None)
     def hook(frame: Any, kind: str, arg: object) -> None:
         if within is not None and frame.f_code is within.__code__ and kind in _OWN:
             inside[0] = kind == "call"  # its own call and return: its caller's
-        elif inside[0] and kind in _CHECKED and (frame.f_code, kind) != _EXIT_BEGINS:
+        elif (
+            inside[0]
+            and kind in _CHECKED
+            and (frame.f_code, kind) != _EXIT_BEGINS
+            and frame.f_code.co_filename != _LOGGING
+        ):
             seen[0] += 1
             if seen[0] == event:
                 sys.setprofile(None)
