@@ -35,6 +35,7 @@ from tests.backends.upgrade_rig import (
     _deploy,
     _OldCalls,
     _read_on_exactly,
+    _upgrading,
     _wide_tag,
 )
 from tests.conformance.test_differential import _assert_alike, _unique, ctx, op, rule
@@ -95,13 +96,7 @@ def _colliding(rules: list[Rule]) -> Policy:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("store", ["redis", "binned"])
-@settings(max_examples=examples(25), deadline=None)
-@given(
-    rules=st.lists(rule(list(RATE_STRATEGIES)), min_size=2, max_size=4),
-    pool=st.lists(ctx, min_size=1, max_size=3),
-    before=st.lists(op, min_size=1, max_size=30),
-    after=st.lists(op, min_size=1, max_size=30),
-)
+@_upgrading(RATE_STRATEGIES, 25)
 def test_states_0_3_0_named_by_wide_tags_are_read_on_exactly(
     store: str,
     request: pytest.FixtureRequest,
@@ -122,7 +117,7 @@ def test_states_0_3_0_named_by_wide_tags_are_read_on_exactly(
     assert calls.dropped_records[0] == seen  # read, never dropped
 
 
-@settings(max_examples=examples(20), deadline=None)
+@settings(max_examples=examples(20))
 @given(
     rules=st.lists(rule(list(RATE_STRATEGIES)), min_size=2, max_size=4),
     pool=st.lists(ctx, min_size=1, max_size=3),
