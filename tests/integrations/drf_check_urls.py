@@ -1,5 +1,6 @@
-"""A URLconf for the DRF throttle checks (tests/integrations/test_drf.py): views whose
-freqguard throttles read a scope ``DEFAULT_THROTTLE_RATES`` does not name, or a rate that
+"""A URLconf for the DRF throttle checks (tests/integrations/test_drf_checks.py and
+test_drf_check_walk.py): views whose freqguard throttles read a scope
+``DEFAULT_THROTTLE_RATES`` does not name, or a rate that
 does not parse, reached through an include, an ``@api_view`` function and a router's
 ViewSet (four views reading the rate that does not parse, two a throttle's own rate
 that does not); six views on freqguard's anon throttle, whose scope is named nowhere; and a view
