@@ -1,65 +1,31 @@
 """What the operator's commands refuse, each with exit code 2 and the reason, writing
 nothing: a store that keeps nothing between processes (memory://), a context word the
-policy does not take (those that are the guard's own parameters among them), a flush
-prefix that is not freqguard's; and what they never print: a store's password."""
+policy does not take (those that are the guard's own parameters among them), an option or
+a configuration they cannot use; and what they never print: a store's password. What
+``serve`` refuses is in ``test_cli_serve_refusals.py``, a flush prefix that is not
+freqguard's in ``test_cli_flush.py``; the rig they share is ``cli_refusal_rig.py``."""
 
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from redis import Redis
-from redis.cluster import RedisCluster
 
-from freqguard.config import ENV, load
+from freqguard.config import ENV
 from tests.conftest import flush
-from tests.project.cli_run import run
+from tests.project.cli_refusal_rig import CONFIG
+from tests.project.cli_refusal_rig import _no_url as _no_url
+from tests.project.cli_refusal_rig import cli as cli
+from tests.project.cli_refusal_rig import memory_config as memory_config
+from tests.project.cli_refusal_rig import redis_config as redis_config
 from tests.servers import RedisServer
 
 SCRIPT = Path(sys.executable).parent / "freqguard"
 EXAMPLE = Path(__file__).resolve().parent.parent.parent / "examples" / "freqguard.toml"
-
-CONFIG = """\
-backend = "{url}"
-
-[[policy]]
-name = "sms"
-rules = [
-  {{ rate = "3/minute", by = "recipient", name = "rcpt-1m" }},
-  {{ rate = "2 per 59 seconds", by = ["recipient", "content"], name = "content-59s" }},
-]
-"""
-
-
-@pytest.fixture
-def cli() -> Any:
-    return run
-
-
-@pytest.fixture(autouse=True)
-def _no_url(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV, raising=False)
-
-
-@pytest.fixture
-def memory_config(tmp_path: Path) -> Path:
-    path = tmp_path / "memory.toml"
-    path.write_text(CONFIG.format(url="memory://"))
-    return path
-
-
-@pytest.fixture
-def redis_config(tmp_path: Path, redis_server: RedisServer) -> Path:
-    flush([redis_server])
-    path = tmp_path / "redis.toml"
-    path.write_text(CONFIG.format(url=f"redis://127.0.0.1:{redis_server.port}/0"))
-    return path
 
 
 OPERATIONS = [
@@ -113,97 +79,15 @@ def test_check_replay_and_ping_still_run_on_memory(
     assert cli("replay", str(memory_config), str(log)).code == 0
 
 
-@pytest.fixture
-def served(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """What ``serve`` would hand uvicorn (``service.server.run``: it binds, then serves)."""
-    from freqguard.service import server
-
-    calls: list[dict[str, Any]] = []
-
-    def run(wire: Any, host: str, port: int, workers: int, bound: Any, **settings: Any) -> bool:
-        # the environment the workers would inherit (cli_run puts the process's back)
-        calls.append({"host": host, "port": port, "workers": workers, **settings})
-        calls[-1]["environ"] = dict(os.environ)
-        bound()  # as the socket binds
-        return True
-
-    monkeypatch.setattr(server, "run", run)
-    return calls
-
-
-def test_serve_on_memory_is_one_process_or_refused(
-    cli: Any, memory_config: Path, served: list[dict[str, Any]]
+def test_a_refusal_names_where_the_memory_url_came_from(
+    cli: Any, memory_config: Path, redis_config: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    done = cli("serve", str(memory_config), "--workers", "2")
-    assert done.code == 2
-    assert "2 workers" in done.err
-    assert "run one worker, or name a shared store" in done.err
-    assert served == []
-    done = cli("serve", str(memory_config), "--port", "8123")
-    assert done.code == 0, done.err
-    assert [call["workers"] for call in served] == [1]
-    assert "listening on http://127.0.0.1:8123" in done.err
-
-
-def test_serve_with_workers_on_a_shared_store_says_where_it_listens(
-    cli: Any, redis_config: Path, served: list[dict[str, Any]]
-) -> None:
-    done = cli("serve", str(redis_config), "--workers", "3", "--host", "::1", "--port", "9000")
-    assert done.code == 0, done.err
-    assert served[0]["workers"] == 3
-    assert "listening on http://[::1]:9000 (3 workers, loop " in done.err
-
-
-def test_serve_beyond_loopback_without_tokens_says_so_and_a_bad_token_file_is_refused(
-    cli: Any,
-    redis_config: Path,
-    served: list[dict[str, Any]],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delenv("FREQGUARD_TOKENS", raising=False)
-    monkeypatch.delenv("FREQGUARD_TOKENS_FILE", raising=False)
-    done = cli("serve", str(redis_config), "--host", "0.0.0.0")
-    assert done.code == 0, done.err
-    assert "with no token: anyone who can reach this address" in done.err
-    assert "with no token" not in cli("serve", str(redis_config)).err  # loopback: quiet
-    # on loopback, the workers answer only its names (DNS rebinding), and --allow-host's
-    assert cli("serve", str(redis_config), "--allow-host", "limits.internal").code == 0
-    hosts = served[-1]["environ"]["FREQGUARD_SERVE_HOSTS"]
-    assert hosts == "localhost,127.0.0.1,::1,limits.internal"
-    tokens = tmp_path / "tokens"
-    tokens.write_text("good-token-1\nk,9fQ2secret\n")
-    monkeypatch.delenv("FREQGUARD_TOKENS_FILE", raising=False)
-    done = cli("serve", str(redis_config), "--host", "0.0.0.0", "--token-file", str(tokens))
-    assert done.code == 2
-    assert "line 2" in done.err
-    assert "9fQ2secret" not in done.err
-    tokens.write_text("good-token-1\n")
-    done = cli("serve", str(redis_config), "--host", "0.0.0.0", "--token-file", str(tokens))
-    assert done.code == 0, done.err
-    assert "with no token" not in done.err
-
-
-@pytest.mark.parametrize(
-    ("flags", "named"),
-    [
-        (("--port", "0"), "--port"),
-        (("--port", "70000"), "--port"),
-        (("--workers", "0"), "--workers"),
-        (("--workers", "-3"), "--workers"),
-        (("--workers", "100000"), "--workers"),
-        (("--log-level", "loud"), "--log-level"),
-        (("--token-file", "/nonexistent/tokens"), "--token-file"),
-        (("--allow-host", "evil/path"), "--allow-host"),
-    ],
-)
-def test_serve_refuses_options_it_cannot_use(
-    cli: Any, redis_config: Path, served: list[dict[str, Any]], flags: tuple[str, ...], named: str
-) -> None:
-    done = cli("serve", str(redis_config), *flags)
-    assert done.code == 2
-    assert named in done.err
-    assert served == []
+    assert "(the URL given)" in cli("flush", "memory://", "--yes").err
+    assert "(the configuration's backend)" in cli("flush", str(memory_config), "--yes").err
+    monkeypatch.setenv(ENV, "memory://")
+    done = cli("limit", "show", str(redis_config), "sms", "recipient=a")
+    assert f"({ENV})" in done.err
+    assert "freqguard limit show on memory://" in done.err
 
 
 RESERVED = ["policy", "self", "rate", "ttl", "rule", "cost", "contexts", "timeout", "priority"]
@@ -263,171 +147,6 @@ def test_the_commands_of_the_review_exit_2_without_a_traceback(redis_config: Pat
         assert done.stderr.startswith("freqguard: ")
 
 
-# -- flush: freqguard's keys, and only those ---------------------------------------------
-
-FOREIGN = [
-    "app:session:1",
-    "user:42",
-    "fg",
-    "fg:session",
-    "fg:{x}",
-    "fg:{x}:sms:extra",
-    "fg:{x}:",
-    "fg:{x}:bad name",
-    "fg:{}:sms",
-    "fgx:{a}:sms",
-    "xfg:{a}:sms",
-    "fg:{#x}:sms",
-    "fg:{=zz}:sms",
-    "fg:{a}{b}:sms",
-    "other:{fg}:sms",
-    "fg:{*sms}:sms:other",
-    "fg:{*sms}:other:bins",
-    "fg:{x}:sms:bins",
-]
-OURS = ["fg:{r1}:sms", "fg:{#12}:sms", "fg:{*sms}:sms", "fg:{=" + "ab" * 8 + "}:sms"]
-
-
-@pytest.mark.parametrize("prefix", ["*", "fg*", "f?", "[f]g", "fg:", "", "a b", "fg\\", "x" * 65])
-def test_flush_refuses_a_prefix_freqguard_would_not_take(
-    cli: Any, redis_config: Path, redis_server: RedisServer, prefix: str
-) -> None:
-    redis_server.client.set("app:session:1", "kept")
-    done = cli("flush", str(redis_config), "--prefix", prefix, "--yes")
-    assert done.code == 2
-    assert "key prefix must be" in done.err
-    assert redis_server.client.get("app:session:1") == b"kept"
-
-
-def _keys(found: Any) -> list[str]:
-    return sorted(k.decode() if isinstance(k, bytes) else k for k in found)
-
-
-def _seed(client: Any) -> None:
-    for key in FOREIGN + OURS:
-        client.set(key, "v")
-
-
-def test_flush_deletes_freqguards_layout_only_on_a_server(
-    cli: Any, redis_config: Path, redis_server: RedisServer
-) -> None:
-    client: Redis = redis_server.client
-    _seed(client)
-    guard = load(redis_config).guard()
-    guard.hit("sms", recipient="r2", content="hi")  # a real record, and its policy's claim
-    guard.close()
-    assert client.get("fg:{*sms}:sms:bins") == b"0"  # of its bins setting
-    dry = json.loads(cli("flush", str(redis_config), "--json").out)
-    assert dry == {"prefix": "fg", "keys": len(OURS) + 2, "deleted": False}
-    done = json.loads(cli("flush", str(redis_config), "--yes", "--json").out)
-    assert done["keys"] == len(OURS) + 2
-    left = _keys(client.keys("*"))
-    assert left == sorted(FOREIGN)
-
-
-def test_flush_deletes_freqguards_layout_only_on_a_cluster(
-    cli: Any, tmp_path: Path, redis_cluster: list[RedisServer]
-) -> None:
-    flush(redis_cluster)
-    path = tmp_path / "cluster.toml"
-    path.write_text(CONFIG.format(url=f"redis+cluster://127.0.0.1:{redis_cluster[0].port}"))
-    client = RedisCluster(host="127.0.0.1", port=redis_cluster[0].port)
-    try:
-        _seed(client)
-        done = json.loads(cli("flush", str(path), "--yes", "--json").out)
-        assert done["keys"] == len(OURS)
-        left = _keys(client.keys("*", target_nodes=RedisCluster.ALL_NODES))
-        assert left == sorted(FOREIGN)
-    finally:
-        client.close()
-
-
-def test_flush_under_another_prefix_keeps_the_first(
-    cli: Any, redis_config: Path, redis_server: RedisServer
-) -> None:
-    client: Redis = redis_server.client
-    _seed(client)
-    client.set("app.v2:{r1}:sms", "v")
-    done = json.loads(cli("flush", str(redis_config), "--prefix", "app.v2", "--yes", "--json").out)
-    assert done == {"prefix": "app.v2", "keys": 1, "deleted": True}
-    assert _keys(client.keys("*")) == sorted(FOREIGN + OURS)
-
-
-# -- passwords ---------------------------------------------------------------------------
-
-SECRET = "s3cr3t@hunter2"  # an @ unescaped: redis-py reads to the last one
-
-
-def test_no_command_prints_the_stores_password(
-    cli: Any, tmp_path: Path, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    url = f"redis://user:{SECRET}@127.0.0.1:{redis_server.port}/0"
-    path = tmp_path / "secret.toml"
-    path.write_text(CONFIG.format(url=url))
-    unreadable = tmp_path / "slash.toml"  # a / in it: the URL cannot be read, and says so
-    unreadable.write_text(CONFIG.format(url="redis://user:s3cr3t/hunter2@127.0.0.1:1/0"))
-    log = tmp_path / "log.jsonl"
-    log.write_text('{"time": 1, "policy": "sms", "context": {"recipient": "a", "content": "b"}}\n')
-    runs = [cli("check", str(path)), cli("check", str(path), "--json")]
-    runs += [cli(*(w.format(config=path) for w in words)) for words in OPERATIONS]
-    runs += [cli(*(w.format(config=unreadable) for w in words)) for words in OPERATIONS]
-    runs += [cli("ping", str(path)), cli("ping", url), cli("ping", url + "?socket_timeout=x")]
-    runs += [cli("replay", str(path), str(log)), cli("check", str(unreadable))]
-    monkeypatch.setenv(ENV, f"redis://:{SECRET}@127.0.0.1:1/0?PassWord={SECRET}&db=x")
-    runs += [cli("check", str(path), "--json"), cli("inspect", str(path), "sms", "recipient=a")]
-    for ran in runs:
-        assert "s3cr3t" not in ran.out + ran.err, ran.out + ran.err
-        assert "hunter2" not in ran.out + ran.err
-        assert ran.code in (0, 1, 2)
-    assert runs[-1].code == runs[-2].code == 2  # the environment's URL: db=x
-    assert {ran.code for ran in runs[2 : 2 + len(OPERATIONS)]} == {1}  # a wrong password
-    shown = json.loads(runs[1].out)["backend"]
-    assert shown == f"redis://user:***@127.0.0.1:{redis_server.port}/0"
-
-
-@pytest.mark.parametrize(
-    ("text", "shown"),
-    [
-        ("redis://u:p@ss@h:1/0", "redis://u:***@h:1/0"),
-        ("at 'redis://:pw@h:1/0', got x", "at 'redis://:***@h:1/0', got x"),
-        ("redis+sentinel://u:pw@h1:1,h2:2/svc", "redis+sentinel://u:***@h1:1,h2:2/svc"),
-        (
-            "rediss://h:1/0?ssl_password=pw&Password=pw2",
-            "rediss://h:1/0?ssl_password=***&Password=***",
-        ),
-        ("redis://h:1/0 and redis://a:b@c:2", "redis://h:1/0 and redis://a:***@c:2"),
-        ("unix:///tmp/redis.sock?db=1", "unix:///tmp/redis.sock?db=1"),
-    ],
-)
-def test_every_url_in_a_message_is_masked(text: str, shown: str) -> None:
-    from freqguard.cli.output import masked
-
-    assert masked(text) == shown
-
-
-def test_serve_that_cannot_listen_exits_2(cli: Any, memory_config: Path) -> None:
-    """serve binds its socket before uvicorn starts: a host it cannot bind is refused."""
-    done = cli("serve", str(memory_config), "--host", "nonexistent.invalid")
-    assert done.code == 2
-    assert "cannot serve on nonexistent.invalid:8080" in done.err
-    assert "serve: listening on http" not in done.err
-
-
-def test_serve_on_a_taken_port_is_refused_without_saying_it_listens(
-    cli: Any, memory_config: Path
-) -> None:
-    """Found by a new user's first hour: serve said "listening on" a port another process
-    held, then that it could not serve there."""
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        done = cli("serve", str(memory_config), "--port", str(port))
-    assert done.code == 2
-    assert f"cannot serve on 127.0.0.1:{port}" in done.err
-    assert "serve: listening on http" not in done.err
-
-
 @pytest.mark.parametrize("zone", ["America", "Etc"])
 def test_a_zone_that_names_a_folder_exits_2(cli: Any, tmp_path: Path, zone: str) -> None:
     path = tmp_path / "zone.toml"
@@ -438,17 +157,6 @@ def test_a_zone_that_names_a_folder_exits_2(cli: Any, tmp_path: Path, zone: str)
     done = cli("check", str(path))
     assert done.code == 2
     assert zone in done.err
-
-
-def test_a_refusal_names_where_the_memory_url_came_from(
-    cli: Any, memory_config: Path, redis_config: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    assert "(the URL given)" in cli("flush", "memory://", "--yes").err
-    assert "(the configuration's backend)" in cli("flush", str(memory_config), "--yes").err
-    monkeypatch.setenv(ENV, "memory://")
-    done = cli("limit", "show", str(redis_config), "sms", "recipient=a")
-    assert f"({ENV})" in done.err
-    assert "freqguard limit show on memory://" in done.err
 
 
 def test_an_option_without_a_command_is_named(cli: Any) -> None:
@@ -539,3 +247,55 @@ def test_check_warns_of_dimensions_alike_in_one_policy(cli: Any, tmp_path: Path)
         '  { rate = "15/minute", by = ["user", "users_group"] },\n]\n'
     )
     assert cli("check", str(clean)).err == ""
+
+
+# -- passwords ---------------------------------------------------------------------------
+
+SECRET = "s3cr3t@hunter2"  # an @ unescaped: redis-py reads to the last one
+
+
+def test_no_command_prints_the_stores_password(
+    cli: Any, tmp_path: Path, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"redis://user:{SECRET}@127.0.0.1:{redis_server.port}/0"
+    path = tmp_path / "secret.toml"
+    path.write_text(CONFIG.format(url=url))
+    unreadable = tmp_path / "slash.toml"  # a / in it: the URL cannot be read, and says so
+    unreadable.write_text(CONFIG.format(url="redis://user:s3cr3t/hunter2@127.0.0.1:1/0"))
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"time": 1, "policy": "sms", "context": {"recipient": "a", "content": "b"}}\n')
+    runs = [cli("check", str(path)), cli("check", str(path), "--json")]
+    runs += [cli(*(w.format(config=path) for w in words)) for words in OPERATIONS]
+    runs += [cli(*(w.format(config=unreadable) for w in words)) for words in OPERATIONS]
+    runs += [cli("ping", str(path)), cli("ping", url), cli("ping", url + "?socket_timeout=x")]
+    runs += [cli("replay", str(path), str(log)), cli("check", str(unreadable))]
+    monkeypatch.setenv(ENV, f"redis://:{SECRET}@127.0.0.1:1/0?PassWord={SECRET}&db=x")
+    runs += [cli("check", str(path), "--json"), cli("inspect", str(path), "sms", "recipient=a")]
+    for ran in runs:
+        assert "s3cr3t" not in ran.out + ran.err, ran.out + ran.err
+        assert "hunter2" not in ran.out + ran.err
+        assert ran.code in (0, 1, 2)
+    assert runs[-1].code == runs[-2].code == 2  # the environment's URL: db=x
+    assert {ran.code for ran in runs[2 : 2 + len(OPERATIONS)]} == {1}  # a wrong password
+    shown = json.loads(runs[1].out)["backend"]
+    assert shown == f"redis://user:***@127.0.0.1:{redis_server.port}/0"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("redis://u:p@ss@h:1/0", "redis://u:***@h:1/0"),
+        ("at 'redis://:pw@h:1/0', got x", "at 'redis://:***@h:1/0', got x"),
+        ("redis+sentinel://u:pw@h1:1,h2:2/svc", "redis+sentinel://u:***@h1:1,h2:2/svc"),
+        (
+            "rediss://h:1/0?ssl_password=pw&Password=pw2",
+            "rediss://h:1/0?ssl_password=***&Password=***",
+        ),
+        ("redis://h:1/0 and redis://a:b@c:2", "redis://h:1/0 and redis://a:***@c:2"),
+        ("unix:///tmp/redis.sock?db=1", "unix:///tmp/redis.sock?db=1"),
+    ],
+)
+def test_every_url_in_a_message_is_masked(text: str, shown: str) -> None:
+    from freqguard.cli.output import masked
+
+    assert masked(text) == shown
