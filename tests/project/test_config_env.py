@@ -13,7 +13,7 @@ import pytest
 from freqguard import ConfigError, ManualClock
 from freqguard.config import ENV, SCHEMA, loads
 from tests.servers import RedisServer
-from tests.unit.test_config import BASE, ROOT
+from tests.unit.config_rig import BASE, ROOT
 
 
 def test_the_environment_url_wins_and_a_bad_one_is_named(

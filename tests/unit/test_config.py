@@ -1,13 +1,13 @@
-"""Configuration files: what they build, every error they can make (each naming the file,
-the line, the policy and the rule), and the schema editors read, held to a full JSON Schema
-implementation."""
+"""Configuration files: what they build (policies and settings, observers, tiers, calendar
+rules, quiet hours and priorities), each a value that round-trips through its document, and
+the schema editors read, held to a full JSON Schema implementation. Every error a file can
+make is in ``test_config_errors.py``; the files they share are in ``config_rig.py``."""
 
 from __future__ import annotations
 
 import json
 import sys
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -16,35 +16,14 @@ import pytest
 import yaml
 
 from freqguard import AsyncGuard, ConfigError, Guard, ManualClock, Policy, Rule
-from freqguard.config import ENV, SCHEMA, Config, load, loads
+from freqguard.config import SCHEMA, Config, load, loads
 from freqguard.config.schema import SchemaError, check
 from freqguard.observe import LoggingObserver
 from freqguard.policy import Fallback
+from tests.unit.config_rig import BASE, MESSAGING, ROOT
+from tests.unit.config_rig import _no_url as _no_url
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 EXAMPLE = ROOT / "examples" / "freqguard.toml"
-
-BASE = """\
-prefix = "app"
-deny_cache = 10
-
-[[policy]]
-name = "sms"
-rules = [
-  { rate = "15/minute", by = "recipient", name = "rcpt-1m" },
-  { rate = "2 per 59 seconds", by = ["recipient", "content"], name = "content-59s" },
-]
-
-[[policy]]
-name = "vendor"
-on_error = "allow"
-rules = [{ rate = "200/second", strategy = "gcra", burst = 20 }]
-"""
-
-
-@pytest.fixture(autouse=True)
-def _no_url(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV, raising=False)
 
 
 def test_a_file_builds_its_policies_and_settings() -> None:
@@ -127,128 +106,6 @@ def test_a_round_trip_through_the_document_gives_the_same_configuration() -> Non
     jsonschema.validate(document, SCHEMA)
 
 
-ERRORS: list[tuple[str, str, str]] = [
-    # (what is replaced, by what, the error's beginning and what it says)
-    # the one meant, first (found by a new user's first hour)
-    ("deny_cache = 10", "deny_cach = 10", "app.toml:2: unknown key 'deny_cach' (did you mean "),
-    ("deny_cache = 10", "deny_cache = -1", "app.toml:2: deny_cache -1 is not an integer >= 0"),
-    ('prefix = "app"', 'prefix = "a b"', "app.toml:1: prefix: key prefix must"),
-    (
-        '{ rate = "15/minute", by',
-        '{ rate = "15/minuet", by',
-        "app.toml:7: policy 'sms', rule 1 ('rcpt-1m'): cannot parse rate '15/minuet'",
-    ),
-    (
-        '{ rate = "15/minute", by',
-        '{ rat = "15/minute", by',
-        "app.toml:7: policy 'sms', rule 1 ('rcpt-1m'): unknown key 'rat' (did you mean 'rate'? "
-        "allowed: burst, by, "
-        "calendar, caps, lease, name, only, rate, shadow, strategy, tiers, tz, tz_from)",
-    ),
-    (
-        'by = ["recipient", "content"]',
-        "by = 3",
-        "app.toml:8: policy 'sms', rule 2 ('content-59s'): by 3 is not a string or a list",
-    ),
-    (  # Rule(strategy=...) takes this spelling; a file names the one to write
-        'strategy = "gcra"',
-        'strategy = "sliding_log"',
-        "app.toml:14: policy 'vendor', rule 1 ('200/second'): strategy 'sliding_log' is not "
-        "one of 'fixed-window', 'sliding-log', 'token-bucket', 'gcra', 'concurrency', "
-        "'rolling-window' (did you mean 'sliding-log'?)",
-    ),
-    (  # written with a space: still limits' name
-        'strategy = "gcra"',
-        'strategy = "moving window"',
-        "app.toml:14: policy 'vendor', rule 1 ('200/second'): strategy 'moving window' is not "
-        "one of 'fixed-window', 'sliding-log', 'token-bucket', 'gcra', 'concurrency', "
-        "'rolling-window' (limits' 'moving-window' is 'sliding-log' here)",
-    ),
-    (  # limits' and Flask-Limiter's name for the exact log
-        'strategy = "gcra"',
-        'strategy = "moving-window"',
-        "app.toml:14: policy 'vendor', rule 1 ('200/second'): strategy 'moving-window' is not "
-        "one of 'fixed-window', 'sliding-log', 'token-bucket', 'gcra', 'concurrency', "
-        "'rolling-window' (limits' 'moving-window' is 'sliding-log' here)",
-    ),
-    (
-        'strategy = "gcra"',
-        'strategy = "leaky"',
-        "app.toml:14: policy 'vendor', rule 1 ('200/second'): strategy 'leaky' is not one of",
-    ),
-    (
-        'strategy = "gcra", burst',
-        'strategy = "sliding-log", burst',
-        "app.toml:14: policy 'vendor', rule 1 ('200/second'): burst applies to token-bucket "
-        "and gcra only",
-    ),
-    (
-        'on_error = "allow"',
-        'on_error = "maybe"',
-        "app.toml:13: policy 'vendor': on_error 'maybe' is not",
-    ),
-    ('name = "vendor"', 'name = "sms"', "app.toml:11: policy 'sms': a second policy named 'sms'"),
-    ('name = "vendor"\n', "", "app.toml:11: policy 2: 'name' is missing"),
-    (
-        'rules = [{ rate = "200/second", strategy = "gcra", burst = 20 }]',
-        "rules = []",
-        "app.toml:14: policy 'vendor': rules needs at least 1 item(s)",
-    ),
-    (
-        'name = "content-59s"',
-        'name = "rcpt-1m"',
-        "app.toml:4: policy 'sms': policy 'sms' has two rules with the id 'rcpt-1m'",
-    ),
-    (
-        'on_error = "allow"',
-        'on_error = { fallback = "redis://:0" }',
-        "app.toml:13: policy 'vendor': on_error fallback: port must be",
-    ),
-    ('prefix = "app"', 'backend = "postgres://x"', "app.toml:1: backend: "),
-    (
-        'prefix = "app"',
-        "breaker = { failures = 0 }",
-        "app.toml:1: breaker.failures 0 is not an integer >= 1",
-    ),
-    ('prefix = "app"', 'observers = ["statsd"]', "app.toml:1: observers 'statsd' is not one of"),
-    (
-        'prefix = "app"',
-        'observers = ["logging", "logging"]',
-        "app.toml:1: observers 'logging' is listed twice",
-    ),
-    (
-        "deny_cache = 10",
-        "deny_cache = 1_000_000_000",
-        "app.toml:2: deny_cache 1000000000 is not an integer >= 0 and <= 100000000",
-    ),
-]
-
-
-ERRORS += [
-    (
-        'name = "rcpt-1m" }',
-        'name = "rcpt-1m", tiers = { from = "plan", rates = { pro = "lots" } } }',
-        "app.toml:7: policy 'sms', rule 1 ('rcpt-1m'): cannot parse rate 'lots'",
-    ),
-    (
-        'name = "rcpt-1m" }',
-        'name = "rcpt-1m", tiers = { from = "plan" } }',
-        "app.toml:7: policy 'sms', rule 1 ('rcpt-1m'): tiers: 'rates' is missing",
-    ),
-    (
-        'name = "rcpt-1m" }',
-        'name = "rcpt-1m", tiers = { from = "content", rates = { a = "1/second" } } }',
-        "app.toml:4: policy 'sms': policy 'sms': ['content'] are both",
-    ),
-    (
-        '{ rate = "15/minute", by = "recipient", name = "rcpt-1m" }',
-        '{ rate = "15/minute", by = "recipient", '
-        'tiers = { from = "plan", rates = { a = "1/second" } } }',
-        "app.toml:7: policy 'sms', rule 1 ('15/minute'): a rule with rate_for needs a name",
-    ),
-]
-
-
 def test_tiers_in_a_file_decide_by_the_plan_and_round_trip() -> None:
     text = BASE.replace(
         'name = "rcpt-1m" }',
@@ -267,96 +124,6 @@ def test_tiers_in_a_file_decide_by_the_plan_and_round_trip() -> None:
     }
     assert loads(json.dumps(document), "yaml").policies == config.policies
     jsonschema.validate(document, SCHEMA)
-
-
-@pytest.mark.parametrize(("old", "new", "expected"), ERRORS, ids=[e[1][:30] for e in ERRORS])
-def test_every_error_names_the_file_line_policy_and_rule(old: str, new: str, expected: str) -> None:
-    assert old in BASE
-    with pytest.raises(ConfigError) as raised:
-        loads(BASE.replace(old, new, 1), source="app.toml")
-    assert str(raised.value).startswith(expected), str(raised.value)
-
-
-def test_yaml_errors_name_the_line_of_the_node() -> None:
-    text = """\
-policy:
-  - name: sms
-    rules:
-      - rate: 15/minute
-        by: recipient
-      - rate: 2 per 59 seconds
-        by: [recipient, content]
-        burst: 2
-"""
-    with pytest.raises(ConfigError, match=r"^app.yaml:6: policy 'sms', rule 2 .*burst applies"):
-        loads(text, "yaml", "app.yaml")
-    with pytest.raises(ConfigError, match=r"^app.yaml:5: policy 'sms', rule 1 .*unknown key 'bye'"):
-        loads(text.replace("by: recipient", "bye: recipient"), "yaml", "app.yaml")
-
-
-def test_yaml_aliases_are_refused_before_anything_walks_them() -> None:
-    """Aliases of aliases make a document exponential to walk ("billion laughs")."""
-    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
-    levels += [f"a{n}: &a{n} [" + ", ".join([f"*a{n - 1}"] * 10) + "]" for n in range(1, 9)]
-    with pytest.raises(
-        ConfigError, match=r"^bomb.yaml:1: this node is used again .* aliases are not supported"
-    ):
-        loads("\n".join(levels) + "\n", "yaml", "bomb.yaml")
-
-
-@pytest.mark.parametrize(
-    "deep",
-    [
-        "[" * 100_000,  # flow style: PyYAML's scanner is quadratic in its depth (~57 s)
-        "a: " + "{a: " * 100_000 + "1" + "}" * 100_000,
-        "- " * 100_000 + "x",  # block sequences on one line
-        "".join(" " * i + f"k{i}:\n" for i in range(40)) + " " * 40 + "v\n",  # indented
-    ],
-    ids=["flow", "flow-mappings", "dashes", "indented"],
-)
-def test_a_yaml_document_nested_past_its_bound_is_refused_before_it_is_read_whole(
-    deep: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A configuration nests a few levels; YAML nested past MAX_DEPTH (32) is refused as
-    soon as the parser reaches that depth, whatever the style: the parser's events are
-    counted (not timed), so a document of 100,000 levels costs what 33 do."""
-    import yaml
-
-    events = 0
-    parse = yaml.SafeLoader.parse_node
-
-    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-        nonlocal events
-        events += 1
-        return parse(self, *args, **kwargs)
-
-    monkeypatch.setattr(yaml.SafeLoader, "parse_node", counted)
-    with pytest.raises(
-        ConfigError, match=r"^deep.yaml:\d+: nested too deeply \(more than 32 levels\)"
-    ):
-        loads(deep, "yaml", "deep.yaml")
-    assert events < 100
-
-
-@pytest.mark.parametrize("kind", ["toml", "yaml"])
-def test_a_document_nested_past_the_parsers_depth_is_a_clear_error(kind: str) -> None:
-    deep = "a = " + "[" * 100_000 + "]" * 100_000 if kind == "toml" else "[" * 100_000
-    with pytest.raises(ConfigError, match=rf"^deep.{kind}:(\d+:)? nested"):
-        loads(deep, kind, f"deep.{kind}")
-
-
-def test_syntax_errors_and_files_are_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"^app.toml: not valid TOML: .*line 2"):
-        loads("prefix = 'a'\nbad line\n", source="app.toml")
-    with pytest.raises(ConfigError, match=r"^app.yaml: not valid YAML"):
-        loads("a: [1\n", "yaml", "app.yaml")
-    with pytest.raises(ConfigError, match=r"\.json: a configuration file is \.toml, \.yaml"):
-        load(tmp_path / "freqguard.json")
-    with pytest.raises(ConfigError, match=r"missing\.toml: cannot be read"):
-        load(tmp_path / "missing.toml")
-    with pytest.raises(ConfigError, match=r"is not a table of backend, breaker"):
-        loads("- 1\n", "yaml")
-    assert loads("", "yaml").policies == ()  # an empty file: no policies, the defaults
 
 
 DOCUMENTS: list[Any] = [
@@ -426,28 +193,6 @@ def test_calendar_rules_in_a_file_count_per_local_day_and_round_trip() -> None:
         loads(text.replace('tz_from = "tz"', 'tz = "Mars/Olympus"'), source="app.toml")
 
 
-MESSAGING = """\
-[[policy]]
-name = "push"
-priorities = ["transactional", "marketing"]
-quiet = { start = "21:00", end = "08:00", tz_from = "tz", exempt = ["transactional"] }
-
-[[policy.rules]]
-rate = "5/day"
-by = "recipient"
-name = "day"
-calendar = true
-tz_from = "tz"
-caps = { marketing = 3 }
-
-[[policy.rules]]
-rate = "1/hour"
-by = "recipient"
-name = "promo"
-only = ["marketing"]
-"""
-
-
 def test_quiet_hours_and_priorities_in_a_file_decide_and_round_trip() -> None:
     config = loads(MESSAGING, source="push.toml")
     (policy,) = config.policies
@@ -471,47 +216,3 @@ def test_quiet_hours_and_priorities_in_a_file_decide_and_round_trip() -> None:
     assert [r["name"] for r in document["policy"][0]["rules"]] == ["day", "promo"]
     assert loads(json.dumps(document), "yaml").policies == config.policies
     jsonschema.validate(document, SCHEMA)
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "expected"),
-    [
-        ('start = "21:00"', 'start = "9pm"', "push.toml:4: policy 'push': QuietHours start"),
-        ('exempt = ["transactional"]', 'exempt = ["otp"]', "push.toml:1: policy 'push': "),
-        ("marketing = 3", "marketing = 5", "push.toml:6: policy 'push', rule 1 ('day')"),
-        ('only = ["marketing"]', 'only = ["bulk"]', "push.toml:1: policy 'push': "),
-        ('end = "08:00"', 'end = "08:00", zone = "x"', "push.toml:4: policy 'push': quiet:"),
-    ],
-)
-def test_messaging_mistakes_name_the_file_and_line(old: str, new: str, expected: str) -> None:
-    assert old in MESSAGING
-    with pytest.raises(ConfigError) as raised:
-        loads(MESSAGING.replace(old, new, 1), source="push.toml")
-    assert str(raised.value).startswith(expected), str(raised.value)
-
-
-def test_several_rates_in_one_rule_table_name_the_files_fix() -> None:
-    """A file's rule takes one rate; several (Flask-Limiter's "10 per minute; 100 per day")
-    are refused naming the fix in the file's terms, one rule table each, not Python's
-    parse_rates() (found by a new user's first hour)."""
-    text = '[[policy]]\nname = "api"\nrules = [{ rate = "10 per minute; 100 per day" }]\n'
-    with pytest.raises(ConfigError) as refused:
-        loads(text, source="app.toml")
-    message = str(refused.value)
-    assert "app.toml" in message
-    assert "one rule table per rate" in message
-    assert "parse_rates" not in message
-
-
-@pytest.mark.parametrize("joined", [", ", " | "])
-def test_several_rates_joined_otherwise_name_the_files_fix_too(joined: str) -> None:
-    """Review: rates join with ';', ',' or '|' (parse_rates reads all three; limits and
-    Flask-Limiter write ','), but only ';' was caught: the others still named Python's
-    parse_rates()."""
-    rates = joined.join(["10 per minute", "100 per day"])
-    text = f'[[policy]]\nname = "api"\nrules = [{{ rate = "{rates}" }}]\n'
-    with pytest.raises(ConfigError) as refused:
-        loads(text, source="app.toml")
-    message = str(refused.value)
-    assert "one rule table per rate" in message
-    assert "parse_rates" not in message
