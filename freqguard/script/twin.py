@@ -94,19 +94,23 @@ def change_limits(
 
 
 def reset_states(
-    store: StateStore, keys: Sequence[str], specs: Sequence[StateSpec], now: int, pinned: bool
+    store: StateStore,
+    keys: Sequence[str],
+    specs: Sequence[StateSpec],
+    found: Sequence[Entry | None],
+    now: int,
+    pinned: bool,
 ) -> int:
     """RESET: every stored state is deleted. On a pinned time, where the next call may come
     at the very microsecond of a hit before the reset, the reset ends its microsecond: in
     place of each state an expired tombstone (no state), written 1 µs after the latest time of
     the call (kept for the stale grace, as any expired state), so that what comes after is
     judged at least that late and no receipt from before the reset can match it. Returns
-    the time the call is judged at."""
+    the time the call is judged at. ``found``: what the call read (as the Lua's ``got``)."""
     if not pinned:
         for key, spec in zip(keys, specs):  # noqa: B905 (the part built both; hot path)
             store.delete(key, spec.horizon)
         return now
-    found = [store.get(key, spec.horizon, now) for key, spec in zip(keys, specs)]  # noqa: B905
     at = judged_at(found, now) + 1
     for key, spec, entry in zip(keys, specs, found):  # noqa: B905 (the part built both)
         if entry is not None:
@@ -217,7 +221,7 @@ def run(
         if limits or mode == LIMIT:  # the common hit: a record without limits, none changed
             limits = change_limits(limits, change, mode, now, pinned, part)
         if mode == RESET:
-            now = reset_states(store, keys, specs, now, pinned)
+            now = reset_states(store, keys, specs, found, now, pinned)
         part = apply_limits(part, limits, now) if limits else part
         views = load_states(part.specs, [None] * len(specs) if mode == RESET else found, now)
         if mode == REFUND:
