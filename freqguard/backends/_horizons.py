@@ -19,6 +19,7 @@ from freqguard.clock import Clock
 from freqguard.script.contract import PINNED_GRACE_MS, STALE_GRACE_US
 from freqguard.script.limits import KeyLimit
 from freqguard.script.strategies.base import StateSpec
+from freqguard.script.twin import whole
 
 __all__ = ["HorizonStore", "Stored"]
 
@@ -100,13 +101,18 @@ class HorizonStore:
         try:
             self._keep_limits(record, limits, now)
         except BaseException:  # a limit kept without its expiry was held for ever
-            self.limits.pop(record, None)
-            self.limits_gone.pop(record, None)
-            if kept is not None:
-                self.limits[record] = kept
-            if gone is not None:
-                self.limits_gone[record] = gone
+            whole(lambda: self._put_limits_back(record, kept, gone))
             raise
+
+    def _put_limits_back(
+        self, record: str, kept: tuple[KeyLimit, ...] | None, gone: int | None
+    ) -> None:
+        self.limits.pop(record, None)
+        self.limits_gone.pop(record, None)
+        if kept is not None:
+            self.limits[record] = kept
+        if gone is not None:
+            self.limits_gone[record] = gone
 
     def _keep_limits(self, record: str, limits: tuple[KeyLimit, ...], now: int) -> None:
         self.limits_gone.pop(record, None)
@@ -192,17 +198,17 @@ class HorizonStore:
         self, keys: Sequence[str], specs: Sequence[StateSpec], saved: Sequence[Stored | None]
     ) -> None:
         """``keys`` as :meth:`get` found them (``saved``): a call cut part way (a Ctrl-C)
-        leaves its states all as they were, as a script that never ran would."""
+        leaves its states all as they were, as a script that never ran would. Idempotent:
+        cut in turn, it is made again whole (the count is counted anew)."""
         for key, spec, entry in zip(keys, specs, saved, strict=True):
             home = self.queues.get(spec.horizon)
             if entry is not None and home is not None and home.entries.get(key) is entry:
                 continue  # untouched: kept in its place in the queue
             for queue in self.queues.values():  # wherever a read or a write filed it
-                if queue.entries.pop(key, None) is not None:
-                    self.count -= 1
+                queue.entries.pop(key, None)
             if entry is not None:
                 self.queues.setdefault(spec.horizon, _Queue()).entries[key] = entry
-                self.count += 1
+        self.count = sum(len(queue.entries) for queue in self.queues.values())
 
     def delete(self, key: str, horizon: int) -> None:
         found = self.queues.get(horizon)

@@ -16,7 +16,7 @@ client) nor the client spends time on numbers most callers never read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from freqguard.script.calls import Part, Reply, report_of
@@ -231,6 +231,27 @@ def run(
             consume_states(store, keys, part.specs, views, waits, now, cost)
         report = report_of(part, views, now)
     except BaseException:
-        store.put_back(keys, specs, found)
+        _put_back(store, keys, specs, found)
         raise
     return Reply(part, allowed, waits, now, views, b"", report, limits)
+
+
+def _put_back(
+    store: StateStore,
+    keys: Sequence[str],
+    specs: Sequence[StateSpec],
+    found: Sequence[Entry | None],
+) -> None:
+    whole(lambda: store.put_back(keys, specs, found))
+
+
+def whole(undo: Callable[[], object]) -> None:
+    """``undo()`` (idempotent), made again whole when a second Ctrl-C (or another signal's
+    exception) cuts it, a few times at most; that one is dropped for the first, which the
+    caller raises on."""
+    for _ in range(8):
+        try:
+            undo()
+            return
+        except BaseException:  # made again, whole
+            continue

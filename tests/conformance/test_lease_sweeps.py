@@ -59,13 +59,15 @@ _EXIT_BEGINS = (LeaseBlock.__exit__.__code__, "call")
 _LOGGING = logging.__file__
 
 
-def _ctrl_c_at(event: int | None, run: Callable[[], object], within: Any = None) -> int:
+def _ctrl_c_at(
+    event: int | None, run: Callable[[], object], within: Any = None, swallow: bool = True
+) -> int:
     """``run()`` with a SIGINT raised at its ``event``-th profile event of :data:`_CHECKED`
     (None: none), as a Ctrl-C landing there; how many events it had (``within``: only
     those inside a call of that function, not its own call and return, where a Ctrl-C is
     its caller's). A
     ``KeyboardInterrupt`` it raises, at once or from a signal still pending as it ends, is
-    swallowed."""
+    swallowed (unless not ``swallow``: raised on)."""
     seen, inside = [0], [within is None]
 
     def hook(frame: Any, kind: str, arg: object) -> None:
@@ -93,7 +95,7 @@ def _ctrl_c_at(event: int | None, run: Callable[[], object], within: Any = None)
 
     gc.disable()  # no other test's finalizers inside the run
     sys.unraisablehook = ignored
-    with contextlib.suppress(KeyboardInterrupt):
+    with contextlib.suppress(KeyboardInterrupt) if swallow else contextlib.nullcontext():
         try:
             sys.setprofile(hook)
             run()

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import pytest
 
 from freqguard import Guard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard.backends._horizons import HorizonStore
 from tests.conformance.test_lease_interrupts import _main_thread_only  # noqa: F401 (autouse)
 from tests.conformance.test_lease_sweeps import _ctrl_c_at
 from tests.conftest import START
@@ -193,3 +195,77 @@ def test_a_state_put_back_is_swept_at_most_a_window_late() -> None:
         backend.sweep()
         assert len(backend) == _entries(backend) == 0, f"a Ctrl-C at point {event} of {total}"
     assert late <= 12  # cuts after the write (20 of 74 before the fix)
+
+
+class _Second:
+    """A second Ctrl-C at the ``armed``-th point of the next call of ``method`` (the
+    profile hook armed again as it begins); ``fired``: it landed there."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, owner: type, name: str) -> None:
+        self.armed, self.fired, method = 0, False, getattr(owner, name)
+
+        def cut(*args: Any) -> None:
+            event, self.armed = self.armed, 0  # once: the one made again is not cut
+            if not event:
+                method(*args)
+                return
+            try:
+                _ctrl_c_at(event, partial(method, *args), within=method, swallow=False)
+            except KeyboardInterrupt:
+                self.fired = True
+                raise
+
+        monkeypatch.setattr(owner, name, cut)
+
+    def sweep(self, run: Callable[[], object], check: Callable[[str], None]) -> int:
+        """``run`` cut at each point, then again at each point of ``method`` the first
+        cut calls: ``check`` after each (given where); how many pairs were cut."""
+        total, both = _ctrl_c_at(None, run), 0
+        for first in range(1, total + 1):
+            for event in range(1, 200):
+                self.armed, self.fired = event, False
+                _ctrl_c_at(first, run)
+                check(f"Ctrl-Cs at {first} of {total}, then {event}")
+                if self.armed or not self.fired:  # not called, or no point left in it
+                    break
+                both += 1
+        return both
+
+
+def test_a_second_ctrl_c_as_a_cut_call_is_put_back_still_leaves_it_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Ctrl-C at each point of a hit, then a second one at each point of the put-back it
+    starts: the states are all as the hit found them or all written, and the store's
+    count is its states'. Before, the second cut the put-back part way (a state taken out
+    and not filed again, or filed and not counted), and the rules' counts stayed apart."""
+    second = _Second(monkeypatch, HorizonStore, "put_back")
+    clock = ManualClock(START)
+    backend = MemoryBackend(clock=clock)
+    guard = Guard(backend, [Policy("p", *ALIKE.rules[::2], ALIKE.rules[-1])], clock=clock)
+    guard.hit("p", u="x", c="m")  # every state stored
+
+    def check(where: str) -> None:
+        left = _left(guard)
+        assert len(set(left)) == 1, f"{where}: {left}"
+        assert len(backend) == _entries(backend), where
+
+    assert second.sweep(partial(guard.hit, "p", u="x", c="m"), check) > 0
+
+
+def test_a_second_ctrl_c_as_a_cut_set_limit_is_put_back_still_keeps_no_limit_for_ever(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As the put-back of states, the put-back of a record's per-key limits: cut at each
+    point in turn, no limit is kept once its time has passed."""
+    second = _Second(monkeypatch, HorizonStore, "_put_limits_back")
+    clock = ManualClock(START)
+    backend = MemoryBackend(clock=clock)
+    guard = Guard(backend, [ALIKE], clock=clock)
+
+    def check(where: str) -> None:
+        clock.advance(700)  # past the pinned grace (PINNED_GRACE_MS): as Redis expires it
+        backend.sweep()
+        assert backend.limits_held == 0, where
+
+    assert second.sweep(partial(guard.set_limit, "p", "fw", "5/minute", ttl=10, u="x"), check)
