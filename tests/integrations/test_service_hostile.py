@@ -3,7 +3,9 @@ body (random JSON of any shape and depth, huge numbers, NaN and Infinity, unknow
 names that collide with the API's, bytes that are not UTF-8, alone or inside a string), any
 content type, Origin and
 Authorization. The answer is a 200 or a 4xx problem+json (a 422 naming its field), never a
-500 or a traceback, and a refused request changes nothing in the store."""
+500 or a traceback, and a refused request changes nothing in the store. The OpenAPI
+document held to the service's checks is in ``test_service_openapi_checks.py``; the
+strategies they share are in ``hostile_rig.py``."""
 
 from __future__ import annotations
 
@@ -12,18 +14,21 @@ import json
 from typing import Any
 
 import httpx
-import jsonschema
-import msgspec
 import pytest
-from hypothesis import assume, event, given, reject, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from freqguard import AsyncGuard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.service import create_app
-from freqguard.service.bodies import ContextCall, CostedCall, LimitCall, ManyCall, decode
-from freqguard.service.openapi import document
-from freqguard.service.problems import Problem
 from tests.conftest import examples
+from tests.integrations.hostile_rig import (
+    CONTENTS,
+    RECIPIENTS,
+    USERS,
+    _contexts,
+    _json_values,
+    _scalars,
+)
 
 SMS = Policy(
     "sms",
@@ -33,53 +38,6 @@ SMS = Policy(
 DAILY = Policy("daily", Rule("2/day", by="user", calendar=True, tz_from="tz", name="day"))
 TOKEN = "t0ken"
 PROBLEM = "application/problem+json"
-
-#: Few values, so that what a request could have changed is all looked at after it.
-RECIPIENTS = ["a", "b", 7]
-CONTENTS = ["x", "y"]
-USERS = ["u", "v"]
-#: Zones, valid and not (a zone that names a directory, "America", is the hardening tests':
-#: it needs clock.py's own fix to be a 422).
-ZONES = ["UTC", "Europe/Berlin", "Nope/Nowhere", "", "../x", "UTC\x00"]
-NAMES = ["context", "contexts", "cost", "rate", "ttl", "recipient", "content", "user", "tz"]
-NAMES += ["policy", "rule", "self", "priority", "costt", ""]
-
-
-def _scalars() -> st.SearchStrategy[Any]:
-    return st.one_of(
-        st.none(),
-        st.booleans(),
-        st.integers(),
-        st.integers(min_value=10**20, max_value=10**30),
-        st.floats(),  # NaN and the infinities included: json.dumps writes them as literals
-        st.text(max_size=8),
-        st.sampled_from([*RECIPIENTS, *CONTENTS, *USERS, *ZONES, "5/minute", "often", "0/s"]),
-        st.just("z" * 5000),  # quoted by a message, it must not come back whole
-    )
-
-
-def _json_values() -> st.SearchStrategy[Any]:
-    return st.recursive(
-        _scalars(),
-        lambda inner: st.one_of(
-            st.lists(inner, max_size=4),
-            st.dictionaries(
-                st.one_of(st.sampled_from(NAMES), st.text(max_size=4)), inner, max_size=4
-            ),
-        ),
-        max_leaves=12,
-    )
-
-
-def _contexts() -> st.SearchStrategy[Any]:
-    """Contexts near the valid ones: the right names with some values and names changed."""
-    sms = st.fixed_dictionaries(
-        {"recipient": st.sampled_from(RECIPIENTS), "content": st.sampled_from(CONTENTS)}
-    )
-    daily = st.fixed_dictionaries({"user": st.sampled_from(USERS), "tz": st.sampled_from(ZONES)})
-    base = st.one_of(sms, daily, st.fixed_dictionaries({"recipient": st.sampled_from(RECIPIENTS)}))
-    extra = st.dictionaries(st.sampled_from(NAMES), _scalars(), max_size=2)
-    return st.one_of(base, st.builds(lambda a, b: {**a, **b}, base, extra), _json_values())
 
 
 def _bodies() -> st.SearchStrategy[bytes]:
@@ -240,76 +198,6 @@ def test_hostile_requests_get_a_problem_and_change_nothing(
                     assert await _state(guard) == before, (method, path, body, answer.text)
 
     asyncio.run(run())
-
-
-BODIES: dict[str, type[msgspec.Struct]] = {
-    "hit": CostedCall,
-    "hit-many": ManyCall,
-    "peek": ContextCall,
-    "limits": ContextCall,
-    "PUT limits": LimitCall,
-}
-
-
-COMPONENTS = document()["components"]
-
-#: Each field's values: mostly of its type, some anything.
-VALUES = {
-    "context": st.one_of(_contexts(), _json_values()),
-    "contexts": st.one_of(st.lists(_contexts(), max_size=3), _json_values()),
-    "cost": st.one_of(st.integers(-1, 5), st.sampled_from([True, False, "1", 0.5]), _scalars()),
-    "rate": st.one_of(st.sampled_from(["5/minute", "x" * 101, None, True, 5]), _scalars()),
-    "ttl": st.one_of(st.sampled_from([60, 0.5, None, 0, -1, True, "60"]), _scalars()),
-}
-
-
-def _near(body: type[msgspec.Struct]) -> st.SearchStrategy[dict[str, Any]]:
-    """Bodies with the fields ``body`` requires, some of its others, rarely one more."""
-    fields = msgspec.structs.fields(body)
-    required = {f.encode_name: VALUES[f.encode_name] for f in fields if f.required}
-    optional = {f.encode_name: VALUES[f.encode_name] for f in fields if not f.required}
-    extra = st.dictionaries(st.sampled_from(NAMES), _scalars(), max_size=1)
-    near = st.fixed_dictionaries(required, optional=optional)
-    return st.one_of(near, near, st.builds(lambda a, b: {**b, **a}, near, extra))
-
-
-@settings(max_examples=examples(50))
-@given(
-    case=st.sampled_from(sorted(BODIES)).flatmap(
-        lambda name: st.tuples(st.just(name), st.one_of(_near(BODIES[name]), _json_values()))
-    )
-)
-def test_the_openapi_document_states_what_the_service_checks(case: tuple[str, Any]) -> None:
-    """A body the document's schema admits is one the service's checks take, and the
-    reverse, as the service reads it: JSON text (JSON Schema's "integer" admits 2.0, which
-    JSON readers differ on: left out)."""
-    name, data = case
-    assume(not _has_integral_float(data))
-    body = BODIES[name]
-    schema = {"$ref": f"#/components/schemas/{body.__name__}", "components": COMPONENTS}
-    admitted = jsonschema.Draft202012Validator(schema).is_valid(data)
-    try:
-        raw = json.dumps(data, allow_nan=False).encode()  # the bytes the service would read
-    except ValueError:  # NaN and the infinities: no JSON text holds them
-        reject()
-    try:
-        decode(raw, body)
-    except Problem:
-        taken = False
-    else:
-        taken = True
-    event(f"{name}: {'taken' if taken else 'refused'}")
-    assert admitted == taken, (schema, data)
-
-
-def _has_integral_float(value: Any) -> bool:
-    if isinstance(value, float):
-        return value.is_integer()
-    if isinstance(value, dict):
-        return any(_has_integral_float(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_integral_float(v) for v in value)
-    return False
 
 
 def test_the_stats_queries_that_once_answered_500_are_422() -> None:
