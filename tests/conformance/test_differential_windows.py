@@ -9,7 +9,7 @@ import pytest
 
 from freqguard import Guard, ManualClock, MemoryBackend, Policy, Rule, Strategy, TierRates
 from freqguard.backends.redis import RedisBackend
-from tests.conformance.test_lease_exits import EVERY_STORE
+from tests.conformance.lease_rig import EVERY_STORE
 from tests.conftest import START, flush, flush_scripts
 from tests.reference import RATE_STRATEGIES
 from tests.servers import RedisServer

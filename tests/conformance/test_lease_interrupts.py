@@ -26,7 +26,7 @@ from freqguard._sync._io import _put_back, holding, send
 from freqguard.backends.redis import RedisBackend
 from freqguard.script.contract import REFUND
 from tests import servers
-from tests.conformance.test_lease_exits import LLM
+from tests.conformance.lease_rig import LLM
 from tests.conftest import START, flush
 from tests.faults import halted, input_waiting, pause, resume
 from tests.servers import RedisServer

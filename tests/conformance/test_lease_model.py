@@ -33,7 +33,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from freqguard import AsyncGuard, ConfigError, Decision, ManualClock, Policy, Rule, capped
-from tests.conformance.test_lease_exits import EVERY_STORE, async_store
+from tests.conformance.lease_rig import EVERY_STORE, async_store
 from tests.conftest import START, examples
 
 KEYS = ("u", "v")
