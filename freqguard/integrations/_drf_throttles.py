@@ -224,8 +224,10 @@ def _unrated(uses: list[Use]) -> str:
 
 def _coded(throttle: type) -> bool:
     """Whether the throttle's own code may give its rate or choose its scope at the
-    request: its ``__init__`` or ``allow_request`` not freqguard's (the check cannot run
-    it, so does not judge it)."""
+    request: its ``__init__``, ``allow_request`` or ``get_rate`` not freqguard's, or a
+    ``THROTTLE_RATES`` of its own (the check cannot run it, so does not judge it)."""
+    if getattr(throttle, "get_rate", None) is not None or getattr(throttle, "THROTTLE_RATES", None):
+        return True
     for name in ("__init__", "allow_request"):
         owner = next((base for base in throttle.__mro__ if name in vars(base)), object)
         if owner.__module__ != _DRF:

@@ -16,7 +16,11 @@ throttle with a ``scope`` is one budget for every view using it (policy ``drf.<s
 without one each view has its own (``drf.<throttle class>.<view class>``).
 :class:`FreqGuardScopedThrottle`, :class:`FreqGuardAnonThrottle` and
 :class:`FreqGuardUserThrottle` are DRF's ``ScopedRateThrottle``, ``AnonRateThrottle`` and
-``UserRateThrottle``. ``wait()`` is the decision's exact ``retry_after``; with the
+``UserRateThrottle``. A subclass's own ``get_cache_key(request, view)``, ``get_ident(request)``,
+``get_rate()`` and ``THROTTLE_RATES`` are read as DRF reads them; what only DRF's own counting
+reads (``timer``, ``cache``, ``cache_format``, ``parse_rate``, ``throttle_success``,
+``throttle_failure``) is refused as the class is made. ``wait()`` is the decision's exact
+``retry_after``; with the
 freqguard middleware installed the response carries the rate-limit headers too.
 ``manage.py check`` reports a rate a throttle would read and cannot (``freqguard.E003``), and
 a view whose throttle reads a scope with no rate (``freqguard.E004``), or whose
@@ -32,7 +36,8 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Sequence
-from typing import Any
+from contextvars import ContextVar
+from typing import Any, ClassVar
 
 from rest_framework.exceptions import APIException, ParseError
 from rest_framework.request import Request
@@ -83,6 +88,18 @@ def drf_rates(rate: str) -> tuple[Rate, ...]:
     return parse_rates(rate)
 
 
+#: What only DRF's own counting reads, and freqguard's way instead.
+_NOT_READ = {
+    "timer": "time is the guard's clock (FREQGUARD_BACKEND=Guard(backend, clock=...))",
+    "cache": "the counts are kept in FREQGUARD_BACKEND's store",
+    "cache_format": "a key is get_cache_key(request, view)'s string, or key()'s context",
+    "parse_rate": "a rate is read by freqguard's grammar, DRF's spellings too: give rate, a "
+    "scope's DEFAULT_THROTTLE_RATES, or get_rate() a string",
+    "throttle_success": "allow_request decides on the guard; a request's decision is self.decision",
+    "throttle_failure": "allow_request decides on the guard; a request's decision is self.decision",
+}
+
+
 class FreqGuardThrottle(BaseThrottle):
     """A DRF throttle deciding on freqguard's guard.
 
@@ -98,14 +115,39 @@ class FreqGuardThrottle(BaseThrottle):
     scope: str | None = None
     trusted_proxies: Sequence[str] = ()
     cost: int = 1
+    THROTTLE_RATES: ClassVar[dict[str, str | None] | None] = None
 
     def __init__(self) -> None:
         self.decision: Decision | None = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse what only DRF's own counting reads (a ``timer``, a ``cache``...), naming
+        freqguard's way: never a hook that quietly does nothing.
+
+        Raises:
+            ConfigError: a class that defines one.
+        """
+        super().__init_subclass__(**kwargs)
+        for name, instead in _NOT_READ.items():
+            if name in cls.__dict__:
+                raise ConfigError(
+                    f"{cls.__qualname__}.{name} is DRF's SimpleRateThrottle's, which "
+                    f"freqguard's throttles do not read: {instead}"
+                )
+
     def key(self) -> KeyFunc:
         """The key function: :func:`~freqguard.integrations.django.user_or_ip`, the
-        address found as DRF finds it (:func:`drf_client`)."""
-        return user_or(drf_client(self.trusted_proxies))
+        address found as DRF finds it (:func:`drf_client`), or by the class's own
+        ``get_ident(request)``. A class's own ``get_cache_key(request, view)`` keys the
+        request instead, as in DRF (None: not throttled)."""
+        return user_or(self._address())
+
+    def _address(self) -> KeyFunc:
+        """The address of an anonymous request (dimension ``client``): the class's own
+        ``get_ident``, else :func:`drf_client`'s."""
+        if type(self).get_ident is not BaseThrottle.get_ident:
+            return declared(_own_ident, "client")
+        return drf_client(self.trusted_proxies)
 
     def rates(self) -> tuple[Rate, ...]:
         """The rates this throttle decides now (none: its scope's rate is None, and it
@@ -118,7 +160,19 @@ class FreqGuardThrottle(BaseThrottle):
 
     def _given(self) -> tuple[tuple[Rate, ...], str]:
         """The rates, and where they are given (named when two give one scope two)."""
+        if getattr(type(self), "get_rate", None) is not None:  # the class's own, as DRF's
+            rate = self.get_rate()  # type: ignore[attr-defined]
+            return (() if rate is None else _parsed(rate, f"{_name(self)}.get_rate()")), (
+                f"{_name(self)}.get_rate()"
+            )
+        table = self.THROTTLE_RATES  # the class's own, else the settings' (read each time)
         found = given(self.rate, self.scope, api_settings.DEFAULT_THROTTLE_RATES)
+        if table is not None and self.rate is None and self.scope is not None:
+            found = given(None, self.scope, table)
+            where = f"{_name(self)}.THROTTLE_RATES[{self.scope!r}]"
+            if found is None:
+                raise ConfigError(f"{where} is not set: the class's table names no such scope")
+            return ((), where) if found.text is None else (_parsed(found.text, where), where)
         if found is not None and found.scope is None:  # the throttle's own
             return _parsed(found.text, f"{type(self).__qualname__}.rate"), f"{_name(self)}.rate"
         if found is not None:
@@ -149,10 +203,25 @@ class FreqGuardThrottle(BaseThrottle):
         # a route made anew when the rates its policy was last registered at changed (by
         # this throttle or another of the scope), so that its policy is registered again
         if found is None or state.throttled.get(name) != rates:
-            made = Route(fit_name(name), (KeyedRules(self.key(), rates),), self.cost)
+            made = Route(fit_name(name), (KeyedRules(self._keyed(), rates),), self.cost)
             found = state.throttles[key] = state.remember(made, where)
             state.throttled[name] = rates
         return found
+
+    def _keyed(self) -> KeyFunc:
+        """The route's key function: the class's own ``get_cache_key``, else :meth:`key`.
+
+        Raises:
+            ConfigError: a class that defines both (which keys the request is not clear).
+        """
+        if getattr(type(self), "get_cache_key", None) is None:
+            return self.key()
+        if type(self).key not in (FreqGuardThrottle.key, FreqGuardAnonThrottle.key):
+            raise ConfigError(
+                f"{_name(self)} defines both key() and get_cache_key(): keep one (key() "
+                "is freqguard's key function, get_cache_key(request, view) DRF's)"
+            )
+        return declared(_cache_key, "ident")
 
     def allow_request(self, request: Request, view: Any) -> bool:
         """Decide the request: True when admitted (or not throttled: a scope whose rate is
@@ -170,7 +239,11 @@ class FreqGuardThrottle(BaseThrottle):
         route = self._route(state, view)
         if route is None:
             return True
-        answer = state.decider().decide(state.guard().hit, route, request_info(request))
+        deciding = _DECIDING.set((self, view))  # for a key of the class's own methods
+        try:
+            answer = state.decider().decide(state.guard().hit, route, request_info(request))
+        finally:
+            _DECIDING.reset(deciding)
         if answer.status == 400:
             raise ParseError(_detail(answer.body))
         if answer.status == 503:
@@ -217,7 +290,7 @@ class FreqGuardAnonThrottle(FreqGuardThrottle):
     def key(self) -> KeyFunc:
         """The client's address (behind ``trusted_proxies``); an authenticated request is
         skipped."""
-        address = drf_client(self.trusted_proxies)
+        address = self._address()
 
         def anonymous(request: RequestInfo) -> dict[str, object]:
             user = getattr(request.raw, "user", None)
@@ -260,6 +333,24 @@ def drf_client(trusted_proxies: Sequence[str] = ()) -> KeyFunc:
         return peer(request)  # no address there: never a key of a client's own text
 
     return declared(key, "client")
+
+
+#: The throttle deciding in this thread or task, and its view: what a key of the class's
+#: own ``get_cache_key`` or ``get_ident`` calls them with.
+_DECIDING: ContextVar[tuple[FreqGuardThrottle, Any]] = ContextVar("freqguard_drf_deciding")
+
+
+def _cache_key(request: RequestInfo) -> dict[str, object]:
+    throttle, view = _DECIDING.get()
+    found = throttle.get_cache_key(request.raw, view)  # type: ignore[attr-defined]
+    if found is None:  # DRF: not throttled
+        raise SkipRequest("get_cache_key() answered None")
+    return {"ident": str(found)}
+
+
+def _own_ident(request: RequestInfo) -> dict[str, object]:
+    throttle, _ = _DECIDING.get()
+    return {"client": str(throttle.get_ident(request.raw))}
 
 
 def _name(throttle: object) -> str:

@@ -330,3 +330,82 @@ def test_a_class_rate_changed_at_run_time(clock: ManualClock) -> None:
         assert _codes(view, 2) == [200, 429]
         throttle.rate = "3/min"  # type: ignore[attr-defined]
         assert _codes(view, 3) == [200, 200, 429]  # 3 a minute, the first one counted
+
+
+def _tenants(view: Any, tenants: list[str | None]) -> list[int]:
+    factory = APIRequestFactory()
+    return [
+        view(factory.get("/", HTTP_X_TENANT=t) if t else factory.get("/")).status_code
+        for t in tenants
+    ]
+
+
+def _by_tenant(self: Any, request: Any, view: Any) -> str | None:
+    tenant = request.headers.get("x-tenant")
+    return None if tenant is None else f"tenant-{tenant}"
+
+
+def _by_client_header(self: Any, request: Any) -> str:
+    return str(request.headers.get("x-tenant", "none"))
+
+
+TENANTS = ["a", "a", "a", "b", "b", None, None, None]
+
+
+def test_get_cache_key(clock: ManualClock) -> None:
+    """A throttle keyed by its own ``get_cache_key`` (DRF's way to key by anything): its
+    string is the budget's key, None leaves the request unthrottled. freqguard's ignored
+    it and keyed by address (a new user's tenant b was refused; found by a new-user run)."""
+    hooks = {"rate": "2/min", "get_cache_key": _by_tenant}
+    theirs = _view([_timed(throttling.SimpleRateThrottle, clock, **hooks)])
+    ours = _view([type("Tenant", (drf.FreqGuardThrottle,), hooks)])
+    expected = [200, 200, 429, 200, 200, 200, 200, 200]
+    assert _tenants(theirs, TENANTS) == _tenants(ours, TENANTS) == expected
+
+
+def test_get_ident(clock: ManualClock) -> None:
+    """An anonymous request's address as the throttle's own ``get_ident`` finds it."""
+    theirs_cls = _timed(
+        throttling.AnonRateThrottle,
+        clock,
+        THROTTLE_RATES={"anon": "2/min"},
+        get_ident=_by_client_header,
+    )
+    ours_cls = type("Ident", (drf.FreqGuardAnonThrottle,), {"get_ident": _by_client_header})
+    with _rates(anon="2/min"):
+        theirs = _tenants(_view([theirs_cls]), TENANTS)
+        assert (
+            _tenants(_view([ours_cls]), TENANTS)
+            == theirs
+            == [200, 200, 429, 200, 200, 200, 200, 429]
+        )
+
+
+def test_get_rate(clock: ManualClock) -> None:
+    """A rate from the throttle's own ``get_rate``, or a ``THROTTLE_RATES`` of its class."""
+    keyed = {"get_cache_key": lambda self, request, view: "k"}
+    hooks = {"scope": "s", "get_rate": lambda self: "1/min", **keyed}
+    for made in (
+        _view([_timed(throttling.SimpleRateThrottle, clock, **hooks)]),
+        _view([type("Rated", (drf.FreqGuardThrottle,), hooks)]),
+    ):
+        with _rates(s="5/min"):
+            assert _codes(made, 2) == [200, 429]
+    cache.clear()  # DRF's history of key "k"
+    table = {"scope": "t", "THROTTLE_RATES": {"t": "1/min"}, **keyed}
+    for made in (
+        _view([_timed(throttling.SimpleRateThrottle, clock, **table)]),
+        _view([type("Tabled", (drf.FreqGuardThrottle,), table)]),
+    ):
+        with _rates(t="5/min"):
+            assert _codes(made, 2) == [200, 429]
+
+
+@pytest.mark.parametrize(
+    "hook", ["timer", "cache", "cache_format", "parse_rate", "throttle_success", "throttle_failure"]
+)
+def test_drf_hooks_freqguard_does_not_read(hook: str) -> None:
+    """What only DRF's own counting reads is refused as the class is made, naming
+    freqguard's way (never a setting that quietly does nothing)."""
+    with pytest.raises(ConfigError, match=f"Hooked.{hook} is DRF's"):
+        type("Hooked", (drf.FreqGuardThrottle,), {hook: None})
