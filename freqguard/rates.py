@@ -12,7 +12,7 @@ import limits
 from freqguard.bounds import MAX_LIMIT, MAX_WINDOW_US
 from freqguard.errors import ConfigError
 
-__all__ = ["Rate", "parse_rate", "parse_rates", "several_rates", "written"]
+__all__ = ["Rate", "item_rate", "parse_rate", "parse_rates", "several_rates", "written"]
 
 _GRAMMAR = (
     "'N per M unit' or 'N/M unit' (M optional, unit one of second, minute, hour, day, "
@@ -116,13 +116,24 @@ def parse_rates(text: str) -> tuple[Rate, ...]:
     for item in items:
         if item.amount < 1:
             raise ConfigError(f"rate {text!r} has limit {item.amount}; a limit must be >= 1")
-        window = item.GRANULARITY.seconds * item.multiples
-        if window * 1_000_000 > MAX_WINDOW_US:  # before timedelta, which overflows
-            raise ConfigError(
-                f"rate {text!r} has a window of {window} seconds; the longest is {_LONGEST}"
-            )
-        rates.append(Rate(item.amount, timedelta(seconds=window)))
+        rates.append(item_rate(item, repr(text)))
     return tuple(rates)
+
+
+def item_rate(item: limits.RateLimitItem, named: str | None = None) -> Rate:
+    """A rate item of ``limits`` (``parse("10/minute")``, ``RateLimitItemPerMinute(10)``)
+    as a Rate; ``named``: the text it was parsed from, for a message.
+
+    Raises:
+        ConfigError: its amount or window out of a Rate's range.
+    """
+    window = item.GRANULARITY.seconds * item.multiples
+    if window * 1_000_000 > MAX_WINDOW_US:  # before timedelta, which overflows
+        raise ConfigError(
+            f"rate {named or repr(str(item))} has a window of {window} seconds; the longest "
+            f"is {_LONGEST}"
+        )
+    return Rate(item.amount, timedelta(seconds=window))
 
 
 def _long_unit(found: re.Match[str]) -> str:

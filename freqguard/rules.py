@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import limits
+
 from freqguard.bounds import MAX_BURST, MAX_LIMIT, MAX_LOG_LIMIT
 from freqguard.clock import PERIODS, check_calendar
 from freqguard.errors import ConfigError
@@ -21,7 +23,7 @@ from freqguard.options import (
     fit_name,
     priority_names,
 )
-from freqguard.rates import Rate, parse_rate, seconds_window
+from freqguard.rates import Rate, item_rate, parse_rate, seconds_window
 from freqguard.strategy import Strategy, check_bounds
 
 __all__ = [
@@ -45,8 +47,8 @@ _CONCURRENT = re.compile(r"\s*(\d{1,12})\s+concurrent\s*", re.IGNORECASE)
 
 
 def _leased(
-    rate: Rate | str, strategy: Strategy | str | None, lease: object
-) -> tuple[Rate | str, Strategy | str | None]:
+    rate: Rate | str | limits.RateLimitItem, strategy: Strategy | str | None, lease: object
+) -> tuple[Rate | str | limits.RateLimitItem, Strategy | str | None]:
     """A rate ``"N concurrent"`` with ``lease`` seconds: N per lease, strategy concurrency;
     each of the three without the others is refused, naming what it lacks."""
     concurrent = _CONCURRENT.fullmatch(rate) if isinstance(rate, str) else None
@@ -124,7 +126,8 @@ class Rule:
     """One cap: ``rate`` per set of ``by`` values, enforced by ``strategy``.
 
     Args:
-        rate: a :class:`Rate` or one rate string (``"15/minute"``).
+        rate: a :class:`Rate`, one rate string (``"15/minute"``), or a rate item of
+            ``limits`` (``parse("15/minute")``).
         by: the dimension(s) the rule is keyed by; ``()`` for one global cap.
         strategy: a :class:`Strategy` or its value; sliding-log (exact) by default.
         name: a stable name; it is part of the storage key. Derived from the rate when omitted.
@@ -170,7 +173,7 @@ class Rule:
 
     def __init__(
         self,
-        rate: Rate | str,
+        rate: Rate | str | limits.RateLimitItem,
         by: str | Sequence[str] = (),
         strategy: Strategy | str | None = None,
         *,
@@ -188,8 +191,12 @@ class Rule:
     ) -> None:
         rate, strategy = _leased(rate, strategy, lease)
         rate = parse_rate(rate) if isinstance(rate, str) else rate
+        if isinstance(rate, limits.RateLimitItem):  # limits' parse("10/minute")
+            rate = item_rate(rate)
         if not isinstance(rate, Rate):
-            raise ConfigError(f"rate must be a Rate or a rate string, got {rate!r}")
+            raise ConfigError(
+                f"rate must be a Rate, a rate string or a limits rate item, got {rate!r}"
+            )
         if not isinstance(calendar, bool):
             raise ConfigError(f"calendar must be a bool, got {calendar!r}")
         default = Strategy.FIXED_WINDOW if calendar else Strategy.SLIDING_LOG

@@ -269,3 +269,21 @@ def test_their_other_urls_name_ours(url: str, ours: str) -> None:
     """limits' other URL forms are refused naming the one to write here."""
     with pytest.raises(ConfigError, match=re.escape(ours)):
         parse_url(url)
+
+
+def test_an_item_is_a_rules_rate() -> None:
+    """limits' rate items (``parse``, ``parse_many``'s, ``RateLimitItemPerMinute(10)``)
+    are rates where freqguard takes one: the page's ``Rule(item, by="user")`` failed
+    ("rate must be a Rate or a rate string, got 10 per 1 minute"; a new-user run)."""
+    from limits import RateLimitItemPerDay, RateLimitItemPerMinute
+
+    assert Rule(parse("10/minute"), by="user").rate == parse_rate("10/minute")
+    assert Rule(RateLimitItemPerMinute(10), by="user").rate == parse_rate("10/minute")
+    assert Rule(RateLimitItemPerDay(5, 2), by="u").rate == parse_rate("5 per 2 days")
+    assert [Rule(item, by="u").rate for item in parse_many("1/second; 5/hour")] == list(
+        parse_rates("1/second; 5/hour")
+    )
+    with pytest.raises(ConfigError, match="limit must be an integer from 1"):
+        Rule(parse("0/minute"), by="u")
+    with pytest.raises(ConfigError, match="the longest is 10 years"):
+        Rule(RateLimitItemPerDay(1, 10**9), by="u")
