@@ -114,8 +114,9 @@ def test_a_bucket_admits_alike_and_says_when_to_the_microsecond(
     clock: ManualClock, using: str
 ) -> None:
     """Their token bucket (the default) and leaking bucket admit what freqguard's token
-    bucket admits; their retry_after is the whole refill interval (12 s at 5 a minute),
-    freqguard's the time until the token this hit needs (11 s one second later)."""
+    bucket admits on hits that line up with whole refills; their retry_after is the whole
+    refill interval (12 s at 5 a minute), freqguard's the time until the token this hit
+    needs (11 s one second later)."""
     seen = _run(clock, using, "token-bucket", STREAM)
     assert [t[0] for t, _ in seen] == [o[0] for _, o in seen]
     assert seen[6] == ((False, 0, 12.0), (False, 0, 11.0))  # at 1 s
@@ -228,3 +229,17 @@ def test_asyncio(clock: ManualClock) -> None:
         ]
 
     assert asyncio.run(both()) == [(True, True), (True, True), (False, False)]
+
+
+#: a burst, then a hit every 7 s: refills that do not line up with whole tokens (12 s each)
+OFF_BEAT = [(0.0, 1)] * 5 + [(7.0 * step, 1) for step in range(1, 13)]
+
+
+def test_their_bucket_drops_a_part_refill(clock: ManualClock) -> None:
+    """Their token bucket rounds each hit's refill down to whole tokens and drops the rest
+    (a new-user run found the page's "the same admissions" false off the refills' beat):
+    after a burst of 5, a hit every 7 s, theirs admits 11 in 84 s, freqguard's 12 (its
+    refill is exact to the microsecond, and the rate says 5 a minute: 5 + 84 / 12 = 12)."""
+    seen = _run(clock, "token_bucket", "token-bucket", OFF_BEAT)
+    assert sum(t[0] for t, _ in seen) == 11
+    assert sum(o[0] for _, o in seen) == 12
