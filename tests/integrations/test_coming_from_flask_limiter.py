@@ -32,7 +32,7 @@ from freqguard import (
 )
 from freqguard.integrations._request import RequestInfo
 from freqguard.integrations.flask import FreqGuard, SkipRequest, client_ip
-from freqguard.integrations.starlette import FreqGuardMiddleware, Limit
+from freqguard.integrations.starlette import FreqGuardMiddleware, Limit, path_param
 
 START = 1_700_000_000.0
 HAS_FLASK_LIMITER = importlib.util.find_spec("flask_limiter") is not None
@@ -445,6 +445,10 @@ def _get(app: Any, *paths: str) -> list[httpx.Response]:
     return asyncio.run(run())
 
 
+PATHS = ("/a", "/b", "/free")
+ITEMS = "/items/{item_id}"  # a route with a path parameter
+
+
 def _slowapi_app(decorate: dict[str, Any]) -> Starlette:
     # in the dev extra, not in all,test (the CI matrix's Python jobs install those)
     pytest.importorskip("slowapi", reason="slowapi is not installed: the row needs both sides")
@@ -458,11 +462,11 @@ def _slowapi_app(decorate: dict[str, Any]) -> Starlette:
         async def endpoint(request: Request) -> PlainTextResponse:
             return PlainTextResponse("ok")
 
-        endpoint.__name__ = f"endpoint_{path.strip('/')}"
+        endpoint.__name__ = f"endpoint_{path.strip('/').replace('/', '_').strip('{}')}"
         wrap = decorate.get(path)
         return Route(path, wrap(limiter)(endpoint) if wrap else endpoint)
 
-    app = Starlette(routes=[route(p) for p in ("/a", "/b", "/free")])
+    app = Starlette(routes=[route(p) for p in (*PATHS, ITEMS)])
     app.state.limiter = limiter
     app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)  # type: ignore[arg-type]
     return app
@@ -472,7 +476,7 @@ def _ours(clock: ManualClock, limits_given: list[Limit]) -> Any:
     async def endpoint(request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok")
 
-    app = Starlette(routes=[Route(p, endpoint) for p in ("/a", "/b", "/free")])
+    app = Starlette(routes=[Route(p, endpoint) for p in (*PATHS, ITEMS)])
     guard = AsyncGuard(MemoryBackend(), clock=clock)
     return FreqGuardMiddleware(app, guard=guard, limits=limits_given)
 
@@ -484,6 +488,20 @@ def test_slowapi_route_limit(clock: ManualClock) -> None:
     assert theirs[2].json() == {"error": "Rate limit exceeded: 2 per 1 minute"}
     assert ours[2].headers["content-type"] == "application/problem+json"
     assert ours[2].headers["retry-after"] == "60"
+
+
+def test_slowapi_a_route_with_path_parameters(clock: ManualClock) -> None:
+    """slowapi keys a route's limit by the URL as requested (its ``key_style="url"``):
+    each item its own budget; a ``Limit`` on the pattern is one budget for the route, and
+    keyed by the parameter too, slowapi's (a new-user run found the row missing)."""
+    paths = ("/items/1", "/items/2", "/items/3", "/items/1")
+    theirs = _get(_slowapi_app({ITEMS: lambda lim: lim.limit("2/minute")}), *paths)
+    route = _get(_ours(clock, [Limit(ITEMS, "2/minute")]), *paths)
+    ip, item = client_ip(), path_param("item_id")
+    each = Limit(ITEMS, "2/minute", key=lambda request: {**ip(request), **item(request)})
+    per_item = _get(_ours(clock, [each]), *paths)
+    assert [r.status_code for r in theirs] == [r.status_code for r in per_item] == [200] * 4
+    assert [r.status_code for r in route] == [200, 200, 429, 429]
 
 
 def test_slowapi_shared_limit(clock: ManualClock) -> None:
