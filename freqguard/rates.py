@@ -6,6 +6,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar, overload
 
 import limits
 
@@ -13,6 +14,8 @@ from freqguard.bounds import MAX_LIMIT, MAX_WINDOW_US
 from freqguard.errors import ConfigError
 
 __all__ = ["Rate", "item_rate", "parse_rate", "parse_rates", "several_rates", "written"]
+
+T = TypeVar("T")
 
 _GRAMMAR = (
     "'N per M unit' or 'N/M unit' (M optional, unit one of second, minute, hour, day, "
@@ -120,13 +123,24 @@ def parse_rates(text: str) -> tuple[Rate, ...]:
     return tuple(rates)
 
 
-def item_rate(item: limits.RateLimitItem, named: str | None = None) -> Rate:
+@overload
+def item_rate(item: limits.RateLimitItem, named: str | None = None) -> Rate: ...
+
+
+@overload
+def item_rate(item: T, named: str | None = None) -> T: ...
+
+
+def item_rate(item: object, named: str | None = None) -> object:
     """A rate item of ``limits`` (``parse("10/minute")``, ``RateLimitItemPerMinute(10)``)
-    as a Rate; ``named``: the text it was parsed from, for a message.
+    as a Rate (anything else as it is); ``named``: the text it was parsed from, for a
+    message.
 
     Raises:
         ConfigError: its amount or window out of a Rate's range.
     """
+    if not isinstance(item, limits.RateLimitItem):
+        return item
     window = item.GRANULARITY.seconds * item.multiples
     if window * 1_000_000 > MAX_WINDOW_US:  # before timedelta, which overflows
         raise ConfigError(

@@ -126,8 +126,7 @@ class Rule:
     """One cap: ``rate`` per set of ``by`` values, enforced by ``strategy``.
 
     Args:
-        rate: a :class:`Rate`, one rate string (``"15/minute"``), or a rate item of
-            ``limits`` (``parse("15/minute")``).
+        rate: a :class:`Rate`, a rate string (``"15/minute"``) or limits' ``parse(...)``.
         by: the dimension(s) the rule is keyed by; ``()`` for one global cap.
         strategy: a :class:`Strategy` or its value; sliding-log (exact) by default.
         name: a stable name; it is part of the storage key. Derived from the rate when omitted.
@@ -190,13 +189,9 @@ class Rule:
         lease: float | None = None,
     ) -> None:
         rate, strategy = _leased(rate, strategy, lease)
-        rate = parse_rate(rate) if isinstance(rate, str) else rate
-        if isinstance(rate, limits.RateLimitItem):  # limits' parse("10/minute")
-            rate = item_rate(rate)
+        rate = parse_rate(rate) if isinstance(rate, str) else item_rate(rate)
         if not isinstance(rate, Rate):
-            raise ConfigError(
-                f"rate must be a Rate, a rate string or a limits rate item, got {rate!r}"
-            )
+            raise ConfigError(f"rate must be a Rate, a rate string or limits' item, got {rate!r}")
         if not isinstance(calendar, bool):
             raise ConfigError(f"calendar must be a bool, got {calendar!r}")
         default = Strategy.FIXED_WINDOW if calendar else Strategy.SLIDING_LOG

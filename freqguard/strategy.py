@@ -55,17 +55,31 @@ class Strategy(str, Enum):
                 if member.value == wanted:
                     return member
         allowed = ", ".join(repr(m.value) for m in cls)
-        theirs = PEER_NAMES.get(str(value).strip().lower().replace("_", "-"))
-        meant = f"; limits' {value!r} is strategy={theirs!r} here" if theirs else ""
+        name = str(value).strip().lower().replace("_", "-")
+        meant = (
+            f"; {peer_name(name)} is strategy={PEER_NAMES[name][1]!r} here"
+            if (name in PEER_NAMES)
+            else ""
+        )
         raise ConfigError(f"unknown strategy {value!r}{meant}; allowed: {allowed}")
 
 
-#: The strategies of ``limits`` (and Flask-Limiter, slowapi) by their names, and ours for
-#: them: the exact log for its moving window, the rolling window for its counter.
+#: Peers' names of strategies, and ours for them: (whose, ours). ``limits`` (and
+#: Flask-Limiter, slowapi): the exact log for its moving window, the rolling window for
+#: its counter; throttled-py: the token bucket for its leaking bucket (they admit alike),
+#: the rolling window for its sliding window (a counter).
 PEER_NAMES = {
-    "moving-window": "sliding-log",
-    "sliding-window-counter": "rolling-window",
+    "moving-window": ("limits'", "sliding-log"),
+    "sliding-window-counter": ("limits'", "rolling-window"),
+    "leaking-bucket": ("throttled-py's", "token-bucket"),
+    "sliding-window": ("throttled-py's", "rolling-window"),
 }
+_PEER_NOTES = {"sliding-window": " (a counter)"}
+
+
+def peer_name(name: str) -> str:
+    """A peer's strategy name as a message says it: ``throttled-py's 'leaking-bucket'``."""
+    return f"{PEER_NAMES[name][0]} {name!r}{_PEER_NOTES.get(name, '')}"
 
 
 def check_bounds(rate: Rate, strategy: Strategy, burst: int | None, name: str | None) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from freqguard.rules import Strategy
-from freqguard.strategy import PEER_NAMES
+from freqguard.strategy import PEER_NAMES, peer_name
 
 __all__ = ["SCHEMA", "SchemaError", "check", "shown"]
 
@@ -238,10 +238,10 @@ def _meant(value: object, options: list[Any]) -> str:
     plain = "-".join(value.strip().lower().replace("_", " ").split())[:64]
     if plain in words:
         return f" (did you mean {plain!r}?)"
-    peers = [name for name, ours in PEER_NAMES.items() if ours in words]
+    peers = [name for name, (_, ours) in PEER_NAMES.items() if ours in words]
     close = difflib.get_close_matches(plain, [*peers, *words], n=1)
-    if close and close[0] in peers:  # limits' name for one of ours
-        return f" (limits' {close[0]!r} is {PEER_NAMES[close[0]]!r} here)"
+    if close and close[0] in peers:  # a peer's name for one of ours
+        return f" ({peer_name(close[0])} is {PEER_NAMES[close[0]][1]!r} here)"
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 

@@ -173,8 +173,12 @@ class PolicyPlan:
     def check_cost(self, cost: object, *, upper: bool = True) -> int:
         """Validate a cost: an integer >= 0 that some hit could ever be granted."""
         if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+            named = ""
+            if isinstance(cost, str) and self.dimensions:  # limits' identifiers go by position
+                named = f"; the context is given by name: hit({self.name!r}, "
+                named += f"{self.dimensions[0]}={cost[:40]!r})"
             raise ConfigError(
-                f"cost must be an integer >= 0, got {cost!r} (policy {self.name!r})",
+                f"cost must be an integer >= 0, got {cost!r} (policy {self.name!r}){named}",
                 argument="cost",
             )
         if upper and self._narrow is not None and cost > self._narrow.capacity:

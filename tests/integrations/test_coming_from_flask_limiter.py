@@ -498,7 +498,7 @@ def test_slowapi_a_route_with_path_parameters(clock: ManualClock) -> None:
     theirs = _get(_slowapi_app({ITEMS: lambda lim: lim.limit("2/minute")}), *paths)
     route = _get(_ours(clock, [Limit(ITEMS, "2/minute")]), *paths)
     ip, item = client_ip(), path_param("item_id")
-    each = Limit(ITEMS, "2/minute", key=lambda request: {**ip(request), **item(request)})
+    each = Limit(ITEMS, "2/minute", key=lambda request: {**ip(request), **item(request)})  # type: ignore[dict-item]
     per_item = _get(_ours(clock, [each]), *paths)
     assert [r.status_code for r in theirs] == [r.status_code for r in per_item] == [200] * 4
     assert [r.status_code for r in route] == [200, 200, 429, 429]

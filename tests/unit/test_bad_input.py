@@ -49,6 +49,22 @@ from tests.conftest import SMS
             lambda: Rule("5/minute", strategy="sliding-window-counter"),
             "'rolling-window' here",
         ),
+        # throttled-py's names, found by a new user's first hour
+        (
+            lambda: Rule("5/minute", strategy="leaking_bucket"),
+            "throttled-py's 'leaking-bucket' is strategy='token-bucket' here",
+        ),
+        (
+            lambda: Rule("5/minute", strategy="sliding_window"),
+            "throttled-py's 'sliding-window'",
+        ),
+        (  # limits' identifiers are positional: found by a new user's first hour
+            lambda: Guard(MemoryBackend(), [Policy("api", Rule("5/minute", by="user"))]).hit(
+                "api",
+                "u",  # type: ignore[arg-type]
+            ),
+            "the context is given by name: hit.'api', user='u'.",
+        ),
         (lambda: Rule("5/minute", strategy="gcra", burst=0), "burst must be an integer"),
         (lambda: Rule("5/minute", burst=3), "burst applies to token-bucket and gcra only"),
         (lambda: Rule("5/minute", by="bad name"), "dimension 'bad name'"),
