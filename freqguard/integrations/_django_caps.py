@@ -159,7 +159,11 @@ def _refuse_theirs(given: Mapping[str, object]) -> None:
 
 def _meant(key: object) -> str:
     if isinstance(key, str):
-        meant = _KEYS.get(key.partition(":")[0])
+        kind, _, field = key.partition(":")
+        meant = _KEYS.get(kind)
+        if kind in ("post", "get") and field:  # a form's field: Django's request reads it
+            read = f"request.raw.{kind.upper()}.get({field!r}, '')"
+            meant = f"lambda request: {{{field!r}: {read}}}"
         if meant is not None:
             return f"; django-ratelimit's key={key!r} is key={meant} here"
     return ""

@@ -21,7 +21,9 @@ __all__ = [
 
 
 class RequestInfo:
-    """The parts of a request that key functions and route matching need.
+    """The parts of a request that key functions and route matching need; ``raw`` is the
+    framework's own (the ASGI scope under Starlette and FastAPI, the WSGI environ under WSGI
+    and Flask, Django's ``HttpRequest``, DRF's ``Request`` under a DRF throttle).
 
     ``headers`` (lower-case names, the lines of a repeated header joined with ", ") and
     :meth:`header_lines` are decoded on first use: most keys never read them.
@@ -54,7 +56,7 @@ class RequestInfo:
         self._joined: dict[str, str] | None = None
         self.client = client  # the peer address
         self.path_params: Mapping[str, str] = path_params or {}
-        self.raw = raw  # the ASGI scope or the WSGI environ
+        self.raw = raw  # the framework's own: an ASGI scope, a WSGI environ, a Django request
 
     def header_lines(self, name: str) -> list[str]:
         """The lines of header ``name`` (lower case), in the order received.

@@ -42,7 +42,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, NoReturn, ParamSpec, TypeVar, overload
 
 from flask import Blueprint, Flask, Response, after_this_request, current_app, g, request
 
@@ -64,6 +64,7 @@ from freqguard.integrations._flask_caps import (
     check_view,
     deducted,
     give_back,
+    refuse_theirs,
     route_of,
 )
 from freqguard.integrations._flask_errors import register_handlers, warn_unseen
@@ -244,6 +245,7 @@ class FreqGuard:
         defaults: bool = False,
         methods: Iterable[str] | None = None,
         deduct_when: Deduct | None = None,
+        **theirs: NoReturn,  # Flask-Limiter's: refused naming ours (and by mypy)
     ) -> Capping:
         """Cap one view, ``@fg.capped("5/minute")`` directly under ``@app.route(...)``, or
         every view of a blueprint, ``fg.capped("100/hour")(blueprint)``.
@@ -290,6 +292,7 @@ class FreqGuard:
                 request, for a shared cap over a route with a cap
                 of its own.
         """
+        refuse_theirs(theirs)
         rates = rule_items(rule)
         if name is not None:
             check_name("policy name", name)

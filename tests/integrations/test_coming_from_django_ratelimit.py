@@ -198,6 +198,26 @@ def test_header_key(clock: ManualClock) -> None:
     assert _runs(shared, 2) == [True, False]  # or their way, asked for
 
 
+def _login(username: str) -> HttpRequest:
+    request: HttpRequest = RequestFactory().post("/", {"username": username})
+    return request
+
+
+def test_post_field_key(clock: ManualClock) -> None:
+    """A login's budget by the form's username (a new user's first hour found no row)."""
+    theirs = ratelimit(key="post:username", rate="2/m")(_ok)
+    ours = capped("2/m", key=lambda request: {"username": request.raw.POST.get("username", "")})(
+        _ok
+    )
+    for view in (theirs, ours):
+        assert [_allowed(view, _login(name)) for name in ("ann",) * 3 + ("bob",)] == [
+            True,
+            True,
+            False,
+            True,
+        ]
+
+
 def test_is_ratelimited_is_peek(clock: ManualClock) -> None:
     """Both count nothing when asked; django-ratelimit says whether the requests it counted
     are over the rate, peek whether the next one would be admitted: one apart."""

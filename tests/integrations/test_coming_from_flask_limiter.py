@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import logging
+import re
 import types
 from typing import Any
 
@@ -538,3 +539,28 @@ def test_a_methods_cap_costs_nothing_to_the_other_methods(clock: ManualClock) ->
     app.add_url_rule("/p", "p", view, methods=["GET", "POST"])
     client = app.test_client()
     assert [client.get("/p").status_code for _ in range(3)] == [200, 200, 200]
+
+
+@pytest.mark.parametrize(
+    ("theirs", "ours"),
+    [
+        ({"per_method": True}, "key=lambda request: {**key(request), 'method': request.method}"),
+        ({"key_func": lambda: "u"}, "key= here, a function of the request"),
+        ({"exempt_when": lambda: True}, "raise SkipRequest in the key function"),
+        ({"override_defaults": False}, "defaults=True here"),
+        ({"error_message": "slow down"}, "@app.errorhandler(CapExceeded)"),
+        ({"on_breach": print}, "@app.errorhandler(CapExceeded)"),
+        ({"scope": "s"}, "name= here"),
+    ],
+)
+def test_flask_limiters_arguments_are_refused_naming_ours(
+    theirs: dict[str, object], ours: str
+) -> None:
+    """A Flask-Limiter user's ``limit(...)`` arguments (``per_method=True`` was a
+    TypeError a new user's first hour met): a ConfigError naming freqguard's way."""
+    [(name, _)] = theirs.items()
+    with pytest.raises(ConfigError, match=re.escape(f"Flask-Limiter's {name}=")) as found:
+        FreqGuard().capped("1/minute", **theirs)  # type: ignore[arg-type]
+    assert ours in str(found.value)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        FreqGuard().capped("1/minute", bogus=1)  # type: ignore[arg-type]

@@ -207,7 +207,14 @@ def test_a_request_through_a_capped_view_twice_counts_once(guard: Guard) -> None
 
 @pytest.mark.parametrize(
     ("key", "meant"),
-    [("ip", "client_ip()"), ("user_or_ip", "user_or_ip()"), ("header:x-api-key", "header(")],
+    [
+        ("ip", "client_ip()"),
+        ("user_or_ip", "user_or_ip()"),
+        ("header:x-api-key", "header("),
+        # a login's idiom, found by a new user's first hour
+        ("post:username", "lambda request: {'username': request.raw.POST.get('username', '')}"),
+        ("get:q", "lambda request: {'q': request.raw.GET.get('q', '')}"),
+    ],
 )
 def test_django_ratelimits_key_strings_are_refused_naming_ours(key: str, meant: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(f"key={key!r} is key={meant}")):
