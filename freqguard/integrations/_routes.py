@@ -17,7 +17,7 @@ from typing import Any
 
 from freqguard.errors import ConfigError
 
-__all__ = ["check_pattern", "pattern_regex", "route_path"]
+__all__ = ["check_pattern", "pattern_regex", "probe_paths", "route_path"]
 
 #: Starlette's built-in convertors (starlette.convertors), for when Starlette is absent.
 _CONVERTORS = {
@@ -26,6 +26,21 @@ _CONVERTORS = {
     "int": "[0-9]+",
     "float": r"[0-9]+(\.[0-9]+)?",
     "uuid": "[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}",
+}
+#: Values each built-in convertor takes that no route's literal plausibly equals, unlike
+#: each other (one short, one long, in different characters): a convertor narrower than the
+#: one they stand for (fewer characters, a least or most length) refuses at least one of
+#: them, as does a literal equal to one by chance (see :func:`probe_paths`).
+_PROBES = {
+    "str": ("~fg-Probe.a", "QZ9!X" * 8, "_"),
+    "path": ("~fg-Probe/a.b", "", "QZ9!X/" * 6),
+    "int": ("0", "918273645546372819", "0042"),
+    "float": ("7", "31415926535897932384.62643", "0.5"),
+    "uuid": (
+        "f0e1d2c3-b4a5-4968-8778-695a4b3c2d1e",
+        "F0E1D2C3B4A5496887786A5B4C3D2E1F",
+        "0000fe9f-0000-4000-8000-00000000fe9f",
+    ),
 }
 _BRACES = re.compile(r"{([^{}]*)}")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -94,6 +109,26 @@ def pattern_regex(pattern: str) -> re.Pattern[str]:
         if name:
             out.append(f"(?P<{name}>{known[convertor]})")
     return re.compile("".join(out) + "$")
+
+
+def probe_paths(pattern: str) -> tuple[str, ...] | None:
+    """Three paths ``pattern`` matches, each parameter given a value of its convertor that
+    no route's literal plausibly equals, a different one in each path: a route that matches
+    all three is taken to match every path ``pattern`` matches (a literal of its own, or a
+    convertor narrower than the pattern's, refuses one of them). None when a parameter's
+    convertor is an application's own (or a built-in one registered again), whose values
+    are unknown here.
+    """
+    known = _convertors()
+    parts = _parts(pattern)
+    if any(name and known[c] != _CONVERTORS.get(c) for _, name, c in parts):
+        return None
+    probes = tuple(
+        "".join(literal + (_PROBES[c][at] if name else "") for literal, name, c in parts)
+        for at in range(3)
+    )
+    own = pattern_regex(pattern)
+    return probes if all(own.match(probe) for probe in probes) else None
 
 
 def route_path(scope: Mapping[str, Any]) -> str:

@@ -25,13 +25,8 @@ from freqguard.decision import Decision
 from freqguard.decorators.adapters import as_async as _as_async_guard
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.headers import check_profile
-from freqguard.integrations._decide import (
-    Answer,
-    Decider,
-    Route,
-    compile_limit,
-    leasing_async,
-)
+from freqguard.integrations._decide import Answer, Decider, Route, leasing_async
+from freqguard.integrations._first_match import compile_limits
 from freqguard.integrations._http import (
     BadRequest,
     Limit,
@@ -98,8 +93,13 @@ class FreqGuardMiddleware:
         app: the ASGI application.
         guard: an AsyncGuard (a sync Guard is run off the event loop), or a
             :class:`~freqguard.config.Config` to make one from.
-        limits: route patterns to rules, first match wins.
+        limits: route patterns to rules, first match wins: put the narrower first (one
+            that an earlier one wholly covers is refused).
         headers: the header profile (``"ietf"``, ``"draft6"``, ``"x-ratelimit"``, ``"none"``).
+
+    Raises:
+        ConfigError: a Limit an earlier one wholly covers (its methods, and every path it
+            matches), which could never decide a request: put the narrower first.
     """
 
     def __init__(
@@ -115,9 +115,7 @@ class FreqGuardMiddleware:
         self._hit = self.guard.hit
         self._leased: dict[Route, bool] = {}  # whether each route's policy holds leases
         self.limits = tuple(limits)
-        self.decider = Decider(
-            self.guard, [compile_limit(limit) for limit in self.limits], check_profile(headers)
-        )
+        self.decider = Decider(self.guard, compile_limits(self.limits), check_profile(headers))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]

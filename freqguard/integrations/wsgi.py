@@ -14,7 +14,8 @@ from typing import Any
 from freqguard.decision import Decision
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
-from freqguard.integrations._decide import Decider, HeldBody, compile_limit, leasing
+from freqguard.integrations._decide import Decider, HeldBody, leasing
+from freqguard.integrations._first_match import compile_limits
 from freqguard.integrations._http import (
     BadRequest,
     Limit,
@@ -69,8 +70,13 @@ class FreqGuardMiddleware:
     Args:
         app: the WSGI application.
         guard: a sync Guard.
-        limits: route patterns to rules, first match wins.
+        limits: route patterns to rules, first match wins: put the narrower first (one
+            that an earlier one wholly covers is refused).
         headers: the header profile.
+
+    Raises:
+        ConfigError: a Limit an earlier one wholly covers (its methods, and every path it
+            matches), which could never decide a request: put the narrower first.
     """
 
     def __init__(
@@ -79,9 +85,7 @@ class FreqGuardMiddleware:
         self.app = app
         self.guard = guard
         self.limits = tuple(limits)
-        self.decider = Decider(
-            guard, [compile_limit(limit) for limit in self.limits], check_profile(headers)
-        )
+        self.decider = Decider(guard, compile_limits(self.limits), check_profile(headers))
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         found = self.decider.find(
