@@ -236,6 +236,12 @@ STORES = ("memory", "redis", "binned", "cluster")
 @pytest.fixture(params=STORES)
 def any_store(request: pytest.FixtureRequest) -> SyncBackend:
     """Every store a sync guard runs on, bins included, each test on empty stores."""
+    return store_named(request)
+
+
+def store_named(request: pytest.FixtureRequest) -> SyncBackend:
+    """The sync store ``request.param`` names: a new MemoryBackend, or the ``<name>_backend``
+    fixture's, on empty servers."""
     if request.param == "memory":
         return MemoryBackend()
     found: SyncBackend = request.getfixturevalue(f"{request.param}_backend")
@@ -245,10 +251,7 @@ def any_store(request: pytest.FixtureRequest) -> SyncBackend:
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> SyncBackend:
     """The behaviour suite runs on every backend: memory, Redis, and Redis Cluster."""
-    if request.param == "memory":
-        return MemoryBackend()
-    found: SyncBackend = request.getfixturevalue(f"{request.param}_backend")
-    return found
+    return store_named(request)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from freqguard import MemoryBackend, Policy, Rule
 from freqguard.backends.base import SyncBackend
 from freqguard.backends.redis import AsyncRedisBackend
-from tests.conftest import flush, flush_scripts
+from tests.conftest import flush, flush_scripts, store_named
 from tests.servers import RedisServer
 
 LLM = Policy("llm", Rule("2 concurrent", by="user", lease=60), Rule("100/minute", by="user"))
@@ -30,10 +30,7 @@ EVERY_STORE = ("memory", "redis", "binned", "scripts", "cluster")
 @pytest.fixture(params=EVERY_STORE)
 def every_store(request: pytest.FixtureRequest) -> SyncBackend:
     """Every sync store, the one without Functions too, each test on empty stores."""
-    if request.param == "memory":
-        return MemoryBackend()
-    found: SyncBackend = request.getfixturevalue(f"{request.param}_backend")
-    return found
+    return store_named(request)
 
 
 def async_backend(request: pytest.FixtureRequest, name: str) -> Any:
