@@ -33,7 +33,7 @@ from freqguard import (
 )
 from freqguard.integrations._request import RequestInfo
 from freqguard.integrations.flask import FreqGuard, SkipRequest, client_ip
-from freqguard.integrations.starlette import FreqGuardMiddleware, Limit, path_param
+from freqguard.integrations.starlette import FreqGuardMiddleware, Limit
 
 START = 1_700_000_000.0
 HAS_FLASK_LIMITER = importlib.util.find_spec("flask_limiter") is not None
@@ -498,8 +498,11 @@ def test_slowapi_a_route_with_path_parameters(clock: ManualClock) -> None:
     paths = ("/items/1", "/items/2", "/items/3", "/items/1")
     theirs = _get(_slowapi_app({ITEMS: lambda lim: lim.limit("2/minute")}), *paths)
     route = _get(_ours(clock, [Limit(ITEMS, "2/minute")]), *paths)
-    ip, item = client_ip(), path_param("item_id")
-    each = Limit(ITEMS, "2/minute", key=lambda request: {**ip(request), **item(request)})  # type: ignore[dict-item]
+    each = Limit(
+        ITEMS,
+        "2/minute",
+        key=lambda request: {"client": request.client, "item": request.path_params["item_id"]},
+    )
     per_item = _get(_ours(clock, [each]), *paths)
     assert [r.status_code for r in theirs] == [r.status_code for r in per_item] == [200] * 4
     assert [r.status_code for r in route] == [200, 200, 429, 429]
