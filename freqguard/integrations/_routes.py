@@ -89,6 +89,14 @@ def _parts(pattern: str) -> list[tuple[str, str, str]]:
             "{name} or {name:convertor}"
         )
     parts.append((pattern[last:], "", ""))
+    if any("*" in literal for literal, _, _ in parts):  # a glob matches only a star here
+        star = pattern.index("*")
+        tail = "{rest:path}" if star == len(pattern) - 1 else "{part}"
+        raise ConfigError(
+            f"route pattern {pattern!r}: '*' is no wildcard here: write "
+            f"{pattern[:star]}{tail}{pattern[star + 1 :]} ({{rest:path}} takes the rest of "
+            "the path, {part} one segment)"
+        )
     return parts
 
 

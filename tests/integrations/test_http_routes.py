@@ -110,6 +110,10 @@ def test_every_starlette_convertor_matches_as_starlette_does(
         ("/users/{}", "parameter name"),
         ("/users/{1d}", "parameter name"),
         ("/a/{x}/b/{x}", "'x' twice"),
+        # a glob (nginx's habit) matched only a path with a star in it: found by a new
+        # user's first hour
+        ("/api/*", r"'\*' is no wildcard here: write /api/\{rest:path\}"),
+        ("/api/*/items", r"write /api/\{part\}/items"),
     ],
 )
 def test_a_pattern_that_cannot_match_is_refused_when_the_limit_is_made(
