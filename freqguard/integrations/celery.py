@@ -147,8 +147,9 @@ def capped_task(
 
     Raises:
         ConfigError: at decoration, an ``on_denied`` not among :data:`ON_DENIED`, a guard
-            that is not a sync ``Guard``, a policy name it does not know, or a function that
-            cannot take one of the policy's dimensions as a keyword argument.
+            that is not a sync ``Guard``, a policy name it does not know, a function that
+            cannot take one of the policy's dimensions as a keyword argument, or an
+            ``async def`` (Celery runs a task's function sync).
     """
     if on_denied not in ON_DENIED:
         allowed = ", ".join(repr(value) for value in ON_DENIED)
@@ -164,6 +165,12 @@ def capped_task(
         task_options["throws"] = (*task_options.get("throws", ()), TaskDenied)
 
     def decorate(fn: Callable[..., Any]) -> Task:
+        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+            raise ConfigError(
+                f"async def {fn.__name__}: Celery runs a task's function sync, so its "
+                "body would never run (the hit spent on a coroutine nobody awaits); make "
+                "it a def that runs the coroutine, asyncio.run(...)"
+            )
         params = list(inspect.signature(fn).parameters.values())[1 if bind else 0 :]
         signature = inspect.Signature(params)
         _check_signature(fn, signature, resolved)

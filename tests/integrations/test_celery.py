@@ -232,6 +232,15 @@ def test_a_function_without_the_dimension_fails_at_decoration(app: Celery, guard
         def send(to: str) -> None: ...
 
 
+def test_an_async_function_fails_at_decoration(app: Celery, guard: Guard) -> None:
+    """Celery runs a task's function sync: an ``async def`` answered a coroutine never
+    awaited, its hit spent (a new user's first hour)."""
+    with pytest.raises(ConfigError, match=r"async def send.*asyncio.run"):
+
+        @capped_task(app, SMS, guard=guard)
+        async def send(recipient: str) -> None: ...
+
+
 # The worker's paths, without a worker: the task run as a worker runs it (a request that is
 # not eager), re-sending onto the in-memory broker.
 
