@@ -35,12 +35,14 @@ __all__ = [
     "Capping",
     "Deduct",
     "FlaskViewCap",
+    "Made",
     "check_not_both",
     "check_view",
     "deducted",
     "give_back",
     "refuse_theirs",
     "route_of",
+    "view_cap",
 ]
 
 #: ``deduct_when``: whether an admitted request's response counts (else its hit is refunded)
@@ -100,7 +102,7 @@ class Capping:
             given two sets of rates.
     """
 
-    __slots__ = ("_asked", "_deduct", "_hit", "_methods", "_name", "_named")
+    __slots__ = ("_asked", "_deduct", "_hit", "_made", "_methods", "_name", "_named")
 
     def __init__(
         self,
@@ -110,9 +112,10 @@ class Capping:
         named: dict[str, tuple[Rate | Rule, ...]],
         methods: frozenset[str] | None = None,
         deduct: Deduct | None = None,
+        made: list[Made] | None = None,
     ) -> None:
         self._hit, self._asked, self._name, self._named = hit, asked, name, named
-        self._methods, self._deduct = methods, deduct
+        self._methods, self._deduct, self._made = methods, deduct, made
 
     @overload
     def __call__(self, target: Blueprint, /) -> Blueprint: ...
@@ -179,7 +182,38 @@ class Capping:
             return view(*args, **kwargs)
 
         wrapper._freqguard_cap = cap  # type: ignore[attr-defined]
+        if self._made is not None:  # a view capped over its route is found by it (view_cap)
+            self._made.append((view, wrapper, cap))
         return wrapper
+
+
+#: A view capped by the extension: the function, the cap's wrapper and the cap.
+Made = tuple[Callable[..., Any], Callable[..., Any], FlaskViewCap]
+
+
+def view_cap(app: Flask, endpoint: str, made: list[Made]) -> FlaskViewCap | None:
+    """The cap of the view Flask runs at ``endpoint``: its own (a capped wrapper), or one
+    made over its route's decorator (``@fg.capped`` above ``@app.route``: Flask runs the
+    function under it, the wrapper nowhere), decided with the route as well.
+
+    Raises:
+        ConfigError: a cap over the route that is decided as its view runs (``methods=``,
+            ``deduct_when=``): the view Flask runs is not its wrapper.
+    """
+    view = app.view_functions.get(endpoint)
+    cap: FlaskViewCap | None = getattr(view, "_freqguard_cap", None)
+    if cap is not None:
+        return cap
+    for function, wrapper, over in made:
+        if function is view and wrapper not in app.view_functions.values():
+            if over.in_view:
+                raise ConfigError(
+                    f"view {endpoint!r}: a cap with methods= or deduct_when= is decided as "
+                    "its view runs, and over @app.route Flask runs the function under it: "
+                    "put @fg.capped under @app.route"
+                )
+            return over
+    return None
 
 
 def _rates(rates: tuple[Rate | Rule, ...]) -> str:
@@ -208,7 +242,9 @@ def check_not_both(blueprint: Blueprint, cap: BlueprintCap | None, exempt: bool)
         )
 
 
-def route_of(app: Flask, endpoint: str, key: KeyFunc, defaults: tuple[Rate, ...]) -> Route | None:
+def route_of(
+    app: Flask, endpoint: str, key: KeyFunc, defaults: tuple[Rate, ...], made: list[Made]
+) -> Route | None:
     """The endpoint's route: the default limits or its blueprints' caps, and its view's
     cap, decided together (None: nothing caps it).
 
@@ -220,7 +256,7 @@ def route_of(app: Flask, endpoint: str, key: KeyFunc, defaults: tuple[Rate, ...]
         ConfigError: a shared blueprint cap and a cap only this route has.
     """
     view = app.view_functions.get(endpoint)
-    cap: FlaskViewCap | None = getattr(view, "_freqguard_cap", None)
+    cap = view_cap(app, endpoint, made)
     exempt = getattr(view, "_freqguard_exempt", False)
     around, with_defaults = ([], False) if exempt else _around(app, endpoint)
     keyed = [KeyedRules(key, defaults, "default")] if with_defaults and defaults else []

@@ -60,12 +60,15 @@ from freqguard.integrations._flask_caps import (
     BlueprintCap,
     Capping,
     Deduct,
+    FlaskViewCap,
+    Made,
     check_not_both,
     check_view,
     deducted,
     give_back,
     refuse_theirs,
     route_of,
+    view_cap,
 )
 from freqguard.integrations._flask_errors import register_handlers, warn_unseen
 from freqguard.integrations._http import (
@@ -108,6 +111,7 @@ class _State:
     defaults: tuple[Rate, ...]
     enabled: bool = True
     routes: dict[str, Route | None] = field(default_factory=dict)  # by endpoint, built once
+    caps: dict[str, FlaskViewCap | None] = field(default_factory=dict)  # the views', alike
 
 
 class FreqGuard:
@@ -125,6 +129,7 @@ class FreqGuard:
         self._guard = guard
         self._key: KeyFunc = remote_address if key is None else check_key(key, "FreqGuard")
         self._named: dict[str, tuple[Rate | Rule, ...]] = {}  # each name= budget's rates
+        self._made: list[Made] = []  # the views capped, to find one capped over its route
         if app is not None:
             self.init_app(app)
 
@@ -167,7 +172,7 @@ class FreqGuard:
 
     def _route(self, state: _State, app: Flask, endpoint: str) -> Route | None:
         """The endpoint's route, its default limits keyed by the extension's key."""
-        return route_of(app, endpoint, self._key, state.defaults)
+        return route_of(app, endpoint, self._key, state.defaults, self._made)
 
     def _hit(self, route: Route, deduct: Deduct | None = None) -> None:
         """Decide ``route`` for this request (a denial raises CapExceeded, answered 429);
@@ -204,8 +209,9 @@ class FreqGuard:
             state.routes[endpoint] = self._route(state, current_app, endpoint)
         route = state.routes[endpoint]
         if route is not None:
-            view = current_app.view_functions.get(endpoint)
-            cap = getattr(view, "_freqguard_cap", None)
+            if endpoint not in state.caps:  # the view's cap, found once
+                state.caps[endpoint] = view_cap(current_app, endpoint, self._made)
+            cap = state.caps[endpoint]
             if cap is not None and not cap.in_view:
                 g.freqguard_cap = cap  # decided here, with the route's limits
             self._hit(route)
@@ -313,7 +319,8 @@ class FreqGuard:
             raise ConfigError(
                 f"deduct_when must be a callable of the response, got {deduct_when!r}"
             )
-        return Capping(self._hit, asked, name, self._named, view_methods(methods), deduct_when)
+        methods_ = view_methods(methods)
+        return Capping(self._hit, asked, name, self._named, methods_, deduct_when, self._made)
 
     @overload
     def exempt(self, target: Blueprint) -> Blueprint: ...

@@ -191,3 +191,35 @@ def test_one_name_given_two_sets_of_rates_is_refused_at_decoration() -> None:
     fg.capped("2/minute", name="vendor")(lambda: "a")
     with pytest.raises(ConfigError, match=r"name='vendor' is one budget: .* 3/minute"):
         fg.capped("3/minute", name="vendor")(lambda: "b")
+
+
+def _above(app: Flask, fg: FreqGuard) -> None:
+    @fg.capped("2/minute")  # over the route: Flask calls the function itself
+    @app.get("/above")
+    def above() -> str:
+        return "above"
+
+
+def test_a_cap_over_the_route_decorator_holds(clock: ManualClock) -> None:
+    """``@fg.capped`` above ``@app.route`` did nothing, silently (Flask registers the
+    function under it, not the cap's wrapper; found by a new user's first hour); it is
+    decided with the route, as under it (and as ``@fg.exempt`` is, in either order)."""
+    client = _app(clock, None, _above)
+    assert [client.get("/above").status_code for _ in range(3)] == [200, 200, 429]
+
+
+def _above_in_view(app: Flask, fg: FreqGuard) -> None:
+    @fg.capped("2/minute", methods=["POST"])
+    @app.route("/posted", methods=["GET", "POST"])
+    def posted() -> str:
+        return "posted"
+
+
+def test_a_cap_of_its_own_budget_over_the_route_decorator_is_refused(clock: ManualClock) -> None:
+    """A cap decided as its view runs (``methods=``, ``deduct_when=``) cannot be, over the
+    route: the view Flask runs is not its wrapper. Refused at the first request, naming
+    the fix."""
+    client = _app(clock, None, _above_in_view)
+    client.application.testing = True  # the error reaches the test, not a 500 page
+    with pytest.raises(ConfigError, match="put @fg.capped under @app.route"):
+        client.get("/posted")
