@@ -14,7 +14,7 @@ from starlette.responses import Response
 
 from freqguard.config import Config
 from freqguard.decision import Decision
-from freqguard.errors import BackendUnavailable
+from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.headers import check_profile
 from freqguard.integrations._decide import (
@@ -30,7 +30,9 @@ from freqguard.integrations._http import (
     problem_detail,
 )
 from freqguard.integrations.asgi import async_guard_for, request_info
+from freqguard.policy import Policy
 from freqguard.rules import Rule
+from freqguard.strategy import Strategy
 
 __all__ = ["Refused", "enforce", "limit_dependency", "refused_handler"]
 
@@ -114,6 +116,10 @@ def limit_dependency(
     ``"raise"``); allowed responses get the rate-limit headers. ``on_error`` as for
     :class:`Limit`. ``rule`` as for :class:`Limit`: rate strings, or Rules (one with
     ``rate_for`` decides a tier per request, from the values the key function gives).
+
+    Raises:
+        ConfigError: what :class:`Limit` refuses, and a concurrency rule (a dependency
+            returns before its endpoint: the middleware holds a lease while it runs).
     """
     limit = Limit(
         "/{rest:path}",
@@ -125,6 +131,13 @@ def limit_dependency(
     )
     aguard = async_guard_for(guard)
     route = compile_limit(limit)
+    given = limit.items.rules if isinstance(limit.items, Policy) else limit.items
+    if any(isinstance(r, Rule) and r.strategy is Strategy.CONCURRENCY for r in given):
+        raise ConfigError(
+            f"limit_dependency {name!r}: a concurrency rule holds a lease while the request "
+            "runs, which a dependency cannot (it returns before the endpoint does): cap the "
+            "route with FreqGuardMiddleware and a Limit, which holds it until the response"
+        )
     decider = Decider(aguard, [route], check_profile(headers))
 
     async def dependency(request: Request, response: Response) -> None:

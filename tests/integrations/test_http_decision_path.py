@@ -199,3 +199,16 @@ def test_a_key_refusal_is_a_problem_400_under_the_handler(clock: ManualClock) ->
     assert response.status_code == 400
     assert response.headers["content-type"] == "application/problem+json"
     assert response.json()["detail"] == "no usable key"
+
+
+def test_a_dependency_of_a_concurrency_rule_is_refused_when_made() -> None:
+    """A dependency runs before the endpoint and holds nothing while it runs: a concurrency
+    rule there failed every request (a 500) instead of the dependency's making (a new
+    user's first hour). Refused naming the middleware, which holds the lease."""
+    from freqguard import ConfigError
+
+    guard = AsyncGuard(MemoryBackend())
+    with pytest.raises(ConfigError, match="FreqGuardMiddleware"):
+        limit_dependency(guard, Rule("1 concurrent", lease=30), name="conc")
+    with pytest.raises(ConfigError, match="FreqGuardMiddleware"):
+        limit_dependency(guard, ["5/minute", Rule("2 concurrent", lease=30)], name="both")

@@ -221,5 +221,5 @@ def test_a_cap_of_its_own_budget_over_the_route_decorator_is_refused(clock: Manu
     the fix."""
     client = _app(clock, None, _above_in_view)
     client.application.testing = True  # the error reaches the test, not a 500 page
-    with pytest.raises(ConfigError, match="put @fg.capped under @app.route"):
+    with pytest.raises(ConfigError, match=r"put @fg\.capped under @app\.route"):
         client.get("/posted")
