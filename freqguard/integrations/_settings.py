@@ -11,7 +11,7 @@ from typing import Any
 from freqguard.config import Config, load
 from freqguard.errors import ConfigError
 
-__all__ = ["COMMON", "MEANT", "configured", "unknown_setting"]
+__all__ = ["COMMON", "GUARDS", "MEANT", "configured", "unknown_setting"]
 
 #: The settings every integration reads (Django adds FREQGUARD_KEY).
 COMMON = frozenset(
@@ -37,12 +37,32 @@ MEANT = {
 }
 
 
+#: Settings people type for the guard's own arguments, and the argument.
+GUARDS = {
+    "FREQGUARD_ON_ERROR": "on_error",
+    "FREQGUARD_FAIL_OPEN": "on_error",
+    "FREQGUARD_SWALLOW_ERRORS": "on_error",
+    "FREQGUARD_PREFIX": "prefix",
+    "FREQGUARD_KEY_PREFIX": "prefix",
+    "FREQGUARD_BREAKER": "breaker",
+    "FREQGUARD_OBSERVERS": "observers",
+}
+
+
 def unknown_setting(name: str, known: Collection[str], meant: Mapping[str, str]) -> str | None:
     """The error for ``name`` when it is a ``FREQGUARD_*`` setting freqguard does not read
     (naming the one meant: a peer's spelling in ``meant``, else the closest known one);
     None for any other name."""
     if not name.startswith("FREQGUARD_") or name in known:
         return None
+    argument = GUARDS.get(name)
+    if argument is not None:  # the guard's own: a guard made with it
+        return (
+            f"unknown setting {name}: {argument} is the guard's: give the integration a guard "
+            f"made with it (Flask: FreqGuard(app, guard=Guard(backend_from_url(url), "
+            f"{argument}=...)); Django: FREQGUARD_BACKEND = Guard(backend_from_url(url), "
+            f"{argument}=...)), or set it in FREQGUARD_CONFIG's file"
+        )
     guess = meant.get(name) or next(iter(difflib.get_close_matches(name, list(known), 1)), None)
     hint = f"did you mean {guess}? " if guess else ""
     return f"unknown setting {name}: {hint}freqguard reads {', '.join(sorted(known))}"

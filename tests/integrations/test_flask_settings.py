@@ -41,6 +41,22 @@ def test_an_unknown_setting_is_refused_naming_the_one_meant(key: str, meant: str
         FreqGuard(_app(**{key: "2/minute"}))
 
 
+@pytest.mark.parametrize(
+    ("key", "argument"),
+    [
+        ("FREQGUARD_ON_ERROR", "on_error"),
+        ("FREQGUARD_FAIL_OPEN", "on_error"),
+        ("FREQGUARD_PREFIX", "prefix"),
+    ],
+)
+def test_a_guards_argument_as_a_setting_names_the_guard(key: str, argument: str) -> None:
+    """Failing open is the guard's ``on_error``: the setting a new user tried was met with
+    "did you mean FREQGUARD_CONFIG?" (a new user's first hour)."""
+    with pytest.raises(ConfigError, match=f"{key}: {argument} is the guard's") as refused:
+        FreqGuard(_app(**{key: "allow"}))
+    assert f"guard=Guard(backend_from_url(url), {argument}=" in str(refused.value)
+
+
 def test_an_unknown_setting_unlike_any_lists_them_all() -> None:
     with pytest.raises(ConfigError, match="freqguard reads FREQGUARD_BACKEND, FREQGUARD_CONFIG"):
         FreqGuard(_app(FREQGUARD_SOMETHING_ELSE=1))
