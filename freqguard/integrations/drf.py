@@ -13,7 +13,8 @@ rate is the class's ``rate``, else ``DEFAULT_THROTTLE_RATES[scope]``, else
 effect); a scope whose rate is None throttles nothing, as in DRF. Keys as DRF's: the
 user's id when authenticated, else the client's address (behind ``trusted_proxies``). A
 throttle with a ``scope`` is one budget for every view using it (policy ``drf.<scope>``);
-without one each view has its own (``drf.<throttle class>.<view class>``).
+without one each view has its own (``drf.<throttle class>.<view class>``), but for a class
+with its own ``get_cache_key``, whose string is the budget on every view, as in DRF.
 :class:`FreqGuardScopedThrottle`, :class:`FreqGuardAnonThrottle` and
 :class:`FreqGuardUserThrottle` are DRF's ``ScopedRateThrottle``, ``AnonRateThrottle`` and
 ``UserRateThrottle``. A subclass's own ``get_cache_key(request, view)``, ``get_ident(request)``,
@@ -195,6 +196,8 @@ class FreqGuardThrottle(BaseThrottle):
             return None
         if self.scope is not None:
             name = f"drf.{self.scope}"
+        elif getattr(type(self), "get_cache_key", None) is not None:  # its string the budget
+            name = f"drf.{type(self).__module__}.{type(self).__qualname__}"
         else:
             owner = type(view)
             name = f"drf.{type(self).__name__}.{owner.__module__}.{owner.__name__}"

@@ -401,6 +401,29 @@ def test_get_rate(clock: ManualClock) -> None:
             assert _codes(made, 2) == [200, 429]
 
 
+def test_get_cache_key_is_one_budget_across_views(clock: ManualClock) -> None:
+    """A ``get_cache_key``'s string is the budget on every view the throttle serves, as in
+    DRF (its cache key): freqguard's kept one budget a view, so a tenant had as many
+    budgets as views (found by review)."""
+    hooks = {"rate": "2/min", "get_cache_key": lambda self, request, view: "tenant-a"}
+    answers = []
+    for throttle in (
+        _timed(throttling.SimpleRateThrottle, clock, **hooks),
+        type("Tenant", (drf.FreqGuardThrottle,), hooks),
+    ):
+        views = [_named(name, [throttle]) for name in ("Orders", "Items")]
+        answers.append(_codes(views[0], 2) + _codes(views[1], 1))
+    assert answers[0] == answers[1] == [200, 200, 429]
+
+
+def _named(name: str, throttles: list[type[Any]]) -> Any:
+    def get(self: APIView, request: Request) -> Response:
+        return Response("ok")
+
+    made: type[APIView] = type(name, (APIView,), {"throttle_classes": throttles, "get": get})
+    return made.as_view()
+
+
 @pytest.mark.parametrize(
     "hook", ["timer", "cache", "cache_format", "parse_rate", "throttle_success", "throttle_failure"]
 )
