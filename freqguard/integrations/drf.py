@@ -161,7 +161,7 @@ class FreqGuardThrottle(BaseThrottle):
 
     def _given(self) -> tuple[tuple[Rate, ...], str]:
         """The rates, and where they are given (named when two give one scope two)."""
-        if getattr(type(self), "get_rate", None) is not None:  # the class's own, as DRF's
+        if self.rate is None and getattr(type(self), "get_rate", None) is not None:  # as DRF
             rate = self.get_rate()  # type: ignore[attr-defined]
             return (() if rate is None else _parsed(rate, f"{_name(self)}.get_rate()")), (
                 f"{_name(self)}.get_rate()"

@@ -416,6 +416,18 @@ def test_get_cache_key_is_one_budget_across_views(clock: ManualClock) -> None:
     assert answers[0] == answers[1] == [200, 200, 429]
 
 
+def test_a_rate_is_read_before_get_rate(clock: ManualClock) -> None:
+    """A class's ``rate`` is read before its ``get_rate()``, as DRF's ``__init__`` does: a
+    subclass's ``rate`` over an inherited ``get_rate`` was ignored (found by review)."""
+    hooks = {"get_rate": lambda self: "5/min", "get_cache_key": lambda self, r, v: "k"}
+    for base in (
+        _timed(throttling.SimpleRateThrottle, clock, **hooks),
+        type("Rated", (drf.FreqGuardThrottle,), hooks),
+    ):
+        strict = type("Strict", (base,), {"rate": "1/min"})
+        assert _codes(_view([strict]), 2) == [200, 429]
+
+
 def _named(name: str, throttles: list[type[Any]]) -> Any:
     def get(self: APIView, request: Request) -> Response:
         return Response("ok")
