@@ -6,7 +6,8 @@ the later one's (None: every method; GET brings HEAD) and it matches each of the
 pattern's probe paths (:func:`~freqguard.integrations._routes.probe_paths`: its parameters
 given unusual values of their convertors, three different ones). A partial overlap
 (``/items/special`` before ``/items/{id}``) is first match wins, by design, and allowed. A
-later pattern with an application's own convertor has no probes, and is never refused.
+pattern with an application's own convertor has no probes: it is never refused, and never
+taken to cover another.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ def compile_limits(limits: Sequence[Limit]) -> list[Route]:
     probes = [probe_paths(limit.path) for limit in limits]
     for later, route in enumerate(routes):
         for earlier in range(later):
-            if _covers(routes[earlier], route, probes[later]):
+            # an earlier pattern with an application's own convertor (no probes of its
+            # own) covers nothing: its values are unknown, and all three probes of the
+            # later one may fall in them by chance (at most 64 characters, no dot first)
+            if probes[earlier] is not None and _covers(routes[earlier], route, probes[later]):
                 same = _covers(route, routes[earlier], probes[earlier])
                 raise ConfigError(_unreachable(limits, earlier, later, same))
     return routes
