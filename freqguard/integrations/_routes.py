@@ -90,11 +90,14 @@ def _parts(pattern: str) -> list[tuple[str, str, str]]:
         )
     parts.append((pattern[last:], "", ""))
     if any("*" in literal for literal, _, _ in parts):  # a glob matches only a star here
-        star = pattern.index("*")
-        tail = "{rest:path}" if star == len(pattern) - 1 else "{part}"
+        glob = re.search(r"\*+", pattern)
+        assert glob is not None  # a literal holds one
+        star, end = glob.span()
+        # a glob's '**' (any segments), or a '*' that ends the pattern, is the rest
+        tail = "{rest:path}" if end - star > 1 or end == len(pattern) else "{part}"
         raise ConfigError(
             f"route pattern {pattern!r}: '*' is no wildcard here: write "
-            f"{pattern[:star]}{tail}{pattern[star + 1 :]} ({{rest:path}} takes the rest of "
+            f"{pattern[:star]}{tail}{pattern[end:]} ({{rest:path}} takes the rest of "
             "the path, {part} one segment)"
         )
     return parts

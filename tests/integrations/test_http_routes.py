@@ -114,6 +114,9 @@ def test_every_starlette_convertor_matches_as_starlette_does(
         # user's first hour
         ("/api/*", r"'\*' is no wildcard here: write /api/\{rest:path\}"),
         ("/api/*/items", r"write /api/\{part\}/items"),
+        # a glob's '**' (any segments): the hint was /api/{part}*, refused again (review)
+        ("/api/**", r"write /api/\{rest:path\} "),
+        ("/api/**/items", r"write /api/\{rest:path\}/items "),
     ],
 )
 def test_a_pattern_that_cannot_match_is_refused_when_the_limit_is_made(
