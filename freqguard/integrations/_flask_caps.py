@@ -198,14 +198,19 @@ def view_cap(app: Flask, endpoint: str, made: list[Made]) -> FlaskViewCap | None
 
     Raises:
         ConfigError: a cap over the route that is decided as its view runs (``methods=``,
-            ``deduct_when=``): the view Flask runs is not its wrapper.
+            ``deduct_when=``), or over a view capped under the route: the view Flask runs
+            is not its wrapper.
     """
     view = app.view_functions.get(endpoint)
     cap: FlaskViewCap | None = getattr(view, "_freqguard_cap", None)
-    if cap is not None:
-        return cap
     for function, wrapper, over in made:
         if function is view and wrapper not in app.view_functions.values():
+            if cap is not None:  # the view Flask runs is a wrapper of a cap of its own
+                raise ConfigError(
+                    f"view {endpoint!r} is capped over @app.route and under it: over it, "
+                    "Flask runs the function under it, whose cap is the only one decided; "
+                    "put @fg.capped under @app.route (both caps there hold)"
+                )
             if over.in_view:
                 raise ConfigError(
                     f"view {endpoint!r}: a cap with methods= or deduct_when= is decided as "
@@ -213,7 +218,7 @@ def view_cap(app: Flask, endpoint: str, made: list[Made]) -> FlaskViewCap | None
                     "put @fg.capped under @app.route"
                 )
             return over
-    return None
+    return cap
 
 
 def _rates(rates: tuple[Rate | Rule, ...]) -> str:

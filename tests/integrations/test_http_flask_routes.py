@@ -223,3 +223,21 @@ def test_a_cap_of_its_own_budget_over_the_route_decorator_is_refused(clock: Manu
     client.application.testing = True  # the error reaches the test, not a 500 page
     with pytest.raises(ConfigError, match=r"put @fg\.capped under @app\.route"):
         client.get("/posted")
+
+
+def _above_and_under(app: Flask, fg: FreqGuard) -> None:
+    @fg.capped("1/minute")
+    @app.get("/both")
+    @fg.capped("10/minute")
+    def both() -> str:
+        return "both"
+
+
+def test_a_cap_over_the_route_decorator_of_a_capped_view_is_refused(clock: ManualClock) -> None:
+    """A view capped under ``@app.route`` and again over it: the cap over was ignored,
+    silently, for the view Flask runs has a cap of its own (found by review). Refused at
+    the first request, naming the fix."""
+    client = _app(clock, None, _above_and_under)
+    client.application.testing = True
+    with pytest.raises(ConfigError, match=r"put @fg\.capped under @app\.route"):
+        client.get("/both")
