@@ -106,6 +106,8 @@ def throttle_checks() -> list[checks.CheckMessage]:
     unnamed: dict[tuple[type, object, str | None], list[Use]] = {}
     unrated: dict[type, list[Use]] = {}  # neither rate nor scope: the views, a throttle's
     for use in walked.uses:
+        if getattr(use.throttle, "rate", None) is None and _own_rates(use.throttle):
+            continue  # the settings' rates are not what it reads
         where = given(getattr(use.throttle, "rate", None), use.scope, rates)
         if where is None:
             if fallback or _coded(use.throttle):  # the rate is found, or not seen here
@@ -226,13 +228,21 @@ def _coded(throttle: type) -> bool:
     """Whether the throttle's own code may give its rate or choose its scope at the
     request: its ``__init__``, ``allow_request`` or ``get_rate`` not freqguard's, or a
     ``THROTTLE_RATES`` of its own (the check cannot run it, so does not judge it)."""
-    if getattr(throttle, "get_rate", None) is not None or getattr(throttle, "THROTTLE_RATES", None):
+    if _own_rates(throttle):
         return True
     for name in ("__init__", "allow_request"):
         owner = next((base for base in throttle.__mro__ if name in vars(base)), object)
         if owner.__module__ != _DRF:
             return True
     return False
+
+
+def _own_rates(throttle: type) -> bool:
+    """Whether the throttle gives its rate by its own ``get_rate()`` or ``THROTTLE_RATES``
+    (unless its ``rate`` is set: read first, as DRF does)."""
+    return getattr(throttle, "get_rate", None) is not None or bool(
+        getattr(throttle, "THROTTLE_RATES", None)
+    )
 
 
 def _unseen(views: list[str]) -> str:

@@ -318,3 +318,26 @@ def test_a_throttle_giving_its_rate_by_get_rate_or_its_own_table_is_not_judged()
     assert not _coded(FreqGuardThrottle)
     assert _coded(type("Rated", (FreqGuardThrottle,), {"get_rate": lambda self: "1/min"}))
     assert _coded(type("Tabled", (FreqGuardThrottle,), {"THROTTLE_RATES": {"t": "1/min"}}))
+
+
+def test_a_throttle_with_its_own_table_is_not_judged_by_the_settings_rate() -> None:
+    """A throttle's own ``THROTTLE_RATES`` (or ``get_rate()``) gives its scope's rate: the
+    settings' rate of that scope, which it never reads, was judged for it (an E003, an
+    Error that blocks a deploy, for a view whose every request succeeds; found by
+    review)."""
+    from rest_framework.response import Response
+    from rest_framework.views import APIView
+
+    from freqguard.integrations.drf import FreqGuardThrottle
+
+    own = {"scope": "slow", "THROTTLE_RATES": {"slow": "3/minute"}}
+    tabled = type("Tabled", (FreqGuardThrottle,), own)
+    view: type[APIView] = type(
+        "TabledView", (APIView,), {"throttle_classes": [tabled], "get": lambda s, r: Response()}
+    )
+    urls = types.ModuleType("tests.integrations.urls_tabled_view")
+    vars(urls)["urlpatterns"] = [path("tabled", view.as_view())]
+    rest = {**REST, "DEFAULT_THROTTLE_RATES": {"slow": "3/minit"}}
+    with override_settings(ROOT_URLCONF=urls, REST_FRAMEWORK=rest):
+        found = [m for m in checks.run_checks() if m.id and m.id.startswith("freqguard.")]
+    assert [m.id for m in found] == ["freqguard.W002"]  # read by no freqguard throttle
