@@ -238,8 +238,8 @@ def _coded(throttle: type) -> bool:
 
 
 def _own_rates(throttle: type) -> bool:
-    """Whether the throttle gives its rate by its own ``get_rate()`` or ``THROTTLE_RATES``
-    (unless its ``rate`` is set: read first, as DRF does)."""
+    """Whether the throttle has its own ``get_rate()`` or ``THROTTLE_RATES``, which give its
+    rate when its ``rate`` is not set (read first, as DRF does)."""
     return getattr(throttle, "get_rate", None) is not None or bool(
         getattr(throttle, "THROTTLE_RATES", None)
     )
