@@ -174,9 +174,10 @@ class PolicyPlan:
         """Validate a cost: an integer >= 0 that some hit could ever be granted."""
         if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
             named = ""
-            if isinstance(cost, str) and self.dimensions:  # limits' identifiers go by position
-                named = f"; the context is given by name: hit({self.name!r}, "
-                named += f"{self.dimensions[0]}={cost[:40]!r})"
+            if isinstance(cost, str) and cost.isascii() and cost.isdigit():
+                named = f"; a cost is an integer: {int(cost[:12])}, not {cost[:12]!r}"
+            elif isinstance(cost, str) and self.dimensions:  # limits' identifiers, by position
+                named = f"; the context is given by name: {self.dimensions[0]}={cost[:40]!r}"
             raise ConfigError(
                 f"cost must be an integer >= 0, got {cost!r} (policy {self.name!r}){named}",
                 argument="cost",

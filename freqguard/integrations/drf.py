@@ -19,10 +19,10 @@ with its own ``get_cache_key``, whose string is the budget on every view, as in 
 :class:`FreqGuardUserThrottle` are DRF's ``ScopedRateThrottle``, ``AnonRateThrottle`` and
 ``UserRateThrottle``. A subclass's own ``get_cache_key(request, view)``, ``get_ident(request)``,
 ``get_rate()`` and ``THROTTLE_RATES`` are read as DRF reads them; what only DRF's own counting
-reads (``timer``, ``cache``, ``cache_format``, ``parse_rate``, ``throttle_success``,
-``throttle_failure``) is refused as the class is made. ``wait()`` is the decision's exact
-``retry_after``; with the
-freqguard middleware installed the response carries the rate-limit headers too.
+reads (``timer``, ``cache``, ``parse_rate``, ``throttle_success``, ``throttle_failure``) is
+refused as the class is made; ``cache_format`` is DRF's, for a ``get_cache_key`` ported.
+``wait()`` is the decision's exact ``retry_after``; with the freqguard middleware installed
+the response carries the rate-limit headers too.
 ``manage.py check`` reports a rate a throttle would read and cannot (``freqguard.E003``), and
 a view whose throttle reads a scope with no rate (``freqguard.E004``), or whose
 ``throttle_classes`` names a throttle by a dotted path (``freqguard.E005``: DRF imports
@@ -93,7 +93,6 @@ def drf_rates(rate: str) -> tuple[Rate, ...]:
 _NOT_READ = {
     "timer": "time is the guard's clock (FREQGUARD_BACKEND=Guard(backend, clock=...))",
     "cache": "the counts are kept in FREQGUARD_BACKEND's store",
-    "cache_format": "a key is get_cache_key(request, view)'s string, or key()'s context",
     "parse_rate": "a rate is read by freqguard's grammar, DRF's spellings too: give rate, a "
     "scope's DEFAULT_THROTTLE_RATES, or get_rate() a string",
     "throttle_success": "allow_request decides on the guard; a request's decision is self.decision",
@@ -117,6 +116,7 @@ class FreqGuardThrottle(BaseThrottle):
     trusted_proxies: Sequence[str] = ()
     cost: int = 1
     THROTTLE_RATES: ClassVar[dict[str, str | None] | None] = None
+    cache_format = "throttle_%(scope)s_%(ident)s"  # DRF's, for a get_cache_key ported
 
     def __init__(self) -> None:
         self.decision: Decision | None = None
@@ -129,8 +129,9 @@ class FreqGuardThrottle(BaseThrottle):
             ConfigError: a class that defines one.
         """
         super().__init_subclass__(**kwargs)
+        own = cls.__mro__[: cls.__mro__.index(FreqGuardThrottle)]  # a mixin's too
         for name, instead in _NOT_READ.items():
-            if name in cls.__dict__:
+            if any(name in vars(klass) for klass in own):
                 raise ConfigError(
                     f"{cls.__qualname__}.{name} is DRF's SimpleRateThrottle's, which "
                     f"freqguard's throttles do not read: {instead}"
@@ -218,6 +219,11 @@ class FreqGuardThrottle(BaseThrottle):
             ConfigError: a class that defines both (which keys the request is not clear).
         """
         if getattr(type(self), "get_cache_key", None) is None:
+            if type(self).cache_format != FreqGuardThrottle.cache_format:
+                raise ConfigError(
+                    f"{_name(self)}.cache_format is read by a get_cache_key(request, view) "
+                    "of the class's own only, and it has none: define one, or drop it"
+                )
             return self.key()
         if type(self).key not in (FreqGuardThrottle.key, FreqGuardAnonThrottle.key):
             raise ConfigError(

@@ -16,6 +16,7 @@ client) nor the client spends time on numbers most callers never read.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -248,10 +249,14 @@ def _put_back(
 def whole(undo: Callable[[], object]) -> None:
     """``undo()`` (idempotent), made again whole when a second Ctrl-C (or another signal's
     exception) cuts it, a few times at most; that one is dropped for the first, which the
-    caller raises on."""
+    caller raises on. One that fails every time (a fault, not a signal) is logged, with its
+    error, on ``freqguard``."""
     for _ in range(8):
         try:
             undo()
             return
-        except BaseException:  # made again, whole
-            continue
+        except BaseException as exc:  # made again, whole
+            failed = exc
+    logging.getLogger("freqguard").error(
+        "freqguard: a cut memory call could not be put back (8 tries): %r", failed
+    )

@@ -269,3 +269,17 @@ def test_a_second_ctrl_c_as_a_cut_set_limit_is_put_back_still_keeps_no_limit_for
         assert backend.limits_held == 0, where
 
     assert second.sweep(partial(guard.set_limit, "p", "fw", "5/minute", ttl=10, u="x"), check)
+
+
+def test_a_put_back_that_fails_every_time_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """A fault in the putting back (not a signal) is tried a few times, then logged with
+    its error, the caller's first exception raised as it was (review: it was dropped
+    without a word)."""
+    from freqguard.script.twin import whole
+
+    def broken() -> None:
+        raise RuntimeError("broken store")
+
+    with caplog.at_level("ERROR", logger="freqguard"):
+        whole(broken)
+    assert "could not be put back (8 tries): RuntimeError('broken store')" in caplog.text

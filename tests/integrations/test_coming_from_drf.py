@@ -437,10 +437,36 @@ def _named(name: str, throttles: list[type[Any]]) -> Any:
 
 
 @pytest.mark.parametrize(
-    "hook", ["timer", "cache", "cache_format", "parse_rate", "throttle_success", "throttle_failure"]
+    "hook", ["timer", "cache", "parse_rate", "throttle_success", "throttle_failure"]
 )
 def test_drf_hooks_freqguard_does_not_read(hook: str) -> None:
     """What only DRF's own counting reads is refused as the class is made, naming
-    freqguard's way (never a setting that quietly does nothing)."""
+    freqguard's way (never a setting that quietly does nothing), on the class or a mixin
+    it takes it from (review: a mixin's went unread, silently)."""
     with pytest.raises(ConfigError, match=f"Hooked.{hook} is DRF's"):
         type("Hooked", (drf.FreqGuardThrottle,), {hook: None})
+    mixin = type("Mixin", (), {hook: None})
+    with pytest.raises(ConfigError, match=f"Hooked.{hook} is DRF's"):
+        type("Hooked", (mixin, drf.FreqGuardThrottle), {})
+
+
+def _drf_style_key(self: Any, request: Any, view: Any) -> str:
+    """A get_cache_key as DRF's own are written, ported as it is."""
+    return str(self.cache_format % {"scope": self.scope, "ident": request.headers["x-tenant"]})
+
+
+def test_a_ported_get_cache_key_reads_cache_format(clock: ManualClock) -> None:
+    """DRF's own get_cache_key, and its docs', build the key from ``self.cache_format``:
+    ported as it is, it failed every request (an AttributeError, a 500; review). The key
+    is its string, so ``cache_format`` shapes it, as in DRF; one without a get_cache_key
+    of the class's own shapes nothing, and is refused."""
+    hooks = {"scope": "t", "get_cache_key": _drf_style_key}
+    with _rates(t="2/min"):
+        table = {"THROTTLE_RATES": {"t": "2/min"}}  # DRF's: the settings it was imported under
+        theirs = _view([_timed(throttling.SimpleRateThrottle, clock, **hooks, **table)])
+        ours = _view([type("Ported", (drf.FreqGuardThrottle,), hooks)])
+        expected = [200, 200, 429, 200, 200]
+        assert _tenants(theirs, TENANTS[:5]) == _tenants(ours, TENANTS[:5]) == expected
+    unread = type("Unread", (drf.FreqGuardThrottle,), {"rate": "1/min", "cache_format": "x"})
+    with pytest.raises(ConfigError, match="cache_format is read by a get_cache_key"):
+        _codes(_view([unread]), 1)  # at its first request, as its rate is read

@@ -63,7 +63,14 @@ from tests.conftest import SMS
                 "api",
                 "u",  # type: ignore[arg-type]
             ),
-            "the context is given by name: hit.'api', user='u'.",
+            "the context is given by name: user='u'",
+        ),
+        (  # and a cost written as text
+            lambda: Guard(MemoryBackend(), [Policy("api", Rule("5/minute", by="user"))]).peek(
+                "api",
+                "3",  # type: ignore[arg-type]
+            ),
+            "a cost is an integer: 3, not '3'",
         ),
         (lambda: Rule("5/minute", strategy="gcra", burst=0), "burst must be an integer"),
         (lambda: Rule("5/minute", burst=3), "burst applies to token-bucket and gcra only"),
