@@ -178,9 +178,19 @@ def async_node_pool(client: AsyncRedisCluster, node: AsyncClusterNode) -> NodePo
 
 
 def close_client(client: Redis | RedisCluster) -> None:
-    """Close a sync client (the sync counterpart of :func:`aclose_client`: its cluster nodes are
-    clients of their own, closed by it)."""
+    """Close a sync client (the sync counterpart of :func:`aclose_client`). A cluster client's
+    nodes are clients of their own, closed by its ``close``, but a node's client closes its
+    pool only where it made that pool itself: one made by ``RedisCluster.from_url`` (as
+    :func:`~freqguard.backends.urls.backend_from_url` makes it) is given its pool, which its
+    close leaves open, connections and all; each node's pool is disconnected here."""
+    nodes: list[Any] = []
+    if isinstance(client, RedisCluster):
+        nodes = list(client.get_nodes())  # type: ignore[no-untyped-call]
     client.close()
+    for node in nodes:
+        pool = getattr(getattr(node, "redis_connection", None), "connection_pool", None)
+        if pool is not None:
+            pool.disconnect()
 
 
 async def aclose_client(client: AsyncRedis | AsyncRedisCluster) -> None:

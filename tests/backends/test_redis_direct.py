@@ -23,7 +23,7 @@ from freqguard.backends import _lanes
 from freqguard.backends.redis import RedisBackend
 from tests.backends.redis_rig import _client, _connections_named
 from tests.conftest import SMS, START, flush, in_threads
-from tests.servers import RedisServer
+from tests.servers import RedisServer, wait_for
 
 
 @pytest.mark.usefixtures("fast_switching")
@@ -123,3 +123,23 @@ def test_client_options_decide_like_memory(
     if options.get("single_connection_client"):
         assert _connections_named(redis_server, "fg-options") == 1
     guard.close()
+
+
+def test_closing_a_cluster_backend_made_from_a_url_closes_every_nodes_connections(
+    redis_cluster: list[RedisServer],
+) -> None:
+    """redis-py's cluster client, made from a URL, gives each node's client a pool made for
+    it, which that client's close leaves open (it closes only a pool it made itself): the
+    backend's close left a connection to every node, reclaimed later by the collector in
+    whatever test then ran, whose unclosed socket's ResourceWarning failed that test (CI's
+    slow job, once). Its close now disconnects every node's pool."""
+    flush(redis_cluster)
+    url = f"redis+cluster://127.0.0.1:{redis_cluster[0].port}?client_name=fg-closing"
+    guard = Guard(backend_from_url(url), [SMS])
+    guard.hit_many("sms", [{"recipient": f"r{n}", "content": "c"} for n in range(20)])
+    assert all(_connections_named(node, "fg-closing") for node in redis_cluster)
+    guard.close()
+    wait_for(
+        lambda: not any(_connections_named(node, "fg-closing") for node in redis_cluster),
+        "the closed backend's connections to be gone from every node",
+    )
