@@ -149,9 +149,12 @@ def _name(text: str) -> bool:
 
 def flush(args: argparse.Namespace) -> int:
     backend, prefix, _ = _store(args.config, "freqguard flush")
-    if args.prefix is not None:
-        prefix = check_name("key prefix", args.prefix)
-    deleted = delete_keys(backend.client, prefix, args.yes)
+    try:
+        if args.prefix is not None:
+            prefix = check_name("key prefix", args.prefix)
+        deleted = delete_keys(backend.client, prefix, args.yes)
+    finally:
+        backend.close()  # its connections, as ping's guard closes them
     done = {"prefix": prefix, "keys": deleted, "deleted": bool(args.yes)}
     what = "deleted" if args.yes else "would delete (give --yes)"
     out(args, done, lambda: [["prefix", what], [prefix, str(deleted)]])
