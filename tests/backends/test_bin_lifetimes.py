@@ -18,7 +18,7 @@ from freqguard import BackendUnavailable, Guard, ManualClock, Policy, Rate, Rule
 from freqguard.backends.redis import RedisBackend
 from freqguard.script.contract import BIN_LAYOUT, LAYOUT_STAMPS
 from freqguard.script.keys import raw_digest
-from tests.backends.bin_rig import P
+from tests.backends.bin_rig import DbClient, P
 from tests.conftest import START, flush
 from tests.servers import RedisServer, state_keys
 
@@ -121,77 +121,74 @@ def test_a_newer_record_is_refused_and_an_unreadable_one_dropped(
 
 
 def _binned_and_hashed(
-    server: RedisServer, policy: Policy, *clocks: ManualClock
+    db_client: DbClient, policy: Policy, *clocks: ManualClock
 ) -> list[list[Guard]]:
     """Guards on a binned backend (db 1, one bin) and a hash-per-record one (db 2)."""
     return [
-        [
-            Guard(RedisBackend(Redis(port=server.port, db=db), bins=n), [policy], clock=c)
-            for c in clocks
-        ]
+        [Guard(RedisBackend(db_client(db), bins=n), [policy], clock=c) for c in clocks]
         for db, n in ((1, 1), (2, 0))
     ]
 
 
-def _covers(server: RedisServer, db1: Any, u: str) -> None:
+def _covers(db_client: DbClient, db1: Any, u: str) -> None:
     """The bin's TTL (db 1) is at least what ``u``'s own hash (db 2) keeps, within 1 s."""
     (bin_key,) = state_keys(db1)
-    assert db1.pttl(bin_key) >= Redis(port=server.port, db=2).pttl(f"fg:{{{u}}}:p") - 1000
+    assert db1.pttl(bin_key) >= db_client(2).pttl(f"fg:{{{u}}}:p") - 1000
 
 
 def test_a_pinned_record_behind_the_bins_expiry_is_still_covered(
-    redis_server: RedisServer, db1: Any
+    redis_server: RedisServer, db1: Any, db_client: DbClient
 ) -> None:
     """Pinned times out of order across recipients: the second record's TTL needs an hour,
     the first's ten minutes; the bin must keep the longest."""
     flush([redis_server])
     policy = Policy("p", Rule("86400 per 1 day", by="u", strategy=Strategy.GCRA))
     (ba, bb), (ha, hb) = _binned_and_hashed(
-        redis_server, policy, ManualClock(START + 3600), ManualClock(START)
+        db_client, policy, ManualClock(START + 3600), ManualClock(START)
     )
     for first, second in ((ba, bb), (ha, hb)):
         first.hit("p", u="a")
         second.hit("p", u="b", cost=3000)
-    _covers(redis_server, db1, "b")
+    _covers(db_client, db1, "b")
     for _first, second in ((bb, ba), (hb, ha)):  # the other order: never shortened
         second.hit("p", u="a")
-    _covers(redis_server, db1, "b")
+    _covers(db_client, db1, "b")
 
 
 def test_a_pinned_call_ahead_does_not_cut_a_server_time_records_ttl(
-    redis_server: RedisServer, db1: Any
+    redis_server: RedisServer, db1: Any, db_client: DbClient
 ) -> None:
     flush([redis_server])
     policy = Policy("p", Rule("86400 per 1 day", by="u", strategy=Strategy.GCRA))
     ahead = ManualClock(time.time() + 3600)
     for db, bins in ((1, 1), (2, 0)):
-        backend = RedisBackend(Redis(port=redis_server.port, db=db), bins=bins)
+        backend = RedisBackend(db_client(db), bins=bins)
         Guard(backend, [policy], clock=ahead).hit("p", u="a")
         Guard(backend, [policy]).hit("p", u="b", cost=3000)
-    _covers(redis_server, db1, "b")
+    _covers(db_client, db1, "b")
 
 
 def test_clearing_a_limit_for_ever_on_a_pinned_time_lets_the_bin_expire(
-    redis_server: RedisServer, db1: Any
+    redis_server: RedisServer, db1: Any, db_client: DbClient
 ) -> None:
     flush([redis_server])
     policy = Policy("p", Rule("2 per 1 second", by="u", name="r"))
-    ((binned,), (hashed,)) = _binned_and_hashed(redis_server, policy, ManualClock(START))
+    ((binned,), (hashed,)) = _binned_and_hashed(db_client, policy, ManualClock(START))
     for guard in (binned, hashed):
         guard.hit("p", u="a")
         guard.set_limit("p", "r", Rate(9, timedelta(seconds=1)), u="a")
         guard.clear_limit("p", "r", u="a")
     (bin_key,) = state_keys(db1)
-    assert Redis(port=redis_server.port, db=2).pttl("fg:{a}:p") > 0
+    assert db_client(2).pttl("fg:{a}:p") > 0
     assert db1.pttl(bin_key) > 0
 
 
 @pytest.mark.parametrize("blob", [b"\xf4", b"\xf4\0\0\0", b"\xf4" + bytes(17) + b"\x0b"])
 def test_a_record_cut_short_is_dropped_as_a_hashs_bad_meta_field_is(
-    redis_server: RedisServer, db1: Any, blob: bytes
+    redis_server: RedisServer, db1: Any, db_client: DbClient, blob: bytes
 ) -> None:
     flush([redis_server])
-    guard = Guard(RedisBackend(Redis(port=redis_server.port, db=1), bins=1), [P])
+    guard = Guard(RedisBackend(db_client(1), bins=1), [P])
     assert guard.hit("p", u="a").allowed
     (bin_key,) = state_keys(db1)
     db1.hset(bin_key, raw_digest("a"), blob)
@@ -199,12 +196,14 @@ def test_a_record_cut_short_is_dropped_as_a_hashs_bad_meta_field_is(
     assert [guard.hit("p", u="a").allowed for _ in range(2)] == [True, False]
 
 
-def test_a_bad_record_in_a_bin_fails_no_sweep(redis_server: RedisServer, db1: Any) -> None:
+def test_a_bad_record_in_a_bin_fails_no_sweep(
+    redis_server: RedisServer, db1: Any, db_client: DbClient
+) -> None:
     """A sweep reads every record: one cut short must not fail (after writing) every call
     that sweeps; it goes, as a stale record does. A newer release's record stays, and does
     not hold the bin for ever."""
     flush([redis_server])
-    guard = Guard(RedisBackend(Redis(port=redis_server.port, db=1), bins=1), [P])
+    guard = Guard(RedisBackend(db_client(1), bins=1), [P])
     guard.hit("p", u="a")
     guard.hit("p", u="b")
     (bin_key,) = state_keys(db1)
@@ -221,30 +220,30 @@ def test_a_bad_record_in_a_bin_fails_no_sweep(redis_server: RedisServer, db1: An
 
 
 def test_a_sweep_on_a_pinned_time_never_shortens_the_bins_ttl(
-    redis_server: RedisServer, db1: Any
+    redis_server: RedisServer, db1: Any, db_client: DbClient
 ) -> None:
     """A change of limits on a pinned clock that moved on recomputed the TTL from that clock:
     shorter than what an earlier record still needs."""
     flush([redis_server])
     policy = Policy("p", Rule("1 per 1 hour", by="u", strategy=Strategy.GCRA, name="r"))
     clock = ManualClock(START)
-    ((binned,), (hashed,)) = _binned_and_hashed(redis_server, policy, clock)
+    ((binned,), (hashed,)) = _binned_and_hashed(db_client, policy, clock)
     binned.hit("p", u="a")
     hashed.hit("p", u="a")
     clock.advance(59 * 60)
     for guard in (binned, hashed):
         guard.set_limit("p", "r", Rate(5, timedelta(hours=1)), ttl=1, u="b")
-    _covers(redis_server, db1, "a")
+    _covers(db_client, db1, "a")
 
 
 def test_a_bin_without_its_meta_field_keeps_its_records(
-    redis_server: RedisServer, db1: Any
+    redis_server: RedisServer, db1: Any, db_client: DbClient
 ) -> None:
     """A meta field lost (or unreadable): no write may cut the TTL to its own need, and
     deleting an absent record must not take the bin with the others."""
     flush([redis_server])
     policy = Policy("p", Rule("86400 per 1 day", by="u", strategy=Strategy.GCRA, name="r"))
-    guard = Guard(RedisBackend(Redis(port=redis_server.port, db=1), bins=1), [policy])
+    guard = Guard(RedisBackend(db_client(1), bins=1), [policy])
     guard.hit("p", u="a", cost=3000)  # needs about 3000 s
     (bin_key,) = state_keys(db1)
     long = 3_000_000  # ms: what a's record needs, whatever the slack

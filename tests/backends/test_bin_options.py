@@ -143,6 +143,7 @@ def test_a_binned_fallback_backend_keeps_its_bins(redis_server: RedisServer, db1
     assert state_keys(db1)
     assert all(key.startswith(b"fg:{#") for key in state_keys(db1))
     guard.close()
+    spare.close()  # the guard closes its own backend, never its fallback's
 
 
 def test_freqguards_own_options_leave_a_unix_url_whole(tmp_path: Any) -> None:

@@ -114,15 +114,16 @@ def test_every_key_has_a_ttl_bounded_by_its_window_and_no_content_is_stored(
     client.close()
 
 
-def test_every_key_expires_once_its_windows_have_passed(redis_server: RedisServer) -> None:
+def test_every_key_expires_once_its_windows_have_passed(
+    redis_server: RedisServer, redis_backend: RedisBackend
+) -> None:
     """On the server's own clock (no pinned time, so no pinned grace): every key is due to
     expire within the longest its states matter (the window; a rolling window's, a
     sub-window more), plus the 1/32 slack and the 1 s stale grace, of the server's TIME.
     Redis then empties the database by itself; reading absolute expiry times needs no
     waiting."""
-    flush([redis_server])
     guard = Guard(
-        RedisBackend(Redis(port=redis_server.port)),
+        redis_backend,  # the suite's, closed after the test (flushed before it)
         [
             Policy(
                 "p",
@@ -208,13 +209,12 @@ def test_backend_urls(redis_server: RedisServer, redis_cluster: list[RedisServer
 
 
 def test_pinned_time_cannot_let_real_expiry_drop_state_early(
-    redis_server: RedisServer, clock: ManualClock
+    redis_server: RedisServer, redis_backend: RedisBackend, clock: ManualClock
 ) -> None:
     """Found by the differential test: with a pinned clock, a TTL computed in pinned time (1 ms
     here) expired in real time while the state still mattered in pinned time."""
-    flush([redis_server])
     guard = Guard(
-        RedisBackend(Redis(port=redis_server.port)),
+        redis_backend,  # the suite's, closed after the test (flushed before it)
         [Policy("p", Rule("1000 per second", strategy="gcra"))],
         clock=clock,
     )

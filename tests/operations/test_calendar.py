@@ -10,7 +10,6 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
-from redis import Redis
 
 from freqguard import (
     BackendUnavailable,
@@ -26,7 +25,7 @@ from freqguard.engine.calendar import period_bounds
 from freqguard.script.calls import ScriptCall
 from freqguard.script.contract import HIT
 from freqguard.script.strategies.calendar import OUTSIDE
-from tests.conftest import AnyGuardFactory, Driven, flush
+from tests.conftest import AnyGuardFactory, Driven
 from tests.servers import RedisServer, state_keys
 
 US = 1_000_000
@@ -254,14 +253,13 @@ def test_periods_around_a_time_in_a_zone() -> None:
 
 
 def test_a_store_more_than_a_period_from_the_clients_clock_refuses_to_guess(
-    redis_server: RedisServer,
+    redis_server: RedisServer, redis_backend: RedisBackend
 ) -> None:
     """The client sends periods around its own clock; a store whose time is in none of them
     (clocks more than a day apart) answers an error, on both twins, and writes nothing."""
-    flush([redis_server])
     policy = _daily(tz="UTC")
     now = round(_utc(2026, 6, 10, 12) * US)
-    for backend in (MemoryBackend(), RedisBackend(Redis(port=redis_server.port))):
+    for backend in (MemoryBackend(), redis_backend):  # the suite's: flushed, closed after
         guard = Guard(backend, [policy], clock=ManualClock(now / US))
         plan = guard._policies.plan("sms")
         texts = plan.texts({"r": "a"})
@@ -274,10 +272,9 @@ def test_a_store_more_than_a_period_from_the_clients_clock_refuses_to_guess(
 
 
 def test_the_record_lives_until_the_local_day_ends(
-    redis_server: RedisServer, clock: ManualClock
+    redis_server: RedisServer, redis_backend: RedisBackend
 ) -> None:
-    flush([redis_server])
-    guard = Guard(RedisBackend(Redis(port=redis_server.port)), [_daily(tz="Asia/Kolkata")])
+    guard = Guard(redis_backend, [_daily(tz="Asia/Kolkata")])  # flushed, closed after
     guard.hit("sms", r="a")  # on the server's time
     (key,) = state_keys(redis_server.client)
     now = datetime.now(timezone.utc)
