@@ -208,7 +208,13 @@ class Worker:
         if self.client.conf.broker_url.startswith("amqp"):
             with self.client.connection_for_write() as connection:
                 connection.default_channel.queue_delete(self.queue)
-        self.client.close()
+        self.client.close()  # the broker's connections; not the result backend's
+        results = self.client.backend
+        consumer = getattr(results, "result_consumer", None)
+        if consumer is not None:
+            consumer.stop()  # its pub/sub connection
+        if isinstance(getattr(results, "client", None), Redis):
+            results.client.connection_pool.disconnect()  # its own
         self.store.close()
 
 
