@@ -40,8 +40,13 @@ _PROBES = {
         "f0e1d2c3-b4a5-4968-8778-695a4b3c2d1e",
         "F0E1D2C3B4A5496887786A5B4C3D2E1F",
         "0000fe9f-0000-4000-8000-00000000fe9f",
+        "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a",  # the third lower-case one, for Starlette < 0.38
     ),
 }
+#: The regular expressions Starlette's built-ins have had where the bounds allow: before
+#: 0.38 its uuid took lower case with hyphens only (the probes it takes stand for it).
+_BUILT_IN = {name: {regex} for name, regex in _CONVERTORS.items()}
+_BUILT_IN["uuid"].add("[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _BRACES = re.compile(r"{([^{}]*)}")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -132,10 +137,11 @@ def probe_paths(pattern: str) -> tuple[str, ...] | None:
     """
     known = _convertors()
     parts = _parts(pattern)
-    if any(name and known[c] != _CONVERTORS.get(c) for _, name, c in parts):
+    if any(name and known[c] not in _BUILT_IN.get(c, ()) for _, name, c in parts):
         return None
+    taken = {c: [v for v in _PROBES[c] if re.fullmatch(known[c], v)][:3] for _, n, c in parts if n}
     probes = tuple(
-        "".join(literal + (_PROBES[c][at] if name else "") for literal, name, c in parts)
+        "".join(literal + (taken[c][at] if name else "") for literal, name, c in parts)
         for at in range(3)
     )
     own = pattern_regex(pattern)
