@@ -20,20 +20,11 @@ from redis import Redis
 from freqguard import ConfigError, backend_from_url
 from freqguard.config import ENV
 from tests.conftest import examples, flush
+from tests.project.cli_refusal_rig import CONFIG
 from tests.project.cli_run import run
 from tests.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-CONFIG = """\
-backend = "{url}"
-
-[[policy]]
-name = "sms"
-rules = [
-  {{ rate = "3/minute", by = "recipient", name = "rcpt-1m" }},
-  {{ rate = "2 per 59 seconds", by = ["recipient", "content"], name = "content-59s" }},
-]
-"""
 #: an install of freqguard from the package index, which has no freqguard
 FROM_THE_INDEX = re.compile(r"""pip install[^\n`]*?["']?freqguard\[""")
 
