@@ -388,8 +388,11 @@ class AsyncGuard:
         return limits_of(plan, replies)
 
     async def aclose(self) -> None:
-        """Close the backend (its connections)."""
+        """Close the backend (its connections), and every fallback backend."""
         await self.backend.aclose()
+        for fallback in self._failover.backends():
+            if fallback is not self.backend:
+                await fallback.aclose()
 
     async def __aenter__(self) -> AsyncGuard:
         return self

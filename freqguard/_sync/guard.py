@@ -379,8 +379,11 @@ class Guard:
         return limits_of(plan, replies)
 
     def close(self) -> None:
-        """Close the backend (its connections)."""
+        """Close the backend (its connections), and every fallback backend."""
         self.backend.close()
+        for fallback in self._failover.backends():
+            if fallback is not self.backend:
+                fallback.close()
 
     def __enter__(self) -> Guard:
         return self

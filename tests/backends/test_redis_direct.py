@@ -4,6 +4,7 @@ client's own options."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import threading
 
@@ -21,9 +22,10 @@ from freqguard import (
 )
 from freqguard.backends import _lanes
 from freqguard.backends.redis import RedisBackend
+from freqguard.config.load import loads
 from tests.backends.redis_rig import _client, _connections_named
 from tests.conftest import SMS, START, flush, in_threads
-from tests.servers import RedisServer, wait_for
+from tests.servers import RedisServer, free_port, wait_for
 
 
 @pytest.mark.usefixtures("fast_switching")
@@ -142,4 +144,39 @@ def test_closing_a_cluster_backend_made_from_a_url_closes_every_nodes_connection
     wait_for(
         lambda: not any(_connections_named(node, "fg-closing") for node in redis_cluster),
         "the closed backend's connections to be gone from every node",
+    )
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_closing_a_guard_made_from_a_config_closes_its_fallback_store(
+    redis_server: RedisServer, kind: str
+) -> None:
+    """A configuration's ``on_error = { fallback = "redis://..." }`` makes a backend the
+    guard owns, as it owns its store; its close closed the store only, and the fallback's
+    connections stayed open until the collector found them (an unclosed socket's warning
+    in whatever test then ran)."""
+    dead = free_port()  # nothing listens there: every call falls back
+    text = f"""
+backend = "redis://127.0.0.1:{dead}?socket_connect_timeout=1"
+on_error = {{ fallback = "redis://127.0.0.1:{redis_server.port}?client_name=fg-fallback" }}
+[[policy]]
+name = "sms"
+rules = [{{ rate = "2/minute", by = "recipient" }}]
+"""
+    config = loads(text)
+    if kind == "sync":
+        guard = config.guard()
+        assert guard.hit("sms", recipient="r1").source == "fallback"
+        guard.close()
+    else:
+
+        async def run() -> None:
+            guard = config.async_guard()
+            assert (await guard.hit("sms", recipient="r1")).source == "fallback"
+            await guard.aclose()
+
+        asyncio.run(run())
+    wait_for(
+        lambda: not _connections_named(redis_server, "fg-fallback"),
+        "the fallback store's connections to be closed",
     )
