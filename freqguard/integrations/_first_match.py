@@ -1,13 +1,13 @@
 """A middleware's Limits in order: the first matching one decides a request, and a Limit that
-an earlier one wholly covers, which could never decide one, is refused when they are compiled.
+earlier ones wholly cover, which could never decide one, is refused when they are compiled.
 
-Covering is decided soundly: an earlier route covers a later one when its methods take all
-the later one's (None: every method; GET brings HEAD) and it matches each of the later
-pattern's probe paths (:func:`~freqguard.integrations._routes.probe_paths`: its parameters
-given unusual values of their convertors, three different ones). A partial overlap
-(``/items/special`` before ``/items/{id}``) is first match wins, by design, and allowed. A
-pattern with an application's own convertor has no probes: it is never refused, and never
-taken to cover another.
+Covering is decided soundly: earlier routes cover a later one when each matches every one
+of the later pattern's probe paths (:func:`~freqguard.integrations._routes.probe_paths`:
+its parameters given unusual values of their convertors, three different ones) and their
+methods take all the later one's (None: every method; GET brings HEAD), one route alone or
+some of the methods each. A partial overlap (``/items/special`` before ``/items/{id}``) is
+first match wins, by design, and allowed. A pattern with an application's own convertor
+has no probes: it is never refused, and never taken to cover another.
 """
 
 from __future__ import annotations
@@ -26,29 +26,45 @@ def compile_limits(limits: Sequence[Limit]) -> list[Route]:
     """Each Limit as a :class:`Route`, in order: the first matching one decides a request.
 
     Raises:
-        ConfigError: a Limit that can never decide a request, because an earlier one
-            matches every request it matches; both named, with their places in ``limits``.
+        ConfigError: a Limit that can never decide a request, because earlier ones match
+            every request it matches (one alone, or some of its methods each); named, with
+            their places in ``limits``.
     """
     routes = [compile_limit(limit) for limit in limits]
     probes = [probe_paths(limit.path) for limit in limits]
     for later, route in enumerate(routes):
-        for earlier in range(later):
-            # an earlier pattern with an application's own convertor (no probes of its
-            # own) covers nothing: its values are unknown, and all three probes of the
-            # later one may fall in them by chance (at most 64 characters, no dot first)
-            if probes[earlier] is not None and _covers(routes[earlier], route, probes[later]):
-                same = _covers(route, routes[earlier], probes[earlier])
+        # an earlier pattern with an application's own convertor (no probes of its own)
+        # covers nothing: its values are unknown, and all three probes of the later one
+        # may fall in them by chance (at most 64 characters, no dot first)
+        wider = [
+            earlier
+            for earlier in range(later)
+            if probes[earlier] is not None and _paths_cover(routes[earlier], route, probes[later])
+        ]
+        methods: set[str] = set()
+        for earlier in wider:
+            if _methods_cover(routes[earlier], route):
+                same = _methods_cover(route, routes[earlier]) and _paths_cover(
+                    route, routes[earlier], probes[earlier]
+                )
                 raise ConfigError(_unreachable(limits, earlier, later, same))
+            methods |= routes[earlier].methods or set()
+        if route.methods is not None and route.methods <= methods:
+            between = [e for e in wider if route.methods & (routes[e].methods or set())]
+            raise ConfigError(_unreachable_between(limits, between, later))
     return routes
 
 
-def _covers(earlier: Route, later: Route, probes: tuple[str, ...] | None) -> bool:
-    """Whether ``earlier`` matches every request ``later`` matches (``probes``: the later
+def _methods_cover(earlier: Route, later: Route) -> bool:
+    """Whether ``earlier`` takes every method ``later`` takes (None: every method)."""
+    return earlier.methods is None or (
+        later.methods is not None and later.methods <= earlier.methods
+    )
+
+
+def _paths_cover(earlier: Route, later: Route, probes: tuple[str, ...] | None) -> bool:
+    """Whether ``earlier`` matches every path ``later`` matches (``probes``: the later
     pattern's probe paths; None: not known, so not covered)."""
-    if earlier.methods is not None and (
-        later.methods is None or not later.methods <= earlier.methods
-    ):
-        return False
     if earlier.regex is None:  # every path
         return True
     if later.regex is None or probes is None:
@@ -67,6 +83,16 @@ def _unreachable(limits: Sequence[Limit], earlier: int, later: int, same: bool) 
         "matches every request it matches (the first matching Limit decides); put "
         f"limits[{later}], the narrower, before limits[{earlier}], or narrow "
         f"limits[{earlier}]'s methods"
+    )
+
+
+def _unreachable_between(limits: Sequence[Limit], between: Sequence[int], later: int) -> str:
+    named = [f"limits[{index}], {_shown(limits[index])}," for index in between]
+    return (
+        f"limits[{later}], {_shown(limits[later])}, can never decide a request: "
+        f"{', '.join(named[:-1])} and {named[-1]} come first and match every request it "
+        f"matches between them, each some of its methods (the first matching Limit "
+        f"decides); put limits[{later}] before them, or remove it"
     )
 
 

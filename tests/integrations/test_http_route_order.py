@@ -93,6 +93,42 @@ def test_a_limit_wholly_covered_by_an_earlier_one_is_refused(
     assert repr(later[0]) in str(refused.value)
 
 
+@BUILDERS
+@pytest.mark.parametrize(
+    ("first", "second", "later"),
+    [
+        (("/sms", ["GET"]), ("/sms", ["POST"]), ("/sms", ["GET", "POST"])),
+        (("/sms/{to}", ["POST"]), ("/{rest:path}", ["GET"]), ("/sms/x", ["POST", "GET"])),
+        (("/page", ["HEAD"]), ("/page", ["POST"]), ("/page", ["POST", "HEAD"])),
+    ],
+)
+def test_a_limit_covered_by_earlier_ones_together_is_refused_naming_them(
+    build: Callable[[Sequence[Limit]], object],
+    first: tuple[str, list[str] | None],
+    second: tuple[str, list[str] | None],
+    later: tuple[str, list[str] | None],
+) -> None:
+    """Each earlier Limit takes some of the later one's methods on all of its paths: none
+    covers it alone, together they leave it no request (found by review)."""
+    limits = [
+        Limit(first[0], "5/minute", methods=first[1]),
+        Limit("/other", "9/minute"),
+        Limit(second[0], "5/minute", methods=second[1]),
+        Limit(later[0], "1/minute", methods=later[1]),
+    ]
+    with pytest.raises(ConfigError) as refused:
+        build(limits)
+    assert str(refused.value).startswith(
+        f"limits[3], {_shown(later)}, can never decide a request: limits[0], "
+        f"{_shown(first)}, and limits[2], {_shown(second)}, come first and match every "
+        "request it matches between them"
+    )
+
+
+def _shown(limit: tuple[str, list[str] | None]) -> str:
+    return f"Limit({limit[0]!r}, methods={sorted(limit[1] or ())!r})"
+
+
 def test_two_limits_for_the_same_requests_are_told_to_be_one() -> None:
     """Moving one before the other would not help: both match the same requests."""
     limits = [Limit("/sms/{to}", "5/minute"), Limit("/sms/{recipient}", "1/minute")]
