@@ -12,6 +12,7 @@ has no probes: it is never refused, and never taken to cover another.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from freqguard.errors import ConfigError
@@ -32,15 +33,20 @@ def compile_limits(limits: Sequence[Limit]) -> list[Route]:
     """
     routes = [compile_limit(limit) for limit in limits]
     probes = [probe_paths(limit.path) for limit in limits]
+    # the earlier routes by the literal their pattern starts with: a route's regex matches
+    # only paths that start with it, so only those whose literal starts every probe of a
+    # later one may cover it (each later one checked against a few, not every earlier)
+    starting: dict[str, list[int]] = {}
     for later, route in enumerate(routes):
+        found = probes[later]
+        common = "" if found is None or route.regex is None else os.path.commonprefix(found)
+        candidates = sorted(
+            earlier for size in range(len(common) + 1) for earlier in starting.get(common[:size], ())
+        )
         # an earlier pattern with an application's own convertor (no probes of its own)
         # covers nothing: its values are unknown, and all three probes of the later one
         # may fall in them by chance (at most 64 characters, no dot first)
-        wider = [
-            earlier
-            for earlier in range(later)
-            if probes[earlier] is not None and _paths_cover(routes[earlier], route, probes[later])
-        ]
+        wider = [e for e in candidates if _paths_cover(routes[e], route, found)]
         methods: set[str] = set()
         for earlier in wider:
             if _methods_cover(routes[earlier], route):
@@ -52,6 +58,9 @@ def compile_limits(limits: Sequence[Limit]) -> list[Route]:
         if route.methods is not None and route.methods <= methods:
             between = [e for e in wider if route.methods & (routes[e].methods or set())]
             raise ConfigError(_unreachable_between(limits, between, later))
+        if found is not None:
+            literal = "" if route.regex is None else limits[later].path.partition("{")[0]
+            starting.setdefault(literal, []).append(later)
     return routes
 
 

@@ -276,3 +276,22 @@ def test_a_refused_limit_decides_no_request(
         if _first(limits, method, path) == refused
     ]
     assert not reached, f"{limits[refused]} refused, yet it decides {reached[:3]}"
+
+
+def test_each_limit_is_checked_against_the_earlier_ones_its_literal_allows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Compiling n Limits checked each against every earlier one: 2,000 generated routes
+    (a route per tenant) took 1.4 s, 4,000 took 5.4 (quadratic). Only an earlier Limit
+    whose pattern's literal start begins every probe of a later one can cover it."""
+    import freqguard.integrations._first_match as first_match
+
+    checks = []
+    real = first_match._paths_cover
+    monkeypatch.setattr(
+        first_match, "_paths_cover", lambda *args: checks.append(1) or real(*args)
+    )
+    limits = [Limit("/{rest:path}", "9/minute", methods=["PUT"])]
+    limits += [Limit(f"/api/tenant{i}/{{item}}", "5/minute", name=f"t{i}") for i in range(500)]
+    _asgi(limits)
+    assert len(checks) <= 3 * len(limits)
