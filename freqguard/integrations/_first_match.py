@@ -12,7 +12,6 @@ has no probes: it is never refused, and never taken to cover another.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 from freqguard.errors import ConfigError
@@ -39,9 +38,9 @@ def compile_limits(limits: Sequence[Limit]) -> list[Route]:
     starting: dict[str, list[int]] = {}
     for later, route in enumerate(routes):
         found = probes[later]
-        common = "" if found is None or route.regex is None else os.path.commonprefix(found)
+        common = "" if found is None or route.regex is None else _common_start(found)
         candidates = sorted(
-            earlier for size in range(len(common) + 1) for earlier in starting.get(common[:size], ())
+            e for size in range(len(common) + 1) for e in starting.get(common[:size], ())
         )
         # an earlier pattern with an application's own convertor (no probes of its own)
         # covers nothing: its values are unknown, and all three probes of the later one
@@ -62,6 +61,15 @@ def compile_limits(limits: Sequence[Limit]) -> list[Route]:
             literal = "" if route.regex is None else limits[later].path.partition("{")[0]
             starting.setdefault(literal, []).append(later)
     return routes
+
+
+def _common_start(texts: Sequence[str]) -> str:
+    """The characters every one of ``texts`` starts with."""
+    first, last = min(texts), max(texts)  # the others lie between: they share its start
+    size = next(
+        (i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b), len(first)
+    )
+    return first[:size]
 
 
 def _methods_cover(earlier: Route, later: Route) -> bool:
