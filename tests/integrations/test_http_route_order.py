@@ -288,9 +288,12 @@ def test_each_limit_is_checked_against_the_earlier_ones_its_literal_allows(
 
     checks = []
     real = first_match._paths_cover
-    monkeypatch.setattr(
-        first_match, "_paths_cover", lambda *args: checks.append(1) or real(*args)
-    )
+
+    def counted(*args: Any) -> bool:
+        checks.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(first_match, "_paths_cover", counted)
     limits = [Limit("/{rest:path}", "9/minute", methods=["PUT"])]
     limits += [Limit(f"/api/tenant{i}/{{item}}", "5/minute", name=f"t{i}") for i in range(500)]
     _asgi(limits)
