@@ -13,7 +13,7 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.connection import Connection as AsyncConnection
 
 from freqguard.backends._redispy import NodePool, aget_connection, aserver_closed, pool_of
-from freqguard.backends.base import FINISHING
+from freqguard.backends.base import answered
 from freqguard.errors import ConfigError
 
 __all__ = ["AsyncJob", "AsyncLane", "aexchange_all"]
@@ -74,7 +74,7 @@ class AsyncLane:
 
     async def exchange(self, packed: bytes, count: int) -> list[object]:
         future = self.submit(packed, count)
-        return await (_finished(future) if FINISHING.get() else future)
+        return await answered(future)
 
     def submit(self, packed: bytes, count: int) -> asyncio.Future[list[object]]:
         """Queue ``count`` packed calls: the future of their replies (no task is made, so
@@ -277,18 +277,6 @@ class AsyncLane:
             await pool_of(owner).release(connection)
 
 
-async def _finished(future: asyncio.Future[T]) -> T:
-    """``future``'s result, waited for through every cancellation of the task that waits
-    (:data:`~freqguard.backends.base.FINISHING`): the calls it answers are out, and the
-    guard must learn what they did."""
-    while True:
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            if future.cancelled():  # cancelled itself (its driver gone), not its waiter
-                raise
-
-
 AsyncJob = tuple[AsyncLane, bytes, int]  # a lane, packed calls, how many replies they get
 
 
@@ -304,7 +292,7 @@ async def aexchange_all(jobs: Sequence[AsyncJob]) -> list[list[object] | Excepti
     gathered = asyncio.gather(
         *[lane.submit(packed, count) for lane, packed, count in jobs], return_exceptions=True
     )
-    answers = await (_finished(gathered) if FINISHING.get() else gathered)
+    answers = await answered(gathered)
     for answer in answers:  # cancelled: not an answer to hand on
         if isinstance(answer, BaseException) and not isinstance(answer, Exception):
             raise answer

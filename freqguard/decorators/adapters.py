@@ -18,7 +18,7 @@ import asyncio
 import weakref
 from collections.abc import Sequence
 
-from freqguard.backends.base import AsyncBackend, SyncBackend
+from freqguard.backends.base import AsyncBackend, SyncBackend, answered
 from freqguard.backends.memory import MemoryBackend
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.policy import Fallback
@@ -31,8 +31,8 @@ class ThreadedBackend:
     """An async backend over a sync-only one: each call runs in a worker thread.
 
     Args:
-        backend: the sync backend whose calls are run with :func:`asyncio.to_thread`, so the
-            event loop never waits on its I/O.
+        backend: the sync backend whose calls are run in the loop's default executor, so
+            the event loop never waits on its I/O.
     """
 
     def __init__(self, backend: SyncBackend) -> None:
@@ -43,12 +43,17 @@ class ThreadedBackend:
         self.bins: int = getattr(backend, "bins", 0)  # keys are built as the backend's
 
     async def aexecute(self, call: ScriptCall) -> Reply:
-        """Run one script call in a worker thread."""
-        return await asyncio.to_thread(self.backend.execute, call)
+        """Run one script call in a worker thread (as :meth:`aexecute_many`)."""
+        loop = asyncio.get_running_loop()
+        return await answered(loop.run_in_executor(None, self.backend.execute, call))
 
     async def aexecute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
-        """Run a batch of script calls in a worker thread."""
-        return await asyncio.to_thread(self.backend.execute_many, calls)
+        """Run a batch of script calls in a worker thread: a cancellation stops the wait,
+        never the thread; calls the guard lets finish (``FINISHING``: a lease's) are waited
+        for through it, their replies returned (``asyncio.run``'s end cancelled the wait,
+        and a lease the thread took was left held)."""
+        loop = asyncio.get_running_loop()  # a future, not a task: asyncio.run cancels tasks
+        return await answered(loop.run_in_executor(None, self.backend.execute_many, calls))
 
     async def aclose(self) -> None:
         """Close the sync backend in a worker thread."""
