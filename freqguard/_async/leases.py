@@ -10,6 +10,7 @@ a ``try`` that gives the lease back, and the calls themselves go under ``holding
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from contextlib import AsyncContextDecorator
 from typing import TYPE_CHECKING
@@ -138,16 +139,18 @@ class AsyncLeaseBlock(AsyncContextDecorator):
         self._guard, self._args = guard, (policy, cost, ctx)
         self._taken: list[Decision] = []  # filled before a Ctrl-C can land: given back
         self._gave = False  # its give-back on the way out of an interrupt was tried
+        self._entered = threading.Lock()  # held from the first entry on: one `with`
 
     def _recreate_cm(self) -> AsyncLeaseBlock:
         return AsyncLeaseBlock(self._guard, *self._args)
 
     async def __aenter__(self) -> Decision:
-        taken = self._taken
-        if taken:
-            raise RuntimeError(
-                "a lease block is for one `with`: call guard.lease(...) again for another"
+        if not self._entered.acquire(blocking=False):  # at once: a second task or thread
+            raise RuntimeError(  # entering while the first's take is out is refused too
+                "a lease block is for one `with` at a time: call guard.lease(...) in each "
+                "task or thread (or decorate the function with it: a lease for each call)"
             )
+        taken = self._taken
         try:
             return await take(self._guard, *self._args, taken)
         except BaseException:  # a Ctrl-C held back as it was taken, or just after: given
@@ -167,8 +170,18 @@ class AsyncLeaseBlock(AsyncContextDecorator):
         if taken and taken[0].allowed:
             started: list[bool] = []
             try:
-                await give_back(self._guard, taken[0], releasing(self._guard, taken[0]), started)
+                # one released or refunded inside the block (the call failed: refunded) is
+                # back already: its spent receipt claimed again raised "already refunded"
+                # in place of the block's own exception
+                if not _spent(taken[0]):
+                    claim = releasing(self._guard, taken[0])
+                    await give_back(self._guard, taken[0], claim, started)
             except Cancelled:  # a Ctrl-C as the release began: it goes now
                 if not started:
                     await give_back_unsent(self._guard, taken[0], releasing(self._guard, taken[0]))
                 raise
+
+
+def _spent(decision: Decision) -> bool:
+    receipt = decision.receipt
+    return receipt is not None and receipt.spent

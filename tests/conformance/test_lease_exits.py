@@ -13,6 +13,7 @@ a concurrency rule or back in ``test_lease_deploys.py``; the stores are ``lease_
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncGenerator, Generator
 
 import pytest
@@ -129,3 +130,87 @@ def test_a_rate_capped_generator_is_counted_at_its_call_as_before() -> None:
 
     made = [numbers() for _ in range(3)]
     assert [list(g) if g is not None else None for g in made] == [[1], [1], None]
+
+
+def test_one_lease_block_entered_by_two_tasks_at_once_refuses_the_second() -> None:
+    """A block is for one ``with``; the check was made before the take's await, so a second
+    task entering the same block meanwhile (``block = guard.lease(...)`` shared as an
+    ``asyncio.Semaphore`` is) passed it: both took a lease, both got the first, which went
+    back twice ("already refunded" at the second exit) while the other stayed held
+    (adversarial review). The second entry is now refused, before it takes anything."""
+
+    async def main() -> tuple[list[str], int]:
+        guard = AsyncGuard(policies=[LLM], clock=ManualClock(START))
+        block = guard.lease("llm", user="u")
+        seen: list[str] = []
+
+        async def worker() -> None:
+            try:
+                async with block:
+                    seen.append("inside")
+                    await asyncio.sleep(0)
+            except RuntimeError as exc:
+                seen.append(str(exc))
+
+        await asyncio.gather(worker(), worker())
+        return seen, (await guard.peek("llm", user="u")).rules[0].remaining
+
+    seen, free = asyncio.run(main())
+    assert free == 2
+    assert seen[0].startswith("a lease block is for one `with` at a time")
+    assert seen[1:] == ["inside"]
+
+
+def test_one_lease_block_entered_by_two_threads_at_once_refuses_the_second() -> None:
+    """The sync copy: the second thread tries the block while the first is inside its take
+    (an observer holds the first decision until the second has tried)."""
+    in_take, tried = threading.Event(), threading.Event()
+
+    class Hold:
+        def decided(self, decision: object, context: object, seconds: float) -> None:
+            in_take.set()
+            tried.wait(5)
+
+        def failed(self, error: object, policy: str, backend: str) -> None:
+            pass
+
+    guard = Guard(policies=[LLM], clock=ManualClock(START), observers=[Hold()])
+    block = guard.lease("llm", user="u")
+    seen: list[object] = []
+
+    def first() -> None:
+        with block:
+            seen.append("inside")
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert in_take.wait(5)
+    try:
+        with pytest.raises(RuntimeError, match="for one `with` at a time"), block:
+            pass
+    finally:
+        tried.set()
+        thread.join()
+    assert seen == ["inside"]
+    assert guard.peek("llm", user="u").rules[0].remaining == 2
+
+
+@pytest.mark.parametrize("way", ["release", "refund"])
+def test_a_blocks_lease_given_back_inside_it_leaves_its_exit_quiet(way: str) -> None:
+    """``release(decision)`` or ``refund(decision)`` inside ``with guard.lease(...)`` (the
+    vendor failed: refund it) gave the lease back; the block's own give-back then claimed
+    the spent receipt and raised "already refunded" out of its exit, in place of the
+    block's own exception (adversarial review). A lease already given back is not given
+    back again."""
+    guard = Guard(policies=[LLM], clock=ManualClock(START))
+
+    def failing() -> None:
+        with guard.lease("llm", user="u") as decision:
+            getattr(guard, way)(decision)
+            raise ValueError("the vendor failed")
+
+    with pytest.raises(ValueError, match="the vendor failed"):
+        failing()
+    with guard.lease("llm", user="u") as decision:
+        getattr(guard, way)(decision)
+    assert guard.peek("llm", user="u").rules[0].remaining == 2
