@@ -13,7 +13,8 @@ from freqguard.policy import Policy
 
 __all__ = ["MOST_REPLACED", "PolicyRegistry"]
 
-#: Replaced plans kept, so that leases taken under them are given back after a deploy.
+#: Replaced plans kept per policy, so that leases taken under them are given back after a
+#: deploy (however many policies one deploy replaces).
 MOST_REPLACED = 64
 
 
@@ -35,8 +36,9 @@ class PolicyRegistry:
         self._estimate = estimate
         self._bins = bins
         self._plans: dict[str, PolicyPlan] = {}
-        # plans replaced, by (name, fingerprint): a lease taken under one is given back by it
-        self._replaced: dict[tuple[str, str], PolicyPlan] = {}
+        # plans replaced, by name and fingerprint, oldest first: a lease taken under one is
+        # given back by it
+        self._replaced: dict[str, dict[str, PolicyPlan]] = {}
 
     def compile(self, policy: object, replace: object = False) -> PolicyPlan | None:
         """``policy`` compiled, to :meth:`add` once the guard accepts it; None when an
@@ -83,11 +85,13 @@ class PolicyRegistry:
         """Register a plan made by :meth:`compile` (the one it replaces kept for
         :meth:`taken_under`)."""
         old = self._plans.get(plan.name)
+        replaced = self._replaced.setdefault(plan.name, {})
         if old is not None and old.fingerprint != plan.fingerprint:
-            if len(self._replaced) >= MOST_REPLACED:
-                self._replaced.pop(next(iter(self._replaced)))  # the oldest goes
-            self._replaced[old.name, old.fingerprint] = old
-        self._replaced.pop((plan.name, plan.fingerprint), None)
+            replaced.pop(old.fingerprint, None)  # back again: the newest once more
+            if len(replaced) >= MOST_REPLACED:
+                replaced.pop(next(iter(replaced)))  # the policy's oldest goes
+            replaced[old.fingerprint] = old
+        replaced.pop(plan.fingerprint, None)
         self._plans[plan.name] = plan
 
     def taken_under(
@@ -97,7 +101,7 @@ class PolicyRegistry:
         made: Callable[[PolicyPlan], PolicyPlan] = lambda plan: plan,
     ) -> PolicyPlan:
         """The plan a receipt of ``name`` was made by (``made`` of it: a fallback's shared-out
-        plan): the registered one, or one it replaced (the last :data:`MOST_REPLACED`), so
+        plan): the registered one, or one it replaced (its last :data:`MOST_REPLACED`), so
         that a lease taken before a deploy is given back after it; else the registered one
         (which refuses the receipt).
 
@@ -107,8 +111,8 @@ class PolicyRegistry:
         plan = self.plan(name)
         if made(plan).fingerprint == fingerprint:  # the usual release: no deploy since
             return plan
-        olders = [old for (named, _), old in self._replaced.items() if named == name]
-        return next((o for o in reversed(olders) if made(o).fingerprint == fingerprint), plan)
+        olders = reversed(self._replaced.get(name, {}).values())
+        return next((o for o in olders if made(o).fingerprint == fingerprint), plan)
 
     def plan(self, name: str) -> PolicyPlan:
         """The plan registered under a policy's name.

@@ -97,3 +97,26 @@ def test_a_lease_held_across_a_deploy_is_given_back_when_its_block_ends(
     assert guard.peek("p").remaining == 2
     with pytest.raises(ConfigError, match="already refunded"):
         guard.release(taken)
+
+
+def _versioned(name: str, per_minute: int) -> Policy:
+    return Policy(
+        name,
+        Rule("2 concurrent", by="user", lease=60, name="cc"),
+        Rule(f"{per_minute}/minute", by="user"),
+    )
+
+
+def test_a_lease_held_across_one_deploy_of_many_policies_is_given_back() -> None:
+    """The replaced versions a guard keeps (so that a lease taken before a deploy goes back
+    after it) were 64 for all its policies together: one deploy that changed 65 policies
+    (a configuration reloaded, every rate raised) dropped the version a lease of the first
+    was taken under, and the block's end raised a ConfigError ("the receipt is for policy
+    'p0' as it was registered then") with the lease left held (adversarial review). The
+    last 64 versions are kept per policy."""
+    guard = Guard(policies=[_versioned(f"p{i}", 100) for i in range(65)], clock=ManualClock(START))
+    with guard.lease("p0", user="u") as decision:
+        assert decision.allowed
+        for i in range(65):
+            guard.add_policy(_versioned(f"p{i}", 200), replace=True)
+    assert guard.peek("p0", user="u").rules[0].remaining == 2
