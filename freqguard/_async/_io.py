@@ -18,12 +18,15 @@ from freqguard.clock import Clock
 from freqguard.engine.ops import Interrupted, Op, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
-__all__ = ["Cancelled", "holding", "send", "sleep", "unwind"]
+__all__ = ["Cancelled", "Interrupt", "holding", "send", "sleep", "unwind"]
 
 T = TypeVar("T")
 _log = logging.getLogger("freqguard")
 
 Cancelled = asyncio.CancelledError
+#: What ends a lease's take or give-back part way and has it given back: a cancellation, a
+#: Ctrl-C, or the ``SystemExit`` of a program's SIGTERM handler (a deploy stopping a worker).
+Interrupt = (asyncio.CancelledError, KeyboardInterrupt, SystemExit)
 
 
 async def sleep(clock: Clock, seconds: float) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import TypeVar, overload
 
-from freqguard._async._io import Cancelled, send, sleep, unwind
+from freqguard._async._io import Cancelled, Interrupt, send, sleep, unwind
 from freqguard._async.leases import (
     AsyncLeaseBlock,
     give_back,
@@ -293,7 +293,7 @@ class AsyncGuard:
                 count = 1 if cost is None else cost
                 return await self._run(self._hits.decide(policy, count, ctx, REFUND), policy)
             return await give_back(self, policy, refunding(self, policy, cost, ctx), started)
-        except Cancelled:  # a Ctrl-C as it began: nothing went, it goes now
+        except Interrupt:  # a Ctrl-C as it began: nothing went, it goes now
             if not started and isinstance(policy, Decision):
                 await give_back_unsent(self, policy, refunding(self, policy, cost, ctx))
             raise
@@ -321,7 +321,7 @@ class AsyncGuard:
         started: list[bool] = []
         try:
             return await give_back(self, decision, releasing(self, decision), started)
-        except Cancelled:  # a Ctrl-C as it began: nothing went, it goes now
+        except Interrupt:  # a Ctrl-C as it began: nothing went, it goes now
             if not started:
                 await give_back_unsent(self, decision, releasing(self, decision))
             raise
@@ -390,9 +390,8 @@ class AsyncGuard:
     async def aclose(self) -> None:
         """Close the backend (its connections), and every fallback backend."""
         await self.backend.aclose()
-        for fallback in self._failover.backends():
-            if fallback is not self.backend:
-                await fallback.aclose()
+        for fallback in self._failover.backends(besides=self.backend):
+            await fallback.aclose()
 
     async def __aenter__(self) -> AsyncGuard:
         return self

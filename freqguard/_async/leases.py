@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextlib import AsyncContextDecorator
 from typing import TYPE_CHECKING
 
-from freqguard._async._io import Cancelled, holding
+from freqguard._async._io import Interrupt, holding
 from freqguard.decision import Decision
 from freqguard.engine.ops import Op
 from freqguard.engine.refunds import maybe_applied, unspend
@@ -73,7 +73,7 @@ async def give_back(
                 return await given_back(guard, claim(), decision)
         finally:  # a signal as the hold's __exit__ begins: the handler put back all the same
             hold.restore()
-    except Cancelled:
+    except Interrupt:
         if hold is None or not hold.entered:
             await give_back_unsent(guard, decision, claim)
         raise
@@ -176,7 +176,7 @@ class AsyncLeaseBlock(AsyncContextDecorator):
                 if not _spent(taken[0]):
                     claim = releasing(self._guard, taken[0])
                     await give_back(self._guard, taken[0], claim, started)
-            except Cancelled:  # a Ctrl-C as the release began: it goes now
+            except Interrupt:  # a Ctrl-C as the release began: it goes now
                 if not started:
                     await give_back_unsent(self._guard, taken[0], releasing(self._guard, taken[0]))
                 raise

@@ -3,11 +3,12 @@ cancelled part way, but the main thread is interrupted (Ctrl-C: ``KeyboardInterr
 side's :data:`Cancelled`).
 
 A lease taken or given back holds a Ctrl-C back (:class:`holding`) from before its calls go
-out until the guard knows what they did, in the main thread while SIGINT has Python's own
-handler, on any store: an interrupt that cut the reply's read, or landed
-between the store's answer and the decision in the caller's hands, left a lease the store
-took known to nobody (held until it lapsed). At the hold's end the interrupt is raised: the
-guard gives the lease back first, as the async guard does on a cancellation. A second
+out until the guard knows what they did, in the main thread while SIGINT has a handler in
+Python (SIGTERM's, a program's own, is held back alike: design note 97), on any store: an
+interrupt that cut the reply's read, or landed between the store's answer and the
+decision in the caller's hands, left a lease the store took known to nobody (held until
+it lapsed). At the hold's end the interrupt is raised: the guard gives the lease back
+first, as the async guard does on a cancellation. A second
 Ctrl-C meanwhile is raised at once (what the calls did is then not known). Nothing is held
 back elsewhere: a call of a hit or a batch a Ctrl-C cuts counts or not, as a cancelled one
 may (the strict side), and a hold costs three calls to ``signal`` (about 25 µs: its
@@ -30,12 +31,15 @@ from freqguard.clock import Clock
 from freqguard.engine.ops import Op, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
-__all__ = ["Cancelled", "holding", "send", "sleep", "unwind"]
+__all__ = ["Cancelled", "Interrupt", "holding", "send", "sleep", "unwind"]
 
 T = TypeVar("T")
 _log = logging.getLogger("freqguard")
 
 Cancelled = KeyboardInterrupt
+#: What ends a lease's take or give-back part way and has it given back: a Ctrl-C, or the
+#: ``SystemExit`` of a program's SIGTERM handler (a deploy stopping a worker).
+Interrupt = (KeyboardInterrupt, SystemExit)
 _MAIN = threading.main_thread()
 
 
@@ -51,25 +55,31 @@ def send(backend: Any, calls: list[ScriptCall], whole: bool) -> list[Reply]:
 
 class holding:
     """A Ctrl-C held back in the block, on a store outside the process, in the main thread
-    while SIGINT has Python's own handler (a program's own handler, or one set outside
-    Python, is left to it); raised as the block ends (``raising``), after it, or at once
-    when a second comes. ``entered``: the hold is in force (or none was needed), so what
-    the block claims is the block's to give back. Blocks nest: an inner one finds the
-    outer's handler and holds nothing itself."""
+    while SIGINT has Python's own handler; so too a signal whose handler is the program's
+    own, in Python (SIGTERM's that calls ``sys.exit`` as a deploy stops a worker, SIGINT's),
+    run as the block ends. A handler set outside Python is left to it. A Ctrl-C is raised
+    as the block ends (``raising``), after it, or at once when a second signal comes (a
+    program's handler then runs at once). ``entered``: the hold is in force (or none was
+    needed), so what the block claims is the block's to give back. Blocks nest: an inner
+    one finds the outer's handlers and holds nothing itself."""
 
     def __init__(self, backend: Any, raising: bool = True) -> None:
         self.came: list[int] = []
         self.entered, self._raising, self._restoring = False, raising, False
-        self._backend, self._previous = backend, None
+        self._backend, self._previous = backend, _NONE
 
     def __enter__(self) -> holding:
         previous = _holdable()
-        if previous is not None:
-            self._previous = previous  # first: an exception as it is set puts it back
+        if previous:
+            self._previous = previous  # first: an exception as one is set puts them back
+            done: dict[int, Any] = {}
             try:
-                signal.signal(signal.SIGINT, self._note)
-            except (TypeError, ValueError):  # not this interpreter's to set: as it is
-                self._previous = None
+                for signum, handler in previous.items():
+                    signal.signal(signum, self._note)
+                    done[signum] = handler
+            except (TypeError, ValueError):  # not this interpreter's to set: as they are
+                _put_back(done)
+                self._previous = _NONE
             except BaseException:  # another signal's handler raised as it was set
                 _put_back(previous)
                 raise
@@ -77,55 +87,76 @@ class holding:
         return self
 
     def _note(self, signum: int, frame: object) -> None:
-        if self.came and not self._restoring:  # a second Ctrl-C meanwhile: at once, the
-            self.restore()  # handler put back first (it may land where __exit__ never runs)
-            raise KeyboardInterrupt
+        if self.came and not self._restoring:  # a second meanwhile: at once, the
+            handler = self._previous.get(signum)  # handlers put back first (it may land
+            self.restore()  # where __exit__ never runs)
+            if handler is signal.default_int_handler or not callable(handler):
+                raise KeyboardInterrupt
+            handler(signum, frame)
+            return
         self.came.append(signum)
 
     def restore(self) -> BaseException | None:
-        """Put SIGINT's handler back, once (``__exit__`` does; a caller's ``finally`` too,
-        for a signal that lands as ``__exit__`` begins, before its first line: review
-        found the noting handler left for good, and every later hold off); what another
+        """Put the handlers back, once (``__exit__`` does; a caller's ``finally`` too, for
+        a signal that lands as ``__exit__`` begins, before its first line: review found
+        the noting handler left for good, and every later hold off); what another
         signal's handler raised meanwhile, if anything."""
         previous = self._previous
-        if previous is None:
+        if not previous:
             return None
-        self._restoring = True  # a Ctrl-C as it is put back (signal runs it first): noted
+        self._restoring = True  # a signal as they are put back (signal runs it first): noted
         other = _put_back(previous)
-        self._previous = None  # once put back (a signal as _put_back begins: tried again)
+        self._previous = _NONE  # once put back (a signal as _put_back begins: tried again)
         return other
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        handlers = self._previous
         other = self.restore()
-        if self.came and self._raising and not (kind and issubclass(kind, KeyboardInterrupt)):
-            raise KeyboardInterrupt from None  # after a failure too: what it did is not known
+        for signum in dict.fromkeys(self.came):  # each signal that came, once, in order
+            handler = handlers.get(signum)
+            if handler is not signal.default_int_handler and callable(handler):
+                handler(signum, None)  # the program's own: run as if it came now
+            elif self._raising and not (kind and issubclass(kind, KeyboardInterrupt)):
+                raise KeyboardInterrupt from None  # after a failure too: what it did is not known
         if other is not None:
             raise other
 
 
-def _put_back(handler: Any) -> BaseException | None:
-    """SIGINT's handler set back to ``handler``, through what another signal's handler
-    raises as it is set (``signal.signal`` runs pending handlers first, and its Python
-    wrapper checks for signals after setting it: review found the noting handler left in
-    place for good); the first such exception, for the caller to raise once it is set."""
+_NONE: dict[int, Any] = {}  # no handler held
+#: The signals whose handlers a hold holds back: Ctrl-C, and the one a deploy stops with.
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+def _put_back(handlers: dict[int, Any]) -> BaseException | None:
+    """Each signal's handler set back, through what another signal's handler raises as it
+    is set (``signal.signal`` runs pending handlers first, and its Python wrapper checks
+    for signals after setting it: review found the noting handler left in place for
+    good); the first such exception, for the caller to raise once they are set."""
     other: BaseException | None = None
-    for _ in range(8):  # each raise is a signal that came: they end
-        try:
-            signal.signal(signal.SIGINT, handler)
-            return other
-        except BaseException as exc:
-            other = other or exc
-    signal.signal(signal.SIGINT, handler)  # as a last try, whatever it raises
+    for signum, handler in handlers.items():
+        for _ in range(8):  # each raise is a signal that came: they end
+            try:
+                signal.signal(signum, handler)
+                break
+            except BaseException as exc:
+                other = other or exc
+        else:
+            signal.signal(signum, handler)  # as a last try, whatever it raises
     return other
 
 
-def _holdable() -> Any:
-    """SIGINT's handler where a Ctrl-C can be held back: Python's own, in the main thread;
-    else None."""
+def _holdable() -> dict[int, Any]:
+    """The handlers a hold holds back, by signal: in the main thread, each of :data:`_HELD`
+    whose handler is Python's own Ctrl-C or the program's own in Python, and no hold's
+    (an outer hold is in force); else none."""
     if threading.current_thread() is not _MAIN:
-        return None
-    handler = signal.getsignal(signal.SIGINT)
-    return handler if handler is signal.default_int_handler else None
+        return _NONE
+    found: dict[int, Any] = {}
+    for signum in _HELD:
+        handler = signal.getsignal(signum)
+        if callable(handler) and not isinstance(getattr(handler, "__self__", None), holding):
+            found[signum] = handler
+    return found
 
 
 def unwind(op: Op[T], cancelled: BaseException, backend: Any) -> BaseException:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import TypeVar, overload
 
-from freqguard._sync._io import Cancelled, send, sleep, unwind
+from freqguard._sync._io import Cancelled, Interrupt, send, sleep, unwind
 from freqguard._sync.leases import (
     LeaseBlock,
     give_back,
@@ -286,7 +286,7 @@ class Guard:
                 count = 1 if cost is None else cost
                 return self._run(self._hits.decide(policy, count, ctx, REFUND), policy)
             return give_back(self, policy, refunding(self, policy, cost, ctx), started)
-        except Cancelled:  # a Ctrl-C as it began: nothing went, it goes now
+        except Interrupt:  # a Ctrl-C as it began: nothing went, it goes now
             if not started and isinstance(policy, Decision):
                 give_back_unsent(self, policy, refunding(self, policy, cost, ctx))
             raise
@@ -312,7 +312,7 @@ class Guard:
         started: list[bool] = []
         try:
             return give_back(self, decision, releasing(self, decision), started)
-        except Cancelled:  # a Ctrl-C as it began: nothing went, it goes now
+        except Interrupt:  # a Ctrl-C as it began: nothing went, it goes now
             if not started:
                 give_back_unsent(self, decision, releasing(self, decision))
             raise
@@ -381,9 +381,8 @@ class Guard:
     def close(self) -> None:
         """Close the backend (its connections), and every fallback backend."""
         self.backend.close()
-        for fallback in self._failover.backends():
-            if fallback is not self.backend:
-                fallback.close()
+        for fallback in self._failover.backends(besides=self.backend):
+            fallback.close()
 
     def __enter__(self) -> Guard:
         return self

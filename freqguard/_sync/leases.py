@@ -16,7 +16,7 @@ from collections.abc import Callable
 from contextlib import ContextDecorator
 from typing import TYPE_CHECKING
 
-from freqguard._sync._io import Cancelled, holding
+from freqguard._sync._io import Interrupt, holding
 from freqguard.decision import Decision
 from freqguard.engine.ops import Op
 from freqguard.engine.refunds import maybe_applied, unspend
@@ -74,7 +74,7 @@ def give_back(
                 return given_back(guard, claim(), decision)
         finally:  # a signal as the hold's __exit__ begins: the handler put back all the same
             hold.restore()
-    except Cancelled:
+    except Interrupt:
         if hold is None or not hold.entered:
             give_back_unsent(guard, decision, claim)
         raise
@@ -177,7 +177,7 @@ class LeaseBlock(ContextDecorator):
                 if not _spent(taken[0]):
                     claim = releasing(self._guard, taken[0])
                     give_back(self._guard, taken[0], claim, started)
-            except Cancelled:  # a Ctrl-C as the release began: it goes now
+            except Interrupt:  # a Ctrl-C as the release began: it goes now
                 if not started:
                     give_back_unsent(self._guard, taken[0], releasing(self._guard, taken[0]))
                 raise

@@ -108,13 +108,14 @@ class Failover:
             self._shared_out(plan, on_error)
         self._given[plan.name] = on_error
 
-    def backends(self) -> list[Any]:
-        """Every fallback backend, each once, as this guard drives them: a guard's close
-        closes them with its store (a configuration's ``on_error = { fallback = "..." }``
-        makes one only the guard holds)."""
+    def backends(self, besides: object) -> list[Any]:
+        """Every fallback backend but ``besides`` (the guard's store), each once, as this
+        guard drives them: a guard's close closes them with its store (a configuration's
+        ``on_error = { fallback = "..." }`` makes one only the guard holds)."""
         given = (self.default, *(self._driven[name] for name in self._driven))
         found = (value.backend if isinstance(value, Fallback) else value for value in given)
-        return list({id(b): b for b in found if not isinstance(b, str)}.values())
+        kept = (b for b in found if not isinstance(b, str) and b is not besides)
+        return list({id(b): b for b in kept}.values())
 
     def of(self, plan: PolicyPlan) -> object:
         """``plan``'s ``on_error``, as this guard drives it."""

@@ -60,14 +60,18 @@ _LOGGING = logging.__file__
 
 
 def _ctrl_c_at(
-    event: int | None, run: Callable[[], object], within: Any = None, swallow: bool = True
+    event: int | None,
+    run: Callable[[], object],
+    within: Any = None,
+    swallow: bool = True,
+    signum: int = signal.SIGINT,
 ) -> int:
     """``run()`` with a SIGINT raised at its ``event``-th profile event of :data:`_CHECKED`
     (None: none), as a Ctrl-C landing there; how many events it had (``within``: only
     those inside a call of that function, not its own call and return, where a Ctrl-C is
-    its caller's). A
-    ``KeyboardInterrupt`` it raises, at once or from a signal still pending as it ends, is
-    swallowed (unless not ``swallow``: raised on)."""
+    its caller's; ``signum``: another signal than SIGINT, whose handler raises
+    ``SystemExit``). A ``KeyboardInterrupt`` or ``SystemExit`` it raises, at once or from a
+    signal still pending as it ends, is swallowed (unless not ``swallow``: raised on)."""
     seen, inside = [0], [within is None]
 
     def hook(frame: Any, kind: str, arg: object) -> None:
@@ -82,7 +86,7 @@ def _ctrl_c_at(
             seen[0] += 1
             if seen[0] == event:
                 sys.setprofile(None)
-                signal.raise_signal(signal.SIGINT)
+                signal.raise_signal(signum)
 
     collecting, unraisable = gc.isenabled(), sys.unraisablehook
 
@@ -90,12 +94,13 @@ def _ctrl_c_at(
         """A SIGINT run in a finalizer (a generator closed as it is dropped, another test's
         client collected) is ignored by Python, as a real Ctrl-C there is: the call goes on
         whole. pytest fails a test on any other unraisable exception."""
-        if not isinstance(raised.exc_value, KeyboardInterrupt):
+        if not isinstance(raised.exc_value, (KeyboardInterrupt, SystemExit)):
             unraisable(raised)
 
     gc.disable()  # no other test's finalizers inside the run
     sys.unraisablehook = ignored
-    with contextlib.suppress(KeyboardInterrupt) if swallow else contextlib.nullcontext():
+    quiet = contextlib.suppress(KeyboardInterrupt, SystemExit)
+    with quiet if swallow else contextlib.nullcontext():
         try:
             sys.setprofile(hook)
             run()
@@ -112,14 +117,18 @@ def _flush_pending() -> None:
     """A call: Python runs a pending signal's handler as one returns."""
 
 
-def _sweep(guard: Guard, run: Callable[[], None], within: Any = None) -> None:
-    """``run`` with a Ctrl-C at each of its events in turn (``within``: of that function's
-    calls): afterwards, no lease held, Python's own handler back."""
+def _sweep(
+    guard: Guard, run: Callable[[], None], within: Any = None, signum: int = signal.SIGINT
+) -> None:
+    """``run`` with a Ctrl-C (or ``signum``) at each of its events in turn (``within``: of
+    that function's calls): afterwards, no lease held, the handlers back."""
     total = _ctrl_c_at(None, run, within)
     assert total > 0
+    handler = signal.getsignal(signum)
     for event in range(1, total + 1):
-        _ctrl_c_at(event, run, within)
+        _ctrl_c_at(event, run, within, signum=signum)
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, event
+        assert signal.getsignal(signum) is handler, event
         held = 2 - guard.peek("llm", user="u").rules[0].remaining
         assert held == 0, f"a Ctrl-C at event {event} of {total} left {held} lease(s) held"
 
@@ -183,3 +192,27 @@ def test_a_ctrl_c_anywhere_in_an_integrations_lease_leaves_it_in_the_requests_ha
             swept.release(held.pop())
         left = 2 - swept.peek("llm", user="u").rules[0].remaining
         assert left == 0, f"a Ctrl-C at event {event} of {total} left {left} lease(s) held"
+
+
+def _exit(signum: int, frame: object) -> None:
+    sys.exit(0)  # a worker's SIGTERM handler: its finally and with blocks run
+
+
+def test_a_sigterm_handler_that_exits_anywhere_in_a_lease_block_never_leaves_it_held(
+    swept: Guard,
+) -> None:
+    """A worker stopped by a deploy: SIGTERM, whose handler (the program's) raises
+    ``SystemExit``, at any point of ``with guard.lease(...)``. Only Python's own Ctrl-C
+    was held back while a lease's call was out: the exit landed in the call, and a take
+    the store ran was known to nobody (adversarial review). Such a handler is held back
+    too, run once the call is answered and what it took given back."""
+
+    def block() -> None:
+        with swept.lease("llm", user="u") as decision:
+            assert decision.allowed
+
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        _sweep(swept, block, signum=signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)

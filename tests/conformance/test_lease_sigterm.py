@@ -1,0 +1,79 @@
+"""A worker stopped by a deploy while a sync lease's call is out on Redis: SIGTERM, whose
+handler (the program's own) raises ``SystemExit``, lands while the server holds the take.
+The call is let finish and what it took given back, then the handler runs (as a Ctrl-C is
+held back: ``test_lease_interrupts.py``, whose way of stopping the server this follows)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from freqguard import Guard
+from tests import servers
+from tests.conformance.lease_rig import LLM
+from tests.conformance.test_lease_interrupts import (
+    _guard,
+    _main_thread_only,  # noqa: F401 (autouse)
+)
+from tests.faults import halted, input_waiting, pause, resume
+from tests.servers import RedisServer
+
+
+def _pending(signum: int) -> bool:
+    """Whether ``signum`` sent to this process is still pending (/proc's ShdPnd)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("ShdPnd:"):
+            return bool(int(line.split()[1], 16) & (1 << (signum - 1)))
+    raise AssertionError("no ShdPnd in /proc/self/status")
+
+
+def _out(server: RedisServer) -> bool:
+    """Whether the stopped ``server`` has the call the main thread waits on."""
+    return bool(halted(server.process.pid) and input_waiting(server))
+
+
+def _exit(signum: int, frame: object) -> None:
+    sys.exit(0)  # a worker's SIGTERM handler: its finally and with blocks run
+
+
+@pytest.fixture
+def guard(redis_server: RedisServer) -> Iterator[Guard]:
+    yield from _guard(redis_server, LLM)
+
+
+def test_a_sigterm_handler_that_exits_while_a_take_is_out_leaves_no_lease_held(
+    guard: Guard, redis_server: RedisServer
+) -> None:
+    """Only Python's own Ctrl-C was held back: the handler's ``SystemExit`` landed in the
+    socket's read, the reply was dropped, and the lease the server then took was known to
+    nobody, held until it lapsed (adversarial review)."""
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            servers.wait_for(lambda: stop.is_set() or _out(redis_server), "the take, out")
+            if not stop.is_set():
+                os.kill(os.getpid(), signal.SIGTERM)
+                servers.wait_for(lambda: not _pending(signal.SIGTERM), "the signal, taken")
+        finally:
+            resume(redis_server)
+
+    previous = signal.signal(signal.SIGTERM, _exit)
+    pause(redis_server)
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        with pytest.raises(SystemExit), guard.lease("llm", user="u"):
+            raise AssertionError("the block is never entered")
+    finally:
+        stop.set()
+        thread.join()
+        signal.signal(signal.SIGTERM, previous)
+    assert signal.getsignal(signal.SIGTERM) is previous
+    assert guard.peek("llm", user="u").rules[0].remaining == 2
