@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, overload
@@ -175,16 +176,35 @@ class Capping:
         )
         hit, methods, deduct = self._hit, self._methods, self._deduct
 
-        @functools.wraps(view)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        def decide() -> None:
             if g.get("freqguard_cap") is not cap and (methods is None or request.method in methods):
                 hit(alone, deduct)  # not decided before this request's view: decide now
-            return view(*args, **kwargs)
 
+        wrapper = _wrapped(view, decide)
         wrapper._freqguard_cap = cap  # type: ignore[attr-defined]
         if self._made is not None:  # a view capped over its route is found by it (view_cap)
             self._made.append((view, wrapper, cap))
         return wrapper
+
+
+def _wrapped(view: Callable[P, R], decide: Callable[[], None]) -> Callable[P, R]:
+    """``view``, ``decide`` called before it runs: a coroutine function for a coroutine
+    function (an ``async def`` view, which Flask awaits only when its wrapper is one too)."""
+    if inspect.iscoroutinefunction(view):
+
+        @functools.wraps(view)
+        async def awaited(*args: P.args, **kwargs: P.kwargs) -> Any:
+            decide()
+            return await view(*args, **kwargs)
+
+        return awaited  # type: ignore[return-value]
+
+    @functools.wraps(view)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        decide()
+        return view(*args, **kwargs)
+
+    return wrapper
 
 
 #: A view capped by the extension: the function, the cap's wrapper and the cap.
