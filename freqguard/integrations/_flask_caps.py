@@ -16,7 +16,7 @@ import contextlib
 import functools
 import hashlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -41,7 +41,6 @@ __all__ = [
     "check_view",
     "deducted",
     "give_back",
-    "refuse_theirs",
     "route_of",
     "view_cap",
 ]
@@ -363,28 +362,3 @@ def give_back(guard: Guard, earlier: list[Decision], held: list[Decision]) -> No
         if decision.allowed and decision.receipt is not None and decision not in held:
             with contextlib.suppress(BackendUnavailable):
                 guard.refund(decision)
-
-
-#: Flask-Limiter's ``limit()`` arguments, and freqguard's way for each.
-_THEIRS = {
-    "per_method": "each method its own budget: "
-    "key=lambda request: {**key(request), 'method': request.method}",
-    "key_func": "key= here, a function of the request (client_ip(), header(...))",
-    "exempt_when": "raise SkipRequest in the key function for a request left uncapped",
-    "override_defaults": "defaults=True here (on a Blueprint's cap)",
-    "error_message": "the answer is @app.errorhandler(CapExceeded)'s",
-    "on_breach": "a refusal is CapExceeded: @app.errorhandler(CapExceeded)",
-    "scope": "name= here: a budget shared by every view naming it",
-}
-
-
-def refuse_theirs(given: Mapping[str, object]) -> None:
-    """Flask-Limiter's ``limit()`` arguments, refused naming freqguard's way.
-
-    Raises:
-        ConfigError: for one of them; TypeError for any other name, as Python would.
-    """
-    for name in given:
-        if name in _THEIRS:
-            raise ConfigError(f"Flask-Limiter's {name}= is not capped()'s: {_THEIRS[name]}")
-        raise TypeError(f"capped() got an unexpected keyword argument {name!r}")

@@ -66,11 +66,11 @@ from freqguard.integrations._flask_caps import (
     check_view,
     deducted,
     give_back,
-    refuse_theirs,
     route_of,
     view_cap,
 )
 from freqguard.integrations._flask_errors import register_handlers, warn_unseen
+from freqguard.integrations._flask_habits import refuse_theirs
 from freqguard.integrations._http import (
     BadRequest,
     KeyFunc,
