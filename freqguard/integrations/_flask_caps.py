@@ -39,6 +39,7 @@ __all__ = [
     "Made",
     "check_not_both",
     "check_view",
+    "decide_over",
     "deducted",
     "give_back",
     "route_of",
@@ -54,7 +55,7 @@ R = TypeVar("R")
 class FlaskViewCap:
     """What ``@fg.capped`` asked for one view."""
 
-    __slots__ = ("alone", "cost", "deduct", "key", "methods", "name", "rates")
+    __slots__ = ("alone", "cost", "decide", "deduct", "key", "methods", "name", "rates")
 
     def __init__(
         self,
@@ -70,6 +71,7 @@ class FlaskViewCap:
         self.alone = alone  # its policy when the view runs outside its own route
         self.methods = methods  # None: every method; else its own budget, in the view
         self.deduct = deduct  # None: every admitted request counts; else those it accepts
+        self.decide: Callable[[], None] = _undecided  # its hit, unless decided already
 
     @property
     def in_view(self) -> bool:
@@ -179,6 +181,7 @@ class Capping:
             if g.get("freqguard_cap") is not cap and (methods is None or request.method in methods):
                 hit(alone, deduct)  # not decided before this request's view: decide now
 
+        cap.decide = decide
         wrapper = _wrapped(view, decide)
         wrapper._freqguard_cap = cap  # type: ignore[attr-defined]
         if self._made is not None:  # a view capped over its route is found by it (view_cap)
@@ -216,9 +219,8 @@ def view_cap(app: Flask, endpoint: str, made: list[Made]) -> FlaskViewCap | None
     function under it, the wrapper nowhere), decided with the route as well.
 
     Raises:
-        ConfigError: a cap over the route that is decided as its view runs (``methods=``,
-            ``deduct_when=``), or over a view capped under the route: the view Flask runs
-            is not its wrapper.
+        ConfigError: a cap over the route of a view capped under it as well: the view Flask
+            runs is the wrapper of the cap under it, which only knows its own.
     """
     view = app.view_functions.get(endpoint)
     cap: FlaskViewCap | None = getattr(view, "_freqguard_cap", None)
@@ -230,14 +232,23 @@ def view_cap(app: Flask, endpoint: str, made: list[Made]) -> FlaskViewCap | None
                     "Flask runs the function under it, whose cap is the only one decided; "
                     "put @fg.capped under @app.route (both caps there hold)"
                 )
-            if over.in_view:
-                raise ConfigError(
-                    f"view {endpoint!r}: a cap with methods= or deduct_when= is decided as "
-                    "its view runs, and over @app.route Flask runs the function under it: "
-                    "put @fg.capped under @app.route"
-                )
             return over
     return cap
+
+
+def decide_over(app: Flask, endpoint: str, cap: FlaskViewCap | None) -> None:
+    """Decide now, after the route's hit, a cap of its own budget (``name=``, ``methods=``,
+    ``deduct_when=``) made over ``@app.route``: Flask never runs its wrapper, which would
+    decide it as the view runs."""
+    if cap is None or not cap.in_view:
+        return
+    if getattr(app.view_functions.get(endpoint), "_freqguard_cap", None) is not cap:
+        cap.decide()
+        g.freqguard_cap = cap  # decided: not again should its wrapper run in this request
+
+
+def _undecided() -> None:
+    """A cap's decision before it has one (a cap is made before its wrapper)."""
 
 
 def _rates(rates: tuple[Rate | Rule, ...]) -> str:

@@ -51,11 +51,7 @@ from freqguard.decision import Decision
 from freqguard.errors import CapExceeded, ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
-from freqguard.integrations._decide import (
-    Decider,
-    Route,
-    leasing,
-)
+from freqguard.integrations._decide import Decider, Route, leasing
 from freqguard.integrations._flask_caps import (
     BlueprintCap,
     Capping,
@@ -64,6 +60,7 @@ from freqguard.integrations._flask_caps import (
     Made,
     check_not_both,
     check_view,
+    decide_over,
     deducted,
     give_back,
     route_of,
@@ -208,13 +205,14 @@ class FreqGuard:
         if endpoint not in state.routes:
             state.routes[endpoint] = self._route(state, current_app, endpoint)
         route = state.routes[endpoint]
+        if endpoint not in state.caps:  # the view's cap, found once
+            state.caps[endpoint] = view_cap(current_app, endpoint, self._made)
+        cap = state.caps[endpoint]
         if route is not None:
-            if endpoint not in state.caps:  # the view's cap, found once
-                state.caps[endpoint] = view_cap(current_app, endpoint, self._made)
-            cap = state.caps[endpoint]
             if cap is not None and not cap.in_view:
                 g.freqguard_cap = cap  # decided here, with the route's limits
             self._hit(route)
+        decide_over(current_app, endpoint, cap)  # one of its own budget, over @app.route
 
     def _after(self, response: Response) -> Response:
         decisions: list[Decision] = g.get("freqguard_decisions", [])
