@@ -1,14 +1,26 @@
-"""What people coming from Flask-Limiter write to the Flask extension, refused naming
-freqguard's way (docs/coming-from/flask-limiter.md maps each idiom): a bare ``TypeError``
-or ``AttributeError`` would leave them to guess it."""
+"""What people coming from Flask-Limiter write to the Flask extension (``Limiter(...)``'s
+and ``limit()``'s arguments, its methods), refused naming freqguard's way
+(docs/coming-from/flask-limiter.md maps each idiom): a bare ``TypeError`` or
+``AttributeError`` would leave them to guess it. And the extension's settings: an unknown
+``FREQGUARD_*`` key refused naming the one meant, Flask-Limiter's ``RATELIMIT_*`` warned of."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
+from typing import Any, NoReturn
+
+from flask import Flask
 
 from freqguard.errors import ConfigError
+from freqguard.integrations._settings import COMMON, MEANT, unknown_setting
 
-__all__ = ["refuse_theirs"]
+__all__ = ["check_settings", "refuse_attribute", "refuse_theirs", "the_app"]
+
+_log = logging.getLogger("freqguard")
+
+#: where each idiom's row is
+_PAGE = "docs/coming-from/flask-limiter.md"
 
 
 #: Flask-Limiter's ``limit()`` arguments, and freqguard's way for each.
@@ -34,3 +46,124 @@ def refuse_theirs(given: Mapping[str, object]) -> None:
         if name in _THEIRS:
             raise ConfigError(f"Flask-Limiter's {name}= is not capped()'s: {_THEIRS[name]}")
         raise TypeError(f"capped() got an unexpected keyword argument {name!r}")
+
+
+#: Flask-Limiter's ``Limiter(...)`` arguments, and freqguard's way for each.
+_LIMITERS = {
+    "key_func": "a key function takes the request here: FreqGuard(app, key=client_ip()) "
+    "(the default, remote_address, is get_remote_address's)",
+    "default_limits": 'app.config["FREQGUARD_DEFAULT_LIMITS"] = "2/minute; 100/hour" (one '
+    "string; each route its own budget, as there)",
+    "storage_uri": 'app.config["FREQGUARD_BACKEND"] = "redis://..." (or guard=Guard(backend))',
+    "storage_options": "make the backend yourself: FreqGuard(app, guard=Guard(backend))",
+    "headers_enabled": 'app.config["FREQGUARD_HEADERS"] = "x-ratelimit" (the headers are '
+    'always sent; "ietf", the default, or "none")',
+    "enabled": 'app.config["FREQGUARD_ENABLED"] = False',
+    "on_breach": "a refusal is CapExceeded: answer it with @app.errorhandler(CapExceeded)",
+    "strategy": 'a strategy is a rule\'s: Rule("2/minute", strategy=...) (the default, the '
+    "sliding log, is exact in any window)",
+    "application_limits": "one budget for the whole app is the WSGI middleware's: "
+    'app.wsgi_app = FreqGuardMiddleware(app.wsgi_app, guard=..., limits=[Limit("/{rest:path}", '
+    '"1000/hour")])',
+    "swallow_errors": "the store failing is the guard's on_error: guard=Guard(backend, "
+    'on_error="allow") fails open',
+    "in_memory_fallback": "a fallback store is the guard's on_error: "
+    "guard=Guard(backend, on_error=fallback_backend)",
+    "in_memory_fallback_enabled": "a fallback store is the guard's on_error: "
+    "guard=Guard(backend, on_error=fallback_backend)",
+    "default_limits_exempt_when": "raise SkipRequest in key= for a request left uncapped",
+}
+
+
+def the_app(app: object, theirs: Mapping[str, object]) -> Flask | None:
+    """The app ``FreqGuard(...)`` was given (first, or as ``app=``), Flask-Limiter's
+    ``Limiter(...)`` habits refused naming freqguard's way.
+
+    Raises:
+        ConfigError: one of ``Limiter``'s arguments, or an app that is not a Flask app (a
+            key function first: ``Limiter(get_remote_address, app=app)``).
+        TypeError: the app given twice, or any other argument, as Python would.
+    """
+    for name in theirs:
+        if name in _LIMITERS:
+            raise ConfigError(
+                f"Flask-Limiter's {name}= is not FreqGuard's: {_LIMITERS[name]} ({_PAGE})"
+            )
+        if name != "app":
+            raise TypeError(f"FreqGuard() got an unexpected keyword argument {name!r}")
+    if callable(app) and not isinstance(app, Flask):
+        given = getattr(app, "__qualname__", None) or repr(app)
+        raise ConfigError(
+            f"FreqGuard's first argument is the Flask app, got the function {given}: "
+            "Limiter(get_remote_address, app=app) is FreqGuard(app) here, and a key function "
+            "goes in key=, taking the request: FreqGuard(app, key=client_ip()) (the default "
+            f"key, remote_address, is get_remote_address's; {_PAGE}, the Limiter(...) row)"
+        )
+    if "app" in theirs:
+        if app is not None:
+            raise TypeError("FreqGuard(): app given twice, first and as app=")
+        app = theirs["app"]
+    if app is not None and not isinstance(app, Flask):
+        raise ConfigError(
+            "FreqGuard's first argument is the Flask app (or None, to call init_app "
+            f"later), got {app!r}"
+        )
+    return app
+
+
+#: Flask-Limiter's ``Limiter`` methods, and freqguard's way for each.
+_METHODS = {
+    "limit": '@fg.capped("3/minute") under @app.route, or fg.capped(...)(blueprint)',
+    "shared_limit": '@fg.capped("3/minute", name="s") on each view: one budget for the views '
+    "naming it",
+    "request_filter": "a key function that raises SkipRequest leaves a request uncapped",
+}
+
+
+def refuse_attribute(owner: object, name: str) -> NoReturn:
+    """``fg.<name>``, which FreqGuard does not have: Flask-Limiter's methods named with
+    freqguard's way.
+
+    Raises:
+        AttributeError: always.
+    """
+    found = f"'{type(owner).__name__}' object has no attribute {name!r}"
+    if name in _METHODS:
+        found += f": Flask-Limiter's {name}() is {_METHODS[name]} here ({_PAGE})"
+    raise AttributeError(found, name=name, obj=owner)
+
+
+#: The extension's settings (freqguard/integrations/_settings.py); what people coming from
+#: Flask-Limiter type instead.
+_SETTINGS = COMMON
+_MEANT = {
+    **MEANT,
+    "RATELIMIT_DEFAULT": "FREQGUARD_DEFAULT_LIMITS",
+    "RATELIMIT_STORAGE_URI": "FREQGUARD_BACKEND",
+    "RATELIMIT_STORAGE_URL": "FREQGUARD_BACKEND",
+    "RATELIMIT_ENABLED": "FREQGUARD_ENABLED",
+    "RATELIMIT_HEADERS_ENABLED": "FREQGUARD_HEADERS",
+}
+
+
+def check_settings(settings: Mapping[str, Any]) -> bool:
+    """Refuse an unknown ``FREQGUARD_*`` key (naming the one meant), warn of Flask-Limiter's
+    ``RATELIMIT_*`` keys; the app-wide switch.
+
+    Raises:
+        ConfigError: an unknown ``FREQGUARD_*`` key, or ``FREQGUARD_ENABLED`` not a bool.
+    """
+    for key in settings:
+        unknown = unknown_setting(key, _SETTINGS, _MEANT)
+        if unknown is not None:
+            raise ConfigError(unknown)
+        if key in _MEANT and key.startswith("RATELIMIT_"):
+            _log.warning(
+                "%s is Flask-Limiter's setting, which freqguard does not read: set %s",
+                key,
+                _MEANT[key],
+            )
+    enabled = settings.get("FREQGUARD_ENABLED", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"FREQGUARD_ENABLED must be True or False, got {enabled!r}")
+    return enabled

@@ -39,10 +39,9 @@ Flask-Limiter's ``on_breach``); the rate-limit headers are added to either answe
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, overload
 
 from flask import Blueprint, Flask, Response, after_this_request, current_app, g, request
 
@@ -67,7 +66,12 @@ from freqguard.integrations._flask_caps import (
     view_cap,
 )
 from freqguard.integrations._flask_errors import register_handlers, warn_unseen
-from freqguard.integrations._flask_habits import refuse_theirs
+from freqguard.integrations._flask_habits import (
+    check_settings,
+    refuse_attribute,
+    refuse_theirs,
+    the_app,
+)
 from freqguard.integrations._http import (
     BadRequest,
     KeyFunc,
@@ -79,14 +83,13 @@ from freqguard.integrations._http import (
     view_methods,
 )
 from freqguard.integrations._request import check_key
-from freqguard.integrations._settings import COMMON, MEANT, configured, unknown_setting
+from freqguard.integrations._settings import configured
 from freqguard.integrations.wsgi import request_info
 from freqguard.rates import Rate, parse_rates
 from freqguard.rules import Rule, check_name
 
 __all__ = ["BadRequest", "FreqGuard", "SkipRequest", "client_ip", "header", "remote_address"]
 
-_log = logging.getLogger("freqguard")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -115,14 +118,28 @@ class FreqGuard:
     """The Flask extension.
 
     Args:
-        app: the app, or None to call :meth:`init_app` later.
+        app: the app (first, or as ``app=``), or None to call :meth:`init_app` later.
         guard: a Guard to use (default: one on ``FREQGUARD_BACKEND``).
         key: the default key function (default: :func:`remote_address`).
+
+    Raises:
+        ConfigError: an app that is not a Flask app (a key function first, as in
+            Flask-Limiter's ``Limiter(get_remote_address, app=app)``), or one of
+            ``Limiter``'s arguments (``default_limits=``), naming freqguard's way; what
+            :meth:`init_app` raises. ``fg.limit`` and ``fg.shared_limit`` (Flask-Limiter's)
+            are an ``AttributeError`` naming :meth:`capped`.
     """
 
     def __init__(
-        self, app: Flask | None = None, *, guard: Guard | None = None, key: KeyFunc | None = None
+        self,
+        app: Flask | None = None,
+        /,
+        *,
+        guard: Guard | None = None,
+        key: KeyFunc | None = None,
+        **theirs: Flask,  # app=, or Limiter's arguments: refused naming ours (and by mypy)
     ) -> None:
+        app = the_app(app, theirs)
         self._guard = guard
         self._key: KeyFunc = remote_address if key is None else check_key(key, "FreqGuard")
         self._named: dict[str, tuple[Rate | Rule, ...]] = {}  # each name= budget's rates
@@ -139,7 +156,7 @@ class FreqGuard:
                 guard, or a route registered already whose caps cannot be decided together
                 (see :meth:`capped`; the routes are checked again at the first request).
         """
-        enabled = _check_settings(app.config)
+        enabled = check_settings(app.config)
         default = app.config.get("FREQGUARD_DEFAULT_LIMITS")
         guard = (
             self._guard
@@ -157,6 +174,11 @@ class FreqGuard:
         app.after_request(self._after)
         app.teardown_request(self._give_back)
         register_handlers(app)  # unless the app has its own, registered before or after
+
+    if not TYPE_CHECKING:  # mypy refuses them itself
+
+        def __getattr__(self, name: str) -> NoReturn:  # Flask-Limiter's limit(), say
+            refuse_attribute(self, name)
 
     @staticmethod
     def _state() -> _State:
@@ -353,42 +375,6 @@ def _configured(settings: Mapping[str, Any]) -> Guard | None:
     """The guard ``FREQGUARD_CONFIG`` makes (None: not set)."""
     config = configured(settings)
     return None if config is None else config.guard()
-
-
-#: The extension's settings (freqguard/integrations/_settings.py); what people coming from
-#: Flask-Limiter type instead.
-_SETTINGS = COMMON
-_MEANT = {
-    **MEANT,
-    "RATELIMIT_DEFAULT": "FREQGUARD_DEFAULT_LIMITS",
-    "RATELIMIT_STORAGE_URI": "FREQGUARD_BACKEND",
-    "RATELIMIT_STORAGE_URL": "FREQGUARD_BACKEND",
-    "RATELIMIT_ENABLED": "FREQGUARD_ENABLED",
-    "RATELIMIT_HEADERS_ENABLED": "FREQGUARD_HEADERS",
-}
-
-
-def _check_settings(settings: Mapping[str, Any]) -> bool:
-    """Refuse an unknown ``FREQGUARD_*`` key (naming the one meant), warn of Flask-Limiter's
-    ``RATELIMIT_*`` keys; the app-wide switch.
-
-    Raises:
-        ConfigError: an unknown ``FREQGUARD_*`` key, or ``FREQGUARD_ENABLED`` not a bool.
-    """
-    for key in settings:
-        unknown = unknown_setting(key, _SETTINGS, _MEANT)
-        if unknown is not None:
-            raise ConfigError(unknown)
-        if key in _MEANT and key.startswith("RATELIMIT_"):
-            _log.warning(
-                "%s is Flask-Limiter's setting, which freqguard does not read: set %s",
-                key,
-                _MEANT[key],
-            )
-    enabled = settings.get("FREQGUARD_ENABLED", True)
-    if not isinstance(enabled, bool):
-        raise ConfigError(f"FREQGUARD_ENABLED must be True or False, got {enabled!r}")
-    return enabled
 
 
 def _release_all(guard: Guard, held: list[Decision]) -> None:
