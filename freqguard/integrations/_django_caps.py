@@ -32,8 +32,9 @@ from freqguard.integrations._django_requests import (
     with_headers,
 )
 from freqguard.integrations._django_state import State, ViewCap, current
-from freqguard.integrations._http import KeyFunc, rule_items, view_methods
+from freqguard.integrations._http import KeyFunc, view_methods
 from freqguard.integrations._request import check_key
+from freqguard.integrations._rule_items import rule_items
 from freqguard.policy import Policy
 from freqguard.rules import Rule, check_name
 
@@ -88,7 +89,7 @@ def capped(
         items: tuple[Any, ...] = rule.rules
         on_error = rule.on_error
     else:
-        items = rule_items(rule)
+        items = rule_items(rule, "capped", page="docs/coming-from/django-ratelimit.md")
     if name is not None:
         check_name("policy name", name)
     if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:

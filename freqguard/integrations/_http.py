@@ -26,8 +26,9 @@ from freqguard.integrations._request import (
     dimensions_of,
 )
 from freqguard.integrations._routes import check_pattern
+from freqguard.integrations._rule_items import rule_items
 from freqguard.policy import Policy, check_on_error
-from freqguard.rates import Rate, parse_rates
+from freqguard.rates import Rate
 from freqguard.rules import Rule, check_name, fit_name
 
 __all__ = [
@@ -46,7 +47,6 @@ __all__ = [
     "path_param",
     "problem_body",
     "problem_detail",
-    "rule_items",
     "view_methods",
 ]
 
@@ -248,7 +248,7 @@ def _check_on_error(on_error: object, rule: object, path: str) -> object:
 def keyed_items(rule: object, key: KeyFunc | None, where: str) -> tuple[Rate | Rule, ...]:
     """:func:`rule_items`, checked against the dimensions ``key`` says it gives (default:
     :func:`client_ip`'s), when it says them (see :func:`check_keyed`)."""
-    items = rule_items(rule)
+    items = rule_items(rule, f"Limit({where!r})")
     given = dimensions_of(key or client_ip())
     if given is not None:
         check_keyed(f"Limit({where!r})", items, given)
@@ -310,22 +310,6 @@ def _rekeyed(rule: Rule, by: Sequence[str]) -> Rule:
         only=rule.only,
         caps=dict(rule.caps) or None,
     )
-
-
-def rule_items(rule: object) -> tuple[Rate | Rule, ...]:
-    """Rates (keyed later by the key's dimensions) and Rules (keyed by their own ``by``)."""
-    items = rule if isinstance(rule, (list, tuple)) else [rule]
-    parsed: list[Rate | Rule] = []
-    for item in items:
-        if isinstance(item, Rule):
-            parsed.append(item)
-        elif isinstance(item, str):
-            parsed.extend(parse_rates(item))
-        else:
-            raise ConfigError(f"Limit rule must be a rate string, Rule or Policy: {item!r}")
-    if not parsed:
-        raise ConfigError(f"Limit needs at least one rule, got {rule!r}")
-    return tuple(parsed)
 
 
 def problem_body(decision: Decision, instance: str | None, named: bool = True) -> bytes:

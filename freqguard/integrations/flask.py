@@ -79,10 +79,10 @@ from freqguard.integrations._http import (
     SkipRequest,
     client_ip,
     header,
-    rule_items,
     view_methods,
 )
 from freqguard.integrations._request import check_key
+from freqguard.integrations._rule_items import rule_items
 from freqguard.integrations._settings import configured
 from freqguard.integrations.wsgi import request_info
 from freqguard.rates import Rate, parse_rates
@@ -319,7 +319,7 @@ class FreqGuard:
                 of its own.
         """
         refuse_theirs(theirs)
-        rates = rule_items(rule)
+        rates = rule_items(rule, "fg.capped", policy=False)
         if name is not None:
             check_name("policy name", name)
         if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int) or cost < 0):

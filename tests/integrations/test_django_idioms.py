@@ -221,6 +221,18 @@ def test_django_ratelimits_key_strings_are_refused_naming_ours(key: str, meant: 
         capped("5/m", key=key)  # type: ignore[arg-type]
 
 
+def test_a_callable_rate_is_refused_naming_tiers() -> None:
+    """django-ratelimit's callable rate (``rate=lambda group, request: ...``) got "Limit
+    rule must be a rate string, Rule or Policy": it names the tier, its translation (found
+    by a new user)."""
+    with pytest.raises(ConfigError) as found:
+        capped(lambda group, request: "5/m")  # type: ignore[arg-type]
+    message = str(found.value)
+    assert message.startswith("capped takes")
+    assert "rate_for=TierRates(" in message
+    assert "django-ratelimit.md" in message
+
+
 @settings(max_examples=examples(40))
 @given(
     block=st.one_of(st.none(), st.integers(), st.text(max_size=4)),

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from freqguard import ConfigError, Guard, ManualClock, MemoryBackend
+from freqguard import ConfigError, Guard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.integrations.flask import FreqGuard
 
 
@@ -89,3 +89,25 @@ def test_limiters_methods_are_refused_naming_ours(method: str, ours: str) -> Non
     assert ours in str(found.value)
     with pytest.raises(AttributeError, match="has no attribute 'bogus'"):
         fg.bogus  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_a_policy_is_refused_without_saying_it_is_allowed() -> None:
+    """``fg.capped(Policy(...))`` said "must be a rate string, Rule or Policy" while
+    refusing a Policy: the message names what capped takes and how to give its rules."""
+    policy = Policy("pp", Rule("1/minute", by="client"))
+    with pytest.raises(ConfigError) as found:
+        FreqGuard().capped(policy)  # type: ignore[arg-type]
+    message = str(found.value)
+    assert "or Policy" not in message
+    assert "Limit" not in message
+    assert "Policy('pp'" in message
+    assert "fg.capped(policy.rules)" in message
+
+
+def test_a_callable_limit_is_refused_naming_tiers() -> None:
+    """Flask-Limiter's callable limit (a rate per request) is a tier here."""
+    with pytest.raises(ConfigError) as found:
+        FreqGuard().capped(lambda: "3/minute")  # type: ignore[arg-type]
+    message = str(found.value)
+    assert "rate_for=TierRates(" in message
+    assert "flask-limiter.md" in message
