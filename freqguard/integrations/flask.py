@@ -49,7 +49,7 @@ from freqguard.backends.urls import backend_from_url
 from freqguard.decision import Decision
 from freqguard.errors import CapExceeded, ConfigError
 from freqguard.guard import Guard
-from freqguard.headers import check_profile
+from freqguard.headers import check_profile, combined_headers
 from freqguard.integrations._decide import Decider, Route, leasing
 from freqguard.integrations._flask_caps import (
     BlueprintCap,
@@ -238,9 +238,8 @@ class FreqGuard:
 
     def _after(self, response: Response) -> Response:
         decisions: list[Decision] = g.get("freqguard_decisions", [])
-        if decisions:
-            tightest = min(decisions, key=lambda d: (d.allowed, d.remaining))
-            response.headers.update(tightest.headers(self._state().decider.profile))
+        if decisions:  # every rule the request met; the one nearest exhaustion first
+            response.headers.update(combined_headers(decisions, self._state().decider.profile))
         held: list[Decision] = g.get("freqguard_leases", [])
         if held and response.is_streamed:
             # a streamed body is sent after the request's teardown: the request is in

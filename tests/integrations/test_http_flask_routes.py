@@ -260,3 +260,29 @@ def test_a_cap_over_the_route_decorator_of_a_capped_view_is_refused(clock: Manua
     client.application.testing = True
     with pytest.raises(ConfigError, match=r"put @fg\.capped under @app\.route"):
         client.get("/both")
+
+
+def test_the_policy_header_lists_the_rules_of_every_cap_the_request_met(
+    clock: ManualClock,
+) -> None:
+    """Two stacked caps, each decided (the outer with the route, the inner as its view
+    runs, on a policy of its own): both held, but ``RateLimit-Policy`` named one's rules
+    only (found by a new user); it lists every rule the request met, as Django's does, and
+    ``RateLimit`` the one nearest exhaustion."""
+
+    def build(app: Flask, fg: FreqGuard) -> None:
+        @app.get("/s")
+        @fg.capped("2/minute")
+        @fg.capped("3/hour")
+        def s() -> str:
+            return "s"
+
+    client = _app(clock, None, build)
+    first = client.get("/s")
+    policies = List()
+    policies.parse(first.headers["RateLimit-Policy"].encode())
+    assert sorted((item.params["q"], item.params["w"]) for item in policies) == [
+        (2, 60),
+        (3, 3600),
+    ]
+    assert first.headers["RateLimit"].startswith('"sl.2.60s";r=1')
