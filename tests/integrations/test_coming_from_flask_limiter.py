@@ -508,6 +508,31 @@ def test_slowapi_a_route_with_path_parameters(clock: ManualClock) -> None:
     assert [r.status_code for r in route] == [200, 200, 429, 429]
 
 
+def test_slowapi_default_limits(clock: ManualClock) -> None:
+    """slowapi's ``default_limits`` (with its middleware) give each route its own budget;
+    a catch-all ``Limit`` is one budget for every route, unless keyed by the path too (a
+    new user's port gave all routes one budget)."""
+    pytest.importorskip("slowapi", reason="slowapi is not installed: the row needs both sides")
+    from slowapi import Limiter
+    from slowapi.middleware import SlowAPIMiddleware
+    from slowapi.util import get_remote_address
+
+    theirs = _slowapi_app({})
+    theirs.state.limiter = Limiter(key_func=get_remote_address, default_limits=["2/minute"])
+    theirs.add_middleware(SlowAPIMiddleware)
+    paths = ("/a", "/a", "/b", "/b", "/a")
+    each = Limit(
+        "/{rest:path}",
+        "2/minute",
+        key=lambda request: {"client": request.client, "path": request.path},
+    )
+    per_path = _get(_ours(clock, [each]), *paths)
+    one = _get(_ours(clock, [Limit("/{rest:path}", "2/minute")]), *paths)
+    assert [r.status_code for r in _get(theirs, *paths)] == [200, 200, 200, 200, 429]
+    assert [r.status_code for r in per_path] == [200, 200, 200, 200, 429]
+    assert [r.status_code for r in one] == [200, 200, 429, 429, 429]
+
+
 def test_slowapi_shared_limit(clock: ManualClock) -> None:
     shared = {p: (lambda lim: lim.shared_limit("2/minute", scope="s")) for p in ("/a", "/b")}
     theirs = _get(_slowapi_app(shared), "/a", "/b", "/a")
