@@ -6,7 +6,8 @@ that cannot match what its author meant (an unknown convertor, unbalanced braces
 repeated parameter name) is a ``ConfigError`` then, never a limit that quietly matches
 nothing. Convertors are Starlette's: ``str`` (the default), ``path``, ``int``, ``float`` and
 ``uuid``, with the same regular expressions, plus any an application registered with
-Starlette's ``register_url_convertor`` before the Limit was made.
+Starlette's ``register_url_convertor`` before the Limit was made. A werkzeug (Flask) rule,
+``/users/<int:uid>``, is refused naming the pattern to write.
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ _PROBES = {
 _BUILT_IN = {name: {regex} for name, regex in _CONVERTORS.items()}
 _BUILT_IN["uuid"].add("[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _BRACES = re.compile(r"{([^{}]*)}")
+#: A werkzeug (Flask) rule's variable part, ``<int:uid>``, as werkzeug's rule parser reads it
+_WERKZEUG = re.compile(
+    r"<(?:(?P<converter>[a-zA-Z_][a-zA-Z0-9_]*)(?:\((?P<arguments>.*?)\))?:)?"
+    r"(?P<variable>[a-zA-Z_][a-zA-Z0-9_]*)>"
+)
+#: werkzeug's converters as the convertors here (``any`` has none: ``{x}`` is one segment)
+_FROM_WERKZEUG = {"default": "", "string": "", "int": ":int", "float": ":float"}
+_FROM_WERKZEUG |= {"path": ":path", "uuid": ":uuid"}
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -65,6 +74,7 @@ def _parts(pattern: str) -> list[tuple[str, str, str]]:
     """``(literal before, parameter, convertor)`` per parameter; raises ConfigError."""
     if not pattern.startswith("/"):
         raise ConfigError(f"a route pattern starts with '/', got {pattern!r}")
+    _refuse_werkzeug(pattern)
     known = _convertors()
     parts, last, seen = [], 0, set()
     for found in _BRACES.finditer(pattern):
@@ -106,6 +116,25 @@ def _parts(pattern: str) -> list[tuple[str, str, str]]:
             "the path, {part} one segment)"
         )
     return parts
+
+
+def _refuse_werkzeug(pattern: str) -> None:
+    """A ConfigError naming the pattern to write, when ``pattern`` is written as a werkzeug
+    rule: matched literally, ``/users/<int:uid>`` would cap no request."""
+    if _WERKZEUG.search(pattern) is None:
+        return
+
+    def spelled(found: re.Match[str]) -> str:
+        converter = found.group("converter") or "default"
+        return "{" + found.group("variable") + _FROM_WERKZEUG.get(converter, "") + "}"
+
+    raise ConfigError(
+        f"route pattern {pattern!r} is werkzeug's (Flask's) syntax, which matches only that "
+        f"text here: write {_WERKZEUG.sub(spelled, pattern)} (<name>, <int:name>, "
+        "<float:name>, <uuid:name> and <path:name> are {name}, {name:int}, {name:float}, "
+        "{name:uuid} and {name:path}; a converter's arguments are dropped, and any(...) or "
+        "an application's own converter is {name}, any one segment)"
+    )
 
 
 def check_pattern(pattern: str) -> str:

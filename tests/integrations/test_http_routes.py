@@ -150,3 +150,51 @@ def test_two_routes_with_names_alike_keep_their_own_counters() -> None:
     )
     paths = ["/user/profile"] * 3 + ["/user-profile"] * 4
     assert _statuses(limited, paths) == [200, 200, 429] + [200] * 3 + [429]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "hint"),
+    [
+        ("/users/<uid>", "/users/{uid}"),
+        ("/users/<string:name>", "/users/{name}"),
+        ("/users/<int:uid>", "/users/{uid:int}"),
+        ("/price/<float:amount>", "/price/{amount:float}"),
+        ("/files/<uuid:file_id>", "/files/{file_id:uuid}"),
+        ("/static/<path:rest>", "/static/{rest:path}"),
+        ("/u/<int:uid>/posts/<int(signed=True):pid>", "/u/{uid:int}/posts/{pid:int}"),
+        ("/<any(a, b):kind>/x", "/{kind}/x"),
+        ("/<custom:c>", "/{c}"),
+    ],
+)
+def test_a_werkzeug_converter_is_refused_naming_the_freqguard_spelling(
+    pattern: str, hint: str
+) -> None:
+    """A Flask user's pattern, /users/<int:uid>, matched only that literal text: the route was
+    never capped (found by a new user coming from Flask-Limiter). Every werkzeug converter is
+    refused when the Limit is made, naming the pattern to write instead."""
+    with pytest.raises(ConfigError, match="werkzeug") as refused:
+        Limit(pattern, "1/minute")
+    assert f"write {hint} " in str(refused.value)
+    assert pattern in str(refused.value)
+    Limit(hint, "1/minute")  # the spelling named is accepted
+
+
+def test_a_wsgi_limit_in_freqguard_spelling_caps_a_flask_converter_route() -> None:
+    from flask import Flask
+
+    from freqguard import Guard
+    from freqguard.integrations.wsgi import Limit as WSGILimit
+
+    app = Flask("w")
+    app.add_url_rule("/users/<int:uid>", "u", lambda uid: str(uid))
+    guard = Guard(MemoryBackend(), clock=ManualClock(1000))
+    limits = [WSGILimit("/users/{uid:int}", "1/minute")]
+    app.wsgi_app = WSGIMiddleware(app.wsgi_app, guard=guard, limits=limits)  # type: ignore[method-assign]
+    with app.test_client() as client:
+        assert [client.get("/users/7").status_code for _ in range(2)] == [200, 429]
+
+
+@pytest.mark.parametrize("pattern", ["/a<b", "/a/<>", "/cmp/<1x>", "/x/<a b>", "/x/a>b"])
+def test_an_angle_bracket_that_is_no_converter_stays_a_literal(pattern: str) -> None:
+    assert Limit(pattern, "1/minute").path == pattern
+
