@@ -198,3 +198,19 @@ def test_a_wsgi_limit_in_freqguard_spelling_caps_a_flask_converter_route() -> No
 def test_an_angle_bracket_that_is_no_converter_stays_a_literal(pattern: str) -> None:
     assert Limit(pattern, "1/minute").path == pattern
 
+
+def test_a_pattern_matches_the_path_as_sent_so_a_trailing_slash_matters() -> None:
+    """Against the FastAPI route /items/, Limit('/items') capped only the 307 redirect to
+    /items/, never the route (found by a new user coming from slowapi, whose limit sits on
+    the route). The pattern matches the path as sent, as Starlette's router does: the route's
+    own path caps it, redirected requests included, and the redirect is not counted."""
+    from fastapi import FastAPI
+
+    def app() -> FastAPI:
+        api = FastAPI()
+        api.get("/items/")(lambda: 1)
+        return api
+
+    sent = ["/items/", "/items/", "/items", "/items"]
+    assert _statuses(_limited(app(), Limit("/items", "1/minute")), sent) == [200, 200, 307, 429]
+    assert _statuses(_limited(app(), Limit("/items/", "1/minute")), sent) == [200, 429, 307, 307]
