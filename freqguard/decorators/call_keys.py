@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from freqguard.errors import ConfigError
 from freqguard.guard import AsyncGuard, Guard
@@ -65,23 +65,33 @@ def _property(kind: type, name: str) -> bool:
 class Arguments:
     """A call's arguments by parameter name, each signature read once.
 
-    One per decorated function: wrapt hands over the function, or a method bound to an
-    instance (whose signature has no ``self``), so signatures are kept per underlying
-    function and boundness.
+    One per decorated function. In wrapt's model a method's ``args`` lack the object it is
+    bound to (``instance``): ``wrapped`` is then a method bound to it, or (a method called
+    through its class, ``Svc.send(svc, msg)``) the function with it bound in a partial. So
+    the function's own signature is bound with that object first, and a path into ``self``
+    or ``cls`` reads it, as the check at decoration (on that signature) promised.
     """
 
     def __init__(self) -> None:
-        self._signatures: dict[tuple[object, bool], inspect.Signature] = {}
+        self._signatures: dict[object, inspect.Signature] = {}
 
     def __call__(
-        self, wrapped: Callable[..., object], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        wrapped: Callable[..., object],
+        instance: object,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> Mapping[str, object]:
-        """Bind ``args`` and ``kwargs`` to ``wrapped``'s parameters, defaults applied."""
-        target = getattr(wrapped, "__func__", wrapped)
-        cache_key = (target, inspect.ismethod(wrapped))
-        sig = self._signatures.get(cache_key)
+        """Bind ``args`` and ``kwargs`` to the decorated function's parameters, the object
+        a method is bound to included, defaults applied."""
+        target: object = wrapped
+        if inspect.ismethod(wrapped):  # through an instance, or a class method
+            target, args = wrapped.__func__, (wrapped.__self__, *args)
+        elif instance is not None:  # through the class: wrapt took the instance from args
+            target, args = getattr(wrapped, "__wrapped__", wrapped), (instance, *args)
+        sig = self._signatures.get(target)
         if sig is None:
-            sig = self._signatures[cache_key] = inspect.signature(wrapped)
+            sig = self._signatures[target] = inspect.signature(cast(Callable[..., object], target))
         bound = sig.bind(*args, **kwargs)
         bound.apply_defaults()
         return bound.arguments
@@ -122,13 +132,14 @@ class CallKey:
         self,
         arguments: Arguments,
         wrapped: Callable[..., object],
+        instance: object,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> dict[str, object]:
         """The dimension values of one call (none without a key)."""
         if self._read is None:
             return {}
-        return self._read(arguments(wrapped, args, kwargs), args, kwargs)
+        return self._read(arguments(wrapped, instance, args, kwargs), args, kwargs)
 
 
 def _static_dimensions(key: KeyArgument) -> tuple[str, ...] | None:

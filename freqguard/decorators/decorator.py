@@ -185,7 +185,7 @@ class Capped:
             kwargs: dict[str, Any],
         ) -> Any:
             guard = self._sync_guard()
-            name, ctx, cost = self._call(site, guard, wrapped, args, kwargs)
+            name, ctx, cost = self._call(site, guard, wrapped, instance, args, kwargs)
             if leased(guard, name, self.on_exceeded) and generator:
                 make = partial(wrapped, *args, **kwargs)
                 return held(guard, name, cost, ctx, self._exceeded, make)
@@ -210,7 +210,7 @@ class Capped:
             kwargs: dict[str, Any],
         ) -> Any:
             guard = self._async_guard()
-            name, ctx, cost = self._call(site, guard, wrapped, args, kwargs)
+            name, ctx, cost = self._call(site, guard, wrapped, instance, args, kwargs)
             if leased(guard, name, self.on_exceeded):  # held while the call runs
                 async with guard.lease(name, cost, **ctx) as lease:
                     if not lease.allowed:
@@ -234,7 +234,7 @@ class Capped:
             guard = self._async_guard()
 
             async def decide(stack: contextlib.AsyncExitStack[Any]) -> Decision:
-                name, ctx, cost = self._call(site, guard, wrapped, args, kwargs)
+                name, ctx, cost = self._call(site, guard, wrapped, instance, args, kwargs)
                 if leased(guard, name, self.on_exceeded):
                     return await stack.enter_async_context(guard.lease(name, cost, **ctx))
                 return await self._ask(guard, name, ctx, cost)
@@ -248,11 +248,12 @@ class Capped:
         site: _Site,
         guard: Guard | AsyncGuard,
         wrapped: Callable[..., object],
+        instance: object,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> tuple[str, dict[str, object], int]:
         """What one call of a decorated function asks the guard: policy, context and cost."""
-        ctx = self._key.context(site.arguments, wrapped, args, kwargs)
+        ctx = self._key.context(site.arguments, wrapped, instance, args, kwargs)
         policy, ctx = self._policy_for(guard, site.name, site.registered, ctx)
         cost = self.cost(*args, **kwargs) if callable(self.cost) else self.cost
         return policy, ctx, cost

@@ -321,3 +321,42 @@ def test_a_key_without_the_priority_its_policy_decides_by_is_refused_at_decorati
 
         @capped("p", key="user", guard=guard)
         def send(user: str) -> None: ...
+
+
+def test_a_key_path_into_self_or_cls_keys_a_method_by_its_instance(guard: Guard) -> None:
+    """key="self.tenant" passed the decoration check (the function has a parameter self),
+    then every call raised "no argument named 'self'": a bound method's signature has no
+    self (found by a new user). The path now reads the instance (or the class), however the
+    method is called."""
+
+    class Svc:
+        region = "eu"
+
+        def __init__(self, tenant: str) -> None:
+            self.tenant = tenant
+
+        @capped("1/minute", key="self.tenant", guard=guard)
+        def send(self, msg: str) -> str:
+            return msg
+
+        @capped("1/minute", key={"tenant": "self.tenant", "msg": "msg"}, guard=guard)
+        async def asend(self, msg: str) -> str:
+            return msg
+
+        @classmethod
+        @capped("1/minute", key="cls.region", guard=guard)
+        def klass(cls) -> str:
+            return cls.region
+
+    assert Svc("t1").send("m") == "m"
+    assert Svc("t2").send("m") == "m"  # its own budget
+    with pytest.raises(CapExceeded):
+        Svc("t1").send("other")
+    with pytest.raises(CapExceeded):
+        Svc.send(Svc("t2"), "m")  # called through the class, self given as an argument
+    assert asyncio.run(Svc("t1").asend("m")) == "m"
+    with pytest.raises(CapExceeded):
+        asyncio.run(Svc("t1").asend("m"))
+    assert Svc.klass() == "eu"
+    with pytest.raises(CapExceeded):
+        Svc("t3").klass()  # through an instance: still the class
