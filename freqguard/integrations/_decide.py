@@ -36,7 +36,7 @@ from freqguard.integrations._http import (
     problem_body,
     unavailable_body,
 )
-from freqguard.integrations._request import dimensions_of
+from freqguard.integrations._request import dimensions_of, refuse_empty
 from freqguard.integrations._routes import pattern_regex
 from freqguard.policy import Policy
 from freqguard.rates import Rate
@@ -102,6 +102,8 @@ class Route:
         """
         if len(self.keyed) == 1:
             ctx = context_of(self.keyed[0].key, info)
+            if not ctx:
+                refuse_empty(self.keyed[0].key, self.keyed[0].items)
             return ctx, (tuple(ctx),)
         ctx = {}
         dims: list[tuple[str, ...]] = []
@@ -110,6 +112,8 @@ class Route:
             by = asked.get(id(keyed.key))
             if by is None:
                 found = context_of(keyed.key, info)
+                if not found:
+                    refuse_empty(keyed.key, keyed.items)
                 # two different key functions naming one dimension: the second is renamed,
                 # so neither's value stands in for the other's
                 renamed = {(f"view_{d}" if d in ctx else d): v for d, v in found.items()}

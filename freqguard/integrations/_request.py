@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from freqguard.errors import ConfigError, FreqGuardError
+from freqguard.rates import Rate
+from freqguard.rules import Rule
 
 __all__ = [
     "BadRequest",
@@ -17,6 +19,7 @@ __all__ = [
     "context_of",
     "declared",
     "dimensions_of",
+    "refuse_empty",
 ]
 
 
@@ -95,13 +98,87 @@ _log = logging.getLogger("freqguard")
 
 def context_of(key: KeyFunc, request: RequestInfo) -> dict[str, object]:
     """What ``key`` gives for ``request``, as a context: a mapping as it is (never written
-    to), one value as the dimension ``key``."""
+    to), one value as the dimension ``key``.
+
+    Raises:
+        BadRequest: a value is None (the request lacks what the route is keyed by).
+        ConfigError: a value is neither a str nor an int, or a dimension name no str: the
+            key function is wrong for every request like it, so the framework answers as
+            for a key function that raises (a 500, logged).
+    """
     value = key(request)
-    if type(value) is not dict:  # the usual case, without the ABC check
-        value = dict(value) if isinstance(value, Mapping) else {"key": value}
-    if None in value.values():
-        _absent(key, value)
-    return value
+    single = False
+    if type(value) is dict:  # the usual case, without the ABC check
+        context: dict[str, object] = value
+    elif isinstance(value, Mapping):
+        context = dict(value)
+    else:
+        context, single = {"key": value}, True
+    for dimension, item in context.items():
+        if type(item) is str and type(dimension) is str:  # the usual case, at once
+            continue
+        if item is None or not _keys(item) or not isinstance(dimension, str):
+            _refuse(key, context, None if single else dimension, item)
+    return context
+
+
+def refuse_empty(key: KeyFunc, items: Sequence[Rate | Rule]) -> None:
+    """Refuse a key function's empty mapping where rules take the key's dimensions (a
+    rate, or a Rule keyed by nothing): keyed by none, they would be one budget for every
+    client. A Policy's rules (``items`` empty) are its own: an empty mapping is right for
+    one keyed by nothing.
+
+    Raises:
+        ConfigError: naming the key function and both fixes.
+    """
+    if any(isinstance(item, Rate) or not item.by for item in items):
+        raise ConfigError(
+            f"the key function {_named(key)} answered an empty mapping: the route's rates "
+            "take the key's dimensions, so every client would share one budget; answer a "
+            "value ({'user': ...}); for one budget for all on purpose, answer one constant "
+            "(key=lambda request: 'all'), or give the route a Policy keyed by nothing "
+            "(Policy('everyone', Rule('100/minute')))"
+        )
+
+
+def _keys(value: object) -> bool:
+    """Whether ``value`` is a dimension value: a str or an int (not a bool)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _refuse(
+    key: KeyFunc, context: Mapping[str, object], dimension: object, value: object
+) -> NoReturn:
+    """The error for one value a key function gave (``dimension`` None: its only value)."""
+    if dimension is not None and not isinstance(dimension, str):
+        raise ConfigError(
+            f"the key function {_named(key)} answered a mapping with the dimension name "
+            f"{_short(dimension)} ({_kind(dimension)}): dimension names are str"
+        )
+    if value is None:
+        _absent(key, context)
+    where = "" if dimension is None else f"for {dimension!r}: "
+    raise ConfigError(
+        f"the key function {_named(key)} answered {where}{_kind(value)}, {_short(value)}: a key "
+        "function answers a str or an int (each value its own budget), None (a 400: the "
+        "request has no value), or a mapping of dimension names to those; turn it into "
+        "one, as str(...) or '/'.join(...) does"
+    )
+
+
+def _named(key: KeyFunc) -> str:
+    return str(getattr(key, "__qualname__", None) or _short(key))
+
+
+def _kind(value: object) -> str:
+    name = type(value).__name__
+    return f"{'an' if name[:1] in 'aeiou' else 'a'} {name}"
+
+
+def _short(value: object) -> str:
+    """``value``'s repr, cut short: a key function may answer anything, of any size."""
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 _warned: set[int] = set()  # the key functions (ids) already logged as answering None
