@@ -57,7 +57,7 @@ class Strategy(str, Enum):
         allowed = ", ".join(repr(m.value) for m in cls)
         name = str(value).strip().lower().replace("_", "-")
         meant = (
-            f"; {peer_name(name)} is strategy={PEER_NAMES[name][1]!r} here"
+            f"; {peer_name(name)} is strategy={PEER_NAMES[name][1]!r} here{_PEER_WHY.get(name, '')}"
             if (name in PEER_NAMES)
             else ""
         )
@@ -67,7 +67,9 @@ class Strategy(str, Enum):
 #: Peers' names of strategies, and ours for them: (whose, ours). ``limits`` (and
 #: Flask-Limiter, slowapi): the exact log for its moving window, the rolling window for
 #: its counter; throttled-py: the token bucket for its leaking bucket (they admit alike),
-#: the rolling window for its sliding window (a counter).
+#: the rolling window for its sliding window (a counter). A counter's translation is the
+#: rolling window, not the exact log: both keep a fixed state at any limit, where the log
+#: stops at 10,000 (docs/coming-from/limits.md and throttled-py.md say the same).
 PEER_NAMES = {
     "moving-window": ("limits'", "sliding-log"),
     "sliding-window-counter": ("limits'", "rolling-window"),
@@ -75,6 +77,12 @@ PEER_NAMES = {
     "sliding-window": ("throttled-py's", "rolling-window"),
 }
 _PEER_NOTES = {"sliding-window": " (a counter)"}
+#: why, for the counters: said after the name of ours
+_COUNTER = (
+    ": a state of fixed size at any limit, as the counter's, never over the limit in a "
+    f"window, where the counter may be ('sliding-log' is exact, for limits up to {MAX_LOG_LIMIT})"
+)
+_PEER_WHY = {"sliding-window": _COUNTER, "sliding-window-counter": _COUNTER}
 
 
 def peer_name(name: str) -> str:

@@ -212,13 +212,15 @@ def test_fixed_window_denied_hits(clock: Clock) -> None:
     assert (theirs.hit(item, "u", cost=2), ours.hit("api", 2, user="u").allowed) == (False, True)
 
 
-def test_sliding_window_counter(clock: Clock) -> None:
+@pytest.mark.parametrize("strategy", ["rolling-window", "sliding-log"])
+def test_sliding_window_counter(clock: Clock, strategy: str) -> None:
     """Ten hits late in one window; six seconds into the next, limits' counter weighs them
-    at 54/60 and admits one more: eleven in the minute ending then. The log says no."""
+    at 54/60 and admits one more: eleven in the minute ending then. The rolling window (the
+    translation: a fixed state at any limit, as the counter) says no, as the log does."""
     if not hasattr(strategies, "SlidingWindowCounterRateLimiter"):  # limits 4.1 added it
         pytest.skip("this limits has no sliding window counter: the row needs both sides")
     theirs = strategies.SlidingWindowCounterRateLimiter(storage.MemoryStorage())
-    ours = _guard(clock, "10/minute")
+    ours = _guard(clock, "10/minute", strategy)
     item = parse("10/minute")
     start = 60 - (START % 60) - 0.1  # just before one of limits' window edges
     clock.at(start)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from freqguard import (
     AsyncGuard,
     CapExceeded,
+    ConfigError,
     Guard,
     ManualClock,
     MemoryBackend,
@@ -131,12 +132,18 @@ def test_their_fixed_window_counts_a_denied_hit(clock: ManualClock) -> None:
     assert [o[0] for _, o in seen] == [True, True, False, True]
 
 
-def test_their_sliding_window_is_a_counter(clock: ManualClock) -> None:
+@pytest.mark.parametrize("strategy", ["rolling-window", "sliding-log"])
+def test_their_sliding_window_is_a_counter(clock: ManualClock, strategy: str) -> None:
     """Their sliding window weighs the previous fixed window, as limits' counter does: at
-    59 s it admits a sixth hit inside one minute; the sliding log never does."""
-    seen = _run(clock, "sliding_window", "sliding-log", STREAM)
+    59 s it admits a sixth hit inside one minute; the rolling window (the translation: a
+    fixed state at any limit, as theirs) never does, nor the sliding log (exact, to 10,000).
+    The page said the sliding log while the error said the rolling window (a new user)."""
+    seen = _run(clock, "sliding_window", strategy, STREAM)
     assert seen[11][0][0] is True  # theirs, at 59 s: six in (-1 s, 59 s]
     assert seen[11][1][0] is False
+    assert Rule("100000/minute", strategy="rolling-window")  # a counter's size, as theirs
+    with pytest.raises(ConfigError, match="at most 10000"):
+        Rule("100000/minute", strategy="sliding-log")
 
 
 def test_a_cost(clock: ManualClock) -> None:

@@ -35,3 +35,38 @@ def test_every_row_names_a_test_that_exists(page: Path) -> None:
         named = re.findall(r"`(test_\w+)`\s*\|\s*$", row)
         assert named, f"{page.name}: a row without its test: {row[:60]}"
         assert re.search(rf"^def {named[0]}\(", source, re.M), f"{module}: no {named[0]}"
+
+
+#: Where a page translates a peer's strategy name that freqguard's error also translates:
+#: (page, the row's start) -> the peer's name as freqguard.strategy.PEER_NAMES keys it.
+_TRANSLATED = {
+    ("limits.md", "| `MovingWindowRateLimiter"): "moving-window",
+    ("limits.md", "| `SlidingWindowCounterRateLimiter`"): "sliding-window-counter",
+    ("throttled-py.md", '| `using="sliding_window"`'): "sliding-window",
+    ("throttled-py.md", '| `using="token_bucket"` (the default), `"leaking_bucket"`'): (
+        "leaking-bucket"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("where", "peer"), list(_TRANSLATED.items()), ids=list(_TRANSLATED.values())
+)
+def test_a_page_and_the_error_translate_a_peers_strategy_alike(
+    where: tuple[str, str], peer: str
+) -> None:
+    """The error for strategy='sliding_window' named the rolling window while the
+    throttled-py and limits pages named the sliding log (found by a new user)."""
+    from freqguard import ConfigError, Rule
+    from freqguard.strategy import PEER_NAMES
+
+    page, start = where
+    [row] = [
+        line
+        for line in (ROOT / "docs" / "coming-from" / page).read_text().splitlines()
+        if line.startswith(start)
+    ]
+    ours = PEER_NAMES[peer][1]
+    assert f'strategy="{ours}"' in row.split(" | ")[1], row
+    with pytest.raises(ConfigError, match=f"is strategy='{ours}' here"):
+        Rule("5/minute", strategy=peer)
