@@ -13,7 +13,15 @@ import limits
 from freqguard.bounds import MAX_LIMIT, MAX_WINDOW_US
 from freqguard.errors import ConfigError
 
-__all__ = ["Rate", "item_rate", "parse_rate", "parse_rates", "several_rates", "written"]
+__all__ = [
+    "Rate",
+    "item_rate",
+    "parse_rate",
+    "parse_rates",
+    "peer_rate",
+    "several_rates",
+    "written",
+]
 
 T = TypeVar("T")
 
@@ -148,6 +156,29 @@ def item_rate(item: object, named: str | None = None) -> object:
             f"is {_LONGEST}"
         )
     return Rate(item.amount, timedelta(seconds=window))
+
+
+def peer_rate(value: object) -> str:
+    """For a message refusing ``value`` as a rate: the rate string to write when it is a
+    throttled-py ``Quota`` (``per_min(10)``: ``; throttled-py's Quota is '10/minute'
+    here``), else ``""``. Read by its attributes: throttled-py is not a dependency."""
+    if type(value).__name__ != "Quota" or not type(value).__module__.startswith("throttled"):
+        return ""
+    given = getattr(value, "rate", None)
+    period, limit = getattr(given, "period", None), getattr(given, "limit", None)
+    try:
+        rate = Rate(limit, period)  # type: ignore[arg-type]  # checked by Rate
+    except ConfigError:
+        return ""
+    text = written(rate)
+    burst = getattr(value, "burst", limit)
+    kept = (
+        ""
+        if burst in (0, limit)
+        else f", and its burst={burst} is a bucket's: Rule({text!r}, strategy='gcra' (or "
+        f"'token-bucket'), burst={burst})"
+    )
+    return f"; throttled-py's Quota is {text!r} here{kept}"
 
 
 def _long_unit(found: re.Match[str]) -> str:

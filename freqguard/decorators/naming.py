@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from freqguard.decorators.defaults import default_guard
 from freqguard.errors import ConfigError
 from freqguard.guard import AsyncGuard, Guard
-from freqguard.rates import parse_rates
+from freqguard.rates import parse_rates, peer_rate
 from freqguard.rules import NAME_PATTERN, Rule, fit_name
 
 __all__ = ["implicit_name", "parse_target", "unknown_policy"]
@@ -63,6 +63,7 @@ def parse_target(
     if not items or not all(isinstance(r, str | Rule) for r in items):
         raise ConfigError(
             f"rule must be a rate string, a Rule, a list of them or a policy name, got {rule!r}"
+            f"{peer_rate(rule)}"
         )
     for item in items:
         if isinstance(item, str):

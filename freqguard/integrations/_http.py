@@ -132,7 +132,11 @@ def check_methods(methods: Iterable[str] | None) -> frozenset[str] | None:
     given = None if isinstance(methods, (str, bytes)) else _items(methods)
     names = [m for m in given or () if isinstance(m, str) and m.isascii() and m.isalpha()]
     if given is None or len(names) != len(given):
-        raise ConfigError(f"methods must be a list of HTTP methods (['POST']), got {methods!r}")
+        theirs = bool(given) and all(m is None for m in given or ())  # django-ratelimit's ALL
+        raise ConfigError(
+            f"methods must be a list of HTTP methods (['POST']), got {methods!r}"
+            + (": that is django-ratelimit's ALL; leave methods= out for every method" * theirs)
+        )
     if not names:
         raise ConfigError("methods must name at least one HTTP method, got none (None: every)")
     return frozenset(m.upper() for m in names)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
-from freqguard.rates import Rate, parse_rates
+from freqguard.rates import Rate, parse_rates, peer_rate
 from freqguard.rules import Rule
 
 __all__ = ["rule_items"]
@@ -47,7 +47,7 @@ def _not_a_rule(item: object, where: str, policy: bool, page: str) -> str:
     takes = "a rate string ('5/minute'), a Rule or a list of them"
     if policy:
         takes += ", or a Policy on its own"
-    found = f"{where} takes {takes}, got {item!r}"
+    found = f"{where} takes {takes}, got {item!r}{peer_rate(item)}"
     if isinstance(item, Policy):
         fix = (
             "a Policy goes on its own, not in a list"

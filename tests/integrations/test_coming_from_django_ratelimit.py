@@ -280,3 +280,16 @@ def test_their_method_all_is_named_as_ours() -> None:
     with pytest.raises(ConfigError) as refused:
         capped("5/m", method=ALL)
     assert "None," not in str(refused.value)
+
+
+def test_their_all_given_as_methods_says_to_leave_it_out() -> None:
+    """``capped("5/m", methods=ratelimit.ALL)`` (their value under our keyword) was refused
+    as "methods must be a list of HTTP methods (['POST']), got (None,)": found by a new
+    user. It names django-ratelimit's ALL and ours: leave methods out. The same for a Limit."""
+    from django_ratelimit import ALL
+
+    from freqguard.integrations.starlette import Limit
+
+    for give in (lambda: capped("5/m", methods=ALL), lambda: Limit("/x", "5/m", methods=ALL)):
+        with pytest.raises(ConfigError, match=r"django-ratelimit's ALL.*leave methods= out"):
+            give()

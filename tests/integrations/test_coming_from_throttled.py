@@ -5,6 +5,7 @@ outcomes equal, or different as the page says."""
 from __future__ import annotations
 
 import types
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -250,3 +251,32 @@ def test_their_bucket_drops_a_part_refill(clock: ManualClock) -> None:
     seen = _run(clock, "token_bucket", "token-bucket", OFF_BEAT)
     assert sum(t[0] for t, _ in seen) == 11
     assert sum(o[0] for _, o in seen) == 12
+
+
+@pytest.mark.parametrize(
+    ("quota", "written", "burst"),
+    [
+        (per_min(10), "'10/minute'", None),
+        (throttled.per_sec(5, burst=20), "'5/second'", "burst=20"),
+        (throttled.per_hour(3), "'3/hour'", None),
+        (throttled.per_day(2), "'2/day'", None),
+        (throttled.per_duration(timedelta(seconds=90), 7), "'7 per 90 seconds'", None),
+    ],
+)
+def test_a_quota_is_refused_naming_its_rate_string(
+    quota: Any, written: str, burst: str | None
+) -> None:
+    """``Rule(per_min(10))``, as the page's own example writes the quota, was refused with
+    no hint ("rate must be a Rate, a rate string or limits' item, got Quota(...)"): found
+    by a new user. Each place a rate goes names the string to write (and a burst that is
+    not the limit, which only a bucket takes), and that string is the quota's rate."""
+    from freqguard.integrations.starlette import Limit
+
+    for give in (Rule, lambda q: Limit("/x", q), lambda q: capped(q, guard=Guard())):
+        with pytest.raises(ConfigError, match="throttled-py's Quota") as refused:
+            give(quota)
+        text = str(refused.value)
+        assert f"is {written} here" in text
+        assert burst is None or (burst in text and "strategy='gcra'" in text)
+    rate = Rule(written.strip("'")).rate
+    assert (rate.limit, rate.window_us) == (quota.get_limit(), quota.get_period_sec() * 10**6)
