@@ -5,6 +5,9 @@
     redis-py (what it raises)                   freqguard (raised ``from`` it)
     MovedError, to a standalone client    ──►   ConfigError: a cluster node behind a
                                                 redis:// URL (use redis+cluster://)
+    "DB index is out of range",           ──►   ConfigError: the store says the URL or
+    AuthenticationError (NOAUTH,                its user is wrong, which no retry, no
+    WRONGPASS), NoPermissionError (NOPERM)      fallback and no on_error can mend
     any other RedisError, and the cluster ──►   BackendUnavailable
     client's RedisClusterException              (with the likely cause when a TLS client
                                                 met a plain server, or the reverse)
@@ -28,7 +31,7 @@ from redis import exceptions as rex
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from freqguard.backends._redispy import address, tls
+from freqguard.backends._redispy import address, database, tls
 from freqguard.errors import BackendUnavailable, ConfigError, FreqGuardError
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "Unreplicated",
     "boundary",
     "cluster_node",
+    "misconfigured",
     "mismatch",
     "translate",
     "unconnected",
@@ -70,8 +74,8 @@ PLAIN_AT_TLS = (
 #: A server that refused the client as it connected: it asks for a password (and a user)
 #: that the URL does not give, or gives wrong.
 NO_ACCESS = (
-    "the store refused the connection's credentials: it asks for a password, which the URL "
-    "gives as redis://:PASSWORD@host or redis://USER:PASSWORD@host (or ?password=)"
+    "the store refused the connection's credentials: give the password (and user) it asks "
+    "for in the URL, as redis://:PASSWORD@host or redis://USER:PASSWORD@host (or ?password=)"
 )
 
 
@@ -90,17 +94,43 @@ def translate(exc: Exception, client: object) -> FreqGuardError:
     """The freqguard error for a redis-py error ``client`` raised (see the module's table)."""
     if _moved(exc) and not isinstance(client, _CLUSTERS):
         return cluster_node(client)
+    wrong = misconfigured(exc, client)
+    if wrong is not None:
+        return wrong
     hint = mismatch(exc, client)
-    # refused as the connection was set up (no password, a wrong one): nothing was sent
-    refused = isinstance(exc, rex.AuthenticationError)
-    if refused:
-        hint = NO_ACCESS
     return BackendUnavailable(
         f"redis failed: {type(exc).__name__}: {exc}" + (f" ({hint})" if hint else ""),
         # an error reply (out of memory, ...): the server is up, and applied nothing
-        answered=refused or isinstance(exc, rex.ResponseError),
-        sent=not (refused or isinstance(exc, rex.ResponseError) or unconnected(exc)),
+        answered=isinstance(exc, rex.ResponseError),
+        sent=not (isinstance(exc, rex.ResponseError) or unconnected(exc)),
     )
+
+
+def misconfigured(exc: Exception, client: object) -> ConfigError | None:
+    """The error for a store's answer that says the configuration is wrong, else None: a
+    database the server does not have, credentials it refuses, an ACL that refuses the user
+    what freqguard sends. Each is permanent until the URL or the server's configuration
+    changes, so it is no outage for ``on_error`` to ride out: failing open on it would cap
+    nothing, for good, without a word. Matched on redis-py's classes and the server's own
+    words only, so an outage (refused, timed out, LOADING, OOM, READONLY...) never is one."""
+    where = address(client)
+    if isinstance(exc, rex.ResponseError) and "DB index is out of range" in str(exc):
+        db = database(client)
+        return ConfigError(
+            f"{where}: the server has no database {db}, which the URL's /{db} selects ({exc}): "
+            "its databases are numbered from 0 up to its `databases` setting (16 by "
+            f"default); write /0 in the URL (redis://{where}/0), or raise `databases` in the "
+            "server's configuration"
+        )
+    if isinstance(exc, rex.AuthenticationError):  # as the connection was set up
+        return ConfigError(f"{where}: {NO_ACCESS} ({type(exc).__name__}: {exc})")
+    if isinstance(exc, rex.NoPermissionError):
+        return ConfigError(
+            f"{where}: the store's ACL refuses the URL's user a command or key freqguard "
+            f"needs ({exc}): grant that user freqguard's commands (FCALL or EVALSHA, and "
+            "FUNCTION or SCRIPT to load them) on its keys, or give the URL a user that has them"
+        )
+    return None
 
 
 def _moved(exc: Exception) -> bool:

@@ -315,6 +315,11 @@ def address(client: object) -> str:
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
 
+def database(client: object) -> object:
+    """The database number a standalone client selects (0 when unset)."""
+    return _settings(client).get("db", 0)
+
+
 def socket_timeout(client: object) -> float | None:
     """The socket timeout (seconds) a client's connections are made with, None when unset
     or not known."""
