@@ -92,14 +92,16 @@ def test_a_user_the_acl_refuses_the_scripts_is_a_config_error_under_allow(
 ) -> None:
     """NOPERM for every call: the ACL refuses this user freqguard's commands."""
     admin = redis.Redis(port=password_server.port, password="s3cretpw")
-    scripts = "-fcall -fcall_ro -evalsha -evalsha_ro -eval -eval_ro"
-    admin.execute_command(*f"ACL SETUSER noscripts on >pw ~* +@all {scripts}".split())
+    scripts = ["-fcall", "-fcall_ro", "-evalsha", "-evalsha_ro", "-eval", "-eval_ro"]
+    admin.acl_setuser(
+        "noscripts", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", *scripts]
+    )
     url = f"redis://noscripts:pw@127.0.0.1:{password_server.port}/0"
     try:
         with pytest.raises(ConfigError, match="ACL refuses"):
             _hits(url, side, "allow")
     finally:
-        admin.execute_command("ACL", "DELUSER", "noscripts")
+        admin.acl_deluser("noscripts")
         admin.close()
 
 
