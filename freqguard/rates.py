@@ -15,6 +15,7 @@ from freqguard.errors import ConfigError
 
 __all__ = [
     "Rate",
+    "as_rate",
     "item_rate",
     "parse_rate",
     "parse_rates",
@@ -156,6 +157,21 @@ def item_rate(item: object, named: str | None = None) -> object:
             f"is {_LONGEST}"
         )
     return Rate(item.amount, timedelta(seconds=window))
+
+
+def as_rate(value: object) -> Rate:
+    """A Rule's rate from what it was given: a Rate, a rate string or a rate item of limits.
+
+    Raises:
+        ConfigError: anything else (naming the string to write for throttled-py's Quota),
+            or a string that does not parse.
+    """
+    rate = parse_rate(value) if isinstance(value, str) else item_rate(value)
+    if not isinstance(rate, Rate):
+        raise ConfigError(
+            f"rate must be a Rate, a rate string or limits' item, got {rate!r}{peer_rate(rate)}"
+        )
+    return rate
 
 
 def peer_rate(value: object) -> str:

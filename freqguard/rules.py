@@ -23,7 +23,7 @@ from freqguard.options import (
     fit_name,
     priority_names,
 )
-from freqguard.rates import Rate, item_rate, parse_rate, peer_rate, seconds_window
+from freqguard.rates import Rate, as_rate, seconds_window
 from freqguard.strategy import Strategy, check_bounds
 
 __all__ = [
@@ -189,11 +189,7 @@ class Rule:
         lease: float | None = None,
     ) -> None:
         rate, strategy = _leased(rate, strategy, lease)
-        rate = parse_rate(rate) if isinstance(rate, str) else item_rate(rate)
-        if not isinstance(rate, Rate):
-            raise ConfigError(
-                f"rate must be a Rate, a rate string or limits' item, got {rate!r}{peer_rate(rate)}"
-            )
+        rate = as_rate(rate)
         if not isinstance(calendar, bool):
             raise ConfigError(f"calendar must be a bool, got {calendar!r}")
         default = Strategy.FIXED_WINDOW if calendar else Strategy.SLIDING_LOG
