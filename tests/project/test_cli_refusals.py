@@ -276,7 +276,8 @@ def test_no_command_prints_the_stores_password(
         assert "hunter2" not in ran.out + ran.err
         assert ran.code in (0, 1, 2)
     assert runs[-1].code == runs[-2].code == 2  # the environment's URL: db=x
-    assert {ran.code for ran in runs[2 : 2 + len(OPERATIONS)]} == {1}  # a wrong password
+    # a wrong password: the URL is wrong, a configuration error (the store says so)
+    assert {ran.code for ran in runs[2 : 2 + len(OPERATIONS)]} == {2}
     shown = json.loads(runs[1].out)["backend"]
     assert shown == f"redis://user:***@127.0.0.1:{redis_server.port}/0"
 
