@@ -66,20 +66,21 @@ class holding:
     def __init__(self, backend: Any, raising: bool = True) -> None:
         self.came: list[int] = []
         self.entered, self._raising, self._restoring = False, raising, False
-        self._backend, self._previous = backend, _NONE
+        self._backend, self._previous = backend, _NONE  # put back once, then emptied
+        self._handlers = _NONE  # those held, kept: each signal that came runs its own
 
     def __enter__(self) -> holding:
         previous = _holdable()
         if previous:
-            self._previous = previous  # first: an exception as one is set puts them back
-            done: dict[int, Any] = {}
+            self._previous = self._handlers = previous  # first: an exception as one is
+            done: dict[int, Any] = {}  # set puts them back
             try:
                 for signum, handler in previous.items():
                     signal.signal(signum, self._note)
                     done[signum] = handler
             except (TypeError, ValueError):  # not this interpreter's to set: as they are
                 _put_back(done)
-                self._previous = _NONE
+                self._previous = self._handlers = _NONE
             except BaseException:  # another signal's handler raised as it was set
                 _put_back(previous)
                 raise
@@ -87,14 +88,25 @@ class holding:
         return self
 
     def _note(self, signum: int, frame: object) -> None:
-        if self.came and not self._restoring:  # a second meanwhile: at once, the
-            handler = self._previous.get(signum)  # handlers put back first (it may land
-            self.restore()  # where __exit__ never runs)
-            if handler is signal.default_int_handler or not callable(handler):
+        if self.came and not self._restoring:  # a second meanwhile: each that came at
+            came, self.came = [*self.came, signum], []  # once, the handlers put back first
+            self.restore()  # (it may land where __exit__ never runs)
+            if self._run(came, frame):
                 raise KeyboardInterrupt
-            handler(signum, frame)
             return
         self.came.append(signum)
+
+    def _run(self, came: list[int], frame: object) -> bool:
+        """Run the program's own handler of each signal in ``came``, in order; whether a
+        Ctrl-C to Python's own handler is among them (raised by the caller, once)."""
+        interrupted = False
+        for signum in came:
+            handler = self._handlers.get(signum)
+            if handler is signal.default_int_handler or not callable(handler):
+                interrupted = True
+            else:
+                handler(signum, frame)  # as if it came now
+        return interrupted
 
     def restore(self) -> BaseException | None:
         """Put the handlers back, once (``__exit__`` does; a caller's ``finally`` too, for
@@ -110,14 +122,11 @@ class holding:
         return other
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
-        handlers = self._previous
         other = self.restore()
-        for signum in dict.fromkeys(self.came):  # each signal that came, once, in order
-            handler = handlers.get(signum)
-            if handler is not signal.default_int_handler and callable(handler):
-                handler(signum, None)  # the program's own: run as if it came now
-            elif self._raising and not (kind and issubclass(kind, KeyboardInterrupt)):
-                raise KeyboardInterrupt from None  # after a failure too: what it did is not known
+        came, self.came = self.came, []
+        raised = kind is not None and issubclass(kind, KeyboardInterrupt)
+        if self._run(came, None) and self._raising and not raised:  # after a failure too:
+            raise KeyboardInterrupt from None  # what it did is not known
         if other is not None:
             raise other
 

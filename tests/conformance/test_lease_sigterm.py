@@ -11,16 +11,18 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from freqguard import Guard
+from freqguard import Guard, ManualClock, MemoryBackend
 from tests import servers
 from tests.conformance.lease_rig import LLM
 from tests.conformance.test_lease_interrupts import (
     _guard,
     _main_thread_only,  # noqa: F401 (autouse)
 )
+from tests.conftest import START
 from tests.faults import halted, input_waiting, pause, resume
 from tests.servers import RedisServer
 
@@ -76,4 +78,48 @@ def test_a_sigterm_handler_that_exits_while_a_take_is_out_leaves_no_lease_held(
         thread.join()
         signal.signal(signal.SIGTERM, previous)
     assert signal.getsignal(signal.SIGTERM) is previous
+    assert guard.peek("llm", user="u").rules[0].remaining == 2
+
+
+class _Signalling(MemoryBackend):
+    """A memory store whose next call raises ``signals`` (in order) as it is made: signals
+    landing while a lease's call is out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signals: list[int] = []
+
+    def execute_many(self, calls: Any) -> Any:
+        pending, self.signals = self.signals, []
+        for signum in pending:
+            signal.raise_signal(signum)
+        return super().execute_many(calls)
+
+
+@pytest.mark.parametrize(
+    "sent", [[signal.SIGTERM, signal.SIGTERM], [signal.SIGTERM, signal.SIGINT]], ids=str
+)
+def test_two_signals_to_a_programs_own_handlers_during_a_take_run_each_once(
+    sent: list[int],
+) -> None:
+    """Handlers of the program's own that set a flag (gunicorn's worker does so on
+    SIGTERM), two signals while a take is out: the second runs every handler at once. The
+    hold forgot its handlers as it put them back, so the first signal's handler never ran
+    and a ``KeyboardInterrupt`` nobody sent came out of the block (review)."""
+    seen: list[int] = []
+
+    def flag(signum: int, frame: object) -> None:
+        seen.append(signum)
+
+    backend = _Signalling()
+    guard = Guard(backend, [LLM], clock=ManualClock(START))
+    previous = {signum: signal.signal(signum, flag) for signum in set(sent)}
+    try:
+        backend.signals = sent
+        with guard.lease("llm", user="u") as decision:
+            assert decision.allowed
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    assert seen == sent
     assert guard.peek("llm", user="u").rules[0].remaining == 2
