@@ -154,7 +154,12 @@ class AsyncLeaseBlock(AsyncContextDecorator):
         try:
             return await take(self._guard, *self._args, taken)
         except BaseException:  # a Ctrl-C held back as it was taken, or just after: given
-            await self.release_taken()  # back (another signal's exception too)
+            try:  # back (another signal's exception too)
+                await self.release_taken()
+            finally:
+                if not taken:  # nothing taken (the store failed): it may be entered again
+                    self._gave = False
+                    self._entered.release()
             raise
 
     async def release_taken(self) -> None:

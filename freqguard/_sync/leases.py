@@ -155,7 +155,12 @@ class LeaseBlock(ContextDecorator):
         try:
             return take(self._guard, *self._args, taken)
         except BaseException:  # a Ctrl-C held back as it was taken, or just after: given
-            self.release_taken()  # back (another signal's exception too)
+            try:  # back (another signal's exception too)
+                self.release_taken()
+            finally:
+                if not taken:  # nothing taken (the store failed): it may be entered again
+                    self._gave = False
+                    self._entered.release()
             raise
 
     def release_taken(self) -> None:

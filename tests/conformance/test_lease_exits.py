@@ -15,10 +15,21 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncGenerator, Generator
+from typing import Any
 
 import pytest
 
-from freqguard import AsyncGuard, ConfigError, Guard, ManualClock, Policy, Rule, capped
+from freqguard import (
+    AsyncGuard,
+    BackendUnavailable,
+    ConfigError,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    Rule,
+    capped,
+)
 from freqguard.backends.base import SyncBackend
 from tests.conformance.lease_rig import LLM
 from tests.conformance.lease_rig import every_store as every_store
@@ -213,4 +224,33 @@ def test_a_blocks_lease_given_back_inside_it_leaves_its_exit_quiet(way: str) -> 
         failing()
     with guard.lease("llm", user="u") as decision:
         getattr(guard, way)(decision)
+    assert guard.peek("llm", user="u").rules[0].remaining == 2
+
+
+class _FailingOnce(MemoryBackend):
+    """A memory store whose next ``fail`` calls raise ``BackendUnavailable`` (not sent)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = 0
+
+    def execute_many(self, calls: Any) -> Any:
+        if self.fail:
+            self.fail -= 1
+            raise BackendUnavailable("the store is away", sent=False)
+        return super().execute_many(calls)
+
+
+def test_a_block_whose_take_failed_can_be_entered_again() -> None:
+    """A block whose take failed (the store away, nothing taken) holds nothing and nobody
+    is in it: a retry of the same block takes its lease (review: the one-`with` lock was
+    never let go, and the retry was refused as a second task's entry)."""
+    backend = _FailingOnce()
+    guard = Guard(backend, [LLM], clock=ManualClock(START))
+    block = guard.lease("llm", user="u")
+    backend.fail = 1
+    with pytest.raises(BackendUnavailable), block:
+        raise AssertionError("not entered")
+    with block as decision:
+        assert decision.allowed
     assert guard.peek("llm", user="u").rules[0].remaining == 2
