@@ -15,16 +15,21 @@ and never blocks on I/O); on any other it runs the sync backend's calls in a wor
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
-from freqguard.backends.base import AsyncBackend, SyncBackend, answered
+from freqguard.backends.base import SyncBackend, answered
 from freqguard.backends.memory import MemoryBackend
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.policy import Fallback
 from freqguard.script.calls import Reply, ScriptCall
 
 __all__ = ["ThreadedBackend", "as_async"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class ThreadedBackend:
@@ -44,20 +49,26 @@ class ThreadedBackend:
 
     async def aexecute(self, call: ScriptCall) -> Reply:
         """Run one script call in a worker thread (as :meth:`aexecute_many`)."""
-        loop = asyncio.get_running_loop()
-        return await answered(loop.run_in_executor(None, self.backend.execute, call))
+        return await _in_thread(self.backend.execute, call)
 
     async def aexecute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
         """Run a batch of script calls in a worker thread: a cancellation stops the wait,
         never the thread; calls the guard lets finish (``FINISHING``: a lease's) are waited
         for through it, their replies returned (``asyncio.run``'s end cancelled the wait,
         and a lease the thread took was left held)."""
-        loop = asyncio.get_running_loop()  # a future, not a task: asyncio.run cancels tasks
-        return await answered(loop.run_in_executor(None, self.backend.execute_many, calls))
+        return await _in_thread(self.backend.execute_many, calls)
 
     async def aclose(self) -> None:
         """Close the sync backend in a worker thread."""
         await asyncio.to_thread(self.backend.close)
+
+
+async def _in_thread(function: Callable[[T], R], argument: T) -> R:
+    """``function(argument)`` in the loop's default executor, in the caller's context (its
+    context variables: a tracing span), as ``asyncio.to_thread`` runs it; a future, not a
+    task, which ``asyncio.run``'s end would cancel."""
+    loop, context = asyncio.get_running_loop(), contextvars.copy_context()
+    return await answered(loop.run_in_executor(None, context.run, function, argument))
 
 
 _faces: weakref.WeakKeyDictionary[Guard, AsyncGuard] = weakref.WeakKeyDictionary()
@@ -79,21 +90,37 @@ def as_async(guard: Guard) -> AsyncGuard:
     found = _faces.get(guard)
     if found is not None:
         return found
-    backend: AsyncBackend = (
-        guard.backend
-        if isinstance(guard.backend, MemoryBackend)
-        else ThreadedBackend(guard.backend)
+    adapter = _Adapter()
+    backend = guard.backend
+    face = AsyncGuard(
+        backend if isinstance(backend, MemoryBackend) else adapter.threaded(backend),
+        (),
+        guard.clock,
+        prefix=guard.prefix,
     )
-    face = AsyncGuard(backend, (), guard.clock, prefix=guard.prefix)
-    face._adopt(guard, _async_fallback)
+    face._adopt(guard, adapter)
     _faces[guard] = face
     return face
 
 
-def _async_fallback(on_error: object) -> object:
-    """A sync-only fallback backend, driven from worker threads by the async face."""
-    if isinstance(on_error, Fallback):
-        return Fallback(_async_fallback(on_error.backend), on_error.workers)
-    if isinstance(on_error, str) or callable(getattr(on_error, "aexecute_many", None)):
-        return on_error
-    return ThreadedBackend(on_error)  # type: ignore[arg-type]
+class _Adapter:
+    """What makes a sync guard's backends ones its async face drives: each sync-only
+    backend in one :class:`ThreadedBackend` (the face's store and its fallbacks, the
+    default's and each policy's, one object for one backend: a close closes it once)."""
+
+    def __init__(self) -> None:
+        self._made: dict[int, tuple[object, ThreadedBackend]] = {}
+
+    def threaded(self, backend: SyncBackend) -> ThreadedBackend:
+        made = self._made.get(id(backend))
+        if made is None or made[0] is not backend:
+            made = self._made[id(backend)] = (backend, ThreadedBackend(backend))
+        return made[1]
+
+    def __call__(self, on_error: object) -> object:
+        """``on_error`` as the face drives it: a sync-only fallback from worker threads."""
+        if isinstance(on_error, Fallback):
+            return Fallback(self(on_error.backend), on_error.workers)
+        if isinstance(on_error, str) or callable(getattr(on_error, "aexecute_many", None)):
+            return on_error
+        return self.threaded(on_error)  # type: ignore[arg-type]
