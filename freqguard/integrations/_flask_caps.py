@@ -39,10 +39,10 @@ __all__ = [
     "Made",
     "check_not_both",
     "check_view",
-    "decide_over",
     "deducted",
     "give_back",
     "route_of",
+    "run_over",
     "view_cap",
 ]
 
@@ -236,15 +236,19 @@ def view_cap(app: Flask, endpoint: str, made: list[Made]) -> FlaskViewCap | None
     return cap
 
 
-def decide_over(app: Flask, endpoint: str, cap: FlaskViewCap | None) -> None:
-    """Decide now, after the route's hit, a cap of its own budget (``name=``, ``methods=``,
-    ``deduct_when=``) made over ``@app.route``: Flask never runs its wrapper, which would
-    decide it as the view runs."""
+def run_over(app: Flask, endpoint: str, cap: FlaskViewCap | None) -> None:
+    """Have a cap of its own budget (``name=``, ``methods=``, ``deduct_when=``) made over
+    ``@app.route`` decided as the view runs, as one under it is: the view function Flask
+    runs at ``endpoint`` wrapped in it, once (Flask never runs the cap's own wrapper; one
+    decided before the view counted the requests Flask answers itself, a preflight's
+    OPTIONS, and those a ``before_request`` answers)."""
     if cap is None or not cap.in_view:
         return
-    if getattr(app.view_functions.get(endpoint), "_freqguard_cap", None) is not cap:
-        cap.decide()
-        g.freqguard_cap = cap  # decided: not again should its wrapper run in this request
+    view = app.view_functions.get(endpoint)
+    if view is not None and getattr(view, "_freqguard_cap", None) is not cap:
+        wrapper: Any = _wrapped(view, cap.decide)
+        wrapper._freqguard_cap = cap
+        app.view_functions[endpoint] = wrapper
 
 
 def _undecided() -> None:

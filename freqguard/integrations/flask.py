@@ -59,10 +59,10 @@ from freqguard.integrations._flask_caps import (
     Made,
     check_not_both,
     check_view,
-    decide_over,
     deducted,
     give_back,
     route_of,
+    run_over,
     view_cap,
 )
 from freqguard.integrations._flask_errors import register_handlers, warn_unseen
@@ -229,12 +229,12 @@ class FreqGuard:
         route = state.routes[endpoint]
         if endpoint not in state.caps:  # the view's cap, found once
             state.caps[endpoint] = view_cap(current_app, endpoint, self._made)
+            run_over(current_app, endpoint, state.caps[endpoint])  # decided as the view runs
         cap = state.caps[endpoint]
         if route is not None:
             if cap is not None and not cap.in_view:
                 g.freqguard_cap = cap  # decided here, with the route's limits
             self._hit(route)
-        decide_over(current_app, endpoint, cap)  # one of its own budget, over @app.route
 
     def _after(self, response: Response) -> Response:
         decisions: list[Decision] = g.get("freqguard_decisions", [])

@@ -286,3 +286,32 @@ def test_the_policy_header_lists_the_rules_of_every_cap_the_request_met(
         (3, 3600),
     ]
     assert first.headers["RateLimit"].startswith('"sl.2.60s";r=1')
+
+
+@pytest.mark.parametrize("place", ["under", "over"])
+def test_a_named_caps_budget_is_spent_only_by_requests_its_view_runs(
+    clock: ManualClock, place: str
+) -> None:
+    """A browser's preflight (OPTIONS, which Flask answers itself) or a request a
+    ``before_request`` answers never runs the view: a cap of its own budget is spent by
+    neither, over the route as under it (review: over it, it was decided in
+    ``before_request``, and each preflight spent a unit of the POSTs' budget)."""
+    app = Flask(__name__)
+    fg = FreqGuard(app, guard=Guard(MemoryBackend(clock), clock=clock))
+
+    @app.before_request
+    def auth() -> tuple[str, int] | None:
+        return ("who?", 401) if request.headers.get("x-user") is None else None
+
+    def send() -> str:
+        return "sent"
+
+    if place == "under":
+        app.route("/sms", methods=["POST"])(fg.capped("1/minute", name="sms")(send))
+    else:
+        fg.capped("1/minute", name="sms")(app.route("/sms", methods=["POST"])(send))
+    client = app.test_client()
+    assert client.options("/sms", headers={"x-user": "u"}).status_code == 200
+    assert client.post("/sms").status_code == 401
+    assert client.post("/sms", headers={"x-user": "u"}).status_code == 200
+    assert client.post("/sms", headers={"x-user": "u"}).status_code == 429
