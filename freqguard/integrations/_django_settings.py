@@ -79,7 +79,8 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     a freqguard throttle would read and cannot, ``W002`` when none is seen to read it;
     ``freqguard.E004`` a view's freqguard throttle reading a scope with no rate,
     ``freqguard.E005`` a dotted path in a view's ``throttle_classes``, ``freqguard.E006`` a
-    view's freqguard throttle with neither a rate nor a scope, ``freqguard.I001``
+    view's freqguard throttle with neither a rate nor a scope, ``freqguard.E007`` one
+    budget given two sets of rules, ``freqguard.I001``
     the views whose throttles ``get_throttles()`` chooses, not seen, ``freqguard.W003`` a
     URLconf past the bound of the walk, ``freqguard.W004`` includes nested past its depth:
     see

@@ -45,6 +45,7 @@ from django.conf import settings as django_settings
 from django.core import checks
 
 from freqguard.errors import ConfigError
+from freqguard.integrations._django_budgets import budget_checks
 from freqguard.integrations._drf_walk import (
     DEEPEST,
     MOST_PATTERNS,
@@ -87,7 +88,7 @@ def given(rate: object, scope: object, rates: object) -> Given | None:
 
 def throttle_checks() -> list[checks.CheckMessage]:
     """``freqguard.E003``, ``W002``, ``E004``, ``E005``, ``E006``, ``I001``, ``W003`` and
-    ``W004`` (see the module)."""
+    ``W004`` (see the module), and ``E007`` (:mod:`~freqguard.integrations._django_budgets`)."""
     rest = getattr(django_settings, "REST_FRAMEWORK", None)
     rest = rest if isinstance(rest, Mapping) else {}
     bad = _bad_rates(rest.get("DEFAULT_THROTTLE_RATES"))
@@ -95,6 +96,7 @@ def throttle_checks() -> list[checks.CheckMessage]:
     default = isinstance(classes, (list, tuple)) and any(ours(c) for c in classes)
     walked = walk()
     rates = _drf_rates() if walked.uses else {}
+    budgets = budget_checks(walked, rates, _coded)  # E007
     fallback = bool(getattr(django_settings, "FREQGUARD_DEFAULT_LIMITS", None))
     fallback = fallback or getattr(django_settings, "FREQGUARD_ENABLED", True) is False  # off
     found = _of_the_walk(walked)
@@ -134,7 +136,7 @@ def throttle_checks() -> list[checks.CheckMessage]:
             found.append(checks.Error(text, id="freqguard.E003"))
         else:
             found.append(checks.Warning(text, id="freqguard.W002"))
-    return found
+    return found + budgets
 
 
 def _of_the_walk(walked: Walk) -> list[checks.CheckMessage]:

@@ -2,7 +2,8 @@
 (:mod:`freqguard.integrations._drf_throttles`): each view the URLconf reaches (``APIView``s,
 ``@api_view`` functions, a router's ViewSets and their actions, with what ``as_view(...)``
 gives them) and the freqguard throttles it names, within bounds; and what else the checks
-say of the views (a dotted path in ``throttle_classes``, a ``get_throttles()`` of their own).
+say of the views (a dotted path in ``throttle_classes``, a ``get_throttles()`` of their own,
+a cap naming a budget, of any view).
 
 A throttle is freqguard's by the names in its MRO: drf.py imports the checks, and they run
 where DRF is not installed. A URLconf (or an include) that does not load is left to
@@ -48,6 +49,8 @@ class Walk:
     unseen: dict[type, str] = field(default_factory=dict)  # I001: views choosing in code
     stopped: str | None = None  # W003: the first pattern past the bound, if any
     deep: list[str] = field(default_factory=list)  # W004: the includes nested past the bound
+    #: E007: each view capped with ``name=`` (and where), and its cap
+    named: list[tuple[str, Any]] = field(default_factory=list)
 
 
 def walk() -> Walk:
@@ -57,6 +60,7 @@ def walk() -> Walk:
     seen: set[tuple[type, type, object]] = set()
     said: set[tuple[type, str]] = set()  # a view's dotted paths told of
     for url, callback in _patterns(found):
+        _note_named(found, url, callback)
         view = getattr(callback, "cls", None) or getattr(callback, "view_class", None)
         if not isinstance(view, type):
             continue
@@ -84,6 +88,16 @@ def walk() -> Walk:
                 seen.add((view, use.throttle, use.scope))
                 found.uses.append(use)
     return found
+
+
+def _note_named(found: Walk, url: str, callback: Any) -> None:
+    """Note the view's cap if it names a budget (``@capped(name=...)`` on a function view,
+    or on a class-based view's class), once a view."""
+    capped = getattr(callback, "view_class", None) or callback
+    cap = getattr(capped, "_freqguard_cap", None)
+    if getattr(cap, "name", None) is not None and all(c is not cap for _, c in found.named):
+        name = getattr(capped, "__qualname__", None) or repr(capped)
+        found.named.append((f"{getattr(capped, '__module__', '?')}.{name} (URL {url!r})", cap))
 
 
 def _use(where: str, view: type, init: Mapping[str, Any], throttle: type) -> Use | None:

@@ -123,10 +123,11 @@ class FreqGuardThrottle(BaseThrottle):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Refuse what only DRF's own counting reads (a ``timer``, a ``cache``...), naming
-        freqguard's way: never a hook that quietly does nothing.
+        freqguard's way: never a hook that quietly does nothing; and both key functions,
+        freqguard's ``key()`` and DRF's ``get_cache_key()`` (which keys is not clear).
 
         Raises:
-            ConfigError: a class that defines one.
+            ConfigError: a class that defines one, or both key functions.
         """
         super().__init_subclass__(**kwargs)
         own = cls.__mro__[: cls.__mro__.index(FreqGuardThrottle)]  # a mixin's too
@@ -136,6 +137,11 @@ class FreqGuardThrottle(BaseThrottle):
                     f"{cls.__qualname__}.{name} is DRF's SimpleRateThrottle's, which "
                     f"freqguard's throttles do not read: {instead}"
                 )
+        if getattr(cls, "get_cache_key", None) is not None and cls.key.__module__ != __name__:
+            raise ConfigError(
+                f"{cls.__qualname__} defines both key() and get_cache_key(): keep one (key() "
+                "is freqguard's key function, get_cache_key(request, view) DRF's)"
+            )
 
     def key(self) -> KeyFunc:
         """The key function: :func:`~freqguard.integrations.django.user_or_ip`, the
@@ -216,7 +222,8 @@ class FreqGuardThrottle(BaseThrottle):
         """The route's key function: the class's own ``get_cache_key``, else :meth:`key`.
 
         Raises:
-            ConfigError: a class that defines both (which keys the request is not clear).
+            ConfigError: a ``cache_format`` without a ``get_cache_key`` to read it. (A class
+                defining both ``key()`` and ``get_cache_key()`` is refused as it is made.)
         """
         if getattr(type(self), "get_cache_key", None) is None:
             if type(self).cache_format != FreqGuardThrottle.cache_format:
@@ -225,11 +232,6 @@ class FreqGuardThrottle(BaseThrottle):
                     "of the class's own only, and it has none: define one, or drop it"
                 )
             return self.key()
-        if type(self).key not in (FreqGuardThrottle.key, FreqGuardAnonThrottle.key):
-            raise ConfigError(
-                f"{_name(self)} defines both key() and get_cache_key(): keep one (key() "
-                "is freqguard's key function, get_cache_key(request, view) DRF's)"
-            )
         return declared(_cache_key, "ident")
 
     def allow_request(self, request: Request, view: Any) -> bool:

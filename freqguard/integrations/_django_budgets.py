@@ -1,0 +1,85 @@
+"""``freqguard.E007``, a system check: one budget given two sets of rules, which a request
+meets as a ``ConfigError`` (a 500) once the other set is registered: the caps of two views
+naming one budget (``@capped(name="otp")``) with different rules, or two freqguard DRF
+throttles reading one scope at different rates (their own ``rate``, or one's own and
+``DEFAULT_THROTTLE_RATES``'). One error a budget, naming each set's rules and views. A
+throttle whose own code gives its rate is not judged; a rate that does not parse is E003's.
+The views come from the walk of the URLconf (:mod:`freqguard.integrations._drf_walk`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from django.core import checks
+
+from freqguard.errors import ConfigError
+from freqguard.integrations._drf_walk import Walk, dotted
+from freqguard.rates import Rate, parse_rates, written
+
+__all__ = ["budget_checks"]
+
+_SHOWN = 3  # the views a set names; the others it counts
+
+
+def budget_checks(
+    walked: Walk, rates: object, coded: Callable[[type], bool]
+) -> list[checks.CheckMessage]:
+    """E007 (see the module): ``rates`` is ``DEFAULT_THROTTLE_RATES``, ``coded`` whether a
+    throttle's own code may give its rate."""
+    named: dict[str, dict[object, list[str]]] = {}
+    for where, cap in walked.named:
+        named.setdefault(cap.name, {}).setdefault(cap.items, []).append(where)
+    scoped: dict[str, dict[object, list[str]]] = {}
+    for use in walked.uses:
+        if not isinstance(use.scope, str) or coded(use.throttle):
+            continue
+        text = getattr(use.throttle, "rate", None)
+        if text is None and isinstance(rates, Mapping):
+            text = rates.get(use.scope)
+        try:
+            parsed = tuple(parse_rates(text)) if isinstance(text, str) else None
+        except ConfigError:  # E003's
+            continue
+        if parsed is not None:
+            given = scoped.setdefault(use.scope, {}).setdefault(parsed, [])
+            given.append(f"{use.view} by {dotted(use.throttle)}")
+    found = [
+        _error(
+            f"the caps naming the budget {name!r}",
+            sets,
+            "give them one rate, or names of their own",
+        )
+        for name, sets in named.items()
+        if len(sets) > 1
+    ]
+    found += [
+        _error(
+            f"the throttles of scope {scope!r}",
+            sets,
+            "give them one rate (the scope's "
+            "in DEFAULT_THROTTLE_RATES, their own rate unset), or scopes of their own",
+        )
+        for scope, sets in scoped.items()
+        if len(sets) > 1
+    ]
+    return found
+
+
+def _error(what: str, sets: Mapping[object, list[str]], fix: str) -> checks.CheckMessage:
+    shown = "; ".join(f"{_rules(rules)} for {_views(views)}" for rules, views in sets.items())
+    return checks.Error(
+        f"{what} give it different rules, {shown}: a request meets the other's as a "
+        f"ConfigError (a 500) once one is registered; {fix}",
+        id="freqguard.E007",
+    )
+
+
+def _rules(rules: object) -> str:
+    items = rules if isinstance(rules, tuple) else (rules,)
+    return ", ".join(written(r) if isinstance(r, Rate) else repr(r) for r in items)
+
+
+def _views(views: Sequence[str]) -> str:
+    more = f" and {len(views) - _SHOWN} more" if len(views) > _SHOWN else ""
+    return ", ".join(views[:_SHOWN]) + more
