@@ -28,7 +28,7 @@ T = TypeVar("T")
 
 _GRAMMAR = (
     "'N per M unit' or 'N/M unit' (M optional, unit one of second, minute, hour, day, "
-    "month, year, plural allowed; or, as django-ratelimit and DRF write them, s, m, h or d "
+    "week, month, year, plural allowed; or, as django-ratelimit and DRF write them, s, m, h or d "
     "('5/m', '100/10s'), sec, min or hr, plural allowed), several joined by ';', ',' or '|'"
 )
 #: django-ratelimit's and DRF's short units, read as they read them; a month and a year
@@ -36,6 +36,9 @@ _GRAMMAR = (
 _SHORT_UNITS = {"s": "second", "sec": "second", "m": "minute", "min": "minute"}
 _SHORT_UNITS |= {"h": "hour", "hr": "hour", "d": "day"}
 _SHORT = re.compile(r"(\d\s*(?:/|per)\s*\d*)\s*(?:(sec|min|hr)s?|([smhd]))(?![a-z])")
+#: A week, which limits' grammar has not: read as 7 days (a weekly calendar rule is listed
+#: as ``3/week``, and typed back).
+_WEEKS = re.compile(r"(/|per)\s*(\d*)\s*weeks?(?![a-z])")
 # limits reads "5/0 minutes" as 5 per 1 minute; we refuse a zero multiple instead.
 _ZERO_MULTIPLE = re.compile(r"(?:/|per)\s*0+\s*[a-z]")
 #: The longest rate text: longer than any rate anyone writes, short enough that the
@@ -118,6 +121,7 @@ def parse_rates(text: str) -> tuple[Rate, ...]:
     if not text.isascii():  # no digit or letter of another script reads as an ASCII one
         raise ConfigError(f"cannot parse rate {text!r}: expected {_GRAMMAR}, in ASCII")
     normalized = _SHORT.sub(_long_unit, text.strip().lower())
+    normalized = _WEEKS.sub(_in_days, normalized)
     if _ZERO_MULTIPLE.search(normalized):
         raise ConfigError(f"rate {text!r} has a window of 0 units; it must be at least 1")
     try:
@@ -195,6 +199,11 @@ def peer_rate(value: object) -> str:
         f"'token-bucket'), burst={burst})"
     )
     return f"; throttled-py's Quota is {text!r} here{kept}"
+
+
+def _in_days(found: re.Match[str]) -> str:
+    weeks = int(found[2] or 1)  # at most MAX_RATE_TEXT digits; 0 stays 0, refused below
+    return f"{found[1]} {7 * weeks} days"
 
 
 def _long_unit(found: re.Match[str]) -> str:

@@ -1,7 +1,7 @@
 """The policies as ``GET /v1/policies`` lists them for the operator's page, and the
 decisions since the worker started (``GET /v1/stats``). A rate is written as a person
-writes it and (but a calendar rule's ``/week``) parses back to the same rate, so what the
-page shows can be typed back as a per-key limit."""
+writes it and parses back to the same rate (a calendar rule's ``/week`` too: 7 days), so
+what the page shows can be typed back as a per-key limit."""
 
 from __future__ import annotations
 

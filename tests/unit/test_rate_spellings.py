@@ -79,3 +79,13 @@ def test_every_short_spelling_reads_as_its_seconds(
 def test_any_text_is_rates_or_a_config_error(text: str) -> None:
     with contextlib.suppress(ConfigError):
         parse_rates(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "days"), [("3/week", 7), ("3 per week", 7), ("2 per 2 weeks", 14), ("5/3weeks", 21)]
+)
+def test_a_week_is_seven_days(text: str, days: int) -> None:
+    """The service lists a weekly calendar rule as ``3/week``, which an operator types back
+    as a per-key limit: it was refused (``cannot parse rate``, found by a new user's run of
+    docs/service.md)."""
+    assert parse_rate(text) == Rate(int(text.split()[0].split("/")[0]), timedelta(days=days))
