@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any
 from urllib.parse import parse_qs
@@ -165,8 +166,12 @@ def _option(url: str, name: str, text: str) -> Any:
             f"(?{_RENAMED[name]}={_excerpt(text)}), in {_shown(url)!r}"
         )
     if name not in _TEXTS:
-        known = ", ".join(sorted(_SECONDS | _INTEGERS.keys() | _FLAGS | _TEXTS | _CHOICES.keys()))
-        raise ConfigError(f"unknown option {name!r} in {_shown(url)!r}; known: {known}")
+        names = sorted(_SECONDS | _INTEGERS.keys() | _FLAGS | _TEXTS | _CHOICES.keys())
+        close = difflib.get_close_matches(name[:64], names, n=1)  # bounded: any URL
+        meant = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(
+            f"unknown option {name!r}{meant} in {_shown(url)!r}; known: {', '.join(names)}"
+        )
     return text
 
 

@@ -31,6 +31,7 @@ from freqguard.integrations._django_requests import (
     request_info,
     with_headers,
 )
+from freqguard.integrations._django_settings import their_key
 from freqguard.integrations._django_state import State, ViewCap, current
 from freqguard.integrations._http import KeyFunc, view_methods
 from freqguard.integrations._request import check_key
@@ -95,7 +96,7 @@ def capped(
     if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
         raise ConfigError(f"cost must be an integer >= 0, got {cost!r}")
     if key is not None and not callable(key):
-        raise ConfigError(f"key must be a key function (client_ip()), got {key!r}{_meant(key)}")
+        raise ConfigError(f"key must be a key function (client_ip()), got {key!r}{their_key(key)}")
     if key is not None:
         check_key(key, "capped")
     if not isinstance(block, bool):
@@ -127,15 +128,6 @@ def capped(
     return apply
 
 
-#: django-ratelimit's key strings, and what freqguard writes for them
-_KEYS = {
-    "ip": "client_ip()",
-    "user": "user_or_ip()",
-    "user_or_ip": "user_or_ip()",
-    "header": "header('x-api-key')",
-}
-
-
 def _refuse_theirs(given: Mapping[str, object]) -> None:
     """django-ratelimit's argument names, refused naming freqguard's.
 
@@ -156,18 +148,6 @@ def _refuse_theirs(given: Mapping[str, object]) -> None:
                 f"django-ratelimit's rate= is the first argument here: capped({value!r})"
             )
         raise TypeError(f"capped() got an unexpected keyword argument {name!r}")
-
-
-def _meant(key: object) -> str:
-    if isinstance(key, str):
-        kind, _, field = key.partition(":")
-        meant = _KEYS.get(kind)
-        if kind in ("post", "get") and field:  # a form's field: Django's request reads it
-            read = f"request.raw.{kind.upper()}.get({field!r}, '')"
-            meant = f"lambda request: {{{field!r}: {read}}}"
-        if meant is not None:
-            return f"; django-ratelimit's key={key!r} is key={meant} here"
-    return ""
 
 
 def _alone(target: Any) -> str:

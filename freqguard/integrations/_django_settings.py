@@ -26,7 +26,14 @@ from freqguard.integrations._request import KeyFunc
 from freqguard.integrations._settings import COMMON, MEANT, configured, unknown_setting
 from freqguard.rates import Rate, parse_rates
 
-__all__ = ["SETTINGS", "Settings", "check_settings", "read_settings", "setting_problems"]
+__all__ = [
+    "SETTINGS",
+    "Settings",
+    "check_settings",
+    "read_settings",
+    "setting_problems",
+    "their_key",
+]
 
 #: The settings freqguard reads.
 SETTINGS = COMMON | {"FREQGUARD_KEY"}
@@ -124,7 +131,9 @@ def read_settings() -> Settings:
         raise ConfigError(f"FREQGUARD_DEFAULT_LIMITS must be rates ('100/hour'), got {default!r}")
     key = values.get("FREQGUARD_KEY")
     if key is not None and not callable(key):
-        raise ConfigError(f"FREQGUARD_KEY must be a key function (client_ip()), got {key!r}")
+        raise ConfigError(
+            f"FREQGUARD_KEY must be a key function (client_ip()), got {key!r}{their_key(key)}"
+        )
     return Settings(
         backend,
         config,
@@ -137,3 +146,26 @@ def read_settings() -> Settings:
 
 def _has(name: str) -> bool:
     return hasattr(django_settings, name)
+
+
+#: django-ratelimit's key strings, and what freqguard writes for them
+_KEYS = {
+    "ip": "client_ip()",
+    "user": "user_or_ip()",
+    "user_or_ip": "user_or_ip()",
+    "header": "header('x-api-key')",
+}
+
+
+def their_key(key: object) -> str:
+    """For a message refusing ``key``: the key function to write for django-ratelimit's
+    key string (``'ip'``: ``client_ip()``), else ``""``."""
+    if isinstance(key, str):
+        kind, _, field = key.partition(":")
+        meant = _KEYS.get(kind)
+        if kind in ("post", "get") and field:  # a form's field: Django's request reads it
+            read = f"request.raw.{kind.upper()}.get({field!r}, '')"
+            meant = f"lambda request: {{{field!r}: {read}}}"
+        if meant is not None:
+            return f"; django-ratelimit's key={key!r} is key={meant} here"
+    return ""

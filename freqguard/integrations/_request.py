@@ -238,12 +238,27 @@ def check_key(key: object, where: str) -> KeyFunc:
         raise ConfigError(
             f"{where}: the key function {getattr(key, '__name__', key)!r} must take the "
             "request (a RequestInfo: .headers, .client, .path_params...): write "
-            "key=lambda request: request.headers.get('x-user'), or header('X-User') "
-            "(Flask-Limiter's key_func takes none)"
+            "key=lambda request: request.headers.get('x-user'), or header('X-User')"
+            f"{_whose(key)}"
         ) from None
     except ValueError:  # no signature to read (a builtin): called as it is
         pass
     return key
+
+
+def _whose(key: Callable[..., object]) -> str:
+    """Whose habit a key function of the wrong arity may be: Flask-Limiter's ``key_func``
+    takes nothing, django-ratelimit's key callable ``(group, request)``."""
+    for given, whose in (((), "Flask-Limiter's key_func takes none"), ((None, None), _GROUP)):
+        try:
+            inspect.signature(key).bind(*given)
+        except (TypeError, ValueError):
+            continue
+        return f" ({whose})"
+    return ""
+
+
+_GROUP = "django-ratelimit's key callable takes (group, request): drop the group"
 
 
 def _takes_one(key: Callable[..., object]) -> None:

@@ -57,8 +57,12 @@ def _not_a_rule(item: object, where: str, policy: bool, page: str) -> str:
         )
         return f"{found}: {fix}"
     if callable(item):
+        bare = ""
+        if where != "Limit" and not getattr(item, "__name__", "").startswith("<"):  # a def
+            bare = f"a bare @{where} (no rate, no parentheses) is given the function it caps: "
+            bare += f"write @{where}('5/minute'); or, "
         return (
-            f"{found}: a rate decided per request is a tier here, its rates declared: "
+            f"{found}: {bare}a rate decided per request is a tier here, its rates declared: "
             'Rule("1/minute", by="user", rate_for=TierRates("plan", {"pro": "3/minute"})), '
             f"the key function giving plan (docs/limits.md, 'Tiers decided in code'; {page})"
         )

@@ -58,6 +58,7 @@ def dead_port() -> int:
         ("socket_timeout=1&socket_timeout=2", "socket_timeout is given twice"),
         ("timeout=1", "unknown option 'timeout'"),
         ("foo=1", "unknown option 'foo'"),
+        ("wait_replica=1", "unknown option 'wait_replica' (did you mean 'wait_replicas'?)"),
         ("ssl_certfile=/x.pem", "'ssl_certfile' needs rediss://"),
     ],
 )

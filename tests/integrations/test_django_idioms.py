@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from freqguard import Guard, ManualClock, MemoryBackend
 from freqguard.errors import ConfigError
 from freqguard.integrations import django as fg_django
+from freqguard.integrations._django_settings import read_settings
 from freqguard.integrations.django import capped
 from tests.conftest import examples
 from tests.integrations import django_site
@@ -231,6 +232,25 @@ def test_a_callable_rate_is_refused_naming_tiers() -> None:
     assert message.startswith("capped takes")
     assert "rate_for=TierRates(" in message
     assert "django-ratelimit.md" in message
+
+
+def test_django_ratelimits_habits_get_their_own_hints() -> None:
+    """A key callable of theirs, ``(group, request)``, was told Flask-Limiter's takes none;
+    a bare ``@capped`` (no rate) was told of tiers only; ``FREQGUARD_KEY = "ip"`` had no
+    hint where ``capped(key="ip")`` had one (a new user's run of the Django pages)."""
+    with pytest.raises(ConfigError, match=r"key callable takes \(group, request\)"):
+        capped("5/m", key=lambda group, request: "k")  # type: ignore[arg-type, misc]
+    with pytest.raises(ConfigError, match=re.escape("a bare @capped (no rate")):
+
+        @capped  # type: ignore[arg-type]
+        def view(request: HttpRequest) -> HttpResponse:
+            return HttpResponse("unreached")
+
+    with (
+        override_settings(FREQGUARD_KEY="ip"),
+        pytest.raises(ConfigError, match=re.escape("key='ip' is key=client_ip() here")),
+    ):
+        read_settings()
 
 
 @settings(max_examples=examples(40))
