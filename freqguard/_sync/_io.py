@@ -97,15 +97,22 @@ class holding:
         self.came.append(signum)
 
     def _run(self, came: list[int], frame: object) -> bool:
-        """Run the program's own handler of each signal in ``came``, in order; whether a
-        Ctrl-C to Python's own handler is among them (raised by the caller, once)."""
-        interrupted = False
+        """Run the program's own handler of each signal in ``came``, in order, every one
+        though one raises (its exception raised once they ran: a ``sys.exit`` on SIGTERM
+        lost a SIGINT's handler after it); whether a Ctrl-C to Python's own handler is
+        among them (raised by the caller, once)."""
+        interrupted, raised = False, None
         for signum in came:
             handler = self._handlers.get(signum)
             if handler is signal.default_int_handler or not callable(handler):
                 interrupted = True
-            else:
+                continue
+            try:
                 handler(signum, frame)  # as if it came now
+            except BaseException as exc:
+                raised = raised or exc
+        if raised is not None:
+            raise raised
         return interrupted
 
     def restore(self) -> BaseException | None:

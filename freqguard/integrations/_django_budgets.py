@@ -10,16 +10,22 @@ The views come from the walk of the URLconf (:mod:`freqguard.integrations._drf_w
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
+from django.conf import settings as django_settings
 from django.core import checks
 
 from freqguard.errors import ConfigError
 from freqguard.integrations._drf_walk import Walk, dotted
+from freqguard.integrations._http import check_keyed
+from freqguard.integrations._request import dimensions_of
 from freqguard.rates import Rate, parse_rates, written
+from freqguard.rules import Rule
 
 __all__ = ["budget_checks"]
 
 _SHOWN = 3  # the views a set names; the others it counts
+_UNKNOWN = "key"  # a key's dimensions, known only from a request
 
 
 def budget_checks(
@@ -29,7 +35,9 @@ def budget_checks(
     throttle's own code may give its rate."""
     named: dict[str, dict[object, list[str]]] = {}
     for where, cap in walked.named:
-        named.setdefault(cap.name, {}).setdefault(cap.items, []).append(where)
+        made = _as_run(cap)
+        if made is not None:
+            named.setdefault(cap.name, {}).setdefault(made, []).append(where)
     scoped: dict[str, dict[object, list[str]]] = {}
     for use in walked.uses:
         if not isinstance(use.scope, str) or coded(use.throttle):
@@ -66,6 +74,22 @@ def budget_checks(
     return found
 
 
+def _as_run(cap: Any) -> tuple[object, ...] | None:
+    """The rules a cap's budget is registered with, as the requests make them: its rates,
+    and its Rules keyed by nothing, keyed by its key's dimensions (``"2/minute"`` and
+    ``Rule("2/minute")`` alike); a key whose dimensions are known only from a request by
+    the key itself. None: not judged (a rule its key cannot take, an error of its own)."""
+    from freqguard.integrations._django_state import _peer  # imports the settings
+
+    key = cap.key or getattr(django_settings, "FREQGUARD_KEY", None) or _peer
+    given = dimensions_of(key)
+    try:
+        rules = check_keyed("", cap.items, given or (_UNKNOWN,))
+    except ConfigError:
+        return None
+    return tuple(rules) if given is not None else (key, *rules)
+
+
 def _error(what: str, sets: Mapping[object, list[str]], fix: str) -> checks.CheckMessage:
     shown = "; ".join(f"{_rules(rules)} for {_views(views)}" for rules, views in sets.items())
     return checks.Error(
@@ -77,7 +101,15 @@ def _error(what: str, sets: Mapping[object, list[str]], fix: str) -> checks.Chec
 
 def _rules(rules: object) -> str:
     items = rules if isinstance(rules, tuple) else (rules,)
-    return ", ".join(written(r) if isinstance(r, Rate) else repr(r) for r in items)
+    shown = (_shown(r) for r in items if isinstance(r, (Rate, Rule)))
+    return ", ".join(shown)
+
+
+def _shown(rule: Rate | Rule) -> str:
+    if isinstance(rule, Rate):
+        return written(rule)
+    by = f" by {', '.join(rule.by)}" if rule.by and rule.by != (_UNKNOWN,) else ""
+    return f"{written(rule.rate)}{by}"
 
 
 def _views(views: Sequence[str]) -> str:

@@ -96,6 +96,7 @@ R = TypeVar("R")
 
 
 _peer = client_ip()
+_UNSEEN: Any = object()  # an endpoint whose cap is not found yet
 
 
 def remote_address(request_info: RequestInfo) -> dict[str, object]:
@@ -227,10 +228,11 @@ class FreqGuard:
         if endpoint not in state.routes:
             state.routes[endpoint] = self._route(state, current_app, endpoint)
         route = state.routes[endpoint]
-        if endpoint not in state.caps:  # the view's cap, found once
-            state.caps[endpoint] = view_cap(current_app, endpoint, self._made)
-            run_over(current_app, endpoint, state.caps[endpoint])  # decided as the view runs
-        cap = state.caps[endpoint]
+        cap = state.caps.get(endpoint, _UNSEEN)
+        if cap is _UNSEEN:  # the view's cap, found once; one over the route wrapped around
+            cap = view_cap(current_app, endpoint, self._made)  # the view before it is noted
+            run_over(current_app, endpoint, cap)  # (a request meanwhile finds it again)
+            state.caps[endpoint] = cap
         if route is not None:
             if cap is not None and not cap.in_view:
                 g.freqguard_cap = cap  # decided here, with the route's limits

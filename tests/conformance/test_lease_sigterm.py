@@ -123,3 +123,32 @@ def test_two_signals_to_a_programs_own_handlers_during_a_take_run_each_once(
             signal.signal(signum, handler)
     assert seen == sent
     assert guard.peek("llm", user="u").rules[0].remaining == 2
+
+
+def test_a_handler_that_raises_on_the_first_of_two_signals_leaves_the_second_run() -> None:
+    """SIGTERM (a worker's ``sys.exit``) then SIGINT (a handler that sets a flag) while a
+    take is out: every handler that came runs, the first's exception raised after (review:
+    the loop ended at the ``SystemExit``, and the SIGINT was lost)."""
+    seen: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        sys.exit(0)
+
+    def flag(signum: int, frame: object) -> None:
+        seen.append(signum)
+
+    backend = _Signalling()
+    guard = Guard(backend, [LLM], clock=ManualClock(START))
+    previous = {
+        signal.SIGTERM: signal.signal(signal.SIGTERM, stop),
+        signal.SIGINT: signal.signal(signal.SIGINT, flag),
+    }
+    try:
+        backend.signals = [signal.SIGTERM, signal.SIGINT]
+        with pytest.raises(SystemExit), guard.lease("llm", user="u"):
+            raise AssertionError("never entered: the take was interrupted")
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    assert guard.peek("llm", user="u").rules[0].remaining == 2
+    assert seen == [signal.SIGINT]

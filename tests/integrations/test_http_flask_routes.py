@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from flask import Blueprint, Flask, request
@@ -315,3 +317,45 @@ def test_a_named_caps_budget_is_spent_only_by_requests_its_view_runs(
     assert client.post("/sms").status_code == 401
     assert client.post("/sms", headers={"x-user": "u"}).status_code == 200
     assert client.post("/sms", headers={"x-user": "u"}).status_code == 429
+
+
+def test_a_cap_over_the_route_holds_for_a_request_during_the_endpoints_first(
+    clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first request to an endpoint noted its cap, then wrapped the view in it: a
+    request in between found the cap noted and ran the view unwrapped, uncapped (review;
+    held open here by holding the first request inside the wrapping)."""
+    import freqguard.integrations.flask as flask_module
+
+    app = Flask(__name__)
+    fg = FreqGuard(app, guard=Guard(MemoryBackend(clock), clock=clock))
+
+    def send() -> str:
+        return "sent"
+
+    fg.capped("1/minute", name="sms")(app.route("/sms", methods=["POST"])(send))
+    inside, go = threading.Event(), threading.Event()
+    real = flask_module.run_over  # type: ignore[attr-defined]
+
+    def held(*args: Any) -> None:
+        if not inside.is_set():  # the endpoint's first request only
+            inside.set()
+            assert go.wait(10)
+        real(*args)
+
+    monkeypatch.setattr(flask_module, "run_over", held)
+    statuses: list[int] = []
+
+    def post() -> None:
+        statuses.append(app.test_client().post("/sms").status_code)
+
+    first = threading.Thread(target=post)
+    first.start()
+    assert inside.wait(10)
+    try:
+        post()  # a second request meanwhile
+    finally:
+        go.set()
+        first.join(10)
+    post()
+    assert sorted(statuses) == [200, 429, 429]
