@@ -17,7 +17,7 @@ from django.core import checks
 
 from freqguard.errors import ConfigError
 from freqguard.integrations._drf_walk import Walk, dotted
-from freqguard.integrations._http import check_keyed
+from freqguard.integrations._http import check_keyed, client_ip
 from freqguard.integrations._request import dimensions_of
 from freqguard.rates import Rate, parse_rates, written
 from freqguard.rules import Rule
@@ -26,6 +26,7 @@ __all__ = ["budget_checks"]
 
 _SHOWN = 3  # the views a set names; the others it counts
 _UNKNOWN = "key"  # a key's dimensions, known only from a request
+_PEER = client_ip()  # the key without FREQGUARD_KEY (the Django integration's, alike)
 
 
 def budget_checks(
@@ -79,9 +80,7 @@ def _as_run(cap: Any) -> tuple[object, ...] | None:
     and its Rules keyed by nothing, keyed by its key's dimensions (``"2/minute"`` and
     ``Rule("2/minute")`` alike); a key whose dimensions are known only from a request by
     the key itself. None: not judged (a rule its key cannot take, an error of its own)."""
-    from freqguard.integrations._django_state import _peer  # imports the settings
-
-    key = cap.key or getattr(django_settings, "FREQGUARD_KEY", None) or _peer
+    key = cap.key or getattr(django_settings, "FREQGUARD_KEY", None) or _PEER
     given = dimensions_of(key)
     try:
         rules = check_keyed("", cap.items, given or (_UNKNOWN,))
