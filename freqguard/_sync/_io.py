@@ -11,8 +11,9 @@ it lapsed). At the hold's end the interrupt is raised: the guard gives the lease
 first, as the async guard does on a cancellation. A second
 Ctrl-C meanwhile is raised at once (what the calls did is then not known). Nothing is held
 back elsewhere: a call of a hit or a batch a Ctrl-C cuts counts or not, as a cancelled one
-may (the strict side), and a hold costs three calls to ``signal`` (about 25 µs: its
-wrappers turn handlers into enums through exceptions). A Ctrl-C anywhere in an operation
+may (the strict side), and a hold costs a ``getsignal`` for each of SIGINT and SIGTERM and
+two calls to ``signal`` for each it holds (about 25 µs a held signal: its wrappers turn
+handlers into enums through exceptions). A Ctrl-C anywhere in an operation
 of several steps (a hit over several parts, a batch, ``acquire``) unwinds it as a
 cancellation does the async guard's: what its earlier steps took goes back. A
 ``MemoryBackend``'s call is held too, for a lease (a Ctrl-C after its write, before its
