@@ -65,9 +65,20 @@ class Receipt:
         marks: per part, per state, what the hit left there (see ``Twin.mark``).
         fingerprint: the policy's rules as they were when the hit was decided; a refund
             against a policy of that name whose rules changed since is refused.
+        fallback: the fallback backend the hit consumed on (None: the store), where its
+            refund goes whatever the policy's ``on_error`` is by then; not pickled.
     """
 
-    __slots__ = ("context", "cost", "fingerprint", "marks", "policy", "spent", "times_us")
+    __slots__ = (
+        "context",
+        "cost",
+        "fallback",
+        "fingerprint",
+        "marks",
+        "policy",
+        "spent",
+        "times_us",
+    )
 
     def __init__(
         self,
@@ -86,6 +97,7 @@ class Receipt:
         self.context = context
         self.marks = marks
         self.spent = spent
+        self.fallback: object = None
 
     def __reduce__(self) -> tuple[object, ...]:
         args = (self.policy, self.cost, self.times_us, dict(self.context), self.marks)

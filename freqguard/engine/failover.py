@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from freqguard.decision import Decision, make_decision, with_source
 from freqguard.engine.breaker import Breaker, CircuitOpen
-from freqguard.engine.plan import PolicyPlan
+from freqguard.engine.plan import PolicyPlan, keep
 from freqguard.errors import BackendUnavailable, ConfigError, raise_failures
 from freqguard.policy import Fallback, Policy, check_on_error
 from freqguard.rates import Rate, parse_rate
@@ -57,6 +57,7 @@ class Failover:
         "_driven",
         "_given",
         "_given_default",
+        "_kept",
         "_methods",
         "_owner",
         "_prefix",
@@ -80,6 +81,8 @@ class Failover:
         self._given: dict[str, object] = {}  # per policy, as given
         self._driven: Mapping[str, object] = self._given  # as this guard drives it
         self._shared: dict[tuple[str, int], tuple[PolicyPlan, PolicyPlan]] = {}
+        # per policy, by the shared-out plan's fingerprint: (plan, shared-out plan)
+        self._kept: dict[str, dict[str, tuple[PolicyPlan, PolicyPlan]]] = {}
 
     def facing(
         self, adapt: Callable[[object], object], owner: str, methods: tuple[str, ...]
@@ -156,15 +159,23 @@ class Failover:
         rules, breaker = plan.policy.rules, self._breaker
         return lambda source, exc: fail_answer(plan.name, rules, cost, source, exc, breaker)
 
+    def taken_under(self, name: str, fingerprint: str) -> tuple[PolicyPlan, PolicyPlan] | None:
+        """The plan and its shared-out plan a receipt of ``name`` taken on a fallback bears
+        the fingerprint of (the last :data:`~freqguard.engine.plan.MOST_REPLACED` made), though the
+        policy or its Fallback's ``workers`` changed since; None if not kept."""
+        return self._kept.get(name, {}).get(fingerprint)
+
     def _shared_out(self, plan: PolicyPlan, fallback: Fallback) -> PolicyPlan:
         """``plan`` with its limits shared out among the fallback's ``workers``, its keys as
-        the fallback's backend builds them (its bins), made once."""
+        the fallback's backend builds them (its bins), made once and kept (a lease taken
+        on it goes back by it after a deploy)."""
         workers = fallback.workers
         made = self._shared.get((plan.name, workers))
         if made is None or made[0] is not plan:
             bins: int = getattr(fallback.backend, "bins", 0)
             scaled = PolicyPlan(shared_out(plan.policy, workers), self._prefix, bins=bins)
             made = self._shared[(plan.name, workers)] = (plan, scaled)
+            keep(self._kept.setdefault(plan.name, {}), scaled.fingerprint, made)
         return made[1]
 
 
@@ -302,7 +313,8 @@ def resilient(
             raise
         if isinstance(on_error, str):
             return answer("fail-open" if on_error == "allow" else "fail-closed", exc)
-        return set_source((yield from elsewhere((again or make)(), on_error)), "fallback")
+        done = yield from elsewhere((again or make)(), on_error)
+        return set_source(taken_on(done, on_error), "fallback")
 
 
 def settle_many(
@@ -332,7 +344,7 @@ def settle_many(
     for i, decision in zip(failed, redone, strict=True):
         if isinstance(decision, BackendUnavailable):  # the fallback failed too
             raise decision
-        results[i] = with_source(decision, "fallback")
+        results[i] = with_source(taken_on(decision, on_error), "fallback")
     return results
 
 
@@ -363,6 +375,15 @@ def fail_answer(
     if not denied:  # a policy of shadow rules only never denies, not even failing closed
         return fail_answer(name, rules, cost, "fail-open", error, breaker)
     return with_source(make_decision(name, False, wait_us / _US, denied, lambda: raw), source)
+
+
+def taken_on(result: T, backend: object) -> T:
+    """``result`` (a decision or a list of them), each receipt marked as consumed on the
+    fallback ``backend``: its refund or release goes back there (:class:`Receipt`)."""
+    for decision in result if isinstance(result, list) else [result]:
+        if isinstance(decision, Decision) and decision.receipt is not None:
+            decision.receipt.fallback = backend
+    return result
 
 
 def set_source_all(result: T, source: str) -> T:

@@ -10,6 +10,7 @@ import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
+from typing import TypeVar
 
 from freqguard.clock import SystemClock
 from freqguard.decision import Decision, Receipt, make_decision
@@ -30,10 +31,21 @@ from freqguard.script.strategies.base import SKIP
 #: The twin of a concurrency rule's state: the leases held.
 LEASES = KINDS["concurrency"]
 
-__all__ = ["PolicyPlan", "limit_rate", "rule_params"]
+__all__ = ["MOST_REPLACED", "PolicyPlan", "keep", "limit_rate", "rule_params"]
 
 _US = 1_000_000.0
 _new = tuple.__new__
+MOST_REPLACED = 64  # a policy's versions kept past deploys: a lease goes back by its own
+V = TypeVar("V")
+
+
+def keep(versions: dict[str, V], fingerprint: str, version: V) -> None:
+    """``version`` kept as the newest of a policy's ``versions``, its oldest dropped past
+    :data:`MOST_REPLACED`."""
+    versions.pop(fingerprint, None)  # back again: the newest once more
+    if len(versions) >= MOST_REPLACED:
+        del versions[next(iter(versions))]
+    versions[fingerprint] = version
 
 
 def limit_rate(limit: KeyLimit, rule: Rule) -> Rate:

@@ -76,12 +76,15 @@ class Receipts:
         receipt = decision.receipt
         if receipt is None:
             return decision
-        if leases:  # on the fallback, the receipt is of its plan, the limits shared out
-            fallback = decision.source == "fallback"
-            made = (lambda p: self._failover.on_failure(p)[1]) if fallback else (lambda p: p)
-            plan = self._policies.taken_under(decision.policy, receipt.fingerprint, made)
-        else:
-            plan = self._policies.plan(decision.policy)
+        failover, name = self._failover, decision.policy
+        fallback = decision.source == "fallback"
+        plan = self._policies.plan(name)
+        there = failover.on_failure(plan)[1] if fallback else plan  # its limits shared out
+        if leases and there.fingerprint != receipt.fingerprint:  # a deploy since the take
+            if not fallback:
+                plan = there = self._policies.taken_under(name, receipt.fingerprint)
+            elif taken := failover.taken_under(name, receipt.fingerprint):
+                plan, there = taken
         with _CLAIM:  # two refunds of one decision at once: only one goes through
             if receipt.spent:
                 raise ConfigError(
@@ -91,9 +94,10 @@ class Receipts:
         try:
             self._denials.forget(plan, receipt.context)
             given = sent(plan, receipt)
-            failover = self._failover
-            if decision.source == "fallback":  # it consumed on the fallback: give back there
-                backend, there = failover.on_failure(plan)
+            if fallback:  # it consumed on the fallback: give back there
+                backend = receipt.fallback
+                if backend is None:  # a copy of the receipt (pickled): where it is now
+                    backend = failover.on_failure(plan)[0]
                 return _marked(elsewhere(refund_op(there, given, self._now()), backend), "fallback")
             op = refund_op(plan, given, self._now())
             on_error = failover.of(plan)

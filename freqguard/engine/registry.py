@@ -7,15 +7,14 @@ from collections.abc import Callable, Mapping
 
 from freqguard.engine.denials import Denials
 from freqguard.engine.failover import Failover
-from freqguard.engine.plan import PolicyPlan
+from freqguard.engine.plan import PolicyPlan, keep
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
 
-__all__ = ["MOST_REPLACED", "PolicyRegistry"]
+__all__ = ["PolicyRegistry"]
 
 #: Replaced plans kept per policy, so that leases taken under them are given back after a
 #: deploy (however many policies one deploy replaces).
-MOST_REPLACED = 64
 
 
 class PolicyRegistry:
@@ -87,32 +86,24 @@ class PolicyRegistry:
         old = self._plans.get(plan.name)
         replaced = self._replaced.setdefault(plan.name, {})
         if old is not None and old.fingerprint != plan.fingerprint:
-            replaced.pop(old.fingerprint, None)  # back again: the newest once more
-            if len(replaced) >= MOST_REPLACED:
-                replaced.pop(next(iter(replaced)))  # the policy's oldest goes
-            replaced[old.fingerprint] = old
+            keep(replaced, old.fingerprint, old)
         replaced.pop(plan.fingerprint, None)
         self._plans[plan.name] = plan
 
-    def taken_under(
-        self,
-        name: str,
-        fingerprint: str,
-        made: Callable[[PolicyPlan], PolicyPlan] = lambda plan: plan,
-    ) -> PolicyPlan:
-        """The plan a receipt of ``name`` was made by (``made`` of it: a fallback's shared-out
-        plan): the registered one, or one it replaced (its last :data:`MOST_REPLACED`), so
-        that a lease taken before a deploy is given back after it; else the registered one
-        (which refuses the receipt).
+    def taken_under(self, name: str, fingerprint: str) -> PolicyPlan:
+        """The plan a receipt of ``name`` was made by: the registered one, or one it
+        replaced (its last :data:`~freqguard.engine.plan.MOST_REPLACED`), so that a lease
+        taken before a deploy is given back after it; else the registered one (which
+        refuses the receipt).
 
         Raises:
             ConfigError: no policy of that name is registered.
         """
         plan = self.plan(name)
-        if made(plan).fingerprint == fingerprint:  # the usual release: no deploy since
+        if plan.fingerprint == fingerprint:  # the usual release: no deploy since
             return plan
         olders = reversed(self._replaced.get(name, {}).values())
-        return next((o for o in olders if made(o).fingerprint == fingerprint), plan)
+        return next((o for o in olders if o.fingerprint == fingerprint), plan)
 
     def plan(self, name: str) -> PolicyPlan:
         """The plan registered under a policy's name.

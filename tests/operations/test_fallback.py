@@ -119,3 +119,27 @@ def test_a_lease_taken_on_the_fallback_is_given_back_after_a_deploy(clock: Manua
     guard.add_policy(Policy("p", Rule("6 concurrent", lease=60, name="cc")), replace=True)
     guard.release(taken)
     assert guard.peek("p").remaining == 3  # the new plan shared out: 6 / 2, none held
+
+
+@pytest.mark.parametrize("other", ["workers", "backend"])
+def test_a_lease_taken_on_the_fallback_is_given_back_after_its_fallback_changed(
+    clock: ManualClock, other: str
+) -> None:
+    """A deploy that changes the policy's Fallback (its workers, or its backend) while a
+    lease taken on it is held: the release looked the receipt's plan up by the fallback
+    the policy has now (its limits shared out among other workers, or on another backend),
+    found none, and raised, the lease left held on the first fallback until it lapsed
+    (review). The lease goes back where it was taken, by the plan it was taken under."""
+    store = Switch(clock)
+    store.down = True
+    first = MemoryBackend(clock)
+    rule = Rule("4 concurrent", lease=60, name="cc")
+    guard = Guard(store, [Policy("p", rule, on_error=Fallback(first, workers=2))], clock)
+    with guard.lease("p") as taken:
+        assert (taken.allowed, taken.source) == (True, "fallback")
+        now = Fallback(MemoryBackend(clock), workers=4) if other == "backend" else None
+        now = now or Fallback(first, workers=4)
+        guard.add_policy(Policy("p", rule, on_error=now), replace=True)
+    # nothing held on the first fallback: its two (4 / 2) free again
+    again = Guard(store, [Policy("p", rule, on_error=Fallback(first, workers=2))], clock)
+    assert again.peek("p").remaining == 2
