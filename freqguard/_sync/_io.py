@@ -4,16 +4,16 @@ side's :data:`Cancelled`).
 
 A lease taken or given back holds a Ctrl-C back (:class:`holding`) from before its calls go
 out until the guard knows what they did, in the main thread while SIGINT has a handler in
-Python (SIGTERM's, a program's own, is held back alike: design note 97), on any store: an
-interrupt that cut the reply's read, or landed between the store's answer and the
-decision in the caller's hands, left a lease the store took known to nobody (held until
-it lapsed). At the hold's end the interrupt is raised: the guard gives the lease back
+Python (SIGTERM's, SIGQUIT's, SIGABRT's and SIGHUP's, a program's own, are held back
+alike: design note 97), on any store: an interrupt that cut the reply's read, or landed
+between the store's answer and the decision in the caller's hands, left a lease the store
+took known to nobody (held until it lapsed). At the hold's end the interrupt is raised: the guard gives the lease back
 first, as the async guard does on a cancellation. A second
 Ctrl-C meanwhile is raised at once (what the calls did is then not known). Nothing is held
 back elsewhere: a call of a hit or a batch a Ctrl-C cuts counts or not, as a cancelled one
-may (the strict side), and a hold costs a ``getsignal`` for each of SIGINT and SIGTERM and
-two calls to ``signal`` for each it holds (about 25 µs a held signal: its wrappers turn
-handlers into enums through exceptions). A Ctrl-C anywhere in an operation
+may (the strict side), and a hold costs a ``getsignal`` for each of :data:`_HELD` and
+two calls to ``signal`` for each it holds (7 to 25 µs a held signal, by the machine's
+load: its wrappers turn handlers into enums through exceptions). A Ctrl-C anywhere in an operation
 of several steps (a hit over several parts, a batch, ``acquire``) unwinds it as a
 cancellation does the async guard's: what its earlier steps took goes back. A
 ``MemoryBackend``'s call is held too, for a lease (a Ctrl-C after its write, before its
@@ -39,7 +39,8 @@ _log = logging.getLogger("freqguard")
 
 Cancelled = KeyboardInterrupt
 #: What ends a lease's take or give-back part way and has it given back: a Ctrl-C, or the
-#: ``SystemExit`` of a program's SIGTERM handler (a deploy stopping a worker).
+#: ``SystemExit`` of a program's handler of SIGTERM (a deploy stopping a worker) or another
+#: of :data:`_HELD`.
 Interrupt = (KeyboardInterrupt, SystemExit)
 _MAIN = threading.main_thread()
 
@@ -140,8 +141,14 @@ class holding:
 
 
 _NONE: dict[int, Any] = {}  # no handler held
-#: The signals whose handlers a hold holds back: Ctrl-C, and the one a deploy stops with.
-_HELD = (signal.SIGINT, signal.SIGTERM)
+#: The signals whose handlers a hold holds back: Ctrl-C, the one a deploy stops with, and
+#: those a server's worker exits on (gunicorn's: SIGQUIT, a quick shutdown; SIGABRT, past
+#: its timeout; a daemon's SIGHUP), where the platform has them.
+_HELD = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGQUIT", "SIGABRT", "SIGHUP")
+    if hasattr(signal, name)
+)
 
 
 def _put_back(handlers: dict[int, Any]) -> BaseException | None:

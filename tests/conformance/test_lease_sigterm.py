@@ -152,3 +152,43 @@ def test_a_handler_that_raises_on_the_first_of_two_signals_leaves_the_second_run
             signal.signal(signum, handler)
     assert guard.peek("llm", user="u").rules[0].remaining == 2
     assert seen == [signal.SIGINT]
+
+
+class _SignalledAfter(MemoryBackend):
+    """A memory store whose next call raises ``signum`` once it has written: a signal
+    landing after the store took the lease, before the guard has its answer."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__()
+        self.signum: int | None = signum
+
+    def execute_many(self, calls: Any) -> Any:
+        replies = super().execute_many(calls)
+        signum, self.signum = self.signum, None
+        if signum is not None:
+            signal.raise_signal(signum)
+        return replies
+
+
+@pytest.mark.parametrize(
+    "signum", [signal.SIGQUIT, signal.SIGABRT, signal.SIGHUP], ids=lambda s: s.name
+)
+def test_a_stop_signals_handler_that_exits_after_a_take_leaves_no_lease_held(
+    signum: int,
+) -> None:
+    """gunicorn's worker exits on SIGQUIT (a quick shutdown) and SIGABRT (a worker past its
+    timeout), a daemon often on SIGHUP: only SIGINT's and SIGTERM's handlers were held back,
+    so the ``SystemExit`` of these came out of the store's call with the lease taken and
+    known to nobody (the gap named last stop)."""
+
+    def stop(signum: int, frame: object) -> None:
+        sys.exit(0)
+
+    guard = Guard(_SignalledAfter(signum), [LLM], clock=ManualClock(START))
+    previous = signal.signal(signum, stop)
+    try:
+        with pytest.raises(SystemExit), guard.lease("llm", user="u"):
+            raise AssertionError("never entered: the take was interrupted")
+    finally:
+        signal.signal(signum, previous)
+    assert guard.peek("llm", user="u").rules[0].remaining == 2
