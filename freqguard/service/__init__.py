@@ -11,7 +11,7 @@ from typing import Any
 
 from freqguard.errors import ConfigError
 from freqguard.service.access import ACCESS_LOG_ENV, AccessLog, install_handler
-from freqguard.service.app import MAX_BATCH, MAX_BODY, create_app, decision_json
+from freqguard.service.app import MAX_BATCH, MAX_BODY, create_app
 from freqguard.service.gate import (
     HOSTS_ENV,
     TOKENS_ENV,
@@ -31,7 +31,6 @@ __all__ = [
     "MAX_BODY",
     "TOKENS_ENV",
     "create_app",
-    "decision_json",
     "from_env",
     "history_from_env",
     "parse_tokens",

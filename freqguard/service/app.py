@@ -22,15 +22,15 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 import freqguard.service.schema as schema
-from freqguard.decision import Decision
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import AsyncGuard
+from freqguard.observe.base import RepeatFilter
 from freqguard.policy import Policy
 from freqguard.rates import written
 from freqguard.script.keys import context_digest
 from freqguard.service.access import notes
 from freqguard.service.bodies import MAX_BATCH, MAX_BODY, ManyCall, member, read
-from freqguard.service.dispatch import Calls
+from freqguard.service.dispatch import Calls, Handler
 from freqguard.service.gate import Gate, HostCheck
 from freqguard.service.history import TOP_MINUTES, history_for
 from freqguard.service.listing import policy_info, stat_rows
@@ -41,22 +41,13 @@ from freqguard.service.problems import (
     Problem,
     from_store,
     invalid,
-    repeats,
     shown,
     store_failed,
     unforeseen,
 )
 from freqguard.service.ready import Readiness
 
-__all__ = ["MAX_BATCH", "MAX_BODY", "create_app", "decision_json"]
-
-Handler = Callable[[Request], Awaitable[Response]]
-
-
-def decision_json(decision: Decision) -> dict[str, Any]:
-    """A decision as the service answers it, as plain JSON values."""
-    built: dict[str, Any] = msgspec.to_builtins(schema.decision(decision))
-    return built
+__all__ = ["MAX_BATCH", "MAX_BODY", "create_app"]
 
 
 class JSON(Response):
@@ -134,7 +125,7 @@ class Service:
     ) -> None:
         self.guard, self.registry, self.gate = guard, metrics, Gate(tokens)
         self.ready, self.history = Readiness(guard), history_for(guard, keep_history)
-        self.logged = repeats()  # store failures logged once a while, not once a request
+        self.logged = RepeatFilter(60.0)  # store failures: once a minute, not once a request
         self.document = document()
         self._names: dict[str, Names] = {}
 

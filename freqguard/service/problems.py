@@ -29,7 +29,6 @@ __all__ = [
     "Problem",
     "from_store",
     "invalid",
-    "repeats",
     "shown",
     "store_failed",
     "unforeseen",
@@ -91,7 +90,9 @@ def shown(value: object, most: int = 40) -> str:
 
 def store_failed(exc: BackendUnavailable, policy: str, logged: RepeatFilter) -> Problem:
     """A 503 saying, in an operator's words, what the store did; what it said (hosts,
-    ports, a client's repr) goes to the log."""
+    ports, a client's repr) goes to the log, through ``logged``: at once, then at most once
+    a while per policy and kind, saying how many were not logged meanwhile (an outage
+    answers every request with a 503, and a line each would flood the log)."""
     headers = {}
     if isinstance(exc, CircuitOpen):
         detail = "the store failed repeatedly and is given a rest (the circuit is open)"
@@ -109,13 +110,6 @@ def store_failed(exc: BackendUnavailable, policy: str, logged: RepeatFilter) -> 
         more = f" ({held} more since the last line)" if held else ""
         log.warning("freqguard serve: policy %r: %s: %s%s", policy, detail, exc, more)
     return Problem(503, detail, headers=headers)
-
-
-def repeats() -> RepeatFilter:
-    """Store failures logged at once, then at most once a minute per policy and kind,
-    saying how many were not logged meanwhile: an outage answers every request with a
-    503, and a line each would flood the log. One per app."""
-    return RepeatFilter(60.0)
 
 
 def from_store(exc: ConfigError) -> bool:
