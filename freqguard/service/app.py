@@ -33,7 +33,6 @@ from freqguard.service.bodies import MAX_BATCH, MAX_BODY, ManyCall, member, read
 from freqguard.service.dispatch import Calls, Handler
 from freqguard.service.gate import Gate, HostCheck
 from freqguard.service.history import TOP_MINUTES, history_for
-from freqguard.service.listing import policy_info, stat_rows
 from freqguard.service.openapi import BASE, CALLS, READS, document
 from freqguard.service.page import PAGE
 from freqguard.service.problems import (
@@ -255,10 +254,12 @@ class Service:
         return HTMLResponse(PAGE, headers={"content-security-policy": _CSP})
 
     async def policies(self, request: Request) -> Response:
-        return JSON(schema.PolicyList([policy_info(p) for p in self.guard.policies.values()]))
+        return JSON(
+            schema.PolicyList([schema.policy_info(p) for p in self.guard.policies.values()])
+        )
 
     async def stats(self, request: Request) -> Response:
-        return JSON(schema.Stats(stat_rows(self.registry)))
+        return JSON(schema.Stats(schema.stat_rows(self.registry)))
 
     def _asked(self, request: Request) -> list[str]:
         name = request.query_params.get("policy")

@@ -21,7 +21,6 @@ from freqguard.config.nesting import deeper_than
 from freqguard.service.problems import Problem, invalid, shown
 
 __all__ = [
-    "BODIES",
     "MAX_BATCH",
     "MAX_BODY",
     "MAX_DEPTH",
@@ -125,18 +124,7 @@ class DenialsCall(_Call, frozen=True):
     minutes: Annotated[int, msgspec.Meta(ge=1, le=TOP_MINUTES)] = 5
 
 
-#: The request bodies, in the order the document lists them.
-BODIES: tuple[type[msgspec.Struct], ...] = (
-    CostedCall,
-    ManyCall,
-    ContextCall,
-    ResetCall,
-    LimitCall,
-    DenialsCall,
-)
-_DECODERS: dict[type[msgspec.Struct], msgspec.json.Decoder[Any]] = {
-    body: msgspec.json.Decoder(body) for body in BODIES
-}
+_DECODERS: dict[type[msgspec.Struct], msgspec.json.Decoder[Any]] = {}  # by the body, made once
 _PATH = re.compile(r"(.*?)(?: - at `\$(.*)`)?$", re.DOTALL)
 _KNOWN = re.compile(r"Object (?:contains unknown|missing required) field `(.*)`$", re.DOTALL)
 #: msgspec's words for a JSON value's type, in JSON's (``Expected `int`, got `bool` ``)
@@ -268,8 +256,11 @@ def decode(raw: bytes, body: type[Body]) -> Body:
     """
     if deeper_than(raw, MAX_DEPTH):  # before a parser, whose depth is the stack's
         raise invalid("body", f"nested too deeply (more than {MAX_DEPTH} levels)")
+    decoder = _DECODERS.get(body)
+    if decoder is None:
+        decoder = _DECODERS[body] = msgspec.json.Decoder(body)
     try:
-        decoded: Body = _DECODERS[body].decode(raw)
+        decoded: Body = decoder.decode(raw)
         return decoded
     except msgspec.ValidationError as exc:
         try:  # to find a context's value by its name: Python's reader, which takes a

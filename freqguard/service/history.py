@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from itertools import product
 from typing import Any, NoReturn
@@ -69,7 +69,7 @@ class History:
         self._clock, self._prefix = guard.clock or guard.backend.clock, guard.prefix
         self._tallies = tallies_of(guard.backend, self._clock)
         self.interval = interval
-        self._pending: Counts = {}
+        self._pending: Counts = defaultdict(Counter)
         self._pending_keys: Keys = {}
         self._writer: asyncio.Task[None] | None = None
         self._failures = RepeatFilter(60.0)  # a write failure logged once a minute
@@ -96,9 +96,7 @@ class History:
                 continue
             if counts is None:  # a call's first decision taken on the store
                 now = self.minute()
-                counts = self._pending.get((policy, now))
-                if counts is None:
-                    counts = self._pending[policy, now] = Counter()
+                counts = self._pending[policy, now]
             if decision.allowed:
                 counts["", "a"] += 1
             else:
@@ -128,7 +126,7 @@ class History:
         """Send this worker's pending counts now (before a read, and at shutdown)."""
         if not (self._pending or self._pending_keys):
             return
-        pending, self._pending = self._pending, {}
+        pending, self._pending = self._pending, defaultdict(Counter)
         pending_keys, self._pending_keys = self._pending_keys, {}
         try:
             await self._add(pending, pending_keys)

@@ -8,13 +8,13 @@ document is the same whatever the configuration serves.
 
 from __future__ import annotations
 
+import re
 from typing import Any, NamedTuple
 
 import msgspec
 
 import freqguard.service.schema as schema
 from freqguard.service.bodies import (
-    BODIES,
     MAX_BODY,
     ContextCall,
     CostedCall,
@@ -27,7 +27,7 @@ from freqguard.service.bodies import (
 __all__ = ["BASE", "CALLS", "READS", "document"]
 
 BASE = "/v1/policies/{policy}"
-_REF = "#/components/schemas/{}"
+_REF = "#/components/schemas/{name}"
 
 
 class Call(NamedTuple):
@@ -124,12 +124,12 @@ def _answer(description: str, media: str, schema: dict[str, Any]) -> dict[str, A
 
 
 def _problems(problems: dict[str, str]) -> dict[str, Any]:
-    ref = {"$ref": _REF.format("Problem")}
+    ref = {"$ref": _REF.format(name="Problem")}
     return {s: _answer(d, "application/problem+json", ref) for s, d in problems.items()}
 
 
 def _json(description: str, struct: type[msgspec.Struct]) -> dict[str, Any]:
-    return _answer(description, "application/json", {"$ref": _REF.format(struct.__name__)})
+    return _answer(description, "application/json", {"$ref": _REF.format(name=struct.__name__)})
 
 
 _ANY = {
@@ -152,7 +152,7 @@ _CALL_ERRORS = {
 def _paths() -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for call in CALLS:
-        body = {"$ref": _REF.format(call.body.__name__)}
+        body = {"$ref": _REF.format(name=call.body.__name__)}
         paths.setdefault(f"{BASE}/{call.path}", {})[call.method.lower()] = {
             "operationId": call.id,
             "summary": _SUMMARIES[call.id],
@@ -160,10 +160,9 @@ def _paths() -> dict[str, Any]:
             "responses": {"200": _json("done", call.answer), **_problems(_CALL_ERRORS)},
         }
     for path, item in paths.items():
-        names = ("policy", "rule") if path.endswith("{rule}") else ("policy",)
         item["parameters"] = [
             {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-            for name in names
+            for name in re.findall(r"{(\w+)}", path)
         ]
     for read in READS:
         ok = read.ok
@@ -188,10 +187,9 @@ def _paths() -> dict[str, Any]:
 def document() -> dict[str, Any]:
     """The OpenAPI 3.1 document of the service."""
     answers = [c.answer for c in CALLS] + [r.ok for r in READS if isinstance(r.ok, type)]
-    _, schemas = msgspec.json.schema_components(
-        (*dict.fromkeys(answers), schema.Problem, *BODIES),
-        ref_template=_REF.replace("{}", "{name}"),
-    )
+    bodies = [c.body for c in CALLS]
+    structs = (*dict.fromkeys(answers), schema.Problem, *dict.fromkeys(bodies))
+    _, schemas = msgspec.json.schema_components(structs, ref_template=_REF)
     return {
         "openapi": "3.1.0",
         "info": {"title": "freqguard decision service", "version": "1"},
