@@ -18,7 +18,7 @@ import contextlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from itertools import product
-from typing import Any, NoReturn
+from typing import Any
 
 import freqguard.service.bodies as bodies
 import freqguard.service.schema as schema
@@ -35,7 +35,6 @@ __all__ = [
     "TOP_KEPT",
     "TOP_MINUTES",
     "History",
-    "NoHistory",
     "bounded",
     "history_for",
 ]
@@ -63,12 +62,15 @@ def bounded(keys: Counter[str]) -> Counter[str]:
 class History:
     """The service's counts: :meth:`record` a call's, :meth:`read` them or the keys denied
     most (:meth:`top`, :meth:`denied`); one writer task sends them (a read first sends what
-    is pending) to the store's tallies (:meth:`_add`, :meth:`_counts`, :meth:`_keys`)."""
+    is pending) to the store's tallies (:meth:`_add`, :meth:`_counts`, :meth:`_keys`).
 
-    def __init__(self, guard: AsyncGuard, interval: float = INTERVAL) -> None:
+    Not ``kept`` (``freqguard serve --history off``), a call records nothing, and a read is
+    a 404 that says the history is off (never an empty chart that looks quiet)."""
+
+    def __init__(self, guard: AsyncGuard, interval: float = INTERVAL, kept: bool = True) -> None:
         self._clock, self._prefix = guard.clock or guard.backend.clock, guard.prefix
         self._tallies = tallies_of(guard.backend, self._clock)
-        self.interval = interval
+        self.interval, self.kept = interval, kept
         self._pending: Counts = defaultdict(Counter)
         self._pending_keys: Keys = {}
         self._writer: asyncio.Task[None] | None = None
@@ -87,6 +89,8 @@ class History:
     ) -> None:
         """Add a call's decisions (those taken on the store) and its denied contexts' keys
         (``script.keys.context_digest``, in the policy's order)."""
+        if not self.kept:
+            return
         counts: Counter[tuple[str, str]] | None = None
         keys: Counter[str] | None = None
         # by (rule, a or d): rule "" the policy's own; a rule's denials only (denied_by: a
@@ -186,6 +190,8 @@ class History:
         return sum(keys[key] for keys in found.values())
 
     def _recent(self, minutes: int) -> list[int]:
+        if not self.kept:
+            raise Problem(404, "the decisions' history is off (freqguard serve --history off)")
         now = self.minute()
         return list(range(now - minutes + 1, now + 1))
 
@@ -222,21 +228,7 @@ class History:
         return {where: Counter(reply) for where, reply in zip(at, replies, strict=True) if reply}
 
 
-class NoHistory(History):
-    """No history kept (``freqguard serve --history off``): a call records nothing, and a
-    read is a 404 that says the history is off (never an empty chart that looks quiet)."""
-
-    async def record(self, policy: str, *what: Any) -> None:
-        return None
-
-    async def _counts(self, *what: Any) -> NoReturn:
-        raise Problem(404, "the decisions' history is off (freqguard serve --history off)")
-
-    async def _keys(self, *what: Any) -> NoReturn:
-        await self._counts()
-
-
 def history_for(guard: AsyncGuard, kept: bool = True) -> History:
     """The history of ``guard``'s store (``backends.tallies``: in Redis on a Redis backend,
-    else in this process); none (:class:`NoHistory`) unless ``kept``."""
-    return History(guard) if kept else NoHistory(guard)
+    else in this process); none unless ``kept``."""
+    return History(guard, kept=kept)
