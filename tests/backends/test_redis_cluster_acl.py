@@ -1,0 +1,119 @@
+"""A batch that a cluster node refuses in part (an ACL that allows this user only some keys:
+NOPERM) is a ConfigError, whatever ``on_error`` says, and leaves nothing behind: the hits
+the other calls admitted (on other nodes, or on the same node) are given back, by their own
+marks, before the error is raised. It was raised at once, the admitted hits kept: units
+consumed that the caller never saw."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from redis.cluster import RedisCluster
+
+from freqguard import (
+    AsyncGuard,
+    ConfigError,
+    Guard,
+    Policy,
+    Rule,
+    async_backend_from_url,
+    backend_from_url,
+)
+from freqguard.backends.redis import RedisBackend
+from tests.conftest import flush
+from tests.servers import RedisServer, primary_for
+
+USER, PASSWORD = "fg_only_a", "pw-only-a"
+#: the user's keys: those of partition values that begin with "a" (``fg:{alice}:p:log@u``)
+ALLOWED = "fg:{a*"
+#: admitted (their keys on two nodes) and refused (NOPERM: on a third node, and beside
+#: admitted ones on theirs), in one batch
+ADMITTED = ["alice", "amy", "al"]
+REFUSED = ["bob", "carol", "zed"]
+USERS = [u for pair in zip(ADMITTED, REFUSED, strict=True) for u in pair]
+
+
+def _policies(on_error: str) -> list[Policy]:
+    """One part (the batch goes as one write per node), and two (a batch of hits that go
+    part by part: the user's, then the team's)."""
+    return [
+        Policy("one", Rule("2/minute", by="u"), on_error=on_error),
+        Policy("two", Rule("2/minute", by="u"), Rule("9/minute", by="t"), on_error=on_error),
+    ]
+
+
+@pytest.fixture
+def limited(redis_cluster: list[RedisServer]) -> Iterator[str]:
+    """The URL of a user whom every node's ACL allows every command, on ``ALLOWED`` keys
+    only; removed after the test."""
+    flush(redis_cluster)
+    nodes = {u: primary_for(redis_cluster, f"fg:{{{u}}}:one:log@u").port for u in USERS}
+    admitted, refused = {nodes[u] for u in ADMITTED}, {nodes[u] for u in REFUSED}
+    # admitted hits on two nodes; a node that refuses all its calls, one that refuses some
+    assert len(admitted) >= 2
+    assert refused - admitted
+    assert refused & admitted
+    for node in redis_cluster:
+        node.client.acl_setuser(
+            USER, enabled=True, passwords=[f"+{PASSWORD}"], keys=[ALLOWED], commands=["+@all"]
+        )
+    try:
+        yield f"redis+cluster://{USER}:{PASSWORD}@127.0.0.1:{redis_cluster[0].port}"
+    finally:
+        for node in redis_cluster:
+            node.client.acl_deluser(USER)
+
+
+def _contexts(policy: str) -> list[dict[str, str]]:
+    """For "two": a hit admitted in both parts, one refused in its second (the team's
+    key), one refused in its first: the batch stops there, what it took given back."""
+    if policy == "one":
+        return [{"u": u} for u in USERS]
+    return [{"u": "alice", "t": "a-team"}, {"u": "amy", "t": "b-team"}, {"u": "bob", "t": "a-team"}]
+
+
+def _left(redis_cluster: list[RedisServer], policy: str) -> list[list[int]]:
+    """Each context's remaining, rule by rule, as a peek by the default user sees it."""
+    client = RedisCluster(host="127.0.0.1", port=redis_cluster[0].port, socket_timeout=5)
+    guard = Guard(RedisBackend(client), _policies("raise"))
+    try:
+        return [[r.remaining for r in guard.peek(policy, **c).rules] for c in _contexts(policy)]
+    finally:
+        guard.close()
+
+
+def _full(policy: str) -> list[list[int]]:
+    return [[2] if policy == "one" else [2, 9] for _ in _contexts(policy)]
+
+
+@pytest.mark.parametrize("on_error", ["raise", "allow"])
+@pytest.mark.parametrize("policy", ["one", "two"])
+def test_a_batch_refused_in_part_gives_back_what_it_took_sync(
+    redis_cluster: list[RedisServer], limited: str, policy: str, on_error: str
+) -> None:
+    guard = Guard(backend_from_url(limited), _policies(on_error))
+    try:
+        with pytest.raises(ConfigError, match="ACL refuses"):
+            guard.hit_many(policy, _contexts(policy))
+    finally:
+        guard.close()
+    assert _left(redis_cluster, policy) == _full(policy)
+
+
+@pytest.mark.parametrize("on_error", ["raise", "allow"])
+@pytest.mark.parametrize("policy", ["one", "two"])
+def test_a_batch_refused_in_part_gives_back_what_it_took_async(
+    redis_cluster: list[RedisServer], limited: str, policy: str, on_error: str
+) -> None:
+    async def main() -> None:
+        guard = AsyncGuard(async_backend_from_url(limited), _policies(on_error))
+        try:
+            with pytest.raises(ConfigError, match="ACL refuses"):
+                await guard.hit_many(policy, _contexts(policy))
+        finally:
+            await guard.aclose()
+
+    asyncio.run(main())
+    assert _left(redis_cluster, policy) == _full(policy)
