@@ -48,11 +48,22 @@ class ConfigError(FreqGuardError, ValueError):
             ``ttl``, ``rule``, ``rules`` (``rules[1]``: one of those named), ``context``
             (the context as a whole) or one of its values by name (``context.recipient``;
             ``contexts[2].recipient`` in a batch); None otherwise.
+        results: from a backend's ``execute_many`` whose calls the store refused in part
+            (an ACL that allows some keys: Redis ``NOPERM``), each call's reply or error, in
+            input order: the replies were applied, and a guard gives back what they took
+            before it raises; None otherwise.
     """
+
+    results: list[Any] | None = None
 
     def __init__(self, *args: object, argument: str | None = None) -> None:
         super().__init__(*args)
         self.argument = argument
+
+    def __reduce__(self) -> tuple[object, ...]:  # picklable, e.g. across process pools
+        # not ``results``: replies, bound to their compiled policy, are for the engine only
+        state = {name: v for name, v in self.__dict__.items() if name != "results"}
+        return (type(self), self.args, state)
 
 
 class ContextError(ConfigError):

@@ -48,7 +48,7 @@ from freqguard.engine.settings import (
     check_observers,
     check_policies,
 )
-from freqguard.errors import BackendUnavailable
+from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.observe.base import Observer, backend_label
 from freqguard.policy import OnError, Policy, check_on_error
 from freqguard.rates import Rate
@@ -192,7 +192,7 @@ class AsyncGuard:
             while True:
                 try:
                     replies = await self._step(step, policy, whole)
-                except BackendUnavailable as exc:  # the operation may undo what it did
+                except (BackendUnavailable, ConfigError) as exc:  # it may undo what it did
                     step = op.throw(exc)
                     continue
                 except Cancelled as cancelled:
@@ -206,9 +206,10 @@ class AsyncGuard:
         if type(step) is list:
             accounting = self._accounting
             sent = accounting.admitted(policy, step)
+            outcome: list[Reply] | BackendUnavailable | ConfigError
             try:
-                outcome: list[Reply] | BackendUnavailable = await send(self.backend, sent, whole)
-            except BackendUnavailable as exc:
+                outcome = await send(self.backend, sent, whole)
+            except (BackendUnavailable, ConfigError) as exc:  # a refusal: the rest goes back
                 outcome = exc
             return accounting.finished(policy, step, sent, outcome)
         if isinstance(step, Elsewhere):

@@ -11,6 +11,7 @@ from freqguard.engine.breaker import Breaker, CircuitOpen
 from freqguard.engine.observers import Observers
 from freqguard.errors import (
     BackendUnavailable,
+    ConfigError,
     PartialFailure,
     raise_failures,
 )
@@ -91,13 +92,20 @@ class Accounting:
         policy: str,
         step: list[ScriptCall],
         sent: list[ScriptCall],
-        outcome: list[Reply] | BackendUnavailable,
+        outcome: list[Reply] | BackendUnavailable | ConfigError,
     ) -> list[Reply]:
         """The replies to ``step``, of which ``sent`` went to the store and got ``outcome``:
         the breaker and observers told; a failure raised, as it came when every call got it,
-        else as a :class:`~freqguard.PartialFailure` with each call's reply or error."""
+        else as a :class:`~freqguard.PartialFailure` with each call's reply or error. A
+        refusal (a ``ConfigError``) is raised as it is, its ``results`` those of ``step``'s
+        calls (the operation gives back what the others took): no outage to count."""
         if sent is step and type(outcome) is list:  # the common case: nothing to tell
             return outcome
+        if isinstance(outcome, ConfigError):
+            if outcome.results is not None and isinstance(sent, _Sent):
+                answered = iter(outcome.results)
+                outcome.results = [sent.held.get(i) or next(answered) for i in range(len(step))]
+            raise outcome
         results = _each(sent, outcome)
         nodes = None
         if isinstance(sent, _Sent):

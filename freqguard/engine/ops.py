@@ -6,12 +6,13 @@ The guards only drive them (``freqguard/_async/guard.py``).
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping, Sequence
+from contextlib import suppress
 from typing import Any, NamedTuple, TypeVar
 
 from freqguard.clock import Clock
 from freqguard.decision import Decision, Receipt
 from freqguard.engine.plan import PolicyPlan
-from freqguard.errors import BackendUnavailable, CapExceeded, PartialFailure
+from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError, PartialFailure
 from freqguard.script.calls import Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT, REFUND
 
@@ -95,6 +96,20 @@ def undo(calls: Sequence[ScriptCall], replies: Sequence[Reply]) -> list[ScriptCa
     ]
 
 
+def _answered(
+    calls: Sequence[ScriptCall], results: Sequence[Any]
+) -> tuple[list[ScriptCall], list[Reply]]:
+    """The calls a store applied among those of a batch, and their replies: ``results``
+    has each call's reply or error, and an error says what was applied all the same
+    (``applied``: a write its replicas lack)."""
+    done = [
+        (call, result.applied if isinstance(result, BackendUnavailable) else result)
+        for call, result in zip(calls, results, strict=True)
+    ]
+    kept = [(call, reply) for call, reply in done if isinstance(reply, Reply)]
+    return [call for call, _ in kept], [reply for _, reply in kept]
+
+
 #: A backend and the calls to send it, each answered before the next: what a cancelled
 #: operation gives back.
 Finish = tuple[Any, list[ScriptCall]]
@@ -157,7 +172,10 @@ def many_op(
     A context whose calls failed gets its error in place of a decision, and the others are
     decided: on a store of several ``nodes`` (a Redis Cluster) a batch can fail on one node
     and be answered by the rest. On a store of one node, the first failure is everyone's:
-    the contexts after it are not tried (each would wait for the same dead store).
+    the contexts after it are not tried (each would wait for the same dead store). A store
+    that refuses some calls as misconfigured (a :class:`ConfigError`: an ACL that allows
+    only some keys) fails the batch: what the hits it admitted took goes back (their marks,
+    or receipts), then the error is raised.
     """
     if len(plan.parts) > 1 and cost > 0:
         results: list[Decision | BackendUnavailable] = []
@@ -170,7 +188,7 @@ def many_op(
                 results.append(exc)
             except GeneratorExit:
                 raise
-            except BaseException:  # cancelled: the hits decided so far, never seen, go back
+            except BaseException:  # cancelled, refused: the hits decided so far go back
                 taken = [r.receipt for r in results if isinstance(r, Decision) and r.receipt]
                 if taken:
                     yield [c for receipt in taken for c in plan.refund_calls(receipt, now())]
@@ -185,6 +203,11 @@ def many_op(
         replies = exc.results
     except BackendUnavailable as exc:
         return [exc] * len(texts)
+    except ConfigError as exc:  # refused in part (an ACL): what the rest took goes back
+        if exc.results is not None and (given := undo(*_answered(calls, exc.results))):
+            with suppress(BackendUnavailable):  # the strict side: the units stay taken
+                yield given
+        raise
     out: list[Decision | BackendUnavailable] = []
     for i, t in enumerate(texts):
         part = replies[i * width : (i + 1) * width]

@@ -79,7 +79,7 @@ def _left(redis_cluster: list[RedisServer], policy: str) -> list[list[int]]:
     client = RedisCluster(host="127.0.0.1", port=redis_cluster[0].port, socket_timeout=5)
     guard = Guard(RedisBackend(client), _policies("raise"))
     try:
-        return [[r.remaining for r in guard.peek(policy, **c).rules] for c in _contexts(policy)]
+        return [[r.remaining for r in guard.peek(policy, 1, **c).rules] for c in _contexts(policy)]
     finally:
         guard.close()
 

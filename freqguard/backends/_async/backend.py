@@ -29,7 +29,7 @@ from freqguard.backends._resp import (
 )
 from freqguard.backends._settle import CLAIM, LOAD, Settling
 from freqguard.clock import Clock, SystemClock
-from freqguard.errors import BackendUnavailable, raise_failures
+from freqguard.errors import BackendUnavailable, ConfigError, FreqGuardError, raise_failures
 from freqguard.script.calls import Reply, ScriptCall, unpack
 
 from .prepare import AsyncPreparation  # the generated sync copy imports its own
@@ -190,8 +190,7 @@ class AsyncRedisBackend:
     async def _settle(self, calls: Sequence[ScriptCall], results: list[object]) -> list[Reply]:
         """Each call's reply, from its result: the steps its error asks for run (a step's
         calls settled again) until every result is a reply or a failure; then the failures
-        raised (on a standalone server, the first; on a cluster, one node's error for all as
-        it is, else each call's in a ``PartialFailure``)."""
+        raised (:meth:`_raise`)."""
         results = list(results)
         settling = Settling(self._cluster, self.bins)
         where: dict[int, str | None] = {}  # a rerouted call's node, named before the long way
@@ -210,25 +209,39 @@ class AsyncRedisBackend:
             for index, result in zip(positions, redone, strict=True):
                 results[index] = result
         replies: list[Any] = []
-        failed: dict[int, BackendUnavailable] = {}  # an error a node's calls share: one failure
+        failed: dict[int, FreqGuardError] = {}  # an error a node's calls share: one failure
         for index, (call, result) in enumerate(zip(calls, results, strict=True)):
             if not isinstance(result, Exception):
                 replies.append(unpack(call.part, result))  # type: ignore[arg-type]
                 continue
             error = failed.get(id(result))
             if error is None:
-                # a write the master applied and its replicas lack is that call's alone
-                if not (self._cluster or isinstance(result, Unreplicated)):
-                    raise result
                 node = where[index] if index in where else routing.node_named(self.node_of, call)
-                error = failed[id(result)] = self._failed(result, node)
-                error.__cause__ = result
-                if isinstance(result, Unreplicated):  # applied: the engine decides with it
-                    error.applied = unpack(call.part, result.reply)
+                error = failed[id(result)] = self._failed(result, node, call)
             replies.append(error)
         if failed:
-            raise_failures(replies, "redis cluster calls")
+            self._raise(replies, results)
         return replies
+
+    def _raise(self, replies: list[Any], results: list[object]) -> NoReturn:
+        """The failures among a batch's ``replies`` raised: a refusal that says the
+        configuration is wrong (an ACL that allows some keys: ``NOPERM``) before any other,
+        carrying every call's reply or error (the guard gives back what the answered ones
+        took: the other nodes', or other keys' on that node); then, on a standalone server,
+        the first error as it came (a write its replicas lack aside: that call's alone); on
+        a cluster, one node's error for all as it is, else each call's in a
+        ``PartialFailure``."""
+        refused = next((r for r in replies if isinstance(r, ConfigError)), None)
+        if refused is not None:
+            if any(not isinstance(r, ConfigError) for r in replies):  # refused in part
+                refused.results = replies
+            raise refused
+        if not self._cluster:
+            for result in results:
+                if isinstance(result, Exception) and not isinstance(result, Unreplicated):
+                    raise result
+        raise_failures(replies, "redis cluster calls")
+        raise AssertionError(replies)  # never: something failed, or _raise was not called
 
     async def _reload(self, calls: Sequence[ScriptCall], atomic: bool) -> list[object]:
         """Calls that found the library missing, again behind its load, each node's at once;
@@ -338,12 +351,14 @@ class AsyncRedisBackend:
             await self._forget_lanes()
             await routing.alearn_lost(self.client, error)
 
-    def _failed(self, exc: Exception, where: str | None) -> BackendUnavailable:
-        """The error of a call that failed on the node ``where``."""
+    def _failed(self, exc: Exception, where: str | None, call: ScriptCall) -> FreqGuardError:
+        """The error of ``call``, which failed on the node ``where`` (its ``__cause__``)."""
         error = translate(exc, self.client)
-        if not isinstance(error, BackendUnavailable):  # a ConfigError: as it is
-            raise error from exc
-        error.node = where
+        error.__cause__ = exc
+        if isinstance(error, BackendUnavailable):  # not a ConfigError, which names no node
+            error.node = where
+            if isinstance(exc, Unreplicated):  # applied: the engine decides with it
+                error.applied = unpack(call.part, exc.reply)
         return error
 
     async def _exchange_all(self, jobs: list[AsyncJob]) -> list[list[object] | Exception]:
