@@ -1,16 +1,16 @@
-"""A batch that a cluster node refuses in part (an ACL that allows this user only some keys:
+"""A batch that the store refuses in part (an ACL that allows this user only some keys:
 NOPERM) is a ConfigError, whatever ``on_error`` says, and leaves nothing behind: the hits
-the other calls admitted (on other nodes, or on the same node) are given back, by their own
-marks, before the error is raised. It was raised at once, the admitted hits kept: units
-consumed that the caller never saw."""
+the other calls admitted (on other cluster nodes, or beside the refused ones on a node or
+a standalone server) are given back, by their own marks, before the error is raised. It
+was raised at once, the admitted hits kept: units consumed that the caller never saw."""
 
 from __future__ import annotations
 
 import asyncio
+import pickle
 from collections.abc import Iterator
 
 import pytest
-from redis.cluster import RedisCluster
 
 from freqguard import (
     AsyncGuard,
@@ -21,7 +21,6 @@ from freqguard import (
     async_backend_from_url,
     backend_from_url,
 )
-from freqguard.backends.redis import RedisBackend
 from tests.conftest import flush
 from tests.servers import RedisServer, primary_for
 
@@ -44,25 +43,32 @@ def _policies(on_error: str) -> list[Policy]:
     ]
 
 
-@pytest.fixture
-def limited(redis_cluster: list[RedisServer]) -> Iterator[str]:
-    """The URL of a user whom every node's ACL allows every command, on ``ALLOWED`` keys
-    only; removed after the test."""
-    flush(redis_cluster)
-    nodes = {u: primary_for(redis_cluster, f"fg:{{{u}}}:one:log@u").port for u in USERS}
-    admitted, refused = {nodes[u] for u in ADMITTED}, {nodes[u] for u in REFUSED}
-    # admitted hits on two nodes; a node that refuses all its calls, one that refuses some
-    assert len(admitted) >= 2
-    assert refused - admitted
-    assert refused & admitted
-    for node in redis_cluster:
+@pytest.fixture(params=["cluster", "redis"])
+def limited(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """The URL of a user whom the store's ACL (every node's) allows every command, on
+    ``ALLOWED`` keys only, removed after the test; and the default user's."""
+    if request.param == "cluster":
+        nodes: list[RedisServer] = request.getfixturevalue("redis_cluster")
+        on = {u: primary_for(nodes, f"fg:{{{u}}}:one:log@u").port for u in USERS}
+        admitted, refused = {on[u] for u in ADMITTED}, {on[u] for u in REFUSED}
+        # admitted hits on two nodes; a node that refuses all its calls, one that refuses some
+        assert len(admitted) >= 2
+        assert refused - admitted
+        assert refused & admitted
+        scheme = "redis+cluster"
+    else:
+        nodes = [request.getfixturevalue("redis_server")]
+        scheme = "redis"
+    flush(nodes)
+    for node in nodes:
         node.client.acl_setuser(
             USER, enabled=True, passwords=[f"+{PASSWORD}"], keys=[ALLOWED], commands=["+@all"]
         )
     try:
-        yield f"redis+cluster://{USER}:{PASSWORD}@127.0.0.1:{redis_cluster[0].port}"
+        where = f"127.0.0.1:{nodes[0].port}"
+        yield f"{scheme}://{USER}:{PASSWORD}@{where}", f"{scheme}://{where}"
     finally:
-        for node in redis_cluster:
+        for node in nodes:
             node.client.acl_deluser(USER)
 
 
@@ -74,10 +80,9 @@ def _contexts(policy: str) -> list[dict[str, str]]:
     return [{"u": "alice", "t": "a-team"}, {"u": "amy", "t": "b-team"}, {"u": "bob", "t": "a-team"}]
 
 
-def _left(redis_cluster: list[RedisServer], policy: str) -> list[list[int]]:
+def _left(admin: str, policy: str) -> list[list[int]]:
     """Each context's remaining, rule by rule, as a peek by the default user sees it."""
-    client = RedisCluster(host="127.0.0.1", port=redis_cluster[0].port, socket_timeout=5)
-    guard = Guard(RedisBackend(client), _policies("raise"))
+    guard = Guard(backend_from_url(admin), _policies("raise"))
     try:
         return [[r.remaining for r in guard.peek(policy, 1, **c).rules] for c in _contexts(policy)]
     finally:
@@ -91,24 +96,29 @@ def _full(policy: str) -> list[list[int]]:
 @pytest.mark.parametrize("on_error", ["raise", "allow"])
 @pytest.mark.parametrize("policy", ["one", "two"])
 def test_a_batch_refused_in_part_gives_back_what_it_took_sync(
-    redis_cluster: list[RedisServer], limited: str, policy: str, on_error: str
+    limited: tuple[str, str], policy: str, on_error: str
 ) -> None:
-    guard = Guard(backend_from_url(limited), _policies(on_error))
+    url, admin = limited
+    guard = Guard(backend_from_url(url), _policies(on_error))
     try:
-        with pytest.raises(ConfigError, match="ACL refuses"):
+        with pytest.raises(ConfigError, match="ACL refuses") as refused:
             guard.hit_many(policy, _contexts(policy))
     finally:
         guard.close()
-    assert _left(redis_cluster, policy) == _full(policy)
+    # picklable (across process pools), without the replies, which are the engine's
+    assert pickle.loads(pickle.dumps(refused.value)).results is None
+    assert _left(admin, policy) == _full(policy)
 
 
 @pytest.mark.parametrize("on_error", ["raise", "allow"])
 @pytest.mark.parametrize("policy", ["one", "two"])
 def test_a_batch_refused_in_part_gives_back_what_it_took_async(
-    redis_cluster: list[RedisServer], limited: str, policy: str, on_error: str
+    limited: tuple[str, str], policy: str, on_error: str
 ) -> None:
+    url, admin = limited
+
     async def main() -> None:
-        guard = AsyncGuard(async_backend_from_url(limited), _policies(on_error))
+        guard = AsyncGuard(async_backend_from_url(url), _policies(on_error))
         try:
             with pytest.raises(ConfigError, match="ACL refuses"):
                 await guard.hit_many(policy, _contexts(policy))
@@ -116,4 +126,4 @@ def test_a_batch_refused_in_part_gives_back_what_it_took_async(
             await guard.aclose()
 
     asyncio.run(main())
-    assert _left(redis_cluster, policy) == _full(policy)
+    assert _left(admin, policy) == _full(policy)
