@@ -103,15 +103,12 @@ class Accounting:
             return outcome
         if isinstance(outcome, ConfigError):
             if outcome.results is not None and isinstance(sent, _Sent):
-                answered = iter(outcome.results)
-                outcome.results = [sent.held.get(i) or next(answered) for i in range(len(step))]
+                outcome.results = sent.placed(outcome.results)
             raise outcome
         results = _each(sent, outcome)
         nodes = None
         if isinstance(sent, _Sent):
-            answered = iter(results)
-            results = [sent.held.get(i) or next(answered) for i in range(len(step))]
-            nodes = sent.nodes
+            results, nodes = sent.placed(results), sent.nodes
         self._account(policy, step, results, nodes)
         raise_failures(results, "calls")
         return results
@@ -170,6 +167,12 @@ class _Sent(list[ScriptCall]):
     ) -> None:
         super().__init__(sent)
         self.nodes, self.held = nodes, held
+
+    def placed(self, results: list[Any]) -> list[Any]:
+        """Each call of the step's result: ``results`` (of the calls sent, in order) in
+        their places, and the open circuit's error in each place held back."""
+        answered = iter(results)
+        return [self.held.get(i) or next(answered) for i in range(len(self.nodes))]
 
 
 def _each(calls: list[ScriptCall], outcome: list[Reply] | BackendUnavailable) -> list[Any]:

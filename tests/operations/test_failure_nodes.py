@@ -49,6 +49,7 @@ class Nodes(AsyncSide):
         self.inner = MemoryBackend(clock)
         self.clock: Clock = clock
         self.down: set[str] = set()
+        self.refused: set[str] = set()  # nodes whose ACL refuses this user their keys
         self.calls: Counter[str] = Counter()  # calls each node was sent
 
     def node_of(self, call: ScriptCall) -> str:
@@ -61,13 +62,19 @@ class Nodes(AsyncSide):
     def execute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
         results: list[Any] = []
         errors: dict[str, BackendUnavailable] = {}
+        refusal: ConfigError | None = None  # as the Redis backend's, NOPERM: the rest ran
         for call in calls:
             node = self.node_of(call)
             self.calls[node] += 1
             if node in self.down:
                 results.append(errors.setdefault(node, _hung(node)))
+            elif node in self.refused:
+                results.append(refusal := refusal or ConfigError(f"node {node}: NOPERM"))
             else:
                 results.append(self.inner.execute(call))
+        if refusal is not None:
+            refusal.results = results
+            raise refusal
         if not errors:
             return results
         if len(errors) == 1 and all(isinstance(r, BackendUnavailable) for r in results):
@@ -183,6 +190,24 @@ def test_a_batch_across_a_failing_node_is_decided_where_it_can_be(
         assert "keys=2" in repr(rig.fallback)
     rig.store.down = set()
     assert rig.peek("p", r="A1").remaining == CAP  # A applied nothing
+
+
+def test_a_batch_a_node_refuses_gives_back_what_the_rest_took(asynchronous: bool) -> None:
+    """A node refuses its calls as misconfigured (an ACL: NOPERM) while another's circuit
+    is open and a third answers: the ConfigError is raised, whatever ``on_error`` says, and
+    what the answered calls took goes back (their results put in the batch's places, the
+    held call's among them)."""
+    rig = Rig("allow", asynchronous)
+    rig.store.down = {"A"}
+    for _ in range(FAILURES):
+        rig.hit("p", r="A1")
+    assert rig.breaker.state_of("A") == "open"
+    rig.store.down, rig.store.refused = set(), {"B"}
+    with pytest.raises(ConfigError, match="NOPERM"):
+        rig.hit_many("p", [{"r": r} for r in ("C1", "A1", "B1", "C2", "C1")])
+    rig.store.refused = set()
+    assert [rig.peek("p", r=r).remaining for r in ("C1", "C2", "B1")] == [CAP] * 3
+    assert rig.breaker.state_of("B") == "closed"  # a refusal is no outage
 
 
 def test_a_batch_that_fails_everywhere_raises_its_one_error(asynchronous: bool) -> None:
