@@ -7,8 +7,8 @@ out until the guard knows what they did, in the main thread while SIGINT has a h
 Python (SIGTERM's, SIGQUIT's, SIGABRT's and SIGHUP's, a program's own, are held back
 alike: design note 97), on any store: an interrupt that cut the reply's read, or landed
 between the store's answer and the decision in the caller's hands, left a lease the store
-took known to nobody (held until it lapsed). At the hold's end the interrupt is raised: the guard gives the lease back
-first, as the async guard does on a cancellation. A second
+took known to nobody (held until it lapsed). At the hold's end the interrupt is raised:
+the guard gives the lease back first, as the async guard does on a cancellation. A second
 Ctrl-C meanwhile is raised at once (what the calls did is then not known). Nothing is held
 back elsewhere: a call of a hit or a batch a Ctrl-C cuts counts or not, as a cancelled one
 may (the strict side), and a hold costs a ``getsignal`` for each of :data:`_HELD` and
