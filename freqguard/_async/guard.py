@@ -26,7 +26,7 @@ from freqguard.backends.base import AsyncBackend
 from freqguard.backends.memory import MemoryBackend
 from freqguard.clock import Clock
 from freqguard.decision import Decision
-from freqguard.engine.accounting import Accounting
+from freqguard.engine.accounting import Accounting, Outcome
 from freqguard.engine.awaitables import must_await
 from freqguard.engine.breaker import Breaker
 from freqguard.engine.denials import Denials
@@ -206,9 +206,8 @@ class AsyncGuard:
         if type(step) is list:
             accounting = self._accounting
             sent = accounting.admitted(policy, step)
-            outcome: list[Reply] | BackendUnavailable | ConfigError
             try:
-                outcome = await send(self.backend, sent, whole)
+                outcome: Outcome = await send(self.backend, sent, whole)
             except (BackendUnavailable, ConfigError) as exc:  # a refusal: the rest goes back
                 outcome = exc
             return accounting.finished(policy, step, sent, outcome)

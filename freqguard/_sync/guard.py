@@ -27,7 +27,7 @@ from freqguard.backends.base import SyncBackend
 from freqguard.backends.memory import MemoryBackend
 from freqguard.clock import Clock
 from freqguard.decision import Decision
-from freqguard.engine.accounting import Accounting
+from freqguard.engine.accounting import Accounting, Outcome
 from freqguard.engine.breaker import Breaker
 from freqguard.engine.denials import Denials
 from freqguard.engine.denycache import DenyCache
@@ -206,9 +206,8 @@ class Guard:
         if type(step) is list:
             accounting = self._accounting
             sent = accounting.admitted(policy, step)
-            outcome: list[Reply] | BackendUnavailable | ConfigError
             try:
-                outcome = send(self.backend, sent, whole)
+                outcome: Outcome = send(self.backend, sent, whole)
             except (BackendUnavailable, ConfigError) as exc:  # a refusal: the rest goes back
                 outcome = exc
             return accounting.finished(policy, step, sent, outcome)

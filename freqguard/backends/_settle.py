@@ -26,14 +26,17 @@ counts) is the call's failure. No I/O here: the backend runs each step.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from freqguard.backends._boundary import Unreplicated
 from freqguard.backends._claims import other_bins, unclaimed
 from freqguard.backends._library import missing
 from freqguard.backends._resp import record_key
 from freqguard.backends._routing import REROUTE as _REROUTE
+from freqguard.errors import ConfigError, raise_failures
 from freqguard.script.calls import ScriptCall
 
-__all__ = ["CLAIM", "LOAD", "REROUTE", "Settling"]
+__all__ = ["CLAIM", "LOAD", "REROUTE", "Settling", "raise_failed"]
 
 LOAD, CLAIM, REROUTE = "load", "claim", "reroute"
 
@@ -100,3 +103,22 @@ class Settling:
         """Whether the load just counted goes in transactions: the second of each pair (a
         flush from another client came between the first's load and its calls)."""
         return self._loads % 2 == 0
+
+
+def raise_failed(replies: list[Any], results: list[object], cluster: bool) -> None:
+    """Raise the failures among a settled batch's ``replies`` (``results``: as they came):
+    a refusal of the configuration first (``NOPERM`` for some keys), carrying every call's
+    reply or error when only some were refused (the guard gives back what the others
+    took); then, on a standalone server, the first error as it came (a write its replicas
+    lack aside: that call's alone); on a cluster, one node's error for all as it is, else
+    each call's in a ``PartialFailure``."""
+    refused = next((r for r in replies if isinstance(r, ConfigError)), None)
+    if refused is not None:
+        if any(not isinstance(r, ConfigError) for r in replies):  # refused in part
+            refused.results = replies
+        raise refused
+    if not cluster:
+        for result in results:
+            if isinstance(result, Exception) and not isinstance(result, Unreplicated):
+                raise result
+    raise_failures(replies, "redis cluster calls")

@@ -17,7 +17,10 @@ from freqguard.errors import (
 )
 from freqguard.script.calls import Reply, ScriptCall
 
-__all__ = ["Accounting"]
+__all__ = ["Accounting", "Outcome"]
+
+#: What a step's calls got from the store: their replies, or the failure or refusal raised.
+Outcome = list[Reply] | BackendUnavailable | ConfigError
 
 
 class Accounting:
@@ -92,7 +95,7 @@ class Accounting:
         policy: str,
         step: list[ScriptCall],
         sent: list[ScriptCall],
-        outcome: list[Reply] | BackendUnavailable | ConfigError,
+        outcome: Outcome,
     ) -> list[Reply]:
         """The replies to ``step``, of which ``sent`` went to the store and got ``outcome``:
         the breaker and observers told; a failure raised, as it came when every call got it,

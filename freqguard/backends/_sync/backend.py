@@ -28,9 +28,9 @@ from freqguard.backends._resp import (
     record_key,
     refuse_renamed,
 )
-from freqguard.backends._settle import CLAIM, LOAD, Settling
+from freqguard.backends._settle import CLAIM, LOAD, Settling, raise_failed
 from freqguard.clock import Clock, SystemClock
-from freqguard.errors import BackendUnavailable, ConfigError, FreqGuardError, raise_failures
+from freqguard.errors import BackendUnavailable, FreqGuardError
 from freqguard.script.calls import Reply, ScriptCall, unpack
 
 from .prepare import Preparation  # the generated sync copy imports its own
@@ -191,7 +191,7 @@ class RedisBackend:
     def _settle(self, calls: Sequence[ScriptCall], results: list[object]) -> list[Reply]:
         """Each call's reply, from its result: the steps its error asks for run (a step's
         calls settled again) until every result is a reply or a failure; then the failures
-        raised (:meth:`_raise`)."""
+        raised (``_settle.raise_failed``)."""
         results = list(results)
         settling = Settling(self._cluster, self.bins)
         where: dict[int, str | None] = {}  # a rerouted call's node, named before the long way
@@ -221,28 +221,8 @@ class RedisBackend:
                 error = failed[id(result)] = self._failed(result, node, call)
             replies.append(error)
         if failed:
-            self._raise(replies, results)
+            raise_failed(replies, results, self._cluster)
         return replies
-
-    def _raise(self, replies: list[Any], results: list[object]) -> NoReturn:
-        """The failures among a batch's ``replies`` raised: a refusal that says the
-        configuration is wrong (an ACL that allows some keys: ``NOPERM``) before any other,
-        carrying every call's reply or error (the guard gives back what the answered ones
-        took: the other nodes', or other keys' on that node); then, on a standalone server,
-        the first error as it came (a write its replicas lack aside: that call's alone); on
-        a cluster, one node's error for all as it is, else each call's in a
-        ``PartialFailure``."""
-        refused = next((r for r in replies if isinstance(r, ConfigError)), None)
-        if refused is not None:
-            if any(not isinstance(r, ConfigError) for r in replies):  # refused in part
-                refused.results = replies
-            raise refused
-        if not self._cluster:
-            for result in results:
-                if isinstance(result, Exception) and not isinstance(result, Unreplicated):
-                    raise result
-        raise_failures(replies, "redis cluster calls")
-        raise AssertionError(replies)  # never: something failed, or _raise was not called
 
     def _reload(self, calls: Sequence[ScriptCall], atomic: bool) -> list[object]:
         """Calls that found the library missing, again behind its load, each node's at once;
