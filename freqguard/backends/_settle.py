@@ -20,7 +20,10 @@ anything else                         a failure: the call's own, or its node's
 
 A call done again is settled again, so a claim's resend that finds the library flushed is
 loaded as the first send was; what a step cannot mend the second time (:class:`Settling`
-counts) is the call's failure. No I/O here: the backend runs each step.
+counts) is the call's failure. Once every result is a reply or a failure,
+:func:`raise_failed` raises the failures: a refusal of the configuration first, carrying
+the other calls' replies, so that the guard gives back what they took. No I/O here: the
+backend runs each step.
 """
 
 from __future__ import annotations
