@@ -12,7 +12,8 @@ the result                            the step (:func:`next_step`)
 UNCLAIMED (``_claims.unclaimed``)     :data:`CLAIM`: again once the bin is claimed
                                       (up to three times: a claimed bin can be
                                       swept away before the resend)
-BINS_OTHER (``_claims.other_bins``)   a :class:`~freqguard.ConfigError`, raised
+BINS_OTHER (``_claims.other_bins``)   a :class:`~freqguard.ConfigError`, the call's
+                                      failure (raised once the batch is settled)
 MOVED, ASK, TRYAGAIN, a lost node     :data:`REROUTE`: the long way (the cluster
 (on a cluster: ``_routing.REROUTE``)  client follows it, its slot map learnt again)
 anything else                         a failure: the call's own, or its node's
@@ -67,14 +68,13 @@ class Settling:
         self.failed: set[int] = set()
 
     def next_step(
-        self, calls: Sequence[ScriptCall], results: Sequence[object]
+        self, calls: Sequence[ScriptCall], results: list[object]
     ) -> tuple[str, list[int]] | None:
         """The next step and the positions it is for; None when every result is a reply or
-        a failure.
-
-        Raises:
-            ConfigError: a bin, or the store's record, holds another bins setting.
-        """
+        a failure. A call a bin refuses (it holds another bins setting) fails with the
+        :class:`~freqguard.ConfigError` that says so, put in its place in ``results``: raised
+        after the batch is settled (:func:`raise_failed`), with the other calls' replies,
+        so that what they admitted can be given back."""
         loads, claims, reroutes = [], [], []
         for index, result in enumerate(results):
             if not isinstance(result, Exception) or index in self.failed:
@@ -89,7 +89,8 @@ class Settling:
                 if self._bins:
                     error = other_bins(result, record_key(calls[index]), self._bins)
                     if error is not None:
-                        raise error
+                        error.__cause__ = result
+                        results[index] = error
                 self.failed.add(index)
         if loads:
             self._loads += 1

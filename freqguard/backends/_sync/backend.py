@@ -30,7 +30,7 @@ from freqguard.backends._resp import (
 )
 from freqguard.backends._settle import CLAIM, LOAD, Settling, raise_failed
 from freqguard.clock import Clock, SystemClock
-from freqguard.errors import BackendUnavailable, FreqGuardError
+from freqguard.errors import BackendUnavailable, ConfigError, FreqGuardError
 from freqguard.script.calls import Reply, ScriptCall, unpack
 
 from .prepare import Preparation  # the generated sync copy imports its own
@@ -333,7 +333,10 @@ class RedisBackend:
             routing.learn_lost(self.client, error)
 
     def _failed(self, exc: Exception, where: str | None, call: ScriptCall) -> FreqGuardError:
-        """The error of ``call``, which failed on the node ``where`` (its ``__cause__``)."""
+        """The error of ``call``, which failed on the node ``where`` (its ``__cause__``), or
+        the refusal settling put in its place (another bins setting)."""
+        if isinstance(exc, ConfigError):
+            return exc
         error = translate(exc, self.client)
         error.__cause__ = exc
         if isinstance(error, BackendUnavailable):  # not a ConfigError, which names no node
