@@ -50,6 +50,7 @@ class Nodes(AsyncSide):
         self.clock: Clock = clock
         self.down: set[str] = set()
         self.refused: set[str] = set()  # nodes whose ACL refuses this user their keys
+        self.then_down: set[str] = set()  # nodes that go down as a refusal is raised
         self.calls: Counter[str] = Counter()  # calls each node was sent
 
     def node_of(self, call: ScriptCall) -> str:
@@ -74,6 +75,7 @@ class Nodes(AsyncSide):
                 results.append(self.inner.execute(call))
         if refusal is not None:
             refusal.results = results
+            self.down |= self.then_down  # what the rest took cannot be given back there
             raise refusal
         if not errors:
             return results
@@ -208,6 +210,36 @@ def test_a_batch_a_node_refuses_gives_back_what_the_rest_took(asynchronous: bool
     rig.store.refused = set()
     assert [rig.peek("p", r=r).remaining for r in ("C1", "C2", "B1")] == [CAP] * 3
     assert rig.breaker.state_of("B") == "closed"  # a refusal is no outage
+
+
+@pytest.mark.parametrize("on_error", list(DEGRADED))
+@pytest.mark.parametrize(
+    ("policy", "contexts"),
+    [
+        # a hit refused in its second part (per-c, on B), its first (per-r, on C) not given back
+        ("two", [{"r": "C1", "c": "B1"}]),
+        # the same in a batch, after a hit admitted in both parts
+        ("two", [{"r": "C2", "c": "C9"}, {"r": "C1", "c": "B1"}, {"r": "C3", "c": "C9"}]),
+        # one part: the batch is one step, refused on B, admitted on C
+        ("p", [{"r": "C2"}, {"r": "B1"}, {"r": "C1"}]),
+    ],
+)
+def test_a_refusal_whose_give_back_fails_is_still_the_refusal(
+    asynchronous: bool, on_error: str, policy: str, contexts: list[dict[str, str]]
+) -> None:
+    """B refuses its calls (an ACL: NOPERM), and C goes away as the refusal comes, so what
+    C admitted cannot be given back. The caller sees the refusal, whatever ``on_error``
+    says; the give-back's failure was raised in its place, an outage that ``on_error``
+    answered (a fail-open of a hit the store refused): a misconfiguration hidden. The units
+    C keeps stay taken (the strict side)."""
+    rig = Rig(on_error, asynchronous)
+    rig.store.refused, rig.store.then_down = {"B"}, {"C"}
+    lone = len(contexts) == 1
+    with pytest.raises(ConfigError, match="NOPERM"):
+        rig.hit(policy, **contexts[0]) if lone else rig.hit_many(policy, contexts)
+    rig.store.refused = rig.store.down = set()
+    kept = {"r": "C1", "c": "C0"} if policy == "two" else {"r": "C1"}
+    assert rig.peek(policy, **kept).rules[0].remaining == CAP - 1
 
 
 def test_a_batch_that_fails_everywhere_raises_its_one_error(asynchronous: bool) -> None:
