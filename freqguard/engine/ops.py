@@ -70,8 +70,8 @@ def decide_op(
             raise
         except BaseException as exc:  # the store failed, or the caller was cancelled
             if not isinstance(exc, BackendUnavailable) or exc.applied is None:
-                if replies:  # stopped midway: what this hit took so far goes back
-                    yield undo(calls, replies)
+                # stopped midway (refused, failed): what this hit took so far goes back
+                yield from _give_back(undo(calls, replies))
                 raise
             reply, unsure = exc.applied, exc  # applied: a later part may still deny it
         if not reply.allowed:
@@ -94,6 +94,16 @@ def undo(calls: Sequence[ScriptCall], replies: Sequence[Reply]) -> list[ScriptCa
         for c, r in zip(calls, replies)  # noqa: B905 (the replies of the first calls)
         if c.mode == HIT and c.cost and r.allowed
     ]
+
+
+def _give_back(calls: list[ScriptCall]) -> Generator[Step, list[Reply], None]:
+    """The step that gives back what an operation took before it stopped (``calls``, if
+    any). A store that fails it keeps those units (the strict side), and the operation
+    raises why it stopped, not this failure: a refusal (a :class:`ConfigError`) that
+    became an outage would be answered by ``on_error`` (failing open, for one)."""
+    if calls:
+        with suppress(BackendUnavailable):
+            yield calls
 
 
 def _answered(
@@ -190,8 +200,7 @@ def many_op(
                 raise
             except BaseException:  # cancelled, refused: the hits decided so far go back
                 taken = [r.receipt for r in results if isinstance(r, Decision) and r.receipt]
-                if taken:
-                    yield [c for receipt in taken for c in plan.refund_calls(receipt, now())]
+                yield from _give_back([c for t in taken for c in plan.refund_calls(t, now())])
                 raise
         return results
     at = now()
@@ -204,9 +213,8 @@ def many_op(
     except BackendUnavailable as exc:
         return [exc] * len(texts)
     except ConfigError as exc:  # refused in part (an ACL): what the rest took goes back
-        if exc.results is not None and (given := undo(*_answered(calls, exc.results))):
-            with suppress(BackendUnavailable):  # the strict side: the units stay taken
-                yield given
+        if exc.results is not None:
+            yield from _give_back(undo(*_answered(calls, exc.results)))
         raise
     out: list[Decision | BackendUnavailable] = []
     for i, t in enumerate(texts):

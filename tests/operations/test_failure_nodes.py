@@ -238,8 +238,9 @@ def test_a_refusal_whose_give_back_fails_is_still_the_refusal(
     with pytest.raises(ConfigError, match="NOPERM"):
         rig.hit(policy, **contexts[0]) if lone else rig.hit_many(policy, contexts)
     rig.store.refused = rig.store.down = set()
-    kept = {"r": "C1", "c": "C0"} if policy == "two" else {"r": "C1"}
-    assert rig.peek(policy, **kept).rules[0].remaining == CAP - 1
+    rig.clock.advance(COOLDOWN)  # C's circuit, opened by the failed give-backs, probes again
+    seen = rig.peek(policy, **({"r": "C1", "c": "C0"} if policy == "two" else {"r": "C1"}))
+    assert (seen.source, seen.rules[0].remaining) == ("backend", CAP - 1)
 
 
 def test_a_batch_that_fails_everywhere_raises_its_one_error(asynchronous: bool) -> None:
