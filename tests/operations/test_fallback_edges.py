@@ -14,6 +14,7 @@ from freqguard import (
     CapExceeded,
     Clock,
     ConfigError,
+    Decision,
     Guard,
     ManualClock,
     MemoryBackend,
@@ -166,6 +167,38 @@ def test_a_policy_added_through_the_async_view_falls_back_on_the_sync_guard_too(
     store.switch.down = True
     assert asyncio.run(view.hit("late")).source == "fallback"
     assert guard.hit("late").source == "fallback"  # got: AttributeError
+
+
+@pytest.mark.parametrize("taker", ["view", "guard"])
+@pytest.mark.parametrize("how", ["release", "refund"])
+def test_what_one_face_took_on_a_sync_only_fallback_goes_back_through_the_other(
+    taker: str, how: str
+) -> None:
+    """A lease taken on the fallback through the async view (``as_async(guard)``) and given
+    back by the sync guard, or the reverse: the receipt remembers the fallback backend as
+    the taking face drove it (``Receipt.fallback``: a ThreadedBackend, or the sync-only
+    backend itself), and the other face drives that object. AttributeError
+    'ThreadedBackend' object has no attribute 'execute_many' (or 'SyncOnly' ... no
+    'aexecute_many'), the receipt spent and the lease held until it lapses; before
+    Receipt.fallback (d251c30) the giving face looked its own adapted fallback up."""
+    clock = ManualClock(START)
+    store = SyncSwitch(clock)
+    store.switch.down = True
+    policy = Policy("p", Rule("4 concurrent", lease=60, name="cc"))
+    guard = Guard(store, [policy], clock, on_error=Fallback(SyncOnly(clock), workers=2))
+    view = as_async(guard)
+
+    async def through_view(name: str, *args: object) -> Decision:
+        return await getattr(view, name)(*args)  # type: ignore[no-any-return]
+
+    if taker == "view":
+        taken = asyncio.run(through_view("take_lease", "p"))
+        given = getattr(guard, how)(taken)
+    else:
+        taken = guard.take_lease("p")
+        given = asyncio.run(through_view(how, taken))
+    assert (taken.source, given.source) == ("fallback", "fallback")
+    assert guard.peek("p").remaining == 2  # 4 // 2, none held
 
 
 def test_capped_refuses_a_fallback_its_rates_cannot_be_shared_out_to_when_decorating() -> None:
