@@ -9,6 +9,7 @@ injected clock, the store behind the switch of ``failure_rig.py``; the edges are
 from __future__ import annotations
 
 import asyncio
+import pickle
 from typing import Any
 
 import pytest
@@ -143,3 +144,25 @@ def test_a_lease_taken_on_the_fallback_is_given_back_after_its_fallback_changed(
     # nothing held on the first fallback: its two (4 / 2) free again
     again = Guard(store, [Policy("p", rule, on_error=Fallback(first, workers=2))], clock)
     assert again.peek("p").remaining == 2
+
+
+@pytest.mark.parametrize("now", ["allow", "deny", "raise"])
+def test_a_pickled_fallback_lease_released_after_the_fallback_is_gone_is_refused(
+    clock: ManualClock, now: str
+) -> None:
+    """A copy of a lease taken on the fallback (pickled: its receipt has no ``fallback``),
+    released after a deploy set the policy's ``on_error`` to a string: the release goes
+    "where it is now" (``failover.on_failure(plan)[0]``), which is the string, and the
+    guard drives it as a backend: AttributeError 'str' object has no attribute
+    'execute_many', the receipt left spent. Before d251c30..HEAD this was the
+    ConfigError that names the policy as it was then, the receipt unspent."""
+    store = Switch(clock)
+    store.down = True
+    rule = Rule("4 concurrent", lease=60, name="cc")
+    guard = Guard(store, [Policy("p", rule, on_error=Fallback(MemoryBackend(clock), 2))], clock)
+    copy = pickle.loads(pickle.dumps(guard.take_lease("p")))
+    assert (copy.source, copy.receipt and copy.receipt.fallback) == ("fallback", None)
+    guard.add_policy(Policy("p", rule, on_error=now), replace=True)
+    with pytest.raises(ConfigError):
+        guard.release(copy)
+    assert copy.receipt is not None and not copy.receipt.spent
