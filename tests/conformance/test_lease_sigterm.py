@@ -192,3 +192,51 @@ def test_a_stop_signals_handler_that_exits_after_a_take_leaves_no_lease_held(
     finally:
         signal.signal(signum, previous)
     assert guard.peek("llm", user="u").rules[0].remaining == 2
+
+
+class _SignalsAfter(MemoryBackend):
+    """A memory store whose next call raises ``signals`` (in order) once it has written:
+    signals landing after the store took the lease, before the guard has its answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signals: list[int] = []
+
+    def execute_many(self, calls: Any) -> Any:
+        replies = super().execute_many(calls)
+        pending, self.signals = self.signals, []
+        for signum in pending:
+            signal.raise_signal(signum)
+        return replies
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_reload_on_sighup_then_one_stop_signal_after_a_take_leaves_no_lease_held(
+    stop: int,
+) -> None:
+    """A daemon's SIGHUP handler reloads its configuration (sets a flag, never raises);
+    SIGHUP, then one SIGTERM (a worker's ``sys.exit``) or one Ctrl-C, land after the store
+    took the lease. Since SIGHUP's handler is held back too, the stop signal counts as a
+    second signal meanwhile: every handler is run at once, and the ``SystemExit`` (or
+    ``KeyboardInterrupt``) comes out of the store's call, the lease taken and known to
+    nobody (held until it lapsed). Before SIGHUP was held, its handler ran where it came,
+    and the one stop signal was held back until the guard gave the lease back."""
+    reloads: list[int] = []
+
+    def reload(signum: int, frame: object) -> None:
+        reloads.append(signum)
+
+    backend = _SignalsAfter()
+    guard = Guard(backend, [LLM], clock=ManualClock(START))
+    previous = {signal.SIGHUP: signal.signal(signal.SIGHUP, reload)}
+    if stop == signal.SIGTERM:
+        previous[stop] = signal.signal(stop, _exit)
+    try:
+        backend.signals = [signal.SIGHUP, stop]
+        with pytest.raises((SystemExit, KeyboardInterrupt)), guard.lease("llm", user="u"):
+            raise AssertionError("never entered: the take was interrupted")
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    assert reloads == [signal.SIGHUP]
+    assert guard.peek("llm", user="u").rules[0].remaining == 2
