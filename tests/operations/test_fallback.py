@@ -166,3 +166,27 @@ def test_a_pickled_fallback_lease_released_after_the_fallback_is_gone_is_refused
     with pytest.raises(ConfigError):
         guard.release(copy)
     assert copy.receipt is not None and not copy.receipt.spent
+
+
+def test_a_lease_taken_on_a_plain_fallback_backend_is_given_back_after_a_deploy(
+    clock: ManualClock,
+) -> None:
+    """``on_error=backend`` (no Fallback: nothing shared out), the store away, a lease
+    taken there, then the policy's lease limit changed: the release looks the receipt's
+    plan up only among the Fallbacks' shared-out plans (``Failover.taken_under``), which a
+    plain backend never makes, finds none, and the current plan refuses the receipt
+    (ConfigError "... as it was registered then ..."), the lease held until it lapses.
+    Before d251c30..HEAD the registry's replaced plans were searched, and it went back."""
+    store = Switch(clock)
+    store.down = True
+    guard = Guard(
+        store,
+        [Policy("p", Rule("4 concurrent", lease=60, name="cc"))],
+        clock,
+        on_error=MemoryBackend(clock),
+    )
+    taken = guard.take_lease("p")
+    assert (taken.allowed, taken.source) == (True, "fallback")
+    guard.add_policy(Policy("p", Rule("6 concurrent", lease=60, name="cc")), replace=True)
+    assert guard.release(taken).source == "fallback"
+    assert guard.peek("p").remaining == 6  # none held
