@@ -243,6 +243,29 @@ def test_a_refusal_whose_give_back_fails_is_still_the_refusal(
     assert (seen.source, seen.rules[0].remaining) == ("backend", CAP - 1)
 
 
+def test_a_probe_answered_in_a_batch_another_node_refuses_closes_its_circuit(
+    asynchronous: bool,
+) -> None:
+    """A's circuit is due its probe; a batch goes with a call to A (the probe: A answers)
+    and one B refuses (NOPERM). The refusal is raised from ``Accounting.finished`` before
+    the breaker is told of anything, so A's answered probe is never heard of: A stays
+    half-open, its probe "under way", and the next hit on A meets the open circuit and is
+    answered by on_error (fail-open here; fail-closed denies) for a further cool-down,
+    though A is up. The refusal's results (``sent.placed``) say what each node did."""
+    rig = Rig("allow", asynchronous)
+    rig.store.down = {"A"}
+    for _ in range(FAILURES):
+        rig.hit("p", r="A1")
+    rig.store.down = set()
+    rig.clock.advance(COOLDOWN)  # A's probe is due
+    rig.store.refused = {"B"}
+    with pytest.raises(ConfigError, match="NOPERM"):
+        rig.hit_many("p", [{"r": "A1"}, {"r": "B1"}])
+    rig.store.refused = set()
+    assert rig.breaker.state_of("A") == "closed"  # got: half-open
+    assert rig.hit("p", r="A1").source == "backend"  # got: fail-open
+
+
 def test_a_batch_that_fails_everywhere_raises_its_one_error(asynchronous: bool) -> None:
     rig = Rig("raise", asynchronous)
     rig.store.down = {"A"}
