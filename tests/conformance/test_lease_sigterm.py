@@ -228,7 +228,7 @@ def test_a_reload_on_sighup_then_one_stop_signal_after_a_take_leaves_no_lease_he
 
     backend = _SignalsAfter()
     guard = Guard(backend, [LLM], clock=ManualClock(START))
-    previous = {signal.SIGHUP: signal.signal(signal.SIGHUP, reload)}
+    previous: dict[int, Any] = {signal.SIGHUP: signal.signal(signal.SIGHUP, reload)}
     if stop == signal.SIGTERM:
         previous[stop] = signal.signal(stop, _exit)
     try:

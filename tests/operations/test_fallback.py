@@ -165,7 +165,8 @@ def test_a_pickled_fallback_lease_released_after_the_fallback_is_gone_is_refused
     guard.add_policy(Policy("p", rule, on_error=now), replace=True)
     with pytest.raises(ConfigError):
         guard.release(copy)
-    assert copy.receipt is not None and not copy.receipt.spent
+    assert copy.receipt is not None
+    assert not copy.receipt.spent
 
 
 def test_a_lease_taken_on_a_plain_fallback_backend_is_given_back_after_a_deploy(
