@@ -11,12 +11,14 @@ import pickle
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 from freqguard import (
     AsyncGuard,
     ConfigError,
     Guard,
     Policy,
+    RedisBackend,
     Rule,
     async_backend_from_url,
     backend_from_url,
@@ -125,3 +127,40 @@ def test_a_batch_refused_in_part_gives_back_what_it_took(
     assert _left(admin, policy) == _full(policy)
     # picklable (across process pools), without the replies, which are the engine's
     assert pickle.loads(pickle.dumps(refused.value)).results is None
+
+
+@pytest.fixture
+def one_connection(redis_server: RedisServer) -> Iterator[RedisServer]:
+    """The standalone server, its ACL allowing the user ``ALLOWED`` keys only (as
+    ``limited``'s), the user removed after the test."""
+    flush([redis_server])
+    redis_server.client.acl_setuser(
+        USER, enabled=True, passwords=[f"+{PASSWORD}"], keys=[ALLOWED], commands=["+@all"]
+    )
+    try:
+        yield redis_server
+    finally:
+        redis_server.client.acl_deluser(USER)
+
+
+def test_a_batch_refused_in_part_on_one_connection_gives_back_what_it_took(
+    one_connection: RedisServer,
+) -> None:
+    """A client that keeps one connection (``single_connection_client=True``) has its
+    batch sent call by call (``_send``'s ``_command`` loop): the first NOPERM raises out of
+    the loop, the hits before it kept, with no ``results`` for the guard to give them back
+    by, so "alice" keeps a unit the caller never saw. The same batch over a pool gives it
+    back (``test_a_batch_refused_in_part_gives_back_what_it_took``)."""
+    client = redis.Redis(
+        port=one_connection.port,
+        username=USER,
+        password=PASSWORD,
+        single_connection_client=True,
+    )
+    guard = Guard(RedisBackend(client), _policies("raise"))
+    try:
+        with pytest.raises(ConfigError, match="ACL refuses"):
+            guard.hit_many("one", _contexts("one"))
+    finally:
+        guard.close()
+    assert _left(f"redis://127.0.0.1:{one_connection.port}", "one") == _full("one")
