@@ -65,8 +65,9 @@ class Receipt:
         marks: per part, per state, what the hit left there (see ``Twin.mark``).
         fingerprint: the policy's rules as they were when the hit was decided; a refund
             against a policy of that name whose rules changed since is refused.
-        fallback: the fallback backend the hit consumed on (None: the store), where its
-            refund goes whatever the policy's ``on_error`` is by then; not pickled.
+        fallback: the fallback backend the hit consumed on, as the guard was given it (None:
+            the store), where its refund goes whatever the policy's ``on_error`` is by then
+            and whichever face of the guard gives it back; not pickled.
     """
 
     __slots__ = (

@@ -150,14 +150,25 @@ class Failover:
         how, there = self.on_failure(plan, cost if hit else 0)
         if how == "raise":
             return make(plan)
-        answer = self.answer(plan, cost)
-        return resilient(lambda: make(plan), how, answer, set_source_all, lambda: make(there))
+        answer, given = self.answer(plan, cost), self.given(plan)
+        again = lambda: taken_on(make(there), given)  # noqa: E731
+        return resilient(lambda: make(plan), how, answer, set_source_all, again)
 
     def answer(self, plan: PolicyPlan, cost: int) -> Callable[[str, BackendUnavailable], Decision]:
         """The degraded answer to a hit of ``plan`` of ``cost``, by its source
         (``"fail-open"``, ``"fail-closed"``) and the error (:func:`fail_answer`)."""
         rules, breaker = plan.policy.rules, self._breaker
         return lambda source, exc: fail_answer(plan.name, rules, cost, source, exc, breaker)
+
+    def given(self, plan: PolicyPlan) -> object:
+        """``plan``'s fallback backend as the guard was given it (no face's adapter): what
+        a receipt taken there names (:func:`taken_on`); its ``on_error`` when no backend."""
+        on_error = self._given[plan.name]
+        return on_error.backend if isinstance(on_error, Fallback) else on_error
+
+    def drive(self, backend: object) -> object:
+        """A fallback backend as the guard was given it, as this face drives it."""
+        return self._adapt(backend)
 
     def taken_under(self, name: str, fingerprint: str) -> tuple[PolicyPlan, PolicyPlan] | None:
         """The plan and its shared-out plan a receipt of ``name`` taken on a fallback bears
@@ -313,8 +324,7 @@ def resilient(
             raise
         if isinstance(on_error, str):
             return answer("fail-open" if on_error == "allow" else "fail-closed", exc)
-        done = yield from elsewhere((again or make)(), on_error)
-        return set_source(taken_on(done, on_error), "fallback")
+        return set_source((yield from elsewhere((again or make)(), on_error)), "fallback")
 
 
 def settle_many(
@@ -344,7 +354,7 @@ def settle_many(
     for i, decision in zip(failed, redone, strict=True):
         if isinstance(decision, BackendUnavailable):  # the fallback failed too
             raise decision
-        results[i] = with_source(taken_on(decision, on_error), "fallback")
+        results[i] = with_source(decision, "fallback")
     return results
 
 
@@ -377,9 +387,11 @@ def fail_answer(
     return with_source(make_decision(name, False, wait_us / _US, denied, lambda: raw), source)
 
 
-def taken_on(result: T, backend: object) -> T:
-    """``result`` (a decision or a list of them), each receipt marked as consumed on the
-    fallback ``backend``: its refund or release goes back there (:class:`Receipt`)."""
+def taken_on(op: Op[T], backend: object) -> Op[T]:
+    """``op``, whose result (a decision or a list of them) has each receipt marked as
+    consumed on the fallback ``backend`` (as the guard was given it): its refund or
+    release goes back there, whichever face gives it back (:meth:`Failover.drive`)."""
+    result = yield from op
     for decision in result if isinstance(result, list) else [result]:
         if isinstance(decision, Decision) and decision.receipt is not None:
             decision.receipt.fallback = backend

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from freqguard.clock import Clock
 from freqguard.decision import Decision
 from freqguard.engine.denials import Denials
-from freqguard.engine.failover import Failover, settle_many
+from freqguard.engine.failover import Failover, settle_many, taken_on
 from freqguard.engine.observers import Observers
 from freqguard.engine.ops import Op, acquire_op, decide_op, many_op, reset_op
 from freqguard.engine.plan import PolicyPlan
@@ -207,7 +207,8 @@ class Hits:
         how, there = failover.on_failure(plan, checked)
 
         def rerun(indices: list[int]) -> Op[list[Any]]:  # the failed hits, on the fallback
-            return many_op(there, [texts[i] for i in indices], checked, now, True)
+            op = many_op(there, [texts[i] for i in indices], checked, now, True)
+            return taken_on(op, failover.given(plan))
 
         batch = many_op(plan, texts, checked, now, self._nodes)
         return hits, sent, settle_many(batch, how, failover.answer(plan, checked), rerun)

@@ -81,10 +81,18 @@ class Receipts:
         plan = self._policies.plan(name)
         there = failover.on_failure(plan)[1] if fallback else plan  # its limits shared out
         if leases and there.fingerprint != receipt.fingerprint:  # a deploy since the take
-            if not fallback:
-                plan = there = self._policies.taken_under(name, receipt.fingerprint)
-            elif taken := failover.taken_under(name, receipt.fingerprint):
-                plan, there = taken
+            taken = failover.taken_under(name, receipt.fingerprint) if fallback else None
+            if taken is None:  # the store's, or a plain fallback's: the plan itself
+                taken = (self._policies.taken_under(name, receipt.fingerprint),) * 2
+            plan, there = taken
+        backend = failover.drive(receipt.fallback) if fallback else None
+        if fallback and receipt.fallback is None:  # a copy of the receipt (pickled)
+            backend = failover.on_failure(plan)[0]  # where the policy falls back now
+            if isinstance(backend, str):
+                raise ConfigError(
+                    f"this decision of policy {name!r} was taken on a fallback backend "
+                    "the policy no longer has; it cannot be given back there"
+                )
         with _CLAIM:  # two refunds of one decision at once: only one goes through
             if receipt.spent:
                 raise ConfigError(
@@ -95,9 +103,6 @@ class Receipts:
             self._denials.forget(plan, receipt.context)
             given = sent(plan, receipt)
             if fallback:  # it consumed on the fallback: give back there
-                backend = receipt.fallback
-                if backend is None:  # a copy of the receipt (pickled): where it is now
-                    backend = failover.on_failure(plan)[0]
                 return _marked(elsewhere(refund_op(there, given, self._now()), backend), "fallback")
             op = refund_op(plan, given, self._now())
             on_error = failover.of(plan)
