@@ -60,7 +60,7 @@ class holding:
     while SIGINT has Python's own handler; so too a signal whose handler is the program's
     own, in Python (SIGTERM's that calls ``sys.exit`` as a deploy stops a worker, SIGINT's),
     run as the block ends. A handler set outside Python is left to it. A Ctrl-C is raised
-    as the block ends (``raising``), after it, or at once when a second signal comes (a
+    as the block ends (``raising``), after it, or at once when the same signal comes again (a
     program's handler then runs at once). ``entered``: the hold is in force (or none was
     needed), so what the block claims is the block's to give back. Blocks nest: an inner
     one finds the outer's handlers and holds nothing itself."""
@@ -90,8 +90,8 @@ class holding:
         return self
 
     def _note(self, signum: int, frame: object) -> None:
-        if self.came and not self._restoring:  # a second meanwhile: each that came at
-            came, self.came = [*self.came, signum], []  # once, the handlers put back first
+        if signum in self.came and not self._restoring:  # the same again: each that came
+            came, self.came = [*self.came, signum], []  # at once, the handlers put back first
             self.restore()  # (it may land where __exit__ never runs)
             if self._run(came, frame):
                 raise KeyboardInterrupt
