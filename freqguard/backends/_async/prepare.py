@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from redis.exceptions import NoPermissionError
+
 from freqguard.backends._boundary import ERRORS
 from freqguard.backends._claims import Claims, claim, other_bins, other_setting, unclaimed
 from freqguard.backends._inspect import inspection
@@ -94,17 +96,21 @@ class AsyncPreparation:
             checked = self._claims.on_checked(key)
             await adrive(claim(client, key, bins, checked, record), ERRORS)
 
-    async def recovered(self, error: Exception, call: ScriptCall) -> bool:
-        """Whether ``call``, which failed with ``error`` through redis-py's API, may go again:
-        it found the library missing, now loaded, or its bin unclaimed, now claimed (as the
-        backend's settling does for calls on its lanes: ``_settle``).
-
-        Raises:
-            ConfigError: a bin, or the store's record, holds another setting.
+    async def recovered(self, error: Exception, call: ScriptCall, again: bool) -> bool | Exception:
+        """Whether ``call``, which failed with ``error`` through redis-py's API, may go
+        ``again`` (a try is left): it found the library missing, now loaded, or its bin
+        unclaimed, now claimed (as the backend's settling does for calls on its lanes:
+        ``_settle``); or its refusal, to be settled in its reply's place: an ACL's
+        ``NOPERM``, a ConfigError when a bin, or the store's record, holds another setting.
         """
         other = other_bins(error, record_key(call), self._claims.bins)
         if other is not None:
-            raise other from error
+            other.__cause__ = error
+            return other
+        if isinstance(error, NoPermissionError):
+            return error
+        if not again:
+            return False
         if unclaimed(error):
             await self.reclaim([call])
             return True

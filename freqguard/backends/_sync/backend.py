@@ -382,16 +382,19 @@ class RedisBackend:
         for _, lane in lanes.values():
             lane.close()
 
-    def _command(self, call: ScriptCall) -> bytes:
-        """The call through redis-py's own command API (which also follows redirections). A
-        missing library is loaded (or an unclaimed bin claimed) and the call repeated,
-        ``ATTEMPTS`` tries in all: the client's API cannot hold the load and the call in
-        one transaction."""
+    def _command(self, call: ScriptCall) -> object:
+        """The call's reply through redis-py's own command API (which also follows
+        redirections), or its refusal, in its place: a batch goes on. A missing library is
+        loaded (or an unclaimed bin claimed) and the call repeated, ``ATTEMPTS`` tries in
+        all: the client's API cannot hold the load and the call in one transaction."""
         args = function_args(call, self._ready.library)
         for attempt in range(ATTEMPTS - 1, -1, -1):
             try:
-                return self.client.execute_command(*args, **RAW)  # type: ignore[no-any-return,no-untyped-call,unused-ignore]
-            except ERRORS as exc:  # the library missing, or the call's bin unclaimed
-                if not (attempt and self._ready.recovered(exc, call)):
+                return self.client.execute_command(*args, **RAW)  # type: ignore[no-untyped-call,unused-ignore]
+            except ERRORS as exc:  # the library missing, the call's bin unclaimed, refused
+                mended = self._ready.recovered(exc, call, attempt > 0)
+                if isinstance(mended, Exception):
+                    return mended
+                if not mended:
                     raise
         raise AssertionError(ATTEMPTS)  # never: the last attempt returns or raises
