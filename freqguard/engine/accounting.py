@@ -101,18 +101,22 @@ class Accounting:
         the breaker and observers told; a failure raised, as it came when every call got it,
         else as a :class:`~freqguard.PartialFailure` with each call's reply or error. A
         refusal (a ``ConfigError``) is raised as it is, its ``results`` those of ``step``'s
-        calls (the operation gives back what the others took): no outage to count."""
+        calls (the operation gives back what the others took): no outage, its nodes up."""
         if sent is step and type(outcome) is list:  # the common case: nothing to tell
             return outcome
-        if isinstance(outcome, ConfigError):
-            if outcome.results is not None and isinstance(sent, _Sent):
-                outcome.results = sent.placed(outcome.results)
-            raise outcome
-        results = _each(sent, outcome)
+        refused: ConfigError | None = None
+        if isinstance(outcome, ConfigError):  # each call's reply or error, or the refusal
+            refused, results = outcome, outcome.results or [outcome] * len(sent)
+        else:
+            results = _each(sent, outcome)
         nodes = None
         if isinstance(sent, _Sent):
             results, nodes = sent.placed(results), sent.nodes
         self._account(policy, step, results, nodes)
+        if refused is not None:
+            if refused.results is not None:
+                refused.results = results
+            raise refused
         raise_failures(results, "calls")
         return results
 
@@ -178,7 +182,7 @@ class _Sent(list[ScriptCall]):
         return [self.held.get(i) or next(answered) for i in range(len(self.nodes))]
 
 
-def _each(calls: list[ScriptCall], outcome: list[Reply] | BackendUnavailable) -> list[Any]:
+def _each(calls: list[ScriptCall], outcome: list[Any] | BackendUnavailable) -> list[Any]:
     """Each call's reply or error."""
     if isinstance(outcome, PartialFailure):
         return list(outcome.results)
