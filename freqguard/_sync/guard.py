@@ -31,11 +31,11 @@ from freqguard.engine.accounting import Accounting, Outcome
 from freqguard.engine.breaker import Breaker
 from freqguard.engine.denials import Denials
 from freqguard.engine.denycache import DenyCache
-from freqguard.engine.failover import Elsewhere, Failover
+from freqguard.engine.failover import Failover
 from freqguard.engine.hits import Hits
 from freqguard.engine.limits import limit_call, limits_calls, limits_of
 from freqguard.engine.observers import Observers
-from freqguard.engine.ops import Op, Sleep
+from freqguard.engine.ops import Elsewhere, Op, Sleep
 from freqguard.engine.refunds import Receipts
 from freqguard.engine.registry import PolicyRegistry
 from freqguard.engine.settings import (

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Generator, Iterator, Mapping
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from freqguard.decision import Decision, make_decision, with_source
 from freqguard.engine.breaker import Breaker, CircuitOpen
+from freqguard.engine.ops import Elsewhere, taken_on
 from freqguard.engine.plan import PolicyPlan, keep
 from freqguard.errors import BackendUnavailable, ConfigError, raise_failures
 from freqguard.policy import Fallback, Policy, check_on_error
 from freqguard.rates import Rate, parse_rate
 from freqguard.rules import Rule
-from freqguard.script.calls import Reply, ScriptCall
+from freqguard.script.calls import Reply
 
 __all__ = [
-    "Elsewhere",
     "Failover",
     "elsewhere",
     "fail_answer",
@@ -161,8 +161,8 @@ class Failover:
         return lambda source, exc: fail_answer(plan.name, rules, cost, source, exc, breaker)
 
     def given(self, plan: PolicyPlan) -> object:
-        """``plan``'s fallback backend as the guard was given it (no face's adapter): what
-        a receipt taken there names (:func:`taken_on`); its ``on_error`` when no backend."""
+        """``plan``'s fallback backend as the guard was given it (no face's adapter): what a
+        receipt taken there names (``ops.taken_on``); its ``on_error`` when no backend."""
         on_error = self._given[plan.name]
         return on_error.backend if isinstance(on_error, Fallback) else on_error
 
@@ -281,13 +281,6 @@ def _shared_tier(
     return shared
 
 
-class Elsewhere(NamedTuple):
-    """An operation step: run these calls on this backend (the fallback), not the store."""
-
-    backend: Any
-    calls: list[ScriptCall]
-
-
 Step = Any  # the core's steps, or Elsewhere
 Op = Generator[Step, list[Reply], T]
 
@@ -385,17 +378,6 @@ def fail_answer(
     if not denied:  # a policy of shadow rules only never denies, not even failing closed
         return fail_answer(name, rules, cost, "fail-open", error, breaker)
     return with_source(make_decision(name, False, wait_us / _US, denied, lambda: raw), source)
-
-
-def taken_on(op: Op[T], backend: object) -> Op[T]:
-    """``op``, whose result (a decision or a list of them) has each receipt marked as
-    consumed on the fallback ``backend`` (as the guard was given it): its refund or
-    release goes back there, whichever face gives it back (:meth:`Failover.drive`)."""
-    result = yield from op
-    for decision in result if isinstance(result, list) else [result]:
-        if isinstance(decision, Decision) and decision.receipt is not None:
-            decision.receipt.fallback = backend
-    return result
 
 
 def set_source_all(result: T, source: str) -> T:

@@ -11,9 +11,9 @@ from typing import Any, NamedTuple
 from freqguard.clock import Clock
 from freqguard.decision import Decision
 from freqguard.engine.denials import Denials
-from freqguard.engine.failover import Failover, settle_many, taken_on
+from freqguard.engine.failover import Failover, settle_many
 from freqguard.engine.observers import Observers
-from freqguard.engine.ops import Op, acquire_op, decide_op, many_op, reset_op
+from freqguard.engine.ops import Op, acquire_op, decide_op, many_op, reset_op, taken_on
 from freqguard.engine.plan import PolicyPlan
 from freqguard.engine.registry import PolicyRegistry
 from freqguard.engine.resets import reset_calls

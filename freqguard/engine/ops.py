@@ -17,6 +17,7 @@ from freqguard.script.calls import Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT, REFUND
 
 __all__ = [
+    "Elsewhere",
     "Interrupted",
     "Op",
     "Sleep",
@@ -26,6 +27,7 @@ __all__ = [
     "many_op",
     "refund_op",
     "reset_op",
+    "taken_on",
     "undo",
     "unwinding",
 ]
@@ -38,6 +40,14 @@ class Sleep(NamedTuple):
     """An operation step: wait this many seconds, then resume."""
 
     seconds: float
+
+
+class Elsewhere(NamedTuple):
+    """An operation step: run these calls on this backend (the fallback), not the store
+    (``failover.elsewhere`` wraps an operation's steps in these)."""
+
+    backend: Any
+    calls: list[ScriptCall]
 
 
 Step = list[ScriptCall] | Sleep
@@ -120,6 +130,17 @@ def _answered(
     return [call for call, _ in kept], [reply for _, reply in kept]
 
 
+def taken_on(op: Op[T], backend: object) -> Op[T]:
+    """``op``, whose result (a decision or a list of them) has each receipt marked as
+    consumed on the fallback ``backend`` (as the guard was given it): its refund or
+    release goes back there, whichever face gives it back (``Failover.drive``)."""
+    result = yield from op
+    for decision in result if isinstance(result, list) else [result]:
+        if isinstance(decision, Decision) and decision.receipt is not None:
+            decision.receipt.fallback = backend
+    return result
+
+
 #: A backend and the calls to send it, each answered before the next: what a cancelled
 #: operation gives back.
 Finish = tuple[Any, list[ScriptCall]]
@@ -143,8 +164,6 @@ def unwinding(
     :class:`Interrupted`; then what ``op`` gives back when ``cancelled`` is thrown into it,
     on ``backend`` or elsewhere (a fallback's). Ends when ``op`` does; the cancellation it
     raises goes on."""
-    from freqguard.engine.failover import Elsewhere  # failover's steps wrap these
-
     if isinstance(cancelled, Interrupted):
         given = undo(cancelled.calls, cancelled.replies)
         if given:
