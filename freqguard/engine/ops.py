@@ -88,7 +88,11 @@ def decide_op(
             # give back exactly what this hit took in the earlier parts (their marks), never
             # the newest units there, which may be another caller's
             rest = [c._replace(mode=CHECK) for c in calls[i + 1 :]]
-            others = yield undo(calls, replies) + rest
+            try:
+                others = yield undo(calls, replies) + rest
+            except BackendUnavailable as exc:  # the store failed after it denied: denied
+                exc.denied = True
+                raise
             return plan.decide([*others[:i], reply, *others[i:]])
         replies.append(reply)
     if unsure is not None:  # admitted, and not known to last: on_error answers it

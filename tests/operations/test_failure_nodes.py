@@ -51,6 +51,7 @@ class Nodes(AsyncSide):
         self.down: set[str] = set()
         self.refused: set[str] = set()  # nodes whose ACL refuses this user their keys
         self.then_down: set[str] = set()  # nodes that go down as a refusal is raised
+        self.down_on_denial: set[str] = set()  # nodes that go down once a call denies
         self.calls: Counter[str] = Counter()  # calls each node was sent
 
     def node_of(self, call: ScriptCall) -> str:
@@ -72,7 +73,9 @@ class Nodes(AsyncSide):
             elif node in self.refused:
                 results.append(refusal := refusal or ConfigError(f"node {node}: NOPERM"))
             else:
-                results.append(self.inner.execute(call))
+                results.append(reply := self.inner.execute(call))
+                if not reply.allowed:
+                    self.down |= self.down_on_denial
         if refusal is not None:
             refusal.results = results
             self.down |= self.then_down  # what the rest took cannot be given back there
@@ -346,3 +349,21 @@ def test_the_breaker_takes_a_clock_or_a_function_of_seconds() -> None:
         assert breaker.state_of("A") == "half-open"
     with pytest.raises(ConfigError, match="Breaker clock must be a function of seconds"):
         Breaker(clock=5)
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["hit", "hit_many"])
+@pytest.mark.parametrize("on_error", list(DEGRADED))
+def test_a_hit_a_later_part_denied_is_denied_though_its_give_back_fails(
+    asynchronous: bool, on_error: str, batch: bool
+) -> None:
+    """Per-r on C admits, per-c on B denies, and C goes away before what per-r took is
+    given back: the denial is known, yet the give-back's BackendUnavailable was answered
+    by ``on_error`` as an outage ("allow": admitted, a hit the store denied; a fallback:
+    decided again there). Denied, as the store said; the unit C keeps stays taken."""
+    rig = Rig(on_error, asynchronous)
+    for i in range(100):  # per-c's day, spent by others on A
+        assert rig.hit("two", r=f"A{i}", c="B1").allowed
+    rig.store.down_on_denial = {"C"}
+    context = {"r": "C1", "c": "B1"}
+    got = rig.hit_many("two", [context])[0] if batch else rig.hit("two", **context)
+    assert not got.allowed
