@@ -15,6 +15,7 @@ import redis
 
 from freqguard import (
     AsyncGuard,
+    BackendUnavailable,
     ConfigError,
     Guard,
     Policy,
@@ -164,3 +165,30 @@ def test_a_batch_refused_in_part_on_one_connection_gives_back_what_it_took(
     finally:
         guard.close()
     assert _left(f"redis://127.0.0.1:{one_connection.port}", "one") == _full("one")
+
+
+def test_a_wait_refused_on_one_connection_is_known_applied_as_over_a_pool(
+    redis_server: RedisServer,
+) -> None:
+    """``wait_replicas`` over a client of one connection: WAIT goes after the calls
+    through redis-py's command API (``_send``), which raises its refusal (an ACL without
+    +wait, a proxy that does not know WAIT) out of the batch instead of handing it to
+    ``Durability.acked``: a ConfigError ("ACL refuses"), the hit applied on the server and
+    its reply dropped, the lease of a take never given back. The same refusal over a pool
+    is a BackendUnavailable that was sent, its reply kept (``applied``), as
+    ``test_cluster_edges.test_a_write_whose_wait_is_refused_is_known_applied`` pins; 4791adc
+    put each call's refusal in its reply's place on this path, not WAIT's."""
+    flush([redis_server])
+    user = ("nowait1", "on", "nopass", "~*", "&*", "+@all", "-wait")
+    redis_server.client.execute_command("ACL", "SETUSER", *user)  # type: ignore[no-untyped-call]
+    client = redis.Redis(port=redis_server.port, username="nowait1", single_connection_client=True)
+    backend = RedisBackend(client, wait_replicas=1, wait_timeout=0.1)
+    guard = Guard(backend, [Policy("p", Rule("2/minute", by="r"))], breaker=None)
+    try:
+        with pytest.raises(BackendUnavailable, match="WAIT was refused") as caught:
+            guard.hit("p", r="a")  # got: ConfigError, the unit taken on the server
+        assert caught.value.applied is not None
+        assert caught.value.applied.allowed
+    finally:
+        guard.close()
+        redis_server.client.execute_command("ACL", "DELUSER", "nowait1")  # type: ignore[no-untyped-call]
