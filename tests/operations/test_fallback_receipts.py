@@ -4,11 +4,14 @@ sleeps), the store a real MemoryBackend behind the switch of failure_rig."""
 
 from __future__ import annotations
 
+import asyncio
+import pickle
 from collections.abc import Sequence
 
 import pytest
 
 from freqguard import Guard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard.decorators.adapters import as_async
 from freqguard.script.calls import Reply, ScriptCall
 from tests.operations.failure_rig import Switch
 
@@ -54,3 +57,25 @@ def test_a_hit_many_rerun_on_the_fallback_names_the_fallback_it_ran_on(now: str)
     guard.refund(decision)  # got: AttributeError, or a refund on the other backend
     on_first = Guard(first, [Policy("p", RULE)], clock)
     assert on_first.peek("p", r="a").remaining == 4  # the unit it took there is back
+
+
+@pytest.mark.parametrize("how", ["release", "refund"])
+def test_a_pickled_fallback_lease_goes_back_through_the_async_face(how: str) -> None:
+    """A copy of a lease taken on the fallback (pickled across a process pool: its
+    receipt's ``fallback`` is None) given back through ``as_async(guard)`` (or an ``async
+    def`` under ``@capped`` with a sync Guard). ``_give_back`` drives the receipt's
+    fallback (``failover.drive(receipt.fallback)``) before it looks whether there is one:
+    the face's adapter wraps None in a ThreadedBackend, AttributeError 'NoneType' object
+    has no attribute 'clock', the lease held until it lapses. The sync guard's adapter
+    passes None through, and the same copy goes back there."""
+    clock = ManualClock(START)
+    store = Switch(clock)
+    store.down = True
+    lease = Policy("p", Rule("4 concurrent", lease=60, name="cc"), on_error=MemoryBackend(clock))
+    guard = Guard(store, [lease], clock)
+    view = as_async(guard)
+    copy = pickle.loads(pickle.dumps(guard.take_lease("p")))
+    assert (copy.source, copy.receipt and copy.receipt.fallback) == ("fallback", None)
+    given = asyncio.run(getattr(view, how)(copy))  # got: AttributeError
+    assert given.source == "fallback"
+    assert guard.peek("p").remaining == 4  # none held
