@@ -90,8 +90,8 @@ class holding:
         return self
 
     def _note(self, signum: int, frame: object) -> None:
-        if signum in self.came and not self._restoring:  # the same again: each that came
-            came, self.came = [*self.came, signum], []  # at once, the handlers put back first
+        if signum in self.came and signum in _ESCAPE and not self._restoring:  # a stop again:
+            came, self.came = [*self.came, signum], []  # each that came at once, put back first
             self.restore()  # (it may land where __exit__ never runs)
             if self._run(came, frame):
                 raise KeyboardInterrupt
@@ -141,6 +141,13 @@ class holding:
 
 
 _NONE: dict[int, Any] = {}  # no handler held
+#: The signals that, sent a second time meanwhile, run every handler that came at once (a
+#: second Ctrl-C: the store hangs); never a reload's SIGHUP, however often it comes.
+_ESCAPE = frozenset(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGQUIT", "SIGABRT")
+    if hasattr(signal, name)
+)
 #: The signals whose handlers a hold holds back: Ctrl-C, the one a deploy stops with, and
 #: those a server's worker exits on (gunicorn's: SIGQUIT, a quick shutdown; SIGABRT, past
 #: its timeout; a daemon's SIGHUP), where the platform has them.

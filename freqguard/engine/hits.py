@@ -205,10 +205,11 @@ class Hits:
         failover, now = self._failover, self._now
 
         how, there = failover.on_failure(plan, checked)
+        given = failover.given(plan)  # as ``how``: the fallback the failed hits run on
 
         def rerun(indices: list[int]) -> Op[list[Any]]:  # the failed hits, on the fallback
             op = many_op(there, [texts[i] for i in indices], checked, now, True)
-            return taken_on(op, failover.given(plan))
+            return taken_on(op, given)
 
         batch = many_op(plan, texts, checked, now, self._nodes)
         return hits, sent, settle_many(batch, how, failover.answer(plan, checked), rerun)

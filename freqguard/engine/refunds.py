@@ -85,9 +85,11 @@ class Receipts:
             if taken is None:  # the store's, or a plain fallback's: the plan itself
                 taken = (self._policies.taken_under(name, receipt.fingerprint),) * 2
             plan, there = taken
-        backend = failover.drive(receipt.fallback) if fallback else None
-        if fallback and receipt.fallback is None:  # a copy of the receipt (pickled)
-            backend = failover.on_failure(plan)[0]  # where the policy falls back now
+        backend = receipt.fallback
+        if fallback and backend is not None:
+            backend = failover.drive(backend)  # as this face drives it
+        elif fallback:  # a copy of the receipt (pickled): where the policy falls back now
+            backend = failover.on_failure(plan)[0]
             if isinstance(backend, str):
                 raise ConfigError(
                     f"this decision of policy {name!r} was taken on a fallback backend "

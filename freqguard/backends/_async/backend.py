@@ -152,8 +152,7 @@ class AsyncRedisBackend:
     def __repr__(self) -> str:
         return f"AsyncRedisBackend({self.client!r})"
 
-    # One way for every call: framed, routed and sent (_send), then settled (_settle), whose
-    # steps send again what a result asks for (see _settle.py's table).
+    # One way for every call: framed, routed and sent (_send), then settled (_settle.py).
 
     async def _send_one(self, call: ScriptCall) -> list[object]:
         """:meth:`_send` for the common case, a lone call, without a batch's bookkeeping."""
@@ -175,9 +174,12 @@ class AsyncRedisBackend:
             results: list[object] = [await self._command(call) for call in calls]
             if not wait:
                 return results
-            acked = await self.client.execute_command(  # type: ignore[no-untyped-call,unused-ignore]
-                "WAIT", self._durability.replicas, self._durability.timeout_ms
-            )
+            try:
+                acked = await self.client.execute_command(  # type: ignore[no-untyped-call,unused-ignore]
+                    "WAIT", self._durability.replicas, self._durability.timeout_ms
+                )
+            except ERRORS as exc:  # refused (an ACL without +wait): as over a lane, applied
+                acked = exc
             return self._durability.acked([*results, acked], calls)
         library = self._ready.library
         if not self._cluster:  # one lane; framed as the batch is sent
@@ -382,10 +384,9 @@ class AsyncRedisBackend:
             await lane.aclose()
 
     async def _command(self, call: ScriptCall) -> object:
-        """The call's reply through redis-py's own command API (which also follows
-        redirections), or its refusal, in its place: a batch goes on. A missing library is
-        loaded (or an unclaimed bin claimed) and the call repeated, ``ATTEMPTS`` tries in
-        all: the client's API cannot hold the load and the call in one transaction."""
+        """The call's reply through redis-py's command API (it follows redirections), or its
+        refusal in its place. A missing library is loaded (or a bin claimed) and the call
+        repeated, ``ATTEMPTS`` tries: the API cannot hold the load and the call together."""
         args = function_args(call, self._ready.library)
         for attempt in range(ATTEMPTS - 1, -1, -1):
             try:
