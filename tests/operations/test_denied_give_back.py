@@ -1,0 +1,79 @@
+"""A hit a later part denied, whose give-back of the earlier parts then fails: answered as
+a denial (``BackendUnavailable.denied``, 2e94b7f), and that answer kept to that hit.
+
+On a store of one node (no ``node_of``) the first failure of a multi-part ``hit_many`` is
+everyone's (``ops.many_op``): the contexts after it are not tried and get the same error
+object. On an injected clock, a real MemoryBackend behind a switch."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from freqguard import AsyncGuard, Guard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard.script.calls import Reply, ScriptCall
+from tests.operations.failure_rig import AsyncSide
+from tests.operations.test_failure_nodes import _hung
+
+TWO = Policy("two", Rule("3/day", by="r", name="per-r"), Rule("100/day", by="c", name="per-c"))
+
+
+class OneStore(AsyncSide):
+    """A MemoryBackend of one node that goes down once a call it runs denies (after it ran
+    the batch): a later part's denial, then the give-back of the earlier parts fails."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.inner = MemoryBackend(clock)
+        self.clock = clock
+        self.down = False
+        self.down_on_denial = False
+        self.calls = 0
+
+    def execute(self, call: ScriptCall) -> Reply:
+        return self.execute_many([call])[0]
+
+    def execute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
+        self.calls += 1
+        if self.down:
+            raise _hung("store")
+        replies = self.inner.execute_many(calls)
+        if self.down_on_denial and not all(r.allowed for r in replies):
+            self.down = True
+        return replies
+
+
+def _run(guard: Guard | AsyncGuard, name: str, *args: Any, **kwargs: Any) -> Any:
+    method = getattr(guard, name)
+    if isinstance(guard, AsyncGuard):
+        return asyncio.run(method(*args, **kwargs))
+    return method(*args, **kwargs)
+
+
+@pytest.mark.parametrize("on_error", ["allow", "fallback"])
+def test_a_denied_hit_whose_give_back_fails_denies_only_itself_in_a_batch(
+    asynchronous: bool, on_error: str
+) -> None:
+    """Context 0 is admitted by per-r, denied by per-c, and the store fails as per-r's unit
+    is given back: that hit is denied (``denied``). The contexts after it were never tried
+    (one store: ``many_op`` hands them the same error object), so ``on_error`` is theirs to
+    answer: fail-open under "allow", a rerun on the fallback. The one error, marked
+    ``denied`` by the first hit's give-back, denies them all (fail-closed): hits no store
+    ever saw, denied though the policy says to admit them on an outage."""
+    clock = ManualClock()
+    store = OneStore(clock)
+    fallback = MemoryBackend(clock)
+    how: Any = fallback if on_error == "fallback" else on_error
+    make = AsyncGuard if asynchronous else Guard
+    guard = make(store, [TWO], clock, on_error=how, breaker=None)
+    for i in range(100):  # per-c's day for c=B1, spent by others
+        assert _run(guard, "hit", "two", r=f"A{i}", c="B1").allowed
+    store.down_on_denial = True
+    batch = [{"r": "C1", "c": "B1"}, {"r": "C2", "c": "X"}, {"r": "C3", "c": "X"}]
+    got = _run(guard, "hit_many", "two", batch)
+    assert not got[0].allowed  # the store denied it: denied (the fix)
+    expected = "fallback" if on_error == "fallback" else "fail-open"
+    assert [d.source for d in got[1:]] == [expected, expected]  # got: fail-closed, twice
+    assert all(d.allowed for d in got[1:])
