@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from freqguard import AsyncGuard, Guard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard import AsyncGuard, CapExceeded, Guard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.script.calls import Reply, ScriptCall
 from tests.operations.failure_rig import AsyncSide
-from tests.operations.test_failure_nodes import _hung
+from tests.operations.test_failure_nodes import Rig, _hung
 
 TWO = Policy("two", Rule("3/day", by="r", name="per-r"), Rule("100/day", by="c", name="per-c"))
 
@@ -77,3 +77,42 @@ def test_a_denied_hit_whose_give_back_fails_denies_only_itself_in_a_batch(
     expected = "fallback" if on_error == "fallback" else "fail-open"
     assert [d.source for d in got[1:]] == [expected, expected]  # got: fail-closed, twice
     assert all(d.allowed for d in got[1:])
+
+
+def _spent(rig: Rig) -> None:
+    """per-c's day for c=B1 spent by others (on node A); C goes down once a call denies."""
+    for i in range(100):
+        assert rig.hit("two", r=f"A{i}", c="B1").allowed
+    rig.store.down_on_denial = {"C"}
+
+
+@pytest.mark.parametrize("on_error", ["allow", "fallback"])
+def test_an_acquire_a_later_part_denied_for_the_day_gives_up_at_once_though_the_give_back_fails(
+    asynchronous: bool, on_error: str
+) -> None:
+    """``acquire(timeout=60)``: per-r on C admits, per-c on B denies for the rest of the day
+    (retry_after 86400 s), and C fails as per-r's unit is given back. The store said the
+    next turn is a day away, so acquire must give up at once (``CapExceeded``). The denial
+    is answered by ``fail_answer("fail-closed")``, whose retry_after is the breaker's
+    cool-down (5 s), not the store's: acquire sleeps 5 s and tries again; C is down, and
+    on_error admits the hit (fail-open; a fallback's fresh state). The store's own answer,
+    known as the hit was denied (the denying part's reply), is dropped."""
+    rig = Rig(on_error, asynchronous)
+    _spent(rig)
+    assert rig.peek("two", r="C9", c="B1").retry_after == pytest.approx(86400)
+    start = rig.clock.now()
+    with pytest.raises(CapExceeded):  # got: admitted after a 5 s sleep
+        rig.acquire("two", timeout=60, r="C1", c="B1")
+    assert rig.clock.now() == start  # gave up at once, as when the give-back succeeds
+
+
+def test_a_denied_hit_whose_give_back_fails_says_the_stores_denial(asynchronous: bool) -> None:
+    """The hit above, once: denied, as the fix says, but with the fail-closed answer's wait
+    (the breaker's cool-down, 5 s) and every enforcing rule named, per-r too, which
+    admitted it; the store said per-c denied it for a day (its reply is in hand)."""
+    rig = Rig("allow", asynchronous)
+    _spent(rig)
+    got = rig.hit("two", r="C1", c="B1")
+    assert not got.allowed
+    assert [rule.id for rule in got.denied_by] == ["per-c"]  # got: ['per-r', 'per-c']
+    assert got.retry_after == pytest.approx(86400)  # got: 5.0
