@@ -116,3 +116,25 @@ def test_a_denied_hit_whose_give_back_fails_says_the_stores_denial(asynchronous:
     assert not got.allowed
     assert [rule.id for rule in got.denied_by] == ["per-c"]  # got: ['per-r', 'per-c']
     assert got.retry_after == pytest.approx(86400)  # got: 5.0
+
+
+def test_a_hit_the_fallback_denied_whose_give_back_fails_there_is_answered_as_a_denial(
+    asynchronous: bool,
+) -> None:
+    """The store is down; the hit runs again on the fallback (a store of its own, a second
+    Redis), where per-r admits, per-c denies, and the fallback fails as per-r's unit goes
+    back. ``denied`` is set (decide_op), yet ``resilient`` runs the fallback inside its
+    ``except`` and never looks at it: the BackendUnavailable, ``denied`` True, is raised to
+    a caller whose ``on_error`` is a fallback, not ``"raise"`` (errors.py: a denied error
+    is answered as a denial whatever ``on_error`` says but ``"raise"``)."""
+    clock = ManualClock()
+    store = OneStore(clock)
+    fallback = OneStore(clock)
+    make = AsyncGuard if asynchronous else Guard
+    guard = make(store, [TWO], clock, on_error=fallback, breaker=None)
+    store.down = True
+    for i in range(100):  # per-c's day for c=B1, spent on the fallback
+        assert _run(guard, "hit", "two", r=f"A{i}", c="B1").source == "fallback"
+    fallback.down_on_denial = True
+    got = _run(guard, "hit", "two", r="C1", c="B1")  # got: BackendUnavailable, denied
+    assert not got.allowed
