@@ -8,12 +8,22 @@ object. On an injected clock, a real MemoryBackend behind a switch."""
 from __future__ import annotations
 
 import asyncio
+import pickle
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from freqguard import AsyncGuard, CapExceeded, Guard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard import (
+    AsyncGuard,
+    BackendUnavailable,
+    CapExceeded,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    Rule,
+)
 from freqguard.script.calls import Reply, ScriptCall
 from tests.operations.failure_rig import AsyncSide
 from tests.operations.test_failure_nodes import Rig, _hung
@@ -138,3 +148,18 @@ def test_a_hit_the_fallback_denied_whose_give_back_fails_there_is_answered_as_a_
     fallback.down_on_denial = True
     got = _run(guard, "hit", "two", r="C1", c="B1")  # got: BackendUnavailable, denied
     assert not got.allowed
+
+
+def test_a_denied_error_keeps_its_flag_across_a_pickle(asynchronous: bool) -> None:
+    """With ``on_error="raise"`` the caller gets the BackendUnavailable of a hit a later part
+    denied, ``denied`` True: its only way to tell a denial the store made from an outage.
+    Handed back across processes (a process pool, a task queue: the reason
+    ``BackendUnavailable.__reduce__`` exists), the flag is lost: ``__reduce__`` keeps
+    ``answered``, ``sent`` and ``node``, not ``denied`` (a public attribute, documented;
+    not the engine's own as ``applied`` is)."""
+    rig = Rig("raise", asynchronous)
+    _spent(rig)
+    with pytest.raises(BackendUnavailable) as caught:
+        rig.hit("two", r="C1", c="B1")
+    assert caught.value.denied
+    assert pickle.loads(pickle.dumps(caught.value)).denied  # got: False
