@@ -18,6 +18,7 @@ from freqguard import (
     AsyncGuard,
     BackendUnavailable,
     CapExceeded,
+    Clock,
     Guard,
     ManualClock,
     MemoryBackend,
@@ -37,7 +38,7 @@ class OneStore(AsyncSide):
 
     def __init__(self, clock: ManualClock) -> None:
         self.inner = MemoryBackend(clock)
-        self.clock = clock
+        self.clock: Clock = clock
         self.down = False
         self.down_on_denial = False
         self.calls = 0
