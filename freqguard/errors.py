@@ -111,16 +111,12 @@ class BackendUnavailable(FreqGuardError):
             (an admission its replicas did not acknowledge, ``wait_replicas``), else None;
             a hit on several parts goes on with it, so that a later part's denial is still
             answered as one.
-        denied: a later part of a hit on several parts denied it before the store failed
-            (giving back what the earlier parts took): answered as a denial (fail-closed),
-            whatever ``on_error`` says but ``"raise"``.
     """
 
     answered = False
     sent = True
     node: object = None
     applied: Any = None
-    denied = False
 
     def __init__(self, *args: object, answered: bool = False, sent: bool = True) -> None:
         super().__init__(*args)

@@ -315,8 +315,6 @@ def resilient(
     except BackendUnavailable as exc:
         if on_error == "raise":
             raise
-        if exc.denied:  # a later part denied it, then the store failed: denied
-            return answer("fail-closed", exc)
         if isinstance(on_error, str):
             return answer("fail-open" if on_error == "allow" else "fail-closed", exc)
         return set_source((yield from elsewhere((again or make)(), on_error)), "fallback")
@@ -338,9 +336,6 @@ def settle_many(
         raise_failures(results, "hits")
         return results
     failed = [i for i, result in enumerate(results) if isinstance(result, BackendUnavailable)]
-    for i in [i for i in failed if results[i].denied]:  # a later part denied it: denied
-        results[i] = answer("fail-closed", results[i])
-    failed = [i for i in failed if isinstance(results[i], BackendUnavailable)]
     if not failed:
         return results
     if isinstance(on_error, str):

@@ -10,7 +10,7 @@ from contextlib import suppress
 from typing import Any, NamedTuple, TypeVar
 
 from freqguard.clock import Clock
-from freqguard.decision import Decision, Receipt
+from freqguard.decision import Decision, Receipt, make_decision
 from freqguard.engine.plan import PolicyPlan
 from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError, PartialFailure
 from freqguard.script.calls import Reply, ScriptCall
@@ -90,14 +90,28 @@ def decide_op(
             rest = [c._replace(mode=CHECK) for c in calls[i + 1 :]]
             try:
                 others = yield undo(calls, replies) + rest
-            except BackendUnavailable as exc:  # the store failed after it denied: denied
-                exc.denied = True
-                raise
+            except BackendUnavailable:  # the store failed after it denied: the denial stands
+                return _denial(plan, [*replies, reply])
             return plan.decide([*others[:i], reply, *others[i:]])
         replies.append(reply)
     if unsure is not None:  # admitted, and not known to last: on_error answers it
         raise unsure
     return plan.decide(replies, texts, cost, mode)
+
+
+def _denial(plan: PolicyPlan, replies: list[Reply]) -> Decision:
+    """The store's denial of a hit by the part of ``replies[-1]``, when it failed as what
+    the parts before took was given back (kept: the strict side) and the parts after were
+    read: each rule of a part read as its reply reports it, each of those not read with
+    nothing left and no wait (unknown), denied by the rules that waited, for as long."""
+    rules, known = plan.policy.rules, {}
+    for part, reply in zip(plan.parts, replies):  # noqa: B905 (the first parts' replies)
+        for index, (left, reset), wait in zip(part.rule_index, reply.report(), reply.waits):  # noqa: B905
+            known[index] = (rules[index], left, reset, wait)
+    raw = tuple(known.get(index, (rule, 0, 0, 0)) for index, rule in enumerate(rules))
+    denied = tuple(rule for rule, _, _, wait in raw if wait and not rule.shadow)
+    longest = max(wait for *_, wait in raw) / 1_000_000
+    return make_decision(plan.name, False, longest, denied, lambda: raw)
 
 
 def undo(calls: Sequence[ScriptCall], replies: Sequence[Reply]) -> list[ScriptCall]:

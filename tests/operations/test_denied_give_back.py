@@ -1,5 +1,7 @@
-"""A hit a later part denied, whose give-back of the earlier parts then fails: answered as
-a denial (``BackendUnavailable.denied``, 2e94b7f), and that answer kept to that hit.
+"""A hit a later part denied, whose give-back of the earlier parts then fails: the store's
+denial is the answer (``ops._denial``: its rules, its wait), whatever ``on_error`` says, and
+kept to that hit (a first fix marked the failure ``denied`` and answered it failing closed:
+a shared error denied hits never tried, the store's wait was lost).
 
 On a store of one node (no ``node_of``) the first failure of a multi-part ``hit_many`` is
 everyone's (``ops.many_op``): the contexts after it are not tried and get the same error
@@ -8,7 +10,6 @@ object. On an injected clock, a real MemoryBackend behind a switch."""
 from __future__ import annotations
 
 import asyncio
-import pickle
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,7 +17,6 @@ import pytest
 
 from freqguard import (
     AsyncGuard,
-    BackendUnavailable,
     CapExceeded,
     Clock,
     Guard,
@@ -110,7 +110,9 @@ def test_an_acquire_a_later_part_denied_for_the_day_gives_up_at_once_though_the_
     known as the hit was denied (the denying part's reply), is dropped."""
     rig = Rig(on_error, asynchronous)
     _spent(rig)
+    rig.store.down_on_denial = set()  # a peek's denial takes no node down
     assert rig.peek("two", r="C9", c="B1").retry_after == pytest.approx(86400)
+    rig.store.down_on_denial = {"C"}
     start = rig.clock.now()
     with pytest.raises(CapExceeded):  # got: admitted after a 5 s sleep
         rig.acquire("two", timeout=60, r="C1", c="B1")
@@ -151,16 +153,15 @@ def test_a_hit_the_fallback_denied_whose_give_back_fails_there_is_answered_as_a_
     assert not got.allowed
 
 
-def test_a_denied_error_keeps_its_flag_across_a_pickle(asynchronous: bool) -> None:
-    """With ``on_error="raise"`` the caller gets the BackendUnavailable of a hit a later part
-    denied, ``denied`` True: its only way to tell a denial the store made from an outage.
-    Handed back across processes (a process pool, a task queue: the reason
-    ``BackendUnavailable.__reduce__`` exists), the flag is lost: ``__reduce__`` keeps
-    ``answered``, ``sent`` and ``node``, not ``denied`` (a public attribute, documented;
-    not the engine's own as ``applied`` is)."""
+def test_a_denied_hit_whose_give_back_fails_is_the_stores_denial_under_raise(
+    asynchronous: bool,
+) -> None:
+    """With ``on_error="raise"`` the caller got the give-back's BackendUnavailable, marked
+    ``denied`` (its only way to tell the store's denial from an outage, and lost across a
+    pickle). The denial is known: it is the answer, a decision, whatever ``on_error``
+    says; the failed give-back is the breaker's and the observers' to hear of."""
     rig = Rig("raise", asynchronous)
     _spent(rig)
-    with pytest.raises(BackendUnavailable) as caught:
-        rig.hit("two", r="C1", c="B1")
-    assert caught.value.denied
-    assert pickle.loads(pickle.dumps(caught.value)).denied  # got: False
+    got = rig.hit("two", r="C1", c="B1")
+    assert (got.allowed, got.source) == (False, "backend")
+    assert rig.heard.errors["BackendUnavailable"] == 1
