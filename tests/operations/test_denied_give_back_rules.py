@@ -1,0 +1,147 @@
+"""The store's denial made by ``ops._denial`` (a later part denied a hit, the give-back of
+the earlier parts then failed) against the rules as the store decided them: a shadow rule,
+a rule the hit's priority skips (``only``), a rule exempt or at another rate for one key
+(``set_limit``), a tier (``rate_for``).
+
+``PolicyPlan.decide`` (the same hit, its give-back done) reads the rules as the replies
+decided them (``PolicyPlan._rules``) and takes the longest wait of the rules that deny;
+``_denial`` reads ``plan.policy.rules`` as written and takes the longest wait of every
+rule, shadow ones too. Each test compares the two answers to one hit (``_twice``): the
+give-back done, and failed.
+
+The store is a real MemoryBackend on an injected clock that fails once, the step after a
+call of it denied (the give-back), then answers again: a blip, not an outage."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from freqguard import (
+    AsyncGuard,
+    Clock,
+    Decision,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    Rule,
+)
+from freqguard.script.calls import Reply, ScriptCall
+from tests.operations.failure_rig import AsyncSide
+from tests.operations.test_denied_give_back import _run
+from tests.operations.test_failure_nodes import _hung
+
+
+class Blip(AsyncSide):
+    """A MemoryBackend that, once ``armed``, fails the one batch after a call it ran denied
+    (the give-back of the earlier parts, with the checks of the later ones)."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.inner = MemoryBackend(clock)
+        self.clock: Clock = clock
+        self.armed = False
+        self.failing = False
+        self.failed = 0
+
+    def execute(self, call: ScriptCall) -> Reply:
+        return self.execute_many([call])[0]
+
+    def execute_many(self, calls: Sequence[ScriptCall]) -> list[Reply]:
+        if self.failing:
+            self.failing, self.armed = False, False
+            self.failed += 1
+            raise _hung("store")
+        replies = self.inner.execute_many(calls)
+        if self.armed and not all(r.allowed for r in replies):
+            self.failing = True
+        return replies
+
+
+def _guard(policy: Policy, asynchronous: bool, **options: Any) -> tuple[Any, Blip, ManualClock]:
+    clock = ManualClock()
+    store = Blip(clock)
+    make = AsyncGuard if asynchronous else Guard
+    return make(store, [policy], clock, on_error="allow", breaker=None, **options), store, clock
+
+
+def _twice(
+    policy: Policy, asynchronous: bool, before: Callable[[Any], None], **ctx: object
+) -> tuple[Decision, Decision]:
+    """The hit of ``ctx`` after ``before(guard)``, its give-back done, then failed."""
+    got = []
+    for fails in (False, True):
+        guard, store, _ = _guard(policy, asynchronous)
+        before(guard)
+        store.armed = fails
+        got.append(_run(guard, "hit", policy.name, **ctx))
+        assert store.failed == (1 if fails else 0)  # the path under test was taken
+    return got[0], got[1]
+
+
+def _ids(decision: Decision) -> list[str]:
+    return [rule.id for rule in decision.denied_by]
+
+
+#: per-r (with a shadow rule beside it, which reports a day's wait once r=R was hit) on
+#: one part, per-c (2 a minute) on another.
+WATCHED = Policy(
+    "watched",
+    Rule("1/day", by="r", name="watch", shadow=True),
+    Rule("100/day", by="r", name="per-r"),
+    Rule("2/minute", by="c", name="per-c"),
+)
+
+
+def _watched(guard: Any) -> None:
+    """r=R seen once (its shadow rule now waits a day); c=C's minute spent by others."""
+    assert _run(guard, "hit", "watched", r="R", c="X").allowed
+    for r in ("Q1", "Q2"):
+        assert _run(guard, "hit", "watched", r=r, c="C").allowed
+
+
+def test_a_shadow_rules_wait_is_not_the_denials_retry_after(asynchronous: bool) -> None:
+    """per-c denies for a minute; the shadow rule "watch" waits a day, and a shadow rule
+    never denies (``decide`` leaves its wait out). ``_denial`` takes the longest wait of
+    every rule: retry_after and Retry-After say a day (86400 s), not the minute the store
+    said."""
+    done, failed = _twice(WATCHED, asynchronous, _watched, r="R", c="C")
+    assert (done.retry_after, _ids(done)) == (60.0, ["per-c"])
+    assert _ids(failed) == ["per-c"]
+    assert failed.retry_after == pytest.approx(60)  # got: 86400.0
+    assert failed.headers()["Retry-After"] == "60"  # got: '86400'
+
+
+def test_an_acquire_denied_by_a_minute_waits_it_though_a_shadow_rule_waits_a_day(
+    asynchronous: bool,
+) -> None:
+    """``acquire(timeout=120)``: per-c's turn is a minute away, within the timeout, and the
+    store is back after its blip. It sleeps the minute and is admitted by the store; the
+    shadow rule's day in the denial's retry_after makes it give up at once instead
+    (CapExceeded)."""
+    guard, store, clock = _guard(WATCHED, asynchronous)
+    _watched(guard)
+    store.armed = True
+    start = clock.now()
+    got = _run(guard, "acquire", "watched", timeout=120, r="R", c="C")  # got: CapExceeded
+    assert store.failed == 1
+    assert (got.allowed, got.source) == (True, "backend")
+    assert clock.now() - start == pytest.approx(60)
+
+
+def test_the_deny_cache_does_not_keep_a_shadow_rules_day(asynchronous: bool) -> None:
+    """With a deny cache, the denial is remembered for its retry_after: the shadow rule's
+    day, not per-c's minute. Past the minute the store would admit the hit, but the cache
+    answers it (denied, "deny-cache") without asking, for the rest of the day."""
+    guard, store, clock = _guard(WATCHED, asynchronous, deny_cache=100)
+    _watched(guard)
+    store.armed = True
+    assert not _run(guard, "hit", "watched", r="R", c="C").allowed
+    assert store.failed == 1
+    clock.advance(61)
+    again = _run(guard, "hit", "watched", r="R", c="C")
+    assert again.source == "backend"  # got: 'deny-cache'
+    assert again.allowed
+
