@@ -145,3 +145,32 @@ def test_the_deny_cache_does_not_keep_a_shadow_rules_day(asynchronous: bool) -> 
     assert again.source == "backend"  # got: 'deny-cache'
     assert again.allowed
 
+
+#: promo applies to marketing hits only; a transactional hit skips it (SKIP: the twins
+#: report a wait of 1 µs for it, which only the plan's _skipped knows to ignore).
+PRIORITIZED = Policy(
+    "prioritized",
+    Rule("100/day", by="r", name="per-r"),
+    Rule("5/day", by="r", name="promo", only=("marketing",)),
+    Rule("2/minute", by="c", name="per-c"),
+    priorities=("transactional", "marketing"),
+)
+
+
+def _prioritized(guard: Any) -> None:
+    for r in ("Q1", "Q2"):  # c=C's minute spent by others
+        assert _run(guard, "hit", "prioritized", r=r, c="C", priority="transactional").allowed
+
+
+def test_a_rule_the_hits_priority_skips_does_not_deny_it(asynchronous: bool) -> None:
+    """A transactional hit, denied by per-c. promo does not apply to it (``only``): neither
+    denies nor counts it. ``_denial`` reads promo's SKIP wait (1 µs) as a denial, so
+    denied_by names promo: a metric counts a denial by a rule that never applied, a 429
+    names it, and the headers' RateLimit-Policy lists it (a shadow rule's is left out)."""
+    done, failed = _twice(
+        PRIORITIZED, asynchronous, _prioritized, r="R", c="C", priority="transactional"
+    )
+    assert _ids(done) == ["per-c"]
+    assert _ids(failed) == ["per-c"]  # got: ['promo', 'per-c']
+    assert failed.headers()["RateLimit-Policy"] == done.headers()["RateLimit-Policy"]
+
