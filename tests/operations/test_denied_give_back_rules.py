@@ -174,3 +174,30 @@ def test_a_rule_the_hits_priority_skips_does_not_deny_it(asynchronous: bool) -> 
     assert _ids(failed) == ["per-c"]  # got: ['promo', 'per-c']
     assert failed.headers()["RateLimit-Policy"] == done.headers()["RateLimit-Policy"]
 
+
+#: per-r (1 a day) on one part, per-c (2 a minute) on another.
+EXEMPTED = Policy(
+    "exempted",
+    Rule("1/day", by="r", name="per-r"),
+    Rule("2/minute", by="c", name="per-c"),
+)
+
+
+def _exempted(guard: Any) -> None:
+    """r=R exempt from per-r (counted, never denying), and over its one a day; c=C's
+    minute spent by others."""
+    _run(guard, "set_limit", "exempted", "per-r", None, r="R")
+    assert _run(guard, "hit", "exempted", r="R", c="X").allowed
+    for r in ("Q1", "Q2"):
+        assert _run(guard, "hit", "exempted", r=r, c="C").allowed
+
+
+def test_a_rule_exempt_for_the_key_does_not_deny_it(asynchronous: bool) -> None:
+    """per-c denies for a minute. r=R is exempt from per-r (``set_limit(..., None)``), so
+    per-r's wait (a day: r=R is over its 1 a day) denies nothing. ``_denial`` reads per-r
+    as written (not shadow): denied_by names per-r, and retry_after is per-r's day."""
+    done, failed = _twice(EXEMPTED, asynchronous, _exempted, r="R", c="C")
+    assert (_ids(done), done.retry_after) == (["per-c"], 60.0)
+    assert _ids(failed) == ["per-c"]  # got: ['per-r', 'per-c']
+    assert failed.retry_after == pytest.approx(60)  # got: 86400.0
+
