@@ -201,3 +201,57 @@ def test_a_rule_exempt_for_the_key_does_not_deny_it(asynchronous: bool) -> None:
     assert _ids(failed) == ["per-c"]  # got: ['per-r', 'per-c']
     assert failed.retry_after == pytest.approx(60)  # got: 86400.0
 
+
+def _limited(guard: Any) -> None:
+    """c=C limited to 2 a minute (per-key limit); its minute spent by others."""
+    _run(guard, "set_limit", "rated", "per-c", "2/minute", c="C")
+    for r in ("Q1", "Q2"):
+        assert _run(guard, "hit", "rated", r=r, c="C").allowed
+
+
+def _tiered(guard: Any) -> None:
+    """c=C's tier is 2 a minute (``rate_for``); its minute spent by others."""
+    for r in ("Q1", "Q2"):
+        assert _run(guard, "hit", "rated", r=r, c="C").allowed
+
+
+@pytest.mark.parametrize(
+    ("policy", "before"),
+    [
+        (
+            Policy(
+                "rated",
+                Rule("100/day", by="r", name="per-r"),
+                Rule("100/day", by="c", name="per-c"),
+            ),
+            _limited,
+        ),
+        (
+            Policy(
+                "rated",
+                Rule("100/day", by="r", name="per-r"),
+                Rule(
+                    "100/day",
+                    by="c",
+                    name="per-c",
+                    rate_for=lambda texts: "2/minute" if texts["c"] == "C" else None,
+                ),
+            ),
+            _tiered,
+        ),
+    ],
+    ids=["per-key-limit", "tier"],
+)
+def test_a_rule_at_another_rate_for_the_key_is_reported_at_that_rate(
+    asynchronous: bool, policy: Policy, before: Callable[[Any], None]
+) -> None:
+    """per-c decides c=C at 2 a minute (a per-key limit, or its tier) and denies. The
+    store's decision reports per-c at that rate (``_rules``: capacity 2, the headers'
+    q=2;w=60); ``_denial`` reports it at the rule's own 100 a day: capacity, limit, the
+    RateLimit-Policy header and the rule in denied_by are of a rate that was not
+    decided."""
+    done, failed = _twice(policy, asynchronous, before, r="R", c="C")
+    assert (done.capacity, done.denied_by[0].capacity) == (2, 2)
+    assert failed.capacity == 2  # got: 100
+    assert failed.denied_by == done.denied_by  # got: per-c at 100 per 86400 seconds
+    assert failed.headers()["RateLimit-Policy"] == done.headers()["RateLimit-Policy"]
