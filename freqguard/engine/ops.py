@@ -101,17 +101,18 @@ def decide_op(
 
 def _denial(plan: PolicyPlan, replies: list[Reply]) -> Decision:
     """The store's denial of a hit by the part of ``replies[-1]``, when it failed as what
-    the parts before took was given back (kept: the strict side) and the parts after were
-    read: each rule of a part read as its reply reports it, each of those not read with
-    nothing left and no wait (unknown), denied by the rules that waited, for as long."""
-    rules, known = plan.policy.rules, {}
-    for part, reply in zip(plan.parts, replies):  # noqa: B905 (the first parts' replies)
-        for index, (left, reset), wait in zip(part.rule_index, reply.report(), reply.waits):  # noqa: B905
-            known[index] = (rules[index], left, reset, wait)
-    raw = tuple(known.get(index, (rule, 0, 0, 0)) for index, rule in enumerate(rules))
+    the parts before took was given back (kept: the strict side) and before the parts
+    after were read: each rule of a part read as the replies decided it (a per-key limit,
+    a tier, a priority's skip: ``PolicyPlan.raw_of``), each of the others with nothing left
+    and no wait (unknown); denied by the enforcing rules that waited, for as long."""
+    read = plan.raw_of(replies)
+    raw = tuple(
+        (rule, 0, 0, 0) if entry is None else entry
+        for rule, entry in zip(plan.policy.rules, read, strict=True)
+    )
     denied = tuple(rule for rule, _, _, wait in raw if wait and not rule.shadow)
-    longest = max(wait for *_, wait in raw) / 1_000_000
-    return make_decision(plan.name, False, longest, denied, lambda: raw)
+    longest = max((wait for rule, _, _, wait in raw if wait and not rule.shadow), default=0)
+    return make_decision(plan.name, False, longest / 1_000_000, denied, lambda: raw)
 
 
 def undo(calls: Sequence[ScriptCall], replies: Sequence[Reply]) -> list[ScriptCall]:

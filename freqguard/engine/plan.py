@@ -258,12 +258,12 @@ class PolicyPlan:
         if mode == HIT and cost > 0 and texts is not None:
             receipt = partial(self._receipt, texts, cost, replies)
         if mode == REFUND:  # never refused: the states it leaves, no rule's wait
-            return make_decision(self.name, True, 0.0, (), partial(self._raw, replies, True))
+            return make_decision(self.name, True, 0.0, (), partial(self.raw_of, replies, True))
         if self.single_part:
             reply = replies[0]
             waits = reply.waits
             if reply.allowed and not any(waits):  # the common case: no rule said no
-                raw = partial(self._raw, replies)
+                raw = partial(self.raw_of, replies)
                 return make_decision(self.name, True, 0.0, (), raw, receipt)
             order = self.parts[0].rule_index
         else:
@@ -284,7 +284,7 @@ class PolicyPlan:
             allowed,
             longest / _US,
             denied_by,
-            partial(self._raw, replies),
+            partial(self.raw_of, replies),
             receipt if allowed else None,
         )
 
@@ -363,11 +363,12 @@ class PolicyPlan:
             found += [i for i, p in zip(part.rule_index, params) if p.reserve == SKIP]  # noqa: B905
         return frozenset(found)
 
-    def _raw(
+    def raw_of(
         self, replies: list[Reply], refund: bool = False
     ) -> tuple[tuple[Rule, int, int, int], ...]:
-        """``(rule, remaining, reset_after µs, retry_after µs)`` per rule, in policy order
-        (a ``refund``'s with no wait: its replies checked the refund's cost)."""
+        """``(rule, remaining, reset_after µs, retry_after µs)`` per rule, in policy order,
+        each rule as the replies decided it (a ``refund``'s with no wait: its replies checked
+        the refund's cost); replies of the first parts only: None for the others' rules."""
         rules = self._rules(replies)
         raw: list[tuple[Rule, int, int, int]] = [None] * len(rules)  # type: ignore[list-item]
         for part, reply in zip(self.parts, replies):  # noqa: B905
