@@ -213,7 +213,8 @@ class Service:
             taken = f"missing: policy {call.policy!r} takes: {', '.join(dimensions)}"
             raise invalid(member("context", missing[0]), taken)
         key = context_digest(context, dimensions)
-        denied = await self.history.denied(call.policy, key, call.body.minutes)
+        async with _store_answers("the context's denials"):
+            denied = await self.history.denied(call.policy, key, call.body.minutes)
         return schema.Denials(key=key, denied=denied, minutes=call.body.minutes)
 
     async def limits(self, call: Call) -> Any:
