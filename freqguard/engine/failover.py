@@ -325,12 +325,15 @@ def settle_many(
     on_error: object,
     answer: Callable[[str, BackendUnavailable], Decision],
     rerun: Callable[[list[int]], Op[list[Any]]],
+    undo: Callable[[list[Any]], Op[None]],
 ) -> Op[list[Decision]]:
     """A batch whose failed hits (``batch`` gives their errors in place of decisions) are
     answered by ``on_error``, and the rest by the store: ``answer(source, error)`` for
-    allow/deny, or the failed hits again on the fallback backend (``rerun(positions)``).
-    With ``"raise"``, a failure shared by every hit is raised as it is; a part failed and a
-    part decided, :class:`~freqguard.PartialFailure` with each hit's decision or error."""
+    allow/deny, or the failed hits again on the fallback backend (``rerun(positions)``;
+    should the fallback fail or refuse them, what the store admitted goes back first,
+    ``undo(results)``, and that is raised). With ``"raise"``, a failure shared by every
+    hit is raised as it is; a part failed and a part decided,
+    :class:`~freqguard.PartialFailure` with each hit's decision or error."""
     results = yield from batch
     if on_error == "raise":
         raise_failures(results, "hits")
@@ -343,10 +346,15 @@ def settle_many(
         for i in failed:
             results[i] = answer(source, results[i])
         return results
-    redone = yield from elsewhere(rerun(failed), on_error)
+    try:
+        redone = yield from elsewhere(rerun(failed), on_error)
+        lost = next((d for d in redone if isinstance(d, BackendUnavailable)), None)
+        if lost is not None:  # the fallback failed too
+            raise lost
+    except (BackendUnavailable, ConfigError):  # the caller sees no decision: none kept
+        yield from undo(results)
+        raise
     for i, decision in zip(failed, redone, strict=True):
-        if isinstance(decision, BackendUnavailable):  # the fallback failed too
-            raise decision
         results[i] = with_source(decision, "fallback")
     return results
 

@@ -13,7 +13,15 @@ from freqguard.decision import Decision
 from freqguard.engine.denials import Denials
 from freqguard.engine.failover import Failover, settle_many
 from freqguard.engine.observers import Observers
-from freqguard.engine.ops import Op, acquire_op, decide_op, many_op, reset_op, taken_on
+from freqguard.engine.ops import (
+    Op,
+    acquire_op,
+    decide_op,
+    give_back,
+    many_op,
+    reset_op,
+    taken_on,
+)
 from freqguard.engine.plan import PolicyPlan
 from freqguard.engine.registry import PolicyRegistry
 from freqguard.engine.resets import reset_calls
@@ -211,8 +219,13 @@ class Hits:
             op = many_op(there, [texts[i] for i in indices], checked, now, True)
             return taken_on(op, given)
 
+        def undo(results: list[Any]) -> Op[None]:  # what the store admitted, given back
+            taken = [r.receipt for r in results if isinstance(r, Decision) and r.receipt]
+            return give_back([c for t in taken for c in plan.refund_calls(t, now())])
+
         batch = many_op(plan, texts, checked, now, self._nodes)
-        return hits, sent, settle_many(batch, how, failover.answer(plan, checked), rerun)
+        answer = failover.answer(plan, checked)
+        return hits, sent, settle_many(batch, how, answer, rerun, undo)
 
     def many_done(
         self, hits: list[Hit], sent: list[Hit], decided: list[Decision]

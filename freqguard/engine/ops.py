@@ -24,6 +24,7 @@ __all__ = [
     "Step",
     "acquire_op",
     "decide_op",
+    "give_back",
     "many_op",
     "refund_op",
     "reset_op",
@@ -81,7 +82,7 @@ def decide_op(
         except BaseException as exc:  # the store failed, or the caller was cancelled
             if not isinstance(exc, BackendUnavailable) or exc.applied is None:
                 # stopped midway (refused, failed): what this hit took so far goes back
-                yield from _give_back(undo(calls, replies))
+                yield from give_back(undo(calls, replies))
                 raise
             reply, unsure = exc.applied, exc  # applied: a later part may still deny it
         if not reply.allowed:
@@ -125,7 +126,7 @@ def undo(calls: Sequence[ScriptCall], replies: Sequence[Reply]) -> list[ScriptCa
     ]
 
 
-def _give_back(calls: list[ScriptCall]) -> Generator[Step, list[Reply], None]:
+def give_back(calls: list[ScriptCall]) -> Generator[Step, list[Reply], None]:
     """The step that gives back what an operation took before it stopped (``calls``, if
     any). A store that fails it keeps those units (the strict side), and the operation
     raises why it stopped, not this failure: a refusal (a :class:`ConfigError`) that
@@ -238,7 +239,7 @@ def many_op(
                 raise
             except BaseException:  # cancelled, refused: the hits decided so far go back
                 taken = [r.receipt for r in results if isinstance(r, Decision) and r.receipt]
-                yield from _give_back([c for t in taken for c in plan.refund_calls(t, now())])
+                yield from give_back([c for t in taken for c in plan.refund_calls(t, now())])
                 raise
         return results
     at = now()
@@ -252,7 +253,7 @@ def many_op(
         return [exc] * len(texts)
     except ConfigError as exc:  # refused in part (an ACL): what the rest took goes back
         if exc.results is not None:
-            yield from _give_back(undo(*_answered(calls, exc.results)))
+            yield from give_back(undo(*_answered(calls, exc.results)))
         raise
     out: list[Decision | BackendUnavailable] = []
     for i, t in enumerate(texts):
