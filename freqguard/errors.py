@@ -41,7 +41,10 @@ class FreqGuardError(Exception):
 class ConfigError(FreqGuardError, ValueError):
     """A rule, policy, URL, context value or cost is invalid.
 
-    The message names the bad value and what is allowed. Raised before any state changes.
+    The message names the bad value and what is allowed. Raised before any state changes;
+    a store's refusal (a URL, a user or a bins setting that cannot work) once what its
+    batch's other calls took is given back (``results``; units a failed give-back kept
+    stay taken).
 
     Attributes:
         argument: the call's argument at fault, where it is one: ``cost``, ``rate``,
@@ -49,9 +52,10 @@ class ConfigError(FreqGuardError, ValueError):
             (the context as a whole) or one of its values by name (``context.recipient``;
             ``contexts[2].recipient`` in a batch); None otherwise.
         results: from a backend's ``execute_many`` whose calls the store refused in part
-            (an ACL that allows some keys: Redis ``NOPERM``), each call's reply or error, in
-            input order: the replies were applied, and a guard gives back what they took
-            before it raises; None otherwise.
+            (an ACL that allows some keys: Redis ``NOPERM``; a bin of another bins
+            setting), each call's reply or error, in input order: the replies were
+            applied, and a guard gives back what they took before it raises; None
+            otherwise.
     """
 
     results: list[Any] | None = None

@@ -13,9 +13,9 @@ Ctrl-C meanwhile is raised at once (what the calls did is then not known). Nothi
 back elsewhere: a call of a hit or a batch a Ctrl-C cuts counts or not, as a cancelled one
 may (the strict side), and a hold costs a ``getsignal`` for each of :data:`_HELD` and
 two calls to ``signal`` for each it holds (7 to 25 µs a held signal, by the machine's
-load: its wrappers turn handlers into enums through exceptions). A Ctrl-C anywhere in an operation
-of several steps (a hit over several parts, a batch, ``acquire``) unwinds it as a
-cancellation does the async guard's: what its earlier steps took goes back. A
+load: its wrappers turn handlers into enums through exceptions). A Ctrl-C anywhere in an
+operation of several steps (a hit over several parts, a batch, ``acquire``) unwinds it as
+a cancellation does the async guard's: what its earlier steps took goes back. A
 ``MemoryBackend``'s call is held too, for a lease (a Ctrl-C after its write, before its
 answer, left the lease held: design note 95); any of its calls a Ctrl-C cuts is made whole
 or not at all (``script.twin.run`` puts back what it found).
@@ -60,10 +60,11 @@ class holding:
     while SIGINT has Python's own handler; so too a signal whose handler is the program's
     own, in Python (SIGTERM's that calls ``sys.exit`` as a deploy stops a worker, SIGINT's),
     run as the block ends. A handler set outside Python is left to it. A Ctrl-C is raised
-    as the block ends (``raising``), after it, or at once when the same signal comes again (a
-    program's handler then runs at once). ``entered``: the hold is in force (or none was
-    needed), so what the block claims is the block's to give back. Blocks nest: an inner
-    one finds the outer's handlers and holds nothing itself."""
+    as the block ends (``raising``), after it, or at once when the same stop signal comes
+    again (:data:`_ESCAPE`: a program's handlers then run at once; a SIGHUP never).
+    ``entered``: the hold is in force (or none was needed), so what the block claims is
+    the block's to give back. Blocks nest: an inner one finds the outer's handlers and
+    holds nothing itself."""
 
     def __init__(self, backend: Any, raising: bool = True) -> None:
         self.came: list[int] = []

@@ -67,7 +67,9 @@ def decide_op(
     same :meth:`PolicyPlan.call` and :meth:`PolicyPlan.decide`, to spare a hit this
     generator). A hit on several parts goes part by part; when a part denies, the parts that
     consumed give back exactly what this hit took there and the rest are only checked, so a
-    denied hit consumes nothing (atomic per part, compensated across parts).
+    denied hit consumes nothing (atomic per part, compensated across parts). A store that
+    fails that give-back keeps those units (the strict side), and the hit is the denial
+    all the same (:func:`_denial`), not a failure for ``on_error``.
     """
     calls = plan.calls(texts, now, cost, mode)
     if len(calls) == 1 or mode != HIT or cost == 0:
