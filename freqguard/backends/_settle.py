@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from redis.exceptions import NoPermissionError
+
 from freqguard.backends._boundary import Unreplicated
 from freqguard.backends._claims import other_bins, unclaimed
 from freqguard.backends._library import missing
@@ -40,7 +42,7 @@ from freqguard.backends._routing import REROUTE as _REROUTE
 from freqguard.errors import ConfigError, raise_failures
 from freqguard.script.calls import ScriptCall
 
-__all__ = ["CLAIM", "LOAD", "REROUTE", "Settling", "raise_failed"]
+__all__ = ["CLAIM", "LOAD", "REROUTE", "Settling", "raise_failed", "refusal"]
 
 LOAD, CLAIM, REROUTE = "load", "claim", "reroute"
 
@@ -126,3 +128,14 @@ def raise_failed(replies: list[Any], results: list[object], cluster: bool) -> No
             if isinstance(result, Exception) and not isinstance(result, Unreplicated):
                 raise result
     raise_failures(replies, "redis cluster calls")
+
+
+def refusal(error: Exception, call: ScriptCall, bins: int) -> Exception | None:
+    """``call``'s error if it refuses the call as misconfigured, as a settled batch keeps it
+    in the reply's place: a bin of another bins setting (a ConfigError, raised from the
+    error), an ACL's ``NOPERM`` (translated at the boundary); None for any other."""
+    other = other_bins(error, record_key(call), bins)
+    if other is not None:
+        other.__cause__ = error
+        return other
+    return error if isinstance(error, NoPermissionError) else None

@@ -8,10 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import NoPermissionError
-
 from freqguard.backends._boundary import ERRORS
-from freqguard.backends._claims import Claims, claim, other_bins, other_setting, unclaimed
+from freqguard.backends._claims import Claims, claim, other_setting, unclaimed
 from freqguard.backends._inspect import inspection
 from freqguard.backends._lanes import drive
 from freqguard.backends._library import (
@@ -23,6 +21,7 @@ from freqguard.backends._library import (
     missing,
 )
 from freqguard.backends._resp import record_key
+from freqguard.backends._settle import refusal
 from freqguard.backends._shared_run import SharedRun
 from freqguard.errors import ConfigError
 from freqguard.script.calls import ScriptCall
@@ -104,12 +103,9 @@ class Preparation:
         ``_settle``); or its refusal, to be settled in its reply's place: an ACL's
         ``NOPERM``, a ConfigError when a bin, or the store's record, holds another setting.
         """
-        other = other_bins(error, record_key(call), self._claims.bins)
-        if other is not None:
-            other.__cause__ = error
-            return other
-        if isinstance(error, NoPermissionError):
-            return error
+        refused = refusal(error, call, self._claims.bins)
+        if refused is not None:
+            return refused
         if not again:
             return False
         if unclaimed(error):
