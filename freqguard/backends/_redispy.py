@@ -33,6 +33,8 @@ from redis.cluster import RedisCluster
 from redis.connection import ConnectionPool, SSLConnection
 from redis.crc import key_slot
 
+from freqguard.errors import ConfigError
+
 __all__ = [
     "PRIVATE",
     "NodePool",
@@ -48,6 +50,7 @@ __all__ = [
     "get_connection",
     "learn_slots",
     "node_of_key",
+    "one_connection",
     "pool_of",
     "sentinel_pools",
     "single_connection",
@@ -90,6 +93,30 @@ def single_connection(client: object) -> bool:
         getattr(client, "single_connection_client", False)
         or getattr(client, "connection", None) is not None
     )
+
+
+def one_connection(client: object) -> bool:
+    """Whether a client keeps one connection (:func:`single_connection`): the backend then
+    sends its calls one by one through the client's own command API.
+
+    Raises:
+        ConfigError: such a client retries a command (redis-py's default ``Retry`` does):
+            a call whose reply timed out after the server applied it would be sent again,
+            one hit counted twice (the backend's own connections send a call once).
+    """
+    if not single_connection(client):
+        return False
+    get_retry = getattr(client, "get_retry", None)
+    retry = get_retry() if callable(get_retry) else None
+    if retry is not None and retry.get_retries() > 0:
+        raise ConfigError(
+            "a redis-py client of one connection (single_connection_client=True) that "
+            f"retries a command ({retry.get_retries()} retries) would count a hit whose "
+            "reply timed out twice: make it with retry=Retry(NoBackoff(), 0), or leave "
+            "out single_connection_client (the backend sends each call once on its own "
+            "connections)"
+        )
+    return True
 
 
 # -- cluster nodes ---------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from freqguard.backends._redispy import (
     async_node_pool,
     flag_relearn,
     node_of_key,
+    one_connection,
     single_connection,
     unmapped,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "learn_slots",
     "node_named",
     "node_names",
+    "one_connection",
     "owner_at",
     "owners",
     "per_lane",

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from freqguard import (
     AsyncGuard,
@@ -157,6 +159,7 @@ def test_a_batch_refused_in_part_on_one_connection_gives_back_what_it_took(
         username=USER,
         password=PASSWORD,
         single_connection_client=True,
+        retry=Retry(NoBackoff(), 0),  # one that retries is refused: it would count twice
     )
     guard = Guard(RedisBackend(client), _policies("raise"))
     try:
@@ -181,7 +184,12 @@ def test_a_wait_refused_on_one_connection_is_known_applied_as_over_a_pool(
     flush([redis_server])
     user = ("nowait1", "on", "nopass", "~*", "&*", "+@all", "-wait")
     redis_server.client.execute_command("ACL", "SETUSER", *user)  # type: ignore[no-untyped-call]
-    client = redis.Redis(port=redis_server.port, username="nowait1", single_connection_client=True)
+    client = redis.Redis(
+        port=redis_server.port,
+        username="nowait1",
+        single_connection_client=True,
+        retry=Retry(NoBackoff(), 0),
+    )
     backend = RedisBackend(client, wait_replicas=1, wait_timeout=0.1)
     guard = Guard(backend, [Policy("p", Rule("2/minute", by="r"))], breaker=None)
     try:

@@ -9,6 +9,8 @@ import time
 import pytest
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
 
 from freqguard import (
     AsyncGuard,
@@ -43,7 +45,12 @@ def test_async_backends_decide_like_memory(
         cluster = AsyncRedisBackend(AsyncRedisCluster(host="127.0.0.1", port=redis_cluster[0].port))
         # a single-connection client keeps its connection: driven through its own API
         single = AsyncRedisBackend(
-            AsyncRedis(port=redis_server.port, single_connection_client=True, client_name="one")
+            AsyncRedis(
+                port=redis_server.port,
+                single_connection_client=True,
+                client_name="one",
+                retry=AsyncRetry(NoBackoff(), 0),  # one that retries is refused
+            )
         )
         out = [await run(MemoryBackend()), await run(standalone), await run(cluster)]
         flush([redis_server])

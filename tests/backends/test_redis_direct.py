@@ -106,7 +106,12 @@ def test_a_forked_child_opens_its_own_connections(
 
 
 @pytest.mark.parametrize(
-    "options", [{"single_connection_client": True}, {"decode_responses": True}, {"protocol": 3}]
+    "options",
+    [
+        {"single_connection_client": True, "retry": Retry(NoBackoff(), 0)},  # retrying: refused
+        {"decode_responses": True},
+        {"protocol": 3},
+    ],
 )
 def test_client_options_decide_like_memory(
     options: dict[str, object], redis_server: RedisServer, clock: ManualClock

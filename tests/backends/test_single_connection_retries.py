@@ -1,13 +1,16 @@
 """A client made with ``single_connection_client=True`` under redis-py's default ``Retry``
-(redis-py 6+ retries a timed-out command 3 times): its calls go through the client's own
+(redis-py 8 retries a command 10 times): its calls go through the client's own
 ``execute_command`` (``_command``), not a lane, so a hit whose reply timed out after the
-server took it is sent again by that ``Retry`` and counted twice. A lane sends a call once
-(design note 90); the pooled client is the contrast.
+server took it was sent again by that ``Retry`` and counted twice (the last review). Such
+a client is refused when the backend is made, naming the fix; one made without retries
+counts the hit once, as a pooled client's lanes do (a lane sends a call once: design
+note 90).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from collections.abc import Iterator
 from contextlib import suppress
@@ -15,8 +18,11 @@ from contextlib import suppress
 import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from freqguard import AsyncGuard, BackendUnavailable, Guard, Policy, Rule
+from freqguard import AsyncGuard, BackendUnavailable, ConfigError, Guard, Policy, Rule
 from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
 from tests import servers
 from tests.conftest import flush
@@ -71,17 +77,37 @@ def _resumer(server: RedisServer, peer: int, stop: threading.Event) -> threading
     return thread
 
 
+def test_a_client_of_one_connection_that_retries_is_refused_naming_the_fix(
+    server: RedisServer,
+) -> None:
+    fix = r"retry=Retry\(NoBackoff\(\), 0\)"
+    client = Redis(port=server.port, single_connection_client=True)  # the default Retry
+    with pytest.raises(ConfigError, match=fix):
+        RedisBackend(client)
+    client.close()
+
+    async def main() -> None:
+        client = AsyncRedis(port=server.port, single_connection_client=True)
+        with pytest.raises(ConfigError, match=fix):
+            AsyncRedisBackend(client)
+        await client.aclose()
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize("single", [True, False], ids=["single-connection", "pooled"])
 def test_a_hit_that_timed_out_is_counted_once_on_a_sync_client(
     single: bool, server: RedisServer
 ) -> None:
     flush([server])
+    default = inspect.signature(Redis).parameters["retry"].default  # redis-py's own
     client = Redis(
         port=server.port,
         socket_timeout=TIMEOUT,
         single_connection_client=single,
         client_name=NAME,
-    )  # redis-py's default Retry
+        retry=Retry(NoBackoff(), 0) if single else default,  # one that retries: refused
+    )
     guard = Guard(RedisBackend(client), [P])
     try:
         assert guard.hit("p", r="a").remaining == CAP - 1  # connected, the library loaded
@@ -109,11 +135,13 @@ def test_a_hit_that_timed_out_is_counted_once_on_an_async_client(
     flush([server])
 
     async def main() -> None:
+        default = inspect.signature(AsyncRedis).parameters["retry"].default
         client = AsyncRedis(
             port=server.port,
             socket_timeout=TIMEOUT,
             single_connection_client=single,
             client_name=NAME,
+            retry=AsyncRetry(NoBackoff(), 0) if single else default,
         )
         guard = AsyncGuard(AsyncRedisBackend(client), [P])
         try:

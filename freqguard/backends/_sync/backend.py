@@ -101,7 +101,7 @@ class RedisBackend:
         self._slot_of = routing.slot_of(self._cluster)
         self._owner_of = routing.owners(client)
         self._lanes: dict[int, tuple[object, Lane]] = {}
-        self._direct = self._cluster or not routing.single_connection(client)
+        self._direct = self._cluster or not routing.one_connection(client)  # or refused
         # the one-call path sends no WAIT: with wait_replicas, every call goes as a batch
         self._fast = self._direct and not self._wait
         self._ready = Preparation(client, self._cluster, self.bins, scripts)
