@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from freqguard.headers import binding_rule, rate_limit_headers
 from freqguard.rules import Rule
 from freqguard.script.strategies.base import Mark
 
 __all__ = ["Decision", "Receipt", "RuleState", "binding_rule"]
+
+T = TypeVar("T")
 
 _US = 1_000_000.0
 
@@ -306,6 +309,16 @@ def with_source(decision: Decision, source: str) -> Decision:
     """``decision`` with its source set to ``source`` (one of :data:`SOURCES`); returned as is."""
     _set_source(decision, source)
     return decision
+
+
+def set_source_all(result: T, source: str) -> T:
+    """Set the source of a decision, or of each of a list of decisions, to ``source``."""
+    if isinstance(result, Decision):
+        _set_source(result, source)
+    elif isinstance(result, list):
+        for decision in result:
+            _set_source(decision, source)
+    return result
 
 
 def _fill(decision: Decision, values: tuple[object, ...]) -> None:

@@ -109,13 +109,16 @@ class _Adapter:
     default's and each policy's, one object for one backend: a close closes it once)."""
 
     def __init__(self) -> None:
-        self._made: dict[int, tuple[object, ThreadedBackend]] = {}
+        # by id(backend), while one is in use (a deploy's old fallback is let go)
+        self._made: weakref.WeakValueDictionary[int, ThreadedBackend] = (
+            weakref.WeakValueDictionary()
+        )
 
     def threaded(self, backend: SyncBackend) -> ThreadedBackend:
         made = self._made.get(id(backend))
-        if made is None or made[0] is not backend:
-            made = self._made[id(backend)] = (backend, ThreadedBackend(backend))
-        return made[1]
+        if made is None or made.backend is not backend:
+            made = self._made[id(backend)] = ThreadedBackend(backend)
+        return made
 
     def __call__(self, on_error: object) -> object:
         """``on_error`` as the face drives it: a sync-only fallback from worker threads."""

@@ -10,7 +10,7 @@ import copy
 from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any, TypeVar
 
-from freqguard.decision import Decision, make_decision, with_source
+from freqguard.decision import Decision, make_decision, set_source_all, with_source
 from freqguard.engine.breaker import Breaker, CircuitOpen
 from freqguard.engine.ops import Elsewhere, taken_on
 from freqguard.engine.plan import PolicyPlan, keep
@@ -25,7 +25,6 @@ __all__ = [
     "elsewhere",
     "fail_answer",
     "resilient",
-    "set_source_all",
     "settle_many",
     "shared_out",
 ]
@@ -53,6 +52,7 @@ class Failover:
 
     __slots__ = (
         "_adapt",
+        "_before",
         "_breaker",
         "_driven",
         "_given",
@@ -79,6 +79,7 @@ class Failover:
         self._breaker, self._prefix = breaker, prefix
         self._adapt: Callable[[object], object] = _same
         self._given: dict[str, object] = {}  # per policy, as given
+        self._before: dict[str, dict[str, object]] = {}  # per policy, the last it replaced
         self._driven: Mapping[str, object] = self._given  # as this guard drives it
         self._shared: dict[tuple[str, int], tuple[PolicyPlan, PolicyPlan]] = {}
         # per policy, by the shared-out plan's fingerprint: (plan, shared-out plan)
@@ -109,13 +110,18 @@ class Failover:
         check_on_error(self._adapt(on_error), where, self._methods)
         if isinstance(on_error, Fallback):
             self._shared_out(plan, on_error)
+        previous = self._given.get(plan.name)
+        if previous is not None and previous is not on_error:  # closed with the guard's
+            keep(self._before.setdefault(plan.name, {}), str(id(previous)), previous)
         self._given[plan.name] = on_error
 
     def backends(self, besides: object) -> list[Any]:
         """Every fallback backend but ``besides`` (the guard's store), each once, as this
-        guard drives them: a guard's close closes them with its store (a configuration's
-        ``on_error = { fallback = "..." }`` makes one only the guard holds)."""
-        given = (self.default, *(self._driven[name] for name in self._driven))
+        guard drives them, those deploys replaced too (the last ``MOST_REPLACED`` a policy):
+        a guard's close closes them with its store (a configuration's ``on_error = {
+        fallback = "..." }`` makes one only the guard holds)."""
+        before = (self._adapt(v) for kept in self._before.values() for v in kept.values())
+        given = (self.default, *(self._driven[name] for name in self._driven), *before)
         found = (value.backend if isinstance(value, Fallback) else value for value in given)
         kept = (b for b in found if not isinstance(b, str) and b is not besides)
         return list({id(b): b for b in kept}.values())
@@ -129,8 +135,7 @@ class Failover:
         or the backend to fall back on) and the plan a fallback decides with: ``plan``
         itself, or its limits shared out (:class:`~freqguard.policy.Fallback`), made once.
         A ``cost`` the shared-out limits can never admit fails closed instead."""
-        on_error = self._driven[plan.name]
-        if not isinstance(on_error, Fallback):
+        if not isinstance(on_error := self._driven[plan.name], Fallback):
             return on_error, plan
         there = self._shared_out(plan, on_error)
         return (on_error.backend if there.fits(cost) else "deny"), there
@@ -152,7 +157,7 @@ class Failover:
             return make(plan)
         answer, given = self.answer(plan, cost), self.given(plan)
         again = lambda: taken_on(make(there), given)  # noqa: E731
-        return resilient(lambda: make(plan), how, answer, set_source_all, again)
+        return resilient(lambda: make(plan), how, answer, again)
 
     def answer(self, plan: PolicyPlan, cost: int) -> Callable[[str, BackendUnavailable], Decision]:
         """The degraded answer to a hit of ``plan`` of ``cost``, by its source
@@ -201,7 +206,9 @@ class _Adapted(Mapping[str, object]):
     def __getitem__(self, name: str) -> object:
         value = self._source[name]
         made = self._made.get(id(value))
-        if made is None or made[0] is not value:
+        if made is None or made[0] is not value:  # those no policy has now are forgotten
+            live = {id(v) for v in self._source.values()}
+            self._made = {key: m for key, m in self._made.items() if key in live}
             made = self._made[id(value)] = (value, self._adapt(value))
         return made[1]
 
@@ -304,12 +311,11 @@ def resilient(
     make: Callable[[], Op[T]],
     on_error: object,
     answer: Callable[[str, BackendUnavailable], T],
-    set_source: Callable[[T, str], T],
     again: Callable[[], Op[T]] | None = None,
 ) -> Op[T]:
     """Run ``make()``; if the store fails, answer by ``on_error``: ``answer(source, error)``
     for allow/deny, or the whole operation again (``again()``, default ``make()``) on the
-    fallback backend, its source set by ``set_source(result, "fallback")``."""
+    fallback backend, its decisions' source set to ``"fallback"``."""
     try:
         return (yield from make())
     except BackendUnavailable as exc:
@@ -317,7 +323,7 @@ def resilient(
             raise
         if isinstance(on_error, str):
             return answer("fail-open" if on_error == "allow" else "fail-closed", exc)
-        return set_source((yield from elsewhere((again or make)(), on_error)), "fallback")
+        return set_source_all((yield from elsewhere((again or make)(), on_error)), "fallback")
 
 
 def settle_many(
@@ -386,13 +392,3 @@ def fail_answer(
     if not denied:  # a policy of shadow rules only never denies, not even failing closed
         return fail_answer(name, rules, cost, "fail-open", error, breaker)
     return with_source(make_decision(name, False, wait_us / _US, denied, lambda: raw), source)
-
-
-def set_source_all(result: T, source: str) -> T:
-    """Set the source of a decision, or of each of a list of decisions, to ``source``."""
-    if isinstance(result, Decision):
-        with_source(result, source)
-    elif isinstance(result, list):
-        for decision in result:
-            with_source(decision, source)
-    return result

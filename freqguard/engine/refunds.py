@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 
 from freqguard.decision import Decision, Receipt, with_source
 from freqguard.engine.denials import Denials
-from freqguard.engine.failover import Failover, elsewhere, resilient, set_source_all
+from freqguard.engine.failover import Failover, elsewhere, resilient
 from freqguard.engine.ops import Op, refund_op
 from freqguard.engine.plan import PolicyPlan
 from freqguard.engine.registry import PolicyRegistry
@@ -112,7 +112,7 @@ class Receipts:
                 return op
             # a receipt of the store is no use to a fallback: answered as failing open
             how = on_error if isinstance(on_error, str) else "allow"
-            return resilient(lambda: op, how, self._unrefunded(plan, receipt), set_source_all)
+            return resilient(lambda: op, how, self._unrefunded(plan, receipt))
         except BaseException:
             unspend(receipt)
             raise
