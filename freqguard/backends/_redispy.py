@@ -3,14 +3,15 @@ releases it supports (5.0 to 8.x).
 
 Everything here is found by feature, never by version number. Most of it is public API
 whose shape changed between releases (``get_connection`` took a command name until 5.3 and
-warns about one since). Three answers are read faster from redis-py's own state, where the
-release keeps it (:data:`PRIVATE`): which node owns a slot (the cluster client's slot map,
-sparing the key's re-encoding), whether an async cluster client must learn its slots again
-(its ``_initialize`` flag), and whether an idle asyncio connection was closed by the server
-(its stream reader's end of file). Each has a public fallback, which a release without that
-state gets, and which the tests run too (``PRIVATE = False``): the slot from
-``get_node_from_key``, the slots learnt again by the cluster client's own handling of the
-call sent the long way, the closed connection found by the connection's own poll.
+warns about one since). Four answers are read from redis-py's own state, where the release
+keeps it (:data:`PRIVATE`): which node owns a slot (the cluster client's slot map, sparing
+the key's re-encoding), whether an async cluster client must learn its slots again (its
+``_initialize`` flag), whether an idle asyncio connection was closed by the server (its
+stream reader's end of file), and how often a ``Retry`` retries in a release without
+``get_retries``. Each has a public fallback, which a release without that state gets, and
+which the tests run too (``PRIVATE = False``): the slot from ``get_node_from_key``, the
+slots learnt again by the cluster client's own handling of the call sent the long way, the
+closed connection found by the connection's own poll, no retries assumed.
 """
 
 from __future__ import annotations
@@ -107,16 +108,28 @@ def one_connection(client: object) -> bool:
     if not single_connection(client):
         return False
     get_retry = getattr(client, "get_retry", None)
-    retry = get_retry() if callable(get_retry) else None
-    if retry is not None and retry.get_retries() > 0:
+    retries = _retries(get_retry() if callable(get_retry) else None)
+    if retries > 0:
         raise ConfigError(
             "a redis-py client of one connection (single_connection_client=True) that "
-            f"retries a command ({retry.get_retries()} retries) would count a hit whose "
+            f"retries a command ({retries} retries) would count a hit whose "
             "reply timed out twice: make it with retry=Retry(NoBackoff(), 0), or leave "
             "out single_connection_client (the backend sends each call once on its own "
             "connections)"
         )
     return True
+
+
+def _retries(retry: object) -> int:
+    """How many times ``retry`` (a redis-py ``Retry``, or None) sends a command again:
+    ``get_retries()`` where the release has it, its own count where not (5.2 has none), 0
+    where neither can be read (the public fallback: nothing is refused on a guess)."""
+    if retry is None:
+        return 0
+    get_retries = getattr(retry, "get_retries", None)
+    if callable(get_retries):
+        return int(get_retries())
+    return int(getattr(retry, "_retries", 0)) if PRIVATE else 0
 
 
 # -- cluster nodes ---------------------------------------------------------------------------
