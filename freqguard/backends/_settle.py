@@ -88,11 +88,8 @@ class Settling:
             elif self._cluster and isinstance(result, _REROUTE) and index not in self._rerouted:
                 reroutes.append(index)
             else:
-                if self._bins:
-                    error = other_bins(result, record_key(calls[index]), self._bins)
-                    if error is not None:
-                        error.__cause__ = result
-                        results[index] = error
+                if self._bins and (refused := refusal(result, calls[index], self._bins)):
+                    results[index] = refused  # another bins setting: that ConfigError
                 self.failed.add(index)
         if loads:
             self._loads += 1
