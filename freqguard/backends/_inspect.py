@@ -7,7 +7,11 @@ logged as a warning on the ``freqguard`` logger: every record has a TTL, so ``vo
 policies evict them as ``allkeys-*`` do, and an evicted record forgets what a recipient was
 sent. With bins (``RedisBackend(bins=N)``), listpack limits below what keeps a bin
 compact are warned of too: every bin would become a hashtable, exact but several times
-larger. The questions are written once, as an I/O-free step generator (:func:`inspection`)
+larger. With ``wait_replicas``, a store that refuses WAIT to the client (an ACL without
+``+wait``, a proxy that does not know it) is refused at once with a
+:class:`~freqguard.ConfigError` naming the fix (:func:`wait_refused`): found after each
+write, it made every admission a failure for ``on_error`` to answer, for as long as the
+ACL stood. The questions are written once, as an I/O-free step generator (:func:`inspection`)
 that the sync and async backends drive.
 """
 
@@ -22,8 +26,16 @@ from redis import exceptions as rex
 
 from freqguard.backends._boundary import ERRORS, cluster_node
 from freqguard.backends._redispy import address
+from freqguard.errors import ConfigError
 
-__all__ = ["BIN_LISTPACK", "functions_served", "inspection", "warn_evicting", "warn_listpack"]
+__all__ = [
+    "BIN_LISTPACK",
+    "functions_served",
+    "inspection",
+    "wait_refused",
+    "warn_evicting",
+    "warn_listpack",
+]
 
 _POLICY = "maxmemory-policy"
 #: The listpack limits that keep a bin of 32-64 records compact (docs/redis.md).
@@ -83,6 +95,7 @@ def inspection(
     cluster: bool,
     bins: bool = False,
     functions: Callable[[bool], None] | None = None,
+    wait: bool = False,
 ) -> Generator[Callable[[], Any], Any, None]:
     """What a backend checks once, before its first call, written once for sync and async:
     it yields each request (a callable whose reply, awaited for async clients, is sent back;
@@ -90,7 +103,8 @@ def inspection(
     :func:`~freqguard.backends._boundary.cluster_node` error; a ``maxmemory-policy`` that can
     evict is warned of (:func:`warn_evicting`), and with ``bins``, low listpack limits
     (:func:`warn_listpack`). With ``functions``, whether the server runs Redis Functions is
-    told to it (:func:`functions_served`)."""
+    told to it (:func:`functions_served`). With ``wait`` (``wait_replicas``), a store that
+    refuses WAIT is a :func:`wait_refused` error."""
     if functions is not None:
         yield from functions_served(client, functions, cluster)
     if not cluster:
@@ -101,6 +115,8 @@ def inspection(
             enabled = None
         if enabled:
             raise cluster_node(client)
+    if wait:
+        yield from _waits(client, cluster)
     try:
         if cluster:
             policies = yield lambda: client.config_get(_POLICY, target_nodes=client.PRIMARIES)
@@ -119,6 +135,40 @@ def inspection(
         else:
             limits = yield lambda: client.config_get("hash-max-listpack-*")
         warn_listpack(limits, client)
+
+
+def _waits(client: Any, cluster: bool) -> Generator[Callable[[], Any], Any, None]:
+    """Whether the store runs WAIT for this client: ``WAIT 0 1`` answers at once (no
+    replica asked for). A refusal is raised (:func:`wait_refused`); on a cluster, a node
+    that cannot answer now is passed over (the one probed stands for the ACL of all)."""
+    where = {"target_nodes": client.DEFAULT_NODE} if cluster else {}
+    try:
+        yield lambda: client.execute_command("WAIT", 0, 1, **where)
+    except ERRORS as exc:
+        refused = wait_refused(exc, address(client))
+        if refused is not None:
+            raise refused from exc
+        if not cluster:
+            raise
+
+
+def wait_refused(error: Exception, where: str) -> ConfigError | None:
+    """The error for a store's refusal of ``WAIT`` (an ACL that does not allow it, a store
+    that does not know it), which ``wait_replicas`` needs for every admission: lasting
+    until the ACL or the setting changes, so no outage for ``on_error`` to ride out; None
+    for any other error."""
+    if isinstance(error, rex.NoPermissionError):
+        why = "the store's ACL refuses the URL's user WAIT"
+        fix = "allow it (ACL SETUSER <user> +wait), or set wait_replicas=0"
+    elif isinstance(error, rex.ResponseError) and "unknown command" in str(error).lower():
+        why = "the store does not know WAIT (a proxy, or a store without replicas)"
+        fix = "set wait_replicas=0"
+    else:
+        return None
+    return ConfigError(
+        f"{where}: {why} ({error}), which wait_replicas sends after each admission to know "
+        f"the replicas hold it: {fix}"
+    )
 
 
 def functions_served(

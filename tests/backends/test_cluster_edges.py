@@ -182,15 +182,19 @@ def test_a_write_whose_wait_is_refused_is_known_applied(
     know WAIT alike) once made each call's result that ResponseError, which says "applied
     nothing" (sent=False) of applied writes: a refund was handed back unspent, and its retry
     gave back twice. Now an admission is a failure that was sent, its reply kept, and a
-    refund waits for no replica (a lost one errs on the strict side): it is applied once."""
+    refund waits for no replica (a lost one errs on the strict side): it is applied once.
+    (The ACL narrowed under a running backend: one refused WAIT from the start is refused
+    before the first write, ``test_redis_wait_refused``.)"""
     master = pair[0]
     flush([master])
-    user = ("nowait", "on", "nopass", "~*", "&*", "+@all", "-wait")
+    user = ("nowait", "on", "nopass", "~*", "&*", "+@all")
     master.client.execute_command("ACL", "SETUSER", *user)  # type: ignore[no-untyped-call]
     query = "socket_timeout=1&wait_replicas=1&wait_timeout=0.1"
     plain = _guard(kind, f"{master.url}/0", breaker=None)
     durable = _guard(kind, f"redis://nowait@127.0.0.1:{master.port}/0?{query}", breaker=None)
     try:
+        durable.peek("p", r="a")  # the backend's checks made, WAIT allowed then
+        master.client.execute_command("ACL", "SETUSER", "nowait", "-wait")  # type: ignore[no-untyped-call]
         mine = plain.hit("p", r="a")
         assert mine.allowed
         with pytest.raises(BackendUnavailable, match="WAIT was refused") as caught:

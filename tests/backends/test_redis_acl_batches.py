@@ -180,9 +180,11 @@ def test_a_wait_refused_on_one_connection_is_known_applied_as_over_a_pool(
     its reply dropped, the lease of a take never given back. The same refusal over a pool
     is a BackendUnavailable that was sent, its reply kept (``applied``), as
     ``test_cluster_edges.test_a_write_whose_wait_is_refused_is_known_applied`` pins; 4791adc
-    put each call's refusal in its reply's place on this path, not WAIT's."""
+    put each call's refusal in its reply's place on this path, not WAIT's. (The ACL
+    narrowed under a running backend: refused from the start, it is refused before the
+    first write, ``test_redis_wait_refused``.)"""
     flush([redis_server])
-    user = ("nowait1", "on", "nopass", "~*", "&*", "+@all", "-wait")
+    user = ("nowait1", "on", "nopass", "~*", "&*", "+@all")
     redis_server.client.execute_command("ACL", "SETUSER", *user)  # type: ignore[no-untyped-call]
     client = redis.Redis(
         port=redis_server.port,
@@ -193,6 +195,8 @@ def test_a_wait_refused_on_one_connection_is_known_applied_as_over_a_pool(
     backend = RedisBackend(client, wait_replicas=1, wait_timeout=0.1)
     guard = Guard(backend, [Policy("p", Rule("2/minute", by="r"))], breaker=None)
     try:
+        guard.peek("p", r="a")  # the backend's checks made, WAIT allowed then
+        redis_server.client.execute_command("ACL", "SETUSER", "nowait1", "-wait")  # type: ignore[no-untyped-call]
         with pytest.raises(BackendUnavailable, match="WAIT was refused") as caught:
             guard.hit("p", r="a")  # got: ConfigError, the unit taken on the server
         assert caught.value.applied is not None

@@ -53,13 +53,16 @@ class AsyncPreparation:
         "_cluster",
         "_inspecting",
         "_loading",
+        "_wait",
         "inspected",
         "library",
         "scripts",
     )
 
-    def __init__(self, client: Any, cluster: bool, bins: int, scripts: str) -> None:
-        self._client, self._cluster = client, cluster
+    def __init__(
+        self, client: Any, cluster: bool, bins: int, scripts: str, wait: bool = False
+    ) -> None:
+        self._client, self._cluster, self._wait = client, cluster, wait
         self.scripts = check_scripts(scripts)
         #: how calls reach the policy function: as Redis Functions or as EVAL scripts
         self.library: Library = SCRIPTS if scripts == "eval" else FUNCTIONS
@@ -83,7 +86,7 @@ class AsyncPreparation:
     async def _inspect(self) -> None:
         told = self._choose if self.scripts == "auto" else None
         bins = self._claims.bins > 0
-        await adrive(inspection(self._client, self._cluster, bins, told), ERRORS)
+        await adrive(inspection(self._client, self._cluster, bins, told, self._wait), ERRORS)
         self.inspected = True
 
     def _choose(self, functions: bool) -> None:
