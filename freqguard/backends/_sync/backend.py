@@ -59,8 +59,7 @@ class RedisBackend:
         wait_replicas: after an admission, wait until this many replicas hold it (Redis
             ``WAIT``, sent with the calls: no extra round trip); fewer within
             ``wait_timeout`` fail the admitted hits with :class:`~freqguard.BackendUnavailable`
-            (``on_error`` answers; a store that refuses WAIT: a ConfigError at once);
-            0 (default): no waiting. See docs/operations.md.
+            (``on_error`` answers); 0 (default): no waiting. See docs/operations.md.
         wait_timeout: seconds to wait for the replicas (0.001-60; less than the client's
             socket timeout, or the socket gives up first).
         bins: share the records of many partition values in this many hashes a policy
