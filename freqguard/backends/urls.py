@@ -1,5 +1,6 @@
 """Backends from URLs: ``memory://``, ``redis://``, ``rediss://``, ``unix://``,
-``redis+cluster://host:port`` (and ``rediss+cluster://``), and
+``redis+cluster://host:port[,host:port...]`` (and ``rediss+cluster://``; each node one the
+client may learn the cluster from, as limits writes it), and
 ``redis+sentinel://host:port[,host:port...]/service_name[/db]`` (and ``rediss+sentinel://``).
 
 Redis clients made here fail fast: ``socket_timeout`` and ``socket_connect_timeout`` default to
@@ -69,6 +70,8 @@ _SCHEMES = (
 )
 _LISTED = ", ".join(f"{scheme}://" for scheme in _SCHEMES)
 _SENTINEL_FORM = "redis+sentinel://host:port[,host:port]/service_name[/db]"
+#: a cluster node's name, default port and URL form, for :func:`_address`
+_CLUSTER_NODE = ("a cluster node", 6379, "redis+cluster://host:port[,host:port]")
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,8 @@ class Target:
         min_other_sentinels: trust only a sentinel that sees this many others.
         backend: keyword arguments for the backend (``wait_replicas``, ``wait_timeout``,
             ``bins``).
+        nodes: a cluster URL's nodes after the first, (host, port): more to learn the
+            cluster from, should the first be down.
     """
 
     kind: str
@@ -97,6 +102,7 @@ class Target:
     sentinel_options: dict[str, Any] = field(default_factory=dict)
     min_other_sentinels: int = 0
     backend: dict[str, Any] = field(default_factory=dict)
+    nodes: tuple[tuple[str, int], ...] = ()
 
 
 def _scheme(url: object) -> str:
@@ -141,7 +147,9 @@ _LIMITS_FORMS = frozenset(
 
 
 def _direct(url: str, scheme: str) -> Target:
-    """A ``redis://``, ``rediss://``, ``unix://`` or cluster URL: redis-py reads it."""
+    """A ``redis://``, ``rediss://``, ``unix://`` or cluster URL: redis-py reads it (a
+    cluster's nodes after the first aside)."""
+    url, nodes = _nodes(url, scheme)
     try:
         parts = urlsplit(url)
     except ValueError as exc:  # an unclosed "[" (IPv6)
@@ -166,20 +174,42 @@ def _direct(url: str, scheme: str) -> Target:
     if kind == "cluster":  # db 0, checked: redis-py's cluster client refuses the argument
         query.pop("db", None)
     options = {**_fail_fast(query), **query}
-    return Target(kind, url.replace("+cluster://", "://", 1), options, backend=own)
+    return Target(kind, url.replace("+cluster://", "://", 1), options, nodes=nodes, backend=own)
 
 
-def _address(url: str, text: str) -> tuple[str, int]:
-    """One sentinel's ``host[:port]`` (``[v6]:port`` for IPv6)."""
+def _nodes(url: str, scheme: str) -> tuple[str, tuple[tuple[str, int], ...]]:
+    """A URL of several nodes (``host:port,host:port``): on a cluster, the URL of the first
+    and the others' (host, port); on a single server, refused naming the cluster's form."""
+    scheme_part, _, rest = url.partition("://")
+    end = min((rest.find(c) for c in "/?#" if c in rest), default=len(rest))
+    userinfo, at, hosts = rest[:end].rpartition("@")
+    if "," not in hosts or scheme == "unix":
+        return url, ()
+    if not scheme.endswith("+cluster"):
+        raise ConfigError(
+            f"a {scheme}:// URL names one server, got several in {_shown(url)!r}: several "
+            f"nodes are a cluster's: {scheme}+cluster://host:port,host:port"
+        )
+    first, *others = hosts.split(",")
+    nodes = tuple(_address(url, node, _CLUSTER_NODE) for node in others)
+    return f"{scheme_part}://{userinfo}{at}{first}{rest[end:]}", nodes
+
+
+def _address(
+    url: str, text: str, kind: tuple[str, int, str] = ("a sentinel", SENTINEL_PORT, "")
+) -> tuple[str, int]:
+    """One sentinel's (or ``kind``'s: its name, default port and URL form) ``host[:port]``
+    (``[v6]:port`` for IPv6)."""
     found = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\](?::(.*))?|([^:\[\]]+)(?::(.*))?", text)
+    what, default, form = kind
     if found is None:
         raise ConfigError(
-            f"a sentinel's address must be host:port or [ipv6]:port, got {_excerpt(text)!r} "
-            f"(in {_shown(url)!r}; the form is {_SENTINEL_FORM})"
+            f"{what}'s address must be host:port or [ipv6]:port, got {_excerpt(text)!r} "
+            f"(in {_shown(url)!r}; the form is {form or _SENTINEL_FORM})"
         )
     v6, v6_port, host, port = found.groups()
     port = v6_port if v6 is not None else port
-    return (v6 or host), (SENTINEL_PORT if port is None else _port(url, port))
+    return (v6 or host), (default if port is None else _port(url, port))
 
 
 def _sentinel(url: str, scheme: str) -> Target:
@@ -265,6 +295,7 @@ class _Classes(NamedTuple):
     cluster: Any
     sentinel: Any
     retry: Any
+    node: Any  # a cluster's ClusterNode
 
 
 def _client(target: Target, classes: _Classes) -> Any:
@@ -274,6 +305,8 @@ def _client(target: Target, classes: _Classes) -> Any:
 
     options = {**target.options, "retry": classes.retry(NoBackoff(), 0)}
     if target.kind == "cluster":
+        if target.nodes:  # the URL's first node, and these
+            options["startup_nodes"] = [classes.node(*node) for node in target.nodes]
         return classes.cluster.from_url(target.url, **options)
     if target.kind == "sentinel":
         own = {**target.sentinel_options, "retry": classes.retry(NoBackoff(), 0)}
@@ -305,14 +338,14 @@ def backend_from_url(url: str) -> MemoryBackend | RedisBackend:
         return MemoryBackend()
     _redis_extra(url)
     from redis import Redis
-    from redis.cluster import RedisCluster
+    from redis.cluster import ClusterNode, RedisCluster
     from redis.retry import Retry
     from redis.sentinel import Sentinel
 
     from freqguard.backends.redis import RedisBackend, _boundary
 
     with _boundary(None):  # redis-py's sync cluster client connects as it is made
-        client = _client(target, _Classes(Redis, RedisCluster, Sentinel, Retry))
+        client = _client(target, _Classes(Redis, RedisCluster, Sentinel, Retry, ClusterNode))
         return RedisBackend(client, **target.backend)
 
 
@@ -323,11 +356,11 @@ def async_backend_from_url(url: str) -> MemoryBackend | AsyncRedisBackend:
         return MemoryBackend()
     _redis_extra(url)
     from redis.asyncio import Redis
-    from redis.asyncio.cluster import RedisCluster
+    from redis.asyncio.cluster import ClusterNode, RedisCluster
     from redis.asyncio.retry import Retry
     from redis.asyncio.sentinel import Sentinel
 
     from freqguard.backends.redis import AsyncRedisBackend
 
-    client = _client(target, _Classes(Redis, RedisCluster, Sentinel, Retry))
+    client = _client(target, _Classes(Redis, RedisCluster, Sentinel, Retry, ClusterNode))
     return AsyncRedisBackend(client, **target.backend)
