@@ -43,7 +43,7 @@ from freqguard.decorators.adapters import as_async
 from freqguard.decorators.call_keys import Arguments, CallKey, KeyArgument, check_fit
 from freqguard.decorators.defaults import configure, default_async_guard, default_guard
 from freqguard.decorators.generators import async_held, held
-from freqguard.decorators.leases import leased, refuse_block
+from freqguard.decorators.leases import check_exceeded, leased, refuse_block
 from freqguard.decorators.naming import implicit_name, parse_target, unknown_policy
 from freqguard.engine.failover import shared_out
 from freqguard.errors import CapExceeded, ConfigError
@@ -77,10 +77,7 @@ class Capped:
         name: str | None = None,
         on_error: OnError | None = None,
     ) -> None:
-        if not callable(on_exceeded) and on_exceeded not in ("raise", "skip", "wait"):
-            raise ConfigError(
-                f"on_exceeded must be 'raise', 'skip', 'wait' or a callable, got {on_exceeded!r}"
-            )
+        check_exceeded(on_exceeded, timeout)
         self.guard, self.cost, self.on_exceeded = guard, cost, on_exceeded
         self.timeout, self.context = timeout, context
         self._rules, self._policy = parse_target(rule, guard)
@@ -379,7 +376,7 @@ def capped(
         on_exceeded: ``"raise"`` (:class:`CapExceeded`), ``"skip"`` (return None without
             calling), ``"wait"`` (acquire, at most ``timeout`` seconds), or a callable given
             the Decision whose result is returned instead.
-        timeout: for ``"wait"``.
+        timeout: for ``"wait"`` (with another ``on_exceeded``, a ConfigError).
         context: for the context-manager form: the dimension values of the block.
         name: the name of the policy made from the rates; functions (or blocks) given the
             same name share one cap. Default: each decorated function its own

@@ -1,12 +1,32 @@
-"""How ``@capped`` takes a policy that holds leases (a concurrency rule): a lease for each
-call, held while it runs (``Guard.lease``); never waited for, never by a ``with`` block."""
+"""What ``@capped`` does with a call refused (``on_exceeded``, checked as the cap is made),
+and how it takes a policy that holds leases (a concurrency rule): a lease for each call,
+held while it runs (``Guard.lease``); never waited for, never by a ``with`` block."""
 
 from __future__ import annotations
 
 from freqguard.errors import ConfigError
 from freqguard.guard import AsyncGuard, Guard
 
-__all__ = ["leased", "refuse_block"]
+__all__ = ["check_exceeded", "leased", "refuse_block"]
+
+
+def check_exceeded(on_exceeded: object, timeout: object) -> None:
+    """Refuse an ``on_exceeded`` that is no mode, and a ``timeout`` that nothing waits for
+    (throttled-py's ``timeout=`` waits: here ``on_exceeded="wait"`` does).
+
+    Raises:
+        ConfigError: naming what is taken.
+    """
+    if not callable(on_exceeded) and on_exceeded not in ("raise", "skip", "wait"):
+        raise ConfigError(
+            f"on_exceeded must be 'raise', 'skip', 'wait' or a callable, got {on_exceeded!r}"
+        )
+    if timeout is not None and on_exceeded != "wait":
+        raise ConfigError(
+            f"timeout={timeout!r} is how long on_exceeded='wait' waits for the call's turn; "
+            f"with on_exceeded={on_exceeded!r} nothing waits: add on_exceeded='wait', or "
+            "drop timeout"
+        )
 
 
 def leased(guard: Guard | AsyncGuard, name: str, on_exceeded: object) -> bool:

@@ -205,6 +205,29 @@ def test_a_decorator(clock: ManualClock) -> None:
     assert refused.value.decision.retry_after == 60
 
 
+def test_a_decorator_that_waits(clock: ManualClock) -> None:
+    """``@Throttled(..., timeout=120)`` runs the call once its turn comes; ``@capped(...,
+    on_exceeded="wait", timeout=120)`` alike. ``timeout=`` alone would wait for nothing
+    here: a ConfigError naming ``on_exceeded="wait"`` (it was taken and ignored: the call
+    raised at once; a review that ran throttled-py beside freqguard)."""
+
+    @Throttled(key="send", using="gcra", quota=per_min(1), store=MemoryStore(), timeout=120)
+    def theirs() -> str:
+        return "sent"
+
+    mine = ManualClock(START)  # freqguard's own, so that each side's wait shows
+    guard = Guard(MemoryBackend(mine), [Policy("send", Rule("1/minute"))], clock=mine)
+
+    @capped("send", guard=guard, on_exceeded="wait", timeout=120)
+    def ours() -> str:
+        return "sent"
+
+    assert [theirs(), theirs(), ours(), ours()] == ["sent"] * 4  # the second ones waited
+    assert (clock.now() - START, mine.now() - START) == pytest.approx((60, 60), abs=1e-3)
+    with pytest.raises(ConfigError, match="on_exceeded='wait'"):
+        capped("send", guard=guard, timeout=120)
+
+
 def test_rate_strings(clock: ManualClock) -> None:
     """Their quota strings read alike: ``"5/s"``, ``"10/m"``, ``"1/h"``, ``"2/d"``."""
     for text, seconds in (("5/s", 1), ("10/m", 60), ("1/h", 3600), ("2/d", 86400)):
