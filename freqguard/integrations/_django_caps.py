@@ -35,7 +35,7 @@ from freqguard.integrations._django_settings import their_key
 from freqguard.integrations._django_state import State, ViewCap, current
 from freqguard.integrations._http import KeyFunc, view_methods
 from freqguard.integrations._request import check_key
-from freqguard.integrations._rule_items import rule_items
+from freqguard.integrations._rule_items import check_cost, rule_items
 from freqguard.policy import Policy
 from freqguard.rules import Rule, check_name
 
@@ -93,8 +93,7 @@ def capped(
         items = rule_items(rule, "capped", page="docs/coming-from/django-ratelimit.md")
     if name is not None:
         check_name("policy name", name)
-    if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
-        raise ConfigError(f"cost must be an integer >= 0, got {cost!r}")
+    check_cost(cost, items)
     if key is not None and not callable(key):
         raise ConfigError(f"key must be a key function (client_ip()), got {key!r}{their_key(key)}")
     if key is not None:

@@ -23,7 +23,13 @@ from freqguard.guard import Guard
 from freqguard.headers import check_profile
 from freqguard.integrations._drf_throttles import throttle_checks
 from freqguard.integrations._request import KeyFunc
-from freqguard.integrations._settings import COMMON, MEANT, configured, unknown_setting
+from freqguard.integrations._settings import (
+    COMMON,
+    MEANT,
+    configured,
+    peer_setting,
+    unknown_setting,
+)
 from freqguard.rates import Rate, parse_rates
 
 __all__ = [
@@ -44,6 +50,23 @@ _MEANT = {
     "RATELIMIT_USE_CACHE": "FREQGUARD_BACKEND",
     "RATELIMIT_IP_META_KEY": "FREQGUARD_KEY",
 }
+_GUARD = "FREQGUARD_BACKEND = Guard(backend_from_url(url), "
+#: django-ratelimit's other settings, and freqguard's way for each.
+_WAYS = {
+    "RATELIMIT_VIEW": "a refusal is a 429 here; for a page of your own, cap with block=False "
+    "and answer from the view when request.limited",
+    "RATELIMIT_EXCEPTION_CLASS": "a refusal is a 429 here, no exception; capped(block=False) "
+    "leaves the answer to the view (request.limited)",
+    "RATELIMIT_FAIL_OPEN": f"the store failing is the guard's on_error: {_GUARD}"
+    "on_error='allow') fails open",
+    "RATELIMIT_CACHE_PREFIX": f"the records' prefix is the guard's: {_GUARD}prefix='myapp')",
+    "RATELIMIT_IPV4_MASK": "key by an address's prefix: client_ip(ipv4_prefix=24), as "
+    "FREQGUARD_KEY or capped's key=",
+    "RATELIMIT_IPV6_MASK": "key by an address's prefix: client_ip(ipv6_prefix=64) (the "
+    "default), as FREQGUARD_KEY or capped's key=",
+    "RATELIMIT_HASH_ALGORITHM": "nothing to choose: freqguard builds its own keys",
+}
+_PAGE = "docs/coming-from/django-ratelimit.md"
 
 
 @dataclass(frozen=True)
@@ -60,18 +83,17 @@ class Settings:
 
 def setting_problems(names: Iterable[str]) -> tuple[list[str], list[str]]:
     """The errors (unknown ``FREQGUARD_*`` settings, each naming the one meant) and the
-    warnings (django-ratelimit's settings) for a settings module's names."""
+    warnings (django-ratelimit's ``RATELIMIT_*`` settings, each naming freqguard's way)
+    for a settings module's names."""
     errors: list[str] = []
     warnings: list[str] = []
     for name in sorted(names):
         unknown = unknown_setting(name, SETTINGS, _MEANT)
+        theirs = peer_setting(name, "django-ratelimit", _MEANT, _WAYS, _PAGE)
         if unknown is not None:
             errors.append(unknown)
-        elif name in _MEANT:
-            warnings.append(
-                f"{name} is django-ratelimit's setting, which freqguard does not read: "
-                f"set {_MEANT[name]}"
-            )
+        elif theirs is not None:
+            warnings.append(theirs)
     return errors, warnings
 
 
@@ -163,6 +185,8 @@ def their_key(key: object) -> str:
     if isinstance(key, str):
         kind, _, field = key.partition(":")
         meant = _KEYS.get(kind)
+        if kind == "header" and field:  # their header, not an example's
+            meant = f"header({field.lower()!r})"
         if kind in ("post", "get") and field:  # a form's field: Django's request reads it
             read = f"request.raw.{kind.upper()}.get({field!r}, '')"
             meant = f"lambda request: {{{field!r}: {read}}}"

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 from flask import Flask
 
 from freqguard.errors import ConfigError
-from freqguard.integrations._settings import COMMON, MEANT, unknown_setting
+from freqguard.integrations._settings import COMMON, MEANT, peer_setting, unknown_setting
 
 __all__ = ["check_settings", "refuse_attribute", "refuse_theirs", "the_app"]
 
@@ -72,6 +72,7 @@ _LIMITERS = {
     "in_memory_fallback_enabled": "a fallback store is the guard's on_error: "
     "guard=Guard(backend, on_error=fallback_backend)",
     "default_limits_exempt_when": "raise SkipRequest in key= for a request left uncapped",
+    "key_prefix": "the records' prefix is the guard's: guard=Guard(backend, prefix='myapp')",
 }
 
 
@@ -144,11 +145,17 @@ _MEANT = {
     "RATELIMIT_ENABLED": "FREQGUARD_ENABLED",
     "RATELIMIT_HEADERS_ENABLED": "FREQGUARD_HEADERS",
 }
+#: Flask-Limiter's other settings (each a ``Limiter`` argument's), and freqguard's way.
+_WAYS = {
+    **{f"RATELIMIT_{name.upper()}": way for name, way in _LIMITERS.items()},
+    "RATELIMIT_APPLICATION": _LIMITERS["application_limits"],
+    "RATELIMIT_DEFAULTS_EXEMPT_WHEN": _LIMITERS["default_limits_exempt_when"],
+}
 
 
 def check_settings(settings: Mapping[str, Any]) -> bool:
     """Refuse an unknown ``FREQGUARD_*`` key (naming the one meant), warn of Flask-Limiter's
-    ``RATELIMIT_*`` keys; the app-wide switch.
+    ``RATELIMIT_*`` keys (naming freqguard's way); the app-wide switch.
 
     Raises:
         ConfigError: an unknown ``FREQGUARD_*`` key, or ``FREQGUARD_ENABLED`` not a bool.
@@ -157,12 +164,9 @@ def check_settings(settings: Mapping[str, Any]) -> bool:
         unknown = unknown_setting(key, _SETTINGS, _MEANT)
         if unknown is not None:
             raise ConfigError(unknown)
-        if key in _MEANT and key.startswith("RATELIMIT_"):
-            _log.warning(
-                "%s is Flask-Limiter's setting, which freqguard does not read: set %s",
-                key,
-                _MEANT[key],
-            )
+        theirs = peer_setting(key, "Flask-Limiter", _MEANT, _WAYS, _PAGE)
+        if theirs is not None:
+            _log.warning("%s", theirs)
     enabled = settings.get("FREQGUARD_ENABLED", True)
     if not isinstance(enabled, bool):
         raise ConfigError(f"FREQGUARD_ENABLED must be True or False, got {enabled!r}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from freqguard.decision import Decision
 from freqguard.errors import ConfigError
@@ -26,7 +27,7 @@ from freqguard.integrations._request import (
     dimensions_of,
 )
 from freqguard.integrations._routes import check_pattern
-from freqguard.integrations._rule_items import rule_items
+from freqguard.integrations._rule_items import check_cost, rule_items
 from freqguard.policy import Policy, check_on_error
 from freqguard.rates import Rate
 from freqguard.rules import Rule, check_name, fit_name
@@ -185,7 +186,7 @@ class Limit:
         ConfigError: for a pattern that cannot match (not starting with ``/``, an unknown
             convertor, unbalanced braces, a bad or repeated parameter name), a rate that
             does not parse, a rule that is not a rate string, Rule or Policy, a bad name
-            or ``on_error``.
+            or ``on_error``, a cost that is not an integer >= 0 its narrowest rule holds.
     """
 
     __slots__ = ("cost", "items", "key", "methods", "name", "named", "on_error", "path", "rule")
@@ -224,6 +225,8 @@ class Limit:
             "items": rule if isinstance(rule, Policy) else keyed_items(rule, key, path),
             "on_error": _check_on_error(on_error, rule, path),
         }
+        items: Any = fields["items"]
+        check_cost(cost, items.rules if isinstance(items, Policy) else items, f"Limit({path!r}): ")
         for field, value in fields.items():
             object.__setattr__(self, field, value)
 

@@ -1,15 +1,18 @@
 """The rules an integration's cap is given (``Limit``, Flask's ``fg.capped``, Django's
 ``capped``): rate strings and Rules, parsed once; anything else refused naming what the
-caller takes and, for a peer's habit (a Policy in the wrong place, a callable rate), the fix."""
+caller takes and, for a peer's habit (a Policy in the wrong place, a callable rate), the fix.
+And the cost of one request, checked against them as the cap is made (:func:`check_cost`)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
 from freqguard.rates import Rate, parse_rates, peer_rate
 from freqguard.rules import Rule
 
-__all__ = ["rule_items"]
+__all__ = ["check_cost", "rule_items"]
 
 #: where a peer's callable rate is translated (Flask-Limiter's, slowapi's)
 _LIMITER_PAGE = "docs/coming-from/flask-limiter.md"
@@ -67,3 +70,33 @@ def _not_a_rule(item: object, where: str, policy: bool, page: str) -> str:
             f"the key function giving plan (docs/limits.md, 'Tiers decided in code'; {page})"
         )
     return found
+
+
+def check_cost(cost: object, items: Iterable[Rate | Rule] = (), where: str = "") -> int:
+    """A request's ``cost``: an integer >= 0 that the narrowest enforcing rule of ``items``
+    can hold (a cost above it could never be admitted: every request a 429, or a 500 as
+    the guard refuses it).
+
+    Raises:
+        ConfigError: any other cost, named (``where``: what was given it), a callable as a
+            peer's cost per request (slowapi's, Flask-Limiter's), which is not taken.
+    """
+    if callable(cost):
+        raise ConfigError(
+            f"{where}cost must be an integer >= 0, got the function "
+            f"{getattr(cost, '__qualname__', repr(cost))}: a cost per request (slowapi's, "
+            "Flask-Limiter's) is not taken; a route of another cost is a cap of its own"
+        )
+    if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+        raise ConfigError(f"{where}cost must be an integer >= 0, got {cost!r}")
+    held = [
+        item.capacity if isinstance(item, Rule) else item.limit
+        for item in items
+        if not (isinstance(item, Rule) and item.shadow)
+    ]
+    if held and cost > min(held):
+        raise ConfigError(
+            f"{where}cost {cost} exceeds the capacity {min(held)} of its narrowest rule: "
+            "no request of that cost could ever be admitted"
+        )
+    return cost

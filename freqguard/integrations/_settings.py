@@ -11,7 +11,7 @@ from typing import Any
 from freqguard.config import Config, load
 from freqguard.errors import ConfigError
 
-__all__ = ["COMMON", "GUARDS", "MEANT", "configured", "unknown_setting"]
+__all__ = ["COMMON", "GUARDS", "MEANT", "configured", "peer_setting", "unknown_setting"]
 
 #: The settings every integration reads (Django adds FREQGUARD_KEY).
 COMMON = frozenset(
@@ -66,6 +66,18 @@ def unknown_setting(name: str, known: Collection[str], meant: Mapping[str, str])
     guess = meant.get(name) or next(iter(difflib.get_close_matches(name, list(known), 1)), None)
     hint = f"did you mean {guess}? " if guess else ""
     return f"unknown setting {name}: {hint}freqguard reads {', '.join(sorted(known))}"
+
+
+def peer_setting(
+    name: str, peer: str, meant: Mapping[str, str], ways: Mapping[str, str], page: str
+) -> str | None:
+    """The warning for ``name`` when it is a ``RATELIMIT_*`` setting of ``peer``, which
+    freqguard does not read: the setting to set instead (``meant``), else freqguard's way
+    (``ways``), else the page that maps the peer's idioms; None for any other name."""
+    if not name.startswith("RATELIMIT_"):
+        return None
+    way = f"set {meant[name]}" if name in meant else ways.get(name, f"see {page}")
+    return f"{name} is {peer}'s setting, which freqguard does not read: {way}"
 
 
 def configured(settings: Mapping[str, Any]) -> Config | None:

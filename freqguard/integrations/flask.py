@@ -82,7 +82,7 @@ from freqguard.integrations._http import (
     view_methods,
 )
 from freqguard.integrations._request import check_key
-from freqguard.integrations._rule_items import rule_items
+from freqguard.integrations._rule_items import check_cost, rule_items
 from freqguard.integrations._settings import configured
 from freqguard.integrations.wsgi import request_info
 from freqguard.rates import Rate, parse_rates
@@ -323,8 +323,8 @@ class FreqGuard:
         rates = rule_items(rule, "fg.capped", policy=False)
         if name is not None:
             check_name("policy name", name)
-        if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int) or cost < 0):
-            raise ConfigError(f"cost must be an integer >= 0, got {cost!r}")
+        if cost is not None:
+            check_cost(cost, rates)
         for flag, value in (("shared", shared), ("defaults", defaults)):
             if not isinstance(value, bool):
                 raise ConfigError(f"{flag} must be True or False, got {value!r}")

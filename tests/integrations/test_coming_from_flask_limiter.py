@@ -131,6 +131,29 @@ def test_a_route_limit(clock: ManualClock) -> None:
     assert _codes(theirs, "/r", 4) == [200, 200, 200, 429]  # the route's replaces it
 
 
+def test_cost(clock: ManualClock) -> None:
+    """A request's cost is one hit's, charged to every cap it takes, the default limits
+    too; Flask-Limiter charges its defaults their own cost (1, ``RATELIMIT_DEFAULTS_COST``)
+    when they hold beside a route limit. ``@fg.exempt`` over the cap leaves the defaults
+    out, as Flask-Limiter's ``override_defaults=True`` (its default) does."""
+    config = {"FREQGUARD_DEFAULT_LIMITS": "4/minute"}
+    beside = {"/r": lambda fg: fg.capped("10/minute", cost=2)}
+    ours, _ = _flask_app(clock, config, beside)
+    assert _codes(ours, "/r", 3) == [200, 200, 429]  # 4/minute at 2 a request
+    alone = {"/r": lambda fg: lambda view: fg.exempt(fg.capped("10/minute", cost=2)(view))}
+    ours, _ = _flask_app(clock, config, alone)
+    assert _codes(ours, "/r", 6) == [200] * 5 + [429]
+    _theirs_too()
+
+    def theirs_cost(override: bool) -> Any:
+        return lambda lim: lim.limit("10/minute", cost=2, override_defaults=override)
+
+    for override, admitted in ((False, 4), (True, 5)):
+        routes = {"/r": theirs_cost(override)}
+        theirs = _limiter_app({"default_limits": ["4/minute"]}, routes)
+        assert _codes(theirs, "/r", 6) == [200] * admitted + [429] * (6 - admitted)
+
+
 def test_exempt(clock: ManualClock) -> None:
     ours, _ = _flask_app(
         clock, {"FREQGUARD_DEFAULT_LIMITS": "1/minute"}, {"/e": lambda fg: fg.exempt}

@@ -212,6 +212,29 @@ def test_fixed_window_denied_hits(clock: Clock) -> None:
     assert (theirs.hit(item, "u", cost=2), ours.hit("api", 2, user="u").allowed) == (False, True)
 
 
+def test_fixed_window_edges(clock: Clock) -> None:
+    """limits starts a key's window at its first hit; freqguard's fixed windows start on
+    multiples of their length (every key's at once). 2/minute, hits 10 s and 5 s before a
+    minute's edge and 5 s after it: limits denies the third (its window runs 50 s more),
+    freqguard admits it (a new window). Neither keeps a window's count in any window: the
+    sliding log (the default) denies it too."""
+    theirs = strategies.FixedWindowRateLimiter(storage.MemoryStorage())
+    ours, exact = _guard(clock, "2/minute", "fixed-window"), _guard(clock, "2/minute")
+    item = parse("2/minute")
+    edge = 60 - START % 60  # the next minute's edge, from START
+    said = []
+    for offset in (edge - 10, edge - 5, edge + 5):
+        clock.at(offset)
+        said.append(
+            (
+                theirs.hit(item, "u"),
+                ours.hit("api", user="u").allowed,
+                exact.hit("api", user="u").allowed,
+            )
+        )
+    assert said == [(True, True, True), (True, True, True), (False, True, False)]
+
+
 @pytest.mark.parametrize("strategy", ["rolling-window", "sliding-log"])
 def test_sliding_window_counter(clock: Clock, strategy: str) -> None:
     """Ten hits late in one window; six seconds into the next, limits' counter weighs them

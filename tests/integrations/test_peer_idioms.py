@@ -1,46 +1,18 @@
-"""Review of the coming-from pages (docs/coming-from/*.md) against the peers themselves,
-each test one finding, the peer run beside freqguard on one pinned clock where it answers."""
+"""A peer's idiom carried over where freqguard takes another way is refused, or warned of,
+naming freqguard's, never taken and ignored: django-ratelimit's header key, the peers'
+``RATELIMIT_*`` settings, slowapi's cost per request (and any cost no rule holds). Each
+found by running the peer beside freqguard (an independent review of docs/coming-from/);
+the pages' rows are run both ways by the ``test_coming_from_*`` modules (a cost's row, a
+fixed window's edges and throttled-py's ``timeout=`` on a cap that does not wait among
+them, from the same review; limits' cluster URL of several nodes:
+``tests/backends/test_cluster_urls.py``)."""
 
 from __future__ import annotations
 
-import types
-
 import pytest
 
-from freqguard import ConfigError, Guard, ManualClock, MemoryBackend, Policy, Rule
-from freqguard import capped as fg_capped
+from freqguard import ConfigError, Guard, ManualClock, MemoryBackend
 from tests.conftest import START
-
-
-def test_throttled_decorator_timeout_is_not_a_silent_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
-    """throttled-py's ``@Throttled(key=..., quota=..., timeout=120)`` waits for the call's
-    turn and runs it. The throttled-py page maps ``Throttled(timeout=120)`` to a timeout and
-    ``@Throttled(...)`` to ``@capped(policy, guard=...)``; ``@capped(policy, timeout=120)``
-    is accepted and the timeout ignored (on_exceeded stays "raise"): the second call raises
-    at once. A peer's option accepted and ignored must be refused as the cap is made,
-    naming on_exceeded="wait"."""
-    throttled = pytest.importorskip("throttled")
-    from throttled import MemoryStore, Throttled, per_min
-
-    theirs_clock = ManualClock(START)
-    utils = throttled.utils
-    monkeypatch.setattr(utils, "now_sec", lambda: int(theirs_clock.now()))
-    monkeypatch.setattr(utils, "now_ms", lambda: int(theirs_clock.now() * 1000))
-    monkeypatch.setattr(utils, "now_mono_f", theirs_clock.now)
-    waits = types.SimpleNamespace(sleep=theirs_clock.advance, time=theirs_clock.now)
-    monkeypatch.setattr(throttled.throttled, "time", waits)
-
-    @Throttled(key="send", using="gcra", quota=per_min(1), store=MemoryStore(), timeout=120)
-    def theirs() -> str:
-        return "sent"
-
-    assert theirs() == theirs() == "sent"  # the second waited its turn
-    assert theirs_clock.now() - START == pytest.approx(60)
-
-    clock = ManualClock(START)
-    guard = Guard(MemoryBackend(clock), [Policy("send", Rule("1/minute"))], clock=clock)
-    with pytest.raises(ConfigError, match="on_exceeded"):
-        fg_capped("send", guard=guard, timeout=120)  # today: accepted, and ignored
 
 
 def test_their_header_key_hint_names_their_header() -> None:
@@ -55,95 +27,6 @@ def test_their_header_key_hint_names_their_header() -> None:
     with pytest.raises(ConfigError) as refused:
         capped("5/m", key="header:x-real-ip")  # type: ignore[arg-type]
     assert "header('x-real-ip')" in str(refused.value), str(refused.value)
-
-
-def test_flask_limiters_cost_is_charged_to_the_route_limit_only(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Flask-Limiter's ``@limiter.limit("10/minute", cost=2)`` charges 2 to that limit; the
-    default limits, when kept beside it (``override_defaults=False``, which is freqguard's
-    way per the page's route-limit row), count the request once. ``@fg.capped("10/minute",
-    cost=2)`` charges 2 to the default limits too ("charged to every cap of its hit"): with
-    ``FREQGUARD_DEFAULT_LIMITS = "4/minute"`` the route admits 2 requests a minute where
-    Flask-Limiter admits 4 (5 with its default override). The page has no cost row, and
-    its route-limit row says only that the defaults hold beside the cap."""
-    pytest.importorskip("flask_limiter")
-    import limits.storage.memory
-    from flask import Flask
-    from flask_limiter import Limiter
-    from flask_limiter.util import get_remote_address
-
-    from freqguard.integrations.flask import FreqGuard
-
-    clock = ManualClock(START)
-    monkeypatch.setattr(limits.storage.memory, "time", types.SimpleNamespace(time=clock.now))
-
-    theirs = Flask("theirs")
-    limiter = Limiter(
-        get_remote_address, app=theirs, storage_uri="memory://", default_limits=["4/minute"]
-    )
-    theirs.add_url_rule(
-        "/a", "a", limiter.limit("10/minute", cost=2, override_defaults=False)(lambda: "ok")
-    )
-    ours = Flask("ours")
-    ours.config["FREQGUARD_DEFAULT_LIMITS"] = "4/minute"
-    fg = FreqGuard(ours, guard=Guard(MemoryBackend(clock)))
-    ours.add_url_rule("/a", "a", fg.capped("10/minute", cost=2)(lambda: "ok"))
-
-    said = [[app.test_client().get("/a").status_code for _ in range(6)] for app in (theirs, ours)]
-    assert said[0] == [200, 200, 200, 200, 429, 429]  # the default limit counts 1 a request
-    assert said[1] == said[0]
-
-
-def test_limits_cluster_url_of_several_nodes() -> None:
-    """limits documents its cluster URL as ``redis+cluster://[:password]@host:port,host:port``
-    (``storage_from_string`` takes it: each host a startup node). The limits page says
-    ``backend_from_url`` is "the same for ... redis+cluster://" (the throttled-py page too),
-    and freqguard's own Sentinel URLs take ``host:port,host:port``; this one is refused as
-    "port must be an integer >= 1 and <= 65535, got '7000,localhost:7001'", an error about
-    a port that names neither the form nor the fix. Taken (several startup nodes), or
-    refused naming the form to write, would do; the port error does not."""
-    pytest.importorskip("limits")
-    from limits.storage import RedisClusterStorage
-
-    from freqguard.backends.urls import parse_url
-
-    url = "redis+cluster://localhost:7000,localhost:7001"
-    assert "host:port,host:port" in (RedisClusterStorage.__init__.__doc__ or "")  # theirs
-    try:
-        target = parse_url(url)
-    except ConfigError as refused:
-        message = str(refused)
-        assert "port must be" not in message, message
-        assert "redis+cluster://host:port" in message, message
-    else:
-        assert target.kind == "cluster"
-
-
-def test_limits_fixed_window_starts_at_a_keys_first_hit(monkeypatch: pytest.MonkeyPatch) -> None:
-    """limits' ``FixedWindowRateLimiter`` starts a key's window at its first hit (the
-    storage's counter expires a window after it is made); ``strategy="fixed-window"``
-    starts windows on multiples of their length. The limits page's row for it names one
-    difference only (limits counts a denied hit), so a port reads as the same on hits that
-    fit; it is not: 2/minute, hits 10 s and 5 s before a minute's edge and 5 s after it,
-    limits denies the third (its window runs 50 s more), freqguard admits it (a new
-    window): three in 15 s, up to twice the rate at every edge, with nothing on the page."""
-    import limits.storage.memory
-    from limits import parse, storage, strategies
-
-    clock = ManualClock(START)
-    monkeypatch.setattr(limits.storage.memory, "time", types.SimpleNamespace(time=clock.now))
-    theirs = strategies.FixedWindowRateLimiter(storage.MemoryStorage())
-    rule = Rule("2/minute", by="user", strategy="fixed-window")
-    ours = Guard(MemoryBackend(), [Policy("api", rule)], clock=clock)
-    item = parse("2/minute")
-    edge = 60 - START % 60  # the next minute's edge, from START
-    said = []
-    for offset in (edge - 10, edge - 5, edge + 5):
-        clock.set(START + offset)
-        said.append((theirs.hit(item, "u"), ours.hit("api", user="u").allowed))
-    assert [theirs for theirs, _ in said] == [True, True, False]
-    assert [ours for _, ours in said] == [True, True, False]
 
 
 @pytest.mark.parametrize(
