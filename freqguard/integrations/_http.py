@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NoReturn
 
 from freqguard.decision import Decision
 from freqguard.errors import ConfigError
@@ -211,7 +211,9 @@ class Limit:
         cost: int = 1,
         name: str | None = None,
         on_error: object = None,
+        **theirs: NoReturn,
     ) -> None:
+        _refuse_theirs(theirs, path)
         chosen = check_methods(methods)
         methods_text = "-".join(sorted(chosen or ["ANY"]))
         fields = {
@@ -238,6 +240,31 @@ class Limit:
 
     def __repr__(self) -> str:
         return f"Limit({self.path!r}, {self.rule!r}, name={self.name!r})"
+
+
+#: slowapi's ``limit()`` arguments, and freqguard's way for each.
+_THEIRS = {
+    "key_func": "key= here, a function of the request (client_ip(), header(...))",
+    "per_method": "each method its own budget: a Limit per method (methods=[...]), or the "
+    "method in the key: key=lambda r: {'client': r.client, 'method': r.method}",
+    "exempt_when": "raise SkipRequest in the key function for a request left uncapped",
+    "error_message": "the 429 is a problem document whose detail names the rule and the wait",
+    "override_defaults": "a Limit is one list, the first that matches decides: put the "
+    "narrower first",
+    "scope": "name= here: the Limits given one name share one budget",
+}
+
+
+def _refuse_theirs(theirs: Mapping[str, object], path: str) -> None:
+    """slowapi's ``limit()`` arguments, refused naming freqguard's way (any other name a
+    TypeError, as Python would)."""
+    for name in theirs:
+        if name in _THEIRS:
+            raise ConfigError(
+                f"Limit({path!r}): slowapi's {name}= is not Limit's: {_THEIRS[name]} "
+                "(docs/coming-from/flask-limiter.md)"
+            )
+        raise TypeError(f"Limit() got an unexpected keyword argument {name!r}")
 
 
 def _check_on_error(on_error: object, rule: object, path: str) -> object:

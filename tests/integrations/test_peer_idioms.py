@@ -120,3 +120,26 @@ def test_a_limits_cost_is_checked_as_it_is_made(cost: object) -> None:
         )
     with pytest.raises(ConfigError, match="cost"):
         limit_dependency(guard, "4/minute", cost=cost, name="a")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "ours"),
+    [
+        ("key_func", "key= here"),
+        ("per_method", "a Limit per method"),
+        ("exempt_when", "SkipRequest"),
+        ("error_message", "problem document"),
+        ("override_defaults", "the first that matches decides"),
+        ("scope", "name= here"),
+    ],
+)
+def test_slowapis_limit_arguments_name_ours(name: str, ours: str) -> None:
+    """slowapi's ``limit()`` arguments given to ``Limit`` (its page's row for a route
+    limit) were Python's bare TypeError; they name freqguard's way, as Flask's
+    ``fg.capped`` does for Flask-Limiter's. Any other name is still a TypeError."""
+    from freqguard.integrations.starlette import Limit
+
+    with pytest.raises(ConfigError, match=f"slowapi's {name}=.*{ours}"):
+        Limit("/a", "4/minute", **{name: None})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nope'"):
+        Limit("/a", "4/minute", nope=1)  # type: ignore[arg-type]
