@@ -207,9 +207,11 @@ class _Adapted(Mapping[str, object]):
         value = self._source[name]
         made = self._made.get(id(value))
         if made is None or made[0] is not value:  # those no policy has now are forgotten
-            live = {id(v) for v in self._source.values()}
-            self._made = {key: m for key, m in self._made.items() if key in live}
-            made = self._made[id(value)] = (value, self._adapt(value))
+            # snapshots (one C call each): a deploy in another thread changes the source
+            live = set(map(id, list(self._source.values())))
+            kept = {key: m for key, m in list(self._made.items()) if key in live}
+            made = kept[id(value)] = (value, self._adapt(value))
+            self._made = kept
         return made[1]
 
     def __iter__(self) -> Iterator[str]:

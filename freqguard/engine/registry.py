@@ -1,8 +1,15 @@
 """A guard's policies, each compiled once into a plan
-(:class:`~freqguard.engine.plan.PolicyPlan`) and looked up by name."""
+(:class:`~freqguard.engine.plan.PolicyPlan`) and looked up by name.
+
+Read by every call, from any thread, without a lock; changed (a policy added or replaced)
+under one, copy on write: a reader iterating the policies, or a release looking for the
+plan its lease was taken under, holds a dict that no deploy changes (one changed under it
+raised "dictionary changed size during iteration" out of a release, the lease held).
+"""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 
 from freqguard.engine.denials import Denials
@@ -28,7 +35,7 @@ class PolicyRegistry:
             0: a hash each): part of every key.
     """
 
-    __slots__ = ("_bins", "_estimate", "_plans", "_prefix", "_replaced")
+    __slots__ = ("_bins", "_changing", "_estimate", "_plans", "_prefix", "_replaced")
 
     def __init__(self, prefix: str, estimate: Callable[[], int], bins: int) -> None:
         self._prefix = prefix
@@ -38,6 +45,7 @@ class PolicyRegistry:
         # plans replaced, by name and fingerprint, oldest first: a lease taken under one is
         # given back by it
         self._replaced: dict[str, dict[str, PolicyPlan]] = {}
+        self._changing = threading.Lock()  # one change at a time; readers take none
 
     def compile(self, policy: object, replace: object = False) -> PolicyPlan | None:
         """``policy`` compiled, to :meth:`add` once the guard accepts it; None when an
@@ -83,12 +91,14 @@ class PolicyRegistry:
     def add(self, plan: PolicyPlan) -> None:
         """Register a plan made by :meth:`compile` (the one it replaces kept for
         :meth:`taken_under`)."""
-        old = self._plans.get(plan.name)
-        replaced = self._replaced.setdefault(plan.name, {})
-        if old is not None and old.fingerprint != plan.fingerprint:
-            keep(replaced, old.fingerprint, old)
-        replaced.pop(plan.fingerprint, None)
-        self._plans[plan.name] = plan
+        with self._changing:  # new dicts, never one a reader holds changed
+            old = self._plans.get(plan.name)
+            replaced = dict(self._replaced.get(plan.name, {}))
+            if old is not None and old.fingerprint != plan.fingerprint:
+                keep(replaced, old.fingerprint, old)
+            replaced.pop(plan.fingerprint, None)
+            self._replaced = {**self._replaced, plan.name: replaced}
+            self._plans = {**self._plans, plan.name: plan}
 
     def taken_under(self, name: str, fingerprint: str) -> PolicyPlan:
         """The plan a receipt of ``name`` was made by: the registered one, or one it
