@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -200,7 +201,11 @@ class Decision:
         if receipt is None or isinstance(receipt, Receipt):
             return receipt
         made = receipt()
-        _set_receipt(self, made)
+        with _STORING:  # the first stored is every reader's: one receipt, spent once
+            stored = self._receipt
+            if isinstance(stored, Receipt):  # another thread's, built meanwhile
+                return stored
+            _set_receipt(self, made)
         return made
 
     @property
@@ -284,6 +289,10 @@ class Decision:
 
 
 _new = object.__new__
+#: Held while a receipt built on first read is stored: two threads reading it first at once
+#: (a watchdog refunding a lease as its call ends) each built one, each unspent, and both
+#: refunds went through.
+_STORING = threading.Lock()
 _SETTERS = tuple(
     Decision.__dict__[name].__set__
     for name in (
