@@ -20,13 +20,13 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from freqguard.backends.base import SyncBackend, answered
+from freqguard.backends.base import AsyncBackend, SyncBackend, answered
 from freqguard.backends.memory import MemoryBackend
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.policy import Fallback
 from freqguard.script.calls import Reply, ScriptCall
 
-__all__ = ["ThreadedBackend", "as_async"]
+__all__ = ["ThreadedBackend", "as_async", "sharing"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -100,6 +100,16 @@ def as_async(guard: Guard) -> AsyncGuard:
     )
     face._adopt(guard, adapter)
     _faces[guard] = face
+    return face
+
+
+def sharing(guard: Guard, backend: AsyncBackend) -> AsyncGuard:
+    """An AsyncGuard on ``backend`` (the guard's store, through an asyncio client) that
+    shares the guard's policies, ``on_error``, breaker, deny cache and observers, as
+    :func:`as_async`'s face does: a deploy through either reaches both (``configure`` with
+    a URL made a second guard, whose policies a deploy on the first never reached)."""
+    face = AsyncGuard(backend, (), guard.clock, prefix=guard.prefix)
+    face._adopt(guard, _Adapter())
     return face
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from freqguard.backends.base import SyncBackend
 from freqguard.backends.memory import MemoryBackend
-from freqguard.decorators.adapters import as_async
+from freqguard.decorators.adapters import as_async, sharing
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.policy import Policy
 
@@ -44,7 +44,7 @@ def configure(
         async_guard = as_async(sync_guard)
     elif isinstance(backend, str):
         sync_guard = Guard(backend_from_url(backend), policies, **options)
-        async_guard = AsyncGuard(async_backend_from_url(backend), policies, **options)
+        async_guard = sharing(sync_guard, async_backend_from_url(backend))
     else:
         sync_guard = Guard(backend, policies, **options)
         async_guard = as_async(sync_guard)
