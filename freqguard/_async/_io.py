@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 from typing import Any, TypeVar
 
@@ -18,7 +19,7 @@ from freqguard.clock import Clock
 from freqguard.engine.ops import Interrupted, Op, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
-__all__ = ["Cancelled", "Interrupt", "holding", "send", "sleep", "unwind"]
+__all__ = ["Cancelled", "Interrupt", "holding", "send", "sleep", "unheld", "unwind"]
 
 T = TypeVar("T")
 _log = logging.getLogger("freqguard")
@@ -27,6 +28,17 @@ Cancelled = asyncio.CancelledError
 #: What ends a lease's take or give-back part way and has it given back: a cancellation, a
 #: Ctrl-C, or the ``SystemExit`` of a program's SIGTERM handler (a deploy stopping a worker).
 Interrupt = (asyncio.CancelledError, KeyboardInterrupt, SystemExit)
+
+
+def unheld(func: object) -> str | None:
+    """What a call of ``func`` only makes, to run after the call (a generator), which a
+    lease taken around the call would not hold while it runs; None when the call runs the
+    body (a coroutine function: awaited inside the block). Told through the wrappers that
+    say what they wrap (``functools.wraps``)."""
+    inner = inspect.unwrap(func)  # type: ignore[arg-type]
+    if inspect.isgeneratorfunction(inner) or inspect.isasyncgenfunction(inner):
+        return "a generator"
+    return None
 
 
 async def sleep(clock: Clock, seconds: float) -> None:

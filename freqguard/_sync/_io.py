@@ -23,6 +23,7 @@ or not at all (``script.twin.run`` puts back what it found).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import signal
 import threading
@@ -32,7 +33,7 @@ from freqguard.clock import Clock
 from freqguard.engine.ops import Op, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
-__all__ = ["Cancelled", "Interrupt", "holding", "send", "sleep", "unwind"]
+__all__ = ["Cancelled", "Interrupt", "holding", "send", "sleep", "unheld", "unwind"]
 
 T = TypeVar("T")
 _log = logging.getLogger("freqguard")
@@ -43,6 +44,19 @@ Cancelled = KeyboardInterrupt
 #: of :data:`_HELD`.
 Interrupt = (KeyboardInterrupt, SystemExit)
 _MAIN = threading.main_thread()
+
+
+def unheld(func: object) -> str | None:
+    """What a call of ``func`` only makes, to run after the call (a generator; a coroutine,
+    an ``async def``'s), which a lease taken around the call would not hold while it runs;
+    None when the call runs the body. Told through the wrappers that say what they wrap
+    (``functools.wraps``)."""
+    inner = inspect.unwrap(func)  # type: ignore[arg-type]
+    if inspect.isgeneratorfunction(inner) or inspect.isasyncgenfunction(inner):
+        return "a generator"
+    if inspect.iscoroutinefunction(inner):
+        return "a coroutine (an async def: its lease is as_async(guard).lease(...)'s)"
+    return None
 
 
 def sleep(clock: Clock, seconds: float) -> None:

@@ -14,12 +14,13 @@ import logging
 import threading
 from collections.abc import Callable
 from contextlib import ContextDecorator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from freqguard._sync._io import Interrupt, holding
+from freqguard._sync._io import Interrupt, holding, unheld
 from freqguard.decision import Decision
 from freqguard.engine.ops import Op
 from freqguard.engine.refunds import maybe_applied, unspend
+from freqguard.errors import ConfigError
 
 if TYPE_CHECKING:
     from freqguard._sync.guard import Guard
@@ -34,6 +35,7 @@ __all__ = [
 ]
 
 _log = logging.getLogger("freqguard")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def take(
@@ -141,6 +143,24 @@ class LeaseBlock(ContextDecorator):
         self._taken: list[Decision] = []  # filled before a Ctrl-C can land: given back
         self._gave = False  # its give-back on the way out of an interrupt was tried
         self._entered = threading.Lock()  # held from the first entry on: one `with`
+
+    def __call__(self, func: F) -> F:
+        """``func`` with a lease taken around each call.
+
+        Raises:
+            ConfigError: a function whose call only makes what runs after it (a generator):
+                the lease would go back before its body ran.
+        """
+        made = unheld(func)
+        if made is not None:
+            name = getattr(func, "__qualname__", repr(func))
+            raise ConfigError(
+                f"guard.lease(...) holds a lease around a call, and a call of {name} makes "
+                f"{made} that runs after it, unleased: cap it with "
+                f"@capped({self._args[0]!r}, guard=guard), which holds the lease while the "
+                "body runs (a generator's, until it ends)"
+            )
+        return super().__call__(func)
 
     def _recreate_cm(self) -> LeaseBlock:
         return LeaseBlock(self._guard, *self._args)

@@ -1,6 +1,10 @@
-"""Leases under exits the earlier reviews did not combine, written failing by an adversarial
-review: each test a finding, without sleeps, on a MemoryBackend on a pinned clock (the last
-on the suite's own redis-server). A lease must go back exactly once, whatever ends the
+"""Leases at the edges of the guard: decorators of functions whose call only makes what runs
+later (a generator, a coroutine), threads sharing one guard (a receipt read first by two at
+once, a deploy while a release looks for its plan, a policy registered while the ASGI
+middleware holds a request's lease) and the default guard's two faces. Each test an
+adversarial review's finding, written failing first, without sleeps (threads are paused at
+the racing point by events and trace functions), on a MemoryBackend on a pinned clock (the
+last on the suite's own redis-server). A lease goes back exactly once, whatever ends the
 call; counts are checked against what is in flight."""
 
 from __future__ import annotations
@@ -59,15 +63,28 @@ def test_a_lease_that_decorates_a_lazy_function_is_held_while_its_body_runs(
     a generator's iteration; this decorator should too, or refuse such a function."""
     guard = Guard(policies=[ONE], clock=ManualClock(START))
     function = make(guard)
-    try:
-        decorated = guard.lease("vendor")(function)
-    except (ConfigError, TypeError):
-        return  # refused as it is decorated: no call runs unleased
-    if asyncio.iscoroutinefunction(function):
-        free_inside = asyncio.run(decorated())
-    else:
-        free_inside = next(iter(decorated()))
-    assert free_inside == 0  # got 1: the call's body runs with no lease held
+    with pytest.raises(ConfigError, match=r"runs after it, unleased: cap it with @capped"):
+        guard.lease("vendor")(function)  # refused as it is decorated: none runs unleased
+    with pytest.raises(ConfigError, match="runs after it"):
+        guard.lease("vendor")(_traced(function))  # through a wrapper that says what it wraps
+
+
+def test_capped_refuses_a_generator_a_hiding_wrapper_returns() -> None:
+    """A wrapper that does not say what it wraps (no ``functools.wraps``) hides a generator
+    function from ``@capped``: the call that made the generator is refused as it returns
+    it (closed, the lease given back), naming the fix, not run unleased."""
+    guard = Guard(policies=[ONE], clock=ManualClock(START))
+
+    def stream() -> Iterator[int]:
+        yield guard.peek("vendor").remaining
+
+    @capped("vendor", guard=guard)
+    def hidden() -> Iterator[int]:
+        return stream()
+
+    with pytest.raises(ConfigError, match="put @capped right over the generator"):
+        hidden()
+    assert guard.peek("vendor").rules[0].remaining == 1  # the lease went back
 
 
 def _traced(function: Callable[..., Any]) -> Callable[..., Any]:
