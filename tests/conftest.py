@@ -129,6 +129,18 @@ def flush(nodes: Iterable[RedisServer]) -> None:
         node.client.function_flush()
 
 
+def store_nodes(request: pytest.FixtureRequest, kind: str) -> tuple[str, list[RedisServer]]:
+    """A fixture parametrized over ``"redis"`` and ``"cluster"``: its URL scheme and the
+    suite's nodes of that kind (the standalone server's, or the cluster's), emptied."""
+    if kind == "cluster":
+        nodes: list[RedisServer] = request.getfixturevalue("redis_cluster")
+        scheme = "redis+cluster"
+    else:
+        nodes, scheme = [request.getfixturevalue("redis_server")], "redis"
+    flush(nodes)
+    return scheme, nodes
+
+
 @pytest.fixture(scope="session")
 def scripts_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A standalone server without Redis Functions (FUNCTION and FCALL renamed away)."""

@@ -35,8 +35,7 @@ from freqguard import (
     backend_from_url,
 )
 from freqguard.script.keys import policy_key, raw_digest
-from tests.conftest import flush
-from tests.servers import RedisServer
+from tests.conftest import flush, store_nodes
 
 OLD, NEW = 4, 8  # the two settings: bins k < 4 are the same keys under both
 
@@ -65,13 +64,7 @@ THEIRS = _in_bin(NEW, 0, head="t")
 @pytest.fixture(params=["redis", "cluster"])
 def url(request: pytest.FixtureRequest) -> Iterator[str]:
     """The store's URL, without its bins setting; emptied first."""
-    if request.param == "cluster":
-        nodes: list[RedisServer] = request.getfixturevalue("redis_cluster")
-        scheme = "redis+cluster"
-    else:
-        nodes = [request.getfixturevalue("redis_server")]
-        scheme = "redis"
-    flush(nodes)
+    scheme, nodes = store_nodes(request, request.param)
     yield f"{scheme}://127.0.0.1:{nodes[0].port}/0"
     flush(nodes)
 

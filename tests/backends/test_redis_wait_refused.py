@@ -27,7 +27,7 @@ from freqguard import (
     backend_from_url,
 )
 from freqguard.backends._inspect import wait_refused
-from tests.conftest import flush
+from tests.conftest import flush, store_nodes
 from tests.servers import RedisServer
 
 USER = "fg_no_wait"
@@ -38,13 +38,7 @@ POLICIES = [Policy("p", Rule("2/minute", by="r"), on_error="allow")]
 @pytest.fixture(params=["redis", "cluster"])
 def no_wait(request: pytest.FixtureRequest) -> Iterator[tuple[str, list[RedisServer]]]:
     """The URL of a user whom every node allows all but WAIT, and the nodes."""
-    if request.param == "cluster":
-        nodes: list[RedisServer] = request.getfixturevalue("redis_cluster")
-        scheme = "redis+cluster"
-    else:
-        nodes = [request.getfixturevalue("redis_server")]
-        scheme = "redis"
-    flush(nodes)
+    scheme, nodes = store_nodes(request, request.param)
     for node in nodes:
         node.client.acl_setuser(
             USER, enabled=True, nopass=True, keys=["*"], commands=["+@all", "-wait"]

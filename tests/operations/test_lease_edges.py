@@ -193,6 +193,36 @@ def _version(per_minute: int) -> Policy:
     )
 
 
+def _run_paused(
+    work: Callable[[], object], at: Callable[[FrameType], bool], go_on: threading.Event
+) -> tuple[threading.Thread, threading.Event, list[object]]:
+    """``work`` in a thread of its own, held (a trace function) at the first call of a
+    frame ``at`` picks until ``go_on`` is set (at once, once the race is fixed, where no
+    such frame comes: the returned event is set as the work ends); what it came to
+    (``"done"``, or what it raised) in the list."""
+    paused, outcome = threading.Event(), list[object]()
+
+    def tracer(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call" and at(frame):
+            paused.set()
+            go_on.wait(5)
+
+    def run() -> None:
+        sys.settrace(tracer)
+        try:
+            work()
+            outcome.append("done")
+        except Exception as exc:  # what the work raised is the finding
+            outcome.append(exc)
+        finally:
+            sys.settrace(None)
+            paused.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, paused, outcome
+
+
 def test_a_release_after_a_deploy_holds_while_another_thread_deploys() -> None:
     """A lease taken before a deploy goes back by the plan it was taken under, found among
     the replaced plans the registry keeps (``PolicyRegistry.taken_under``: a generator
@@ -206,33 +236,18 @@ def test_a_release_after_a_deploy_holds_while_another_thread_deploys() -> None:
     guard = Guard(policies=[_version(100)], clock=ManualClock(START))
     lease = guard.take_lease("llm")
     guard.add_policy(_version(200), replace=True)  # the first deploy: the lease's plan kept
-    paused, deployed = threading.Event(), threading.Event()
-    outcome: list[object] = []
+    deployed = threading.Event()
 
-    def tracer(frame: FrameType, event: str, arg: object) -> None:
+    def at(frame: FrameType) -> bool:  # the replaced plans' iterator made, not yet read
         code = frame.f_code
-        if event == "call" and code.co_name == "<genexpr>" and "registry" in code.co_filename:
-            paused.set()  # the replaced plans' iterator made, not yet read
-            deployed.wait(5)  # at once, today; a fix that locks the registry goes on
+        return code.co_name == "<genexpr>" and "registry" in code.co_filename
 
-    def release() -> None:
-        sys.settrace(tracer)
-        try:
-            guard.release(lease)
-            outcome.append("released")
-        except Exception as exc:  # what the release raised is the finding
-            outcome.append(exc)
-        finally:
-            sys.settrace(None)
-            paused.set()  # no such iteration (a fix): nothing to wait for
-
-    releasing = threading.Thread(target=release)
-    releasing.start()
+    releasing, paused, outcome = _run_paused(lambda: guard.release(lease), at, deployed)
     assert paused.wait(30)
     guard.add_policy(_version(300), replace=True)  # the second deploy, in this thread
     deployed.set()
     releasing.join(30)
-    assert outcome == ["released"]  # got [RuntimeError('dictionary changed size ...')]
+    assert outcome == ["done"]  # got [RuntimeError('dictionary changed size ...')]
     assert guard.peek("llm").rules[0].remaining == 2  # got 1: held until it lapses
 
 
@@ -255,19 +270,14 @@ def test_an_asgi_request_gives_its_lease_back_while_another_thread_registers_a_p
     capped_app = FreqGuardMiddleware(
         app, guard=guard, limits=[Limit("/llm", rule=_TWO, key=lambda request: {})]
     )
-    paused, registered = threading.Event(), threading.Event()
-    outcome: list[object] = []
+    registered = threading.Event()
 
-    def tracer(frame: FrameType, event: str, arg: object) -> None:
-        code = frame.f_code
-        if event == "call" and code.co_name == "<dictcomp>" and "registry" in code.co_filename:
-            callers: list[str] = []
-            up = frame.f_back
-            while up is not None and len(callers) < 4:
-                callers, up = [*callers, up.f_code.co_name], up.f_back
-            if "_leasing" in callers:
-                paused.set()  # the request's lease taken; the plans' iteration begun
-                registered.wait(5)  # at once, today; a fix that locks goes on
+    def at(frame: FrameType) -> bool:  # the request's lease taken; the plans' read begun
+        code, callers, up = frame.f_code, list[str](), frame.f_back
+        while up is not None and len(callers) < 4:
+            callers, up = [*callers, up.f_code.co_name], up.f_back
+        in_registry = code.co_name == "<dictcomp>" and "registry" in code.co_filename
+        return in_registry and "_leasing" in callers
 
     async def request() -> None:
         scope = {"type": "http", "method": "GET", "path": "/llm", "headers": []}
@@ -280,24 +290,12 @@ def test_an_asgi_request_gives_its_lease_back_while_another_thread_registers_a_p
 
         await capped_app(scope, receive, send)
 
-    def serve() -> None:
-        sys.settrace(tracer)
-        try:
-            asyncio.run(request())
-            outcome.append("answered")
-        except Exception as exc:  # what the middleware raised is the finding
-            outcome.append(exc)
-        finally:
-            sys.settrace(None)
-            paused.set()  # no such read (a fix): nothing to wait for
-
-    loop_thread = threading.Thread(target=serve)
-    loop_thread.start()
+    serving, paused, outcome = _run_paused(lambda: asyncio.run(request()), at, registered)
     assert paused.wait(30)
     guard.add_policy(Policy("endpoint", Rule("10/minute")))  # the threadpool's first call
     registered.set()
-    loop_thread.join(30)
-    assert outcome == ["answered"]  # got [RuntimeError('dictionary changed size ...')]
+    serving.join(30)
+    assert outcome == ["done"]  # got [RuntimeError('dictionary changed size ...')]
     assert guard.peek("two").rules[0].remaining == 2  # got 1: held until it lapses
 
 
