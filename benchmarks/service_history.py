@@ -25,7 +25,7 @@ from pathlib import Path
 from benchmarks.service import CONFIG
 from freqguard.config import loads
 from freqguard.guard import AsyncGuard
-from freqguard.service.history import History, history_for
+from freqguard.service.history import History
 from tests.servers import standalone
 
 BATCH = 20
@@ -83,7 +83,7 @@ async def _rate(case: Case, tasks: int, seconds: float) -> float:
 
 async def _measure(port: int, seconds: float, tasks: int, rounds: int) -> None:
     guard = loads(CONFIG.format(port=port)).async_guard()
-    history = history_for(guard)
+    history = History(guard)
     cases = _cases(guard, history)
     for width in (tasks, 1):
         found: dict[str, list[float]] = {name: [] for name in cases}

@@ -9,10 +9,12 @@ or 415.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 import msgspec
@@ -27,24 +29,24 @@ from freqguard.guard import AsyncGuard
 from freqguard.observe.base import RepeatFilter
 from freqguard.policy import Policy
 from freqguard.rates import written
+from freqguard.rules import Rule
 from freqguard.script.keys import context_digest
 from freqguard.service.access import notes
 from freqguard.service.bodies import MAX_BATCH, MAX_BODY, ManyCall, member, read
 from freqguard.service.dispatch import Calls, Handler
 from freqguard.service.gate import Gate, HostCheck
-from freqguard.service.history import TOP_MINUTES, history_for
+from freqguard.service.history import TOP_MINUTES, History
 from freqguard.service.openapi import BASE, CALLS, READS, document
-from freqguard.service.page import PAGE
 from freqguard.service.problems import (
     HANDLERS,
     Problem,
     from_store,
     invalid,
+    log,
     shown,
     store_failed,
     unforeseen,
 )
-from freqguard.service.ready import Readiness
 
 __all__ = ["MAX_BATCH", "MAX_BODY", "create_app"]
 
@@ -100,19 +102,16 @@ class Names:
         raise invalid(member(path, name), f"not a name {takes}")
 
 
-@dataclass(frozen=True)
-class Call:
-    """One call, past the gate and its body's checks."""
-
-    policy: str
-    names: Names
-    body: Any
-    rule: str | None
-
-
-Work = Callable[[Call], Awaitable[Any]]
+#: A call's work: its policy, that policy's names, its body past their checks, its rule.
+Work = Callable[[str, Names, Any, str | None], Awaitable[Any]]
+#: The operator's page: one HTML document, its style and script inline (no asset, no CDN),
+#: that calls the API as any client does (JSON, this origin, the token typed into it).
+PAGE = resources.files("freqguard.service").joinpath("page.html").read_text(encoding="utf-8")
 #: The page runs its own inline script and style, and talks to this origin only.
 _CSP = "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"
+#: ``/readyz``'s policy (no count of it is ever kept: a peek only reads).
+PROBE = "freqguard-ready"
+READY_TIMEOUT = 2.0  # seconds the store has to answer the probe
 
 
 class Service:
@@ -123,7 +122,11 @@ class Service:
         self, guard: AsyncGuard, tokens: Sequence[str], metrics: Any, keep_history: bool
     ) -> None:
         self.guard, self.registry, self.gate = guard, metrics, Gate(tokens)
-        self.ready, self.history = Readiness(guard), history_for(guard, keep_history)
+        probe = Policy(PROBE, Rule("1/second", name="probe"))
+        # as freqguard ping: it writes nothing, loads the store's function where it is
+        # missing, and has no breaker, so a store that came back is seen at once
+        self.probe = AsyncGuard(guard.backend, [probe], prefix=guard.prefix, breaker=None)
+        self.history = History(guard, kept=keep_history)
         self.logged = RepeatFilter(60.0)  # store failures: once a minute, not once a request
         self.document = document()
         self._names: dict[str, Names] = {}
@@ -163,7 +166,7 @@ class Service:
                 kind, work = works[request.method]
                 body = await read(request, kind)
                 names.check(body, limits)
-                answer = await work(Call(policy, names, body, rule))
+                answer = await work(policy, names, body, rule)
                 note = notes(request.scope)
                 if note is not None:  # an access log is kept
                     _note(note, policy, body, answer)
@@ -183,63 +186,68 @@ class Service:
 
         return handle
 
-    async def hit(self, call: Call) -> Any:
-        context = call.body.context
-        decided = await self.guard.hit(call.policy, call.body.cost, **context)
-        await self.history.record(call.policy, (decided,), (context,), call.names.dimensions)
+    async def hit(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
+        decided = await self.guard.hit(policy, body.cost, **body.context)
+        await self.history.record(policy, (decided,), (body.context,), names.dimensions)
         return schema.decision(decided)
 
-    async def hit_many(self, call: Call) -> Any:
-        contexts = call.body.contexts
-        decisions = await self.guard.hit_many(call.policy, contexts, call.body.cost)
-        await self.history.record(call.policy, decisions, contexts, call.names.dimensions)
+    async def hit_many(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
+        decisions = await self.guard.hit_many(policy, body.contexts, body.cost)
+        await self.history.record(policy, decisions, body.contexts, names.dimensions)
         return schema.Decisions([schema.decision(d) for d in decisions])
 
-    async def peek(self, call: Call) -> Any:
-        return schema.decision(await self.guard.peek(call.policy, **call.body.context))
+    async def peek(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
+        return schema.decision(await self.guard.peek(policy, **body.context))
 
-    async def refund(self, call: Call) -> Any:
-        body = call.body
-        return schema.decision(await self.guard.refund(call.policy, body.cost, **body.context))
+    async def refund(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
+        return schema.decision(await self.guard.refund(policy, body.cost, **body.context))
 
-    async def reset(self, call: Call) -> Any:
-        done = await self.guard.reset(call.policy, rules=call.body.rules, **call.body.context)
+    async def reset(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
+        done = await self.guard.reset(policy, rules=body.rules, **body.context)
         return schema.ResetDone(reset=True, rules=list(done))
 
-    async def denials(self, call: Call) -> Any:
-        context, dimensions = call.body.context, call.names.dimensions
+    async def denials(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
+        context, dimensions = body.context, names.dimensions
         missing = [d for d in dimensions if d not in context]
         if missing:  # no guard call here to say it: a digest of a part of the key is no key
-            taken = f"missing: policy {call.policy!r} takes: {', '.join(dimensions)}"
+            taken = f"missing: policy {policy!r} takes: {', '.join(dimensions)}"
             raise invalid(member("context", missing[0]), taken)
         key = context_digest(context, dimensions)
         async with _store_answers("the context's denials"):
-            denied = await self.history.denied(call.policy, key, call.body.minutes)
-        return schema.Denials(key=key, denied=denied, minutes=call.body.minutes)
+            denied = await self.history.denied(policy, key, body.minutes)
+        return schema.Denials(key=key, denied=denied, minutes=body.minutes)
 
-    async def limits(self, call: Call) -> Any:
-        found = await self.guard.limits_for(call.policy, **call.body.context)
+    async def limits(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
+        found = await self.guard.limits_for(policy, **body.context)
         # each rate as written (50/day), as the page lists the policy's: it parses back
         return schema.Limits(
             {r: None if rate is None else written(rate) for r, rate in found.items()}
         )
 
-    async def set_limit(self, call: Call) -> Any:
-        body = call.body
-        await self.guard.set_limit(
-            call.policy, str(call.rule), body.rate, ttl=body.ttl, **body.context
-        )
-        return await self.limits(call)
+    async def set_limit(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
+        await self.guard.set_limit(policy, str(rule), body.rate, ttl=body.ttl, **body.context)
+        return await self.limits(policy, names, body, rule)
 
-    async def clear_limit(self, call: Call) -> Any:
-        await self.guard.clear_limit(call.policy, str(call.rule), **call.body.context)
-        return await self.limits(call)
+    async def clear_limit(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
+        await self.guard.clear_limit(policy, str(rule), **body.context)
+        return await self.limits(policy, names, body, rule)
 
     async def healthz(self, request: Request) -> Response:
         return JSON(schema.Health(status="ok", policies=sorted(self.guard.policies)))
 
     async def readyz(self, request: Request) -> Response:
-        return JSON(await self.ready.check())
+        """Ready if the store answered :data:`PROBE`'s peek in time; else a 503 saying whether
+        it failed (what it said goes to the log, as for any call) or was too slow."""
+        try:
+            await asyncio.wait_for(self.probe.peek(PROBE), READY_TIMEOUT)
+        except asyncio.TimeoutError:
+            detail = f"the store did not answer within {READY_TIMEOUT:g} s"
+        except (BackendUnavailable, ConfigError) as exc:  # ConfigError: a node's MOVED
+            log.warning("freqguard serve: /readyz: %s", exc)
+            detail = "the store could not be reached or refused the probe"
+        else:
+            return JSON(schema.Ready(status="ready", store=type(self.guard.backend).__name__))
+        raise Problem(503, f"not ready: {detail}", headers={"retry-after": "1"})
 
     async def metrics(self, request: Request) -> Response:
         if self.registry is None:

@@ -36,7 +36,6 @@ __all__ = [
     "TOP_MINUTES",
     "History",
     "bounded",
-    "history_for",
 ]
 
 MINUTES = 60  # the minutes the history holds, the current one last
@@ -226,9 +225,3 @@ class History:
         at = list(product(policies, minutes))
         replies = await self._tallies.read([self._top_key(*where) for where in at], top=True)
         return {where: Counter(reply) for where, reply in zip(at, replies, strict=True) if reply}
-
-
-def history_for(guard: AsyncGuard, kept: bool = True) -> History:
-    """The history of ``guard``'s store (``backends.tallies``: in Redis on a Redis backend,
-    else in this process); none unless ``kept``."""
-    return History(guard, kept=kept)

@@ -134,7 +134,7 @@ def test_the_page_s_writes_are_the_api_s_calls_with_its_gate() -> None:
 def test_the_page_sends_every_call_through_one_json_function() -> None:
     """The page's script calls ``fetch`` in one place, which sends JSON and the token; its
     writes are the limits routes' PUT and DELETE."""
-    from freqguard.service.page import PAGE
+    from freqguard.service.app import PAGE
 
     assert PAGE.count("fetch(") == 5  # send(), and the four open GETs it reads
     assert 'fetch("/v1/policies")' in PAGE

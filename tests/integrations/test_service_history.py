@@ -16,7 +16,7 @@ import pytest
 
 from freqguard import AsyncGuard, ManualClock, MemoryBackend
 from freqguard.service import create_app
-from freqguard.service.history import MINUTES, history_for
+from freqguard.service.history import MINUTES, History
 from tests.integrations.history_rig import SMS, START, _digest, _series
 
 
@@ -147,7 +147,7 @@ def test_a_history_that_cannot_be_written_is_logged_once_a_while(
     once, then not again within the minute (``observe.base.RepeatFilter``), and again
     once the minute has passed."""
     guard = AsyncGuard(MemoryBackend(), [SMS], clock=ManualClock(START))
-    history = history_for(guard)
+    history = History(guard)
     context: dict[str, Any] = {"recipient": "a", "content": "x"}
 
     async def refused(*args: object) -> None:

@@ -28,7 +28,7 @@ def test_the_history_and_top_keys_on_a_redis_store(
     Redis Cluster (each key of the history in one slot: one policy's keys share a tag)."""
     from freqguard.backends.tallies import RedisTallies
     from freqguard.backends.urls import async_backend_from_url
-    from freqguard.service.history import history_for
+    from freqguard.service.history import History
 
     if store == "redis":
         url = request.getfixturevalue("redis_server").url
@@ -38,7 +38,7 @@ def test_the_history_and_top_keys_on_a_redis_store(
 
     async def run() -> tuple[Any, Any]:
         guard = AsyncGuard(async_backend_from_url(url), [SMS], prefix=prefix)
-        history = history_for(guard)
+        history = History(guard)
         assert isinstance(history._tallies, RedisTallies)  # in the store, not in memory
         contexts = [{"recipient": "a", "content": "x"}] * 3
         try:
