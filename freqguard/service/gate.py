@@ -51,13 +51,21 @@ _HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
 _SAME = frozenset({"same-origin", "none"})  # Sec-Fetch-Site; "none": the user's own action
 
 
-def _flaw(token: str) -> str:
-    """What makes ``token`` no token, in words that never show it."""
-    if "," in token:
-        return "a comma"
-    if any(c.isspace() for c in token):
-        return "a space inside it"
-    return "a character other than visible ASCII"
+def _check(token: object, where: str, tail: str = "") -> None:
+    """Refuse what is not a token, at ``where``, in words that never show it."""
+    if isinstance(token, str) and _TOKEN.fullmatch(token) is not None:
+        return
+    if not isinstance(token, str) or not token:
+        flaw = "nothing"
+    elif "," in token:
+        flaw = "a comma"
+    elif any(c.isspace() for c in token):
+        flaw = "a space inside it"
+    else:
+        flaw = "a character other than visible ASCII"
+    raise ConfigError(
+        f"{where} holds {flaw}; a token is one word of visible ASCII without commas{tail}"
+    )
 
 
 def parse_tokens(text: str, source: str) -> list[str]:
@@ -71,12 +79,8 @@ def parse_tokens(text: str, source: str) -> list[str]:
     tokens = []
     for number, line in enumerate(text.split("\n"), 1):
         token = line.strip()
-        if token and _TOKEN.fullmatch(token) is None:
-            raise ConfigError(
-                f"{source}, line {number}: holds {_flaw(token)}; a token is one word of "
-                "visible ASCII without commas, one token a line"
-            )
         if token:
+            _check(token, f"{source}, line {number}:", ", one token a line")
             tokens.append(token)
     return tokens
 
@@ -238,12 +242,7 @@ class Gate:
 
     def __init__(self, tokens: Sequence[str]) -> None:
         for number, token in enumerate(tokens, 1):
-            if not isinstance(token, str) or _TOKEN.fullmatch(token) is None:
-                flaw = _flaw(token) if isinstance(token, str) and token else "nothing"
-                raise ConfigError(
-                    f"token {number} holds {flaw}; a token is one word of visible ASCII "
-                    "without commas"
-                )
+            _check(token, f"token {number}")
         self._tokens = [token.encode() for token in tokens]
 
     def check(self, request: Request) -> None:

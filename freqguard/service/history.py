@@ -149,8 +149,7 @@ class History:
     async def read(self, policies: Mapping[str, Sequence[str]]) -> schema.History:
         """The series of each policy (its own first, then each of its rules) over the
         :data:`MINUTES` minutes that end with the current one."""
-        await self.flush()
-        minutes = self._recent(MINUTES)
+        minutes = await self._recent(MINUTES)
         found = await self._counts(list(policies), minutes)
         series: list[schema.Series] = []
         for policy, rules in policies.items():
@@ -169,8 +168,7 @@ class History:
     ) -> schema.TopKeys:
         """The keys denied most over the last ``minutes``, each shown as ``digest`` makes it
         (None: as it is)."""
-        await self.flush()
-        found = await self._keys(policies, self._recent(minutes))
+        found = await self._keys(policies, await self._recent(minutes))
         summed: Counter[tuple[str, str]] = Counter()
         for (policy, _), keys in found.items():
             for key, count in keys.items():
@@ -184,11 +182,12 @@ class History:
 
     async def denied(self, policy: str, key: str, minutes: int) -> int:
         """One key's denials over the last ``minutes``."""
-        await self.flush()
-        found = await self._keys([policy], self._recent(minutes))
+        found = await self._keys([policy], await self._recent(minutes))
         return sum(keys[key] for keys in found.values())
 
-    def _recent(self, minutes: int) -> list[int]:
+    async def _recent(self, minutes: int) -> list[int]:
+        """The last ``minutes``, the current one last, once the pending counts are sent."""
+        await self.flush()
         if not self.kept:
             raise Problem(404, "the decisions' history is off (freqguard serve --history off)")
         now = self.minute()

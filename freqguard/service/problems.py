@@ -131,8 +131,10 @@ def unforeseen(exc: BaseException, request: Request) -> Problem:
 
 
 async def _problem(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, Problem)
-    return exc.response(request)
+    """A handler's :class:`Problem`; anything else is the last resort, outside the routes'
+    own (Starlette's ServerErrorMiddleware, which raises the exception on after this answer:
+    the server logs its traceback)."""
+    return (exc if isinstance(exc, Problem) else Problem(500, UNFORESEEN)).response(request)
 
 
 async def _http(request: Request, exc: Exception) -> Response:
@@ -149,15 +151,9 @@ async def _http(request: Request, exc: Exception) -> Response:
     return Problem(exc.status_code, detail, headers=headers).response(request)
 
 
-async def _unforeseen(request: Request, exc: Exception) -> Response:
-    """The last resort, outside the routes' own (Starlette's ServerErrorMiddleware, which
-    raises the exception on after this answer: the server logs its traceback)."""
-    return Problem(500, UNFORESEEN).response(request)
-
-
 #: The app's exception handlers: every answer other than a 200 goes through one of them.
 HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
     Problem: _problem,
     HTTPException: _http,
-    Exception: _unforeseen,
+    Exception: _problem,
 }

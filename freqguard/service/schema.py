@@ -240,9 +240,6 @@ def _written_rule(rule: Rule) -> str:
 
 
 def _rule_info(rule: Rule) -> RuleInfo:
-    zone = None
-    if rule.calendar:
-        zone = rule.tz if rule.tz is not None else f"from {rule.tz_from}"
     return RuleInfo(
         rule=rule.id,
         by=list(rule.by),
@@ -251,7 +248,7 @@ def _rule_info(rule: Rule) -> RuleInfo:
         written=_written_rule(rule),
         lease=rule.lease,
         burst=rule.burst,
-        zone=zone,
+        zone=None if not rule.calendar else rule.tz or f"from {rule.tz_from}",
         only=None if rule.only is None else list(rule.only),
         caps=dict(rule.caps),
         shadow=rule.shadow,
