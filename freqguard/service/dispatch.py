@@ -10,6 +10,7 @@ whose answers (404, 405 with ``Allow``) stay as they were.
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -23,6 +24,9 @@ __all__ = ["PREFIX", "Calls"]
 
 PREFIX = "/v1/policies/"
 _POLICY = PREFIX + "{policy}/"
+#: A call's path: the policy, the action and (for a rule's call) the rule, as Starlette's
+#: ``{name}`` matches each: one or more characters but ``/``.
+_CALL = re.compile(re.escape(PREFIX) + r"([^/]+)/([^/]+)(?:/([^/]+))?")
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -58,20 +62,14 @@ class Calls:
         return routes
 
     def _find(self, scope: Any) -> tuple[Handler, dict[str, str]] | None:
-        path: str = scope["path"]
-        if not path.startswith(PREFIX) or scope.get("root_path"):
+        found = _CALL.fullmatch(scope["path"])
+        if found is None or scope.get("root_path"):
             return None
-        parts = path[len(PREFIX) :].split("/")
-        if len(parts) == 2:
-            params = {"policy": parts[0]}
-        elif len(parts) == 3:
-            params = {"policy": parts[0], "rule": parts[2]}
-        else:
+        policy, action, rule = found.groups()
+        handler = self._handlers.get((action, rule is not None, scope["method"]))
+        if handler is None:
             return None
-        if not all(parts):  # an empty name: Starlette's route would not match it either
-            return None
-        handler = self._handlers.get((parts[1], len(parts) == 3, scope["method"]))
-        return None if handler is None else (handler, params)
+        return handler, {"policy": policy} if rule is None else {"policy": policy, "rule": rule}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         found = self._find(scope) if scope["type"] == "http" else None

@@ -9,6 +9,7 @@ can be typed back as a per-key limit) and the metrics. Import the module, not th
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 import msgspec
@@ -283,15 +284,14 @@ def stat_rows(registry: Any) -> list[StatRow]:
     """Per policy: allowed and denied decisions; per rule: its denials (from the metrics)."""
     if registry is None:
         return []
-    totals: dict[str, dict[str, float]] = {}
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: {"allowed": 0.0, "denied": 0.0})
     rules: dict[tuple[str, str], float] = {}
     for family in registry.collect():
         for sample in family.samples:
             labels = sample.labels
             if sample.name == "freqguard_decisions_total":
-                entry = totals.setdefault(labels["policy"], {"allowed": 0.0, "denied": 0.0})
                 outcome = "allowed" if labels.get("outcome") == "allowed" else "denied"
-                entry[outcome] += sample.value
+                totals[labels["policy"]][outcome] += sample.value
             elif sample.name == "freqguard_denials_total":
                 rules[labels["policy"], labels["rule"]] = sample.value
     rows: list[StatRow] = []
