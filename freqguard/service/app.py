@@ -1,10 +1,6 @@
 """The decision service's Starlette app: a configuration's policies behind HTTP/JSON, its
-routes made from the operations :mod:`freqguard.service.openapi` declares.
-
-A denial is a 200 with ``"allowed": false``. Anything else is RFC 9457 problem+json: a bad
-body a 422 naming the field, an unknown policy, rule or path a 404, a body over the limit a
-413, the store failing a 503; a call refused by :mod:`~freqguard.service.gate` a 401, 403
-or 415.
+routes made from the operations :mod:`freqguard.service.openapi` declares (with the
+problems each may answer). A denial is a 200 with ``"allowed": false``.
 """
 
 from __future__ import annotations
@@ -316,7 +312,6 @@ def _note(note: dict[str, Any], policy: str, body: Any, answer: Any) -> None:
 
 
 def _method(operation: str) -> str:
-    """The name of the handler of an operation: its id in snake case."""
     return re.sub(r"[A-Z]", lambda upper: "_" + upper[0].lower(), operation)
 
 

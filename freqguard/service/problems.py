@@ -151,7 +151,6 @@ async def _http(request: Request, exc: Exception) -> Response:
     return Problem(exc.status_code, detail, headers=headers).response(request)
 
 
-#: The app's exception handlers: every answer other than a 200 goes through one of them.
 HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
     Problem: _problem,
     HTTPException: _http,
