@@ -104,9 +104,7 @@ class AccessLog:
             "bytes": answer["bytes"],
             "client": client[0] if client else None,
         }
-        for name, value in note.items():
-            if name == "context":
-                line["context"] = digested(value, self.key)
-            else:
-                line[name] = value
+        line.update(note)
+        if "context" in note:
+            line["context"] = digested(note["context"], self.key)
         return line
