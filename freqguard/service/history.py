@@ -211,13 +211,11 @@ class History:
     async def _counts(self, policies: Sequence[str], minutes: Sequence[int]) -> Counts:
         hours = list(product(policies, sorted({minute // 60 for minute in minutes})))
         replies = await self._tallies.read([self._key(p, hour * 60) for p, hour in hours])
-        found: Counts = {}
+        found: Counts = defaultdict(Counter)
         for (policy, hour), reply in zip(hours, replies, strict=True):
             for field, value in reply.items():
                 minute, rule, outcome = field.split("|")
-                found.setdefault((policy, hour * 60 + int(minute)), Counter())[rule, outcome] += (
-                    value
-                )
+                found[policy, hour * 60 + int(minute)][rule, outcome] += value
         return found
 
     async def _keys(self, policies: Sequence[str], minutes: Sequence[int]) -> Keys:
