@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -51,8 +50,6 @@ class JSON(Response):
     """A 200 of ``application/json``, encoded by msgspec, its head made at once (nothing of
     Starlette's own ``__init__`` serves it)."""
 
-    media_type = "application/json"
-
     def __init__(self, content: Any) -> None:
         self.status_code, self.background = 200, None
         self.body = body = schema.encode(content)
@@ -62,22 +59,14 @@ class JSON(Response):
 _JSON_TYPE = (b"content-type", b"application/json")
 
 
-@dataclass(frozen=True)
 class Names:
     """The names one policy's contexts may hold (a Policy derives them at each ask): its
     dimensions, as a set, and with what its rules read."""
 
-    policy: Policy
-    dimensions: tuple[str, ...]
-    keyed: frozenset[str]
-    hit: frozenset[str]
-
-    @classmethod
-    def of(cls, policy: Policy) -> Names:
-        dimensions = tuple(policy.dimensions)
-        return cls(
-            policy, dimensions, frozenset(dimensions), frozenset((*dimensions, *policy.reads))
-        )
+    def __init__(self, policy: Policy) -> None:
+        self.policy, self.dimensions = policy, policy.dimensions
+        self.keyed = frozenset(self.dimensions)
+        self.hit = frozenset((*self.dimensions, *policy.reads))
 
     def check(self, body: Any, limits: bool) -> None:
         """Refuse a name the policy does not take (a limit's context: a dimension) before the
@@ -141,7 +130,7 @@ class Service:
         policy = self.policy(name)
         found = self._names.get(name)
         if found is None or found.policy is not policy:
-            found = self._names[name] = Names.of(policy)
+            found = self._names[name] = Names(policy)
         return name, found
 
     def endpoint(
