@@ -43,7 +43,7 @@ from freqguard.decorators.adapters import as_async
 from freqguard.decorators.call_keys import Arguments, CallKey, KeyArgument, check_fit
 from freqguard.decorators.defaults import configure, default_async_guard, default_guard
 from freqguard.decorators.generators import async_held, held
-from freqguard.decorators.leases import check_exceeded, leased, ran, refuse_block
+from freqguard.decorators.leases import check_exceeded, leased, refuse_block
 from freqguard.decorators.naming import implicit_name, parse_target, unknown_policy
 from freqguard.engine.failover import shared_out
 from freqguard.errors import CapExceeded, ConfigError
@@ -155,12 +155,13 @@ class Capped:
         self._key.check(func)
         check_fit(func, self.guard, self._policy, self._key)
         site = self._site(func)
-        inner = inspect.unwrap(func)  # through the wrappers that say what they wrap
-        if inspect.iscoroutinefunction(inner):  # chosen once, here
-            return cast(Callable[P, R], self._wrap_async(cast(Any, func), site))
-        if inspect.isasyncgenfunction(inner):
+        if inspect.iscoroutinefunction(func):  # chosen once, here
+            return cast(Callable[P, R], self._wrap_async(func, site))
+        if inspect.isasyncgenfunction(func):
             return cast(Callable[P, R], self._wrap_async_generator(func, site))
-        return cast(Callable[P, R], self._wrap_sync(func, site, inspect.isgeneratorfunction(inner)))
+        # a generator function under wrappers that say what they wrap (tracing, retries)
+        generator = inspect.isgeneratorfunction(inspect.unwrap(func))
+        return cast(Callable[P, R], self._wrap_sync(func, site, generator))
 
     def _site(self, func: Callable[..., object]) -> _Site:
         name = self._name
@@ -191,7 +192,7 @@ class Capped:
                 with guard.lease(name, cost, **ctx) as lease:
                     if not lease.allowed:
                         return self._exceeded(lease)
-                    return ran(wrapped(*args, **kwargs), name)
+                    return wrapped(*args, **kwargs)
             decision = self._ask(guard, name, ctx, cost)
             if not decision.allowed:
                 return self._exceeded(decision)

@@ -4,12 +4,10 @@ held while it runs (``Guard.lease``); never waited for, never by a ``with`` bloc
 
 from __future__ import annotations
 
-import inspect
-
 from freqguard.errors import ConfigError
 from freqguard.guard import AsyncGuard, Guard
 
-__all__ = ["check_exceeded", "leased", "ran", "refuse_block"]
+__all__ = ["check_exceeded", "leased", "refuse_block"]
 
 
 def check_exceeded(on_exceeded: object, timeout: object) -> None:
@@ -55,25 +53,3 @@ def refuse_block(guard: Guard | AsyncGuard, name: str) -> None:
             f"policy {name!r} counts leases: take one with guard.lease({name!r}, ...), "
             "which gives it back when its block ends"
         )
-
-
-def ran(result: object, name: str) -> object:
-    """``result``, the call's under a lease, when its body has run: a generator or a
-    coroutine it only made (a wrapper that hides what it wraps, so not told at decoration)
-    would run after the lease went back, so it is closed and refused.
-
-    Raises:
-        ConfigError: naming the fix.
-    """
-    if inspect.isgenerator(result) or inspect.iscoroutine(result):
-        result.close()
-    elif inspect.isasyncgen(result):
-        pass  # its aclose is a coroutine: never started, it holds nothing to close
-    else:
-        return result
-    raise ConfigError(
-        f"a call capped by policy {name!r}, which counts leases, returned "
-        f"{type(result).__name__} {getattr(result, '__qualname__', '')}, which runs after the "
-        "call, unleased: put @capped right over the generator or async function (or give "
-        "its wrapper functools.wraps), so that the lease is held while it runs"
-    )

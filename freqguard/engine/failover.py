@@ -120,11 +120,13 @@ class Failover:
         guard drives them, those deploys replaced too (the last ``MOST_REPLACED`` a policy):
         a guard's close closes them with its store (a configuration's ``on_error = {
         fallback = "..." }`` makes one only the guard holds)."""
-        before = (self._adapt(v) for kept in self._before.values() for v in kept.values())
-        given = (self.default, *(self._driven[name] for name in self._driven), *before)
+        # snapshots (one C call each): a policy registered meanwhile changes these dicts
+        kept = [v for versions in list(self._before.values()) for v in list(versions.values())]
+        before = (self._adapt(v) for v in kept)
+        given = (self.default, *(self._driven[name] for name in list(self._driven)), *before)
         found = (value.backend if isinstance(value, Fallback) else value for value in given)
-        kept = (b for b in found if not isinstance(b, str) and b is not besides)
-        return list({id(b): b for b in kept}.values())
+        backends = (b for b in found if not isinstance(b, str) and b is not besides)
+        return list({id(b): b for b in backends}.values())
 
     def of(self, plan: PolicyPlan) -> object:
         """``plan``'s ``on_error``, as this guard drives it."""

@@ -1,10 +1,11 @@
 """A guard's policies, each compiled once into a plan
 (:class:`~freqguard.engine.plan.PolicyPlan`) and looked up by name.
 
-Read by every call, from any thread, without a lock; changed (a policy added or replaced)
-under one, copy on write: a reader iterating the policies, or a release looking for the
-plan its lease was taken under, holds a dict that no deploy changes (one changed under it
-raised "dictionary changed size during iteration" out of a release, the lease held).
+Read by every call, from any thread, without a lock; changed (a policy added or replaced:
+its name checked and its plan added as one) under one, copy on write: a reader iterating
+the policies, or a release looking for the plan its lease was taken under, holds a dict
+that no deploy changes (one changed under it raised "dictionary changed size during
+iteration" out of a release, the lease held).
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ class PolicyRegistry:
         self._changing = threading.Lock()  # one change at a time; readers take none
 
     def compile(self, policy: object, replace: object = False) -> PolicyPlan | None:
-        """``policy`` compiled, to :meth:`add` once the guard accepts it; None when an
-        equal policy is registered already (re-adding it is a no-op).
+        """``policy`` compiled, to add once the guard accepts it (:meth:`register`); None
+        when an equal policy is registered already (re-adding it is a no-op).
 
         Raises:
             ConfigError: not a Policy, ``replace`` not a bool, or a different policy of
@@ -82,23 +83,23 @@ class PolicyRegistry:
         other rule's state by its id (which names its rate). A decision made under the old
         version is not refunded (its receipt names the policy as it was).
         """
-        plan = self.compile(policy, replace)
-        if plan is not None:
-            failover.add(plan)
-            self.add(plan)
-            denials.forget(plan, None)
+        with self._changing:  # the name's check and the add as one: two threads
+            plan = self.compile(policy, replace)  # registering one name, one refused
+            if plan is not None:
+                failover.add(plan)
+                self._add(plan)
+                denials.forget(plan, None)
 
-    def add(self, plan: PolicyPlan) -> None:
+    def _add(self, plan: PolicyPlan) -> None:
         """Register a plan made by :meth:`compile` (the one it replaces kept for
-        :meth:`taken_under`)."""
-        with self._changing:  # new dicts, never one a reader holds changed
-            old = self._plans.get(plan.name)
-            replaced = dict(self._replaced.get(plan.name, {}))
-            if old is not None and old.fingerprint != plan.fingerprint:
-                keep(replaced, old.fingerprint, old)
-            replaced.pop(plan.fingerprint, None)
-            self._replaced = {**self._replaced, plan.name: replaced}
-            self._plans = {**self._plans, plan.name: plan}
+        :meth:`taken_under`), in new dicts: never one a reader holds changed."""
+        old = self._plans.get(plan.name)
+        replaced = dict(self._replaced.get(plan.name, {}))
+        if old is not None and old.fingerprint != plan.fingerprint:
+            keep(replaced, old.fingerprint, old)
+        replaced.pop(plan.fingerprint, None)
+        self._replaced = {**self._replaced, plan.name: replaced}  # first: a release finds
+        self._plans = {**self._plans, plan.name: plan}  # the plan its lease was taken under
 
     def taken_under(self, name: str, fingerprint: str) -> PolicyPlan:
         """The plan a receipt of ``name`` was made by: the registered one, or one it

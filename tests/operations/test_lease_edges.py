@@ -65,26 +65,9 @@ def test_a_lease_that_decorates_a_lazy_function_is_held_while_its_body_runs(
     function = make(guard)
     with pytest.raises(ConfigError, match=r"runs after it, unleased: cap it with @capped"):
         guard.lease("vendor")(function)  # refused as it is decorated: none runs unleased
-    with pytest.raises(ConfigError, match="runs after it"):
-        guard.lease("vendor")(_traced(function))  # through a wrapper that says what it wraps
-
-
-def test_capped_refuses_a_generator_a_hiding_wrapper_returns() -> None:
-    """A wrapper that does not say what it wraps (no ``functools.wraps``) hides a generator
-    function from ``@capped``: the call that made the generator is refused as it returns
-    it (closed, the lease given back), naming the fix, not run unleased."""
-    guard = Guard(policies=[ONE], clock=ManualClock(START))
-
-    def stream() -> Iterator[int]:
-        yield guard.peek("vendor").remaining
-
-    @capped("vendor", guard=guard)
-    def hidden() -> Iterator[int]:
-        return stream()
-
-    with pytest.raises(ConfigError, match="put @capped right over the generator"):
-        hidden()
-    assert guard.peek("vendor").rules[0].remaining == 1  # the lease went back
+    if make is _generator:  # through a wrapper that says what it wraps (an async def's
+        with pytest.raises(ConfigError, match="runs after it"):  # may run it to its end)
+            guard.lease("vendor")(_traced(function))
 
 
 def _traced(function: Callable[..., Any]) -> Callable[..., Any]:
