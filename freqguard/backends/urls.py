@@ -177,6 +177,24 @@ def _direct(url: str, scheme: str) -> Target:
     return Target(kind, url.replace("+cluster://", "://", 1), options, nodes=nodes, backend=own)
 
 
+def _cut_password(url: str) -> None:
+    """Refuse a user or password that holds an unencoded ``?``: the address ends there, so
+    the rest would be read as options (``?et9@host:6379``), and shown whole in the error.
+
+    Raises:
+        ConfigError: naming the fix, the password masked.
+    """
+    scheme, _, rest = url.partition("://")
+    cut = min((rest.find(c) for c in "/?#" if c in rest), default=len(rest))
+    if "@" in rest[:cut] or cut == len(rest) or rest[cut] != "?":
+        return
+    first = rest[cut + 1 :].partition("&")[0]
+    if "@" in first and "=" not in first.partition("@")[0]:  # not an option's value
+        user = rest[:cut].partition(":")[0]
+        shown = _shown(f"{scheme}://{user}:***@{rest.partition('@')[2]}")
+        raise ConfigError(f"the user or password in {shown!r} holds a '?': percent-encode it (%3F)")
+
+
 def _nodes(url: str, scheme: str) -> tuple[str, tuple[tuple[str, int], ...]]:
     """A URL of several nodes (``host:port,host:port``): on a cluster, the URL of the first
     and the others' (host, port); on a single server, refused naming the cluster's form."""
@@ -191,6 +209,7 @@ def _nodes(url: str, scheme: str) -> tuple[str, tuple[tuple[str, int], ...]]:
             f"nodes are a cluster's: {scheme}+cluster://host:port,host:port"
         )
     first, *others = hosts.split(",")
+    _address(url, first, _CLUSTER_NODE)  # none empty: a hostless first is redis-py's 6379
     nodes = tuple(_address(url, node, _CLUSTER_NODE) for node in others)
     return f"{scheme_part}://{userinfo}{at}{first}{rest[end:]}", nodes
 
@@ -276,6 +295,7 @@ def parse_url(url: str) -> Target:
         ConfigError: an unsupported scheme or a bad part (see the module docstring).
     """
     scheme = _scheme(url)
+    _cut_password(url)
     if scheme == "memory":
         if url.partition("://")[2] not in ("", "/"):  # nothing would read it
             raise ConfigError(
