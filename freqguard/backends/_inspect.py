@@ -139,17 +139,32 @@ def inspection(
 
 def _waits(client: Any, cluster: bool) -> Generator[Callable[[], Any], Any, None]:
     """Whether the store runs WAIT for this client: ``WAIT 0 1`` answers at once (no
-    replica asked for). A refusal is raised (:func:`wait_refused`); on a cluster, a node
-    that cannot answer now is passed over (the one probed stands for the ACL of all)."""
-    where = {"target_nodes": client.DEFAULT_NODE} if cluster else {}
-    try:
-        yield lambda: client.execute_command("WAIT", 0, 1, **where)
-    except ERRORS as exc:
-        refused = wait_refused(exc, address(client))
-        if refused is not None:
-            raise refused from exc
-        if not cluster:
+    replica asked for). A refusal is raised (:func:`wait_refused`); on a cluster every
+    primary is asked (each node has its own ACL: a rollout that missed one), a node that
+    cannot answer now passed over, and the refusal names the node."""
+    if not cluster:
+        try:
+            yield lambda: client.execute_command("WAIT", 0, 1)
+        except ERRORS as exc:
+            _wait_refused(exc, address(client))
             raise
+        return
+    try:  # the default node first: an asyncio client learns the cluster's nodes so
+        yield lambda: client.execute_command("WAIT", 0, 1, target_nodes=client.DEFAULT_NODE)
+    except ERRORS as exc:
+        _wait_refused(exc, client.get_default_node().name)
+    for node in list(client.get_primaries()):
+        try:
+            yield partial(client.execute_command, "WAIT", 0, 1, target_nodes=node)
+        except ERRORS as exc:
+            _wait_refused(exc, node.name)
+
+
+def _wait_refused(error: Exception, where: str) -> None:
+    """Raise :func:`wait_refused`'s error for ``error``, if it is a refusal."""
+    refused = wait_refused(error, where)
+    if refused is not None:
+        raise refused from error
 
 
 def wait_refused(error: Exception, where: str) -> ConfigError | None:
