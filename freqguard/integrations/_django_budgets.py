@@ -19,10 +19,11 @@ from freqguard.errors import ConfigError
 from freqguard.integrations._drf_walk import Walk, dotted
 from freqguard.integrations._http import check_keyed, client_ip
 from freqguard.integrations._request import dimensions_of
+from freqguard.integrations._rule_items import check_cost
 from freqguard.rates import Rate, parse_rates, written
 from freqguard.rules import Rule
 
-__all__ = ["budget_checks"]
+__all__ = ["budget_checks", "cost_checks"]
 
 _SHOWN = 3  # the views a set names; the others it counts
 _UNKNOWN = "key"  # a key's dimensions, known only from a request
@@ -114,3 +115,22 @@ def _shown(rule: Rate | Rule) -> str:
 def _views(views: Sequence[str]) -> str:
     more = f" and {len(views) - _SHOWN} more" if len(views) > _SHOWN else ""
     return ", ".join(views[:_SHOWN]) + more
+
+
+def cost_checks(walked: Walk) -> list[checks.CheckMessage]:
+    """``freqguard.E008``: a view's cap whose cost the default limits it is decided with
+    cannot hold (charged to them too, in one hit): every request to it a 500. Default
+    limits that do not parse are E002's."""
+    text = getattr(django_settings, "FREQGUARD_DEFAULT_LIMITS", None)
+    try:
+        defaults = tuple(parse_rates(text)) if isinstance(text, str) and text else ()
+    except ConfigError:
+        return []
+    found: list[checks.CheckMessage] = []
+    for where, cap in walked.costly if defaults else ():
+        try:
+            check_cost(cap.cost, (*defaults, *cap.items), f"{where}: ")
+        except ConfigError as error:
+            text = f"{error} (FREQGUARD_DEFAULT_LIMITS is charged its cost too)"
+            found.append(checks.Error(text, id="freqguard.E008"))
+    return found

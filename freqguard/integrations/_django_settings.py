@@ -109,7 +109,8 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     ``freqguard.E004`` a view's freqguard throttle reading a scope with no rate,
     ``freqguard.E005`` a dotted path in a view's ``throttle_classes``, ``freqguard.E006`` a
     view's freqguard throttle with neither a rate nor a scope, ``freqguard.E007`` one
-    budget given two sets of rules, ``freqguard.I001``
+    budget given two sets of rules, ``freqguard.E008`` a view's cost its default limits
+    cannot hold, ``freqguard.I001``
     the views whose throttles ``get_throttles()`` chooses, not seen, ``freqguard.W003`` a
     URLconf past the bound of the walk, ``freqguard.W004`` includes nested past its depth:
     see

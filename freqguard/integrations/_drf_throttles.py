@@ -45,7 +45,7 @@ from django.conf import settings as django_settings
 from django.core import checks
 
 from freqguard.errors import ConfigError
-from freqguard.integrations._django_budgets import budget_checks
+from freqguard.integrations._django_budgets import budget_checks, cost_checks
 from freqguard.integrations._drf_walk import (
     DEEPEST,
     MOST_PATTERNS,
@@ -96,7 +96,7 @@ def throttle_checks() -> list[checks.CheckMessage]:
     default = isinstance(classes, (list, tuple)) and any(ours(c) for c in classes)
     walked = walk()
     rates = _drf_rates() if walked.uses else {}
-    budgets = budget_checks(walked, rates, _coded)  # E007
+    budgets = budget_checks(walked, rates, _coded) + cost_checks(walked)  # E007, E008
     fallback = bool(getattr(django_settings, "FREQGUARD_DEFAULT_LIMITS", None))
     fallback = fallback or getattr(django_settings, "FREQGUARD_ENABLED", True) is False  # off
     found = _of_the_walk(walked)

@@ -51,6 +51,8 @@ class Walk:
     deep: list[str] = field(default_factory=list)  # W004: the includes nested past the bound
     #: E007: each view capped with ``name=`` (and where), and its cap
     named: list[tuple[str, Any]] = field(default_factory=list)
+    #: E008: each view whose cap costs more than 1 and is decided with the default limits
+    costly: list[tuple[str, Any]] = field(default_factory=list)
 
 
 def walk() -> Walk:
@@ -92,9 +94,16 @@ def walk() -> Walk:
 
 def _note_named(found: Walk, url: str, callback: Any) -> None:
     """Note the view's cap if it names a budget (``@capped(name=...)`` on a function view,
-    or on a class-based view's class), once a view."""
+    or on a class-based view's class), once a view; and if it costs more than 1 with the
+    default limits."""
     capped = getattr(callback, "view_class", None) or callback
     cap = getattr(capped, "_freqguard_cap", None)
+    exempt = getattr(callback, "_freqguard_exempt", False) or getattr(
+        capped, "_freqguard_exempt", False
+    )
+    if cap is not None and getattr(cap, "merges", False) and cap.cost > 1 and not exempt:
+        name = getattr(capped, "__qualname__", None) or repr(capped)
+        found.costly.append((f"{getattr(capped, '__module__', '?')}.{name} (URL {url!r})", cap))
     if getattr(cap, "name", None) is not None and all(c is not cap for _, c in found.named):
         name = getattr(capped, "__qualname__", None) or repr(capped)
         found.named.append((f"{getattr(capped, '__module__', '?')}.{name} (URL {url!r})", cap))

@@ -28,6 +28,7 @@ from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import Guard
 from freqguard.integrations._decide import KeyedRules, Route
 from freqguard.integrations._http import KeyFunc
+from freqguard.integrations._rule_items import check_cost
 from freqguard.rates import Rate, written
 from freqguard.rules import Rule, fit_name
 
@@ -292,7 +293,8 @@ def route_of(
         defaults: the rates of ``FREQGUARD_DEFAULT_LIMITS``.
 
     Raises:
-        ConfigError: a shared blueprint cap and a cap only this route has.
+        ConfigError: a shared blueprint cap and a cap only this route has, or a cost (the
+            view's, else its blueprint's) that the narrowest of its rules cannot hold.
     """
     view = app.view_functions.get(endpoint)
     cap = view_cap(app, endpoint, made)
@@ -307,6 +309,8 @@ def route_of(
     # one hit, one cost: the view's, else the nearest blueprint's that names one
     found = (None if cap is None or cap.in_view else cap, *(bp for _, bp in around))
     costs = [c.cost for c in found if c is not None and c.cost is not None]
+    items = [item for rules in keyed for item in rules.items]  # the default limits too
+    check_cost(costs[0] if costs else 1, items, f"route {endpoint!r}: ")
     name = fit_name(f"flask.{endpoint}")
     shared = [blueprint for blueprint, bp in around if bp.shared]
     if shared:

@@ -69,6 +69,11 @@ def by_phone(request: HttpRequest) -> HttpResponse:
     return HttpResponse("by phone")
 
 
+@capped("10/minute", cost=5)  # decided with FREQGUARD_DEFAULT_LIMITS, charged 5 too
+def report(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("report")
+
+
 class Slow(FreqGuardThrottle):
     scope = "same"
     rate = "2/minute"
@@ -108,6 +113,7 @@ urlpatterns = [
     path("phone/", by_phone),
     path("first/", First.as_view()),
     path("second/", Second.as_view()),
+    path("report/", report),
 ]
 
 
@@ -161,3 +167,19 @@ def test_the_check_compares_the_rules_as_the_requests_make_them() -> None:
     assert "by_address" in phone
     assert "by_phone" in phone
     assert "by x_phone" in phone
+
+
+@pytest.mark.parametrize(("defaults", "said"), [("2/minute", 1), ("5/minute", 0), (None, 0)])
+def test_a_cost_the_default_limits_cannot_hold_is_a_check_error(
+    defaults: str | None, said: int
+) -> None:
+    """``@capped(..., cost=5)`` is decided with the default limits, charged its cost too
+    (one hit): under ``FREQGUARD_DEFAULT_LIMITS = "2/minute"`` every request to the view
+    was a 500, known only then (a review of the day's cost checks): ``freqguard.E008``,
+    naming the view, the cost and the capacity."""
+    with override_settings(ROOT_URLCONF=__name__, FREQGUARD_DEFAULT_LIMITS=defaults):
+        found = [m.msg for m in checks.run_checks() if m.id == "freqguard.E008"]
+    assert len(found) == said, found
+    if said:
+        assert "report" in found[0]
+        assert "cost 5 exceeds the capacity 2" in found[0]

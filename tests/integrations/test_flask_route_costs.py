@@ -1,5 +1,6 @@
-"""An adversarial review of the integrations' cost check (``check_cost``): each test one
-finding, failing until it is mended."""
+"""A Flask route's cost against every rule its one hit holds (the default limits, a
+blueprint's cost a view inherits), refused at ``init_app``: each an adversarial review's
+finding of the day's cost checks, written failing first."""
 
 from __future__ import annotations
 
