@@ -18,7 +18,7 @@ from typing import Any, cast
 from freqguard.errors import ConfigError
 from freqguard.guard import AsyncGuard, Guard
 
-__all__ = ["Arguments", "CallKey", "KeyArgument", "Path", "check_fit"]
+__all__ = ["Arguments", "CallKey", "KeyArgument", "Path", "check_fit", "function_of"]
 
 KeyArgument = str | Mapping[str, str | Callable[..., object]] | Callable[..., object] | None
 # reads a call's dimension values from (its arguments by name, args, kwargs)
@@ -118,7 +118,7 @@ class CallKey:
 
     def check(self, func: Callable[..., object]) -> None:
         """At decoration: every path must start at a parameter of ``func``."""
-        params = inspect.signature(func).parameters
+        params = inspect.signature(function_of(func)).parameters
         takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
         for path in self.paths:
             first = path.split(".")[0]
@@ -185,22 +185,31 @@ def _reader(key: KeyArgument) -> Reader | None:
     )
 
 
+def function_of(func: Callable[..., object]) -> Callable[..., object]:
+    """The function a ``classmethod`` or ``staticmethod`` under ``@capped`` holds (it is
+    what a call runs, bound as wrapt binds it); ``func`` itself otherwise."""
+    if isinstance(func, (classmethod, staticmethod)):
+        return func.__func__
+    return func
+
+
 def check_fit(
     func: Callable[..., object],
     guard: Guard | AsyncGuard | None,
     policy_name: str | None,
     key: CallKey,
-) -> None:
+) -> Callable[..., object]:
     """Refuse at decoration what every call of ``func`` would: an AsyncGuard for a sync
     function; a key whose dimensions (when known) are not those of the registered policy
     it names, and at most what its rules read besides (one value given to a one-dimension
-    policy takes its name).
+    policy takes its name). Returns the function a call runs (:func:`function_of`).
 
     Raises:
         ConfigError: either, naming the fix.
     """
     named = getattr(func, "__name__", None) or repr(func)  # a partial has no name
-    sync = not (inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func))
+    target = function_of(func)
+    sync = not (inspect.iscoroutinefunction(target) or inspect.isasyncgenfunction(target))
     if sync and isinstance(guard, AsyncGuard):
         raise ConfigError(
             f"@capped: the sync function {named!r} needs a Guard, not an "
@@ -209,12 +218,12 @@ def check_fit(
     policy = None if guard is None or policy_name is None else guard.policies.get(policy_name)
     given = key.dimensions
     if policy is None or given is None:
-        return
+        return target
     # a policy of priorities decides by the hit's priority: a key must give it
     wanted = (*policy.dimensions, *(("priority",) if policy.priorities else ()))
     one = len(wanted) == len(given) == 1
     if one or set(wanted) <= set(given) <= {*wanted, *policy.reads}:
-        return
+        return target
     spelled = ", ".join(f"{d!r}: ..." for d in wanted)
     raise ConfigError(
         f"@capped on {named!r}: policy {policy.name!r} is keyed by "

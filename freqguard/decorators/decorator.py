@@ -153,14 +153,14 @@ class Capped:
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         self._key.check(func)
-        check_fit(func, self.guard, self._policy, self._key)
+        target = check_fit(func, self.guard, self._policy, self._key)  # a classmethod's...
         site = self._site(func)
-        if inspect.iscoroutinefunction(func):  # chosen once, here
-            return cast(Callable[P, R], self._wrap_async(func, site))
-        if inspect.isasyncgenfunction(func):
+        if inspect.iscoroutinefunction(target):  # chosen once, here
+            return cast(Callable[P, R], self._wrap_async(cast(Any, func), site))
+        if inspect.isasyncgenfunction(target):
             return cast(Callable[P, R], self._wrap_async_generator(func, site))
         # a generator function under wrappers that say what they wrap (tracing, retries)
-        generator = inspect.isgeneratorfunction(inspect.unwrap(func))
+        generator = inspect.isgeneratorfunction(inspect.unwrap(target))
         return cast(Callable[P, R], self._wrap_sync(func, site, generator))
 
     def _site(self, func: Callable[..., object]) -> _Site:

@@ -291,3 +291,42 @@ def test_a_guard_closes_its_fallback_while_another_thread_registers_a_policy() -
     closing.join(30)
     assert outcome == ["closed"]  # got [RuntimeError('dictionary changed size ...')]
     assert fallback.closed  # got False: left open
+
+
+def test_capped_over_a_classmethod_or_a_staticmethod() -> None:
+    """``@capped`` over ``@classmethod`` raised ``TypeError: <classmethod ...> is not a
+    callable object`` as it was decorated (its key's check read the descriptor's
+    signature; a review's note): the function a call runs is the descriptor's, sync or
+    async, bound as wrapt binds it, the class not a dimension."""
+    guard = Guard(policies=[Policy("p", Rule("1/minute", by="user"))], clock=ManualClock(START))
+    aguard = AsyncGuard(
+        policies=[Policy("p", Rule("1/minute", by="user"))], clock=ManualClock(START)
+    )
+
+    class Sender:
+        @capped("p", key="user", guard=guard, on_exceeded="skip")
+        @classmethod
+        def send(cls, user: str) -> str:
+            return f"{cls.__name__} to {user}"
+
+        @capped("p", key="user", guard=aguard, on_exceeded="skip")
+        @classmethod
+        async def asend(cls, user: str) -> str:
+            return f"{cls.__name__} to {user}"
+
+        @capped("p", key="user", guard=guard, on_exceeded="skip")
+        @staticmethod
+        def ping(user: str) -> str:
+            return f"ping {user}"
+
+    assert [Sender.send("a"), Sender().send("a"), Sender.send("b")] == [
+        "Sender to a",
+        None,
+        "Sender to b",
+    ]
+    assert [Sender.ping("c"), Sender().ping("c")] == ["ping c", None]
+
+    async def main() -> list[str | None]:
+        return [await Sender.asend("a"), await Sender().asend("a")]
+
+    assert asyncio.run(main()) == ["Sender to a", None]
