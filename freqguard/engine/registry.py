@@ -46,7 +46,7 @@ class PolicyRegistry:
         # plans replaced, by name and fingerprint, oldest first: a lease taken under one is
         # given back by it
         self._replaced: dict[str, dict[str, PolicyPlan]] = {}
-        self._changing = threading.Lock()  # one change at a time; readers take none
+        self._changing = threading.RLock()  # one change at a time; readers take none
 
     def compile(self, policy: object, replace: object = False) -> PolicyPlan | None:
         """``policy`` compiled, to add once the guard accepts it (:meth:`register`); None
