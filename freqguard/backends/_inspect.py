@@ -151,8 +151,8 @@ def _waits(client: Any, cluster: bool) -> Generator[Callable[[], Any], Any, None
         return
     try:  # the default node first: an asyncio client learns the cluster's nodes so
         yield lambda: client.execute_command("WAIT", 0, 1, target_nodes=client.DEFAULT_NODE)
-    except ERRORS as exc:
-        _wait_refused(exc, client.get_default_node().name)
+    except ERRORS as exc:  # a refusal names the node; a cluster not reached has none yet
+        _wait_refused(exc, getattr(client.get_default_node(), "name", "the cluster"))
     for node in list(client.get_primaries()):
         try:
             yield partial(client.execute_command, "WAIT", 0, 1, target_nodes=node)

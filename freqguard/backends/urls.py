@@ -186,13 +186,19 @@ def _cut_password(url: str) -> None:
     """
     scheme, _, rest = url.partition("://")
     cut = min((rest.find(c) for c in "/?#" if c in rest), default=len(rest))
-    if "@" in rest[:cut] or cut == len(rest) or rest[cut] != "?":
+    if "@" in rest[:cut] or "@" not in rest[cut:] or rest[cut : cut + 1] != "?":
         return
     first = rest[cut + 1 :].partition("&")[0]
-    if "@" in first and "=" not in first.partition("@")[0]:  # not an option's value
+    hosts = rest[:cut].split(",")  # what the address would be: host[:port] each
+    if ("@" in first and "=" not in first.partition("@")[0]) or not all(map(_host, hosts)):
         user = rest[:cut].partition(":")[0]
-        shown = _shown(f"{scheme}://{user}:***@{rest.partition('@')[2]}")
+        shown = _shown(f"{scheme}://{user}:***@{rest.rpartition('@')[2]}")
         raise ConfigError(f"the user or password in {shown!r} holds a '?': percent-encode it (%3F)")
+
+
+def _host(text: str) -> bool:
+    """Whether ``text`` may be one ``host[:port]`` (``[v6]:port`` for IPv6), the port digits."""
+    return re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[^:\[\]]*)(:[0-9]*)?", text) is not None
 
 
 def _nodes(url: str, scheme: str) -> tuple[str, tuple[tuple[str, int], ...]]:

@@ -26,7 +26,7 @@ from freqguard.config.places import Where, key_named, parse_yaml, place_of, toml
 from freqguard.config.schema import SchemaError, check
 from freqguard.engine.breaker import Breaker
 from freqguard.engine.denycache import DenyCache
-from freqguard.engine.failover import shared_out
+from freqguard.engine.shared import shared_out
 from freqguard.errors import ConfigError, install
 from freqguard.observe.base import LoggingObserver, Observer
 from freqguard.policy import Fallback, Policy, QuietHours

@@ -45,7 +45,7 @@ from freqguard.decorators.defaults import configure, default_async_guard, defaul
 from freqguard.decorators.generators import async_held, held
 from freqguard.decorators.leases import check_exceeded, leased, refuse_block
 from freqguard.decorators.naming import implicit_name, parse_target, unknown_policy
-from freqguard.engine.failover import shared_out
+from freqguard.engine.shared import shared_out
 from freqguard.errors import CapExceeded, ConfigError
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.policy import Fallback, OnError, Policy, check_on_error

@@ -14,10 +14,9 @@ from freqguard.decision import Decision, make_decision, set_source_all, with_sou
 from freqguard.engine.breaker import Breaker, CircuitOpen
 from freqguard.engine.ops import Elsewhere, taken_on
 from freqguard.engine.plan import PolicyPlan, keep
+from freqguard.engine.shared import shared_out
 from freqguard.errors import BackendUnavailable, ConfigError, raise_failures
-from freqguard.policy import Fallback, Policy, check_on_error
-from freqguard.rates import Rate, parse_rate
-from freqguard.rules import Rule
+from freqguard.policy import Fallback, check_on_error
 from freqguard.script.calls import Reply
 
 __all__ = [
@@ -26,7 +25,6 @@ __all__ = [
     "fail_answer",
     "resilient",
     "settle_many",
-    "shared_out",
 ]
 
 T = TypeVar("T")
@@ -55,6 +53,7 @@ class Failover:
         "_before",
         "_breaker",
         "_driven",
+        "_drivers",
         "_given",
         "_given_default",
         "_kept",
@@ -78,6 +77,9 @@ class Failover:
         self._owner, self._methods = owner, methods
         self._breaker, self._prefix = breaker, prefix
         self._adapt: Callable[[object], object] = _same
+        # each guard that drives these on_error, and how: the owner, and its faces
+        self._drivers: tuple[tuple[Callable[[object], object], str, tuple[str, ...]], ...]
+        self._drivers = ((_same, owner, methods),)
         self._given: dict[str, object] = {}  # per policy, as given
         self._before: dict[str, dict[str, object]] = {}  # per policy, the last it replaced
         self._driven: Mapping[str, object] = self._given  # as this guard drives it
@@ -93,6 +95,7 @@ class Failover:
         face = copy.copy(self)
         face.default = adapt(self.default)
         face._adapt, face._owner, face._methods = adapt, owner, methods
+        face._drivers = (*self._drivers, (adapt, owner, methods))  # the owner's checks too
         face._driven = _Adapted(self._given, adapt)
         return face
 
@@ -106,13 +109,15 @@ class Failover:
         """
         policy = plan.policy
         on_error = self._given_default if policy.on_error is None else policy.on_error
-        where = f"policy {policy.name!r} on {self._owner}"
-        check_on_error(self._adapt(on_error), where, self._methods)
+        for adapt, owner, methods in self._drivers:  # a face's registration: the owner's too
+            check_on_error(adapt(on_error), f"policy {policy.name!r} on {owner}", methods)
         if isinstance(on_error, Fallback):
             self._shared_out(plan, on_error)
         previous = self._given.get(plan.name)
         if previous is not None and previous is not on_error:  # closed with the guard's
-            keep(self._before.setdefault(plan.name, {}), str(id(previous)), previous)
+            versions = dict(self._before.get(plan.name, {}))  # new: a close reads the old
+            keep(versions, str(id(previous)), previous)
+            self._before[plan.name] = versions
         self._given[plan.name] = on_error
 
     def backends(self, besides: object) -> list[Any]:
@@ -132,15 +137,26 @@ class Failover:
         """``plan``'s ``on_error``, as this guard drives it."""
         return self._driven[plan.name]
 
-    def on_failure(self, plan: PolicyPlan, cost: int = 0) -> tuple[object, PolicyPlan]:
+    def on_failure(self, plan: PolicyPlan, cost: int = 0) -> tuple[object, PolicyPlan, object]:
         """How a store failure of ``plan`` is answered (``"raise"``, ``"allow"``, ``"deny"``
-        or the backend to fall back on) and the plan a fallback decides with: ``plan``
-        itself, or its limits shared out (:class:`~freqguard.policy.Fallback`), made once.
-        A ``cost`` the shared-out limits can never admit fails closed instead."""
-        if not isinstance(on_error := self._driven[plan.name], Fallback):
-            return on_error, plan
+        or the backend to fall back on), the plan a fallback decides with (``plan``
+        itself, or its limits shared out, :class:`~freqguard.policy.Fallback`, made
+        once), and the fallback backend as the guard was given it (what a receipt taken
+        there names, ``ops.taken_on``; its ``on_error`` when no backend): all of one read
+        of the policy's ``on_error`` (a deploy between two reads had a lease taken on one
+        fallback and its receipt name another). A ``cost`` the shared-out limits can
+        never admit fails closed instead."""
+        value = self._given[plan.name]
+        given = value.backend if isinstance(value, Fallback) else value
+        if not isinstance(on_error := self._drive(value), Fallback):
+            return on_error, plan, given
         there = self._shared_out(plan, on_error)
-        return (on_error.backend if there.fits(cost) else "deny"), there
+        return (on_error.backend if there.fits(cost) else "deny"), there, given
+
+    def _drive(self, value: object) -> object:
+        """An ``on_error`` as given, as this guard drives it (a face's adapted once)."""
+        driven = self._driven
+        return driven.adapted(value) if isinstance(driven, _Adapted) else value
 
     def guarded(
         self,
@@ -154,10 +170,10 @@ class Failover:
         policy's ``on_error`` (a fallback runs it again there, with the plan it decides with
         there; a ``hit`` of a cost its shared-out limits can never admit fails closed
         instead, to wait for the store)."""
-        how, there = self.on_failure(plan, cost if hit else 0)
+        how, there, given = self.on_failure(plan, cost if hit else 0)
         if how == "raise":
             return make(plan)
-        answer, given = self.answer(plan, cost), self.given(plan)
+        answer = self.answer(plan, cost)
         again = lambda: taken_on(make(there), given)  # noqa: E731
         return resilient(lambda: make(plan), how, answer, again)
 
@@ -166,12 +182,6 @@ class Failover:
         (``"fail-open"``, ``"fail-closed"``) and the error (:func:`fail_answer`)."""
         rules, breaker = plan.policy.rules, self._breaker
         return lambda source, exc: fail_answer(plan.name, rules, cost, source, exc, breaker)
-
-    def given(self, plan: PolicyPlan) -> object:
-        """``plan``'s fallback backend as the guard was given it (no face's adapter): what a
-        receipt taken there names (``ops.taken_on``); its ``on_error`` when no backend."""
-        on_error = self._given[plan.name]
-        return on_error.backend if isinstance(on_error, Fallback) else on_error
 
     def drive(self, backend: object) -> object:
         """A fallback backend as the guard was given it, as this face drives it."""
@@ -193,7 +203,9 @@ class Failover:
             bins: int = getattr(fallback.backend, "bins", 0)
             scaled = PolicyPlan(shared_out(plan.policy, workers), self._prefix, bins=bins)
             made = self._shared[(plan.name, workers)] = (plan, scaled)
-            keep(self._kept.setdefault(plan.name, {}), scaled.fingerprint, made)
+            versions = dict(self._kept.get(plan.name, {}))  # new: a release reads the old
+            keep(versions, scaled.fingerprint, made)
+            self._kept[plan.name] = versions
         return made[1]
 
 
@@ -206,7 +218,10 @@ class _Adapted(Mapping[str, object]):
         self._made: dict[int, tuple[object, object]] = {}  # id(value) -> (value, adapted)
 
     def __getitem__(self, name: str) -> object:
-        value = self._source[name]
+        return self.adapted(self._source[name])
+
+    def adapted(self, value: object) -> object:
+        """``value`` (one of the source's) adapted, once."""
         made = self._made.get(id(value))
         if made is None or made[0] is not value:  # those no policy has now are forgotten
             # snapshots (one C call each): a deploy in another thread changes the source
@@ -225,71 +240,6 @@ class _Adapted(Mapping[str, object]):
 
 def _same(value: object) -> object:
     return value
-
-
-def shared_out(policy: Policy, workers: int) -> Policy:
-    """``policy`` with each rule's limit and burst divided by ``workers`` (rounded down, at
-    least 1); rule ids kept, so that decisions name the same rules."""
-    if workers == 1:
-        return policy
-    rules = []
-    for rule in policy.rules:
-        if rule.quiet is not None:  # the quiet hours are the same for every worker
-            rules.append(rule)
-            continue
-        burst = None if rule.burst is None else max(rule.burst // workers, 1)
-        try:
-            rate = Rate(max(rule.rate.limit // workers, 1), rule.rate.window)
-            rate_for = None if rule.rate_for is None else _shared_tier(rule.rate_for, workers)
-            rules.append(
-                Rule(
-                    rate,
-                    rule.by,
-                    rule.strategy,
-                    name=rule.id,
-                    burst=burst,
-                    shadow=rule.shadow,
-                    rate_for=rate_for,
-                    reads=rule.reads,
-                    calendar=rule.calendar,
-                    tz=rule.tz,
-                    tz_from=rule.tz_from,
-                    only=rule.only,
-                    caps=_shared_caps(rule, burst if burst is not None else rate.limit),
-                )
-            )
-        except ConfigError as exc:
-            raise ConfigError(
-                f"on_error=Fallback(..., workers={workers}) shares rule {rule.id!r} of policy "
-                f"{policy.name!r} out as {max(rule.rate.limit // workers, 1)} per "
-                f"{rule.rate.window} (burst {burst}), which is refused: {exc}"
-            ) from None
-    return Policy(policy.name, *rules, priorities=policy.priorities)
-
-
-def _shared_caps(rule: Rule, capacity: int) -> dict[str, int] | None:
-    """A rule's caps in the same proportion of its shared-out capacity (none where that is
-    too small to leave a priority less than the whole)."""
-    if not rule.caps or capacity < 2:
-        return None
-    return {p: min(max(cap * capacity // rule.capacity, 1), capacity - 1) for p, cap in rule.caps}
-
-
-def _shared_tier(
-    rate_for: Callable[[Mapping[str, str]], Rate | str | None], workers: int
-) -> Callable[[Mapping[str, str]], Rate | None]:
-    """A tier's rate shared out among ``workers``, as the rule's own is."""
-
-    def shared(texts: Mapping[str, str]) -> Rate | None:
-        got = rate_for(texts)
-        if got is None:
-            return None
-        rate = parse_rate(got) if isinstance(got, str) else got
-        if not isinstance(rate, Rate):
-            return rate  # the tier's own check names the mistake
-        return Rate(max(rate.limit // workers, 1), rate.window)
-
-    return shared
 
 
 Step = Any  # the core's steps, or Elsewhere

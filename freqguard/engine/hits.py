@@ -212,8 +212,7 @@ class Hits:
         texts = [dict(hit.texts) for hit in sent]
         failover, now = self._failover, self._now
 
-        how, there = failover.on_failure(plan, checked)
-        given = failover.given(plan)  # as ``how``: the fallback the failed hits run on
+        how, there, given = failover.on_failure(plan, checked)  # given: the fallback
 
         def rerun(indices: list[int]) -> Op[list[Any]]:  # the failed hits, on the fallback
             op = many_op(there, [texts[i] for i in indices], checked, now, True)

@@ -36,16 +36,18 @@ class PolicyRegistry:
             0: a hash each): part of every key.
     """
 
-    __slots__ = ("_bins", "_changing", "_estimate", "_plans", "_prefix", "_replaced")
+    __slots__ = ("_bins", "_changing", "_estimate", "_plans", "_prefix", "_versions")
 
     def __init__(self, prefix: str, estimate: Callable[[], int], bins: int) -> None:
         self._prefix = prefix
         self._estimate = estimate
         self._bins = bins
         self._plans: dict[str, PolicyPlan] = {}
-        # plans replaced, by name and fingerprint, oldest first: a lease taken under one is
-        # given back by it
-        self._replaced: dict[str, dict[str, PolicyPlan]] = {}
+        # the plans, and those replaced (by name and fingerprint, oldest first: a lease
+        # taken under one is given back by it), swapped as one: a release reads both of
+        # one version (a rollback, A to B to A again, read apart had lost A)
+        self._versions: tuple[dict[str, PolicyPlan], dict[str, dict[str, PolicyPlan]]]
+        self._versions = ({}, {})
         self._changing = threading.RLock()  # one change at a time; readers take none
 
     def compile(self, policy: object, replace: object = False) -> PolicyPlan | None:
@@ -93,13 +95,15 @@ class PolicyRegistry:
     def _add(self, plan: PolicyPlan) -> None:
         """Register a plan made by :meth:`compile` (the one it replaces kept for
         :meth:`taken_under`), in new dicts: never one a reader holds changed."""
-        old = self._plans.get(plan.name)
-        replaced = dict(self._replaced.get(plan.name, {}))
+        plans, replaced = self._versions
+        old = plans.get(plan.name)
+        versions = dict(replaced.get(plan.name, {}))
         if old is not None and old.fingerprint != plan.fingerprint:
-            keep(replaced, old.fingerprint, old)
-        replaced.pop(plan.fingerprint, None)
-        self._replaced = {**self._replaced, plan.name: replaced}  # first: a release finds
-        self._plans = {**self._plans, plan.name: plan}  # the plan its lease was taken under
+            keep(versions, old.fingerprint, old)
+        versions.pop(plan.fingerprint, None)
+        plans = {**plans, plan.name: plan}
+        self._versions = plans, {**replaced, plan.name: versions}
+        self._plans = plans
 
     def taken_under(self, name: str, fingerprint: str) -> PolicyPlan:
         """The plan a receipt of ``name`` was made by: the registered one, or one it
@@ -110,10 +114,11 @@ class PolicyRegistry:
         Raises:
             ConfigError: no policy of that name is registered.
         """
-        plan = self.plan(name)
+        plans, replaced = self._versions  # of one version: a deploy swaps both at once
+        plan = plans.get(name) or self.plan(name)
         if plan.fingerprint == fingerprint:  # the usual release: no deploy since
             return plan
-        olders = reversed(self._replaced.get(name, {}).values())
+        olders = reversed(replaced.get(name, {}).values())
         return next((o for o in olders if o.fingerprint == fingerprint), plan)
 
     def plan(self, name: str) -> PolicyPlan:

@@ -28,6 +28,7 @@ __all__ = ["budget_checks", "cost_checks"]
 _SHOWN = 3  # the views a set names; the others it counts
 _UNKNOWN = "key"  # a key's dimensions, known only from a request
 _PEER = client_ip()  # the key without FREQGUARD_KEY (the Django integration's, alike)
+_MIDDLEWARE = "freqguard.integrations.django.FreqGuardMiddleware"
 
 
 def budget_checks(
@@ -119,8 +120,10 @@ def _views(views: Sequence[str]) -> str:
 
 def cost_checks(walked: Walk) -> list[checks.CheckMessage]:
     """``freqguard.E008``: a view's cap whose cost the default limits it is decided with
-    cannot hold (charged to them too, in one hit): every request to it a 500. Default
-    limits that do not parse are E002's."""
+    (by the middleware, when it is installed) cannot hold (charged to them too, in one
+    hit): every request to it a 500. Default limits that do not parse are E002's."""
+    if _MIDDLEWARE not in getattr(django_settings, "MIDDLEWARE", ()):
+        return []  # no middleware decides a view with the default limits: each cap alone
     text = getattr(django_settings, "FREQGUARD_DEFAULT_LIMITS", None)
     try:
         defaults = tuple(parse_rates(text)) if isinstance(text, str) and text else ()
