@@ -125,6 +125,44 @@ def _check_port(url: str, netloc: str) -> None:
         _port(url, port.partition(":")[2])
 
 
+def _cut_password(url: str) -> None:
+    """Refuse a user or password that holds an unencoded ``/``, ``?`` or ``#``: the
+    address ends there, so the rest would be read as a path or options and shown whole
+    in the error. Told by an ``@`` after that end where no URL has one (the path, a
+    fragment, an option that is not one of the texts, ``?k9&Lm2@host``), or an address
+    before it that is no ``host[:port]`` (``app:Zq7?...``, ``:4242?...``).
+
+    Raises:
+        ConfigError: naming the fix, the password masked.
+    """
+    scheme, _, rest = url.partition("://")
+    cut = min((rest.find(c) for c in "/?#" if c in rest), default=len(rest))
+    if scheme.lower() == "unix" or "@" in rest[:cut] or "@" not in rest[cut:]:
+        return
+    path, _, query = rest[cut:].partition("?")
+    query, _, fragment = query.partition("#")
+    at_in_a_text = all(
+        (name := item.partition("=")[0]) in _TEXTS and "@" not in name
+        for item in query.split("&")
+        if "@" in item
+    )
+    hosts = rest[:cut].split(",")
+    if "@" in path or "@" in fragment or not at_in_a_text or not all(map(_host, hosts)):
+        user = rest[:cut].partition(":")[0]
+        shown = _shown(f"{scheme}://{user}:***@{rest.rpartition('@')[2]}")
+        char = rest[cut]
+        code = {"/": "%2F", "?": "%3F", "#": "%23"}[char]
+        raise ConfigError(
+            f"the user or password in {shown!r} holds a {char!r}: percent-encode it ({code})"
+        )
+
+
+def _host(text: str) -> bool:
+    """Whether ``text`` may be one ``host[:port]`` (``[v6%zone]:port`` for IPv6), the port
+    digits."""
+    return re.fullmatch(r"(\[[0-9A-Za-z:.%]+\]|[^:\[\]]+)(:[0-9]+)?", text) is not None
+
+
 def _db(url: str, scheme: str, query: dict[str, Any], text: str | None) -> None:
     """The database from the path (``text``) into ``query``: given once, an integer, and 0 on
     a cluster (it has no other)."""

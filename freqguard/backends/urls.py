@@ -42,6 +42,7 @@ from freqguard.backends._url_options import (
     SENTINEL_PORT,
     _backend_options,
     _check_port,
+    _cut_password,
     _db,
     _excerpt,
     _fail_fast,
@@ -175,30 +176,6 @@ def _direct(url: str, scheme: str) -> Target:
         query.pop("db", None)
     options = {**_fail_fast(query), **query}
     return Target(kind, url.replace("+cluster://", "://", 1), options, nodes=nodes, backend=own)
-
-
-def _cut_password(url: str) -> None:
-    """Refuse a user or password that holds an unencoded ``?``: the address ends there, so
-    the rest would be read as options (``?et9@host:6379``), and shown whole in the error.
-
-    Raises:
-        ConfigError: naming the fix, the password masked.
-    """
-    scheme, _, rest = url.partition("://")
-    cut = min((rest.find(c) for c in "/?#" if c in rest), default=len(rest))
-    if "@" in rest[:cut] or "@" not in rest[cut:] or rest[cut : cut + 1] != "?":
-        return
-    first = rest[cut + 1 :].partition("&")[0]
-    hosts = rest[:cut].split(",")  # what the address would be: host[:port] each
-    if ("@" in first and "=" not in first.partition("@")[0]) or not all(map(_host, hosts)):
-        user = rest[:cut].partition(":")[0]
-        shown = _shown(f"{scheme}://{user}:***@{rest.rpartition('@')[2]}")
-        raise ConfigError(f"the user or password in {shown!r} holds a '?': percent-encode it (%3F)")
-
-
-def _host(text: str) -> bool:
-    """Whether ``text`` may be one ``host[:port]`` (``[v6]:port`` for IPv6), the port digits."""
-    return re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[^:\[\]]*)(:[0-9]*)?", text) is not None
 
 
 def _nodes(url: str, scheme: str) -> tuple[str, tuple[tuple[str, int], ...]]:

@@ -7,6 +7,7 @@ described in :mod:`freqguard.failure`)."""
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -57,6 +58,7 @@ class Failover:
         "_given",
         "_given_default",
         "_kept",
+        "_making",
         "_methods",
         "_owner",
         "_prefix",
@@ -86,6 +88,7 @@ class Failover:
         self._shared: dict[tuple[str, int], tuple[PolicyPlan, PolicyPlan]] = {}
         # per policy, by the shared-out plan's fingerprint: (plan, shared-out plan)
         self._kept: dict[str, dict[str, tuple[PolicyPlan, PolicyPlan]]] = {}
+        self._making = threading.Lock()  # shared with the faces (copy.copy), as the dicts
 
     def facing(
         self, adapt: Callable[[object], object], owner: str, methods: tuple[str, ...]
@@ -200,13 +203,21 @@ class Failover:
         workers = fallback.workers
         made = self._shared.get((plan.name, workers))
         if made is None or made[0] is not plan:
-            bins: int = getattr(fallback.backend, "bins", 0)
-            scaled = PolicyPlan(shared_out(plan.policy, workers), self._prefix, bins=bins)
-            made = self._shared[(plan.name, workers)] = (plan, scaled)
-            versions = dict(self._kept.get(plan.name, {}))  # new: a release reads the old
-            keep(versions, scaled.fingerprint, made)
-            self._kept[plan.name] = versions
+            with self._making:  # one at a time: a hit with the plan before a deploy raced
+                made = self._shared.get((plan.name, workers))  # it, and one kept was lost
+                if made is None or made[0] is not plan:
+                    made = self._share(plan, fallback)
         return made[1]
+
+    def _share(self, plan: PolicyPlan, fallback: Fallback) -> tuple[PolicyPlan, PolicyPlan]:
+        """``plan`` shared out anew, cached, and kept among the policy's versions."""
+        bins: int = getattr(fallback.backend, "bins", 0)
+        scaled = PolicyPlan(shared_out(plan.policy, fallback.workers), self._prefix, bins=bins)
+        made = self._shared[(plan.name, fallback.workers)] = (plan, scaled)
+        versions = dict(self._kept.get(plan.name, {}))  # new: a release reads the old
+        keep(versions, scaled.fingerprint, made)
+        self._kept[plan.name] = versions
+        return made
 
 
 class _Adapted(Mapping[str, object]):

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core import checks
+from django.utils.module_loading import import_string
 
 from freqguard.errors import ConfigError
 from freqguard.integrations._drf_walk import Walk, dotted
@@ -28,7 +29,7 @@ __all__ = ["budget_checks", "cost_checks"]
 _SHOWN = 3  # the views a set names; the others it counts
 _UNKNOWN = "key"  # a key's dimensions, known only from a request
 _PEER = client_ip()  # the key without FREQGUARD_KEY (the Django integration's, alike)
-_MIDDLEWARE = "freqguard.integrations.django.FreqGuardMiddleware"
+_MIDDLEWARE = ("freqguard.integrations.django", "FreqGuardMiddleware")
 
 
 def budget_checks(
@@ -122,7 +123,7 @@ def cost_checks(walked: Walk) -> list[checks.CheckMessage]:
     """``freqguard.E008``: a view's cap whose cost the default limits it is decided with
     (by the middleware, when it is installed) cannot hold (charged to them too, in one
     hit): every request to it a 500. Default limits that do not parse are E002's."""
-    if _MIDDLEWARE not in getattr(django_settings, "MIDDLEWARE", ()):
+    if not any(map(_ours, getattr(django_settings, "MIDDLEWARE", ()))):
         return []  # no middleware decides a view with the default limits: each cap alone
     text = getattr(django_settings, "FREQGUARD_DEFAULT_LIMITS", None)
     try:
@@ -137,3 +138,15 @@ def cost_checks(walked: Walk) -> list[checks.CheckMessage]:
             text = f"{error} (FREQGUARD_DEFAULT_LIMITS is charged its cost too)"
             found.append(checks.Error(text, id="freqguard.E008"))
     return found
+
+
+def _ours(path: object) -> bool:
+    """Whether the middleware ``path`` names is freqguard's, or made from it (a subclass,
+    or the class under another module's name), told by the names in its MRO (as Django
+    imports it: one that does not import is Django's own check's)."""
+    try:
+        found = import_string(path) if isinstance(path, str) else None
+    except ImportError:
+        return False
+    mro = getattr(found, "__mro__", ())
+    return any((c.__module__, c.__name__) == _MIDDLEWARE for c in mro)
