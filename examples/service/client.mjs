@@ -1,6 +1,7 @@
 // A freqguard decision service client in JavaScript (Node 18+, no dependencies).
 //   FREQGUARD_SERVICE=http://127.0.0.1:8080 FREQGUARD_TOKEN=... node client.mjs sms +4917612345678 hello
 // Sends a message only if the policy allows it; a denial says which rule and when to retry.
+// Exits 0 if the message may go, 1 if a rule said no, 2 on error (as hit.sh does).
 
 const service = process.env.FREQGUARD_SERVICE ?? "http://127.0.0.1:8080";
 const token = process.env.FREQGUARD_TOKEN;
@@ -23,7 +24,13 @@ export async function hit(policy, context, cost = 1) {
 }
 
 const [policy, recipient, content] = process.argv.slice(2);
-const decision = await hit(policy, { recipient, content });
+let decision;
+try {
+  decision = await hit(policy, { recipient, content });
+} catch (error) {
+  console.error(error.message); // the problem's status, title and detail, or the fetch's
+  process.exit(2);
+}
 if (decision.allowed) {
   console.log(`send: ${decision.remaining} left`);
 } else {

@@ -143,8 +143,9 @@ def command(args: argparse.Namespace) -> int:
     config = load(args.config)
     other = None if args.what_if is None else load(args.what_if)
     log = Path(args.log)
-    if not log.is_file():
-        raise ConfigError(f"no log at {args.log}")
+    if not log.is_file():  # a file: its size is the progress bar's measure
+        why = "not a regular file" if log.exists() else "no such file"
+        raise ConfigError(f"the log {args.log}: {why} (a log is a file of lines)")
     with contextlib.ExitStack() as stack:
         written = None
         if args.decisions is not None:

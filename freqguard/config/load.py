@@ -23,6 +23,7 @@ from freqguard._sync.guard import Guard
 from freqguard.backends.urls import async_backend_from_url, backend_from_url, parse_url
 from freqguard.clock import Clock
 from freqguard.config.places import Where, key_named, parse_yaml, place_of, toml_lines
+from freqguard.config.rule_tables import rule_document, rule_of
 from freqguard.config.schema import SchemaError, check
 from freqguard.engine.breaker import Breaker
 from freqguard.engine.denycache import DenyCache
@@ -30,8 +31,7 @@ from freqguard.engine.shared import shared_out
 from freqguard.errors import ConfigError, install
 from freqguard.observe.base import LoggingObserver, Observer
 from freqguard.policy import Fallback, Policy, QuietHours
-from freqguard.rates import several_rates
-from freqguard.rules import Rule, TierRates, check_name
+from freqguard.rules import check_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -100,7 +100,7 @@ class Config:
                 zone = {"tz": quiet.tz} if quiet.tz is not None else {"tz_from": quiet.tz_from}
                 times = {"start": quiet.text(quiet.start), "end": quiet.text(quiet.end)}
                 entry["quiet"] = {**times, **zone, "exempt": list(quiet.exempt)}
-            entry["rules"] = [_rule_document(r) for r in policy.rules if r.quiet is None]
+            entry["rules"] = [rule_document(r) for r in policy.rules if r.quiet is None]
             policies.append(entry)
         on_error = self._on_error
         breaker = self._breaker
@@ -135,44 +135,6 @@ class Config:
             "observers": [_observer(name) for name in self._observers],
             "breaker": _breaker(self._breaker),
         }
-
-
-def _rule(table: Mapping[str, Any]) -> Rule:
-    rate = table.get("rate")
-    if isinstance(rate, str) and several_rates(rate):
-        raise ConfigError(
-            f"a rule takes one rate, got {rate!r}: write one rule table per rate "
-            '(rules = [{ rate = "10/minute" }, { rate = "100/day" }])'
-        )
-    options = dict(table)
-    tiers = options.pop("tiers", None)
-    if tiers is not None:
-        options["rate_for"] = TierRates(tiers["from"], tiers["rates"])
-    return Rule(**options)
-
-
-def _rule_document(rule: Rule) -> dict[str, Any]:
-    entry: dict[str, Any] = {"rate": str(rule.rate), "by": list(rule.by)}
-    if rule.lease is not None:  # "N concurrent", its window the lease
-        entry["rate"], entry["lease"] = f"{rule.rate.limit} concurrent", rule.lease
-    else:
-        entry["strategy"] = rule.strategy.value
-    if rule.name is not None:
-        entry["name"] = rule.name
-    if rule.burst is not None:
-        entry["burst"] = rule.burst
-    entry["shadow"] = rule.shadow
-    if rule.only is not None:
-        entry["only"] = list(rule.only)
-    if rule.caps:
-        entry["caps"] = dict(rule.caps)
-    if rule.calendar:
-        entry["calendar"] = True
-        entry["tz" if rule.tz is not None else "tz_from"] = rule.tz or rule.tz_from
-    if isinstance(rule.rate_for, TierRates):
-        rates = {value: str(rate) for value, rate in rule.rate_for.rates.items()}
-        entry["tiers"] = {"from": rule.rate_for.read, "rates": rates}
-    return entry
 
 
 def _breaker(value: object) -> Breaker | None:
@@ -293,7 +255,7 @@ def _build(data: object, source: str, where: Where) -> Config:
         rules = []
         for number, table in enumerate(raw["rules"]):
             try:
-                rules.append(_rule(table))
+                rules.append(rule_of(table))
             except ConfigError as exc:
                 place = place_of(source, where, ("policy", index, "rules", number), data)
                 raise ConfigError(f"{place}: {exc}") from None

@@ -154,6 +154,8 @@ class Capped:
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         self._key.check(func)
         target = check_fit(func, self.guard, self._policy, self._key)  # a classmethod's...
+        if self.guard is not None and self._policy in self.guard.policies:  # its mode
+            leased(self.guard, str(self._policy), self.on_exceeded)  # refused now, not later
         site = self._site(func)
         if inspect.iscoroutinefunction(target):  # chosen once, here
             return cast(Callable[P, R], self._wrap_async(cast(Any, func), site))

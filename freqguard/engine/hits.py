@@ -107,7 +107,8 @@ class Hits:
         if plan.leased and not lease:
             raise ConfigError(
                 f"policy {policy!r} has a concurrency rule: take its leases with "
-                f"guard.lease({policy!r}, ...) (a with block gives each back), not hit"
+                f"guard.lease({policy!r}, ...) (a with block gives each back), not with hit, "
+                "hit_many or acquire"
             )
         checked = plan.check_cost(cost)
         texts = plan.texts(ctx)

@@ -98,7 +98,7 @@ class Receipts:
         with _CLAIM:  # two refunds of one decision at once: only one goes through
             if receipt.spent:
                 raise ConfigError(
-                    f"this decision of policy {decision.policy!r} was already refunded"
+                    f"this decision of policy {decision.policy!r} was already refunded or released"
                 )
             receipt.spent = True
         try:

@@ -25,8 +25,9 @@ _PAGE = "docs/coming-from/flask-limiter.md"
 
 #: Flask-Limiter's ``limit()`` arguments, and freqguard's way for each.
 _THEIRS = {
-    "per_method": "each method its own budget: "
-    "key=lambda request: {**key(request), 'method': request.method}",
+    "per_method": "each method its own budget: key=lambda request: "
+    "{**remote_address(request), 'method': request.method} (from "
+    "freqguard.integrations.flask import remote_address, the default key)",
     "key_func": "key= here, a function of the request (client_ip(), header(...))",
     "exempt_when": "raise SkipRequest in the key function for a request left uncapped",
     "override_defaults": "defaults=True here (on a Blueprint's cap)",

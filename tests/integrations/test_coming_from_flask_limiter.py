@@ -154,6 +154,31 @@ def test_cost(clock: ManualClock) -> None:
         assert _codes(theirs, "/r", 6) == [200] * admitted + [429] * (6 - admitted)
 
 
+def test_per_method(clock: ManualClock) -> None:
+    """The page's key for a budget per method, as written (the hint named a ``key`` no
+    module had: a new user's paste failed): one view of GET and POST, one budget each."""
+    from freqguard.integrations.flask import remote_address
+
+    key = lambda request: {**remote_address(request), "method": request.method}  # noqa: E731
+    ours = Flask("ours")
+    fg = FreqGuard(ours, guard=Guard(MemoryBackend(clock)))
+    ours.add_url_rule(
+        "/m", "m", fg.capped("1/minute", key=key)(lambda: "ok"), methods=["GET", "POST"]
+    )
+    if HAS_FLASK_LIMITER:
+        from flask_limiter import Limiter
+        from flask_limiter.util import get_remote_address
+
+        theirs = Flask("theirs")
+        limiter = Limiter(get_remote_address, app=theirs, storage_uri="memory://")
+        view = limiter.limit("1/minute", per_method=True)(lambda: "ok")
+        theirs.add_url_rule("/m", "m", view, methods=["GET", "POST"])
+    for app in (ours, theirs) if HAS_FLASK_LIMITER else (ours,):
+        client = app.test_client()
+        codes = [client.get("/m"), client.post("/m"), client.get("/m"), client.post("/m")]
+        assert [c.status_code for c in codes] == [200, 200, 429, 429]
+
+
 def test_exempt(clock: ManualClock) -> None:
     ours, _ = _flask_app(
         clock, {"FREQGUARD_DEFAULT_LIMITS": "1/minute"}, {"/e": lambda fg: fg.exempt}
@@ -595,7 +620,7 @@ def test_a_methods_cap_costs_nothing_to_the_other_methods(clock: ManualClock) ->
 @pytest.mark.parametrize(
     ("theirs", "ours"),
     [
-        ({"per_method": True}, "key=lambda request: {**key(request), 'method': request.method}"),
+        ({"per_method": True}, "{**remote_address(request), 'method': request.method}"),
         ({"key_func": lambda: "u"}, "key= here, a function of the request"),
         ({"exempt_when": lambda: True}, "raise SkipRequest in the key function"),
         ({"override_defaults": False}, "defaults=True here"),

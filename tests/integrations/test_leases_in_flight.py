@@ -84,12 +84,8 @@ def test_async_calls_in_flight_never_pass_the_cap() -> None:
 
 def test_a_lease_cannot_be_waited_for_or_taken_by_a_with_block() -> None:
     guard = Guard(policies=[ONE], clock=ManualClock(1_000))
-
-    @capped("one", guard=guard, key="user", on_exceeded="wait", timeout=1)
-    def call(user: str) -> None: ...
-
     with pytest.raises(ConfigError, match="on_exceeded='wait' waits for a rate's turn"):
-        call("u")
+        capped("one", guard=guard, key="user", on_exceeded="wait", timeout=1)(lambda user: 1)
     with (
         pytest.raises(ConfigError, match=r"take one with guard\.lease\('one'"),
         capped("one", guard=guard, context={"user": "u"}),

@@ -96,3 +96,8 @@ def test_the_javascript_example_speaks_the_contract(service: str) -> None:
     assert [run.returncode for run in runs] == [0, 0, 0, 1], runs[-1].stderr
     assert runs[0].stdout.strip() == "send: 2 left"
     assert runs[3].stdout.startswith("blocked by rcpt-1m; retry in ")
+    env = {**os.environ, "FREQGUARD_SERVICE": service, "FREQGUARD_TOKEN": "t0ken"}
+    command = ["node", str(EXAMPLES / "client.mjs"), "smz", "d", "hi"]
+    wrong = subprocess.run(command, capture_output=True, text=True, env=env, timeout=30)
+    assert wrong.returncode == 2  # an error is not a denial (it exited 1, a stack trace)
+    assert wrong.stderr.startswith("404 Not Found: no policy 'smz'"), wrong.stderr

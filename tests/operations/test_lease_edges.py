@@ -319,3 +319,12 @@ def test_a_deploy_on_the_default_guard_reaches_its_async_face_on_a_redis_url(
             guard.close()
 
     assert asyncio.run(main()) is None  # got "ran": two in flight under "1 concurrent"
+
+
+def test_capped_waiting_on_a_lease_policy_is_refused_as_it_is_decorated() -> None:
+    """``on_exceeded="wait"`` over a policy that counts leases is refused: on an explicit
+    guard that has the policy, as the function is decorated (it was at its first call; a
+    new user's run of docs/strategies/concurrency.md)."""
+    guard = Guard(policies=[ONE], clock=ManualClock(START))
+    with pytest.raises(ConfigError, match="counts leases: on_exceeded='wait'"):
+        capped("vendor", guard=guard, on_exceeded="wait")(lambda: 1)

@@ -133,7 +133,8 @@ ERRORS += [
         '{ rate = "15/minute", by = "recipient", name = "rcpt-1m" }',
         '{ rate = "15/minute", by = "recipient", '
         'tiers = { from = "plan", rates = { a = "1/second" } } }',
-        "app.toml:7: policy 'sms', rule 1 ('15/minute'): a rule with rate_for needs a name",
+        "app.toml:7: policy 'sms', rule 1 ('15/minute'): a rule with tiers needs a name (its "
+        "keys must not change with its rate): add name = \"...\" to the rule of rate '15/minute'",
     ),
 ]
 
