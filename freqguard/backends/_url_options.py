@@ -73,9 +73,15 @@ _SHARED_WITH_SENTINELS = frozenset({"socket_timeout", "socket_connect_timeout", 
 def _shown(url: str) -> str:
     """The URL as messages show it: its password masked (``user:***@``, ``password=***``),
     and the value of every option that is not a known one of no secret (a misspelt
-    ``pasword=`` is where a value needs it most)."""
-    # to the last @ before the query: a password may hold an @ (or a / ) unescaped
-    url = re.sub(r"^([^:/?#]*://[^/@:?#]*):[^?]*@", r"\1:***@", url)
+    ``pasword=`` is where a value needs it most). An ``@`` past the address (a password
+    cut short by a ``/``, ``?`` or ``#`` it holds, or an option's value) hides all but the
+    scheme: what it ends may be any part of a password."""
+    head, sep, rest = url.partition("://")
+    end = min((rest.find(c) for c in "/?#" if c in rest), default=len(rest))
+    if "@" in rest[end:] and not (head.lower() == "unix" and end == 0 and "?" not in rest):
+        return f"{head}{sep}***"
+    # to the last @ of the address: a password may hold an @ unescaped
+    url = re.sub(r"^([^:/?#]*://[^/@:?#]*):[^/?#]*@", r"\1:***@", url)
     # a value ends at & (or where a message quoting the URL goes on: a quote, ; or ))
     return re.sub(r"([?&])([^=&]*)=([^&'\";)\s]*)", _option_shown, url)
 
@@ -127,34 +133,39 @@ def _check_port(url: str, netloc: str) -> None:
 
 def _cut_password(url: str) -> None:
     """Refuse a user or password that holds an unencoded ``/``, ``?`` or ``#``: the
-    address ends there, so the rest would be read as a path or options and shown whole
-    in the error. Told by an ``@`` after that end where no URL has one (the path, a
-    fragment, an option that is not one of the texts, ``?k9&Lm2@host``), or an address
-    before it that is no ``host[:port]`` (``app:Zq7?...``, ``:4242?...``).
+    address ends there, so the rest would be read as a path or options (or a fragment,
+    dropped) and shown in the error. Told by an ``@`` past the address where no URL has
+    one (the path, a fragment, an option that is not one of the texts, ``?k9&Lm2@host``),
+    or an address before it that is no ``host[:port]`` list (``app:Zq7?...``).
 
     Raises:
-        ConfigError: naming the fix, the password masked.
+        ConfigError: naming the fix, the URL masked (:func:`_shown`).
     """
     scheme, _, rest = url.partition("://")
+    if scheme.lower() == "unix" and rest.startswith("/"):  # no user: a path may hold an @
+        return
     cut = min((rest.find(c) for c in "/?#" if c in rest), default=len(rest))
-    if scheme.lower() == "unix" or "@" in rest[:cut] or "@" not in rest[cut:]:
+    if "@" not in rest[cut:]:
         return
     path, _, query = rest[cut:].partition("?")
     query, _, fragment = query.partition("#")
-    at_in_a_text = all(
+    texts = all(
         (name := item.partition("=")[0]) in _TEXTS and "@" not in name
         for item in query.split("&")
         if "@" in item
     )
-    hosts = rest[:cut].split(",")
-    if "@" in path or "@" in fragment or not at_in_a_text or not all(map(_host, hosts)):
-        user = rest[:cut].partition(":")[0]
-        shown = _shown(f"{scheme}://{user}:***@{rest.rpartition('@')[2]}")
-        char = rest[cut]
-        code = {"/": "%2F", "?": "%3F", "#": "%23"}[char]
-        raise ConfigError(
-            f"the user or password in {shown!r} holds a {char!r}: percent-encode it ({code})"
-        )
+    address = rest[:cut].rpartition("@")[2]  # past a user's part, if any
+    hosts = address.split(",") if address else []  # none: the default host
+    service = scheme.lower().endswith("+sentinel") and all(map(_host, hosts)) and hosts
+    path_at = "@" in path and not service  # a Sentinel service's name may hold an @
+    if not (path_at or "@" in fragment or not texts or not all(map(_host, hosts))):
+        return
+    char = rest[cut]
+    code = {"/": "%2F", "?": "%3F", "#": "%23"}[char]
+    raise ConfigError(
+        f"a user or password in {_shown(url)!r} holds {char!r}, which ends it unencoded: "
+        f"percent-encode it ({code}; '@' is %40)"
+    )
 
 
 def _host(text: str) -> bool:

@@ -153,8 +153,11 @@ def _direct(url: str, scheme: str) -> Target:
     url, nodes = _nodes(url, scheme)
     try:
         parts = urlsplit(url)
-    except ValueError as exc:  # an unclosed "[" (IPv6)
-        raise ConfigError(f"cannot read backend URL {_shown(url)!r}: {exc}") from None
+    except ValueError:  # an unclosed "[", or a bracketed host no IPv6 (its text unshown:
+        raise ConfigError(  # it may be a password's, which then holds a bracket)
+            f"cannot read backend URL {_shown(url)!r}: an unclosed '[', or a host in "
+            "brackets that is no IPv6 address (a bracket in a password is %5B, %5D)"
+        ) from None
     query = _options(url, scheme, parts.query)
     if scheme != "unix":
         _check_port(url, parts.netloc)

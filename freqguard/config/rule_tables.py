@@ -32,7 +32,7 @@ def rule_of(table: Mapping[str, Any]) -> Rule:
         if options.get("name") is None:  # Rule's own words are Python's (rate_for, Rule(...))
             raise ConfigError(
                 f"a rule with tiers needs a name (its keys must not change with its rate): "
-                f'add name = "..." to the rule of rate {rate!r}'
+                f"give the rule of rate {rate!r} a name (its key: name)"
             )
         options["rate_for"] = TierRates(tiers["from"], tiers["rates"])
     return Rule(**options)

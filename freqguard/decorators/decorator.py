@@ -77,10 +77,10 @@ class Capped:
         name: str | None = None,
         on_error: OnError | None = None,
     ) -> None:
-        check_exceeded(on_exceeded, timeout)
+        self._rules, self._policy = parse_target(rule, guard)
+        check_exceeded(on_exceeded, timeout, self._rules)
         self.guard, self.cost, self.on_exceeded = guard, cost, on_exceeded
         self.timeout, self.context = timeout, context
-        self._rules, self._policy = parse_target(rule, guard)
         if name is not None:
             check_name("policy name", name)
             if self._policy is not None:

@@ -4,15 +4,18 @@ held while it runs (``Guard.lease``); never waited for, never by a ``with`` bloc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from freqguard.errors import ConfigError
 from freqguard.guard import AsyncGuard, Guard
 
 __all__ = ["check_exceeded", "leased", "refuse_block"]
 
 
-def check_exceeded(on_exceeded: object, timeout: object) -> None:
-    """Refuse an ``on_exceeded`` that is no mode, and a ``timeout`` that nothing waits for
-    (throttled-py's ``timeout=`` waits: here ``on_exceeded="wait"`` does).
+def check_exceeded(on_exceeded: object, timeout: object, rules: Sequence[object]) -> None:
+    """Refuse an ``on_exceeded`` that is no mode, a ``timeout`` that nothing waits for
+    (throttled-py's ``timeout=`` waits: here ``on_exceeded="wait"`` does), and a wait
+    for a cap's own rules that count leases (as :func:`leased` does a policy's).
 
     Raises:
         ConfigError: naming what is taken.
@@ -26,6 +29,12 @@ def check_exceeded(on_exceeded: object, timeout: object) -> None:
             f"timeout={timeout!r} is how long on_exceeded='wait' waits for the call's turn; "
             f"with on_exceeded={on_exceeded!r} nothing waits: add on_exceeded='wait', or "
             "drop timeout"
+        )
+    if on_exceeded == "wait" and any(getattr(rule, "lease", None) for rule in rules):
+        raise ConfigError(
+            "a cap whose rules count leases (a concurrency rule) cannot wait: "
+            "on_exceeded='wait' waits for a rate's turn, and a lease frees when another call "
+            "ends; use 'raise', 'skip' or a function"
         )
 
 

@@ -146,7 +146,7 @@ def _ours(path: object) -> bool:
     imports it: one that does not import is Django's own check's)."""
     try:
         found = import_string(path) if isinstance(path, str) else None
-    except ImportError:
+    except Exception:
         return False
     mro = getattr(found, "__mro__", ())
     return any((c.__module__, c.__name__) == _MIDDLEWARE for c in mro)

@@ -134,7 +134,7 @@ ERRORS += [
         '{ rate = "15/minute", by = "recipient", '
         'tiers = { from = "plan", rates = { a = "1/second" } } }',
         "app.toml:7: policy 'sms', rule 1 ('15/minute'): a rule with tiers needs a name (its "
-        "keys must not change with its rate): add name = \"...\" to the rule of rate '15/minute'",
+        "keys must not change with its rate): give the rule of rate '15/minute' a name",
     ),
 ]
 
