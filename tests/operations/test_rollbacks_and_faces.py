@@ -1,10 +1,9 @@
 """Deploys while leases are out, and a sync guard's faces: a rollback (A to B to A again) as
 a lease taken under A goes back, on the store or a fallback; a deploy that swaps the
 fallback while a hit runs on it; a policy registered through the async face with a
-fallback the sync guard cannot drive; and Django's E008 where no middleware charges the
-default limits. Each a review's finding of the day's fixes, written failing first,
-deterministic (threads paused at the racing line by trace functions and events, time
-pinned by a ManualClock)."""
+fallback the sync guard cannot drive. Each a review's finding of the day's fixes, written
+failing first, deterministic (threads paused at the racing line by trace functions and
+events, time pinned by a ManualClock)."""
 
 from __future__ import annotations
 
@@ -14,8 +13,6 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
-
-import pytest
 
 from freqguard import ConfigError, Guard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.decision import Decision
@@ -119,47 +116,6 @@ def test_a_release_during_a_rollback_finds_the_plan_its_lease_was_taken_under() 
     outcome = _released(guard, lease, deploying, go_on)
     assert outcome == "done", outcome  # got ConfigError("...as it was registered then...")
     assert guard.peek("llm").rules[0].remaining == 2  # got 1: held until it lapses
-
-
-# -- 2. freqguard.E008 refuses a cost the default limits are never charged ----------------
-
-
-def test_the_cost_check_leaves_alone_a_view_the_middleware_never_decides() -> None:
-    """``freqguard.E008`` (``manage.py check``) charges a view's ``@capped(..., cost=5)``
-    to ``FREQGUARD_DEFAULT_LIMITS`` whenever the setting is there. The default limits are
-    the middleware's: without ``FreqGuardMiddleware`` in ``MIDDLEWARE`` (an API that
-    throttles with freqguard's DRF throttles, whose rate falls back to
-    ``FREQGUARD_DEFAULT_LIMITS``, and caps a few function views) the cap is decided on its
-    own, with its own rules ("10/minute" holds a cost of 5), and every request is answered
-    as it should be (200, 200, then 429). Expected: no E008. Got: "cost 5 exceeds the
-    capacity 2 of its narrowest rule ... (FREQGUARD_DEFAULT_LIMITS is charged its cost
-    too)", an Error: ``runserver`` and ``migrate`` refuse to start."""
-    pytest.importorskip("django")
-    from tests.integrations import django_site
-
-    django_site.setup()
-    from django.core import checks
-    from django.http import HttpRequest, HttpResponse
-    from django.test import Client, override_settings
-    from django.urls import path
-
-    from freqguard.integrations.django import capped
-
-    @capped("10/minute", cost=5)
-    def report(request: HttpRequest) -> HttpResponse:
-        return HttpResponse("report")
-
-    class URLConf:  # the URLconf: this one view
-        urlpatterns = (path("report/", report),)
-
-    middleware = [m for m in django_site.SETTINGS["MIDDLEWARE"] if "FreqGuard" not in m]
-    with override_settings(
-        ROOT_URLCONF=URLConf, MIDDLEWARE=middleware, FREQGUARD_DEFAULT_LIMITS="2/minute"
-    ):
-        codes = [Client().get("/report/").status_code for _ in range(3)]
-        found = [m.msg for m in checks.run_checks() if m.id == "freqguard.E008"]
-    assert codes == [200, 200, 429]  # decided on its own: the cost holds
-    assert found == []  # got: E008, "cost 5 exceeds the capacity 2 ..."
 
 
 # -- 3. a rollback re-keeps a shared-out plan in place: a fallback lease's release misses it
