@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import parse_qs
 
 from freqguard.errors import ConfigError
@@ -80,10 +80,17 @@ def _shown(url: str) -> str:
     end = min((rest.find(c) for c in "/?#" if c in rest), default=len(rest))
     if "@" in rest[end:] and not (head.lower() == "unix" and end == 0 and "?" not in rest):
         return f"{head}{sep}***"
-    # to the last @ of the address: a password may hold an @ unescaped
-    url = re.sub(r"^([^:/?#]*://[^/@:?#]*):[^/?#]*@", r"\1:***@", url)
-    # a value ends at & (or where a message quoting the URL goes on: a quote, ; or ))
-    return re.sub(r"([?&])([^=&]*)=([^&'\";)\s]*)", _option_shown, url)
+    # to the last @ of the address: a user or a password may hold an @ unescaped
+    url = re.sub(r"^([^:/?#]*://)([^/?#]*)@", _user_shown, url)
+    # a value ends at the next & (or #): a secret's whole
+    return re.sub(r"([?&])([^=&#]*)=([^&#]*)", _option_shown, url)
+
+
+def _user_shown(found: re.Match[str]) -> str:
+    """The user and password of a URL as messages show them: the user, the password
+    masked; all masked when the user holds an ``@`` (a password may follow it)."""
+    user, colon, _ = found[2].partition(":")
+    return f"{found[1]}{'***' if '@' in user or not colon else user + ':***'}@"
 
 
 def _option_shown(found: re.Match[str]) -> str:
@@ -135,33 +142,59 @@ def _cut_password(url: str) -> None:
     """Refuse a user or password that holds an unencoded ``/``, ``?`` or ``#``: the
     address ends there, so the rest would be read as a path or options (or a fragment,
     dropped) and shown in the error. Told by an ``@`` past the address where no URL has
-    one (the path, a fragment, an option that is not one of the texts, ``?k9&Lm2@host``),
-    or an address before it that is no ``host[:port]`` list (``app:Zq7?...``).
+    one (the path, a fragment, an unnamed option: ``?k9&Lm2@host``; a Sentinel service's
+    name may hold an ``@``, not a host and port after it), or an address before it that is
+    no ``host[:port]`` list (``app:Zq7?...``).
 
     Raises:
         ConfigError: naming the fix, the URL masked (:func:`_shown`).
     """
     scheme, _, rest = url.partition("://")
-    if scheme.lower() == "unix" and rest.startswith("/"):  # no user: a path may hold an @
+    _cut_secret(url)
+    if scheme.lower() == "unix":  # the path after the user's part may hold an @
+        user = rest.partition("@/")[0] if "@/" in rest else ""
+        cut = min((user.find(c) for c in "/?#" if c in user), default=-1)
+        if cut >= 0:
+            _refused(url, user[cut])
         return
     cut = min((rest.find(c) for c in "/?#" if c in rest), default=len(rest))
     if "@" not in rest[cut:]:
         return
     path, _, query = rest[cut:].partition("?")
     query, _, fragment = query.partition("#")
-    texts = all(
-        (name := item.partition("=")[0]) in _TEXTS and "@" not in name
-        for item in query.split("&")
-        if "@" in item
-    )
+    unnamed = any("=" not in item.partition("@")[0] for item in query.split("&") if "@" in item)
     address = rest[:cut].rpartition("@")[2]  # past a user's part, if any
     hosts = address.split(",") if address else []  # none: the default host
-    service = scheme.lower().endswith("+sentinel") and all(map(_host, hosts)) and hosts
-    path_at = "@" in path and not service  # a Sentinel service's name may hold an @
-    if not (path_at or "@" in fragment or not texts or not all(map(_host, hosts))):
-        return
-    char = rest[cut]
-    code = {"/": "%2F", "?": "%3F", "#": "%23"}[char]
+    if scheme.lower().endswith("+sentinel"):  # a service named with an @, not a host after
+        service = path[1:].partition("/")[0].rpartition("@")[2]
+        path = path if ":" in service else ""
+    if "@" in path or "@" in fragment or unnamed or not all(map(_host, hosts)):
+        _refused(url, rest[cut])
+
+
+def _cut_secret(url: str) -> None:
+    """Refuse a password option (``password=``...) whose value an unencoded ``&`` or ``#``
+    ends: the rest would be read as an option of its own, shown in the error, or as a
+    fragment, dropped (a password cut short, silently).
+
+    Raises:
+        ConfigError: naming the fix, the URL masked.
+    """
+    query, hashed, _ = url.partition("?")[2].partition("#")
+    items = query.split("&")
+    for item, after in zip(items, [*items[1:], None], strict=True):
+        if item.partition("=")[0] not in _SECRET:
+            continue
+        shown = f"{url.partition('?')[0]}?***"  # its rest may be anywhere after the ?
+        if after is not None and "=" not in after:  # a bare word: the password's rest
+            _refused(shown, "&")
+        if after is None and hashed:
+            _refused(shown, "#")
+
+
+def _refused(url: str, char: str) -> NoReturn:
+    """The refusal of a user or password (an option's too) that ``char`` ends unencoded."""
+    code = {"/": "%2F", "?": "%3F", "#": "%23", "&": "%26"}[char]
     raise ConfigError(
         f"a user or password in {_shown(url)!r} holds {char!r}, which ends it unencoded: "
         f"percent-encode it ({code}; '@' is %40)"

@@ -107,9 +107,12 @@ class Target:
 
 
 def _scheme(url: object) -> str:
-    if not isinstance(url, str) or "://" not in url:
-        raise ConfigError(f"backend URL must look like scheme://..., one of {_LISTED}; got {url!r}")
-    scheme = url.partition("://")[0].lower()
+    scheme = url.partition("://")[0].lower() if isinstance(url, str) else ""
+    if not isinstance(url, str) or re.fullmatch(r"[a-z][a-z0-9+.-]*", scheme) is None:
+        got = type(url).__name__ if not isinstance(url, str) else "text that is no URL"
+        raise ConfigError(  # a URL mistyped may hold its password anywhere
+            f"backend URL must look like scheme://..., one of {_LISTED}; got {got}"
+        )
     if scheme not in _SCHEMES:
         raise ConfigError(
             f"unsupported backend URL scheme {scheme!r} in {_shown(url)!r}; "
@@ -205,7 +208,9 @@ def _address(
 ) -> tuple[str, int]:
     """One sentinel's (or ``kind``'s: its name, default port and URL form) ``host[:port]``
     (``[v6]:port`` for IPv6)."""
-    found = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\](?::(.*))?|([^:\[\]]+)(?::(.*))?", text)
+    found = re.fullmatch(
+        r"\[([0-9A-Fa-f:.]+(?:%[0-9A-Za-z._~%-]+)?)\](?::(.*))?|([^:\[\]]+)(?::(.*))?", text
+    )
     what, default, form = kind
     if found is None:
         raise ConfigError(
@@ -214,7 +219,8 @@ def _address(
         )
     v6, v6_port, host, port = found.groups()
     port = v6_port if v6 is not None else port
-    return (v6 or host), (default if port is None else _port(url, port))
+    host = unquote(v6) if v6 is not None else host  # a zone: %25eth0 is %eth0
+    return host, (default if port is None else _port(url, port))
 
 
 def _sentinel(url: str, scheme: str) -> Target:
