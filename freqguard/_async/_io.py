@@ -33,10 +33,9 @@ Interrupt = (asyncio.CancelledError, KeyboardInterrupt, SystemExit)
 def unheld(func: object) -> str | None:
     """What a call of ``func`` only makes, to run after the call (a generator), which a
     lease taken around the call would not hold while it runs; None when the call runs the
-    body (a coroutine function: awaited inside the block). Told through the wrappers that
-    say what they wrap (``functools.wraps``)."""
-    inner = inspect.unwrap(func)  # type: ignore[arg-type]
-    if inspect.isgeneratorfunction(inner) or inspect.isasyncgenfunction(inner):
+    body (a coroutine function: awaited inside the block). Told of ``func`` itself: a
+    wrapper of a generator function may consume it (``contextlib.contextmanager``'s)."""
+    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
         return "a generator"
     return None
 

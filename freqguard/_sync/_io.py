@@ -49,12 +49,10 @@ _MAIN = threading.main_thread()
 def unheld(func: object) -> str | None:
     """What a call of ``func`` only makes, to run after the call (a generator; a coroutine,
     an ``async def``'s), which a lease taken around the call would not hold while it runs;
-    None when the call runs the body. A generator function is told through the wrappers
-    that say what they wrap (``functools.wraps``: tracing, retries); an ``async def`` is
-    not (a sync wrapper of one, ``asyncio.run``'s or asgiref's ``async_to_sync``, runs it
-    to its end)."""
-    inner = inspect.unwrap(func)  # type: ignore[arg-type]
-    if inspect.isgeneratorfunction(inner) or inspect.isasyncgenfunction(inner):
+    None when the call runs the body. Told of ``func`` itself: a wrapper may consume what
+    it wraps (``contextlib.contextmanager``'s, ``asyncio.run``'s, asgiref's
+    ``async_to_sync``)."""
+    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
         return "a generator"
     if inspect.iscoroutinefunction(func):
         return "a coroutine (an async def: its lease is as_async(guard).lease(...)'s)"

@@ -158,6 +158,10 @@ def _cut_password(url: str) -> None:
             _refused(url, user[cut])
         return
     cut = min((rest.find(c) for c in "/?#" if c in rest), default=len(rest))
+    user = rest[:cut].rpartition("@")[0]
+    for bracket in "[]":  # Pythons differ: from 3.11 urlsplit refuses it, 3.10 takes it
+        if bracket in user:
+            _refused(url, bracket)
     if "@" not in rest[cut:]:
         return
     path, _, query = rest[cut:].partition("?")
@@ -193,11 +197,11 @@ def _cut_secret(url: str) -> None:
 
 
 def _refused(url: str, char: str) -> NoReturn:
-    """The refusal of a user or password (an option's too) that ``char`` ends unencoded."""
-    code = {"/": "%2F", "?": "%3F", "#": "%23", "&": "%26"}[char]
+    """The refusal of a user or password (an option's too) that holds ``char`` unencoded."""
+    code = {"/": "%2F", "?": "%3F", "#": "%23", "&": "%26", "[": "%5B", "]": "%5D"}[char]
     raise ConfigError(
-        f"a user or password in {_shown(url)!r} holds {char!r}, which ends it unencoded: "
-        f"percent-encode it ({code}; '@' is %40)"
+        f"a user or password in {_shown(url)!r} holds {char!r} unencoded, which a URL reads "
+        f"otherwise: percent-encode it ({code}; '@' is %40)"
     )
 
 

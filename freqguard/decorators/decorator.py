@@ -42,7 +42,7 @@ from freqguard.decision import Decision
 from freqguard.decorators.adapters import as_async
 from freqguard.decorators.call_keys import Arguments, CallKey, KeyArgument, check_fit
 from freqguard.decorators.defaults import configure, default_async_guard, default_guard
-from freqguard.decorators.generators import async_held, held
+from freqguard.decorators.generators import async_held, held, held_later
 from freqguard.decorators.leases import check_exceeded, leased, refuse_block
 from freqguard.decorators.naming import implicit_name, parse_target, unknown_policy
 from freqguard.engine.shared import shared_out
@@ -161,8 +161,7 @@ class Capped:
             return cast(Callable[P, R], self._wrap_async(cast(Any, func), site))
         if inspect.isasyncgenfunction(target):
             return cast(Callable[P, R], self._wrap_async_generator(func, site))
-        # a generator function under wrappers that say what they wrap (tracing, retries)
-        generator = inspect.isgeneratorfunction(inspect.unwrap(target))
+        generator = inspect.isgeneratorfunction(target)
         return cast(Callable[P, R], self._wrap_sync(func, site, generator))
 
     def _site(self, func: Callable[..., object]) -> _Site:
@@ -194,7 +193,8 @@ class Capped:
                 with guard.lease(name, cost, **ctx) as lease:
                     if not lease.allowed:
                         return self._exceeded(lease)
-                    return wrapped(*args, **kwargs)
+                    made = wrapped(*args, **kwargs)
+                return held_later(made, partial(held, guard, name, cost, ctx, self._exceeded))
             decision = self._ask(guard, name, ctx, cost)
             if not decision.allowed:
                 return self._exceeded(decision)

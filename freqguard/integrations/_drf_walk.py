@@ -97,7 +97,8 @@ def _note_named(found: Walk, url: str, callback: Any) -> None:
     or on a class-based view's class), once a view; and if it costs more than 1 with the
     default limits."""
     capped = getattr(callback, "view_class", None) or callback
-    cap = getattr(capped, "_freqguard_cap", None)
+    # the view's own first (a cap around as_view()), as the middleware reads it
+    cap = getattr(callback, "_freqguard_cap", None) or getattr(capped, "_freqguard_cap", None)
     exempt = getattr(callback, "_freqguard_exempt", False) or getattr(
         capped, "_freqguard_exempt", False
     )
