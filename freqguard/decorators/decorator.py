@@ -42,7 +42,7 @@ from freqguard.decision import Decision
 from freqguard.decorators.adapters import as_async
 from freqguard.decorators.call_keys import Arguments, CallKey, KeyArgument, check_fit
 from freqguard.decorators.defaults import configure, default_async_guard, default_guard
-from freqguard.decorators.generators import async_held, held, held_later
+from freqguard.decorators.generators import async_held, held
 from freqguard.decorators.leases import check_exceeded, leased, refuse_block
 from freqguard.decorators.naming import implicit_name, parse_target, unknown_policy
 from freqguard.engine.shared import shared_out
@@ -193,8 +193,7 @@ class Capped:
                 with guard.lease(name, cost, **ctx) as lease:
                     if not lease.allowed:
                         return self._exceeded(lease)
-                    made = wrapped(*args, **kwargs)
-                return held_later(made, partial(held, guard, name, cost, ctx, self._exceeded))
+                    return wrapped(*args, **kwargs)
             decision = self._ask(guard, name, ctx, cost)
             if not decision.allowed:
                 return self._exceeded(decision)

