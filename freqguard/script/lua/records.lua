@@ -228,7 +228,11 @@ local function limits_ttl(rec, record_expiry, latest, held, now, clock, pinned, 
     return (record_ttl(record_expiry, latest, now, clock, false)), nil
   end
   if changed then
-    return record_ttl(0, max(record_expiry, latest, held), now, clock, pinned)
+    local expiry, ttl_ms = record_ttl(0, max(record_expiry, latest, held), now, clock, pinned)
+    -- a pinned time's TTL only grows: each state was kept the pinned grace in real time from
+    -- its write (as in the memory twin), however far the pinned time has moved since
+    if pinned and not rec.rid then ttl_ms = max(ttl_ms, call('PTTL', rec.key)) end
+    return expiry, ttl_ms
   end
   return record_ttl(record_expiry, max(latest, held), now, clock, pinned)
 end
