@@ -142,9 +142,9 @@ def _cut_password(url: str) -> None:
     """Refuse a user or password that holds an unencoded ``/``, ``?`` or ``#``: the
     address ends there, so the rest would be read as a path or options (or a fragment,
     dropped) and shown in the error. Told by an ``@`` past the address where no URL has
-    one (the path, a fragment, an unnamed option: ``?k9&Lm2@host``; a Sentinel service's
-    name may hold an ``@``, not a host and port after it), or an address before it that is
-    no ``host[:port]`` list (``app:Zq7?...``).
+    one (the path, a Sentinel service's name among them: it writes ``%40``, a fragment, an
+    unnamed option: ``?k9&Lm2@host``), or an address before it that is no ``host[:port]``
+    list (``app:Zq7?...``).
 
     Raises:
         ConfigError: naming the fix, the URL masked (:func:`_shown`).
@@ -169,11 +169,10 @@ def _cut_password(url: str) -> None:
     unnamed = any("=" not in item.partition("@")[0] for item in query.split("&") if "@" in item)
     address = rest[:cut].rpartition("@")[2]  # past a user's part, if any
     hosts = address.split(",") if address else []  # none: the default host
-    if scheme.lower().endswith("+sentinel"):  # a service named with an @, not a host after
-        service = path[1:].partition("/")[0].rpartition("@")[2]
-        path = path if ":" in service else ""
     if "@" in path or "@" in fragment or unnamed or not all(map(_host, hosts)):
-        _refused(url, rest[cut])
+        # a Sentinel service named with an @ reads as a password's tail: it writes %40
+        sentinel = scheme.lower().endswith("+sentinel") and "@" in path.partition("?")[0]
+        _refused(url, rest[cut], "; a service name's '@' is written %40 too" * sentinel)
 
 
 def _cut_secret(url: str) -> None:
@@ -196,12 +195,12 @@ def _cut_secret(url: str) -> None:
             _refused(shown, "#")
 
 
-def _refused(url: str, char: str) -> NoReturn:
+def _refused(url: str, char: str, tail: str = "") -> NoReturn:
     """The refusal of a user or password (an option's too) that holds ``char`` unencoded."""
     code = {"/": "%2F", "?": "%3F", "#": "%23", "&": "%26", "[": "%5B", "]": "%5D"}[char]
     raise ConfigError(
         f"a user or password in {_shown(url)!r} holds {char!r} unencoded, which a URL reads "
-        f"otherwise: percent-encode it ({code}; '@' is %40)"
+        f"otherwise: percent-encode it ({code}; '@' is %40){tail}"
     )
 
 

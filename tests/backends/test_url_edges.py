@@ -214,8 +214,10 @@ def test_a_misspelt_option_holding_an_at_is_named(url: str, option: str) -> None
     [
         "redis+sentinel://app:2718/QZXJK@10.0.0.1:26379",
         "redis+sentinel://app:2718/QZXJK@10.0.0.1:26379/orders",
+        "redis+sentinel://app:2718/QZXJK@10.0.0.1/orders",
+        "redis+sentinel://app:2718/QZXJK@sentinel-1",
     ],
-    ids=["taken", "service-blamed"],
+    ids=["taken", "service-blamed", "no-port", "a-name"],
 )
 def test_a_sentinel_password_of_digits_before_its_slash_is_refused(url: str) -> None:
     """Round 4 refused ``redis://app:2718/pq@host`` (digits before the ``/``: ``app:2718``
@@ -227,7 +229,9 @@ def test_a_sentinel_password_of_digits_before_its_slash_is_refused(url: str) -> 
     the refusal is "after the service name comes the database number (/0, /1, ...), got
     '/orders'": masked, but pointing at the db. Who: a Sentinel user whose generated
     password starts with digits then ``/``. Expected: refused naming ``%2F``, the password
-    unshown. Got: taken, or the db blamed."""
+    unshown. Got: taken, or the db blamed. The sentinel's address without a port
+    (``...@10.0.0.1/orders``, ``...@sentinel-1``) read as a service named with an ``@``
+    was still taken: an unencoded ``@`` in a service name is now refused too (``%40``)."""
     message = _refusal(url)  # got: taken, for the first
     assert "%2F" in message, message
     assert _leak(message, "2718/QZXJK") is None, message

@@ -125,7 +125,7 @@ def test_the_cut_password_message_shows_no_text_after_an_at_in_the_query() -> No
     "url",
     [
         "redis:///0?client_name=api@eu",  # hostless: redis-py's localhost:6379
-        "redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/orders@eu/0",  # a service name
+        "redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/orders%40eu/0",  # a service name
     ],
     ids=["hostless", "sentinel-service"],
 )
@@ -139,6 +139,17 @@ def test_a_url_with_no_userinfo_is_not_refused_as_holding_a_password(url: str) -
     address), URLs holding neither; both were taken before this round. Expected: taken.
     Got: refused."""
     assert parse_url(url).kind in ("redis", "sentinel")  # got: ConfigError
+
+
+def test_a_sentinel_service_names_its_at_sign_encoded() -> None:
+    """An ``@`` past a Sentinel URL's address is a password's tail as often as a service
+    name's (``app:2718/QZXJK@sentinel-1``: a user and a password holding a ``/``, or a
+    sentinel ``app:2718`` and a service ``QZXJK@sentinel-1``): a service name writes it
+    ``%40``, and one unencoded is refused naming both fixes."""
+    assert parse_url("redis+sentinel://10.0.0.1/orders%40eu").service == "orders@eu"
+    with pytest.raises(ConfigError, match="%40") as refused:
+        parse_url("redis+sentinel://10.0.0.1/orders@eu")
+    assert "service name" in str(refused.value)
 
 
 # -- 6. the property: no refusal shows a password, for every scheme -----------------------
