@@ -69,10 +69,12 @@ def decide_op(
     consumed give back exactly what this hit took there and the rest are only checked, so a
     denied hit consumes nothing (atomic per part, compensated across parts). A store that
     fails that give-back keeps those units (the strict side), and the hit is the denial
-    all the same (:func:`_denial`), not a failure for ``on_error``.
+    all the same (:func:`_denial`), not a failure for ``on_error``. A lease's take goes
+    this way on one part too: one the store applied and no replica acknowledged is given
+    back before ``on_error`` answers (a hit's units are kept: the strict side).
     """
     calls = plan.calls(texts, now, cost, mode)
-    if len(calls) == 1 or mode != HIT or cost == 0:
+    if (len(calls) == 1 and not plan.leased) or mode != HIT or cost == 0:
         return plan.decide((yield calls), texts, cost, mode)
     replies: list[Reply] = []
     unsure: BackendUnavailable | None = None  # a part applied it, no replica acknowledged
@@ -98,6 +100,8 @@ def decide_op(
             return plan.decide([*others[:i], reply, *others[i:]])
         replies.append(reply)
     if unsure is not None:  # admitted, and not known to last: on_error answers it
+        if plan.leased:  # a lease nobody would give back (the call does not run, or runs
+            yield from give_back(undo(calls, replies))  # failing open, with no receipt)
         raise unsure
     return plan.decide(replies, texts, cost, mode)
 

@@ -15,6 +15,7 @@ from typing import TypeVar
 from freqguard.clock import SystemClock
 from freqguard.decision import Decision, Receipt, make_decision
 from freqguard.engine.calendar import Calendar
+from freqguard.engine.fingerprints import fingerprint, holds_alike
 from freqguard.engine.priorities import Priorities
 from freqguard.engine.tiers import Tiers, rule_params
 from freqguard.errors import ConfigError
@@ -130,12 +131,7 @@ class PolicyPlan:
         )
         if not any(any(part) for part in self.leased):
             self.leased = ()
-        # what a receipt must have been made by: the parts' specs and states (strategies,
-        # capacities, windows, rule ids, dimensions), not just the policy's name
-        self.fingerprint = "|".join(
-            part.spec_text + "@" + ",".join(layout.key_id for layout in part.layouts)
-            for part in self.parts
-        )
+        self.fingerprint = fingerprint(policy, self.parts)  # what a receipt was made by
         self._order = tuple(index for part in self.parts for index in part.rule_index)
         self.reads = policy.reads
         self._accepts = self._dimset | frozenset(self.reads)
@@ -314,7 +310,10 @@ class PolicyPlan:
 
     def refund_calls(self, receipt: Receipt, now: int | None) -> list[ScriptCall]:
         """The calls that give back exactly what the hit of ``receipt`` consumed."""
-        if receipt.policy != self.name or receipt.fingerprint != self.fingerprint:
+        if receipt.policy != self.name or (
+            receipt.fingerprint != self.fingerprint
+            and not holds_alike(receipt, self.fingerprint, self.leased)
+        ):
             raise ConfigError(
                 f"that decision's receipt is for policy {receipt.policy!r} as it was "
                 f"registered then, not for policy {self.name!r} as it is now"

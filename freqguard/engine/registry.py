@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from freqguard.engine.denials import Denials
 from freqguard.engine.failover import Failover
@@ -36,7 +37,7 @@ class PolicyRegistry:
             0: a hash each): part of every key.
     """
 
-    __slots__ = ("_bins", "_changing", "_estimate", "_plans", "_prefix", "_versions")
+    __slots__ = ("_bins", "_by_name", "_changing", "_estimate", "_plans", "_prefix", "_versions")
 
     def __init__(self, prefix: str, estimate: Callable[[], int], bins: int) -> None:
         self._prefix = prefix
@@ -48,6 +49,7 @@ class PolicyRegistry:
         # one version (a rollback, A to B to A again, read apart had lost A)
         self._versions: tuple[dict[str, PolicyPlan], dict[str, dict[str, PolicyPlan]]]
         self._versions = ({}, {})
+        self._by_name: Mapping[str, Policy] = MappingProxyType({})
         self._changing = threading.RLock()  # one change at a time; readers take none
 
     def compile(self, policy: object, replace: object = False) -> PolicyPlan | None:
@@ -104,6 +106,8 @@ class PolicyRegistry:
         plans = {**plans, plan.name: plan}
         self._versions = plans, {**replaced, plan.name: versions}
         self._plans = plans
+        # made once a change, not once a read: a middleware asks it each request
+        self._by_name = MappingProxyType({name: p.policy for name, p in plans.items()})
 
     def taken_under(self, name: str, fingerprint: str) -> PolicyPlan:
         """The plan a receipt of ``name`` was made by: the registered one, or one it
@@ -141,5 +145,5 @@ class PolicyRegistry:
 
     @property
     def policies(self) -> Mapping[str, Policy]:
-        """The registered policies by name."""
-        return {name: plan.policy for name, plan in self._plans.items()}
+        """The registered policies by name (read-only)."""
+        return self._by_name

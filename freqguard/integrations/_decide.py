@@ -14,8 +14,6 @@ import threading
 from collections.abc import (
     Awaitable,
     Callable,
-    Iterable,
-    Iterator,
     Mapping,
     Sequence,
 )
@@ -45,14 +43,11 @@ from freqguard.rules import Rule
 __all__ = [
     "Answer",
     "Decider",
-    "HeldBody",
     "KeyedRules",
     "Route",
     "answer_for",
     "bad_request",
     "compile_limit",
-    "leasing",
-    "leasing_async",
     "refusal",
 ]
 
@@ -345,55 +340,3 @@ class Decider:
         except ContextError as error:  # the request's own zone or priority
             return bad_request(BadRequest(str(error)), info.path)
         return self.answer(decision, info.path, route)
-
-
-def leasing(guard: Guard, held: list[Decision]) -> Callable[..., Decision]:
-    """``guard.hit``, but a policy with a concurrency rule takes a lease; an admitted one
-    goes into ``held``, for the caller to give back when its request has been answered."""
-
-    def hit(name: str, cost: int, **ctx: object) -> Decision:
-        if not guard.policies[name].leases:
-            return guard.hit(name, cost, **ctx)
-        decision = guard.take_lease(name, cost, **ctx)
-        if decision.allowed:
-            held.append(decision)
-        return decision
-
-    return hit
-
-
-def leasing_async(guard: AsyncGuard, held: list[Decision]) -> Callable[..., Awaitable[Decision]]:
-    """:func:`leasing` for an ``AsyncGuard``."""
-
-    async def hit(name: str, cost: int, **ctx: object) -> Decision:
-        if not guard.policies[name].leases:
-            return await guard.hit(name, cost, **ctx)
-        decision = await guard.take_lease(name, cost, **ctx)
-        if decision.allowed:
-            held.append(decision)
-        return decision
-
-    return hit
-
-
-class HeldBody:
-    """A response body whose request holds leases: given back once, when the server closes
-    the body (PEP 3333, and Django's ``response.close()``: once its last byte is sent, or
-    the client went away), so the lease counts the request for as long as it is in flight.
-    """
-
-    def __init__(self, body: Iterable[bytes], release: Callable[[], object]) -> None:
-        self._body, self._release, self._released = body, release, False
-
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(self._body)
-
-    def close(self) -> None:
-        try:
-            close = getattr(self._body, "close", None)
-            if close is not None:
-                close()
-        finally:
-            if not self._released:
-                self._released = True
-                self._release()

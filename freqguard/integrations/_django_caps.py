@@ -18,7 +18,6 @@ from django.views import View
 from freqguard.decision import Decision
 from freqguard.decorators.naming import implicit_name
 from freqguard.errors import ConfigError
-from freqguard.integrations._decide import leasing, leasing_async
 from freqguard.integrations._django_leases import aanswered, answered
 from freqguard.integrations._django_requests import (
     RequestNotes,
@@ -33,6 +32,7 @@ from freqguard.integrations._django_requests import (
 )
 from freqguard.integrations._django_settings import their_key
 from freqguard.integrations._django_state import State, ViewCap, current
+from freqguard.integrations._held import leasing, leasing_async
 from freqguard.integrations._http import KeyFunc, view_methods
 from freqguard.integrations._request import check_key
 from freqguard.integrations._rule_items import check_cost, rule_items

@@ -16,7 +16,7 @@ from asgiref.sync import async_to_sync
 
 from freqguard.decision import Decision
 from freqguard.guard import AsyncGuard, Guard
-from freqguard.integrations._decide import HeldBody
+from freqguard.integrations._held import HeldBody, arelease_each, release_each
 
 __all__ = ["AsyncHeldBody", "aanswered", "answered"]
 
@@ -70,12 +70,12 @@ def answered(guard: Guard, held: list[Decision], respond: Callable[[], R], reque
     try:
         response = respond()
     except BaseException:
-        _release(guard, held)
+        release_each(guard, held)
         raise
     if not getattr(response, "streaming", False):
-        _release(guard, held)
+        release_each(guard, held)
         return response
-    body = HeldBody(response.streaming_content, lambda: _release(guard, held))  # type: ignore[attr-defined]
+    body = HeldBody(response.streaming_content, lambda: release_each(guard, held))  # type: ignore[attr-defined]
     response.streaming_content = _noted(request, body)  # type: ignore[attr-defined]
     return response
 
@@ -89,14 +89,14 @@ async def aanswered(
     try:
         response = await respond()
     except BaseException:
-        await _arelease(guard, held)
+        await arelease_each(guard, held)
         raise
     if not getattr(response, "streaming", False):
-        await _arelease(guard, held)
+        await arelease_each(guard, held)
         return response
 
     async def release() -> None:
-        await _arelease(guard, held)
+        await arelease_each(guard, held)
 
     answer: Any = response
     content = answer.streaming_content
@@ -107,16 +107,6 @@ async def aanswered(
         else HeldBody(content, async_to_sync(release)),
     )
     return response
-
-
-def _release(guard: Guard, held: list[Decision]) -> None:
-    for decision in held:
-        guard.release(decision)
-
-
-async def _arelease(guard: AsyncGuard, held: list[Decision]) -> None:
-    for decision in held:
-        await guard.release(decision)
 
 
 class AsyncHeldBody:

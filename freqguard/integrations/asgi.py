@@ -25,8 +25,9 @@ from freqguard.decision import Decision
 from freqguard.decorators.adapters import as_async as _as_async_guard
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.headers import check_profile
-from freqguard.integrations._decide import Answer, Decider, Route, leasing_async
+from freqguard.integrations._decide import Answer, Decider, Route
 from freqguard.integrations._first_match import compile_limits
+from freqguard.integrations._held import arelease_each, leasing_async
 from freqguard.integrations._http import (
     BadRequest,
     Limit,
@@ -37,6 +38,7 @@ from freqguard.integrations._http import (
     path_param,
 )
 from freqguard.integrations._routes import route_path
+from freqguard.policy import Policy
 
 __all__ = [
     "BadRequest",
@@ -113,7 +115,8 @@ class FreqGuardMiddleware:
         self.app = app
         self.guard = async_guard_for(guard)
         self._hit = self.guard.hit
-        self._leased: dict[Route, bool] = {}  # whether each route's policy holds leases
+        # each route's policy when it was seen to hold no leases (a deploy may give it some)
+        self._plain: dict[Route, Policy] = {}
         self.limits = tuple(limits)
         self.decider = Decider(self.guard, compile_limits(self.limits), check_profile(headers))
 
@@ -127,8 +130,9 @@ class FreqGuardMiddleware:
             await self.app(scope, receive, send)
             return
         route, params = found
-        if self._leased.get(route, True):  # a policy with leases, or not known yet
-            await self._leasing(route, params, scope, receive, send)
+        plain = self._plain.get(route)
+        if plain is None or self.guard.policies.get(route.name) is not plain:
+            await self._leasing(route, params, scope, receive, send)  # leases, or not known
             return
         answer = await self.decider.adecide(self._hit, route, request_info(scope, params))
         await self._answered(answer, scope, receive, send)
@@ -142,13 +146,14 @@ class FreqGuardMiddleware:
         hit = leasing_async(self.guard, held)
         answer = await self.decider.adecide(hit, route, request_info(scope, params))
         policy = self.guard.policies.get(route.name)  # registered by now, unless refused
-        if policy is not None:
-            self._leased[route] = policy.leases
+        if policy is not None and not policy.leases:
+            self._plain[route] = policy
+        else:
+            self._plain.pop(route, None)
         try:
             await self._answered(answer, scope, receive, send)
         finally:
-            for decision in held:
-                await self.guard.release(decision)
+            await arelease_each(self.guard, held)
 
     async def _answered(self, answer: Answer, scope: Scope, receive: Receive, send: Send) -> None:
         """The app called (its answer given the decision's headers), or the refusal sent."""

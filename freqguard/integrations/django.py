@@ -50,7 +50,7 @@ from django.urls import Resolver404, get_resolver
 
 from freqguard.decision import Decision
 from freqguard.guard import AsyncGuard, Guard
-from freqguard.integrations._decide import Route, leasing, leasing_async
+from freqguard.integrations._decide import Route
 from freqguard.integrations._django_caps import capped, exempt
 from freqguard.integrations._django_leases import aanswered, answered
 from freqguard.integrations._django_requests import (
@@ -64,6 +64,7 @@ from freqguard.integrations._django_requests import (
 )
 from freqguard.integrations._django_settings import check_settings
 from freqguard.integrations._django_state import State, ViewCap, current, drop, unclosed
+from freqguard.integrations._held import leasing, leasing_async
 from freqguard.integrations._http import (
     BadRequest,
     KeyFunc,

@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, cast, overload
 
 from flask import Blueprint, Flask, Response, after_this_request, current_app, g, request
 
@@ -50,7 +50,7 @@ from freqguard.decision import Decision
 from freqguard.errors import CapExceeded, ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile, combined_headers
-from freqguard.integrations._decide import Decider, Route, leasing
+from freqguard.integrations._decide import Decider, Route
 from freqguard.integrations._flask_caps import (
     BlueprintCap,
     Capping,
@@ -72,6 +72,7 @@ from freqguard.integrations._flask_habits import (
     refuse_theirs,
     the_app,
 )
+from freqguard.integrations._held import HeldBody, leasing, release_each
 from freqguard.integrations._http import (
     BadRequest,
     KeyFunc,
@@ -248,7 +249,11 @@ class FreqGuard:
             # flight until the server closes the response
             guard, given = self._state().guard, g.pop("freqguard_leases")
             g.freqguard_streamed = given  # the teardown's, should the response be dropped
-            response.call_on_close(lambda: _release_all(guard, given))
+            # the body itself holds them (not call_on_close: werkzeug skips those when the
+            # body's close raises, and a later after_request may send the body in another
+            # response): given back when the server closes it, whichever response sent it
+            body = cast("Iterable[bytes]", response.response)
+            response.response = HeldBody(body, lambda: release_each(guard, given))
         return response
 
     def _give_back(self, error: BaseException | None) -> None:
@@ -257,9 +262,9 @@ class FreqGuard:
         ``error`` (an ``after_request`` that ran after this one's failed, say) Flask drops
         the streamed response without closing it: its leases go back now."""
         guard = self._state().guard
-        _release_all(guard, g.pop("freqguard_leases", []))
+        release_each(guard, g.pop("freqguard_leases", []))
         if error is not None:
-            _release_all(guard, g.pop("freqguard_streamed", []))
+            release_each(guard, g.pop("freqguard_streamed", []))
 
     def capped(
         self,
@@ -376,10 +381,3 @@ def _configured(settings: Mapping[str, Any]) -> Guard | None:
     """The guard ``FREQGUARD_CONFIG`` makes (None: not set)."""
     config = configured(settings)
     return None if config is None else config.guard()
-
-
-def _release_all(guard: Guard, held: list[Decision]) -> None:
-    for decision in held:
-        receipt = decision.receipt
-        if receipt is None or not receipt.spent:  # spent: given back by the teardown
-            guard.release(decision)

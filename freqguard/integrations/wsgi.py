@@ -14,8 +14,9 @@ from typing import Any
 from freqguard.decision import Decision
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
-from freqguard.integrations._decide import Decider, HeldBody, leasing
+from freqguard.integrations._decide import Decider
 from freqguard.integrations._first_match import compile_limits
+from freqguard.integrations._held import HeldBody, leasing
 from freqguard.integrations._http import (
     BadRequest,
     Limit,

@@ -16,7 +16,7 @@ import pytest
 
 from freqguard import Decision, Guard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard._sync.leases import LeaseBlock
-from freqguard.integrations._decide import leasing
+from freqguard.integrations._held import leasing
 from tests.conformance.test_lease_interrupts import (
     _guard,
     _main_thread_only,  # noqa: F401 (autouse)

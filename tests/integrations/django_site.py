@@ -158,8 +158,18 @@ async def astreamed(request: HttpRequest) -> StreamingHttpResponse:
     return StreamingHttpResponse(chunks())
 
 
+@capped(Rule("1 concurrent", by="client", lease=60))
+def released(request: HttpRequest) -> HttpResponse:
+    """Gives its own lease back before it answers (the work is done: another may start)."""
+    from freqguard.integrations.django import guard
+
+    guard().release(request.freqguard.decision)  # type: ignore[attr-defined]
+    return HttpResponse("released")
+
+
 urlpatterns = [
     path("leased", leased, name="leased"),
+    path("released", released, name="released"),
     path("streamed", streamed, name="streamed"),
     path("astreamed", astreamed, name="astreamed"),
     path("aleased", aleased, name="aleased"),

@@ -176,3 +176,13 @@ def test_a_dropped_answer_whose_leases_cannot_go_back_never_fails_the_requests_c
     request.close()
     assert closed == [True]
     assert caplog.text.count("could not be given back") == 2
+
+
+def test_a_view_that_gives_its_own_lease_back_answers_as_it_chose(clock: ManualClock) -> None:
+    """Review: a view that releases its lease itself (``request.freqguard.decision``, once
+    its work is done) had the middleware release it again: "already refunded or released"
+    raised in place of its answer."""
+    with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(clock))):
+        answers = _get("/released", times=2)
+        assert [a.status_code for a in answers] == [200, 200]
+        assert answers[0].content == b"released"

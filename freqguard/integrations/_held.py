@@ -1,0 +1,95 @@
+"""Leases a request holds: the hit that takes one for a policy with a concurrency rule,
+the body that holds them until the server closes it, and their release, each given back
+though another's release failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+
+from freqguard.decision import Decision
+from freqguard.guard import AsyncGuard, Guard
+
+__all__ = ["HeldBody", "arelease_each", "leasing", "leasing_async", "release_each"]
+
+
+def leasing(guard: Guard, held: list[Decision]) -> Callable[..., Decision]:
+    """``guard.hit``, but a policy with a concurrency rule takes a lease; an admitted one
+    goes into ``held``, for the caller to give back when its request has been answered."""
+
+    def hit(name: str, cost: int, **ctx: object) -> Decision:
+        if not guard.policies[name].leases:
+            return guard.hit(name, cost, **ctx)
+        decision = guard.take_lease(name, cost, **ctx)
+        if decision.allowed:
+            held.append(decision)
+        return decision
+
+    return hit
+
+
+def leasing_async(guard: AsyncGuard, held: list[Decision]) -> Callable[..., Awaitable[Decision]]:
+    """:func:`leasing` for an ``AsyncGuard``."""
+
+    async def hit(name: str, cost: int, **ctx: object) -> Decision:
+        if not guard.policies[name].leases:
+            return await guard.hit(name, cost, **ctx)
+        decision = await guard.take_lease(name, cost, **ctx)
+        if decision.allowed:
+            held.append(decision)
+        return decision
+
+    return hit
+
+
+def release_each(guard: Guard, held: Sequence[Decision]) -> None:
+    """Every lease of ``held`` given back, but one given back already (its receipt spent:
+    a refund or a release by the view, or an earlier pass); a release that fails keeps
+    none of the others: its error is raised once each was tried."""
+    failed: BaseException | None = None
+    for decision in held:
+        receipt = decision.receipt
+        if receipt is None or not receipt.spent:
+            try:
+                guard.release(decision)
+            except BaseException as exc:
+                failed = failed or exc
+    if failed is not None:
+        raise failed
+
+
+async def arelease_each(guard: AsyncGuard, held: Sequence[Decision]) -> None:
+    """:func:`release_each` for an ``AsyncGuard``."""
+    failed: BaseException | None = None
+    for decision in held:
+        receipt = decision.receipt
+        if receipt is None or not receipt.spent:
+            try:
+                await guard.release(decision)
+            except BaseException as exc:
+                failed = failed or exc
+    if failed is not None:
+        raise failed
+
+
+class HeldBody:
+    """A response body whose request holds leases: given back once, when the server closes
+    the body (PEP 3333, and Django's ``response.close()``: once its last byte is sent, or
+    the client went away), so the lease counts the request for as long as it is in flight.
+    """
+
+    def __init__(self, body: Iterable[bytes], release: Callable[[], object]) -> None:
+        self._body, self._release, self._released = body, release, False
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._body)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            if not self._released:
+                self._released = True
+                self._release()
