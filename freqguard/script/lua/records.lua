@@ -230,8 +230,12 @@ local function limits_ttl(rec, record_expiry, latest, held, now, clock, pinned, 
   if changed then
     local expiry, ttl_ms = record_ttl(0, max(record_expiry, latest, held), now, clock, pinned)
     -- a pinned time's TTL only grows: each state was kept the pinned grace in real time from
-    -- its write (as in the memory twin), however far the pinned time has moved since
-    if pinned and not rec.rid then ttl_ms = max(ttl_ms, call('PTTL', rec.key)) end
+    -- its write (as in the memory twin), however far the pinned time has moved since; a
+    -- record a limit for ever held (no TTL: -1) keeps the grace from now
+    if pinned and not rec.rid then
+      local kept = call('PTTL', rec.key)
+      ttl_ms = max(ttl_ms, kept == -1 and PINNED_GRACE_MS or kept)
+    end
     return expiry, ttl_ms
   end
   return record_ttl(record_expiry, max(latest, held), now, clock, pinned)
