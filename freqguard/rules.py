@@ -240,10 +240,11 @@ class Rule:
                 raise ConfigError(f"tz_from={tz_from!r} is a dimension of the rule (by)")
             if tz_from not in self.reads:
                 set_(self, "reads", (*self.reads, tz_from))  # read, never part of a key
-        if calendar and rate_for is not None:
+        if rate_for is not None and (calendar or self.strategy is Strategy.CONCURRENCY):
+            kind, own = ("calendar", "daily cap") if calendar else ("concurrency", "count")
             raise ConfigError(
-                f"rule {self.id!r}: rate_for is not supported on a calendar rule; set a "
-                "per-key limit (set_limit) for a recipient's own daily cap"
+                f"rule {self.id!r}: rate_for is not supported on a {kind} rule; set a per-key "
+                f"limit (set_limit; 'N concurrent' for leases) for a caller's own {own}"
             )
         set_(self, "only", None if only is None else priority_names(f"rule {self.id!r} only", only))
         if self.only == ():

@@ -189,3 +189,25 @@ def test_a_different_policy_under_a_known_name_is_refused(guard: Guard) -> None:
     guard.add_policy(SMS)  # the same one again: fine
     with pytest.raises(ConfigError, match="already registered"):
         guard.add_policy(Policy("sms", Rule("1/second", by="recipient")))
+
+
+@pytest.mark.parametrize(
+    "rate_for",
+    [
+        "table",  # TierRates of rates, which a concurrency rule cannot count
+        "function",
+    ],
+)
+def test_a_concurrency_rule_refuses_rate_for_at_construction(rate_for: str) -> None:
+    """Review: a concurrency rule's tier (``TierRates("plan", {"pro": Rate(4, 60 s)})``, or a
+    function's rate) was taken, then dropped at the first lease with a warning about a
+    per-key limit "set for rule 'cc'" that nobody set: the pro caller's cap stayed the rule's
+    2, silently. ("4 concurrent", the way a concurrency rule's limit is written, did not
+    even parse in the table.)"""
+    from freqguard import TierRates
+
+    tiers: object = TierRates("plan", {"pro": "4/minute"})
+    if rate_for == "function":
+        tiers = lambda context: "4/minute"  # noqa: E731
+    with pytest.raises(ConfigError, match=r"rate_for.*concurrency rule.*set_limit"):
+        Rule("2 concurrent", by="user", lease=60, name="cc", rate_for=tiers)  # type: ignore[arg-type]
