@@ -10,7 +10,7 @@ from freqguard.decision import Receipt
 from freqguard.policy import Policy
 from freqguard.script.calls import Part
 
-__all__ = ["fingerprint", "holds_alike"]
+__all__ = ["fingerprint", "holds_alike", "made_by"]
 
 
 def fingerprint(policy: Policy, parts: Sequence[Part]) -> str:
@@ -24,9 +24,24 @@ def fingerprint(policy: Policy, parts: Sequence[Part]) -> str:
     rules = tuple((r.tz, r.only, r.caps) for r in policy.rules)
     chosen = f"#{(policy.reads, policy.priorities, rules, policy.quiet)!r}"
     keys = ["@" + ",".join(layout.key_id for layout in part.layouts) for part in parts]
-    held = (",".join(str(spec.twin.code) for spec in part.specs) for part in parts)
+    held = (
+        ",".join(str(spec.twin.code) for spec in part.specs) + f"/{part.layouts[0].bins}"
+        for part in parts  # the bins too: a binned fallback's records are elsewhere
+    )
     first = "|".join(h + k for h, k in zip(held, keys, strict=True)) + chosen
+    # the second line is the whole fingerprint of the releases before 0.3.1: theirs match it
     return first + "\n" + "|".join(p.spec_text + k for p, k in zip(parts, keys, strict=True))
+
+
+def made_by(receipt: Receipt, fingerprint: str, leased: Sequence[Sequence[bool]]) -> bool:
+    """Whether ``receipt`` goes back by the plan of that ``fingerprint`` (``leased``: which
+    of its states hold leases): its own, or one an older release made of it (the specs and
+    keys alone: a pickled decision across an upgrade), or one that holds its leases alike
+    (:func:`holds_alike`)."""
+    given = receipt.fingerprint
+    if given == fingerprint or given == fingerprint.partition("\n")[2]:
+        return True
+    return holds_alike(receipt, fingerprint, leased)
 
 
 def holds_alike(receipt: Receipt, fingerprint: str, leased: Sequence[Sequence[bool]]) -> bool:

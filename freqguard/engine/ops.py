@@ -11,7 +11,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from freqguard.clock import Clock
 from freqguard.decision import Decision, Receipt, make_decision
-from freqguard.engine.plan import PolicyPlan
+from freqguard.engine.plan import LEASES, PolicyPlan
 from freqguard.errors import BackendUnavailable, CapExceeded, ConfigError, PartialFailure
 from freqguard.script.calls import Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT, REFUND
@@ -69,13 +69,21 @@ def decide_op(
     consumed give back exactly what this hit took there and the rest are only checked, so a
     denied hit consumes nothing (atomic per part, compensated across parts). A store that
     fails that give-back keeps those units (the strict side), and the hit is the denial
-    all the same (:func:`_denial`), not a failure for ``on_error``. A lease's take goes
-    this way on one part too: one the store applied and no replica acknowledged is given
-    back before ``on_error`` answers (a hit's units are kept: the strict side).
+    all the same (:func:`_denial`), not a failure for ``on_error``. A lease's take the
+    store applied and no replica acknowledged gives its leases back before ``on_error``
+    answers (a hit's units, and the take's rate units, are kept: the strict side).
     """
     calls = plan.calls(texts, now, cost, mode)
-    if (len(calls) == 1 and not plan.leased) or mode != HIT or cost == 0:
-        return plan.decide((yield calls), texts, cost, mode)
+    if len(calls) == 1 or mode != HIT or cost == 0:
+        if not plan.leased or mode != HIT:
+            return plan.decide((yield calls), texts, cost, mode)
+        try:
+            answered = yield calls
+        except BackendUnavailable as exc:  # applied, unacknowledged: its lease goes back
+            if exc.applied is not None:
+                yield from give_back(leases_only(undo(calls, [exc.applied])))
+            raise
+        return plan.decide(answered, texts, cost, mode)
     replies: list[Reply] = []
     unsure: BackendUnavailable | None = None  # a part applied it, no replica acknowledged
     for i, call in enumerate(calls):
@@ -101,7 +109,7 @@ def decide_op(
         replies.append(reply)
     if unsure is not None:  # admitted, and not known to last: on_error answers it
         if plan.leased:  # a lease nobody would give back (the call does not run, or runs
-            yield from give_back(undo(calls, replies))  # failing open, with no receipt)
+            yield from give_back(leases_only(undo(calls, replies)))  # failing open)
         raise unsure
     return plan.decide(replies, texts, cost, mode)
 
@@ -130,6 +138,18 @@ def undo(calls: Sequence[ScriptCall], replies: Sequence[Reply]) -> list[ScriptCa
         for c, r in zip(calls, replies)  # noqa: B905 (the replies of the first calls)
         if c.mode == HIT and c.cost and r.allowed
     ]
+
+
+def leases_only(calls: Sequence[ScriptCall]) -> list[ScriptCall]:
+    """A give-back's ``calls`` narrowed to the states that hold leases, as a release gives
+    them back: the take's rate units kept (the strict side)."""
+    narrowed = []
+    for call in calls:
+        specs, given = call.part.specs, call.marks or ()
+        marks = tuple(m if s.twin is LEASES else None for m, s in zip(given, specs))  # noqa: B905
+        if any(mark is not None for mark in marks):
+            narrowed.append(call._replace(marks=marks))
+    return narrowed
 
 
 def give_back(calls: list[ScriptCall]) -> Generator[Step, list[Reply], None]:

@@ -15,7 +15,7 @@ from typing import TypeVar
 from freqguard.clock import SystemClock
 from freqguard.decision import Decision, Receipt, make_decision
 from freqguard.engine.calendar import Calendar
-from freqguard.engine.fingerprints import fingerprint, holds_alike
+from freqguard.engine.fingerprints import fingerprint, made_by
 from freqguard.engine.priorities import Priorities
 from freqguard.engine.tiers import Tiers, rule_params
 from freqguard.errors import ConfigError
@@ -310,10 +310,7 @@ class PolicyPlan:
 
     def refund_calls(self, receipt: Receipt, now: int | None) -> list[ScriptCall]:
         """The calls that give back exactly what the hit of ``receipt`` consumed."""
-        if receipt.policy != self.name or (
-            receipt.fingerprint != self.fingerprint
-            and not holds_alike(receipt, self.fingerprint, self.leased)
-        ):
+        if receipt.policy != self.name or not made_by(receipt, self.fingerprint, self.leased):
             raise ConfigError(
                 f"that decision's receipt is for policy {receipt.policy!r} as it was "
                 f"registered then, not for policy {self.name!r} as it is now"

@@ -52,8 +52,8 @@ def release_each(guard: Guard, held: Sequence[Decision]) -> None:
         if receipt is None or not receipt.spent:
             try:
                 guard.release(decision)
-            except BaseException as exc:
-                failed = failed or exc
+            except BaseException as exc:  # raised once the others were tried
+                failed = _first(failed, exc)
     if failed is not None:
         raise failed
 
@@ -66,10 +66,18 @@ async def arelease_each(guard: AsyncGuard, held: Sequence[Decision]) -> None:
         if receipt is None or not receipt.spent:
             try:
                 await guard.release(decision)
-            except BaseException as exc:
-                failed = failed or exc
+            except BaseException as exc:  # raised once the others were tried
+                failed = _first(failed, exc)
     if failed is not None:
         raise failed
+
+
+def _first(failed: BaseException | None, exc: BaseException) -> BaseException:
+    """What to raise once every release was tried: the first failure, but a cancellation or
+    a Ctrl-C before any error (a store's failure raised in its place had it lost)."""
+    if failed is None or (isinstance(failed, Exception) and not isinstance(exc, Exception)):
+        return exc
+    return failed
 
 
 class HeldBody:

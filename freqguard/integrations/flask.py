@@ -249,11 +249,13 @@ class FreqGuard:
             # flight until the server closes the response
             guard, given = self._state().guard, g.pop("freqguard_leases")
             g.freqguard_streamed = given  # the teardown's, should the response be dropped
-            # the body itself holds them (not call_on_close: werkzeug skips those when the
-            # body's close raises, and a later after_request may send the body in another
-            # response): given back when the server closes it, whichever response sent it
+            # given back when the server closes the body (werkzeug skips call_on_close when
+            # the body's close raises; a later after_request may send the body in another
+            # response, and send_file's passes by close) or the response (a later hook may
+            # wrap the body anew: Flask-Compress), whichever first: once
             body = cast("Iterable[bytes]", response.response)
             response.response = HeldBody(body, lambda: release_each(guard, given))
+            response.call_on_close(lambda: release_each(guard, given))
         return response
 
     def _give_back(self, error: BaseException | None) -> None:

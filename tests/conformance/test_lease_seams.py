@@ -268,3 +268,27 @@ def test_a_lease_the_store_took_without_its_replicas_goes_back_when_the_block_en
         assert failed.applied is not None
     free = Guard(reader, [policy], clock=clock).peek("p", user="u").rules[0].remaining
     assert free == 2  # got 1: held for its 60 s, by a call that ended (or never ran)
+
+
+def test_a_lease_an_older_release_took_goes_back_after_the_upgrade() -> None:
+    """A receipt pickled by an older release names its plan by its specs and keys alone (the
+    fingerprint's second line now): the upgraded worker that receives it gives it back,
+    where a new format alone refused every lease in flight across a rolling upgrade (a
+    review of stop 55)."""
+    from freqguard.decision import Decision, Receipt
+
+    guard = Guard(policies=[Policy("p", Rule("1 concurrent", by="u", lease=60, name="cc"))])
+    taken = guard.take_lease("p", u="a")
+    assert taken.receipt is not None
+    old = taken.receipt
+    older = Receipt(
+        old.policy,
+        old.cost,
+        old.times_us,
+        old.context,
+        old.marks,
+        old.fingerprint.partition("\n")[2],  # as 0.3.0 made it
+    )
+    wire = Decision(taken.policy, True, 0.0, (), taken.raw, receipt=older)
+    guard.release(pickle.loads(pickle.dumps(wire)))
+    assert guard.peek("p", u="a").remaining == 1
