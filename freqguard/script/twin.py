@@ -105,14 +105,20 @@ def reset_states(
     """RESET: every stored state is deleted. On a pinned time, where the next call may come
     at the very microsecond of a hit before the reset, the reset ends its microsecond: in
     place of each state an expired tombstone (no state), written 1 µs after the latest time of
-    the call (kept for the stale grace, as any expired state), so that what comes after is
+    the call, or of a state (``newest``: a rolling window's ring moved ahead of its call)
+    (kept for the stale grace, as any expired state), so that what comes after is
     judged at least that late and no receipt from before the reset can match it. Returns
     the time the call is judged at. ``found``: what the call read (as the Lua's ``got``)."""
     if not pinned:
         for key, spec in zip(keys, specs):  # noqa: B905 (the part built both; hot path)
             store.delete(key, spec.horizon)
         return now
-    at = judged_at(found, now) + 1
+    at = judged_at(found, now)
+    for spec, entry in zip(specs, found):  # noqa: B905 (the part built both)
+        newest = getattr(spec.twin, "newest", None)  # a time a state names past its call's
+        if newest is not None and entry is not None and entry[2] is not None:
+            at = max(at, newest(entry[2]))
+    at += 1
     for key, spec, entry in zip(keys, specs, found):  # noqa: B905 (the part built both)
         if entry is not None:
             store.put(key, spec.horizon, None, at, at)

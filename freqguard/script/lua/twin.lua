@@ -50,11 +50,21 @@ end
 -- RESET: every stored state is deleted (false). On a pinned time, where the next call may
 -- come at the very microsecond of a hit before the reset, the reset ends its microsecond: in
 -- place of each state an expired tombstone (no state, '') written 1 µs after the latest time
--- of the call, so that what comes after is judged at least that late and no receipt from
--- before the reset can match it. Returns the states' fate and the time.
-local function reset_states(got, n, now, pinned)
+-- of the call, or after a later time a state names (a rolling window's ring moved ahead of
+-- its call: twin.newest), so that what comes after is judged at least that late and no
+-- receipt from before the reset can match it. Returns the states' fate and the time.
+local function reset_states(specs, got, n, now, pinned)
   local after, at = {}, now
-  if pinned then at = judged_at(got, n, now) + 1 end
+  if pinned then
+    at = judged_at(got, n, now)
+    for i = 1, n do
+      local newest, field = specs[i].twin.newest, got[i + 1]
+      if newest and field and #field > FIELD_HEAD_BYTES then
+        at = max(at, newest(sub(field, FIELD_HEAD_BYTES + 1)))
+      end
+    end
+    at = at + 1
+  end
   for i = 1, n do
     if got[i + 1] then after[i] = pinned and '' or false end
   end
@@ -209,7 +219,7 @@ local function run(keys, argv, rid)
   if mode ~= RESET then now = judged_at(got, n, now) end
   local change = mode == LIMIT and argv[ARGV_FIELDS + n] or ''
   local entries, changed = change_limits(got[1], change, mode, now, pinned, specs)
-  if mode == RESET then after, now = reset_states(got, n, now, pinned) end
+  if mode == RESET then after, now = reset_states(specs, got, n, now, pinned) end
   specs = apply_limits(specs, entries, now)
   local views, raws, expiries = load_states(specs, got, now, mode)
   if mode == REFUND then refund_states(specs, views, after, raws, argv, now, cost) end

@@ -104,7 +104,7 @@ function rolling_window.load(raw, now, spec)
       carry, last = min(ROLLING_WINDOW_MOST, carry + units), max(last, ends)
     end
   end
-  if carry > 0 and spec.window == window then  -- the ring is the state's window again
+  if carry > 0 and last + window > now then  -- inside the ring's window again
     local at = min(last, now)
     local k = (at - at % g - (view[3] - (#view[4] - 1) * g)) / g + 1
     view[4][k] = min(ROLLING_WINDOW_MOST, view[4][k] + carry)
@@ -154,6 +154,11 @@ function rolling_window.refund(view, now, cost, spec, mark)
     end
   end
   return ring_pack(view, counts)
+end
+
+function rolling_window.newest(raw)  -- the latest time it names: its ring's birth
+  local _, _, born = sunpack(ROLLING_WINDOW_STATE, raw)
+  return born
 end
 
 function rolling_window.ttl(raw, now, spec)  -- when the newest sub-window leaves

@@ -32,11 +32,11 @@ A per-key limit of a shorter window than the rule's own decides on a ring of its
 window, and the state keeps what the rule's own window needs too (``KEEPS_OWN``: the spec's
 ``window`` is the longer of the two): the units that leave the ring while still inside the
 own window are its *carry*, a count and the last µs of the newest of their sub-windows
-(``last``): it counts while that is inside the spec's window. Once the ring is of the
-state's window again (the limit cleared, or one of a longer window), the carry goes back
-into the sub-window of that µs (or of ``now``): never
+(``last``): it counts while that is inside the spec's window. Once that µs is inside the
+ring's window again (the limit cleared, or one of a longer window: the rule's own, or one
+between), the carry goes back into the sub-window of that µs (or of ``now``): never
 earlier than any of them came, so a stricter limit never makes the rule forget its own
-window (design note 88). A carry is stored only while it holds units (the width byte's
+window (design notes 88 and 102). A carry is stored only while it holds units (the width byte's
 ``CARRIED`` flag, then :data:`CARRY_FORMAT`).
 """
 
@@ -125,7 +125,7 @@ def load(state: State | None, now: int, spec: StateSpec) -> State:
     for end, units in left:  # still inside the own window: carried
         if units and end + spec.window > now:
             carry, last = min(MOST, carry + units), max(last, end)
-    if carry and spec.window == window:  # the ring is the state's window again: back into it
+    if carry and last + window > now:  # inside the ring's window again: back into it
         at = min(last, now)
         out = list(view[3])
         k = (at - at % g - (cur - (size - 1) * g)) // g
@@ -183,6 +183,12 @@ def report(view: State, now: int, rule: RuleParams) -> tuple[int, int]:
     if total == 0:
         return rule.capacity, 0
     return max(0, rule.capacity - total), _emptied(view, rule.window) - now
+
+
+def newest(state: State) -> int:
+    """The latest time the state names: its ring's birth, which a move to another grain may
+    set after its call's time (a reset ends after it: a ring begun then is another)."""
+    return state[1]
 
 
 def ttl(state: State, now: int, spec: StateSpec) -> int:
