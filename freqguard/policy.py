@@ -51,6 +51,8 @@ class Policy:
         priorities: Sequence[str] = (),
         quiet: QuietHours | None = None,
     ) -> None:
+        if isinstance(name, Rule):  # Policy(Rule(...)): the name left out
+            raise ConfigError(f"Policy takes its name first: Policy('sms', {name!r}, ...)")
         self.name = check_name("policy name", name)
         if on_error is not None:
             check_on_error(on_error, f"policy {name!r}")

@@ -98,6 +98,9 @@ def _us(window: timedelta) -> int:
     return (window.days * 86_400 + window.seconds) * 1_000_000 + window.microseconds
 
 
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+
+
 def parse_rates(text: str) -> tuple[Rate, ...]:
     """Parse one or several rates: ``"15/minute; 50 per day"``.
 
@@ -127,7 +130,13 @@ def parse_rates(text: str) -> tuple[Rate, ...]:
     try:
         items = limits.parse_many(normalized)
     except ValueError:
-        raise ConfigError(f"cannot parse rate {text!r}: expected {_GRAMMAR}") from None
+        dotted = ""
+        if _DOTTED.fullmatch(text.strip()):  # django-ratelimit's rate="myapp.rates.get"
+            dotted = (
+                "; a dotted path to a function is not taken: give a rate, or a rule's "
+                "rate_for (TierRates for a table) for a rate that varies"
+            )
+        raise ConfigError(f"cannot parse rate {text!r}: expected {_GRAMMAR}{dotted}") from None
     rates = []
     for item in items:
         if item.amount < 1:

@@ -140,6 +140,11 @@ class PolicyRegistry:
                     f"(guard.add_policy(policy), or Guard(backend, [policy])), then give "
                     f"{name.name!r} (registered: {known})"
                 )
+            if not isinstance(name, str):  # limits' hit(item, key), say
+                raise ConfigError(
+                    f"hit takes a policy's name, got {type(name).__name__} {name!r}: register "
+                    f"a Policy of its rules, then give its name (registered: {known})"
+                )
             raise ConfigError(f"unknown policy {name!r} (registered: {known})")
         return plan
 

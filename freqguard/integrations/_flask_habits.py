@@ -118,7 +118,7 @@ _METHODS = {
     "limit": '@fg.capped("3/minute") under @app.route, or fg.capped(...)(blueprint)',
     "shared_limit": '@fg.capped("3/minute", name="s") on each view: one budget for the views '
     "naming it",
-    "request_filter": "a key function that raises SkipRequest leaves a request uncapped",
+    "request_filter": "a key function that raises SkipRequest: the request is left uncapped",
 }
 
 

@@ -23,6 +23,17 @@ __all__ = [
 ]
 
 
+class Address(str):
+    """A peer's address, as a key function reads ``request.client``: a ``str``, whose
+    ``.host`` is itself (Starlette's ``request.client.host``, carried over, keys alike)."""
+
+    __slots__ = ()
+
+    @property
+    def host(self) -> str:
+        return str(self)
+
+
 class RequestInfo:
     """The parts of a request that key functions and route matching need; ``raw`` is the
     framework's own (the ASGI scope under Starlette and FastAPI, the WSGI environ under WSGI
@@ -57,7 +68,7 @@ class RequestInfo:
         self._read_headers = read_headers  # lower-case name -> its lines, in order
         self._lines: dict[str, list[str]] | None = None
         self._joined: dict[str, str] | None = None
-        self.client = client  # the peer address
+        self.client = None if client is None else Address(client)  # the peer's address
         self.path_params: Mapping[str, str] = path_params or {}
         self.raw = raw  # the framework's own: an ASGI scope, a WSGI environ, a Django request
 

@@ -23,6 +23,7 @@ from typing import Any
 from freqguard.config import Config
 from freqguard.decision import Decision
 from freqguard.decorators.adapters import as_async as _as_async_guard
+from freqguard.errors import ConfigError
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.headers import check_profile
 from freqguard.integrations._decide import Answer, Decider, Route
@@ -108,10 +109,15 @@ class FreqGuardMiddleware:
         self,
         app: ASGIApp,
         *,
-        guard: Guard | AsyncGuard | Config,
+        guard: Guard | AsyncGuard | Config | None = None,
         limits: Sequence[Limit],
         headers: str = "ietf",
     ) -> None:
+        if guard is None:  # slowapi's Limiter holds its storage: here the guard does
+            raise ConfigError(
+                "FreqGuardMiddleware needs guard=: FreqGuardMiddleware(app, "
+                "guard=AsyncGuard(backend), limits=[...]) (a Guard, or a Config, too)"
+            )
         self.app = app
         self.guard = async_guard_for(guard)
         self._hit = self.guard.hit

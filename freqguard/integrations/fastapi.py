@@ -101,11 +101,11 @@ async def enforce(
 
 def limit_dependency(
     guard: Guard | AsyncGuard | Config,
-    rule: str | Rule | Sequence[str | Rule],
+    rule: str | Rule | Sequence[str | Rule] | None = None,
     *,
     key: KeyFunc | None = None,
     cost: int = 1,
-    name: str,
+    name: str | None = None,
     headers: str = "ietf",
     on_error: object = None,
 ) -> Callable[..., Awaitable[None]]:
@@ -121,6 +121,16 @@ def limit_dependency(
         ConfigError: what :class:`Limit` refuses, and a concurrency rule (a dependency
             returns before its endpoint: the middleware holds a lease while it runs).
     """
+    if rule is None:  # limit_dependency("5/minute"): the guard left out
+        raise ConfigError(
+            f"limit_dependency takes the guard first: limit_dependency(guard, {guard!r}, "
+            "name=...), the guard an AsyncGuard, a Guard or a Config"
+        )
+    if name is None:
+        raise ConfigError(
+            "limit_dependency needs name=: what its budget is called (its keys), "
+            "limit_dependency(guard, '5/minute', name='login')"
+        )
     limit = Limit(
         "/{rest:path}",
         rule if isinstance(rule, (str, Rule)) else list(rule),

@@ -68,7 +68,7 @@ def value_text(policy: str, dimension: str, value: object) -> str:
     if type(value) is str:  # the hot case first
         return value
     if isinstance(value, str):
-        return value
+        return str(value)  # a subclass's (a request's Address) as a plain str
     if isinstance(value, int) and not isinstance(value, bool):
         try:
             return str(value)

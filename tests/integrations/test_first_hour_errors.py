@@ -1,0 +1,79 @@
+"""What a new user's first hour wrote, from the peers' habits, and what it met: each an error
+naming the fix, or the habit taken (a new user's run from a clean clone, stop 55)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from freqguard import AsyncGuard, ConfigError, Guard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard.integrations.starlette import FreqGuardMiddleware, Limit
+from tests.conftest import START
+
+
+async def _ok(request: Request) -> PlainTextResponse:
+    return PlainTextResponse("ok")
+
+
+def test_a_starlette_users_client_host_keys_a_limit() -> None:
+    """Starlette's ``request.client.host`` in a ``Limit``'s key was an ``AttributeError``
+    (a 500 at the first request): a key function's ``client`` is the address, a ``str``,
+    and reads ``.host`` as Starlette's does."""
+    guard = AsyncGuard(MemoryBackend(), clock=ManualClock(START))
+    limit = Limit("/k", "1/minute", key=lambda request: {"ip": request.client.host})  # type: ignore[union-attr]
+    app = FreqGuardMiddleware(Starlette(routes=[Route("/k", _ok)]), guard=guard, limits=[limit])
+
+    async def main() -> list[int]:
+        transport = httpx.ASGITransport(app=app, client=("9.9.9.9", 1234))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return [(await client.get("/k")).status_code for _ in range(2)]
+
+    assert asyncio.run(main()) == [200, 429]
+
+
+def test_a_policy_without_its_name_says_the_name_comes_first() -> None:
+    with pytest.raises(ConfigError, match=r"Policy takes its name first: Policy\('sms', "):
+        Policy(Rule("1/second"))  # type: ignore[arg-type]
+
+
+def test_hit_given_a_rate_item_says_it_takes_a_policys_name() -> None:
+    """limits' ``hit(item, "u")``: "unknown policy 10 per 1 minute" said nothing of what
+    ``hit`` takes."""
+    from limits import parse
+
+    guard = Guard(policies=[Policy("api", Rule("10/minute", by="user"))])
+    with pytest.raises(ConfigError, match=r"hit takes a policy's name.*registered: api"):
+        guard.hit(parse("10/minute"), user="u")  # type: ignore[arg-type]
+
+
+def test_a_dotted_path_rate_says_it_is_not_taken() -> None:
+    """django-ratelimit's ``rate="myapp.rates.get"`` (a callable's dotted path)."""
+    with pytest.raises(ConfigError, match=r"dotted path.*TierRates"):
+        Rule("myapp.rates.get")
+
+
+def test_limit_dependency_without_a_guard_names_it() -> None:
+    from freqguard.integrations.fastapi import limit_dependency
+
+    with pytest.raises(ConfigError, match=r"limit_dependency\(guard, '1/minute', name="):
+        limit_dependency("1/minute")  # type: ignore[arg-type]
+
+
+def test_the_middleware_without_a_guard_names_it() -> None:
+    with pytest.raises(ConfigError, match=r"guard=AsyncGuard"):
+        FreqGuardMiddleware(Starlette(), limits=[Limit("/k", "1/minute")])
+
+
+def test_flask_limiters_request_filter_reads_as_a_sentence() -> None:
+    pytest.importorskip("flask")
+    from freqguard.integrations.flask import FreqGuard
+
+    with pytest.raises(AttributeError) as refused:
+        FreqGuard().request_filter  # type: ignore[attr-defined]  # noqa: B018
+    assert "SkipRequest: the request is left uncapped" in str(refused.value)
