@@ -181,8 +181,12 @@ def as_rate(value: object) -> Rate:
     """
     rate = parse_rate(value) if isinstance(value, str) else item_rate(value)
     if not isinstance(rate, Rate):
+        several = ""
+        if isinstance(rate, (list, tuple)) and rate:  # limits' parse_many, a list of them
+            several = "; several rates: one Rule per rate, each its own state"
         raise ConfigError(
-            f"rate must be a Rate, a rate string or limits' item, got {rate!r}{peer_rate(rate)}"
+            f"rate must be a Rate, a rate string or limits' item, got "
+            f"{rate!r}{peer_rate(rate)}{several}"
         )
     return rate
 

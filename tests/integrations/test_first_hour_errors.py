@@ -77,3 +77,15 @@ def test_flask_limiters_request_filter_reads_as_a_sentence() -> None:
     with pytest.raises(AttributeError) as refused:
         FreqGuard().request_filter  # type: ignore[attr-defined]  # noqa: B018
     assert "SkipRequest: the request is left uncapped" in str(refused.value)
+
+
+def test_a_guard_given_limits_storage_names_freqguards_backends() -> None:
+    from limits.storage import MemoryStorage
+
+    with pytest.raises(TypeError, match=r"limits' storage.*MemoryBackend\(\)"):
+        Guard(MemoryStorage())  # type: ignore[arg-type]
+
+
+def test_a_rule_given_a_list_of_rates_names_one_rule_each() -> None:
+    with pytest.raises(ConfigError, match=r"one Rule per rate"):
+        Rule(["10/minute", "100/hour"])  # type: ignore[arg-type]
