@@ -105,7 +105,7 @@ def reset_states(
     """RESET: every stored state is deleted. On a pinned time, where the next call may come
     at the very microsecond of a hit before the reset, the reset ends its microsecond: in
     place of each state an expired tombstone (no state), written 1 µs after the latest time of
-    the call, or of a state (``newest``: a rolling window's ring moved ahead of its call)
+    the call, or of a state (``newest``: a count, ring or bucket born after its call's time)
     (kept for the stale grace, as any expired state), so that what comes after is
     judged at least that late and no receipt from before the reset can match it. Returns
     the time the call is judged at. ``found``: what the call read (as the Lua's ``got``)."""

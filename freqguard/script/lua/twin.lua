@@ -50,8 +50,8 @@ end
 -- RESET: every stored state is deleted (false). On a pinned time, where the next call may
 -- come at the very microsecond of a hit before the reset, the reset ends its microsecond: in
 -- place of each state an expired tombstone (no state, '') written 1 µs after the latest time
--- of the call, or after a later time a state names (a rolling window's ring moved ahead of
--- its call: twin.newest), so that what comes after is judged at least that late and no
+-- of the call, or after a later time a state names (a count, ring or bucket born after its
+-- call's time: twin.newest), so that what comes after is judged at least that late and no
 -- receipt from before the reset can match it. Returns the states' fate and the time.
 local function reset_states(specs, got, n, now, pinned)
   local after, at = {}, now

@@ -11,8 +11,15 @@ function fixed_window.load(raw, now, spec)
     local stored, count, born = count_read(FIXED_WINDOW_STATE, FIXED_WINDOW_SHORT,
       fixed_window.short_bytes, raw)
     if stored == start then return {start, count, born} end
+    return {start, 0, max(now, born + 1)}  -- a new count, born after the one before
   end
   return {start, 0, now}
+end
+
+function fixed_window.newest(raw)  -- its count's birth (a reset ends after it)
+  local _, _, born = count_read(FIXED_WINDOW_STATE, FIXED_WINDOW_SHORT,
+    fixed_window.short_bytes, raw)
+  return born
 end
 
 function fixed_window.check(view, now, need, rule)

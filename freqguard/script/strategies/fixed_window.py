@@ -39,8 +39,10 @@ def decode(raw: bytes) -> View:
 
 def load(state: View | None, now: int, spec: StateSpec) -> View:
     start = now - now % spec.rules[0].window
-    if state is None or state[0] != start:
+    if state is None:
         return (start, 0, now)
+    if state[0] != start:  # a new count, born after the one before (a per-key limit's
+        return (start, 0, max(now, state[2] + 1))  # window, begun in the same µs)
     return state
 
 
@@ -68,6 +70,11 @@ def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
     if view[1] == 0:
         return rule.capacity, 0
     return max(0, rule.capacity - view[1]), view[0] + rule.window - now
+
+
+def newest(state: View) -> int:
+    """The latest time the state names: its count's birth (a reset ends after it)."""
+    return state[2]
 
 
 def ttl(state: View, now: int, spec: StateSpec) -> int:

@@ -28,6 +28,11 @@ function gcra.load(raw, now, spec)
   return {now, 0, max(now, born + 1)}  -- full again: a new generation (gcra.py load)
 end
 
+function gcra.newest(raw)  -- its generation's birth (a reset ends after it)
+  local _, _, born = gcra_read(raw)
+  return born
+end
+
 function gcra.check(view, now, need, rule)
   local over = view[1] + need * rule.interval - now - rule.capacity * rule.interval
   if over > 0 then return over end

@@ -103,6 +103,12 @@ def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
     return max(0, (rule.capacity * rule.interval - ahead) // rule.interval), ahead
 
 
+def newest(state: View) -> int:
+    """The latest time the state names: its generation's birth, which a full bucket may set
+    after its call's time (a reset ends after it)."""
+    return state[2]
+
+
 def ttl(view: View, now: int, spec: StateSpec) -> int:
     return view[0] - now
 

@@ -33,6 +33,11 @@ function token_bucket.load(raw, now, spec)
   return {tokens, last, back, born}
 end
 
+function token_bucket.newest(raw)  -- its generation's birth (a reset ends after it)
+  local _, _, _, born = token_read(raw)
+  return born
+end
+
 function token_bucket.check(view, now, need, rule)
   if view[1] >= need then return 0 end
   return (need - view[1]) * rule.interval - (now - view[2])

@@ -100,6 +100,11 @@ def report(view: View, now: int, rule: RuleParams) -> tuple[int, int]:
     return tokens, (rule.capacity - tokens) * rule.interval - (now - last)
 
 
+def newest(state: View) -> int:
+    """The latest time the state names: its generation's birth (as gcra's)."""
+    return state[3]
+
+
 def ttl(state: View, now: int, spec: StateSpec) -> int:
     rule = spec.rules[0]
     return (rule.capacity - state[0]) * rule.interval - (now - state[1])
