@@ -9,21 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from freqguard import Decision, Guard, ManualClock, Policy, Rule
+from freqguard import Guard, ManualClock, Policy, Rule
 from freqguard.backends.base import SyncBackend
 from tests.conformance.rolling_rig import US, _ring
+from tests.conformance.rolling_rig import units_of as _units
 from tests.reference import max_in_any_window
-
-
-def _units(decisions: list[Decision], refunded: tuple[Decision, ...] = ()) -> list[int]:
-    """Each admitted unit's time (µs, as judged), but the refunded decisions'."""
-    return [
-        d.receipt.times_us[0]
-        for d in decisions
-        if d.allowed and d.receipt is not None and d not in refunded
-        for _ in range(d.receipt.cost)
-    ]
-
 
 # -- (b): a pinned reset ends after the rolling window's birth only ------------------------
 

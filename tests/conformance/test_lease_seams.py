@@ -18,8 +18,6 @@ from typing import Any
 
 import httpx
 import pytest
-from redis import Redis
-from redis.cluster import RedisCluster
 
 from freqguard import (
     AsyncGuard,
@@ -32,8 +30,7 @@ from freqguard import (
 from freqguard.backends.base import SyncBackend
 from freqguard.backends.redis import RedisBackend
 from freqguard.integrations.asgi import FreqGuardMiddleware, Limit
-from tests.conftest import START, flush
-from tests.servers import RedisServer
+from tests.conftest import START
 
 # -- 1. Flask: a streamed answer's lease is tied to werkzeug's Response.close -----------------
 
@@ -215,29 +212,6 @@ def test_the_asgi_middleware_leases_a_route_a_deploy_gave_a_concurrency_rule() -
 
 
 # -- 4. a take the store applied that its replicas did not acknowledge -----------------------
-
-
-@pytest.fixture(params=["redis", "cluster"])
-def unreplicated(request: pytest.FixtureRequest) -> Iterator[tuple[RedisBackend, RedisBackend]]:
-    """A store that applies every write and never has it acknowledged: ``wait_replicas=1``
-    on servers without replicas (``WAIT`` answers 0 after ``wait_timeout``); and a plain
-    backend on the same servers, to read what is held."""
-    client: Any
-    plain: Any
-    if request.param == "cluster":
-        nodes: list[RedisServer] = request.getfixturevalue("redis_cluster")
-        flush(nodes)
-        client = RedisCluster(host="127.0.0.1", port=nodes[0].port, socket_timeout=5)
-        plain = RedisCluster(host="127.0.0.1", port=nodes[0].port, socket_timeout=5)
-    else:
-        server: RedisServer = request.getfixturevalue("redis_server")
-        flush([server])
-        client, plain = Redis(port=server.port, socket_timeout=5), Redis(port=server.port)
-    durable = RedisBackend(client, wait_replicas=1, wait_timeout=0.01)
-    reader = RedisBackend(plain)
-    yield durable, reader
-    durable.close()
-    reader.close()
 
 
 @pytest.mark.parametrize("on_error", ["raise", "allow"])

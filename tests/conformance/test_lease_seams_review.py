@@ -28,7 +28,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from redis import Redis
 
 from freqguard import (
     AsyncGuard,
@@ -42,9 +41,8 @@ from freqguard import (
 from freqguard.backends.redis import RedisBackend
 from freqguard.failure import Breaker
 from freqguard.integrations._held import arelease_each, release_each
-from tests.conftest import START, flush
+from tests.conftest import START
 from tests.operations.test_failure_nodes import Nodes
-from tests.servers import RedisServer
 
 # -- 1. a denied single-part lease take, another node's circuit open --------------------------
 
@@ -92,22 +90,10 @@ def test_a_denied_lease_take_is_a_denial_while_another_nodes_circuit_is_open(
 # -- 2. a take its replicas missed: the lease goes back, the rate units stay -------------------
 
 
-@pytest.fixture
-def unreplicated(redis_server: RedisServer) -> Iterator[tuple[RedisBackend, RedisBackend]]:
-    """``wait_replicas=1`` on a server without replicas: every admitted write is applied and
-    never acknowledged; and a plain backend on the same server, to read what is held."""
-    flush([redis_server])
-    client = Redis(port=redis_server.port, socket_timeout=5)
-    durable = RedisBackend(client, wait_replicas=1, wait_timeout=0.01)
-    reader = RedisBackend(Redis(port=redis_server.port))
-    yield durable, reader
-    durable.close()
-    reader.close()
-
-
 @pytest.mark.parametrize("on_error", ["raise", "allow"])
 def test_a_take_its_replicas_missed_gives_back_its_lease_and_keeps_its_rate_units(
-    unreplicated: tuple[RedisBackend, RedisBackend], on_error: str
+    unreplicated: tuple[RedisBackend, RedisBackend],
+    on_error: str,
 ) -> None:
     """A policy of a concurrency rule and a rate rule, on a store whose replicas never
     acknowledge. docs/operations.md: "A lease's take so applied is given back first (a

@@ -11,22 +11,12 @@ from datetime import timedelta
 
 import pytest
 
-from freqguard import Decision, Guard, ManualClock, MemoryBackend, Policy, Rate, Rule, TierRates
+from freqguard import Guard, ManualClock, MemoryBackend, Policy, Rate, Rule, TierRates
 from freqguard.backends.base import SyncBackend
 from tests.conformance.rolling_rig import US, _ring
+from tests.conformance.rolling_rig import units_of as _units
 from tests.conftest import START
 from tests.reference import max_in_any_window
-
-
-def _units(decisions: list[Decision], refunded: tuple[Decision, ...] = ()) -> list[int]:
-    """Each admitted unit's time (µs, as judged), but the refunded decisions'."""
-    return [
-        d.receipt.times_us[0]
-        for d in decisions
-        if d.allowed and d.receipt is not None and d not in refunded
-        for _ in range(d.receipt.cost)
-    ]
-
 
 # -- a carry under a limit of a window between the limit's and the rule's -----------------
 
