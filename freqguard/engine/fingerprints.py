@@ -52,8 +52,10 @@ def holds_alike(receipt: Receipt, fingerprint: str, leased: Sequence[Sequence[bo
     a time in a log: given back by its mark alike."""
     if not leased or receipt.fingerprint.partition("\n")[0] != fingerprint.partition("\n")[0]:
         return False
+    if len(receipt.marks) != len(leased):  # a receipt made otherwise: refused, never a crash
+        return False
     return all(
-        mark is None or lease
-        for marks, held in zip(receipt.marks, leased, strict=True)
-        for mark, lease in zip(marks, held, strict=True)
+        len(marks) == len(held)
+        and all(mark is None or lease for mark, lease in zip(marks, held, strict=True))
+        for marks, held in zip(receipt.marks, leased, strict=True)  # lengths checked
     )

@@ -266,3 +266,19 @@ def test_a_lease_an_older_release_took_goes_back_after_the_upgrade() -> None:
     wire = Decision(taken.policy, True, 0.0, (), taken.raw, receipt=older)
     guard.release(pickle.loads(pickle.dumps(wire)))
     assert guard.peek("p", u="a").remaining == 1
+
+
+def test_a_receipt_of_another_shape_is_refused_never_a_crash() -> None:
+    """A receipt whose first line matches but whose marks are of another shape (made by
+    hand, or damaged on its way) is refused as any other plan's, not a ``ValueError``."""
+    from freqguard import ConfigError
+    from freqguard.decision import Decision, Receipt
+
+    guard = Guard(policies=[Policy("p", Rule("1 concurrent", by="u", lease=60, name="cc"))])
+    taken = guard.take_lease("p", u="a")
+    assert taken.receipt is not None
+    old = taken.receipt
+    first = old.fingerprint.partition("\n")[0]
+    odd = Receipt(old.policy, old.cost, old.times_us, old.context, ((), ()), first + "\nx")
+    with pytest.raises(ConfigError, match="as it was registered then"):
+        guard.release(Decision(taken.policy, True, 0.0, (), taken.raw, receipt=odd))
