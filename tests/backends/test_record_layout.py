@@ -122,7 +122,7 @@ def test_after_an_upgrade_0_1_records_decide_as_absent(
     # under a per-key limit stricter than a log's own rate the 0.1 log kept the limit's
     # entries only (design note 87), which the reference does not follow: CI's slow job
     # drew one (a 1 per 0.100001 s log limited to 1 per 0.1 s), as _upgrade leaves out
-    before = _no_reset_after_a_rebirth(_no_stricter_limit_of_a_log(policy, before))
+    before = _no_reset_after_a_rebirth(policy, _no_stricter_limit_of_a_log(policy, before))
     _deploy(client, MAIN_0_1)
     try:
         written = _replay(guard, clock, policy, pool, before)

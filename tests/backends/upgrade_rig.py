@@ -164,7 +164,7 @@ def _read_on_exactly(
     reference = Guard(MemoryBackend(), [policy], clock=reference_clock)
     if one_part:
         before = _limits_of_one_part(guard, policy, before)
-    before = _no_reset_after_a_rebirth(_no_stricter_limit_of_a_log(policy, before))
+    before = _no_reset_after_a_rebirth(policy, _no_stricter_limit_of_a_log(policy, before))
     _deploy(client, old)
     try:
         written = _replay(guard, clock, policy, pool, before)
@@ -226,14 +226,18 @@ def _no_stricter_limit_of_a_log(policy: Policy, ops: list[Any]) -> list[Any]:
     return kept
 
 
-def _no_reset_after_a_rebirth(ops: list[Any]) -> list[Any]:
-    """``ops`` without the resets that come after a refund or a change of limits. Either may
-    begin a count or a bucket born after its call's time (a full bucket's new generation, a
-    limit's window begun in the same µs), after which this release's reset ends later than
-    an older one's did (design note 102: the older one let a receipt from before it match
-    the state begun after it); the reference, this release's, never had that fault."""
+def _no_reset_after_a_rebirth(policy: Policy, ops: list[Any]) -> list[Any]:
+    """``ops`` without the resets that come after a refund or a change of limits, nor, for a
+    policy with a fixed window, any change of limits. Either may begin a count or a bucket
+    born after its call's time (a full bucket's new generation, a limit's window begun in
+    the same µs), after which this release's reset ends later than an older one's did, and
+    an older release's fixed window began a count that a receipt from before matched
+    (design note 102: the faults fixed); the reference, this release's, never had them."""
+    fixed = any(rule.strategy is Strategy.FIXED_WINDOW for rule in policy.rules)
     kept, reborn = [], False
     for item in ops:
+        if fixed and item[0] in ("limit", "clear"):
+            continue
         reborn = reborn or item[0] in ("undo", "refund", "limit", "clear")
         if not (reborn and item[0] == "reset"):
             kept.append(item)
