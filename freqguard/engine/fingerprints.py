@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from freqguard.decision import Receipt
 from freqguard.policy import Policy
-from freqguard.script.calls import Part
+from freqguard.script.calls import Part, spec_text
 
 __all__ = ["fingerprint", "holds_alike", "made_by"]
 
@@ -30,7 +30,8 @@ def fingerprint(policy: Policy, parts: Sequence[Part]) -> str:
     )
     first = "|".join(h + k for h, k in zip(held, keys, strict=True)) + chosen
     # the second line is the whole fingerprint of the releases before 0.3.1: theirs match it
-    return first + "\n" + "|".join(p.spec_text + k for p, k in zip(parts, keys, strict=True))
+    specs = (spec_text(p.specs, kept=False) for p in parts)
+    return first + "\n" + "|".join(t + k for t, k in zip(specs, keys, strict=True))
 
 
 def made_by(receipt: Receipt, fingerprint: str, leased: Sequence[Sequence[bool]]) -> bool:

@@ -107,8 +107,9 @@ class Tiers:
 
 
 def _variant(part: Part, limits: Sequence[KeyLimit]) -> Part:
-    """``part`` with these rates as its rules' own: in its specs, which the script reads.
-    Own, as the script reads them: a state keeps what they need, not the base rates' (a
-    log's window and count, which a per-key limit keeps beside its own: design note 87)."""
-    made = apply(part, limits, 0, own=True)
+    """``part`` with these rates in its specs, which the script reads. A state keeps what
+    the base rates need too (a log's window and count, a rolling window's carry), as under
+    a per-key limit: a caller back on the rule's own rate finds its older hits (design
+    notes 87 and 103)."""
+    made = apply(part, limits, 0)
     return part if made is part else made._replace(spec_text=spec_text(made.specs))

@@ -67,12 +67,21 @@ class Part(NamedTuple):
         )
 
 
-def spec_text(specs: Sequence[StateSpec]) -> str:
-    """The specs as the Lua reads them (ARGV[4]; ``contract.SPEC_STATE``, ``SPEC_RULE``)."""
+def spec_text(specs: Sequence[StateSpec], kept: bool = True) -> str:
+    """The specs as the Lua reads them (ARGV[4]; ``contract.SPEC_STATE``, ``SPEC_RULE``);
+    not ``kept``: without the window and count each state keeps, as 0.3.0 wrote them
+    (a receipt's fingerprint still names its specs so)."""
     words = [len(specs)]
+    names = SPEC_STATE if kept else SPEC_STATE[:3]
     for spec in specs:
-        state = {"code": spec.twin.code, "shadow": int(spec.shadow), "rule_count": len(spec.rules)}
-        words += [state[name] for name in SPEC_STATE]
+        state = {
+            "code": spec.twin.code,
+            "shadow": int(spec.shadow),
+            "rule_count": len(spec.rules),
+            "window": spec.window,
+            "cap": spec.cap,
+        }
+        words += [state[name] for name in names]
         for rule in spec.rules:
             words += map(int, rule)  # RuleParams' fields are contract.SPEC_RULE
         # a calendar state's periods follow its rules (its twin's BOUNDS; 0s as compiled:

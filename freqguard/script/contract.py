@@ -135,9 +135,10 @@ def grows(mode: int, cost: int) -> bool:
 
 #: The specs (``specs``, ``script.calls.spec_text``): space-separated integers, the number
 #: of states, then per state these (its strategy's code, its shadow flag 0/1, its number of
-#: rules), each state followed by its rules, these per rule (``RuleParams``' fields; shadow
-#: 0/1).
-SPEC_STATE = ("code", "shadow", "rule_count")
+#: rules, and the window and count it keeps: ``StateSpec.window`` and ``cap``, more than its
+#: rules' under a tier of a shorter window, design note 103), each state followed by its
+#: rules, these per rule (``RuleParams``' fields; shadow 0/1).
+SPEC_STATE = ("code", "shadow", "rule_count", "window", "cap")
 SPEC_RULE = ("capacity", "window", "interval", "shadow", "tag", "reserve", "burst")
 
 #: The reply (one string): this head (flags: 1 allowed, plus :data:`REPLY_LIMITS` and

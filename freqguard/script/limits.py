@@ -129,7 +129,7 @@ def _long_tag(rule_id: str) -> int:
 
 
 # Effective parts by (base part, the limits applied): made once per distinct set of limits.
-_MADE: dict[tuple[int, tuple[KeyLimit | None, ...], bool], tuple[Part, Part]] = {}
+_MADE: dict[tuple[int, tuple[KeyLimit | None, ...]], tuple[Part, Part]] = {}
 _MADE_MAX = 4096
 # (rule, limit) pairs already logged as not applying (see _refused)
 _REFUSED: set[tuple[str, KeyLimit]] = set()
@@ -147,11 +147,10 @@ def limited(twin: Twin, rule: RuleParams, limit: KeyLimit) -> RuleParams | None:
     return rule._replace(shadow=True)
 
 
-def apply(part: Part, limits: Sequence[KeyLimit], now: int, own: bool = False) -> Part:
+def apply(part: Part, limits: Sequence[KeyLimit], now: int) -> Part:
     """``part`` with the rules that a limit living at ``now`` names decided at its rate (see
     :func:`limited`); ``part`` itself when none does. The states keep their horizon (the
-    memory backend files them by it, whatever limit applies). With ``own`` the rates are
-    the rules' own (a tier's): a state keeps what they need, not what the base rates did."""
+    memory backend files them by it, whatever limit applies)."""
     # the expiry only decides whether a limit lives: parts are made per distinct numbers
     by_tag = {limit.tag: limit._replace(expiry=0) for limit in limits if limit.lives(now)}
     if not by_tag:
@@ -170,7 +169,7 @@ def apply(part: Part, limits: Sequence[KeyLimit], now: int, own: bool = False) -
         return part
     if part.limits:  # a tier's variant: its rates stay where no stored limit applies
         found = [f or t for f, t in zip(found, part.limits, strict=True)]
-    key = (id(part), tuple(found), own)
+    key = (id(part), tuple(found))
     cached = _MADE.get(key)
     if cached is not None and cached[0] is part:
         return cached[1]
@@ -179,7 +178,7 @@ def apply(part: Part, limits: Sequence[KeyLimit], now: int, own: bool = False) -
     for spec in part.specs:
         rules = made[at : at + len(spec.rules)]
         at += len(spec.rules)
-        specs.append(_spec(spec, rules, own) if any(rules) else spec)
+        specs.append(_spec(spec, rules) if any(rules) else spec)
     effective = part._replace(specs=tuple(specs), limits=tuple(found))
     if len(_MADE) >= _MADE_MAX:
         _MADE.clear()
@@ -209,7 +208,7 @@ def _refused(part: Part, index: int, limit: KeyLimit) -> None:
     )
 
 
-def _spec(spec: StateSpec, made: Sequence[RuleParams | None], own: bool = False) -> StateSpec:
+def _spec(spec: StateSpec, made: Sequence[RuleParams | None]) -> StateSpec:
     """One state's spec with its rules' limits applied (the Lua's ``limited_spec``)."""
     rules = tuple(rule if m is None else m for rule, m in zip(spec.rules, made, strict=True))
     # a lone exempt rule's state counts only what it admits, as a shadow rule's: never
@@ -217,7 +216,7 @@ def _spec(spec: StateSpec, made: Sequence[RuleParams | None], own: bool = False)
     shadow = spec.shadow or (len(rules) == 1 and rules[0].shadow)
     window = max(r.window for r in rules)
     cap = max(r.capacity for r in rules)
-    if not own and getattr(spec.twin, "KEEPS_OWN", False):
+    if getattr(spec.twin, "KEEPS_OWN", False):
         # a log (or a rolling window): each rule counts by its own window, so the state
         # keeps what its own rules need too, and a stricter limit (a shorter window, a
         # smaller count) never makes it forget what they count once it is gone

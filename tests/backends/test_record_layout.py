@@ -53,6 +53,7 @@ from freqguard.script.contract import (
     OLDEST_LAYOUT,
     RECORD_LAYOUT,
     SPEC_RULE,
+    SPEC_STATE,
     widths,
 )
 from freqguard.script.strategies import STATE_FORMATS
@@ -174,7 +175,7 @@ def _hit_0_1_0(client: Redis, guard: Guard, now_us: int, content: str) -> bytes:
     for _ in range(words[0]):
         code, shadow, count = words[at : at + 3]
         plan += [code, shadow, count]
-        at += 3
+        at += len(SPEC_STATE)
         for _ in range(count):
             plan += words[at : at + 4]
             at += len(SPEC_RULE)

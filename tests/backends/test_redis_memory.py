@@ -104,7 +104,8 @@ def test_the_nogrow_function_refuses_a_call_that_grows(redis_server: RedisServer
     guard = Guard(RedisBackend(Redis(port=redis_server.port)), [P])
     guard.peek("p", r="x")  # loads the library
     client = redis_server.client
-    specs = "1 2 0 1 5 60000000 0 0 7 0 0"  # a sliding log, one rule (tag 7): 5 per minute
+    # a sliding log keeping a minute and 5, one rule (tag 7): 5 per minute
+    specs = "1 2 0 1 60000000 5 5 60000000 0 0 7 0 0"
     with pytest.raises(rex.ResponseError, match="a call that grows cannot run"):
         client.fcall(FUNCTION_NOGROW, 1, "k", "", 1, HIT, specs, "ab")
     change = "1 7 7 0 0 9 60000000 9 0"  # keeping tag 7's: set tag 7 to 9 per minute

@@ -25,7 +25,7 @@ from freqguard import (
 )
 from freqguard.backends._library import FUNCTION, LIBRARY
 from freqguard.backends.redis import RedisBackend
-from freqguard.script.calls import Part, Reply, ScriptCall
+from freqguard.script.calls import Part, Reply, ScriptCall, spec_text
 from freqguard.script.contract import (
     LAYOUT_STAMPS,
     OLD_TAG_BYTES,
@@ -57,7 +57,8 @@ class _OldCalls:
     number, which they do not read) and a LIMIT change without the tags it keeps (they
     kept the tags of the call's rules); each state's field named by its 2-byte tag, as
     every layout before 6 named it. ``tags_only``: as this release's builds before layout
-    6 encoded it (the policy-0.2-tags fixture): the names alone differ. ``named``: how
+    6 encoded it (the policy-0.2-tags fixture), and 0.3.0: the names alone differ, and
+    the specs without the window and count a state keeps (design note 103). ``named``: how
     the old client named a state's field (``_old_tag`` unless given)."""
 
     def __init__(
@@ -82,8 +83,9 @@ class _OldCalls:
         if not self.old:
             return call
         layouts = tuple(map(self.named, call.part.layouts))
-        if self.tags_only:
-            return call._replace(part=call.part._replace(layouts=layouts))
+        if self.tags_only:  # the specs as they wrote them: without what a state keeps
+            text = spec_text(call.part.specs, kept=False)
+            return call._replace(part=call.part._replace(spec_text=text, layouts=layouts))
         change = call.change
         if change:
             change = " ".join(map(str, parse_change(change)[1]))

@@ -81,8 +81,9 @@ class Params:
     window: int
     interval: int
     exempt: bool
-    # the rule's own window and count (its tier's, for a context of that tier), whatever
-    # limit applies: a log and a rolling window keep what they need too (notes 87 and 88)
+    # the rule's own window and count (with its tier's, for a context of that tier),
+    # whatever limit applies: a log and a rolling window keep what they need too (notes 87,
+    # 88 and 103)
     own: int = 0
     own_cap: int = 0
 
@@ -101,9 +102,11 @@ class Model:
     # what a rule is, for a context, now
     def params(self, rule: MRule, ctx: dict[str, str], now: int) -> Params:
         limit, window = rule.limit, rule.window
+        own = (limit, window)
         if rule.tier is not None and ctx.get("plan") == "pro":
             limit, window = rule.tier
-        own = (limit, window)  # a tier's rate is the rule's own for its contexts
+            # under a tier a state keeps what the rule's own rate needs too (note 103)
+            own = (max(limit, own[0]), max(window, own[1]))
         exempt = False
         part = _partition(rule)
         found = self.limits.get((rule.name, None if part is None else ctx[part]))

@@ -68,6 +68,8 @@ def test_the_python_twin_writes_the_specs_as_the_contract_says() -> None:
             "code": spec.twin.code,
             "shadow": spec.shadow,
             "rule_count": len(spec.rules),
+            "window": spec.window,
+            "cap": spec.cap,
         }
         for rule in spec.rules:
             assert [next(words) for _ in contract.SPEC_RULE] == list(rule)

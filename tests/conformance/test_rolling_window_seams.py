@@ -2,7 +2,7 @@
 in any window of the rate in force, never more than its limit admitted, against an exact
 list of the units admitted (refunds taking back exactly what their receipt took). Each test
 here is a scenario a random search found breaking it (stop 55), pinned as explicit steps;
-each failed before its fix (design note 102), but the two marked as named gaps. The rig is
+each failed before its fix (design notes 102 and 103), but the one marked as a named gap. The rig is
 ``rolling_rig.py``."""
 
 from __future__ import annotations
@@ -126,30 +126,26 @@ def test_a_receipt_from_before_a_reset_on_the_store_s_time_gives_back_nothing() 
     assert refunded.remaining == 1
 
 
-# -- a tier of a shorter window forgets the rule's own --------------------------------------
+# -- a tier of a shorter window forgot the rule's own ---------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a named gap (design note 102): a tier's rate is the rule's own for its contexts, "
-    "so its state keeps what the tier's window needs (the specs the Lua reads carry no "
-    "other); a tier of a shorter window forgets the rule's older hits",
-)
+@pytest.mark.parametrize("strategy", ["rolling-window", "sliding-log"])
 def test_a_tier_of_a_shorter_window_met_between_hits_of_the_rule_s_own_forgets_nothing(
-    any_store: SyncBackend, clock: ManualClock
+    any_store: SyncBackend, clock: ManualClock, strategy: str
 ) -> None:
     """10 per 100 s, a tier of 5 per second by plan. 10 hits on the rule's own rate; 5 s
-    later one hit of the caller with plan "fast": the ring moves to the tier's 1 s window,
-    which keeps only what the tier needs (a tier is decided as the rule's own: no carry),
-    so the 10 are dropped; back on the rule's own rate 2 s later, 10 more are admitted: 20
-    within 100 s under 10 per 100 s, the very fault design note 88 fixed for per-key limits
-    ("200 in three minutes"), through a tier. ("Same keys, whatever the rate: a user who
-    upgrades keeps what they have used", docs/limits.md.)"""
+    later one hit of the caller with plan "fast": the state moved to the tier's 1 s window
+    and kept only what the tier needed (a tier was decided as the rule's own), so the 10
+    were dropped; back on the rule's own rate 2 s later, 10 more were admitted: 20 within
+    100 s under 10 per 100 s, the very fault design note 88 fixed for per-key limits ("200
+    in three minutes"), through a tier; a sliding log alike. ("Same keys, whatever the
+    rate: a user who upgrades keeps what they have used", docs/limits.md.) Design note
+    103: a state keeps what the rule's own rate needs under a tier too."""
     rule = Rule(
         "10 per 100 seconds",
         by="u",
         name="r",
-        strategy="rolling-window",
+        strategy=strategy,
         rate_for=TierRates("plan", {"fast": "5 per 1 second"}),
         reads="plan",
     )

@@ -12,8 +12,9 @@ local function parse_rule(v, at)
     tag = v[at + 4], reserve = v[at + 5], burst = v[at + 6]}, at + 7
 end
 
--- A state's longest window and largest capacity, from its rules (and, for a state under
--- per-key limits, from its own spec's: `own`).
+-- A state's longest window and largest capacity, from its rules and `own`'s: the spec's
+-- text (under a tier of a shorter window it keeps the rule's own), or, for a state under
+-- per-key limits, its own spec's.
 local function measure(spec, own)
   local window, cap = 0, 0
   if own then window, cap = own.window, own.cap end
@@ -35,18 +36,19 @@ local function parse_bounds(code, v, at)
 end
 
 local function parse_state(v, at)
-  local spec = {code = v[at], shadow = v[at + 1] == 1, rule_count = v[at + 2], rules = {}}
+  local spec = {code = v[at], shadow = v[at + 1] == 1, rule_count = v[at + 2],
+    window = v[at + 3], cap = v[at + 4], rules = {}}
   local define = DEFERRED[spec.code]  -- an EVAL script's strategy, defined on first use
   if define then
     DEFERRED[spec.code] = nil
     define()
   end
-  spec.twin, at = TWINS[spec.code], at + 3
+  spec.twin, at = TWINS[spec.code], at + 5
   for r = 1, spec.rule_count do
     spec.rules[r], at = parse_rule(v, at)
   end
   spec.bounds, at = parse_bounds(spec.code, v, at)
-  return measure(spec), at
+  return measure(spec, spec), at  -- what it keeps: at least what its rules need
 end
 
 local function parse_specs(text)
