@@ -124,7 +124,8 @@ class CallKey:
             first = path.split(".")[0]
             if first not in params and not takes_any:
                 raise ConfigError(
-                    f"@capped on {func.__qualname__}: key {path!r} names no parameter "
+                    f"@capped on {getattr(func, '__qualname__', func)!r}: key {path!r} names "
+                    "no parameter "
                     f"(parameters: {', '.join(params) or 'none'})"
                 )
 
@@ -160,6 +161,12 @@ def _reader(key: KeyArgument) -> Reader | None:
         dimension = path.parts[-1]
         return lambda arguments, args, kwargs: {dimension: path.resolve(arguments)}
     if isinstance(key, Mapping):
+        for dimension, value in key.items():
+            if not isinstance(dimension, str) or not (callable(value) or isinstance(value, str)):
+                raise ConfigError(
+                    "key= as a mapping takes dimension names to parameter paths ('msg.to') or "
+                    f"functions of the call's arguments, got {dimension!r:.40}: {value!r:.40}"
+                )
         paths = {d: (v if callable(v) else Path(v)) for d, v in key.items()}
 
         def resolve(

@@ -43,7 +43,7 @@ from freqguard.decorators.adapters import as_async
 from freqguard.decorators.call_keys import Arguments, CallKey, KeyArgument, check_fit
 from freqguard.decorators.defaults import configure, default_async_guard, default_guard
 from freqguard.decorators.generators import async_held, held
-from freqguard.decorators.leases import check_exceeded, leased, refuse_block
+from freqguard.decorators.leases import check_context, check_exceeded, leased, refuse_block
 from freqguard.decorators.naming import implicit_name, parse_target, unknown_policy
 from freqguard.engine.shared import shared_out
 from freqguard.errors import CapExceeded, ConfigError
@@ -79,6 +79,7 @@ class Capped:
     ) -> None:
         self._rules, self._policy = parse_target(rule, guard)
         check_exceeded(on_exceeded, timeout, self._rules)
+        check_context(context)
         self.guard, self.cost, self.on_exceeded = guard, cost, on_exceeded
         self.timeout, self.context = timeout, context
         if name is not None:
@@ -153,6 +154,7 @@ class Capped:
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         self._key.check(func)
+        check_context(self.context, decorating=True)
         target = check_fit(func, self.guard, self._policy, self._key)  # a classmethod's...
         if self.guard is not None and self._policy in self.guard.policies:  # its mode
             leased(self.guard, str(self._policy), self.on_exceeded)  # refused now, not later

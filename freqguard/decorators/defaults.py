@@ -39,7 +39,7 @@ def configure(
     from freqguard.backends.urls import async_backend_from_url, backend_from_url
 
     if backend is None or isinstance(backend, MemoryBackend):
-        memory = backend or MemoryBackend()
+        memory = MemoryBackend() if backend is None else backend
         sync_guard = Guard(memory, policies, **options)
         async_guard = as_async(sync_guard)
     elif isinstance(backend, str):

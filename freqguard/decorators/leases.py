@@ -4,12 +4,13 @@ held while it runs (``Guard.lease``); never waited for, never by a ``with`` bloc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Mapping, Sequence
 
 from freqguard.errors import ConfigError
 from freqguard.guard import AsyncGuard, Guard
 
-__all__ = ["check_exceeded", "leased", "refuse_block"]
+__all__ = ["check_context", "check_exceeded", "leased", "refuse_block"]
 
 
 def check_exceeded(on_exceeded: object, timeout: object, rules: Sequence[object]) -> None:
@@ -24,6 +25,16 @@ def check_exceeded(on_exceeded: object, timeout: object, rules: Sequence[object]
         raise ConfigError(
             f"on_exceeded must be 'raise', 'skip', 'wait' or a callable, got {on_exceeded!r}"
         )
+    if callable(on_exceeded):
+        try:
+            inspect.signature(on_exceeded).bind(None)
+        except TypeError:
+            raise ConfigError(
+                f"on_exceeded={getattr(on_exceeded, '__name__', on_exceeded)!r} must take "
+                "the denied Decision: on_exceeded=lambda decision: ..."
+            ) from None
+        except ValueError:  # no signature to read (a builtin): called as it is
+            pass
     if timeout is not None and on_exceeded != "wait":
         raise ConfigError(
             f"timeout={timeout!r} is how long on_exceeded='wait' waits for the call's turn; "
@@ -35,6 +46,21 @@ def check_exceeded(on_exceeded: object, timeout: object, rules: Sequence[object]
             "a cap whose rules count leases (a concurrency rule) cannot wait: "
             "on_exceeded='wait' waits for a rate's turn, and a lease frees when another call "
             "ends; use 'raise', 'skip' or a function"
+        )
+
+
+def check_context(context: object, decorating: bool = False) -> None:
+    """Refuse a ``context`` that is no mapping of dimensions, or any on a decorated
+    function (``decorating``), whose calls' keys come from ``key=``: nothing reads it."""
+    if decorating and context is not None:
+        raise ConfigError(
+            f"context={context!r:.60} is the with-block's (with capped(..., context=...)); a "
+            "decorated function's calls are keyed by key= (key='user' reads its argument)"
+        )
+    if context is not None and not isinstance(context, Mapping):
+        raise ConfigError(
+            f"context must be a mapping of dimension to value ({{'user': 'ann'}}), got "
+            f"{context!r:.60}"
         )
 
 

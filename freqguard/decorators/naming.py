@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from freqguard.decorators.defaults import default_guard
 from freqguard.errors import ConfigError
-from freqguard.guard import AsyncGuard, Guard
+from freqguard.guard import AsyncGuard, Guard, not_a_guard
 from freqguard.rates import parse_rates, peer_rate
 from freqguard.rules import NAME_PATTERN, Rule, fit_name
 
@@ -44,8 +44,11 @@ def parse_target(
     of a registered policy.
 
     Checked at decoration: a rate that does not parse, or a name the guard (or the current
-    default guard) does not know, is a ConfigError here, not at the first call.
+    default guard) does not know, is a ConfigError here, not at the first call; so is a
+    ``guard`` that is none.
     """
+    if guard is not None and not isinstance(guard, (Guard, AsyncGuard)):
+        raise not_a_guard(guard, "@capped")
     if isinstance(rule, Rule):
         return (rule,), None
     if isinstance(rule, str):

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Iterator
 
 from freqguard.errors import ConfigError
-from freqguard.integrations._request import KeyFunc, RequestInfo, declared
+from freqguard.integrations._request import KEY_MAKERS, KeyFunc, RequestInfo, declared
 
 __all__ = ["FORWARDING_HEADERS", "client_ip", "hop_key"]
 
@@ -32,7 +32,7 @@ _PORT = re.compile(r"\d{1,5}|_[A-Za-z0-9._\-]+")
 def client_ip(
     trusted_proxies: str | Iterable[str] = (),
     *,
-    header: str = "x-forwarded-for",
+    header: str | None = None,
     ipv4_prefix: int = 32,
     ipv6_prefix: int = 64,
 ) -> KeyFunc:
@@ -51,20 +51,29 @@ def client_ip(
 
     Args:
         trusted_proxies: addresses or networks (``"10.0.0.0/8"``) of your proxies.
-        header: ``"x-forwarded-for"`` (nginx, most load balancers), ``"forwarded"``
-            (RFC 7239, the ``for=`` parameter) or ``"x-real-ip"``.
+        header: ``"x-forwarded-for"`` (nginx, most load balancers; the default),
+            ``"forwarded"`` (RFC 7239, the ``for=`` parameter) or ``"x-real-ip"``; read
+            only behind ``trusted_proxies`` (given without them, it is refused).
         ipv4_prefix: key IPv4 clients by this network prefix (32: each address).
         ipv6_prefix: key IPv6 clients by this network prefix; 64 by default, because one
             subscriber usually holds a whole /64 and could rotate addresses inside it.
 
     Raises:
-        ConfigError: for a bad proxy address, an unknown header, or a prefix out of range.
+        ConfigError: for a bad proxy address, an unknown header, a header without
+            trusted proxies (it would never be read), or a prefix out of range.
     """
     networks = _networks(trusted_proxies)
-    wanted = header.lower() if isinstance(header, str) else header
+    wanted = "x-forwarded-for" if header is None else header
+    wanted = wanted.lower() if isinstance(wanted, str) else wanted
     if wanted not in FORWARDING_HEADERS:
         allowed = ", ".join(FORWARDING_HEADERS)
         raise ConfigError(f"client_ip header must be one of {allowed}; got {header!r}")
+    if header is not None and not networks:
+        raise ConfigError(
+            f"client_ip(header={header!r:.40}) reads the header only from a trusted proxy, "
+            "and trusted_proxies names none: give your proxies' addresses, "
+            "client_ip(['10.0.0.0/8'], header=...), or leave header= out"
+        )
     hops_of = _forwarded_hops if wanted == "forwarded" else _list_hops
     prefix = {
         4: _prefix("ipv4_prefix", ipv4_prefix, 32),
@@ -104,10 +113,17 @@ def client_ip(
 
 
 def _networks(trusted: str | Iterable[str]) -> tuple[_Network, ...]:
+    if not isinstance(trusted, (str, Iterable)) or isinstance(trusted, (bytes, bytearray)):
+        raise ConfigError(
+            "trusted_proxies must be an address or network, or a list of them "
+            f"(['10.0.0.0/8']), got {trusted!r:.60}"
+        )
     items = [trusted] if isinstance(trusted, str) else list(trusted)
     networks = []
     for item in items:
         try:
+            if not isinstance(item, (str, ipaddress.IPv4Network, ipaddress.IPv6Network)):
+                raise TypeError(item)  # an int is an address to ipaddress: never meant
             networks.append(ipaddress.ip_network(item, strict=False))
         except (TypeError, ValueError):
             raise ConfigError(
@@ -210,3 +226,6 @@ def _split(text: str, separator: str) -> list[str]:
         current.append(char)
     parts.append("".join(current))
     return parts
+
+
+KEY_MAKERS.append(client_ip)

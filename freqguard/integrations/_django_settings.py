@@ -22,7 +22,7 @@ from freqguard.errors import ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
 from freqguard.integrations._drf_throttles import throttle_checks
-from freqguard.integrations._request import KeyFunc
+from freqguard.integrations._request import KeyFunc, check_key
 from freqguard.integrations._settings import (
     COMMON,
     MEANT,
@@ -157,6 +157,8 @@ def read_settings() -> Settings:
         raise ConfigError(
             f"FREQGUARD_KEY must be a key function (client_ip()), got {key!r}{their_key(key)}"
         )
+    if key is not None:  # as capped(key=...) checks its own: one argument, not async
+        check_key(key, "FREQGUARD_KEY")
     return Settings(
         backend,
         config,

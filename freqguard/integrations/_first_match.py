@@ -12,14 +12,14 @@ has no probes: it is never refused, and never taken to cover another.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from freqguard.errors import ConfigError
 from freqguard.integrations._decide import Route, compile_limit
 from freqguard.integrations._http import Limit
 from freqguard.integrations._routes import probe_paths
 
-__all__ = ["compile_limits"]
+__all__ = ["checked_limits", "compile_limits"]
 
 
 def compile_limits(limits: Sequence[Limit]) -> list[Route]:
@@ -117,3 +117,17 @@ def _shown(limit: Limit) -> str:
     """The Limit as its author wrote its path and methods."""
     methods = "" if limit.methods is None else f", methods={sorted(limit.methods)!r}"
     return f"Limit({limit.path!r}{methods})"
+
+
+def checked_limits(limits: object) -> tuple[Limit, ...]:
+    """``limits`` as given to a middleware: a list of :class:`Limit`, or a ConfigError
+    naming what came instead."""
+    given = (limits,) if isinstance(limits, str) or limits is None else limits
+    found = tuple(given) if isinstance(given, Iterable) else (given,)
+    for item in found:
+        if not isinstance(item, Limit) or isinstance(limits, Limit):
+            raise ConfigError(
+                f"limits= takes a list of Limit (limits=[Limit('/x', '5/minute')]), got "
+                f"{limits!r:.80}" + (": one Limit goes in a list" * isinstance(limits, Limit))
+            )
+    return found

@@ -8,7 +8,6 @@ the raw ASGI scope or WSGI environ) and return a mapping of dimension to value, 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -23,8 +22,9 @@ from freqguard.integrations._request import (
     SkipRequest,
     check_key,
     context_of,
-    declared,
     dimensions_of,
+    header,
+    path_param,
 )
 from freqguard.integrations._routes import check_pattern
 from freqguard.integrations._rule_items import check_cost, rule_items
@@ -50,67 +50,6 @@ __all__ = [
     "problem_detail",
     "view_methods",
 ]
-
-
-def header(name: str, *, missing: str | KeyFunc = "deny") -> KeyFunc:
-    """The value of one request header, as dimension ``name`` (lower case, ``-`` as ``_``).
-
-    ``missing`` says what a request without the header gets, a choice to make on purpose
-    (keyed on ``""``, every anonymous client would share one budget):
-
-    * ``"deny"`` (the default): refused with 400, naming the header;
-    * ``"share"``: keyed on ``""``: all requests without it share one budget;
-    * ``"skip"``: not capped by this limit (nor given its headers);
-    * a key function (``client_ip()``): keyed on what it gives instead, prefixed (a NUL
-      first, which no header value holds) so that it never meets a header's value.
-
-    A request carrying the header on several lines raises :class:`BadRequest` (answered
-    400): frameworks disagree on which line the application reads (Starlette the first,
-    a raw ASGI app often the last), and a key on any one of them, or on all joined, lets a
-    client keep the value the application uses and rotate the key with another line. Under
-    WSGI the server has already joined the lines into one value with commas; that value is
-    all a WSGI application can read, and it is the key.
-
-    Raises:
-        ConfigError: ``missing`` is none of those.
-    """
-    lower = name.lower()
-    dimension = re.sub(r"\W", "_", lower)
-    if not callable(missing) and missing not in ("deny", "share", "skip"):
-        raise ConfigError(
-            f"header({name!r}, missing=...) takes 'deny', 'share', 'skip' or a key function "
-            f"(client_ip()), got {missing!r}"
-        )
-
-    def absent(request: RequestInfo) -> object:
-        if missing == "share":
-            return ""
-        if missing == "skip":
-            raise SkipRequest(name)
-        if callable(missing):
-            found = context_of(missing, request)
-            # NUL never comes in a header value: these keys never meet one
-            return "\0" + ":".join(str(value) for value in found.values())
-        raise BadRequest(f"header {name!r} is required here")
-
-    def key(request: RequestInfo) -> dict[str, object]:
-        lines = request.header_lines(lower)
-        if len(lines) > 1:
-            raise BadRequest(f"header {name!r} was sent {len(lines)} times; send it once")
-        return {dimension: lines[0] if lines else absent(request)}
-
-    return declared(key, dimension)
-
-
-def path_param(name: str) -> KeyFunc:
-    """A parameter of the matched route pattern (``/users/{user_id}``)."""
-
-    def key(request: RequestInfo) -> dict[str, object]:
-        if name not in request.path_params:
-            raise ConfigError(f"path_param({name!r}): the route pattern has no such parameter")
-        return {name: request.path_params[name]}
-
-    return declared(key, name)
 
 
 def _items(value: object) -> tuple[object, ...] | None:
@@ -217,12 +156,14 @@ class Limit:
         chosen = check_methods(methods)
         methods_text = "-".join(sorted(chosen or ["ANY"]))
         fields = {
-            "path": check_pattern(path),
+            "path": check_pattern(path, getattr(key, "path_param", None)),
             "rule": rule,
             "key": client_ip() if key is None else check_key(key, f"Limit({path!r})"),
             "methods": chosen,
             "cost": cost,
-            "name": check_name("limit name", name or fit_name(f"http.{methods_text}{path}")),
+            "name": check_name(
+                "limit name", fit_name(f"http.{methods_text}{path}") if name is None else name
+            ),
             "named": name is not None,
             "items": rule if isinstance(rule, Policy) else keyed_items(rule, key, path),
             "on_error": _check_on_error(on_error, rule, path),

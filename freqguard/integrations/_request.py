@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -12,6 +13,7 @@ from freqguard.rates import Rate
 from freqguard.rules import Rule
 
 __all__ = [
+    "KEY_MAKERS",
     "BadRequest",
     "KeyFunc",
     "RequestInfo",
@@ -19,6 +21,8 @@ __all__ = [
     "context_of",
     "declared",
     "dimensions_of",
+    "header",
+    "path_param",
     "refuse_empty",
 ]
 
@@ -211,6 +215,11 @@ def _absent(key: KeyFunc, context: Mapping[str, object]) -> NoReturn:
     raise BadRequest(f"this request has no value for {name!r}, which the route is keyed by")
 
 
+#: The functions that make key functions (``client_ip``, ``header``, ``path_param``): given
+#: as a key themselves, uncalled, they are refused naming the call.
+KEY_MAKERS: list[Callable[..., KeyFunc]] = []
+
+
 def declared(key: KeyFunc, *dimensions: str) -> KeyFunc:
     """``key``, saying the dimensions it gives (``client_ip()``'s ``client``), so that a
     route's rules can be checked against them when the route is made."""
@@ -235,6 +244,9 @@ def check_key(key: object, where: str) -> KeyFunc:
     """
     if not callable(key):
         raise ConfigError(f"{where}: key must be a key function (client_ip()), got {key!r}")
+    if any(key is maker for maker in KEY_MAKERS):
+        name = getattr(key, "__name__", "")
+        raise ConfigError(f"{where}: key={name} makes a key function: call it, key={name}(...)")
     if inspect.iscoroutinefunction(key) or inspect.iscoroutinefunction(
         getattr(key, "__call__", None)  # noqa: B004 (an instance's own __call__)
     ):
@@ -279,3 +291,75 @@ def _takes_one(key: Callable[..., object]) -> None:
         inspect.signature(key, follow_wrapped=False).bind(None)
     except TypeError:
         inspect.signature(key).bind(None)
+
+
+def header(name: str, *, missing: str | KeyFunc = "deny") -> KeyFunc:
+    """The value of one request header, as dimension ``name`` (lower case, ``-`` as ``_``).
+
+    ``missing`` says what a request without the header gets, a choice to make on purpose
+    (keyed on ``""``, every anonymous client would share one budget):
+
+    * ``"deny"`` (the default): refused with 400, naming the header;
+    * ``"share"``: keyed on ``""``: all requests without it share one budget;
+    * ``"skip"``: not capped by this limit (nor given its headers);
+    * a key function (``client_ip()``): keyed on what it gives instead, prefixed (a NUL
+      first, which no header value holds) so that it never meets a header's value.
+
+    A request carrying the header on several lines raises :class:`BadRequest` (answered
+    400): frameworks disagree on which line the application reads (Starlette the first,
+    a raw ASGI app often the last), and a key on any one of them, or on all joined, lets a
+    client keep the value the application uses and rotate the key with another line. Under
+    WSGI the server has already joined the lines into one value with commas; that value is
+    all a WSGI application can read, and it is the key.
+
+    Raises:
+        ConfigError: ``name`` is no header name (a token: RFC 9110), or ``missing`` is none
+            of those.
+    """
+    if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+        raise ConfigError(
+            f"header(name) takes a header's name (letters, digits and !#$%&'*+-.^_`|~, as "
+            f"HTTP writes one: 'X-User'), got {name!r:.60}"
+        )
+    lower = name.lower()
+    dimension = re.sub(r"\W", "_", lower)
+    if not callable(missing) and missing not in ("deny", "share", "skip"):
+        raise ConfigError(
+            f"header({name!r}, missing=...) takes 'deny', 'share', 'skip' or a key function "
+            f"(client_ip()), got {missing!r}"
+        )
+
+    def absent(request: RequestInfo) -> object:
+        if missing == "share":
+            return ""
+        if missing == "skip":
+            raise SkipRequest(name)
+        if callable(missing):
+            found = context_of(missing, request)
+            # NUL never comes in a header value: these keys never meet one
+            return "\0" + ":".join(str(value) for value in found.values())
+        raise BadRequest(f"header {name!r} is required here")
+
+    def key(request: RequestInfo) -> dict[str, object]:
+        lines = request.header_lines(lower)
+        if len(lines) > 1:
+            raise BadRequest(f"header {name!r} was sent {len(lines)} times; send it once")
+        return {dimension: lines[0] if lines else absent(request)}
+
+    return declared(key, dimension)
+
+
+def path_param(name: str) -> KeyFunc:
+    """A parameter of the matched route pattern (``/users/{user_id}``)."""
+
+    def key(request: RequestInfo) -> dict[str, object]:
+        if name not in request.path_params:
+            raise ConfigError(f"path_param({name!r}): the route pattern has no such parameter")
+        return {name: request.path_params[name]}
+
+    key.path_param = name  # type: ignore[attr-defined]  # a Limit's pattern must name it
+    return declared(key, name)
+
+
+KEY_MAKERS.extend([header, path_param])
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")

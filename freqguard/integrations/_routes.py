@@ -76,7 +76,8 @@ def _parts(pattern: str) -> list[tuple[str, str, str]]:
         raise ConfigError(f"a route pattern starts with '/', got {pattern!r}")
     _refuse_werkzeug(pattern)
     known = _convertors()
-    parts, last, seen = [], 0, set()
+    parts: list[tuple[str, str, str]] = []
+    last, seen = 0, set()
     for found in _BRACES.finditer(pattern):
         literal = pattern[last : found.start()]
         if "{" in literal or "}" in literal:
@@ -95,6 +96,11 @@ def _parts(pattern: str) -> list[tuple[str, str, str]]:
             )
         if name in seen:
             raise ConfigError(f"route pattern {pattern!r} names the parameter {name!r} twice")
+        if parts and not literal:  # and its regex would backtrack on a long path
+            raise ConfigError(
+                f"route pattern {pattern!r}: {{{parts[-1][1]}}} and {found.group(0)} are side "
+                "by side, and no path says where one ends: put a literal between them"
+            )
         seen.add(name)
         parts.append((literal, name, convertor))
         last = found.end()
@@ -104,6 +110,12 @@ def _parts(pattern: str) -> list[tuple[str, str, str]]:
             "{name} or {name:convertor}"
         )
     parts.append((pattern[last:], "", ""))
+    if any("?" in literal or "#" in literal for literal, _, _ in parts):
+        raise ConfigError(
+            f"route pattern {pattern!r} holds a query or fragment ('?' or '#'), which no "
+            "path it is matched against does: cap the path alone (a key function may read "
+            "the query from the request)"
+        )
     if any("*" in literal for literal, _, _ in parts):  # a glob matches only a star here
         glob = re.search(r"\*+", pattern)
         assert glob is not None  # a literal holds one
@@ -137,11 +149,17 @@ def _refuse_werkzeug(pattern: str) -> None:
     )
 
 
-def check_pattern(pattern: str) -> str:
-    """``pattern``, if it is a route pattern that can match (see the module's docstring)."""
+def check_pattern(pattern: str, wanted: object = None) -> str:
+    """``pattern``, if it is a route pattern that can match (see the module's docstring)
+    and names the parameter ``wanted`` (a ``path_param`` key's), if any."""
     if not isinstance(pattern, str):
         raise ConfigError(f"a route pattern is a string starting with '/', got {pattern!r}")
-    _parts(pattern)
+    names = [name for _, name, _ in _parts(pattern) if name]
+    if wanted is not None and wanted not in names:
+        raise ConfigError(
+            f"route pattern {pattern!r} has no parameter {wanted!r}, which its key, "
+            f"path_param({wanted!r}), reads: its parameters are {', '.join(names) or 'none'}"
+        )
     return pattern
 
 

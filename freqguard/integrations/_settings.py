@@ -5,6 +5,7 @@ meant, and the configuration file ``FREQGUARD_CONFIG`` names."""
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -94,4 +95,11 @@ def configured(settings: Mapping[str, Any]) -> Config | None:
         raise ConfigError(
             "FREQGUARD_CONFIG names the backend: set it or FREQGUARD_BACKEND, not both"
         )
-    return given if isinstance(given, Config) else load(given)
+    if isinstance(given, Config):
+        return given
+    if not isinstance(given, (str, os.PathLike)):
+        raise ConfigError(
+            "FREQGUARD_CONFIG takes a configuration file's path (a str or a Path) or a "
+            f"loaded Config, got {given!r:.60}"
+        )
+    return load(given)

@@ -24,10 +24,10 @@ from freqguard.config import Config
 from freqguard.decision import Decision
 from freqguard.decorators.adapters import as_async as _as_async_guard
 from freqguard.errors import ConfigError
-from freqguard.guard import AsyncGuard, Guard
+from freqguard.guard import AsyncGuard, Guard, not_a_guard
 from freqguard.headers import check_profile
 from freqguard.integrations._decide import Answer, Decider, Route
-from freqguard.integrations._first_match import compile_limits
+from freqguard.integrations._first_match import checked_limits, compile_limits
 from freqguard.integrations._held import arelease_each, leasing_async
 from freqguard.integrations._http import (
     BadRequest,
@@ -83,6 +83,8 @@ def async_guard_for(guard: Guard | AsyncGuard | Config) -> AsyncGuard:
     Guard (made once per guard), or a new one made from a configuration (call it once)."""
     if isinstance(guard, Config):
         return guard.async_guard()
+    if not isinstance(guard, (Guard, AsyncGuard)):
+        raise not_a_guard(guard, "an ASGI integration", "an AsyncGuard, a Guard or a Config")
     return guard if isinstance(guard, AsyncGuard) else _as_async_guard(guard)
 
 
@@ -123,7 +125,7 @@ class FreqGuardMiddleware:
         self._hit = self.guard.hit
         # each route's policy when it was seen to hold no leases (a deploy may give it some)
         self._plain: dict[Route, Policy] = {}
-        self.limits = tuple(limits)
+        self.limits = checked_limits(limits)
         self.decider = Decider(self.guard, compile_limits(self.limits), check_profile(headers))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

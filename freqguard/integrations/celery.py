@@ -30,6 +30,7 @@ docs/celery.md), so the redelivery does not take a second one.
 from __future__ import annotations
 
 import ast
+import difflib
 import functools
 import inspect
 import logging
@@ -151,9 +152,12 @@ def capped_task(
             cannot take one of the policy's dimensions as a keyword argument, or an
             ``async def`` (Celery runs a task's function sync).
     """
+    if not callable(getattr(app, "task", None)):
+        raise ConfigError(f"app must be a Celery app (Celery('proj')), got {app!r:.60}")
     if on_denied not in ON_DENIED:
         allowed = ", ".join(repr(value) for value in ON_DENIED)
         raise ConfigError(f"on_denied must be one of {allowed}, got {on_denied!r}")
+    _check_options(app, task_options)
     if not isinstance(guard, Guard):
         raise ConfigError(
             f"guard must be a freqguard Guard (Celery runs tasks sync), got {guard!r}"
@@ -162,7 +166,9 @@ def capped_task(
     guard.add_policy(TASK_ONCE)  # for acks_late, known only when the task runs
     bind = bool(task_options.pop("bind", False))
     if on_denied == "raise":  # a denial by design: logged at INFO, without a traceback
-        task_options["throws"] = (*task_options.get("throws", ()), TaskDenied)
+        throws = task_options.get("throws", ())  # one class, as Celery takes it too
+        throws = (throws,) if isinstance(throws, type) else tuple(throws)
+        task_options["throws"] = (*throws, TaskDenied)
 
     def decorate(fn: Callable[..., Any]) -> Task:
         if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
@@ -201,6 +207,41 @@ def _policy(guard: Guard, policy: Policy | str) -> Policy:
     )
 
 
+#: What ``app.task`` takes beside a Task's own attributes (Celery 5).
+_DECORATOR_OPTIONS = [
+    "base",
+    "autoretry_for",
+    "dont_autoretry_for",
+    "retry_backoff",
+    "retry_backoff_max",
+    "retry_jitter",
+    "retry_kwargs",
+    "queue",
+    "shared",
+    "lazy",
+    "filter",
+    "pydantic",
+    "pydantic_strict",
+    "pydantic_context",
+    "pydantic_dump_kwargs",
+    "routing_key",
+    "exchange",
+]
+
+
+def _check_options(app: Celery, options: Mapping[str, Any]) -> None:
+    """Refuse an option that is a misspelling of Celery's (``max_retires``): ``app.task``
+    would set it as an attribute nobody reads. An option near none is the user's own."""
+    known = [*(name for name in dir(app.Task) if not name.startswith("_")), *_DECORATOR_OPTIONS]
+    for name in options:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+        if name not in known and close:
+            raise ConfigError(
+                f"capped_task option {name!r} is not Celery's: did you mean {close[0]}? (app.task "
+                "would keep it as an attribute no worker reads)"
+            )
+
+
 def _check_signature(fn: Callable[..., Any], signature: inspect.Signature, policy: Policy) -> None:
     params = signature.parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
@@ -211,6 +252,13 @@ def _check_signature(fn: Callable[..., Any], signature: inspect.Signature, polic
         raise ConfigError(
             f"task {fn.__qualname__!r} takes no keyword argument for the dimension(s) "
             f"{', '.join(missing)} of policy {policy.name!r}: the hit's context comes from them"
+        )
+    unread = [name for name in policy.reads if name not in takes]
+    if unread:  # a tier or a zone the task could never be sent
+        raise ConfigError(
+            f"task {fn.__qualname__!r} takes no keyword argument for {', '.join(unread)}, "
+            f"which policy {policy.name!r}'s rules read (a tier, a zone, a priority): add "
+            "the parameter (with a default), or a policy that does not read it"
         )
 
 

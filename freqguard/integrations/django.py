@@ -188,9 +188,7 @@ def _route_of(state: State, request: HttpRequest) -> tuple[Route, ViewCap | None
     return found
 
 
-def user_or_ip(
-    trusted_proxies: str | Sequence[str] = (), *, header: str = "x-forwarded-for"
-) -> KeyFunc:
+def user_or_ip(trusted_proxies: str | Sequence[str] = (), *, header: str | None = None) -> KeyFunc:
     """Key requests as DRF does: the user's id when authenticated, else the client's
     address (:func:`client_ip` behind ``trusted_proxies``); dimension ``ident``
     (``user:42``, ``ip:203.0.113.7``), so users and addresses never share a budget.

@@ -53,6 +53,7 @@ from freqguard.integrations._django_requests import notes_of, request_info
 from freqguard.integrations._django_state import State, current
 from freqguard.integrations._drf_throttles import given
 from freqguard.integrations._request import KeyFunc, RequestInfo, SkipRequest, declared
+from freqguard.integrations._rule_items import check_cost
 from freqguard.integrations.django import client_ip, user_or
 from freqguard.rates import Rate, parse_rates
 from freqguard.rules import fit_name
@@ -137,6 +138,7 @@ class FreqGuardThrottle(BaseThrottle):
                     f"{cls.__qualname__}.{name} is DRF's SimpleRateThrottle's, which "
                     f"freqguard's throttles do not read: {instead}"
                 )
+        check_cost(cls.cost, (), f"{cls.__qualname__}.")  # read at each request: checked now
         if getattr(cls, "get_cache_key", None) is not None and cls.key.__module__ != __name__:
             raise ConfigError(
                 f"{cls.__qualname__} defines both key() and get_cache_key(): keep one (key() "

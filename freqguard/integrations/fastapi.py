@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Sequence
+from typing import cast
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -131,9 +132,16 @@ def limit_dependency(
             "limit_dependency needs name=: what its budget is called (its keys), "
             "limit_dependency(guard, '5/minute', name='login')"
         )
+    if isinstance(rule, Policy):
+        raise ConfigError(
+            f"limit_dependency takes rates or Rules, not Policy {rule.name!r}: give its "
+            f"rules, limit_dependency(guard, policy.rules, name={rule.name!r}) (on_error= "
+            "here), or cap the route with FreqGuardMiddleware and Limit(path, policy)"
+        )
+    listed = isinstance(rule, Sequence) and not isinstance(rule, (str, bytes))
     limit = Limit(
         "/{rest:path}",
-        rule if isinstance(rule, (str, Rule)) else list(rule),
+        list(cast(Sequence[str | Rule], rule)) if listed else rule,
         key=key,
         cost=cost,
         name=name,

@@ -48,7 +48,7 @@ from flask import Blueprint, Flask, Response, after_this_request, current_app, g
 from freqguard.backends.urls import backend_from_url
 from freqguard.decision import Decision
 from freqguard.errors import CapExceeded, ConfigError
-from freqguard.guard import Guard
+from freqguard.guard import Guard, not_a_guard
 from freqguard.headers import check_profile, combined_headers
 from freqguard.integrations._decide import Decider, Route
 from freqguard.integrations._flask_caps import (
@@ -142,6 +142,8 @@ class FreqGuard:
         **theirs: Flask,  # app=, or Limiter's arguments: refused naming ours (and by mypy)
     ) -> None:
         app = the_app(app, theirs)
+        if guard is not None and not isinstance(guard, Guard):  # an AsyncGuard: never awaited
+            raise not_a_guard(guard, "FreqGuard", "a Guard (Flask's requests are not awaited)")
         self._guard = guard
         self._key: KeyFunc = remote_address if key is None else check_key(key, "FreqGuard")
         self._named: dict[str, tuple[Rate | Rule, ...]] = {}  # each name= budget's rates
@@ -165,8 +167,9 @@ class FreqGuard:
             or _configured(app.config)
             or Guard(backend_from_url(app.config.get("FREQGUARD_BACKEND", "memory://")))
         )
-        if self._guard is not None and "FREQGUARD_CONFIG" in app.config:
-            raise ConfigError("FREQGUARD_CONFIG makes the guard: pass guard= or it, not both")
+        for made_by in ("FREQGUARD_CONFIG", "FREQGUARD_BACKEND"):
+            if self._guard is not None and made_by in app.config:
+                raise ConfigError(f"{made_by} makes the guard: pass guard= or it, not both")
         profile = check_profile(app.config.get("FREQGUARD_HEADERS", "ietf"))
         defaults = parse_rates(default) if default else ()
         state = _State(guard, Decider(guard, (), profile), defaults, enabled=enabled)

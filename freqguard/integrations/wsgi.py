@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from freqguard.decision import Decision
-from freqguard.guard import Guard
+from freqguard.guard import Guard, not_a_guard
 from freqguard.headers import check_profile
 from freqguard.integrations._decide import Decider
-from freqguard.integrations._first_match import compile_limits
+from freqguard.integrations._first_match import checked_limits, compile_limits
 from freqguard.integrations._held import HeldBody, leasing
 from freqguard.integrations._http import (
     BadRequest,
@@ -83,9 +83,11 @@ class FreqGuardMiddleware:
     def __init__(
         self, app: WSGIApp, *, guard: Guard, limits: Sequence[Limit], headers: str = "ietf"
     ) -> None:
+        if not isinstance(guard, Guard):  # an AsyncGuard's hits would never be awaited
+            raise not_a_guard(guard, "wsgi.FreqGuardMiddleware", "a Guard (WSGI is sync)")
         self.app = app
         self.guard = guard
-        self.limits = tuple(limits)
+        self.limits = checked_limits(limits)
         self.decider = Decider(guard, compile_limits(self.limits), check_profile(headers))
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
