@@ -4,8 +4,7 @@ Written once, for asyncio; the sync guard (``freqguard/_sync/guard.py``) is gene
 from it by ``scripts/unasync.py``. Both are made of the same I/O-free parts
 (:mod:`freqguard.engine`: the registry, the failover, the deny cache's use, the accounting
 of store calls, the operations and the receipts, each one object) and drive the same
-operations; what differs is only how a batch of script calls is sent and how a wait is made
-(``_io.py``, written by hand on each side).
+operations; only how a batch of calls is sent and a wait made differs (``_io.py``).
 """
 
 from __future__ import annotations
@@ -41,6 +40,7 @@ from freqguard.engine.registry import PolicyRegistry
 from freqguard.engine.settings import (
     DEFAULT_BREAKER,
     Now,
+    PeerHabits,
     Shared,
     Sharing,
     check_backend,
@@ -61,7 +61,7 @@ __all__ = ["AsyncGuard"]
 T = TypeVar("T")
 
 
-class AsyncGuard:
+class AsyncGuard(PeerHabits):
     """The asyncio engine.
 
     Args:

@@ -5,7 +5,7 @@ its calls are made at (:class:`Now`) and what the async face of a sync guard sha
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol
 
 from freqguard.bounds import check_time
 from freqguard.clock import Clock
@@ -19,7 +19,9 @@ from freqguard.policy import Policy
 
 __all__ = [
     "DEFAULT_BREAKER",
+    "PEER_METHODS",
     "Now",
+    "PeerHabits",
     "Shared",
     "Sharing",
     "check_backend",
@@ -132,3 +134,28 @@ class Sharing(Protocol):
     """A guard whose parts a face can share (:class:`Shared`)."""
 
     def _shared(self) -> Shared: ...
+
+
+#: What people coming from a peer call a guard, and freqguard's way (an AttributeError
+#: naming it, where Python's would name nothing).
+PEER_METHODS = {
+    "test": "limits' test(item, key) is peek(policy, **context).allowed (it counts nothing)",
+    "get_window_stats": "limits' get_window_stats(item, key) is peek(policy, **context): "
+    ".remaining, and .reset_after in seconds from now",
+    "clear": "limits' clear(item, key) is reset(policy, **context)",
+    "limit": "Flask-Limiter's and slowapi's limit() is @capped(...) (freqguard.decorators), "
+    "or an integration's Limit",
+    "shared_limit": "a budget shared by routes is one policy name given to each cap",
+}
+
+
+class PeerHabits:
+    """A guard's answer to a peer's method name: an AttributeError naming freqguard's way
+    (``docs/coming-from/``)."""
+
+    if not TYPE_CHECKING:  # mypy keeps refusing unknown attributes itself
+
+        def __getattr__(self, name: str) -> NoReturn:
+            hint = PEER_METHODS.get(name)
+            message = f"{type(self).__name__!r} object has no attribute {name!r}"
+            raise AttributeError(message if hint is None else f"{message}: {hint}")

@@ -89,3 +89,25 @@ def test_a_guard_given_limits_storage_names_freqguards_backends() -> None:
 def test_a_rule_given_a_list_of_rates_names_one_rule_each() -> None:
     with pytest.raises(ConfigError, match=r"one Rule per rate"):
         Rule(["10/minute", "100/hour"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("face", [Guard, AsyncGuard])
+@pytest.mark.parametrize(
+    ("method", "named"),
+    [
+        ("test", r"peek\(policy, \*\*context\)\.allowed"),
+        ("get_window_stats", r"\.remaining, and \.reset_after"),
+        ("clear", r"reset\(policy"),
+        ("limit", r"@capped"),
+    ],
+)
+def test_a_peers_method_on_a_guard_names_freqguards_way(
+    face: type[Guard] | type[AsyncGuard], method: str, named: str
+) -> None:
+    """limits' ``test()`` and ``get_window_stats()``, slowapi's ``limit()``: an
+    AttributeError that says which call it is here; any other name, Python's own."""
+    guard = face(MemoryBackend())
+    with pytest.raises(AttributeError, match=rf"has no attribute '{method}': .*{named}"):
+        getattr(guard, method)
+    with pytest.raises(AttributeError, match=r"^'\w+' object has no attribute 'nope'$"):
+        guard.nope  # type: ignore[attr-defined]  # noqa: B018
