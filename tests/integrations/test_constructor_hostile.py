@@ -3,7 +3,7 @@
 refused as it is built with a named error (a ConfigError, or a TypeError/ValueError naming
 the argument), never a raw AttributeError/TypeError from deep inside, a route that quietly
 caps nothing, or a construction whose cost grows without bound. Flask's are in
-``test_constructor_hostile_flask.py``, Django's and DRF's in
+``test_flask_settings.py``, Django's and DRF's in
 ``test_constructor_hostile_django.py``."""
 
 from __future__ import annotations

@@ -110,4 +110,4 @@ def test_a_peers_method_on_a_guard_names_freqguards_way(
     with pytest.raises(AttributeError, match=rf"has no attribute '{method}': .*{named}"):
         getattr(guard, method)
     with pytest.raises(AttributeError, match=r"^'\w+' object has no attribute 'nope'$"):
-        guard.nope  # type: ignore[attr-defined]  # noqa: B018
+        guard.nope  # type: ignore[union-attr]  # noqa: B018

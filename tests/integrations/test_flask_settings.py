@@ -2,7 +2,8 @@
 the one meant (``FREQGUARD_DEFAULT_LIMIT`` left the app uncapped), Flask-Limiter's keys get a
 warning naming freqguard's, and ``FREQGUARD_ENABLED`` switches the app's caps off. The app's
 own error handlers win over the extension's, registered before it or after, and a handler
-for 429 (Flask-Limiter's idiom), which never sees freqguard's denials, gets a warning."""
+for 429 (Flask-Limiter's idiom), which never sees freqguard's denials, gets a warning. A
+guard that is none (a backend, a URL, an AsyncGuard) is refused as the extension is made."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import logging
 import pytest
 from flask import Flask
 
+import freqguard as fg
 from freqguard import BackendUnavailable, CapExceeded, ConfigError
 from freqguard.integrations.flask import BadRequest, FreqGuard
+from tests.conftest import START
 
 
 def _app(**settings: object) -> Flask:
@@ -141,3 +144,47 @@ def test_a_handler_for_429_is_named_in_a_warning(caplog: pytest.LogCaptureFixtur
     with caplog.at_level(logging.WARNING, logger="freqguard"):
         codes = [answered.test_client().get("/").status_code for _ in range(2)]
     assert (codes, caplog.records) == ([200, 418], [])
+
+
+# -- what the extension is given, refused as it is made (test_constructor_hostile.py's kin) --
+
+
+def test_a_backend_given_as_the_guard_is_refused() -> None:
+    """An empty MemoryBackend is falsy (``__len__``): ``self._guard or ...`` drops it, and
+    the app counts on a new ``memory://`` guard (its own clock, not this one), silently."""
+    with pytest.raises(ConfigError, match=r"Guard\("):
+        FreqGuard(_app(), guard=fg.MemoryBackend(fg.ManualClock(START)))  # type: ignore[arg-type]
+
+
+def test_an_async_guard_is_refused_at_init_app() -> None:
+    """Taken today: every request is then a 500, AttributeError "'coroutine' object has no
+    attribute 'allowed'" (and a coroutine never awaited)."""
+    app = _app(FREQGUARD_DEFAULT_LIMITS="1/minute")
+    with pytest.raises(ConfigError, match=r"Guard"):
+        FreqGuard(app, guard=fg.AsyncGuard(fg.MemoryBackend()))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "guard",
+    ["memory://", 5, fg.Policy("p", fg.Rule("1/minute"))],
+    ids=["a URL", "an int", "a Policy"],
+)
+def test_a_guard_that_is_no_guard_is_refused(guard: object) -> None:
+    """Today: AttributeError "'str' object has no attribute 'add_policy'"."""
+    with pytest.raises(ConfigError, match=r"guard"):
+        FreqGuard(_app(), guard=guard)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("path", [5, False, b"freqguard.toml"], ids=repr)
+def test_a_config_setting_not_a_path_is_named(path: object) -> None:
+    """Today: TypeError "expected str, bytes or os.PathLike object, not int" from ``load``."""
+    with pytest.raises(ConfigError, match=r"FREQGUARD_CONFIG"):
+        FreqGuard(_app(FREQGUARD_CONFIG=path))
+
+
+def test_a_backend_setting_beside_a_guard_is_refused() -> None:
+    """``FREQGUARD_CONFIG`` beside ``guard=`` is refused ("not both"); ``FREQGUARD_BACKEND``
+    beside it is dropped silently: the app counts on the guard's memory, not on Redis."""
+    app = _app(FREQGUARD_BACKEND="redis://localhost:1/0", FREQGUARD_DEFAULT_LIMITS="1/minute")
+    with pytest.raises(ConfigError, match=r"FREQGUARD_BACKEND"):
+        FreqGuard(app, guard=fg.Guard(fg.MemoryBackend()))
