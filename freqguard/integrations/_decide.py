@@ -9,7 +9,6 @@ only in how they read a request, whether the hit is awaited, and how they send t
 from __future__ import annotations
 
 import dataclasses
-import re
 import threading
 from collections.abc import (
     Awaitable,
@@ -35,7 +34,7 @@ from freqguard.integrations._http import (
     unavailable_body,
 )
 from freqguard.integrations._request import dimensions_of, refuse_empty
-from freqguard.integrations._routes import pattern_regex
+from freqguard.integrations._routes import PathPattern
 from freqguard.policy import Policy
 from freqguard.rates import Rate
 from freqguard.rules import Rule
@@ -75,7 +74,7 @@ class Route:
     name: str
     keyed: tuple[KeyedRules, ...]
     cost: int = 1
-    regex: re.Pattern[str] | None = None  # None: every path
+    regex: PathPattern | None = None  # None: every path
     methods: frozenset[str] | None = None  # None: every method; GET brings HEAD
     policy: Policy | None = None
     on_error: object = None  # the policy's, when built here
@@ -139,7 +138,7 @@ class Route:
 
 def compile_limit(limit: Limit) -> Route:
     """A :class:`Limit` as a route: its pattern as a regex, HEAD matched with GET."""
-    regex = pattern_regex(limit.path)
+    regex = PathPattern(limit.path)
     methods = limit.methods
     if methods is not None and "GET" in methods:
         # servers answer HEAD by running the GET handler: it must not be a free GET

@@ -18,7 +18,7 @@ from typing import Any
 
 from freqguard.errors import ConfigError
 
-__all__ = ["check_pattern", "pattern_regex", "probe_paths", "route_path"]
+__all__ = ["PathPattern", "check_pattern", "pattern_regex", "probe_paths", "route_path"]
 
 #: Starlette's built-in convertors (starlette.convertors), for when Starlette is absent.
 _CONVERTORS = {
@@ -172,6 +172,37 @@ def pattern_regex(pattern: str) -> re.Pattern[str]:
         if name:
             out.append(f"(?P<{name}>{known[convertor]})")
     return re.compile("".join(out) + "$")
+
+
+class PathPattern:
+    """A pattern's regular expression behind checks that cost one pass over the path: the
+    literal it starts with, the one it ends with (or that and a newline, which ``$`` lets
+    through, as in Starlette), and, when no parameter can hold a ``/``, the number of
+    ``/``. A path failing one never reaches the regex, whose backtracking over parameters
+    sharing a segment (``/{a}-{b}-{c}.txt``) grows as a power of the path's length when it
+    fails: a path of 8,000 ``-`` cost minutes. ``match`` answers as the regex's does."""
+
+    __slots__ = ("groups", "head", "regex", "slashes", "tail")
+
+    def __init__(self, pattern: str) -> None:
+        parts = _parts(pattern)
+        known = _convertors()
+        self.regex = pattern_regex(pattern)
+        self.groups = self.regex.groups
+        self.head, self.tail = parts[0][0], parts[-1][0]
+        fixed = all(
+            not name or (c != "path" and known[c] in _BUILT_IN.get(c, ())) for _, name, c in parts
+        )
+        self.slashes = sum(literal.count("/") for literal, _, _ in parts) if fixed else None
+
+    def match(self, path: str) -> re.Match[str] | None:
+        if not path.startswith(self.head) or not (
+            path.endswith(self.tail) or path.endswith(self.tail + "\n")
+        ):
+            return None
+        if self.slashes is not None and path.count("/") != self.slashes:
+            return None
+        return self.regex.match(path)
 
 
 def probe_paths(pattern: str) -> tuple[str, ...] | None:
