@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.util import find_spec
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from freqguard.backends.urls import async_backend_from_url, backend_from_url, pa
 from freqguard.clock import Clock
 from freqguard.config.places import Where, key_named, parse_yaml, place_of, toml_lines
 from freqguard.config.rule_tables import rule_document, rule_of
-from freqguard.config.schema import SchemaError, check
+from freqguard.config.schema import errors
 from freqguard.engine.breaker import Breaker
 from freqguard.engine.denycache import DenyCache
 from freqguard.engine.shared import shared_out
@@ -233,23 +234,31 @@ def loads(text: str, kind: str = "toml", source: str = "<string>") -> Config:
 
 
 def _build(data: object, source: str, where: Where) -> Config:
-    try:
-        check(data)
-    except SchemaError as exc:
-        place = place_of(source, where, exc.path, data)
-        raise ConfigError(f"{place}:{key_named(exc)} {exc.message}") from None
+    """The configuration ``data`` holds; every problem found is told at once, each at its
+    place (the schema's first, then the policies', rules' and options')."""
+    broken = list(islice(errors(data), MOST_PROBLEMS + 1))
+    if broken:
+        raise _told(
+            [f"{place_of(source, where, e.path, data)}:{key_named(e)} {e.message}" for e in broken],
+            source,
+        )
     assert isinstance(data, Mapping)
+    problems: list[str] = []
+
+    def told(path: tuple[str | int, ...], what: str, exc: ConfigError) -> None:
+        problems.append(f"{place_of(source, where, path, data)}: {what}{exc}")
+
     if "backend" in data:  # checked even when FREQGUARD_URL wins now: it may not elsewhere
         try:
             parse_url(data["backend"])
         except ConfigError as exc:
-            place = place_of(source, where, ("backend",), data)
-            raise ConfigError(f"{place}: backend: {exc}") from None
+            told(("backend",), "backend: ", exc)
     url = os.environ.get(ENV) or data.get("backend", "memory://")
-    try:
-        parse_url(url)
-    except ConfigError as exc:
-        raise ConfigError(f"{ENV}: backend: {exc}") from None
+    if os.environ.get(ENV):
+        try:
+            parse_url(url)
+        except ConfigError as exc:
+            problems.append(f"{ENV}: backend: {exc}")
     policies, fallbacks = [], {}
     for index, raw in enumerate(data.get("policy", [])):
         rules = []
@@ -257,14 +266,15 @@ def _build(data: object, source: str, where: Where) -> Config:
             try:
                 rules.append(rule_of(table))
             except ConfigError as exc:
-                place = place_of(source, where, ("policy", index, "rules", number), data)
-                raise ConfigError(f"{place}: {exc}") from None
+                told(("policy", index, "rules", number), "", exc)
         on_error = raw.get("on_error")
         try:
             quiet = None if raw.get("quiet") is None else QuietHours(**raw["quiet"])
         except ConfigError as exc:
-            place = place_of(source, where, ("policy", index, "quiet"), data)
-            raise ConfigError(f"{place}: {exc}") from None
+            told(("policy", index, "quiet"), "", exc)
+            continue
+        if len(rules) < len(raw["rules"]):  # a policy of the rules that parsed would mislead
+            continue
         try:
             policies.append(
                 Policy(
@@ -276,18 +286,19 @@ def _build(data: object, source: str, where: Where) -> Config:
                 )
             )
         except ConfigError as exc:
-            raise ConfigError(
-                f"{place_of(source, where, ('policy', index), data)}: {exc}"
-            ) from None
+            told(("policy", index), "", exc)
+            continue
         if isinstance(on_error, Mapping):
             fallbacks[raw["name"]] = on_error
-    _check_options(data, source, where, policies, fallbacks)
-    names = [policy.name for policy in policies]
+    problems += _check_options(data, source, where, policies, fallbacks)
+    names = [raw["name"] for raw in data.get("policy", [])]
     for index, name in enumerate(names):
         if name in names[:index]:
             place = place_of(source, where, ("policy", index), data)
-            raise ConfigError(f"{place}: a second policy named {name!r}")
-    config = Config(
+            problems.append(f"{place}: a second policy named {name!r}")
+    if problems:
+        raise _told(problems, source)
+    return Config(
         source,
         url,
         tuple(policies),
@@ -298,7 +309,21 @@ def _build(data: object, source: str, where: Where) -> Config:
         tuple(data.get("observers", ())),
         data.get("breaker", True),
     )
-    return config
+
+
+#: The most problems one error lists (past them, that there are more).
+MOST_PROBLEMS = 20
+
+
+def _told(problems: list[str], source: str) -> ConfigError:
+    """One error telling every problem, each on a line of its own (the first ones of many),
+    after the file's name."""
+    if len(problems) == 1:
+        return ConfigError(problems[0])
+    shown = problems[:MOST_PROBLEMS]
+    more = "" if len(problems) <= MOST_PROBLEMS else "\n  and more"
+    head = f"{source}: {len(shown)}{'+' * bool(more)} problems:\n  "
+    return ConfigError(head + "\n  ".join(shown) + more)
 
 
 #: each observer's module, and the extra that installs it
@@ -314,49 +339,53 @@ def _check_options(
     where: Where,
     policies: list[Policy],
     fallbacks: Mapping[str, Mapping[str, Any]],
-) -> None:
+) -> list[str]:
     """Every option checked now, as the guard will take it: nothing fails at the first hit
-    (and no connection is made)."""
+    (and no connection is made); each problem at its place."""
+    problems: list[str] = []
 
-    def fail(path: tuple[str | int, ...], problem: str) -> ConfigError:
-        return ConfigError(f"{place_of(source, where, path, data)}: {problem}")
+    def fail(path: tuple[str | int, ...], problem: str) -> None:
+        problems.append(f"{place_of(source, where, path, data)}: {problem}")
 
     try:
         DenyCache(data.get("deny_cache", 0))
     except ConfigError as exc:
-        raise fail(("deny_cache",), f"deny_cache: {exc}") from None
+        fail(("deny_cache",), f"deny_cache: {exc}")
     if "prefix" in data:
         try:
             check_name("key prefix", data["prefix"])
         except ConfigError as exc:
-            raise fail(("prefix",), f"prefix: {exc}") from None
+            fail(("prefix",), f"prefix: {exc}")
     for position, name in enumerate(data.get("observers", ())):
         needs = _EXTRAS.get(name)
         if needs is not None and find_spec(needs[0]) is None:
             module, extra = needs
-            raise fail(
+            fail(
                 ("observers", position),
                 f"observer {name!r} needs {module} installed: {install(extra)}",
             )
     try:
         _breaker(data.get("breaker", True))
     except ConfigError as exc:
-        raise fail(("breaker",), f"breaker: {exc}") from None
+        fail(("breaker",), f"breaker: {exc}")
     tables: list[tuple[tuple[str | int, ...], object, list[Policy]]] = [
         (("on_error",), data.get("on_error"), policies)
     ]
-    for index, policy in enumerate(policies):
+    at = {raw["name"]: index for index, raw in reversed(list(enumerate(data.get("policy", []))))}
+    for policy in policies:  # those that were made: a policy with a bad rule is not
         if policy.name in fallbacks:
-            tables.append((("policy", index, "on_error"), fallbacks[policy.name], [policy]))
+            place: tuple[str | int, ...] = ("policy", at[policy.name], "on_error")
+            tables.append((place, fallbacks[policy.name], [policy]))
     for path, value, covered in tables:
         if not isinstance(value, Mapping):
             continue
         try:
             parse_url(value["fallback"])
         except ConfigError as exc:
-            raise fail(path, f"on_error fallback: {exc}") from None
+            fail(path, f"on_error fallback: {exc}")
         for policy in covered:
             try:
                 shared_out(policy, value.get("workers", 1))
             except ConfigError as exc:
-                raise fail(path, str(exc)) from None
+                fail(path, str(exc))
+    return problems

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from freqguard.rules import Strategy
@@ -249,59 +249,83 @@ def check(
     value: object, schema: Mapping[str, Any] = SCHEMA, path: tuple[str | int, ...] = ()
 ) -> None:
     """Raise :class:`SchemaError` at the first place ``value`` breaks ``schema``."""
+    first = next(errors(value, schema, path), None)
+    if first is not None:
+        raise first
+
+
+def errors(
+    value: object, schema: Mapping[str, Any] = SCHEMA, path: tuple[str | int, ...] = ()
+) -> Iterator[SchemaError]:
+    """Each place ``value`` breaks ``schema``, in the document's order: every key of an
+    object and item of an array on its own, a value that breaks a choice (``anyOf``) or
+    its kind once."""
     if "anyOf" in schema:
         for option in schema["anyOf"]:
-            try:
-                check(value, option, path)
-            except SchemaError as error:
-                # the right kind, wrong inside: that is the error to tell
-                if error.path != path and _is(option.get("type"), value):
-                    raise
-                continue
-            return
-        raise SchemaError(path, f"{shown(value)} is not {allowed(schema)}")
+            error = next(errors(value, option, path), None)
+            if error is None:
+                return
+            # the right kind, wrong inside: that is the error to tell
+            if error.path != path and _is(option.get("type"), value):
+                yield error
+                return
+        yield SchemaError(path, f"{shown(value)} is not {allowed(schema)}")
+        return
     if "enum" in schema:
         if value not in schema["enum"] or isinstance(value, bool):
             meant = _meant(value, schema["enum"])
-            raise SchemaError(path, f"{shown(value)} is not {allowed(schema)}{meant}")
+            yield SchemaError(path, f"{shown(value)} is not {allowed(schema)}{meant}")
         return
     kind = schema["type"]
     if not _TYPES[kind](value):
-        raise SchemaError(path, f"{shown(value)} is not {allowed(schema)}")
-    if isinstance(value, int) and not isinstance(value, bool) and not _LOW <= value <= _HIGH:
-        raise SchemaError(path, f"{shown(value)} is out of range: integers are {_RANGE}")
-    if "minimum" in schema and value < schema["minimum"]:
-        raise SchemaError(path, f"{shown(value)} is not {allowed(schema)}")
-    if "maximum" in schema and value > schema["maximum"]:
-        raise SchemaError(path, f"{shown(value)} is not {allowed(schema)}")
-    if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
-        raise SchemaError(path, f"{shown(value)} is not {allowed(schema)}")
-    if kind == "array":
+        yield SchemaError(path, f"{shown(value)} is not {allowed(schema)}")
+    elif isinstance(value, int) and not isinstance(value, bool) and not _LOW <= value <= _HIGH:
+        yield SchemaError(path, f"{shown(value)} is out of range: integers are {_RANGE}")
+    elif any(
+        bound in schema and not compare(value, schema[bound]) for bound, compare in _BOUNDS.items()
+    ):
+        yield SchemaError(path, f"{shown(value)} is not {allowed(schema)}")
+    elif kind == "array":
         assert isinstance(value, list)
         if len(value) < schema.get("minItems", 0):
-            raise SchemaError(path, f"needs at least {schema['minItems']} item(s), got none")
+            yield SchemaError(path, f"needs at least {schema['minItems']} item(s), got none")
         if schema.get("uniqueItems"):
             for index, item in enumerate(value):
                 if item in value[:index]:
-                    raise SchemaError((*path, index), f"{shown(item)} is listed twice")
+                    yield SchemaError((*path, index), f"{shown(item)} is listed twice")
         for index, item in enumerate(value):
-            check(item, schema["items"], (*path, index))
+            yield from errors(item, schema["items"], (*path, index))
     elif kind == "object":
         assert isinstance(value, Mapping)
-        properties = schema.get("properties", {})
-        extra = schema.get("additionalProperties", False)  # a schema: any key, so checked
-        for key in value:
-            if key not in properties and not isinstance(extra, Mapping):
-                known = ", ".join(sorted(properties))
-                close = difflib.get_close_matches(str(key), list(properties), n=1)
-                meant = f"did you mean {close[0]!r}? " if close else ""
-                raise SchemaError(
-                    (*path, key), f"unknown key {shown(key)} ({meant}allowed: {known})"
-                )
-        for key in schema.get("required", ()):
-            if key not in value:
-                raise SchemaError(path, f"{key!r} is missing")
-        if len(value) < schema.get("minProperties", 0):
-            raise SchemaError(path, f"needs at least {schema['minProperties']} entry, got none")
-        for key, item in value.items():
-            check(item, properties.get(key, extra), (*path, key))
+        yield from _object_errors(value, schema, path)
+
+
+#: A number's bounds, and whether a value keeps within each.
+_BOUNDS: dict[str, Callable[[Any, Any], bool]] = {
+    "minimum": lambda value, bound: value >= bound,
+    "maximum": lambda value, bound: value <= bound,
+    "exclusiveMinimum": lambda value, bound: value > bound,
+}
+
+
+def _object_errors(
+    value: Mapping[Any, Any], schema: Mapping[str, Any], path: tuple[str | int, ...]
+) -> Iterator[SchemaError]:
+    properties = schema.get("properties", {})
+    extra = schema.get("additionalProperties", False)  # a schema: any key, so checked
+    meant_keys = set()
+    for key in value:
+        if key not in properties and not isinstance(extra, Mapping):
+            known = ", ".join(sorted(properties))
+            close = difflib.get_close_matches(str(key), list(properties), n=1)
+            meant = f"did you mean {close[0]!r}? " if close else ""
+            meant_keys.update(close)
+            yield SchemaError((*path, key), f"unknown key {shown(key)} ({meant}allowed: {known})")
+    for key in schema.get("required", ()):
+        if key not in value and key not in meant_keys:  # a misspelt one said so already
+            yield SchemaError(path, f"{key!r} is missing")
+    if len(value) < schema.get("minProperties", 0):
+        yield SchemaError(path, f"needs at least {schema['minProperties']} entry, got none")
+    for key, item in value.items():
+        if key in properties or isinstance(extra, Mapping):
+            yield from errors(item, properties.get(key, extra), (*path, key))

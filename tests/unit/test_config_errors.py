@@ -271,3 +271,50 @@ def test_several_rates_joined_otherwise_name_the_files_fix_too(joined: str) -> N
     message = str(refused.value)
     assert "one rule table per rate" in message
     assert "parse_rates" not in message
+
+
+def test_every_problem_of_a_file_is_told_at_once_each_at_its_place() -> None:
+    """A file of several mistakes was refused at the first: fixed, the next one showed,
+    one run each. Now one error lists them all, in the file's order, each with its line,
+    policy and rule."""
+    text = (
+        BASE.replace('{ rate = "15/minute", by', '{ rate = "15/minuet", by').replace(
+            'prefix = "app"', 'prefix = "a b"'
+        )
+        + '\n[[policy]]\nname = "sms"\nrules = [{ rate = "1/second" }]\n'
+    )
+    with pytest.raises(ConfigError) as refused:
+        loads(text, source="app.toml")
+    lines = str(refused.value).splitlines()
+    assert lines[0] == "app.toml: 3 problems:"
+    assert lines[1].startswith("  app.toml:7: policy 'sms', rule 1 ('rcpt-1m'): cannot parse")
+    assert lines[2].startswith("  app.toml:1: prefix: key prefix must")
+    assert lines[3] == "  app.toml:16: policy 'sms': a second policy named 'sms'"
+
+
+def test_every_place_a_file_breaks_the_schema_is_told_at_once() -> None:
+    """The schema's problems come first (nothing is built from a file that breaks it),
+    each at its place: a typo is told once (its key's "missing" is not said again)."""
+    text = (
+        BASE.replace("burst = 20", "burst = 0")
+        .replace("deny_cache = 10", "deny_cache = 10\nbreaker = { failures = 0 }")
+        .replace('{ rate = "15/minute", by', '{ rat = "15/minute", by')
+    )
+    with pytest.raises(ConfigError) as refused:
+        loads(text, source="app.toml")
+    lines = str(refused.value).splitlines()
+    assert lines[0] == "app.toml: 3 problems:"
+    assert lines[1].startswith("  app.toml:3: breaker.failures 0 is not an integer >= 1")
+    assert lines[2].startswith("  app.toml:8: policy 'sms', rule 1 ('rcpt-1m'): unknown key")
+    assert lines[3].startswith("  app.toml:15: policy 'vendor', rule 1 ('200/second'): burst 0")
+
+
+def test_a_file_of_many_problems_tells_the_first_twenty_and_that_there_are_more() -> None:
+    rules = ",\n".join(f'  {{ rate = "{n}/minuet", name = "r{n}" }}' for n in range(1, 31))
+    with pytest.raises(ConfigError) as refused:
+        loads(f'[[policy]]\nname = "p"\nrules = [\n{rules}\n]\n', source="app.toml")
+    told = str(refused.value).splitlines()
+    assert told[0] == "app.toml: 20+ problems:"
+    assert len(told) == 22
+    assert told[-1] == "  and more"
+    assert "rule 20 ('r20')" in told[20]
