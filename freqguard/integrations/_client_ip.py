@@ -24,6 +24,13 @@ FORWARDING_HEADERS: tuple[str, ...] = ("x-forwarded-for", "forwarded", "x-real-i
 
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+#: What ipaddress makes of one proxy (a network given alone is one, not its addresses).
+_ADDRESSES = (
+    ipaddress.IPv4Address,
+    ipaddress.IPv6Address,
+    ipaddress.IPv4Network,
+    ipaddress.IPv6Network,
+)
 
 # a port after the address: digits, or an RFC 7239 obfuscated port ("_abc")
 _PORT = re.compile(r"\d{1,5}|_[A-Za-z0-9._\-]+")
@@ -113,16 +120,17 @@ def client_ip(
 
 
 def _networks(trusted: str | Iterable[str]) -> tuple[_Network, ...]:
-    if not isinstance(trusted, (str, Iterable)) or isinstance(trusted, (bytes, bytearray)):
+    if not isinstance(trusted, (str, Iterable, *_ADDRESSES)) or isinstance(trusted, bytes):
         raise ConfigError(
             "trusted_proxies must be an address or network, or a list of them "
             f"(['10.0.0.0/8']), got {trusted!r:.60}"
         )
-    items = [trusted] if isinstance(trusted, str) else list(trusted)
+    one = (str, *_ADDRESSES)  # a network is iterable too: its addresses, one by one
+    items = [trusted] if isinstance(trusted, one) else list(trusted)
     networks = []
     for item in items:
         try:
-            if not isinstance(item, (str, ipaddress.IPv4Network, ipaddress.IPv6Network)):
+            if not isinstance(item, one):
                 raise TypeError(item)  # an int is an address to ipaddress: never meant
             networks.append(ipaddress.ip_network(item, strict=False))
         except (TypeError, ValueError):

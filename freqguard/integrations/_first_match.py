@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from freqguard.errors import ConfigError
 from freqguard.integrations._decide import Route, compile_limit
 from freqguard.integrations._http import Limit
-from freqguard.integrations._routes import probe_paths
+from freqguard.integrations._routes import check_pattern, probe_paths
 
 __all__ = ["checked_limits", "compile_limits"]
 
@@ -30,6 +30,8 @@ def compile_limits(limits: Sequence[Limit]) -> list[Route]:
             every request it matches (one alone, or some of its methods each); named, with
             their places in ``limits``.
     """
+    for limit in limits:  # a path_param key reads the pattern's (a dependency's, FastAPI's)
+        check_pattern(limit.path, getattr(limit.key, "path_param", None))
     routes = [compile_limit(limit) for limit in limits]
     probes = [probe_paths(limit.path) for limit in limits]
     # the earlier routes by the literal their pattern starts with: a route's regex matches

@@ -156,7 +156,7 @@ class Limit:
         chosen = check_methods(methods)
         methods_text = "-".join(sorted(chosen or ["ANY"]))
         fields = {
-            "path": check_pattern(path, getattr(key, "path_param", None)),
+            "path": check_pattern(path),
             "rule": rule,
             "key": client_ip() if key is None else check_key(key, f"Limit({path!r})"),
             "methods": chosen,

@@ -323,7 +323,9 @@ def header(name: str, *, missing: str | KeyFunc = "deny") -> KeyFunc:
         )
     lower = name.lower()
     dimension = re.sub(r"\W", "_", lower)
-    if not callable(missing) and missing not in ("deny", "share", "skip"):
+    if callable(missing):  # a key function as any: one argument, not async, called
+        check_key(missing, f"header({name!r}, missing=...)")
+    elif missing not in ("deny", "share", "skip"):
         raise ConfigError(
             f"header({name!r}, missing=...) takes 'deny', 'share', 'skip' or a key function "
             f"(client_ip()), got {missing!r}"

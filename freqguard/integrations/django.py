@@ -73,6 +73,7 @@ from freqguard.integrations._http import (
     client_ip,
     header,
 )
+from freqguard.integrations._request import KEY_MAKERS
 
 __all__ = [
     "BadRequest",
@@ -209,6 +210,9 @@ def user_or(address: KeyFunc) -> KeyFunc:
 
     key.needs_user = True  # type: ignore[attr-defined]
     return key
+
+
+KEY_MAKERS.extend([user_or_ip, user_or])
 
 
 def guard() -> Guard:

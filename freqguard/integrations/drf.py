@@ -35,6 +35,7 @@ it names the views whose throttles ``get_throttles()`` chooses, which it cannot 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 from collections.abc import Sequence
 from contextvars import ContextVar
@@ -52,7 +53,7 @@ from freqguard.integrations._decide import KeyedRules, Route
 from freqguard.integrations._django_requests import notes_of, request_info
 from freqguard.integrations._django_state import State, current
 from freqguard.integrations._drf_throttles import given
-from freqguard.integrations._request import KeyFunc, RequestInfo, SkipRequest, declared
+from freqguard.integrations._request import KEY_MAKERS, KeyFunc, RequestInfo, SkipRequest, declared
 from freqguard.integrations._rule_items import check_cost
 from freqguard.integrations.django import client_ip, user_or
 from freqguard.rates import Rate, parse_rates
@@ -138,7 +139,8 @@ class FreqGuardThrottle(BaseThrottle):
                     f"{cls.__qualname__}.{name} is DRF's SimpleRateThrottle's, which "
                     f"freqguard's throttles do not read: {instead}"
                 )
-        check_cost(cls.cost, (), f"{cls.__qualname__}.")  # read at each request: checked now
+        if not hasattr(inspect.getattr_static(cls, "cost"), "__get__"):  # not a property
+            check_cost(cls.cost, (), f"{cls.__qualname__}.")  # read at each request: now
         if getattr(cls, "get_cache_key", None) is not None and cls.key.__module__ != __name__:
             raise ConfigError(
                 f"{cls.__qualname__} defines both key() and get_cache_key(): keep one (key() "
@@ -346,6 +348,9 @@ def drf_client(trusted_proxies: Sequence[str] = ()) -> KeyFunc:
         return peer(request)  # no address there: never a key of a client's own text
 
     return declared(key, "client")
+
+
+KEY_MAKERS.append(drf_client)
 
 
 #: The throttle deciding in this thread or task, and its view: what a key of the class's

@@ -287,3 +287,21 @@ def test_the_encoder_places_each_argument_where_the_contract_says(
         sep = contract.MARK_SEPARATOR.encode()
         shown = [] if marks is None else [b"7", sep.join([b"1", b"2", b"3"])]
         assert states[len(fields) :] == shown
+
+
+def test_the_script_header_lists_every_word_a_state_s_spec_carries() -> None:
+    """``contract.SPEC_STATE`` is now (code, shadow, rule_count, window, cap) and
+    ``spec_text`` writes five words per state, which ``specs.lua`` reads; the header of the
+    policy function (``lua/prelude.lua``, ARGV_SPECS: "for each state its strategy's code
+    (see TWINS), shadow (0/1) and number of rules, then for each rule ...") still lists
+    three, so a reader of the header (or a client written from it) sends specs the
+    function misreads by two words a state. The header's per-state list names the window
+    and the count each state keeps (STYLE.md 3: each header lists ARGV with units)."""
+    text = " ".join(_file("prelude").replace("--", " ").split())
+    found = re.search(r"\[ARGV_SPECS\](.*?)\[ARGV_FIELDS", text)
+    assert found is not None
+    per_state = re.search(r"for each state(.*?)then for each rule", found.group(1))
+    assert per_state is not None, found.group(1)
+    described = per_state.group(1)
+    assert "window" in described, described
+    assert re.search(r"\b(count|cap)\b", described), described

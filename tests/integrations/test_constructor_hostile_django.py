@@ -17,6 +17,7 @@ from django.test import override_settings  # noqa: E402
 
 from freqguard import ConfigError  # noqa: E402
 from freqguard.integrations._django_settings import read_settings  # noqa: E402
+from freqguard.integrations.django import user_or_ip  # noqa: E402
 
 
 @pytest.mark.parametrize("path", [5, b"freqguard.toml"], ids=repr)
@@ -56,3 +57,17 @@ def test_a_throttle_cost_of_the_wrong_kind_is_refused_when_the_class_is_made(cos
 
     with pytest.raises(ConfigError, match=r"cost"):
         type("Costly", (FreqGuardThrottle,), {"rate": "5/minute", "cost": cost})
+
+
+def test_user_or_ip_given_uncalled_as_the_key_setting_is_refused() -> None:
+    """``FREQGUARD_KEY = user_or_ip`` (docs/django.md writes ``user_or_ip(["10.0.0.0/8"])``;
+    the parentheses forgotten): ``client_ip`` uncalled is refused naming the call (checked
+    beside this: ``FREQGUARD_KEY=client_ip`` raises "call it, key=client_ip(...)"), while
+    ``user_or_ip`` takes one argument and passes; at each request ``user_or_ip(request)``
+    raises ConfigError "trusted_proxies must be an address or network ... got
+    <RequestInfo ...>": a 500 on every request, ``manage.py check`` clean."""
+    with (
+        override_settings(FREQGUARD_KEY=user_or_ip),
+        pytest.raises(ConfigError, match=r"user_or_ip\("),
+    ):
+        read_settings()

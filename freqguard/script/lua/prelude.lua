@@ -25,7 +25,9 @@
 --        [ARGV_COST] integer >= 0 (0: only check)
 --        [ARGV_MODE] 0 HIT, 1 CHECK, 2 REFUND, 3 RESET, 4 LIMIT
 --        [ARGV_SPECS] space-separated integers: the number of states, then for each state
---            its strategy's code (see TWINS), shadow (0/1) and number of rules, then for each
+--            its strategy's code (see TWINS), shadow (0/1), number of rules, and the window
+--            (µs) and count it keeps (at least its rules': more under a tier of a shorter
+--            window, as under a per-key limit), then for each
 --            rule: capacity, window (µs), interval (µs per token, buckets; else 0), shadow
 --            (0/1), tag (names the rule for per-key limits), reserve (a priority's cap),
 --            burst (a bucket rule's own, 0: none); after a calendar state's
