@@ -71,3 +71,15 @@ def test_user_or_ip_given_uncalled_as_the_key_setting_is_refused() -> None:
         pytest.raises(ConfigError, match=r"user_or_ip\("),
     ):
         read_settings()
+
+
+def test_a_throttle_cost_computed_by_a_property_is_left_to_each_request() -> None:
+    """A class's ``cost`` as a property is read per instance, as before; only a plain
+    class value is checked when the class is made."""
+    pytest.importorskip("rest_framework")
+    from freqguard.integrations.drf import FreqGuardThrottle
+
+    costly = type(
+        "Costly", (FreqGuardThrottle,), {"rate": "5/minute", "cost": property(lambda _: 2)}
+    )
+    assert costly.__name__ == "Costly"
