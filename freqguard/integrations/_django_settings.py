@@ -9,7 +9,7 @@ naming freqguard's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,11 +117,8 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     :mod:`freqguard.integrations._drf_throttles`)."""
     errors, warnings = setting_problems(_names())
     found: list[Any] = [checks.Error(text, id="freqguard.E001") for text in errors]
-    if not errors:
-        try:
-            read_settings()
-        except ConfigError as error:
-            found.append(checks.Error(str(error), id="freqguard.E002"))
+    if not errors:  # each bad value an error of its own
+        found += [checks.Error(text, id="freqguard.E002") for text in value_problems()]
     found += [checks.Warning(text, id="freqguard.W001") for text in warnings]
     return found + throttle_checks()
 
@@ -130,16 +127,48 @@ def read_settings() -> Settings:
     """The settings, checked.
 
     Raises:
-        ConfigError: an unknown ``FREQGUARD_*`` setting (naming the one meant), or a bad
-            value (naming it and what is allowed).
+        ConfigError: every unknown ``FREQGUARD_*`` setting (naming the one meant), or else
+            every bad value (naming it and what is allowed), joined by ``; ``.
     """
+    problems = value_problems()
+    if problems:
+        raise ConfigError("; ".join(problems))
+    values = {name: getattr(django_settings, name) for name in SETTINGS if _has(name)}
+    default = values.get("FREQGUARD_DEFAULT_LIMITS")
+    return Settings(
+        values.get("FREQGUARD_BACKEND", "memory://"),
+        configured(values),
+        parse_rates(default) if default else (),
+        check_profile(values.get("FREQGUARD_HEADERS", "ietf")),
+        values.get("FREQGUARD_ENABLED", True),
+        values.get("FREQGUARD_KEY"),
+    )
+
+
+def value_problems() -> list[str]:
+    """What is wrong with the ``FREQGUARD_*`` settings: the unknown ones, or else each bad
+    value, all of them (a fix at a time, each shown by the next run, is the first hour's
+    tax)."""
     errors, _ = setting_problems(_names())
     if errors:
-        raise ConfigError("; ".join(errors))
+        return errors
     values = {name: getattr(django_settings, name) for name in SETTINGS if _has(name)}
+    problems: list[str] = []
+    for check in _VALUE_CHECKS:
+        try:
+            check(values)
+        except ConfigError as error:
+            problems.append(str(error))
+    return problems
+
+
+def _enabled(values: Mapping[str, Any]) -> None:
     enabled = values.get("FREQGUARD_ENABLED", True)
     if not isinstance(enabled, bool):
         raise ConfigError(f"FREQGUARD_ENABLED must be True or False, got {enabled!r}")
+
+
+def _backend(values: Mapping[str, Any]) -> None:
     backend = values.get("FREQGUARD_BACKEND", "memory://")
     if not isinstance(backend, (str, Guard)):
         raise ConfigError(
@@ -148,10 +177,17 @@ def read_settings() -> Settings:
         )
     if isinstance(backend, str):
         parse_url(backend)  # checked now (no I/O): the guard is made at first use
-    config = configured(values)
+
+
+def _default_limits(values: Mapping[str, Any]) -> None:
     default = values.get("FREQGUARD_DEFAULT_LIMITS")
     if default is not None and not isinstance(default, str):
         raise ConfigError(f"FREQGUARD_DEFAULT_LIMITS must be rates ('100/hour'), got {default!r}")
+    if default:
+        parse_rates(default)
+
+
+def _key(values: Mapping[str, Any]) -> None:
     key = values.get("FREQGUARD_KEY")
     if key is not None and not callable(key):
         raise ConfigError(
@@ -159,14 +195,16 @@ def read_settings() -> Settings:
         )
     if key is not None:  # as capped(key=...) checks its own: one argument, not async
         check_key(key, "FREQGUARD_KEY")
-    return Settings(
-        backend,
-        config,
-        parse_rates(default) if default else (),
-        check_profile(values.get("FREQGUARD_HEADERS", "ietf")),
-        enabled,
-        key,
-    )
+
+
+_VALUE_CHECKS: tuple[Callable[[Mapping[str, Any]], object], ...] = (
+    _enabled,
+    _backend,
+    configured,  # FREQGUARD_CONFIG: the file read and checked (all of its problems)
+    _default_limits,
+    _key,
+    lambda values: check_profile(values.get("FREQGUARD_HEADERS", "ietf")),
+)
 
 
 def _has(name: str) -> bool:

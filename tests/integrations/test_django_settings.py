@@ -92,6 +92,21 @@ def test_a_bad_value_is_a_check_error_and_refused(settings: dict[str, object], s
             FreqGuardMiddleware(_ok)
 
 
+def test_every_bad_value_is_a_check_error_of_its_own_and_all_are_refused_at_once() -> None:
+    """Three bad values were one check error, the first's: each fixed, the next showed,
+    one run each. Each is an error of its own now, and the middleware names them all."""
+    bad = {"FREQGUARD_ENABLED": "no", "FREQGUARD_DEFAULT_LIMITS": 5, "FREQGUARD_HEADERS": "x"}
+    with override_settings(**bad):
+        messages = _messages()
+        assert [m.id for m in messages] == ["freqguard.E002"] * 3
+        with pytest.raises(ConfigError) as refused:
+            FreqGuardMiddleware(_ok)
+    told = str(refused.value)
+    assert "FREQGUARD_ENABLED" in told
+    assert "FREQGUARD_DEFAULT_LIMITS" in told
+    assert "header profile 'x'" in told
+
+
 def test_django_ratelimits_settings_are_a_warning_naming_freqguards() -> None:
     with override_settings(RATELIMIT_ENABLE=False):
         [message] = _messages()
