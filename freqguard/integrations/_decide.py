@@ -86,7 +86,7 @@ class Route:
         if self.regex is None:
             return _NO_PARAMS
         found = self.regex.match(path)
-        return (found.groupdict() if self.regex.groups else _NO_PARAMS) if found else None
+        return None if found is None else found if self.regex.groups else _NO_PARAMS
 
     def context(self, info: RequestInfo) -> tuple[dict[str, object], tuple[tuple[str, ...], ...]]:
         """The hit's context, and the dimensions of each of :attr:`keyed` in it.

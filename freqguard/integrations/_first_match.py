@@ -88,7 +88,7 @@ def _paths_cover(earlier: Route, later: Route, probes: tuple[str, ...] | None) -
         return True
     if later.regex is None or probes is None:
         return False
-    return all(earlier.regex.match(probe) for probe in probes)
+    return all(earlier.regex.match(probe) is not None for probe in probes)
 
 
 def _unreachable(limits: Sequence[Limit], earlier: int, later: int, same: bool) -> str:

@@ -12,13 +12,23 @@ Starlette's ``register_url_convertor`` before the Limit was made. A werkzeug (Fl
 
 from __future__ import annotations
 
+import functools
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from freqguard.errors import ConfigError
 
-__all__ = ["PathPattern", "check_pattern", "pattern_regex", "probe_paths", "route_path"]
+__all__ = [
+    "PathPattern",
+    "check_pattern",
+    "pattern_regex",
+    "probe_paths",
+    "route_path",
+    "walk",
+    "walked",
+]
 
 #: Starlette's built-in convertors (starlette.convertors), for when Starlette is absent.
 _CONVERTORS = {
@@ -175,34 +185,174 @@ def pattern_regex(pattern: str) -> re.Pattern[str]:
 
 
 class PathPattern:
-    """A pattern's regular expression behind checks that cost one pass over the path: the
-    literal it starts with, the one it ends with (or that and a newline, which ``$`` lets
-    through, as in Starlette), and, when no parameter can hold a ``/``, the number of
-    ``/``. A path failing one never reaches the regex, whose backtracking over parameters
-    sharing a segment (``/{a}-{b}-{c}.txt``) grows as a power of the path's length when it
-    fails: a path of 8,000 ``-`` cost minutes. ``match`` answers as the regex's does."""
+    """A pattern matched as its regular expression matches (``^...$``, each parameter
+    greedy, in order: Starlette's), in time linear in the path when its convertors are
+    the built-in ones: their values are runs of a character class (``str``, ``int``,
+    ``path``), a float or a uuid, so which positions each element can reach, and from
+    which the rest can still match, are sets one pass finds. The regex's backtracking
+    over parameters sharing a segment (``/files/{a}-{b}-{c}.txt``) grew as a power of the
+    path's length on a path that fails: 8,000 ``-`` cost minutes. The regex still matches
+    a path short enough that its worst case is about a millisecond (a walk's fixed cost
+    is the larger there), and any path of a pattern whose regex cannot backtrack far (one
+    parameter a segment, a ``path`` one only last) or that has an application's own
+    convertor."""
 
-    __slots__ = ("groups", "head", "regex", "slashes", "tail")
+    __slots__ = ("_elements", "_short", "groups", "regex")
 
     def __init__(self, pattern: str) -> None:
         parts = _parts(pattern)
-        known = _convertors()
         self.regex = pattern_regex(pattern)
         self.groups = self.regex.groups
-        self.head, self.tail = parts[0][0], parts[-1][0]
-        fixed = all(
-            not name or (c != "path" and known[c] in _BUILT_IN.get(c, ())) for _, name, c in parts
-        )
-        self.slashes = sum(literal.count("/") for literal, _, _ in parts) if fixed else None
+        elements = walked(pattern)
+        # the regex alone where it cannot backtrack far: one parameter a segment, and
+        # a path parameter only last (a walk costs more than a regex on a short path)
+        params = [(literal, c) for literal, name, c in parts if name]
+        shared = any("/" not in literal for literal, _ in params[1:])
+        spanning = any(c == "path" for _, c in params[:-1])
+        self._elements = elements if shared or spanning else None
+        # below this length the regex's worst case is a few ms (about n^k / k! steps for
+        # k parameters, kept under 2e5), and a walk's fixed cost is the larger
+        self._short = int((2e5 * math.factorial(len(params))) ** (1 / max(1, len(params))))
 
-    def match(self, path: str) -> re.Match[str] | None:
-        if not path.startswith(self.head) or not (
-            path.endswith(self.tail) or path.endswith(self.tail + "\n")
-        ):
+    def match(self, path: str) -> dict[str, str] | None:
+        """The path's parameters, as the regex's groups, if it matches; else None."""
+        if self._elements is None or len(path) <= self._short:
+            found = self.regex.match(path)
+            return None if found is None else found.groupdict()
+        return walk(path, self._elements)
+
+
+def walked(pattern: str) -> list[tuple[str, str]] | None:
+    """``pattern`` as :class:`_Walk` matches it: ``("", literal)`` and ``(name,
+    convertor)`` (a uuid's by its regex), in order; None when a parameter's convertor is
+    an application's own (its values are its regex's)."""
+    known = _convertors()
+    elements = []
+    for literal, name, convertor in _parts(pattern):
+        if literal:
+            elements.append(("", literal))
+        if name and known[convertor] not in _BUILT_IN.get(convertor, ()):
             return None
-        if self.slashes is not None and path.count("/") != self.slashes:
+        if name:
+            elements.append((name, convertor if convertor != "uuid" else known[convertor]))
+    return elements
+
+
+def walk(path: str, elements: list[tuple[str, str]]) -> dict[str, str] | None:
+    """The parameters of ``path`` by ``elements`` (:func:`walked`), as the regex finds
+    them, or None when it does not match."""
+    return _Walk(path, elements).params()
+
+
+#: The built-in convertors whose values are runs of one class: its test, the least length.
+_RUNS: dict[str, tuple[Callable[[str], bool], int]] = {
+    "str": (lambda c: c != "/", 1),
+    "int": (lambda c: "0" <= c <= "9", 1),
+    "path": (lambda c: c != "\n", 0),
+}
+
+
+class _Walk:
+    """One path against a pattern's elements (``("", literal)`` or ``(name, convertor)``):
+    from the end, the positions from which each suffix of elements matches the rest; then
+    from the start, each parameter's end as the regex's greedy choice finds it (the
+    longest end from which the rest matches)."""
+
+    def __init__(self, path: str, elements: list[tuple[str, str]]) -> None:
+        self.path, self.elements, size = path, elements, len(path)
+        self.runs: dict[str, list[int]] = {}  # per class, where the run from each ends
+        ends = {size} | ({size - 1} if path.endswith("\n") else set())  # "$"
+        self.reach: list[list[bool]] = [[i in ends for i in range(size + 1)]]
+        for element in reversed(elements):
+            after = self.reach[0]
+            latest = _latest(after)  # the latest reaching position at or before each
+            self.reach.insert(0, self._row(element, after, latest))
+        self.latest = [_latest(row) for row in self.reach]
+
+    def _row(self, element: tuple[str, str], after: list[bool], latest: list[int]) -> list[bool]:
+        """From which positions ``element`` and the rest after it match (the common kinds
+        in one comprehension or one search each: this is the walk's cost)."""
+        name, kind = element
+        size = len(self.path)
+        if not name:  # a literal: where it occurs, and the rest matches after it
+            row = [False] * (size + 1)
+            at = self.path.find(kind)
+            while at >= 0:
+                row[at] = after[at + len(kind)]
+                at = self.path.find(kind, at + 1)
+            return row
+        if kind in _RUNS:  # a run: some end in it from which the rest matches
+            least = _RUNS[kind][1]
+            self._run(kind, 0)
+            return [latest[end] >= at + least for at, end in enumerate(self.runs[kind])]
+        return [self._best(element, at, after, latest) is not None for at in range(size + 1)]
+
+    def _run(self, kind: str, at: int) -> int:
+        """The end of the run of ``kind``'s characters from ``at`` (found once a path)."""
+        runs = self.runs.get(kind)
+        if runs is None:
+            takes, path = _RUNS[kind][0], self.path
+            runs = [len(path)] * (len(path) + 1)
+            for position in range(len(path) - 1, -1, -1):
+                runs[position] = runs[position + 1] if takes(path[position]) else position
+            self.runs[kind] = runs
+        return runs[at]
+
+    def params(self) -> dict[str, str] | None:
+        if not self.reach[0][0]:
             return None
-        return self.regex.match(path)
+        found, at = {}, 0
+        for index, element in enumerate(self.elements):
+            end = self._best(element, at, self.reach[index + 1], self.latest[index + 1])
+            assert end is not None  # reach[index][at] said so
+            if element[0]:
+                found[element[0]] = self.path[at:end]
+            at = end
+        return found
+
+    def _best(
+        self, element: tuple[str, str], at: int, after: list[bool], latest: list[int]
+    ) -> int | None:
+        """The end the regex chooses for ``element`` from ``at``: among its possible ends,
+        in the regex's order of trying, the first from which the rest matches (``after``)."""
+        name, kind = element
+        path = self.path
+        if not name:
+            end = at + len(kind)
+            return end if path.startswith(kind, at) and after[end] else None
+        if kind in _RUNS:
+            return _in_range(at + _RUNS[kind][1], self._run(kind, at), latest)
+        if kind == "float":  # [0-9]+(\.[0-9]+)?: the fraction taken first, longest first
+            digits = self._run("int", at)
+            if digits > at and path.startswith(".", digits):
+                fraction = _in_range(digits + 2, self._run("int", digits + 1), latest)
+                if fraction is not None:
+                    return fraction
+            return _in_range(at + 1, digits, latest)
+        uuid = _compiled(kind).match(path, at)  # one end at most: its hyphens are fixed
+        return uuid.end() if uuid is not None and after[uuid.end()] else None
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(regex: str) -> re.Pattern[str]:
+    return re.compile(regex)
+
+
+def _latest(row: list[bool]) -> list[int]:
+    """For each position, the latest one at or before it where ``row`` holds (-1: none)."""
+    found, latest = -1, []
+    for position, holds in enumerate(row):
+        found = position if holds else found
+        latest.append(found)
+    return latest
+
+
+def _in_range(least: int, most: int, latest: list[int]) -> int | None:
+    """The latest reaching position between ``least`` and ``most``, if any."""
+    if most < least:
+        return None
+    end = latest[most]
+    return end if end >= least else None
 
 
 def probe_paths(pattern: str) -> tuple[str, ...] | None:

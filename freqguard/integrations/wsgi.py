@@ -42,6 +42,17 @@ StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
+def path_of(environ: Mapping[str, Any]) -> str:
+    """``PATH_INFO`` as the URL's text: PEP 3333 hands its bytes decoded as latin-1, which
+    read as UTF-8 (as werkzeug and ASGI servers read them) is what a pattern is written in:
+    ``/café/1``, not ``/cafÃ©/1``."""
+    raw = environ.get("PATH_INFO", "/") or "/"
+    try:
+        return str(raw.encode("latin-1").decode("utf-8", "replace"))
+    except UnicodeEncodeError:  # a server that handed text already
+        return str(raw)
+
+
 def request_info(environ: dict[str, Any], params: Mapping[str, str] | None = None) -> RequestInfo:
     def read_headers() -> dict[str, list[str]]:
         # the server has joined repeated lines into one value: one line per header here
@@ -53,7 +64,7 @@ def request_info(environ: dict[str, Any], params: Mapping[str, str] | None = Non
 
     return RequestInfo(
         environ.get("REQUEST_METHOD", "GET"),
-        environ.get("PATH_INFO", "/") or "/",
+        path_of(environ),
         read_headers,
         environ.get("REMOTE_ADDR"),
         params,
@@ -91,9 +102,7 @@ class FreqGuardMiddleware:
         self.decider = Decider(guard, compile_limits(self.limits), check_profile(headers))
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        found = self.decider.find(
-            environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "/") or "/"
-        )
+        found = self.decider.find(environ.get("REQUEST_METHOD", "GET"), path_of(environ))
         if found is None:
             return self.app(environ, start_response)
         route, params = found
