@@ -28,6 +28,7 @@ from freqguard.config.rule_tables import rule_document, rule_of
 from freqguard.config.schema import errors
 from freqguard.engine.breaker import Breaker
 from freqguard.engine.denycache import DenyCache
+from freqguard.engine.settings import shortened
 from freqguard.engine.shared import shared_out
 from freqguard.errors import ConfigError, install
 from freqguard.observe.base import LoggingObserver, Observer
@@ -247,6 +248,8 @@ def _build(data: object, source: str, where: Where) -> Config:
 
     def told(path: tuple[str | int, ...], what: str, exc: ConfigError) -> None:
         problems.append(f"{place_of(source, where, path, data)}: {what}{exc}")
+        if len(problems) > MOST_PROBLEMS:  # what is shown is found: the rest is not sought
+            raise _told(problems, source)
 
     if "backend" in data:  # checked even when FREQGUARD_URL wins now: it may not elsewhere
         try:
@@ -259,7 +262,7 @@ def _build(data: object, source: str, where: Where) -> Config:
             parse_url(url)
         except ConfigError as exc:
             problems.append(f"{ENV}: backend: {exc}")
-    policies, fallbacks = [], {}
+    policies, fallbacks, made = [], {}, {}
     for index, raw in enumerate(data.get("policy", [])):
         rules = []
         for number, table in enumerate(raw["rules"]):
@@ -288,9 +291,13 @@ def _build(data: object, source: str, where: Where) -> Config:
         except ConfigError as exc:
             told(("policy", index), "", exc)
             continue
+        made[index] = policies[-1]
         if isinstance(on_error, Mapping):
             fallbacks[raw["name"]] = on_error
-    problems += _check_options(data, source, where, policies, fallbacks)
+    for problem in _check_options(data, source, where, policies, made):
+        problems.append(problem)
+        if len(problems) > MOST_PROBLEMS:
+            break
     names = [raw["name"] for raw in data.get("policy", [])]
     for index, name in enumerate(names):
         if name in names[:index]:
@@ -311,8 +318,9 @@ def _build(data: object, source: str, where: Where) -> Config:
     )
 
 
-#: The most problems one error lists (past them, that there are more).
-MOST_PROBLEMS = 20
+#: The most problems one error lists (past them, that there are more), and the most
+#: characters of each (a value quoted may be as long as the file).
+MOST_PROBLEMS, MOST_PROBLEM = 20, 1000
 
 
 def _told(problems: list[str], source: str) -> ConfigError:
@@ -320,7 +328,7 @@ def _told(problems: list[str], source: str) -> ConfigError:
     after the file's name."""
     if len(problems) == 1:
         return ConfigError(problems[0])
-    shown = problems[:MOST_PROBLEMS]
+    shown = [shortened(problem, MOST_PROBLEM) for problem in problems[:MOST_PROBLEMS]]
     more = "" if len(problems) <= MOST_PROBLEMS else "\n  and more"
     head = f"{source}: {len(shown)}{'+' * bool(more)} problems:\n  "
     return ConfigError(head + "\n  ".join(shown) + more)
@@ -338,7 +346,7 @@ def _check_options(
     source: str,
     where: Where,
     policies: list[Policy],
-    fallbacks: Mapping[str, Mapping[str, Any]],
+    made: Mapping[int, Policy],
 ) -> list[str]:
     """Every option checked now, as the guard will take it: nothing fails at the first hit
     (and no connection is made); each problem at its place."""
@@ -371,11 +379,10 @@ def _check_options(
     tables: list[tuple[tuple[str | int, ...], object, list[Policy]]] = [
         (("on_error",), data.get("on_error"), policies)
     ]
-    at = {raw["name"]: index for index, raw in reversed(list(enumerate(data.get("policy", []))))}
-    for policy in policies:  # those that were made: a policy with a bad rule is not
-        if policy.name in fallbacks:
-            place: tuple[str | int, ...] = ("policy", at[policy.name], "on_error")
-            tables.append((place, fallbacks[policy.name], [policy]))
+    for index, raw in enumerate(data.get("policy", [])):  # each policy's own table, its
+        # URL checked though the policy could not be made (its limits shared out if it was)
+        place: tuple[str | int, ...] = ("policy", index, "on_error")
+        tables.append((place, raw.get("on_error"), [made[index]] if index in made else []))
     for path, value, covered in tables:
         if not isinstance(value, Mapping):
             continue

@@ -10,6 +10,7 @@ from functools import cache
 from typing import Any
 
 from freqguard.config.schema import SchemaError, shown
+from freqguard.engine.settings import shortened
 from freqguard.errors import ConfigError, install
 
 __all__ = ["Where", "key_named", "parse_yaml", "place_of", "toml_lines"]
@@ -206,6 +207,13 @@ def toml_lines(text: str) -> Where:
         if len(path) < 4 or path[2] != "rules" or not isinstance(path[3], int):
             found = key_line(start + 1, end, str(path[2])) if len(path) > 2 else None
             return (found if found is not None else start) + 1
+        rows = rule_rows(start, end)
+        return (rows[path[3]] if path[3] < len(rows) else start) + 1
+
+    @cache
+    def rule_rows(start: int, end: int) -> list[int]:
+        """The lines a policy's rules start on (found once a policy: a file of many bad
+        rules asks for each)."""
         tables = [
             i for i in range(start, end) if re.match(r"\s*\[\[\s*policy\.rules\s*\]\]", lines[i])
         ]
@@ -214,8 +222,7 @@ def toml_lines(text: str) -> Where:
             for i in range(start, end)
             if re.match(r"\s*\{", lines[i]) or re.search(r"\brules\s*=\s*\[\s*\{", lines[i])
         ]
-        rows = tables or inline
-        return (rows[path[3]] if path[3] < len(rows) else start) + 1
+        return tables or inline
 
     return where
 
@@ -228,12 +235,14 @@ def place_of(source: str, where: Where, path: tuple[str | int, ...], data: objec
     if len(path) >= 2 and path[0] == "policy" and isinstance(path[1], int):
         policy = data["policy"][path[1]] if isinstance(data, Mapping) else {}
         name = policy.get("name") if isinstance(policy, Mapping) else None
-        words.append(f"policy {name!r}" if isinstance(name, str) else f"policy {path[1] + 1}")
+        named = shortened(repr(name), 66) if isinstance(name, str) else None  # any length
+        words.append(f"policy {named}" if named else f"policy {path[1] + 1}")
         if len(path) >= 4 and path[2] == "rules" and isinstance(path[3], int):
             rules = policy.get("rules") if isinstance(policy, Mapping) else None
             rule = rules[path[3]] if isinstance(rules, list) and path[3] < len(rules) else None
             label = rule.get("name") or rule.get("rate") if isinstance(rule, Mapping) else None
-            words.append(f"rule {path[3] + 1}" + (f" ({label!r})" if label else ""))
+            labelled = f" ({shortened(repr(label), 66)})" if label else ""
+            words.append(f"rule {path[3] + 1}{labelled}")
     return head + (": " + ", ".join(words) if words else "")
 
 

@@ -128,16 +128,16 @@ def read_settings() -> Settings:
 
     Raises:
         ConfigError: every unknown ``FREQGUARD_*`` setting (naming the one meant), or else
-            every bad value (naming it and what is allowed), joined by ``; ``.
+            every bad value (naming it and what is allowed), one a line.
     """
-    problems = value_problems()
+    problems, config = _read()
     if problems:
-        raise ConfigError("; ".join(problems))
+        raise ConfigError(problems[0] if len(problems) == 1 else "\n".join(problems))
     values = {name: getattr(django_settings, name) for name in SETTINGS if _has(name)}
     default = values.get("FREQGUARD_DEFAULT_LIMITS")
     return Settings(
         values.get("FREQGUARD_BACKEND", "memory://"),
-        configured(values),
+        config,
         parse_rates(default) if default else (),
         check_profile(values.get("FREQGUARD_HEADERS", "ietf")),
         values.get("FREQGUARD_ENABLED", True),
@@ -149,9 +149,15 @@ def value_problems() -> list[str]:
     """What is wrong with the ``FREQGUARD_*`` settings: the unknown ones, or else each bad
     value, all of them (a fix at a time, each shown by the next run, is the first hour's
     tax)."""
+    return _read()[0]
+
+
+def _read() -> tuple[list[str], Config | None]:
+    """The settings' problems, and the configuration ``FREQGUARD_CONFIG`` names (read
+    once: the one checked is the one used)."""
     errors, _ = setting_problems(_names())
     if errors:
-        return errors
+        return errors, None
     values = {name: getattr(django_settings, name) for name in SETTINGS if _has(name)}
     problems: list[str] = []
     for check in _VALUE_CHECKS:
@@ -159,7 +165,18 @@ def value_problems() -> list[str]:
             check(values)
         except ConfigError as error:
             problems.append(str(error))
-    return problems
+    config = None
+    if "FREQGUARD_CONFIG" in values and "FREQGUARD_BACKEND" in values:  # and the file too
+        problems.append(_NOT_BOTH)
+        values.pop("FREQGUARD_BACKEND")
+    try:
+        config = configured(values)
+    except ConfigError as error:
+        problems.append(str(error))
+    return problems, config
+
+
+_NOT_BOTH = "FREQGUARD_CONFIG names the backend: set it or FREQGUARD_BACKEND, not both"
 
 
 def _enabled(values: Mapping[str, Any]) -> None:
@@ -200,7 +217,6 @@ def _key(values: Mapping[str, Any]) -> None:
 _VALUE_CHECKS: tuple[Callable[[Mapping[str, Any]], object], ...] = (
     _enabled,
     _backend,
-    configured,  # FREQGUARD_CONFIG: the file read and checked (all of its problems)
     _default_limits,
     _key,
     lambda values: check_profile(values.get("FREQGUARD_HEADERS", "ietf")),
