@@ -210,9 +210,15 @@ class PathPattern:
         shared = any("/" not in literal for literal, _ in params[1:])
         spanning = any(c == "path" for _, c in params[:-1])
         self._elements = elements if shared or spanning else None
-        # below this length the regex's worst case is a few ms (about n^k / k! steps for
-        # k parameters, kept under 2e5), and a walk's fixed cost is the larger
-        self._short = int((2e5 * math.factorial(len(params))) ** (1 / max(1, len(params))))
+        # the parameters that backtrack together: those of one segment, or all of them
+        # when a path parameter spans segments before another
+        k, run = (len(params), 0) if spanning else (1, 0)
+        for index, (literal, _) in enumerate(params):
+            run = run + 1 if index and "/" not in literal else 1
+            k = max(k, run)
+        # below this length the regex's worst case is about a millisecond (about n^k / k!
+        # steps, kept under 2e5), and a walk's fixed cost is the larger
+        self._short = int((2e5 * math.factorial(k)) ** (1 / k))
 
     def match(self, path: str) -> dict[str, str] | None:
         """The path's parameters, as the regex's groups, if it matches; else None."""
