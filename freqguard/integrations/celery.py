@@ -30,7 +30,6 @@ docs/celery.md), so the redelivery does not take a second one.
 from __future__ import annotations
 
 import ast
-import difflib
 import functools
 import inspect
 import logging
@@ -44,6 +43,7 @@ from celery.exceptions import Retry
 from freqguard.decision import Decision
 from freqguard.errors import CapExceeded, ConfigError, ContextError, FreqGuardError
 from freqguard.guard import Guard
+from freqguard.integrations._celery_checks import check_options, check_signature
 from freqguard.policy import Policy
 from freqguard.rules import Rule
 
@@ -157,7 +157,7 @@ def capped_task(
     if on_denied not in ON_DENIED:
         allowed = ", ".join(repr(value) for value in ON_DENIED)
         raise ConfigError(f"on_denied must be one of {allowed}, got {on_denied!r}")
-    _check_options(app, task_options)
+    check_options(app, task_options)
     if not isinstance(guard, Guard):
         raise ConfigError(
             f"guard must be a freqguard Guard (Celery runs tasks sync), got {guard!r}"
@@ -179,7 +179,7 @@ def capped_task(
             )
         params = list(inspect.signature(fn).parameters.values())[1 if bind else 0 :]
         signature = inspect.Signature(params)
-        _check_signature(fn, signature, resolved)
+        check_signature(fn, signature, resolved)
         cap = _Cap(guard, resolved, on_denied, signature)
 
         @functools.wraps(fn)
@@ -205,61 +205,6 @@ def _policy(guard: Guard, policy: Policy | str) -> Policy:
         f"policy must be a Policy or the name of one registered on the guard "
         f"(registered: {known}), got {policy!r}"
     )
-
-
-#: What ``app.task`` takes beside a Task's own attributes (Celery 5).
-_DECORATOR_OPTIONS = [
-    "base",
-    "autoretry_for",
-    "dont_autoretry_for",
-    "retry_backoff",
-    "retry_backoff_max",
-    "retry_jitter",
-    "retry_kwargs",
-    "queue",
-    "shared",
-    "lazy",
-    "filter",
-    "pydantic",
-    "pydantic_strict",
-    "pydantic_context",
-    "pydantic_dump_kwargs",
-    "routing_key",
-    "exchange",
-]
-
-
-def _check_options(app: Celery, options: Mapping[str, Any]) -> None:
-    """Refuse an option that is a misspelling of Celery's (``max_retires``): ``app.task``
-    would set it as an attribute nobody reads. An option near none is the user's own."""
-    known = [*(name for name in dir(app.Task) if not name.startswith("_")), *_DECORATOR_OPTIONS]
-    for name in options:
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
-        if name not in known and close:
-            raise ConfigError(
-                f"capped_task option {name!r} is not Celery's: did you mean {close[0]}? (app.task "
-                "would keep it as an attribute no worker reads)"
-            )
-
-
-def _check_signature(fn: Callable[..., Any], signature: inspect.Signature, policy: Policy) -> None:
-    params = signature.parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return
-    takes = {p.name for p in params if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
-    missing = [d for d in policy.dimensions if d not in takes]
-    if missing:
-        raise ConfigError(
-            f"task {fn.__qualname__!r} takes no keyword argument for the dimension(s) "
-            f"{', '.join(missing)} of policy {policy.name!r}: the hit's context comes from them"
-        )
-    unread = [name for name in policy.reads if name not in takes]
-    if unread:  # a tier or a zone the task could never be sent
-        raise ConfigError(
-            f"task {fn.__qualname__!r} takes no keyword argument for {', '.join(unread)}, "
-            f"which policy {policy.name!r}'s rules read (a tier, a zone, a priority): add "
-            "the parameter (with a default), or a policy that does not read it"
-        )
 
 
 class _Cap:
@@ -302,7 +247,10 @@ class _Cap:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        decision = self.guard.hit(self.policy.name, **self.context(task, args, kwargs))
+        context = self.context(task, args, kwargs)
+        if self.policy.leases:  # calls in flight: a lease held while the body runs
+            return self.run_leased(task, fn, bind, args, kwargs, context)
+        decision = self.guard.hit(self.policy.name, **context)
         if not decision.allowed:
             return self.denied(task, decision)
         taken = [decision]
@@ -318,6 +266,33 @@ class _Cap:
         except BaseException:
             self.refund(task, taken)
             raise
+
+    def run_leased(
+        self,
+        task: Task,
+        fn: Callable[..., Any],
+        bind: bool,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        context: Mapping[str, Any],
+    ) -> Any:
+        """The body under a lease (with the policy's rate rules, all or nothing): given back
+        when it returns, the call counted; refunded whole when it raises, as a failing
+        body's hit is. (A redelivery takes its own: the one a lost worker held frees itself
+        after the rule's ``lease``.)"""
+        decision = self.guard.take_lease(self.policy.name, **context)
+        if not decision.allowed:
+            return self.denied(task, decision)
+        try:
+            result = fn(task, *args, **kwargs) if bind else fn(*args, **kwargs)
+        except BaseException:
+            self.refund(task, [decision])
+            raise
+        try:
+            self.guard.release(decision)
+        except Exception:  # the body ran: its lease frees itself after the rule's lease
+            _log.exception("task %s[%s]: release failed", task.name, task.request.id)
+        return result
 
     def refund(self, task: Task, taken: list[Decision]) -> None:
         """Give back what a failed run took; a refund that fails is logged, and the body's

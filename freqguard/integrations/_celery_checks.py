@@ -1,0 +1,72 @@
+"""What ``capped_task`` is given, checked at decoration: Celery's options (a misspelt one
+refused) and the function's parameters (each of the policy's dimensions and reads taken as
+a keyword)."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from celery import Celery
+
+from freqguard.errors import ConfigError
+from freqguard.policy import Policy
+
+__all__ = ["check_options", "check_signature"]
+
+
+#: What ``app.task`` takes beside a Task's own attributes (Celery 5).
+_DECORATOR_OPTIONS = [
+    "base",
+    "autoretry_for",
+    "dont_autoretry_for",
+    "retry_backoff",
+    "retry_backoff_max",
+    "retry_jitter",
+    "retry_kwargs",
+    "queue",
+    "shared",
+    "lazy",
+    "filter",
+    "pydantic",
+    "pydantic_strict",
+    "pydantic_context",
+    "pydantic_dump_kwargs",
+    "routing_key",
+    "exchange",
+]
+
+
+def check_options(app: Celery, options: Mapping[str, Any]) -> None:
+    """Refuse an option that is a misspelling of Celery's (``max_retires``): ``app.task``
+    would set it as an attribute nobody reads. An option near none is the user's own."""
+    known = [*(name for name in dir(app.Task) if not name.startswith("_")), *_DECORATOR_OPTIONS]
+    for name in options:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+        if name not in known and close:
+            raise ConfigError(
+                f"capped_task option {name!r} is not Celery's: did you mean {close[0]}? (app.task "
+                "would keep it as an attribute no worker reads)"
+            )
+
+
+def check_signature(fn: Callable[..., Any], signature: inspect.Signature, policy: Policy) -> None:
+    params = signature.parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    takes = {p.name for p in params if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
+    missing = [d for d in policy.dimensions if d not in takes]
+    if missing:
+        raise ConfigError(
+            f"task {fn.__qualname__!r} takes no keyword argument for the dimension(s) "
+            f"{', '.join(missing)} of policy {policy.name!r}: the hit's context comes from them"
+        )
+    unread = [name for name in policy.reads if name not in takes]
+    if unread:  # a tier or a zone the task could never be sent
+        raise ConfigError(
+            f"task {fn.__qualname__!r} takes no keyword argument for {', '.join(unread)}, "
+            f"which policy {policy.name!r}'s rules read (a tier, a zone, a priority): add "
+            "the parameter (with a default), or a policy that does not read it"
+        )
