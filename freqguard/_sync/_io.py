@@ -165,10 +165,11 @@ _ESCAPE = frozenset(
 )
 #: The signals whose handlers a hold holds back: Ctrl-C, the one a deploy stops with, and
 #: those a server's worker exits on (gunicorn's: SIGQUIT, a quick shutdown; SIGABRT, past
-#: its timeout; a daemon's SIGHUP), where the platform has them.
+#: its timeout; a daemon's SIGHUP), and Celery's soft time limit (SIGUSR1, whose handler
+#: raises ``SoftTimeLimitExceeded`` wherever the task is), where the platform has them.
 _HELD = tuple(
     getattr(signal, name)
-    for name in ("SIGINT", "SIGTERM", "SIGQUIT", "SIGABRT", "SIGHUP")
+    for name in ("SIGINT", "SIGTERM", "SIGQUIT", "SIGABRT", "SIGHUP", "SIGUSR1")
     if hasattr(signal, name)
 )
 

@@ -53,7 +53,14 @@ class _Run:
         self.clock.set(entry.time, backwards=True)
         try:
             # the context's names checked first: none may reach hit() as its own (cost=)
-            checked_names(entry.context, policy_named(self.config, entry.policy))
+            named = policy_named(self.config, entry.policy)
+            checked_names(entry.context, named)
+            if named.leases:
+                raise ConfigError(
+                    f"policy {entry.policy!r} counts calls in flight (a concurrency rule): a "
+                    "log says when each call began, never when it ended, so replay cannot "
+                    "decide it; replay the others (--policy NAME)"
+                )
             decision = self.guard.hit(entry.policy, entry.cost, **entry.context)
         except ConfigError as exc:
             raise ConfigError(f"line {entry.line}: {exc}") from None

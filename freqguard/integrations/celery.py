@@ -24,12 +24,16 @@ once, before the body:
 
 With ``acks_late`` the broker delivers a task again when its worker died mid-body; the hit
 that delivery took is tied to the task id (a one-per-task once-hit on the same guard, see
-docs/celery.md), so the redelivery does not take a second one.
+docs/celery.md), so the redelivery does not take a second one. A policy that counts calls
+in flight (a concurrency rule) is decided otherwise: each run holds a lease while its body
+runs, and a redelivery takes a lease, and its rate rules' units, of its own (the strict
+side: the lost run's call counts too).
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import inspect
 import logging
@@ -248,7 +252,8 @@ class _Cap:
         kwargs: dict[str, Any],
     ) -> Any:
         context = self.context(task, args, kwargs)
-        if self.policy.leases:  # calls in flight: a lease held while the body runs
+        policy = self.guard.policies.get(self.policy.name, self.policy)  # as deployed now
+        if policy.leases:  # calls in flight: a lease held while the body runs
             return self.run_leased(task, fn, bind, args, kwargs, context)
         decision = self.guard.hit(self.policy.name, **context)
         if not decision.allowed:
@@ -290,8 +295,12 @@ class _Cap:
             raise
         try:
             self.guard.release(decision)
-        except Exception:  # the body ran: its lease frees itself after the rule's lease
+        except FreqGuardError:  # the body ran: its lease frees itself after the rule's lease
             _log.exception("task %s[%s]: release failed", task.name, task.request.id)
+        except BaseException:  # a Ctrl-C as the release began, before it held one back
+            with contextlib.suppress(FreqGuardError):  # given back by then: said so
+                self.guard.release(decision)
+            raise
         return result
 
     def refund(self, task: Task, taken: list[Decision]) -> None:

@@ -172,11 +172,13 @@ class Service:
         return handle
 
     async def hit(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
+        _no_leases(names.policy)
         decided = await self.guard.hit(policy, body.cost, **body.context)
         await self.history.record(policy, (decided,), (body.context,), names.dimensions)
         return schema.decision(decided)
 
     async def hit_many(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
+        _no_leases(names.policy)
         decisions = await self.guard.hit_many(policy, body.contexts, body.cost)
         await self.history.record(policy, decisions, body.contexts, names.dimensions)
         return schema.Decisions([schema.decision(d) for d in decisions])
@@ -185,6 +187,7 @@ class Service:
         return schema.decision(await self.guard.peek(policy, **body.context))
 
     async def refund(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
+        _no_leases(names.policy)
         return schema.decision(await self.guard.refund(policy, body.cost, **body.context))
 
     async def reset(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
@@ -276,6 +279,20 @@ class Service:
             return JSON(await self.history.read(policies))
 
 
+def _no_leases(policy: Policy) -> None:
+    """A policy that counts calls in flight is hit where the call is made, which holds its
+    lease until the call ends: the service never sees that end."""
+    if policy.leases:
+        rule = next(r.id for r in policy.rules if r.lease)
+        raise Problem(
+            422,
+            f"policy {policy.name!r} counts calls in flight (its concurrency "
+            f"rule {rule!r}): a lease is held by the process making the call until "
+            "it ends, which this service never sees; take it there, with freqguard's "
+            "lease block (peek, reset and limits serve the policy here)",
+        )
+
+
 @contextlib.asynccontextmanager
 async def _store_answers(what: str) -> AsyncIterator[None]:
     """A read of the history: a redis-py error is a 503 (the store did not answer); a
@@ -319,6 +336,14 @@ def create_app(
         ConfigError: a token that is not one word of visible ASCII without commas.
     """
     service = Service(guard, tokens, metrics, keep_history)
+    for policy in guard.policies.values():
+        if policy.leases:  # served for its reads: said once, as the app is made
+            log.warning(
+                "freqguard serve: policy %r counts calls in flight (a concurrency rule): "
+                "hit, hit-many and refund refuse it (a lease is held where the call is "
+                "made); peek, reset and limits serve it",
+                policy.name,
+            )
     calls: dict[str, dict[str, tuple[type[msgspec.Struct], Work]]] = {}
     for call in CALLS:
         work = getattr(service, _method(call.id))

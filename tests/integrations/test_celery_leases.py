@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import pytest
 
 pytest.importorskip("celery")
-from celery import Celery  # noqa: E402
+from celery import Celery
 
-from freqguard import CapExceeded, Guard, ManualClock, MemoryBackend, Policy, Rule  # noqa: E402
-from freqguard.integrations.celery import capped_task  # noqa: E402
-from tests.conftest import START  # noqa: E402
+from freqguard import CapExceeded, Guard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard.integrations.celery import capped_task
+from tests.conftest import START
 
 VENDOR = Policy(
     "vendor",

@@ -38,9 +38,10 @@ def test_a_hit_is_allowed_then_denied_with_the_rule_that_said_no() -> None:
     assert [r["rule"] for r in body["rules"]] == ["rcpt-1m", "content-59s"]
 
 
-def test_a_refund_of_a_policy_with_leases_is_a_422_pointing_to_release() -> None:
+def test_a_refund_of_a_policy_with_leases_is_a_422_saying_the_service_holds_none() -> None:
     """A refund by context would give back another caller's lease: refused, nothing given
-    back (issue: a third lease was admitted under "2 concurrent")."""
+    back (issue: a third lease was admitted under "2 concurrent"); in an HTTP client's
+    words (it pointed to ``guard.release(decision)``, a Python call it cannot make)."""
     llm = Policy("llm", Rule("2 concurrent", by="user", lease=60))
     guard = AsyncGuard(MemoryBackend(), [llm], clock=ManualClock(1_700_000_000))
 
@@ -55,7 +56,7 @@ def test_a_refund_of_a_policy_with_leases_is_a_422_pointing_to_release() -> None
 
     answer, remaining = asyncio.run(run())
     assert answer.status_code == 422
-    assert "guard.release(decision)" in answer.json()["detail"]
+    assert "counts calls in flight" in answer.json()["detail"]
     assert remaining == 0  # both leases still held
 
 
