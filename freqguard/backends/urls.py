@@ -110,8 +110,10 @@ def _scheme(url: object) -> str:
     scheme = url.partition("://")[0].lower() if isinstance(url, str) else ""
     if not isinstance(url, str) or re.fullmatch(r"[a-z][a-z0-9+.-]*", scheme) is None:
         got = type(url).__name__ if not isinstance(url, str) else "text that is no URL"
+        bare = isinstance(url, str) and re.fullmatch(r"[A-Za-z0-9.-]+:\d{1,5}(/\d+)?", url)
+        hint = f" (a host and port: redis://{url})" if bare else ""  # nothing secret in it
         raise ConfigError(  # a URL mistyped may hold its password anywhere
-            f"backend URL must look like scheme://..., one of {_LISTED}; got {got}"
+            f"backend URL must look like scheme://..., one of {_LISTED}; got {got}{hint}"
         )
     if scheme not in _SCHEMES:
         raise ConfigError(

@@ -23,12 +23,19 @@ from freqguard._async.guard import AsyncGuard
 from freqguard._sync.guard import Guard
 from freqguard.backends.urls import async_backend_from_url, backend_from_url, parse_url
 from freqguard.clock import Clock
-from freqguard.config.places import Where, key_named, parse_yaml, place_of, toml_lines
+from freqguard.config.places import (
+    MOST_PROBLEMS,
+    Where,
+    key_named,
+    listed,
+    parse_yaml,
+    place_of,
+    toml_lines,
+)
 from freqguard.config.rule_tables import rule_document, rule_of
 from freqguard.config.schema import errors
 from freqguard.engine.breaker import Breaker
 from freqguard.engine.denycache import DenyCache
-from freqguard.engine.settings import shortened
 from freqguard.engine.shared import shared_out
 from freqguard.errors import ConfigError, install
 from freqguard.observe.base import LoggingObserver, Observer
@@ -239,7 +246,7 @@ def _build(data: object, source: str, where: Where) -> Config:
     place (the schema's first, then the policies', rules' and options')."""
     broken = list(islice(errors(data), MOST_PROBLEMS + 1))
     if broken:
-        raise _told(
+        raise listed(
             [f"{place_of(source, where, e.path, data)}:{key_named(e)} {e.message}" for e in broken],
             source,
         )
@@ -249,7 +256,7 @@ def _build(data: object, source: str, where: Where) -> Config:
     def told(path: tuple[str | int, ...], what: str, exc: ConfigError) -> None:
         problems.append(f"{place_of(source, where, path, data)}: {what}{exc}")
         if len(problems) > MOST_PROBLEMS:  # what is shown is found: the rest is not sought
-            raise _told(problems, source)
+            raise listed(problems, source)
 
     if "backend" in data:  # checked even when FREQGUARD_URL wins now: it may not elsewhere
         try:
@@ -304,7 +311,7 @@ def _build(data: object, source: str, where: Where) -> Config:
             place = place_of(source, where, ("policy", index), data)
             problems.append(f"{place}: a second policy named {name!r}")
     if problems:
-        raise _told(problems, source)
+        raise listed(problems, source)
     return Config(
         source,
         url,
@@ -316,22 +323,6 @@ def _build(data: object, source: str, where: Where) -> Config:
         tuple(data.get("observers", ())),
         data.get("breaker", True),
     )
-
-
-#: The most problems one error lists (past them, that there are more), and the most
-#: characters of each (a value quoted may be as long as the file).
-MOST_PROBLEMS, MOST_PROBLEM = 20, 1000
-
-
-def _told(problems: list[str], source: str) -> ConfigError:
-    """One error telling every problem, each on a line of its own (the first ones of many),
-    after the file's name."""
-    if len(problems) == 1:
-        return ConfigError(problems[0])
-    shown = [shortened(problem, MOST_PROBLEM) for problem in problems[:MOST_PROBLEMS]]
-    more = "" if len(problems) <= MOST_PROBLEMS else "\n  and more"
-    head = f"{source}: {len(shown)}{'+' * bool(more)} problems:\n  "
-    return ConfigError(head + "\n  ".join(shown) + more)
 
 
 #: each observer's module, and the extra that installs it

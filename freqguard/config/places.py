@@ -13,7 +13,7 @@ from freqguard.config.schema import SchemaError, shown
 from freqguard.engine.settings import shortened
 from freqguard.errors import ConfigError, install
 
-__all__ = ["Where", "key_named", "parse_yaml", "place_of", "toml_lines"]
+__all__ = ["MOST_PROBLEMS", "Where", "key_named", "listed", "parse_yaml", "place_of", "toml_lines"]
 
 Where = Callable[[tuple[str | int, ...]], int | None]  # a path in the document -> its line
 
@@ -264,3 +264,26 @@ def key_named(error: SchemaError) -> str:
     if message.startswith("unknown key") or message.endswith("is missing"):
         return f" {'.'.join(names)}:" if names else ""
     return " " + ".".join(names)
+
+
+#: The most problems one error lists (past them, that there are more), and the most
+#: characters of each (a value quoted may be as long as the file).
+MOST_PROBLEMS, MOST_PROBLEM = 20, 1000
+
+
+def listed(problems: list[str], source: str) -> ConfigError:
+    """One error telling every problem, each on a line of its own (the first ones of many),
+    after the file's name."""
+    if len(problems) == 1:
+        return ConfigError(problems[0])
+    at = re.compile(rf"{re.escape(source)}:(\d+)")
+
+    def line(problem: str) -> int:  # in the file's order (a problem of no line first)
+        found = at.match(problem)
+        return int(found.group(1)) if found else 0
+
+    problems = sorted(problems, key=line)
+    shown = [shortened(problem, MOST_PROBLEM) for problem in problems[:MOST_PROBLEMS]]
+    more = "" if len(problems) <= MOST_PROBLEMS else "\n  and more"
+    head = f"{source}: {len(shown)}{'+' * bool(more)} problems:\n  "
+    return ConfigError(head + "\n  ".join(shown) + more)

@@ -10,6 +10,7 @@ iteration" out of a release, the lease held).
 
 from __future__ import annotations
 
+import difflib
 import threading
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -145,7 +146,9 @@ class PolicyRegistry:
                     f"hit takes a policy's name, got {type(name).__name__} {name!r}: register "
                     f"a Policy of its rules, then give its name (registered: {known})"
                 )
-            raise ConfigError(f"unknown policy {name!r} (registered: {known})")
+            close = difflib.get_close_matches(name[:64], list(self._by_name), n=1)
+            meant = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(f"unknown policy {name!r} ({meant}registered: {known})")
         return plan
 
     @property

@@ -205,9 +205,11 @@ def _policy(guard: Guard, policy: Policy | str) -> Policy:
     if isinstance(policy, str) and policy in guard.policies:
         return guard.policies[policy]
     known = ", ".join(sorted(guard.policies)) or "none"
+    rate = isinstance(policy, str) and "/" in policy  # a rate: a rule of a policy
+    hint = f": a rate is a rule, Policy('sends', Rule({policy!r}, by=...))" if rate else ""
     raise ConfigError(
         f"policy must be a Policy or the name of one registered on the guard "
-        f"(registered: {known}), got {policy!r}"
+        f"(registered: {known}), got {policy!r}{hint}"
     )
 
 

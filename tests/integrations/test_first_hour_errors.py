@@ -111,3 +111,16 @@ def test_a_peers_method_on_a_guard_names_freqguards_way(
         getattr(guard, method)
     with pytest.raises(AttributeError, match=r"^'\w+' object has no attribute 'nope'$"):
         guard.nope  # type: ignore[union-attr]  # noqa: B018
+
+
+def test_a_mistyped_policy_name_gets_the_one_meant() -> None:
+    guard = Guard(MemoryBackend(), [Policy("api", Rule("1/second"))])
+    with pytest.raises(ConfigError, match=r"unknown policy 'apii' \(did you mean 'api'\?"):
+        guard.hit("apii")
+
+
+def test_a_host_and_port_without_a_scheme_gets_the_url_to_write() -> None:
+    from freqguard import backend_from_url
+
+    with pytest.raises(ConfigError, match=r"redis://localhost:6379\)"):
+        backend_from_url("localhost:6379")
