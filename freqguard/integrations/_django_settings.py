@@ -112,7 +112,8 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     budget given two sets of rules, ``freqguard.E008`` a view's cost its default limits
     cannot hold, ``freqguard.I001``
     the views whose throttles ``get_throttles()`` chooses, not seen, ``freqguard.W003`` a
-    URLconf past the bound of the walk, ``freqguard.W004`` includes nested past its depth:
+    URLconf past the bound of the walk, ``freqguard.W004`` includes nested past its depth,
+    ``freqguard.W005`` a misspelt scope the default limits take:
     see
     :mod:`freqguard.integrations._drf_throttles`)."""
     errors, warnings = setting_problems(_names())

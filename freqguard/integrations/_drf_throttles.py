@@ -7,6 +7,9 @@ name them:
   class, or one a view names); ``W002`` when no freqguard throttle is seen to read it. One
   error a rate (a scope's, or a throttle's own), naming how many views read it and the
   first few.
+* ``freqguard.W005``: a view's freqguard throttle reads a scope no rate names, one close to
+  it named (a misspelling, ``upload`` for ``uploads``), and ``FREQGUARD_DEFAULT_LIMITS``
+  set: the view takes the default instead, quietly.
 * ``freqguard.E004``: a view's freqguard throttle reads a scope (the view's
   ``throttle_scope``, or the throttle's ``scope``) that ``DEFAULT_THROTTLE_RATES`` does not
   name, with no ``FREQGUARD_DEFAULT_LIMITS`` to fall back on: every request to the view
@@ -112,6 +115,9 @@ def throttle_checks() -> list[checks.CheckMessage]:
             continue  # the settings' rates are not what it reads
         where = given(getattr(use.throttle, "rate", None), use.scope, rates)
         if where is None:
+            guess = _meant(use.scope, rates) if use.scope is not None else None
+            if fallback and guess is not None and not _coded(use.throttle):  # W005
+                found.append(checks.Warning(_defaulted(use, guess), id="freqguard.W005"))
             if fallback or _coded(use.throttle):  # the rate is found, or not seen here
                 continue
             if use.scope is not None:
@@ -187,14 +193,29 @@ def _bad_rate(uses: list[Use], text: object) -> list[checks.CheckMessage]:
     return []
 
 
+def _meant(scope: object, rates: object) -> str | None:
+    """The scope of ``rates`` that ``scope`` is likely a misspelling of, if any."""
+    named = [str(name) for name in rates] if isinstance(rates, Mapping) else []
+    return next(iter(difflib.get_close_matches(str(scope), named, 1)), None)
+
+
+def _defaulted(use: Use, guess: str) -> str:
+    """W005's message: a scope no rate names, one close to it named, the default taken."""
+    return (
+        f"{_who([use.view])}: {dotted(use.throttle)} reads the scope {use.scope!r}, which "
+        f"REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'] does not name (did you mean {guess!r}?): "
+        "it takes FREQGUARD_DEFAULT_LIMITS instead, quietly; name the scope, or silence "
+        "freqguard.W005 if the default is meant"
+    )
+
+
 def _unnamed(uses: list[Use], rates: object) -> str:
     """E004's message: the views (the first few, and how many), the throttle, the scope
     unnamed, and the fixes."""
     use = uses[0]
     who = _who([each.view for each in uses])
     them = "them" if len(uses) > 1 else "the view"
-    named = [str(name) for name in rates] if isinstance(rates, Mapping) else []
-    guess = next(iter(difflib.get_close_matches(str(use.scope), named, 1)), None)
+    guess = _meant(use.scope, rates)
     hint = f" (did you mean {guess!r}?)" if guess else ""
     what = f"the view's {use.attr}" if use.attr else "the scope"
     return (

@@ -80,6 +80,22 @@ def _checked(**settings: object) -> dict[str, list[str]]:
     return by_id
 
 
+def test_a_misspelt_scope_that_default_limits_cover_is_a_warning_naming_the_one_meant(
+    guard: Guard,
+) -> None:
+    """With FREQGUARD_DEFAULT_LIMITS set, a view's scope no rate names takes the default:
+    no error (E004), and so a misspelt ``throttle_scope`` (``uploads`` for ``upload``) gave
+    the view 100 a minute instead of 10 an hour, without a word (a new user's run). A scope
+    close to one named is a warning now, naming it (``freqguard.W005``); one close to none
+    is taken as meant."""
+    found = _checked(FREQGUARD_DEFAULT_LIMITS="100/minute")
+    assert "freqguard.E004" not in found
+    uploads = _one(found["freqguard.W005"], "Uploads (")
+    assert "reads the scope 'uploads'" in uploads
+    assert "did you mean 'upload'?" in uploads
+    assert "FREQGUARD_DEFAULT_LIMITS instead" in uploads
+
+
 def test_a_views_scope_with_no_rate_is_a_check_error_naming_the_view(guard: Guard) -> None:
     """A view whose freqguard throttle reads a scope ``DEFAULT_THROTTLE_RATES`` does not
     name (a ``throttle_scope`` misspelt) failed every request to it with ConfigError, a 500
