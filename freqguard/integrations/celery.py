@@ -254,9 +254,13 @@ class _Cap:
         kwargs: dict[str, Any],
     ) -> Any:
         context = self.context(task, args, kwargs)
+
+        def body() -> Any:
+            return fn(task, *args, **kwargs) if bind else fn(*args, **kwargs)
+
         policy = self.guard.policies.get(self.policy.name, self.policy)  # as deployed now
         if policy.leases:  # calls in flight: a lease held while the body runs
-            return self.run_leased(task, fn, bind, args, kwargs, context)
+            return self.run_leased(task, body, context)
         decision = self.guard.hit(self.policy.name, **context)
         if not decision.allowed:
             return self.denied(task, decision)
@@ -269,20 +273,12 @@ class _Cap:
                 else:  # a redelivery: an earlier delivery holds this task's hit
                     taken = []
                     self.guard.refund(decision)
-            return fn(task, *args, **kwargs) if bind else fn(*args, **kwargs)
+            return body()
         except BaseException:
             self.refund(task, taken)
             raise
 
-    def run_leased(
-        self,
-        task: Task,
-        fn: Callable[..., Any],
-        bind: bool,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        context: Mapping[str, Any],
-    ) -> Any:
+    def run_leased(self, task: Task, body: Callable[[], Any], context: Mapping[str, Any]) -> Any:
         """The body under a lease (with the policy's rate rules, all or nothing): given back
         when it returns, the call counted; refunded whole when it raises, as a failing
         body's hit is. (A redelivery takes its own: the one a lost worker held frees itself
@@ -291,7 +287,7 @@ class _Cap:
         if not decision.allowed:
             return self.denied(task, decision)
         try:
-            result = fn(task, *args, **kwargs) if bind else fn(*args, **kwargs)
+            result = body()
         except BaseException:
             self.refund(task, [decision])
             raise

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,21 +30,14 @@ from freqguard import (
 )
 from freqguard.integrations.celery import ON_DENIED, TASK_ONCE, capped_task
 from tests.conftest import START, examples
+from tests.integrations.celery_rig import app as app
+from tests.integrations.celery_rig import run_as_worker
 
 SMS = Policy("sms", Rule("2/minute", by="recipient", name="rcpt-1m"))
 
 
 class VendorDown(Exception):
     pass
-
-
-@pytest.fixture
-def app() -> Iterator[Celery]:
-    app = Celery("capped", broker="memory://", backend="cache+memory://", set_as_current=False)
-    app.conf.task_always_eager = True
-    app.conf.task_store_eager_result = False
-    yield app
-    app.close()
 
 
 @pytest.fixture
@@ -251,16 +243,6 @@ def worker_app(app: Celery) -> Celery:
     return app
 
 
-def _run_as_worker(task: Task, task_id: str, retries: int = 0, **kwargs: Any) -> Any:
-    task.push_request(
-        id=task_id, retries=retries, is_eager=False, called_directly=False, kwargs=kwargs, args=()
-    )
-    try:
-        return task.run(**kwargs)
-    finally:
-        task.pop_request()
-
-
 def test_defer_resends_the_same_task_without_spending_retries(
     worker_app: Celery, guard: Guard
 ) -> None:
@@ -268,10 +250,10 @@ def test_defer_resends_the_same_task_without_spending_retries(
     def send(recipient: str) -> str:
         return "sent"
 
-    _run_as_worker(send, "a", recipient="+1")
-    _run_as_worker(send, "b", recipient="+1")
+    run_as_worker(send, "a", recipient="+1")
+    run_as_worker(send, "b", recipient="+1")
     with pytest.raises(Retry) as deferred:
-        _run_as_worker(send, "c", retries=0, recipient="+1")
+        run_as_worker(send, "c", retries=0, recipient="+1")
     assert deferred.value.when == 60.0
     with worker_app.connection() as connection, connection.SimpleQueue("celery") as queue:
         message = queue.get(timeout=1)
@@ -290,12 +272,12 @@ def test_a_redelivered_acks_late_task_takes_one_hit(worker_app: Celery, guard: G
         runs.append(recipient)
         return "sent"
 
-    _run_as_worker(send, "same", recipient="+1")
-    _run_as_worker(send, "same", recipient="+1")  # the broker delivered it again
+    run_as_worker(send, "same", recipient="+1")
+    run_as_worker(send, "same", recipient="+1")  # the broker delivered it again
     assert runs == ["+1", "+1"]
     assert guard.peek("sms", recipient="+1").remaining == 1
     assert TASK_ONCE.name in guard.policies
-    _run_as_worker(send, "other", recipient="+1")
+    run_as_worker(send, "other", recipient="+1")
     assert guard.peek("sms", recipient="+1").remaining == 0
 
 
@@ -307,8 +289,8 @@ def test_an_acks_late_task_that_fails_gives_back_its_mark(worker_app: Celery, gu
         return "sent"
 
     with pytest.raises(VendorDown):
-        _run_as_worker(send, "t", recipient="+1", fail=True)
-    assert _run_as_worker(send, "t", recipient="+1", fail=False) == "sent"  # its retry
+        run_as_worker(send, "t", recipient="+1", fail=True)
+    assert run_as_worker(send, "t", recipient="+1", fail=False) == "sent"  # its retry
     assert guard.peek("sms", recipient="+1").remaining == 1
     assert guard.peek(TASK_ONCE.name, task_id="t").remaining == 0
 
@@ -352,7 +334,7 @@ def test_runs_failures_and_redeliveries_hold_one_hit_per_task(
     for task, ok in runs:
         expected_deferred = len(holders) >= cap
         try:
-            _run_as_worker(send, f"task-{task}", recipient="+1", ok=ok)
+            run_as_worker(send, f"task-{task}", recipient="+1", ok=ok)
         except Retry:
             assert expected_deferred
         except VendorDown:

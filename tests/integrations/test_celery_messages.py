@@ -5,7 +5,6 @@ traceback), and its type survives a JSON result backend."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -13,12 +12,13 @@ from hypothesis import strategies as st
 
 pytest.importorskip("celery", reason="the celery extra is not installed")
 
-from celery import Celery, Task
+from celery import Celery
 from celery.exceptions import Retry
 
 from freqguard import CapExceeded, Guard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.integrations.celery import TaskDenied, capped_task
 from tests.conftest import examples
+from tests.integrations.celery_rig import run_as_worker
 
 SMS = Policy("sms", Rule("1/minute", by="recipient", name="rcpt-1m"))
 
@@ -36,24 +36,14 @@ def guard(clock: ManualClock) -> Guard:
     return Guard(MemoryBackend(), [], clock=clock)
 
 
-def _as_worker(task: Task, task_id: str, **kwargs: Any) -> Any:
-    task.push_request(
-        id=task_id, retries=0, is_eager=False, called_directly=False, kwargs=kwargs, args=()
-    )
-    try:
-        return task.run(**kwargs)
-    finally:
-        task.pop_request()
-
-
 def test_the_deferral_names_the_rule_and_the_delay(app: Celery, guard: Guard) -> None:
     @capped_task(app, SMS, guard=guard)
     def send(recipient: str) -> str:
         return "sent"
 
-    _as_worker(send, "a", recipient="+1")
+    run_as_worker(send, "a", recipient="+1")
     with pytest.raises(Retry) as deferred:
-        _as_worker(send, "b", recipient="+1")
+        run_as_worker(send, "b", recipient="+1")
     assert str(deferred.value) == "deferred 60.000s by policy 'sms': denied by rcpt-1m"
     with app.connection() as connection, connection.SimpleQueue("celery") as queue:
         queue.get(timeout=1).ack()  # the re-sent task: the broker is the process's
@@ -65,9 +55,9 @@ def test_a_raised_denial_is_an_expected_error_of_the_task(app: Celery, guard: Gu
         return "sent"
 
     assert send.throws == (KeyError, TaskDenied)  # the worker logs these at INFO, bare
-    _as_worker(send, "a", recipient="+1")
+    run_as_worker(send, "a", recipient="+1")
     with pytest.raises(TaskDenied) as denied:
-        _as_worker(send, "b", recipient="+1")
+        run_as_worker(send, "b", recipient="+1")
     assert isinstance(denied.value, CapExceeded)
     assert denied.value.decision is not None
 
@@ -77,9 +67,9 @@ def test_its_type_and_numbers_survive_a_json_result(app: Celery, guard: Guard) -
     def send(recipient: str) -> str:
         return "sent"
 
-    _as_worker(send, "a", recipient="+1")
+    run_as_worker(send, "a", recipient="+1")
     with pytest.raises(TaskDenied) as denied:
-        _as_worker(send, "b", recipient="+1")
+        run_as_worker(send, "b", recipient="+1")
     backend = app.backend
     sent = backend.prepare_exception(denied.value, "json")
     back = backend.exception_to_python(sent)
