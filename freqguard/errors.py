@@ -23,6 +23,7 @@ __all__ = [
     "ContextError",
     "FreqGuardError",
     "PartialFailure",
+    "extra_missing",
     "install",
     "raise_failures",
 ]
@@ -32,6 +33,15 @@ def install(extra: str) -> str:
     """How to install an extra, as a message says it: freqguard is not on the package index
     yet, so from a checkout (a built wheel takes the extra too: ``"./freqguard-*.whl[x]"``)."""
     return f"pip install -e '.[{extra}]' in a checkout of freqguard (it is not on PyPI yet)"
+
+
+def extra_missing(missing: ModuleNotFoundError, extra: str, who: str) -> ImportError:
+    """The error for ``who`` (an integration's module) imported without ``extra``: naming
+    the install when the module missing is the extra's own, else ``missing`` itself (one of
+    its own dependencies is what is missing)."""
+    if (missing.name or "").partition(".")[0] != extra:
+        return missing
+    return ImportError(f"{who} needs {extra}, an optional extra: {install(extra)}")
 
 
 class FreqGuardError(Exception):

@@ -41,7 +41,12 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypedDict, cast
 
-from celery import Celery, Task
+from freqguard.errors import extra_missing
+
+try:  # the extra named (an ImportError saying how to install it)
+    from celery import Celery, Task
+except ModuleNotFoundError as missing:
+    raise extra_missing(missing, "celery", __name__) from missing
 from celery.exceptions import Retry
 
 from freqguard.decision import Decision

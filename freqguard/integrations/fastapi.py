@@ -9,7 +9,12 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import cast
 
-from starlette.exceptions import HTTPException
+from freqguard.errors import extra_missing
+
+try:  # the extra named (an ImportError saying how to install it)
+    from starlette.exceptions import HTTPException
+except ModuleNotFoundError as missing:
+    raise extra_missing(missing, "starlette", __name__) from missing
 from starlette.requests import Request
 from starlette.responses import Response
 

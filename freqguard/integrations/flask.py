@@ -43,7 +43,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, cast, overload
 
-from flask import Blueprint, Flask, Response, after_this_request, current_app, g, request
+from freqguard.errors import extra_missing
+
+try:  # the extra named (an ImportError saying how to install it)
+    from flask import Blueprint, Flask, Response, after_this_request, current_app, g, request
+except ModuleNotFoundError as missing:
+    raise extra_missing(missing, "flask", __name__) from missing
 
 from freqguard.backends.urls import backend_from_url
 from freqguard.decision import Decision

@@ -13,6 +13,13 @@ body naming the violated rules; every limited response carries rate-limit header
 WebSocket handshake is closed with code 1008 (policy violation). Other scopes pass through.
 """
 
+from freqguard.errors import extra_missing
+
+try:  # the extra named here, not by the module that first needs it
+    import starlette  # noqa: F401
+except ModuleNotFoundError as missing:
+    raise extra_missing(missing, "starlette", __name__) from missing
+
 from freqguard.integrations.asgi import (
     BadRequest,
     FreqGuardMiddleware,

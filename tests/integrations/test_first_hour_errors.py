@@ -124,3 +124,51 @@ def test_a_host_and_port_without_a_scheme_gets_the_url_to_write() -> None:
 
     with pytest.raises(ConfigError, match=r"redis://localhost:6379\)"):
         backend_from_url("localhost:6379")
+
+
+_WITHOUT = """
+import importlib, importlib.abc, importlib.machinery, sys
+
+class Missing(importlib.abc.Loader):
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        raise ModuleNotFoundError(f"No module named {module.__name__!r}", name=module.__name__)
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.partition(".")[0] in ("flask", "celery", "starlette", "fastapi"):
+            return importlib.machinery.ModuleSpec(name, Missing())
+        return None
+
+sys.meta_path.insert(0, Block())
+for module in sys.argv[1:]:
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        print(type(exc).__name__, exc)
+"""
+
+
+def test_an_integration_without_its_extra_says_how_to_get_it() -> None:
+    """Flask's, Starlette's and Celery's integrations raised a bare ModuleNotFoundError
+    without their extra, where Django's, Redis's and YAML's name the install (a new user's
+    run). Run in a process where those packages cannot be imported."""
+    import subprocess
+    import sys
+
+    modules = ["flask", "celery", "fastapi", "starlette"]
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT, *(f"freqguard.integrations.{m}" for m in modules)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    said = done.stdout.strip().splitlines()
+    extras = ["flask", "celery", "starlette", "starlette"]
+    assert said == [
+        f"ImportError freqguard.integrations.{module} needs {extra}, an optional extra: "
+        f"pip install -e '.[{extra}]' in a checkout of freqguard (it is not on PyPI yet)"
+        for module, extra in zip(modules, extras, strict=True)
+    ]
