@@ -131,10 +131,9 @@ def read_settings() -> Settings:
         ConfigError: every unknown ``FREQGUARD_*`` setting (naming the one meant), or else
             every bad value (naming it and what is allowed), one a line.
     """
-    problems, config = _read()
+    problems, config, values = _read()
     if problems:
         raise ConfigError(problems[0] if len(problems) == 1 else "\n".join(problems))
-    values = {name: getattr(django_settings, name) for name in SETTINGS if _has(name)}
     default = values.get("FREQGUARD_DEFAULT_LIMITS")
     return Settings(
         values.get("FREQGUARD_BACKEND", "memory://"),
@@ -153,12 +152,12 @@ def value_problems() -> list[str]:
     return _read()[0]
 
 
-def _read() -> tuple[list[str], Config | None]:
-    """The settings' problems, and the configuration ``FREQGUARD_CONFIG`` names (read
-    once: the one checked is the one used)."""
+def _read() -> tuple[list[str], Config | None, dict[str, Any]]:
+    """The settings' problems, the configuration ``FREQGUARD_CONFIG`` names (read once:
+    the one checked is the one used), and the settings' values."""
     errors, _ = setting_problems(_names())
     if errors:
-        return errors, None
+        return errors, None, {}
     values = {name: getattr(django_settings, name) for name in SETTINGS if _has(name)}
     problems: list[str] = []
     for check in _VALUE_CHECKS:
@@ -167,14 +166,15 @@ def _read() -> tuple[list[str], Config | None]:
         except ConfigError as error:
             problems.append(str(error))
     config = None
+    read = dict(values)
     if "FREQGUARD_CONFIG" in values and "FREQGUARD_BACKEND" in values:  # and the file too
         problems.append(_NOT_BOTH)
-        values.pop("FREQGUARD_BACKEND")
+        read.pop("FREQGUARD_BACKEND")
     try:
-        config = configured(values)
+        config = configured(read)
     except ConfigError as error:
         problems.append(str(error))
-    return problems, config
+    return problems, config, values
 
 
 _NOT_BOTH = "FREQGUARD_CONFIG names the backend: set it or FREQGUARD_BACKEND, not both"

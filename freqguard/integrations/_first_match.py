@@ -124,12 +124,12 @@ def _shown(limit: Limit) -> str:
 def checked_limits(limits: object) -> tuple[Limit, ...]:
     """``limits`` as given to a middleware: a list of :class:`Limit`, or a ConfigError
     naming what came instead."""
-    given = (limits,) if isinstance(limits, str) or limits is None else limits
-    found = tuple(given) if isinstance(given, Iterable) else (given,)
-    for item in found:
-        if not isinstance(item, Limit) or isinstance(limits, Limit):
-            raise ConfigError(
-                f"limits= takes a list of Limit (limits=[Limit('/x', '5/minute')]), got "
-                f"{limits!r:.80}" + (": one Limit goes in a list" * isinstance(limits, Limit))
-            )
-    return found
+    if isinstance(limits, Iterable) and not isinstance(limits, (str, bytes, Limit)):
+        items = tuple(limits)
+        found = tuple(item for item in items if isinstance(item, Limit))
+        if len(found) == len(items):
+            return found
+    one = ": one Limit goes in a list" if isinstance(limits, Limit) else ""
+    raise ConfigError(
+        f"limits= takes a list of Limit (limits=[Limit('/x', '5/minute')]), got {limits!r:.80}{one}"
+    )
