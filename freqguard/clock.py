@@ -18,7 +18,15 @@ from freqguard.errors import ConfigError
 if TYPE_CHECKING:
     from freqguard.rates import Rate
 
-__all__ = ["PERIODS", "Clock", "ManualClock", "SystemClock", "check_calendar", "zone_named"]
+__all__ = [
+    "PERIODS",
+    "Clock",
+    "ManualClock",
+    "SystemClock",
+    "check_calendar",
+    "check_clock",
+    "zone_named",
+]
 
 _US = 1_000_000
 
@@ -42,6 +50,21 @@ class Clock(Protocol):
     async def asleep(self, seconds: float) -> None:
         """Suspend the calling task for ``seconds``."""
         ...
+
+
+def check_clock(clock: Clock | None, where: str) -> Clock | None:
+    """``clock`` if it is one (None stays None).
+
+    Raises:
+        ConfigError: something without ``now_us()`` (a string, a number, a function), named
+            by ``where``: it failed at the first call, far from the mistake.
+    """
+    if clock is None or callable(getattr(clock, "now_us", None)):
+        return clock
+    raise ConfigError(
+        f"{where} must be a clock (its now_us() read; freqguard.SystemClock() or "
+        f"ManualClock(start)), got {clock!r}"
+    )
 
 
 class SystemClock:

@@ -72,6 +72,8 @@ class Receipt:
         fallback: the fallback backend the hit consumed on, as the guard was given it (None:
             the store), where its refund goes whatever the policy's ``on_error`` is by then
             and whichever face of the guard gives it back; not pickled.
+        prefix: the key prefix of the guard that made it (None: one pickled by 0.3.0), whose
+            guards alone give it back.
     """
 
     __slots__ = (
@@ -81,6 +83,7 @@ class Receipt:
         "fingerprint",
         "marks",
         "policy",
+        "prefix",
         "spent",
         "times_us",
     )
@@ -94,8 +97,10 @@ class Receipt:
         marks: Marks,
         fingerprint: str,
         spent: bool = False,
+        prefix: str | None = None,
     ) -> None:
         self.policy = policy
+        self.prefix = prefix
         self.fingerprint = fingerprint
         self.cost = cost
         self.times_us = times_us
@@ -106,7 +111,7 @@ class Receipt:
 
     def __reduce__(self) -> tuple[object, ...]:
         args = (self.policy, self.cost, self.times_us, dict(self.context), self.marks)
-        return (Receipt, (*args, self.fingerprint, self.spent))
+        return (Receipt, (*args, self.fingerprint, self.spent, self.prefix))
 
     def __repr__(self) -> str:  # never the context: it may hold message content
         return f"Receipt(policy={self.policy!r}, cost={self.cost}, times_us={self.times_us})"

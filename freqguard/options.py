@@ -58,9 +58,22 @@ def dimension_names(by: str | Sequence[str]) -> tuple[str, ...]:
     """Validated dimension (or context value) names.
 
     Raises:
-        ConfigError: a name that is not an identifier, a keyword or reserved, or repeated.
+        ConfigError: a name that is not an identifier, a keyword or reserved, or repeated;
+            names that are neither a string nor a list or tuple of them.
     """
-    names = (by,) if isinstance(by, str) else tuple(by)
+    if isinstance(by, str):
+        names: tuple[str, ...] = (by,)
+    elif isinstance(by, (list, tuple)):
+        names = tuple(by)
+    else:  # a set's order is its process's (hash seeds): keys would differ between workers
+        kind = type(by).__name__
+        if isinstance(by, (set, frozenset)):
+            kind += ", whose order differs between processes"
+        raise ConfigError(
+            f"dimension names must be a name or a list or tuple of names, got {by!r} (a "
+            f"{kind}): by='user', or by=['user', 'content'] in order (() for one global "
+            "count)"
+        )
     for name in names:
         if (
             not isinstance(name, str)

@@ -10,7 +10,16 @@ from freqguard.errors import ConfigError
 from freqguard.options import PRIORITY, QuietHours, TierRates, priority_names
 from freqguard.rules import QUIET_RULE, Rule, Strategy, check_name, quiet_rule
 
-__all__ = ["ON_ERROR", "Fallback", "OnError", "Policy", "QuietHours", "check_on_error"]
+__all__ = [
+    "ON_ERROR",
+    "Fallback",
+    "OnError",
+    "Policy",
+    "QuietHours",
+    "check_on_error",
+    "check_size",
+    "derived",
+]
 
 ON_ERROR = ("raise", "allow", "deny")
 
@@ -36,9 +45,10 @@ class Policy:
 
     Raises:
         ConfigError: for a bad name, no rules, a non-Rule, two rules with the same id, a
-            bad ``on_error``, or a policy past its bounds: more than 32 rules, or sliding
-            logs that could hold more than 20,000 entries in all (see
-            :mod:`freqguard.bounds`).
+            bad ``on_error``, priorities no rule's ``only`` or ``caps`` nor the quiet
+            hours refer to, quiet hours that exempt every priority, or a policy past its
+            bounds: more than 32 rules, or sliding logs that could hold more than 20,000
+            entries in all (see :mod:`freqguard.bounds`).
     """
 
     __slots__ = ("name", "on_error", "priorities", "rules")
@@ -50,6 +60,17 @@ class Policy:
         on_error: OnError | None = None,
         priorities: Sequence[str] = (),
         quiet: QuietHours | None = None,
+    ) -> None:
+        self._make(name, rules, on_error, priorities, quiet, used=True)
+
+    def _make(
+        self,
+        name: str,
+        rules: tuple[Rule, ...],
+        on_error: OnError | None,
+        priorities: Sequence[str],
+        quiet: QuietHours | None,
+        used: bool,
     ) -> None:
         if isinstance(name, Rule):  # Policy(Rule(...)): the name left out
             raise ConfigError(f"Policy takes its name first: Policy('sms', {name!r}, ...)")
@@ -72,7 +93,9 @@ class Policy:
         self.priorities = priority_names(f"policy {name!r} priorities", priorities)
         rules = _with_quiet(name, rules, quiet)
         _check_priorities(name, rules, self.priorities)
-        _check_size(name, rules)
+        if used:
+            _check_used(name, rules, self.priorities)
+        check_size(name, rules)
         self.rules: tuple[Rule, ...] = tuple(rules)
         both = sorted(set(self.reads) & set(self.dimensions))
         if both:
@@ -159,7 +182,37 @@ def _check_priorities(name: str, rules: tuple[Rule, ...], priorities: tuple[str,
             )
 
 
-def _check_size(name: str, rules: tuple[Rule, ...]) -> None:
+def derived(name: str, rules: Sequence[Rule], priorities: Sequence[str]) -> Policy:
+    """A policy made of a valid one's rules, some of them at another rate (a per-key limit,
+    a tier, a fallback's shared-out caps): every check of :class:`Policy` but that its
+    priorities are referred to (such a rule keeps its ``only``, not always its caps)."""
+    made = Policy.__new__(Policy)
+    made._make(name, tuple(rules), None, priorities, None, used=False)
+    return made
+
+
+def _check_used(name: str, rules: tuple[Rule, ...], priorities: tuple[str, ...]) -> None:
+    """Priorities that nothing refers to are an option that cannot apply (every hit names
+    one, and none changes anything), and quiet hours that exempt every priority never
+    deny."""
+    if not priorities:
+        return
+    named = {p for rule in rules for p in (*(rule.only or ()), *(p for p, _ in rule.caps))}
+    quiet = next((rule.quiet for rule in rules if rule.quiet is not None), None)
+    if quiet is not None and quiet.exempt and set(priorities) <= set(quiet.exempt):
+        raise ConfigError(
+            f"policy {name!r}: its quiet hours exempt every priority it has "
+            f"({', '.join(priorities)}), so they never hold a message back: exempt fewer"
+        )
+    if not named and (quiet is None or not quiet.exempt):
+        raise ConfigError(
+            f"policy {name!r}: priorities={priorities!r}, but no rule's only= or caps= nor "
+            "the quiet hours' exempt= refer to them, so a hit's priority changes nothing: "
+            "give a rule only=[...] or caps={...}, or leave priorities out"
+        )
+
+
+def check_size(name: str, rules: Sequence[Rule]) -> None:
     """Refuse a policy whose hits could cost unbounded work: too many rules, or logs that
     could hold too many entries in all (each rule is within its own bounds already)."""
     if len(rules) > MAX_RULES:

@@ -115,6 +115,12 @@ def _reads(
     names = dimension_names(reads)
     if names and rate_for is None and not (names == (tz_from,)):
         raise ConfigError(f"reads={names!r} is read by rate_for only, and the rule has none")
+    unread = set(names) - {getattr(rate_for, "read", None), tz_from}
+    if isinstance(rate_for, TierRates) and unread:  # a table says what it reads
+        raise ConfigError(
+            f"reads={names!r}: {sorted(unread)} read by nothing, as the rule's TierRates "
+            f"reads {rate_for.read!r} (TierRates(name, ...) picks the rate by that name)"
+        )
     shared = sorted(set(names) & set(by))
     if shared:
         raise ConfigError(f"reads names values that are no dimension; {shared} are in by")
@@ -205,11 +211,7 @@ class Rule:
                     f"burst applies to token-bucket and gcra only, not {strategy.value} "
                     f"(rule {name or rate!s})"
                 )
-            if (
-                isinstance(burst, bool)
-                or not isinstance(burst, int)
-                or not (1 <= burst <= MAX_BURST)
-            ):
+            if isinstance(burst, bool) or not isinstance(burst, int) or not 0 < burst <= MAX_BURST:
                 raise ConfigError(f"burst must be an integer from 1 to {MAX_BURST}, got {burst!r}")
         if not isinstance(shadow, bool):
             raise ConfigError(f"shadow must be a bool, got {shadow!r}")

@@ -23,7 +23,7 @@ from freqguard._async.leases import (
 )
 from freqguard.backends.base import AsyncBackend
 from freqguard.backends.memory import MemoryBackend
-from freqguard.clock import Clock
+from freqguard.clock import Clock, check_clock
 from freqguard.decision import Decision
 from freqguard.engine.accounting import Accounting, Outcome
 from freqguard.engine.awaitables import must_await
@@ -152,7 +152,7 @@ class AsyncGuard(PeerHabits):
 
     @clock.setter
     def clock(self, clock: Clock | None) -> None:
-        self._now.clock = clock
+        self._now.clock = check_clock(clock, "guard.clock")
 
     @property
     def policies(self) -> Mapping[str, Policy]:

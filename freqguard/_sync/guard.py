@@ -24,7 +24,7 @@ from freqguard._sync.leases import (
 )
 from freqguard.backends.base import SyncBackend
 from freqguard.backends.memory import MemoryBackend
-from freqguard.clock import Clock
+from freqguard.clock import Clock, check_clock
 from freqguard.decision import Decision
 from freqguard.engine.accounting import Accounting, Outcome
 from freqguard.engine.breaker import Breaker
@@ -152,7 +152,7 @@ class Guard(PeerHabits):
 
     @clock.setter
     def clock(self, clock: Clock | None) -> None:
-        self._now.clock = clock
+        self._now.clock = check_clock(clock, "guard.clock")
 
     @property
     def policies(self) -> Mapping[str, Policy]:

@@ -33,7 +33,10 @@ class Durability:
 
     __slots__ = ("replicas", "timeout_ms", "wait")
 
-    def __init__(self, replicas: int, timeout: float, client: object) -> None:
+    def __init__(self, replicas: int, timeout: float | None, client: object) -> None:
+        if timeout is not None and not replicas:  # as a URL's: never quietly ignored
+            raise ConfigError("wait_timeout needs wait_replicas >= 1 (no WAIT is sent without)")
+        timeout = 0.1 if timeout is None else timeout
         self.wait = wait_frame(replicas, timeout)
         socket = socket_timeout(client)
         if self.wait and socket is not None and timeout >= socket:

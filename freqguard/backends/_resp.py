@@ -29,6 +29,7 @@ __all__ = [
     "bulk",
     "call_keys",
     "check_bins",
+    "check_client",
     "chunks",
     "encode",
     "function_args",
@@ -233,6 +234,26 @@ def refuse_renamed(given: Mapping[str, object], owner: str) -> None:
                 f"({RENAMED[name]}={value!r})"
             )
         raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
+
+
+def check_client(client: object, kinds: tuple[type, ...], owner: str) -> None:
+    """Refuse what is not one of ``kinds`` (redis-py's clients of ``owner``'s kind).
+
+    Raises:
+        ConfigError: a URL (named: ``backend_from_url``), a pool, None, or a client of the
+            other kind (sync for async): each failed at the first call, far from the mistake.
+    """
+    if isinstance(client, kinds):
+        return
+
+    def named(kind: type) -> str:
+        return f"{kind.__module__.replace('.client', '')}.{kind.__name__}"
+
+    wanted = " or ".join(named(kind) for kind in kinds)
+    got, hint = (repr(client), "") if client is None else (f"a {named(type(client))}", "")
+    if isinstance(client, (str, bytes)):
+        got, hint = repr(client), f"; a URL is made a backend by backend_from_url({client!r})"
+    raise ConfigError(f"{owner} takes a redis-py client ({wanted}), got {got}{hint}")
 
 
 #: The most replicas a write may be made to wait for (a typo past it, not a topology).

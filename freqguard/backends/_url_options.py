@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import difflib
+import inspect
 import re
+import ssl
 from typing import Any, NoReturn
 from urllib.parse import parse_qs
 
@@ -31,7 +33,9 @@ _FLAGS = frozenset({"socket_keepalive", "retry_on_timeout", "ssl_check_hostname"
 #: How a backend's calls may reach the policy function (``RedisBackend(scripts=...)``).
 SCRIPT_KINDS = ("auto", "functions", "eval")
 # options that take one of a few words
-_CHOICES = {"scripts": SCRIPT_KINDS}
+_CHOICES = {"scripts": SCRIPT_KINDS, "ssl_cert_reqs": ("none", "optional", "required")}
+# options that name ssl.VerifyFlags (comma-separated), which redis-py takes as a list
+_VERIFY_FLAGS = frozenset({"ssl_include_verify_flags", "ssl_exclude_verify_flags"})
 # freqguard's own options, for the backend and not the client: wait for replicas (WAIT),
 # recipients' records shared in bins (RedisBackend's bins), and how calls reach the
 # policy function (Redis Functions or EVAL scripts)
@@ -50,11 +54,8 @@ _TEXTS = frozenset(
         "ssl_ca_path",
         "ssl_certfile",
         "ssl_keyfile",
-        "ssl_cert_reqs",
         "ssl_password",
         "ssl_ciphers",
-        "ssl_include_verify_flags",
-        "ssl_exclude_verify_flags",
         "sentinel_username",
         "sentinel_password",
     }
@@ -62,7 +63,9 @@ _TEXTS = frozenset(
 # the options whose values a message may show: every known one but the passwords
 _SECRET = frozenset({"password", "ssl_password", "sentinel_password"})
 
-_PLAIN = (_SECONDS | _INTEGERS.keys() | _FLAGS | _TEXTS | _CHOICES.keys() | _BACKEND) - _SECRET
+_PLAIN = (
+    _SECONDS | _INTEGERS.keys() | _FLAGS | _TEXTS | _CHOICES.keys() | _VERIFY_FLAGS | _BACKEND
+) - _SECRET
 
 # Options for the sentinels themselves (or for the Sentinel manager): a Sentinel URL's only.
 _FOR_SENTINELS = frozenset({"sentinel_username", "sentinel_password", "min_other_sentinels"})
@@ -238,6 +241,8 @@ def _option(url: str, name: str, text: str) -> Any:
                 f"got {_excerpt(text)!r} (in {_shown(url)!r})"
             )
         return text
+    if name in _VERIFY_FLAGS:
+        return _verify_flags(url, name, text)
     if name in _FLAGS:
         if text.lower() not in _FLAG_VALUES:
             raise ConfigError(
@@ -251,13 +256,38 @@ def _option(url: str, name: str, text: str) -> Any:
             f"(?{_RENAMED[name]}={_excerpt(text)}), in {_shown(url)!r}"
         )
     if name not in _TEXTS:
-        names = sorted(_SECONDS | _INTEGERS.keys() | _FLAGS | _TEXTS | _CHOICES.keys())
+        names = sorted(
+            _SECONDS | _INTEGERS.keys() | _FLAGS | _TEXTS | _CHOICES.keys() | _VERIFY_FLAGS
+        )
         close = difflib.get_close_matches(name[:64], names, n=1)  # bounded: any URL
         meant = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(
             f"unknown option {name!r}{meant} in {_shown(url)!r}; known: {', '.join(names)}"
         )
     return text
+
+
+def _verify_flags(url: str, name: str, text: str) -> list[ssl.VerifyFlags]:
+    """``VERIFY_X509_STRICT,VERIFY_X509_PARTIAL_CHAIN`` as the list of flags redis-py
+    takes (a URL's text reached it as a string, which no TLS connection could use)."""
+    try:
+        from redis.connection import SSLConnection
+
+        taken = name in inspect.signature(SSLConnection).parameters
+    except ModuleNotFoundError:  # checked for a backend, which needs it anyway
+        taken = True
+    if not taken:
+        raise ConfigError(f"{name} needs a newer redis-py than this one (in {_shown(url)!r})")
+    flags = []
+    for word in text.strip("[]").split(","):
+        word = word.strip()
+        if word not in ssl.VerifyFlags.__members__:
+            raise ConfigError(
+                f"{name} takes names of ssl.VerifyFlags, comma-separated (VERIFY_X509_STRICT,"
+                f" ...), got {_excerpt(word)!r} (in {_shown(url)!r})"
+            )
+        flags.append(ssl.VerifyFlags[word])
+    return flags
 
 
 def _options(url: str, scheme: str, text: str) -> dict[str, Any]:

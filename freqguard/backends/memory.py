@@ -20,7 +20,7 @@ from typing import Any
 
 from freqguard.backends._horizons import HorizonStore
 from freqguard.bounds import check_time
-from freqguard.clock import Clock, SystemClock
+from freqguard.clock import Clock, SystemClock, check_clock
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.script.calls import Reply, ScriptCall
 from freqguard.script.contract import HIT, LIMIT
@@ -84,7 +84,7 @@ class MemoryBackend:
             raise ConfigError(f"max_keys must be None or an integer >= 1, got {max_keys!r}")
         if when_full not in WHEN_FULL:
             raise ConfigError(f"when_full must be one of {WHEN_FULL}, got {when_full!r}")
-        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.clock: Clock = check_clock(clock, f"{type(self).__name__}(clock=...)") or SystemClock()
         self.max_keys = max_keys
         self.when_full = when_full
         # [0]: calls on the backend's clock, [1]: calls whose time the Guard pinned (their

@@ -110,6 +110,12 @@ class Hits:
                 f"guard.lease({policy!r}, ...) (a with block gives each back), not with hit, "
                 "hit_many or acquire"
             )
+        if lease and not plan.leased:
+            raise ConfigError(
+                f"policy {policy!r} counts no calls in flight (no 'N concurrent' rule): "
+                f"guard.lease would take its rate units and give nothing back; hit it with "
+                f"guard.hit({policy!r}, ...), or give it a concurrency rule"
+            )
         checked = plan.check_cost(cost)
         texts = plan.texts(ctx)
         start = perf_counter() if self._observers.active else 0.0

@@ -16,7 +16,7 @@ from freqguard.bounds import MAX_SPAN_US
 from freqguard.engine.plan import PolicyPlan, limit_rate
 from freqguard.engine.tiers import rule_params
 from freqguard.errors import ConfigError
-from freqguard.policy import Policy
+from freqguard.policy import derived
 from freqguard.rates import Rate, parse_rate
 from freqguard.rules import Rule, concurrent_rate
 from freqguard.script.calls import Part, Reply, ScriptCall
@@ -171,7 +171,7 @@ def _limit(plan: PolicyPlan, index: int, rate: object) -> KeyLimit:
         )
         rules = list(policy.rules)
         rules[index] = made
-        Policy(policy.name, *rules, priorities=policy.priorities)  # its bounds, at this rate
+        derived(policy.name, rules, policy.priorities)  # its bounds, at this rate
     except ConfigError as exc:
         raise ConfigError(
             f"{where}: the limit {rate} cannot apply: {exc}", argument="rate"

@@ -105,7 +105,7 @@ def decide_op(
                 others = yield undo(calls, replies) + rest
             except BackendUnavailable:  # the store failed after it denied: the denial stands
                 return _denial(plan, [*replies, reply])
-            return plan.decide([*others[:i], reply, *others[i:]])
+            return plan.decide([*others[:i], reply, *others[i:]], texts, cost)  # a check
         replies.append(reply)
     if unsure is not None:  # admitted, and not known to last: on_error answers it
         if plan.leased:  # a lease nobody would give back (the call does not run, or runs
@@ -285,7 +285,7 @@ def many_op(
     for i, t in enumerate(texts):
         part = replies[i * width : (i + 1) * width]
         failed = next((r for r in part if isinstance(r, BackendUnavailable)), None)
-        out.append(plan.decide(part, t, cost, HIT) if failed is None else failed)
+        out.append(plan.decide(part, t, cost, HIT, batch=True) if failed is None else failed)
     return out
 
 

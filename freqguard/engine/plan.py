@@ -6,8 +6,7 @@ back to rules. No I/O.
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
 from typing import TypeVar
@@ -17,6 +16,7 @@ from freqguard.decision import Decision, Receipt, make_decision
 from freqguard.engine.calendar import Calendar
 from freqguard.engine.fingerprints import fingerprint, made_by
 from freqguard.engine.priorities import Priorities
+from freqguard.engine.requests import Requests
 from freqguard.engine.tiers import Tiers, rule_params
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
@@ -24,7 +24,7 @@ from freqguard.rates import Rate
 from freqguard.rules import Rule, limited_rule
 from freqguard.script.calls import Part, Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT, REFUND, RESET
-from freqguard.script.keys import StateLayout, policy_layout, value_text
+from freqguard.script.keys import StateLayout, policy_layout
 from freqguard.script.limits import KeyLimit, rule_tags
 from freqguard.script.strategies import KINDS, StateSpec, twin_of
 from freqguard.script.strategies.base import SKIP
@@ -74,7 +74,7 @@ def _compile_part(states: tuple[StateLayout, ...], policy: Policy, tags: tuple[i
     return Part.build(specs, [state.key for state in states], rule_index, labels)
 
 
-class PolicyPlan:
+class PolicyPlan(Requests):
     """A policy compiled for execution: its parts (their keys as :mod:`freqguard.script.keys` lays
     them out, the integers each rule needs), how a hit is validated, and how replies map back
     to rules."""
@@ -85,6 +85,7 @@ class PolicyPlan:
         "_dimset",
         "_estimate",
         "_limited",
+        "_most",
         "_narrow",
         "_order",
         "_priorities",
@@ -97,6 +98,7 @@ class PolicyPlan:
         "name",
         "parts",
         "policy",
+        "prefix",
         "reads",
         "single_part",
         "tags",
@@ -113,7 +115,7 @@ class PolicyPlan:
         machine's clock), around which a calendar rule's periods are sent when a call's
         time is the store's own. ``bins``: how many bins the records share in Redis
         (``RedisBackend(bins=N)``; 0: a hash each)."""
-        self.policy = policy
+        self.policy, self.prefix = policy, prefix
         self.name = policy.name
         self.dimensions = policy.dimensions
         self._dimset = frozenset(self.dimensions)
@@ -149,59 +151,10 @@ class PolicyPlan:
         # the enforcing rule with the least capacity bounds every cost; a policy of shadow
         # rules only never denies, so any cost goes
         self._narrow = min(enforcing, key=lambda r: r.capacity) if enforcing else None
-
-    # -- requests --------------------------------------------------------------------------
-
-    def texts(self, ctx: Mapping[str, object]) -> dict[str, str]:
-        """Validate a hit's context and turn its values into text (the dimensions, and the
-        values the policy's ``rate_for`` functions read, where given)."""
-        if ctx.keys() != self._dimset:
-            keys = ctx.keys()
-            if self._dimset <= keys <= self._accepts:
-                return {d: value_text(self.name, d, v) for d, v in ctx.items()}
-            missing = [d for d in self.dimensions if d not in ctx]
-            # as text, cut short: a mapping given to hit_many may hold any key
-            unknown = sorted(str(k)[:64] for k in ctx if k not in self._accepts)
-            wanted = ", ".join(self.dimensions) or "none"
-            if self.policy.reads:
-                wanted += f"; and may read: {', '.join(self.policy.reads)}"
-            problems = []
-            if missing:
-                problems.append(f"missing dimension(s) {', '.join(missing)}")
-            if unknown:
-                named = ", ".join(_meant(name, self._accepts) for name in unknown)
-                problems.append(f"unknown dimension(s) {named}")
-            raise ConfigError(
-                f"policy {self.name!r}: {'; '.join(problems)} (it takes: {wanted})",
-                argument=f"context.{(unknown or missing)[0]}",
-            )
-        # a str as it is, without a call (the usual value); any other checked by value_text
-        return {d: v if type(v) is str else value_text(self.name, d, v) for d, v in ctx.items()}
-
-    def check_cost(self, cost: object, *, upper: bool = True) -> int:
-        """Validate a cost: an integer >= 0 that some hit could ever be granted."""
-        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
-            named = ""
-            if isinstance(cost, str) and cost.isascii() and cost.isdigit():
-                named = f"; a cost is an integer: {int(cost[:12])}, not {cost[:12]!r}"
-            elif isinstance(cost, str) and self.dimensions:  # limits' identifiers, by position
-                named = f"; the context is given by name: {self.dimensions[0]}={cost[:40]!r}"
-            raise ConfigError(
-                f"cost must be an integer >= 0, got {cost!r} (policy {self.name!r}){named}",
-                argument="cost",
-            )
-        if upper and self._narrow is not None and cost > self._narrow.capacity:
-            rule = self._narrow.id
-            raise ConfigError(
-                f"cost {cost} exceeds the capacity {self._narrow.capacity} of rule {rule!r} "
-                f"(policy {self.name!r}): no hit of that cost could ever be allowed",
-                argument="cost",
-            )
-        return cost
-
-    def fits(self, cost: int) -> bool:
-        """Whether some hit of ``cost`` could ever be allowed (see :meth:`check_cost`)."""
-        return self._narrow is None or cost <= self._narrow.capacity
+        # what bounds a cost before the call: the largest capacity a rule for every priority
+        # could be decided at (a tier's, a per-key limit's); the hit's own, after a denial
+        most = [r.strategy.max_limit for r in enforcing if r.only is None]
+        self._most = min(most, default=None)
 
     def calls(
         self, texts: Mapping[str, str], now: int | None, cost: int, mode: int
@@ -247,9 +200,12 @@ class PolicyPlan:
         texts: Mapping[str, str] | None = None,
         cost: int = 0,
         mode: int = CHECK,
+        batch: bool = False,
     ) -> Decision:
         """Turn one reply per part (in part order) into a Decision; the per-rule report and
-        the receipt of a hit that consumed are left to the Decision, built when first read."""
+        the receipt of a hit that consumed are left to the Decision, built when first read.
+        A denial of a cost that could never be granted raises (:meth:`check_fits`), but in a
+        ``batch``, whose other hits may have consumed."""
         receipt = None
         if mode == HIT and cost > 0 and texts is not None:
             receipt = partial(self._receipt, texts, cost, replies)
@@ -275,6 +231,8 @@ class PolicyPlan:
                 longest = max(longest, wait)
         denied_by = tuple(rule for rule in denied if rule is not None)
         allowed = not denied_by
+        if not allowed and cost > 0 and not batch:
+            self.check_fits(replies, cost)
         return make_decision(
             self.name,
             allowed,
@@ -290,7 +248,9 @@ class PolicyPlan:
             for index in part.rule_index:
                 times[index] = reply.now
         marks = tuple(reply.marks(cost, HIT) for reply in replies)
-        return Receipt(self.name, cost, tuple(times), texts, marks, self.fingerprint)
+        return Receipt(
+            self.name, cost, tuple(times), texts, marks, self.fingerprint, False, self.prefix
+        )
 
     def leases_of(self, receipt: Receipt) -> Receipt:
         """``receipt`` narrowed to the leases its hit took: its marks kept where a state
@@ -306,6 +266,7 @@ class PolicyPlan:
             receipt.context,
             marks,
             receipt.fingerprint,
+            prefix=receipt.prefix,
         )
 
     def refund_calls(self, receipt: Receipt, now: int | None) -> list[ScriptCall]:
@@ -377,18 +338,3 @@ class PolicyPlan:
             for index in self._skipped(replies):
                 raw[index] = (*raw[index][:3], 0)
         return tuple(raw)
-
-
-#: The keyword arguments of the guard's calls, which a misspelling makes a dimension.
-_KEYWORDS = ("cost", "timeout", "ttl", "rules")
-
-
-def _meant(name: str, accepts: Iterable[str]) -> str:
-    """An unknown name, with the dimension (or keyword argument) it was likely meant as."""
-    close = difflib.get_close_matches(name[:64], sorted(accepts), n=1)
-    if close:
-        return f"{name} (did you mean {close[0]}?)"
-    if name in _KEYWORDS:  # a keyword of another of the guard's calls
-        return f"{name} (an argument of another call, not of this one)"
-    close = difflib.get_close_matches(name[:64], _KEYWORDS, n=1)
-    return f"{name} (did you mean {close[0]}=?)" if close else name

@@ -79,12 +79,24 @@ class Receipts:
         failover, name = self._failover, decision.policy
         fallback = decision.source == "fallback"
         plan = self._policies.plan(name)
+        if receipt.prefix not in (None, plan.prefix):  # another guard's keys: not these
+            raise ConfigError(
+                f"this decision of policy {name!r} was made by a guard of key prefix "
+                f"{receipt.prefix!r}, and this guard's is {plan.prefix!r}: give it back "
+                "through a guard of its prefix"
+            )
         there = failover.on_failure(plan)[1] if fallback else plan  # its limits shared out
         if leases and there.fingerprint != receipt.fingerprint:  # a deploy since the take
             taken = failover.taken_under(name, receipt.fingerprint) if fallback else None
             if taken is None:  # the store's, or a plain fallback's: the plan itself
                 taken = (self._policies.taken_under(name, receipt.fingerprint),) * 2
             plan, there = taken
+        if leases and not plan.leased and plan.fingerprint == receipt.fingerprint:  # spent,
+            # it could not be refunded as it should be
+            raise ConfigError(
+                f"this decision of policy {name!r} holds no lease (the policy has no "
+                "concurrency rule): refund(decision) gives back what its hit took"
+            )
         backend = receipt.fallback
         if fallback and backend is not None:
             backend = failover.drive(backend)  # as this face drives it

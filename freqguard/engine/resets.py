@@ -95,6 +95,8 @@ def _chosen(
     for at, named in enumerate(rules):
         name = named.id if isinstance(named, Rule) else named
         index = ids.get(name) if isinstance(name, str) else None
+        if index is not None and isinstance(named, Rule) and named != policy.rules[index]:
+            index = None  # another rule of the same id: not the policy's
         if index is None:
             known = ", ".join(repr(r.id) for r in policy.rules)
             raise ConfigError(

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol
 
 from freqguard.bounds import check_time
-from freqguard.clock import Clock
+from freqguard.clock import Clock, check_clock
 from freqguard.engine.breaker import Breaker
 from freqguard.engine.denials import Denials
 from freqguard.engine.failover import Failover
@@ -97,6 +97,8 @@ def check_breaker(breaker: object) -> Breaker | None:
 
 def check_observers(observers: Iterable[Observer]) -> tuple[Observer, ...]:
     """The observers, each checked to be one."""
+    if isinstance(observers, Observer) or not isinstance(observers, Iterable):
+        raise TypeError(f"observers takes a list: pass observers=[{observers!r}]")
     checked = tuple(observers)
     for observer in checked:
         if not isinstance(observer, Observer):
@@ -111,7 +113,7 @@ class Now:
     __slots__ = ("clock",)
 
     def __init__(self, clock: Clock | None) -> None:
-        self.clock = clock
+        self.clock = check_clock(clock, "Guard(clock=...)")
 
     def __call__(self) -> int | None:
         clock = self.clock

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from freqguard.errors import ConfigError
-from freqguard.policy import Policy
+from freqguard.policy import Policy, derived
 from freqguard.rates import Rate, parse_rate
 from freqguard.rules import Rule
 
@@ -51,7 +51,7 @@ def shared_out(policy: Policy, workers: int) -> Policy:
                 f"{policy.name!r} out as {max(rule.rate.limit // workers, 1)} per "
                 f"{rule.rate.window} (burst {burst}), which is refused: {exc}"
             ) from None
-    return Policy(policy.name, *rules, priorities=policy.priorities)
+    return derived(policy.name, rules, policy.priorities)
 
 
 def _shared_caps(rule: Rule, capacity: int) -> dict[str, int] | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from freqguard.errors import ConfigError
-from freqguard.policy import Policy
+from freqguard.policy import Policy, derived
 from freqguard.rates import Rate, parse_rate
 from freqguard.rules import Rule
 from freqguard.script.calls import Part, spec_text
@@ -87,7 +87,7 @@ class Tiers:
             try:
                 rules[index] = Rule(rate, rule.by, rule.strategy, name=rule.id, burst=rule.burst)
                 policy = self._policy
-                Policy(policy.name, *rules, priorities=policy.priorities)  # at this rate
+                derived(policy.name, rules, policy.priorities)  # at this rate
             except ConfigError as exc:
                 raise ConfigError(
                     f"rule {rule.id!r} of policy {self._policy.name!r}: rate_for returned "

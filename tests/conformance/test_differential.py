@@ -164,14 +164,21 @@ def _replay(
         else:
             context = _only(policy, pool[arg % len(pool)])
             if kind == "hit":
-                decision = guard.hit("p", min(n, largest), **context)
+                try:  # a cost past a per-key limit's capacity: refused alike everywhere
+                    decision = guard.hit("p", min(n, largest), **context)
+                except ConfigError as exc:
+                    out.append(str(exc))
+                    continue
                 retry_us = round(decision.retry_after * 1_000_000)
                 if decision.receipt is not None:
                     admitted.append(decision)
                     out.append(decision.receipt.times_us)
                 out.append(decision)
             elif kind == "peek":  # what a hit of that cost would get
-                out.append(guard.peek("p", min(n, largest), **context))
+                try:
+                    out.append(guard.peek("p", min(n, largest), **context))
+                except ConfigError as exc:
+                    out.append(str(exc))
             elif kind == "refund":
                 out.append(guard.refund("p", n, **context))
             else:

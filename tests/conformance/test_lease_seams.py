@@ -116,8 +116,10 @@ def _deployed(kind: str) -> tuple[Policy, Policy, dict[str, str]]:
     """A policy, a deploy of it whose rules' states and specs are the same (so its plan's
     fingerprint is the same), and what a hit of the deployed one also names."""
     cc = Rule("2 concurrent", by="user", lease=60, name="cc")
-    if kind == "priorities":  # the same rules, now decided by priority (no caps yet)
-        return Policy("p", cc), Policy("p", cc, priorities=("live", "batch")), {"priority": "live"}
+    if kind == "priorities":  # the same rules, now decided by priority (batch capped)
+        capped = Rule("2 concurrent", by="user", lease=60, name="cc", caps={"batch": 1})
+        deployed = Policy("p", capped, priorities=("live", "batch"))
+        return Policy("p", cc), deployed, {"priority": "live"}
     # a calendar rule whose zone was fixed is now each hit's own (tz_from)
     month = Rule("1000/month", by="user", name="month", calendar=True, tz="UTC")
     zoned = Rule("1000/month", by="user", name="month", calendar=True, tz_from="tz")

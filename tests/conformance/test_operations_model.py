@@ -107,12 +107,15 @@ class Operations(RuleBasedStateMachine):
     def _hit(self, ctx: dict[str, str], cost: int) -> None:
         assert self.guard is not None
         now = self.clock.now_us()
-        if cost > min(r.capacity for r in self.deployed):
+        # a denial of a cost past a denying rule's capacity as decided for the hit (its
+        # tier's, a per-key limit's) is refused, having counted nothing, as the model
+        capacity = {r.name: self.model.params(r, ctx, now).capacity for r in self.deployed}
+        allowed, denied = self.model.hit(self.deployed, self.order, ctx, cost, now)
+        if any(cost > capacity[name] for name in denied):
             with pytest.raises(ConfigError, match="exceeds the capacity"):
                 self.guard.hit("p", cost, **ctx)
             return
         decision = self.guard.hit("p", cost, **ctx)
-        allowed, denied = self.model.hit(self.deployed, self.order, ctx, cost, now)
         got = (decision.allowed, {r.id for r in decision.denied_by})
         assert got == (allowed, denied), (ctx, cost)
 

@@ -84,17 +84,17 @@ def test_a_limit_cleared_never_lets_the_rule_admit_more_than_its_own_in_its_wind
     limit, window = own
     clock = ManualClock(START)
     guard = Guard(MemoryBackend(clock), [_ring(limit, window * US)], clock=clock)
-    rule, admitted, limited = f"rw.{limit}.{window}s", [], False
+    rule, admitted, limited, capacity = f"rw.{limit}.{window}s", [], False, limit
     for kind, arg in steps:
         if kind == "wait":
             clock.advance(arg / 1000)
         elif kind == "limit":
             guard.set_limit("p", rule, f"{arg[0]} per {arg[1]} seconds", u="a")
-            limited = True
+            limited, capacity = True, arg[0]
         elif kind == "clear":
             guard.clear_limit("p", rule, u="a")
-            limited = False
-        elif arg <= limit and guard.hit("p", arg, u="a").allowed:
+            limited, capacity = False, limit
+        elif arg <= capacity and guard.hit("p", arg, u="a").allowed:  # past it: refused
             now = clock.now_us()
             admitted += [now] * arg
             if not limited:

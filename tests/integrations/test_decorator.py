@@ -316,7 +316,8 @@ def test_a_key_without_the_priority_its_policy_decides_by_is_refused_at_decorati
     """Review: a policy with priorities refuses every hit that gives no ``priority``; a key
     that cannot give one fits its dimensions, so it decorated fine and every call failed."""
     guard = Guard(MemoryBackend(), clock=ManualClock(0.0))
-    guard.add_policy(Policy("p", Rule("5/minute", by=("user",)), priorities=("hi", "lo")))
+    rule = Rule("5/minute", by=("user",), caps={"lo": 2})
+    guard.add_policy(Policy("p", rule, priorities=("hi", "lo")))
     with pytest.raises(ConfigError, match="priority"):
 
         @capped("p", key="user", guard=guard)

@@ -41,6 +41,9 @@ def _local(zone: str, year: int, month: int, day: int, hour: int = 0, minute: in
 
 
 def _quiet_policy(**options: object) -> Policy:
+    """21:00 to 08:00; transactional messages pass them unless ``exempt`` says otherwise
+    (priorities nothing refers to are refused)."""
+    options.setdefault("exempt", ("transactional",))
     return Policy(
         "sms",
         Rule("5/hour", by="r", name="hour"),
@@ -340,7 +343,7 @@ def test_a_decision_denied_by_quiet_hours_shows_them_not_a_made_up_rate(clock: M
     decision = guard.hit("sms", r="dana", priority="marketing")
     (quiet,) = decision.denied_by
     assert repr(quiet) == (
-        "Rule(quiet=QuietHours('21:00', '08:00', tz='Europe/Berlin'), by=('r',), "
-        "name='quiet-hours')"
+        "Rule(quiet=QuietHours('21:00', '08:00', tz='Europe/Berlin', "
+        "exempt=('transactional',)), by=('r',), name='quiet-hours')"
     )
     assert "1000000000" not in repr(decision)

@@ -21,6 +21,7 @@ from freqguard.backends._resp import (
     ASKING,
     RAW,
     check_bins,
+    check_client,
     chunks,
     encode,
     function_args,
@@ -28,7 +29,7 @@ from freqguard.backends._resp import (
     refuse_renamed,
 )
 from freqguard.backends._settle import CLAIM, LOAD, Settling, raise_failed
-from freqguard.clock import Clock, SystemClock
+from freqguard.clock import Clock, SystemClock, check_clock
 from freqguard.errors import BackendUnavailable, ConfigError, FreqGuardError
 from freqguard.script.calls import Reply, ScriptCall, unpack
 
@@ -55,22 +56,20 @@ class AsyncRedisBackend:
             are the caller's to set (``backend_from_url`` sets short timeouts, no retries).
         clock: what ``acquire`` sleeps on (default :class:`SystemClock`); decisions use the
             server's time unless the Guard pins one.
-        wait_replicas: after an admission, wait until this many replicas hold it (Redis
-            ``WAIT``, sent with the calls: no extra round trip); fewer within
-            ``wait_timeout`` fail the admitted hits with :class:`~freqguard.BackendUnavailable`
-            (``on_error`` answers); 0 (default): no waiting. See docs/operations.md.
-        wait_timeout: seconds to wait for the replicas (0.001-60; less than the client's
-            socket timeout, or the socket gives up first).
-        bins: share the records of many partition values in this many hashes a policy
-            (1 to 2^32), one compact string each: fewer bytes, more server time; 0 (default):
-            a hash each; every client of a prefix alike. See docs/redis.md.
+        wait_replicas: after an admission, wait until this many replicas hold it (``WAIT``,
+            sent with the calls); fewer within ``wait_timeout`` fail the admitted hits with
+            :class:`~freqguard.BackendUnavailable`; 0 (default): none. See docs/operations.md.
+        wait_timeout: seconds to wait for them (0.001-60, default 0.1; less than the client's
+            socket timeout); only with ``wait_replicas``.
+        bins: share the records of many partition values in this many hashes a policy (1 to
+            2^32; fewer bytes, more server time); 0 (default): a hash each. See docs/redis.md.
         scripts: how calls reach the policy function: ``"functions"`` (Redis Functions,
             Redis 7.0+), ``"eval"`` (EVALSHA scripts, for stores without Functions), or
             ``"auto"`` (default): Functions unless the store refuses them.
 
     Raises:
-        ConfigError: a bad ``wait_replicas``, ``wait_timeout`` (or one not shorter than the
-            client's socket timeout), ``bins`` or ``scripts``.
+        ConfigError: no redis-py client of this kind (a URL: ``backend_from_url``), a bad
+            ``wait_replicas``, ``wait_timeout``, ``bins`` or ``scripts``.
     """
 
     #: On a cluster, the node each call goes to (``host:port``): the guard's circuit
@@ -83,17 +82,18 @@ class AsyncRedisBackend:
         *,
         clock: Clock | None = None,
         wait_replicas: int = 0,
-        wait_timeout: float = 0.1,
+        wait_timeout: float | None = None,
         bins: int = 0,
         scripts: str = "auto",
         **renamed: NoReturn,
     ) -> None:
-        refuse_renamed(renamed, type(self).__name__)
+        refuse_renamed(renamed, owner := type(self).__name__)
+        check_client(client, (AsyncRedis, AsyncRedisCluster), owner)
         self.bins = check_bins(bins)  # the guard builds its keys by it
         self._durability = durability = Durability(wait_replicas, wait_timeout, client)
         self._wait = durability.wait
         self.client = client
-        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.clock: Clock = check_clock(clock, f"{owner}(clock=...)") or SystemClock()
         self._cluster = isinstance(client, AsyncRedisCluster)
         if isinstance(client, AsyncRedisCluster):
             self.node_of = routing.node_names(client)

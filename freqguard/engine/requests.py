@@ -1,0 +1,119 @@
+"""What a call brings, checked: its context's names and values, and its cost, before the
+store decides it and, for a cost no rule as decided could grant, after a denial. The
+checks of :class:`~freqguard.engine.plan.PolicyPlan`, which inherits them. No I/O."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
+
+from freqguard.errors import ConfigError
+from freqguard.policy import Policy
+from freqguard.rules import Rule
+from freqguard.script.calls import Part, Reply
+from freqguard.script.keys import value_text
+
+__all__ = ["Requests"]
+
+
+class Requests:
+    """The checks of a call's context and cost, on a compiled policy's facts."""
+
+    __slots__ = ()
+    name: str
+    policy: Policy
+    dimensions: tuple[str, ...]
+    parts: tuple[Part, ...]
+    _dimset: frozenset[str]
+    _accepts: frozenset[str]
+    _most: int | None
+    _narrow: Rule | None
+
+    def _rules(self, replies: Sequence[Reply]) -> tuple[Rule, ...]:
+        raise NotImplementedError  # the rules as the replies decided them (PolicyPlan)
+
+    def texts(self, ctx: Mapping[str, object]) -> dict[str, str]:
+        """Validate a hit's context and turn its values into text (the dimensions, and the
+        values the policy's ``rate_for`` functions read, where given)."""
+        if ctx.keys() != self._dimset:
+            keys = ctx.keys()
+            if self._dimset <= keys <= self._accepts:
+                return {d: value_text(self.name, d, v) for d, v in ctx.items()}
+            missing = [d for d in self.dimensions if d not in ctx]
+            # as text, cut short: a mapping given to hit_many may hold any key
+            unknown = sorted(str(k)[:64] for k in ctx if k not in self._accepts)
+            wanted = ", ".join(self.dimensions) or "none"
+            if self.policy.reads:
+                wanted += f"; and may read: {', '.join(self.policy.reads)}"
+            problems = []
+            if missing:
+                problems.append(f"missing dimension(s) {', '.join(missing)}")
+            if unknown:
+                named = ", ".join(_meant(name, self._accepts) for name in unknown)
+                problems.append(f"unknown dimension(s) {named}")
+            raise ConfigError(
+                f"policy {self.name!r}: {'; '.join(problems)} (it takes: {wanted})",
+                argument=f"context.{(unknown or missing)[0]}",
+            )
+        # a str as it is, without a call (the usual value); any other checked by value_text
+        return {d: v if type(v) is str else value_text(self.name, d, v) for d, v in ctx.items()}
+
+    def check_cost(self, cost: object, *, upper: bool = True) -> int:
+        """Validate a cost: an integer >= 0 that some hit could ever be granted."""
+        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+            named = ""
+            if isinstance(cost, str) and cost.isascii() and cost.isdigit():
+                named = f"; a cost is an integer: {int(cost[:12])}, not {cost[:12]!r}"
+            elif isinstance(cost, str) and self.dimensions:  # limits' identifiers, by position
+                named = f"; the context is given by name: {self.dimensions[0]}={cost[:40]!r}"
+            raise ConfigError(
+                f"cost must be an integer >= 0, got {cost!r} (policy {self.name!r}){named}",
+                argument="cost",
+            )
+        if upper and self._most is not None and cost > self._most:
+            raise ConfigError(
+                f"cost {cost} exceeds the largest capacity a rule of policy {self.name!r} "
+                f"could be decided at ({self._most}): no hit of that cost could ever be allowed",
+                argument="cost",
+            )
+        return cost
+
+    def check_fits(self, replies: Sequence[Reply], cost: int) -> None:
+        """After a denial: refuse a cost no hit of this context could ever be granted (a
+        rule's capacity as decided for it: its tier's or per-key limit's rate, less what
+        its priority must leave), as an error rather than a denial for ever.
+
+        Raises:
+            ConfigError: naming the rule and the capacity.
+        """
+        rules = self._rules(replies)
+        for part, reply in zip(self.parts, replies):  # noqa: B905 (one reply per part)
+            params = [p for spec in reply.part.specs for p in spec.rules]
+            for index, p, wait in zip(part.rule_index, params, reply.waits):  # noqa: B905
+                if wait and not p.shadow and cost + p.reserve > p.capacity:
+                    takes, rule = p.capacity - p.reserve, rules[index]
+                    raise ConfigError(
+                        f"cost {cost} exceeds the capacity {takes} of rule {rule.id!r} "
+                        f"(policy {self.name!r}) for this hit: no hit of that cost could ever "
+                        "be allowed",
+                        argument="cost",
+                    )
+
+    def fits(self, cost: int) -> bool:
+        """Whether some hit of ``cost`` could ever be allowed (see :meth:`check_cost`)."""
+        return self._narrow is None or cost <= self._narrow.capacity
+
+
+#: The keyword arguments of the guard's calls, which a misspelling makes a dimension.
+_KEYWORDS = ("cost", "timeout", "ttl", "rules")
+
+
+def _meant(name: str, accepts: Iterable[str]) -> str:
+    """An unknown name, with the dimension (or keyword argument) it was likely meant as."""
+    close = difflib.get_close_matches(name[:64], sorted(accepts), n=1)
+    if close:
+        return f"{name} (did you mean {close[0]}?)"
+    if name in _KEYWORDS:  # a keyword of another of the guard's calls
+        return f"{name} (an argument of another call, not of this one)"
+    close = difflib.get_close_matches(name[:64], _KEYWORDS, n=1)
+    return f"{name} (did you mean {close[0]}=?)" if close else name
