@@ -101,12 +101,15 @@ def _us(window: timedelta) -> int:
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 
 
-def parse_rates(text: str) -> tuple[Rate, ...]:
-    """Parse one or several rates: ``"15/minute; 50 per day"``.
+def parse_rates(text: str | limits.RateLimitItem) -> tuple[Rate, ...]:
+    """Parse one or several rates: ``"15/minute; 50 per day"`` (or one rate item of
+    ``limits``, ``RateLimitItemPerMinute(10)``, as a Rule takes it).
 
     Raises:
         ConfigError: naming the text and the grammar when it does not parse.
     """
+    if isinstance(text, limits.RateLimitItem):
+        return (item_rate(text),)
     if not isinstance(text, str):
         joined = ""
         if (

@@ -7,10 +7,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
+import limits
+
 from freqguard.decorators.defaults import default_guard
 from freqguard.errors import ConfigError
 from freqguard.guard import AsyncGuard, Guard, not_a_guard
-from freqguard.rates import parse_rates, peer_rate
+from freqguard.rates import item_rate, parse_rates, peer_rate, written
 from freqguard.rules import NAME_PATTERN, Rule, fit_name
 
 __all__ = ["implicit_name", "parse_target", "unknown_policy"]
@@ -49,6 +51,8 @@ def parse_target(
     """
     if guard is not None and not isinstance(guard, (Guard, AsyncGuard)):
         raise not_a_guard(guard, "@capped")
+    if isinstance(rule, limits.RateLimitItem):  # limits' item, as Rule takes it
+        rule = written(item_rate(rule))
     if isinstance(rule, Rule):
         return (rule,), None
     if isinstance(rule, str):
@@ -63,6 +67,9 @@ def parse_target(
             return (), rule
         return (rule,), None
     items = tuple(rule) if isinstance(rule, Sequence) else ()
+    items = tuple(
+        written(item_rate(r)) if isinstance(r, limits.RateLimitItem) else r for r in items
+    )
     if not items or not all(isinstance(r, str | Rule) for r in items):
         raise ConfigError(
             f"rule must be a rate string, a Rule, a list of them or a policy name, got {rule!r}"

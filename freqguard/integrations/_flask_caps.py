@@ -283,20 +283,24 @@ def check_not_both(blueprint: Blueprint, cap: BlueprintCap | None, exempt: bool)
 
 
 def route_of(
-    app: Flask, endpoint: str, key: KeyFunc, defaults: tuple[Rate, ...], made: list[Made]
+    app: Flask, endpoint: str, key: KeyFunc, defaults: tuple[Rate | Rule, ...], made: list[Made]
 ) -> Route | None:
     """The endpoint's route: the default limits or its blueprints' caps, and its view's
     cap, decided together (None: nothing caps it).
 
     Args:
         key: the extension's key function, which keys the default limits.
-        defaults: the rates of ``FREQGUARD_DEFAULT_LIMITS``.
+        defaults: the rates and Rules of ``FREQGUARD_DEFAULT_LIMITS``.
 
     Raises:
         ConfigError: a shared blueprint cap and a cap only this route has, or a cost (the
             view's, else its blueprint's) that the narrowest of its rules cannot hold.
     """
     view = app.view_functions.get(endpoint)
+    owner, _, last = endpoint.rpartition(".")
+    files = app.blueprints.get(owner) if owner else app
+    if last == "static" and files is not None and files.has_static_folder:
+        return None  # an app's or a blueprint's static files, as Flask-Limiter leaves them
     cap = view_cap(app, endpoint, made)
     exempt = getattr(view, "_freqguard_exempt", False)
     around, with_defaults = ([], False) if exempt else _around(app, endpoint)

@@ -30,7 +30,9 @@ _THEIRS = {
     "freqguard.integrations.flask import remote_address, the default key)",
     "key_func": "key= here, a function of the request (client_ip(), header(...))",
     "exempt_when": "raise SkipRequest in the key function for a request left uncapped",
-    "override_defaults": "defaults=True here (on a Blueprint's cap)",
+    "override_defaults": "a view's caps go beside the default limits; @fg.exempt over the "
+    "cap leaves them out, as override_defaults=True does (on a Blueprint's cap, "
+    "defaults=True keeps them, as override_defaults=False)",
     "error_message": "the answer is @app.errorhandler(CapExceeded)'s",
     "on_breach": "a refusal is CapExceeded: @app.errorhandler(CapExceeded)",
     "scope": "name= here: a budget shared by every view naming it",
@@ -59,7 +61,7 @@ _LIMITERS = {
     "storage_options": "make the backend yourself: FreqGuard(app, guard=Guard(backend))",
     "headers_enabled": 'app.config["FREQGUARD_HEADERS"] = "x-ratelimit" (the headers are '
     'always sent; "ietf", the default, or "none")',
-    "enabled": 'app.config["FREQGUARD_ENABLED"] = False',
+    "enabled": 'fg.enabled = False, or app.config["FREQGUARD_ENABLED"] = False',
     "on_breach": "a refusal is CapExceeded: answer it with @app.errorhandler(CapExceeded)",
     "strategy": 'a strategy is a rule\'s: Rule("2/minute", strategy=...) (the default, the '
     "sliding log, is exact in any window)",
@@ -74,6 +76,29 @@ _LIMITERS = {
     "guard=Guard(backend, on_error=fallback_backend)",
     "default_limits_exempt_when": "raise SkipRequest in key= for a request left uncapped",
     "key_prefix": "the records' prefix is the guard's: guard=Guard(backend, prefix='myapp')",
+    "default_limits_per_method": "each method its own budget: FreqGuard(app, key=lambda "
+    "request: {**remote_address(request), 'method': request.method})",
+    "default_limits_deduct_when": "deduct_when= is a view cap's: @fg.capped(..., "
+    "deduct_when=...) (the default limits count every request)",
+    "default_limits_cost": "a request's cost is its view cap's: @fg.capped(..., cost=2) "
+    "(the default limits count 1 a request)",
+    "application_limits_per_method": "a Limit per method: Limit(..., methods=['POST'])",
+    "application_limits_exempt_when": "raise SkipRequest in the Limit's key=",
+    "application_limits_deduct_when": "no deduct_when on the WSGI middleware's Limit: cap "
+    "the view instead, @fg.capped(..., deduct_when=...)",
+    "application_limits_cost": "the WSGI middleware's Limit(..., cost=2)",
+    "header_name_mapping": "the headers are a profile, their names fixed: FREQGUARD_HEADERS "
+    '= "x-ratelimit", "draft6" or "ietf"',
+    "retry_after": "Retry-After is sent in seconds with every 429 (no HTTP date)",
+    "meta_limits": "no limit on breaches: hit a second policy in your "
+    "@app.errorhandler(CapExceeded)",
+    "on_meta_breach": "no limit on breaches: hit a second policy in your "
+    "@app.errorhandler(CapExceeded)",
+    "fail_on_first_breach": "every rule of a route is decided at once, and a denial counts "
+    "in none of them",
+    "auto_check": "every request is decided before its view; a cap inside a view is "
+    "@fg.capped on a function it calls",
+    "request_identifier": "the key names the caller: key=, a function of the request",
 }
 
 
@@ -119,6 +144,10 @@ _METHODS = {
     "shared_limit": '@fg.capped("3/minute", name="s") on each view: one budget for the views '
     "naming it",
     "request_filter": "a key function that raises SkipRequest: the request is left uncapped",
+    "reset": "guard.reset(policy, **key) forgets one key's counts (a test: a Guard of its "
+    "own, Guard(MemoryBackend()))",
+    "current_limit": "the response's RateLimit headers (FREQGUARD_HEADERS), and "
+    "CapExceeded.decision in a 429's @app.errorhandler",
 }
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "path_param",
     "problem_body",
     "problem_detail",
+    "refuse_slowapi",
     "view_methods",
 ]
 
@@ -152,7 +153,7 @@ class Limit:
         on_error: object = None,
         **theirs: NoReturn,
     ) -> None:
-        _refuse_theirs(theirs, path)
+        refuse_slowapi(theirs, "Limit", f"Limit({path!r})")
         chosen = check_methods(methods)
         methods_text = "-".join(sorted(chosen or ["ANY"]))
         fields = {
@@ -196,16 +197,16 @@ _THEIRS = {
 }
 
 
-def _refuse_theirs(theirs: Mapping[str, object], path: str) -> None:
-    """slowapi's ``limit()`` arguments, refused naming freqguard's way (any other name a
-    TypeError, as Python would)."""
+def refuse_slowapi(theirs: Mapping[str, object], owner: str, where: str) -> None:
+    """slowapi's ``limit()`` arguments given to ``owner`` (``Limit``, ``limit_dependency``),
+    refused naming freqguard's way (any other name a TypeError, as Python would)."""
     for name in theirs:
         if name in _THEIRS:
             raise ConfigError(
-                f"Limit({path!r}): slowapi's {name}= is not Limit's: {_THEIRS[name]} "
+                f"{where}: slowapi's {name}= is not {owner}'s: {_THEIRS[name]} "
                 "(docs/coming-from/flask-limiter.md)"
             )
-        raise TypeError(f"Limit() got an unexpected keyword argument {name!r}")
+        raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
 
 
 def _check_on_error(on_error: object, rule: object, path: str) -> object:

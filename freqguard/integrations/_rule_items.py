@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import limits
+
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
 from freqguard.rates import Rate, parse_rates, peer_rate
@@ -29,16 +31,19 @@ def rule_items(
         page: the "Coming from" page whose row shows a callable rate's translation.
 
     Raises:
-        ConfigError: an item neither a rate string nor a Rule (a callable: a rate per
-            request, which a tier is here), or no rule at all.
+        ConfigError: an item neither a rate string (or limits' item) nor a Rule (a
+            callable: a rate per request, which a tier is here), a rate a sliding log cannot
+            hold (past 10,000: a Rule of another strategy), or no rule at all.
     """
     items = rule if isinstance(rule, (list, tuple)) else [rule]
     parsed: list[Rate | Rule] = []
     for item in items:
         if isinstance(item, Rule):
             parsed.append(item)
-        elif isinstance(item, str):
-            parsed.extend(parse_rates(item))
+        elif isinstance(item, (str, limits.RateLimitItem)):
+            for rate in parse_rates(item):
+                Rule(rate)  # a rate is a sliding-log rule: its bounds, told here
+                parsed.append(rate)
         else:
             raise ConfigError(_not_a_rule(item, where, policy, page))
     if not parsed:

@@ -101,10 +101,16 @@ class FreqGuardMiddleware:
         limits: route patterns to rules, first match wins: put the narrower first (one
             that an earlier one wholly covers is refused).
         headers: the header profile (``"ietf"``, ``"draft6"``, ``"x-ratelimit"``, ``"none"``).
+        refused: answers a denied HTTP request in place of the problem document: an async
+            function of the request's scope and its :class:`~freqguard.Decision` returning
+            the ASGI app that answers it (a Starlette ``Response`` is one), sent with the
+            rate-limit headers; the app's own exception handlers never see a request the
+            middleware refuses (slowapi's ``_rate_limit_exceeded_handler``, replaced).
 
     Raises:
         ConfigError: a Limit an earlier one wholly covers (its methods, and every path it
-            matches), which could never decide a request: put the narrower first.
+            matches), which could never decide a request: put the narrower first; a
+            ``refused`` that is not a function.
     """
 
     def __init__(
@@ -114,7 +120,13 @@ class FreqGuardMiddleware:
         guard: Guard | AsyncGuard | Config | None = None,
         limits: Sequence[Limit],
         headers: str = "ietf",
+        refused: Callable[[Scope, Decision], Awaitable[ASGIApp]] | None = None,
     ) -> None:
+        if refused is not None and not callable(refused):
+            raise ConfigError(
+                f"refused= takes an async function (scope, decision), got {refused!r}"
+            )
+        self._refused = refused
         if guard is None:  # slowapi's Limiter holds its storage: here the guard does
             raise ConfigError(
                 "FreqGuardMiddleware needs guard=: FreqGuardMiddleware(app, "
@@ -165,13 +177,18 @@ class FreqGuardMiddleware:
 
     async def _answered(self, answer: Answer, scope: Scope, receive: Receive, send: Send) -> None:
         """The app called (its answer given the decision's headers), or the refusal sent."""
-        kind = scope["type"]
+        kind, app = scope["type"], self.app
         if not answer.allowed:
-            await _refuse(scope, send, answer)
-            return
+            refused, decision = self._refused, answer.decision
+            if refused is None or answer.status != 429 or decision is None or kind != "http":
+                await _refuse(scope, send, answer)
+                return
+            app = await refused(scope, decision)  # its answer, with the rate-limit headers
         extra = answer.raw_headers() if kind == "http" else None
+        if app is not self.app and extra:  # not the problem document's own
+            extra = [(k, v) for k, v in extra if not k.startswith(b"content-")]
         if not extra:
-            await self.app(scope, receive, send)
+            await app(scope, receive, send)
             return
 
         async def send_with_headers(message: Message) -> None:
@@ -179,7 +196,7 @@ class FreqGuardMiddleware:
                 message["headers"] = [*message.get("headers", ()), *extra]
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        await app(scope, receive, send_with_headers)
 
 
 async def _refuse(scope: Scope, send: Send, answer: Answer) -> None:

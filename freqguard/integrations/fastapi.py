@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from typing import cast
+from typing import NoReturn, cast
 
 from freqguard.errors import extra_missing
 
@@ -34,6 +34,7 @@ from freqguard.integrations._http import (
     KeyFunc,
     Limit,
     problem_detail,
+    refuse_slowapi,
 )
 from freqguard.integrations.asgi import async_guard_for, request_info
 from freqguard.policy import Policy
@@ -114,12 +115,17 @@ def limit_dependency(
     name: str | None = None,
     headers: str = "ietf",
     on_error: object = None,
-) -> Callable[..., Awaitable[None]]:
+    **theirs: NoReturn,
+) -> Callable[..., Awaitable[Decision | None]]:
     """A FastAPI dependency: ``Depends(limit_dependency(guard, "5/minute", name="login"))``.
 
     Decided on the same path as the middleware. Denials raise :class:`Refused` (429, 400
     when the key refuses the request, 503 when the store fails and ``on_error`` is
-    ``"raise"``); allowed responses get the rate-limit headers. ``on_error`` as for
+    ``"raise"``); the response FastAPI makes of an endpoint's return value gets the
+    rate-limit headers. The dependency's value is the decision (None for a request its key
+    skipped): an endpoint that returns a Response of its own adds them, ``decision:
+    Decision = Depends(...)``, then ``JSONResponse(..., headers=decision.headers())``.
+    ``on_error`` as for
     :class:`Limit`. ``rule`` as for :class:`Limit`: rate strings, or Rules (one with
     ``rate_for`` decides a tier per request, from the values the key function gives).
 
@@ -127,6 +133,7 @@ def limit_dependency(
         ConfigError: what :class:`Limit` refuses, and a concurrency rule (a dependency
             returns before its endpoint: the middleware holds a lease while it runs).
     """
+    refuse_slowapi(theirs, "limit_dependency", "limit_dependency")
     if rule is None:  # limit_dependency("5/minute"): the guard left out
         raise ConfigError(
             f"limit_dependency takes the guard first: limit_dependency(guard, {guard!r}, "
@@ -163,7 +170,7 @@ def limit_dependency(
         )
     decider = Decider(aguard, [route], check_profile(headers))
 
-    async def dependency(request: Request, response: Response) -> None:
+    async def dependency(request: Request, response: Response) -> Decision | None:
         info = request_info(request.scope, dict(request.path_params))
         answer = await decider.adecide(aguard.hit, route, info)
         if not answer.allowed:
@@ -174,5 +181,6 @@ def limit_dependency(
             )
             raise Refused(answer, detail)
         response.headers.update(answer.headers)
+        return answer.decision  # None: the key skipped the request (SkipRequest)
 
     return dependency

@@ -7,8 +7,8 @@ Configuration (``app.config``):
 * ``FREQGUARD_CONFIG``: a configuration file's path (or a loaded
   :class:`~freqguard.config.Config`) to make the guard from, its policies registered;
   instead of ``FREQGUARD_BACKEND`` and a guard, not with them.
-* ``FREQGUARD_DEFAULT_LIMITS``: rates applied to every view not exempt, each route (Flask
-  endpoint) counted on its own (default none).
+* ``FREQGUARD_DEFAULT_LIMITS``: rates (a string, or a list of strings and Rules) applied
+  to every view not exempt but static files, each route counted on its own (default none).
 * ``FREQGUARD_HEADERS``: the header profile (default ``"ietf"``).
 * ``FREQGUARD_ENABLED``: ``False`` switches every cap of the app off (default ``True``).
 
@@ -91,7 +91,7 @@ from freqguard.integrations._request import check_key
 from freqguard.integrations._rule_items import check_cost, rule_items
 from freqguard.integrations._settings import configured
 from freqguard.integrations.wsgi import request_info
-from freqguard.rates import Rate, parse_rates
+from freqguard.rates import Rate
 from freqguard.rules import Rule, check_name
 
 __all__ = ["BadRequest", "FreqGuard", "SkipRequest", "client_ip", "header", "remote_address"]
@@ -115,7 +115,7 @@ def remote_address(request_info: RequestInfo) -> dict[str, object]:
 class _State:
     guard: Guard
     decider: Decider  # registers each route's policy once on this app's guard
-    defaults: tuple[Rate, ...]
+    defaults: tuple[Rate | Rule, ...]
     enabled: bool = True
     routes: dict[str, Route | None] = field(default_factory=dict)  # by endpoint, built once
     caps: dict[str, FlaskViewCap | None] = field(default_factory=dict)  # the views', alike
@@ -128,6 +128,11 @@ class FreqGuard:
         app: the app (first, or as ``app=``), or None to call :meth:`init_app` later.
         guard: a Guard to use (default: one on ``FREQGUARD_BACKEND``).
         key: the default key function (default: :func:`remote_address`).
+
+    Attributes:
+        enabled: False switches every cap of every app it serves off, as
+            ``FREQGUARD_ENABLED = False`` does for one app (Flask-Limiter's
+            ``limiter.enabled``, a test's switch).
 
     Raises:
         ConfigError: an app that is not a Flask app (a key function first, as in
@@ -153,6 +158,7 @@ class FreqGuard:
         self._key: KeyFunc = remote_address if key is None else check_key(key, "FreqGuard")
         self._named: dict[str, tuple[Rate | Rule, ...]] = {}  # each name= budget's rates
         self._made: list[Made] = []  # the views capped, to find one capped over its route
+        self.enabled = True  # False: every app's caps off (as FREQGUARD_ENABLED = False)
         if app is not None:
             self.init_app(app)
 
@@ -176,7 +182,7 @@ class FreqGuard:
             if self._guard is not None and made_by in app.config:
                 raise ConfigError(f"{made_by} makes the guard: pass guard= or it, not both")
         profile = check_profile(app.config.get("FREQGUARD_HEADERS", "ietf"))
-        defaults = parse_rates(default) if default else ()
+        defaults = rule_items(default, "FREQGUARD_DEFAULT_LIMITS", False) if default else ()
         state = _State(guard, Decider(guard, (), profile), defaults, enabled=enabled)
         self._routes(state, app)  # checked now, built at the first request
         app.extensions["freqguard"] = state
@@ -208,7 +214,7 @@ class FreqGuard:
         with ``deduct``, its hit is refunded once the response is made, unless ``deduct``
         accepts the response."""
         state = self._state()
-        if not state.enabled:  # FREQGUARD_ENABLED = False
+        if not (state.enabled and self.enabled):  # FREQGUARD_ENABLED = False, fg.enabled
             return
         info = request_info(request.environ, request.view_args or {})
         try:

@@ -493,7 +493,7 @@ def test_a_methods_cap_costs_nothing_to_the_other_methods(clock: ManualClock) ->
         ({"per_method": True}, "{**remote_address(request), 'method': request.method}"),
         ({"key_func": lambda: "u"}, "key= here, a function of the request"),
         ({"exempt_when": lambda: True}, "raise SkipRequest in the key function"),
-        ({"override_defaults": False}, "defaults=True here"),
+        ({"override_defaults": False}, "a view's caps go beside the default limits"),
         ({"error_message": "slow down"}, "@app.errorhandler(CapExceeded)"),
         ({"on_breach": print}, "@app.errorhandler(CapExceeded)"),
         ({"scope": "s"}, "name= here"),
