@@ -56,10 +56,11 @@ def check_clock(clock: Clock | None, where: str) -> Clock | None:
     """``clock`` if it is one (None stays None).
 
     Raises:
-        ConfigError: something without ``now_us()`` (a string, a number, a function), named
-            by ``where``: it failed at the first call, far from the mistake.
+        ConfigError: something without ``now_us()`` (a string, a number, a function) or a
+            clock's class (``SystemClock`` for ``SystemClock()``), named by ``where``: it
+            failed at the first call, far from the mistake.
     """
-    if clock is None or callable(getattr(clock, "now_us", None)):
+    if clock is None or (callable(getattr(clock, "now_us", None)) and not isinstance(clock, type)):
         return clock
     raise ConfigError(
         f"{where} must be a clock (its now_us() read; freqguard.SystemClock() or "

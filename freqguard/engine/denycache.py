@@ -89,8 +89,8 @@ class DenyCache:
             if now >= until or generation != self._generation.get(policy, 0):
                 del self._entries[key]
                 return None
-            if cost < denied_cost:
-                return None
+            if cost != denied_cost:  # a larger one may be one no hit could ever be granted:
+                return None  # the store answers it (and the guard refuses it by name)
             self._entries.move_to_end(key)
         return _aged(policy, denial, until, now)
 

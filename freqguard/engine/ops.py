@@ -59,7 +59,12 @@ Op = Generator[Step, list[Reply], T]
 
 
 def decide_op(
-    plan: PolicyPlan, texts: Mapping[str, str], cost: int, mode: int, now: int | None
+    plan: PolicyPlan,
+    texts: Mapping[str, str],
+    cost: int,
+    mode: int,
+    now: int | None,
+    batch: bool = False,
 ) -> Op[Decision]:
     """One hit/check/refund/reset of one context.
 
@@ -71,19 +76,20 @@ def decide_op(
     fails that give-back keeps those units (the strict side), and the hit is the denial
     all the same (:func:`_denial`), not a failure for ``on_error``. A lease's take the
     store applied and no replica acknowledged gives its leases back before ``on_error``
-    answers (a hit's units, and the take's rate units, are kept: the strict side).
+    answers (a hit's units, and the take's rate units, are kept: the strict side). In a
+    ``batch``, a cost no rule as decided could grant is denied, not raised.
     """
     calls = plan.calls(texts, now, cost, mode)
     if len(calls) == 1 or mode != HIT or cost == 0:
         if not plan.leased or mode != HIT:
-            return plan.decide((yield calls), texts, cost, mode)
+            return plan.decide((yield calls), texts, cost, mode, batch)
         try:
             answered = yield calls
         except BackendUnavailable as exc:  # applied, unacknowledged: its lease goes back
             if exc.applied is not None:
                 yield from give_back(leases_only(undo(calls, [exc.applied])))
             raise
-        return plan.decide(answered, texts, cost, mode)
+        return plan.decide(answered, texts, cost, mode, batch)
     replies: list[Reply] = []
     unsure: BackendUnavailable | None = None  # a part applied it, no replica acknowledged
     for i, call in enumerate(calls):
@@ -105,13 +111,13 @@ def decide_op(
                 others = yield undo(calls, replies) + rest
             except BackendUnavailable:  # the store failed after it denied: the denial stands
                 return _denial(plan, [*replies, reply])
-            return plan.decide([*others[:i], reply, *others[i:]], texts, cost)  # a check
+            return plan.decide([*others[:i], reply, *others[i:]], texts, cost, batch=batch)
         replies.append(reply)
     if unsure is not None:  # admitted, and not known to last: on_error answers it
         if plan.leased:  # a lease nobody would give back (the call does not run, or runs
             yield from give_back(leases_only(undo(calls, replies)))  # failing open)
         raise unsure
-    return plan.decide(replies, texts, cost, mode)
+    return plan.decide(replies, texts, cost, mode, batch)
 
 
 def _denial(plan: PolicyPlan, replies: list[Reply]) -> Decision:
@@ -256,7 +262,7 @@ def many_op(
         results: list[Decision | BackendUnavailable] = []
         for t in texts:  # a comprehension cannot yield
             try:
-                results.append((yield from decide_op(plan, t, cost, HIT, now())))
+                results.append((yield from decide_op(plan, t, cost, HIT, now(), True)))
             except BackendUnavailable as exc:
                 if not nodes:
                     return results + [exc] * (len(texts) - len(results))

@@ -148,9 +148,10 @@ class PolicyPlan(Requests):
         self._estimate = estimate if estimate is not None else SystemClock().now_us
         self._limited: dict[tuple[int, KeyLimit], Rule] = {}  # rules as per-key limits make them
         enforcing = [r for r in rules if not r.shadow]
-        # the enforcing rule with the least capacity bounds every cost; a policy of shadow
-        # rules only never denies, so any cost goes
-        self._narrow = min(enforcing, key=lambda r: r.capacity) if enforcing else None
+        # the enforcing rule for every hit at its own rate with the least capacity (what a
+        # fallback's shared-out plan must hold: no per-key limit there); none: any cost
+        binding = [r for r in enforcing if r.only is None and r.rate_for is None]
+        self._narrow = min(binding, key=lambda r: r.capacity) if binding else None
         # what bounds a cost before the call: the largest capacity a rule for every priority
         # could be decided at (a tier's, a per-key limit's); the hit's own, after a denial
         most = [r.strategy.max_limit for r in enforcing if r.only is None]

@@ -90,8 +90,9 @@ class Requests:
         for part, reply in zip(self.parts, replies):  # noqa: B905 (one reply per part)
             params = [p for spec in reply.part.specs for p in spec.rules]
             for index, p, wait in zip(part.rule_index, params, reply.waits):  # noqa: B905
-                if wait and not p.shadow and cost + p.reserve > p.capacity:
-                    takes, rule = p.capacity - p.reserve, rules[index]
+                takes = p.capacity - p.reserve  # none: a per-key limit below the reserve of
+                if wait and not p.shadow and 0 < takes < cost:  # other priorities, a denial
+                    rule = rules[index]
                     raise ConfigError(
                         f"cost {cost} exceeds the capacity {takes} of rule {rule.id!r} "
                         f"(policy {self.name!r}) for this hit: no hit of that cost could ever "
@@ -100,7 +101,8 @@ class Requests:
                     )
 
     def fits(self, cost: int) -> bool:
-        """Whether some hit of ``cost`` could ever be allowed (see :meth:`check_cost`)."""
+        """Whether a hit of ``cost`` could be allowed by the rules as written that bind every
+        hit (not a tier's, not one priority's): a fallback's shared-out plan asks."""
         return self._narrow is None or cost <= self._narrow.capacity
 
 

@@ -13,9 +13,15 @@ from typing import Any, NoReturn
 from flask import Flask
 
 from freqguard.errors import ConfigError
+from freqguard.integrations._http import KeyFunc, check_keyed
+from freqguard.integrations._request import dimensions_of
+from freqguard.integrations._rule_items import rule_items
 from freqguard.integrations._settings import COMMON, MEANT, peer_setting, unknown_setting
+from freqguard.policy import Policy
+from freqguard.rates import Rate
+from freqguard.rules import Rule
 
-__all__ = ["check_settings", "refuse_attribute", "refuse_theirs", "the_app"]
+__all__ = ["check_settings", "default_limits", "refuse_attribute", "refuse_theirs", "the_app"]
 
 _log = logging.getLogger("freqguard")
 
@@ -181,6 +187,26 @@ _WAYS = {
     "RATELIMIT_APPLICATION": _LIMITERS["application_limits"],
     "RATELIMIT_DEFAULTS_EXEMPT_WHEN": _LIMITERS["default_limits_exempt_when"],
 }
+
+
+def default_limits(given: object, key: KeyFunc) -> tuple[Rate | Rule, ...]:
+    """``FREQGUARD_DEFAULT_LIMITS`` (a rate string, or a list of them and Rules) as every
+    route's policy will hold them, checked at ``init_app`` (not a 500 at each request):
+    keyed by the extension's key (a Rule keyed by a dimension it does not give is refused),
+    and a policy (a Rule for some priorities only: the default limits have none).
+
+    Raises:
+        ConfigError: naming the setting and the rule.
+    """
+    defaults = rule_items(given, "FREQGUARD_DEFAULT_LIMITS", False) if given else ()
+    known = dimensions_of(key)
+    if known is not None and defaults:
+        rules = check_keyed("FREQGUARD_DEFAULT_LIMITS", defaults, known)
+        try:
+            Policy("flask.defaults", *rules)
+        except ConfigError as exc:
+            raise ConfigError(f"FREQGUARD_DEFAULT_LIMITS: {exc}") from None
+    return defaults
 
 
 def check_settings(settings: Mapping[str, Any]) -> bool:

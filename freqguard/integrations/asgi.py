@@ -17,6 +17,7 @@ Starlette and FastAPI users import the same names from
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
@@ -101,11 +102,12 @@ class FreqGuardMiddleware:
         limits: route patterns to rules, first match wins: put the narrower first (one
             that an earlier one wholly covers is refused).
         headers: the header profile (``"ietf"``, ``"draft6"``, ``"x-ratelimit"``, ``"none"``).
-        refused: answers a denied HTTP request in place of the problem document: an async
-            function of the request's scope and its :class:`~freqguard.Decision` returning
-            the ASGI app that answers it (a Starlette ``Response`` is one), sent with the
-            rate-limit headers; the app's own exception handlers never see a request the
-            middleware refuses (slowapi's ``_rate_limit_exceeded_handler``, replaced).
+        refused: answers a denied HTTP request in place of the problem document: a function
+            (or an async one) of the request's scope and its :class:`~freqguard.Decision`
+            returning the ASGI app that answers it (a Starlette ``Response`` is one), sent
+            with the rate-limit headers it does not set itself; the app's own exception
+            handlers never see a request the middleware refuses (slowapi's
+            ``_rate_limit_exceeded_handler``, replaced).
 
     Raises:
         ConfigError: a Limit an earlier one wholly covers (its methods, and every path it
@@ -120,7 +122,7 @@ class FreqGuardMiddleware:
         guard: Guard | AsyncGuard | Config | None = None,
         limits: Sequence[Limit],
         headers: str = "ietf",
-        refused: Callable[[Scope, Decision], Awaitable[ASGIApp]] | None = None,
+        refused: Callable[[Scope, Decision], Awaitable[ASGIApp] | ASGIApp] | None = None,
     ) -> None:
         if refused is not None and not callable(refused):
             raise ConfigError(
@@ -177,18 +179,16 @@ class FreqGuardMiddleware:
 
     async def _answered(self, answer: Answer, scope: Scope, receive: Receive, send: Send) -> None:
         """The app called (its answer given the decision's headers), or the refusal sent."""
-        kind, app = scope["type"], self.app
+        kind = scope["type"]
         if not answer.allowed:
-            refused, decision = self._refused, answer.decision
-            if refused is None or answer.status != 429 or decision is None or kind != "http":
+            if self._refused is None or answer.decision is None or kind != "http":
                 await _refuse(scope, send, answer)
-                return
-            app = await refused(scope, decision)  # its answer, with the rate-limit headers
+            else:
+                await self._answer_refused(answer, scope, receive, send)
+            return
         extra = answer.raw_headers() if kind == "http" else None
-        if app is not self.app and extra:  # not the problem document's own
-            extra = [(k, v) for k, v in extra if not k.startswith(b"content-")]
         if not extra:
-            await app(scope, receive, send)
+            await self.app(scope, receive, send)
             return
 
         async def send_with_headers(message: Message) -> None:
@@ -196,7 +196,28 @@ class FreqGuardMiddleware:
                 message["headers"] = [*message.get("headers", ()), *extra]
             await send(message)
 
-        await app(scope, receive, send_with_headers)
+        await self.app(scope, receive, send_with_headers)
+
+    async def _answer_refused(
+        self, answer: Answer, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """A denial answered by ``refused=``'s app, with the rate-limit headers it does not
+        set itself (not the problem document's content headers)."""
+        refused, decision = self._refused, answer.decision
+        assert refused is not None
+        assert decision is not None
+        made = refused(scope, decision)
+        app = await made if inspect.isawaitable(made) else made
+        ours = [(k, v) for k, v in answer.raw_headers() if not k.startswith(b"content-")]
+
+        async def send_with_ours(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                given = list(message.get("headers", ()))
+                named = {name.lower() for name, _ in given}
+                message["headers"] = [*given, *(h for h in ours if h[0] not in named)]
+            await send(message)
+
+        await app(scope, receive, send_with_ours)
 
 
 async def _refuse(scope: Scope, send: Send, answer: Answer) -> None:

@@ -73,6 +73,7 @@ from freqguard.integrations._flask_caps import (
 from freqguard.integrations._flask_errors import register_handlers, warn_unseen
 from freqguard.integrations._flask_habits import (
     check_settings,
+    default_limits,
     refuse_attribute,
     refuse_theirs,
     the_app,
@@ -87,7 +88,7 @@ from freqguard.integrations._http import (
     header,
     view_methods,
 )
-from freqguard.integrations._request import check_key
+from freqguard.integrations._request import check_key, declared
 from freqguard.integrations._rule_items import check_cost, rule_items
 from freqguard.integrations._settings import configured
 from freqguard.integrations.wsgi import request_info
@@ -111,6 +112,9 @@ def remote_address(request_info: RequestInfo) -> dict[str, object]:
     return _peer(request_info)  # type: ignore[return-value]
 
 
+declared(remote_address, "client")  # the key of the default limits, checked at init_app
+
+
 @dataclass
 class _State:
     guard: Guard
@@ -130,9 +134,7 @@ class FreqGuard:
         key: the default key function (default: :func:`remote_address`).
 
     Attributes:
-        enabled: False switches every cap of every app it serves off, as
-            ``FREQGUARD_ENABLED = False`` does for one app (Flask-Limiter's
-            ``limiter.enabled``, a test's switch).
+        enabled: False switches off every cap of the apps it serves (``limiter.enabled``).
 
     Raises:
         ConfigError: an app that is not a Flask app (a key function first, as in
@@ -172,7 +174,6 @@ class FreqGuard:
                 (see :meth:`capped`; the routes are checked again at the first request).
         """
         enabled = check_settings(app.config)
-        default = app.config.get("FREQGUARD_DEFAULT_LIMITS")
         guard = (
             self._guard
             or _configured(app.config)
@@ -182,7 +183,7 @@ class FreqGuard:
             if self._guard is not None and made_by in app.config:
                 raise ConfigError(f"{made_by} makes the guard: pass guard= or it, not both")
         profile = check_profile(app.config.get("FREQGUARD_HEADERS", "ietf"))
-        defaults = rule_items(default, "FREQGUARD_DEFAULT_LIMITS", False) if default else ()
+        defaults = default_limits(app.config.get("FREQGUARD_DEFAULT_LIMITS"), self._key)
         state = _State(guard, Decider(guard, (), profile), defaults, enabled=enabled)
         self._routes(state, app)  # checked now, built at the first request
         app.extensions["freqguard"] = state
