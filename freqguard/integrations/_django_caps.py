@@ -31,7 +31,7 @@ from freqguard.integrations._django_requests import (
     with_headers,
 )
 from freqguard.integrations._django_settings import their_key
-from freqguard.integrations._django_state import State, ViewCap, current
+from freqguard.integrations._django_state import EXEMPT, NAMED, State, ViewCap, current
 from freqguard.integrations._held import leasing, leasing_async
 from freqguard.integrations._http import KeyFunc, view_methods
 from freqguard.integrations._request import check_key
@@ -106,7 +106,10 @@ def capped(
     lock = threading.Lock()
 
     def made(target: Any) -> ViewCap:
-        return ViewCap(items, key, cost, name, _alone(target), on_error, block, chosen)
+        cap = ViewCap(items, key, cost, name, _alone(target), on_error, block, chosen)
+        if name is not None:
+            NAMED.setdefault(name, cap)  # one budget, one set of rules (else refused)
+        return cap
 
     def cap_for(target: Any) -> ViewCap:
         """A cap of its own for each view; one for all the calls of a decorated method."""
@@ -163,6 +166,8 @@ def exempt(target: V) -> V:
     """
     _check_target("exempt", target)
     target._freqguard_exempt = True  # type: ignore[attr-defined]
+    if not isinstance(target, type):  # under DRF's @api_view, which names its class so
+        EXEMPT.add((target.__module__, getattr(target, "__name__", "")))
     return target
 
 

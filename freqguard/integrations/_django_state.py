@@ -20,6 +20,7 @@ from django.urls import URLPattern, URLResolver
 
 from freqguard.backends.urls import async_backend_from_url, backend_from_url
 from freqguard.decorators.adapters import as_async
+from freqguard.errors import ConfigError
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.integrations._client_ip import client_ip
 from freqguard.integrations._decide import Decider, KeyedRules, Route
@@ -31,6 +32,8 @@ from freqguard.rates import Rate
 from freqguard.rules import Rule, fit_name
 
 __all__ = [
+    "EXEMPT",
+    "NAMED",
     "State",
     "ViewCap",
     "current",
@@ -40,6 +43,14 @@ __all__ = [
 ]
 
 _peer = client_ip()
+
+
+#: The functions ``@exempt`` marked, by module and name: DRF's ``@api_view`` over one makes
+#: a class of that module and name, which holds a handler calling it, not the function.
+EXEMPT: set[tuple[str, str]] = set()
+#: The caps given a ``name=`` (its budget), by name: what :func:`peek` and :func:`hit` of
+#: ``freqguard.integrations.django`` decide a request on.
+NAMED: dict[str, ViewCap] = {}
 
 
 @dataclass(eq=False)  # hashed by identity: a request's decided caps are a set of them
@@ -158,7 +169,8 @@ class State:
         cap, one policy decided in one hit (None: nothing caps it). Route names are not
         unique in Django: a name ``resolver`` gives several views is told apart by the
         view's dotted path (one view under several paths of one name is one route)."""
-        owner = getattr(view, "view_class", None)  # a class-based view's as_view()
+        # a class-based view's as_view(); a DRF router's ViewSet says .cls only
+        owner = getattr(view, "view_class", None) or getattr(view, "cls", None)
         where = (view_name, owner or view)
         try:
             return self.routes[where]
@@ -175,10 +187,7 @@ class State:
         )
         if cap is not None and not cap.merges:  # decided on its own, when the view runs
             cap = None
-        exempt = getattr(view, "_freqguard_exempt", False) or getattr(
-            owner, "_freqguard_exempt", False
-        )
-        defaults = () if exempt else self.settings.defaults
+        defaults = () if _exempt(view, owner) else self.settings.defaults
         keyed = [KeyedRules(self.key, defaults, "default")] if defaults else []
         if cap is not None:
             keyed.append(KeyedRules(cap.key or self.key, cap.items))
@@ -191,6 +200,18 @@ class State:
         self.routes[where] = found
         return found
 
+    def named_route(self, name: str) -> Route:
+        """The route of the caps named ``name``.
+
+        Raises:
+            ConfigError: no cap has that name (listing those that do).
+        """
+        cap = NAMED.get(name)
+        if cap is None:
+            known = ", ".join(sorted(NAMED)) or "none"
+            raise ConfigError(f"no @capped(..., name={name!r}) (the caps named: {known})")
+        return self.alone_route(cap)
+
     def alone_route(self, cap: ViewCap) -> Route:
         """The route of a cap decided on its own (no middleware, a method's cap, or one the
         middleware leaves to its view: named, not blocking, or for some methods)."""
@@ -200,6 +221,20 @@ class State:
             made = Route(cap.name or cap.alone, (part,), cap.cost, on_error=cap.on_error)
             route = self.alone[cap] = self.remember(made, f"@capped on {cap.alone[12:]}")
         return route
+
+
+def _exempt(view: Any, owner: Any) -> bool:
+    """Whether ``@exempt`` marks the view, its class, or every handler its class defines
+    (DRF's ``@api_view`` makes a class of the function under it, the mark with it)."""
+    if getattr(view, "_freqguard_exempt", False) or getattr(owner, "_freqguard_exempt", False):
+        return True
+    named = (getattr(owner, "__module__", ""), getattr(owner, "__name__", ""))
+    if getattr(owner, "__qualname__", "").endswith("WrappedAPIView") and named in EXEMPT:
+        return True  # @exempt under @api_view
+    own = vars(owner) if isinstance(owner, type) else {}
+    names = [m for m in getattr(owner, "http_method_names", ()) if m not in ("options", "head")]
+    handlers = [own[m] for m in names if m in own]
+    return bool(handlers) and all(getattr(h, "_freqguard_exempt", False) for h in handlers)
 
 
 def _dotted(target: Any) -> str:

@@ -35,6 +35,8 @@ name them:
   (the walk goes on past them), so their views were not checked.
 
 The views come from the walk of the URLconf (:mod:`freqguard.integrations._drf_walk`).
+And what DRF's counting keeps that freqguard's throttles do not (:data:`NOT_READ`, refused
+on a class; :func:`not_kept`, read on an instance), named with freqguard's way.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from __future__ import annotations
 import difflib
 import sys
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from django.conf import settings as django_settings
 from django.core import checks
@@ -60,7 +62,7 @@ from freqguard.integrations._drf_walk import (
 )
 from freqguard.rates import parse_rates
 
-__all__ = ["Given", "given", "throttle_checks"]
+__all__ = ["NOT_READ", "Given", "given", "not_kept", "throttle_checks"]
 
 #: The views an error names by name; the others it counts.
 _SHOWN = 3
@@ -76,6 +78,37 @@ class Given(NamedTuple):
 
     scope: object  # None: the throttle's own ``rate``; else DEFAULT_THROTTLE_RATES[scope]
     text: object  # a rate; None under a scope: not throttled, as in DRF
+
+
+#: What only DRF's own counting reads, and freqguard's way instead.
+NOT_READ = {
+    "timer": "time is the guard's clock (FREQGUARD_BACKEND=Guard(backend, clock=...))",
+    "cache": "the counts are kept in FREQGUARD_BACKEND's store",
+    "parse_rate": "a rate is read by freqguard's grammar, DRF's spellings too: give rate, a "
+    "scope's DEFAULT_THROTTLE_RATES, or get_rate() a string",
+    "throttle_success": "allow_request decides on the guard; a request's decision is self.decision",
+    "throttle_failure": "allow_request decides on the guard; a request's decision is self.decision",
+}
+
+
+#: What DRF's counting keeps on a throttle that a subclass reads after ``allow_request``.
+_NOT_KEPT = frozenset({"num_requests", "duration", "history", "now"})
+
+
+def not_kept(throttle: object, name: str) -> NoReturn:
+    """``throttle.<name>``, which freqguard's throttles do not have: DRF's counting's
+    (``num_requests``, ``history``...) named with freqguard's way.
+
+    Raises:
+        AttributeError: always.
+    """
+    found = f"{type(throttle).__qualname__!r} object has no attribute {name!r}"
+    if name in _NOT_KEPT:
+        found += (
+            ": DRF's counting is not kept on freqguard's throttles; the request's decision "
+            "is self.decision (remaining, capacity, retry_after)"
+        )
+    raise AttributeError(found, name=name, obj=throttle)
 
 
 def given(rate: object, scope: object, rates: object) -> Given | None:

@@ -88,6 +88,8 @@ __all__ = [
     "exempt",
     "guard",
     "header",
+    "hit",
+    "peek",
     "user_or_ip",
 ]
 
@@ -218,6 +220,32 @@ KEY_MAKERS.extend([user_or_ip, user_or])
 def guard() -> Guard:
     """The sync Guard the integration decides with (to reset, refund or peek)."""
     return current().guard()
+
+
+def peek(request: HttpRequest, name: str) -> Decision:
+    """What ``request`` would get from the caps named ``name`` (``@capped(..., name=name)``),
+    keyed as they key it; counts nothing (django-ratelimit's ``is_ratelimited(request,
+    group=name)`` is ``not peek(request, name).allowed``). Answers before any of those
+    views has served a request.
+
+    Raises:
+        ConfigError: no cap of that name.
+        BadRequest, SkipRequest: as the caps' key function raises them.
+    """
+    state = current()
+    route = state.named_route(name)
+    ctx = state.decider().prepare(route, request_info(request))
+    return state.guard().peek(route.name, route.cost, **ctx)
+
+
+def hit(request: HttpRequest, name: str) -> Decision:
+    """Count ``request`` against the caps named ``name``, as they would (django-ratelimit's
+    ``is_ratelimited(..., increment=True)``: count a failed login, say), and return the
+    decision; :func:`peek`'s errors."""
+    state = current()
+    route = state.named_route(name)
+    ctx = state.decider().prepare(route, request_info(request))
+    return state.guard().hit(route.name, route.cost, **ctx)
 
 
 def async_guard() -> AsyncGuard:

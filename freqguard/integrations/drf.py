@@ -39,7 +39,7 @@ import inspect
 import json
 from collections.abc import Sequence
 from contextvars import ContextVar
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from rest_framework.exceptions import APIException, ParseError
 from rest_framework.request import Request
@@ -50,9 +50,9 @@ from freqguard.decision import Decision
 from freqguard.errors import ConfigError
 from freqguard.integrations._client_ip import hop_key
 from freqguard.integrations._decide import KeyedRules, Route
-from freqguard.integrations._django_requests import notes_of, request_info
+from freqguard.integrations._django_requests import give_back, notes_of, request_info
 from freqguard.integrations._django_state import State, current
-from freqguard.integrations._drf_throttles import given
+from freqguard.integrations._drf_throttles import NOT_READ, given, not_kept
 from freqguard.integrations._request import KEY_MAKERS, KeyFunc, RequestInfo, SkipRequest, declared
 from freqguard.integrations._rule_items import check_cost
 from freqguard.integrations.django import client_ip, user_or
@@ -91,17 +91,6 @@ def drf_rates(rate: str) -> tuple[Rate, ...]:
     return parse_rates(rate)
 
 
-#: What only DRF's own counting reads, and freqguard's way instead.
-_NOT_READ = {
-    "timer": "time is the guard's clock (FREQGUARD_BACKEND=Guard(backend, clock=...))",
-    "cache": "the counts are kept in FREQGUARD_BACKEND's store",
-    "parse_rate": "a rate is read by freqguard's grammar, DRF's spellings too: give rate, a "
-    "scope's DEFAULT_THROTTLE_RATES, or get_rate() a string",
-    "throttle_success": "allow_request decides on the guard; a request's decision is self.decision",
-    "throttle_failure": "allow_request decides on the guard; a request's decision is self.decision",
-}
-
-
 class FreqGuardThrottle(BaseThrottle):
     """A DRF throttle deciding on freqguard's guard.
 
@@ -133,7 +122,7 @@ class FreqGuardThrottle(BaseThrottle):
         """
         super().__init_subclass__(**kwargs)
         own = cls.__mro__[: cls.__mro__.index(FreqGuardThrottle)]  # a mixin's too
-        for name, instead in _NOT_READ.items():
+        for name, instead in NOT_READ.items():
             if any(name in vars(klass) for klass in own):
                 raise ConfigError(
                     f"{cls.__qualname__}.{name} is DRF's SimpleRateThrottle's, which "
@@ -157,9 +146,23 @@ class FreqGuardThrottle(BaseThrottle):
     def _address(self) -> KeyFunc:
         """The address of an anonymous request (dimension ``client``): the class's own
         ``get_ident``, else :func:`drf_client`'s."""
-        if type(self).get_ident is not BaseThrottle.get_ident:
+        if type(self).get_ident is not FreqGuardThrottle.get_ident:
             return declared(_own_ident, "client")
         return drf_client(self.trusted_proxies)
+
+    def get_ident(self, request: Any) -> str:
+        """The client's address as this throttle keys it (behind ``trusted_proxies``, or
+        ``NUM_PROXIES``: :func:`drf_client`), for a ported ``get_cache_key``: DRF's own
+        reads the whole ``X-Forwarded-For``, which any client writes."""
+        found = drf_client(self.trusted_proxies)(
+            request_info(getattr(request, "_request", request))
+        )
+        return str(found["client"])  # type: ignore[index]
+
+    if not TYPE_CHECKING:  # mypy refuses them itself
+
+        def __getattr__(self, name: str) -> NoReturn:  # DRF's counting's, read by habit
+            not_kept(self, name)
 
     def rates(self) -> tuple[Rate, ...]:
         """The rates this throttle decides now (none: its scope's rate is None, and it
@@ -266,7 +269,10 @@ class FreqGuardThrottle(BaseThrottle):
         self.decision = answer.decision
         if self.decision is None:  # a key function skipped the request
             return True
-        notes_of(request).note(answer)
+        notes = notes_of(request)
+        notes.note(answer)
+        if not self.decision.allowed:  # a refused request counts nothing (the middleware's
+            give_back(notes)  # hit of the default limits, given back)
         return self.decision.allowed
 
     def wait(self) -> float | None:

@@ -220,19 +220,23 @@ def test_post_field_key(clock: ManualClock) -> None:
 
 def test_is_ratelimited_is_peek(clock: ManualClock) -> None:
     """Both count nothing when asked; django-ratelimit says whether the requests it counted
-    are over the rate, peek whether the next one would be admitted: one apart."""
-    theirs = ratelimit(group="peeked", key="ip", rate="2/m")(_ok)
-    ours = capped("2/m", name="peeked")(_ok)
+    are over the rate, peek whether the next one would be admitted: one apart. And
+    ``increment=True`` counts one, as ``hit(request, name)`` does."""
+    theirs = ratelimit(group="peeked", key="ip", rate="3/m")(_ok)
+    ours = capped("3/m", name="peeked")(_ok)
     theirs(_request())
     ours(_request())
-    guard = fg_django.guard()
     for _ in range(3):  # asking counts nothing
-        assert not is_ratelimited(_request(), group="peeked", key="ip", rate="2/m")
-        assert guard.peek("peeked", client="127.0.0.1").allowed
+        assert not is_ratelimited(_request(), group="peeked", key="ip", rate="3/m")
+        assert fg_django.peek(_request(), "peeked").allowed
+    assert not is_ratelimited(
+        _request(), group="peeked", key="ip", rate="3/m", increment=True
+    )  # counted: 2 of 3
+    assert fg_django.hit(_request(), "peeked").allowed
     theirs(_request())
     ours(_request())
-    assert not is_ratelimited(_request(), group="peeked", key="ip", rate="2/m")  # 2 of 2
-    assert not guard.peek("peeked", client="127.0.0.1").allowed  # the next: refused
+    assert not is_ratelimited(_request(), group="peeked", key="ip", rate="3/m")  # 3 of 3
+    assert not fg_django.peek(_request(), "peeked").allowed  # the next: refused
     assert _runs(theirs, 1) == _runs(ours, 1) == [False]
 
 
