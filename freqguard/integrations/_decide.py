@@ -31,6 +31,7 @@ from freqguard.integrations._http import (
     check_keyed,
     context_of,
     problem_body,
+    rekeyed,
     unavailable_body,
 )
 from freqguard.integrations._request import dimensions_of, refuse_empty
@@ -132,6 +133,8 @@ class Route:
             for item, rule in zip(keyed.items, made, strict=True):
                 if keyed.label and isinstance(item, Rate):
                     rule = Rule(item, by=by, name=f"{keyed.label}.{rule.id}")
+                elif keyed.label == "default":  # a default Rule, named apart as a rate is
+                    rule = rekeyed(rule, rule.by, f"default.{rule.id}")
                 rules.append(rule)
         return Policy(self.name, *rules, on_error=self.on_error)
 

@@ -5,6 +5,8 @@ throttles reading one scope at different rates (their own ``rate``, or one's own
 ``DEFAULT_THROTTLE_RATES``'). One error a budget, naming each set's rules and views. A
 throttle whose own code gives its rate is not judged; a rate that does not parse is E003's.
 The views come from the walk of the URLconf (:mod:`freqguard.integrations._drf_walk`).
+And where the middleware stands (:func:`middleware_checks`): ``freqguard.W006`` default
+limits that nothing applies, ``freqguard.W007`` a key reading the user before it is known.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from freqguard.integrations._rule_items import check_cost
 from freqguard.rates import Rate, parse_rates, written
 from freqguard.rules import Rule
 
-__all__ = ["budget_checks", "cost_checks"]
+__all__ = ["budget_checks", "cost_checks", "middleware_checks"]
 
 _SHOWN = 3  # the views a set names; the others it counts
 _UNKNOWN = "key"  # a key's dimensions, known only from a request
@@ -146,9 +148,52 @@ def _ours(path: object) -> bool:
     """Whether the middleware ``path`` names is freqguard's, or made from it (a subclass,
     or the class under another module's name), told by the names in its MRO (as Django
     imports it: one that does not import is Django's own check's)."""
+    return _is(path, _MIDDLEWARE)
+
+
+def _is(path: object, named: tuple[str, str]) -> bool:
+    """Whether the class ``path`` names is ``named`` (module, name), or made from it."""
+    if path == ".".join(named):  # as written: whether or not it imports here
+        return True
     try:
         found = import_string(path) if isinstance(path, str) else None
     except Exception:
         return False
     mro = getattr(found, "__mro__", ())
-    return any((c.__module__, c.__name__) == _MIDDLEWARE for c in mro)
+    return any((c.__module__, c.__name__) == named for c in mro)
+
+
+_AUTH = ("django.contrib.auth.middleware", "AuthenticationMiddleware")
+
+
+def middleware_checks(walked: Walk, fallen: bool) -> list[checks.CheckMessage]:
+    """``freqguard.W006``: ``FREQGUARD_DEFAULT_LIMITS`` set, and neither freqguard's
+    middleware (a subclass, or under another module's name, alike) nor a freqguard DRF
+    throttle without a rate of its own (``fallen``: it falls back on them) to apply them.
+    ``freqguard.W007``: the middleware before ``AuthenticationMiddleware`` while
+    ``FREQGUARD_KEY``, or a cap it decides, keys by the user: every request is keyed as
+    anonymous, by its address."""
+    stack = list(getattr(django_settings, "MIDDLEWARE", None) or ())
+    ours = [i for i, path in enumerate(stack) if _ours(path)]
+    found: list[checks.CheckMessage] = []
+    if getattr(django_settings, "FREQGUARD_DEFAULT_LIMITS", None) and not (ours or fallen):
+        text = (
+            "FREQGUARD_DEFAULT_LIMITS is set, but freqguard.integrations.django."
+            "FreqGuardMiddleware is not in MIDDLEWARE (nor a freqguard DRF throttle seen to "
+            "read them): the default limits cap no view; add the middleware, after "
+            "AuthenticationMiddleware"
+        )
+        found.append(checks.Warning(text, id="freqguard.W006"))
+    auth = [i for i, path in enumerate(stack) if _is(path, _AUTH)]
+    key = getattr(django_settings, "FREQGUARD_KEY", None)
+    users = [where for where, _ in walked.users]
+    if getattr(key, "needs_user", False):
+        users.insert(0, "FREQGUARD_KEY")
+    if ours and auth and ours[0] < auth[0] and users:
+        text = (
+            f"freqguard's middleware is placed before AuthenticationMiddleware, and "
+            f"{_views(users)} key by request.user: every request is keyed as anonymous "
+            "(by its address); place the middleware after it"
+        )
+        found.append(checks.Warning(text, id="freqguard.W007"))
+    return found

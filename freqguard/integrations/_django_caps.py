@@ -28,10 +28,11 @@ from freqguard.integrations._django_requests import (
     noted,
     notes_of,
     request_info,
+    taken,
     with_headers,
 )
 from freqguard.integrations._django_settings import their_key
-from freqguard.integrations._django_state import EXEMPT, NAMED, State, ViewCap, current
+from freqguard.integrations._django_state import NAMED, State, ViewCap, current
 from freqguard.integrations._held import leasing, leasing_async
 from freqguard.integrations._http import KeyFunc, view_methods
 from freqguard.integrations._request import check_key
@@ -166,8 +167,6 @@ def exempt(target: V) -> V:
     """
     _check_target("exempt", target)
     target._freqguard_exempt = True  # type: ignore[attr-defined]
-    if not isinstance(target, type):  # under DRF's @api_view, which names its class so
-        EXEMPT.add((target.__module__, getattr(target, "__name__", "")))
     return target
 
 
@@ -241,6 +240,7 @@ def _run_alone(cap: ViewCap, request: Any, view: Callable[[], Any]) -> Any:
     if denied is not None and (cap.block or answer.status != 429):
         give_back(notes)
         return denied
+    taken(request, guard, answer)  # given back if a later throttle refuses the request
     return answered(guard, held, lambda: _own_headers(request, view()), request)
 
 
@@ -260,6 +260,7 @@ async def _arun_alone(cap: ViewCap, request: Any, view: Callable[[], Awaitable[A
     if denied is not None and (cap.block or answer.status != 429):
         await agive_back(notes)
         return denied
+    taken(request, guard, answer)
 
     async def respond() -> Any:
         return _own_headers(request, await view())

@@ -145,11 +145,12 @@ def load_user(request: Any) -> None:
         user.is_authenticated  # noqa: B018 -- evaluated for its side effect, the lookup
 
 
-def taken(request: Any, guard: Guard | AsyncGuard, answer: Answer, held: list[Decision]) -> None:
-    """Note what an admitted hit took (not a lease: given back when answered), to give back
-    if a cap decided later refuses the request."""
+def taken(request: Any, guard: Guard | AsyncGuard, answer: Answer) -> None:
+    """Note what an admitted hit took, to give back if a cap or a freqguard DRF throttle
+    decided later refuses the request (a lease's rate units too: its release, when the
+    request is answered, leaves one given back already be)."""
     decision = answer.decision
-    if answer.allowed and decision is not None and decision not in held:
+    if answer.allowed and decision is not None:
         notes_of(request).taken.append((guard, decision))
 
 

@@ -115,7 +115,7 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     URLconf past the bound of the walk, ``freqguard.W004`` includes nested past its depth,
     ``freqguard.W005`` a misspelt scope the default limits take, ``freqguard.W006`` default
     limits without the middleware, ``freqguard.W007`` the middleware before the user is
-    known to a key that reads it:
+    known to a key that reads it (:mod:`~freqguard.integrations._django_budgets`):
     see
     :mod:`freqguard.integrations._drf_throttles`)."""
     errors, warnings = setting_problems(_names())
@@ -123,39 +123,7 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     if not errors:  # each bad value an error of its own
         found += [checks.Error(text, id="freqguard.E002") for text in value_problems()]
     found += [checks.Warning(text, id="freqguard.W001") for text in warnings]
-    return found + middleware_checks() + throttle_checks()
-
-
-_OURS = "freqguard.integrations.django.FreqGuardMiddleware"
-_AUTH = "django.contrib.auth.middleware.AuthenticationMiddleware"
-
-
-def middleware_checks() -> list[Any]:
-    """``freqguard.W006``: default limits set without the middleware that applies them;
-    ``freqguard.W007``: the middleware before ``AuthenticationMiddleware`` while
-    ``FREQGUARD_KEY`` reads the user (every user keyed as anonymous, by address)."""
-    stack = [str(name) for name in getattr(django_settings, "MIDDLEWARE", None) or ()]
-    found: list[Any] = []
-    if getattr(django_settings, "FREQGUARD_DEFAULT_LIMITS", None) and _OURS not in stack:
-        found.append(
-            checks.Warning(
-                f"FREQGUARD_DEFAULT_LIMITS is set, but {_OURS} is not in MIDDLEWARE: the "
-                "default limits cap no view without it (add it, after "
-                "AuthenticationMiddleware)",
-                id="freqguard.W006",
-            )
-        )
-    reads_user = getattr(getattr(django_settings, "FREQGUARD_KEY", None), "needs_user", False)
-    order = [name for name in stack if name in (_OURS, _AUTH)]
-    if reads_user and order == [_OURS, _AUTH]:
-        found.append(
-            checks.Warning(
-                f"{_OURS} is placed before {_AUTH}, and FREQGUARD_KEY reads request.user: "
-                "every request is keyed as anonymous (by its address); place it after",
-                id="freqguard.W007",
-            )
-        )
-    return found
+    return found + throttle_checks()
 
 
 def read_settings() -> Settings:

@@ -10,6 +10,7 @@ face, one store for both; on Redis a native async client, on the same server.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +33,6 @@ from freqguard.rates import Rate
 from freqguard.rules import Rule, fit_name
 
 __all__ = [
-    "EXEMPT",
     "NAMED",
     "State",
     "ViewCap",
@@ -44,10 +44,6 @@ __all__ = [
 
 _peer = client_ip()
 
-
-#: The functions ``@exempt`` marked, by module and name: DRF's ``@api_view`` over one makes
-#: a class of that module and name, which holds a handler calling it, not the function.
-EXEMPT: set[tuple[str, str]] = set()
 #: The caps given a ``name=`` (its budget), by name: what :func:`peek` and :func:`hit` of
 #: ``freqguard.integrations.django`` decide a request on.
 NAMED: dict[str, ViewCap] = {}
@@ -224,17 +220,26 @@ class State:
 
 
 def _exempt(view: Any, owner: Any) -> bool:
-    """Whether ``@exempt`` marks the view, its class, or every handler its class defines
-    (DRF's ``@api_view`` makes a class of the function under it, the mark with it)."""
+    """Whether ``@exempt`` marks the view, its class, or every handler the class has (its
+    own or inherited): DRF's ``@api_view`` makes a class whose handlers call the function
+    under it, which holds the mark."""
     if getattr(view, "_freqguard_exempt", False) or getattr(owner, "_freqguard_exempt", False):
         return True
-    named = (getattr(owner, "__module__", ""), getattr(owner, "__name__", ""))
-    if getattr(owner, "__qualname__", "").endswith("WrappedAPIView") and named in EXEMPT:
-        return True  # @exempt under @api_view
-    own = vars(owner) if isinstance(owner, type) else {}
     names = [m for m in getattr(owner, "http_method_names", ()) if m not in ("options", "head")]
-    handlers = [own[m] for m in names if m in own]
-    return bool(handlers) and all(getattr(h, "_freqguard_exempt", False) for h in handlers)
+    handlers = [found for m in names if (found := getattr(owner, m, None)) is not None]
+    return bool(handlers) and all(_marked(handler) for handler in handlers)
+
+
+def _marked(handler: Any) -> bool:
+    """A handler ``@exempt`` marks, or one that calls a function it marks (``@api_view``'s,
+    which holds that function in its closure)."""
+    if getattr(handler, "_freqguard_exempt", False):
+        return True
+    for cell in getattr(handler, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            if getattr(cell.cell_contents, "_freqguard_exempt", False):
+                return True
+    return False
 
 
 def _dotted(target: Any) -> str:

@@ -44,13 +44,13 @@ from __future__ import annotations
 import difflib
 import sys
 from collections.abc import Mapping
-from typing import NamedTuple, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from django.conf import settings as django_settings
 from django.core import checks
 
 from freqguard.errors import ConfigError
-from freqguard.integrations._django_budgets import budget_checks, cost_checks
+from freqguard.integrations._django_budgets import budget_checks, cost_checks, middleware_checks
 from freqguard.integrations._drf_walk import (
     DEEPEST,
     MOST_PATTERNS,
@@ -62,7 +62,7 @@ from freqguard.integrations._drf_walk import (
 )
 from freqguard.rates import parse_rates
 
-__all__ = ["NOT_READ", "Given", "given", "not_kept", "throttle_checks"]
+__all__ = ["NOT_KEPT", "NOT_READ", "Given", "given", "not_kept", "throttle_checks"]
 
 #: The views an error names by name; the others it counts.
 _SHOWN = 3
@@ -92,23 +92,24 @@ NOT_READ = {
 
 
 #: What DRF's counting keeps on a throttle that a subclass reads after ``allow_request``.
-_NOT_KEPT = frozenset({"num_requests", "duration", "history", "now"})
+NOT_KEPT = ("num_requests", "duration", "history", "now")
 
 
-def not_kept(throttle: object, name: str) -> NoReturn:
-    """``throttle.<name>``, which freqguard's throttles do not have: DRF's counting's
-    (``num_requests``, ``history``...) named with freqguard's way.
+def not_kept(name: str) -> Any:
+    """A property of freqguard's throttles for DRF's counting's ``name`` (``num_requests``,
+    ``history``...): read, an ``AttributeError`` naming freqguard's way (a property, not
+    ``__getattr__``, which would take the place of another property's own error)."""
 
-    Raises:
-        AttributeError: always.
-    """
-    found = f"{type(throttle).__qualname__!r} object has no attribute {name!r}"
-    if name in _NOT_KEPT:
-        found += (
-            ": DRF's counting is not kept on freqguard's throttles; the request's decision "
-            "is self.decision (remaining, capacity, retry_after)"
+    def read(throttle: object) -> NoReturn:
+        raise AttributeError(
+            f"{type(throttle).__qualname__!r} object has no attribute {name!r}: DRF's "
+            "counting is not kept on freqguard's throttles; the request's decision is "
+            "self.decision (remaining, capacity, retry_after)",
+            name=name,
+            obj=throttle,
         )
-    raise AttributeError(found, name=name, obj=throttle)
+
+    return property(read)
 
 
 def given(rate: object, scope: object, rates: object) -> Given | None:
@@ -133,6 +134,11 @@ def throttle_checks() -> list[checks.CheckMessage]:
     walked = walk()
     rates = _drf_rates() if walked.uses else {}
     budgets = budget_checks(walked, rates, _coded) + cost_checks(walked)  # E007, E008
+    # a freqguard throttle with no rate of its own falls back on the default limits
+    fallen = default or any(
+        given(getattr(u.throttle, "rate", None), u.scope, rates) is None for u in walked.uses
+    )
+    budgets += middleware_checks(walked, fallen)  # W006, W007
     fallback = bool(getattr(django_settings, "FREQGUARD_DEFAULT_LIMITS", None))
     fallback = fallback or getattr(django_settings, "FREQGUARD_ENABLED", True) is False  # off
     found = _of_the_walk(walked)

@@ -53,6 +53,8 @@ class Walk:
     named: list[tuple[str, Any]] = field(default_factory=list)
     #: E008: each view whose cap costs more than 1 and is decided with the default limits
     costly: list[tuple[str, Any]] = field(default_factory=list)
+    #: W007: each view whose cap, decided by the middleware, keys by the user
+    users: list[tuple[str, Any]] = field(default_factory=list)
 
 
 def walk() -> Walk:
@@ -113,6 +115,8 @@ def _note_named(found: Walk, url: str, callback: Any) -> None:
     )
     if cap is not None and getattr(cap, "merges", False) and cap.cost > 1 and not exempt:
         found.costly.append((where, cap))
+    if cap is not None and getattr(cap, "merges", False) and getattr(cap.key, "needs_user", 0):
+        found.users.append((where, cap))
 
 
 def _use(where: str, view: type, init: Mapping[str, Any], throttle: type) -> Use | None:

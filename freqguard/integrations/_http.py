@@ -49,6 +49,7 @@ __all__ = [
     "problem_body",
     "problem_detail",
     "refuse_slowapi",
+    "rekeyed",
     "view_methods",
 ]
 
@@ -245,7 +246,7 @@ def check_keyed(where: str, items: Sequence[Rate | Rule], given: Sequence[str]) 
         if isinstance(item, Rate)
         else item
         if item.by
-        else _rekeyed(item, given)
+        else rekeyed(item, given)
         for item in items
     ]
     taken = {d for rule in rules for d in (*rule.by, *rule.reads)}
@@ -267,15 +268,15 @@ def check_keyed(where: str, items: Sequence[Rate | Rule], given: Sequence[str]) 
     return rules
 
 
-def _rekeyed(rule: Rule, by: Sequence[str]) -> Rule:
-    """``rule`` keyed by ``by`` (a route's key) instead of nothing; its id stays (it names
-    no dimension). Made again by its constructor, so every check holds (a dimension the
-    rule reads as a value cannot key it)."""
+def rekeyed(rule: Rule, by: Sequence[str], name: str | None = None) -> Rule:
+    """``rule`` keyed by ``by`` (a route's key) instead of nothing, or named ``name``; its
+    id stays otherwise (it names no dimension). Made again by its constructor, so every
+    check holds (a dimension the rule reads as a value cannot key it)."""
     return Rule(
         rule.rate,
         by,
         rule.strategy,
-        name=rule.name,
+        name=name or rule.name,
         burst=rule.burst,
         shadow=rule.shadow,
         rate_for=rule.rate_for,

@@ -124,9 +124,10 @@ class FreqGuardMiddleware:
         headers: str = "ietf",
         refused: Callable[[Scope, Decision], Awaitable[ASGIApp] | ASGIApp] | None = None,
     ) -> None:
-        if refused is not None and not callable(refused):
+        if refused is not None and not _takes_two(refused):  # a Response is a 3-argument app
             raise ConfigError(
-                f"refused= takes an async function (scope, decision), got {refused!r}"
+                f"refused= takes a function of (scope, decision) that returns the answer's "
+                f"ASGI app (a Starlette Response), got {refused!r}"
             )
         self._refused = refused
         if guard is None:  # slowapi's Limiter holds its storage: here the guard does
@@ -218,6 +219,17 @@ class FreqGuardMiddleware:
             await send(message)
 
         await app(scope, receive, send_with_ours)
+
+
+def _takes_two(function: object) -> bool:
+    """Whether ``function`` can be called with two arguments."""
+    if not callable(function):
+        return False
+    try:
+        inspect.signature(function).bind(None, None)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 async def _refuse(scope: Scope, send: Send, answer: Answer) -> None:

@@ -135,7 +135,7 @@ class FreqGuardMiddleware:
         denied = noted(request, cap, answer)
         if denied is not None:
             return denied
-        taken(request, guard, answer, held)
+        taken(request, guard, answer)
         return answered(
             guard, held, lambda: with_headers(state, notes, self.get_response(request)), request
         )
@@ -155,7 +155,7 @@ class FreqGuardMiddleware:
         denied = noted(request, cap, answer)
         if denied is not None:
             return denied
-        taken(request, guard, answer, held)
+        taken(request, guard, answer)
 
         async def respond() -> Response:
             return with_headers(state, notes, await self.get_response(request))
@@ -226,26 +226,33 @@ def peek(request: HttpRequest, name: str) -> Decision:
     """What ``request`` would get from the caps named ``name`` (``@capped(..., name=name)``),
     keyed as they key it; counts nothing (django-ratelimit's ``is_ratelimited(request,
     group=name)`` is ``not peek(request, name).allowed``). Answers before any of those
-    views has served a request.
+    views has served a request; with ``FREQGUARD_ENABLED = False``, allowed, every rule
+    whole, as the caps are then.
 
     Raises:
         ConfigError: no cap of that name.
         BadRequest, SkipRequest: as the caps' key function raises them.
     """
-    state = current()
-    route = state.named_route(name)
-    ctx = state.decider().prepare(route, request_info(request))
-    return state.guard().peek(route.name, route.cost, **ctx)
+    return _named(request, name, count=False)
 
 
 def hit(request: HttpRequest, name: str) -> Decision:
     """Count ``request`` against the caps named ``name``, as they would (django-ratelimit's
     ``is_ratelimited(..., increment=True)``: count a failed login, say), and return the
-    decision; :func:`peek`'s errors."""
+    decision; :func:`peek`'s errors, and nothing counted while switched off."""
+    return _named(request, name, count=True)
+
+
+def _named(request: HttpRequest, name: str, count: bool) -> Decision:
     state = current()
     route = state.named_route(name)
     ctx = state.decider().prepare(route, request_info(request))
-    return state.guard().hit(route.name, route.cost, **ctx)
+    guard = state.guard()
+    if not state.settings.enabled:  # FREQGUARD_ENABLED = False: nothing capped
+        rules = guard.policies[route.name].rules
+        whole = tuple((rule, rule.capacity, 0, 0) for rule in rules)
+        return Decision(route.name, True, 0.0, (), whole)
+    return (guard.hit if count else guard.peek)(route.name, route.cost, **ctx)
 
 
 def async_guard() -> AsyncGuard:

@@ -39,7 +39,7 @@ import inspect
 import json
 from collections.abc import Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+from typing import Any, ClassVar
 
 from rest_framework.exceptions import APIException, ParseError
 from rest_framework.request import Request
@@ -52,7 +52,7 @@ from freqguard.integrations._client_ip import hop_key
 from freqguard.integrations._decide import KeyedRules, Route
 from freqguard.integrations._django_requests import give_back, notes_of, request_info
 from freqguard.integrations._django_state import State, current
-from freqguard.integrations._drf_throttles import NOT_READ, given, not_kept
+from freqguard.integrations._drf_throttles import NOT_KEPT, NOT_READ, given, not_kept
 from freqguard.integrations._request import KEY_MAKERS, KeyFunc, RequestInfo, SkipRequest, declared
 from freqguard.integrations._rule_items import check_cost
 from freqguard.integrations.django import client_ip, user_or
@@ -159,10 +159,8 @@ class FreqGuardThrottle(BaseThrottle):
         )
         return str(found["client"])  # type: ignore[index]
 
-    if not TYPE_CHECKING:  # mypy refuses them itself
-
-        def __getattr__(self, name: str) -> NoReturn:  # DRF's counting's, read by habit
-            not_kept(self, name)
+    # DRF's counting's, read by habit after allow_request: named with freqguard's way
+    num_requests, duration, history, now = (not_kept(name) for name in NOT_KEPT)
 
     def rates(self) -> tuple[Rate, ...]:
         """The rates this throttle decides now (none: its scope's rate is None, and it

@@ -317,7 +317,7 @@ class Remaining(FreqGuardUserThrottle):
 
     def allow_request(self, request: Any, view: Any) -> bool:
         allowed = super().allow_request(request, view)
-        request._request.remaining = self.num_requests - len(self.history)  # type: ignore[attr-defined]
+        request._request.remaining = self.num_requests - len(self.history)
         return allowed
 
 
