@@ -43,8 +43,8 @@ class ReplayCounts:
 class _Run:
     """One configuration's guard on its own pinned clock."""
 
-    def __init__(self, config: Any) -> None:
-        self.config = config
+    def __init__(self, config: Any, named: bool = False) -> None:
+        self.config, self.named = config, named
         self.clock = ManualClock(0)
         self.guard = Guard(MemoryBackend(max_keys=None), config.policies, clock=self.clock)
         self.counts = ReplayCounts()
@@ -62,8 +62,9 @@ class _Run:
                     "decide it; replay the others (--policy NAME)"
                 )
             decision = self.guard.hit(entry.policy, entry.cost, **entry.context)
-        except ConfigError as exc:
-            raise ConfigError(f"line {entry.line}: {exc}") from None
+        except ConfigError as exc:  # which configuration refused it, when two decide
+            under = f" (under {self.config.source})" if self.named else ""
+            raise ConfigError(f"line {entry.line}{under}: {exc}") from None
         denied = [rule.id for rule in decision.denied_by]
         self.counts.hits[entry.policy] += 1
         if decision.allowed:
@@ -86,7 +87,8 @@ def replay(
     policy how many decisions the other configuration changed (``"blocked"``: allowed by
     ``config``, denied by ``other``; ``"allowed"``: the reverse)."""
     kind = "csv" if log.suffix.lower() == ".csv" else "jsonl"
-    first, second = _Run(config), (None if other is None else _Run(other))
+    first = _Run(config, named=other is not None)
+    second = None if other is None else _Run(other, named=True)
     changed: Counter[str] = Counter()
     try:
         file = log.open("rb")

@@ -15,6 +15,7 @@ from freqguard.decision import Decision, make_decision, set_source_all, with_sou
 from freqguard.engine.breaker import Breaker, CircuitOpen
 from freqguard.engine.ops import Elsewhere, taken_on
 from freqguard.engine.plan import PolicyPlan, keep
+from freqguard.engine.requests import Unfit
 from freqguard.engine.shared import shared_out
 from freqguard.errors import BackendUnavailable, ConfigError, raise_failures
 from freqguard.policy import Fallback, check_on_error
@@ -280,7 +281,8 @@ def resilient(
 ) -> Op[T]:
     """Run ``make()``; if the store fails, answer by ``on_error``: ``answer(source, error)``
     for allow/deny, or the whole operation again (``again()``, default ``make()``) on the
-    fallback backend, its decisions' source set to ``"fallback"``."""
+    fallback backend, its decisions' source set to ``"fallback"`` (failing closed for a
+    cost its shared-out limits cannot hold for that hit: a tier's, a priority's)."""
     try:
         return (yield from make())
     except BackendUnavailable as exc:
@@ -288,7 +290,10 @@ def resilient(
             raise
         if isinstance(on_error, str):
             return answer("fail-open" if on_error == "allow" else "fail-closed", exc)
-        return set_source_all((yield from elsewhere((again or make)(), on_error)), "fallback")
+        try:
+            return set_source_all((yield from elsewhere((again or make)(), on_error)), "fallback")
+        except Unfit:  # a cost the shared-out limits cannot hold for this hit: as fits() says
+            return answer("fail-closed", exc)
 
 
 def settle_many(

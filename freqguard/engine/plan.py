@@ -11,6 +11,7 @@ from datetime import timedelta
 from functools import partial
 from typing import TypeVar
 
+from freqguard.bounds import MAX_LIMIT
 from freqguard.clock import SystemClock
 from freqguard.decision import Decision, Receipt, make_decision
 from freqguard.engine.calendar import Calendar
@@ -153,9 +154,10 @@ class PolicyPlan(Requests):
         binding = [r for r in enforcing if r.only is None and r.rate_for is None]
         self._narrow = min(binding, key=lambda r: r.capacity) if binding else None
         # what bounds a cost before the call: the largest capacity a rule for every priority
-        # could be decided at (a tier's, a per-key limit's); the hit's own, after a denial
+        # could be decided at (a tier's, a per-key limit's), and any rule's at most (no
+        # count past it is exact on every store); the hit's own, after a denial
         most = [r.strategy.max_limit for r in enforcing if r.only is None]
-        self._most = min(most, default=None)
+        self._most = min(most, default=MAX_LIMIT)
 
     def calls(
         self, texts: Mapping[str, str], now: int | None, cost: int, mode: int
@@ -205,8 +207,8 @@ class PolicyPlan(Requests):
     ) -> Decision:
         """Turn one reply per part (in part order) into a Decision; the per-rule report and
         the receipt of a hit that consumed are left to the Decision, built when first read.
-        A denial of a cost that could never be granted raises (:meth:`check_fits`), but in a
-        ``batch``, whose other hits may have consumed."""
+        A denial of a cost that could never be granted raises :class:`Unfit` (see
+        :meth:`check_fits`), but in a ``batch``, whose other hits may have consumed."""
         receipt = None
         if mode == HIT and cost > 0 and texts is not None:
             receipt = partial(self._receipt, texts, cost, replies)
@@ -232,9 +234,7 @@ class PolicyPlan(Requests):
                 longest = max(longest, wait)
         denied_by = tuple(rule for rule in denied if rule is not None)
         allowed = not denied_by
-        if not allowed and cost > 0 and not batch:
-            self.check_fits(replies, cost)
-        return make_decision(
+        decision = make_decision(
             self.name,
             allowed,
             longest / _US,
@@ -242,6 +242,9 @@ class PolicyPlan(Requests):
             partial(self.raw_of, replies),
             receipt if allowed else None,
         )
+        if not allowed and cost > 0 and not batch:
+            self.check_fits(replies, cost, decision)
+        return decision
 
     def _receipt(self, texts: Mapping[str, str], cost: int, replies: list[Reply]) -> Receipt:
         times = [0] * len(self.policy.rules)

@@ -91,8 +91,9 @@ class Receipts:
             if taken is None:  # the store's, or a plain fallback's: the plan itself
                 taken = (self._policies.taken_under(name, receipt.fingerprint),) * 2
             plan, there = taken
-        if leases and not plan.leased and plan.fingerprint == receipt.fingerprint:  # spent,
-            # it could not be refunded as it should be
+        # a release of a decision that holds no lease (refused before its receipt is spent:
+        # refund(decision) still gives its units back)
+        if leases and not plan.leased and plan.fingerprint == receipt.fingerprint:
             raise ConfigError(
                 f"this decision of policy {name!r} holds no lease (the policy has no "
                 "concurrency rule): refund(decision) gives back what its hit took"

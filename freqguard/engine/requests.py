@@ -7,13 +7,23 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping, Sequence
 
+from freqguard.decision import Decision
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
 from freqguard.rules import Rule
 from freqguard.script.calls import Part, Reply
 from freqguard.script.keys import value_text
 
-__all__ = ["Requests"]
+__all__ = ["Requests", "Unfit"]
+
+
+class Unfit(ConfigError):
+    """A cost no rule as decided for its hit could ever grant (a ``ConfigError`` naming
+    ``cost``), with the denial the store made of it (it consumed nothing)."""
+
+    def __init__(self, message: str, decision: Decision) -> None:
+        super().__init__(message, argument="cost")
+        self.decision = decision
 
 
 class Requests:
@@ -26,7 +36,7 @@ class Requests:
     parts: tuple[Part, ...]
     _dimset: frozenset[str]
     _accepts: frozenset[str]
-    _most: int | None
+    _most: int
     _narrow: Rule | None
 
     def _rules(self, replies: Sequence[Reply]) -> tuple[Rule, ...]:
@@ -70,7 +80,7 @@ class Requests:
                 f"cost must be an integer >= 0, got {cost!r} (policy {self.name!r}){named}",
                 argument="cost",
             )
-        if upper and self._most is not None and cost > self._most:
+        if upper and cost > self._most:
             raise ConfigError(
                 f"cost {cost} exceeds the largest capacity a rule of policy {self.name!r} "
                 f"could be decided at ({self._most}): no hit of that cost could ever be allowed",
@@ -78,13 +88,14 @@ class Requests:
             )
         return cost
 
-    def check_fits(self, replies: Sequence[Reply], cost: int) -> None:
-        """After a denial: refuse a cost no hit of this context could ever be granted (a
-        rule's capacity as decided for it: its tier's or per-key limit's rate, less what
-        its priority must leave), as an error rather than a denial for ever.
+    def check_fits(self, replies: Sequence[Reply], cost: int, decision: Decision) -> None:
+        """After a denial (``decision``): refuse a cost no hit of this context could ever be
+        granted (a rule's capacity as decided for it: its tier's or per-key limit's rate,
+        less what its priority must leave), as an error rather than a denial for ever.
 
         Raises:
-            ConfigError: naming the rule and the capacity.
+            Unfit: naming the rule and the capacity, and carrying the denial (an HTTP
+                integration answers it as the denial it is; a fallback fails closed).
         """
         rules = self._rules(replies)
         for part, reply in zip(self.parts, replies):  # noqa: B905 (one reply per part)
@@ -93,11 +104,11 @@ class Requests:
                 takes = p.capacity - p.reserve  # none: a per-key limit below the reserve of
                 if wait and not p.shadow and 0 < takes < cost:  # other priorities, a denial
                     rule = rules[index]
-                    raise ConfigError(
+                    raise Unfit(
                         f"cost {cost} exceeds the capacity {takes} of rule {rule.id!r} "
                         f"(policy {self.name!r}) for this hit: no hit of that cost could ever "
                         "be allowed",
-                        argument="cost",
+                        decision,
                     )
 
     def fits(self, cost: int) -> bool:

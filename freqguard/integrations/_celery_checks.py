@@ -39,11 +39,23 @@ _DECORATOR_OPTIONS = [
 ]
 
 
+#: ``@capped``'s options, which ``capped_task`` would pass to Celery as attributes nobody
+#: reads, and what a task does instead.
+_CAPPED_ONLY = {
+    "cost": "each run counts 1 (a task that costs more is a policy of its own, its rates "
+    "divided by that cost)",
+    "key": "the hit's context is the task's keyword arguments named as the policy's dimensions",
+    "on_exceeded": "a denied run is retried when the policy admits it (its retry_after)",
+}
+
+
 def check_options(app: Celery, options: Mapping[str, Any]) -> None:
     """Refuse an option that is a misspelling of Celery's (``max_retires``): ``app.task``
     would set it as an attribute nobody reads. An option near none is the user's own."""
     known = [*(name for name in dir(app.Task) if not name.startswith("_")), *_DECORATOR_OPTIONS]
     for name in options:
+        if name in _CAPPED_ONLY:  # @capped's, which a Celery task would keep unread
+            raise ConfigError(f"capped_task takes no {name}=: {_CAPPED_ONLY[name]}")
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
         if name not in known and close:
             raise ConfigError(

@@ -18,6 +18,7 @@ from collections.abc import (
 )
 
 from freqguard.decision import Decision
+from freqguard.engine.requests import Unfit
 from freqguard.errors import BackendUnavailable, ContextError
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.headers import HeaderPlan, header_plan, whole_seconds
@@ -323,6 +324,8 @@ class Decider:
             return unavailable(error, info.path)
         except ContextError as error:  # the request's own zone or priority
             return bad_request(BadRequest(str(error)), info.path)
+        except Unfit as error:  # a cost past this request's capacity (a per-key limit's,
+            decision = error.decision  # a priority's): denied, as the store denied it
         return self.answer(decision, info.path, route)
 
     async def adecide(
@@ -341,4 +344,6 @@ class Decider:
             return unavailable(error, info.path)
         except ContextError as error:  # the request's own zone or priority
             return bad_request(BadRequest(str(error)), info.path)
+        except Unfit as error:
+            decision = error.decision
         return self.answer(decision, info.path, route)

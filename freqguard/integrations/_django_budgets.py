@@ -124,7 +124,8 @@ def _views(views: Sequence[str]) -> str:
 def cost_checks(walked: Walk) -> list[checks.CheckMessage]:
     """``freqguard.E008``: a view's cap whose cost the default limits it is decided with
     (by the middleware, when it is installed) cannot hold (charged to them too, in one
-    hit): every request to it a 500. Default limits that do not parse are E002's."""
+    hit): every request to it refused, for ever. Default limits that do not parse are
+    E002's."""
     if getattr(django_settings, "FREQGUARD_ENABLED", True) is False:
         return []  # switched off: nothing is charged
     if not any(map(_ours, getattr(django_settings, "MIDDLEWARE", ()))):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 
 from freqguard.decision import Decision
+from freqguard.engine.requests import Unfit
 from freqguard.guard import AsyncGuard, Guard
 
 __all__ = ["HeldBody", "arelease_each", "leasing", "leasing_async", "release_each"]
@@ -15,12 +16,17 @@ __all__ = ["HeldBody", "arelease_each", "leasing", "leasing_async", "release_eac
 
 def leasing(guard: Guard, held: list[Decision]) -> Callable[..., Decision]:
     """``guard.hit``, but a policy with a concurrency rule takes a lease; an admitted one
-    goes into ``held``, for the caller to give back when its request has been answered."""
+    goes into ``held``, for the caller to give back when its request has been answered. A
+    cost past this request's capacity (a per-key limit's, a priority's) is the denial the
+    store made of it: a 429, not a 500."""
 
     def hit(name: str, cost: int, **ctx: object) -> Decision:
-        if not guard.policies[name].leases:
-            return guard.hit(name, cost, **ctx)
-        decision = guard.take_lease(name, cost, **ctx)
+        try:
+            if not guard.policies[name].leases:
+                return guard.hit(name, cost, **ctx)
+            decision = guard.take_lease(name, cost, **ctx)
+        except Unfit as error:
+            return error.decision
         if decision.allowed:
             held.append(decision)
         return decision
@@ -32,9 +38,12 @@ def leasing_async(guard: AsyncGuard, held: list[Decision]) -> Callable[..., Awai
     """:func:`leasing` for an ``AsyncGuard``."""
 
     async def hit(name: str, cost: int, **ctx: object) -> Decision:
-        if not guard.policies[name].leases:
-            return await guard.hit(name, cost, **ctx)
-        decision = await guard.take_lease(name, cost, **ctx)
+        try:
+            if not guard.policies[name].leases:
+                return await guard.hit(name, cost, **ctx)
+            decision = await guard.take_lease(name, cost, **ctx)
+        except Unfit as error:
+            return error.decision
         if decision.allowed:
             held.append(decision)
         return decision

@@ -79,8 +79,8 @@ def _not_a_rule(item: object, where: str, policy: bool, page: str) -> str:
 
 def check_cost(cost: object, items: Iterable[Rate | Rule] = (), where: str = "") -> int:
     """A request's ``cost``: an integer >= 0 that the narrowest enforcing rule of ``items``
-    can hold (a cost above it could never be admitted: every request a 429, or a 500 as
-    the guard refuses it).
+    binding every request at its own rate can hold (a cost above it could never be
+    admitted; one past a tier's, a priority's cap or a per-key limit is a 429 when met).
 
     Raises:
         ConfigError: any other cost, named (``where``: what was given it), a callable as a
@@ -94,10 +94,10 @@ def check_cost(cost: object, items: Iterable[Rate | Rule] = (), where: str = "")
         )
     if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
         raise ConfigError(f"{where}cost must be an integer >= 0, got {cost!r}")
-    held = [
-        item.capacity if isinstance(item, Rule) else item.limit
-        for item in items
-        if not (isinstance(item, Rule) and item.shadow)
+    held = [  # the rules that bind every request at their own rate (not a tier's: it may
+        item.capacity if isinstance(item, Rule) else item.limit  # be raised; not one for
+        for item in items  # some priorities only)
+        if not isinstance(item, Rule) or not (item.shadow or item.rate_for or item.only)
     ]
     if held and cost > min(held):
         raise ConfigError(

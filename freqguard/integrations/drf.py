@@ -129,7 +129,12 @@ class FreqGuardThrottle(BaseThrottle):
                     f"freqguard's throttles do not read: {instead}"
                 )
         if not hasattr(inspect.getattr_static(cls, "cost"), "__get__"):  # not a property
-            check_cost(cls.cost, (), f"{cls.__qualname__}.")  # read at each request: now
+            rate = inspect.getattr_static(cls, "rate", None)  # its own rate, when it parses
+            try:  # (one that does not is E003's)
+                given = parse_rates(rate) if isinstance(rate, str) else ()
+            except ConfigError:
+                given = ()
+            check_cost(cls.cost, given, f"{cls.__qualname__}.")  # read at each request: now
         if getattr(cls, "get_cache_key", None) is not None and cls.key.__module__ != __name__:
             raise ConfigError(
                 f"{cls.__qualname__} defines both key() and get_cache_key(): keep one (key() "

@@ -49,7 +49,7 @@ def test_e008_sees_a_cap_around_as_view() -> None:
         client = Client(raise_request_exception=False)
         codes = [client.get("/report/").status_code for _ in range(2)]
         found = [m.msg for m in checks.run_checks() if m.id == "freqguard.E008"]
-    assert codes == [500, 500]  # the middleware refuses the cost: the defect's cost
+    assert codes == [429, 429]  # a cost no request can pay: refused (a 500 before note 107)
     assert [m for m in found if "report/" in m], found
 
 

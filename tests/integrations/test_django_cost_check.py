@@ -63,11 +63,11 @@ def test_without_the_middleware_the_defaults_are_not_charged() -> None:
 )
 def test_the_middleware_is_seen_by_another_path(listed: str) -> None:
     """A subclass, or the class re-exported by a project's module, decides every view with
-    the default limits all the same (every request a 500): E008 is said (it compared the
-    dotted path as a string)."""
+    the default limits all the same (every request refused: a 429 since design note 107,
+    a 500 before): E008 is said (it compared the dotted path as a string)."""
     middleware = [listed if m == OURS else m for m in django_site.SETTINGS["MIDDLEWARE"]]
     codes, found = _run(middleware)
-    assert codes == [500, 500]
+    assert codes == [429, 429]
     assert len(found) == 1, found
     assert "cost 5 exceeds the capacity 2" in found[0]
 
