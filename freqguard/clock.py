@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import time
 import zoneinfo
+from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from freqguard.errors import ConfigError
@@ -111,14 +113,22 @@ class ManualClock:
     def now_us(self) -> int:
         return self._us
 
-    def advance(self, seconds: float) -> None:
-        """Move time forward by ``seconds``.
+    def advance(self, seconds: float | timedelta) -> None:
+        """Move time forward by ``seconds`` (or a ``timedelta``).
 
         Raises:
-            ConfigError: ``seconds`` is negative.
+            ConfigError: ``seconds`` is negative, or no number of seconds.
         """
-        if seconds < 0:
-            raise ConfigError(f"ManualClock.advance takes seconds >= 0, got {seconds!r}")
+        if isinstance(seconds, timedelta):
+            seconds = seconds.total_seconds()
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not 0 <= seconds < math.inf  # also refuses nan
+        ):
+            raise ConfigError(
+                f"ManualClock.advance takes seconds >= 0 (or a timedelta), got {seconds!r}"
+            )
         self._us += seconds_to_us(seconds)
 
     def set(self, seconds: float, *, backwards: bool = False) -> None:

@@ -173,11 +173,12 @@ def _latin1(text: str) -> bytes:
 
 
 def _policy_field(rules: Sequence[Rule]) -> str:
-    """``RateLimit-Policy`` depends only on the rules."""
+    """``RateLimit-Policy`` depends only on the rules (not the quiet hours' pseudo-rule,
+    whose rate is no one's: a client would read a quota of a billion)."""
     return ", ".join(
         f"{_sf_string(r.id)};q={r.limit};w={whole_seconds(r.rate.window_seconds)}"
         for r in rules
-        if not r.shadow
+        if not r.shadow and r.quiet is None
     )
 
 

@@ -38,18 +38,19 @@ def inspect(args: argparse.Namespace) -> int:
         rates = guard.limits_for(policy, **{d: v for d, v in found.items() if d in dimensions})
     finally:
         guard.close()
+    quiet = [state.rule.quiet is not None for state in decision.rules]  # no rate: no numbers
     rules = [
         {
             "rule": state.rule.id,
-            "capacity": state.capacity,
-            "remaining": state.remaining,
-            "used": state.capacity - state.remaining,
+            "capacity": None if still else state.capacity,
+            "remaining": None if still else state.remaining,
+            "used": None if still else state.capacity - state.remaining,
             "reset_after": state.reset_after,
             "retry_after": state.retry_after,
             "shadow": state.rule.shadow and rates.get(state.rule.id, 0) is not None,
             "exempt": rates.get(state.rule.id, 0) is None,
         }
-        for state in decision.rules
+        for state, still in zip(decision.rules, quiet, strict=True)
     ]
     data = {"policy": policy, "allowed": decision.allowed, "rules": rules}
 
@@ -58,9 +59,8 @@ def inspect(args: argparse.Namespace) -> int:
         return head + [
             [
                 r["rule"] + (" (exempt)" if r["exempt"] else " (shadow)" if r["shadow"] else ""),
-                str(r["used"]),
-                str(r["remaining"]),
-                str(r["capacity"]),
+                *("-" if r["capacity"] is None else str(r[k]) for k in ("used", "remaining")),
+                "-" if r["capacity"] is None else str(r["capacity"]),
                 _seconds(r["reset_after"]),
                 "allowed" if not r["retry_after"] else f"in {_seconds(r['retry_after'])}",
             ]

@@ -94,7 +94,7 @@ def test_manual_clock_refuses_to_go_back() -> None:
 
 def test_manual_clock_refuses_to_advance_backwards() -> None:
     clock = ManualClock(100)
-    with pytest.raises(ConfigError, match=r"advance takes seconds >= 0, got -1"):
+    with pytest.raises(ConfigError, match=r"advance takes seconds >= 0 \(or a timedelta\), got -1"):
         clock.advance(-1)
     assert clock.now() == 100
 
