@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from freqguard.headers import binding_rule, rate_limit_headers
 from freqguard.rules import Rule
@@ -273,6 +273,14 @@ class Decision:
     def __bool__(self) -> bool:
         return self.allowed
 
+    if not TYPE_CHECKING:  # mypy refuses unknown attributes itself
+
+        def __getattr__(self, name: str) -> NoReturn:  # a peer's result read by habit
+            found = f"'Decision' object has no attribute {name!r}"
+            if name in _PEER_RESULT:
+                found += f": {_PEER_RESULT[name]}"
+            raise AttributeError(found, name=name, obj=self)
+
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Decision is immutable: cannot set {name!r}")
 
@@ -293,6 +301,14 @@ class Decision:
         )
 
 
+#: What a peer's result is read as, and a Decision's way (throttled-py's, limits').
+_PEER_RESULT = {
+    "limited": "throttled-py's result.limited is not decision.allowed",
+    "state": "throttled-py's result.state.remaining, .reset_after and .retry_after are "
+    "decision.remaining, .reset_after and .retry_after",
+    "reset_time": "limits' WindowStats.reset_time (a time) is decision.reset_after, in "
+    "seconds from now",
+}
 _new = object.__new__
 #: Held while a receipt built on first read is stored: two threads reading it first at once
 #: (a watchdog refunding a lease as its call ends) each built one, each unspent, and both

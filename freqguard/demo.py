@@ -130,10 +130,10 @@ def messaging(url: str | None = None) -> None:
     ]
     for priority, text, later in sends:
         clock.advance(later)
-        ctx = {"recipient": "dana", "tz": "Europe/Berlin", "priority": priority}
+        ctx: dict[str, Any] = {"recipient": "dana", "tz": "Europe/Berlin", "priority": priority}
         asked = _local(clock)
         try:
-            decision = guard.acquire("push", 12 * 3600, 1, **ctx)
+            decision = guard.acquire("push", timeout=12 * 3600, **ctx)
         except CapExceeded as exc:
             by = ", ".join(rule.id for rule in exc.decision.denied_by)
             print(f"  {asked}  {priority:13}  {text:20}  BLOCKED by {by}")

@@ -38,7 +38,7 @@ _SHORT_UNITS |= {"h": "hour", "hr": "hour", "d": "day"}
 _SHORT = re.compile(r"(\d\s*(?:/|per)\s*\d*)\s*(?:(sec|min|hr)s?|([smhd]))(?![a-z])")
 #: A week, which limits' grammar has not: read as 7 days (a weekly calendar rule is listed
 #: as ``3/week``, and typed back).
-_WEEKS = re.compile(r"(/|per)\s*(\d*)\s*weeks?(?![a-z])")
+_WEEKS = re.compile(r"(/|per)\s*(\d*)\s*(?:weeks?|wks?|w)(?![a-z])")  # throttled-py's w, wk
 # limits reads "5/0 minutes" as 5 per 1 minute; we refuse a zero multiple instead.
 _ZERO_MULTIPLE = re.compile(r"(?:/|per)\s*0+\s*[a-z]")
 #: The longest rate text: longer than any rate anyone writes, short enough that the
@@ -139,6 +139,9 @@ def parse_rates(text: str | limits.RateLimitItem) -> tuple[Rate, ...]:
                 "; a dotted path to a function is not taken: give a rate, or a rule's "
                 "rate_for (TierRates for a table) for a rate that varies"
             )
+        if "burst" in normalized:  # throttled-py's "100/s burst 200"
+            dotted = "; a burst is a bucket rule's burst=: Rule('100/second', strategy='gcra', "
+            dotted += f"burst={normalized.rpartition('burst')[2].strip()[:12] or 'N'})"
         raise ConfigError(f"cannot parse rate {text!r}: expected {_GRAMMAR}{dotted}") from None
     rates = []
     for item in items:

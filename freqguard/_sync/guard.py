@@ -244,9 +244,9 @@ class Guard(PeerHabits):
         return self._hits.many_done(hits, sent, decided)
 
     def acquire(
-        self, policy: str, timeout: float | None = None, cost: int = 1, **ctx: object
+        self, policy: str, *, timeout: float | None = None, cost: int = 1, **ctx: object
     ) -> Decision:
-        """Wait for the hit's turn (at most ``timeout`` seconds), then consume.
+        """Wait for the hit's turn (at most ``timeout`` seconds), then consume (by name both).
 
         Raises:
             CapExceeded: when the turn comes later than the timeout allows (at once, no wait).

@@ -33,8 +33,9 @@ makers differ only in the redis-py classes they build from it.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 from urllib.parse import unquote, urlsplit
 
 from freqguard.backends._url_options import (
@@ -123,6 +124,18 @@ def _scheme(url: object) -> str:
     return scheme
 
 
+def _beside(options: Mapping[str, object]) -> None:
+    """Options given beside a URL, as limits' ``storage_from_string`` takes them: refused,
+    naming where each goes (the key prefix is the guard's, a client option the URL's)."""
+    for name in options:
+        where = (
+            "the key prefix is the guard's: Guard(backend, prefix=...)"
+            if name in ("key_prefix", "prefix")
+            else f"an option goes in the URL's query: ?{name}=..."
+        )
+        raise ConfigError(f"backend_from_url takes the URL alone, got {name}=: {where}")
+
+
 def _theirs(scheme: str) -> str:
     """What to write here for a URL form of limits' ``storage_from_string``, if one."""
     if scheme not in _LIMITS_FORMS:
@@ -147,7 +160,7 @@ _LIMITS_FORMS = frozenset(
         "valkey+unix",
         "valkey+cluster",
         "valkey+sentinel",
-        *("redis", "rediss", "redis+cluster", "redis+sentinel"),
+        *("redis", "rediss", "redis+cluster", "redis+sentinel", "memory"),
     )
 ) - frozenset(_SCHEMES)
 
@@ -338,15 +351,17 @@ def _redis_extra(url: str) -> None:
         raise ConfigError(f"{_shown(url)!r} needs the redis extra: {install('redis')}") from None
 
 
-def backend_from_url(url: str) -> MemoryBackend | RedisBackend:
+def backend_from_url(url: str, **theirs: NoReturn) -> MemoryBackend | RedisBackend:
     """A sync-capable backend for :class:`~freqguard.Guard`.
 
     Raises:
-        ConfigError: an unsupported scheme, a bad option (see the module docstring), or a
-            Redis URL without the redis extra.
+        ConfigError: an unsupported scheme, a bad option (see the module docstring), a
+            Redis URL without the redis extra, or an option given beside the URL (limits'
+            ``storage_from_string(uri, **options)``), naming where it goes.
         BackendUnavailable: a cluster URL whose nodes cannot be reached, or whose slots are
             not all served (redis-py's sync cluster client learns its slots as it is made).
     """
+    _beside(theirs)
     target = parse_url(url)
     if target.kind == "memory":
         return MemoryBackend()
@@ -363,8 +378,9 @@ def backend_from_url(url: str) -> MemoryBackend | RedisBackend:
         return RedisBackend(client, **target.backend)
 
 
-def async_backend_from_url(url: str) -> MemoryBackend | AsyncRedisBackend:
+def async_backend_from_url(url: str, **theirs: NoReturn) -> MemoryBackend | AsyncRedisBackend:
     """An asyncio backend for :class:`~freqguard.AsyncGuard` (see :func:`backend_from_url`)."""
+    _beside(theirs)
     target = parse_url(url)
     if target.kind == "memory":
         return MemoryBackend()

@@ -277,7 +277,7 @@ class Capped:
         denied hit. The async guard's coroutine is returned for the caller to await.
         """
         if self.on_exceeded == "wait":
-            return guard.acquire(name, self.timeout, cost, **ctx)
+            return guard.acquire(name, timeout=self.timeout, cost=cost, **ctx)
         return guard.hit(name, cost, **ctx)
 
     def _exceeded(self, decision: Decision) -> Any:
@@ -302,16 +302,16 @@ class Capped:
     # -- context manager -----------------------------------------------------------------
 
     def _block_context(self) -> dict[str, object]:
-        if self.context is None:
-            raise ConfigError("as a context manager, capped(...) needs context={dimension: value}")
         if self.on_exceeded == "skip" or callable(self.on_exceeded):
             raise ConfigError("a with-block cannot be skipped: use on_exceeded='raise' or 'wait'")
-        return dict(self.context)
+        return dict(self.context or {})
 
     def _block(self, guard: Guard | AsyncGuard) -> tuple[str, dict[str, object], int]:
         ctx = self._block_context()
         name = self._block_name(tuple(ctx)) if self._policy is None else None
         name, ctx = self._policy_for(guard, name, self._block_registered, ctx)
+        if self.context is None and (self._policy is None or guard.policies[name].dimensions):
+            raise ConfigError("as a context manager, capped(...) needs context={dimension: value}")
         refuse_block(guard, name)
         return name, ctx, self.cost if isinstance(self.cost, int) else self.cost()
 

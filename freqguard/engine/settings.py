@@ -146,7 +146,7 @@ PEER_METHODS = {
     ".remaining, and .reset_after in seconds from now",
     "clear": "limits' clear(item, key) is reset(policy, **context)",
     "limit": "Flask-Limiter's and slowapi's limit() is @capped(...) (freqguard.decorators), "
-    "or an integration's Limit",
+    "or an integration's Limit; throttled-py's limit(key) is hit(policy, **context)",
     "shared_limit": "a budget shared by routes is one policy name given to each cap",
 }
 

@@ -251,7 +251,7 @@ def test_a_call_whose_connection_dies_after_it_ran_is_not_sent_again(
         client = _own_client(nodes, asynchronous, retries=3, client_name=name, timeout=5)
         backend: Any = (AsyncRedisBackend if asynchronous else RedisBackend)(client)
     else:
-        backend = (async_backend_from_url if asynchronous else backend_from_url)(url)
+        backend = async_backend_from_url(url) if asynchronous else backend_from_url(url)
     if asynchronous:
         guard = AsyncDriver(AsyncGuard(backend, [P], **options))
     else:

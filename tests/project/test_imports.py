@@ -55,7 +55,7 @@ def test_mypy_types_the_awaited_answers_and_flags_a_forgotten_await(tmp_path: Pa
                 decision: Decision = await guard.hit("sms", recipient="a")
                 decisions: list[Decision] = await guard.hit_many("sms", [{"recipient": "a"}])
                 peeked: Decision = await guard.peek("sms")
-                acquired: Decision = await guard.acquire("sms", 1.0)
+                acquired: Decision = await guard.acquire("sms", timeout=1.0)
                 refunded: Decision = await guard.refund(decision)
                 task: asyncio.Task[Decision] = asyncio.create_task(guard.hit("sms"))
                 same: Decision = sync.hit("sms")

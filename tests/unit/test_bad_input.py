@@ -168,7 +168,7 @@ def guard() -> Guard:
         (lambda g: g.hit("sms", 1.0, recipient="a", content="b"), "got 1.0"),
         (lambda g: g.hit("sms", 3, recipient="a", content="b"), "cost 3 exceeds the capacity 2"),
         (lambda g: g.hit("nope", recipient="a"), "unknown policy 'nope'"),
-        (lambda g: g.acquire("sms", -1, recipient="a", content="b"), "timeout"),
+        (lambda g: g.acquire("sms", timeout=-1, recipient="a", content="b"), "timeout"),
         (
             lambda g: g.hit_many("sms", [{"recipient": "a", "content": "b"}, {"recipient": "a"}]),
             "missing",

@@ -100,7 +100,7 @@ def test_the_guards_operations_are_pinned() -> None:
         "hit": "(policy, cost=1, **ctx)",
         "peek": "(policy, cost=1, **ctx)",
         "hit_many": "(policy, contexts, cost=1)",
-        "acquire": "(policy, timeout=None, cost=1, **ctx)",
+        "acquire": "(policy, *, timeout=None, cost=1, **ctx)",
         "refund": "(policy, cost=None, **ctx)",
         "reset": "(policy, *, rules=None, **ctx)",
         "set_limit": "(policy, rule, rate, *, ttl=None, **ctx)",
