@@ -121,11 +121,11 @@ class ManualClock:
         """
         if isinstance(seconds, timedelta):
             seconds = seconds.total_seconds()
-        if (
-            isinstance(seconds, bool)
-            or not isinstance(seconds, (int, float))
-            or not 0 <= seconds < math.inf  # also refuses nan
-        ):
+        try:  # a number of seconds as the clock takes one (a Fraction, a Decimal too)
+            finite = not isinstance(seconds, (bool, str, bytes)) and 0 <= float(seconds) < math.inf
+        except (TypeError, ValueError):
+            finite = False
+        if not finite:  # also refuses nan
             raise ConfigError(
                 f"ManualClock.advance takes seconds >= 0 (or a timedelta), got {seconds!r}"
             )

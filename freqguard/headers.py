@@ -194,7 +194,7 @@ def binding_rule(
     binding = None
     for entry in raw:
         rule, remaining, reset, retry = entry
-        if rule.shadow:
+        if rule.shadow or (rule.quiet is not None and not retry):  # no count: no numbers
             continue
         if retry:
             if binding is None or not binding[3] or retry > binding[3]:
@@ -204,12 +204,12 @@ def binding_rule(
             and (remaining < binding[1] or (remaining == binding[1] and reset > binding[2]))
         ):
             binding = entry
+    counted = [e for e in raw if e[0].quiet is None] or list(raw)  # a policy has a rule
     if binding is None:
-        least = min(raw, key=lambda e: (e[1], -e[2]))
+        least = min(counted, key=lambda e: (e[1], -e[2]))
         binding = (least[0], least[1], least[2], 0)
     elif binding[0].quiet is not None:  # quiet hours deny: shown by the narrowest real rule
-        others = [e for e in raw if not e[0].shadow and e[0].quiet is None]
-        if others:
-            narrowest = min(others, key=lambda e: (e[1], -e[2]))[0]
-            binding = (narrowest, 0, binding[2], binding[3])
+        others = [e for e in counted if not e[0].shadow] or counted
+        narrowest = min(others, key=lambda e: (e[1], -e[2]))[0]
+        binding = (narrowest, 0, binding[2], binding[3])
     return binding

@@ -57,12 +57,13 @@ class Denials:
         snapshot: tuple[int, float],
     ) -> None:
         """Remember a denial of the store's (none of another source: a fail-closed answer
-        says nothing of the caps), unless a per-key limit denied it (one that lapses before
-        the denial's ``retry_after`` changes the answer: the store is asked again)."""
-        if self.cache is not None and not decision.allowed and decision.source == "backend":
-            own = plan.policy.rules
-            if all(any(rule is mine for mine in own) for rule in decision.denied_by):
-                self.cache.put(plan.name, _key(plan, texts), cost, decision, snapshot)
+        says nothing of the caps), unless a per-key limit with a ``ttl`` denied it (one that
+        lapses before the denial's ``retry_after`` changes the answer: the store is asked
+        again)."""
+        if self.cache is None or decision.allowed or decision.source != "backend":
+            return
+        if not any(plan.lapses(rule) for rule in decision.denied_by):
+            self.cache.put(plan.name, _key(plan, texts), cost, decision, snapshot)
 
     def forget(self, plan: PolicyPlan, texts: Mapping[str, str] | None) -> None:
         """A refund or reset of ``texts``: the denials it may free are forgotten. When every

@@ -24,6 +24,7 @@ from freqguard.engine.ops import (
 )
 from freqguard.engine.plan import PolicyPlan
 from freqguard.engine.registry import PolicyRegistry
+from freqguard.engine.requests import Unfit
 from freqguard.engine.resets import reset_calls
 from freqguard.engine.settings import shortened
 from freqguard.errors import CapExceeded, ConfigError
@@ -138,15 +139,23 @@ class Hits:
     def hit_op(self, hit: Hit) -> Op[Decision]:
         """The operation that decides ``hit`` (see :func:`~freqguard.engine.ops.decide_op`)."""
         texts, cost, now = hit.texts, hit.cost, self._now()
-        return self._failover.guarded(
-            hit.plan, lambda plan: decide_op(plan, texts, cost, HIT, now), cost, hit=True
+        return self._told(
+            hit,
+            self._failover.guarded(
+                hit.plan, lambda plan: decide_op(plan, texts, cost, HIT, now), cost, hit=True
+            ),
         )
 
     def hit_done(self, hit: Hit, decided: Decision | Reply) -> Decision:
         """The hit's decision (its operation's, or made of its lone call's reply as
         :func:`decide_op` makes it), a denial remembered, the observers told."""
         if isinstance(decided, Reply):
-            decision = hit.plan.decide([decided], hit.texts, hit.cost, HIT)
+            try:
+                decision = hit.plan.decide([decided], hit.texts, hit.cost, HIT)
+            except Unfit as unfit:  # told, as any denial
+                if self._observers.active:
+                    self._observers.decided(unfit.decision, hit.texts, perf_counter() - hit.start)
+                raise
         else:
             decision = decided
         if not self._plain:
@@ -278,9 +287,11 @@ class Hits:
         return hit, (self._told(hit, op) if self._observers.active else op)
 
     def _told(self, hit: Hit, op: Op[Decision]) -> Op[Decision]:
-        """``op``, its giving up (``CapExceeded``) told to the observers as the denial it is."""
+        """``op``, its giving up (``CapExceeded``), or a cost no rule could grant (``Unfit``),
+        told to the observers as the denial it is (a 429 for an integration)."""
         try:
             return (yield from op)
-        except CapExceeded as exc:
-            self._observers.decided(exc.decision, hit.texts, perf_counter() - hit.start)
+        except (CapExceeded, Unfit) as exc:
+            if self._observers.active:
+                self._observers.decided(exc.decision, hit.texts, perf_counter() - hit.start)
             raise

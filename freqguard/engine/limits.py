@@ -80,9 +80,10 @@ def limits_calls(plan: PolicyPlan, ctx: Mapping[str, object], now: int | None) -
 
 def limits_of(plan: PolicyPlan, replies: list[Reply]) -> dict[str, Rate | None]:
     """Every rule's rate by its id, as the replies of :func:`limits_calls` say it applies
-    now: a live limit's rate, None for an exempt rule, else the rule's own."""
+    now: a live limit's rate, None for an exempt rule, else the rule's own (not the quiet
+    hours', which have no rate a limit could change)."""
     rules = plan.policy.rules
-    out: dict[str, Rate | None] = {rule.id: rule.rate for rule in rules}
+    out: dict[str, Rate | None] = {rule.id: rule.rate for rule in rules if rule.quiet is None}
     for reply in replies:
         applied = reply.part.limits  # those the rules' strategies read (script.limits.apply)
         if not applied:

@@ -25,6 +25,9 @@ class Unfit(ConfigError):
         super().__init__(message, argument="cost")
         self.decision = decision
 
+    def __reduce__(self) -> tuple[object, ...]:  # as every freqguard error, it pickles
+        return (Unfit, (str(self), self.decision))
+
 
 class Requests:
     """The checks of a call's context and cost, on a compiled policy's facts."""

@@ -37,6 +37,7 @@ from freqguard.integrations._http import (
 )
 from freqguard.integrations._request import dimensions_of, refuse_empty
 from freqguard.integrations._routes import PathPattern
+from freqguard.options import fit_name
 from freqguard.policy import Policy
 from freqguard.rates import Rate
 from freqguard.rules import Rule
@@ -135,7 +136,7 @@ class Route:
                 if keyed.label and isinstance(item, Rate):
                     rule = Rule(item, by=by, name=f"{keyed.label}.{rule.id}")
                 elif keyed.label == "default":  # a default Rule, named apart as a rate is
-                    rule = rekeyed(rule, rule.by, f"default.{rule.id}")
+                    rule = rekeyed(rule, rule.by, fit_name(f"default.{rule.id}"))
                 rules.append(rule)
         return Policy(self.name, *rules, on_error=self.on_error)
 

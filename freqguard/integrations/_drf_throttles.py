@@ -132,11 +132,16 @@ def throttle_checks() -> list[checks.CheckMessage]:
     classes = rest.get("DEFAULT_THROTTLE_CLASSES")
     default = isinstance(classes, (list, tuple)) and any(ours(c) for c in classes)
     walked = walk()
-    rates = _drf_rates() if walked.uses else {}
+    rates = _drf_rates() if walked.uses or default else {}
     budgets = budget_checks(walked, rates, _coded) + cost_checks(walked)  # E007, E008
     # a freqguard throttle with no rate of its own falls back on the default limits
-    fallen = default or any(
-        given(getattr(u.throttle, "rate", None), u.scope, rates) is None for u in walked.uses
+    defaults = [found for found in map(ours, classes) if found] if default else []  # type: ignore[arg-type]
+    fallen = any(
+        given(getattr(throttle, "rate", None), scope, rates) is None
+        for throttle, scope in [
+            *((c, getattr(c, "scope", None)) for c in defaults),
+            *((u.throttle, u.scope) for u in walked.uses),
+        ]
     )
     budgets += middleware_checks(walked, fallen)  # W006, W007
     fallback = bool(getattr(django_settings, "FREQGUARD_DEFAULT_LIMITS", None))

@@ -49,6 +49,7 @@ from django.http import HttpRequest, HttpResponseBase
 from django.urls import Resolver404, get_resolver
 
 from freqguard.decision import Decision
+from freqguard.engine.requests import Unfit
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.integrations._decide import Route
 from freqguard.integrations._django_caps import capped, exempt
@@ -74,6 +75,7 @@ from freqguard.integrations._http import (
     header,
 )
 from freqguard.integrations._request import KEY_MAKERS
+from freqguard.rules import Rule
 
 __all__ = [
     "BadRequest",
@@ -246,13 +248,15 @@ def hit(request: HttpRequest, name: str) -> Decision:
 def _named(request: HttpRequest, name: str, count: bool) -> Decision:
     state = current()
     route = state.named_route(name)
+    if not state.settings.enabled:  # FREQGUARD_ENABLED = False: nothing capped, nor keyed
+        rules = [i if isinstance(i, Rule) else Rule(i) for part in route.keyed for i in part.items]
+        return Decision(route.name, True, 0.0, (), tuple((r, r.capacity, 0, 0) for r in rules))
     ctx = state.decider().prepare(route, request_info(request))
     guard = state.guard()
-    if not state.settings.enabled:  # FREQGUARD_ENABLED = False: nothing capped
-        rules = guard.policies[route.name].rules
-        whole = tuple((rule, rule.capacity, 0, 0) for rule in rules)
-        return Decision(route.name, True, 0.0, (), whole)
-    return (guard.hit if count else guard.peek)(route.name, route.cost, **ctx)
+    try:
+        return (guard.hit if count else guard.peek)(route.name, route.cost, **ctx)
+    except Unfit as unfit:  # a cost past this request's capacity: the cap's 429
+        return unfit.decision
 
 
 def async_guard() -> AsyncGuard:

@@ -20,6 +20,7 @@ from starlette.responses import Response
 
 from freqguard.config import Config
 from freqguard.decision import Decision
+from freqguard.engine.requests import Unfit
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.headers import check_profile
@@ -98,6 +99,8 @@ async def enforce(
     except BackendUnavailable as error:
         answer = unavailable(error, instance)
         raise Refused(answer, json.loads(answer.body)["detail"]) from error
+    except Unfit as error:  # a cost past this request's capacity: the store's denial, a 429
+        decision = error.decision
     answer = answer_for(decision, profile, instance)
     if not decision.allowed:
         raise Refused(answer, problem_detail(decision))

@@ -218,11 +218,12 @@ def decision(decided: Decided) -> Decision:
         limit=decided.capacity,
         reset_after=decided.reset_after,
         denied_by=[rule.id for rule in decided.denied_by],
-        rules=[
+        rules=[  # not the quiet hours' pseudo-rule: no rate (denying, it is in denied_by)
             RuleState(
                 rule.id, wait == 0, remaining, rule.capacity, reset / _US, wait / _US, rule.shadow
             )
             for rule, remaining, reset, wait in decided.raw
+            if rule.quiet is None
         ],
         source=decided.source,
     )
