@@ -123,7 +123,7 @@ class ManualClock:
             seconds = seconds.total_seconds()
         try:  # a number of seconds as the clock takes one (a Fraction, a Decimal too)
             finite = not isinstance(seconds, (bool, str, bytes)) and 0 <= float(seconds) < math.inf
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             finite = False
         if not finite:  # also refuses nan
             raise ConfigError(

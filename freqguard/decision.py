@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from freqguard.headers import binding_rule, rate_limit_headers
 from freqguard.rules import Rule
@@ -273,14 +273,6 @@ class Decision:
     def __bool__(self) -> bool:
         return self.allowed
 
-    if not TYPE_CHECKING:  # mypy refuses unknown attributes itself
-
-        def __getattr__(self, name: str) -> NoReturn:  # a peer's result read by habit
-            found = f"'Decision' object has no attribute {name!r}"
-            if name in _PEER_RESULT:
-                found += f": {_PEER_RESULT[name]}"
-            raise AttributeError(found, name=name, obj=self)
-
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Decision is immutable: cannot set {name!r}")
 
@@ -299,6 +291,19 @@ class Decision:
             f"reset_after={self.reset_after}, retry_after={self.retry_after}, "
             f"denied_by={self.denied_by!r}{source})"
         )
+
+
+def _peer_result(name: str, instead: str) -> Any:
+    """A property of Decision for a peer's result attribute (``result.limited``): read, an
+    AttributeError naming the Decision's own (a property: a ``__getattr__`` would be asked
+    for every slot left unset, as ``_source``, on a hot path)."""
+
+    def read(decision: object) -> NoReturn:
+        raise AttributeError(
+            f"'Decision' object has no attribute {name!r}: {instead}", name=name, obj=decision
+        )
+
+    return property(read)
 
 
 #: What a peer's result is read as, and a Decision's way (throttled-py's, limits').
@@ -378,3 +383,7 @@ def make_decision(
     decision: Decision = _new(Decision)
     _fill(decision, (policy, allowed, retry_after, denied_by, report, None, None, receipt))
     return decision
+
+
+for _name, _instead in _PEER_RESULT.items():
+    setattr(Decision, _name, _peer_result(_name, _instead))

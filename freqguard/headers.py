@@ -85,8 +85,12 @@ def combined_headers(decisions: Sequence[Decision], profile: str = "ietf") -> di
         ConfigError: for an unknown profile.
     """
     entries = [entry for decision in decisions for entry in decision.raw]
-    rule = binding_rule(entries)[0]
-    tightest = next(d for d in decisions if any(entry[0] is rule for entry in d.raw))
+    denied = [decision for decision in decisions if not decision.allowed]
+    if denied:  # the refusal's own (quiet hours: their numbers are another rule's)
+        tightest = max(denied, key=lambda decision: decision.retry_after)
+    else:
+        rule = binding_rule(entries)[0]
+        tightest = next(d for d in decisions if any(entry[0] is rule for entry in d.raw))
     fields = rate_limit_headers(tightest, profile)
     if "RateLimit-Policy" in fields:
         rules = {id(entry[0]): entry[0] for entry in entries}  # in order, each once

@@ -139,9 +139,14 @@ def parse_rates(text: str | limits.RateLimitItem) -> tuple[Rate, ...]:
                 "; a dotted path to a function is not taken: give a rate, or a rule's "
                 "rate_for (TierRates for a table) for a rate that varies"
             )
-        if "burst" in normalized:  # throttled-py's "100/s burst 200"
-            dotted = "; a burst is a bucket rule's burst=: Rule('100/second', strategy='gcra', "
-            dotted += f"burst={normalized.rpartition('burst')[2].strip()[:12] or 'N'})"
+        head, burst, tail = text.strip().lower().partition(" burst")
+        if burst and not dotted:  # throttled-py's "100/s burst 200"
+            try:
+                shown = written(parse_rate(head))
+            except ConfigError:
+                shown = head.strip()[:40]
+            dotted = f"; a burst is a bucket rule's burst=: Rule({shown!r}, strategy='gcra', "
+            dotted += f"burst={tail.strip()[:12] or 'N'})"
         raise ConfigError(f"cannot parse rate {text!r}: expected {_GRAMMAR}{dotted}") from None
     rates = []
     for item in items:

@@ -63,6 +63,10 @@ _TEXTS = frozenset(
 # the options whose values a message may show: every known one but the passwords
 _SECRET = frozenset({"password", "ssl_password", "sentinel_password"})
 
+#: Every option a URL's query may carry.
+QUERY_OPTIONS = frozenset(
+    _SECONDS | _INTEGERS.keys() | _FLAGS | _TEXTS | _CHOICES.keys() | _VERIFY_FLAGS | _BACKEND
+)
 _PLAIN = (
     _SECONDS | _INTEGERS.keys() | _FLAGS | _TEXTS | _CHOICES.keys() | _VERIFY_FLAGS | _BACKEND
 ) - _SECRET

@@ -40,6 +40,7 @@ from urllib.parse import unquote, urlsplit
 
 from freqguard.backends._url_options import (
     _SHARED_WITH_SENTINELS,
+    QUERY_OPTIONS,
     SENTINEL_PORT,
     _backend_options,
     _check_port,
@@ -132,6 +133,9 @@ def _beside(options: Mapping[str, object]) -> None:
             "the key prefix is the guard's: Guard(backend, prefix=...)"
             if name in ("key_prefix", "prefix")
             else f"an option goes in the URL's query: ?{name}=..."
+            if name in QUERY_OPTIONS
+            else "it is no option of a freqguard URL (its options are named in the module's "
+            "docstring, freqguard.backends.urls)"
         )
         raise ConfigError(f"backend_from_url takes the URL alone, got {name}=: {where}")
 

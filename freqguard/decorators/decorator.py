@@ -301,17 +301,16 @@ class Capped:
 
     # -- context manager -----------------------------------------------------------------
 
-    def _block_context(self) -> dict[str, object]:
+    def _block(self, guard: Guard | AsyncGuard) -> tuple[str, dict[str, object], int]:
         if self.on_exceeded == "skip" or callable(self.on_exceeded):
             raise ConfigError("a with-block cannot be skipped: use on_exceeded='raise' or 'wait'")
-        return dict(self.context or {})
-
-    def _block(self, guard: Guard | AsyncGuard) -> tuple[str, dict[str, object], int]:
-        ctx = self._block_context()
+        ctx, needs = dict(self.context or {}), "as a context manager, capped(...) needs context="
+        if self.context is None and self._policy is None:  # before a policy is made of it
+            raise ConfigError(needs + "{dimension: value}")
         name = self._block_name(tuple(ctx)) if self._policy is None else None
         name, ctx = self._policy_for(guard, name, self._block_registered, ctx)
-        if self.context is None and (self._policy is None or guard.policies[name].dimensions):
-            raise ConfigError("as a context manager, capped(...) needs context={dimension: value}")
+        if self.context is None and guard.policies[name].dimensions:  # a global one: none
+            raise ConfigError(needs + "{dimension: value}")
         refuse_block(guard, name)
         return name, ctx, self.cost if isinstance(self.cost, int) else self.cost()
 

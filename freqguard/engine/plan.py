@@ -246,16 +246,6 @@ class PolicyPlan(Requests):
             self.check_fits(replies, cost, decision)
         return decision
 
-    def lapses(self, rule: Rule) -> bool:
-        """Whether ``rule``, as a decision named it, is at a per-key limit's rate, which may
-        lapse (a ``ttl``) before the denial's ``retry_after``: a tier's rate does not (and
-        a change of either forgets the deny cache's denials)."""
-        if any(rule is mine for mine in self.policy.rules):
-            return False
-        tiers = self._tiers.limits if self._tiers is not None else set()
-        made = [limit for (_, limit), found in list(self._limited.items()) if found is rule]
-        return not made or any(limit not in tiers for limit in made)  # not found: not known
-
     def _receipt(self, texts: Mapping[str, str], cost: int, replies: list[Reply]) -> Receipt:
         times = [0] * len(self.policy.rules)
         for part, reply in zip(self.parts, replies):  # noqa: B905

@@ -38,12 +38,10 @@ class Tiers:
     """The variants of a policy's parts, one per distinct tuple of rates its ``rate_for``
     rules return, made when first met."""
 
-    __slots__ = ("_made", "_parts", "_policy", "_rates", "_rules", "_tags", "limits")
+    __slots__ = ("_made", "_parts", "_policy", "_rates", "_rules", "_tags")
 
     def __init__(self, policy: Policy, parts: tuple[Part, ...], tags: Sequence[int]) -> None:
         self._policy, self._parts, self._tags = policy, parts, tuple(tags)
-        #: the limits a tier's rate is carried as (never lapsing, as a stored one may)
-        self.limits: set[KeyLimit] = set()
         self._rules = tuple((i, r) for i, r in enumerate(policy.rules) if r.rate_for is not None)
         self._made: dict[tuple[Rate | None, ...], tuple[Part, ...]] = {}
         self._rates: dict[str, Rate] = {}  # rate strings parsed once
@@ -98,10 +96,9 @@ class Tiers:
                 ) from None
             params = rule_params(rules[index])
             window, capacity, interval = params.window, params.capacity, params.interval
-            limit = KeyLimit(self._tags[index], 0, False, rate.limit, window, capacity, interval)
-            if len(self.limits) < MAX_VARIANTS:
-                self.limits.add(limit)
-            limits.append(limit)
+            limits.append(
+                KeyLimit(self._tags[index], 0, False, rate.limit, window, capacity, interval)
+            )
         made = tuple(_variant(part, limits) for part in self._parts)
         if len(self._made) >= MAX_VARIANTS:
             self._made.clear()

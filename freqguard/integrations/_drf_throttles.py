@@ -139,7 +139,8 @@ def throttle_checks() -> list[checks.CheckMessage]:
     fallen = any(
         given(getattr(throttle, "rate", None), scope, rates) is None
         for throttle, scope in [
-            *((c, getattr(c, "scope", None)) for c in defaults),
+            # a scoped one's scope is each view's (the walk's uses): not the class's
+            *((c, getattr(c, "scope", None)) for c in defaults if not hasattr(c, "scope_attr")),
             *((u.throttle, u.scope) for u in walked.uses),
         ]
     )
