@@ -125,11 +125,15 @@ class ManualClock:
             finite = not isinstance(seconds, (bool, str, bytes)) and 0 <= float(seconds) < math.inf
         except (TypeError, ValueError, OverflowError):
             finite = False
-        if not finite:  # also refuses nan
+        try:
+            moved = seconds_to_us(seconds) if finite else None  # (a float past µs: overflow)
+        except OverflowError:
+            moved = None
+        if moved is None:  # also refuses nan
             raise ConfigError(
                 f"ManualClock.advance takes seconds >= 0 (or a timedelta), got {seconds!r}"
             )
-        self._us += seconds_to_us(seconds)
+        self._us += moved
 
     def set(self, seconds: float, *, backwards: bool = False) -> None:
         """Jump to ``seconds``, now or later: time does not go back.

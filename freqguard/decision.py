@@ -153,6 +153,7 @@ class Decision:
 
     __slots__ = (
         "_bound",
+        "_lapses",
         "_raw",
         "_receipt",
         "_report",
@@ -248,10 +249,11 @@ class Decision:
         return self._binding()[2] / _US
 
     @property
-    def rules(self) -> tuple[RuleState, ...]:
+    def rules(self) -> tuple[RuleState, ...]:  # not the quiet hours': they have no rate
         return tuple(
             RuleState(rule, retry == 0, rule.capacity, remaining, reset / _US, retry / _US)
             for rule, remaining, reset, retry in self.raw
+            if rule.quiet is None
         )
 
     def headers(self, profile: str = "ietf") -> dict[str, str]:
@@ -294,9 +296,8 @@ class Decision:
 
 
 def _peer_result(name: str, instead: str) -> Any:
-    """A property of Decision for a peer's result attribute (``result.limited``): read, an
-    AttributeError naming the Decision's own (a property: a ``__getattr__`` would be asked
-    for every slot left unset, as ``_source``, on a hot path)."""
+    """A peer's result attribute (``result.limited``), read: an AttributeError naming ours
+    (a property: a ``__getattr__`` would be asked for every unset slot, as ``_source``)."""
 
     def read(decision: object) -> NoReturn:
         raise AttributeError(
@@ -309,8 +310,7 @@ def _peer_result(name: str, instead: str) -> Any:
 #: What a peer's result is read as, and a Decision's way (throttled-py's, limits').
 _PEER_RESULT = {
     "limited": "throttled-py's result.limited is not decision.allowed",
-    "state": "throttled-py's result.state.remaining, .reset_after and .retry_after are "
-    "decision.remaining, .reset_after and .retry_after",
+    "state": "throttled-py's result.state.remaining (.reset_after...) is decision.remaining",
     "reset_time": "limits' WindowStats.reset_time (a time) is decision.reset_after, in "
     "seconds from now",
 }
@@ -335,6 +335,17 @@ _SETTERS = tuple(
 _set_policy, _set_allowed, _set_retry_after, _set_denied_by = _SETTERS[:4]
 _set_report, _set_raw, _set_bound, _set_receipt = _SETTERS[4:]
 _set_source = Decision.__dict__["_source"].__set__
+_set_lapses = Decision.__dict__["_lapses"].__set__
+
+
+def mark_lapsing(decision: Decision) -> None:
+    """A per-key limit with a ``ttl`` stood in the records ``decision`` was made of."""
+    _set_lapses(decision, True)
+
+
+def lapsing(decision: Decision) -> bool:
+    return getattr(decision, "_lapses", False)  # unset on every other: no cost
+
 
 SOURCES = ("backend", "deny-cache", "fallback", "fail-open", "fail-closed")
 _DEGRADED = frozenset(("fallback", "fail-open", "fail-closed"))

@@ -139,7 +139,8 @@ def parse_rates(text: str | limits.RateLimitItem) -> tuple[Rate, ...]:
                 "; a dotted path to a function is not taken: give a rate, or a rule's "
                 "rate_for (TierRates for a table) for a rate that varies"
             )
-        head, burst, tail = text.strip().lower().partition(" burst")
+        piece = next((p for p in re.split(r"[;,|]", text) if "burst" in p.lower()), "")
+        head, burst, tail = piece.strip().lower().partition(" burst")
         if burst and not dotted:  # throttled-py's "100/s burst 200"
             try:
                 shown = written(parse_rate(head))

@@ -128,15 +128,12 @@ def _scheme(url: object) -> str:
 def _beside(options: Mapping[str, object]) -> None:
     """Options given beside a URL, as limits' ``storage_from_string`` takes them: refused,
     naming where each goes (the key prefix is the guard's, a client option the URL's)."""
+    ways = {"key_prefix": "the key prefix is the guard's: Guard(backend, prefix=...)"}
+    ways["db"] = "the database is the URL's path: redis://host:6379/1"
     for name in options:
-        where = (
-            "the key prefix is the guard's: Guard(backend, prefix=...)"
-            if name in ("key_prefix", "prefix")
-            else f"an option goes in the URL's query: ?{name}=..."
-            if name in QUERY_OPTIONS
-            else "it is no option of a freqguard URL (its options are named in the module's "
-            "docstring, freqguard.backends.urls)"
-        )
+        known = f"an option goes in the URL's query: ?{name}=..." if name in QUERY_OPTIONS else ""
+        no = "it is no option of a freqguard URL (see freqguard.backends.urls)"
+        where = ways.get("key_prefix" if name == "prefix" else name) or known or no
         raise ConfigError(f"backend_from_url takes the URL alone, got {name}=: {where}")
 
 

@@ -308,6 +308,8 @@ class Capped:
         if self.context is None and self._policy is None:  # before a policy is made of it
             raise ConfigError(needs + "{dimension: value}")
         name = self._block_name(tuple(ctx)) if self._policy is None else None
+        if name is not None:  # refused before a policy is made of its rules
+            refuse_block(guard, name, self._rules)
         name, ctx = self._policy_for(guard, name, self._block_registered, ctx)
         if self.context is None and guard.policies[name].dimensions:  # a global one: none
             raise ConfigError(needs + "{dimension: value}")

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 
 from freqguard.errors import ConfigError
 from freqguard.guard import AsyncGuard, Guard
+from freqguard.rules import Rule
+from freqguard.strategy import Strategy
 
 __all__ = ["check_context", "check_exceeded", "leased", "refuse_block"]
 
@@ -80,10 +82,16 @@ def leased(guard: Guard | AsyncGuard, name: str, on_exceeded: object) -> bool:
     return True
 
 
-def refuse_block(guard: Guard | AsyncGuard, name: str) -> None:
+def refuse_block(guard: Guard | AsyncGuard, name: str, rules: Sequence[object] = ()) -> None:
     """A ``with capped(...)`` block of a policy that holds leases is refused: the block
-    would take a lease with nothing to give it back (``guard.lease`` does both)."""
-    if guard.policies[name].leases:
+    would take a lease with nothing to give it back (``guard.lease`` does both). ``rules``:
+    the block's own, judged before a policy is made of them (nothing registered)."""
+    leased = any(
+        (isinstance(r, Rule) and r.strategy is Strategy.CONCURRENCY)
+        or (isinstance(r, str) and "concurrent" in r)
+        for r in rules
+    )
+    if leased or (not rules and guard.policies[name].leases):
         raise ConfigError(
             f"policy {name!r} counts leases: take one with guard.lease({name!r}, ...), "
             "which gives it back when its block ends"

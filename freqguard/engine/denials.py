@@ -4,13 +4,12 @@ a reset or a per-key limit may free."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from freqguard.clock import Clock
-from freqguard.decision import Decision
+from freqguard.decision import Decision, lapsing
 from freqguard.engine.denycache import DenyCache, Key
 from freqguard.engine.plan import PolicyPlan
-from freqguard.script.limits import KeyLimit
 
 __all__ = ["Denials"]
 
@@ -56,19 +55,16 @@ class Denials:
         cost: int,
         decision: Decision,
         snapshot: tuple[int, float],
-        stored: Sequence[KeyLimit] | None = None,
     ) -> None:
         """Remember a denial of the store's (none of another source: a fail-closed answer
         says nothing of the caps), unless a rule at another rate than its own denied it
-        and the record holds a per-key limit with a ``ttl`` (``stored``: its limits, as the
-        store answered; None: not known), which may lapse before the denial's
-        ``retry_after`` (a tier's rate does not; a change of either forgets the cache's
-        denials)."""
+        while the record held a per-key limit with a ``ttl`` (:func:`lapsing`), which may
+        lapse before the denial's ``retry_after`` (a tier's rate does not; a change of
+        either forgets the cache's denials)."""
         if self.cache is None or decision.allowed or decision.source != "backend":
             return
         own = plan.policy.rules
-        lapses = stored is None or any(limit.expiry for limit in stored)
-        if lapses and not all(any(rule is mine for mine in own) for rule in decision.denied_by):
+        if lapsing(decision) and not all(any(r is o for o in own) for r in decision.denied_by):
             return
         self.cache.put(plan.name, _key(plan, texts), cost, decision, snapshot)
 

@@ -158,9 +158,8 @@ class Hits:
                 raise
         else:
             decision = decided
-        if not self._plain:  # the record's limits as stored, known from a lone call's reply
-            stored = decided.limits if isinstance(decided, Reply) else None
-            self._denials.remember(hit.plan, hit.texts, hit.cost, decision, hit.snapshot, stored)
+        if not self._plain:
+            self._denials.remember(hit.plan, hit.texts, hit.cost, decision, hit.snapshot)
         if self._observers.active:
             self._observers.decided(decision, hit.texts, perf_counter() - hit.start)
         return decision

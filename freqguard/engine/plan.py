@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from freqguard.bounds import MAX_LIMIT
 from freqguard.clock import SystemClock
-from freqguard.decision import Decision, Receipt, make_decision
+from freqguard.decision import Decision, Receipt, make_decision, mark_lapsing
 from freqguard.engine.calendar import Calendar
 from freqguard.engine.fingerprints import fingerprint, made_by
 from freqguard.engine.priorities import Priorities
@@ -242,6 +242,8 @@ class PolicyPlan(Requests):
             partial(self.raw_of, replies),
             receipt if allowed else None,
         )
+        if any(limit.expiry for reply in replies for limit in reply.limits):  # a ttl's
+            mark_lapsing(decision)  # a denial it made may end early: not the deny cache's
         if not allowed and cost > 0 and not batch:
             self.check_fits(replies, cost, decision)
         return decision
