@@ -5,13 +5,25 @@ Django), and GET requests sent through Django's sync and async test clients."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
-from django.test import AsyncClient, Client
+from django.test import AsyncClient, Client, override_settings
 
+from freqguard import Guard, ManualClock, MemoryBackend
+from freqguard.integrations import django as fg_django
 from tests.integrations import django_site
 
 SITE = django_site.SETTINGS
+
+
+def site_guard(clock: ManualClock) -> Iterator[Guard]:
+    """The site's guard on ``clock`` for a test (as ``FREQGUARD_BACKEND``), its state closed
+    after (a fixture's body: ``yield from site_guard(clock)``)."""
+    made = Guard(MemoryBackend(clock))
+    with override_settings(FREQGUARD_BACKEND=made):
+        yield made
+    fg_django.close()
 
 
 def _get(path: str, times: int = 1, **headers: str) -> list[Any]:

@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("rest_framework", reason="the drf extra is not installed")
 pytest.importorskip("django_ratelimit", reason="django-ratelimit is not installed")
 from tests.integrations import django_site
+from tests.integrations.django_rig import site_guard
 
 django_site.setup()
 import types  # noqa: E402
@@ -36,7 +37,7 @@ from rest_framework.routers import SimpleRouter  # noqa: E402
 from rest_framework.test import APIRequestFactory  # noqa: E402
 from rest_framework.views import APIView  # noqa: E402
 
-from freqguard import Guard, ManualClock, MemoryBackend  # noqa: E402
+from freqguard import Guard, ManualClock  # noqa: E402
 from freqguard.integrations import django as fg_django  # noqa: E402
 from freqguard.integrations.django import capped, client_ip, exempt, user_or_ip  # noqa: E402
 from freqguard.integrations.drf import FreqGuardThrottle, FreqGuardUserThrottle  # noqa: E402
@@ -55,10 +56,7 @@ def guard(clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> Iterator[Guard
     """The site's guard on the test's clock; django-ratelimit's and DRF's on it too."""
     monkeypatch.setattr(django_ratelimit.core, "time", types.SimpleNamespace(time=clock.now))
     cache.clear()
-    made = Guard(MemoryBackend(clock))
-    with override_settings(FREQGUARD_BACKEND=made):
-        yield made
-    fg_django.close()
+    yield from site_guard(clock)
 
 
 # --- the views the tests route to -----------------------------------------------------

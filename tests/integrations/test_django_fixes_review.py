@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("rest_framework", reason="the drf extra is not installed")
 from tests.integrations import django_site
+from tests.integrations.django_rig import site_guard
 
 django_site.setup()
 
@@ -38,10 +39,7 @@ SITE = django_site.SETTINGS
 @pytest.fixture
 def guard(clock: ManualClock) -> Iterator[Guard]:
     """The site's guard, on the test's clock."""
-    made = Guard(MemoryBackend(clock))
-    with override_settings(FREQGUARD_BACKEND=made):
-        yield made
-    fg_django.close()
+    yield from site_guard(clock)
 
 
 # --- the views the tests route to -----------------------------------------------------

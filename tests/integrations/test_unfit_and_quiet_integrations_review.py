@@ -267,13 +267,22 @@ def test_w006_is_said_when_the_default_throttle_has_a_rate_of_its_own() -> None:
     cap nothing (shown: three GETs of an APIView admitted). No W006: ``throttle_checks``
     passes ``fallen = default or ...``, ``default`` being any freqguard class in
     ``DEFAULT_THROTTLE_CLASSES`` whatever its rate. Expected: W006."""
+    said = w006_site(_Urls, "FreqGuardAnonThrottle", {"anon": "100/day"}, "/anon")
+    assert "freqguard.W006" in said, said
+
+
+def w006_site(urls: object, throttle: str, rates: dict[str, str], path: str) -> list[str]:
+    """The check's messages for a site of ``urls`` without freqguard's middleware, whose
+    default DRF throttle (``freqguard.integrations.drf.<throttle>``) reads ``rates``, and
+    ``FREQGUARD_DEFAULT_LIMITS`` of 2 a minute; three GETs of ``path`` are all admitted
+    first (the default limits cap nothing there)."""
     rest = {
         **SITE["REST_FRAMEWORK"],
-        "DEFAULT_THROTTLE_CLASSES": ["freqguard.integrations.drf.FreqGuardAnonThrottle"],
-        "DEFAULT_THROTTLE_RATES": {"anon": "100/day"},
+        "DEFAULT_THROTTLE_CLASSES": [f"freqguard.integrations.drf.{throttle}"],
+        "DEFAULT_THROTTLE_RATES": rates,
     }
     settings = {
-        "ROOT_URLCONF": _Urls,
+        "ROOT_URLCONF": urls,
         "MIDDLEWARE": ["tests.integrations.django_users.HeaderUserMiddleware"],
         "FREQGUARD_DEFAULT_LIMITS": "2/minute",
         "REST_FRAMEWORK": rest,
@@ -281,8 +290,7 @@ def test_w006_is_said_when_the_default_throttle_has_a_rate_of_its_own() -> None:
     with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(ManualClock(START))), **settings):
         try:
             client = Client()
-            assert [client.get("/anon").status_code for _ in range(3)] == [200, 200, 200]
+            assert [client.get(path).status_code for _ in range(3)] == [200, 200, 200]
         finally:
             fg_django.close()
-        said = [m.id for m in checks.run_checks() if m.id and m.id.startswith("freqguard.")]
-    assert "freqguard.W006" in said, said
+        return [m.id for m in checks.run_checks() if m.id and m.id.startswith("freqguard.")]

@@ -10,20 +10,16 @@ import pytest
 
 pytest.importorskip("rest_framework", reason="the drf extra is not installed")
 from tests.integrations import django_site
+from tests.integrations.test_unfit_and_quiet_integrations_review import w006_site
 
 django_site.setup()
 
-from django.core import checks  # noqa: E402
-from django.test import Client, override_settings  # noqa: E402
 from django.urls import path  # noqa: E402
 from rest_framework.request import Request  # noqa: E402
 from rest_framework.response import Response  # noqa: E402
 from rest_framework.views import APIView  # noqa: E402
 
-from freqguard import Guard, ManualClock, MemoryBackend  # noqa: E402
-from freqguard.integrations import django as fg_django  # noqa: E402
 from freqguard.integrations.drf import FreqGuardScopedThrottle  # noqa: E402
-from tests.conftest import START  # noqa: E402
 
 SITE = django_site.SETTINGS
 
@@ -55,22 +51,5 @@ def test_w006_is_said_when_the_default_throttle_is_the_scoped_one() -> None:
     ``uploads``, and ``FREQGUARD_DEFAULT_LIMITS = "2/minute"``: the default limits cap
     nothing (three GETs admitted, where 2/minute would refuse the third), and no W006.
     Expected: W006, as for ``FreqGuardAnonThrottle`` with its scope's rate."""
-    rest = {
-        **SITE["REST_FRAMEWORK"],
-        "DEFAULT_THROTTLE_CLASSES": ["freqguard.integrations.drf.FreqGuardScopedThrottle"],
-        "DEFAULT_THROTTLE_RATES": {"uploads": "100/day"},
-    }
-    settings = {
-        "ROOT_URLCONF": _Urls,
-        "MIDDLEWARE": ["tests.integrations.django_users.HeaderUserMiddleware"],
-        "FREQGUARD_DEFAULT_LIMITS": "2/minute",
-        "REST_FRAMEWORK": rest,
-    }
-    with override_settings(FREQGUARD_BACKEND=Guard(MemoryBackend(ManualClock(START))), **settings):
-        try:
-            client = Client()
-            assert [client.get("/uploads").status_code for _ in range(3)] == [200, 200, 200]
-        finally:
-            fg_django.close()
-        said = [m.id for m in checks.run_checks() if m.id and m.id.startswith("freqguard.")]
+    said = w006_site(_Urls, "FreqGuardScopedThrottle", {"uploads": "100/day"}, "/uploads")
     assert "freqguard.W006" in said, said

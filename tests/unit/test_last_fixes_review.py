@@ -6,8 +6,6 @@ backend, pinned time, no I/O."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import pytest
 
 from freqguard import (
@@ -25,10 +23,7 @@ from freqguard import (
 from freqguard.backends.urls import parse_url
 from freqguard.rates import parse_rates
 from tests.conftest import START
-
-#: 22:00 UTC on a Monday: inside quiet hours of 21:00 to 08:00 (10 h to their end)
-_NIGHT = datetime(2026, 1, 5, 22, 0, tzinfo=timezone.utc).timestamp()
-
+from tests.unit.test_peer_fixes_second_review import _NIGHT
 
 # -- 3fe6a62: the deny cache and a tier's denial, by the guard's path to the store ----------------
 
