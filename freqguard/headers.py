@@ -208,11 +208,13 @@ def binding_rule(
             and (remaining < binding[1] or (remaining == binding[1] and reset > binding[2]))
         ):
             binding = entry
+    if binding is not None and binding[0].quiet is None:  # the usual case: no list made
+        return binding
     counted = [e for e in raw if e[0].quiet is None] or list(raw)  # a policy has a rule
     if binding is None:
         least = min(counted, key=lambda e: (e[1], -e[2]))
         binding = (least[0], least[1], least[2], 0)
-    elif binding[0].quiet is not None:  # quiet hours deny: shown by the narrowest real rule
+    else:  # quiet hours deny: shown by the narrowest real rule
         others = [e for e in counted if not e[0].shadow] or counted
         narrowest = min(others, key=lambda e: (e[1], -e[2]))[0]
         binding = (narrowest, 0, binding[2], binding[3])

@@ -242,8 +242,8 @@ class PolicyPlan(Requests):
             partial(self.raw_of, replies),
             receipt if allowed else None,
         )
-        if any(limit.expiry for reply in replies for limit in reply.limits):  # a ttl's
-            mark_lapsing(decision)  # a denial it made may end early: not the deny cache's
+        if not allowed and any(limit.expiry for reply in replies for limit in reply.limits):
+            mark_lapsing(decision)  # a ttl's denial may end early: not the deny cache's
         if not allowed and cost > 0 and not batch:
             self.check_fits(replies, cost, decision)
         return decision
