@@ -12,7 +12,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from freqguard.decision import Decision
-from freqguard.errors import BackendUnavailable
+from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.headers import combined_headers
 from freqguard.integrations._decide import Answer, Route
@@ -156,7 +156,8 @@ def taken(request: Any, guard: Guard | AsyncGuard, answer: Answer) -> None:
 
 def give_back(notes: RequestNotes) -> None:
     """A later cap refused the request: what earlier hits took goes back, so that a refused
-    request is counted by none (best effort: a store that fails now keeps it)."""
+    request is counted by none (best effort: a store that fails now keeps it, and so does
+    a refund a deploy since refuses; a lease still goes back when the request is answered)."""
     while notes.taken:
         guard, decision = notes.taken.pop()
         try:
@@ -164,7 +165,7 @@ def give_back(notes: RequestNotes) -> None:
                 async_to_sync(guard.refund)(decision)
             else:
                 guard.refund(decision)
-        except BackendUnavailable:
+        except (BackendUnavailable, ConfigError):
             pass
 
 
@@ -177,5 +178,5 @@ async def agive_back(notes: RequestNotes) -> None:
                 await guard.refund(decision)
             else:
                 await sync_to_async(guard.refund)(decision)
-        except BackendUnavailable:
+        except (BackendUnavailable, ConfigError):
             pass

@@ -371,17 +371,25 @@ def _shared_name(endpoint: str, blueprint: str, own_cap: bool, nearest: str) -> 
 
 def deducted(guard: Guard, decision: Decision, deduct: Deduct, response: Response) -> Response:
     """The response of a request its cap's ``deduct_when`` decides: its hit refunded unless
-    ``deduct`` accepts the response."""
+    ``deduct`` accepts the response; a lease's decision when its lease goes back (a
+    streamed body's once the server closes it: the request is in flight until then)."""
     if not deduct(response):
-        guard.refund(decision)
+        if any(decision is held for held in g.get("freqguard_leases", ())):
+            g.setdefault("freqguard_uncounted", []).append(decision)
+        else:
+            guard.refund(decision)
     return response
 
 
-def give_back(guard: Guard, earlier: list[Decision], held: list[Decision]) -> None:
+def give_back(guard: Guard, earlier: list[Decision]) -> None:
     """A later cap refused the request (a named cap, decided in its view): what the earlier
-    hits took goes back, so that a refused request is counted by none; leases go back when
-    it is answered. Best effort: a store that fails now keeps it."""
+    hits took goes back, so that a refused request is counted by none; a lease's decision
+    whole, its rate units too (the teardown's release then leaves it be; it had skipped
+    them, and the refused request's units stayed counted). Best effort: a store that fails
+    now keeps it, and so does a refund a deploy since refuses (a lease still goes back at
+    the teardown, by the plan it was taken under)."""
     for decision in earlier:
-        if decision.allowed and decision.receipt is not None and decision not in held:
-            with contextlib.suppress(BackendUnavailable):
+        receipt = decision.receipt
+        if decision.allowed and receipt is not None and not receipt.spent:
+            with contextlib.suppress(BackendUnavailable, ConfigError):
                 guard.refund(decision)

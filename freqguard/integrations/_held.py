@@ -5,10 +5,12 @@ though another's release failed.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 
 from freqguard.decision import Decision
 from freqguard.engine.requests import Unfit
+from freqguard.errors import ConfigError
 from freqguard.guard import AsyncGuard, Guard
 
 __all__ = ["HeldBody", "arelease_each", "leasing", "leasing_async", "release_each"]
@@ -51,16 +53,24 @@ def leasing_async(guard: AsyncGuard, held: list[Decision]) -> Callable[..., Awai
     return hit
 
 
-def release_each(guard: Guard, held: Sequence[Decision]) -> None:
+def release_each(
+    guard: Guard, held: Sequence[Decision], uncounted: Sequence[Decision] = ()
+) -> None:
     """Every lease of ``held`` given back, but one given back already (its receipt spent:
-    a refund or a release by the view, or an earlier pass); a release that fails keeps
+    a refund or a release by the view, or an earlier pass); one of ``uncounted`` (a call
+    the app chose not to count, its lease held until now) refunded whole, its rate units
+    too, or released if a deploy since refuses that refund. A release that fails keeps
     none of the others: its error is raised once each was tried."""
     failed: BaseException | None = None
     for decision in held:
         receipt = decision.receipt
         if receipt is None or not receipt.spent:
             try:
-                guard.release(decision)
+                if any(decision is other for other in uncounted):
+                    with contextlib.suppress(ConfigError):  # a deploy since: released below
+                        guard.refund(decision)
+                if receipt is None or not receipt.spent:
+                    guard.release(decision)
             except BaseException as exc:  # raised once the others were tried
                 failed = _first(failed, exc)
     if failed is not None:

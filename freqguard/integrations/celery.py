@@ -295,6 +295,10 @@ class _Cap:
             result = body()
         except BaseException:
             self.refund(task, [decision])
+            receipt = decision.receipt
+            if receipt is not None and not receipt.spent:  # refused (a deploy since the take:
+                with contextlib.suppress(FreqGuardError):  # its rate units are the new
+                    self.guard.release(decision)  # policy's): its lease goes back all the same
             raise
         try:
             self.guard.release(decision)

@@ -226,7 +226,7 @@ class FreqGuard:
         decision = leasing(state.guard, held)(route.name, route.cost, **ctx)
         decisions: list[Decision] = g.setdefault("freqguard_decisions", [])
         if not decision.allowed:
-            give_back(state.guard, decisions, held)
+            give_back(state.guard, decisions)
             decisions.append(decision)
             raise CapExceeded(decision)
         decisions.append(decision)
@@ -260,28 +260,28 @@ class FreqGuard:
             response.headers.update(combined_headers(decisions, self._state().decider.profile))
         held: list[Decision] = g.get("freqguard_leases", [])
         if held and response.is_streamed:
-            # a streamed body is sent after the request's teardown: the request is in
-            # flight until the server closes the response
+            # a streamed body is sent after the request's teardown: in flight until the
+            # server closes the response (deduct_when's uncounted are refunded then)
             guard, given = self._state().guard, g.pop("freqguard_leases")
+            uncounted = g.get("freqguard_uncounted", [])
             g.freqguard_streamed = given  # the teardown's, should the response be dropped
             # given back when the server closes the body (werkzeug skips call_on_close when
             # the body's close raises; a later after_request may send the body in another
             # response, and send_file's passes by close) or the response (a later hook may
             # wrap the body anew: Flask-Compress), whichever first: once
             body = cast("Iterable[bytes]", response.response)
-            response.response = HeldBody(body, lambda: release_each(guard, given))
-            response.call_on_close(lambda: release_each(guard, given))
+            response.response = HeldBody(body, lambda: release_each(guard, given, uncounted))
+            response.call_on_close(lambda: release_each(guard, given, uncounted))
         return response
 
     def _give_back(self, error: BaseException | None) -> None:
         """The leases the request took (a policy with a concurrency rule), given back once
-        it has been answered, however (a streamed answer's when its body is closed). With
-        ``error`` (an ``after_request`` that ran after this one's failed, say) Flask drops
-        the streamed response without closing it: its leases go back now."""
-        guard = self._state().guard
-        release_each(guard, g.pop("freqguard_leases", []))
+        it has been answered, however (a streamed answer's when its body is closed; with
+        ``error``, a later ``after_request`` failed, Flask drops it unclosed: now)."""
+        guard, uncounted = self._state().guard, g.get("freqguard_uncounted", ())
+        release_each(guard, g.pop("freqguard_leases", []), uncounted)
         if error is not None:
-            release_each(guard, g.pop("freqguard_streamed", []))
+            release_each(guard, g.pop("freqguard_streamed", []), uncounted)
 
     def capped(
         self,
