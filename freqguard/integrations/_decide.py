@@ -277,9 +277,15 @@ class Decider:
             if route.policy is not None:
                 self._register(route, route.policy)
 
-    def find(self, method: str, path: str) -> tuple[Route, Mapping[str, str]] | None:
-        """The first route matching the request, and the path's parameters."""
+    def find(
+        self, method: str, path: str, preflight: bool = False
+    ) -> tuple[Route, Mapping[str, str]] | None:
+        """The first route matching the request, and the path's parameters. A CORS
+        ``preflight`` (an ``OPTIONS`` asking leave for another method) is the browser's
+        question, not a call: only a route whose methods name ``OPTIONS`` counts it."""
         for route in self.routes:
+            if preflight and (route.methods is None or "OPTIONS" not in route.methods):
+                continue
             params = route.match(method, path)
             if params is not None:
                 return route, params

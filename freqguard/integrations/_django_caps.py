@@ -272,7 +272,7 @@ def _passes(cap: ViewCap, request: Any, notes: RequestNotes, state: State) -> bo
     """Whether ``cap`` leaves ``request`` undecided here (the middleware decided it, or
     freqguard is switched off, or the method is not capped); ``request.limited`` is set
     then too, as django-ratelimit sets it on every request its decorator sees."""
-    if cap in notes.decided or not state.settings.enabled or not cap.applies(request.method):
+    if cap in notes.decided or not state.settings.enabled or not cap.applies(request):
         getattr(request, "_request", request).limited = notes.limited
         return True
     return False

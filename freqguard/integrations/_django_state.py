@@ -38,6 +38,7 @@ __all__ = [
     "ViewCap",
     "current",
     "drop",
+    "preflight",
     "shared_names",
     "unclosed",
 ]
@@ -68,8 +69,18 @@ class ViewCap:
         its own view (unnamed) that refuses (``block``) every method."""
         return self.name is None and self.block and self.methods is None
 
-    def applies(self, method: str | None) -> bool:
-        return self.methods is None or (method or "GET") in self.methods
+    def applies(self, request: Any) -> bool:
+        """Whether the cap counts ``request``: its method is capped; a CORS preflight (an
+        ``OPTIONS`` asking leave for another method, the browser's question, not a call)
+        only by a cap whose methods name ``OPTIONS``."""
+        if preflight(request):
+            return self.methods is not None and "OPTIONS" in self.methods
+        return self.methods is None or (request.method or "GET") in self.methods
+
+
+def preflight(request: Any) -> bool:
+    """Whether ``request`` (Django's, or DRF's around it) is a CORS preflight."""
+    return request.method == "OPTIONS" and "HTTP_ACCESS_CONTROL_REQUEST_METHOD" in request.META
 
 
 class State:

@@ -33,6 +33,7 @@ from freqguard.rates import Rate
 from freqguard.rules import Rule, check_name, fit_name
 
 __all__ = [
+    "LIMITER_ARGUMENTS",
     "BadRequest",
     "KeyFunc",
     "Limit",
@@ -198,13 +199,35 @@ _THEIRS = {
 }
 
 
-def refuse_slowapi(theirs: Mapping[str, object], owner: str, where: str) -> None:
+#: slowapi's ``Limiter()`` arguments, given to the middleware, and freqguard's way for each.
+LIMITER_ARGUMENTS = {
+    "key_func": "key= on each Limit, Limit(path, rate, key=client_ip()) (get_remote_address)",
+    "default_limits": "a catch-all Limit, last in limits=: Limit('/{rest:path}', '100/minute', "
+    "key=lambda r: {'client': r.client, 'path': r.path}) (each path its own budget)",
+    "application_limits": "a catch-all Limit, last in limits=: Limit('/{rest:path}', "
+    "'1000/hour') (one budget for every route)",
+    "headers_enabled": "headers='x-ratelimit' for X-RateLimit-* (the default 'ietf' sends "
+    "RateLimit-Policy and RateLimit; 'none' none)",
+    "storage_uri": "the guard's backend, guard=AsyncGuard(async_backend_from_url(uri))",
+    "strategy": "a Rule's, Limit(path, Rule('5/minute', strategy='fixed-window')) (the "
+    "default, the sliding log, is limits' moving-window)",
+    "key_prefix": "the guard's, guard=AsyncGuard(backend, prefix=...)",
+    "in_memory_fallback_enabled": "the guard's on_error, a fallback backend: "
+    "guard=AsyncGuard(backend, on_error=MemoryBackend())",
+    "swallow_errors": "the guard's on_error, guard=AsyncGuard(backend, on_error='allow')",
+}
+
+
+def refuse_slowapi(
+    theirs: Mapping[str, object], owner: str, where: str, ways: Mapping[str, str] = _THEIRS
+) -> None:
     """slowapi's ``limit()`` arguments given to ``owner`` (``Limit``, ``limit_dependency``),
-    refused naming freqguard's way (any other name a TypeError, as Python would)."""
+    or its ``Limiter()``'s (``ways``) to the middleware, refused naming freqguard's way (any
+    other name a TypeError, as Python would)."""
     for name in theirs:
-        if name in _THEIRS:
+        if name in ways:
             raise ConfigError(
-                f"{where}: slowapi's {name}= is not {owner}'s: {_THEIRS[name]} "
+                f"{where}: slowapi's {name}= is not {owner}'s: {ways[name]} "
                 "(docs/coming-from/flask-limiter.md)"
             )
         raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")

@@ -6,7 +6,7 @@ import inspect
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from freqguard.errors import ConfigError, FreqGuardError
 from freqguard.rates import Rate
@@ -38,13 +38,30 @@ class Address(str):
         return str(self)
 
 
+class Headers(dict[str, str]):
+    """A request's headers by lower-case name, looked up in any case, as the frameworks'
+    own are (Starlette's, werkzeug's, Django's): ``request.headers.get("X-API-Key")``."""
+
+    __slots__ = ()
+
+    def __getitem__(self, name: str) -> str:
+        return super().__getitem__(name.lower() if isinstance(name, str) else name)
+
+    def __contains__(self, name: object) -> bool:
+        return super().__contains__(name.lower() if isinstance(name, str) else name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return super().get(name.lower() if isinstance(name, str) else name, default)
+
+
 class RequestInfo:
     """The parts of a request that key functions and route matching need; ``raw`` is the
     framework's own (the ASGI scope under Starlette and FastAPI, the WSGI environ under WSGI
     and Flask, Django's ``HttpRequest``, DRF's ``Request`` under a DRF throttle).
 
-    ``headers`` (lower-case names, the lines of a repeated header joined with ", ") and
-    :meth:`header_lines` are decoded on first use: most keys never read them.
+    ``headers`` (lower-case names, looked up in any case; the lines of a repeated header
+    joined with ", ") and :meth:`header_lines` are decoded on first use: most keys never
+    read them.
     """
 
     __slots__ = (
@@ -71,7 +88,7 @@ class RequestInfo:
         self.path = path
         self._read_headers = read_headers  # lower-case name -> its lines, in order
         self._lines: dict[str, list[str]] | None = None
-        self._joined: dict[str, str] | None = None
+        self._joined: Headers | None = None
         self.client = None if client is None else Address(client)  # the peer's address
         self.path_params: Mapping[str, str] = path_params or {}
         self.raw = raw  # the framework's own: an ASGI scope, a WSGI environ, a Django request
@@ -83,15 +100,30 @@ class RequestInfo:
         """
         if self._lines is None:
             self._lines = self._read_headers()
-        return self._lines.get(name, [])
+        return self._lines.get(name.lower(), [])
 
     @property
     def headers(self) -> Mapping[str, str]:
         if self._joined is None:
             if self._lines is None:
                 self._lines = self._read_headers()
-            self._joined = {name: ", ".join(lines) for name, lines in self._lines.items()}
+            self._joined = Headers((n, ", ".join(lines)) for n, lines in self._lines.items())
         return self._joined
+
+    if not TYPE_CHECKING:  # at run time only: mypy still names a missing attribute
+
+        def __getattr__(self, name: str) -> NoReturn:
+            """A framework request's attribute (Starlette's ``query_params``, ``state``,
+            ``url``) read from a key function: named with where it is."""
+            if name.startswith("__"):  # copy, pickle and the like probe for dunders
+                raise AttributeError(name)
+            raise AttributeError(
+                f"RequestInfo has no attribute {name!r}: a key function gets freqguard's "
+                "RequestInfo (method, path, path_params, headers, client), not the "
+                "framework's request, which is its .raw (under Starlette and FastAPI the "
+                f"ASGI scope: starlette.requests.Request(request.raw).{name}; the WSGI "
+                "environ under Flask, Django's HttpRequest)"
+            )
 
 
 class BadRequest(FreqGuardError):

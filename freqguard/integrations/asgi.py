@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from freqguard.config import Config
 from freqguard.decision import Decision
@@ -31,6 +31,7 @@ from freqguard.integrations._decide import Answer, Decider, Route
 from freqguard.integrations._first_match import checked_limits, compile_limits
 from freqguard.integrations._held import arelease_each, leasing_async
 from freqguard.integrations._http import (
+    LIMITER_ARGUMENTS,
     BadRequest,
     Limit,
     RequestInfo,
@@ -38,6 +39,7 @@ from freqguard.integrations._http import (
     client_ip,
     header,
     path_param,
+    refuse_slowapi,
 )
 from freqguard.integrations._routes import route_path
 from freqguard.policy import Policy
@@ -108,27 +110,36 @@ class FreqGuardMiddleware:
             with the rate-limit headers it does not set itself; the app's own exception
             handlers never see a request the middleware refuses (slowapi's
             ``_rate_limit_exceeded_handler``, replaced).
+        enabled: False lets every request through, uncapped (slowapi's ``enabled``): also
+            an attribute, ``middleware.enabled = False``, for a test run or an emergency.
 
     Raises:
         ConfigError: a Limit an earlier one wholly covers (its methods, and every path it
             matches), which could never decide a request: put the narrower first; a
-            ``refused`` that is not a function.
+            ``refused`` that is not a function of two arguments, or is an exception
+            handler's ``(request, exc)``; slowapi's ``Limiter`` arguments, naming ours.
     """
 
     def __init__(
         self,
         app: ASGIApp,
+        /,
         *,
         guard: Guard | AsyncGuard | Config | None = None,
         limits: Sequence[Limit],
         headers: str = "ietf",
         refused: Callable[[Scope, Decision], Awaitable[ASGIApp] | ASGIApp] | None = None,
+        enabled: bool = True,
+        **theirs: NoReturn,
     ) -> None:
-        if refused is not None and not _takes_two(refused):  # a Response is a 3-argument app
+        refuse_slowapi(theirs, "FreqGuardMiddleware", "FreqGuardMiddleware", LIMITER_ARGUMENTS)
+        if refused is not None and (not _takes_two(refused) or _a_handler(refused)):
+            # a Response is a 3-argument app; slowapi's handler takes (request, exc)
             raise ConfigError(
                 f"refused= takes a function of (scope, decision) that returns the answer's "
-                f"ASGI app (a Starlette Response), got {refused!r}"
+                f"ASGI app (a Starlette Response), got {refused!r}" + _HANDLER * _a_handler(refused)
             )
+        self.enabled = enabled
         self._refused = refused
         if guard is None:  # slowapi's Limiter holds its storage: here the guard does
             raise ConfigError(
@@ -145,10 +156,14 @@ class FreqGuardMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
-        if kind != "http" and kind != "websocket":
+        if (kind != "http" and kind != "websocket") or not self.enabled:
             await self.app(scope, receive, send)
             return
-        found = self.decider.find(scope.get("method", "GET"), route_path(scope))
+        method = scope.get("method", "GET")
+        preflight = method == "OPTIONS" and any(
+            name == b"access-control-request-method" for name, _ in scope["headers"]
+        )
+        found = self.decider.find(method, route_path(scope), preflight)
         if found is None:
             await self.app(scope, receive, send)
             return
@@ -219,6 +234,26 @@ class FreqGuardMiddleware:
             await send(message)
 
         await app(scope, receive, send_with_ours)
+
+
+_HANDLER = (
+    ": that is an exception handler's (request, exc), slowapi's _rate_limit_exceeded_"
+    "handler's; write async def refused(scope, decision) -> Response, reading the "
+    "decision's retry_after and denied_by"
+)
+
+
+def _a_handler(function: object) -> bool:
+    """Whether ``function`` is an exception handler, ``(request: Request, exc)``: its first
+    parameter a request by its annotation, or the two named ``request`` and ``exc``."""
+    try:
+        first, *rest = inspect.signature(function).parameters.values()  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    given = first.annotation  # a class, or its name (under from __future__ import annotations)
+    shown = given if isinstance(given, str) else getattr(given, "__name__", "")
+    named = first.name == "request" and bool(rest) and rest[0].name in ("exc", "exception")
+    return named or shown.rpartition(".")[2] in ("Request", "HTTPConnection")
 
 
 def _takes_two(function: object) -> bool:

@@ -64,7 +64,14 @@ from freqguard.integrations._django_requests import (
     with_headers,
 )
 from freqguard.integrations._django_settings import check_settings
-from freqguard.integrations._django_state import State, ViewCap, current, drop, unclosed
+from freqguard.integrations._django_state import (
+    State,
+    ViewCap,
+    current,
+    drop,
+    preflight,
+    unclosed,
+)
 from freqguard.integrations._held import leasing, leasing_async
 from freqguard.integrations._http import (
     BadRequest,
@@ -171,9 +178,10 @@ def _route_of(state: State, request: HttpRequest) -> tuple[Route, ViewCap | None
     Resolved here, as Django resolves it after the middleware chain (a cached resolver),
     and remembered by path: the view must be known before it runs, without a
     ``process_view`` hook whose mode would follow the handler's (a thread hop per request
-    under ASGI).
+    under ASGI). A CORS preflight (an ``OPTIONS`` asking leave for another method) is
+    the browser's question, not a call: none (a view's cap naming ``OPTIONS`` counts it).
     """
-    if not state.settings.enabled:
+    if not state.settings.enabled or preflight(request):
         return None
     resolver = get_resolver(getattr(request, "urlconf", None))
     where = (resolver, request.path_info)

@@ -15,7 +15,8 @@ try:  # the extra named (an ImportError saying how to install it)
     from starlette.exceptions import HTTPException
 except ModuleNotFoundError as missing:
     raise extra_missing(missing, "starlette", __name__) from missing
-from starlette.requests import Request
+from starlette.exceptions import WebSocketException
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 
 from freqguard.config import Config
@@ -128,6 +129,7 @@ def limit_dependency(
     rate-limit headers. The dependency's value is the decision (None for a request its key
     skipped): an endpoint that returns a Response of its own adds them, ``decision:
     Decision = Depends(...)``, then ``JSONResponse(..., headers=decision.headers())``.
+    On a WebSocket route a denied handshake is closed with 1008, as the middleware does.
     ``on_error`` as for
     :class:`Limit`. ``rule`` as for :class:`Limit`: rate strings, or Rules (one with
     ``rate_for`` decides a tier per request, from the values the key function gives).
@@ -173,9 +175,14 @@ def limit_dependency(
         )
     decider = Decider(aguard, [route], check_profile(headers))
 
-    async def dependency(request: Request, response: Response) -> Decision | None:
+    # an HTTPConnection: FastAPI gives one to a WebSocket route's dependency too
+    async def dependency(request: HTTPConnection, response: Response) -> Decision | None:
         info = request_info(request.scope, dict(request.path_params))
         answer = await decider.adecide(aguard.hit, route, info)
+        if not answer.allowed and request.scope["type"] == "websocket":
+            # closed as the middleware closes a denied handshake
+            reason = {429: "rate limited", 503: "store unavailable"}.get(answer.status)
+            raise WebSocketException(1008, reason or "bad request")
         if not answer.allowed:
             detail = (
                 problem_detail(answer.decision)

@@ -102,7 +102,9 @@ class FreqGuardMiddleware:
         self.decider = Decider(guard, compile_limits(self.limits), check_profile(headers))
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        found = self.decider.find(environ.get("REQUEST_METHOD", "GET"), path_of(environ))
+        method = environ.get("REQUEST_METHOD", "GET")
+        preflight = method == "OPTIONS" and "HTTP_ACCESS_CONTROL_REQUEST_METHOD" in environ
+        found = self.decider.find(method, path_of(environ), preflight)
         if found is None:
             return self.app(environ, start_response)
         route, params = found
