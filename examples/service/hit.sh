@@ -5,7 +5,10 @@
 set -eu
 url="${FREQGUARD_SERVICE:-http://127.0.0.1:8080}"
 policy="$1" recipient="$2" content="$3"
-body=$(printf '{"context": {"recipient": "%s", "content": "%s"}}' "$recipient" "$content")
+# the body made by a JSON encoder (quotes, backslashes and newlines in a message escaped)
+body=$(python3 -c 'import json, sys
+print(json.dumps({"context": {"recipient": sys.argv[1], "content": sys.argv[2]}}))' \
+  "$recipient" "$content")
 answer=$(curl -sS --fail-with-body -X POST "$url/v1/policies/$policy/hit" \
   -H "content-type: application/json" \
   ${FREQGUARD_TOKEN:+-H "authorization: Bearer $FREQGUARD_TOKEN"} \

@@ -246,8 +246,8 @@ class Guard(PeerHabits):
     def acquire(
         self, policy: str, *, timeout: float | None = None, cost: int = 1, **ctx: object
     ) -> Decision:
-        """Wait for the hit's turn (at most ``timeout`` seconds), then consume (by name both).
-
+        """Wait for the hit's turn (at most ``timeout`` seconds; None: as long as it takes),
+        then consume (by name both); waiters are not queued (docs/strategies/gcra.md).
         Raises:
             CapExceeded: when the turn comes later than the timeout allows (at once, no wait).
         """

@@ -75,7 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="freqguard",
         description="freqguard: frequency capping and rate limiting",
-        epilog="exit codes: 0 done, 1 the store failed, 2 a usage or configuration error",
+        epilog="the store: the configuration's backend, or FREQGUARD_URL when it is set; "
+        "exit codes: 0 done, 1 the store failed, 2 a usage or configuration error",
     )
     parser.add_argument("--version", action="version", version=f"freqguard {_version()}")
     commands = parser.add_subparsers(
@@ -217,6 +218,9 @@ def _described(commands: Any, name: str, text: str) -> argparse.ArgumentParser:
     return made
 
 
+_STORE = " (the store is the configuration's backend, or FREQGUARD_URL when it is set)"
+
+
 class _Command(argparse.ArgumentParser):
     """A command's parser that names an option it does not know under its own usage first:
     argparse left an unknown option to the top-level parser (``freqguard: error``, the
@@ -235,7 +239,8 @@ class _Command(argparse.ArgumentParser):
             known = [o for action in self._actions for o in action.option_strings]
             unknown = [word for word in given if _optional(word) and not _known(word, known)]
             if unknown:
-                self.error(f"unrecognized arguments: {' '.join(unknown)}")
+                url = any(w.partition("=")[0] == "--url" for w in unknown)
+                self.error(f"unrecognized arguments: {' '.join(unknown)}" + _STORE * url)
         return super().parse_known_args(words, namespace)
 
 
@@ -365,6 +370,9 @@ def guarantee(rule: Rule) -> str:
         calls = "call" if n == 1 else "calls"
         lease = window if window[0].isdigit() else f"1 {window}"
         text = f"at most {n} {calls} in flight, each lease freed after {lease} at the latest"
+    elif rule.capacity == 1:  # a strict rate: each call its own turn
+        every = -(-rule.rate.window_us // n) / 1000
+        text = f"{n} per {window}, one every {every:g} ms, no burst ({rule.strategy.value})"
     else:
         text = f"{n} per {window}, bursts of up to {rule.capacity} ({rule.strategy.value})"
     if rule.only is not None:

@@ -130,4 +130,4 @@ def _seconds(value: float) -> str:
         return f"{value / 3600:.1f} h"
     if value >= 60:
         return f"{value / 60:.1f} min"
-    return f"{value:.3g} s"
+    return f"{value:.1f} s" if value >= 1 else f"{value:.3g} s"  # 58.0 beside 58.3, not 58

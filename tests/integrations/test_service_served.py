@@ -90,6 +90,16 @@ def test_the_curl_example_speaks_the_contract(service: str) -> None:
 
 
 @pytest.mark.slow  # a real freqguard serve with workers
+@pytest.mark.skipif(shutil.which("curl") is None, reason="no curl on this machine")
+def test_the_curl_example_sends_any_content(service: str) -> None:
+    """A content with quotes, a backslash and a newline (a message as users write it) is
+    sent as JSON: printf's "%s" inside a JSON string made a 422 of it (exit 2)."""
+    content = 'Say "hi" \\o/\nbye'
+    runs = _four_times(["sh", str(EXAMPLES / "hit.sh"), "sms", "e", content], service)
+    assert [run.returncode for run in runs] == [0, 0, 0, 1], runs[0].stderr
+
+
+@pytest.mark.slow  # a real freqguard serve with workers
 @pytest.mark.skipif(shutil.which("node") is None, reason="no node on this machine")
 def test_the_javascript_example_speaks_the_contract(service: str) -> None:
     runs = _four_times(["node", str(EXAMPLES / "client.mjs"), "sms", "d", "hi"], service)

@@ -187,6 +187,17 @@ def test_an_unknown_option_of_a_command_is_named_under_that_commands_usage(
     assert f"usage: freqguard {command} " in done.err
 
 
+@pytest.mark.parametrize("url", [["--url", "redis://x"], ["--url=redis://x"]])
+def test_url_given_to_a_command_of_the_configurations_store_names_freqguard_url(
+    cli: Any, memory_config: Path, url: list[str]
+) -> None:
+    """demo, ping and flush take a URL; inspect, reset and limit read the configuration's
+    store: a new user's ``--url`` there is told where the store comes from."""
+    done = cli("inspect", str(memory_config), "sms", "recipient=a", *url)
+    assert done.code == 2
+    assert "FREQGUARD_URL when it is set" in done.err
+
+
 def test_known_options_abbreviated_values_like_options_and_negative_numbers_pass(
     cli: Any, memory_config: Path
 ) -> None:
