@@ -16,8 +16,8 @@ from freqguard import Guard, MemoryBackend, Policy, Rule
 
 POLICY = Policy(
     "sms",
-    Rule("15/minute", by="recipient", name="rcpt-minute"),
-    Rule("50/day", by="recipient", name="rcpt-day"),
+    Rule("15/minute", by="recipient", name="rcpt-1m"),
+    Rule("50/day", by="recipient", name="rcpt-1d"),
     Rule("2 per 59 seconds", by=("recipient", "content"), name="content-59s"),
     Rule("5 per 59 minutes", by=("recipient", "content"), name="content-59m"),
 )

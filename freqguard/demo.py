@@ -25,10 +25,10 @@ from freqguard import (
 
 SMS_POLICY = Policy(
     "sms",
-    Rule("15/minute", by="recipient", name="recipient-15-per-min"),
-    Rule("50/day", by="recipient", name="recipient-50-per-day"),
-    Rule("2 per 59 seconds", by=("recipient", "content"), name="content-2-per-59s"),
-    Rule("5 per 59 minutes", by=("recipient", "content"), name="content-5-per-59min"),
+    Rule("15/minute", by="recipient", name="rcpt-1m"),
+    Rule("50/day", by="recipient", name="rcpt-1d"),
+    Rule("2 per 59 seconds", by=("recipient", "content"), name="content-59s"),
+    Rule("5 per 59 minutes", by=("recipient", "content"), name="content-59m"),
 )
 
 

@@ -67,6 +67,7 @@ class Names:
         self.policy, self.dimensions = policy, policy.dimensions
         self.keyed = frozenset(self.dimensions)
         self.hit = frozenset((*self.dimensions, *policy.reads))
+        self.shadows = frozenset(rule.id for rule in policy.rules if rule.shadow)
 
     def check(self, body: Any, limits: bool) -> None:
         """Refuse a name the policy does not take (a limit's context: a dimension) before the
@@ -175,20 +176,21 @@ class Service:
         _no_leases(names.policy)
         decided = await self.guard.hit(policy, body.cost, **body.context)
         await self.history.record(policy, (decided,), (body.context,), names.dimensions)
-        return schema.decision(decided)
+        return schema.decision(decided, names.shadows)
 
     async def hit_many(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
         _no_leases(names.policy)
         decisions = await self.guard.hit_many(policy, body.contexts, body.cost)
         await self.history.record(policy, decisions, body.contexts, names.dimensions)
-        return schema.Decisions([schema.decision(d) for d in decisions])
+        return schema.Decisions([schema.decision(d, names.shadows) for d in decisions])
 
     async def peek(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
-        return schema.decision(await self.guard.peek(policy, **body.context))
+        return schema.decision(await self.guard.peek(policy, **body.context), names.shadows)
 
     async def refund(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
         _no_leases(names.policy)
-        return schema.decision(await self.guard.refund(policy, body.cost, **body.context))
+        refunded = await self.guard.refund(policy, body.cost, **body.context)
+        return schema.decision(refunded, names.shadows)
 
     async def reset(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
         done = await self.guard.reset(policy, rules=body.rules, **body.context)

@@ -25,7 +25,8 @@ _US = 1_000_000.0  # µs in a second: a raw state's times
 
 
 class RuleState(msgspec.Struct, frozen=True):
-    """One rule's part in a decision."""
+    """One rule's part in a decision: ``shadow`` when it never blocks, a shadow rule's or
+    one a per-key limit exempts for this context (``exempt``)."""
 
     rule: str
     allowed: bool
@@ -34,6 +35,7 @@ class RuleState(msgspec.Struct, frozen=True):
     reset_after: float
     retry_after: float
     shadow: bool
+    exempt: bool
 
 
 class Decision(msgspec.Struct, frozen=True):
@@ -208,9 +210,10 @@ class Problem(msgspec.Struct, frozen=True, omit_defaults=True):
     field: str | None = None
 
 
-def decision(decided: Decided) -> Decision:
+def decision(decided: Decided, shadows: frozenset[str] = frozenset()) -> Decision:
     """A decision as the service answers it (each rule's state read off ``raw`` at once:
-    no :class:`freqguard.RuleState` made on the way)."""
+    no :class:`freqguard.RuleState` made on the way); ``shadows``: the ids of the policy's
+    shadow rules (any other decided as shadow is exempt by a per-key limit)."""
     return Decision(
         allowed=decided.allowed,
         retry_after=decided.retry_after,
@@ -220,7 +223,14 @@ def decision(decided: Decided) -> Decision:
         denied_by=[rule.id for rule in decided.denied_by],
         rules=[  # not the quiet hours' pseudo-rule: no rate (denying, it is in denied_by)
             RuleState(
-                rule.id, wait == 0, remaining, rule.capacity, reset / _US, wait / _US, rule.shadow
+                rule.id,
+                wait == 0,
+                remaining,
+                rule.capacity,
+                reset / _US,
+                wait / _US,
+                rule.shadow,
+                rule.shadow and rule.id not in shadows,
             )
             for rule, remaining, reset, wait in decided.raw
             if rule.quiet is None

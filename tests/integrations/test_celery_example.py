@@ -38,7 +38,7 @@ def test_fifteen_a_minute_then_deferred_to_its_turn(clock: ManualClock) -> None:
     outcomes = [send(recipient, f"news {n}", tz="Europe/Berlin") for n in range(16)]
     assert all(isinstance(o, str) and o.startswith("msg-") for o in outcomes[:15])
     assert outcomes[15]["deferred"] is True
-    assert outcomes[15]["denied_by"] == ["rcpt-minute"]
+    assert outcomes[15]["denied_by"] == ["rcpt-1m"]
     assert outcomes[15]["retry_after"] == 60.0
     clock.advance(60)
     assert send(recipient, "news 15", tz="Europe/Berlin").startswith("msg-")
@@ -65,7 +65,7 @@ def test_the_vendor_limit_is_shared_by_every_recipient(clock: ManualClock) -> No
     outcomes = [send(uuid.uuid4().hex, "hello", priority="transactional") for _ in range(201)]
     assert sum(isinstance(o, str) for o in outcomes) == 200
     assert outcomes[200]["denied_by"] == ["vendor"]
-    assert outcomes[200]["retry_after"] == pytest.approx(0.005)
+    assert outcomes[200]["retry_after"] == pytest.approx(1.0)  # at most 200 in any second
 
 
 def test_a_vendor_failure_is_refunded_and_retried(
@@ -84,4 +84,4 @@ def test_a_vendor_failure_is_refunded_and_retried(
     minute = celery_sms.guard.peek(
         "celery-sms", recipient=recipient, content="x", priority="transactional", tz="UTC"
     )
-    assert {s.rule.id: s.remaining for s in minute.rules}["rcpt-minute"] == 14  # counted once
+    assert {s.rule.id: s.remaining for s in minute.rules}["rcpt-1m"] == 14  # counted once

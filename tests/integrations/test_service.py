@@ -163,3 +163,37 @@ def test_a_reset_names_what_it_forgot_and_refuses_what_it_cannot_mean() -> None:
     assert (answers[3].status_code, answers[3].json()["field"]) == (422, "rules")
     assert (answers[4].status_code, answers[4].json()["field"]) == (422, "rules[0]")
     assert [r["remaining"] for r in answers[5].json()["rules"]] == [2, 0]
+
+
+def test_a_rule_a_per_key_limit_exempts_is_answered_exempt() -> None:
+    """A new user's finding: a rule a per-key limit exempts was answered ``"shadow": true``
+    only, as a shadow rule is, where ``freqguard inspect`` says ``(exempt)``: an HTTP
+    client could not tell the two apart. Now ``exempt`` says which."""
+    ctx = {"recipient": "+1555", "content": "hi"}
+    responses = _call(
+        [
+            (
+                "PUT",
+                "/v1/policies/sms/limits/content-59s",
+                {"context": {"recipient": "+1555"}, "rate": None},
+                {},
+            ),
+            ("POST", "/v1/policies/sms/hit", {"context": ctx}, {}),
+            ("POST", "/v1/policies/sms/peek", {"context": {**ctx, "recipient": "+1666"}}, {}),
+        ]
+    )
+    exempted = {r["rule"]: (r["shadow"], r["exempt"]) for r in responses[1].json()["rules"]}
+    assert exempted == {"rcpt-1m": (False, False), "content-59s": (True, True)}
+    plain = {r["rule"]: (r["shadow"], r["exempt"]) for r in responses[2].json()["rules"]}
+    assert plain == {"rcpt-1m": (False, False), "content-59s": (False, False)}
+
+
+def test_a_shadow_rule_is_answered_shadow_not_exempt() -> None:
+    import freqguard.service.schema as schema
+    from freqguard import Guard
+
+    policy = Policy("p", Rule("1/minute", by="u", name="watch", shadow=True))
+    guard = Guard(MemoryBackend(), [policy], clock=ManualClock(1_700_000_000))
+    shadows = frozenset(r.id for r in policy.rules if r.shadow)
+    [state] = schema.decision(guard.hit("p", u="a"), shadows).rules
+    assert (state.shadow, state.exempt) == (True, False)

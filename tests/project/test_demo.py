@@ -15,11 +15,11 @@ def test_demo_shows_every_blocking_rule(capsys: pytest.CaptureFixture[str]) -> N
     out = capsys.readouterr().out
     blocked = [line for line in out.splitlines() if "BLOCKED" in line]
     assert len(blocked) == 4
-    assert "content-2-per-59s" in blocked[0]
+    assert "content-59s" in blocked[0]
     assert "alice" in blocked[0]
-    assert "recipient-15-per-min" in blocked[1]
+    assert "rcpt-1m" in blocked[1]
     assert "Deal #15" in blocked[1]
-    assert "content-5-per-59min" in blocked[2]
+    assert "content-59m" in blocked[2]
     assert "carol" in blocked[2]
     assert "23 sent, 3 blocked" in out
 

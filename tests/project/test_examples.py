@@ -22,17 +22,17 @@ def test_sms_worker_caps_and_refunds(clock: ManualClock) -> None:
     # 15/minute for the recipient; a failed send is refunded, so its slot is used again
     assert tally.sent == 15
     assert tally.capped == 25 - 15 - tally.failed
-    assert tally.capped_by["rcpt-minute"] == 25 - 15 - tally.failed - 3
+    assert tally.capped_by["rcpt-1m"] == 25 - 15 - tally.failed - 3
     assert tally.capped_by["content-59s"] == 3  # "Your code is 1" a third, fourth, fifth time
 
 
 def test_sms_worker_prints_a_readable_summary() -> None:
     tally = sms_worker.Tally(sent=15, failed=1, capped=9)
-    tally.capped_by.update({"rcpt-minute": 6, "content-59s": 3})
+    tally.capped_by.update({"rcpt-1m": 6, "content-59s": 3})
     assert str(tally).splitlines() == [
         "25 messages: 15 sent, 9 capped, 1 failed at the vendor (refunded, so they used up no cap)",
         "capped by (a message may be capped by several rules):",
-        "  rcpt-minute      6",
+        "  rcpt-1m          6",
         "  content-59s      3",
     ]
 
