@@ -228,7 +228,7 @@ def refuse_slowapi(
         if name in ways:
             raise ConfigError(
                 f"{where}: slowapi's {name}= is not {owner}'s: {ways[name]} "
-                "(docs/coming-from/flask-limiter.md)"
+                "(docs/coming-from/slowapi.md)"
             )
         raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
 

@@ -1,4 +1,4 @@
-"""docs/coming-from/flask-limiter.md's slowapi rows, row by row: slowapi beside freqguard's
+"""docs/coming-from/slowapi.md's rows, row by row: slowapi beside freqguard's
 Starlette middleware, on one pinned clock (limits' memory storage, which slowapi uses,
 reads ``time.time``, patched here), the outcomes equal or different as the page says."""
 
@@ -146,3 +146,14 @@ def test_a_window_edge(clock: ManualClock) -> None:
         codes["theirs"] += [r.status_code for r in _get(theirs_app, *["/a"] * times)]
         codes["ours"] += [r.status_code for r in _get(ours_app, *["/a"] * times)]
     assert codes == {"theirs": [200, 200, 200, 200], "ours": [200, 200, 200, 429]}
+
+
+def test_slowapi_cost(clock: ManualClock) -> None:
+    """``@limiter.limit("5/minute", cost=2)``: each request takes two; ``Limit(..., cost=2)``
+    the same. A callable cost (slowapi's ``cost=lambda request: ...``) is refused here when
+    the ``Limit`` is made (a cost is the route's)."""
+    theirs = _get(_slowapi_app({"/a": lambda lim: lim.limit("5/minute", cost=2)}), *["/a"] * 3)
+    ours = _get(_ours(clock, [Limit("/a", "5/minute", cost=2)]), *["/a"] * 3)
+    assert [r.status_code for r in theirs] == [r.status_code for r in ours] == [200, 200, 429]
+    with pytest.raises((TypeError, ValueError)):
+        Limit("/a", "5/minute", cost=lambda request: 2)  # type: ignore[arg-type]

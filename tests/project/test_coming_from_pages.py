@@ -15,7 +15,14 @@ PAGES = sorted((ROOT / "docs" / "coming-from").glob("*.md"))
 
 def test_there_is_a_page_for_each_library_users_come_from() -> None:
     names = {page.stem for page in PAGES}
-    assert names == {"django-ratelimit", "drf", "flask-limiter", "limits", "throttled-py"}
+    assert names == {
+        "django-ratelimit",
+        "drf",
+        "flask-limiter",
+        "limits",
+        "slowapi",
+        "throttled-py",
+    }
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[page.stem for page in PAGES])

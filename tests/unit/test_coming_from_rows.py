@@ -1,4 +1,4 @@
-"""docs/coming-from/flask-limiter.md read by a slowapi user porting an app: a row that, read
+"""docs/coming-from/slowapi.md read by a slowapi user porting an app: a row that, read
 with the row beside it, leaves an idiom without its way."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-PAGE = ROOT / "docs" / "coming-from" / "flask-limiter.md"
+PAGE = ROOT / "docs" / "coming-from" / "slowapi.md"
 
 
 def _row(start: str) -> str:
