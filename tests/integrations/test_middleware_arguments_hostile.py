@@ -35,5 +35,6 @@ def test_a_keyword_not_the_middlewares_is_refused_naming_it(name: str, value: ob
     guard = AsyncGuard(MemoryBackend())
     slowapis = name in LIMITER_ARGUMENTS
     expected = f"slowapi's {re.escape(name)}=" if slowapis else re.escape(repr(name))
+    given: dict[str, Any] = {name: value}
     with pytest.raises(ConfigError if slowapis else TypeError, match=expected):
-        FreqGuardMiddleware(_app, guard=guard, limits=[Limit("/x", "1/minute")], **{name: value})
+        FreqGuardMiddleware(_app, guard=guard, limits=[Limit("/x", "1/minute")], **given)
