@@ -371,8 +371,9 @@ def guarantee(rule: Rule) -> str:
         lease = window if window[0].isdigit() else f"1 {window}"
         text = f"at most {n} {calls} in flight, each lease freed after {lease} at the latest"
     elif rule.capacity == 1:  # a strict rate: each call its own turn
-        every = -(-rule.rate.window_us // n) / 1000
-        text = f"{n} per {window}, one every {every:g} ms, no burst ({rule.strategy.value})"
+        every_us = -(-rule.rate.window_us // n)  # seconds from one: {:g} would say 3.6e+06 ms
+        every = f"{every_us / 1000:g} ms" if every_us < 1_000_000 else f"{every_us / 1e6:.15g} s"
+        text = f"{n} per {window}, one every {every}, no burst ({rule.strategy.value})"
     else:
         text = f"{n} per {window}, bursts of up to {rule.capacity} ({rule.strategy.value})"
     if rule.only is not None:

@@ -79,8 +79,14 @@ class ViewCap:
 
 
 def preflight(request: Any) -> bool:
-    """Whether ``request`` (Django's, or DRF's around it) is a CORS preflight."""
-    return request.method == "OPTIONS" and "HTTP_ACCESS_CONTROL_REQUEST_METHOD" in request.META
+    """Whether ``request`` (Django's, or DRF's around it) is a CORS preflight: a browser's
+    carries ``Origin`` (without it, any client's ``OPTIONS`` would pass by one header)."""
+    meta = request.META
+    return (
+        request.method == "OPTIONS"
+        and "HTTP_ACCESS_CONTROL_REQUEST_METHOD" in meta
+        and "HTTP_ORIGIN" in meta
+    )
 
 
 class State:

@@ -112,11 +112,12 @@ class RequestInfo:
 
     if not TYPE_CHECKING:  # at run time only: mypy still names a missing attribute
 
-        def __getattr__(self, name: str) -> NoReturn:
-            """A framework request's attribute (Starlette's ``query_params``, ``state``,
-            ``url``) read from a key function: named with where it is."""
+        def __getattr__(self, name: str) -> Any:
+            """A framework request's attribute (``state``, ``url``): named with where it is."""
             if name.startswith("__"):  # copy, pickle and the like probe for dunders
                 raise AttributeError(name)
+            if hasattr(type(self), name):  # a property that raised AttributeError: again
+                return object.__getattribute__(self, name)
             raise AttributeError(
                 f"RequestInfo has no attribute {name!r}: a key function gets freqguard's "
                 "RequestInfo (method, path, path_params, headers, client), not the "

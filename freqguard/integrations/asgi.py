@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from freqguard.config import Config
 from freqguard.decision import Decision
@@ -117,13 +117,14 @@ class FreqGuardMiddleware:
         ConfigError: a Limit an earlier one wholly covers (its methods, and every path it
             matches), which could never decide a request: put the narrower first; a
             ``refused`` that is not a function of two arguments, or is an exception
-            handler's ``(request, exc)``; slowapi's ``Limiter`` arguments, naming ours.
+            handler's ``(request, exc)``; slowapi's ``Limiter`` arguments, naming ours; an
+            ``enabled`` that is not True or False.
     """
 
     def __init__(
         self,
-        app: ASGIApp,
-        /,
+        app: ASGIApp | None = None,
+        /,  # for mypy beside **theirs; starlette 0.37 to 0.41.2 pass it by name, app=app
         *,
         guard: Guard | AsyncGuard | Config | None = None,
         limits: Sequence[Limit],
@@ -132,7 +133,13 @@ class FreqGuardMiddleware:
         enabled: bool = True,
         **theirs: NoReturn,
     ) -> None:
+        if app is None and "app" in theirs:  # Starlette.build_middleware_stack before 0.41.3
+            app = cast("ASGIApp", theirs.pop("app"))
+        if app is None:
+            raise TypeError("FreqGuardMiddleware() missing 1 required argument: 'app'")
         refuse_slowapi(theirs, "FreqGuardMiddleware", "FreqGuardMiddleware", LIMITER_ARGUMENTS)
+        if not isinstance(enabled, bool):  # "false" from the environment is a true string
+            raise ConfigError(f"enabled must be True or False, got {enabled!r}")
         if refused is not None and (not _takes_two(refused) or _a_handler(refused)):
             # a Response is a 3-argument app; slowapi's handler takes (request, exc)
             raise ConfigError(
@@ -160,9 +167,9 @@ class FreqGuardMiddleware:
             await self.app(scope, receive, send)
             return
         method = scope.get("method", "GET")
-        preflight = method == "OPTIONS" and any(
-            name == b"access-control-request-method" for name, _ in scope["headers"]
-        )
+        # a browser's preflight carries Origin: without it, any client's OPTIONS (which
+        # CORSMiddleware hands to the app) would pass uncounted by adding one header
+        preflight = method == "OPTIONS" and {name for name, _ in scope["headers"]} >= _PREFLIGHT
         found = self.decider.find(method, route_path(scope), preflight)
         if found is None:
             await self.app(scope, receive, send)
@@ -235,6 +242,8 @@ class FreqGuardMiddleware:
 
         await app(scope, receive, send_with_ours)
 
+
+_PREFLIGHT = frozenset((b"origin", b"access-control-request-method"))
 
 _HANDLER = (
     ": that is an exception handler's (request, exc), slowapi's _rate_limit_exceeded_"

@@ -316,6 +316,8 @@ class _Cap:
         for decision in taken:
             try:
                 self.guard.refund(decision)
+            except ConfigError as exc:  # refused (a deploy since the take): no fault here
+                _log.warning("task %s[%s]: not refunded: %s", task.name, task.request.id, exc)
             except Exception:
                 _log.exception("task %s[%s]: refund failed", task.name, task.request.id)
 

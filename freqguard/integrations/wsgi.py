@@ -103,7 +103,11 @@ class FreqGuardMiddleware:
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD", "GET")
-        preflight = method == "OPTIONS" and "HTTP_ACCESS_CONTROL_REQUEST_METHOD" in environ
+        preflight = (  # a browser's carries Origin: without, any client's would pass
+            method == "OPTIONS"
+            and "HTTP_ACCESS_CONTROL_REQUEST_METHOD" in environ
+            and "HTTP_ORIGIN" in environ
+        )
         found = self.decider.find(method, path_of(environ), preflight)
         if found is None:
             return self.app(environ, start_response)
