@@ -12,14 +12,16 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from typing import Any, TypeVar
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, TypeVar, cast
 
 from freqguard.backends.base import FINISHING
 from freqguard.clock import Clock
-from freqguard.engine.ops import Interrupted, Op, unwinding
+from freqguard.engine.ops import Interrupted, Op, turn_key, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
-__all__ = ["Cancelled", "Interrupt", "holding", "send", "sleep", "unheld", "unwind"]
+__all__ = ["Cancelled", "Interrupt", "Turns", "holding", "send", "sleep", "unheld", "unwind"]
 
 T = TypeVar("T")
 _log = logging.getLogger("freqguard")
@@ -42,6 +44,49 @@ def unheld(func: object) -> str | None:
 
 async def sleep(clock: Clock, seconds: float) -> None:
     await clock.asleep(seconds)
+
+
+class Turns:
+    """The callers of one guard's ``acquire`` on one policy and context, in turn (first
+    come, first asked): the first asks the store, sleeps and asks again; the others wait
+    until it is done, so a process sends one waiter's calls a key where every waiter's
+    raced for each freed unit. A caller that waits its whole ``timeout`` asks at once
+    (the store then says whether its turn is within what is left); the store decides
+    every hit alike: exactness is the store's, the order the process's."""
+
+    def __init__(self) -> None:
+        self._queues: dict[Any, deque[asyncio.Future[None]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(
+        self, policy: str, ctx: Mapping[str, object], clock: Clock, timeout: object
+    ) -> AsyncIterator[object]:
+        """Yield the timeout left once it is the caller's turn (None: no timeout); one that
+        is no timeout, or a context that is none, as given (the guard refuses them)."""
+        found = turn_key(policy, ctx, timeout)
+        if found is None:
+            yield timeout
+            return
+        key = (asyncio.get_running_loop(), found)  # a guard's waiters on each loop apart
+        limit = cast("float | None", timeout)
+        queue = self._queues.setdefault(key, deque())
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue.append(mine)
+        if len(queue) == 1:
+            mine.set_result(None)
+        began = clock.now()
+        try:
+            if not mine.done():  # asyncio.wait never cancels it: no turn lost to a timeout
+                await asyncio.wait((mine,), timeout=limit)
+            waited = clock.now() - began
+            yield None if limit is None else max(0.0, limit - waited)
+        finally:
+            first = queue[0] is mine
+            queue.remove(mine)
+            if not queue:
+                self._queues.pop(key, None)
+            elif first and not queue[0].done():  # the next waiter's turn
+                queue[0].set_result(None)
 
 
 class holding(contextlib.nullcontext[None]):

@@ -23,17 +23,20 @@ or not at all (``script.twin.run`` puts back what it found).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import signal
 import threading
-from typing import Any, TypeVar
+from collections import deque
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar, cast
 
 from freqguard.clock import Clock
-from freqguard.engine.ops import Op, unwinding
+from freqguard.engine.ops import Op, turn_key, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
-__all__ = ["Cancelled", "Interrupt", "holding", "send", "sleep", "unheld", "unwind"]
+__all__ = ["Cancelled", "Interrupt", "Turns", "holding", "send", "sleep", "unheld", "unwind"]
 
 T = TypeVar("T")
 _log = logging.getLogger("freqguard")
@@ -61,6 +64,46 @@ def unheld(func: object) -> str | None:
 
 def sleep(clock: Clock, seconds: float) -> None:
     clock.sleep(seconds)
+
+
+class Turns:
+    """The async side's :class:`~freqguard._async._io.Turns` for threads: the callers of
+    one guard's ``acquire`` on one policy and context ask the store in turn."""
+
+    def __init__(self) -> None:
+        self._queues: dict[Any, deque[threading.Event]] = {}
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def turn(
+        self, policy: str, ctx: Mapping[str, object], clock: Clock, timeout: object
+    ) -> Iterator[object]:
+        """Yield the timeout left once it is the caller's turn (None: no timeout); one that
+        is no timeout, or a context that is none, as given (the guard refuses them)."""
+        key = turn_key(policy, ctx, timeout)
+        if key is None:
+            yield timeout
+            return
+        limit = cast("float | None", timeout)
+        mine = threading.Event()
+        with self._lock:
+            queue = self._queues.setdefault(key, deque())
+            queue.append(mine)
+            if len(queue) == 1:
+                mine.set()
+        began = clock.now()
+        try:
+            mine.wait(limit)
+            waited = clock.now() - began
+            yield None if limit is None else max(0.0, limit - waited)
+        finally:
+            with self._lock:
+                first = queue[0] is mine
+                queue.remove(mine)
+                if not queue:
+                    self._queues.pop(key, None)
+                elif first:  # the next waiter's turn
+                    queue[0].set()
 
 
 def send(backend: Any, calls: list[ScriptCall], whole: bool) -> list[Reply]:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import TypeVar, overload
 
-from freqguard._sync._io import Cancelled, Interrupt, send, sleep, unwind
+from freqguard._sync._io import Cancelled, Interrupt, Turns, send, sleep, unwind
 from freqguard._sync.leases import (
     LeaseBlock,
     give_back,
@@ -130,6 +130,7 @@ class Guard(PeerHabits):
         self._accounting = Accounting(self.breaker, observers, node_of, label)
         self._hits = Hits(policies, failover, denials, observers, self._now, node_of is not None)
         self._receipts = Receipts(policies, failover, denials, self._now)
+        self._turns = Turns()
 
     def _shared(self) -> Shared:
         """What an async face of this guard shares with it (see :meth:`_adopt`)."""
@@ -247,13 +248,12 @@ class Guard(PeerHabits):
         self, policy: str, *, timeout: float | None = None, cost: int = 1, **ctx: object
     ) -> Decision:
         """Wait for the hit's turn (at most ``timeout`` seconds; None: as long as it takes),
-        then consume (by name both); waiters are not queued (docs/strategies/gcra.md).
-        Raises:
-            CapExceeded: when the turn comes later than the timeout allows (at once, no wait).
-        """
+        then consume (by name both); a process's waiters on one key ask in turn.
+        Raises: CapExceeded, when the turn comes later than the timeout allows (at once)."""
         clock = self.clock or self.backend.clock
-        hit, op = self._hits.acquire(policy, timeout, cost, ctx, clock)
-        decision = self._run(op, policy, not hit.plan.single_part)
+        with self._turns.turn(policy, ctx, clock, timeout) as left:
+            hit, op = self._hits.acquire(policy, left, cost, ctx, clock)  # type: ignore[arg-type]
+            decision = self._run(op, policy, not hit.plan.single_part)
         return self._hits.hit_done(hit, decision)
 
     @overload

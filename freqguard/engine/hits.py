@@ -20,6 +20,7 @@ from freqguard.engine.ops import (
     give_back,
     many_op,
     reset_op,
+    seconds_or_none,
     taken_on,
 )
 from freqguard.engine.plan import PolicyPlan
@@ -269,11 +270,7 @@ class Hits:
     ) -> tuple[Hit, Op[Decision]]:
         """A hit that waits for its turn (at most ``timeout`` seconds on ``clock``)."""
         hit = self.hit(policy, cost, ctx, cached=False)  # it waits for its turn anyway
-        if timeout is not None and (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not 0 <= timeout < float("inf")
-        ):
+        if not seconds_or_none(timeout):
             raise ConfigError(f"timeout must be None or finite seconds >= 0, got {timeout!r}")
         plan, texts, checked = hit.plan, hit.texts, hit.cost
         failover = self._failover

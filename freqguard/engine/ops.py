@@ -5,7 +5,8 @@ The guards only drive them (``freqguard/_async/guard.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping, Sequence
+import math
+from collections.abc import Callable, Generator, Hashable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any, NamedTuple, TypeVar
 
@@ -28,7 +29,9 @@ __all__ = [
     "many_op",
     "refund_op",
     "reset_op",
+    "seconds_or_none",
     "taken_on",
+    "turn_key",
     "undo",
     "unwinding",
 ]
@@ -293,6 +296,30 @@ def many_op(
         failed = next((r for r in part if isinstance(r, BackendUnavailable)), None)
         out.append(plan.decide(part, t, cost, HIT, batch=True) if failed is None else failed)
     return out
+
+
+def seconds_or_none(timeout: object) -> bool:
+    """Whether ``timeout`` is what ``acquire`` takes: None, or finite seconds >= 0."""
+    if timeout is None:
+        return True
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        return False
+    return 0 <= timeout < math.inf
+
+
+def turn_key(policy: str, ctx: Mapping[str, object], timeout: object) -> Hashable | None:
+    """What ``acquire``'s waiters on one key queue by in a process (the guards' ``Turns``):
+    the policy and the context; None for a call the guard is to refuse first (a context of
+    values that are none, a timeout that is not None or seconds >= 0), which waits for
+    nobody."""
+    if not seconds_or_none(timeout):
+        return None
+    try:
+        key = (policy, frozenset(ctx.items()))
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def acquire_op(
