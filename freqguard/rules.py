@@ -235,7 +235,7 @@ class Rule:
                 except ConfigError as exc:
                     raise ConfigError(f"tier {tier!r} ({tier_rate}): {exc}") from None
         set_(self, "reads", _reads(reads, self.by, rate_for, tz_from))
-        if isinstance(rate_for, TierRates) and rate_for.read not in self.reads:
+        if isinstance(rate_for, TierRates) and rate_for.read not in (*self.reads, *self.by):
             set_(self, "reads", (*self.reads, rate_for.read))  # it says what it reads
         if tz_from is not None:
             if tz_from in self.by:

@@ -31,6 +31,7 @@ from freqguard.config.places import (
     parse_yaml,
     place_of,
     toml_lines,
+    unnamed,
 )
 from freqguard.config.rule_tables import rule_document, rule_of
 from freqguard.config.schema import errors
@@ -295,8 +296,8 @@ def _build(data: object, source: str, where: Where) -> Config:
                     quiet=quiet,
                 )
             )
-        except ConfigError as exc:
-            told(("policy", index), "", exc)
+        except ConfigError as exc:  # the place names the policy: the message need not again
+            told(("policy", index), "", unnamed(exc, raw["name"]))
             continue
         made[index] = policies[-1]
         if isinstance(on_error, Mapping):

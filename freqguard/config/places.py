@@ -246,6 +246,16 @@ def place_of(source: str, where: Where, path: tuple[str | int, ...], data: objec
     return head + (": " + ", ".join(words) if words else "")
 
 
+def unnamed(exc: ConfigError, name: object) -> ConfigError:
+    """A policy's own error without the policy's name at its head, which the place that
+    goes before it says already (``policy 'edge': policy 'edge' has two rules...``)."""
+    text = str(exc)
+    for head, then in ((f"policy {name!r}: ", ""), (f"policy {name!r} has ", "it has ")):
+        if text.startswith(head):
+            return ConfigError(then + text[len(head) :])
+    return exc
+
+
 def key_named(error: SchemaError) -> str:
     """The key a value error is about, dotted below the policy or rule the place names
     (`` breaker.failures``); for an unknown or a missing key (the message names it), the

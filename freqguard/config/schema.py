@@ -308,6 +308,30 @@ _BOUNDS: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
+_ENVOY_RATE = "Envoy's rate_limit {unit, requests_per_unit} is rate = 'N/unit' ('10/minute')"
+#: Keys a redis-cell or Envoy ratelimit user writes out of habit, and what says it here
+#: (docs/coming-from/redis-cell.md, envoy-ratelimit.md).
+PEER_KEYS = {
+    "unlimited": (
+        "Envoy's unlimited: a value exempt from a rule is a per-key limit of none, set at "
+        "run time, not in the file (freqguard limit set FILE POLICY RULE none KEY=VALUE)"
+    ),
+    "max_burst": "redis-cell's max_burst is one less than the capacity: burst = max_burst + 1",
+    "rate_limit": _ENVOY_RATE,
+    "requests_per_unit": _ENVOY_RATE,
+    "unit": _ENVOY_RATE,
+    "replaces": (
+        "Envoy's replaces: a rule's tiers give one value another rate in its place "
+        "(tiers = {from = KEY, rates = {VALUE = RATE}})"
+    ),
+    "domain": "Envoy's domain is a policy's name ([[policy]] name = ...)",
+    "descriptors": (
+        "Envoy's descriptors are a policy's rules: by = a descriptor's key (each value its "
+        "own count), its rate_limit the rule's rate"
+    ),
+}
+
+
 def _object_errors(
     value: Mapping[Any, Any], schema: Mapping[str, Any], path: tuple[str | int, ...]
 ) -> Iterator[SchemaError]:
@@ -319,6 +343,7 @@ def _object_errors(
             known = ", ".join(sorted(properties))
             close = difflib.get_close_matches(str(key), list(properties), n=1)
             meant = f"did you mean {close[0]!r}? " if close else ""
+            meant = f"{PEER_KEYS[key]}; " if key in PEER_KEYS else meant
             meant_keys.update(close)
             yield SchemaError((*path, key), f"unknown key {shown(key)} ({meant}allowed: {known})")
     for key in schema.get("required", ()):

@@ -18,8 +18,10 @@ def test_there_is_a_page_for_each_library_users_come_from() -> None:
     assert names == {
         "django-ratelimit",
         "drf",
+        "envoy-ratelimit",
         "flask-limiter",
         "limits",
+        "redis-cell",
         "slowapi",
         "throttled-py",
     }

@@ -86,7 +86,7 @@ ERRORS: list[tuple[str, str, str]] = [
     (
         'name = "content-59s"',
         'name = "rcpt-1m"',
-        "app.toml:4: policy 'sms': policy 'sms' has two rules with the id 'rcpt-1m'",
+        "app.toml:4: policy 'sms': it has two rules with the id 'rcpt-1m'",
     ),
     (
         'on_error = "allow"',
@@ -127,7 +127,7 @@ ERRORS += [
     (
         'name = "rcpt-1m" }',
         'name = "rcpt-1m", tiers = { from = "content", rates = { a = "1/second" } } }',
-        "app.toml:4: policy 'sms': policy 'sms': ['content'] are both",
+        "app.toml:4: policy 'sms': ['content'] are both",
     ),
     (
         '{ rate = "15/minute", by = "recipient", name = "rcpt-1m" }',
