@@ -29,12 +29,15 @@ class MRule:
     window: int  # µs
     burst: int | None = None
     tier: tuple[int, int] | None = None  # the plan "pro"'s (limit, window)
+    # what the tier reads, and the value it is for: "plan" "pro", or one of the rule's own
+    # dimensions and one of its values (Envoy's rate for one descriptor value)
+    tier_from: tuple[str, str] = ("plan", "pro")
 
     def rule(self) -> Rule:
         rate_for = None
         if self.tier is not None:
             tier = Rate(self.tier[0], timedelta(microseconds=self.tier[1]))
-            rate_for = TierRates("plan", {"pro": tier})
+            rate_for = TierRates(self.tier_from[0], {self.tier_from[1]: tier})
         return Rule(
             Rate(self.limit, timedelta(microseconds=self.window)),
             self.by,
@@ -103,7 +106,7 @@ class Model:
     def params(self, rule: MRule, ctx: dict[str, str], now: int) -> Params:
         limit, window = rule.limit, rule.window
         own = (limit, window)
-        if rule.tier is not None and ctx.get("plan") == "pro":
+        if rule.tier is not None and ctx.get(rule.tier_from[0]) == rule.tier_from[1]:
             limit, window = rule.tier
             # under a tier a state keeps what the rule's own rate needs too (note 103)
             own = (max(limit, own[0]), max(window, own[1]))

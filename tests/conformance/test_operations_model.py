@@ -42,19 +42,25 @@ U, T, C = ("17", "a"), ("17", "b"), ("x", "y")
 # -- the machine -------------------------------------------------------------------------------
 
 rule_specs = st.builds(
-    lambda by, kind, limit, window, burst, tier: (by, kind, limit, window, burst, tier),
+    lambda by, kind, limit, window, burst, tier, own: (by, kind, limit, window, burst, tier, own),
     st.sampled_from(DIMS),
     st.sampled_from(KINDS),
     st.integers(1, 4),
     st.sampled_from(WINDOWS),
     st.none() | st.integers(1, 3),
     st.none() | st.tuples(st.integers(1, 6), st.sampled_from(WINDOWS)),
+    st.booleans(),  # a tier by the rule's own last dimension, for one of its values
 )
+#: the value of each dimension an own-dimension tier is for
+_TIER_VALUE = {"u": "a", "t": "b", "c": "y"}
 
 
 def _made(name: str, spec: tuple[Any, ...]) -> MRule:
-    by, kind, limit, window, burst, tier = spec
-    return MRule(name, by, kind, limit, window, burst if kind in BUCKETS else None, tier)
+    by, kind, limit, window, burst, tier, own = spec
+    bucket = burst if kind in BUCKETS else None
+    if own and by:
+        return MRule(name, by, kind, limit, window, bucket, tier, (by[-1], _TIER_VALUE[by[-1]]))
+    return MRule(name, by, kind, limit, window, bucket, tier)
 
 
 class Operations(RuleBasedStateMachine):
@@ -81,7 +87,7 @@ class Operations(RuleBasedStateMachine):
     def _ctx(self, u: str, t: str, c: str, plan: str) -> dict[str, str]:
         values = {"u": u, "t": t, "c": c}
         ctx = {d: values[d] for d in self.order}
-        if any(r.tier for r in self.deployed):
+        if any(r.tier and r.tier_from[0] == "plan" for r in self.deployed):
             ctx["plan"] = plan
         return ctx
 
