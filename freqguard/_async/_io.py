@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from freqguard.backends.base import FINISHING
 from freqguard.clock import Clock
-from freqguard.engine.ops import Interrupted, Op, turn_key, unwinding
+from freqguard.engine.ops import Interrupted, Op, Sleep, turn_key, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
 __all__ = ["Cancelled", "Interrupt", "Turns", "holding", "send", "sleep", "unheld", "unwind"]
@@ -42,51 +43,100 @@ def unheld(func: object) -> str | None:
     return None
 
 
-async def sleep(clock: Clock, seconds: float) -> None:
-    await clock.asleep(seconds)
+async def sleep(clock: Clock, step: Sleep) -> None:
+    """A step's wait: in an ``acquire``, by its place in the process's line (see
+    :class:`Turns`); else the clock's sleep."""
+    place = _PLACE.get()
+    if place is None:
+        await clock.asleep(step.seconds)
+    else:
+        await place.wait(clock, step)
 
 
 class Turns:
-    """The callers of one guard's ``acquire`` on one policy and context, in turn (first
-    come, first asked): the first asks the store, sleeps and asks again; the others wait
-    until it is done, so a process sends one waiter's calls a key where every waiter's
-    raced for each freed unit. A caller that waits its whole ``timeout`` asks at once
-    (the store then says whether its turn is within what is left); the store decides
-    every hit alike: exactness is the store's, the order the process's."""
+    """The callers of one guard's ``acquire`` on one policy and context that the store has
+    denied, in line (first come, first served): the first sleeps until its unit frees and
+    asks again; the others wait until it is admitted or gone, then ask. So a process sends
+    about two calls an admitted one, where every sleeper woke at once and raced for each
+    freed unit. A caller asks at once as it comes (the store admits several at once if it
+    can, and refuses at once a turn past its timeout); one whose deadline passes in line
+    asks once more. Exactness is the store's: the line only orders a process's askers."""
 
     def __init__(self) -> None:
         self._queues: dict[Any, deque[asyncio.Future[None]]] = {}
 
     @contextlib.asynccontextmanager
-    async def turn(
-        self, policy: str, ctx: Mapping[str, object], clock: Clock, timeout: object
-    ) -> AsyncIterator[object]:
-        """Yield the timeout left once it is the caller's turn (None: no timeout); one that
-        is no timeout, or a context that is none, as given (the guard refuses them)."""
-        found = turn_key(policy, ctx, timeout)
-        if found is None:
-            yield timeout
-            return
-        key = (asyncio.get_running_loop(), found)  # a guard's waiters on each loop apart
-        limit = cast("float | None", timeout)
-        queue = self._queues.setdefault(key, deque())
-        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        queue.append(mine)
-        if len(queue) == 1:
-            mine.set_result(None)
-        began = clock.now()
+    async def place(self, policy: str, texts: Mapping[str, str]) -> AsyncIterator[None]:
+        """An ``acquire``'s place, taken when the store first denies it (``texts``: the
+        checked call's context; a guard's callers on each event loop apart), and left as
+        the block ends, however."""
+        key = (asyncio.get_running_loop(), turn_key(policy, texts))
+        place = _Place(self._queues, key, _PLACE.get())
+        token = _PLACE.set(place)
         try:
-            if not mine.done():  # asyncio.wait never cancels it: no turn lost to a timeout
-                await asyncio.wait((mine,), timeout=limit)
-            waited = clock.now() - began
-            yield None if limit is None else max(0.0, limit - waited)
+            yield
         finally:
-            first = queue[0] is mine
-            queue.remove(mine)
-            if not queue:
-                self._queues.pop(key, None)
-            elif first and not queue[0].done():  # the next waiter's turn
-                queue[0].set_result(None)
+            _PLACE.reset(token)
+            place.leave()
+
+
+class _Place:
+    """One ``acquire``'s place in a line: ``mine``, its future, set when it is first."""
+
+    __slots__ = ("_queues", "key", "mine", "outer")
+
+    def __init__(
+        self, queues: dict[Any, deque[asyncio.Future[None]]], key: Any, outer: _Place | None
+    ) -> None:
+        self._queues, self.key, self.outer = queues, key, outer
+        self.mine: asyncio.Future[None] | None = None
+
+    def _nested(self) -> bool:
+        """Whether an ``acquire`` this one runs in (an observer's own, told in its turn)
+        holds a place in the same line: waiting, this one would wait for itself."""
+        outer = self.outer
+        while outer is not None:
+            if outer.key == self.key and outer.mine is not None:
+                return True
+            outer = outer.outer
+        return False
+
+    async def wait(self, clock: Clock, step: Sleep) -> None:
+        """The first in line sleeps the step's seconds; any other waits for its turn (then
+        asks at once: the unit the first slept for went to it), at most to its deadline."""
+        if self.mine is None:
+            if self._nested():
+                await clock.asleep(step.seconds)
+                return
+            self.mine = asyncio.get_running_loop().create_future()
+            queue = self._queues.setdefault(self.key, deque())
+            queue.append(self.mine)
+            if len(queue) == 1:
+                self.mine.set_result(None)
+        if self.mine.done():
+            await clock.asleep(step.seconds)
+            return
+        left = None if step.until is None else max(0.0, step.until - clock.now())
+        await asyncio.wait((self.mine,), timeout=left)  # never cancels it: no turn lost
+
+    def leave(self) -> None:
+        """Out of the line (if in it); the next one's turn, if this one was first."""
+        mine, self.mine = self.mine, None
+        queue = None if mine is None else self._queues.get(self.key)
+        if mine is None or queue is None or mine not in queue:
+            return
+        first = queue[0] is mine
+        queue.remove(mine)
+        if not queue:
+            del self._queues[self.key]
+        elif first and not queue[0].done():
+            queue[0].set_result(None)
+
+
+#: The line place of the ``acquire`` the running task is in, read by :func:`sleep`.
+_PLACE: contextvars.ContextVar[_Place | None] = contextvars.ContextVar(
+    "freqguard_turn", default=None
+)
 
 
 class holding(contextlib.nullcontext[None]):

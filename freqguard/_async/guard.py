@@ -215,7 +215,7 @@ class AsyncGuard(PeerHabits):
         if isinstance(step, Elsewhere):
             return await send(step.backend, step.calls, whole)
         assert isinstance(step, Sleep)
-        await sleep(self.clock or self.backend.clock, step.seconds)
+        await sleep(self.clock or self.backend.clock, step)
         return []
 
     @must_await
@@ -252,11 +252,11 @@ class AsyncGuard(PeerHabits):
         self, policy: str, *, timeout: float | None = None, cost: int = 1, **ctx: object
     ) -> Decision:
         """Wait for the hit's turn (at most ``timeout`` seconds; None: as long as it takes),
-        then consume (by name both); a process's waiters on one key ask in turn.
+        then consume (by name both); a process's denied callers of one key wait in line.
         Raises: CapExceeded, when the turn comes later than the timeout allows (at once)."""
         clock = self.clock or self.backend.clock
-        async with self._turns.turn(policy, ctx, clock, timeout) as left:
-            hit, op = self._hits.acquire(policy, left, cost, ctx, clock)  # type: ignore[arg-type]
+        hit, op = self._hits.acquire(policy, timeout, cost, ctx, clock)  # its deadline set
+        async with self._turns.place(policy, hit.texts):  # a line once the store denies it
             decision = await self._run(op, policy, not hit.plan.single_part)
         return self._hits.hit_done(hit, decision)
 

@@ -24,16 +24,17 @@ or not at all (``script.twin.run`` puts back what it found).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 import logging
 import signal
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from freqguard.clock import Clock
-from freqguard.engine.ops import Op, turn_key, unwinding
+from freqguard.engine.ops import Op, Sleep, turn_key, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
 __all__ = ["Cancelled", "Interrupt", "Turns", "holding", "send", "sleep", "unheld", "unwind"]
@@ -62,48 +63,98 @@ def unheld(func: object) -> str | None:
     return None
 
 
-def sleep(clock: Clock, seconds: float) -> None:
-    clock.sleep(seconds)
+def sleep(clock: Clock, step: Sleep) -> None:
+    """A step's wait: in an ``acquire``, by its place in the process's line (see
+    :class:`Turns`); else the clock's sleep."""
+    place = _PLACE.get()
+    if place is None:
+        clock.sleep(step.seconds)
+    else:
+        place.wait(clock, step)
 
 
 class Turns:
     """The async side's :class:`~freqguard._async._io.Turns` for threads: the callers of
-    one guard's ``acquire`` on one policy and context ask the store in turn."""
+    one guard's ``acquire`` on one policy and context that the store has denied, in line."""
 
     def __init__(self) -> None:
         self._queues: dict[Any, deque[threading.Event]] = {}
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def turn(
-        self, policy: str, ctx: Mapping[str, object], clock: Clock, timeout: object
-    ) -> Iterator[object]:
-        """Yield the timeout left once it is the caller's turn (None: no timeout); one that
-        is no timeout, or a context that is none, as given (the guard refuses them)."""
-        key = turn_key(policy, ctx, timeout)
-        if key is None:
-            yield timeout
-            return
-        limit = cast("float | None", timeout)
-        mine = threading.Event()
-        with self._lock:
-            queue = self._queues.setdefault(key, deque())
-            queue.append(mine)
-            if len(queue) == 1:
-                mine.set()
-        began = clock.now()
+    def place(self, policy: str, texts: Mapping[str, str]) -> Iterator[None]:
+        """An ``acquire``'s place, taken when the store first denies it, and left as the
+        block ends, however."""
+        place = _Place(self, turn_key(policy, texts), _PLACE.get())
+        token = _PLACE.set(place)
         try:
-            mine.wait(limit)
-            waited = clock.now() - began
-            yield None if limit is None else max(0.0, limit - waited)
+            yield
         finally:
-            with self._lock:
-                first = queue[0] is mine
-                queue.remove(mine)
-                if not queue:
-                    self._queues.pop(key, None)
-                elif first:  # the next waiter's turn
-                    queue[0].set()
+            _PLACE.reset(token)
+            place.leave()
+
+
+class _Place:
+    """One ``acquire``'s place in a line: ``mine``, its event, set when it is first."""
+
+    __slots__ = ("_turns", "key", "mine", "outer")
+
+    def __init__(self, turns: Turns, key: Any, outer: _Place | None) -> None:
+        self._turns, self.key, self.outer = turns, key, outer
+        self.mine: threading.Event | None = None
+
+    def _nested(self) -> bool:
+        """Whether an ``acquire`` this one runs in (an observer's own, told in its turn)
+        holds a place in the same line: waiting, this one would wait for itself."""
+        outer = self.outer
+        while outer is not None:
+            if outer.key == self.key and outer.mine is not None:
+                return True
+            outer = outer.outer
+        return False
+
+    def wait(self, clock: Clock, step: Sleep) -> None:
+        """The first in line sleeps the step's seconds; any other waits for its turn (then
+        asks at once), at most to its deadline."""
+        if self.mine is None:
+            if self._nested():
+                clock.sleep(step.seconds)
+                return
+            self.mine = threading.Event()  # first: a Ctrl-C after it leaves no place behind
+            with self._turns._lock:
+                queue = self._turns._queues.setdefault(self.key, deque())
+                queue.append(self.mine)
+                if len(queue) == 1:
+                    self.mine.set()
+        if self.mine.is_set():
+            clock.sleep(step.seconds)
+            return
+        left = None if step.until is None else max(0.0, step.until - clock.now())
+        # past TIMEOUT_MAX (292 years) Event.wait raises OverflowError: as good as None
+        self.mine.wait(None if left is None or left > threading.TIMEOUT_MAX else left)
+
+    def leave(self) -> None:
+        """Out of the line (if in it); the next one's turn, if this one was first."""
+        mine, self.mine = self.mine, None
+        if mine is None:
+            return
+        turns = self._turns
+        with turns._lock:
+            queue = turns._queues.get(self.key)
+            if queue is None or mine not in queue:
+                return
+            first = queue[0] is mine
+            queue.remove(mine)
+            if not queue:
+                del turns._queues[self.key]
+            elif first:
+                queue[0].set()
+
+
+#: The line place of the ``acquire`` the running thread is in, read by :func:`sleep`.
+_PLACE: contextvars.ContextVar[_Place | None] = contextvars.ContextVar(
+    "freqguard_turn", default=None
+)
 
 
 def send(backend: Any, calls: list[ScriptCall], whole: bool) -> list[Reply]:

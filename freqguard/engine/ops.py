@@ -41,9 +41,12 @@ T = TypeVar("T")
 
 
 class Sleep(NamedTuple):
-    """An operation step: wait this many seconds, then resume."""
+    """An operation step: wait this many seconds, then resume; ``until``, the clock's time
+    past which waiting is no use (an ``acquire``'s deadline; None: none), for a caller
+    that waits in a process's line instead (``_io.Turns``)."""
 
     seconds: float
+    until: float | None = None
 
 
 class Elsewhere(NamedTuple):
@@ -307,19 +310,11 @@ def seconds_or_none(timeout: object) -> bool:
     return 0 <= timeout < math.inf
 
 
-def turn_key(policy: str, ctx: Mapping[str, object], timeout: object) -> Hashable | None:
-    """What ``acquire``'s waiters on one key queue by in a process (the guards' ``Turns``):
-    the policy and the context; None for a call the guard is to refuse first (a context of
-    values that are none, a timeout that is not None or seconds >= 0), which waits for
-    nobody."""
-    if not seconds_or_none(timeout):
-        return None
-    try:
-        key = (policy, frozenset(ctx.items()))
-        hash(key)
-    except TypeError:
-        return None
-    return key
+def turn_key(policy: str, texts: Mapping[str, str]) -> Hashable:
+    """What ``acquire``'s waiters on one key line up by in a process (``_io.Turns``): the
+    policy and the hit's context as the store's key has it (its values as text), once the
+    guard has checked the call."""
+    return (policy, frozenset(texts.items()))
 
 
 def acquire_op(
@@ -335,9 +330,22 @@ def acquire_op(
     Each denial says exactly when the hit would fit (``retry_after``); the caller sleeps that
     long and tries again (``attempt(now)``: a hit), so there is no polling, and nothing is
     taken from the future. If the turn is further away than the timeout allows, it fails at
-    once with ``CapExceeded``.
+    once with ``CapExceeded``. The deadline is set as the op is made: ``timeout`` bounds
+    the whole wait, a process's line included (``_io.Turns``).
     """
     deadline = None if timeout is None else clock.now() + timeout
+    return _waiting(plan, attempt, timeout, deadline, now, clock)
+
+
+def _waiting(
+    plan: PolicyPlan,
+    attempt: Callable[[int | None], Op[Decision]],
+    timeout: float | None,
+    deadline: float | None,
+    now: Callable[[], int | None],
+    clock: Clock,
+) -> Op[Decision]:
+    """:func:`acquire_op`'s asking and sleeping, to ``deadline`` on ``clock``."""
     while True:
         decision = yield from attempt(now())
         if decision.allowed:
@@ -348,4 +356,4 @@ def acquire_op(
                 f"policy {plan.name!r}: the next turn is in {decision.retry_after:.3f}s, "
                 f"later than the timeout of {timeout}s allows",
             )
-        yield Sleep(decision.retry_after)
+        yield Sleep(decision.retry_after, deadline)
