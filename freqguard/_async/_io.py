@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from freqguard.backends.base import FINISHING
 from freqguard.clock import Clock
-from freqguard.engine.ops import Interrupted, Op, Sleep, turn_key, unwinding
+from freqguard.engine.ops import Interrupted, Op, Sleep, own_line, turn_key, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
 __all__ = ["Cancelled", "Interrupt", "Turns", "holding", "send", "sleep", "unheld", "unwind"]
@@ -91,21 +91,11 @@ class _Place:
         self._queues, self.key, self.outer = queues, key, outer
         self.mine: asyncio.Future[None] | None = None
 
-    def _nested(self) -> bool:
-        """Whether an ``acquire`` this one runs in (an observer's own, told in its turn)
-        holds a place in the same line: waiting, this one would wait for itself."""
-        outer = self.outer
-        while outer is not None:
-            if outer.key == self.key and outer.mine is not None:
-                return True
-            outer = outer.outer
-        return False
-
     async def wait(self, clock: Clock, step: Sleep) -> None:
         """The first in line sleeps the step's seconds; any other waits for its turn (then
         asks at once: the unit the first slept for went to it), at most to its deadline."""
         if self.mine is None:
-            if self._nested():
+            if own_line(self):
                 await clock.asleep(step.seconds)
                 return
             self.mine = asyncio.get_running_loop().create_future()

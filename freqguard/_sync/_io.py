@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
 from freqguard.clock import Clock
-from freqguard.engine.ops import Op, Sleep, turn_key, unwinding
+from freqguard.engine.ops import Op, Sleep, own_line, turn_key, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
 __all__ = ["Cancelled", "Interrupt", "Turns", "holding", "send", "sleep", "unheld", "unwind"]
@@ -103,21 +103,11 @@ class _Place:
         self._turns, self.key, self.outer = turns, key, outer
         self.mine: threading.Event | None = None
 
-    def _nested(self) -> bool:
-        """Whether an ``acquire`` this one runs in (an observer's own, told in its turn)
-        holds a place in the same line: waiting, this one would wait for itself."""
-        outer = self.outer
-        while outer is not None:
-            if outer.key == self.key and outer.mine is not None:
-                return True
-            outer = outer.outer
-        return False
-
     def wait(self, clock: Clock, step: Sleep) -> None:
         """The first in line sleeps the step's seconds; any other waits for its turn (then
         asks at once), at most to its deadline."""
         if self.mine is None:
-            if self._nested():
+            if own_line(self):
                 clock.sleep(step.seconds)
                 return
             self.mine = threading.Event()  # first: a Ctrl-C after it leaves no place behind

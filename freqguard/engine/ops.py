@@ -27,6 +27,7 @@ __all__ = [
     "decide_op",
     "give_back",
     "many_op",
+    "own_line",
     "refund_op",
     "reset_op",
     "seconds_or_none",
@@ -315,6 +316,18 @@ def turn_key(policy: str, texts: Mapping[str, str]) -> Hashable:
     policy and the hit's context as the store's key has it (its values as text), once the
     guard has checked the call."""
     return (policy, frozenset(texts.items()))
+
+
+def own_line(place: Any) -> bool:
+    """Whether an ``acquire`` whose line place is ``place`` (``_io._Place``, either face)
+    runs inside one that holds a place in the same line (an observer's own ``acquire``,
+    told in its caller's turn): waiting in line, it would wait for itself."""
+    outer = place.outer
+    while outer is not None:
+        if outer.key == place.key and outer.mine is not None:
+            return True
+        outer = outer.outer
+    return False
 
 
 def acquire_op(

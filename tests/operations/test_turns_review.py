@@ -1,4 +1,4 @@
-"""A review of ``acquire``'s turns (commit 7ce6dbb, ``_io.Turns``): what a waiter in line
+"""A review of ``acquire``'s first line (commit 7ce6dbb, ``_io.Turns``), each test failing on it:
 costs the caller that the store alone did not. Time is a ManualClock; a head is held in
 its turn by :class:`GatedClock` (its sleep waits on a gate); every wait is bounded."""
 
@@ -71,7 +71,7 @@ def _release(guard: Guard) -> None:
 def test_a_follower_may_wait_longer_than_a_thread_can_wait_at_once() -> None:
     """Scenario: a thread holds its turn; a second calls ``acquire(timeout=1e10)`` (finite
     seconds >= 0, as ``acquire`` takes and took: its deadline is only arithmetic).
-    Wrong: the follower's ``Event.wait(1e10)`` is past ``threading.TIMEOUT_MAX`` and raises
+    Before its fix: the follower's ``Event.wait(1e10)`` is past ``threading.TIMEOUT_MAX`` and raises
     ``OverflowError`` at once; it should wait its turn and be admitted."""
     clock = GatedClock(START)
     guard = Guard(MemoryBackend(clock), [_STRICT], clock=clock)
@@ -112,7 +112,7 @@ class InterruptingClock(ManualClock):
 def test_a_ctrl_c_as_a_thread_joins_the_line_leaves_no_head_behind() -> None:
     """Scenario: a Ctrl-C lands as ``acquire`` first reads the clock: in ``Turns.turn``
     right after the caller was put in line (``began = clock.now()``, before the ``try``).
-    Wrong: its place is never given back: the key's line keeps a head that is gone, so
+    Before its fix: its place is never given back: the key's line keeps a head that is gone, so
     every later ``acquire`` on the key waits its whole timeout (None: for ever) behind
     nobody."""
     clock = InterruptingClock(START, KeyboardInterrupt())
@@ -133,7 +133,7 @@ def test_a_ctrl_c_as_a_thread_joins_the_line_leaves_no_head_behind() -> None:
 
 def test_an_async_caller_whose_clock_fails_in_line_leaves_no_head_behind() -> None:
     """Scenario: the async face: the clock fails as a task takes its place in line.
-    Wrong: as on the sync side, its future stays at the head of the key's line, and the
+    Before its fix: as on the sync side, its future stays at the head of the key's line, and the
     next task waits its whole timeout there (``asyncio.wait_for`` bounds it here)."""
     clock = InterruptingClock(START, RuntimeError("the clock failed"))
     guard = AsyncGuard(MemoryBackend(clock), [_STRICT], clock=clock)
@@ -151,7 +151,7 @@ def test_an_async_caller_whose_clock_fails_in_line_leaves_no_head_behind() -> No
 def test_a_call_the_guard_refuses_is_refused_before_the_line() -> None:
     """Scenario: a thread holds its turn (its unit a second away); a second thread calls
     ``acquire`` on the same key with a cost the guard refuses unasked (``cost=-1``; so too
-    ``user=True`` behind ``user=1``, whose line it shared). Wrong: it waits in line behind
+    ``user=True`` behind ``user=1``, whose line it shared). Before its fix: it waited in line behind
     the head (its whole timeout, or the head's whole wait) before the guard refuses it
     with the ConfigError it raised at once before the turns."""
     clock = GatedClock(START)
@@ -174,7 +174,7 @@ def test_a_follower_whose_turn_is_past_its_timeout_is_refused_at_once() -> None:
     """Scenario: 1/day, its unit spent; a thread waits for tomorrow's (``timeout=None``);
     a second calls ``acquire(timeout=30)``. Before the turns the store said at once that
     its turn is a day away (``CapExceeded`` "at once", as ``acquire``'s docstring still
-    says). Wrong: it waits its whole 30 seconds in line, only to be refused then."""
+    says). The first design: it waited its whole 30 seconds in line, only to be refused then."""
     clock = GatedClock(START)
     guard = Guard(MemoryBackend(clock), [_DAILY], clock=clock)
     assert guard.hit("daily").allowed
@@ -210,7 +210,7 @@ class SlowStore(MemoryBackend):
 def test_an_acquire_the_store_admits_at_once_does_not_wait_for_another_round_trip() -> None:
     """Scenario: 100/second with a burst of 100, nothing spent; one thread's ``acquire``
     is in its store call (a round trip in flight); a second ``acquire`` on the key.
-    Wrong: the second waits in line until the first's reply is back, though the store
+    Before its fix: the second waits in line until the first's reply is back, though the store
     would admit both at once: a process's admitted ``acquire`` calls on one key are one
     round trip each, in series (at most 1/RTT a second: 100/s on a 10 ms link), where
     they ran side by side before ("the rate unchanged", the commit says)."""
