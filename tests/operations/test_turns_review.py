@@ -1,6 +1,7 @@
-"""A review of ``acquire``'s first line (commit 7ce6dbb, ``_io.Turns``), each test failing on it:
-costs the caller that the store alone did not. Time is a ManualClock; a head is held in
-its turn by :class:`GatedClock` (its sleep waits on a gate); every wait is bounded."""
+"""A review of ``acquire``'s first line (commit 7ce6dbb, ``_io.Turns``), each test failing
+on it: what a waiter in line cost the caller that the store alone did not. Time is a
+ManualClock; a head is held in its turn by :class:`GatedClock` (its sleep waits on a
+gate); every wait is bounded."""
 
 from __future__ import annotations
 
