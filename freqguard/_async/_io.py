@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from freqguard.backends.base import FINISHING
 from freqguard.clock import Clock
+from freqguard.decision import Decision
 from freqguard.engine.ops import Interrupted, Op, Sleep, own_line, turn_key, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
@@ -66,30 +67,45 @@ class Turns:
         self._queues: dict[Any, deque[asyncio.Future[None]]] = {}
 
     @contextlib.asynccontextmanager
-    async def place(self, policy: str, texts: Mapping[str, str]) -> AsyncIterator[None]:
+    async def place(self, policy: str, texts: Mapping[str, str]) -> AsyncIterator[_Place]:
         """An ``acquire``'s place, taken when the store first denies it (``texts``: the
         checked call's context; a guard's callers on each event loop apart), and left as
         the block ends, however."""
         key = (asyncio.get_running_loop(), turn_key(policy, texts))
-        place = _Place(self._queues, key, _PLACE.get())
+        task, outer = asyncio.current_task(), _PLACE.get()
+        if outer is not None and outer.task is not task:  # a task started in an acquire
+            outer = None  # copied its context: that acquire is not its caller's
+        place = _Place(self._queues, key, outer, task)
         token = _PLACE.set(place)
         try:
-            yield
+            yield place
         finally:
             _PLACE.reset(token)
             place.leave()
 
 
 class _Place:
-    """One ``acquire``'s place in a line: ``mine``, its future, set when it is first."""
+    """One ``acquire``'s place in a line: ``mine``, its future, set when it is first;
+    ``outer``, the place of the acquire the same ``task`` runs it in, if any."""
 
-    __slots__ = ("_queues", "key", "mine", "outer")
+    __slots__ = ("_queues", "free", "key", "mine", "outer", "task")
 
     def __init__(
-        self, queues: dict[Any, deque[asyncio.Future[None]]], key: Any, outer: _Place | None
+        self,
+        queues: dict[Any, deque[asyncio.Future[None]]],
+        key: Any,
+        outer: _Place | None,
+        task: object,
     ) -> None:
-        self._queues, self.key, self.outer = queues, key, outer
+        self._queues, self.key, self.outer, self.task = queues, key, outer, task
         self.mine: asyncio.Future[None] | None = None
+        self.free = 0  # the units its admission left: that many more are woken with the next
+
+    def took(self, decision: Decision) -> Decision:
+        """``decision``, the acquire's; as it leaves, the next in line is woken and as many
+        after it as units the decision left (a window freed at once: they ask together)."""
+        self.free = decision.remaining if decision.allowed else 0
+        return decision
 
     async def wait(self, clock: Clock, step: Sleep) -> None:
         """The first in line sleeps the step's seconds; any other waits for its turn (then
@@ -119,8 +135,10 @@ class _Place:
         queue.remove(mine)
         if not queue:
             del self._queues[self.key]
-        elif first and not queue[0].done():
-            queue[0].set_result(None)
+        elif first:
+            for waiter in list(queue)[: 1 + self.free]:
+                if not waiter.done():
+                    waiter.set_result(None)
 
 
 #: The line place of the ``acquire`` the running task is in, read by :func:`sleep`.

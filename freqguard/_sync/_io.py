@@ -34,6 +34,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
 from freqguard.clock import Clock
+from freqguard.decision import Decision
 from freqguard.engine.ops import Op, Sleep, own_line, turn_key, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
@@ -82,26 +83,38 @@ class Turns:
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def place(self, policy: str, texts: Mapping[str, str]) -> Iterator[None]:
+    def place(self, policy: str, texts: Mapping[str, str]) -> Iterator[_Place]:
         """An ``acquire``'s place, taken when the store first denies it, and left as the
         block ends, however."""
         place = _Place(self, turn_key(policy, texts), _PLACE.get())
         token = _PLACE.set(place)
         try:
-            yield
+            yield place
         finally:
-            _PLACE.reset(token)
-            place.leave()
+            try:
+                place.leave()
+            except BaseException:  # a Ctrl-C (a SIGTERM's exit) part way: it finishes
+                place.leave()
+                raise
+            finally:
+                _PLACE.reset(token)
 
 
 class _Place:
     """One ``acquire``'s place in a line: ``mine``, its event, set when it is first."""
 
-    __slots__ = ("_turns", "key", "mine", "outer")
+    __slots__ = ("_turns", "free", "key", "mine", "outer")
 
     def __init__(self, turns: Turns, key: Any, outer: _Place | None) -> None:
         self._turns, self.key, self.outer = turns, key, outer
         self.mine: threading.Event | None = None
+        self.free = 0  # the units its admission left: that many more are woken with the next
+
+    def took(self, decision: Decision) -> Decision:
+        """``decision``, the acquire's; as it leaves, the next in line is woken and as many
+        after it as units the decision left (a window freed at once: they ask together)."""
+        self.free = decision.remaining if decision.allowed else 0
+        return decision
 
     def wait(self, clock: Clock, step: Sleep) -> None:
         """The first in line sleeps the step's seconds; any other waits for its turn (then
@@ -124,21 +137,24 @@ class _Place:
         self.mine.wait(None if left is None or left > threading.TIMEOUT_MAX else left)
 
     def leave(self) -> None:
-        """Out of the line (if in it); the next one's turn, if this one was first."""
-        mine, self.mine = self.mine, None
+        """Out of the line (if in it); the next one's turn, if this one was first. Run
+        again after a Ctrl-C part way, it finishes: the next's turn is given before this
+        place is taken out, and ``mine`` forgotten last (review: a Ctrl-C after ``mine``
+        was forgotten left its event first in line, the followers waiting for ever)."""
+        mine = self.mine
         if mine is None:
             return
         turns = self._turns
         with turns._lock:
             queue = turns._queues.get(self.key)
-            if queue is None or mine not in queue:
-                return
-            first = queue[0] is mine
-            queue.remove(mine)
-            if not queue:
+            if queue is not None and mine in queue:
+                if queue[0] is mine:
+                    for waiter in list(queue)[1 : 2 + self.free]:
+                        waiter.set()
+                queue.remove(mine)
+            if queue is not None and not queue:
                 del turns._queues[self.key]
-            elif first:
-                queue[0].set()
+        self.mine = None
 
 
 #: The line place of the ``acquire`` the running thread is in, read by :func:`sleep`.
