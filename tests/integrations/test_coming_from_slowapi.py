@@ -87,7 +87,7 @@ def test_slowapi_a_route_with_path_parameters(clock: ManualClock) -> None:
     """slowapi keys a route's limit by the URL as requested (its ``key_style="url"``):
     each item its own budget; a ``Limit`` on the pattern is one budget for the route, and
     keyed by the parameter too, slowapi's (a new-user run found the row missing)."""
-    paths = ("/items/1", "/items/2", "/items/3", "/items/1")
+    paths = ("/items/1", "/items/2", "/items/3", "/items/1", "/items/1")
     theirs = _get(_slowapi_app({ITEMS: lambda lim: lim.limit("2/minute")}), *paths)
     route = _get(_ours(clock, [Limit(ITEMS, "2/minute")]), *paths)
     each = Limit(
@@ -96,14 +96,17 @@ def test_slowapi_a_route_with_path_parameters(clock: ManualClock) -> None:
         key=lambda request: {"client": request.client, "item": request.path_params["item_id"]},
     )
     per_item = _get(_ours(clock, [each]), *paths)
-    assert [r.status_code for r in theirs] == [r.status_code for r in per_item] == [200] * 4
-    assert [r.status_code for r in route] == [200, 200, 429, 429]
+    # each item its own budget of 2, spent by /items/1's third request
+    expected = [200, 200, 200, 200, 429]
+    assert [r.status_code for r in theirs] == [r.status_code for r in per_item] == expected
+    assert [r.status_code for r in route] == [200, 200, 429, 429, 429]
 
 
 def test_slowapi_default_limits(clock: ManualClock) -> None:
-    """slowapi's ``default_limits`` (with its middleware) give each route its own budget;
-    a catch-all ``Limit`` is one budget for every route, unless keyed by the path too (a
-    new user's port gave all routes one budget)."""
+    """slowapi's ``default_limits`` (with its middleware) give each URL its own budget (its
+    ``key_style="url"``: ``/items/1`` and ``/items/2`` apart, as the path-keyed catch-all
+    does); a catch-all ``Limit`` is one budget for every route, unless keyed by the path too
+    (a new user's port gave all routes one budget)."""
     pytest.importorskip("slowapi", reason="slowapi is not installed: the row needs both sides")
     from slowapi import Limiter
     from slowapi.middleware import SlowAPIMiddleware
@@ -112,7 +115,7 @@ def test_slowapi_default_limits(clock: ManualClock) -> None:
     theirs = _slowapi_app({})
     theirs.state.limiter = Limiter(key_func=get_remote_address, default_limits=["2/minute"])
     theirs.add_middleware(SlowAPIMiddleware)
-    paths = ("/a", "/a", "/b", "/b", "/a")
+    paths = ("/a", "/a", "/b", "/b", "/a", "/items/1", "/items/2", "/items/1", "/items/1")
     each = Limit(
         "/{rest:path}",
         "2/minute",
@@ -120,9 +123,10 @@ def test_slowapi_default_limits(clock: ManualClock) -> None:
     )
     per_path = _get(_ours(clock, [each]), *paths)
     one = _get(_ours(clock, [Limit("/{rest:path}", "2/minute")]), *paths)
-    assert [r.status_code for r in _get(theirs, *paths)] == [200, 200, 200, 200, 429]
-    assert [r.status_code for r in per_path] == [200, 200, 200, 200, 429]
-    assert [r.status_code for r in one] == [200, 200, 429, 429, 429]
+    expected = [200, 200, 200, 200, 429, 200, 200, 200, 429]
+    assert [r.status_code for r in _get(theirs, *paths)] == expected
+    assert [r.status_code for r in per_path] == expected
+    assert [r.status_code for r in one] == [200, 200] + [429] * 7
 
 
 def test_slowapi_shared_limit(clock: ManualClock) -> None:
@@ -157,3 +161,40 @@ def test_slowapi_cost(clock: ManualClock) -> None:
     assert [r.status_code for r in theirs] == [r.status_code for r in ours] == [200, 200, 429]
     with pytest.raises((TypeError, ValueError)):
         Limit("/a", "5/minute", cost=lambda request: 2)  # type: ignore[arg-type]
+
+
+def test_slowapi_exempt(clock: ManualClock) -> None:
+    """``@limiter.exempt`` under ``default_limits``: that route uncapped, the others
+    capped. Here a path no ``Limit`` matches is uncapped; under a catch-all, a key function
+    that raises ``SkipRequest`` for the path leaves it out."""
+    pytest.importorskip("slowapi", reason="slowapi is not installed: the row needs both sides")
+    from slowapi import Limiter, _rate_limit_exceeded_handler
+    from slowapi.errors import RateLimitExceeded
+    from slowapi.middleware import SlowAPIMiddleware
+    from slowapi.util import get_remote_address
+
+    from freqguard.integrations.starlette import SkipRequest
+
+    limiter = Limiter(key_func=get_remote_address, default_limits=["2/minute"])
+
+    async def endpoint(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    async def free(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    theirs = Starlette(routes=[Route("/a", endpoint), Route("/free", limiter.exempt(free))])
+    theirs.state.limiter = limiter
+    theirs.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)  # type: ignore[arg-type]
+    theirs.add_middleware(SlowAPIMiddleware)
+
+    def key(request: Any) -> dict[str, object]:
+        if request.path == "/free":
+            raise SkipRequest
+        return {"client": request.client, "path": request.path}
+
+    ours = _ours(clock, [Limit("/{rest:path}", "2/minute", key=key)])
+    paths = ("/free", "/free", "/free", "/a", "/a", "/a")
+    expected = [200, 200, 200, 200, 200, 429]
+    assert [r.status_code for r in _get(theirs, *paths)] == expected
+    assert [r.status_code for r in _get(ours, *paths)] == expected
