@@ -64,18 +64,20 @@ class Turns:
     asks once more. Exactness is the store's: the line only orders a process's askers."""
 
     def __init__(self) -> None:
-        self._queues: dict[Any, deque[asyncio.Future[None]]] = {}
+        self._queues: dict[Any, deque[_Turn]] = {}
 
     @contextlib.asynccontextmanager
-    async def place(self, policy: str, texts: Mapping[str, str]) -> AsyncIterator[_Place]:
+    async def place(
+        self, policy: str, texts: Mapping[str, str], cost: int = 1
+    ) -> AsyncIterator[_Place]:
         """An ``acquire``'s place, taken when the store first denies it (``texts``: the
-        checked call's context; a guard's callers on each event loop apart), and left as
-        the block ends, however."""
+        checked call's context, ``cost`` its units; a guard's callers on each event loop
+        apart), and left as the block ends, however."""
         key = (asyncio.get_running_loop(), turn_key(policy, texts))
         task, outer = asyncio.current_task(), _PLACE.get()
         if outer is not None and outer.task is not task:  # a task started in an acquire
             outer = None  # copied its context: that acquire is not its caller's
-        place = _Place(self._queues, key, outer, task)
+        place = _Place(self._queues, key, outer, task, cost)
         token = _PLACE.set(place)
         try:
             yield place
@@ -84,26 +86,39 @@ class Turns:
             place.leave()
 
 
+class _Turn(asyncio.Future[None]):
+    """A caller's turn in a line, set when it is first; ``cost``, the units it asks."""
+
+    def __init__(self, cost: int) -> None:
+        super().__init__()
+        self.cost = cost
+
+
 class _Place:
-    """One ``acquire``'s place in a line: ``mine``, its future, set when it is first;
+    """One ``acquire``'s place in a line: ``mine``, its turn, set when it is first;
     ``outer``, the place of the acquire the same ``task`` runs it in, if any."""
 
-    __slots__ = ("_queues", "free", "key", "mine", "outer", "task")
+    __slots__ = ("_queues", "cost", "free", "key", "mine", "outer", "task")
 
     def __init__(
         self,
-        queues: dict[Any, deque[asyncio.Future[None]]],
+        queues: dict[Any, deque[_Turn]],
         key: Any,
         outer: _Place | None,
         task: object,
+        cost: int = 1,
     ) -> None:
         self._queues, self.key, self.outer, self.task = queues, key, outer, task
-        self.mine: asyncio.Future[None] | None = None
+        self.cost = cost
+        self.mine: _Turn | None = None
         self.free = 0  # the units its admission left: that many more are woken with the next
 
     def took(self, decision: Decision) -> Decision:
         """``decision``, the acquire's; as it leaves, the next in line is woken and as many
-        after it as units the decision left (a window freed at once: they ask together)."""
+        after it as the units the decision left hold, by each one's cost (a window freed at
+        once: they ask together), and one more, to sleep for the next turn (review: one a
+        unit woke five callers of 5 units where one fitted, the rest denied, each then
+        sleeping as if first: the herd at every turn)."""
         self.free = decision.remaining if decision.allowed else 0
         return decision
 
@@ -114,7 +129,7 @@ class _Place:
             if own_line(self):
                 await clock.asleep(step.seconds)
                 return
-            self.mine = asyncio.get_running_loop().create_future()
+            self.mine = _Turn(self.cost)
             queue = self._queues.setdefault(self.key, deque())
             queue.append(self.mine)
             if len(queue) == 1:
@@ -136,9 +151,13 @@ class _Place:
         if not queue:
             del self._queues[self.key]
         elif first:
-            for waiter in list(queue)[: 1 + self.free]:
+            budget = self.free
+            for waiter in queue:
                 if not waiter.done():
                     waiter.set_result(None)
+                if waiter.cost > budget:
+                    break
+                budget -= waiter.cost
 
 
 #: The line place of the ``acquire`` the running task is in, read by :func:`sleep`.

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
+import itertools
 import logging
 import signal
 import threading
@@ -79,14 +80,17 @@ class Turns:
     one guard's ``acquire`` on one policy and context that the store has denied, in line."""
 
     def __init__(self) -> None:
-        self._queues: dict[Any, deque[threading.Event]] = {}
+        self._queues: dict[Any, deque[_Turn]] = {}
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def place(self, policy: str, texts: Mapping[str, str]) -> Iterator[_Place]:
-        """An ``acquire``'s place, taken when the store first denies it, and left as the
-        block ends, however."""
-        place = _Place(self, turn_key(policy, texts), _PLACE.get())
+    def place(self, policy: str, texts: Mapping[str, str], cost: int = 1) -> Iterator[_Place]:
+        """An ``acquire``'s place (``cost``: its units), taken when the store first denies
+        it, and left as the block ends, however."""
+        outer, thread = _PLACE.get(), threading.get_ident()
+        if outer is not None and outer.thread != thread:  # a thread started in an acquire
+            outer = None  # in a copy of its context: that acquire is not its caller's
+        place = _Place(self, turn_key(policy, texts), outer, thread, cost)
         token = _PLACE.set(place)
         try:
             yield place
@@ -100,19 +104,32 @@ class Turns:
                 _PLACE.reset(token)
 
 
+class _Turn(threading.Event):
+    """A caller's turn in a line, set when it is first; ``cost``, the units it asks."""
+
+    def __init__(self, cost: int) -> None:
+        super().__init__()
+        self.cost = cost
+
+
 class _Place:
-    """One ``acquire``'s place in a line: ``mine``, its event, set when it is first."""
+    """One ``acquire``'s place in a line: ``mine``, its turn, set when it is first;
+    ``outer``, the place of the acquire the same ``thread`` runs it in, if any."""
 
-    __slots__ = ("_turns", "free", "key", "mine", "outer")
+    __slots__ = ("_turns", "cost", "free", "key", "mine", "outer", "thread")
 
-    def __init__(self, turns: Turns, key: Any, outer: _Place | None) -> None:
-        self._turns, self.key, self.outer = turns, key, outer
-        self.mine: threading.Event | None = None
+    def __init__(
+        self, turns: Turns, key: Any, outer: _Place | None, thread: int, cost: int = 1
+    ) -> None:
+        self._turns, self.key, self.outer, self.cost = turns, key, outer, cost
+        self.thread = thread  # the thread it waits in: an outer place must be its own
+        self.mine: _Turn | None = None
         self.free = 0  # the units its admission left: that many more are woken with the next
 
     def took(self, decision: Decision) -> Decision:
         """``decision``, the acquire's; as it leaves, the next in line is woken and as many
-        after it as units the decision left (a window freed at once: they ask together)."""
+        after it as the units the decision left hold, by each one's cost, and one more (the
+        async side's :meth:`~freqguard._async._io._Place.took`)."""
         self.free = decision.remaining if decision.allowed else 0
         return decision
 
@@ -123,7 +140,7 @@ class _Place:
             if own_line(self):
                 clock.sleep(step.seconds)
                 return
-            self.mine = threading.Event()  # first: a Ctrl-C after it leaves no place behind
+            self.mine = _Turn(self.cost)  # first: a Ctrl-C after it leaves no place behind
             with self._turns._lock:
                 queue = self._turns._queues.setdefault(self.key, deque())
                 queue.append(self.mine)
@@ -149,8 +166,12 @@ class _Place:
             queue = turns._queues.get(self.key)
             if queue is not None and mine in queue:
                 if queue[0] is mine:
-                    for waiter in list(queue)[1 : 2 + self.free]:
+                    budget = self.free
+                    for waiter in itertools.islice(queue, 1, None):
                         waiter.set()
+                        if waiter.cost > budget:
+                            break
+                        budget -= waiter.cost
                 queue.remove(mine)
             if queue is not None and not queue:
                 del turns._queues[self.key]

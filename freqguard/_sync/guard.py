@@ -252,7 +252,7 @@ class Guard(PeerHabits):
         Raises: CapExceeded, when the turn comes later than the timeout allows (at once)."""
         clock = self.clock or self.backend.clock
         hit, op = self._hits.acquire(policy, timeout, cost, ctx, clock)  # its deadline set
-        with self._turns.place(policy, hit.texts) as place:  # a line once denied
+        with self._turns.place(policy, hit.texts, hit.cost) as place:  # once denied
             decision = place.took(self._run(op, policy, not hit.plan.single_part))
         return self._hits.hit_done(hit, decision)
 
