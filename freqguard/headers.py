@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from freqguard.errors import ConfigError
 from freqguard.rules import Rule
@@ -40,6 +41,7 @@ __all__ = [
     "check_profile",
     "combined_headers",
     "header_plan",
+    "merged",
     "rate_limit_headers",
     "whole_seconds",
 ]
@@ -219,3 +221,63 @@ def binding_rule(
         narrowest = min(others, key=lambda e: (e[1], -e[2]))[0]
         binding = (narrowest, 0, binding[2], binding[3])
     return binding
+
+
+_REMAINING = ("x-ratelimit-remaining", "ratelimit-remaining")
+#: every profile's header names, as text and as bytes (lower case)
+_NAMES: frozenset[str | bytes] = frozenset(
+    form
+    for name in (
+        "ratelimit",
+        "ratelimit-policy",
+        *(f"{p}ratelimit-{n}" for p in ("", "x-") for n in ("limit", "remaining", "reset")),
+        "retry-after",
+    )
+    for form in (name, name.encode())
+)
+_R = re.compile(r";\s*r=(\d+)")
+
+
+#: a header as ASGI (bytes) or WSGI (text) gives it
+Header = TypeVar("Header", tuple[bytes, bytes], tuple[str, str])
+
+
+def _remaining(headers: Sequence[tuple[Any, Any]]) -> int | None:
+    """The remaining a set of rate-limit headers tells (any profile), or None."""
+    for name, value in headers:
+        key = name.decode("latin-1") if isinstance(name, bytes) else name
+        text = value.decode("latin-1") if isinstance(value, bytes) else value
+        key = key.lower()
+        if key in _REMAINING and text.strip().isdigit():
+            return int(text)
+        found = _R.search(text) if key == "ratelimit" else None
+        if found is not None:
+            return int(found.group(1))
+    return None
+
+
+def merged(given: Sequence[Header], ours: Sequence[Header]) -> list[Header]:
+    """A response's ``given`` headers with a middleware's rate-limit headers, ``ours``: where
+    the response sets some of their names already (a route's own limit under the
+    middleware's), one set of numbers, the one nearest exhaustion (fewer remaining; the
+    response's own when as near), never two values of one header."""
+    out = list(given)
+    for header in given:
+        if header[0].lower() in _NAMES:
+            break
+    else:  # the usual answer: none of them set
+        out.extend(ours)
+        return out
+    names = {header[0].lower() for header in ours}
+    own = [header for header in given if header[0].lower() in names]
+    if not own:
+        out.extend(ours)
+        return out
+    mine, theirs = _remaining(ours), _remaining(own)
+    if mine is not None and theirs is not None and mine < theirs:
+        out = [header for header in given if header[0].lower() not in names]
+        out.extend(ours)
+        return out
+    taken = {header[0].lower() for header in own}
+    out.extend(header for header in ours if header[0].lower() not in taken)
+    return out

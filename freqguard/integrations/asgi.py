@@ -26,7 +26,7 @@ from freqguard.decision import Decision
 from freqguard.decorators.adapters import as_async as _as_async_guard
 from freqguard.errors import ConfigError
 from freqguard.guard import AsyncGuard, Guard, not_a_guard
-from freqguard.headers import check_profile
+from freqguard.headers import check_profile, merged
 from freqguard.integrations._decide import Answer, Decider, Route
 from freqguard.integrations._first_match import checked_limits, compile_limits
 from freqguard.integrations._held import arelease_each, leasing_async
@@ -216,7 +216,7 @@ class FreqGuardMiddleware:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), *extra]
+                message["headers"] = merged(message.get("headers", ()), extra)
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

@@ -13,7 +13,7 @@ from typing import Any
 
 from freqguard.decision import Decision
 from freqguard.guard import Guard, not_a_guard
-from freqguard.headers import check_profile
+from freqguard.headers import check_profile, merged
 from freqguard.integrations._decide import Decider
 from freqguard.integrations._first_match import checked_limits, compile_limits
 from freqguard.integrations._held import HeldBody, leasing
@@ -122,7 +122,7 @@ class FreqGuardMiddleware:
             return [answer.body]
 
         def start_with_headers(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
-            return start_response(status, [*headers, *extra], *exc)
+            return start_response(status, merged(headers, extra), *exc)
 
         if not held:
             return self.app(environ, start_with_headers)

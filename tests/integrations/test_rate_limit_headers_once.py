@@ -1,0 +1,86 @@
+"""A response carries one set of rate-limit numbers: where the app sets the middleware's
+headers itself (a route's own ``limit_dependency`` under a catch-all ``Limit``, a WSGI
+app's own), the middleware keeps the numbers nearest exhaustion (fewer remaining; the
+app's when as near), never two values of one header (``x-ratelimit-remaining: 1, 99``: a
+client cannot read it), found by a fresh reading of the slowapi page's own example."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+from fastapi import Depends, FastAPI
+
+from freqguard import AsyncGuard, Guard, ManualClock, MemoryBackend
+from freqguard.integrations import wsgi
+from freqguard.integrations.starlette import FreqGuardMiddleware, Limit, limit_dependency
+from tests.conftest import START
+
+
+def _get(app: Any, path: str, times: int) -> list[httpx.Response]:
+    async def run() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app, client=("9.9.9.9", 1))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            return [await http.get(path) for _ in range(times)]
+
+    return asyncio.run(run())
+
+
+def test_a_dependencys_headers_under_a_catch_all_limit_are_one_set() -> None:
+    guard = AsyncGuard(MemoryBackend(), clock=ManualClock(START))
+    app = FastAPI()
+    report_limit = limit_dependency(guard, "2/minute", name="report", headers="x-ratelimit")
+
+    @app.get("/report", dependencies=[Depends(report_limit)])
+    async def report() -> dict[str, str]:
+        return {"report": "..."}
+
+    app.add_middleware(
+        FreqGuardMiddleware,
+        guard=guard,
+        limits=[Limit("/{rest:path}", "100/minute")],
+        headers="x-ratelimit",
+    )
+    first, second = _get(app, "/report", 2)
+    for response in (first, second):
+        assert response.headers.get_list("x-ratelimit-remaining") == [
+            response.headers["x-ratelimit-remaining"]
+        ], response.headers
+    # the route's own 2/minute is nearest exhaustion: its numbers
+    assert [r.headers["x-ratelimit-remaining"] for r in (first, second)] == ["1", "0"]
+    assert first.headers["x-ratelimit-limit"] == "2"
+
+
+def test_the_middlewares_numbers_win_where_they_are_nearer_exhaustion() -> None:
+    """The app says 99 remaining of its own; the middleware's limit of 1 a minute has 0:
+    its numbers, the nearer, are the response's."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        own = [(b"x-ratelimit-limit", b"100"), (b"x-ratelimit-remaining", b"99")]
+        await send({"type": "http.response.start", "status": 200, "headers": own})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    guard = AsyncGuard(MemoryBackend(), clock=ManualClock(START))
+    guarded = FreqGuardMiddleware(
+        app, guard=guard, limits=[Limit("/x", "1/minute")], headers="x-ratelimit"
+    )
+    [response] = _get(guarded, "/x", 1)
+    assert response.headers.get_list("x-ratelimit-remaining") == ["0"]
+    assert response.headers.get_list("x-ratelimit-limit") == ["1"]
+
+
+def test_a_wsgi_apps_own_headers_are_one_set() -> None:
+    def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        start_response("200 OK", [("X-RateLimit-Limit", "2"), ("X-RateLimit-Remaining", "1")])
+        return [b"ok"]
+
+    guard = Guard(MemoryBackend(), clock=ManualClock(START))
+    guarded = wsgi.FreqGuardMiddleware(
+        app, guard=guard, limits=[Limit("/x", "100/minute")], headers="x-ratelimit"
+    )
+    with httpx.Client(transport=httpx.WSGITransport(app=guarded), base_url="http://t") as http:
+        response = http.get("/x")
+    assert response.headers.get_list("x-ratelimit-remaining") == ["1"]
+    assert response.headers.get_list("x-ratelimit-limit") == ["2"]
