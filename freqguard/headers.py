@@ -235,49 +235,105 @@ _NAMES: frozenset[str | bytes] = frozenset(
     )
     for form in (name, name.encode())
 )
-_R = re.compile(r";\s*r=(\d+)")
+_R = re.compile(r";\s*r=([0-9]+)")
+#: a Structured Fields List's items (a quoted string may hold a comma)
+_ITEM = re.compile(r'(?:"(?:[^"\\]|\\.)*"|[^,"])+')
+_HUGE = 10**18  # a remaining of more digits is as far from exhaustion as any
 
 
 #: a header as ASGI (bytes) or WSGI (text) gives it
 Header = TypeVar("Header", tuple[bytes, bytes], tuple[str, str])
 
 
+def _text(value: str | bytes) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
+def _family(name: str) -> str:
+    """A lower-case rate-limit header name's profile, the names one set of numbers is told
+    by (``Retry-After`` its own; ``RateLimit-Policy``, which tells no numbers, too)."""
+    if name.startswith("x-ratelimit-"):
+        return "x-ratelimit"
+    if name == "ratelimit":
+        return "ietf"
+    if name == "ratelimit-policy":
+        return "policy"
+    return "draft6" if name.startswith("ratelimit-") else name
+
+
+def _number(text: str) -> int | None:
+    text = text.strip()  # only ASCII digits: int() refuses "²", which isdigit() takes
+    if not (text.isascii() and text.isdigit()):
+        return None
+    return int(text) if len(text) < 19 else _HUGE
+
+
 def _remaining(headers: Sequence[tuple[Any, Any]]) -> int | None:
-    """The remaining a set of rate-limit headers tells (any profile), or None."""
+    """The least remaining a set of rate-limit headers tells (any profile, every item of an
+    IETF ``RateLimit`` list, every line of a repeated header), or None."""
+    least: int | None = None
     for name, value in headers:
-        key = name.decode("latin-1") if isinstance(name, bytes) else name
-        text = value.decode("latin-1") if isinstance(value, bytes) else value
-        key = key.lower()
-        if key in _REMAINING and text.strip().isdigit():
-            return int(text)
-        found = _R.search(text) if key == "ratelimit" else None
-        if found is not None:
-            return int(found.group(1))
-    return None
+        key, text = _text(name).lower(), _text(value)
+        found = [_number(text)] if key in _REMAINING else []
+        if key == "ratelimit":
+            found = [_number(r) for r in _R.findall(text)]
+        for number in found:
+            if number is not None and (least is None or number < least):
+                least = number
+    return least
+
+
+def _policy(headers: list[Header]) -> list[Header]:
+    """``headers`` with one ``RateLimit-Policy``: every rule of every line's (a List field:
+    each limit the request met is a quota the client may read), once each."""
+    policies = [h for h in headers if _text(h[0]).lower() == "ratelimit-policy"]
+    if len(policies) < 2:
+        return headers
+    items: dict[str, None] = {}
+    for header in policies:
+        items.update((item.strip(), None) for item in _ITEM.findall(_text(header[1])))
+    value = ", ".join(item for item in items if item)
+    first = policies[0]
+    joined = (first[0], value.encode("latin-1") if isinstance(first[0], bytes) else value)
+    out = [h for h in headers if _text(h[0]).lower() != "ratelimit-policy"]
+    out.append(joined)  # the same form as the headers'
+    return out
 
 
 def merged(given: Sequence[Header], ours: Sequence[Header]) -> list[Header]:
     """A response's ``given`` headers with a middleware's rate-limit headers, ``ours``: where
-    the response sets some of their names already (a route's own limit under the
-    middleware's), one set of numbers, the one nearest exhaustion (fewer remaining; the
-    response's own when as near), never two values of one header."""
+    the response sets a profile of theirs already (a route's own limit under the
+    middleware's), one set of that profile's numbers, never two values of one header nor a
+    mix of both sets: a denial's (the one with ``Retry-After``, as :func:`combined_headers`
+    puts a denial first), else the one nearest exhaustion (fewer remaining; the response's
+    own when as near, or when either tells none). One ``RateLimit-Policy`` lists both
+    sides' rules, as :func:`combined_headers` lists every enforcing rule."""
     out = list(given)
-    for header in given:
+    for header in out:
         if header[0].lower() in _NAMES:
             break
     else:  # the usual answer: none of them set
         out.extend(ours)
         return out
-    names = {header[0].lower() for header in ours}
-    own = [header for header in given if header[0].lower() in names]
+
+    def family(header: Header) -> str:
+        return _family(_text(header[0]).lower())
+
+    families = {family(h) for h in ours} - {"policy"}
+    own = [h for h in out if h[0].lower() in _NAMES and family(h) in families]
+    theirs_refused = any(_text(h[0]).lower() == "retry-after" for h in out)
+    ours_refused = any(_text(h[0]).lower() == "retry-after" for h in ours)
     if not own:
+        ours_win = True  # nothing of theirs to keep instead
+    elif ours_refused != theirs_refused:
+        ours_win = ours_refused
+    else:
+        mine, theirs = _remaining(ours), _remaining(own)
+        ours_win = mine is not None and theirs is not None and mine < theirs
+    if ours_win:
+        out = [h for h in out if not (h[0].lower() in _NAMES and family(h) in families)]
         out.extend(ours)
-        return out
-    mine, theirs = _remaining(ours), _remaining(own)
-    if mine is not None and theirs is not None and mine < theirs:
-        out = [header for header in given if header[0].lower() not in names]
-        out.extend(ours)
-        return out
-    taken = {header[0].lower() for header in own}
-    out.extend(header for header in ours if header[0].lower() not in taken)
-    return out
+    else:
+        shared = {family(h) for h in own}
+        out.extend(h for h in ours if family(h) not in shared)
+    return _policy(out)
