@@ -127,10 +127,13 @@ def with_headers(state: State, notes: RequestNotes, found: HttpResponseBase) -> 
             headers = notes.first.headers  # the usual case: built from the route's plan
         else:
             headers = combined_headers(decisions, state.settings.headers)
+        own = found.get("Retry-After")  # the view's own, if any (a 3xx may carry one)
         for name, value in headers.items():
             found[name] = value
         if found.status_code < 400:  # a block=False denial's view answered: not a refusal
             del found["Retry-After"]
+            if own is not None:
+                found["Retry-After"] = own
     return found
 
 
