@@ -58,10 +58,10 @@ class Turns:
     """The callers of one guard's ``acquire`` on one policy and context that the store has
     denied, in line (first come, first served): the first sleeps until its unit frees and
     asks again; the others wait until it is admitted or gone, then ask. So a process sends
-    about two calls an admitted one, where every sleeper woke at once and raced for each
-    freed unit. A caller asks at once as it comes (the store admits several at once if it
-    can, and refuses at once a turn past its timeout); one whose deadline passes in line
-    asks once more. Exactness is the store's: the line only orders a process's askers."""
+    about three calls an admitted one (benchmarks/README.md), where every sleeper woke at
+    once and raced for each freed unit. A caller asks at once as it comes (the store
+    admits several at once if it can, and refuses at once a turn past its timeout); one
+    whose deadline passes in line asks once more. Exactness is the store's: the line only orders a process's askers."""
 
     def __init__(self) -> None:
         self._queues: dict[Any, deque[_Turn]] = {}
