@@ -61,7 +61,8 @@ class Turns:
     about three calls an admitted one (benchmarks/README.md), where every sleeper woke at
     once and raced for each freed unit. A caller asks at once as it comes (the store
     admits several at once if it can, and refuses at once a turn past its timeout); one
-    whose deadline passes in line asks once more. Exactness is the store's: the line only orders a process's askers."""
+    whose deadline passes in line asks once more. Exactness is the store's: the line only
+    orders a process's askers."""
 
     def __init__(self) -> None:
         self._queues: dict[Any, deque[_Turn]] = {}
