@@ -385,7 +385,7 @@ class AsyncGuard(PeerHabits):
         hit's whole context) now: its per-key limit's, None where exempt, else its own."""
         plan = self._policies.plan(policy)
         replies = await send(self.backend, limits_calls(plan, ctx, self._now()), False)
-        return limits_of(plan, replies)
+        return limits_of(plan, replies, ctx)  # a tier by the key's own value is its rate
 
     async def aclose(self) -> None:
         """Close the backend (its connections), and every fallback backend."""

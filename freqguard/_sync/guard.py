@@ -376,7 +376,7 @@ class Guard(PeerHabits):
         hit's whole context) now: its per-key limit's, None where exempt, else its own."""
         plan = self._policies.plan(policy)
         replies = send(self.backend, limits_calls(plan, ctx, self._now()), False)
-        return limits_of(plan, replies)
+        return limits_of(plan, replies, ctx)  # a tier by the key's own value is its rate
 
     def close(self) -> None:
         """Close the backend (its connections), and every fallback backend."""

@@ -250,7 +250,8 @@ def unnamed(exc: ConfigError, name: object) -> ConfigError:
     """A policy's own error without the policy's name at its head, which the place that
     goes before it says already (``policy 'edge': policy 'edge' has two rules...``)."""
     text = str(exc)
-    for head, then in ((f"policy {name!r}: ", ""), (f"policy {name!r} has ", "it has ")):
+    heads = ((f"policy {name!r}: ", ""), (f"policy {name!r} has ", "it has "))
+    for head, then in (*heads, (f"policy {name!r} ", "")):  # 'policy 'edge' priorities: ...'
         if text.startswith(head):
             return ConfigError(then + text[len(head) :])
     return exc

@@ -343,8 +343,10 @@ def _object_errors(
             known = ", ".join(sorted(properties))
             close = difflib.get_close_matches(str(key), list(properties), n=1)
             meant = f"did you mean {close[0]!r}? " if close else ""
-            meant = f"{PEER_KEYS[key]}; " if key in PEER_KEYS else meant
-            meant_keys.update(close)
+            if key in PEER_KEYS:  # the hint names no key of ours: a missing one is said
+                meant = f"{PEER_KEYS[key]}; "
+            else:
+                meant_keys.update(close)
             yield SchemaError((*path, key), f"unknown key {shown(key)} ({meant}allowed: {known})")
     for key in schema.get("required", ()):
         if key not in value and key not in meant_keys:  # a misspelt one said so already

@@ -16,6 +16,7 @@ from freqguard.bounds import MAX_SPAN_US
 from freqguard.engine.plan import PolicyPlan, limit_rate
 from freqguard.engine.tiers import rule_params
 from freqguard.errors import ConfigError
+from freqguard.options import TierRates
 from freqguard.policy import derived
 from freqguard.rates import Rate, parse_rate
 from freqguard.rules import Rule, concurrent_rate
@@ -78,12 +79,18 @@ def limits_calls(plan: PolicyPlan, ctx: Mapping[str, object], now: int | None) -
     return calls
 
 
-def limits_of(plan: PolicyPlan, replies: list[Reply]) -> dict[str, Rate | None]:
+def limits_of(
+    plan: PolicyPlan, replies: list[Reply], ctx: Mapping[str, object] | None = None
+) -> dict[str, Rate | None]:
     """Every rule's rate by its id, as the replies of :func:`limits_calls` say it applies
-    now: a live limit's rate, None for an exempt rule, else the rule's own (not the quiet
-    hours', which have no rate a limit could change)."""
+    now: a live limit's rate, None for an exempt rule, else the rule's own, or its tier's
+    where the tier reads a value of the rule's own dimensions ``ctx`` gives (a rate for
+    one key, as Envoy writes it); not the quiet hours', which have no rate to change."""
     rules = plan.policy.rules
-    out: dict[str, Rate | None] = {rule.id: rule.rate for rule in rules if rule.quiet is None}
+    texts = {name: value_text(plan.name, name, value) for name, value in (ctx or {}).items()}
+    out: dict[str, Rate | None] = {
+        rule.id: _own_rate(rule, texts) for rule in rules if rule.quiet is None
+    }
     for reply in replies:
         applied = reply.part.limits  # those the rules' strategies read (script.limits.apply)
         if not applied:
@@ -92,6 +99,15 @@ def limits_of(plan: PolicyPlan, replies: list[Reply]) -> dict[str, Rate | None]:
             if limit is not None:
                 out[rules[index].id] = None if limit.exempt else limit_rate(limit, rules[index])
     return out
+
+
+def _own_rate(rule: Rule, texts: Mapping[str, str]) -> Rate:
+    """``rule``'s rate for a key: its tier's when its tier reads one of its own dimensions
+    (the key's value then picks it, for every hit of that key), else its own."""
+    tiers = rule.rate_for
+    if isinstance(tiers, TierRates) and tiers.read in rule.by:
+        return tiers(texts) or rule.rate
+    return rule.rate
 
 
 def _rule_index(plan: PolicyPlan, rule: object) -> int:

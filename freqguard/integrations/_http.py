@@ -30,7 +30,7 @@ from freqguard.integrations._routes import check_pattern
 from freqguard.integrations._rule_items import check_cost, rule_items
 from freqguard.policy import Policy, check_on_error
 from freqguard.rates import Rate
-from freqguard.rules import Rule, check_name, fit_name
+from freqguard.rules import Rule, TierRates, check_name, fit_name
 
 __all__ = [
     "LIMITER_ARGUMENTS",
@@ -294,7 +294,9 @@ def check_keyed(where: str, items: Sequence[Rate | Rule], given: Sequence[str]) 
 def rekeyed(rule: Rule, by: Sequence[str], name: str | None = None) -> Rule:
     """``rule`` keyed by ``by`` (a route's key) instead of nothing, or named ``name``; its
     id stays otherwise (it names no dimension). Made again by its constructor, so every
-    check holds (a dimension the rule reads as a value cannot key it)."""
+    check holds (a dimension the rule reads as a value cannot key it; a table's own read
+    becomes its key, as a rule keyed by it may tier by it)."""
+    tier = rule.rate_for.read if isinstance(rule.rate_for, TierRates) else None
     return Rule(
         rule.rate,
         by,
@@ -303,7 +305,7 @@ def rekeyed(rule: Rule, by: Sequence[str], name: str | None = None) -> Rule:
         burst=rule.burst,
         shadow=rule.shadow,
         rate_for=rule.rate_for,
-        reads=rule.reads,
+        reads=[read for read in rule.reads if read not in by or read != tier],
         calendar=rule.calendar,
         tz=rule.tz,
         tz_from=rule.tz_from,

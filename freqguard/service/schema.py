@@ -26,7 +26,8 @@ _US = 1_000_000.0  # µs in a second: a raw state's times
 
 class RuleState(msgspec.Struct, frozen=True):
     """One rule's part in a decision: ``shadow`` when it never blocks, a shadow rule's or
-    one a per-key limit exempts for this context (``exempt``)."""
+    one that binds others but not this context (``exempt``: a per-key limit of none, or a
+    priority it does not count; a shadow rule binds none, so is never exempt)."""
 
     rule: str
     allowed: bool
@@ -213,7 +214,8 @@ class Problem(msgspec.Struct, frozen=True, omit_defaults=True):
 def decision(decided: Decided, shadows: frozenset[str] = frozenset()) -> Decision:
     """A decision as the service answers it (each rule's state read off ``raw`` at once:
     no :class:`freqguard.RuleState` made on the way); ``shadows``: the ids of the policy's
-    shadow rules (any other decided as shadow is exempt by a per-key limit)."""
+    shadow rules (any other decided as shadow is exempt: by a per-key limit, or a
+    priority it does not count)."""
     return Decision(
         allowed=decided.allowed,
         retry_after=decided.retry_after,

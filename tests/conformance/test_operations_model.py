@@ -188,6 +188,12 @@ class Operations(RuleBasedStateMachine):
                     if found.exempt
                     else Rate(found.limit, timedelta(microseconds=found.window))
                 )
+            elif (
+                r.tier is not None
+                and r.tier_from[0] in r.by
+                and ctx.get(r.tier_from[0]) == (r.tier_from[1])
+            ):  # a tier by the key's own value: the key's rate (docs/limits.md)
+                expected[r.name] = Rate(r.tier[0], timedelta(microseconds=r.tier[1]))
             else:
                 expected[r.name] = Rate(r.limit, timedelta(microseconds=r.window))
         assert self.guard.limits_for("p", **ctx) == expected
