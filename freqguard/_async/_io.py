@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from freqguard.backends.base import FINISHING
 from freqguard.clock import Clock
 from freqguard.decision import Decision
-from freqguard.engine.ops import Interrupted, Op, Sleep, own_line, turn_key, unwinding
+from freqguard.engine.ops import Interrupted, Op, Sleep, own_line, to_wake, turn_key, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
 __all__ = ["Cancelled", "Interrupt", "Turns", "holding", "send", "sleep", "unheld", "unwind"]
@@ -152,13 +152,9 @@ class _Place:
         if not queue:
             del self._queues[self.key]
         elif first:
-            budget = self.free
-            for waiter in queue:
+            for waiter in to_wake(queue, self.free):
                 if not waiter.done():
                     waiter.set_result(None)
-                if waiter.cost > budget:
-                    break
-                budget -= waiter.cost
 
 
 #: The line place of the ``acquire`` the running task is in, read by :func:`sleep`.

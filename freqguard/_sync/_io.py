@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 from freqguard.clock import Clock
 from freqguard.decision import Decision
-from freqguard.engine.ops import Op, Sleep, own_line, turn_key, unwinding
+from freqguard.engine.ops import Op, Sleep, own_line, to_wake, turn_key, unwinding
 from freqguard.script.calls import Reply, ScriptCall
 
 __all__ = ["Cancelled", "Interrupt", "Turns", "holding", "send", "sleep", "unheld", "unwind"]
@@ -166,12 +166,8 @@ class _Place:
             queue = turns._queues.get(self.key)
             if queue is not None and mine in queue:
                 if queue[0] is mine:
-                    budget = self.free
-                    for waiter in itertools.islice(queue, 1, None):
+                    for waiter in to_wake(itertools.islice(queue, 1, None), self.free):
                         waiter.set()
-                        if waiter.cost > budget:
-                            break
-                        budget -= waiter.cost
                 queue.remove(mine)
             if queue is not None and not queue:
                 del turns._queues[self.key]

@@ -6,9 +6,9 @@ The guards only drive them (``freqguard/_async/guard.py``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator, Hashable, Mapping, Sequence
+from collections.abc import Callable, Generator, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from freqguard.clock import Clock
 from freqguard.decision import Decision, Receipt, make_decision
@@ -32,6 +32,7 @@ __all__ = [
     "reset_op",
     "seconds_or_none",
     "taken_on",
+    "to_wake",
     "turn_key",
     "undo",
     "unwinding",
@@ -316,6 +317,25 @@ def turn_key(policy: str, texts: Mapping[str, str]) -> Hashable:
     policy and the hit's context as the store's key has it (its values as text), once the
     guard has checked the call."""
     return (policy, frozenset(texts.items()))
+
+
+class _Costed(Protocol):
+    cost: int
+
+
+_W = TypeVar("_W", bound=_Costed)
+
+
+def to_wake(waiters: Iterable[_W], free: int) -> Iterator[_W]:
+    """The waiters of a line (each with a ``cost``) to wake as its first leaves, admitted
+    with ``free`` units left: the next, and each after it while the units left hold its
+    cost (a window freed at once is asked for together; one more than fits, to sleep for
+    the next turn)."""
+    for waiter in waiters:
+        yield waiter
+        if waiter.cost > free:
+            return
+        free -= waiter.cost
 
 
 def own_line(place: Any) -> bool:

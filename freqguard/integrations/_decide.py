@@ -50,6 +50,7 @@ __all__ = [
     "answer_for",
     "bad_request",
     "compile_limit",
+    "preflight",
     "refusal",
 ]
 
@@ -354,3 +355,15 @@ class Decider:
         except Unfit as error:
             decision = error.decision
         return self.answer(decision, info.path, route)
+
+
+def preflight(method: str | None, environ: Mapping[str, object]) -> bool:
+    """Whether a request (its method, and its WSGI environ or Django ``META``) is a CORS
+    preflight: an ``OPTIONS`` asking leave for another method, from a browser, which
+    sends ``Origin`` with it (without it, any client's ``OPTIONS`` would pass by one
+    header). The ASGI middleware reads the same two headers off its scope."""
+    return (
+        method == "OPTIONS"
+        and "HTTP_ACCESS_CONTROL_REQUEST_METHOD" in environ
+        and "HTTP_ORIGIN" in environ
+    )

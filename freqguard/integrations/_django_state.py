@@ -25,6 +25,7 @@ from freqguard.errors import ConfigError
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.integrations._client_ip import client_ip
 from freqguard.integrations._decide import Decider, KeyedRules, Route
+from freqguard.integrations._decide import preflight as is_preflight
 from freqguard.integrations._django_policies import register
 from freqguard.integrations._django_settings import Settings, read_settings
 from freqguard.integrations._request import KeyFunc
@@ -79,14 +80,8 @@ class ViewCap:
 
 
 def preflight(request: Any) -> bool:
-    """Whether ``request`` (Django's, or DRF's around it) is a CORS preflight: a browser's
-    carries ``Origin`` (without it, any client's ``OPTIONS`` would pass by one header)."""
-    meta = request.META
-    return (
-        request.method == "OPTIONS"
-        and "HTTP_ACCESS_CONTROL_REQUEST_METHOD" in meta
-        and "HTTP_ORIGIN" in meta
-    )
+    """Whether ``request`` (Django's, or DRF's around it) is a CORS preflight."""
+    return is_preflight(request.method, request.META)
 
 
 class State:

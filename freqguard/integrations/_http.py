@@ -305,7 +305,7 @@ def rekeyed(rule: Rule, by: Sequence[str], name: str | None = None) -> Rule:
         burst=rule.burst,
         shadow=rule.shadow,
         rate_for=rule.rate_for,
-        reads=[read for read in rule.reads if read not in by or read != tier],
+        reads=[read for read in rule.reads if not (read == tier and read in by)],
         calendar=rule.calendar,
         tz=rule.tz,
         tz_from=rule.tz_from,

@@ -14,7 +14,7 @@ from typing import Any
 from freqguard.decision import Decision
 from freqguard.guard import Guard, not_a_guard
 from freqguard.headers import check_profile, merged
-from freqguard.integrations._decide import Decider
+from freqguard.integrations._decide import Decider, preflight
 from freqguard.integrations._first_match import checked_limits, compile_limits
 from freqguard.integrations._held import HeldBody, leasing
 from freqguard.integrations._http import (
@@ -103,12 +103,7 @@ class FreqGuardMiddleware:
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD", "GET")
-        preflight = (  # a browser's carries Origin: without, any client's would pass
-            method == "OPTIONS"
-            and "HTTP_ACCESS_CONTROL_REQUEST_METHOD" in environ
-            and "HTTP_ORIGIN" in environ
-        )
-        found = self.decider.find(method, path_of(environ), preflight)
+        found = self.decider.find(method, path_of(environ), preflight(method, environ))
         if found is None:
             return self.app(environ, start_response)
         route, params = found
