@@ -24,8 +24,8 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from freqguard.errors import ConfigError
 from freqguard.rules import Rule
@@ -41,6 +41,7 @@ __all__ = [
     "check_profile",
     "combined_headers",
     "header_plan",
+    "merge_into",
     "merged",
     "rate_limit_headers",
     "whole_seconds",
@@ -337,3 +338,31 @@ def merged(given: Sequence[Header], ours: Sequence[Header]) -> list[Header]:
         shared = {family(h) for h in own}
         out.extend(h for h in ours if family(h) not in shared)
     return _policy(out)
+
+
+class HeaderMap(Protocol):
+    """A response's header map, werkzeug's or Django's: what :func:`merge_into` uses."""
+
+    def items(self) -> Iterable[tuple[str, str]]: ...
+    def __setitem__(self, name: str, value: str, /) -> None: ...
+    def __delitem__(self, name: str, /) -> None: ...
+
+
+def merge_into(headers: HeaderMap, ours: Mapping[str, str]) -> None:
+    """Set an extension's rate-limit headers, ``ours``, on a response's header map (Flask's,
+    Django's) as :func:`merged` does on a list: one set of numbers a profile, the nearer
+    exhaustion, the view's own when as near. A header the result repeats is one line, its
+    values joined as a list field."""
+    given = list(headers.items())
+    if not any(name.lower() in _NAMES for name, _ in given):
+        for name, value in ours.items():  # the usual answer: the view set none of them
+            headers[name] = value
+        return
+    values: dict[str, tuple[str, list[str]]] = {}
+    for name, value in merged(given, list(ours.items())):
+        if name.lower() in _NAMES:
+            values.setdefault(name.lower(), (name, []))[1].append(value)
+    for name in {name for name, _ in given if name.lower() in _NAMES}:
+        del headers[name]
+    for name, found in values.values():
+        headers[name] = ", ".join(found)

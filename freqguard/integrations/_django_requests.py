@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from freqguard.decision import Decision
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import AsyncGuard, Guard
-from freqguard.headers import combined_headers
+from freqguard.headers import combined_headers, merge_into
 from freqguard.integrations._decide import Answer, Route
 from freqguard.integrations._django_state import State, ViewCap
 from freqguard.integrations._request import RequestInfo
@@ -127,13 +127,9 @@ def with_headers(state: State, notes: RequestNotes, found: HttpResponseBase) -> 
             headers = notes.first.headers  # the usual case: built from the route's plan
         else:
             headers = combined_headers(decisions, state.settings.headers)
-        own = found.get("Retry-After")  # the view's own, if any (a 3xx may carry one)
-        for name, value in headers.items():
-            found[name] = value
         if found.status_code < 400:  # a block=False denial's view answered: not a refusal
-            del found["Retry-After"]
-            if own is not None:
-                found["Retry-After"] = own
+            headers = {k: v for k, v in headers.items() if k.lower() != "retry-after"}
+        merge_into(found.headers, headers)  # the view's own kept where nearer (a 3xx's Retry-After)
     return found
 
 

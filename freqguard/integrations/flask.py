@@ -54,7 +54,7 @@ from freqguard.backends.urls import backend_from_url
 from freqguard.decision import Decision
 from freqguard.errors import CapExceeded, ConfigError
 from freqguard.guard import Guard, not_a_guard
-from freqguard.headers import check_profile, combined_headers
+from freqguard.headers import check_profile, combined_headers, merge_into
 from freqguard.integrations._decide import Decider, Route
 from freqguard.integrations._flask_caps import (
     BlueprintCap,
@@ -256,8 +256,8 @@ class FreqGuard:
 
     def _after(self, response: Response) -> Response:
         decisions: list[Decision] = g.get("freqguard_decisions", [])
-        if decisions:  # every rule the request met; the one nearest exhaustion first
-            response.headers.update(combined_headers(decisions, self._state().decider.profile))
+        if decisions:  # every rule the request met, nearest exhaustion first (or the view's own)
+            merge_into(response.headers, combined_headers(decisions, self._state().decider.profile))
         held: list[Decision] = g.get("freqguard_leases", [])
         if held and response.is_streamed:
             # a streamed body is sent after the request's teardown: in flight until the

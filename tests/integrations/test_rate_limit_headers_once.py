@@ -84,3 +84,86 @@ def test_a_wsgi_apps_own_headers_are_one_set() -> None:
         response = http.get("/x")
     assert response.headers.get_list("x-ratelimit-remaining") == ["1"]
     assert response.headers.get_list("x-ratelimit-limit") == ["2"]
+
+
+def _flask_app(own: dict[str, str], limit: str) -> Any:
+    from flask import Flask, make_response
+
+    from freqguard.integrations.flask import FreqGuard
+
+    app = Flask(__name__)
+    app.config.update(FREQGUARD_DEFAULT_LIMITS=limit, FREQGUARD_HEADERS="x-ratelimit")
+    FreqGuard(app, guard=Guard(MemoryBackend(), clock=ManualClock(START)))
+
+    @app.get("/x")
+    def x() -> Any:
+        answer = make_response("ok")
+        answer.headers.update(own)  # an upstream quota the view passes on
+        return answer
+
+    return app
+
+
+def test_flask_keeps_a_views_own_headers_when_nearer_exhaustion() -> None:
+    """Flask's extension replaced a view's own numbers with its own whoever was nearer:
+    a view passing on an upstream quota of 0 left read 99 remaining; as the ASGI and WSGI
+    middlewares, one set, the nearer."""
+    own = {"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "0"}
+    response = _flask_app(own, "100/minute").test_client().get("/x")
+    assert response.headers.getlist("X-RateLimit-Remaining") == ["0"]
+    assert response.headers.getlist("X-RateLimit-Limit") == ["10"]
+
+
+def test_flask_sends_its_numbers_where_they_are_nearer() -> None:
+    own = {"X-RateLimit-Limit": "100", "X-RateLimit-Remaining": "99"}
+    response = _flask_app(own, "1/minute").test_client().get("/x")
+    assert response.headers.getlist("X-RateLimit-Remaining") == ["0"]
+    assert response.headers.getlist("X-RateLimit-Limit") == ["1"]
+
+
+def _django_get(own: dict[str, str], limit: str) -> Any:
+    import pytest
+
+    pytest.importorskip("django")
+    from tests.integrations import django_site
+
+    django_site.setup()
+    from django.http import HttpRequest, HttpResponse
+    from django.test import Client, override_settings
+    from django.urls import path
+
+    from freqguard.integrations import django as fg_django
+
+    def view(request: HttpRequest) -> HttpResponse:
+        answer = HttpResponse("ok")
+        for name, value in own.items():
+            answer[name] = value
+        return answer
+
+    class Urls:
+        urlpatterns = [path("x", view)]  # noqa: RUF012
+
+    with override_settings(
+        ROOT_URLCONF=Urls,
+        MIDDLEWARE=django_site.SETTINGS["MIDDLEWARE"],
+        FREQGUARD_BACKEND=Guard(MemoryBackend(), clock=ManualClock(START)),
+        FREQGUARD_DEFAULT_LIMITS=limit,
+        FREQGUARD_HEADERS="x-ratelimit",
+    ):
+        response = Client().get("/x")
+    fg_django.close()
+    return response
+
+
+def test_django_keeps_a_views_own_headers_when_nearer_exhaustion() -> None:
+    own = {"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "0"}
+    response = _django_get(own, "100/minute")
+    assert response["X-RateLimit-Remaining"] == "0"
+    assert response["X-RateLimit-Limit"] == "10"
+
+
+def test_django_sends_its_numbers_where_they_are_nearer() -> None:
+    own = {"X-RateLimit-Limit": "100", "X-RateLimit-Remaining": "99"}
+    response = _django_get(own, "1/minute")
+    assert response["X-RateLimit-Remaining"] == "0"
+    assert response["X-RateLimit-Limit"] == "1"
