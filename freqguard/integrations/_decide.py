@@ -170,7 +170,7 @@ class Answer:
     an ASGI server takes (:meth:`raw_headers`): each integration pays for the form it sends.
     """
 
-    __slots__ = ("_headers", "_plan", "body", "decision", "status")
+    __slots__ = ("_headers", "_plan", "body", "decision", "status", "unfit")
 
     def __init__(
         self,
@@ -179,9 +179,11 @@ class Answer:
         decision: Decision | None,
         plan: HeaderPlan | None,
         headers: dict[str, str] | None = None,
+        unfit: bool = False,
     ) -> None:
         self.status, self.body, self.decision = status, body, decision
         self._plan, self._headers = plan, headers
+        self.unfit = unfit  # a denial no retry can turn: no Retry-After
 
     @property
     def allowed(self) -> bool:
@@ -219,18 +221,24 @@ def answer_for(
     instance: str | None,
     plan: HeaderPlan | None = None,
     named: bool = True,
+    unfit: Unfit | None = None,
 ) -> Answer:
     """The answer to a decision: its rate-limit headers, and a 429 problem if denied.
 
     ``plan`` is the decision's policy's :class:`HeaderPlan` in ``profile``, when known;
-    ``named``: the problem names the policy.
+    ``named``: the problem names the policy. ``unfit``: the decision is the denial of a
+    cost past its request's capacity, which no retry turns: the problem says so, and no
+    ``Retry-After`` promises a time it would be allowed.
     """
     if plan is None:
         plan = header_plan(tuple(entry[0] for entry in decision.raw), profile)
     if decision.allowed:
         return Answer(200, b"", decision, plan)
-    body = problem_body(decision, instance, named)
-    return Answer(429, body, decision, plan, refusal(429, body, plan.fields(decision)))
+    fields = plan.fields(decision)
+    if unfit is not None:
+        del fields["Retry-After"]
+    body = problem_body(decision, instance, named, None if unfit is None else str(unfit))
+    return Answer(429, body, decision, plan, refusal(429, body, fields), unfit is not None)
 
 
 def unavailable(error: BackendUnavailable, instance: str | None) -> Answer:
@@ -310,13 +318,19 @@ class Decider:
                 self._ready[route] = header_plan(policy.rules, self.profile)
 
     def answer(
-        self, decision: Decision, instance: str | None, route: Route | None = None
+        self,
+        decision: Decision,
+        instance: str | None,
+        route: Route | None = None,
+        unfit: Unfit | None = None,
     ) -> Answer:
-        """The answer to a decision (of ``route``, when known: its headers are built)."""
+        """The answer to a decision (of ``route``, when known: its headers are built;
+        ``unfit``: see :func:`answer_for`)."""
         plan = None if route is None else self._ready[route]
         if decision.allowed and plan is not None:  # the usual case, in one call
             return Answer(200, b"", decision, plan)
-        return answer_for(decision, self.profile, instance, plan, route is None or route.named)
+        named = route is None or route.named
+        return answer_for(decision, self.profile, instance, plan, named, unfit)
 
     def decide(self, hit: Callable[..., Decision], route: Route, info: RequestInfo) -> Answer:
         """Key, hit (``Guard.hit``) and answer one request."""
@@ -333,7 +347,7 @@ class Decider:
         except ContextError as error:  # the request's own zone or priority
             return bad_request(BadRequest(str(error)), info.path)
         except Unfit as error:  # a cost past this request's capacity (a per-key limit's,
-            decision = error.decision  # a priority's): denied, as the store denied it
+            return self.answer(error.decision, info.path, route, error)  # a priority's)
         return self.answer(decision, info.path, route)
 
     async def adecide(
@@ -353,7 +367,7 @@ class Decider:
         except ContextError as error:  # the request's own zone or priority
             return bad_request(BadRequest(str(error)), info.path)
         except Unfit as error:
-            decision = error.decision
+            return self.answer(error.decision, info.path, route, error)
         return self.answer(decision, info.path, route)
 
 

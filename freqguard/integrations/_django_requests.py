@@ -46,9 +46,11 @@ class RequestNotes:
     first: Answer | None = None  # the first decision's answer: its headers are planned
     # what was taken before a later cap decided: given back if that cap refuses
     taken: list[tuple[Guard | AsyncGuard, Decision]] = field(default_factory=list)
+    unfit: bool = False  # a cost past the request's capacity denied it: no retry passes
 
     def note(self, answer: Answer) -> None:
         """Note an answer's decision (none: refused before a hit, or skipped)."""
+        self.unfit = self.unfit or answer.unfit
         if answer.decision is not None:
             if not self.decisions and answer.allowed:  # a refusal's are a problem's too
                 self.first = answer
@@ -127,7 +129,8 @@ def with_headers(state: State, notes: RequestNotes, found: HttpResponseBase) -> 
             headers = notes.first.headers  # the usual case: built from the route's plan
         else:
             headers = combined_headers(decisions, state.settings.headers)
-        if found.status_code < 400:  # a block=False denial's view answered: not a refusal
+        if found.status_code < 400 or notes.unfit:  # a block=False denial's view answered
+            # (not a refusal), or a denial no retry turns: no Retry-After of ours
             headers = {k: v for k, v in headers.items() if k.lower() != "retry-after"}
         merge_into(found.headers, headers)  # the view's own kept where nearer (a 3xx's Retry-After)
     return found

@@ -20,20 +20,44 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from flask import Flask, Response, current_app, request
+from flask import Flask, Response, current_app, g, request
 
+from freqguard.decision import Decision
+from freqguard.engine.requests import Unfit
 from freqguard.errors import BackendUnavailable, CapExceeded
-from freqguard.integrations._decide import Answer, Decider, bad_request, unavailable
+from freqguard.headers import combined_headers, merge_into
+from freqguard.integrations._decide import Answer, Decider, Route, bad_request, unavailable
 from freqguard.integrations._request import BadRequest
 
-__all__ = ["register_handlers", "warn_unseen"]
+__all__ = ["add_headers", "decided", "register_handlers", "warn_unseen"]
 
 _log = logging.getLogger("freqguard")
 
 
+def decided(hit: Callable[..., Decision], route: Route, ctx: Mapping[str, object]) -> Decision:
+    """``hit``'s decision of ``route`` for this request; of a cost past the request's
+    capacity (``Unfit``), the denial it carries, noted: its 429 sends no ``Retry-After``."""
+    try:
+        return hit(route.name, route.cost, **ctx)
+    except Unfit as unfit:
+        g.freqguard_unfit = unfit
+        return unfit.decision
+
+
+def add_headers(response: Response, decisions: list[Decision], profile: str) -> None:
+    """The rate-limit headers of every rule the request met (nearest exhaustion first), or
+    the view's own where nearer (:func:`~freqguard.headers.merge_into`)."""
+    ours = combined_headers(decisions, profile)
+    if "freqguard_unfit" in g:  # a denial no retry turns: no Retry-After
+        ours.pop("Retry-After", None)
+    merge_into(response.headers, ours)
+
+
 def _denied(error: CapExceeded) -> Response:
     decider: Decider = current_app.extensions["freqguard"].decider
-    return _response(decider.answer(error.decision, request.path))
+    unfit = g.get("freqguard_unfit")  # a cost past the request's capacity (flask._hit)
+    unfit = unfit if unfit is not None and unfit.decision is error.decision else None
+    return _response(decider.answer(error.decision, request.path, None, unfit))
 
 
 def _bad_request(error: BadRequest) -> Response:

@@ -9,7 +9,6 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 
 from freqguard.decision import Decision
-from freqguard.engine.requests import Unfit
 from freqguard.errors import ConfigError
 from freqguard.guard import AsyncGuard, Guard
 
@@ -19,16 +18,13 @@ __all__ = ["HeldBody", "arelease_each", "leasing", "leasing_async", "release_eac
 def leasing(guard: Guard, held: list[Decision]) -> Callable[..., Decision]:
     """``guard.hit``, but a policy with a concurrency rule takes a lease; an admitted one
     goes into ``held``, for the caller to give back when its request has been answered. A
-    cost past this request's capacity (a per-key limit's, a priority's) is the denial the
-    store made of it: a 429, not a 500."""
+    cost past this request's capacity (a per-key limit's, a priority's) raises ``Unfit``,
+    which the caller answers as the denial it carries (a 429 without ``Retry-After``)."""
 
     def hit(name: str, cost: int, **ctx: object) -> Decision:
-        try:
-            if not guard.policies[name].leases:
-                return guard.hit(name, cost, **ctx)
-            decision = guard.take_lease(name, cost, **ctx)
-        except Unfit as error:
-            return error.decision
+        if not guard.policies[name].leases:
+            return guard.hit(name, cost, **ctx)
+        decision = guard.take_lease(name, cost, **ctx)
         if decision.allowed:
             held.append(decision)
         return decision
@@ -40,12 +36,9 @@ def leasing_async(guard: AsyncGuard, held: list[Decision]) -> Callable[..., Awai
     """:func:`leasing` for an ``AsyncGuard``."""
 
     async def hit(name: str, cost: int, **ctx: object) -> Decision:
-        try:
-            if not guard.policies[name].leases:
-                return await guard.hit(name, cost, **ctx)
-            decision = await guard.take_lease(name, cost, **ctx)
-        except Unfit as error:
-            return error.decision
+        if not guard.policies[name].leases:
+            return await guard.hit(name, cost, **ctx)
+        decision = await guard.take_lease(name, cost, **ctx)
         if decision.allowed:
             held.append(decision)
         return decision

@@ -314,14 +314,16 @@ def rekeyed(rule: Rule, by: Sequence[str], name: str | None = None) -> Rule:
     )
 
 
-def problem_body(decision: Decision, instance: str | None, named: bool = True) -> bytes:
+def problem_body(
+    decision: Decision, instance: str | None, named: bool = True, detail: str | None = None
+) -> bytes:
     """An RFC 9457 problem document for a denied request; ``named``: it names the policy
-    (not one whose name the route made for itself)."""
+    (not one whose name the route made for itself); ``detail``, if not when to retry."""
     shown = {"policy": decision.policy} if named else {}
     return _problem(
         429,
         "Too Many Requests",
-        problem_detail(decision),
+        problem_detail(decision) if detail is None else detail,
         instance,
         violated_policies=[rule.id for rule in decision.denied_by],
         **shown,

@@ -111,6 +111,7 @@ class FreqGuardThrottle(BaseThrottle):
 
     def __init__(self) -> None:
         self.decision: Decision | None = None
+        self._unfit = False  # the denial of a cost past the request's capacity
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Refuse what only DRF's own counting reads (a ``timer``, a ``cache``...), naming
@@ -269,7 +270,7 @@ class FreqGuardThrottle(BaseThrottle):
             raise ParseError(_detail(answer.body))
         if answer.status == 503:
             raise Unavailable()
-        self.decision = answer.decision
+        self.decision, self._unfit = answer.decision, answer.unfit
         if self.decision is None:  # a key function skipped the request
             return True
         notes = notes_of(request)
@@ -279,8 +280,9 @@ class FreqGuardThrottle(BaseThrottle):
         return self.decision.allowed
 
     def wait(self) -> float | None:
-        """Seconds until the request would be admitted: the decision's ``retry_after``."""
-        if self.decision is None or self.decision.allowed:
+        """Seconds until the request would be admitted: the decision's ``retry_after``
+        (None for a cost past the request's capacity: no retry would be)."""
+        if self.decision is None or self.decision.allowed or self._unfit:
             return None
         return self.decision.retry_after
 

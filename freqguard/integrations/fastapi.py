@@ -101,7 +101,8 @@ async def enforce(
         answer = unavailable(error, instance)
         raise Refused(answer, json.loads(answer.body)["detail"]) from error
     except Unfit as error:  # a cost past this request's capacity: the store's denial, a 429
-        decision = error.decision
+        answer = answer_for(error.decision, profile, instance, unfit=error)  # never retried
+        raise Refused(answer, str(error)) from None
     answer = answer_for(decision, profile, instance)
     if not decision.allowed:
         raise Refused(answer, problem_detail(decision))

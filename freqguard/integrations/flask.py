@@ -4,9 +4,8 @@ per-blueprint ``fg.capped(...)(blueprint)``.
 Configuration (``app.config``):
 
 * ``FREQGUARD_BACKEND``: a backend URL (default ``"memory://"``), unless a guard is given.
-* ``FREQGUARD_CONFIG``: a configuration file's path (or a loaded
-  :class:`~freqguard.config.Config`) to make the guard from, its policies registered;
-  instead of ``FREQGUARD_BACKEND`` and a guard, not with them.
+* ``FREQGUARD_CONFIG``: a configuration file's path (or a :class:`~freqguard.config.Config`)
+  to make the guard from, its policies registered; not with a guard or a backend URL.
 * ``FREQGUARD_DEFAULT_LIMITS``: rates (a string, or a list of strings and Rules) applied
   to every view not exempt but static files, each route counted on its own (default none).
 * ``FREQGUARD_HEADERS``: the header profile (default ``"ietf"``).
@@ -30,10 +29,9 @@ enclosing blueprint's cap) unless made with ``defaults=True``; it is decided in 
 as the view's own cap, its rules named ``bp.<blueprint>.<rule id>``. ``fg.exempt(blueprint)``
 exempts every view of it from the default limits and the caps of the blueprints around it.
 
-State lives in ``app.extensions["freqguard"]``, never on the extension object, so one
-``FreqGuard`` serves several apps. Denials answer 429 with an RFC 9457 problem body, unless
-the app has its own handler for ``CapExceeded`` (registered before ``init_app`` or after:
-Flask-Limiter's ``on_breach``); the rate-limit headers are added to either answer.
+State lives in ``app.extensions["freqguard"]``, so one ``FreqGuard`` serves several apps.
+Denials answer 429 with an RFC 9457 problem body, unless the app has its own handler for
+``CapExceeded`` (Flask-Limiter's ``on_breach``); the rate-limit headers are added to either.
 """
 
 from __future__ import annotations
@@ -54,7 +52,7 @@ from freqguard.backends.urls import backend_from_url
 from freqguard.decision import Decision
 from freqguard.errors import CapExceeded, ConfigError
 from freqguard.guard import Guard, not_a_guard
-from freqguard.headers import check_profile, combined_headers, merge_into
+from freqguard.headers import check_profile
 from freqguard.integrations._decide import Decider, Route
 from freqguard.integrations._flask_caps import (
     BlueprintCap,
@@ -70,7 +68,12 @@ from freqguard.integrations._flask_caps import (
     run_over,
     view_cap,
 )
-from freqguard.integrations._flask_errors import register_handlers, warn_unseen
+from freqguard.integrations._flask_errors import (
+    add_headers,
+    decided,
+    register_handlers,
+    warn_unseen,
+)
 from freqguard.integrations._flask_habits import (
     check_settings,
     default_limits,
@@ -223,7 +226,7 @@ class FreqGuard:
         except SkipRequest:  # header(..., missing="skip"): this request goes uncapped
             return
         held: list[Decision] = g.setdefault("freqguard_leases", [])  # given back at teardown
-        decision = leasing(state.guard, held)(route.name, route.cost, **ctx)
+        decision = decided(leasing(state.guard, held), route, ctx)
         decisions: list[Decision] = g.setdefault("freqguard_decisions", [])
         if not decision.allowed:
             give_back(state.guard, decisions)
@@ -257,7 +260,7 @@ class FreqGuard:
     def _after(self, response: Response) -> Response:
         decisions: list[Decision] = g.get("freqguard_decisions", [])
         if decisions:  # every rule the request met, nearest exhaustion first (or the view's own)
-            merge_into(response.headers, combined_headers(decisions, self._state().decider.profile))
+            add_headers(response, decisions, self._state().decider.profile)
         held: list[Decision] = g.get("freqguard_leases", [])
         if held and response.is_streamed:
             # a streamed body is sent after the request's teardown: in flight until the
@@ -265,10 +268,9 @@ class FreqGuard:
             guard, given = self._state().guard, g.pop("freqguard_leases")
             uncounted = g.get("freqguard_uncounted", [])
             g.freqguard_streamed = given  # the teardown's, should the response be dropped
-            # given back when the server closes the body (werkzeug skips call_on_close when
-            # the body's close raises; a later after_request may send the body in another
-            # response, and send_file's passes by close) or the response (a later hook may
-            # wrap the body anew: Flask-Compress), whichever first: once
+            # given back when the server closes the body or the response, whichever first,
+            # once (werkzeug skips call_on_close when the body's close raises, send_file's
+            # body passes by close, a later hook may resend it or wrap it: Flask-Compress)
             body = cast("Iterable[bytes]", response.response)
             response.response = HeldBody(body, lambda: release_each(guard, given, uncounted))
             response.call_on_close(lambda: release_each(guard, given, uncounted))
@@ -318,8 +320,7 @@ class FreqGuard:
                 blueprint's for a view without one, else 1); a view's beats its blueprint's.
             name: a budget of its own, shared by every view given that name (one set of
                 rates), decided when the view runs, apart from the route's default limits
-                (whose hit is given back if it refuses). Not for a blueprint (see
-                ``shared``).
+                (whose hit is given back if it refuses). Not for a blueprint: ``shared``.
             shared: a blueprint's views share one budget (policy
                 ``flask-blueprint.<registered name>``) instead of one per route.
             defaults: a blueprint's cap adds to the limits around it instead of replacing
@@ -338,8 +339,7 @@ class FreqGuard:
                 name given two sets of rates, a bad cost or flag, ``shared`` or
                 ``defaults`` on a view, ``name`` on a blueprint, a blueprint capped twice,
                 or something neither a view nor a Blueprint; at ``init_app`` or the first
-                request, for a shared cap over a route with a cap
-                of its own.
+                request, for a shared cap over a route with a cap of its own.
         """
         refuse_theirs(theirs)
         rates = rule_items(rule, "fg.capped", policy=False)
