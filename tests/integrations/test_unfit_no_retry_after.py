@@ -21,7 +21,7 @@ def _policy() -> Policy:
 
 def _check(status: int, headers: Any, body: bytes) -> None:
     assert status == 429
-    assert "retry-after" not in {name.lower() for name in headers.keys()}, dict(headers)
+    assert "retry-after" not in {name.lower() for name, _ in headers.items()}, dict(headers)
     detail = json.loads(body)["detail"]
     assert "cost 5 exceeds the capacity 3" in detail, detail
     assert "retry after" not in detail.lower(), detail
