@@ -169,8 +169,8 @@ def test_drf_throttle_waits_none() -> None:
             assert View.as_view()(APIRequestFactory().get("/")).status_code == 200
             [name] = guard.policies
             [rule] = guard.policies[name].rules
-            [dimension] = rule.by
-            guard.set_limit(name, rule.id, "3/minute", **{dimension: "ip:127.0.0.1"})
+            assert rule.by == ("ident",)  # user_or_ip's: "ip:<address>" for the anonymous
+            guard.set_limit(name, rule.id, "3/minute", ident="ip:127.0.0.1")
             response = View.as_view()(APIRequestFactory().get("/"))
         finally:
             fg_django.close()
