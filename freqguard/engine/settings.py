@@ -48,10 +48,11 @@ def check_backend(guard: str, backend: object, methods: tuple[str, ...]) -> None
     elif isinstance(backend, str):
         maker = "backend_from_url" if guard == "Guard" else "async_backend_from_url"
         got = f"the string {backend!r}: pass {maker}({backend!r})"
-    elif type(backend).__module__.startswith("limits.storage"):  # limits' MemoryStorage()
-        got = (
+    elif type(backend).__module__.startswith(("limits.storage", "limits.aio.storage")):
+        maker = "backend_from_url" if guard == "Guard" else "async_backend_from_url"
+        got = (  # limits' MemoryStorage(), or limits.aio's
             f"limits' storage {type(backend).__name__}: freqguard's backends are "
-            "MemoryBackend() and backend_from_url('redis://...')"
+            f"MemoryBackend() and {maker}('redis://...')"
         )
     else:
         got = shortened(repr(backend))

@@ -27,6 +27,7 @@ from freqguard.decorators.naming import implicit_name
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import Guard
 from freqguard.integrations._decide import KeyedRules, Route
+from freqguard.integrations._flask_habits import CapHabits
 from freqguard.integrations._http import KeyFunc
 from freqguard.integrations._rule_items import check_cost
 from freqguard.rates import Rate, written
@@ -92,7 +93,7 @@ class BlueprintCap:
     defaults: bool = False  # the limits around it still apply, not replaced by it
 
 
-class Capping:
+class Capping(CapHabits):
     """What :meth:`~freqguard.integrations.flask.FreqGuard.capped` returns: applied to a view
     it caps the view, applied to a Blueprint every view of it.
 
@@ -372,12 +373,15 @@ def _shared_name(endpoint: str, blueprint: str, own_cap: bool, nearest: str) -> 
 def deducted(guard: Guard, decision: Decision, deduct: Deduct, response: Response) -> Response:
     """The response of a request its cap's ``deduct_when`` decides: its hit refunded unless
     ``deduct`` accepts the response; a lease's decision when its lease goes back (a
-    streamed body's once the server closes it: the request is in flight until then)."""
+    streamed body's once the server closes it: the request is in flight until then). A
+    refunded hit's headers tell the budget the refund leaves, as Flask-Limiter's do."""
     if not deduct(response):
         if any(decision is held for held in g.get("freqguard_leases", ())):
             g.setdefault("freqguard_uncounted", []).append(decision)
         else:
-            guard.refund(decision)
+            left = guard.refund(decision)
+            decisions: list[Decision] = g.get("freqguard_decisions", [])
+            decisions[:] = [left if made is decision else made for made in decisions]
     return response
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from flask import Flask
 
@@ -21,7 +21,15 @@ from freqguard.policy import Policy
 from freqguard.rates import Rate
 from freqguard.rules import Rule
 
-__all__ = ["check_settings", "default_limits", "refuse_attribute", "refuse_theirs", "the_app"]
+__all__ = [
+    "CapHabits",
+    "check_settings",
+    "default_limits",
+    "refuse_attribute",
+    "refuse_exempt",
+    "refuse_theirs",
+    "the_app",
+]
 
 _log = logging.getLogger("freqguard")
 
@@ -42,6 +50,8 @@ _THEIRS = {
     "error_message": "the answer is @app.errorhandler(CapExceeded)'s",
     "on_breach": "a refusal is CapExceeded: @app.errorhandler(CapExceeded)",
     "scope": "name= here: a budget shared by every view naming it",
+    "meta_limits": "no limit on breaches: hit a second policy in your "
+    "@app.errorhandler(CapExceeded)",
 }
 
 
@@ -55,6 +65,50 @@ def refuse_theirs(given: Mapping[str, object]) -> None:
         if name in _THEIRS:
             raise ConfigError(f"Flask-Limiter's {name}= is not capped()'s: {_THEIRS[name]}")
         raise TypeError(f"capped() got an unexpected keyword argument {name!r}")
+
+
+class CapHabits:
+    """What ``fg.capped(...)`` answers to Flask-Limiter's ways with ``limit(...)`` beyond
+    its arguments: ``with limiter.limit("10/second"):`` (a block of a view capped)."""
+
+    __slots__ = ()
+
+    if not TYPE_CHECKING:  # mypy refuses it itself
+
+        def __enter__(self) -> NoReturn:
+            raise ConfigError(
+                "Flask-Limiter's `with limiter.limit(...):` (a block of a view capped) is not "
+                "fg.capped's: put the block in a function the view calls and cap that, "
+                "@fg.capped(...) on it (capped on its own; a denial is a 429), or hit a "
+                f"policy yourself, FreqGuard.guard_of(app).hit(...) ({_PAGE})"
+            )
+
+        def __exit__(self, *exc: object) -> None:  # a with statement asks for both
+            """Never reached: :meth:`__enter__` refuses."""
+
+
+def refuse_exempt(target: object, given: Mapping[str, object]) -> None:
+    """Flask-Limiter's ``exempt(flags=...)`` and bare ``exempt()``, refused naming what
+    ``@fg.exempt`` leaves out.
+
+    Raises:
+        ConfigError: for ``flags=`` or no target; TypeError for any other name, as Python
+            would.
+    """
+    for name in given:
+        if name != "flags":
+            raise TypeError(f"exempt() got an unexpected keyword argument {name!r}")
+        raise ConfigError(
+            "Flask-Limiter's flags= is not exempt()'s: @fg.exempt leaves a view out of the "
+            "default limits and of the caps of the blueprints around it (its blueprint's "
+            "too: a view that is to keep them is left unexempt), fg.exempt(blueprint) the "
+            f"views of the blueprints nested in it as well ({_PAGE}, the exempt row)"
+        )
+    if target is None:
+        raise ConfigError(
+            "@fg.exempt takes the view or the Blueprint itself: write @fg.exempt, without "
+            "parentheses (Flask-Limiter's @limiter.exempt() returns a decorator)"
+        )
 
 
 #: Flask-Limiter's ``Limiter(...)`` arguments, and freqguard's way for each.

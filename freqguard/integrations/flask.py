@@ -11,9 +11,8 @@ Configuration (``app.config``):
 * ``FREQGUARD_HEADERS``: the header profile (default ``"ietf"``).
 * ``FREQGUARD_ENABLED``: ``False`` switches every cap of the app off (default ``True``).
 
-Any other ``FREQGUARD_*`` key is an error at ``init_app`` that names the key it resembles
-(``FREQGUARD_DEFAULT_LIMIT`` is not a silent no-op); Flask-Limiter's ``RATELIMIT_*`` keys
-are logged as a warning naming freqguard's.
+Any other ``FREQGUARD_*`` key fails ``init_app`` naming the one it resembles (never a silent
+no-op); Flask-Limiter's ``RATELIMIT_*`` keys are logged as a warning naming freqguard's.
 
 A route's default limits and its view's own cap are one policy, decided in one atomic hit
 before the view runs: a request denied by either consumes from neither. The policy is named
@@ -78,6 +77,7 @@ from freqguard.integrations._flask_habits import (
     check_settings,
     default_limits,
     refuse_attribute,
+    refuse_exempt,
     refuse_theirs,
     the_app,
 )
@@ -331,8 +331,7 @@ class FreqGuard:
             deduct_when: a view's cap counts only the requests whose response it accepts
                 (``lambda response: response.status_code == 401``: failed logins): the
                 others' hits are refunded, exactly, once the response is made; on a budget
-                of its own decided when the view runs, as ``name``'s (Flask-Limiter's
-                ``deduct_when``).
+                of its own decided when the view runs, as ``name``'s (Flask-Limiter's).
 
         Raises:
             ConfigError: at decoration, for a rate that does not parse, a bad name, one
@@ -371,15 +370,16 @@ class FreqGuard:
     @overload
     def exempt(self, target: Callable[P, R]) -> Callable[P, R]: ...
 
-    def exempt(self, target: Any) -> Any:
+    def exempt(self, target: Any = None, **theirs: Any) -> Any:
         """Exempt a view, or every view of a Blueprint (and of those nested in it), from
         ``FREQGUARD_DEFAULT_LIMITS`` and the caps of the blueprints around it; its own
         ``capped`` still holds, and a nested blueprint's own cap.
 
         Raises:
-            ConfigError: for something neither a view nor a Blueprint, or a blueprint capped
-                with ``defaults=True`` (the limits around it would be both kept and dropped).
+            ConfigError: for something neither a view nor a Blueprint, a blueprint capped
+                with ``defaults=True``, or Flask-Limiter's ``flags=`` (or bare ``exempt()``).
         """
+        refuse_exempt(target, theirs)
         if isinstance(target, Blueprint):
             check_not_both(target, getattr(target, "_freqguard_cap", None), exempt=True)
         else:
