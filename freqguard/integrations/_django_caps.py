@@ -235,13 +235,17 @@ def _run_alone(cap: ViewCap, request: Any, view: Callable[[], Any]) -> Any:
     if _passes(cap, request, notes, state):
         return _own_headers(request, view())
     route, guard, held = state.alone_route(cap), state.guard(), list[Decision]()
-    answer = state.decider().decide(leasing(guard, held), route, request_info(request))
-    denied = noted(request, cap, answer)
-    if denied is not None and (cap.block or answer.status != 429):
-        give_back(notes)
-        return denied
-    taken(request, guard, answer)  # given back if a later throttle refuses the request
-    return answered(guard, held, lambda: _own_headers(request, view()), request)
+
+    def respond() -> Any:  # decided inside answered's try: a lease taken goes back
+        answer = state.decider().decide(leasing(guard, held), route, request_info(request))
+        denied = noted(request, cap, answer)
+        if denied is not None and (cap.block or answer.status != 429):
+            give_back(notes)
+            return denied
+        taken(request, guard, answer)  # given back if a later throttle refuses the request
+        return _own_headers(request, view())
+
+    return answered(guard, held, respond, request)
 
 
 async def _arun_alone(cap: ViewCap, request: Any, view: Callable[[], Awaitable[Any]]) -> Any:

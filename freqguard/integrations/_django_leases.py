@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from asgiref.sync import async_to_sync
@@ -63,21 +64,25 @@ def _noted(request: Any, body: R) -> R:
 
 
 def answered(guard: Guard, held: list[Decision], respond: Callable[[], R], request: Any) -> R:
-    """``respond()``, the leases in ``held`` given back once it has answered (or raised); a
-    streamed answer's when its body is closed, or with ``request`` (:class:`_Closing`)."""
-    if not held:
-        return respond()
+    """``respond()``, which may take leases into ``held`` (it decides the request too: a
+    Ctrl-C between a take and this ``try`` left its lease held), given back once it has
+    answered (or raised); a streamed answer's when its body is closed, or with ``request``
+    (:class:`_Closing`)."""
+    gave = False
     try:
         response = respond()
-    except BaseException:
-        release_each(guard, held)
-        raise
-    if not getattr(response, "streaming", False):
-        release_each(guard, held)
+        if held and not getattr(response, "streaming", False):
+            gave = True  # a release that fails is not tried again, but one a Ctrl-C cut
+            release_each(guard, held)
+        elif held:
+            release = partial(release_each, guard, held)
+            body = HeldBody(response.streaming_content, release)  # type: ignore[attr-defined]
+            response.streaming_content = _noted(request, body)  # type: ignore[attr-defined]
         return response
-    body = HeldBody(response.streaming_content, lambda: release_each(guard, held))  # type: ignore[attr-defined]
-    response.streaming_content = _noted(request, body)  # type: ignore[attr-defined]
-    return response
+    except BaseException as exc:
+        if not gave or not isinstance(exc, Exception):
+            release_each(guard, held)
+        raise
 
 
 async def aanswered(

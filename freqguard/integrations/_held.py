@@ -53,21 +53,31 @@ def release_each(
     a refund or a release by the view, or an earlier pass); one of ``uncounted`` (a call
     the app chose not to count, its lease held until now) refunded whole, its rate units
     too, or released if a deploy since refuses that refund. A release that fails keeps
-    none of the others: its error is raised once each was tried."""
+    none of the others: its error is raised once each was tried. A Ctrl-C (or a stop
+    signal's exit) as a release begins, before the guard holds one back, cuts it unsent:
+    it is sent then, once more (a release that failed under it is tried again)."""
     failed: BaseException | None = None
     for decision in held:
-        receipt = decision.receipt
-        if receipt is None or not receipt.spent:
-            try:
+        try:
+            if _unspent(decision):
                 if any(decision is other for other in uncounted):
                     with contextlib.suppress(ConfigError):  # a deploy since: released below
                         guard.refund(decision)
-                if receipt is None or not receipt.spent:
+                if _unspent(decision):
                     guard.release(decision)
-            except BaseException as exc:  # raised once the others were tried
-                failed = _first(failed, exc)
+        except BaseException as exc:  # raised once the others were tried
+            if not isinstance(exc, Exception) and _unspent(decision):
+                with contextlib.suppress(Exception):  # its error is not the one to raise
+                    guard.release(decision)
+            failed = _first(failed, exc)
     if failed is not None:
         raise failed
+
+
+def _unspent(decision: Decision) -> bool:
+    """Whether ``decision`` still holds what it took (its receipt not spent)."""
+    receipt = decision.receipt
+    return receipt is not None and not receipt.spent
 
 
 async def arelease_each(guard: AsyncGuard, held: Sequence[Decision]) -> None:
@@ -112,4 +122,10 @@ class HeldBody:
         finally:
             if not self._released:
                 self._released = True
-                self._release()
+                try:
+                    self._release()
+                except BaseException as exc:  # a Ctrl-C as it began: once more (what went
+                    if not isinstance(exc, Exception):  # is not given back twice)
+                        with contextlib.suppress(Exception):
+                            self._release()
+                    raise

@@ -294,11 +294,13 @@ class _Cap:
         try:
             result = body()
         except BaseException:
-            self.refund(task, [decision])
-            receipt = decision.receipt
-            if receipt is not None and not receipt.spent:  # refused (a deploy since the take:
-                with contextlib.suppress(FreqGuardError):  # its rate units are the new
-                    self.guard.release(decision)  # policy's): its lease goes back all the same
+            try:
+                self.refund(task, [decision])
+            finally:  # refused (a deploy since the take: its rate units are the new
+                receipt = decision.receipt  # policy's), or cut as it began (a Ctrl-C, the
+                if receipt is not None and not receipt.spent:  # soft time limit): its
+                    with contextlib.suppress(FreqGuardError):  # lease goes back all the same
+                        self.guard.release(decision)
             raise
         try:
             self.guard.release(decision)

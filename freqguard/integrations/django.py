@@ -140,14 +140,16 @@ class FreqGuardMiddleware:
         route, cap = found
         held: list[Decision] = []  # a lease, for a policy with a concurrency rule
         guard = state.guard()
-        answer = state.decider().decide(leasing(guard, held), route, request_info(request))
-        denied = noted(request, cap, answer)
-        if denied is not None:
-            return denied
-        taken(request, guard, answer)
-        return answered(
-            guard, held, lambda: with_headers(state, notes, self.get_response(request)), request
-        )
+
+        def respond() -> Any:  # decided inside answered's try: a lease taken goes back
+            answer = state.decider().decide(leasing(guard, held), route, request_info(request))
+            denied = noted(request, cap, answer)
+            if denied is not None:
+                return denied
+            taken(request, guard, answer)
+            return with_headers(state, notes, self.get_response(request))
+
+        return answered(guard, held, respond, request)
 
     async def _acall(self, request: HttpRequest) -> Response:
         state = current()

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from freqguard.decision import Decision
@@ -16,7 +17,7 @@ from freqguard.guard import Guard, not_a_guard
 from freqguard.headers import check_profile, merged
 from freqguard.integrations._decide import Decider, preflight
 from freqguard.integrations._first_match import checked_limits, compile_limits
-from freqguard.integrations._held import HeldBody, leasing
+from freqguard.integrations._held import HeldBody, leasing, release_each
 from freqguard.integrations._http import (
     BadRequest,
     Limit,
@@ -108,25 +109,23 @@ class FreqGuardMiddleware:
             return self.app(environ, start_response)
         route, params = found
         held: list[Decision] = []  # a lease taken for this request, if its policy holds them
-        answer = self.decider.decide(
-            leasing(self.guard, held), route, request_info(environ, params)
-        )
-        extra = list(answer.headers.items())
-        if not answer.allowed:
-            start_response(f"{answer.status} {_REASONS[answer.status]}", extra)
-            return [answer.body]
+        try:  # from the take on, until the body holds it: a Ctrl-C between gives it back too
+            answer = self.decider.decide(
+                leasing(self.guard, held), route, request_info(environ, params)
+            )
+            extra = list(answer.headers.items())
+            if not answer.allowed:
+                start_response(f"{answer.status} {_REASONS[answer.status]}", extra)
+                return [answer.body]
 
-        def start_with_headers(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
-            return start_response(status, merged(headers, extra), *exc)
+            def start_with_headers(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
+                return start_response(status, merged(headers, extra), *exc)
 
-        if not held:
-            return self.app(environ, start_with_headers)
-        try:
             body = self.app(environ, start_with_headers)
+            return HeldBody(body, partial(release_each, self.guard, held)) if held else body
         except BaseException:
-            self.guard.release(held[0])
+            release_each(self.guard, held)
             raise
-        return HeldBody(body, lambda: self.guard.release(held[0]))
 
 
 _REASONS = {400: "Bad Request", 429: "Too Many Requests", 503: "Service Unavailable"}
