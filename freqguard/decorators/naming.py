@@ -15,7 +15,7 @@ from freqguard.guard import AsyncGuard, Guard, not_a_guard
 from freqguard.rates import item_rate, parse_rates, peer_rate, written
 from freqguard.rules import NAME_PATTERN, Rule, fit_name
 
-__all__ = ["implicit_name", "parse_target", "unknown_policy"]
+__all__ = ["implicit_name", "numbered", "parse_target", "unknown_policy"]
 
 _taken: set[str] = set()  # implicit policy names handed out in this process
 _taken_lock = threading.Lock()
@@ -29,7 +29,13 @@ def implicit_name(func: Callable[..., object], prefix: str = "capped") -> str:
     functions ever share a cap by accident. A module-level function keeps the plain name in
     every process; give factory-made ones ``name=`` when processes must share their caps.
     """
-    raw = f"{prefix}.{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', '?')}"
+    return numbered(
+        f"{prefix}.{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', '?')}"
+    )
+
+
+def numbered(raw: str) -> str:
+    """``raw`` as a policy name of its own (:func:`implicit_name`'s numbering)."""
     with _taken_lock:
         name, number = fit_name(raw), 1
         while name in _taken:

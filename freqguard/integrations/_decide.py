@@ -317,6 +317,11 @@ class Decider:
                 self._add_policy(route, policy)
                 self._ready[route] = header_plan(policy.rules, self.profile)
 
+    def forget(self, route: Route) -> None:
+        """Drop a route another replaced (a DRF throttle's rates changed): a request it is
+        answering meanwhile builds its headers from its decision."""
+        self._ready.pop(route, None)
+
     def answer(
         self,
         decision: Decision,
@@ -326,7 +331,7 @@ class Decider:
     ) -> Answer:
         """The answer to a decision (of ``route``, when known: its headers are built;
         ``unfit``: see :func:`answer_for`)."""
-        plan = None if route is None else self._ready[route]
+        plan = None if route is None else self._ready.get(route)  # None: forgotten since
         if decision.allowed and plan is not None:  # the usual case, in one call
             return Answer(200, b"", decision, plan)
         named = route is None or route.named

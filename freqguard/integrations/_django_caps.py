@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponseBase
 from django.views import View
 
 from freqguard.decision import Decision
-from freqguard.decorators.naming import implicit_name
+from freqguard.decorators.naming import implicit_name, numbered
 from freqguard.errors import ConfigError
 from freqguard.integrations._django_leases import aanswered, answered
 from freqguard.integrations._django_requests import (
@@ -103,23 +103,30 @@ def capped(
         raise ConfigError(f"block must be True or False, got {block!r}")
     chosen = view_methods(methods)
 
-    per_call: list[ViewCap] = []  # method_decorator applies the decorator on every call
+    # method_decorator applies the decorator on every call: one cap a view class
+    per_class: dict[type, ViewCap] = {}
     lock = threading.Lock()
 
-    def made(target: Any) -> ViewCap:
-        cap = ViewCap(items, key, cost, name, _alone(target), on_error, block, chosen)
+    def made(alone: str) -> ViewCap:
+        cap = ViewCap(items, key, cost, name, alone, on_error, block, chosen)
         if name is not None:
             NAMED.setdefault(name, cap)  # one budget, one set of rules (else refused)
         return cap
 
     def cap_for(target: Any) -> ViewCap:
-        """A cap of its own for each view; one for all the calls of a decorated method."""
+        """A cap of its own for each view; a decorated method's, one for each view class
+        calling it: named after that class (``Orders.post``), for a method it inherits
+        too (``name="dispatch"``, a mixin's), as django-ratelimit's group is."""
         if not isinstance(target, functools.partial):
-            return made(target)
-        with lock:
-            if not per_call:  # named after the method: Orders.post
-                per_call.append(made(target.func))
-        return per_call[0]
+            return made(_alone(target))
+        method = target.func  # bound to the view
+        owner = type(getattr(method, "__self__", None))
+        found = per_class.get(owner)
+        if found is None:
+            with lock:
+                found = per_class.get(owner) or made(_alone_in(owner, method))
+                per_class[owner] = found
+        return found
 
     def apply(target: V) -> V:
         _check_target("capped", target)
@@ -156,6 +163,15 @@ def _refuse_theirs(given: Mapping[str, object]) -> None:
 def _alone(target: Any) -> str:
     """The policy of a cap decided on its own: ``django.view.<module>.<qualname>``."""
     return implicit_name(target, prefix="django.view")
+
+
+def _alone_in(owner: type, method: Any) -> str:
+    """The policy of a method's cap on the view class ``owner``:
+    ``django.view.<module>.<class>.<method>``, the same in every worker whichever view it
+    served first (not the name of the function, which views inheriting it share)."""
+    if owner is type(None):  # not a bound method: by the function
+        return _alone(method)
+    return numbered(f"django.view.{owner.__module__}.{owner.__qualname__}.{method.__name__}")
 
 
 def exempt(target: V) -> V:

@@ -48,11 +48,15 @@ _MEANT = {
     **MEANT,
     "RATELIMIT_ENABLE": "FREQGUARD_ENABLED",
     "RATELIMIT_USE_CACHE": "FREQGUARD_BACKEND",
-    "RATELIMIT_IP_META_KEY": "FREQGUARD_KEY",
 }
 _GUARD = "FREQGUARD_BACKEND = Guard(backend_from_url(url), "
 #: django-ratelimit's other settings, and freqguard's way for each.
 _WAYS = {
+    # what every key="ip" read: a cap's key= as well as FREQGUARD_KEY (read by none given)
+    "RATELIMIT_IP_META_KEY": "behind your proxies, key by client_ip(['10.0.0.0/8'], "
+    "header='x-real-ip') (their networks, the header they set): as each capped's key= "
+    "where django-ratelimit's key='ip' read the setting (key=client_ip() keys the proxy), "
+    "and as FREQGUARD_KEY for the default limits and the caps given no key=",
     "RATELIMIT_VIEW": "a refusal is a 429 here; for a page of your own, cap with block=False "
     "and answer from the view when request.limited",
     "RATELIMIT_EXCEPTION_CLASS": "a refusal is a 429 here, no exception; capped(block=False) "

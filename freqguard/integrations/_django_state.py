@@ -170,6 +170,14 @@ class State:
         self.sources[route] = source
         return route
 
+    def forget(self, route: Route) -> None:
+        """Drop a route another replaced (a DRF throttle's rates changed since): what the
+        process holds is bounded by the routes in use, not by the requests."""
+        self.sources.pop(route, None)
+        for decider in (self._decider, self._adecider):
+            if decider is not None:
+                decider.forget(route)
+
     def view_route(
         self, view_name: str, view: Callable[..., Any], resolver: Any
     ) -> tuple[Route, ViewCap | None] | None:

@@ -1,12 +1,12 @@
-"""What freqguard's DRF throttles read, known before a request: where a throttle's rate is
-given (:mod:`freqguard.integrations.drf` decides by :func:`given`), and the system checks of
-what they would read, in ``DEFAULT_THROTTLE_RATES`` and on the views of the URLconf that
-name them:
+"""What freqguard's DRF throttles read, known before a request: the system checks of what
+they would read (where, :mod:`~freqguard.integrations._drf_rates` says), in
+``DEFAULT_THROTTLE_RATES`` and on the views of the URLconf that name them:
 
 * ``freqguard.E003``: a rate that does not parse, read by a freqguard throttle (a default
   class, or one a view names); ``W002`` when no freqguard throttle is seen to read it. One
   error a rate (a scope's, or a throttle's own), naming how many views read it and the
-  first few.
+  first few. And one a view's throttle reads that parses but its strategy cannot hold (the
+  sliding log's, past 10,000), naming the views and the class's ``strategy`` to set.
 * ``freqguard.W005``: a view's freqguard throttle reads a scope no rate names, one close to
   it named (a misspelling, ``upload`` for ``uploads``), and ``FREQGUARD_DEFAULT_LIMITS``
   set: the view takes the default instead, quietly.
@@ -44,13 +44,15 @@ from __future__ import annotations
 import difflib
 import sys
 from collections.abc import Mapping
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NoReturn
 
 from django.conf import settings as django_settings
 from django.core import checks
 
 from freqguard.errors import ConfigError
 from freqguard.integrations._django_budgets import budget_checks, cost_checks, middleware_checks
+from freqguard.integrations._drf_rates import DRF as _DRF
+from freqguard.integrations._drf_rates import given, unheld
 from freqguard.integrations._drf_walk import (
     DEEPEST,
     MOST_PATTERNS,
@@ -62,30 +64,28 @@ from freqguard.integrations._drf_walk import (
 )
 from freqguard.rates import parse_rates
 
-__all__ = ["NOT_KEPT", "NOT_READ", "Given", "given", "not_kept", "throttle_checks"]
+__all__ = ["NOT_KEPT", "NOT_READ", "not_kept", "throttle_checks"]
 
 #: The views an error names by name; the others it counts.
 _SHOWN = 3
-_DRF = "freqguard.integrations.drf"  # the module of freqguard's DRF throttles
 _WHOLE = (
     "DRF read a unit by its first letter; freqguard's throttles read it whole "
     "('3/minute', '100/h', '5/min')"
 )
 
 
-class Given(NamedTuple):
-    """Where a throttle's rate is given, and the text there."""
-
-    scope: object  # None: the throttle's own ``rate``; else DEFAULT_THROTTLE_RATES[scope]
-    text: object  # a rate; None under a scope: not throttled, as in DRF
-
+#: DRF's recipe for a rate per request (a user's plan) sets the rate and parses it.
+_PER_REQUEST = (
+    "a rate per request (a user's plan): set self.scope in allow_request, each scope's "
+    "rate in DEFAULT_THROTTLE_RATES (or the class's THROTTLE_RATES), a budget a scope"
+)
 
 #: What only DRF's own counting reads, and freqguard's way instead.
 NOT_READ = {
     "timer": "time is the guard's clock (FREQGUARD_BACKEND=Guard(backend, clock=...))",
     "cache": "the counts are kept in FREQGUARD_BACKEND's store",
     "parse_rate": "a rate is read by freqguard's grammar, DRF's spellings too: give rate, a "
-    "scope's DEFAULT_THROTTLE_RATES, or get_rate() a string",
+    f"scope's DEFAULT_THROTTLE_RATES, or get_rate() a string; {_PER_REQUEST}",
     "throttle_success": "allow_request decides on the guard; a request's decision is self.decision",
     "throttle_failure": "allow_request decides on the guard; a request's decision is self.decision",
 }
@@ -97,30 +97,31 @@ NOT_KEPT = ("num_requests", "duration", "history", "now")
 
 def not_kept(name: str) -> Any:
     """A property of freqguard's throttles for DRF's counting's ``name`` (``num_requests``,
-    ``history``...): read, an ``AttributeError`` naming freqguard's way (a property, not
-    ``__getattr__``, which would take the place of another property's own error)."""
+    ``history``...; ``parse_rate``, ``timer``...: :data:`NOT_READ`): read (or called), or
+    set (DRF's recipe for a rate per request sets ``num_requests``), an ``AttributeError``
+    naming freqguard's way (a property, not ``__getattr__``, which would take the place of
+    another property's own error)."""
+    way = NOT_READ.get(name) or (
+        "DRF's counting is not kept on freqguard's throttles; the request's decision is "
+        f"self.decision (remaining, capacity, retry_after); {_PER_REQUEST}"
+    )
 
     def read(throttle: object) -> NoReturn:
         raise AttributeError(
-            f"{type(throttle).__qualname__!r} object has no attribute {name!r}: DRF's "
-            "counting is not kept on freqguard's throttles; the request's decision is "
-            "self.decision (remaining, capacity, retry_after)",
+            f"{type(throttle).__qualname__!r} object has no attribute {name!r}: {way}",
             name=name,
             obj=throttle,
         )
 
-    return property(read)
+    def write(throttle: object, value: object) -> NoReturn:
+        raise AttributeError(
+            f"{type(throttle).__qualname__!r} object's {name!r} is DRF's, not set on "
+            f"freqguard's throttles: {way}",
+            name=name,
+            obj=throttle,
+        )
 
-
-def given(rate: object, scope: object, rates: object) -> Given | None:
-    """Where a freqguard throttle reads its rate, as DRF's throttles do: its own ``rate``,
-    else its scope's in ``rates`` (``DEFAULT_THROTTLE_RATES``); None: neither gives one
-    (``FREQGUARD_DEFAULT_LIMITS`` serves then, if set)."""
-    if rate is not None:
-        return Given(None, rate)
-    if scope is not None and isinstance(rates, Mapping) and scope in rates:
-        return Given(scope, rates[scope])
-    return None
+    return property(read, write)
 
 
 def throttle_checks() -> list[checks.CheckMessage]:
@@ -155,10 +156,14 @@ def throttle_checks() -> list[checks.CheckMessage]:
     # fix), one a view for a view's scope (each view's to fix)
     unnamed: dict[tuple[type, object, str | None], list[Use]] = {}
     unrated: dict[type, list[Use]] = {}  # neither rate nor scope: the views, a throttle's
+    unheld_by: dict[str, list[str]] = {}  # a rate its strategy cannot hold: the views
     for use in walked.uses:
         if getattr(use.throttle, "rate", None) is None and _own_rates(use.throttle):
             continue  # the settings' rates are not what it reads
         where = given(getattr(use.throttle, "rate", None), use.scope, rates)
+        problem = None if where is None else unheld(use, where)
+        if problem is not None:  # parses, but its strategy cannot hold it: the views
+            unheld_by.setdefault(problem, []).append(use.view)
         if where is None:
             guess = _meant(use.scope, rates) if use.scope is not None else None
             if fallback and guess is not None and not _coded(use.throttle):  # W005
@@ -178,6 +183,7 @@ def throttle_checks() -> list[checks.CheckMessage]:
         checks.Error(_unnamed(views, rates), id="freqguard.E004") for views in unnamed.values()
     ]
     found += [checks.Error(_unrated(views), id="freqguard.E006") for views in unrated.values()]
+    found += [checks.Error(f"{_who(v)}: {p}", id="freqguard.E003") for p, v in unheld_by.items()]
     for uses in rated.values():
         found += _bad_rate(uses, getattr(uses[0].throttle, "rate", None))
     for scope, text in bad.items():

@@ -10,8 +10,9 @@
 Usable in ``throttle_classes`` and in ``REST_FRAMEWORK["DEFAULT_THROTTLE_CLASSES"]``. The
 rate is the class's ``rate``, else ``DEFAULT_THROTTLE_RATES[scope]``, else
 ``FREQGUARD_DEFAULT_LIMITS``, read at every request (a setting or a ``rate`` changed takes
-effect); a scope whose rate is None throttles nothing, as in DRF. Keys as DRF's: the
-user's id when authenticated, else the client's address (behind ``trusted_proxies``). A
+effect), counted on a sliding log or on the class's ``strategy`` (``"rolling-window"`` past
+the log's 10,000); a scope whose rate is None throttles nothing, as in DRF. Keys as DRF's:
+the user's id when authenticated, else the client's address (behind ``trusted_proxies``). A
 throttle with a ``scope`` is one budget for every view using it (policy ``drf.<scope>``);
 without one each view has its own (``drf.<throttle class>.<view class>``), but for a class
 with its own ``get_cache_key``, whose string is the budget on every view, as in DRF.
@@ -34,7 +35,6 @@ it names the views whose throttles ``get_throttles()`` chooses, which it cannot 
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
 from collections.abc import Sequence
@@ -52,7 +52,8 @@ from freqguard.integrations._client_ip import hop_key
 from freqguard.integrations._decide import KeyedRules, Route
 from freqguard.integrations._django_requests import give_back, notes_of, request_info
 from freqguard.integrations._django_state import State, current
-from freqguard.integrations._drf_throttles import NOT_KEPT, NOT_READ, given, not_kept
+from freqguard.integrations._drf_rates import drf_rates, given, parsed, rules_of
+from freqguard.integrations._drf_throttles import NOT_KEPT, NOT_READ, not_kept
 from freqguard.integrations._request import KEY_MAKERS, KeyFunc, RequestInfo, SkipRequest, declared
 from freqguard.integrations._rule_items import check_cost
 from freqguard.integrations.django import client_ip, user_or
@@ -78,19 +79,6 @@ class Unavailable(APIException):
     default_code = "unavailable"
 
 
-@functools.lru_cache(maxsize=256)  # read at every request: parsed once a text
-def drf_rates(rate: str) -> tuple[Rate, ...]:
-    """A rate as DRF writes it (``"100/h"``, ``"5/min"``), or as freqguard does
-    (``"10/minute; 1000/day"``, ``"1/month"``): :func:`~freqguard.parse_rates`, which reads
-    both. DRF reads a unit by its first letter (``"1/month"`` is 1 a minute there); here a
-    month is a month, and a unit it does not know is an error.
-
-    Raises:
-        ConfigError: a rate that does not parse.
-    """
-    return parse_rates(rate)
-
-
 class FreqGuardThrottle(BaseThrottle):
     """A DRF throttle deciding on freqguard's guard.
 
@@ -100,10 +88,13 @@ class FreqGuardThrottle(BaseThrottle):
             ``DEFAULT_THROTTLE_RATES``.
         trusted_proxies: the proxies whose ``X-Forwarded-For`` is believed.
         cost: what one request costs.
+        strategy: how its rates count (None: the sliding log, exact, up to 10,000 a
+            rate; ``"rolling-window"`` past it).
     """
 
     rate: str | None = None
     scope: str | None = None
+    strategy: str | None = None
     trusted_proxies: Sequence[str] = ()
     cost: int = 1
     THROTTLE_RATES: ClassVar[dict[str, str | None] | None] = None
@@ -165,8 +156,9 @@ class FreqGuardThrottle(BaseThrottle):
         )
         return str(found["client"])  # type: ignore[index]
 
-    # DRF's counting's, read by habit after allow_request: named with freqguard's way
-    num_requests, duration, history, now = (not_kept(name) for name in NOT_KEPT)
+    # DRF's counting's, read, set or called by habit in allow_request: named with our way
+    num_requests, duration, history, now = map(not_kept, NOT_KEPT)
+    timer, cache, parse_rate, throttle_success, throttle_failure = map(not_kept, NOT_READ)
 
     def rates(self) -> tuple[Rate, ...]:
         """The rates this throttle decides now (none: its scope's rate is None, and it
@@ -181,7 +173,7 @@ class FreqGuardThrottle(BaseThrottle):
         """The rates, and where they are given (named when two give one scope two)."""
         if self.rate is None and getattr(type(self), "get_rate", None) is not None:  # as DRF
             rate = self.get_rate()  # type: ignore[attr-defined]
-            return (() if rate is None else _parsed(rate, f"{_name(self)}.get_rate()")), (
+            return (() if rate is None else parsed(rate, f"{_name(self)}.get_rate()")), (
                 f"{_name(self)}.get_rate()"
             )
         table = self.THROTTLE_RATES  # the class's own, else the settings' (read each time)
@@ -191,14 +183,14 @@ class FreqGuardThrottle(BaseThrottle):
             where = f"{_name(self)}.THROTTLE_RATES[{self.scope!r}]"
             if found is None:
                 raise ConfigError(f"{where} is not set: the class's table names no such scope")
-            return ((), where) if found.text is None else (_parsed(found.text, where), where)
+            return ((), where) if found.text is None else (parsed(found.text, where), where)
         if found is not None and found.scope is None:  # the throttle's own
-            return _parsed(found.text, f"{type(self).__qualname__}.rate"), f"{_name(self)}.rate"
+            return parsed(found.text, f"{type(self).__qualname__}.rate"), f"{_name(self)}.rate"
         if found is not None:
             where = f"DEFAULT_THROTTLE_RATES[{found.scope!r}]"
             if found.text is None:  # DRF: no throttling
                 return (), where
-            return _parsed(found.text, where), where
+            return parsed(found.text, where), where
         state = current()
         if state.settings.defaults:
             return state.settings.defaults, "FREQGUARD_DEFAULT_LIMITS"
@@ -224,7 +216,10 @@ class FreqGuardThrottle(BaseThrottle):
         # a route made anew when the rates its policy was last registered at changed (by
         # this throttle or another of the scope), so that its policy is registered again
         if found is None or state.throttled.get(name) != rates:
-            made = Route(fit_name(name), (KeyedRules(self._keyed(), rates),), self.cost)
+            rules = rules_of(rates, self.strategy, type(self), where)
+            made = Route(fit_name(name), (KeyedRules(self._keyed(), rules),), self.cost)
+            if found is not None:  # replaced: what the process holds stays bounded
+                state.forget(found)
             found = state.throttles[key] = state.remember(made, where)
             state.throttled[name] = rates
         return found
@@ -384,16 +379,6 @@ def _own_ident(request: RequestInfo) -> dict[str, object]:
 
 def _name(throttle: object) -> str:
     return f"{type(throttle).__module__}.{type(throttle).__qualname__}"
-
-
-def _parsed(text: object, where: str) -> tuple[Rate, ...]:
-    """``text`` parsed, an error naming ``where`` it was given."""
-    if not isinstance(text, str):
-        raise ConfigError(f"{where} must be a rate ('100/hour') or None, got {text!r}")
-    try:
-        return drf_rates(text)
-    except ConfigError as error:
-        raise ConfigError(f"{where}: {error}") from None
 
 
 def _detail(body: bytes) -> str:
