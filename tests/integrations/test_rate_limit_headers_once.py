@@ -167,3 +167,49 @@ def test_django_sends_its_numbers_where_they_are_nearer() -> None:
     response = _django_get(own, "1/minute")
     assert response["X-RateLimit-Remaining"] == "0"
     assert response["X-RateLimit-Limit"] == "1"
+
+
+def test_a_drf_throttles_own_wait_is_the_429s_retry_after_under_the_middleware() -> None:
+    """A throttle that overrides ``wait()`` (DRF's hook for the 429's ``Retry-After``) under
+    the middleware: the throttle's wait is the answer's, not replaced by the middleware's
+    (found by a DRF user's review: the middleware's overwrote it)."""
+    import pytest
+
+    pytest.importorskip("rest_framework")
+    from tests.integrations import django_site
+
+    django_site.setup()
+    from django.test import Client, override_settings
+    from django.urls import path
+    from rest_framework.request import Request
+    from rest_framework.response import Response
+    from rest_framework.views import APIView
+
+    from freqguard.integrations import django as fg_django
+    from freqguard.integrations.drf import FreqGuardThrottle
+
+    class Patient(FreqGuardThrottle):
+        rate = "1/minute"
+
+        def wait(self) -> float | None:
+            return 99.0
+
+    class View(APIView):
+        throttle_classes = (Patient,)
+
+        def get(self, request: Request) -> Response:
+            return Response("ok")
+
+    class Urls:
+        urlpatterns = [path("w", View.as_view())]  # noqa: RUF012
+
+    with override_settings(
+        ROOT_URLCONF=Urls,
+        MIDDLEWARE=django_site.SETTINGS["MIDDLEWARE"],
+        FREQGUARD_BACKEND=Guard(MemoryBackend(), clock=ManualClock(START)),
+    ):
+        client = Client()
+        codes = [client.get("/w") for _ in range(2)]
+    fg_django.close()
+    assert [r.status_code for r in codes] == [200, 429]
+    assert codes[1]["Retry-After"] == "99"
