@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from flask import Flask
 
 from freqguard.errors import ConfigError
-from freqguard.integrations._http import KeyFunc, check_keyed
-from freqguard.integrations._request import dimensions_of
+from freqguard.integrations._http import KeyFunc, RequestInfo, check_keyed, client_ip
+from freqguard.integrations._request import declared, dimensions_of
 from freqguard.integrations._rule_items import rule_items
 from freqguard.integrations._settings import COMMON, MEANT, peer_setting, unknown_setting
 from freqguard.policy import Policy
@@ -125,9 +125,8 @@ _LIMITERS = {
     "on_breach": "a refusal is CapExceeded: answer it with @app.errorhandler(CapExceeded)",
     "strategy": 'a strategy is a rule\'s: Rule("2/minute", strategy=...) (the default, the '
     "sliding log, is exact in any window)",
-    "application_limits": "one budget for the whole app is the WSGI middleware's: "
-    'app.wsgi_app = FreqGuardMiddleware(app.wsgi_app, guard=..., limits=[Limit("/{rest:path}", '
-    '"1000/hour")])',
+    "application_limits": 'app.config["FREQGUARD_APPLICATION_LIMITS"] = "1000/hour" (one '
+    "budget for the whole app; exempt views and static files left out)",
     "swallow_errors": "the store failing is the guard's on_error: guard=Guard(backend, "
     'on_error="allow") fails open',
     "in_memory_fallback": "a fallback store is the guard's on_error: "
@@ -226,9 +225,11 @@ def refuse_attribute(owner: object, name: str) -> NoReturn:
 
 #: The extension's settings (freqguard/integrations/_settings.py); what people coming from
 #: Flask-Limiter type instead.
-_SETTINGS = COMMON
+_SETTINGS = COMMON | {"FREQGUARD_APPLICATION_LIMITS"}
 _MEANT = {
     **MEANT,
+    "RATELIMIT_APPLICATION": "FREQGUARD_APPLICATION_LIMITS",
+    "FREQGUARD_APPLICATION_LIMIT": "FREQGUARD_APPLICATION_LIMITS",
     "RATELIMIT_DEFAULT": "FREQGUARD_DEFAULT_LIMITS",
     "RATELIMIT_STORAGE_URI": "FREQGUARD_BACKEND",
     "RATELIMIT_STORAGE_URL": "FREQGUARD_BACKEND",
@@ -238,28 +239,35 @@ _MEANT = {
 #: Flask-Limiter's other settings (each a ``Limiter`` argument's), and freqguard's way.
 _WAYS = {
     **{f"RATELIMIT_{name.upper()}": way for name, way in _LIMITERS.items()},
-    "RATELIMIT_APPLICATION": _LIMITERS["application_limits"],
     "RATELIMIT_DEFAULTS_EXEMPT_WHEN": _LIMITERS["default_limits_exempt_when"],
 }
 
 
-def default_limits(given: object, key: KeyFunc) -> tuple[Rate | Rule, ...]:
+def default_limits(
+    given: object, key: KeyFunc, setting: str = "FREQGUARD_DEFAULT_LIMITS"
+) -> tuple[Rate | Rule, ...]:
     """``FREQGUARD_DEFAULT_LIMITS`` (a rate string, or a list of them and Rules) as every
-    route's policy will hold them, checked at ``init_app`` (not a 500 at each request):
-    keyed by the extension's key (a Rule keyed by a dimension it does not give is refused),
-    and a policy (a Rule for some priorities only: the default limits have none).
+    route's policy will hold them (or ``setting``'s, ``FREQGUARD_APPLICATION_LIMITS``, as
+    the app's), checked at ``init_app`` (not a 500 at each request): keyed by the
+    extension's key (a Rule keyed by a dimension it does not give is refused), and a policy
+    (a Rule for some priorities only: these limits have none).
 
     Raises:
         ConfigError: naming the setting and the rule.
     """
-    defaults = rule_items(given, "FREQGUARD_DEFAULT_LIMITS", False) if given else ()
+    try:
+        defaults = rule_items(given, setting, False) if given else ()
+    except ConfigError as exc:  # a rate that does not parse: named by the setting too
+        if setting in str(exc):
+            raise
+        raise ConfigError(f"{setting}: {exc}") from None
     known = dimensions_of(key)
     if known is not None and defaults:
-        rules = check_keyed("FREQGUARD_DEFAULT_LIMITS", defaults, known)
+        rules = check_keyed(setting, defaults, known)
         try:
             Policy("flask.defaults", *rules)
         except ConfigError as exc:
-            raise ConfigError(f"FREQGUARD_DEFAULT_LIMITS: {exc}") from None
+            raise ConfigError(f"{setting}: {exc}") from None
     return defaults
 
 
@@ -281,3 +289,15 @@ def check_settings(settings: Mapping[str, Any]) -> bool:
     if not isinstance(enabled, bool):
         raise ConfigError(f"FREQGUARD_ENABLED must be True or False, got {enabled!r}")
     return enabled
+
+
+_peer = client_ip()
+
+
+def remote_address(request_info: RequestInfo) -> dict[str, object]:
+    """The peer address as Flask sees it, normalised as :func:`client_ip` does (IPv6 by
+    its /64). Behind proxies use ``client_ip(trusted_proxies, header=...)`` instead."""
+    return _peer(request_info)  # type: ignore[return-value]
+
+
+declared(remote_address, "client")  # the key of the default limits, checked at init_app

@@ -53,6 +53,7 @@ from freqguard.errors import CapExceeded, ConfigError
 from freqguard.guard import Guard, not_a_guard
 from freqguard.headers import check_profile
 from freqguard.integrations._decide import Decider, Route
+from freqguard.integrations._flask_application import SETTING, application_route, counted
 from freqguard.integrations._flask_caps import (
     BlueprintCap,
     Capping,
@@ -79,19 +80,19 @@ from freqguard.integrations._flask_habits import (
     refuse_attribute,
     refuse_exempt,
     refuse_theirs,
+    remote_address,
     the_app,
 )
 from freqguard.integrations._held import HeldBody, leasing, release_each
 from freqguard.integrations._http import (
     BadRequest,
     KeyFunc,
-    RequestInfo,
     SkipRequest,
     client_ip,
     header,
     view_methods,
 )
-from freqguard.integrations._request import check_key, declared
+from freqguard.integrations._request import check_key
 from freqguard.integrations._rule_items import check_cost, rule_items
 from freqguard.integrations._settings import configured
 from freqguard.integrations.wsgi import request_info
@@ -105,17 +106,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-_peer = client_ip()
 _UNSEEN: Any = object()  # an endpoint whose cap is not found yet
-
-
-def remote_address(request_info: RequestInfo) -> dict[str, object]:
-    """The peer address as Flask sees it, normalised as :func:`client_ip` does (IPv6 by
-    its /64). Behind proxies use ``client_ip(trusted_proxies, header=...)`` instead."""
-    return _peer(request_info)  # type: ignore[return-value]
-
-
-declared(remote_address, "client")  # the key of the default limits, checked at init_app
 
 
 @dataclass
@@ -123,6 +114,7 @@ class _State:
     guard: Guard
     decider: Decider  # registers each route's policy once on this app's guard
     defaults: tuple[Rate | Rule, ...]
+    application: Route | None  # FREQGUARD_APPLICATION_LIMITS', one budget for the app
     enabled: bool = True
     routes: dict[str, Route | None] = field(default_factory=dict)  # by endpoint, built once
     caps: dict[str, FlaskViewCap | None] = field(default_factory=dict)  # the views', alike
@@ -187,7 +179,8 @@ class FreqGuard:
                 raise ConfigError(f"{made_by} makes the guard: pass guard= or it, not both")
         profile = check_profile(app.config.get("FREQGUARD_HEADERS", "ietf"))
         defaults = default_limits(app.config.get("FREQGUARD_DEFAULT_LIMITS"), self._key)
-        state = _State(guard, Decider(guard, (), profile), defaults, enabled=enabled)
+        whole = application_route(app.config.get(SETTING), self._key)
+        state = _State(guard, Decider(guard, (), profile), defaults, whole, enabled=enabled)
         self._routes(state, app)  # checked now, built at the first request
         app.extensions["freqguard"] = state
         app.before_request(self._before)
@@ -256,6 +249,8 @@ class FreqGuard:
             if cap is not None and not cap.in_view:
                 g.freqguard_cap = cap  # decided here, with the route's limits
             self._hit(route)
+        if state.application is not None and counted(current_app, endpoint):
+            self._hit(state.application)  # the app's budget: a refusal gives the route's back
 
     def _after(self, response: Response) -> Response:
         decisions: list[Decision] = g.get("freqguard_decisions", [])

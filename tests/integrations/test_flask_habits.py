@@ -63,7 +63,7 @@ def test_app_by_keyword_still_works(clock: ManualClock) -> None:
         ({"enabled": False}, 'app.config["FREQGUARD_ENABLED"]'),
         ({"on_breach": print}, "@app.errorhandler(CapExceeded)"),
         ({"strategy": "fixed-window"}, "Rule("),
-        ({"application_limits": ["9/minute"]}, 'Limit("/{rest:path}"'),
+        ({"application_limits": ["9/minute"]}, "FREQGUARD_APPLICATION_LIMITS"),
         ({"swallow_errors": True}, 'on_error="allow"'),
         ({"in_memory_fallback_enabled": True}, "on_error="),
         ({"default_limits_exempt_when": print}, "SkipRequest"),

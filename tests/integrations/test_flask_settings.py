@@ -61,7 +61,10 @@ def test_a_guards_argument_as_a_setting_names_the_guard(key: str, argument: str)
 
 
 def test_an_unknown_setting_unlike_any_lists_them_all() -> None:
-    with pytest.raises(ConfigError, match="freqguard reads FREQGUARD_BACKEND, FREQGUARD_CONFIG"):
+    with pytest.raises(
+        ConfigError,
+        match="freqguard reads FREQGUARD_APPLICATION_LIMITS, FREQGUARD_BACKEND, FREQGUARD_CONFIG",
+    ):
         FreqGuard(_app(FREQGUARD_SOMETHING_ELSE=1))
 
 
