@@ -83,7 +83,9 @@ def test_on_memory_under_uvicorn_exactly_the_cap_is_admitted() -> None:
     assert codes.count(200) == CAP
     assert codes.count(429) == CONCURRENT - CAP
     assert denied.status_code == 429
-    assert denied.headers["retry-after"] == "60"
+    # a real server on real time: the window's first hit a moment ago (up to 60 s: a loaded
+    # machine takes a second between them, and it said 59)
+    assert 0 < int(denied.headers["retry-after"]) <= 60
     assert denied.headers["content-type"] == "application/problem+json"
     assert quote.count(200) == 3
 
