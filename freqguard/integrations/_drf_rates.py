@@ -9,11 +9,13 @@ and its strategy cannot hold (``freqguard.E003``: every request to the view woul
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Mapping
 from typing import NamedTuple
 
 from freqguard.errors import ConfigError
 from freqguard.integrations._drf_walk import Use, dotted
+from freqguard.integrations._rule_items import check_cost
 from freqguard.rates import Rate, parse_rates
 from freqguard.rules import Rule
 from freqguard.strategy import Strategy
@@ -106,6 +108,9 @@ def unheld(use: Use, where: Given) -> str | None:
     read = f"{at} = {where.text!r}, read by {dotted(use.throttle)}"
     try:
         rules_of(rates, getattr(use.throttle, "strategy", None), use.throttle, read)
+        cost = inspect.getattr_static(use.throttle, "cost", 1)  # a property: the request's
+        if isinstance(cost, int):  # a cost past the rate's capacity: every request refused
+            check_cost(cost, rates, f"{read}: {dotted(use.throttle)}.")
     except ConfigError as error:
         return str(error)
     return None
