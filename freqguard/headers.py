@@ -61,10 +61,12 @@ def _sf_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def check_profile(profile: str) -> str:
-    """Validate a header profile name."""
-    if profile not in PROFILES:
-        raise ConfigError(f"unknown header profile {profile!r}; allowed: {', '.join(PROFILES)}")
+def check_profile(profile: str, given: str = "headers") -> str:
+    """Validate a header profile name (``given``: the argument or setting it came from)."""
+    if not isinstance(profile, str) or profile not in PROFILES:
+        raise ConfigError(
+            f"{given}: unknown header profile {profile!r}; allowed: {', '.join(PROFILES)}"
+        )
     return profile
 
 

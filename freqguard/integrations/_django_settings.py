@@ -145,7 +145,7 @@ def read_settings() -> Settings:
         values.get("FREQGUARD_BACKEND", "memory://"),
         config,
         parse_rates(default) if default else (),
-        check_profile(values.get("FREQGUARD_HEADERS", "ietf")),
+        check_profile(values.get("FREQGUARD_HEADERS", "ietf"), "FREQGUARD_HEADERS"),
         values.get("FREQGUARD_ENABLED", True),
         values.get("FREQGUARD_KEY"),
     )
@@ -226,7 +226,7 @@ _VALUE_CHECKS: tuple[Callable[[Mapping[str, Any]], object], ...] = (
     _backend,
     _default_limits,
     _key,
-    lambda values: check_profile(values.get("FREQGUARD_HEADERS", "ietf")),
+    lambda values: check_profile(values.get("FREQGUARD_HEADERS", "ietf"), "FREQGUARD_HEADERS"),
 )
 
 

@@ -177,7 +177,7 @@ class FreqGuard:
         for made_by in ("FREQGUARD_CONFIG", "FREQGUARD_BACKEND"):
             if self._guard is not None and made_by in app.config:
                 raise ConfigError(f"{made_by} makes the guard: pass guard= or it, not both")
-        profile = check_profile(app.config.get("FREQGUARD_HEADERS", "ietf"))
+        profile = check_profile(app.config.get("FREQGUARD_HEADERS", "ietf"), "FREQGUARD_HEADERS")
         defaults = default_limits(app.config.get("FREQGUARD_DEFAULT_LIMITS"), self._key)
         whole = application_route(app.config.get(SETTING), self._key)
         state = _State(guard, Decider(guard, (), profile), defaults, whole, enabled=enabled)

@@ -8,12 +8,13 @@ guard that is none (a backend, a URL, an AsyncGuard) is refused as the extension
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 from flask import Flask
 
 import freqguard as fg
-from freqguard import BackendUnavailable, CapExceeded, ConfigError
+from freqguard import BackendUnavailable, CapExceeded, ConfigError, Rule
 from freqguard.integrations.flask import BadRequest, FreqGuard
 from tests.conftest import START
 
@@ -191,3 +192,52 @@ def test_a_backend_setting_beside_a_guard_is_refused() -> None:
     app = _app(FREQGUARD_BACKEND="redis://localhost:1/0", FREQGUARD_DEFAULT_LIMITS="1/minute")
     with pytest.raises(ConfigError, match=r"FREQGUARD_BACKEND"):
         FreqGuard(app, guard=fg.Guard(fg.MemoryBackend()))
+
+
+def _setting_values() -> Any:
+    from hypothesis import strategies as st
+
+    from tests.integrations.hostile_rig import _json_values
+
+    rates = st.sampled_from(["2/minute", "1/hour; 5/day", "0/s", "3 a fortnight", "1/0s", ""])
+    rules = st.builds(
+        lambda rate, by: [Rule(rate, by=by)],
+        st.sampled_from(["2/minute", "5000/day"]),
+        st.sampled_from(["client", "user", "ident"]),
+    )
+    return st.one_of(rates, rules, _json_values(), st.lists(rates, max_size=3))
+
+
+def test_hostile_settings_build_a_serving_app_or_fail_init_app_naming_the_setting() -> None:
+    """Any value of the rate settings (``FREQGUARD_DEFAULT_LIMITS``,
+    ``FREQGUARD_APPLICATION_LIMITS``), the profile and the switch: ``init_app`` refuses it
+    naming the setting, or the app it built answers a request (200 or 429, never a 500)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from tests.conftest import examples
+
+    names = st.sampled_from(
+        [
+            "FREQGUARD_DEFAULT_LIMITS",
+            "FREQGUARD_APPLICATION_LIMITS",
+            "FREQGUARD_HEADERS",
+            "FREQGUARD_ENABLED",
+        ]
+    )
+
+    @settings(max_examples=examples(40), deadline=None)
+    @given(st.dictionaries(names, _setting_values(), min_size=1, max_size=3))
+    def check(given_settings: dict[str, object]) -> None:
+        app = _app(**given_settings)
+        try:
+            FreqGuard(app)
+        except ConfigError as error:
+            refused = str(error)
+            assert any(name in refused for name in given_settings), refused
+            return
+        app.add_url_rule("/a", "a", lambda: "a")
+        codes = [app.test_client().get("/a").status_code for _ in range(3)]
+        assert set(codes) <= {200, 429}, codes
+
+    check()
