@@ -105,24 +105,30 @@ def compact_state(strategy: Strategy, state: bytes) -> bytes:
     raise ValueError(f"no compact form for {strategy}")
 
 
-def compact(strategy: Strategy, fields: dict[bytes, bytes]) -> dict[bytes, bytes]:
+def compact(
+    strategy: Strategy, fields: dict[bytes, bytes], dense: bool = False
+) -> dict[bytes, bytes]:
     """The record's fields, compact: the latest write moves to the meta field (once), each
-    field's head becomes its expiry's delta from the record's."""
+    field's head becomes its expiry's delta from the record's. ``dense``: and every time of
+    a state a delta from the record's latest write, the record's expiry too (lossless:
+    every µs kept)."""
     meta = fields[b""]
     stamp, expiry, count, prune_at = struct.unpack(">BQII", meta[:1] + b"\0" + meta[1:META])
     latest = max(u7(value, 7) for name, value in fields.items() if name)
-    out = {
-        b"": bytes([stamp])
-        + expiry.to_bytes(7, "big")
-        + latest.to_bytes(7, "big")
-        + varint(count)
-        + varint(prune_at)
-        + meta[META:]
-    }
+    times = (
+        latest.to_bytes(7, "big") + zigzag(expiry - latest)
+        if dense
+        else expiry.to_bytes(7, "big") + latest.to_bytes(7, "big")
+    )
+    out = {b"": bytes([stamp]) + times + varint(count) + varint(prune_at) + meta[META:]}
     for name, value in fields.items():
         if name:
             head = zigzag(expiry - u7(value, 0))
-            out[name] = head + compact_state(strategy, value[HEAD:])
+            state = value[HEAD:]
+            shaped = (
+                dense_state(strategy, state, latest) if dense else compact_state(strategy, state)
+            )
+            out[name] = head + shaped
     return out
 
 
@@ -143,27 +149,6 @@ def dense_state(strategy: Strategy, state: bytes, latest: int) -> bytes:
         start, count, born = numbers
         return zigzag(latest - start) + varint(count) + zigzag(born - start)
     raise ValueError(f"no dense form for {strategy}")
-
-
-def dense(strategy: Strategy, fields: dict[bytes, bytes]) -> dict[bytes, bytes]:
-    """:func:`compact`, and every time of a state a delta from the record's latest write
-    (the record's expiry too): lossless, every µs kept."""
-    meta = fields[b""]
-    stamp, expiry, count, prune_at = struct.unpack(">BQII", meta[:1] + b"\0" + meta[1:META])
-    latest = max(u7(value, 7) for name, value in fields.items() if name)
-    out = {
-        b"": bytes([stamp])
-        + latest.to_bytes(7, "big")
-        + zigzag(expiry - latest)
-        + varint(count)
-        + varint(prune_at)
-        + meta[META:]
-    }
-    for name, value in fields.items():
-        if name:
-            head = zigzag(expiry - u7(value, 0))
-            out[name] = head + dense_state(strategy, value[HEAD:], latest)
-    return out
 
 
 def packed(fields: dict[bytes, bytes]) -> bytes:
@@ -324,7 +309,7 @@ def main() -> None:
                 return compact(s, fields)
 
             def denser(fields: dict[bytes, bytes], s: Strategy = strategy) -> dict[bytes, bytes]:
-                return dense(s, fields)
+                return compact(s, fields, dense=True)
 
             for label, shape in (("this release", same), ("compact", tight), ("dense", denser)):
                 held = sum(len(k) + len(packed(shape(f))) for k, f, _ in records)
