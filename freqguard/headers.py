@@ -303,14 +303,18 @@ def _policy(headers: list[Header]) -> list[Header]:
     return out
 
 
-def merged(given: Sequence[Header], ours: Sequence[Header]) -> list[Header]:
+def merged(
+    given: Sequence[Header], ours: Sequence[Header], status: int | None = None
+) -> list[Header]:
     """A response's ``given`` headers with a middleware's rate-limit headers, ``ours``: where
     the response sets a profile of theirs already (a route's own limit under the
     middleware's), one set of that profile's numbers, never two values of one header nor a
     mix of both sets: a denial's (the one with ``Retry-After``, as :func:`combined_headers`
     puts a denial first), else the one nearest exhaustion (fewer remaining; the response's
     own when as near, or when either tells none). One ``RateLimit-Policy`` lists both
-    sides' rules, as :func:`combined_headers` lists every enforcing rule."""
+    sides' rules, as :func:`combined_headers` lists every enforcing rule. ``status``, the
+    response's: a ``Retry-After`` of one below 400 (a redirect's, a 202's time to poll) is
+    no refusal of the response's, and the numbers decide."""
     out = list(given)
     for header in out:
         if header[0].lower() in _NAMES:
@@ -324,7 +328,9 @@ def merged(given: Sequence[Header], ours: Sequence[Header]) -> list[Header]:
 
     families = {family(h) for h in ours} - {"policy"}
     own = [h for h in out if h[0].lower() in _NAMES and family(h) in families]
-    theirs_refused = any(_text(h[0]).lower() == "retry-after" for h in out)
+    theirs_refused = (status is None or status >= 400) and any(
+        _text(h[0]).lower() == "retry-after" for h in out
+    )
     ours_refused = any(_text(h[0]).lower() == "retry-after" for h in ours)
     if not own:
         ours_win = True  # nothing of theirs to keep instead
@@ -350,18 +356,18 @@ class HeaderMap(Protocol):
     def __delitem__(self, name: str, /) -> None: ...
 
 
-def merge_into(headers: HeaderMap, ours: Mapping[str, str]) -> None:
+def merge_into(headers: HeaderMap, ours: Mapping[str, str], status: int | None = None) -> None:
     """Set an extension's rate-limit headers, ``ours``, on a response's header map (Flask's,
     Django's) as :func:`merged` does on a list: one set of numbers a profile, the nearer
-    exhaustion, the view's own when as near. A header the result repeats is one line, its
-    values joined as a list field."""
+    exhaustion, the view's own when as near (``status``, the response's: see :func:`merged`).
+    A header the result repeats is one line, its values joined as a list field."""
     given = list(headers.items())
     if not any(name.lower() in _NAMES for name, _ in given):
         for name, value in ours.items():  # the usual answer: the view set none of them
             headers[name] = value
         return
     values: dict[str, tuple[str, list[str]]] = {}
-    for name, value in merged(given, list(ours.items())):
+    for name, value in merged(given, list(ours.items()), status):
         if name.lower() in _NAMES:
             values.setdefault(name.lower(), (name, []))[1].append(value)
     for name in {name for name, _ in given if name.lower() in _NAMES}:

@@ -234,6 +234,8 @@ class PolicyPlan(Requests):
                 longest = max(longest, wait)
         denied_by = tuple(rule for rule in denied if rule is not None)
         allowed = not denied_by
+        if not allowed and cost > 0 and not batch and any(r.part.limits for r in replies):
+            longest = max(longest, self.lapse(replies, cost))  # a cost only a ttl refuses
         decision = make_decision(
             self.name,
             allowed,

@@ -5,7 +5,7 @@ checks of :class:`~freqguard.engine.plan.PolicyPlan`, which inherits them. No I/
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from freqguard.decision import Decision
 from freqguard.errors import ConfigError
@@ -94,25 +94,49 @@ class Requests:
     def check_fits(self, replies: Sequence[Reply], cost: int, decision: Decision) -> None:
         """After a denial (``decision``): refuse a cost no hit of this context could ever be
         granted (a rule's capacity as decided for it: its tier's or per-key limit's rate,
-        less what its priority must leave), as an error rather than a denial for ever.
+        less what its priority must leave), as an error rather than a denial for ever. A
+        per-key limit that lapses (set with a ``ttl``) is not for ever: its denial stands,
+        told to retry once it lapses (:meth:`lapse`).
 
         Raises:
             Unfit: naming the rule and the capacity, and carrying the denial (an HTTP
                 integration answers it as the denial it is; a fallback fails closed).
         """
+        for rule, takes, lapses in self._narrower(replies, cost):
+            if not lapses:
+                raise Unfit(
+                    f"cost {cost} exceeds the capacity {takes} of rule {rule.id!r} "
+                    f"(policy {self.name!r}) for this hit: no hit of that cost could ever "
+                    "be allowed",
+                    decision,
+                )
+
+    def lapse(self, replies: Sequence[Reply], cost: int) -> int:
+        """µs until the last per-key limit that lapses and holds a capacity below ``cost``
+        (where the rule's own would hold it) lapses: no retry passes sooner (0: none)."""
+        return max((lapses for _, _, lapses in self._narrower(replies, cost)), default=0)
+
+    def _narrower(self, replies: Sequence[Reply], cost: int) -> Iterator[tuple[Rule, int, int]]:
+        """Each rule that denied a hit whose ``cost`` is past its capacity as decided: the
+        rule, that capacity, and the µs until a per-key limit that makes it so lapses
+        (0: it never does, or the rule's own capacity is below the cost too)."""
         rules = self._rules(replies)
         for part, reply in zip(self.parts, replies):  # noqa: B905 (one reply per part)
             params = [p for spec in reply.part.specs for p in spec.rules]
+            stored = {limit.tag: limit for limit in reply.limits}  # with their expiries
             for index, p, wait in zip(part.rule_index, params, reply.waits):  # noqa: B905
                 takes = p.capacity - p.reserve  # none: a per-key limit below the reserve of
                 if wait and not p.shadow and 0 < takes < cost:  # other priorities, a denial
-                    rule = rules[index]
-                    raise Unfit(
-                        f"cost {cost} exceeds the capacity {takes} of rule {rule.id!r} "
-                        f"(policy {self.name!r}) for this hit: no hit of that cost could ever "
-                        "be allowed",
-                        decision,
-                    )
+                    own = self.policy.rules[index]
+                    limit = stored.get(p.tag)
+                    lapses = 0
+                    if (
+                        limit is not None
+                        and limit.expiry > reply.now
+                        and (own.rate_for is not None or own.capacity - p.reserve >= cost)
+                    ):
+                        lapses = limit.expiry - reply.now
+                    yield rules[index], takes, lapses
 
     def fits(self, cost: int) -> bool:
         """Whether a hit of ``cost`` could be allowed by the rules as written that bind every

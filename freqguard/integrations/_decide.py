@@ -276,7 +276,9 @@ class Decider:
         self.routes = tuple(routes)
         self.profile = profile
         add = guard.add_policy
+        self._policies: Callable[[], Mapping[str, Policy]] = lambda: guard.policies
         self._add_policy = register or (lambda route, policy: add(policy))
+        self._gone: dict[Route, None] = {}  # the latest routes forgotten (forget), in order
         # routes whose policy is registered on the guard, with its headers: by route, not
         # by name, so two routes naming one policy with different rules still fail as
         # add_policy does
@@ -313,14 +315,22 @@ class Decider:
 
     def _register(self, route: Route, policy: Policy) -> None:
         with self._lock:
-            if route not in self._ready:
+            if route in self._gone:  # replaced on its way here: the policy as it is now
+                if policy.name not in self._policies():  # decides it (none yet: its own)
+                    self._add_policy(route, policy)
+            elif route not in self._ready:
                 self._add_policy(route, policy)
                 self._ready[route] = header_plan(policy.rules, self.profile)
 
     def forget(self, route: Route) -> None:
-        """Drop a route another replaced (a DRF throttle's rates changed): a request it is
-        answering meanwhile builds its headers from its decision."""
-        self._ready.pop(route, None)
+        """Drop a route another replaced (a DRF throttle's rates changed): a request still
+        on its way with it is decided on the policy as registered now, never registering
+        the older rules again, and builds its headers from its decision."""
+        with self._lock:
+            self._ready.pop(route, None)
+            self._gone[route] = None
+            if len(self._gone) > 64:  # bounded: a request outlives few replacements
+                del self._gone[next(iter(self._gone))]
 
     def answer(
         self,

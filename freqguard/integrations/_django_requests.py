@@ -132,7 +132,8 @@ def with_headers(state: State, notes: RequestNotes, found: HttpResponseBase) -> 
         if found.status_code < 400 or notes.unfit:  # a block=False denial's view answered
             # (not a refusal), or a denial no retry turns: no Retry-After of ours
             headers = {k: v for k, v in headers.items() if k.lower() != "retry-after"}
-        merge_into(found.headers, headers)  # the view's own kept where nearer (a 3xx's Retry-After)
+        # the view's own kept where nearer (a 3xx's Retry-After too)
+        merge_into(found.headers, headers, found.status_code)
     return found
 
 

@@ -99,6 +99,7 @@ class State:
         self.throttles: dict[tuple[type[Any], str], Route] = {}  # DRF's, by class and name
         self.throttled: dict[str, tuple[Rate, ...]] = {}  # the rates last registered, by name
         self.sources: dict[Route, str] = {}  # who gave each route's rules (see register)
+        self._replaced: dict[Route, str] = {}  # the latest forgotten's, for one on its way
         self._lock = threading.Lock()
         self._guard: Guard | None = None
         self._aguard: AsyncGuard | None = None
@@ -161,7 +162,8 @@ class State:
 
     def _make_decider(self, guard: Guard | AsyncGuard) -> Decider:
         def add(route: Route, policy: Policy) -> None:
-            register(guard, policy, self.sources.get(route) or f"route {route.name!r}")
+            source = self.sources.get(route) or self._replaced.get(route)
+            register(guard, policy, source or f"route {route.name!r}")
 
         return Decider(guard, (), self.settings.headers, add)
 
@@ -173,7 +175,11 @@ class State:
     def forget(self, route: Route) -> None:
         """Drop a route another replaced (a DRF throttle's rates changed since): what the
         process holds is bounded by the routes in use, not by the requests."""
-        self.sources.pop(route, None)
+        source = self.sources.pop(route, None)
+        if source is not None:  # a request on its way with it may register it (no other has)
+            self._replaced[route] = source
+            if len(self._replaced) > 64:
+                del self._replaced[next(iter(self._replaced))]
         for decider in (self._decider, self._adecider):
             if decider is not None:
                 decider.forget(route)

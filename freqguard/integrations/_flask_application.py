@@ -1,9 +1,10 @@
 """Flask's ``FREQGUARD_APPLICATION_LIMITS``: one budget for the whole app (Flask-Limiter's
 ``application_limits``), keyed by the extension's key, which every request to a route
 counts, but an exempt view's (``@fg.exempt``, a view of an exempt blueprint) and static
-files'. It is a policy of its own (``flask.application``), hit after the route's own
-limits: a refusal by either gives back what the other took, as a ``name=`` budget's does.
-A request no route matches (a 404) counts in neither.
+files'. It is a policy of its own (``flask-application``, a name no route's policy,
+``flask.<endpoint>``, takes: a view named ``application`` has its own), hit after the
+route's own limits: a refusal by either gives back what the other took, as a ``name=``
+budget's does. A request no route matches (a 404) counts in neither.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from freqguard.integrations._http import KeyFunc
 
 __all__ = ["APPLICATION", "SETTING", "application_route", "counted"]
 
-APPLICATION = "flask.application"
+APPLICATION = "flask-application"
 SETTING = "FREQGUARD_APPLICATION_LIMITS"
 
 

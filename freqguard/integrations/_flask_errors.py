@@ -50,7 +50,7 @@ def add_headers(response: Response, decisions: list[Decision], profile: str) -> 
     ours = combined_headers(decisions, profile)
     if "freqguard_unfit" in g:  # a denial no retry turns: no Retry-After
         ours.pop("Retry-After", None)
-    merge_into(response.headers, ours)
+    merge_into(response.headers, ours, response.status_code)
 
 
 def _denied(error: CapExceeded) -> Response:

@@ -216,7 +216,8 @@ class FreqGuardMiddleware:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = merged(message.get("headers", ()), extra)
+                own = message.get("headers", ())
+                message["headers"] = merged(own, extra, message.get("status"))
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

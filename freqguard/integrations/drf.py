@@ -220,6 +220,9 @@ class FreqGuardThrottle(BaseThrottle):
             made = Route(fit_name(name), (KeyedRules(self._keyed(), rules),), self.cost)
             if found is not None:  # replaced: what the process holds stays bounded
                 state.forget(found)
+            if self.strategy is not None:  # its rules are the class's too: two classes
+                # counting one scope two ways are two sets of rules, refused as two rates
+                where = f"{where} on {type(self).__qualname__}.strategy = {self.strategy!r}"
             found = state.throttles[key] = state.remember(made, where)
             state.throttled[name] = rates
         return found

@@ -119,7 +119,8 @@ class FreqGuardMiddleware:
                 return [answer.body]
 
             def start_with_headers(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
-                return start_response(status, merged(headers, extra), *exc)
+                code = int(status[:3]) if status[:3].isdigit() else None
+                return start_response(status, merged(headers, extra, code), *exc)
 
             body = self.app(environ, start_with_headers)
             return HeldBody(body, partial(release_each, self.guard, held)) if held else body
