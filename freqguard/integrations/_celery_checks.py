@@ -1,6 +1,7 @@
 """What ``capped_task`` is given, checked at decoration: Celery's options (a misspelt one
-refused) and the function's parameters (each of the policy's dimensions and reads taken as
-a keyword)."""
+refused, Celery's per-worker ``rate_limit`` too, and ``on_denied="raise"``'s kept from
+Celery's retries) and the function's parameters (each of the policy's dimensions and reads
+taken as a keyword)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from typing import Any
 
 from celery import Celery
 
-from freqguard.errors import ConfigError
+from freqguard.errors import CapExceeded, ConfigError
 from freqguard.policy import Policy
 
-__all__ = ["check_options", "check_signature"]
+__all__ = ["check_options", "check_signature", "raise_options"]
 
 
 #: What ``app.task`` takes beside a Task's own attributes (Celery 5).
@@ -51,7 +52,17 @@ _CAPPED_ONLY = {
 
 def check_options(app: Celery, options: Mapping[str, Any]) -> None:
     """Refuse an option that is a misspelling of Celery's (``max_retires``): ``app.task``
-    would set it as an attribute nobody reads. An option near none is the user's own."""
+    would set it as an attribute nobody reads. An option near none is the user's own.
+    Refuse Celery's ``rate_limit`` too: a second count, per worker, of the runs the policy
+    decides (a deferred run taking a token of it again)."""
+    rate = options.get("rate_limit")
+    if rate is not None:
+        raise ConfigError(
+            f"capped_task takes no rate_limit= (got {rate!r}): Celery's rate_limit is per "
+            f"worker (each worker its own {rate!r}, and a deferred run takes a token of it "
+            f"again); one rate for every worker is a rule of the policy, Rule({rate!r}, "
+            "name=...) (docs/celery.md, Celery's rate_limit)"
+        )
     known = [*(name for name in dir(app.Task) if not name.startswith("_")), *_DECORATOR_OPTIONS]
     for name in options:
         if name in _CAPPED_ONLY:  # @capped's, which a Celery task would keep unread
@@ -62,6 +73,32 @@ def check_options(app: Celery, options: Mapping[str, Any]) -> None:
                 f"capped_task option {name!r} is not Celery's: did you mean {close[0]}? (app.task "
                 "would keep it as an attribute no worker reads)"
             )
+
+
+def raise_options(app: Celery, options: dict[str, Any], denied: type[Exception]) -> None:
+    """For ``on_denied="raise"``: ``denied`` (``TaskDenied``) in the task's ``throws`` (the
+    worker logs it at INFO, without a traceback) and, under ``autoretry_for``, in its
+    ``dont_autoretry_for`` (a denial fails the task, as documented, rather than be retried
+    on Celery's back-off, spending ``max_retries``); ``autoretry_for`` naming the denial
+    itself is refused: that is ``on_denied="defer"``."""
+    base = options.get("base") or app.Task
+    retried = _classes(options.get("autoretry_for", getattr(base, "autoretry_for", ())))
+    own = [c for c in retried if isinstance(c, type) and issubclass(c, CapExceeded)]
+    if own:
+        raise ConfigError(
+            f'capped_task(on_denied="raise") with autoretry_for=({own[0].__name__},): Celery '
+            "would retry a denied task on its back-off, each retry toward max_retries; "
+            'on_denied="defer" sends it again at retry_after and spends none'
+        )
+    options["throws"] = (*_classes(options.get("throws", ())), denied)
+    if retried:
+        kept = options.get("dont_autoretry_for", getattr(base, "dont_autoretry_for", ()))
+        options["dont_autoretry_for"] = (*_classes(kept), denied)
+
+
+def _classes(given: Any) -> tuple[Any, ...]:
+    """An option Celery takes as one class or several."""
+    return (given,) if isinstance(given, type) else tuple(given or ())
 
 
 def check_signature(fn: Callable[..., Any], signature: inspect.Signature, policy: Policy) -> None:

@@ -14,13 +14,16 @@ once, before the body:
 
 * allowed: the body runs; if it raises (a ``self.retry`` or ``Reject`` included), the hit is
   refunded (``guard.refund(decision)``) and the exception goes on, so a retried or requeued
-  task counts once, when it runs again;
+  task counts once, when it runs again (Celery's ``Ignore``, "done, record no state", counts
+  as a return does);
 * denied, by ``on_denied``: ``"defer"`` sends the task again for when the decision frees
   (``retry_after``: the window's turn, or the end of quiet hours), with the same id, the same
   arguments and the same ``request.retries``, so deferrals never spend ``max_retries``;
-  ``"drop"`` returns a :class:`Dropped` result without running and logs it; ``"raise"``
-  raises :class:`TaskDenied` (a :class:`~freqguard.CapExceeded`), which the worker logs as
-  an expected error and a JSON result backend gives back as itself.
+  a turn past the task's ``expires`` revokes it instead; ``"drop"`` returns a
+  :class:`Dropped` result without running and logs it; ``"raise"`` raises
+  :class:`TaskDenied` (a :class:`~freqguard.CapExceeded`), which the worker logs as an
+  expected error, ``autoretry_for`` does not retry, and a JSON result backend gives back as
+  itself.
 
 With ``acks_late`` the broker delivers a task again when its worker died mid-body; the hit
 that delivery took is tied to the task id (a one-per-task once-hit on the same guard, see
@@ -47,12 +50,13 @@ try:  # the extra named (an ImportError saying how to install it)
     from celery import Celery, Task
 except ModuleNotFoundError as missing:
     raise extra_missing(missing, "celery", __name__) from missing
-from celery.exceptions import Retry
+from celery.exceptions import Ignore
 
 from freqguard.decision import Decision
 from freqguard.errors import CapExceeded, ConfigError, ContextError, FreqGuardError
 from freqguard.guard import Guard
-from freqguard.integrations._celery_checks import check_options, check_signature
+from freqguard.integrations._celery_checks import check_options, check_signature, raise_options
+from freqguard.integrations._celery_resend import Deferred, defer
 from freqguard.policy import Policy
 from freqguard.rules import Rule
 
@@ -82,17 +86,6 @@ class Dropped(TypedDict):
     """What a task dropped by its cap returns (JSON-serialisable, for any result backend)."""
 
     dropped: Literal[True]
-    policy: str
-    denied_by: list[str]
-    retry_after: float
-
-
-class Deferred(TypedDict):
-    """What a deferred task returns when run eagerly (``task_always_eager`` or ``apply``,
-    where Celery would run a re-sent task at once, whatever its countdown) or called as a
-    function: it is not re-sent."""
-
-    deferred: Literal[True]
     policy: str
     denied_by: list[str]
     retry_after: float
@@ -158,8 +151,10 @@ def capped_task(
     Raises:
         ConfigError: at decoration, an ``on_denied`` not among :data:`ON_DENIED`, a guard
             that is not a sync ``Guard``, a policy name it does not know, a function that
-            cannot take one of the policy's dimensions as a keyword argument, or an
-            ``async def`` (Celery runs a task's function sync).
+            cannot take one of the policy's dimensions as a keyword argument, an
+            ``async def`` (Celery runs a task's function sync), Celery's per-worker
+            ``rate_limit`` (a rule of the policy caps every worker), or
+            ``autoretry_for=(CapExceeded,)`` with ``on_denied="raise"`` (that is ``"defer"``).
     """
     if not callable(getattr(app, "task", None)):
         raise ConfigError(f"app must be a Celery app (Celery('proj')), got {app!r:.60}")
@@ -167,6 +162,8 @@ def capped_task(
         allowed = ", ".join(repr(value) for value in ON_DENIED)
         raise ConfigError(f"on_denied must be one of {allowed}, got {on_denied!r}")
     check_options(app, task_options)
+    if on_denied == "raise":  # a denial by design: no traceback, no retry on Celery's back-off
+        raise_options(app, task_options, TaskDenied)
     if not isinstance(guard, Guard):
         raise ConfigError(
             f"guard must be a freqguard Guard (Celery runs tasks sync), got {guard!r}"
@@ -174,10 +171,6 @@ def capped_task(
     resolved = _policy(guard, policy)
     guard.add_policy(TASK_ONCE)  # for acks_late, known only when the task runs
     bind = bool(task_options.pop("bind", False))
-    if on_denied == "raise":  # a denial by design: logged at INFO, without a traceback
-        throws = task_options.get("throws", ())  # one class, as Celery takes it too
-        throws = (throws,) if isinstance(throws, type) else tuple(throws)
-        task_options["throws"] = (*throws, TaskDenied)
 
     def decorate(fn: Callable[..., Any]) -> Task:
         if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
@@ -261,7 +254,10 @@ class _Cap:
         context = self.context(task, args, kwargs)
 
         def body() -> Any:
-            return fn(task, *args, **kwargs) if bind else fn(*args, **kwargs)
+            try:
+                return fn(task, *args, **kwargs) if bind else fn(*args, **kwargs)
+            except Ignore as done:  # Celery's "done, record no state" (a result stored by
+                return _Ignored(done)  # hand, a replace): counted as a return, then raised
 
         policy = self.guard.policies.get(self.policy.name, self.policy)  # as deployed now
         if policy.leases:  # calls in flight: a lease held while the body runs
@@ -278,10 +274,11 @@ class _Cap:
                 else:  # a redelivery: an earlier delivery holds this task's hit
                     taken = []
                     self.guard.refund(decision)
-            return body()
+            result = body()
         except BaseException:
             self.refund(task, taken)
             raise
+        return _done(result)
 
     def run_leased(self, task: Task, body: Callable[[], Any], context: Mapping[str, Any]) -> Any:
         """The body under a lease (with the policy's rate rules, all or nothing): given back
@@ -310,7 +307,7 @@ class _Cap:
             with contextlib.suppress(FreqGuardError):  # given back by then: said so
                 self.guard.release(decision)
             raise
-        return result
+        return _done(result)
 
     def refund(self, task: Task, taken: list[Decision]) -> None:
         """Give back what a failed run took; a refund that fails is logged, and the body's
@@ -341,7 +338,7 @@ class _Cap:
                 denied_by=names,
                 retry_after=decision.retry_after,
             )
-        return _defer(task, decision, names)
+        return defer(task, decision, names)
 
 
 def _tied(task: Task) -> bool:
@@ -351,37 +348,15 @@ def _tied(task: Task) -> bool:
     return bool(task.acks_late and request.id and not (request.is_eager or request.called_directly))
 
 
-def _defer(task: Task, decision: Decision, names: list[str]) -> Any:
-    """Send the task again at ``retry_after`` and end this run as a retry.
+class _Ignored:
+    """What a body that raised Celery's ``Ignore`` ran to: its hit kept (the call was made,
+    and nothing runs it again), the exception raised once the run is done."""
 
-    Not ``task.retry``: it counts toward ``max_retries`` (its ``max_retries=None`` means the
-    task's own), and a cap's deferral is no failure. The same request is sent again, with
-    its ``retries`` unchanged.
-    """
-    request = task.request
-    if request.is_eager or request.called_directly:  # eager: a re-sent task runs at once
-        _log.info(
-            "task %s[%s] deferred %.3fs (run here, not by a worker: not sent)",
-            task.name,
-            request.id,
-            decision.retry_after,
-        )
-        return Deferred(
-            deferred=True,
-            policy=decision.policy,
-            denied_by=names,
-            retry_after=decision.retry_after,
-        )
-    countdown = decision.retry_after
-    again = task.signature_from_request(request, countdown=countdown, retries=request.retries)
-    again.apply_async()
-    _log.info(
-        "task %s[%s] deferred %.3fs: denied by %s",
-        task.name,
-        request.id,
-        countdown,
-        ", ".join(names),
-    )
-    # the worker's log line: "Task ...[id] retry: <this>"
-    said = f"deferred {countdown:.3f}s by policy {decision.policy!r}: denied by {', '.join(names)}"
-    raise Retry(said, when=countdown, sig=again)
+    def __init__(self, done: Ignore) -> None:
+        self.done = done
+
+
+def _done(result: Any) -> Any:
+    if isinstance(result, _Ignored):
+        raise result.done
+    return result
