@@ -68,8 +68,19 @@ def limits_calls(plan: PolicyPlan, ctx: Mapping[str, object], now: int | None) -
     Raises:
         ConfigError: a partition value missing, or a name that is no dimension.
     """
+    unknown = sorted(str(name)[:64] for name in set(ctx) - set(plan.dimensions))
+    if unknown:
+        partitions = sorted({p for p in map(_partition, plan.parts) if p is not None})
+        raise ConfigError(
+            f"policy {plan.name!r}: {', '.join(unknown)} is no dimension of it; a per-key "
+            f"limit is kept per value of its partition ({', '.join(partitions) or 'none'})",
+            argument="context",
+        )
     calls = []
+    parts = [part for part in plan.parts if _partition(part) in (None, *ctx)]
     for number, part in enumerate(plan.parts):
+        if parts and part not in parts:  # its partition not given: not read (a global
+            continue  # rule's limit is read without a recipient's), unless none is
         texts = _partition_texts(plan, part, ctx)
         calls.append(
             ScriptCall(
@@ -82,14 +93,18 @@ def limits_calls(plan: PolicyPlan, ctx: Mapping[str, object], now: int | None) -
 def limits_of(
     plan: PolicyPlan, replies: list[Reply], ctx: Mapping[str, object] | None = None
 ) -> dict[str, Rate | None]:
-    """Every rule's rate by its id, as the replies of :func:`limits_calls` say it applies
-    now: a live limit's rate, None for an exempt rule, else the rule's own, or its tier's
-    where the tier reads a value of the rule's own dimensions ``ctx`` gives (a rate for
-    one key, as Envoy writes it); not the quiet hours', which have no rate to change."""
+    """Every rule's rate by its id, of the parts the replies of :func:`limits_calls` read
+    (all, unless a partition was not given), as it applies now: a live limit's rate, None
+    for an exempt rule, else the rule's own, or its tier's where the tier reads a value of
+    the rule's own dimensions ``ctx`` gives (a rate for one key, as Envoy writes it); not
+    the quiet hours', which have no rate to change."""
     rules = plan.policy.rules
     texts = {name: value_text(plan.name, name, value) for name, value in (ctx or {}).items()}
+    read = {index for reply in replies for index in reply.part.rule_index}
     out: dict[str, Rate | None] = {
-        rule.id: _own_rate(rule, texts) for rule in rules if rule.quiet is None
+        rule.id: _own_rate(rule, texts)
+        for index, rule in enumerate(rules)
+        if rule.quiet is None and index in read
     }
     for reply in replies:
         applied = reply.part.limits  # those the rules' strategies read (script.limits.apply)
@@ -119,6 +134,10 @@ def _rule_index(plan: PolicyPlan, rule: object) -> int:
     raise ConfigError(
         f"policy {plan.name!r} has no rule {rule!r} (its rules: {names})", argument="rule"
     )
+
+
+def _partition(part: Part) -> str | None:
+    return part.layouts[0].partition
 
 
 def _partition_texts(
