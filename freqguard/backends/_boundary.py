@@ -143,7 +143,16 @@ def _moved(exc: Exception) -> bool:
 
 def unconnected(exc: Exception) -> bool:
     """Whether the call failed before it could be sent: the connection was never made
-    (refused, unresolved, timed out while connecting). Anything else may have been sent."""
+    (refused, unresolved, timed out while connecting; a cluster client that reached none
+    of its nodes to learn the slots). Anything else may have been sent."""
+    if isinstance(exc, rex.RedisClusterException) and "cannot be connected" in str(exc):
+        # learning the slots failed; unsent unless it was redis-py's own retry of a call
+        # whose connection failed after it was made (that call may have been applied)
+        return all(
+            unconnected(error)
+            for error in list(_chain(exc))[1:]
+            if isinstance(error, rex.ConnectionError | rex.TimeoutError)
+        )
     return isinstance(exc, rex.ConnectionError | rex.TimeoutError) and (
         "connecting to" in str(exc) or "Timeout connecting" in str(exc)
     )

@@ -46,6 +46,8 @@ def test_an_unreachable_cluster_is_backend_unavailable_sync() -> None:
     with pytest.raises(BackendUnavailable, match="cannot be connected") as caught:
         backend_from_url(f"redis+cluster://127.0.0.1:{free_port()}")
     assert isinstance(caught.value.__cause__, rex.RedisClusterException)
+    # no node was reached: nothing was sent (the service answered "may have been applied")
+    assert caught.value.sent is False, caught.value
 
 
 def test_an_unreachable_cluster_is_backend_unavailable_async() -> None:
@@ -62,6 +64,7 @@ def test_an_unreachable_cluster_is_backend_unavailable_async() -> None:
             with pytest.raises(BackendUnavailable, match="cannot be connected") as caught:
                 await operation()
             assert isinstance(caught.value.__cause__, rex.RedisClusterException)
+            assert caught.value.sent is False, caught.value  # no node was reached
         await guard.aclose()
 
     asyncio.run(main())
@@ -333,3 +336,29 @@ def test_a_dead_primary_spares_the_first_calls_to_the_others(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ResourceWarning)
             gc.collect()
+
+
+def _unreached(during: str) -> rex.RedisClusterException:
+    """The error redis-py raises when no node answers as it learns the slots, raised while
+    it handled ``during`` (a node's connection error)."""
+    def learn() -> None:
+        try:
+            raise rex.ConnectionError(during)
+        except rex.ConnectionError:
+            raise rex.RedisClusterException("Redis Cluster cannot be connected.")  # noqa: B904
+
+    with pytest.raises(rex.RedisClusterException) as caught:
+        learn()
+    return caught.value
+
+
+def test_learning_slots_after_a_sent_calls_failure_may_have_been_applied() -> None:
+    """redis-py's own retry learns the slots after a call's connection failed once made:
+    if no node then answers, that call may have been applied (sent), whereas a client that
+    reached no node before sending sent nothing."""
+    from freqguard.backends._boundary import translate
+
+    refused = _unreached("Error 111 connecting to 127.0.0.1:7000. Connection refused.")
+    assert translate(refused, None).sent is False  # type: ignore[attr-defined]
+    dropped = _unreached("Connection closed by server.")
+    assert translate(dropped, None).sent is True  # type: ignore[attr-defined]
