@@ -53,7 +53,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         unknown = [w for w in words if w not in ("-h", "--help", "--version")]
         if unknown:
             parser.error(f"unrecognized arguments: {' '.join(unknown)} (a COMMAND comes first)")
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    words_after = isinstance(getattr(args, "context", None), list)  # k=v words after an
+    if extra and words_after and all("=" in w and not w.startswith("-") for w in extra):
+        args.context.extend(extra)  # option: still the context (argparse stops at one)
+        extra = []
+    if extra:
+        parser.parse_args(argv)  # the error argparse gives them, and exit 2
     try:
         return int(args.run(args))
     except ConfigError as exc:  # every mistake in the words, the files or the logs

@@ -127,6 +127,22 @@ def test_inspect_shows_what_the_store_holds_and_reset_forgets_it(config: Path) -
     assert [r["used"] for r in data["rules"]] == [0, 2]
 
 
+def test_an_option_between_the_policy_and_its_context(config: Path) -> None:
+    """``inspect CONFIG sms --json recipient=... content=...`` (an option between the policy
+    and its k=v words, as docs/cli.md's usage allows) was "unrecognized arguments:
+    recipient=..." (argparse ends a list of words at the first option); the words after
+    it are the context still (a new user's first hour)."""
+    ctx = ("recipient=+1555", "content=hi")
+    done = _run("inspect", str(config), "sms", "--json", *ctx)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["allowed"] is True
+    done = _run("reset", str(config), "sms", "--rule", "rcpt-1m", ctx[0])
+    assert done.returncode == 0, done.stderr
+    refused = _run("inspect", str(config), "sms", "--json", *ctx, "--bogus")
+    assert refused.returncode == 2
+    assert "unrecognized arguments: --bogus" in refused.stderr
+
+
 def test_inspect_takes_the_values_a_policy_reads(tmp_path: Path, redis_server: RedisServer) -> None:
     """A context with a value the policy's rules read (a tier's plan, a priority): inspect
     asked for the per-key limits with the whole context, which they refused, so it failed
