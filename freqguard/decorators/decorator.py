@@ -155,9 +155,11 @@ class Capped:
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         self._key.check(func)
         check_context(self.context, decorating=True)
-        target = check_fit(func, self.guard, self._policy, self._key)  # a classmethod's...
-        if self.guard is not None and self._policy in self.guard.policies:  # its mode
-            leased(self.guard, str(self._policy), self.on_exceeded)  # refused now, not later
+        # a named policy is known now (the default guard as configured, when none given)
+        guard = self.guard if self.guard is not None or self._policy is None else default_guard()
+        target = check_fit(func, guard, self._policy, self._key)  # a classmethod's...
+        if guard is not None and self._policy in guard.policies:  # its mode
+            leased(guard, str(self._policy), self.on_exceeded)  # refused now, not later
         site = self._site(func)
         if inspect.iscoroutinefunction(target):  # chosen once, here
             return cast(Callable[P, R], self._wrap_async(cast(Any, func), site))

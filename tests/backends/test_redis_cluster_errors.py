@@ -341,6 +341,7 @@ def test_a_dead_primary_spares_the_first_calls_to_the_others(
 def _unreached(during: str) -> rex.RedisClusterException:
     """The error redis-py raises when no node answers as it learns the slots, raised while
     it handled ``during`` (a node's connection error)."""
+
     def learn() -> None:
         try:
             raise rex.ConnectionError(during)

@@ -172,3 +172,18 @@ def test_blocks_with_different_rules_do_not_clash(guard: Guard) -> None:
         pass  # equal rules, equal dimensions: the first block's cap
     with capped("1/minute", guard=guard, context={"user": "u"}, name="other-block"):
         pass
+
+
+def test_a_key_that_does_not_fit_the_default_guards_policy_fails_at_decoration(
+    clock: ManualClock,
+) -> None:
+    """docs/integrations.md: a key "whose dimensions do not fit the registered policy it
+    names" fails at decoration. With no ``guard=`` (the default guard, configured first) it
+    was decorated, and its first call failed naming no fix (a new user's first hour)."""
+    policy = Policy("sms2", Rule("2 per 59 seconds", by=("recipient", "content")))
+    configure(MemoryBackend(clock), policies=[policy])
+    with pytest.raises(ConfigError, match=r"write key=\{'recipient': \.\.\., 'content'"):
+
+        @capped("sms2", key="to")
+        def send(to: str) -> str:
+            return to
