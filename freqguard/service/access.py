@@ -73,38 +73,33 @@ class AccessLog:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        client = scope.get("client")
+        line: dict[str, Any] = {
+            "time": "",
+            "method": scope["method"],
+            "path": scope["path"][:MAX_PATH],
+            "status": 500,
+            "ms": 0.0,
+            "bytes": 0,
+            "client": client[0] if client else None,
+        }
         note: dict[str, Any] = {}
         scope.setdefault("state", {})[_NOTE] = note
         began = time.perf_counter()
-        answer = {"status": 500, "bytes": 0}
 
         async def sending(message: Any) -> None:
             if message["type"] == "http.response.start":
-                answer["status"] = message["status"]
+                line["status"] = message["status"]
             elif message["type"] == "http.response.body":
-                answer["bytes"] += len(message.get("body", b""))
+                line["bytes"] += len(message.get("body", b""))
             await send(message)
 
         try:
             await self.app(scope, receive, sending)
         finally:
-            took = time.perf_counter() - began
-            log.info(json.dumps(self._line(scope, note, answer, took)))
-
-    def _line(
-        self, scope: Any, note: dict[str, Any], answer: dict[str, int], took: float
-    ) -> dict[str, Any]:
-        client = scope.get("client")
-        line: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "method": scope["method"],
-            "path": scope["path"][:MAX_PATH],
-            "status": answer["status"],
-            "ms": round(took * 1000, 3),
-            "bytes": answer["bytes"],
-            "client": client[0] if client else None,
-        }
-        line.update(note)
-        if "context" in note:
-            line["context"] = digested(note["context"], self.key)
-        return line
+            line["ms"] = round((time.perf_counter() - began) * 1000, 3)
+            line["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            line.update(note)
+            if "context" in note:
+                line["context"] = digested(note["context"], self.key)
+            log.info(json.dumps(line))

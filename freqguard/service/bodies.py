@@ -184,16 +184,13 @@ def _named(error: msgspec.ValidationError, data: Any, body: type[msgspec.Struct]
         meant = f"did you mean {close[0]}? " if close else ""
         takes = f"not a field of this call ({meant}it takes: {', '.join(fields)})"
         return invalid(member("", name), takes)
-    if what == _OUT_OF_RANGE:
+    if what == "Number out of range":
         return invalid(where or "body", f"got {_got(math.inf)}")
     sent = _at(data, "").get(where)
     if what.endswith(", got `float`") and isinstance(sent, float):  # the number as sent
         # (a name given twice: msgspec refused one, Python's reader kept the last)
         return invalid(where, f"{_in_json(what).partition(', got')[0]}, got {_got(sent)}")
     return invalid(where or "body", _in_json(what))
-
-
-_OUT_OF_RANGE = "Number out of range"
 
 
 def _no_constant(name: str) -> NoReturn:
@@ -256,9 +253,7 @@ def decode(raw: bytes, body: type[Body]) -> Body:
     """
     if deeper_than(raw, MAX_DEPTH):  # before a parser, whose depth is the stack's
         raise invalid("body", f"nested too deeply (more than {MAX_DEPTH} levels)")
-    decoder = _DECODERS.get(body)
-    if decoder is None:
-        decoder = _DECODERS[body] = msgspec.json.Decoder(body)
+    decoder = _DECODERS.get(body) or _DECODERS.setdefault(body, msgspec.json.Decoder(body))
     try:
         decoded: Body = decoder.decode(raw)
         return decoded

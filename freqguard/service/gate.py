@@ -10,12 +10,14 @@ never grants) and any ``Origin`` or ``Sec-Fetch-Site`` naming another site close
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import ipaddress
 import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -96,8 +98,7 @@ def tokens_from_env() -> list[str]:
     path = os.environ.get(f"{TOKENS_ENV}_FILE")
     if path:
         try:
-            with open(path, encoding="utf-8") as file:
-                text = file.read()
+            text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
             raise ConfigError(f"the token file {path}: cannot read it ({why})") from None
@@ -160,23 +161,18 @@ class HostCheck:
 
     def __init__(self, app: Any, names: Sequence[str]) -> None:
         self.app, self.names = app, frozenset(name.lower() for name in names)
-        self._seen: dict[tuple[bytes, str], bool] = {}  # a Host's verdict, by its bytes
+        self._seen = functools.lru_cache(64)(self._answers)  # a Host's verdict, by its bytes
 
     def _answers(self, host: bytes, scheme: str) -> bool:
-        verdict = self._seen.get((host, scheme))
-        if verdict is None:
-            found = _netloc(host.decode("latin-1"), scheme)
-            verdict = found is not None and found[0].lower() in self.names
-            if len(host) <= 300:  # a client may send any Host: the cache stays small
-                if len(self._seen) >= 64:
-                    self._seen.clear()
-                self._seen[host, scheme] = verdict
-        return verdict
+        found = _netloc(host.decode("latin-1"), scheme)
+        return found is not None and found[0].lower() in self.names
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             host = next((v for k, v in scope["headers"] if k == b"host"), b"")
-            if not self._answers(host, scope.get("scheme", "http")):
+            # a client may send any Host: only short ones are kept, the cache stays small
+            answers = self._seen if len(host) <= 300 else self._answers
+            if not answers(host, scope.get("scheme", "http")):
                 shown_host = shown(host.decode("latin-1"), 60)
                 problem = Problem(
                     421,

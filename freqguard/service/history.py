@@ -20,13 +20,13 @@ from collections.abc import Callable, Mapping, Sequence
 from itertools import product
 from typing import Any
 
-import freqguard.service.bodies as bodies
 import freqguard.service.schema as schema
 from freqguard.backends.tallies import tallies_of
 from freqguard.decision import Decision
 from freqguard.guard import AsyncGuard
 from freqguard.observe.base import RepeatFilter
 from freqguard.script.keys import context_digest, policy_key
+from freqguard.service.bodies import TOP_MINUTES  # minutes the top keys are kept, a read spans
 from freqguard.service.problems import Problem, log
 
 __all__ = [
@@ -43,7 +43,6 @@ INTERVAL = 0.25  # seconds at least between two writes of one worker's counts
 _TTL = 2 * 3600  # seconds an hour's hash is kept after its last write
 _WRITTEN = ("backend", "deny-cache")  # the sources of decisions the store took part in
 TOP_KEPT = 100  # keys kept per policy and minute: the most denied (a bounded top list)
-TOP_MINUTES = bodies.TOP_MINUTES  # the minutes the top keys are kept, the most a read spans
 _TOP_TTL = TOP_MINUTES * 60 + 120
 TOP_LIST = 20  # keys a read answers
 

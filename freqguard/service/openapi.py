@@ -102,21 +102,18 @@ _READ_PROBLEMS = {
     "statsHistory": {"404": _OFF},
     "statsTop": {"404": _OFF, "422": "a bad minutes"},
 }
-_POLICY_QUERY = {
-    "name": "policy",
-    "in": "query",
-    "required": False,
-    "description": "one policy's only (default: every policy's)",
-    "schema": {"type": "string"},
-}
-_MINUTES_QUERY = {
-    "name": "minutes",
-    "in": "query",
-    "required": False,
-    "description": "how many of the last minutes (1 to 15; default 5)",
-    "schema": {"type": "integer", "minimum": 1, "maximum": 15, "default": 5},
-}
-_QUERIES = {"statsHistory": [_POLICY_QUERY], "statsTop": [_POLICY_QUERY, _MINUTES_QUERY]}
+
+
+def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    where = {"name": name, "in": "query", "required": False}
+    return {**where, "description": description, "schema": schema}
+
+
+_POLICY = _query("policy", "one policy's only (default: every policy's)", _TEXT)
+#: as a denials call's body takes it
+_MINUTES = msgspec.json.schema(DenialsCall)["$defs"]["DenialsCall"]["properties"]["minutes"]
+_BY_MINUTES = _query("minutes", "how many of the last minutes (1 to 15; default 5)", _MINUTES)
+_QUERIES = {"statsHistory": [_POLICY], "statsTop": [_POLICY, _BY_MINUTES]}
 
 
 def _answer(description: str, media: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -166,7 +163,6 @@ def _paths() -> dict[str, Any]:
         ]
     for read in READS:
         ok = read.ok
-        problems = _problems({**_READ_PROBLEMS.get(read.id, {}), **_ANY})
         operation: dict[str, Any] = {
             "operationId": read.id,
             "summary": _SUMMARIES[read.id],
@@ -175,7 +171,7 @@ def _paths() -> dict[str, Any]:
                 "200": _json(read.description, ok)
                 if isinstance(ok, type)
                 else _answer(read.description, *ok),
-                **problems,
+                **_problems({**_READ_PROBLEMS.get(read.id, {}), **_ANY}),
             },
         }
         if read.id in _QUERIES:
