@@ -63,12 +63,13 @@ def limit_call(
 
 def limits_calls(plan: PolicyPlan, ctx: Mapping[str, object], now: int | None) -> list[ScriptCall]:
     """The calls that read the limits of every part for a context (its partition values;
-    the policy's other dimensions may be given too, and are not read).
+    the rest of a hit's context, the policy's other dimensions and the values its rules
+    read, may be given too, and is not read).
 
     Raises:
-        ConfigError: a partition value missing, or a name that is no dimension.
+        ConfigError: a partition value missing, or a name the policy neither keys nor reads.
     """
-    unknown = sorted(str(name)[:64] for name in set(ctx) - set(plan.dimensions))
+    unknown = sorted(str(name)[:64] for name in set(ctx) - {*plan.dimensions, *plan.reads})
     if unknown:
         partitions = sorted({p for p in map(_partition, plan.parts) if p is not None})
         raise ConfigError(
@@ -76,6 +77,7 @@ def limits_calls(plan: PolicyPlan, ctx: Mapping[str, object], now: int | None) -
             f"limit is kept per value of its partition ({', '.join(partitions) or 'none'})",
             argument="context",
         )
+    ctx = {name: value for name, value in ctx.items() if name in plan.dimensions}
     calls = []
     parts = [part for part in plan.parts if _partition(part) in (None, *ctx)]
     for number, part in enumerate(plan.parts):

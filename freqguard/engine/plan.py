@@ -234,8 +234,14 @@ class PolicyPlan(Requests):
                 longest = max(longest, wait)
         denied_by = tuple(rule for rule in denied if rule is not None)
         allowed = not denied_by
-        if not allowed and cost > 0 and not batch and any(r.part.limits for r in replies):
-            longest = max(longest, self.lapse(replies, cost))  # a cost only a ttl refuses
+        narrower = self.narrower(replies, cost, texts) if not allowed and cost > 0 else ()
+        turns = {index: turn for index, _, _, turn in narrower if turn}
+        if turns:  # a cost only a lapsing per-key limit refuses: its rule's turn, not its wait
+            longest = max(
+                turns.get(index, wait)
+                for index, wait in zip(order, waits)  # noqa: B905
+                if wait and not rules[index].shadow
+            )
         decision = make_decision(
             self.name,
             allowed,
@@ -246,8 +252,8 @@ class PolicyPlan(Requests):
         )
         if not allowed and any(limit.expiry for reply in replies for limit in reply.limits):
             mark_lapsing(decision)  # a ttl's denial may end early: not the deny cache's
-        if not allowed and cost > 0 and not batch:
-            self.check_fits(replies, cost, decision)
+        if narrower and not batch:
+            self.check_fits(narrower, cost, decision)
         return decision
 
     def _receipt(self, texts: Mapping[str, str], cost: int, replies: list[Reply]) -> Receipt:

@@ -5,7 +5,7 @@ checks of :class:`~freqguard.engine.plan.PolicyPlan`, which inherits them. No I/
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from freqguard.decision import Decision
 from freqguard.errors import ConfigError
@@ -14,7 +14,11 @@ from freqguard.rules import Rule
 from freqguard.script.calls import Part, Reply
 from freqguard.script.keys import value_text
 
-__all__ = ["Requests", "Unfit"]
+__all__ = ["Narrower", "Requests", "Unfit"]
+
+#: A rule a cost is past the capacity of, as decided (:meth:`Requests.narrower`): its index
+#: in the policy, the rule as decided, that capacity, and its turn (µs; 0: none).
+Narrower = tuple[int, Rule, int, int]
 
 
 class Unfit(ConfigError):
@@ -44,6 +48,11 @@ class Requests:
 
     def _rules(self, replies: Sequence[Reply]) -> tuple[Rule, ...]:
         raise NotImplementedError  # the rules as the replies decided them (PolicyPlan)
+
+    def parts_for(
+        self, texts: Mapping[str, str], now: int | None, *, bare: bool = False
+    ) -> tuple[Part, ...]:
+        raise NotImplementedError  # the parts a call of texts runs (PolicyPlan)
 
     def texts(self, ctx: Mapping[str, object]) -> dict[str, str]:
         """Validate a hit's context and turn its values into text (the dimensions, and the
@@ -91,52 +100,52 @@ class Requests:
             )
         return cost
 
-    def check_fits(self, replies: Sequence[Reply], cost: int, decision: Decision) -> None:
+    def check_fits(self, narrower: Sequence[Narrower], cost: int, decision: Decision) -> None:
         """After a denial (``decision``): refuse a cost no hit of this context could ever be
         granted (a rule's capacity as decided for it: its tier's or per-key limit's rate,
         less what its priority must leave), as an error rather than a denial for ever. A
         per-key limit that lapses (set with a ``ttl``) is not for ever: its denial stands,
-        told to retry once it lapses (:meth:`lapse`).
+        told to retry once it lapses (``narrower``, from :meth:`narrower`, says when).
 
         Raises:
             Unfit: naming the rule and the capacity, and carrying the denial (an HTTP
                 integration answers it as the denial it is; a fallback fails closed).
         """
-        for rule, takes, lapses in self._narrower(replies, cost):
-            if not lapses:
-                raise Unfit(
+        for _, rule, takes, turn in narrower:
+            if takes > 0 and not turn:  # none: a per-key limit below the reserve of other
+                raise Unfit(  # priorities, a denial (no cost is at fault)
                     f"cost {cost} exceeds the capacity {takes} of rule {rule.id!r} "
                     f"(policy {self.name!r}) for this hit: no hit of that cost could ever "
                     "be allowed",
                     decision,
                 )
 
-    def lapse(self, replies: Sequence[Reply], cost: int) -> int:
-        """µs until the last per-key limit that lapses and holds a capacity below ``cost``
-        (where the rule's own would hold it) lapses: no retry passes sooner (0: none)."""
-        return max((lapses for _, _, lapses in self._narrower(replies, cost)), default=0)
-
-    def _narrower(self, replies: Sequence[Reply], cost: int) -> Iterator[tuple[Rule, int, int]]:
-        """Each rule that denied a hit whose ``cost`` is past its capacity as decided: the
-        rule, that capacity, and the µs until a per-key limit that makes it so lapses
-        (0: it never does, or the rule's own capacity is below the cost too)."""
+    def narrower(
+        self, replies: Sequence[Reply], cost: int, texts: Mapping[str, str] | None
+    ) -> list[Narrower]:
+        """Each rule that denied a hit whose ``cost`` is past its capacity as decided: its
+        index, the rule, that capacity, and its *turn*: the µs until a hit of ``cost`` passes
+        it once the per-key limit that makes it so lapses (set with a ``ttl``), the state as
+        it is now read at the rule's own numbers then (its tier's, its priority's reserve);
+        0 where no such limit lapses, or the rule without it cannot hold the cost either."""
+        out: list[Narrower] = []
         rules = self._rules(replies)
-        for part, reply in zip(self.parts, replies):  # noqa: B905 (one reply per part)
+        own: tuple[Part, ...] | None = None  # the parts as decided without per-key limits
+        for number, (part, reply) in enumerate(zip(self.parts, replies)):  # noqa: B905
             params = [p for spec in reply.part.specs for p in spec.rules]
             stored = {limit.tag: limit for limit in reply.limits}  # with their expiries
-            for index, p, wait in zip(part.rule_index, params, reply.waits):  # noqa: B905
-                takes = p.capacity - p.reserve  # none: a per-key limit below the reserve of
-                if wait and not p.shadow and 0 < takes < cost:  # other priorities, a denial
-                    own = self.policy.rules[index]
-                    limit = stored.get(p.tag)
-                    lapses = 0
-                    if (
-                        limit is not None
-                        and limit.expiry > reply.now
-                        and (own.rate_for is not None or own.capacity - p.reserve >= cost)
-                    ):
-                        lapses = limit.expiry - reply.now
-                    yield rules[index], takes, lapses
+            for at, (index, p, wait) in enumerate(zip(part.rule_index, params, reply.waits)):  # noqa: B905
+                takes = p.capacity - p.reserve
+                if not wait or p.shadow or takes >= cost:
+                    continue
+                limit = stored.get(p.tag)
+                turn = 0
+                if limit is not None and limit.expiry > reply.now:
+                    if own is None:
+                        own = self.parts if texts is None else self.parts_for(texts, reply.now)
+                    turn = _turn(reply, own[number], at, cost, limit.expiry - reply.now)
+                out.append((index, rules[index], takes, turn))
+        return out
 
     def fits(self, cost: int) -> bool:
         """Whether a hit of ``cost`` could be allowed by the rules as written that bind every
@@ -157,3 +166,23 @@ def _meant(name: str, accepts: Iterable[str]) -> str:
         return f"{name} (an argument of another call, not of this one)"
     close = difflib.get_close_matches(name[:64], _KEYWORDS, n=1)
     return f"{name} (did you mean {close[0]}=?)" if close else name
+
+
+def _turn(reply: Reply, own: Part, at: int, cost: int, lapse: int) -> int:
+    """µs until a hit of ``cost`` passes the rule at ``at`` in ``reply``'s part once its
+    per-key limit lapses (in ``lapse`` µs): its state as the store keeps it, loaded then as
+    the store loads it at the rule's own numbers (``own``, the part without limits), no
+    other hit coming first; 0 when those numbers cannot hold the cost either."""
+    first = 0
+    for spec, state in zip(own.specs, reply.kept()):  # noqa: B905 (one a state)
+        if at < first + len(spec.rules):
+            rule = spec.rules[at - first]
+            if rule.capacity - rule.reserve < cost:
+                return 0
+            later = reply.now + lapse
+            twin = spec.twin
+            return lapse + twin.check(
+                twin.load(state, later, spec), later, cost + rule.reserve, rule
+            )
+        first += len(spec.rules)
+    raise AssertionError("unreachable: a part's rules are its states' rules")

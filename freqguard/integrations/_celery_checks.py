@@ -54,11 +54,14 @@ def check_options(app: Celery, options: Mapping[str, Any]) -> None:
     """Refuse an option that is a misspelling of Celery's (``max_retires``): ``app.task``
     would set it as an attribute nobody reads. An option near none is the user's own.
     Refuse Celery's ``rate_limit`` too: a second count, per worker, of the runs the policy
-    decides (a deferred run taking a token of it again)."""
-    rate = options.get("rate_limit")
+    decides (a deferred run taking a token of it again), whether given here or by the base
+    class the task is made of (``base=``, the app's ``Task``)."""
+    base = options.get("base") or app.Task
+    rate = options["rate_limit"] if "rate_limit" in options else getattr(base, "rate_limit", None)
     if rate is not None:
+        given = "" if "rate_limit" in options else f", from the base class {base.__name__}"
         raise ConfigError(
-            f"capped_task takes no rate_limit= (got {rate!r}): Celery's rate_limit is per "
+            f"capped_task takes no rate_limit= (got {rate!r}{given}): Celery's rate_limit is per "
             f"worker (each worker its own {rate!r}, and a deferred run takes a token of it "
             f"again); one rate for every worker is a rule of the policy, Rule({rate!r}, "
             "name=...) (docs/celery.md, Celery's rate_limit)"
@@ -90,7 +93,8 @@ def raise_options(app: Celery, options: dict[str, Any], denied: type[Exception])
             "would retry a denied task on its back-off, each retry toward max_retries; "
             'on_denied="defer" sends it again at retry_after and spends none'
         )
-    options["throws"] = (*_classes(options.get("throws", ())), denied)
+    thrown = options.get("throws", getattr(base, "throws", ()))  # the base's, kept
+    options["throws"] = (*_classes(thrown), denied)
     if retried:
         kept = options.get("dont_autoretry_for", getattr(base, "dont_autoretry_for", ()))
         options["dont_autoretry_for"] = (*_classes(kept), denied)

@@ -11,6 +11,7 @@ from typing import Any, Literal, TypedDict
 
 from celery import Task
 from celery.exceptions import Ignore, Retry
+from celery.signals import task_revoked
 from celery.utils.time import maybe_iso8601, maybe_make_aware
 
 from freqguard.decision import Decision
@@ -56,13 +57,23 @@ def defer(task: Task, decision: Decision, names: list[str]) -> Any:
     said = f"deferred {countdown:.3f}s by policy {decision.policy!r}: denied by {', '.join(names)}"
     if _expired_by(task, countdown):
         _log.info("task %s[%s] revoked: %s, past its expiry", task.name, request.id, said)
-        stored = bool(task.store_errors_even_if_ignored or not task.ignore_result)
+        stored = _stores_errors(task, request)
         task.backend.mark_as_revoked(request.id, "expired", request=request, store_result=stored)
+        task_revoked.send(sender=task, request=request, terminated=False, signum=None, expired=True)
         raise Ignore(f"expired: {said}")  # the state is REVOKED, as a worker leaves it
     again = task.signature_from_request(request, countdown=countdown, retries=request.retries)
     again.apply_async()
     _log.info("task %s[%s] %s", task.name, request.id, said)
     raise Retry(said, when=countdown, sig=again)  # the worker's log: "Task ...[id] retry: ..."
+
+
+def _stores_errors(task: Task, request: Any) -> bool:
+    """Whether the worker would store this run's revocation (its ``store_errors``): the
+    call's ``ignore_result`` (``apply_async(ignore_result=False)``) over the task's."""
+    ignored = vars(request).get("ignore_result")  # set by the message, else the task's
+    if ignored is None:
+        ignored = task.ignore_result
+    return bool(task.store_errors_even_if_ignored or not ignored)
 
 
 def _expired_by(task: Task, countdown: float) -> bool:

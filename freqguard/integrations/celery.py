@@ -27,7 +27,8 @@ once, before the body:
 
 With ``acks_late`` the broker delivers a task again when its worker died mid-body; the hit
 that delivery took is tied to the task id (a one-per-task once-hit on the same guard, see
-docs/celery.md), so the redelivery does not take a second one. A policy that counts calls
+docs/celery.md; a ``self.replace`` replacement, which keeps the id, is tied apart), so the
+redelivery does not take a second one. A policy that counts calls
 in flight (a concurrency rule) is decided otherwise: each run holds a lease while its body
 runs, and a redelivery takes a lease, and its rate rules' units, of its own (the strict
 side: the lost run's call counts too).
@@ -268,7 +269,7 @@ class _Cap:
         taken = [decision]
         try:
             if _tied(task):
-                once = self.guard.hit(TASK_ONCE.name, task_id=str(task.request.id))
+                once = self.guard.hit(TASK_ONCE.name, task_id=_tie(task))
                 if once.allowed:
                     taken.append(once)
                 else:  # a redelivery: an earlier delivery holds this task's hit
@@ -346,6 +347,15 @@ def _tied(task: Task) -> bool:
     after its body began (``acks_late``), run by a worker (an id; not eager, not a call)."""
     request = task.request
     return bool(task.acks_late and request.id and not (request.is_eager or request.called_directly))
+
+
+def _tie(task: Task) -> str:
+    """What a run's once-hit is keyed by: its task id, and how many replacements deep it
+    is (``self.replace`` hands the task id on, its replacement a run of its own; a
+    redelivery keeps the depth)."""
+    request = task.request
+    depth = request.get("replaced_task_nesting") or 0
+    return f"{request.id}" if not depth else f"{request.id}+{depth}"
 
 
 class _Ignored:

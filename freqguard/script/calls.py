@@ -105,7 +105,17 @@ class Reply:
         limits: the record's per-key limits as stored after the call (live or not).
     """
 
-    __slots__ = ("_data", "_part", "_report", "_views", "allowed", "limits", "now", "waits")
+    __slots__ = (
+        "_data",
+        "_kept",
+        "_part",
+        "_report",
+        "_views",
+        "allowed",
+        "limits",
+        "now",
+        "waits",
+    )
 
     def __init__(
         self,
@@ -117,8 +127,10 @@ class Reply:
         data: bytes = b"",
         report: Report | None = None,
         limits: tuple[KeyLimit, ...] = (),
+        kept: list[Any] | None = None,
     ) -> None:
         self._part = part
+        self._kept = kept
         self._report = report
         self.allowed = allowed
         self.waits = waits
@@ -138,6 +150,16 @@ class Reply:
         if views is None:
             views = self._views = _views(self._part, self._data, self.now)
         return views
+
+    def kept(self) -> list[Any]:
+        """Each state as the store keeps it after a denial (which writes none), as stored,
+        not loaded (None: none): what a later call loads, at its own time and numbers."""
+        kept = self._kept
+        if kept is None:
+            twins = [spec.twin for spec in self._part.specs]
+            raws = _raws(self._part, self._data)
+            kept = self._kept = [t.decode(raw) if raw else None for t, raw in zip(twins, raws)]  # noqa: B905
+        return kept
 
     def report(self) -> Report:
         """``(remaining, reset_after µs)`` per rule, in the part's rule order."""
@@ -251,12 +273,19 @@ def admitted(mode: int, cost: int, reply: bytes) -> bool:
 
 def _views(part: Part, data: bytes, now: int) -> list[Any]:
     """The states a Lua reply carries, loaded as :func:`run` leaves them."""
-    at = _HEAD.size + part.wait_format.size
     views: list[Any] = []
-    for spec in part.specs:
-        (length,) = _LENGTH.unpack_from(data, at)
-        raw = data[at + 4 : at + 4 + length]
-        at += 4 + length
+    for spec, raw in zip(part.specs, _raws(part, data)):  # noqa: B905 (one a state)
         twin = spec.twin
         views.append(twin.load(twin.decode(raw) if raw else None, now, spec))
     return views
+
+
+def _raws(part: Part, data: bytes) -> list[bytes]:
+    """The packed states a Lua reply carries, in the part's order (b"": none)."""
+    at = _HEAD.size + part.wait_format.size
+    raws: list[bytes] = []
+    for _ in part.specs:
+        (length,) = _LENGTH.unpack_from(data, at)
+        raws.append(data[at + 4 : at + 4 + length])
+        at += 4 + length
+    return raws

@@ -240,7 +240,13 @@ def run(
     except BaseException:
         _put_back(store, keys, specs, found)
         raise
-    return Reply(part, allowed, waits, now, views, b"", report, limits)
+    kept = None if allowed or mode in (REFUND, RESET) else _kept(found, now)
+    return Reply(part, allowed, waits, now, views, b"", report, limits, kept)
+
+
+def _kept(found: Sequence[Entry | None], now: int) -> list[Any]:
+    """The states a denial leaves (it writes none), as stored (past their expiry: none)."""
+    return [entry[2] if entry is not None and entry[0] > now else None for entry in found]
 
 
 def _put_back(

@@ -128,11 +128,14 @@ class Operations(RuleBasedStateMachine):
 
     def _lapses(self, rule: MRule, ctx: dict[str, str], cost: int, now: int) -> bool:
         """Whether only a per-key limit that lapses (a ttl) puts ``cost`` past ``rule``'s
-        capacity, the rule's own (or a tier) holding it: a denial told to retry then."""
+        capacity, the rule's own (its tier's, for a context of that tier) holding it: a
+        denial told to retry then."""
         part = _partition(rule)
         found = self.model.limits.get((rule.name, None if part is None else ctx[part]))
-        own = rule.burst or rule.limit if rule.kind in BUCKETS else rule.limit
-        return found is not None and found.expiry > now and (rule.tier is not None or own >= cost)
+        tiered = rule.tier is not None and ctx.get(rule.tier_from[0]) == rule.tier_from[1]
+        limit = rule.tier[0] if tiered and rule.tier is not None else rule.limit
+        own = rule.burst or limit if rule.kind in BUCKETS else limit
+        return found is not None and found.expiry > now and own >= cost
 
     @rule(us=st.sampled_from((1, 999, 250_000, 500_000, 1_000_000, 2_500_000)))
     def advance(self, us: int) -> None:
