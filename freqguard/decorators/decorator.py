@@ -150,14 +150,11 @@ class Capped:
         digest = hashlib.blake2b(repr(self._rules).encode(), digest_size=4).hexdigest()
         return fit_name(f"capped.block.{'-'.join(by or ('global',))}.{digest}")
 
-    # -- decoration ----------------------------------------------------------------------
-
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         self._key.check(func)
         check_context(self.context, decorating=True)
-        # a named policy is known now (the default guard as configured, when none given)
         guard = self.guard if self.guard is not None or self._policy is None else default_guard()
-        target = check_fit(func, guard, self._policy, self._key)  # a classmethod's...
+        target = check_fit(func, guard, self._policy, self._key)  # a named policy's: known now
         if guard is not None and self._policy in guard.policies:  # its mode
             leased(guard, str(self._policy), self.on_exceeded)  # refused now, not later
         site = self._site(func)
