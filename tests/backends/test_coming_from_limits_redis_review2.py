@@ -18,7 +18,12 @@ from freqguard import Guard, ManualClock, Policy, Rule, backend_from_url
 from tests.conftest import START, flush
 from tests.servers import RedisServer
 
+#: The page maps limits as it is now: before 4, its moving window's Redis storage told a
+#: cost's window stats otherwise (the CI matrix's floor, limits 3.7, answered 0 for 1)
+THEIRS = tuple(int(part) for part in limits.__version__.split(".")[:1])
 
+
+@pytest.mark.skipif(THEIRS < (4,), reason="limits before 4 tells remaining otherwise")
 @pytest.mark.parametrize("seed", range(6))
 def test_moving_window_on_redis_answers_as_the_sliding_log(
     redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, seed: int

@@ -107,6 +107,8 @@ def test_a_replacement_of_an_acks_late_task_counts(worker_app: Celery, guard: Gu
     for n in (2, 3):
         [message] = _queued(worker_app)  # the replacement, as a worker receives it
         headers = message.headers
+        if "replaced_task_nesting" not in headers:  # Celery 5.3.0, the floor: a named gap
+            pytest.skip("this Celery sends no replaced_task_nesting (docs/celery.md)")
         assert (headers["id"], headers["replaced_task_nesting"]) == ("job", n - 1)
         request = {"id": headers["id"], "replaced_task_nesting": headers["replaced_task_nesting"]}
         with pytest.raises((Ignore, Retry)):
