@@ -15,7 +15,7 @@ from freqguard.integrations._decide import KeyedRules, Route
 from freqguard.integrations._flask_habits import default_limits
 from freqguard.integrations._http import KeyFunc
 
-__all__ = ["APPLICATION", "SETTING", "application_route", "counted"]
+__all__ = ["APPLICATION", "SETTING", "application_route", "counted", "static_files"]
 
 APPLICATION = "flask-application"
 SETTING = "FREQGUARD_APPLICATION_LIMITS"
@@ -31,17 +31,22 @@ def application_route(given: object, key: KeyFunc) -> Route | None:
     return Route(APPLICATION, (KeyedRules(key, rates, "app"),)) if rates else None
 
 
+def static_files(app: Flask, endpoint: str) -> bool:
+    """Whether ``endpoint`` serves an app's or a blueprint's static files (uncapped, as
+    Flask-Limiter leaves them)."""
+    owner, _, last = endpoint.rpartition(".")
+    files = app.blueprints.get(owner) if owner else app
+    return last == "static" and files is not None and files.has_static_folder
+
+
 def counted(app: Flask, endpoint: str) -> bool:
     """Whether a request to ``endpoint`` counts in the app's budget: not a static file's,
     not an exempt view's, nor a view's of an exempt blueprint (or one nested in it)."""
-    view = app.view_functions.get(endpoint)
-    owner, _, last = endpoint.rpartition(".")
-    files = app.blueprints.get(owner) if owner else app
-    if last == "static" and files is not None and files.has_static_folder:
+    if static_files(app, endpoint):
         return False
-    if getattr(view, "_freqguard_exempt", False):
+    if getattr(app.view_functions.get(endpoint), "_freqguard_exempt", False):
         return False
-    name = owner
+    name = endpoint.rpartition(".")[0]
     while name:  # as Flask's request.blueprints, innermost first
         if getattr(app.blueprints.get(name), "_freqguard_exempt", False):
             return False

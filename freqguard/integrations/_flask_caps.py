@@ -27,6 +27,7 @@ from freqguard.decorators.naming import implicit_name
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import Guard
 from freqguard.integrations._decide import KeyedRules, Route
+from freqguard.integrations._flask_application import static_files
 from freqguard.integrations._flask_habits import CapHabits
 from freqguard.integrations._http import KeyFunc
 from freqguard.integrations._rule_items import check_cost
@@ -298,9 +299,7 @@ def route_of(
             view's, else its blueprint's) that the narrowest of its rules cannot hold.
     """
     view = app.view_functions.get(endpoint)
-    owner, _, last = endpoint.rpartition(".")
-    files = app.blueprints.get(owner) if owner else app
-    if last == "static" and files is not None and files.has_static_folder:
+    if static_files(app, endpoint):
         return None  # an app's or a blueprint's static files, as Flask-Limiter leaves them
     cap = view_cap(app, endpoint, made)
     exempt = getattr(view, "_freqguard_exempt", False)
