@@ -48,7 +48,7 @@ def guard(clock: ManualClock) -> Guard:
 def test_allowed_runs_then_denied_defers_by_retry_after(app: Celery, guard: Guard) -> None:
     sent: list[str] = []
 
-    @capped_task(app, SMS, guard=guard)
+    @capped_task(app, SMS, guard=guard, shared=False)
     def send(recipient: str, content: str) -> str:
         sent.append(content)
         return f"sent {content}"
@@ -71,7 +71,7 @@ def test_allowed_runs_then_denied_defers_by_retry_after(app: Celery, guard: Guar
 def test_drop_returns_dropped_and_logs(
     app: Celery, guard: Guard, caplog: pytest.LogCaptureFixture
 ) -> None:
-    @capped_task(app, SMS, guard=guard, on_denied="drop")
+    @capped_task(app, SMS, guard=guard, shared=False, on_denied="drop")
     def send(recipient: str) -> str:
         return "sent"
 
@@ -88,7 +88,7 @@ def test_drop_returns_dropped_and_logs(
 
 
 def test_raise_raises_cap_exceeded(app: Celery, guard: Guard) -> None:
-    @capped_task(app, SMS, guard=guard, on_denied="raise")
+    @capped_task(app, SMS, guard=guard, shared=False, on_denied="raise")
     def send(recipient: str) -> str:
         return "sent"
 
@@ -102,7 +102,7 @@ def test_raise_raises_cap_exceeded(app: Celery, guard: Guard) -> None:
 def test_a_failing_body_refunds_its_hit(app: Celery, guard: Guard) -> None:
     calls: list[str] = []
 
-    @capped_task(app, SMS, guard=guard, on_denied="raise")
+    @capped_task(app, SMS, guard=guard, shared=False, on_denied="raise")
     def send(recipient: str, fail: bool = False) -> str:
         calls.append(recipient)
         if fail:
@@ -120,7 +120,7 @@ def test_a_failing_body_refunds_its_hit(app: Celery, guard: Guard) -> None:
 def test_celery_retry_after_the_body_ran_counts_once(app: Celery, guard: Guard) -> None:
     attempts: list[int] = []
 
-    @capped_task(app, SMS, guard=guard, bind=True, max_retries=3)
+    @capped_task(app, SMS, guard=guard, shared=False, bind=True, max_retries=3)
     def send(task: Task, recipient: str) -> str:
         attempts.append(task.request.retries)
         if len(attempts) < 3:
@@ -142,7 +142,7 @@ def test_quiet_hours_defer_to_the_morning(app: Celery, clock: ManualClock) -> No
         quiet=QuietHours("21:00", "08:00", tz_from="tz"),
     )
 
-    @capped_task(app, push, guard=guard)
+    @capped_task(app, push, guard=guard, shared=False)
     def notify(recipient: str, tz: str) -> str:
         return "sent"
 
@@ -154,7 +154,7 @@ def test_quiet_hours_defer_to_the_morning(app: Celery, clock: ManualClock) -> No
 def test_a_registered_policy_name_and_positional_arguments(app: Celery, guard: Guard) -> None:
     guard.add_policy(SMS)
 
-    @capped_task(app, "sms", guard=guard, on_denied="drop")
+    @capped_task(app, "sms", guard=guard, shared=False, on_denied="drop")
     def send(recipient: str, content: str) -> str:
         return content
 
@@ -167,7 +167,7 @@ def test_a_default_gives_the_context(app: Celery, clock: ManualClock) -> None:
     guard = Guard(MemoryBackend(), [], clock=clock)
     push = Policy("push", Rule("1/day", by="recipient", calendar=True, tz_from="tz"))
 
-    @capped_task(app, push, guard=guard, on_denied="drop")
+    @capped_task(app, push, guard=guard, shared=False, on_denied="drop")
     def notify(recipient: str = "ops", tz: str = "Asia/Tokyo") -> str:
         return tz
 
@@ -176,7 +176,7 @@ def test_a_default_gives_the_context(app: Celery, clock: ManualClock) -> None:
 
 
 def test_a_missing_dimension_is_an_error_naming_it(app: Celery, guard: Guard) -> None:
-    @capped_task(app, SMS, guard=guard)
+    @capped_task(app, SMS, guard=guard, shared=False)
     def send(**message: Any) -> None:
         raise AssertionError("never runs")
 
@@ -220,7 +220,7 @@ def test_the_public_names_are_pinned() -> None:
 def test_a_function_without_the_dimension_fails_at_decoration(app: Celery, guard: Guard) -> None:
     with pytest.raises(ConfigError, match="takes no keyword argument for the dimension"):
 
-        @capped_task(app, SMS, guard=guard)
+        @capped_task(app, SMS, guard=guard, shared=False)
         def send(to: str) -> None: ...
 
 
@@ -229,7 +229,7 @@ def test_an_async_function_fails_at_decoration(app: Celery, guard: Guard) -> Non
     awaited, its hit spent (a new user's first hour)."""
     with pytest.raises(ConfigError, match=r"async def send.*asyncio.run"):
 
-        @capped_task(app, SMS, guard=guard)
+        @capped_task(app, SMS, guard=guard, shared=False)
         async def send(recipient: str) -> None: ...
 
 
@@ -246,7 +246,7 @@ def worker_app(app: Celery) -> Celery:
 def test_defer_resends_the_same_task_without_spending_retries(
     worker_app: Celery, guard: Guard
 ) -> None:
-    @capped_task(worker_app, SMS, guard=guard, max_retries=0)
+    @capped_task(worker_app, SMS, guard=guard, shared=False, max_retries=0)
     def send(recipient: str) -> str:
         return "sent"
 
@@ -267,7 +267,7 @@ def test_defer_resends_the_same_task_without_spending_retries(
 def test_a_redelivered_acks_late_task_takes_one_hit(worker_app: Celery, guard: Guard) -> None:
     runs: list[str] = []
 
-    @capped_task(worker_app, SMS, guard=guard, acks_late=True)
+    @capped_task(worker_app, SMS, guard=guard, shared=False, acks_late=True)
     def send(recipient: str) -> str:
         runs.append(recipient)
         return "sent"
@@ -282,7 +282,7 @@ def test_a_redelivered_acks_late_task_takes_one_hit(worker_app: Celery, guard: G
 
 
 def test_an_acks_late_task_that_fails_gives_back_its_mark(worker_app: Celery, guard: Guard) -> None:
-    @capped_task(worker_app, SMS, guard=guard, acks_late=True)
+    @capped_task(worker_app, SMS, guard=guard, shared=False, acks_late=True)
     def send(recipient: str, fail: bool) -> str:
         if fail:
             raise VendorDown("vendor timed out")
@@ -296,7 +296,7 @@ def test_an_acks_late_task_that_fails_gives_back_its_mark(worker_app: Celery, gu
 
 
 def test_a_direct_call_is_capped_and_not_tied_or_sent(worker_app: Celery, guard: Guard) -> None:
-    @capped_task(worker_app, SMS, guard=guard, acks_late=True)
+    @capped_task(worker_app, SMS, guard=guard, shared=False, acks_late=True)
     def send(recipient: str) -> str:
         return "sent"
 
@@ -324,7 +324,9 @@ def test_runs_failures_and_redeliveries_hold_one_hit_per_task(
     guard = Guard(MemoryBackend(), [], clock=ManualClock(START))
     policy = Policy("sms", Rule(f"{cap}/minute", by="recipient"))
 
-    @capped_task(worker_app, policy, guard=guard, acks_late=True, name=uuid.uuid4().hex)
+    @capped_task(
+        worker_app, policy, guard=guard, shared=False, acks_late=True, name=uuid.uuid4().hex
+    )
     def send(recipient: str, ok: bool) -> str:
         if not ok:
             raise VendorDown("vendor timed out")
@@ -372,7 +374,7 @@ def test_hostile_arguments_are_counted_or_refused_never_uncapped(recipient: obje
     guard = Guard(MemoryBackend(), [], clock=ManualClock(START))
     ran: list[object] = []
 
-    @capped_task(app, SMS, guard=guard, on_denied="drop")
+    @capped_task(app, SMS, guard=guard, shared=False, on_denied="drop")
     def send(recipient: object) -> None:
         ran.append(recipient)
 

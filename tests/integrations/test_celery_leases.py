@@ -49,7 +49,7 @@ def test_a_task_holds_a_lease_while_its_body_runs_and_gives_it_back(
 ) -> None:
     seen: list[dict[str, int]] = []
 
-    @capped_task(app, VENDOR, guard=guard, name="leased.push")
+    @capped_task(app, VENDOR, guard=guard, shared=False, name="leased.push")
     def push(account: str) -> str:
         seen.append(_left(guard))
         return "pushed"
@@ -65,7 +65,7 @@ def test_a_task_with_every_lease_held_elsewhere_is_denied_and_its_body_never_run
     ran: list[str] = []
     held = [guard.take_lease("vendor", account="a") for _ in range(2)]
 
-    @capped_task(app, VENDOR, guard=guard, name="leased.dropped", on_denied="drop")
+    @capped_task(app, VENDOR, guard=guard, shared=False, name="leased.dropped", on_denied="drop")
     def push(account: str) -> str:
         ran.append(account)
         return "pushed"
@@ -80,7 +80,7 @@ def test_a_task_with_every_lease_held_elsewhere_is_denied_and_its_body_never_run
 
 
 def test_a_failing_body_gives_back_its_lease_and_its_call(app: Celery, guard: Guard) -> None:
-    @capped_task(app, VENDOR, guard=guard, name="leased.failing", on_denied="raise")
+    @capped_task(app, VENDOR, guard=guard, shared=False, name="leased.failing", on_denied="raise")
     def push(account: str) -> str:
         raise ConnectionError("vendor down")
 
@@ -93,7 +93,7 @@ def test_a_failing_body_gives_back_its_lease_and_its_call(app: Celery, guard: Gu
 def test_a_denial_raises_as_asked(app: Celery, guard: Guard) -> None:
     held = [guard.take_lease("vendor", account="a") for _ in range(2)]
 
-    @capped_task(app, VENDOR, guard=guard, name="leased.raised", on_denied="raise")
+    @capped_task(app, VENDOR, guard=guard, shared=False, name="leased.raised", on_denied="raise")
     def push(account: str) -> str:
         return "pushed"
 
@@ -175,7 +175,7 @@ def test_a_deploy_that_gives_the_tasks_policy_a_concurrency_rule_is_seen_at_the_
     guard.add_policy(Policy("feed", Rule("10000/minute", by="account", name="rate")))
     seen: list[int] = []
 
-    @capped_task(app, "feed", guard=guard, name="exits.feed", on_denied="raise")
+    @capped_task(app, "feed", guard=guard, shared=False, name="exits.feed", on_denied="raise")
     def pull(account: str) -> str:
         seen.append(guard.peek("feed", account=account).rules[0].remaining)
         return "pulled"
@@ -204,7 +204,7 @@ def test_a_ctrl_c_as_the_release_begins_after_the_body_returned_gives_the_lease_
     rule's 60 s. ``guard.take_lease`` and ``LeaseBlock`` give back what an interrupt
     caught between their steps; so should the task's run."""
 
-    @capped_task(app, VENDOR, guard=guard, name="exits.ctrl_c")
+    @capped_task(app, VENDOR, guard=guard, shared=False, name="exits.ctrl_c")
     def push(account: str) -> str:
         return "pushed"
 
@@ -231,7 +231,7 @@ def test_a_soft_time_limit_as_the_take_is_answered_leaves_no_lease_held(
     signal.signal(signal.SIGUSR1, soft_timeout_sighandler)
     ran: list[str] = []
 
-    @capped_task(app, VENDOR, guard=guard, name="exits.soft_take", soft_time_limit=30)
+    @capped_task(app, VENDOR, guard=guard, shared=False, name="exits.soft_take", soft_time_limit=30)
     def push(account: str) -> str:
         ran.append(account)
         return "pushed"
@@ -257,7 +257,9 @@ def test_a_soft_time_limit_as_the_release_goes_leaves_no_lease_held(
     task's own time limit should not cost the vendor a slot either."""
     signal.signal(signal.SIGUSR1, soft_timeout_sighandler)
 
-    @capped_task(app, VENDOR, guard=guard, name="exits.soft_release", soft_time_limit=30)
+    @capped_task(
+        app, VENDOR, guard=guard, shared=False, name="exits.soft_release", soft_time_limit=30
+    )
     def push(account: str) -> str:
         return "pushed"
 

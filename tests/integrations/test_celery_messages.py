@@ -37,7 +37,7 @@ def guard(clock: ManualClock) -> Guard:
 
 
 def test_the_deferral_names_the_rule_and_the_delay(app: Celery, guard: Guard) -> None:
-    @capped_task(app, SMS, guard=guard)
+    @capped_task(app, SMS, guard=guard, shared=False)
     def send(recipient: str) -> str:
         return "sent"
 
@@ -50,7 +50,7 @@ def test_the_deferral_names_the_rule_and_the_delay(app: Celery, guard: Guard) ->
 
 
 def test_a_raised_denial_is_an_expected_error_of_the_task(app: Celery, guard: Guard) -> None:
-    @capped_task(app, SMS, guard=guard, on_denied="raise", throws=(KeyError,))
+    @capped_task(app, SMS, guard=guard, shared=False, on_denied="raise", throws=(KeyError,))
     def send(recipient: str) -> str:
         return "sent"
 
@@ -63,7 +63,7 @@ def test_a_raised_denial_is_an_expected_error_of_the_task(app: Celery, guard: Gu
 
 
 def test_its_type_and_numbers_survive_a_json_result(app: Celery, guard: Guard) -> None:
-    @capped_task(app, SMS, guard=guard, on_denied="raise")
+    @capped_task(app, SMS, guard=guard, shared=False, on_denied="raise")
     def send(recipient: str) -> str:
         return "sent"
 

@@ -82,6 +82,7 @@ def test_a_store_that_is_down_fails_the_task_and_autoretry_retries_it() -> None:
             app,
             Policy("sms", Rule("2/minute", by="recipient")),
             guard=guard,
+            shared=False,
             autoretry_for=(BackendUnavailable,),
             max_retries=2,
             retry_backoff=False,

@@ -94,7 +94,7 @@ def test_celery_rate_limit_beside_a_cap_is_refused(app: Celery, guard: Guard) ->
     for the cluster). Instead: accepted silently and kept on the task."""
     with pytest.raises(ConfigError, match=r"rate_limit.*per worker.*Rule\("):
 
-        @capped_task(app, SMS, guard=guard, rate_limit="10/m", name="sms.rl")
+        @capped_task(app, SMS, guard=guard, shared=False, rate_limit="10/m", name="sms.rl")
         def send(recipient: str) -> str:
             return "sent"
 
@@ -124,6 +124,7 @@ def test_raise_with_autoretry_for_exception_fails_with_task_denied(
         worker_app,
         ONE,
         guard=guard,
+        shared=False,
         on_denied="raise",
         autoretry_for=(Exception,),
         retry_backoff=True,
@@ -148,7 +149,13 @@ def test_autoretry_for_the_denial_is_refused_naming_defer(app: Celery, guard: Gu
     with pytest.raises(ConfigError, match=r"autoretry_for.*on_denied=\"defer\""):
 
         @capped_task(
-            app, ONE, guard=guard, on_denied="raise", autoretry_for=(CapExceeded,), name="x"
+            app,
+            ONE,
+            guard=guard,
+            shared=False,
+            on_denied="raise",
+            autoretry_for=(CapExceeded,),
+            name="x",
         )
         def send(recipient: str) -> str:
             return "sent"
@@ -159,7 +166,13 @@ def test_autoretry_with_defer_spends_no_retry(worker_app: Celery, guard: Guard) 
     through, and the copy keeps ``retries`` (max_retries=0 still deferred)."""
 
     @capped_task(
-        worker_app, ONE, guard=guard, autoretry_for=(Exception,), max_retries=0, name="sms.d"
+        worker_app,
+        ONE,
+        guard=guard,
+        shared=False,
+        autoretry_for=(Exception,),
+        max_retries=0,
+        name="sms.d",
     )
     def send(recipient: str) -> str:
         return "sent"
@@ -182,7 +195,7 @@ def test_a_deferral_past_its_expiry_is_not_sent(worker_app: Celery, guard: Guard
     it as expired then. Expected: not sent; the task ends as Celery ends an expired one,
     REVOKED. Instead: the copy is sent with its eta after its expires."""
 
-    @capped_task(worker_app, ONE, guard=guard, name="sms.otp")
+    @capped_task(worker_app, ONE, guard=guard, shared=False, name="sms.otp")
     def send(recipient: str) -> str:
         return "sent"
 
@@ -198,7 +211,7 @@ def test_a_deferral_before_its_expiry_is_sent(worker_app: Celery, guard: Guard) 
     the copy keeping ``expires``."""
     guard.add_policy(Policy("short", Rule("1/minute", by="recipient")))
 
-    @capped_task(worker_app, "short", guard=guard, name="sms.short")
+    @capped_task(worker_app, "short", guard=guard, shared=False, name="sms.short")
     def send(recipient: str) -> str:
         return "sent"
 
@@ -221,7 +234,9 @@ def test_ignore_after_the_call_keeps_its_hit(worker_app: Celery, guard: Guard) -
     such send is uncapped."""
     sent: list[str] = []
 
-    @capped_task(worker_app, ONE, guard=guard, bind=True, acks_late=True, name="sms.ignore")
+    @capped_task(
+        worker_app, ONE, guard=guard, shared=False, bind=True, acks_late=True, name="sms.ignore"
+    )
     def send(task: Task, recipient: str) -> None:
         sent.append(recipient)  # the vendor call
         task.update_state(state="SUCCESS", meta={"vendor_id": "m-1"})
@@ -248,7 +263,9 @@ def test_retry_under_a_lease_gives_back_the_lease_and_its_units(
         "vendor", Rule("1 concurrent", lease=60, name="flight"), Rule("5/minute", name="rate")
     )
 
-    @capped_task(worker_app, vendor, guard=guard, bind=True, max_retries=3, name="v.call")
+    @capped_task(
+        worker_app, vendor, guard=guard, shared=False, bind=True, max_retries=3, name="v.call"
+    )
     def call(task: Task, n: int) -> str:
         raise task.retry(countdown=5)
 
@@ -266,7 +283,7 @@ def test_a_deferred_copy_keeps_its_canvas(worker_app: Celery, guard: Guard) -> N
     """Found right: a deferred chord header or chain link is re-sent with its chord, group,
     chain and callbacks, so the canvas goes on when the copy runs."""
 
-    @capped_task(worker_app, ONE, guard=guard, name="sms.canvas")
+    @capped_task(worker_app, ONE, guard=guard, shared=False, name="sms.canvas")
     def send(recipient: str) -> str:
         return "sent"
 
@@ -292,16 +309,16 @@ def threaded_worker() -> Iterator[tuple[Celery, list[tuple[str, int]]]]:
     runs: list[tuple[str, int]] = []
 
     @capped_task(app, Policy("pair", Rule("2 per 1 second", by="recipient")), guard=guard,
-                 name="review.send")  # fmt: skip
+                 name="review.send", shared=False)  # fmt: skip
     def send(recipient: str, n: int) -> int:
         runs.append((recipient, n))
         return n
 
-    @app.task(name="review.collect")  # type: ignore[untyped-decorator]
+    @app.task(name="review.collect", shared=False)  # type: ignore[untyped-decorator]
     def collect(results: list[int]) -> list[int]:
         return sorted(results)
 
-    @app.task(name="review.then")  # type: ignore[untyped-decorator]
+    @app.task(name="review.then", shared=False)  # type: ignore[untyped-decorator]
     def then(n: int) -> str:
         return f"then {n}"
 
