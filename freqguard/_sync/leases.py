@@ -142,7 +142,7 @@ class LeaseBlock(ContextDecorator):
         self._guard, self._args = guard, (policy, cost, ctx)
         self._taken: list[Decision] = []  # filled before a Ctrl-C can land: given back
         self._gave = False  # its give-back on the way out of an interrupt was tried
-        self._entered = threading.Lock()  # held from the first entry on: one `with`
+        self._entered = threading.Lock()  # held from an entry to its exit: one `with`
 
     def __call__(self, func: F) -> F:
         """``func`` with a lease taken around each call.
@@ -193,19 +193,21 @@ class LeaseBlock(ContextDecorator):
 
     def __exit__(self, *exc: object) -> None:
         taken = self._taken
-        if taken and taken[0].allowed:
-            started: list[bool] = []
-            try:
-                # one released or refunded inside the block (the call failed: refunded) is
-                # back already: its spent receipt claimed again raised "already refunded"
-                # in place of the block's own exception
-                if not _spent(taken[0]):
-                    claim = releasing(self._guard, taken[0])
-                    give_back(self._guard, taken[0], claim, started)
-            except Interrupt:  # a Ctrl-C as the release began: it goes now
-                if not started:
-                    give_back_unsent(self._guard, taken[0], releasing(self._guard, taken[0]))
-                raise
+        started: list[bool] = []
+        try:
+            # one released or refunded inside the block (the call failed: refunded) is
+            # back already: its spent receipt claimed again raised "already refunded"
+            # in place of the block's own exception
+            if taken and taken[0].allowed and not _spent(taken[0]):
+                claim = releasing(self._guard, taken[0])
+                give_back(self._guard, taken[0], claim, started)
+        except Interrupt:  # a Ctrl-C as the release began: it goes now
+            if taken and taken[0].allowed and not started:
+                give_back_unsent(self._guard, taken[0], releasing(self._guard, taken[0]))
+            raise
+        finally:  # nobody in it, its lease given back (or tried): it may be entered again
+            self._taken, self._gave = [], False  # (review: refused "one `with` at a time")
+            self._entered.release()
 
 
 def _spent(decision: Decision) -> bool:

@@ -9,9 +9,9 @@ from typing import Any
 
 from freqguard.cli.output import EXIT_OK, out
 from freqguard.cli.words import context, policy_named, shared_store
+from freqguard.engine.limits import limit_written
 from freqguard.engine.resets import NAME_THE_RULES
 from freqguard.errors import ConfigError
-from freqguard.rates import written
 
 __all__ = ["inspect", "limit_clear", "limit_set", "limit_show", "reset"]
 
@@ -91,7 +91,10 @@ def limit_show(args: argparse.Namespace) -> int:
         limits = guard.limits_for(policy, **found)
     finally:
         guard.close()
-    data = {rule: None if rate is None else written(rate) for rule, rate in limits.items()}
+    rules = {rule.id: rule for rule in guard.policies[policy].rules}
+    data = {
+        r: None if rate is None else limit_written(rules[r], rate) for r, rate in limits.items()
+    }
 
     def table() -> list[list[str]]:
         return [["rule", "rate"]] + [[rule, rate or "exempt"] for rule, rate in data.items()]

@@ -18,7 +18,7 @@ from freqguard.engine.tiers import rule_params
 from freqguard.errors import ConfigError
 from freqguard.options import TierRates
 from freqguard.policy import derived
-from freqguard.rates import Rate, parse_rate
+from freqguard.rates import Rate, parse_rate, written
 from freqguard.rules import Rule, concurrent_rate
 from freqguard.script.calls import Part, Reply, ScriptCall
 from freqguard.script.contract import LIMIT
@@ -26,9 +26,18 @@ from freqguard.script.keys import value_text
 from freqguard.script.limits import KeyLimit, change_text
 from freqguard.strategy import Strategy
 
-__all__ = ["limit_call", "limits_calls", "limits_of"]
+__all__ = ["limit_call", "limit_written", "limits_calls", "limits_of"]
 
 _US = 1_000_000
+
+
+def limit_written(rule: Rule, rate: Rate) -> str:
+    """``rate`` (``limits_for``'s, of ``rule``) as ``set_limit`` takes it for that rule:
+    ``N concurrent`` for a concurrency rule (its lease apart), else :func:`written`. What
+    ``freqguard limit show`` and the service print can be set back as it is."""
+    if rule.strategy is Strategy.CONCURRENCY:
+        return f"{rate.limit} concurrent"
+    return written(rate)
 
 
 def limit_call(
@@ -231,8 +240,8 @@ def _ttl_us(ttl: object) -> int:
         raise ConfigError(
             f"ttl must be None (for ever) or finite seconds > 0, got {ttl!r}", argument="ttl"
         )
-    us = max(1, round(ttl * _US))
-    if us > MAX_SPAN_US:
+    # compared in seconds first: a finite ttl past 1.8e302 s is infinite in µs
+    if ttl > MAX_SPAN_US / _US or (us := max(1, round(ttl * _US))) > MAX_SPAN_US:
         raise ConfigError(
             f"ttl must be at most {MAX_SPAN_US // _US} seconds, got {ttl!r}", argument="ttl"
         )

@@ -19,11 +19,11 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 import freqguard.service.schema as schema
+from freqguard.engine.limits import limit_written
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import AsyncGuard
 from freqguard.observe.base import RepeatFilter
 from freqguard.policy import Policy
-from freqguard.rates import written
 from freqguard.rules import Rule
 from freqguard.script.keys import context_digest
 from freqguard.service.access import notes
@@ -209,9 +209,14 @@ class Service:
 
     async def limits(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
         found = await self.guard.limits_for(policy, **body.context)
-        # each rate as written (50/day), as the page lists the policy's: it parses back
+        # each rate as written (50/day, 5 concurrent), as the page lists the policy's: a
+        # rate shown can be set back as it is
+        rules = {rule.id: rule for rule in self.guard.policies[policy].rules}
         return schema.Limits(
-            {r: None if rate is None else written(rate) for r, rate in found.items()}
+            {
+                r: None if rate is None else limit_written(rules[r], rate)
+                for r, rate in found.items()
+            }
         )
 
     async def set_limit(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:

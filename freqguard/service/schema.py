@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from freqguard.decision import Decision as Decided
+from freqguard.engine.limits import limit_written
 from freqguard.options import QuietHours
 from freqguard.policy import Policy
 from freqguard.rates import written
@@ -60,7 +61,7 @@ class Decisions(msgspec.Struct, frozen=True):
 
 class Limits(msgspec.Struct, frozen=True):
     """Each rule's rate for one partition value, as written (``100/day``, ``2 per 59
-    seconds``; it parses back), or null: exempt."""
+    seconds``, ``5 concurrent``; set back as it is, it sets that rate), or null: exempt."""
 
     limits: dict[str, str | None]
 
@@ -257,7 +258,8 @@ def _rule_info(rule: Rule) -> RuleInfo:
     return RuleInfo(
         rule=rule.id,
         by=list(rule.by),
-        rate=written(rule.rate) if rule.quiet is None else "quiet hours",
+        # as the limits calls say it (5 concurrent for leases): the page compares the two
+        rate=limit_written(rule, rule.rate) if rule.quiet is None else "quiet hours",
         strategy="calendar" if rule.calendar else rule.strategy.value,
         written=_written_rule(rule),
         lease=rule.lease,

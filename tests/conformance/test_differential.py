@@ -128,8 +128,16 @@ def _limit(guard: Guard, policy: Policy, context: dict[str, str], arg: Any, n: A
 
 
 def _replay(
-    guard: Guard, clock: ManualClock, policy: Policy, pool: list[dict[str, str]], ops: list[Any]
+    guard: Guard,
+    clock: ManualClock,
+    policy: Policy,
+    pool: list[dict[str, str]],
+    ops: list[Any],
+    deploys: Sequence[Policy] = (),
 ) -> list[object]:
+    """``ops`` on ``guard``; a ``deploy`` op registers the n-th of ``deploys`` (a policy
+    named ``p`` too) on a new guard of the same store and clock, whose operations follow
+    (a refund of a decision made before it included)."""
     out: list[object] = []
     # the largest cost any hit may ask for (ConfigError above it is tested elsewhere)
     largest = min((r.capacity for r in policy.rules if not r.shadow), default=3)
@@ -138,7 +146,11 @@ def _replay(
     admitted: list[Decision] = []
     for kind, arg, n in ops:
         latest = max(latest, clock.now())
-        if kind == "advance":
+        if kind == "deploy":
+            policy = deploys[n % len(deploys)]
+            guard = Guard(guard.backend, [policy], clock=clock)
+            largest = min((r.capacity for r in policy.rules if not r.shadow), default=3)
+        elif kind == "advance":
             clock.advance(n / 1_000_000)
         elif kind == "hours":  # calendar periods: across local midnights and DST changes
             clock.advance(n * 3600)
@@ -160,7 +172,10 @@ def _replay(
         elif kind == "undo":
             fresh = [d for d in admitted if d.receipt is not None and not d.receipt.spent]
             if fresh:
-                out.append(guard.refund(fresh[n % len(fresh)]))
+                try:  # after a deploy that changed the policy: refused alike everywhere
+                    out.append(guard.refund(fresh[n % len(fresh)]))
+                except ConfigError as exc:
+                    out.append(str(exc))
         else:
             context = _only(policy, pool[arg % len(pool)])
             if kind == "hit":
@@ -192,13 +207,19 @@ def _replay(
 
 
 def _assert_alike(
-    backends: list[Any], policy: Policy, pool: list[dict[str, str]], ops: list[Any], start: int
+    backends: list[Any],
+    policy: Policy,
+    pool: list[dict[str, str]],
+    ops: list[Any],
+    start: int,
+    deploys: Sequence[Policy] = (),
 ) -> None:
     """The same operations on each backend, from the same pinned time, decide alike."""
     results = []
     for backend in backends:
         clock = ManualClock(start)
-        results.append(_replay(Guard(backend, [policy], clock=clock), clock, policy, pool, ops))
+        guard = Guard(backend, [policy], clock=clock)
+        results.append(_replay(guard, clock, policy, pool, ops, deploys))
     for result in results[1:]:
         assert result == results[0]
 

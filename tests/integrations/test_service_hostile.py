@@ -44,7 +44,9 @@ def _bodies() -> st.SearchStrategy[bytes]:
     optional = {
         "cost": st.one_of(st.integers(-2, 4), _scalars()),
         "rate": st.one_of(st.sampled_from(["5/minute", "1/day", None]), _scalars()),
-        "ttl": st.one_of(st.sampled_from([60, 0.5, None]), _scalars()),
+        "ttl": st.one_of(
+            st.sampled_from([60, 0.5, None, 1e20, 1e303]), _scalars()
+        ),  # 1e303: µs overflow
     }
     one = st.fixed_dictionaries({"context": _contexts()}, optional=optional)
     many = st.fixed_dictionaries(

@@ -28,7 +28,20 @@ def _state(server: RedisServer) -> dict[Any, Any]:
 
 
 NUMBERS = st.sampled_from(
-    ["0", "-1", "1e400", "nan", "inf", "9" * 30, "9" * 5000, "0x10", "1_000", "\u0661", "3.5"]
+    [
+        "0",
+        "-1",
+        "1e400",
+        "1e303",
+        "nan",
+        "inf",
+        "9" * 30,
+        "9" * 5000,
+        "0x10",
+        "1_000",
+        "\u0661",
+        "3.5",
+    ]
 )
 NAMES = st.sampled_from(
     [
