@@ -22,7 +22,8 @@ def _policy(by: str) -> Policy:
 @pytest.mark.xfail(
     strict=True,
     reason="a limit is stored by its rule's tag (from the rule's name alone) in the record of "
-    "the partition value, whatever dimension that value was of: re-keyed by the user, rule d "
+    "the partition value, whatever dimension that value was of (docs/limits.md, Parts, names "
+    "the gap): re-keyed by the user, rule d "
     "reads tenant 17's limit as user 17's (a storage change: the tag, or the limit, must "
     "name the partition's dimension)",
 )
