@@ -183,3 +183,53 @@ def test_a_sync_lease_block_that_ended_can_be_entered_again() -> None:
             seen.append(decision.allowed)
             assert guard.peek("llm", user="u").rules[0].remaining == 0
     assert (seen, guard.peek("llm", user="u").rules[0].remaining) == ([True] * 3, 1)
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_lease_block_whose_entry_was_interrupted_after_its_take_may_be_entered_again(
+    face: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C just after a block's take: the entry gives the lease back and raises; the
+    block, nobody in it, may then be entered again (it stayed locked: "one `with` at a
+    time" for good). Each entry's lease goes back once: the capacity is whole after."""
+    import freqguard._async.leases as async_leases
+    import freqguard._sync.leases as sync_leases
+
+    module: Any = sync_leases if face == "sync" else async_leases
+    real = module.take
+
+    def interrupted_sync(*args: Any) -> Any:
+        real(*args)  # the take answered (``taken`` filled), then the Ctrl-C
+        raise KeyboardInterrupt
+
+    async def interrupted_async(*args: Any) -> Any:
+        await real(*args)
+        raise KeyboardInterrupt
+
+    if face == "sync":
+        guard = Guard(policies=[LLM], clock=ManualClock(START))
+        block = guard.lease("llm", user="u")
+        monkeypatch.setattr(module, "take", interrupted_sync)
+        with pytest.raises(KeyboardInterrupt), block:
+            pass
+        monkeypatch.setattr(module, "take", real)
+        assert guard.peek("llm", user="u").rules[0].remaining == 2
+        with block as decision:
+            assert decision.allowed
+        assert guard.peek("llm", user="u").rules[0].remaining == 2
+        return
+
+    async def main() -> None:
+        guard = AsyncGuard(policies=[LLM], clock=ManualClock(START))
+        block = guard.lease("llm", user="u")
+        monkeypatch.setattr(module, "take", interrupted_async)
+        with pytest.raises(KeyboardInterrupt):
+            async with block:
+                pass
+        monkeypatch.setattr(module, "take", real)
+        assert (await guard.peek("llm", user="u")).rules[0].remaining == 2
+        async with block as decision:
+            assert decision.allowed
+        assert (await guard.peek("llm", user="u")).rules[0].remaining == 2
+
+    asyncio.run(main())
