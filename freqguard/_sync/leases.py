@@ -177,10 +177,9 @@ class LeaseBlock(ContextDecorator):
         except BaseException:  # a Ctrl-C held back as it was taken, or just after: given
             try:  # back (another signal's exception too)
                 self.release_taken()
-            finally:
-                if not taken:  # nothing taken (the store failed): it may be entered again
-                    self._gave = False
-                    self._entered.release()
+            finally:  # the entry is over, nobody in it: it may be entered again (review:
+                self._taken, self._gave = [], False  # a lease given back kept it locked)
+                self._entered.release()
             raise
 
     def release_taken(self) -> None:
