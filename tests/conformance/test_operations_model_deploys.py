@@ -14,9 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import rule, run_state_machine_as_test
+from hypothesis.stateful import rule
 
 from freqguard import ConfigError, Decision
 from freqguard.backends.base import SyncBackend
@@ -29,9 +28,8 @@ from tests.conformance.test_operations_model import (
     Operations,
     T,
     U,
-    _emptied,
+    run_on,
 )
-from tests.conftest import examples
 
 BETWEEN = ("none", "same", "changed", "changed-back", "retiered")
 
@@ -164,12 +162,4 @@ class Deploys(Operations):
 
 
 def test_deploys_and_refunds_hold_to_the_model(any_store: SyncBackend) -> None:
-    class OnThisStore(Deploys):
-        def __init__(self) -> None:
-            self.store = _emptied(any_store)
-            super().__init__()
-
-    run_state_machine_as_test(
-        OnThisStore,
-        settings=settings(max_examples=examples(40), stateful_step_count=40, deadline=None),
-    )
+    run_on(any_store, Deploys, 40)
