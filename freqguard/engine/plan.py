@@ -18,7 +18,7 @@ from freqguard.engine.calendar import Calendar
 from freqguard.engine.fingerprints import fingerprint, made_by
 from freqguard.engine.priorities import Priorities
 from freqguard.engine.requests import Requests
-from freqguard.engine.tiers import Tiers, rule_params
+from freqguard.engine.tiers import Tiers, rule_params, tables_keep
 from freqguard.errors import ConfigError
 from freqguard.policy import Policy
 from freqguard.rates import Rate
@@ -69,6 +69,8 @@ def _compile_part(states: tuple[StateLayout, ...], policy: Policy, tags: tuple[i
         twin = twin_of(first)
         window = max(p.window for p in params)
         cap = max(p.capacity for p in params)
+        if getattr(twin, "KEEPS_OWN", False):  # its tiers' too (a table's)
+            window, cap = tables_keep([rules[i] for i in state.rules], window, cap)
         specs.append(StateSpec(twin, params, twin.horizon(params), first.shadow, window, cap))
     rule_index = [i for state in states for i in state.rules]
     labels = [f"rule {rules[i].id!r} of policy {policy.name!r}" for i in rule_index]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from freqguard.errors import ConfigError
+from freqguard.options import TierRates
 from freqguard.policy import Policy, derived
 from freqguard.rates import Rate, parse_rate
 from freqguard.rules import Rule
@@ -20,7 +21,7 @@ from freqguard.script.calls import Part, spec_text
 from freqguard.script.limits import KeyLimit, apply
 from freqguard.script.strategies.base import RuleParams
 
-__all__ = ["MAX_VARIANTS", "Tiers", "rule_params"]
+__all__ = ["MAX_VARIANTS", "Tiers", "rule_params", "tables_keep"]
 
 #: The most variants of one policy kept at once (a function that returns a new rate for
 #: every caller makes as many; past this, the oldest are compiled again when next met).
@@ -32,6 +33,19 @@ def rule_params(rule: Rule, tag: int = 0) -> RuleParams:
     window = rule.rate.window_us
     interval = -(-window // rule.limit) if rule.strategy.uses_burst else 0
     return RuleParams(rule.capacity, window, interval, rule.shadow, tag, 0, rule.burst or 0)
+
+
+def tables_keep(rules: Sequence[Rule], window: int, cap: int) -> tuple[int, int]:
+    """The window and count a state of ``rules`` keeps, at least ``window`` and ``cap``: a
+    ``TierRates`` table's rates are known before any hit, so a state that keeps what its
+    own rules need (a log, a rolling window) keeps what each tier's needs too, and one hit
+    at the rule's own rate never makes a tier of a longer window forget its older hits.
+    A ``rate_for`` function's rates are not known: those a hit meets are kept from then."""
+    for rule in rules:
+        if isinstance(rule.rate_for, TierRates):
+            for rate in rule.rate_for.rates.values():
+                window, cap = max(window, rate.window_us), max(cap, rate.limit)
+    return window, cap
 
 
 class Tiers:
