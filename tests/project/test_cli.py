@@ -143,6 +143,38 @@ def test_an_option_between_the_policy_and_its_context(config: Path) -> None:
     assert "unrecognized arguments: --bogus" in refused.stderr
 
 
+def test_inspect_without_a_rule_s_dimension_shows_the_rules_the_context_names(
+    config: Path,
+) -> None:
+    """An operator asks why a recipient is refused, not knowing the message's content:
+    inspect with the recipient alone shows the recipient's rules and marks the content's
+    as needing it (it refused the whole command: missing dimension content); whether a
+    hit would pass is not said (the content's rules decide too). A context naming none of
+    a rule's dimensions is still refused, naming them, and nothing is written."""
+    guard = load(config).guard()
+    for _ in range(2):
+        assert guard.hit("sms", recipient="+1555", content="hi").allowed
+    guard.close()
+    done = _run("inspect", str(config), "sms", "recipient=+1555", "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert (data["allowed"], data["needs"]) == (None, ["content"])
+    rows = {r["rule"]: r for r in data["rules"]}
+    assert (rows["rcpt-1m"]["used"], rows["rcpt-1m"]["needs"]) == (2, [])
+    assert (rows["content-59s"]["used"], rows["content-59s"]["needs"]) == (None, ["content"])
+    table = _run("inspect", str(config), "sms", "recipient=+1555").stdout
+    assert "content-59s (needs content)" in table
+    refused = _run("inspect", str(config), "sms", "content=hi")
+    assert refused.returncode == 2
+    assert "recipient" in refused.stderr
+    whole = json.loads(_run("inspect", str(config), "sms", "recipient=+1555", "content=hi",
+                            "--json").stdout)  # fmt: skip
+    assert (whole["allowed"], whole["needs"]) == (False, [])
+    guard = load(config).guard()
+    assert guard.peek("sms", recipient="+1555", content="hi").rules[0].remaining == 1
+    guard.close()
+
+
 def test_inspect_takes_the_values_a_policy_reads(tmp_path: Path, redis_server: RedisServer) -> None:
     """A context with a value the policy's rules read (a tier's plan, a priority): inspect
     asked for the per-key limits with the whole context, which they refused, so it failed
