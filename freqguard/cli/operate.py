@@ -28,47 +28,72 @@ def _open(args: argparse.Namespace) -> tuple[Any, str, dict[str, str]]:
     return config.guard(), policy.name, found
 
 
+#: What a dimension the context leaves out is read as (its rules are not shown): any
+#: value would do, as a peek writes nothing.
+_UNSET = "freqguard-inspect-unset"
+
+
 def inspect(args: argparse.Namespace) -> int:
     guard, policy, found = _open(args)
     try:
-        decision = guard.peek(policy, **found)
+        dimensions = guard.policies[policy].dimensions
+        needs = [d for d in dimensions if d not in found]
+        rules_needing = {
+            rule.id: [d for d in rule.by if d in needs] for rule in guard.policies[policy].rules
+        }
+        if needs and all(rules_needing.values()):  # none to show: the guard names them
+            needs = []
+        decision = guard.peek(policy, **found, **dict.fromkeys(needs, _UNSET))
         # the per-key limits of the context's partition values (None: exempt, decided as
         # a shadow rule); not of the values the rules read (a plan, a priority)
-        dimensions = guard.policies[policy].dimensions
         rates = guard.limits_for(policy, **{d: v for d, v in found.items() if d in dimensions})
     finally:
         guard.close()
-    quiet = [state.rule.quiet is not None for state in decision.rules]  # no rate: no numbers
-    rules = [
-        {
-            "rule": state.rule.id,
-            "capacity": None if still else state.capacity,
-            "remaining": None if still else state.remaining,
-            "used": None if still else state.capacity - state.remaining,
-            "reset_after": state.reset_after,
-            "retry_after": state.retry_after,
-            "shadow": state.rule.shadow and rates.get(state.rule.id, 0) is not None,
-            "exempt": rates.get(state.rule.id, 0) is None,
-        }
-        for state, still in zip(decision.rules, quiet, strict=True)
-    ]
-    data = {"policy": policy, "allowed": decision.allowed, "rules": rules}
+    rules = []
+    for state in decision.rules:
+        missing = rules_needing[state.rule.id] if needs else []
+        blank = missing or state.rule.quiet is not None  # quiet hours: no rate, no numbers
+        rules.append(
+            {
+                "rule": state.rule.id,
+                "capacity": None if blank else state.capacity,
+                "remaining": None if blank else state.remaining,
+                "used": None if blank else state.capacity - state.remaining,
+                "reset_after": None if missing else state.reset_after,
+                "retry_after": None if missing else state.retry_after,
+                "shadow": state.rule.shadow and rates.get(state.rule.id, 0) is not None,
+                "exempt": rates.get(state.rule.id, 0) is None,
+                "needs": missing,
+            }
+        )
+    allowed = None if needs else decision.allowed  # the rules not shown decide too
+    data = {"policy": policy, "allowed": allowed, "needs": needs, "rules": rules}
 
     def table() -> list[list[str]]:
         head = [["rule", "used", "remaining", "of", "frees in", "next hit"]]
-        return head + [
-            [
-                r["rule"] + (" (exempt)" if r["exempt"] else " (shadow)" if r["shadow"] else ""),
-                *("-" if r["capacity"] is None else str(r[k]) for k in ("used", "remaining")),
-                "-" if r["capacity"] is None else str(r["capacity"]),
-                _seconds(r["reset_after"]),
-                "allowed" if not r["retry_after"] else f"in {_seconds(r['retry_after'])}",
-            ]
-            for r in rules
-        ]
+        return head + [[_name(r), *_numbers(r)] for r in rules]
 
     out(args, data, table)
     return EXIT_OK
+
+
+def _name(row: dict[str, Any]) -> str:
+    if row["needs"]:
+        return f"{row['rule']} (needs {', '.join(row['needs'])})"
+    return str(row["rule"]) + (
+        " (exempt)" if row["exempt"] else " (shadow)" if row["shadow"] else ""
+    )
+
+
+def _numbers(row: dict[str, Any]) -> list[str]:
+    if row["needs"]:
+        return ["-"] * 5
+    blank = row["capacity"] is None
+    return [
+        *("-" if blank else str(row[k]) for k in ("used", "remaining", "capacity")),
+        _seconds(row["reset_after"]),
+        "allowed" if not row["retry_after"] else f"in {_seconds(row['retry_after'])}",
+    ]
 
 
 def reset(args: argparse.Namespace) -> int:

@@ -234,7 +234,7 @@ def test_limits_are_set_shown_and_cleared(config: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("inspect", "{config}", "sms", "recipient=a"), "missing dimension(s) content"),
+        (("inspect", "{config}", "sms", "content=a"), "missing dimension(s) recipient"),
         (("inspect", "{config}", "nope", "recipient=a"), "nope"),
         (("inspect", "{config}", "sms", "recipient"), "name=value"),
         (("check", "{missing}"), "missing.toml"),
