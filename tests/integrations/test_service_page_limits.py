@@ -132,3 +132,45 @@ def test_with_tokens_the_page_writes_with_the_token_typed_in(config: Path, tmp_p
             "this service needs a token: type it in the token field above"
         )
         assert _limits(served.url, "t0ken")["rcpt-1m"] == "4/minute"  # not cleared
+
+
+GLOBAL_CONFIG = """\
+backend = "memory://"
+
+[[policy]]
+name = "sms"
+rules = [
+  { rate = "2/minute", by = "recipient", name = "rcpt-1m" },
+  { rate = "100/second", by = [], name = "all" },
+]
+"""
+
+
+def test_a_global_rule_s_limit_is_set_and_cleared_from_the_page(tmp_path: Path) -> None:
+    """A global rule's limit is no recipient's: the page sent the looked-up recipient as its
+    context, which the API refuses (a global rule's limit takes none), so it could not be
+    set or cleared from the page. Now its context is empty; the recipient's rule still
+    takes the recipient."""
+    config = tmp_path / "global.toml"
+    config.write_text(GLOBAL_CONFIG)
+    with serving(config, env={"FREQGUARD_TOKENS": ""}) as served, Browser(tmp_path / "p") as page:
+        page.open(served.url + "/?policy=sms&recipient=%2B1555")
+        page.until("document.querySelectorAll('#limits tbody tr').length", "the limits")
+        _type(page, limit_rule="all", limit_rate="50/second", limit_ttl="")
+        page.run("$('limit-set').click()")
+        assert _answer(page, "set") == "set all"
+        found = httpx.post(f"{served.url}/v1/policies/sms/limits", json={"context": {}})
+        assert found.json()["limits"]["all"] == "50/second", found.text
+        _type(page, limit_rule="rcpt-1m", limit_rate="9/minute")
+        page.run("$('limit-set').click()")
+        assert _answer(page, "set") == "set rcpt-1m"
+        assert _limits(served.url)["rcpt-1m"] == "9/minute"
+        page.until(
+            "document.querySelector('#limits button[data-rule=\"all\"]') &&"
+            " !document.querySelector('#limits button[data-rule=\"all\"]').hidden",
+            "the global rule's clear button",
+        )
+        page.run("document.querySelector('#limits button[data-rule=\"all\"]').click()")
+        assert _answer(page, "cleared") == "cleared all"
+        found = httpx.post(f"{served.url}/v1/policies/sms/limits", json={"context": {}})
+        assert found.json()["limits"]["all"] == "100/second", found.text
