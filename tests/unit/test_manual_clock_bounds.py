@@ -1,0 +1,45 @@
+"""``ManualClock(start)`` and ``ManualClock.set(seconds)`` take a finite number of seconds
+and refuse anything else with a ``ConfigError`` naming the call and the value, as
+``advance`` does: a finite float past what microseconds hold (1e303), NaN, infinity, a
+string or a bool raised Python's own ``OverflowError``/``ValueError``/``TypeError``, naming
+neither (an adversarial pass on the operations, which draw such times)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from freqguard import ConfigError, ManualClock
+
+BAD = [1e303, -1e303, math.inf, -math.inf, math.nan, "10", True, None, b"1", [1]]
+
+
+@pytest.mark.parametrize("start", BAD, ids=repr)
+def test_a_start_that_is_no_finite_number_of_seconds_is_refused_naming_it(start: object) -> None:
+    with pytest.raises(ConfigError, match=r"ManualClock\(start\) takes .*seconds") as refused:
+        ManualClock(start)  # type: ignore[arg-type]
+    assert repr(start) in str(refused.value)
+
+
+@pytest.mark.parametrize("seconds", BAD, ids=repr)
+def test_a_set_to_no_finite_number_of_seconds_is_refused_and_keeps_the_time(
+    seconds: object,
+) -> None:
+    clock = ManualClock(1_000.0)
+    with pytest.raises(ConfigError, match=r"ManualClock.set takes .*seconds") as refused:
+        clock.set(seconds, backwards=True)  # type: ignore[arg-type]
+    assert repr(seconds) in str(refused.value)
+    assert clock.now() == 1_000.0
+
+
+def test_numbers_the_clock_takes_still_work() -> None:
+    from decimal import Decimal
+    from fractions import Fraction
+
+    assert ManualClock(Fraction(3, 2)).now_us() == 1_500_000  # type: ignore[arg-type]
+    clock = ManualClock(Decimal("1.25"))  # type: ignore[arg-type]
+    clock.set(2, backwards=False)
+    assert clock.now_us() == 2_000_000
+    clock.set(-5.5, backwards=True)
+    assert clock.now_us() == -5_500_000
