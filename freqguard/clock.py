@@ -95,6 +95,20 @@ def seconds_to_us(seconds: float) -> int:
     return round(seconds * _US)
 
 
+def _clock_us(seconds: object, call: str) -> int:
+    """``seconds`` (a real number: a Fraction, a Decimal too) in µs.
+
+    Raises:
+        ConfigError: no finite number of seconds, or one past what µs hold (1e303).
+    """
+    try:
+        if isinstance(seconds, (bool, str, bytes)) or not math.isfinite(seconds):  # type: ignore[arg-type]
+            raise ValueError(seconds)
+        return seconds_to_us(seconds)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{call} takes a finite number of seconds, got {seconds!r}") from None
+
+
 class ManualClock:
     """A clock that moves only when told to; for tests and replays.
 
@@ -105,7 +119,7 @@ class ManualClock:
     """
 
     def __init__(self, start: float = 0.0) -> None:
-        self._us = seconds_to_us(start)
+        self._us = _clock_us(start, "ManualClock(start)")
 
     def now(self) -> float:
         return self._us / _US
@@ -148,7 +162,7 @@ class ManualClock:
             ConfigError: ``seconds`` is earlier than the clock's current time, and
                 ``backwards`` was not given.
         """
-        target = seconds_to_us(seconds)
+        target = _clock_us(seconds, "ManualClock.set")
         if target < self._us and not backwards:
             raise ConfigError(
                 f"ManualClock.set({seconds!r}) is earlier than now ({self.now()!r}): time "
