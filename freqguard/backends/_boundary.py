@@ -8,9 +8,13 @@
     "DB index is out of range",           ──►   ConfigError: the store says the URL or
     AuthenticationError (NOAUTH,                its user is wrong, which no retry, no
     WRONGPASS), NoPermissionError (NOPERM)      fallback and no on_error can mend
+    the cluster client's "Cluster mode is ──►   ConfigError: a standalone server behind
+    not enabled on this node"                   a redis+cluster:// URL (use redis://)
     any other RedisError, and the cluster ──►   BackendUnavailable
     client's RedisClusterException              (with the likely cause when a TLS client
-                                                met a plain server, or the reverse)
+                                                met a plain server, or the reverse, when
+                                                nothing listens at the address, or when
+                                                its host name does not resolve)
 
 :func:`translate` is the mapping, and the only one. Each public operation of a Redis backend
 catches :data:`ERRORS` around its whole body and raises ``translate(exc, client) from exc``:
@@ -22,6 +26,7 @@ of a hit. :func:`boundary` is the same as a context manager, for the places off 
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -69,6 +74,14 @@ PLAIN_AT_TLS = (
     "the server dropped the connection as it was being set up: does it listen with TLS only? "
     "that needs rediss://"
 )
+
+
+#: Nothing accepts connections at the address (refused), or its host name has no address.
+NOTHING_LISTENS = (
+    "nothing accepts connections there: is a Redis server running there, and is the URL's "
+    "host:port its own?"
+)
+UNRESOLVED = "the URL's host name does not resolve: check its spelling, or give an IP address"
 
 
 #: A server that refused the client as it connected: it asks for a password (and a user)
@@ -124,6 +137,12 @@ def misconfigured(exc: Exception, client: object) -> ConfigError | None:
         )
     if isinstance(exc, rex.AuthenticationError):  # as the connection was set up
         return ConfigError(f"{where}: {NO_ACCESS} ({type(exc).__name__}: {exc})")
+    if _no_cluster(exc):  # a redis+cluster:// URL at a standalone server
+        return ConfigError(
+            "the server the cluster URL names is not a Redis Cluster node (it runs without "
+            "cluster mode): use redis://host:port (rediss:// for TLS) for a standalone server, "
+            f"redis+sentinel:// for one that Sentinels watch ({type(exc).__name__}: {exc})"
+        )
     if isinstance(exc, rex.NoPermissionError):
         return ConfigError(
             f"{where}: the store's ACL refuses the URL's user a command or key freqguard "
@@ -131,6 +150,16 @@ def misconfigured(exc: Exception, client: object) -> ConfigError | None:
             "FUNCTION or SCRIPT to load them) on its keys, or give the URL a user that has them"
         )
     return None
+
+
+def _no_cluster(exc: BaseException) -> bool:
+    """A cluster client's word that its node runs without cluster mode: its own error, or
+    the server's reply to CLUSTER SLOTS, through the client's wrapping."""
+    return any(
+        (isinstance(e, rex.RedisClusterException) and "Cluster mode is not enabled" in str(e))
+        or (isinstance(e, rex.ResponseError) and "cluster support disabled" in str(e))
+        for e in _chain(exc)
+    )
 
 
 def _moved(exc: Exception) -> bool:
@@ -160,8 +189,10 @@ def unconnected(exc: Exception) -> bool:
 
 def mismatch(exc: BaseException, client: object) -> str:
     """The likely cause of a failure to connect, when it looks like TLS on one side only
-    (:data:`TLS_AT_PLAIN`, :data:`PLAIN_AT_TLS`); else ``""``. Read from the error alone,
-    no I/O: a plain client's hint needs ``client`` to say it is one."""
+    (:data:`TLS_AT_PLAIN`, :data:`PLAIN_AT_TLS`), no server at the address
+    (:data:`NOTHING_LISTENS`) or a host name without one (:data:`UNRESOLVED`); else ``""``.
+    Read from the error alone, no I/O: a plain client's hint needs ``client`` to say it is
+    one."""
     chain = list(_chain(exc))
     for error in chain:
         if isinstance(error, ssl.SSLError) and error.reason in _PLAIN_ANSWERS:
@@ -180,6 +211,10 @@ def mismatch(exc: BaseException, client: object) -> str:
     setting_up = any(name.startswith("on_connect") for name in frames)
     if dropped and setting_up and tls(client) is False:
         return PLAIN_AT_TLS
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return NOTHING_LISTENS
+    if any(isinstance(e, socket.gaierror) for e in chain):
+        return UNRESOLVED
     return ""
 
 

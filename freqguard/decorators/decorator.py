@@ -117,7 +117,7 @@ class Capped:
         if self._policy is not None:
             policy = guard.policies.get(self._policy)
             if policy is None:
-                raise unknown_policy(self._policy, guard)
+                raise unknown_policy(self._policy, guard, self.guard is None)
             dims = policy.dimensions
             if len(dims) == 1 and len(ctx) == 1 and dims[0] not in ctx:
                 ctx = {dims[0]: next(iter(ctx.values()))}  # key="msg.to" for a one-dimension policy

@@ -4,6 +4,7 @@ given."""
 
 from __future__ import annotations
 
+import difflib
 import threading
 from collections.abc import Callable, Sequence
 
@@ -69,7 +70,7 @@ def parse_target(
                 raise  # not a possible policy name either: the rate error says why
             target = guard if guard is not None else default_guard()
             if rule not in target.policies:
-                raise unknown_policy(rule, target) from None
+                raise unknown_policy(rule, target, guard is None) from None
             return (), rule
         return (rule,), None
     items = tuple(rule) if isinstance(rule, Sequence) else ()
@@ -87,6 +88,20 @@ def parse_target(
     return items, None
 
 
-def unknown_policy(name: str, guard: Guard | AsyncGuard) -> ConfigError:
+def unknown_policy(name: str, guard: Guard | AsyncGuard, default: bool) -> ConfigError:
+    """The error for a policy name the guard (the default one, ``default``) does not know:
+    the name meant, if one is close, else how to register it."""
     known = ", ".join(sorted(guard.policies)) or "none"
-    return ConfigError(f"{name!r} is neither a rate nor a registered policy (registered: {known})")
+    close = difflib.get_close_matches(name[:64], list(guard.policies), n=1)  # bounded: any name
+    if close:
+        fix = f"did you mean {close[0]!r}? "
+    elif default:
+        fix = (
+            "register it first: configure(policies=[Policy(...)]) for the "
+            "default guard, or give guard= a guard it is registered on; "
+        )
+    else:
+        fix = "register it on the guard first: guard.add_policy(Policy(...)); "
+    return ConfigError(
+        f"{name!r} is neither a rate nor a registered policy ({fix}registered: {known})"
+    )

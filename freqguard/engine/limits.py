@@ -163,9 +163,12 @@ def _partition_texts(
     if unknown or extra or not set(wanted) <= set(ctx):
         shown = ", ".join(wanted) or "none (a global rule)"
         what = f"rule {exact!r} of policy {plan.name!r}" if exact else f"policy {plan.name!r}"
+        alone = " alone" if exact is not None else ""
+        give = f"give {wanted[0]}=...{alone}" if wanted else "give no context"
         raise ConfigError(
             f"{what}: a per-key limit is kept per value of its partition ({shown}), which "
-            f"applies to every key of the rule under it; got {', '.join(sorted(ctx)) or 'none'}",
+            f"applies to every key of the rule under it; got "
+            f"{', '.join(sorted(ctx)) or 'none'}: {give}",
             argument="context",
         )
     texts = dict.fromkeys(plan.dimensions, "")

@@ -147,8 +147,15 @@ class PolicyRegistry:
                     f"a Policy of its rules, then give its name (registered: {known})"
                 )
             close = difflib.get_close_matches(name[:64], list(self._by_name), n=1)
-            meant = f"did you mean {close[0]!r}? " if close else ""
-            raise ConfigError(f"unknown policy {name!r} ({meant}registered: {known})")
+            if close:
+                raise ConfigError(
+                    f"unknown policy {name!r} (did you mean {close[0]!r}? registered: {known})"
+                )
+            raise ConfigError(
+                f"unknown policy {name!r} (registered: {known}): register it first, "
+                f"guard.add_policy(Policy({name[:64]!r}, Rule(...), ...)) or "
+                "Guard(backend, policies=[...])"
+            )
         return plan
 
     @property
