@@ -96,8 +96,10 @@ class State:
         self.alone: dict[ViewCap, Route] = {}
         # by (resolver, path): the route the path resolves to
         self.resolved: dict[tuple[object, str], tuple[Route, ViewCap | None] | None] = {}
-        self.throttles: dict[tuple[type[Any], str], Route] = {}  # DRF's, by class and name
-        self.throttled: dict[str, tuple[Rate, ...]] = {}  # the rates last registered, by name
+        # DRF's, by class and name, with what each was made at (its rates, or for a rate
+        # per request how many); and what each name's policy was last registered by
+        self.throttles: dict[tuple[type[Any], str], tuple[Route, object]] = {}
+        self.throttled: dict[str, object] = {}
         self.sources: dict[Route, str] = {}  # who gave each route's rules (see register)
         self._replaced: dict[Route, str] = {}  # the latest forgotten's, for one on its way
         self._lock = threading.Lock()

@@ -4,10 +4,17 @@ them (:func:`drf_rates`), and the rules they make on the throttle's ``strategy``
 (:func:`rules_of`): the sliding log, exact, unless it names another, as a rate past the
 log's 10,000 needs. :func:`unheld` finds, before a request, a rate a view's throttle reads
 and its strategy cannot hold (``freqguard.E003``: every request to the view would fail).
+
+A throttle whose own code gives its rate (:func:`per_request`: a user's plan set in
+``allow_request``, ``get_rate()``) has rules whose rate is the request's
+(:func:`tiered`): each hit carries its rates in its context (:data:`READ`), which the rules
+read as tiers (``Rule(..., rate_for=...)``), so its policy is registered once and every
+request, whatever other plans decide at once, is decided at its own rates, on one budget.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Mapping
@@ -16,13 +23,45 @@ from typing import NamedTuple
 from freqguard.errors import ConfigError
 from freqguard.integrations._drf_walk import Use, dotted
 from freqguard.integrations._rule_items import check_cost
+from freqguard.options import fit_name
 from freqguard.rates import Rate, parse_rates
 from freqguard.rules import Rule
 from freqguard.strategy import Strategy
 
-__all__ = ["DRF", "Given", "drf_rates", "given", "parsed", "rules_of", "unheld"]
+__all__ = [
+    "DRF",
+    "PER_REQUEST",
+    "READ",
+    "Given",
+    "Nth",
+    "coded",
+    "drf_rates",
+    "given",
+    "grown",
+    "own_rates",
+    "parsed",
+    "per_request",
+    "rate_text",
+    "rules_of",
+    "tiered",
+    "unheld",
+]
 
 DRF = "freqguard.integrations.drf"  # the module of freqguard's own throttles
+
+#: The hit's context value that carries a per-request throttle's rates (:func:`rate_text`),
+#: read by its rules (:class:`Nth`), never a key.
+READ = "drf_rate"
+
+#: Who gives a per-request throttle's rules (one source for all of a scope's: one budget).
+PER_REQUEST = (
+    "a throttle whose rate is the request's (its class's own allow_request, __init__, "
+    "get_rate() or THROTTLE_RATES, a rate property, or a rate set on the instance)"
+)
+
+#: A per-request throttle's rules' own rate: every hit gives its rates, so it decides none
+#: (a state keeps what its tier needs, and nothing longer: docs/django.md says so).
+_OWN = parse_rates("1/second")[0]
 
 
 class Given(NamedTuple):
@@ -43,7 +82,7 @@ def given(rate: object, scope: object, rates: object) -> Given | None:
     return None
 
 
-@functools.lru_cache(maxsize=256)  # read at every request: parsed once a text
+@functools.lru_cache(maxsize=1024)  # read at every request: parsed once a text
 def drf_rates(rate: str) -> tuple[Rate, ...]:
     """A rate as DRF writes it (``"100/h"``, ``"5/min"``), or as freqguard does
     (``"10/minute; 1000/day"``, ``"1/month"``): :func:`~freqguard.parse_rates`, which reads
@@ -66,6 +105,7 @@ def parsed(text: object, where: str) -> tuple[Rate, ...]:
         raise ConfigError(f"{where}: {error}") from None
 
 
+@functools.lru_cache(maxsize=256)  # a rate per request is checked at every request
 def rules_of(
     rates: tuple[Rate, ...], strategy: Strategy | str | None, throttle: type, where: str
 ) -> tuple[Rate | Rule, ...]:
@@ -114,3 +154,76 @@ def unheld(use: Use, where: Given) -> str | None:
     except ConfigError as error:
         return str(error)
     return None
+
+
+def own_rates(throttle: type) -> bool:
+    """Whether the throttle has its own ``get_rate()`` or ``THROTTLE_RATES``, which give its
+    rate when its ``rate`` is not set (read first, as DRF does)."""
+    return getattr(throttle, "get_rate", None) is not None or bool(
+        getattr(throttle, "THROTTLE_RATES", None)
+    )
+
+
+def coded(throttle: type) -> bool:
+    """Whether the throttle's own code may give its rate or choose its scope at the
+    request: its ``__init__``, ``allow_request`` or ``get_rate`` not freqguard's, or a
+    ``THROTTLE_RATES`` of its own (the checks cannot run it, so do not judge it)."""
+    if own_rates(throttle):
+        return True
+    for name in ("__init__", "allow_request"):
+        owner = next((base for base in throttle.__mro__ if name in vars(base)), object)
+        if owner.__module__ != DRF:
+            return True
+    return False
+
+
+def per_request(throttle: type) -> bool:
+    """Whether the throttle's rate may be another at each request: its own code gives it
+    (:func:`coded`), or its ``rate`` is a property."""
+    return coded(throttle) or hasattr(inspect.getattr_static(throttle, "rate", None), "__get__")
+
+
+@functools.lru_cache(maxsize=1024)
+def rate_text(rates: tuple[Rate, ...]) -> str:
+    """``rates`` as the text a hit carries (:data:`READ`), which :func:`drf_rates` reads."""
+    return "; ".join(map(str, rates))
+
+
+@dataclasses.dataclass(frozen=True)
+class Nth:
+    """The ``rate_for`` of a per-request throttle's rule ``index``: that rate of the hit's
+    (its last, while a throttle whose number of rates changed is registered anew). Equal
+    by ``index``: two throttles of one scope make one policy."""
+
+    index: int
+
+    def __call__(self, texts: Mapping[str, str]) -> Rate | None:
+        text = texts.get(READ)
+        if text is None:  # a hit not from a throttle: the rule's own
+            return None
+        rates = drf_rates(text)
+        return rates[min(self.index, len(rates) - 1)]
+
+
+def tiered(count: int, strategy: str | None, label: str) -> tuple[Rule, ...]:
+    """A per-request throttle's ``count`` rules (its rates checked by :func:`rules_of`),
+    each reading its rate from the hit's context, named after ``label`` (its scope, or its
+    class: ``label``, ``label.2``...), never after a rate: a state's key is one whatever
+    the rate, and whatever the number of rates (the first rule's name is ``label`` alone)."""
+    chosen = Strategy.SLIDING_LOG if strategy is None else Strategy.parse(strategy)
+    names = [label, *(f"{label}.{n}" for n in range(2, count + 1))]
+    return tuple(
+        Rule(_OWN, strategy=chosen, name=fit_name(name), rate_for=Nth(index), reads=READ)
+        for index, name in enumerate(names)
+    )
+
+
+def grown(rates: tuple[Rate, ...], strategy: str | None, last: object) -> int:
+    """How many rules a per-request throttle's policy is registered with (on ``strategy``):
+    the most rates a request of its scope has given so far (``last``, the mark of its
+    latest registration, ``(count, strategy)``). A request of fewer rates is decided on it,
+    its last rate read again by the rules past them, so plans of one rate and of two,
+    alternating, do not register it again at each turn."""
+    if isinstance(last, tuple) and last[1:] == (strategy,) and isinstance(last[0], int):
+        return max(len(rates), last[0])
+    return len(rates)

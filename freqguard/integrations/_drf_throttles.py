@@ -52,7 +52,8 @@ from django.core import checks
 from freqguard.errors import ConfigError
 from freqguard.integrations._django_budgets import budget_checks, cost_checks, middleware_checks
 from freqguard.integrations._drf_rates import DRF as _DRF
-from freqguard.integrations._drf_rates import given, unheld
+from freqguard.integrations._drf_rates import coded as _coded
+from freqguard.integrations._drf_rates import given, own_rates, unheld
 from freqguard.integrations._drf_walk import (
     DEEPEST,
     MOST_PATTERNS,
@@ -76,8 +77,9 @@ _WHOLE = (
 
 #: DRF's recipe for a rate per request (a user's plan) sets the rate and parses it.
 _PER_REQUEST = (
-    "a rate per request (a user's plan): set self.scope in allow_request, each scope's "
-    "rate in DEFAULT_THROTTLE_RATES (or the class's THROTTLE_RATES), a budget a scope"
+    "a rate per request (a user's plan): set self.rate in allow_request (or return it from "
+    "get_rate()) and nothing else: freqguard reads it and decides the request at that rate, "
+    "on the scope's one budget"
 )
 
 #: What only DRF's own counting reads, and freqguard's way instead.
@@ -158,7 +160,7 @@ def throttle_checks() -> list[checks.CheckMessage]:
     unrated: dict[type, list[Use]] = {}  # neither rate nor scope: the views, a throttle's
     unheld_by: dict[str, list[str]] = {}  # a rate its strategy cannot hold: the views
     for use in walked.uses:
-        if getattr(use.throttle, "rate", None) is None and _own_rates(use.throttle):
+        if getattr(use.throttle, "rate", None) is None and own_rates(use.throttle):
             continue  # the settings' rates are not what it reads
         where = given(getattr(use.throttle, "rate", None), use.scope, rates)
         problem = None if where is None else unheld(use, where)
@@ -295,27 +297,6 @@ def _unrated(uses: list[Use]) -> str:
         f"a rate (a subclass of {name} with rate = '100/hour'), or a scope with a rate in "
         "REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'] (scope = 'api', and 'api': '100/hour' "
         "there), or set FREQGUARD_DEFAULT_LIMITS (each view its own budget)"
-    )
-
-
-def _coded(throttle: type) -> bool:
-    """Whether the throttle's own code may give its rate or choose its scope at the
-    request: its ``__init__``, ``allow_request`` or ``get_rate`` not freqguard's, or a
-    ``THROTTLE_RATES`` of its own (the check cannot run it, so does not judge it)."""
-    if _own_rates(throttle):
-        return True
-    for name in ("__init__", "allow_request"):
-        owner = next((base for base in throttle.__mro__ if name in vars(base)), object)
-        if owner.__module__ != _DRF:
-            return True
-    return False
-
-
-def _own_rates(throttle: type) -> bool:
-    """Whether the throttle has its own ``get_rate()`` or ``THROTTLE_RATES``, which give its
-    rate when its ``rate`` is not set (read first, as DRF does)."""
-    return getattr(throttle, "get_rate", None) is not None or bool(
-        getattr(throttle, "THROTTLE_RATES", None)
     )
 
 

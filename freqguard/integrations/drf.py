@@ -11,7 +11,10 @@ Usable in ``throttle_classes`` and in ``REST_FRAMEWORK["DEFAULT_THROTTLE_CLASSES
 rate is the class's ``rate``, else ``DEFAULT_THROTTLE_RATES[scope]``, else
 ``FREQGUARD_DEFAULT_LIMITS``, read at every request (a setting or a ``rate`` changed takes
 effect), counted on a sliding log or on the class's ``strategy`` (``"rolling-window"`` past
-the log's 10,000); a scope whose rate is None throttles nothing, as in DRF. Keys as DRF's:
+the log's 10,000); a scope whose rate is None throttles nothing, as in DRF. A rate set per
+request (DRF's plan recipe: ``self.rate`` in ``allow_request``, or ``get_rate()``) decides
+that request at exactly that rate, whatever other plans decide at once, on the scope's one
+budget (:mod:`~freqguard.integrations._drf_routes`). Keys as DRF's:
 the user's id when authenticated, else the client's address (behind ``trusted_proxies``). A
 throttle with a ``scope`` is one budget for every view using it (policy ``drf.<scope>``);
 without one each view has its own (``drf.<throttle class>.<view class>``), but for a class
@@ -35,11 +38,12 @@ it names the views whose throttles ``get_throttles()`` chooses, which it cannot 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Sequence
 from contextvars import ContextVar
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from rest_framework.exceptions import APIException, ParseError
 from rest_framework.request import Request
@@ -49,16 +53,16 @@ from rest_framework.throttling import BaseThrottle
 from freqguard.decision import Decision
 from freqguard.errors import ConfigError
 from freqguard.integrations._client_ip import hop_key
-from freqguard.integrations._decide import KeyedRules, Route
+from freqguard.integrations._decide import Route
 from freqguard.integrations._django_requests import give_back, notes_of, request_info
 from freqguard.integrations._django_state import State, current
-from freqguard.integrations._drf_rates import drf_rates, given, parsed, rules_of
+from freqguard.integrations._drf_rates import READ, drf_rates, given, parsed
+from freqguard.integrations._drf_routes import route_of
 from freqguard.integrations._drf_throttles import NOT_KEPT, NOT_READ, not_kept
 from freqguard.integrations._request import KEY_MAKERS, KeyFunc, RequestInfo, SkipRequest, declared
 from freqguard.integrations._rule_items import check_cost
 from freqguard.integrations.django import client_ip, user_or
 from freqguard.rates import Rate, parse_rates
-from freqguard.rules import fit_name
 
 __all__ = [
     "FreqGuardAnonThrottle",
@@ -199,33 +203,11 @@ class FreqGuardThrottle(BaseThrottle):
             f"{type(self).__name__} has no rate: set its rate, {where}or FREQGUARD_DEFAULT_LIMITS"
         )
 
-    def _route(self, state: State, view: Any) -> Route | None:
-        """The route of this throttle's rates now (None: no rates)."""
+    def _route(self, state: State, view: Any) -> tuple[Route, str | None] | None:
+        """The route of this throttle's rates now, and, for a rate per request, the text of
+        its rates the hit carries (None: no rates)."""
         rates, where = self._given()
-        if not rates:
-            return None
-        if self.scope is not None:
-            name = f"drf.{self.scope}"
-        elif getattr(type(self), "get_cache_key", None) is not None:  # its string the budget
-            name = f"drf.{type(self).__module__}.{type(self).__qualname__}"
-        else:
-            owner = type(view)
-            name = f"drf.{type(self).__name__}.{owner.__module__}.{owner.__name__}"
-        key = (type(self), name)
-        found = state.throttles.get(key)
-        # a route made anew when the rates its policy was last registered at changed (by
-        # this throttle or another of the scope), so that its policy is registered again
-        if found is None or state.throttled.get(name) != rates:
-            rules = rules_of(rates, self.strategy, type(self), where)
-            made = Route(fit_name(name), (KeyedRules(self._keyed(), rules),), self.cost)
-            if found is not None:  # replaced: what the process holds stays bounded
-                state.forget(found)
-            if self.strategy is not None:  # its rules are the class's too: two classes
-                # counting one scope two ways are two sets of rules, refused as two rates
-                where = f"{where} on {type(self).__qualname__}.strategy = {self.strategy!r}"
-            found = state.throttles[key] = state.remember(made, where)
-            state.throttled[name] = rates
-        return found
+        return route_of(state, self, view, rates, where, self._keyed) if rates else None
 
     def _keyed(self) -> KeyFunc:
         """The route's key function: the class's own ``get_cache_key``, else :meth:`key`.
@@ -256,12 +238,15 @@ class FreqGuardThrottle(BaseThrottle):
         state = current()
         if not state.settings.enabled:
             return True
-        route = self._route(state, view)
-        if route is None:
+        found = self._route(state, view)
+        if found is None:
             return True
+        route, text = found
+        hit = state.guard().hit  # a rate per request: carried in the hit, which its rules read
+        hit = hit if text is None else functools.partial(hit, **cast(Any, {READ: text}))
         deciding = _DECIDING.set((self, view))  # for a key of the class's own methods
         try:
-            answer = state.decider().decide(state.guard().hit, route, request_info(request))
+            answer = state.decider().decide(hit, route, request_info(request))
         finally:
             _DECIDING.reset(deciding)
         if answer.status == 400:

@@ -158,8 +158,8 @@ def test_drfs_per_request_rate_recipe_names_freqguards_way(
     *defining* ``parse_rate`` "naming freqguard's way"; one *calling* it fails every
     request with a bare ``AttributeError: 'OurPlan' object has no attribute
     'parse_rate'`` (and setting ``num_requests`` with "property 'num_requests' ... has no
-    setter"), a 500 naming nothing. Expected: the error names freqguard's way (a scope a
-    plan, ``self.scope`` chosen in ``allow_request``)."""
+    setter"), a 500 naming nothing. Expected: the error names freqguard's way (``self.rate``
+    set in ``allow_request``, and nothing else: it decides the request at that rate)."""
     theirs = _timed(TheirPlan, clock)
     assert _codes(_view([theirs]), "gold", "gold", "gold", "tin", "tin", "tin") == [
         *[200] * 3,
@@ -169,7 +169,7 @@ def test_drfs_per_request_rate_recipe_names_freqguards_way(
     ]
     with pytest.raises(AttributeError) as found:
         _codes(_view([OurPlan]), "gold")
-    assert "self.scope" in str(found.value), str(found.value)
+    assert "set self.rate in allow_request" in str(found.value), str(found.value)
 
     class Counting(drf.FreqGuardUserThrottle):
         def allow_request(self, request: Any, view: Any) -> bool:
@@ -178,7 +178,7 @@ def test_drfs_per_request_rate_recipe_names_freqguards_way(
 
     with pytest.raises(AttributeError) as found:
         _codes(_view([Counting]), "gold")
-    assert "self.scope" in str(found.value), str(found.value)
+    assert "set self.rate in allow_request" in str(found.value), str(found.value)
 
 
 class Plan(drf.FreqGuardUserThrottle):
@@ -206,3 +206,58 @@ def test_a_rate_per_request_keeps_what_the_process_holds_bounded(
         _codes(view, "gold" if turn % 2 else "tin")
     state = current()
     assert len(state.sources) <= 4, len(state.sources)
+
+
+PLAN_RATES = {"gold": "4/min", "tin": "2/min", "lead": "3/hour"}
+SUBSCRIBED: dict[str, str] = {}  # user -> plan, changed by the draws
+
+
+class TheirPlans(throttling.UserRateThrottle):
+    """DRF's recipe on its own throttle, the plan read at each request."""
+
+    THROTTLE_RATES = {"user": "1/min"}  # noqa: RUF012 -- DRF's own attribute
+
+    def allow_request(self, request: Any, view: Any) -> bool:
+        self.rate = PLAN_RATES[SUBSCRIBED[request.user.pk]]
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        return bool(super().allow_request(request, view))
+
+
+class OurPlans(drf.FreqGuardUserThrottle):
+    """The recipe ported: ``self.rate`` set, the ``parse_rate`` line dropped."""
+
+    def allow_request(self, request: Any, view: Any) -> bool:
+        self.rate = PLAN_RATES[SUBSCRIBED[request.user.pk]]
+        return super().allow_request(request, view)
+
+
+@pytest.mark.parametrize("switching", [False, True], ids=["fixed-plans", "plans-change"])
+def test_drfs_per_request_rate_recipe_ported_answers_as_drfs(
+    guard: Guard, clock: ManualClock, switching: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan recipe ported (``self.rate`` in ``allow_request``) answers every request as
+    DRF's own does, users of several plans interleaved, on one pinned clock (800 draws),
+    and users changing plans too: DRF keeps one history a user, trimmed to the window of
+    the rate at hand and kept in the cache for that window after its last admitted
+    request, as freqguard's state is (its cache's expiry on the pinned clock as well)."""
+    import random
+    import types
+
+    import django.core.cache.backends.base as cache_base
+    import django.core.cache.backends.locmem as locmem
+
+    pinned = types.SimpleNamespace(time=clock.now)
+    monkeypatch.setattr(cache_base, "time", pinned)
+    monkeypatch.setattr(locmem, "time", pinned)
+
+    theirs, ours = _view([_timed(TheirPlans, clock)]), _view([OurPlans])
+    draw = random.Random(36 if switching else 35)
+    users = ["u1", "u2", "u3", "u4"]
+    SUBSCRIBED.update({user: draw.choice(list(PLAN_RATES)) for user in users})
+    with _rates(user="1/min"):  # the settings' rate, which the recipe overrides
+        for turn in range(800):
+            user = draw.choice(users)
+            if switching and draw.random() < 0.05:
+                SUBSCRIBED[user] = draw.choice(list(PLAN_RATES))
+            assert _codes(ours, user) == _codes(theirs, user), (turn, user, SUBSCRIBED[user])
+            clock.advance(draw.choice([0, 1, 3, 7, 19]))

@@ -328,7 +328,7 @@ def test_a_view_that_is_not_drfs_is_not_judged_by_a_throttle_classes_it_holds() 
 def test_a_throttle_giving_its_rate_by_get_rate_or_its_own_table_is_not_judged() -> None:
     """A class's own ``get_rate()`` or ``THROTTLE_RATES`` gives its rate as DRF's would
     (read at each request): the check, which cannot run it, does not judge its rate."""
-    from freqguard.integrations._drf_throttles import _coded
+    from freqguard.integrations._drf_rates import coded as _coded
     from freqguard.integrations.drf import FreqGuardThrottle
 
     assert not _coded(FreqGuardThrottle)
