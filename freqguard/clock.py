@@ -99,14 +99,22 @@ def _clock_us(seconds: object, call: str) -> int:
     """``seconds`` (a real number: a Fraction, a Decimal too) in µs.
 
     Raises:
-        ConfigError: no finite number of seconds, or one past what µs hold (1e303).
+        ConfigError: no finite number of seconds, or one past what µs hold (1.797e302).
     """
     try:
         if isinstance(seconds, (bool, str, bytes)) or not math.isfinite(seconds):  # type: ignore[arg-type]
             raise ValueError(seconds)
         return seconds_to_us(seconds)  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError):
-        raise ConfigError(f"{call} takes a finite number of seconds, got {seconds!r}") from None
+        raise ConfigError(
+            f"{call} takes a finite number of seconds, at most {_MOST_SECONDS:g} either way, "
+            f"got {seconds!r}"
+        ) from None
+
+
+#: About the most seconds a clock's µs hold (past 1.7976e302, ``seconds * 1e6`` overflows a
+#: float), as the refusal names it
+_MOST_SECONDS = 1.797e302
 
 
 class ManualClock:

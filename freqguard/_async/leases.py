@@ -141,7 +141,8 @@ class AsyncLeaseBlock(AsyncContextDecorator):
         self._guard, self._args = guard, (policy, cost, ctx)
         self._taken: list[Decision] = []  # filled before a Ctrl-C can land: given back
         self._gave = False  # its give-back on the way out of an interrupt was tried
-        self._entered = threading.Lock()  # held from an entry to its exit: one `with`
+        self._busy = False  # from an entry to its exit: one `with` at a time
+        self._check = threading.Lock()  # the check and the set as one (threads)
 
     def __call__(self, func: F) -> F:
         """``func`` with a lease taken around each call.
@@ -165,21 +166,29 @@ class AsyncLeaseBlock(AsyncContextDecorator):
         return AsyncLeaseBlock(self._guard, *self._args)
 
     async def __aenter__(self) -> Decision:
-        if not self._entered.acquire(blocking=False):  # at once: a second task or thread
-            raise RuntimeError(  # entering while the first's take is out is refused too
-                "a lease block is for one `with` at a time: call guard.lease(...) in each "
-                "task or thread (or decorate the function with it: a lease for each call)"
-            )
-        taken = self._taken
+        mine = False  # the block is this entry's: set with _busy, no signal between them
         try:
-            return await take(self._guard, *self._args, taken)
+            # a `with` on the lock (its __enter__ runs no pending signal's handler), the
+            # flag set inside the try: a Ctrl-C as a lock's acquire() returned, before a
+            # try, left the block refused for good (review)
+            with self._check:
+                if not self._busy:
+                    self._busy = mine = True
+            if not mine:  # at once: a second task or thread entering while the first's
+                raise RuntimeError(  # take is out is refused too
+                    "a lease block is for one `with` at a time: call guard.lease(...) in "
+                    "each task or thread (or decorate the function with it: a lease for "
+                    "each call)"
+                )
+            return await take(self._guard, *self._args, self._taken)
         except BaseException:  # a Ctrl-C held back as it was taken, or just after: given
-            try:  # back (another signal's exception too)
+            if not mine:  # back (another signal's exception too)
+                raise
+            try:
                 await self.release_taken()
             finally:  # the entry is over, nobody in it: it may be entered again (review:
-                self._taken, self._gave = [], False  # a lease given back kept it locked)
-                self._entered.release()
-            raise
+                self._taken, self._gave, self._busy = [], False, False  # a lease given
+            raise  # back kept it locked)
 
     async def release_taken(self) -> None:
         """Release the lease taken, unless a release of it went (or was tried) already:
@@ -204,8 +213,8 @@ class AsyncLeaseBlock(AsyncContextDecorator):
                 await give_back_unsent(self._guard, taken[0], releasing(self._guard, taken[0]))
             raise
         finally:  # nobody in it, its lease given back (or tried): it may be entered again
-            self._taken, self._gave = [], False  # (review: refused "one `with` at a time")
-            self._entered.release()
+            self._taken, self._gave, self._busy = [], False, False  # (review: refused
+            # "one `with` at a time")
 
 
 def _spent(decision: Decision) -> bool:

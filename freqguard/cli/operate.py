@@ -53,16 +53,19 @@ def inspect(args: argparse.Namespace) -> int:
     for state in decision.rules:
         missing = rules_needing[state.rule.id] if needs else []
         blank = missing or state.rule.quiet is not None  # quiet hours: no rate, no numbers
+        rule = state.rule.id
         rules.append(
             {
-                "rule": state.rule.id,
+                "rule": rule,
                 "capacity": None if blank else state.capacity,
                 "remaining": None if blank else state.remaining,
                 "used": None if blank else state.capacity - state.remaining,
                 "reset_after": None if missing else state.reset_after,
                 "retry_after": None if missing else state.retry_after,
-                "shadow": state.rule.shadow and rates.get(state.rule.id, 0) is not None,
-                "exempt": rates.get(state.rule.id, 0) is None,
+                "shadow": state.rule.shadow and rates.get(rule, 0) is not None,
+                # a rule whose partition value is missing has no per-key limit read:
+                # exempt or not is not known (review: it said false)
+                "exempt": None if missing and rule not in rates else rates.get(rule, 0) is None,
                 "needs": missing,
             }
         )

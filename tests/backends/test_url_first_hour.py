@@ -3,45 +3,12 @@ at a standalone server, and a URL at which no server runs. Each error names the 
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
-from freqguard import (
-    AsyncGuard,
-    BackendUnavailable,
-    ConfigError,
-    Guard,
-    Policy,
-    Rule,
-    async_backend_from_url,
-    backend_from_url,
-)
+from freqguard import BackendUnavailable, ConfigError
+from tests.backends.test_redis_tls_hint import SURE  # a timeout a refusal never meets first
+from tests.backends.test_redis_tls_hint import hit as _hit  # one hit, sync or async
 from tests.servers import RedisServer, free_port
-
-P = Policy("p", Rule("5/minute", by="u"))
-#: a refusal comes at once: a timeout long enough that a loaded machine never meets it first
-SURE = "socket_connect_timeout=10&socket_timeout=10"
-
-
-def _hit(url: str, side: str) -> None:
-    if side == "sync":
-        guard = Guard(backend_from_url(url), [P])
-        try:
-            guard.hit("p", u="a")
-        finally:
-            guard.close()
-        return
-
-    async def main() -> None:
-        guard = AsyncGuard(async_backend_from_url(url), [P])
-        try:
-            await guard.hit("p", u="a")
-        finally:
-            await guard.aclose()
-
-    asyncio.run(main())
-
 
 SIDES = pytest.mark.parametrize("side", ["sync", "async"])
 

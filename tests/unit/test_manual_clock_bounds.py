@@ -1,6 +1,6 @@
 """``ManualClock(start)`` and ``ManualClock.set(seconds)`` take a finite number of seconds
 and refuse anything else with a ``ConfigError`` naming the call and the value, as
-``advance`` does: a finite float past what microseconds hold (1e303), NaN, infinity, a
+``advance`` does: a finite float past what microseconds hold (past 1.797e302), NaN, infinity, a
 string or a bool raised Python's own ``OverflowError``/``ValueError``/``TypeError``, naming
 neither (an adversarial pass on the operations, which draw such times)."""
 
@@ -43,3 +43,12 @@ def test_numbers_the_clock_takes_still_work() -> None:
     assert clock.now_us() == 2_000_000
     clock.set(-5.5, backwards=True)
     assert clock.now_us() == -5_500_000
+
+
+@pytest.mark.parametrize("call", ["start", "set"])
+def test_a_finite_time_past_what_the_clock_holds_is_refused_naming_the_bound(call: str) -> None:
+    """1.8e302 s is finite, but past what microseconds in a float hold: the refusal said
+    "takes a finite number of seconds" of a finite number, and not what is allowed."""
+    with pytest.raises(ConfigError, match=r"at most 1\.797e\+302 .*got 1\.8e\+302"):
+        ManualClock(1.8e302) if call == "start" else ManualClock(0).set(1.8e302)
+    assert ManualClock(1.79e302).now() == 1.79e302
