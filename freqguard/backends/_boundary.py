@@ -6,8 +6,9 @@
     MovedError, to a standalone client    ──►   ConfigError: a cluster node behind a
                                                 redis:// URL (use redis+cluster://)
     "DB index is out of range",           ──►   ConfigError: the store says the URL or
-    AuthenticationError (NOAUTH,                its user is wrong, which no retry, no
-    WRONGPASS), NoPermissionError (NOPERM)      fallback and no on_error can mend
+    AuthenticationError (NOAUTH,                its user is wrong, or a record's key holds
+    WRONGPASS), NoPermissionError (NOPERM),     another program's value, which no retry,
+    WRONGTYPE                                   no fallback and no on_error can mend
     the cluster client's "Cluster mode is ──►   ConfigError: a standalone server behind
     not enabled on this node"                   a redis+cluster:// URL (use redis://)
     any other RedisError, and the cluster ──►   BackendUnavailable
@@ -103,11 +104,12 @@ class Unreplicated(rex.RedisError):
         self.reply = reply
 
 
-def translate(exc: Exception, client: object) -> FreqGuardError:
-    """The freqguard error for a redis-py error ``client`` raised (see the module's table)."""
+def translate(exc: Exception, client: object, key: bytes | None = None) -> FreqGuardError:
+    """The freqguard error for a redis-py error ``client`` raised (see the module's table);
+    ``key``: the record the failed call touched, where known, for the message to name."""
     if _moved(exc) and not isinstance(client, _CLUSTERS):
         return cluster_node(client)
-    wrong = misconfigured(exc, client)
+    wrong = misconfigured(exc, client, key)
     if wrong is not None:
         return wrong
     hint = mismatch(exc, client)
@@ -119,14 +121,23 @@ def translate(exc: Exception, client: object) -> FreqGuardError:
     )
 
 
-def misconfigured(exc: Exception, client: object) -> ConfigError | None:
+def misconfigured(exc: Exception, client: object, key: bytes | None = None) -> ConfigError | None:
     """The error for a store's answer that says the configuration is wrong, else None: a
     database the server does not have, credentials it refuses, an ACL that refuses the user
-    what freqguard sends. Each is permanent until the URL or the server's configuration
-    changes, so it is no outage for ``on_error`` to ride out: failing open on it would cap
-    nothing, for good, without a word. Matched on redis-py's classes and the server's own
-    words only, so an outage (refused, timed out, LOADING, OOM, READONLY...) never is one."""
+    what freqguard sends, a record's key (``key``, where known) that another program wrote
+    a value of another type to (WRONGTYPE). Each is permanent until the URL, the server's
+    configuration or that key changes, so it is no outage for ``on_error`` to ride out:
+    failing open on it would cap nothing, for good, without a word. Matched on redis-py's
+    classes and the server's own words only, so an outage (refused, timed out, LOADING,
+    OOM, READONLY...) never is one."""
     where = address(client)
+    if isinstance(exc, rex.ResponseError) and str(exc).startswith("WRONGTYPE"):
+        what = "a key" if key is None else f"the key {key.decode(errors='replace')!r}"
+        return ConfigError(
+            f"{where}: {what} holds a value of a type freqguard never writes there ({exc}): "
+            "another program writes under the guard's key prefix; give the guard a prefix of "
+            "its own (Guard(prefix=...)), or delete that key"
+        )
     if isinstance(exc, rex.ResponseError) and "DB index is out of range" in str(exc):
         db = database(client)
         return ConfigError(

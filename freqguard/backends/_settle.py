@@ -39,7 +39,7 @@ from freqguard.backends._claims import other_bins, unclaimed
 from freqguard.backends._library import missing
 from freqguard.backends._resp import record_key
 from freqguard.backends._routing import REROUTE as _REROUTE
-from freqguard.errors import ConfigError, raise_failures
+from freqguard.errors import BackendUnavailable, ConfigError, raise_failures
 from freqguard.script.calls import ScriptCall
 
 __all__ = ["CLAIM", "LOAD", "REROUTE", "Settling", "raise_failed", "refusal"]
@@ -113,18 +113,30 @@ def raise_failed(replies: list[Any], results: list[object], cluster: bool) -> No
     a refusal of the configuration first (``NOPERM`` for some keys), carrying every call's
     reply or error when only some were refused (the guard gives back what the others
     took); then, on a standalone server, the first error as it came (a write its replicas
-    lack aside: that call's alone); on a cluster, one node's error for all as it is, else
-    each call's in a ``PartialFailure``."""
+    lack aside: that call's alone), ``sent`` when other calls of the batch ran; on a
+    cluster, one node's error for all as it is, else each call's in a ``PartialFailure``."""
     refused = next((r for r in replies if isinstance(r, ConfigError)), None)
     if refused is not None:
         if any(not isinstance(r, ConfigError) for r in replies):  # refused in part
             refused.results = replies
         raise refused
     if not cluster:
-        for result in results:
+        ran = any(not isinstance(r, Exception) or isinstance(r, Unreplicated) for r in results)
+        for result, reply in zip(results, replies, strict=True):
             if isinstance(result, Exception) and not isinstance(result, Unreplicated):
+                if ran and isinstance(reply, BackendUnavailable):
+                    raise _in_part(reply) from result
                 raise result
     raise_failures(replies, "redis cluster calls")
+
+
+def _in_part(error: BackendUnavailable) -> BackendUnavailable:
+    """The failure of a batch on one server that ran some of its calls and refused one (an
+    error reply: READONLY, NOREPLICAS...): ``sent``, since part of it was applied (a refund
+    retried would give that part back twice), and ``answered`` (the server is up)."""
+    error.sent = True
+    error.args = (f"{error} (other calls of its batch were applied)",)
+    return error
 
 
 def refusal(error: Exception, call: ScriptCall, bins: int) -> Exception | None:

@@ -123,9 +123,9 @@ class Receipts:
             on_error = failover.of(plan)
             if on_error == "raise":
                 return op
-            # a receipt of the store is no use to a fallback: answered as failing open
-            how = on_error if isinstance(on_error, str) else "allow"
-            return resilient(lambda: op, how, self._unrefunded(plan, receipt))
+            # nothing given back is no denial, and a receipt of the store is no use to a
+            # fallback: answered as failing open, whatever on_error is (docs/operations.md)
+            return resilient(lambda: op, "allow", self._unrefunded(plan, receipt))
         except BaseException:
             unspend(receipt)
             raise

@@ -99,6 +99,8 @@ def store_failed(exc: BackendUnavailable, policy: str, logged: RepeatFilter) -> 
         headers["retry-after"] = str(max(1, math.ceil(exc.retry_after)))
     elif isinstance(exc, PartialFailure):
         detail = "part of the store failed: some of the calls were applied, some were not"
+    elif exc.answered and exc.sent:  # one server ran a batch's first calls, refused the next
+        detail = "the store refused part of the calls; the others were applied"
     elif exc.answered:
         detail = "the store refused the call; nothing was applied"
     elif not exc.sent:

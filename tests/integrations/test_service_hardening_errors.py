@@ -278,3 +278,13 @@ def test_a_dimension_named_like_a_parameter_of_the_guard_cannot_be_made() -> Non
     Rule reserves such names, so no policy the service serves has one."""
     with pytest.raises(ConfigError, match="dimension 'rule' is not allowed"):
         Policy("odd", Rule("2/minute", by=("rule", "ttl"), name="r"))
+
+
+def test_a_store_that_refused_part_of_a_batch_does_not_say_nothing_was_applied() -> None:
+    """A batch on one server run in part, then refused (an error reply to a later call): its
+    error is answered (the server is up) and sent (part of it was applied). The 503 said
+    "the store refused the call; nothing was applied", reading answered before sent."""
+    failure = BackendUnavailable("NOREPLICAS", answered=True, sent=True)
+    detail = store_failed(failure, "sms", RepeatFilter(60.0)).detail
+    assert "nothing was applied" not in detail
+    assert "applied" in detail

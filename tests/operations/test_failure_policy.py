@@ -110,6 +110,22 @@ def test_every_operation_honours_on_error(clock: ManualClock) -> None:
         guard.refund(decision)
 
 
+@pytest.mark.parametrize("on_error", ["allow", "deny"])
+def test_a_refund_the_store_could_not_take_is_answered_as_failing_open(
+    clock: ManualClock, on_error: str
+) -> None:
+    """docs/operations.md: a refund the store could not take is answered as failing open,
+    whatever on_error is, nothing given back; with "deny" it was "fail-closed", a refund
+    denied (a retry_after, nothing remaining), as though a give-back could be refused."""
+    guard, store = make(clock, on_error)
+    decision = guard.hit("sms", **CTX)
+    store.down = True
+    answered = guard.refund(decision)
+    assert (answered.source, answered.allowed) == ("fail-open", True)
+    store.down = False
+    assert guard.refund(decision).source == "backend"  # surely not applied: made again
+
+
 @pytest.mark.parametrize("on_error", ["raise", "allow"])
 def test_a_refund_that_may_have_reached_the_store_is_not_given_back_twice(
     clock: ManualClock, on_error: str

@@ -338,7 +338,7 @@ class AsyncRedisBackend:
         the refusal settling put in its place (another bins setting)."""
         if isinstance(exc, ConfigError):
             return exc
-        error = translate(exc, self.client)
+        error = translate(exc, self.client, record_key(call))
         error.__cause__ = exc
         if isinstance(error, BackendUnavailable):  # not a ConfigError, which names no node
             error.node = where
