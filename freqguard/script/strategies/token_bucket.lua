@@ -51,6 +51,7 @@ function token_bucket.refund(view, now, cost, spec, mark)
   local rule = spec.rules[1]
   local tat = view[2] + (rule.capacity - view[1]) * rule.interval  -- as gcra's
   local moved = give_back({tat, view[3], view[4]}, now, cost, rule.interval, mark)
+  moved = min(moved, cost * rule.interval)  -- never more than taken (token_bucket.py)
   local short = moved % rule.interval - view[2]  -- last stays >= 0 (token_bucket.py)
   if short > 0 then moved = moved - short end
   local tokens = view[1] + floor(moved / rule.interval)

@@ -82,6 +82,9 @@ def refund(view: View, now: int, cost: int, spec: StateSpec, mark: tuple[int, ..
     # stays >= 0 (packed unsigned): within one interval of time 0 a refund gives back that
     # much less (the strict side), where `last` could not go back far enough
     moved = give_back((tat, view[2], view[3]), now, cost, rule.interval, mark)
+    # the hit's span counts at its own interval: at another (a tier re-rated since), at
+    # most the units taken go back, never more (fewer where the interval grew: strict)
+    moved = min(moved, cost * rule.interval)
     short = moved % rule.interval - view[1]
     if short > 0:
         moved -= short
