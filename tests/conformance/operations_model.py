@@ -106,10 +106,12 @@ class Model:
     def params(self, rule: MRule, ctx: dict[str, str], now: int) -> Params:
         limit, window = rule.limit, rule.window
         own = (limit, window)
+        if rule.tier is not None:  # a table's rates are known ahead: a state keeps what
+            # each needs, whatever the context's tier (note 115), and under the tier what
+            # the rule's own rate needs too (note 103)
+            own = (max(rule.tier[0], own[0]), max(rule.tier[1], own[1]))
         if rule.tier is not None and ctx.get(rule.tier_from[0]) == rule.tier_from[1]:
             limit, window = rule.tier
-            # under a tier a state keeps what the rule's own rate needs too (note 103)
-            own = (max(limit, own[0]), max(window, own[1]))
         exempt = False
         part = _partition(rule)
         found = self.limits.get((rule.name, None if part is None else ctx[part]))
