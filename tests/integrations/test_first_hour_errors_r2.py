@@ -28,10 +28,16 @@ def test_a_mistyped_name_keeps_its_guess_alone() -> None:
     assert "add_policy" not in str(caught.value)
 
 
-def test_capped_on_a_policy_never_registered_says_how_to_register_it() -> None:
+def test_capped_on_a_policy_never_registered_says_how_to_register_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """``@capped("sms", key=...)`` before any ``configure(policies=[...])``: "'sms' is neither
     a rate nor a registered policy (registered: none)" named neither ``configure`` nor
-    ``guard=``, which the docs say is the fix."""
+    ``guard=``, which the docs say is the fix. (A default guard of its own: another test's
+    in the same process, holding ``sms2``, made it "did you mean 'sms2'?".)"""
+    import freqguard.decorators.defaults as defaults
+
+    monkeypatch.setattr(defaults, "_current", [])  # a fresh default guard, put back after
     with pytest.raises(ConfigError, match=r"'sms' is neither.*configure\(policies="):
         capped("sms", key="recipient")
     guard = Guard(MemoryBackend())
