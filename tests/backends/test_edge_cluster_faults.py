@@ -112,9 +112,25 @@ def _myid(node: RedisServer) -> str:
 
 
 def _give_slot(nodes: list[RedisServer], slot: int, to: RedisServer) -> None:
-    for node in nodes:
+    """Hand ``slot`` to ``to`` as a resharding does: IMPORTING on it and MIGRATING on its
+    owner (unless it owns the slot already), then NODE on ``to`` first, which bumps its
+    epoch as it takes an importing slot, so that no older claim of the last owner's wins
+    over the bus (handed back in the order of ``nodes``, it once never settled in 20 s)."""
+    owner = next(n for n in nodes if n.port == _owner_port(to, slot))
+    if owner is not to:
+        to.client.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", _myid(owner))  # type: ignore[no-untyped-call]
+        owner.client.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", _myid(to))  # type: ignore[no-untyped-call]
+    for node in (to, *[n for n in nodes if n is not to]):
         node.client.execute_command("CLUSTER SETSLOT", slot, "NODE", _myid(to))  # type: ignore[no-untyped-call]
     servers.wait_for(lambda: servers.cluster_settled(nodes), "the cluster, the slot handed over")
+
+
+def _owner_port(node: RedisServer, slot: int) -> int:
+    """The port of the primary ``node`` says serves ``slot``."""
+    for start, end, primary, *_ in node.client.execute_command("CLUSTER SLOTS"):  # type: ignore[no-untyped-call]
+        if start <= slot <= end:
+            return int(primary[1])
+    raise AssertionError(f"no node serves slot {slot}")
 
 
 def _asks(node: RedisServer) -> int:

@@ -66,6 +66,7 @@ from tests.backends.upgrade_rig import (
     _deploy,
     _limits_of_one_part,
     _meta,
+    _no_bucket_refund_after_a_limit,
     _no_reset_after_a_rebirth,
     _no_stricter_limit_of_a_log,
     _OldCalls,
@@ -124,6 +125,7 @@ def test_after_an_upgrade_0_1_records_decide_as_absent(
     # entries only (design note 87), which the reference does not follow: CI's slow job
     # drew one (a 1 per 0.100001 s log limited to 1 per 0.1 s), as _upgrade leaves out
     before = _no_reset_after_a_rebirth(policy, _no_stricter_limit_of_a_log(policy, before))
+    before = _no_bucket_refund_after_a_limit(policy, before)
     _deploy(client, MAIN_0_1)
     try:
         written = _replay(guard, clock, policy, pool, before)

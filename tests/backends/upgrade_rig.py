@@ -167,6 +167,7 @@ def _read_on_exactly(
     if one_part:
         before = _limits_of_one_part(guard, policy, before)
     before = _no_reset_after_a_rebirth(policy, _no_stricter_limit_of_a_log(policy, before))
+    before = _no_bucket_refund_after_a_limit(policy, before)
     _deploy(client, old)
     try:
         written = _replay(guard, clock, policy, pool, before)
@@ -225,6 +226,22 @@ def _no_stricter_limit_of_a_log(policy: Policy, ops: list[Any]) -> list[Any]:
             if rule.strategy is Strategy.ROLLING_WINDOW and window < own:
                 continue
         kept.append(item)
+    return kept
+
+
+def _no_bucket_refund_after_a_limit(policy: Policy, ops: list[Any]) -> list[Any]:
+    """``ops`` without, for a policy with a token bucket, the refunds that come after a
+    change of limits: a bucket's rate may then differ from its hit's, and this release gives
+    back at most the tokens a hit took, where an older one counted the hit's span at the
+    new rate (a faster one gave back more than was taken: the fault fixed); the reference,
+    this release's, never did."""
+    if not any(rule.strategy is Strategy.TOKEN_BUCKET for rule in policy.rules):
+        return ops
+    kept, limited = [], False
+    for item in ops:
+        limited = limited or item[0] in ("limit", "clear")
+        if not (limited and item[0] in ("undo", "refund")):
+            kept.append(item)
     return kept
 
 
