@@ -159,8 +159,13 @@ def test_an_error_after_the_answer_began_gives_its_lease_back_once() -> None:
     async def main() -> int:
         site = _Site()
         await site.guard.take_lease("two")  # beside
-        with pytest.raises(ValueError, match="after the answer began"):
+        with pytest.raises(Exception) as raised:  # noqa: PT011 (its kind is checked below)
             await _request(site.app, "/fails")
+        found: Any = raised.value  # an older Starlette's errors middleware raises it in a
+        while not isinstance(found, ValueError) and getattr(found, "exceptions", None):
+            found = found.exceptions[0]  # group (the floor job's Starlette)
+        assert isinstance(found, ValueError), raised.value
+        assert "after the answer began" in str(found)
         return await site.held()
 
     assert asyncio.run(main()) == 1
