@@ -25,7 +25,7 @@ from hypothesis.stateful import (
 )
 from redis.cluster import RedisCluster
 
-from freqguard import ConfigError, Guard, ManualClock, Policy, Rate, Rule
+from freqguard import ConfigError, Decision, Guard, ManualClock, Policy, Rate, Rule
 from freqguard.backends.base import SyncBackend
 from freqguard.backends.memory import MemoryBackend
 from freqguard.backends.redis import RedisBackend
@@ -110,7 +110,9 @@ class Operations(RuleBasedStateMachine):
         for u, t, c, plan, cost in hits:
             self._hit(self._ctx(u, t, c, plan), cost)
 
-    def _hit(self, ctx: dict[str, str], cost: int) -> None:
+    def _hit(self, ctx: dict[str, str], cost: int) -> Decision | None:
+        """The machine's hit, checked against the model; its decision (None: refused as
+        past a capacity)."""
         assert self.guard is not None
         now = self.clock.now_us()
         # a denial of a cost past a denying rule's capacity as decided for the hit (its
@@ -121,10 +123,11 @@ class Operations(RuleBasedStateMachine):
         if past and not all(self._lapses(r, ctx, cost, now) for r in past):
             with pytest.raises(ConfigError, match="exceeds the capacity"):
                 self.guard.hit("p", cost, **ctx)
-            return
+            return None
         decision = self.guard.hit("p", cost, **ctx)
         got = (decision.allowed, {r.id for r in decision.denied_by})
         assert got == (allowed, denied), (ctx, cost)
+        return decision
 
     def _lapses(self, rule: MRule, ctx: dict[str, str], cost: int, now: int) -> bool:
         """Whether only a per-key limit that lapses (a ttl) puts ``cost`` past ``rule``'s

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from freqguard import ConfigError, Decision
+from freqguard import ConfigError
 from freqguard.backends.base import SyncBackend
 from tests.conformance.operations_model import BUCKETS
 from tests.conformance.test_operations_model import (
@@ -94,7 +94,7 @@ class Deploys(Operations):
     def hit_then_refund(self, u: str, t: str, c: str, plan: str, cost: int, between: str) -> None:
         ctx = self._ctx(u, t, c, plan)
         before = dict(self.model.states)
-        decision = self._decided(ctx, cost)
+        decision = self._hit(ctx, cost)
         if decision is None:
             return
         after = dict(self.model.states)
@@ -133,21 +133,6 @@ class Deploys(Operations):
             self._given_back(ctx, cost, before, after)
             with pytest.raises(ConfigError, match="already refunded"):
                 self.guard.refund(decision)
-
-    def _decided(self, ctx: dict[str, str], cost: int) -> Decision | None:
-        """The machine's hit, its decision returned (None: refused as past a capacity)."""
-        assert self.guard is not None
-        now = self.clock.now_us()
-        capacity = {r.name: self.model.params(r, ctx, now).capacity for r in self.deployed}
-        allowed, denied = self.model.hit(self.deployed, self.order, ctx, cost, now)
-        past = [r for r in self.deployed if r.name in denied and cost > capacity[r.name]]
-        if past and not all(self._lapses(r, ctx, cost, now) for r in past):
-            with pytest.raises(ConfigError, match="exceeds the capacity"):
-                self.guard.hit("p", cost, **ctx)
-            return None
-        decision = self.guard.hit("p", cost, **ctx)
-        assert (decision.allowed, {r.id for r in decision.denied_by}) == (allowed, denied)
-        return decision
 
     def _given_back(
         self, ctx: dict[str, str], cost: int, before: dict[Any, Any], after: dict[Any, Any]
