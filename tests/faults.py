@@ -99,8 +99,12 @@ def input_waiting(server: RedisServer, peer_port: int | None = None) -> bool:
 
 
 def resume(server: RedisServer) -> None:
-    """The server runs again (SIGCONT); it then executes what its clients had sent."""
+    """The server runs again (SIGCONT); it then executes what its clients had sent. Returns
+    once it answers a PING on a connection of its own: a drill's next call then meets a
+    server that runs, not one a busy machine has yet to schedule (which cost a call its
+    client's 0.2 s timeout once, under the slow suite's load)."""
     os.kill(server.process.pid, signal.SIGCONT)
+    servers.wait_for(server.client.ping, f"the server on {server.port}, running again")
 
 
 @contextmanager
