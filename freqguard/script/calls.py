@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from freqguard.script.contract import (
     HIT,
+    OLD_SPEC_RULE,
     REPLY_DROPPED,
     REPLY_HEAD,
     REPLY_LIMITS,
@@ -69,8 +70,8 @@ class Part(NamedTuple):
 
 def spec_text(specs: Sequence[StateSpec], kept: bool = True) -> str:
     """The specs as the Lua reads them (ARGV[4]; ``contract.SPEC_STATE``, ``SPEC_RULE``);
-    not ``kept``: without the window and count each state keeps, as 0.3.0 wrote them
-    (a receipt's fingerprint still names its specs so)."""
+    not ``kept``: without the window and count each state keeps and each rule's mark, as
+    0.3.0 wrote them (a receipt's fingerprint still names its specs so)."""
     words = [len(specs)]
     names = SPEC_STATE if kept else SPEC_STATE[:3]
     for spec in specs:
@@ -82,8 +83,8 @@ def spec_text(specs: Sequence[StateSpec], kept: bool = True) -> str:
             "cap": spec.cap,
         }
         words += [state[name] for name in names]
-        for rule in spec.rules:
-            words += map(int, rule)  # RuleParams' fields are contract.SPEC_RULE
+        for rule in spec.rules:  # RuleParams' fields are contract.SPEC_RULE
+            words += map(int, rule if kept else rule[: len(OLD_SPEC_RULE)])
         # a calendar state's periods follow its rules (its twin's BOUNDS; 0s as compiled:
         # every call sends a part with the periods of its hit, engine.calendar)
         words += spec.bounds or (0,) * getattr(spec.twin, "BOUNDS", 0)

@@ -24,6 +24,7 @@ from freqguard.script.calls import Part, Reply, report_of
 from freqguard.script.contract import (
     HIT,
     LIMIT,
+    MARK_WINDOW,
     REFUND,
     RESET,
 )
@@ -71,8 +72,9 @@ def change_limits(
 ) -> tuple[KeyLimit, ...]:
     """The record's per-key limits after the call: as stored, but for a LIMIT call with a
     change (:func:`~freqguard.script.limits.parse_change`), which sets one rule's limit
-    (``contract.LIMIT_CHANGE``, its expiry ``ttl`` after ``now``) or clears it (its tag
-    alone). A change also drops the limits of tags it does not keep (rules no longer in the
+    (``contract.LIMIT_CHANGE``, its expiry ``ttl`` after ``now``, with a marker of the
+    rule's mark: ``contract.MARK_WINDOW``) or clears it (its tag alone); either drops that
+    rule's markers. A change also drops the limits of tags it does not keep (rules no longer in the
     policy), those of the part's rules that their strategy cannot read any more, and, on the
     server's time, those expired (a pinned time that jumps ahead must not drop what it would
     find coming back)."""
@@ -83,14 +85,20 @@ def change_limits(
     kept = [
         limit
         for limit in limits
-        if limit.tag != words[0]
-        and limit.tag in keep
-        and (pinned or limit.lives(now))
-        and (limit.tag not in own or limited(*own[limit.tag], limit) is not None)
+        if (limit.window == MARK_WINDOW and limit.limit != words[0] and limit.limit in keep)
+        or (
+            limit.window != MARK_WINDOW
+            and limit.tag != words[0]
+            and limit.tag in keep
+            and (limit.tag not in own or limited(*own[limit.tag], limit) is not None)
+        )
+        if pinned or limit.lives(now)
     ]
     if len(words) > 1:
-        tag, ttl, exempt, *numbers = words  # contract.LIMIT_CHANGE
-        kept.append(KeyLimit(tag, now + ttl if ttl else 0, exempt == 1, *numbers))
+        tag, ttl, exempt, *numbers, mark = words  # contract.LIMIT_CHANGE
+        expiry = now + ttl if ttl else 0
+        kept.append(KeyLimit(tag, expiry, exempt == 1, *numbers))
+        kept.append(KeyLimit(mark, expiry, False, tag, MARK_WINDOW, 0, 0))  # its marker
     return tuple(kept)
 
 

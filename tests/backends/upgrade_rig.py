@@ -28,9 +28,9 @@ from freqguard.backends.redis import RedisBackend
 from freqguard.script.calls import Part, Reply, ScriptCall, spec_text
 from freqguard.script.contract import (
     LAYOUT_STAMPS,
+    OLD_SPEC_RULE,
     OLD_TAG_BYTES,
     RECORD_LAYOUT,
-    SPEC_RULE,
 )
 from freqguard.script.keys import KeyLayout
 from freqguard.script.limits import parse_change
@@ -53,8 +53,8 @@ def _deploy(client: Redis, code: str) -> None:
 
 class _OldCalls:
     """A backend that, while ``old``, sends each call as the 0.1 and 0.2 clients encoded
-    it, for the fixtures' functions: each rule without its burst (``SPEC_RULE``'s last
-    number, which they do not read) and a LIMIT change without the tags it keeps (they
+    it, for the fixtures' functions: each rule without its burst and mark (``SPEC_RULE``'s
+    last numbers, which they do not read) and a LIMIT change without the tags it keeps (they
     kept the tags of the call's rules); each state's field named by its 2-byte tag, as
     every layout before 6 named it. ``tags_only``: as this release's builds before layout
     6 encoded it (the policy-0.2-tags fixture), and 0.3.0: the names alone differ, and
@@ -120,7 +120,7 @@ def _old_specs(part: Part) -> str:
     for spec in part.specs:
         words += [spec.twin.code, int(spec.shadow), len(spec.rules)]
         for params in spec.rules:
-            words += [int(value) for value in params][: len(SPEC_RULE) - 1]
+            words += [int(value) for value in params][: len(OLD_SPEC_RULE) - 1]
         words += spec.bounds or (0,) * getattr(spec.twin, "BOUNDS", 0)
     return " ".join(map(str, words))
 

@@ -42,7 +42,7 @@ def test_a_tenants_limit_applies_again_when_the_rule_is_keyed_by_tenant_again(
     by_user = Guard(any_store, [_policy("user")], clock=clock)
     assert [by_user.hit("p", user="17").allowed for _ in range(3)] == [True, True, False]
     assert by_tenant.limits_for("p", tenant="17")["d"] == parse_rate("1000/minute")
-    assert all(by_tenant.hit("p", user="u", tenant="17").allowed for _ in range(10))
+    assert all(by_tenant.hit("p", user=f"u{n}", tenant="17").allowed for n in range(10))
 
 
 def test_a_users_limit_set_after_the_rule_is_keyed_by_user_is_the_users(

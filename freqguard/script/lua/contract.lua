@@ -35,6 +35,7 @@ local WIDE_TAG_BYTES = 6                 -- one whose 2 bytes collided, to 0.3.0
 local LAYOUT_STAMPS = 240                -- a meta field's stamp: LAYOUT_STAMPS + layout
 local LIMIT_ENTRY = '>I4I7BI4I7I4I7'     -- one limit: tag, expiry, exempt, limit,
 local LIMIT_ENTRY_BYTES = 34             -- window, capacity, interval; size
+local MARK_WINDOW = 9007199254740991     -- a marker's window: no rate's
 local REPLY_HEAD = '>BI8'                -- flags, now
 local REPLY_LIMITS = 2                   -- the flag: the limits follow the states
 local REPLY_DROPPED = 4                  -- the flag: an unstamped record was dropped

@@ -17,10 +17,11 @@ end
 -- The record's per-key limits after the call (script/twin.py change_limits): as stored, but
 -- for a LIMIT call with a change: the number of tags it keeps and those tags (every rule of
 -- the policy), then either one rule's limit to set (tag, ttl µs from now or 0 for ever,
--- exempt, limit, window, capacity, interval) or its tag alone, to clear it. A change also
--- drops the limits of tags it does not keep, those of this call's rules that their strategy
--- cannot read any more and, on the server's time, the expired ones. Also returns whether
--- they changed.
+-- exempt, limit, window, capacity, interval, and the mark of the marker stored beside it:
+-- MARK_WINDOW) or its tag alone, to clear it; either drops that rule's markers. A change
+-- also drops the limits (and markers) of tags it does not keep, those of this call's rules
+-- that their strategy cannot read any more and, on the server's time, the expired ones.
+-- Also returns whether they changed.
 local function change_limits(meta, change, mode, now, pinned, specs)
   local entries = read_limits(meta)
   if mode ~= LIMIT or change == '' then return entries, false end
@@ -35,14 +36,20 @@ local function change_limits(meta, change, mode, now, pinned, specs)
   end
   for i = 1, #entries do
     local e, mine = entries[i], own[entries[i][1]]
-    if e[1] ~= tag and keep[e[1]] and (pinned or lives(e, now))
-      and (not mine or entry_rule(mine[1], mine[2], e)) then kept[#kept + 1] = e end
+    if pinned or lives(e, now) then
+      if e[5] == MARK_WINDOW then
+        if e[4] ~= tag and keep[e[4]] then kept[#kept + 1] = e end
+      elseif e[1] ~= tag and keep[e[1]] and (not mine or entry_rule(mine[1], mine[2], e)) then
+        kept[#kept + 1] = e
+      end
+    end
   end
   if #words > count + 2 then
     local w, expiry = count + 2, 0
     if words[w + 1] > 0 then expiry = now + words[w + 1] end
     kept[#kept + 1] = {tag, expiry, words[w + 2], words[w + 3], words[w + 4], words[w + 5],
       words[w + 6]}
+    kept[#kept + 1] = {words[w + 7], expiry, 0, tag, MARK_WINDOW, 0, 0}  -- its marker
   end
   return kept, true
 end
@@ -74,11 +81,24 @@ end
 -- The specs as decided: each rule a limit living at now names, at its numbers.
 local function apply_limits(specs, entries, now)
   if #entries == 0 then return specs end
-  local by_tag, found = {}, false
+  local by_tag, marked, found, any_marked = {}, {}, false, false
   for i = 1, #entries do
-    if lives(entries[i], now) then by_tag[entries[i][1]], found = entries[i], true end
+    local e = entries[i]
+    if lives(e, now) then
+      by_tag[e[1]], found = e, true
+      if e[5] == MARK_WINDOW then marked[e[4]], any_marked = true, true end
+    end
   end
   if not found then return specs end
+  if any_marked then  -- a limit set for another dimension's value is not this rule's
+    for k = 1, #specs do
+      local rules = specs[k].rules
+      for r = 1, #rules do
+        local rule = rules[r]
+        if marked[rule.tag] and not by_tag[rule.mark] then by_tag[rule.tag] = nil end
+      end
+    end
+  end
   local out = {reply_format = specs.reply_format}
   for k = 1, #specs do out[k] = limited_spec(specs[k], by_tag) end
   return out
