@@ -21,6 +21,7 @@ from freqguard.config import Config
 from freqguard.errors import ConfigError
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
+from freqguard.integrations._drf_settings import setting_checks as drf_setting_checks
 from freqguard.integrations._drf_throttles import throttle_checks
 from freqguard.integrations._request import KeyFunc, check_key
 from freqguard.integrations._settings import (
@@ -117,7 +118,10 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     cannot hold, ``freqguard.I001``
     the views whose throttles ``get_throttles()`` chooses, not seen, ``freqguard.W003`` a
     URLconf past the bound of the walk, ``freqguard.W004`` includes nested past its depth,
-    ``freqguard.W005`` a misspelt scope the default limits take, ``freqguard.W006`` default
+    ``freqguard.W005`` a misspelt scope the default limits take, ``freqguard.W008`` a view's
+    ``throttle_scope`` none of its throttles reads, ``freqguard.E009`` DRF's
+    throttle settings where DRF does not read them (:mod:`~freqguard.integrations._drf_settings`),
+    ``freqguard.W006`` default
     limits without the middleware, ``freqguard.W007`` the middleware before the user is
     known to a key that reads it (:mod:`~freqguard.integrations._django_budgets`):
     see
@@ -127,7 +131,7 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     if not errors:  # each bad value an error of its own
         found += [checks.Error(text, id="freqguard.E002") for text in value_problems()]
     found += [checks.Warning(text, id="freqguard.W001") for text in warnings]
-    return found + throttle_checks()
+    return found + throttle_checks() + drf_setting_checks()
 
 
 def read_settings() -> Settings:
@@ -256,4 +260,11 @@ def their_key(key: object) -> str:
             meant = f"lambda request: {{{field!r}: {read}}}"
         if meant is not None:
             return f"; django-ratelimit's key={key!r} is key={meant} here"
+        module, dot, function = key.rpartition(".")
+        if dot and module and all(part.isidentifier() for part in key.split(".")):
+            return (
+                f"; django-ratelimit imports a key's dotted path: import it here "
+                f"(from {module} import {function}) and give key={function}, taking the "
+                "request alone (a RequestInfo; Django's request is its .raw), not (group, request)"
+            )
     return ""

@@ -29,6 +29,9 @@ they would read (where, :mod:`~freqguard.integrations._drf_rates` says), in
   ``throttle_classes``. One Info for all, and only while freqguard's DRF throttles are
   loaded: the override is DRF's idiom, not a fault, and without them it has none of
   freqguard's to choose.
+* ``freqguard.W008``: a view's ``throttle_scope`` none of its throttles reads (no scoped
+  throttle among them, nor one deciding in code of its own): the scope's rate applies to
+  nothing, as in DRF. Only while freqguard's DRF throttles are loaded.
 * ``freqguard.W003``: the walk of the URLconf stopped at its bound, so the views past it
   were not checked.
 * ``freqguard.W004``: includes nested deeper than the walk's bound were not descended into
@@ -127,8 +130,9 @@ def not_kept(name: str) -> Any:
 
 
 def throttle_checks() -> list[checks.CheckMessage]:
-    """``freqguard.E003``, ``W002``, ``E004``, ``E005``, ``E006``, ``I001``, ``W003`` and
-    ``W004`` (see the module), and ``E007`` (:mod:`~freqguard.integrations._django_budgets`)."""
+    """``freqguard.E003``, ``W002``, ``E004``, ``E005``, ``E006``, ``I001``, ``W003``,
+    ``W004`` and ``W008`` (see the module), and ``E007``
+    (:mod:`~freqguard.integrations._django_budgets`)."""
     rest = getattr(django_settings, "REST_FRAMEWORK", None)
     rest = rest if isinstance(rest, Mapping) else {}
     bad = _bad_rates(rest.get("DEFAULT_THROTTLE_RATES"))
@@ -207,11 +211,23 @@ def _of_the_walk(walked: Walk) -> list[checks.CheckMessage]:
     # module): without them get_throttles() has none of freqguard's to choose
     if walked.unseen and _DRF in sys.modules:
         found.append(checks.Info(_unseen(list(walked.unseen.values())), id="freqguard.I001"))
+    if _DRF in sys.modules:  # W008: a view's scope none of its throttles reads
+        found += [checks.Warning(_unscoped(*u), id="freqguard.W008") for u in walked.unscoped]
     if walked.stopped is not None:
         found.append(checks.Warning(_stopped(walked.stopped), id="freqguard.W003"))
     if walked.deep:
         found.append(checks.Warning(_deep(walked.deep), id="freqguard.W004"))
     return found
+
+
+def _unscoped(where: str, scope: str, throttles: tuple[Any, ...]) -> str:
+    have = ", ".join(map(dotted, throttles)) or "none (DEFAULT_THROTTLE_CLASSES names none)"
+    return (
+        f"{where}: throttle_scope {scope!r} is read by none of its throttles ({have}), "
+        "so its rate applies to nothing, as in DRF: add "
+        "freqguard.integrations.drf.FreqGuardScopedThrottle to the view's throttle_classes "
+        "(or to DEFAULT_THROTTLE_CLASSES), or drop throttle_scope"
+    )
 
 
 def _bad_rates(rates: object) -> dict[object, str]:

@@ -23,7 +23,14 @@ __all__ = ["DEEPEST", "MOST_PATTERNS", "Use", "Walk", "dotted", "ours", "walk"]
 
 _THROTTLE = "freqguard.integrations.drf.FreqGuardThrottle"
 _SCOPED = "freqguard.integrations.drf.FreqGuardScopedThrottle"
-_APIVIEW = "rest_framework.views.APIView"  # its get_throttles() makes throttle_classes
+_APIVIEW = "rest_framework.views.APIView"
+_SCOPE = "throttle_scope"  # the view's attribute DRF's and freqguard's scoped throttles read
+#: The modules of throttles that read no view's scope unless scoped (and of object's own)
+_OURS_OR_THEIRS = (
+    "freqguard.integrations.drf",
+    "rest_framework.throttling",
+    "builtins",
+)  # its get_throttles() makes throttle_classes
 #: The bounds of the walk: URL patterns visited, and includes followed one inside another.
 MOST_PATTERNS = 20_000
 DEEPEST = 32
@@ -55,6 +62,9 @@ class Walk:
     costly: list[tuple[str, Any]] = field(default_factory=list)
     #: W007: each view whose cap, decided by the middleware, keys by the user
     users: list[tuple[str, Any]] = field(default_factory=list)
+    #: W008: each view (and where) whose throttle_scope none of its throttles reads, the
+    #: scope, and its throttles
+    unscoped: list[tuple[str, str, tuple[Any, ...]]] = field(default_factory=list)
 
 
 def walk() -> Walk:
@@ -80,6 +90,7 @@ def walk() -> Walk:
             found.unseen.setdefault(view, f"{name} (URL {url!r}{of})")
             continue
         throttles = init.get("throttle_classes", getattr(view, "throttle_classes", ()))
+        _note_unscoped(found, where, init.get(_SCOPE, getattr(view, _SCOPE, None)), throttles)
         for throttle in throttles if isinstance(throttles, (list, tuple)) else ():
             if isinstance(throttle, str):  # not imported by DRF here: not what runs
                 if (view, throttle) not in said:
@@ -117,6 +128,22 @@ def _note_named(found: Walk, url: str, callback: Any) -> None:
         found.costly.append((where, cap))
     if cap is not None and getattr(cap, "merges", False) and getattr(cap.key, "needs_user", 0):
         found.users.append((where, cap))
+
+
+def _note_unscoped(found: Walk, where: str, scope: object, throttles: object) -> None:
+    """Note a view whose ``throttle_scope`` none of its throttles reads: a throttle with a
+    ``scope_attr`` (DRF's and freqguard's scoped ones) reads it, and so may one deciding in
+    code of its own (not DRF's nor freqguard's); DRF's or freqguard's others do not."""
+    if not isinstance(scope, str) or not scope or not isinstance(throttles, (list, tuple)):
+        return
+    for throttle in throttles:
+        if not isinstance(throttle, type) or hasattr(throttle, "scope_attr"):
+            return  # a dotted path (E005's), or a scoped throttle
+        for name in ("__init__", "allow_request", "get_cache_key", "get_rate"):
+            owner = next((base for base in throttle.__mro__ if name in vars(base)), object)
+            if owner.__module__ not in _OURS_OR_THEIRS:  # its own code: not judged
+                return
+    found.unscoped.append((where, scope, tuple(throttles)))
 
 
 def _use(where: str, view: type, init: Mapping[str, Any], throttle: type) -> Use | None:
