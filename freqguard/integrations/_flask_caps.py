@@ -5,9 +5,8 @@ A view's cap wraps the view (:class:`Capping`), so that it still holds when the 
 outside its own route; a blueprint's cap and an exemption are attributes of the blueprint or
 view, read when the extension builds an endpoint's route (:func:`route_of`): the default
 limits or the caps of the blueprints around it, and its view's own cap, each a key function
-and its rules (``KeyedRules``) of one policy. The extension
-(:mod:`freqguard.integrations.flask`) checks the arguments, keeps each app's state and
-decides the hits.
+and its rules (``KeyedRules``) of one policy. The extension (:mod:`.flask`) checks the
+arguments, keeps each app's state and decides the hits.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import contextlib
 import functools
 import hashlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -27,8 +26,8 @@ from freqguard.decorators.naming import implicit_name
 from freqguard.errors import BackendUnavailable, ConfigError
 from freqguard.guard import Guard
 from freqguard.integrations._decide import KeyedRules, Route
-from freqguard.integrations._flask_application import static_files
-from freqguard.integrations._flask_habits import CapHabits
+from freqguard.integrations._flask_application import check_served, static_files
+from freqguard.integrations._flask_habits import CapHabits, check_started
 from freqguard.integrations._http import KeyFunc
 from freqguard.integrations._rule_items import check_cost
 from freqguard.rates import Rate, written
@@ -74,7 +73,8 @@ class FlaskViewCap:
         self.alone = alone  # its policy when the view runs outside its own route
         self.methods = methods  # None: every method; else its own budget, in the view
         self.deduct = deduct  # None: every admitted request counts; else those it accepts
-        self.decide: Callable[[], None] = _undecided  # its hit, unless decided already
+        # its hit, unless decided already (set once its wrapper is made)
+        self.decide: Callable[[], None] = lambda: None
 
     @property
     def in_view(self) -> bool:
@@ -105,9 +105,11 @@ class Capping(CapHabits):
         name: the view's budget, if given.
         named: the extension's named budgets so far and their rates, to refuse one name
             given two sets of rates.
+        apps: the apps the extension has set up, to refuse a blueprint capped once one
+            of them has served requests.
     """
 
-    __slots__ = ("_asked", "_deduct", "_hit", "_made", "_methods", "_name", "_named")
+    __slots__ = ("_apps", "_asked", "_deduct", "_hit", "_made", "_methods", "_name", "_named")
 
     def __init__(
         self,
@@ -118,9 +120,10 @@ class Capping(CapHabits):
         methods: frozenset[str] | None = None,
         deduct: Deduct | None = None,
         made: list[Made] | None = None,
+        apps: Collection[Flask] = (),
     ) -> None:
         self._hit, self._asked, self._name, self._named = hit, asked, name, named
-        self._methods, self._deduct, self._made = methods, deduct, made
+        self._methods, self._deduct, self._made, self._apps = methods, deduct, made, apps
 
     @overload
     def __call__(self, target: Blueprint, /) -> Blueprint: ...
@@ -151,6 +154,7 @@ class Capping(CapHabits):
                 'call, fg.capped("100/hour; 1000/day")(blueprint)'
             )
         check_not_both(blueprint, self._asked, getattr(blueprint, "_freqguard_exempt", False))
+        check_started(blueprint, self._apps, "capped")
         blueprint._freqguard_cap = self._asked  # type: ignore[attr-defined]
         return blueprint
 
@@ -254,10 +258,6 @@ def run_over(app: Flask, endpoint: str, cap: FlaskViewCap | None) -> None:
         app.view_functions[endpoint] = wrapper
 
 
-def _undecided() -> None:
-    """A cap's decision before it has one (a cap is made before its wrapper)."""
-
-
 def _rates(rates: tuple[Rate | Rule, ...]) -> str:
     return "; ".join(written(rate) if isinstance(rate, Rate) else repr(rate) for rate in rates)
 
@@ -302,6 +302,8 @@ def route_of(
     if static_files(app, endpoint):
         return None  # an app's or a blueprint's static files, as Flask-Limiter leaves them
     cap = view_cap(app, endpoint, made)
+    if cap is not None and cap.methods is not None:  # else never counted, silently
+        check_served(app, endpoint, cap.methods, lambda at: view_cap(app, at, made) is cap)
     exempt = getattr(view, "_freqguard_exempt", False)
     around, with_defaults = ([], False) if exempt else _around(app, endpoint)
     keyed = [KeyedRules(key, defaults, "default")] if with_defaults and defaults else []

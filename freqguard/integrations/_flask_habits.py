@@ -7,23 +7,33 @@ and ``limit()``'s arguments, its methods), refused naming freqguard's way
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from flask import Flask
+from flask import Blueprint, Flask
 
 from freqguard.errors import ConfigError
+from freqguard.guard import Guard
 from freqguard.integrations._http import KeyFunc, RequestInfo, check_keyed, client_ip
 from freqguard.integrations._request import declared, dimensions_of
 from freqguard.integrations._rule_items import rule_items
-from freqguard.integrations._settings import COMMON, MEANT, peer_setting, unknown_setting
+from freqguard.integrations._settings import (
+    COMMON,
+    MEANT,
+    configured,
+    peer_setting,
+    unknown_setting,
+)
 from freqguard.policy import Policy
 from freqguard.rates import Rate
 from freqguard.rules import Rule
 
 __all__ = [
     "CapHabits",
+    "check_once",
     "check_settings",
+    "check_started",
+    "configured_guard",
     "default_limits",
     "refuse_attribute",
     "refuse_exempt",
@@ -269,6 +279,49 @@ def default_limits(
         except ConfigError as exc:
             raise ConfigError(f"{setting}: {exc}") from None
     return defaults
+
+
+def check_once(app: Flask, extension: object) -> None:
+    """Refuse to set ``app`` up twice (``init_app`` after ``FreqGuard(app)``, or a second
+    FreqGuard): each time adds the hooks again, and every request would be hit twice
+    (Flask-Limiter's ``init_app`` takes an app once).
+
+    Raises:
+        ConfigError: naming the app, and whose it is.
+    """
+    state = app.extensions.get("freqguard")
+    if state is not None:
+        whose = "this" if getattr(state, "owner", None) is extension else "another"
+        raise ConfigError(
+            f"app {app.name!r} is set up already by {whose} FreqGuard: one FreqGuard an "
+            "app, set up once (FreqGuard(app) calls init_app; in a factory, FreqGuard() "
+            "then fg.init_app(app)), else every request is counted twice"
+        )
+
+
+def check_started(blueprint: Blueprint, apps: Iterable[Flask], method: str) -> None:
+    """Refuse to cap or exempt a blueprint of an app that has served requests: its routes
+    were built at the first request, and the change would pass unseen (Flask-Limiter reads
+    a blueprint's limits at each request; Flask itself refuses a route added then).
+
+    Raises:
+        ConfigError: naming the blueprint and the app.
+    """
+    for app in apps:
+        state = app.extensions.get("freqguard")
+        if getattr(state, "routes", None) and blueprint in app.blueprints.values():
+            raise ConfigError(
+                f"fg.{method}(blueprint): blueprint {blueprint.name!r} is registered on app "
+                f"{app.name!r}, which has served requests already: its routes are built, "
+                "and this would never apply; cap or exempt the blueprint before the app's "
+                "first request (where it is made, or before register_blueprint)"
+            )
+
+
+def configured_guard(settings: Mapping[str, Any]) -> Guard | None:
+    """The guard ``FREQGUARD_CONFIG`` makes (None: not set)."""
+    config = configured(settings)
+    return None if config is None else config.guard()
 
 
 def check_settings(settings: Mapping[str, Any]) -> bool:

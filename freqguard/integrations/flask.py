@@ -36,7 +36,8 @@ Denials answer 429 with an RFC 9457 problem body, unless the app has its own han
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, cast, overload
 
@@ -75,7 +76,10 @@ from freqguard.integrations._flask_errors import (
     warn_unseen,
 )
 from freqguard.integrations._flask_habits import (
+    check_once,
     check_settings,
+    check_started,
+    configured_guard,
     default_limits,
     refuse_attribute,
     refuse_exempt,
@@ -94,7 +98,6 @@ from freqguard.integrations._http import (
 )
 from freqguard.integrations._request import check_key
 from freqguard.integrations._rule_items import check_cost, rule_items
-from freqguard.integrations._settings import configured
 from freqguard.integrations.wsgi import request_info
 from freqguard.rates import Rate
 from freqguard.rules import Rule, check_name
@@ -118,6 +121,7 @@ class _State:
     enabled: bool = True
     routes: dict[str, Route | None] = field(default_factory=dict)  # by endpoint, built once
     caps: dict[str, FlaskViewCap | None] = field(default_factory=dict)  # the views', alike
+    owner: object = None  # the FreqGuard that set the app up (its hooks hit this state)
 
 
 class FreqGuard:
@@ -155,6 +159,7 @@ class FreqGuard:
         self._key: KeyFunc = remote_address if key is None else check_key(key, "FreqGuard")
         self._named: dict[str, tuple[Rate | Rule, ...]] = {}  # each name= budget's rates
         self._made: list[Made] = []  # the views capped, to find one capped over its route
+        self._apps: weakref.WeakSet[Flask] = weakref.WeakSet()  # set up, for check_started
         self.enabled = True  # False: every app's caps off (as FREQGUARD_ENABLED = False)
         if app is not None:
             self.init_app(app)
@@ -163,15 +168,18 @@ class FreqGuard:
         """Set up ``app``.
 
         Raises:
-            ConfigError: for a bad ``FREQGUARD_DEFAULT_LIMITS``, header profile, backend or
+            ConfigError: for an app set up already (by this FreqGuard or another: its
+                requests would be hit twice), a bad ``FREQGUARD_DEFAULT_LIMITS``, header
+                profile, backend or
                 configuration file, ``FREQGUARD_CONFIG`` with ``FREQGUARD_BACKEND`` or a
                 guard, or a route registered already whose caps cannot be decided together
                 (see :meth:`capped`; the routes are checked again at the first request).
         """
+        check_once(app, self)
         enabled = check_settings(app.config)
         guard = (
             self._guard
-            or _configured(app.config)
+            or configured_guard(app.config)
             or Guard(backend_from_url(app.config.get("FREQGUARD_BACKEND", "memory://")))
         )
         for made_by in ("FREQGUARD_CONFIG", "FREQGUARD_BACKEND"):
@@ -180,9 +188,10 @@ class FreqGuard:
         profile = check_profile(app.config.get("FREQGUARD_HEADERS", "ietf"), "FREQGUARD_HEADERS")
         defaults = default_limits(app.config.get("FREQGUARD_DEFAULT_LIMITS"), self._key)
         whole = application_route(app.config.get(SETTING), self._key)
-        state = _State(guard, Decider(guard, (), profile), defaults, whole, enabled=enabled)
+        state = _State(guard, Decider(guard, (), profile), defaults, whole, enabled, owner=self)
         self._routes(state, app)  # checked now, built at the first request
         app.extensions["freqguard"] = state
+        self._apps.add(app)
         app.before_request(self._before)
         app.after_request(self._after)
         app.teardown_request(self._give_back)
@@ -321,8 +330,8 @@ class FreqGuard:
             defaults: a blueprint's cap adds to the limits around it instead of replacing
                 them (Flask-Limiter's ``override_defaults=False``).
             methods: a view's cap counts only requests of these methods (GET brings
-                HEAD), on a budget of its own decided when the view runs, as ``name``'s;
-                the others pass it uncounted (Flask-Limiter's ``methods=``).
+                HEAD; none its route serves is a ConfigError), on a budget of its own
+                decided when the view runs, as ``name``'s (Flask-Limiter's ``methods=``).
             deduct_when: a view's cap counts only the requests whose response it accepts
                 (``lambda response: response.status_code == 401``: failed logins): the
                 others' hits are refunded, exactly, once the response is made; on a budget
@@ -331,9 +340,10 @@ class FreqGuard:
         Raises:
             ConfigError: at decoration, for a rate that does not parse, a bad name, one
                 name given two sets of rates, a bad cost or flag, ``shared`` or
-                ``defaults`` on a view, ``name`` on a blueprint, a blueprint capped twice,
-                or something neither a view nor a Blueprint; at ``init_app`` or the first
-                request, for a shared cap over a route with a cap of its own.
+                ``defaults`` on a view, ``name`` on a blueprint, a blueprint capped twice
+                or once its app has served requests, or something neither a view nor a
+                Blueprint; at ``init_app`` or the first request, for a shared cap over a
+                route with a cap of its own, or ``methods`` its route never serves.
         """
         refuse_theirs(theirs)
         rates = rule_items(rule, "fg.capped", policy=False)
@@ -356,8 +366,8 @@ class FreqGuard:
             raise ConfigError(
                 f"deduct_when must be a callable of the response, got {deduct_when!r}"
             )
-        methods_ = view_methods(methods)
-        return Capping(self._hit, asked, name, self._named, methods_, deduct_when, self._made)
+        methods_, apps = view_methods(methods), self._apps
+        return Capping(self._hit, asked, name, self._named, methods_, deduct_when, self._made, apps)
 
     @overload
     def exempt(self, target: Blueprint) -> Blueprint: ...
@@ -372,11 +382,12 @@ class FreqGuard:
 
         Raises:
             ConfigError: for something neither a view nor a Blueprint, a blueprint capped
-                with ``defaults=True``, or Flask-Limiter's ``flags=`` (or bare ``exempt()``).
+                with ``defaults=True`` or on an app that has served, ``flags=``, ``exempt()``.
         """
         refuse_exempt(target, theirs)
         if isinstance(target, Blueprint):
             check_not_both(target, getattr(target, "_freqguard_cap", None), exempt=True)
+            check_started(target, self._apps, "exempt")
         else:
             check_view("exempt", target)
         target._freqguard_exempt = True
@@ -387,9 +398,3 @@ class FreqGuard:
         """The Guard an app uses."""
         state: _State = app.extensions["freqguard"]
         return state.guard
-
-
-def _configured(settings: Mapping[str, Any]) -> Guard | None:
-    """The guard ``FREQGUARD_CONFIG`` makes (None: not set)."""
-    config = configured(settings)
-    return None if config is None else config.guard()
