@@ -52,3 +52,21 @@ def test_a_finite_time_past_what_the_clock_holds_is_refused_naming_the_bound(cal
     with pytest.raises(ConfigError, match=r"at most 1\.797e\+302 .*got 1\.8e\+302"):
         ManualClock(1.8e302) if call == "start" else ManualClock(0).set(1.8e302)
     assert ManualClock(1.79e302).now() == 1.79e302
+
+
+@pytest.mark.parametrize("call", ["start", "set", "advance"])
+@pytest.mark.parametrize("digits", [401, 5001])
+def test_an_integer_of_many_digits_is_refused_shown_short(call: str, digits: int) -> None:
+    """An int past 4,300 digits cannot even be printed (Python refuses it): the refusal
+    raised that ValueError instead of a ConfigError; one of 401 digits was printed whole."""
+    seconds = 10 ** (digits - 1)
+    clock = ManualClock(0)
+    with pytest.raises(ConfigError, match=r"got an integer of \d+ digits") as refused:
+        if call == "start":
+            ManualClock(seconds)
+        elif call == "set":
+            clock.set(seconds)
+        else:
+            clock.advance(seconds)
+    assert len(str(refused.value)) < 200
+    assert clock.now() == 0
