@@ -108,7 +108,7 @@ def _clock_us(seconds: object, call: str) -> int:
     except (TypeError, ValueError, OverflowError):
         raise ConfigError(
             f"{call} takes a finite number of seconds, at most {_MOST_SECONDS:g} either way, "
-            f"got {seconds!r}"
+            f"got {_shown(seconds)}"
         ) from None
 
 
@@ -153,7 +153,7 @@ class ManualClock:
             moved = None
         if moved is None:  # also refuses nan
             raise ConfigError(
-                f"ManualClock.advance takes seconds >= 0 (or a timedelta), got {seconds!r}"
+                f"ManualClock.advance takes seconds >= 0 (or a timedelta), got {_shown(seconds)}"
             )
         self._us += moved
 
@@ -252,7 +252,10 @@ def _zone(name: str) -> zoneinfo.ZoneInfo:
 
 
 def _shown(value: object) -> str:
-    """``repr(value)``, cut short: an error names the value, not ten thousand characters."""
+    """``repr(value)``, cut short: an error names the value, not ten thousand characters;
+    an integer of many digits by their count (past 4,300, Python refuses to print one)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return f"an integer of {int(math.log10(abs(value))) + 1} digits"
     text = repr(value)
     return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
 

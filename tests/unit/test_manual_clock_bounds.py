@@ -6,6 +6,8 @@ neither (an adversarial pass on the operations, which draw such times)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import math
 
 import pytest
@@ -61,12 +63,12 @@ def test_an_integer_of_many_digits_is_refused_shown_short(call: str, digits: int
     raised that ValueError instead of a ConfigError; one of 401 digits was printed whole."""
     seconds = 10 ** (digits - 1)
     clock = ManualClock(0)
+    calls: dict[str, Callable[[int], object]] = {
+        "start": ManualClock,
+        "set": clock.set,
+        "advance": clock.advance,
+    }
     with pytest.raises(ConfigError, match=r"got an integer of \d+ digits") as refused:
-        if call == "start":
-            ManualClock(seconds)
-        elif call == "set":
-            clock.set(seconds)
-        else:
-            clock.advance(seconds)
+        calls[call](seconds)
     assert len(str(refused.value)) < 200
     assert clock.now() == 0
