@@ -6,9 +6,8 @@ neither (an adversarial pass on the operations, which draw such times)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import math
+from collections.abc import Callable
 
 import pytest
 
