@@ -15,7 +15,7 @@ import zoneinfo
 from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 
 if TYPE_CHECKING:
     from freqguard.rates import Rate
@@ -108,7 +108,7 @@ def _clock_us(seconds: object, call: str) -> int:
     except (TypeError, ValueError, OverflowError):
         raise ConfigError(
             f"{call} takes a finite number of seconds, at most {_MOST_SECONDS:g} either way, "
-            f"got {_shown(seconds)}"
+            f"got {shown(seconds)}"
         ) from None
 
 
@@ -153,7 +153,7 @@ class ManualClock:
             moved = None
         if moved is None:  # also refuses nan
             raise ConfigError(
-                f"ManualClock.advance takes seconds >= 0 (or a timedelta), got {_shown(seconds)}"
+                f"ManualClock.advance takes seconds >= 0 (or a timedelta), got {shown(seconds)}"
             )
         self._us += moved
 
@@ -251,15 +251,6 @@ def _zone(name: str) -> zoneinfo.ZoneInfo:
     return zoneinfo.ZoneInfo(name)
 
 
-def _shown(value: object) -> str:
-    """``repr(value)``, cut short: an error names the value, not ten thousand characters;
-    an integer of many digits by their count (past 4,300, Python refuses to print one)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
-        return f"an integer of {int(math.log10(abs(value))) + 1} digits"
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
-
-
 def _unknown(name: str) -> ConfigError:
     meant = _folded().get(name.casefold())
     if meant is not None:
@@ -284,7 +275,7 @@ def zone_named(name: object) -> zoneinfo.ZoneInfo:
             machine's own ``localtime``, another case, a non-string), naming it.
     """
     if not isinstance(name, str) or not 0 < len(name) <= 64:
-        raise ConfigError(f"a time zone is {_EXAMPLE}, got {_shown(name)}")
+        raise ConfigError(f"a time zone is {_EXAMPLE}, got {shown(name)}")
     if name not in _known():
         raise _unknown(name)
     try:

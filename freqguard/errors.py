@@ -11,6 +11,7 @@ Every error freqguard raises derives from :class:`FreqGuardError`::
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -26,7 +27,20 @@ __all__ = [
     "extra_missing",
     "install",
     "raise_failures",
+    "shown",
 ]
+
+
+def shown(value: object, most: int = 80) -> str:
+    """``repr(value)`` as a message shows a value the caller gave: cut short, and an integer
+    of many digits by their count (past 4,300 digits, Python refuses to print one)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return f"an integer of {int(math.log10(abs(value))) + 1} digits"
+    try:
+        text = repr(value)
+    except ValueError:  # a container holding such an integer
+        return f"a {type(value).__name__} holding an integer of more than 4,300 digits"
+    return text if len(text) <= most else f"{text[: most - 20]}... ({len(text)} characters)"
 
 
 def install(extra: str) -> str:

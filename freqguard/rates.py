@@ -11,7 +11,7 @@ from typing import TypeVar, overload
 import limits
 
 from freqguard.bounds import MAX_LIMIT, MAX_WINDOW_US
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 
 __all__ = [
     "Rate",
@@ -198,7 +198,7 @@ def as_rate(value: object) -> Rate:
             several = "; several rates: one Rule per rate, each its own state"
         raise ConfigError(
             f"rate must be a Rate, a rate string or limits' item, got "
-            f"{rate!r}{peer_rate(rate)}{several}"
+            f"{shown(rate)}{peer_rate(rate)}{several}"
         )
     return rate
 
@@ -267,11 +267,12 @@ def seconds_window(what: str, seconds: object) -> timedelta:
             one microsecond to ten years.
     """
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise ConfigError(f"{what} must be a number of seconds, got {seconds!r}")
-    if not math.isfinite(seconds) or not 0 < seconds * 1_000_000 <= MAX_WINDOW_US:
+        raise ConfigError(f"{what} must be a number of seconds, got {shown(seconds)}")
+    finite = not isinstance(seconds, float) or math.isfinite(seconds)  # an int is, any size
+    if not finite or not 0 < seconds * 1_000_000 <= MAX_WINDOW_US:
         raise ConfigError(
             f"{what} must be a number of seconds longer than 0 and at most {_LONGEST}, "
-            f"got {seconds!r}"
+            f"got {shown(seconds)}"
         )
     us = round(seconds * 1_000_000)
     if us < 1:

@@ -12,7 +12,7 @@ import limits
 
 from freqguard.bounds import MAX_BURST, MAX_LIMIT, MAX_LOG_LIMIT
 from freqguard.clock import PERIODS, check_calendar
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.options import (
     NAME_PATTERN,
     RESERVED_DIMENSIONS,
@@ -212,7 +212,9 @@ class Rule:
                     f"(rule {name or rate!s})"
                 )
             if isinstance(burst, bool) or not isinstance(burst, int) or not 0 < burst <= MAX_BURST:
-                raise ConfigError(f"burst must be an integer from 1 to {MAX_BURST}, got {burst!r}")
+                raise ConfigError(
+                    f"burst must be an integer from 1 to {MAX_BURST}, got {shown(burst)}"
+                )
         if not isinstance(shadow, bool):
             raise ConfigError(f"shadow must be a bool, got {shadow!r}")
         check_bounds(rate, strategy, burst, name)

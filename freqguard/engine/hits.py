@@ -28,7 +28,7 @@ from freqguard.engine.registry import PolicyRegistry
 from freqguard.engine.requests import Unfit
 from freqguard.engine.resets import reset_calls
 from freqguard.engine.settings import shortened
-from freqguard.errors import CapExceeded, ConfigError
+from freqguard.errors import CapExceeded, ConfigError, shown
 from freqguard.rules import Rule
 from freqguard.script.calls import Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT, REFUND
@@ -271,7 +271,7 @@ class Hits:
         """A hit that waits for its turn (at most ``timeout`` seconds on ``clock``)."""
         hit = self.hit(policy, cost, ctx, cached=False)  # it waits for its turn anyway
         if not seconds_or_none(timeout):
-            raise ConfigError(f"timeout must be None or finite seconds >= 0, got {timeout!r}")
+            raise ConfigError(f"timeout must be None or finite seconds >= 0, got {shown(timeout)}")
         plan, texts, checked = hit.plan, hit.texts, hit.cost
         failover = self._failover
 

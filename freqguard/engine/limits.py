@@ -15,7 +15,7 @@ from datetime import timedelta
 from freqguard.bounds import MAX_SPAN_US
 from freqguard.engine.plan import PolicyPlan, limit_rate
 from freqguard.engine.tiers import rule_params
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.options import TierRates
 from freqguard.policy import derived
 from freqguard.rates import Rate, parse_rate, written
@@ -247,11 +247,12 @@ def _ttl_us(ttl: object) -> int:
         ttl = ttl.total_seconds()
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < math.inf:
         raise ConfigError(
-            f"ttl must be None (for ever) or finite seconds > 0, got {ttl!r}", argument="ttl"
+            f"ttl must be None (for ever) or finite seconds > 0, got {shown(ttl)}",
+            argument="ttl",
         )
     # compared in seconds first: a finite ttl past 1.8e302 s is infinite in µs
     if ttl > MAX_SPAN_US / _US or (us := max(1, round(ttl * _US))) > MAX_SPAN_US:
         raise ConfigError(
-            f"ttl must be at most {MAX_SPAN_US // _US} seconds, got {ttl!r}", argument="ttl"
+            f"ttl must be at most {MAX_SPAN_US // _US} seconds, got {shown(ttl)}", argument="ttl"
         )
     return us

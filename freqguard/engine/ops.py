@@ -5,7 +5,7 @@ The guards only drive them (``freqguard/_async/guard.py``).
 
 from __future__ import annotations
 
-import math
+import sys
 from collections.abc import Callable, Generator, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from typing import Any, NamedTuple, Protocol, TypeVar
@@ -309,7 +309,7 @@ def seconds_or_none(timeout: object) -> bool:
         return True
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         return False
-    return 0 <= timeout < math.inf
+    return 0 <= timeout < sys.float_info.max  # a time on a clock's float: an int past it is not
 
 
 def turn_key(policy: str, texts: Mapping[str, str]) -> Hashable:

@@ -8,7 +8,7 @@ import difflib
 from collections.abc import Iterable, Mapping, Sequence
 
 from freqguard.decision import Decision
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.policy import Policy
 from freqguard.rules import Rule
 from freqguard.script.calls import Part, Reply
@@ -94,7 +94,7 @@ class Requests:
             )
         if upper and cost > self._most:
             raise ConfigError(
-                f"cost {cost} exceeds the largest capacity a rule of policy {self.name!r} "
+                f"cost {shown(cost)} exceeds the largest capacity a rule of policy {self.name!r} "
                 f"could be decided at ({self._most}): no hit of that cost could ever be allowed",
                 argument="cost",
             )

@@ -35,7 +35,7 @@ CALLS: dict[str, tuple[str, Callable[[], object]]] = {
     "async hit cost": ("cost", _async(lambda g: g.hit("p", cost=BIG, u="a"))),
     "burst": ("burst", lambda: Rule("5/minute", strategy="token-bucket", burst=BIG)),
     "lease": ("lease", lambda: Rule("5 concurrent", lease=BIG)),
-    "rate tuple": ("rate", lambda: Rule((BIG, 60))),
+    "rate tuple": ("rate", lambda: Rule((BIG, 60))),  # type: ignore[arg-type]
     "ttl": ("ttl", lambda: _guard().set_limit("p", "r", "9/minute", ttl=BIG, u="a")),
     "acquire timeout": ("timeout", lambda: _guard().acquire("p", timeout=BIG, u="a")),
     "async acquire timeout": (
@@ -48,6 +48,8 @@ CALLS: dict[str, tuple[str, Callable[[], object]]] = {
 @pytest.mark.parametrize("name", list(CALLS))
 def test_an_integer_past_the_printable_digits_is_a_config_error_naming_it(name: str) -> None:
     argument, call = CALLS[name]
-    with pytest.raises(ConfigError, match=rf"{argument}.*an integer of 5001 digits") as refused:
+    with pytest.raises(
+        ConfigError, match=rf"{argument}.*an integer of (5001|more than 4,300) digits"
+    ) as refused:
         call()
     assert len(str(refused.value)) < 400
