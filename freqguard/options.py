@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from freqguard.clock import zone_named
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.rates import Rate, parse_rate
 
 __all__ = [
@@ -50,7 +50,9 @@ def fit_name(raw: str) -> str:
 def check_name(kind: str, value: object) -> str:
     """Validate a policy, rule or prefix name: it appears verbatim in keys."""
     if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
-        raise ConfigError(f"{kind} must be 1 to 64 characters of A-Z a-z 0-9 _ . -, got {value!r}")
+        raise ConfigError(
+            f"{kind} must be 1 to 64 characters of A-Z a-z 0-9 _ . -, got {shown(value)}"
+        )
     return value
 
 
@@ -70,7 +72,7 @@ def dimension_names(by: str | Sequence[str]) -> tuple[str, ...]:
         if isinstance(by, (set, frozenset)):
             kind += ", whose order differs between processes"
         raise ConfigError(
-            f"dimension names must be a name or a list or tuple of names, got {by!r} (a "
+            f"dimension names must be a name or a list or tuple of names, got {shown(by)} (a "
             f"{kind}): by='user', or by=['user', 'content'] in order (() for one global "
             "count)"
         )
@@ -89,7 +91,7 @@ def dimension_names(by: str | Sequence[str]) -> tuple[str, ...]:
                 f"characters that is not a keyword nor one of {reserved}{hint}"
             )
     if len(set(names)) != len(names):
-        raise ConfigError(f"dimensions must be distinct, got {names!r}")
+        raise ConfigError(f"dimensions must be distinct, got {shown(names)}")
     return names
 
 
@@ -108,14 +110,14 @@ class TierRates:
     def __init__(self, read: str, rates: Mapping[str, Rate | str]) -> None:
         (self.read,) = dimension_names(read)
         if not isinstance(rates, Mapping) or not rates:
-            raise ConfigError(f"TierRates takes a table of value -> rate, got {rates!r}")
+            raise ConfigError(f"TierRates takes a table of value -> rate, got {shown(rates)}")
         self.rates: dict[str, Rate] = {}
         for value, rate in rates.items():
             if not isinstance(value, str):
-                raise ConfigError(f"TierRates: a tier is named by a string, got {value!r}")
+                raise ConfigError(f"TierRates: a tier is named by a string, got {shown(value)}")
             self.rates[value] = parse_rate(rate) if isinstance(rate, str) else rate
             if not isinstance(self.rates[value], Rate):
-                raise ConfigError(f"TierRates: tier {value!r} has no rate: {rate!r}")
+                raise ConfigError(f"TierRates: tier {value!r} has no rate: {shown(rate)}")
 
     def __call__(self, context: Mapping[str, str]) -> Rate | None:
         return self.rates.get(context.get(self.read, ""))
@@ -138,7 +140,7 @@ def _minute_of_day(name: str, value: object) -> int:
     found = re.fullmatch(r"([01]\d|2[0-3]):([0-5]\d)", value) if isinstance(value, str) else None
     if found is None:
         raise ConfigError(
-            f"QuietHours {name} is a time of day 'HH:MM' from 00:00 to 23:59, got {value!r}"
+            f"QuietHours {name} is a time of day 'HH:MM' from 00:00 to 23:59, got {shown(value)}"
         )
     return int(found[1]) * 60 + int(found[2])
 
@@ -214,12 +216,12 @@ def priority_names(what: str, names: object) -> tuple[str, ...]:
     """
     found = (names,) if isinstance(names, str) else names
     if not isinstance(found, (list, tuple)):
-        raise ConfigError(f"{what} takes a list of priority names, got {names!r}")
+        raise ConfigError(f"{what} takes a list of priority names, got {shown(names)}")
     for name in found:
         if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
             raise ConfigError(
-                f"{what}: a priority is 1 to 64 characters of A-Z a-z 0-9 _ . -, got {name!r}"
+                f"{what}: a priority is 1 to 64 characters of A-Z a-z 0-9 _ . -, got {shown(name)}"
             )
     if len(set(found)) != len(found):
-        raise ConfigError(f"{what}: priorities must be distinct, got {list(found)!r}")
+        raise ConfigError(f"{what}: priorities must be distinct, got {shown(list(found))}")
     return tuple(found)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from freqguard.bounds import MAX_POLICY_LOG_ENTRIES, MAX_RULES
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.options import PRIORITY, QuietHours, TierRates, priority_names
 from freqguard.rules import QUIET_RULE, Rule, Strategy, check_name, quiet_rule
 
@@ -83,7 +83,7 @@ class Policy:
         seen: dict[str, Rule] = {}
         for rule in rules:
             if not isinstance(rule, Rule):
-                raise ConfigError(f"policy {name!r}: expected Rule objects, got {rule!r}")
+                raise ConfigError(f"policy {name!r}: expected Rule objects, got {shown(rule)}")
             if rule.id in seen:
                 raise ConfigError(
                     f"policy {name!r} has two rules with the id {rule.id!r}; "
@@ -153,7 +153,7 @@ def _with_quiet(name: str, rules: tuple[Rule, ...], quiet: object) -> tuple[Rule
     if quiet is None:
         return rules
     if not isinstance(quiet, QuietHours):
-        raise ConfigError(f"policy {name!r}: quiet takes QuietHours(...), got {quiet!r}")
+        raise ConfigError(f"policy {name!r}: quiet takes QuietHours(...), got {shown(quiet)}")
     if given:
         raise ConfigError(f"policy {name!r}: its rules already hold quiet hours")
     dimensions = tuple(dict.fromkeys(d for rule in rules for d in rule.by))
@@ -266,9 +266,11 @@ class Fallback:
 
     def __init__(self, backend: Any, workers: int) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ConfigError(f"Fallback workers must be an integer >= 1, got {workers!r}")
+            raise ConfigError(f"Fallback workers must be an integer >= 1, got {shown(workers)}")
         if isinstance(backend, (str, Fallback)) or not hasattr(backend, "clock"):
-            raise ConfigError(f"Fallback takes a backend (e.g. MemoryBackend()), got {backend!r}")
+            raise ConfigError(
+                f"Fallback takes a backend (e.g. MemoryBackend()), got {shown(backend)}"
+            )
         self.backend, self.workers = backend, workers
 
     def __repr__(self) -> str:
@@ -298,5 +300,5 @@ def check_on_error(value: object, where: str, methods: tuple[str, ...] | None = 
             )
     raise ConfigError(
         f"{where}: on_error must be 'raise', 'allow', 'deny' or a backend to fall back on "
-        f"(e.g. MemoryBackend()), got {value!r}"
+        f"(e.g. MemoryBackend()), got {shown(value)}"
     )

@@ -64,13 +64,13 @@ class Rate:
 
     def __post_init__(self) -> None:
         if isinstance(self.limit, bool) or not isinstance(self.limit, int):
-            raise ConfigError(f"rate limit must be an integer >= 1, got {self.limit!r}")
+            raise ConfigError(f"rate limit must be an integer >= 1, got {shown(self.limit)}")
         if not 1 <= self.limit <= MAX_LIMIT:
             raise ConfigError(
-                f"rate limit must be an integer from 1 to {MAX_LIMIT}, got {self.limit}"
+                f"rate limit must be an integer from 1 to {MAX_LIMIT}, got {shown(self.limit)}"
             )
         if not isinstance(self.window, timedelta):
-            raise ConfigError(f"rate window must be a datetime.timedelta, got {self.window!r}")
+            raise ConfigError(f"rate window must be a datetime.timedelta, got {shown(self.window)}")
         if not 0 < _us(self.window) <= MAX_WINDOW_US:
             raise ConfigError(
                 f"rate window must be longer than 0 and at most {_LONGEST}, got {self.window}"
@@ -118,7 +118,7 @@ def parse_rates(text: str | limits.RateLimitItem) -> tuple[Rate, ...]:
             and all(isinstance(t, str) and len(t) <= 64 for t in text)
         ):
             joined = f"; several rates join with ';' in one string: {'; '.join(text)!r}"
-        raise ConfigError(f"a rate must be a string like '15/minute', got {text!r}{joined}")
+        raise ConfigError(f"a rate must be a string like '15/minute', got {shown(text)}{joined}")
     if len(text) > MAX_RATE_TEXT:
         raise ConfigError(
             f"a rate is at most {MAX_RATE_TEXT} characters, got one of {len(text)} "
@@ -143,10 +143,10 @@ def parse_rates(text: str | limits.RateLimitItem) -> tuple[Rate, ...]:
         head, burst, tail = piece.strip().lower().partition(" burst")
         if burst and not dotted:  # throttled-py's "100/s burst 200"
             try:
-                shown = written(parse_rate(head))
+                meant = written(parse_rate(head))
             except ConfigError:
-                shown = head.strip()[:40]
-            dotted = f"; a burst is a bucket rule's burst=: Rule({shown!r}, strategy='gcra', "
+                meant = head.strip()[:40]
+            dotted = f"; a burst is a bucket rule's burst=: Rule({meant!r}, strategy='gcra', "
             dotted += f"burst={tail.strip()[:12] or 'N'})"
         raise ConfigError(f"cannot parse rate {text!r}: expected {_GRAMMAR}{dotted}") from None
     rates = []
@@ -276,7 +276,7 @@ def seconds_window(what: str, seconds: object) -> timedelta:
         )
     us = round(seconds * 1_000_000)
     if us < 1:
-        raise ConfigError(f"{what} must be at least one microsecond, got {seconds!r}")
+        raise ConfigError(f"{what} must be at least one microsecond, got {shown(seconds)}")
     return timedelta(microseconds=us)
 
 

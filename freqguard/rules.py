@@ -55,7 +55,7 @@ def _leased(
     if concurrent is None:
         if lease is not None:
             raise ConfigError(
-                f"lease={lease!r} applies to a concurrency rule only: write its rate as "
+                f"lease={shown(lease)} applies to a concurrency rule only: write its rate as "
                 f"'N concurrent', e.g. Rule('10 concurrent', by='user', lease=60), not {rate!r}"
             )
         concurrency = strategy is not None and Strategy.parse(strategy) is Strategy.CONCURRENCY
@@ -77,7 +77,7 @@ def _leased(
     if not 1 <= limit <= MAX_LOG_LIMIT:
         raise ConfigError(
             f"rule {rate!r}: at most {MAX_LOG_LIMIT} leases at once (one entry each), "
-            f"at least 1, got {limit}"
+            f"at least 1, got {shown(limit)}"
         )
     return Rate(limit, seconds_window("lease", lease)), Strategy.CONCURRENCY
 
@@ -100,7 +100,7 @@ def _rate_for(function: object, name: str | None, rate: Rate) -> Any:
     if function is None:
         return None
     if not callable(function):
-        raise ConfigError(f"rate_for must be a function of the context, got {function!r}")
+        raise ConfigError(f"rate_for must be a function of the context, got {shown(function)}")
     if name is None:
         raise ConfigError(
             f"a rule with rate_for needs a name (its keys must not change with its rate): "
@@ -197,7 +197,7 @@ class Rule:
         rate, strategy = _leased(rate, strategy, lease)
         rate = as_rate(rate)
         if not isinstance(calendar, bool):
-            raise ConfigError(f"calendar must be a bool, got {calendar!r}")
+            raise ConfigError(f"calendar must be a bool, got {shown(calendar)}")
         default = Strategy.FIXED_WINDOW if calendar else Strategy.SLIDING_LOG
         strategy = default if strategy is None else Strategy.parse(strategy)
         check_calendar(calendar, strategy.value, rate, tz, tz_from)
@@ -216,7 +216,7 @@ class Rule:
                     f"burst must be an integer from 1 to {MAX_BURST}, got {shown(burst)}"
                 )
         if not isinstance(shadow, bool):
-            raise ConfigError(f"shadow must be a bool, got {shadow!r}")
+            raise ConfigError(f"shadow must be a bool, got {shown(shadow)}")
         check_bounds(rate, strategy, burst, name)
         set_ = object.__setattr__
         set_(self, "rate", rate)
@@ -362,7 +362,7 @@ def _caps(rule: Rule, caps: object) -> tuple[tuple[str, int], ...]:
         return ()
     where = f"rule {rule.id!r} caps"
     if not isinstance(caps, Mapping) or not caps:
-        raise ConfigError(f"{where}: a table of priority -> cap, got {caps!r}")
+        raise ConfigError(f"{where}: a table of priority -> cap, got {shown(caps)}")
     names = priority_names(where, list(caps))
     for name in names:
         cap = caps[name]
@@ -370,7 +370,7 @@ def _caps(rule: Rule, caps: object) -> tuple[tuple[str, int], ...]:
             raise ConfigError(
                 f"{where}: the cap of {name!r} is an integer from 1 to {rule.capacity - 1} "
                 f"(below the rule's {'burst' if rule.strategy.uses_burst else 'limit'} "
-                f"{rule.capacity}), got {cap!r}"
+                f"{rule.capacity}), got {shown(cap)}"
             )
         if rule.only is not None and name not in rule.only:
             raise ConfigError(

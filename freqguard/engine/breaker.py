@@ -6,12 +6,13 @@ call probes the node."""
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from freqguard.errors import BackendUnavailable, ConfigError
+from freqguard.errors import BackendUnavailable, ConfigError, shown
 
 __all__ = ["Breaker", "CircuitOpen"]
 
@@ -82,19 +83,19 @@ class Breaker:
         clock: Callable[[], float] | Any = time.monotonic,
     ) -> None:
         if isinstance(failures, bool) or not isinstance(failures, int) or failures < 1:
-            raise ConfigError(f"Breaker failures must be an integer >= 1, got {failures!r}")
+            raise ConfigError(f"Breaker failures must be an integer >= 1, got {shown(failures)}")
         if (
             isinstance(cooldown, bool)
             or not isinstance(cooldown, (int, float))
-            or not 0 < cooldown < float("inf")
+            or not 0 < cooldown < sys.float_info.max  # seconds on a clock's float
         ):
-            raise ConfigError(f"Breaker cooldown must be finite seconds > 0, got {cooldown!r}")
+            raise ConfigError(f"Breaker cooldown must be finite seconds > 0, got {shown(cooldown)}")
         if not callable(clock):  # a Clock (ManualClock()): its seconds
             now = getattr(clock, "now", None)
             if not callable(now):
                 raise ConfigError(
                     f"Breaker clock must be a function of seconds (time.monotonic, "
-                    f"ManualClock().now) or a Clock, got {clock!r}"
+                    f"ManualClock().now) or a Clock, got {shown(clock)}"
                 )
             clock = now
         self.failures = failures

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from freqguard.decision import Decision, make_decision, with_source
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.rules import Rule
 from freqguard.script.keys import raw_digest
 
@@ -53,9 +53,9 @@ class DenyCache:
 
     def __init__(self, size: int, *, clock: Callable[[], float] = time.monotonic) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= 10**8:
-            raise ConfigError(f"deny_cache must be an integer from 0 to 10**8, got {size!r}")
+            raise ConfigError(f"deny_cache must be an integer from 0 to 10**8, got {shown(size)}")
         if not callable(clock):
-            raise ConfigError(f"DenyCache clock must be a function of seconds, got {clock!r}")
+            raise ConfigError(f"DenyCache clock must be a function of seconds, got {shown(clock)}")
         self.size = size
         self.clock = clock
         self._lock = threading.Lock()

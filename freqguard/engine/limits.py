@@ -204,7 +204,8 @@ def _limit(plan: PolicyPlan, index: int, rate: object) -> KeyLimit:
             raise ConfigError(str(exc), argument="rate") from None
     if not isinstance(rate, Rate):
         raise ConfigError(
-            f"{where}: a per-key limit is a rate string, a Rate or None (exempt), got {rate!r}",
+            f"{where}: a per-key limit is a rate string, a Rate or None (exempt), "
+            f"got {shown(rate)}",
             argument="rate",
         )
     if rule.calendar and rate.window != rule.rate.window:

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from freqguard.engine.denials import Denials
 from freqguard.engine.failover import Failover
 from freqguard.engine.plan import PolicyPlan, keep
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.policy import Policy
 
 __all__ = ["PolicyRegistry"]
@@ -62,9 +62,9 @@ class PolicyRegistry:
                 that name is registered (and ``replace`` is False).
         """
         if not isinstance(policy, Policy):
-            raise ConfigError(f"add_policy takes a Policy, got {policy!r}")
+            raise ConfigError(f"add_policy takes a Policy, got {shown(policy)}")
         if not isinstance(replace, bool):
-            raise ConfigError(f"add_policy's replace must be True or False, got {replace!r}")
+            raise ConfigError(f"add_policy's replace must be True or False, got {shown(replace)}")
         known = self._plans.get(policy.name)
         if known is not None:
             if known.policy == policy:
@@ -137,7 +137,7 @@ class PolicyRegistry:
             known = ", ".join(sorted(self._plans)) or "none"
             if isinstance(name, Policy):
                 raise ConfigError(
-                    f"hit takes a policy's name, got {name!r}: register it "
+                    f"hit takes a policy's name, got {shown(name)}: register it "
                     f"(guard.add_policy(policy), or Guard(backend, [policy])), then give "
                     f"{name.name!r} (registered: {known})"
                 )

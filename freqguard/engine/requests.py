@@ -89,7 +89,7 @@ class Requests:
             elif isinstance(cost, str) and self.dimensions:  # limits' identifiers, by position
                 named = f"; the context is given by name: {self.dimensions[0]}={cost[:40]!r}"
             raise ConfigError(
-                f"cost must be an integer >= 0, got {cost!r} (policy {self.name!r}){named}",
+                f"cost must be an integer >= 0, got {shown(cost)} (policy {self.name!r}){named}",
                 argument="cost",
             )
         if upper and cost > self._most:

@@ -13,7 +13,7 @@ from freqguard.engine.breaker import Breaker
 from freqguard.engine.denials import Denials
 from freqguard.engine.failover import Failover
 from freqguard.engine.registry import PolicyRegistry
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.observe.base import Observer
 from freqguard.policy import Policy
 
@@ -81,7 +81,7 @@ def check_policies(policies: Iterable[Policy]) -> Iterable[Policy]:
     """``policies``, unless it is one policy where a list of them belongs."""
     if isinstance(policies, Policy):
         raise TypeError(
-            f"policies takes a list of policies: pass policies=[policy], got {policies!r}"
+            f"policies takes a list of policies: pass policies=[policy], got {shown(policies)}"
         )
     return policies
 
@@ -92,7 +92,7 @@ def check_breaker(breaker: object) -> Breaker | None:
     if breaker is DEFAULT_BREAKER:
         return Breaker()
     if breaker is not None and not isinstance(breaker, Breaker):
-        raise ConfigError(f"breaker must be a Breaker or None, got {breaker!r}")
+        raise ConfigError(f"breaker must be a Breaker or None, got {shown(breaker)}")
     return breaker
 
 
@@ -103,7 +103,7 @@ def check_observers(observers: Iterable[Observer]) -> tuple[Observer, ...]:
     checked = tuple(observers)
     for observer in checked:
         if not isinstance(observer, Observer):
-            raise TypeError(f"observers must have decided() and failed(), got {observer!r}")
+            raise TypeError(f"observers must have decided() and failed(), got {shown(observer)}")
     return checked
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.options import TierRates
 from freqguard.policy import Policy, derived
 from freqguard.rates import Rate, parse_rate
@@ -88,7 +88,7 @@ class Tiers:
             return got
         raise ConfigError(
             f"rule {rule.id!r} of policy {self._policy.name!r}: rate_for must return a rate "
-            f"string, a Rate or None (the rule's own), got {got!r}",
+            f"string, a Rate or None (the rule's own), got {shown(got)}",
             argument="context",
         )
 

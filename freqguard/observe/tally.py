@@ -9,14 +9,14 @@ here, cumulatively, and the libraries read the counts when they collect: a Prome
 
 from __future__ import annotations
 
-import math
+import sys
 import threading
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from itertools import pairwise
 from typing import TYPE_CHECKING, NamedTuple
 
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.observe.base import error_label
 
 if TYPE_CHECKING:
@@ -41,11 +41,11 @@ def check_buckets(buckets: Iterable[float]) -> tuple[float, ...]:
     if (
         not bounds
         or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds)
-        or not all(0 < b < math.inf for b in bounds)
+        or not all(0 < b < sys.float_info.max for b in bounds)  # as floats (an int too)
         or any(a >= b for a, b in pairwise(bounds))
     ):
         raise ConfigError(
-            f"buckets must be increasing finite seconds > 0 (+Inf is implied), got {bounds!r}"
+            f"buckets must be increasing finite seconds > 0 (+Inf is implied), got {shown(bounds)}"
         )
     return tuple(float(b) for b in bounds)
 

@@ -7,10 +7,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 
-from freqguard import AsyncGuard, ConfigError, Guard, ManualClock, MemoryBackend, Policy, Rule
+from freqguard import (
+    AsyncGuard,
+    ConfigError,
+    Guard,
+    ManualClock,
+    MemoryBackend,
+    Policy,
+    QuietHours,
+    Rate,
+    Rule,
+    TierRates,
+)
+from freqguard.engine.breaker import Breaker
+from freqguard.observe.tally import check_buckets
 
 BIG = 10**5000
 P = Policy("p", Rule("5/minute", by="u", name="r"))
@@ -35,6 +49,7 @@ CALLS: dict[str, tuple[str, Callable[[], object]]] = {
     "async hit cost": ("cost", _async(lambda g: g.hit("p", cost=BIG, u="a"))),
     "burst": ("burst", lambda: Rule("5/minute", strategy="token-bucket", burst=BIG)),
     "lease": ("lease", lambda: Rule("5 concurrent", lease=BIG)),
+    "a lease beside a rate": ("lease", lambda: Rule("5/minute", lease=BIG)),
     "rate tuple": ("rate", lambda: Rule((BIG, 60))),  # type: ignore[arg-type]
     "ttl": ("ttl", lambda: _guard().set_limit("p", "r", "9/minute", ttl=BIG, u="a")),
     "acquire timeout": ("timeout", lambda: _guard().acquire("p", timeout=BIG, u="a")),
@@ -42,6 +57,14 @@ CALLS: dict[str, tuple[str, Callable[[], object]]] = {
         "timeout",
         _async(lambda g: g.acquire("p", timeout=BIG, u="a")),
     ),
+    "a Rate's count": ("limit", lambda: Rate(BIG, timedelta(seconds=1))),
+    "deny_cache": ("deny_cache", lambda: Guard(MemoryBackend(), [P], deny_cache=BIG)),
+    "a cap": ("cap", lambda: Rule("5/minute", caps={"a": BIG})),
+    "Breaker cooldown": ("cooldown", lambda: Breaker(cooldown=BIG)),
+    "metrics buckets": ("buckets", lambda: check_buckets((1.0, BIG))),
+    "a tier's rate": ("", lambda: TierRates("plan", {"gold": (BIG, 60)})),  # type: ignore[dict-item]
+    "quiet exempt": ("exempt", lambda: QuietHours("22:00", "07:00", tz="UTC", exempt=[BIG])),  # type: ignore[list-item]
+    "a policy's rule": ("Rule", lambda: Policy("q", BIG)),  # type: ignore[arg-type]
 }
 
 
