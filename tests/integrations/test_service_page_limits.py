@@ -174,3 +174,48 @@ def test_a_global_rule_s_limit_is_set_and_cleared_from_the_page(tmp_path: Path) 
         assert _answer(page, "cleared") == "cleared all"
         found = httpx.post(f"{served.url}/v1/policies/sms/limits", json={"context": {}})
         assert found.json()["limits"]["all"] == "100/second", found.text
+
+
+PARTS_CONFIG = """\
+backend = "memory://"
+
+[[policy]]
+name = "api"
+rules = [
+  { rate = "2/minute", by = "user", name = "per-user" },
+  { rate = "9/minute", by = "tenant", name = "per-tenant" },
+]
+"""
+
+
+def test_a_rule_of_the_policy_s_second_partition_is_listed_set_and_cleared(
+    tmp_path: Path,
+) -> None:
+    """A policy decided in two parts (by user, by tenant): the page listed and wrote the
+    limits of the first partition's rules only (its limits call sent the user alone, and a
+    write of the tenant's rule the user's value). Now each rule's limit is read and written
+    with its own partition's value."""
+    config = tmp_path / "parts.toml"
+    config.write_text(PARTS_CONFIG)
+    with serving(config, env={"FREQGUARD_TOKENS": ""}) as served, Browser(tmp_path / "p") as page:
+        page.open(served.url + "/?policy=api&user=u1&tenant=t1")
+        page.until("document.querySelectorAll('#limits tbody tr').length > 1", "both rules")
+        assert [row[0] for row in page.run(ROWS)] == ["per-user", "per-tenant"]
+        _type(page, limit_rule="per-tenant", limit_rate="20/minute", limit_ttl="")
+        page.run("$('limit-set').click()")
+        assert _answer(page, "set") == "set per-tenant"
+        found = httpx.post(
+            f"{served.url}/v1/policies/api/limits", json={"context": {"tenant": "t1"}}
+        )
+        assert found.json()["limits"] == {"per-tenant": "20/minute"}, found.text
+        _type(page, limit_rule="per-user", limit_rate="3/minute", limit_ttl="")
+        page.run("$('limit-set').click()")
+        assert _answer(page, "set") == "set per-user"
+        found = httpx.post(f"{served.url}/v1/policies/api/limits", json={"context": {"user": "u1"}})
+        assert found.json()["limits"] == {"per-user": "3/minute"}, found.text
+        page.run("document.querySelector('#limits button[data-rule=\"per-tenant\"]').click()")
+        assert _answer(page, "cleared") == "cleared per-tenant"
+        found = httpx.post(
+            f"{served.url}/v1/policies/api/limits", json={"context": {"tenant": "t1"}}
+        )
+        assert found.json()["limits"] == {"per-tenant": "9/minute"}, found.text
