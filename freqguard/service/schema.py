@@ -20,6 +20,7 @@ from freqguard.options import QuietHours
 from freqguard.policy import Policy
 from freqguard.rates import written
 from freqguard.rules import Rule, Strategy
+from freqguard.script.keys import policy_layout
 
 encode = msgspec.json.Encoder().encode
 _US = 1_000_000.0  # µs in a second: a raw state's times
@@ -93,10 +94,12 @@ class RuleInfo(msgspec.Struct, frozen=True):
     writes the rule (``2/minute``, ``3/week``, ``10 concurrent``);
     a concurrency rule's ``lease`` (seconds), a bucket's ``burst``, a calendar rule's
     ``zone`` (an IANA name, or ``from <value>``), the priorities it counts (``only``, null:
-    all) and its caps per priority."""
+    all) and its caps per priority; ``partition``: the dimension whose value its per-key
+    limits are kept by (null: a global rule's, kept by none)."""
 
     rule: str
     by: list[str]
+    partition: str | None
     rate: str
     strategy: str
     written: str
@@ -254,10 +257,11 @@ def _written_rule(rule: Rule) -> str:
     return written(rule.rate)
 
 
-def _rule_info(rule: Rule) -> RuleInfo:
+def _rule_info(rule: Rule, partition: str | None) -> RuleInfo:
     return RuleInfo(
         rule=rule.id,
         by=list(rule.by),
+        partition=partition,
         # as the limits calls say it (5 concurrent for leases): the page compares the two
         rate=limit_written(rule, rule.rate) if rule.quiet is None else "quiet hours",
         strategy="calendar" if rule.calendar else rule.strategy.value,
@@ -282,14 +286,21 @@ def _quiet_info(quiet: QuietHours) -> QuietInfo:
 
 def policy_info(policy: Policy) -> PolicyInfo:
     """A policy as the page lists it: its rules, the context a lookup asks for, the
-    partition values its per-key limits are kept by, its priorities and quiet hours."""
-    parts = {r.by[0] for r in policy.rules if r.by and all(r.by[0] in x.by for x in policy.rules)}
+    partition values its per-key limits are kept by (each part's, in the policy's order),
+    its priorities and quiet hours."""
+    keyed = {
+        i: part[0].key.partition
+        for part in policy_layout(policy, "fg")
+        for s in part
+        for i in s.rules
+    }
+    partitions = {keyed.get(index) for index in range(len(policy.rules))}
     quiet = policy.quiet
     return PolicyInfo(
         policy=policy.name,
         context=[*policy.dimensions, *policy.reads],
-        partition=sorted(parts) or list(policy.dimensions[:1]),
-        rules=[_rule_info(rule) for rule in policy.rules],
+        partition=[d for d in policy.dimensions if d in partitions],
+        rules=[_rule_info(rule, keyed.get(i)) for i, rule in enumerate(policy.rules)],
         priorities=list(policy.priorities),
         quiet=None if quiet is None else _quiet_info(quiet),
     )
