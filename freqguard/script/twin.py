@@ -74,26 +74,24 @@ def change_limits(
     change (:func:`~freqguard.script.limits.parse_change`), which sets one rule's limit
     (``contract.LIMIT_CHANGE``, its expiry ``ttl`` after ``now``, with a marker of the
     rule's mark: ``contract.MARK_WINDOW``) or clears it (its tag alone); either drops that
-    rule's markers. A change also drops the limits of tags it does not keep (rules no longer in the
-    policy), those of the part's rules that their strategy cannot read any more, and, on the
-    server's time, those expired (a pinned time that jumps ahead must not drop what it would
-    find coming back)."""
+    rule's markers. A change also drops the limits of tags it does not keep (rules no longer
+    in the policy), those of the part's rules that their strategy cannot read any more, and,
+    on the server's time, those expired (a pinned time that jumps ahead must not drop what it
+    would find coming back); a marker goes with the limit it marks, never left alone."""
     if mode != LIMIT or not change:
         return tuple(limits)
     keep, words = parse_change(change)
     own = {rule.tag: (spec.twin, rule) for spec in part.specs for rule in spec.rules}
-    kept = [
-        limit
-        for limit in limits
-        if (limit.window == MARK_WINDOW and limit.limit != words[0] and limit.limit in keep)
-        or (
-            limit.window != MARK_WINDOW
-            and limit.tag != words[0]
-            and limit.tag in keep
-            and (limit.tag not in own or limited(*own[limit.tag], limit) is not None)
-        )
-        if pinned or limit.lives(now)
-    ]
+    alive = [limit for limit in limits if pinned or limit.lives(now)]
+    tags = {  # the limits kept; a marker goes with the limit it marks
+        limit.tag
+        for limit in alive
+        if limit.window != MARK_WINDOW
+        and limit.tag != words[0]
+        and limit.tag in keep
+        and (limit.tag not in own or limited(*own[limit.tag], limit) is not None)
+    }
+    kept = [e for e in alive if (e.limit if e.window == MARK_WINDOW else e.tag) in tags]
     if len(words) > 1:
         tag, ttl, exempt, *numbers, mark = words  # contract.LIMIT_CHANGE
         expiry = now + ttl if ttl else 0

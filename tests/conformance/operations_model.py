@@ -58,6 +58,9 @@ class Lim:
     window: int
     exempt: bool
     expiry: int  # 0: never
+    # the dimension it was set for (the rule's partition then): it applies while the rule
+    # is still kept by it, and again once keyed back (a marker, contract.MARK_WINDOW)
+    dim: str | None = None
 
     def lives(self, now: int) -> bool:
         return self.expiry == 0 or self.expiry > now
@@ -102,6 +105,13 @@ class Model:
         self.states: dict[tuple[Any, ...], State] = {}
         self.limits: dict[tuple[str, str | None], Lim] = {}
 
+    def limit_of(self, rule: MRule, ctx: dict[str, str]) -> Lim | None:
+        """The limit stored for ``rule`` and its partition value in ``ctx`` (one a rule and
+        value, whatever the dimension), if it was set for the rule's partition as it is."""
+        part = _partition(rule)
+        found = self.limits.get((rule.name, None if part is None else ctx[part]))
+        return found if found is not None and found.dim == part else None
+
     # what a rule is, for a context, now
     def params(self, rule: MRule, ctx: dict[str, str], now: int) -> Params:
         limit, window = rule.limit, rule.window
@@ -113,8 +123,7 @@ class Model:
         if rule.tier is not None and ctx.get(rule.tier_from[0]) == rule.tier_from[1]:
             limit, window = rule.tier
         exempt = False
-        part = _partition(rule)
-        found = self.limits.get((rule.name, None if part is None else ctx[part]))
+        found = self.limit_of(rule, ctx)
         if found is not None and found.lives(now):
             if found.exempt:
                 exempt = True

@@ -133,8 +133,7 @@ class Operations(RuleBasedStateMachine):
         """Whether only a per-key limit that lapses (a ttl) puts ``cost`` past ``rule``'s
         capacity, the rule's own (its tier's, for a context of that tier) holding it: a
         denial told to retry then."""
-        part = _partition(rule)
-        found = self.model.limits.get((rule.name, None if part is None else ctx[part]))
+        found = self.model.limit_of(rule, ctx)
         tiered = rule.tier is not None and ctx.get(rule.tier_from[0]) == rule.tier_from[1]
         limit = rule.tier[0] if tiered and rule.tier is not None else rule.limit
         own = rule.burst or limit if rule.kind in BUCKETS else limit
@@ -168,6 +167,7 @@ class Operations(RuleBasedStateMachine):
             target.window if limit is None else window,
             limit is None,
             0 if ttl is None else now + round(ttl * 1_000_000),
+            part,
         )
 
     @rule(index=st.integers(0, 5), value=st.sampled_from(("17", "a", "b")))
@@ -195,8 +195,7 @@ class Operations(RuleBasedStateMachine):
         now = self.clock.now_us()
         expected: dict[str, Rate | None] = {}
         for r in self.deployed:
-            part = _partition(r)
-            found = self.model.limits.get((r.name, None if part is None else ctx[part]))
+            found = self.model.limit_of(r, ctx)
             if found is not None and found.lives(now):
                 expected[r.name] = (
                     None

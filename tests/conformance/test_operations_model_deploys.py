@@ -59,8 +59,9 @@ class Deploys(Operations):
 
     @rule(index=st.integers(1, 5), by=st.sampled_from(DIMS), own=st.booleans())
     def deploy_by(self, index: int, by: tuple[str, ...], own: bool) -> None:
-        # the model keeps a limit by rule name and value, as the stores do today: a rule
-        # re-keyed from "t" to "u" reads t=a's limit as u=a's (a gap, test_limit_deploys.py)
+        # the model keeps a limit by rule name and value with the dimension it was set
+        # for: a rule re-keyed from "t" to "u" does not read t=17's limit as u=17's, and
+        # reads it again keyed back by "t" (test_limit_deploys.py)
         if len(self.deployed) < 2:
             return
         i = 1 + (index - 1) % (len(self.deployed) - 1)

@@ -19,9 +19,9 @@ end
 -- the policy), then either one rule's limit to set (tag, ttl µs from now or 0 for ever,
 -- exempt, limit, window, capacity, interval, and the mark of the marker stored beside it:
 -- MARK_WINDOW) or its tag alone, to clear it; either drops that rule's markers. A change
--- also drops the limits (and markers) of tags it does not keep, those of this call's rules
--- that their strategy cannot read any more and, on the server's time, the expired ones.
--- Also returns whether they changed.
+-- also drops the limits of tags it does not keep, those of this call's rules that their
+-- strategy cannot read any more and, on the server's time, the expired ones; a marker goes
+-- with the limit it marks, never left alone. Also returns whether they changed.
 local function change_limits(meta, change, mode, now, pinned, specs)
   local entries = read_limits(meta)
   if mode ~= LIMIT or change == '' then return entries, false end
@@ -34,14 +34,16 @@ local function change_limits(meta, change, mode, now, pinned, specs)
     local rules = specs[k].rules
     for r = 1, #rules do own[rules[r].tag] = {specs[k].twin, rules[r]} end
   end
+  local tags = {}  -- the limits kept; a marker goes with the limit it marks
   for i = 1, #entries do
     local e, mine = entries[i], own[entries[i][1]]
-    if pinned or lives(e, now) then
-      if e[5] == MARK_WINDOW then
-        if e[4] ~= tag and keep[e[4]] then kept[#kept + 1] = e end
-      elseif e[1] ~= tag and keep[e[1]] and (not mine or entry_rule(mine[1], mine[2], e)) then
-        kept[#kept + 1] = e
-      end
+    if (pinned or lives(e, now)) and e[5] ~= MARK_WINDOW and e[1] ~= tag and keep[e[1]]
+      and (not mine or entry_rule(mine[1], mine[2], e)) then tags[e[1]] = true end
+  end
+  for i = 1, #entries do
+    local e = entries[i]
+    if (pinned or lives(e, now)) and tags[e[5] == MARK_WINDOW and e[4] or e[1]] then
+      kept[#kept + 1] = e
     end
   end
   if #words > count + 2 then
