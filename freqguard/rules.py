@@ -10,7 +10,7 @@ from typing import Any
 
 import limits
 
-from freqguard.bounds import MAX_BURST, MAX_LIMIT, MAX_LOG_LIMIT
+from freqguard.bounds import MAX_LIMIT, MAX_LOG_LIMIT
 from freqguard.clock import PERIODS, check_calendar
 from freqguard.errors import ConfigError, shown
 from freqguard.options import (
@@ -205,19 +205,9 @@ class Rule:
             dimension_names(tz_from)
         if name is not None:
             check_name("rule name", name)
-        if burst is not None:
-            if not strategy.uses_burst:
-                raise ConfigError(
-                    f"burst applies to token-bucket and gcra only, not {strategy.value} "
-                    f"(rule {name or rate!s})"
-                )
-            if isinstance(burst, bool) or not isinstance(burst, int) or not 0 < burst <= MAX_BURST:
-                raise ConfigError(
-                    f"burst must be an integer from 1 to {MAX_BURST}, got {shown(burst)}"
-                )
+        check_bounds(rate, strategy, burst, name)
         if not isinstance(shadow, bool):
             raise ConfigError(f"shadow must be a bool, got {shown(shadow)}")
-        check_bounds(rate, strategy, burst, name)
         set_ = object.__setattr__
         set_(self, "rate", rate)
         set_(self, "by", dimension_names(by))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from enum import Enum
 
-from freqguard.bounds import MAX_LIMIT, MAX_LOG_LIMIT, MAX_SPAN_US
-from freqguard.errors import ConfigError
+from freqguard.bounds import MAX_BURST, MAX_LIMIT, MAX_LOG_LIMIT, MAX_SPAN_US
+from freqguard.errors import ConfigError, shown
 from freqguard.rates import Rate
 
 __all__ = ["Strategy", "check_bounds"]
@@ -91,8 +91,17 @@ def peer_name(name: str) -> str:
 
 
 def check_bounds(rate: Rate, strategy: Strategy, burst: int | None, name: str | None) -> None:
-    """Refuse what the encodings cannot hold exactly (see :mod:`freqguard.bounds`)."""
+    """Refuse what the encodings cannot hold exactly (see :mod:`freqguard.bounds`), and a
+    burst a strategy does not take or no bucket holds."""
     label = f"rule {name or str(rate)!r}"
+    if burst is not None:
+        if not strategy.uses_burst:
+            raise ConfigError(
+                f"burst applies to token-bucket and gcra only, not {strategy.value} "
+                f"(rule {name or rate!s})"
+            )
+        if isinstance(burst, bool) or not isinstance(burst, int) or not 0 < burst <= MAX_BURST:
+            raise ConfigError(f"burst must be an integer from 1 to {MAX_BURST}, got {shown(burst)}")
     if rate.limit > strategy.max_limit:
         same = "strategy='rolling-window' for the same cap in every window (never over it, at"
         same += " any limit, admitting a little less than an exact log), "

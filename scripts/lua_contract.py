@@ -124,7 +124,7 @@ def _contract() -> list[str]:
         ),
         local("LIMIT_ENTRY", lua(c.LIMIT_ENTRY), "one limit: tag, expiry, exempt, limit,"),
         local("LIMIT_ENTRY_BYTES", lua(size(c.LIMIT_ENTRY)), "window, capacity, interval; size"),
-        local("MARK_WINDOW", lua(c.MARK_WINDOW), "a marker's window: no rate's"),
+        local("KEYING_WINDOW", lua(c.KEYING_WINDOW), "a keying entry's window: no rate's"),
         local("REPLY_HEAD", lua(c.REPLY_HEAD), "flags, now"),
         local("REPLY_LIMITS", lua(c.REPLY_LIMITS), "the flag: the limits follow the states"),
         local("REPLY_DROPPED", lua(c.REPLY_DROPPED), "the flag: an unstamped record was dropped"),

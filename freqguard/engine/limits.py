@@ -66,7 +66,7 @@ def limit_call(
     if clear:
         return ScriptCall(part, texts, now, 0, LIMIT, change=change_text(None, tag, keep=keep))
     limit = _limit(plan, index, rate)._replace(tag=tag)
-    change = change_text(limit, tag, _ttl_us(ttl), keep, _mark(part, index))
+    change = change_text(limit, tag, _ttl_us(ttl), keep, _keying(part, index))
     return ScriptCall(part, texts, now, 1, LIMIT, change=change)
 
 
@@ -147,10 +147,10 @@ def _rule_index(plan: PolicyPlan, rule: object) -> int:
     )
 
 
-def _mark(part: Part, index: int) -> int:
-    """The mark of the policy's rule ``index`` (a rule of ``part``)."""
+def _keying(part: Part, index: int) -> int:
+    """The keying of the policy's rule ``index`` (a rule of ``part``)."""
     params = [rule for spec in part.specs for rule in spec.rules]
-    return params[part.rule_index.index(index)].mark
+    return params[part.rule_index.index(index)].keying
 
 
 def _partition(part: Part) -> str | None:

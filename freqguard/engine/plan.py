@@ -26,7 +26,7 @@ from freqguard.rules import Rule, limited_rule
 from freqguard.script.calls import Part, Reply, ScriptCall
 from freqguard.script.contract import CHECK, HIT, REFUND, RESET
 from freqguard.script.keys import StateLayout, policy_layout
-from freqguard.script.limits import KeyLimit, rule_marks, rule_tags
+from freqguard.script.limits import KeyLimit, rule_keyings, rule_tags
 from freqguard.script.strategies import KINDS, StateSpec, twin_of
 from freqguard.script.strategies.base import SKIP
 
@@ -59,7 +59,7 @@ def limit_rate(limit: KeyLimit, rule: Rule) -> Rate:
 
 
 def _compile_part(
-    states: tuple[StateLayout, ...], policy: Policy, tags: tuple[int, ...], marks: tuple[int, ...]
+    states: tuple[StateLayout, ...], policy: Policy, tags: tuple[int, ...], keyings: tuple[int, ...]
 ) -> Part:
     """A part of a policy (its states, from :func:`~freqguard.script.keys.policy_layout`),
     compiled."""
@@ -67,7 +67,7 @@ def _compile_part(
     specs: list[StateSpec] = []
     for state in states:
         first = rules[state.rules[0]]
-        params = tuple(rule_params(rules[i], tags[i], marks[i]) for i in state.rules)
+        params = tuple(rule_params(rules[i], tags[i], keyings[i]) for i in state.rules)
         twin = twin_of(first)
         window = max(p.window for p in params)
         cap = max(p.capacity for p in params)
@@ -127,11 +127,11 @@ class PolicyPlan(Requests):
         rules = policy.rules
         self.tags = rule_tags([rule.id for rule in rules])
         layout = policy_layout(policy, prefix, bins)
-        # each rule's partition dimension: what a per-key limit of it is set for (its mark)
+        # each rule's partition dimension: what a per-key limit of it is set for (its keying)
         keyed = {i: part[0].key.partition for part in layout for s in part for i in s.rules}
         by = [keyed.get(index) for index in range(len(rules))]
-        marks = rule_marks([rule.id for rule in rules], by, self.tags)
-        self.parts = tuple(_compile_part(states, policy, self.tags, marks) for states in layout)
+        keyings = rule_keyings([rule.id for rule in rules], by, self.tags)
+        self.parts = tuple(_compile_part(states, policy, self.tags, keyings) for states in layout)
         self.single_part = len(self.parts) == 1
         # which states hold leases (a concurrency rule's), per part: Guard.lease gives
         # back only those; a policy with any is taken by Guard.lease, never by hit

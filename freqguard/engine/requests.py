@@ -134,14 +134,14 @@ class Requests:
         for number, (part, reply) in enumerate(zip(self.parts, replies)):  # noqa: B905
             params = [p for spec in reply.part.specs for p in spec.rules]
             stored = {limit.tag: limit for limit in reply.limits}  # with their expiries
-            applied = reply.part.limits  # those that applied (a marker's may not)
+            applied = reply.part.limits  # those that applied (one another keying's may not)
             for at, (index, p, wait) in enumerate(zip(part.rule_index, params, reply.waits)):  # noqa: B905
                 takes = p.capacity - p.reserve
                 if not wait or p.shadow or takes >= cost:
                     continue
                 limit = stored.get(p.tag)
                 if limit is not None and (not applied or applied[at] != limit._replace(expiry=0)):
-                    limit = None  # stored, but another's (a marker says so) or a tier's instead
+                    limit = None  # stored, but another keying's or a tier's instead
                 turn = 0
                 if limit is not None and limit.expiry > reply.now:
                     if own is None:

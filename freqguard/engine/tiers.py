@@ -28,11 +28,11 @@ __all__ = ["MAX_VARIANTS", "Tiers", "rule_params", "tables_keep"]
 MAX_VARIANTS = 1024
 
 
-def rule_params(rule: Rule, tag: int = 0, mark: int = 0) -> RuleParams:
+def rule_params(rule: Rule, tag: int = 0, keying: int = 0) -> RuleParams:
     """The integers the twins read of a rule."""
     window = rule.rate.window_us
     interval = -(-window // rule.limit) if rule.strategy.uses_burst else 0
-    return RuleParams(rule.capacity, window, interval, rule.shadow, tag, 0, rule.burst or 0, mark)
+    return RuleParams(rule.capacity, window, interval, rule.shadow, tag, 0, rule.burst or 0, keying)
 
 
 def tables_keep(rules: Sequence[Rule], window: int, cap: int) -> tuple[int, int]:

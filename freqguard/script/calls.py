@@ -70,7 +70,7 @@ class Part(NamedTuple):
 
 def spec_text(specs: Sequence[StateSpec], kept: bool = True) -> str:
     """The specs as the Lua reads them (ARGV[4]; ``contract.SPEC_STATE``, ``SPEC_RULE``);
-    not ``kept``: without the window and count each state keeps and each rule's mark, as
+    not ``kept``: without the window and count each state keeps and each rule's keying, as
     0.3.0 wrote them (a receipt's fingerprint still names its specs so)."""
     words = [len(specs)]
     names = SPEC_STATE if kept else SPEC_STATE[:3]

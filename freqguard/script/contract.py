@@ -39,12 +39,12 @@ __all__ = [
     "CLAIM",
     "FIELD_HEAD",
     "HIT",
+    "KEYING_WINDOW",
     "LAYOUT_STAMPS",
     "LIMIT",
     "LIMIT_CHANGE",
     "LIMIT_ENTRY",
     "MARK_SEPARATOR",
-    "MARK_WINDOW",
     "MAX_LOG_LIMIT",
     "MAX_SPAN_US",
     "MODES",
@@ -124,9 +124,9 @@ MODES = {
 }
 
 #: A LIMIT call's change that sets a limit: these space-separated integers (``ttl``: µs from
-#: the call's time, 0: for ever; ``exempt`` 0/1; then ``LIMIT_ENTRY``'s numbers; ``mark``:
-#: the tag of the marker stored beside it, :data:`MARK_WINDOW`).
-LIMIT_CHANGE = ("tag", "ttl", "exempt", "limit", "window", "capacity", "interval", "mark")
+#: the call's time, 0: for ever; ``exempt`` 0/1; then ``LIMIT_ENTRY``'s numbers;
+#: ``keying``: the tag of the keying entry stored beside it, :data:`KEYING_WINDOW`).
+LIMIT_CHANGE = ("tag", "ttl", "exempt", "limit", "window", "capacity", "interval", "keying")
 
 
 def grows(mode: int, cost: int) -> bool:
@@ -142,9 +142,9 @@ def grows(mode: int, cost: int) -> bool:
 #: rules' under a tier of a shorter window, design note 103), each state followed by its
 #: rules, these per rule (``RuleParams``' fields; shadow 0/1).
 SPEC_STATE = ("code", "shadow", "rule_count", "window", "cap")
-SPEC_RULE = ("capacity", "window", "interval", "shadow", "tag", "reserve", "burst", "mark")
-#: The rule's numbers as the releases before marks sent them (a receipt's fingerprint names
-#: its specs so): ``SPEC_RULE`` without ``mark``.
+SPEC_RULE = ("capacity", "window", "interval", "shadow", "tag", "reserve", "burst", "keying")
+#: The rule's numbers as the releases before keyings sent them (a receipt's fingerprint
+#: names its specs so): ``SPEC_RULE`` without ``keying``.
 OLD_SPEC_RULE = SPEC_RULE[:7]
 
 #: The reply (one string): this head (flags: 1 allowed, plus :data:`REPLY_LIMITS` and
@@ -167,16 +167,16 @@ REPLY_DROPPED = 4
 #: buckets; else 0). A rule the call's specs name by that tag is decided with these numbers
 #: while the entry lives; an exempt rule decides as a shadow rule (counted, never denying).
 LIMIT_ENTRY = ">I4I7BI4I7I4I7"
-#: A *marker* is a :data:`LIMIT_ENTRY` whose window is this (no rate's: past
+#: A *keying entry* is a :data:`LIMIT_ENTRY` whose window is this (no rate's: past
 #: :data:`MAX_SPAN_US`, and exact in a Lua number), stored beside a limit by the releases
-#: since 0.3.x (design note 117): its tag is the rule's mark (``SPEC_RULE``: from the rule's
-#: name and its partition's dimension, at least 65,536, so never a 2-byte rule tag), its
-#: limit the tag of the limit it marks, its expiry that limit's. A limit that has markers
-#: applies to a rule only where one is the rule's own mark: set for ``tenant`` 17, it is not
-#: ``user`` 17's after a deploy that keys the rule by user. A limit without any (an older
-#: release's) applies as it always did. Older releases read a marker as a limit of no rule
-#: of theirs.
-MARK_WINDOW = 2**53 - 1
+#: after 0.3.0 (design note 117): its tag is the rule's *keying* (``SPEC_RULE``: from the
+#: rule's name and its partition's dimension, at least 65,536, so never a 2-byte rule tag),
+#: its limit the tag of the limit it goes with, its expiry that limit's. A limit that has
+#: keying entries applies to a rule only where one is the rule's own keying: set for
+#: ``tenant`` 17, it is not ``user`` 17's after a deploy that keys the rule by user. A limit
+#: without any (an older release's) applies as it always did. Older releases read a keying
+#: entry as a limit of no rule of theirs.
+KEYING_WINDOW = 2**53 - 1
 
 #: Lua only, stated here so that every format is read in one place: a state's field in its
 #: Redis record starts with its expiry and the latest time it was written at (µs); the

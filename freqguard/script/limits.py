@@ -20,7 +20,7 @@ from hashlib import blake2b
 from typing import TYPE_CHECKING, NamedTuple
 
 from freqguard.errors import ConfigError
-from freqguard.script.contract import LIMIT_CHANGE, LIMIT_ENTRY, MARK_WINDOW, widths
+from freqguard.script.contract import KEYING_WINDOW, LIMIT_CHANGE, LIMIT_ENTRY, widths
 from freqguard.script.strategies.base import RuleParams, StateSpec, Twin
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ __all__ = [
     "live",
     "pack_limits",
     "parse_change",
-    "rule_marks",
+    "rule_keyings",
     "rule_tags",
     "unpack_limits",
 ]
@@ -81,17 +81,17 @@ def pack_limits(limits: Iterable[KeyLimit]) -> bytes:
 
 
 def change_text(
-    limit: KeyLimit | None, tag: int, ttl: int = 0, keep: Sequence[int] = (), mark: int = 0
+    limit: KeyLimit | None, tag: int, ttl: int = 0, keep: Sequence[int] = (), keying: int = 0
 ) -> str:
     """A LIMIT call's change (``contract.LIMIT_CHANGE``): the tags whose limits it keeps
     (``keep``: every rule of the policy, whatever part, since equal values of two parts'
-    partitions share a record), then: set ``limit`` for ``ttl`` µs (0: for ever), marked
-    with ``mark`` (the rule's: :func:`rule_marks`), or with ``limit`` None clear the limit of
-    the rule tagged ``tag``. Either drops the markers of that rule's limit."""
+    partitions share a record), then: set ``limit`` for ``ttl`` µs (0: for ever), with a
+    keying entry of ``keying`` (the rule's: :func:`rule_keyings`), or with ``limit`` None
+    clear the limit of the rule tagged ``tag``. Either drops that limit's keying entries."""
     head = [len(keep), *keep]
     if limit is None:
         return " ".join(map(str, [*head, tag]))
-    values = {**limit._asdict(), "tag": tag, "ttl": ttl, "mark": mark}
+    values = {**limit._asdict(), "tag": tag, "ttl": ttl, "keying": keying}
     return " ".join(map(str, [*head, *(int(values[name]) for name in LIMIT_CHANGE)]))
 
 
@@ -126,25 +126,26 @@ def rule_tags(ids: Sequence[str]) -> tuple[int, ...]:
     return tuple(tags)
 
 
-def rule_marks(
+def rule_keyings(
     ids: Sequence[str], partitions: Sequence[str | None], tags: Sequence[int]
 ) -> tuple[int, ...]:
-    """Each rule's mark: 4 bytes of the digest of its id and its partition's dimension (a
-    global rule's: none), at least 65,536 (``contract.MARK_WINDOW`` says what a marker is).
+    """Each rule's keying: 4 bytes of the digest of its id and its partition's dimension
+    (a global rule's: none), at least 65,536 (``contract.KEYING_WINDOW`` says what a keying
+    entry is).
 
     Raises:
-        ConfigError: two marks alike, or a mark alike another rule's tag (1 in 2^32 a pair).
+        ConfigError: two keyings alike, or a keying alike another rule's tag (1 in 2^32 a pair).
     """
-    marks = tuple(
+    keyings = tuple(
         65_536 + _long_tag(f"{rule_id}@{partition or ''}", b"freqguard-mark")
         for rule_id, partition in zip(ids, partitions, strict=True)
     )
-    if len(set(marks)) != len(marks) or set(marks) & set(tags):
+    if len(set(keyings)) != len(keyings) or set(keyings) & set(tags):
         raise ConfigError(
-            f"rules {list(ids)!r}: two rules' names and dimensions map to one mark; "
+            f"rules {list(ids)!r}: two rules' names and dimensions map to one keying; "
             "rename one (name=...)"
         )
-    return marks
+    return keyings
 
 
 def _long_tag(rule_id: str, person: bytes = b"") -> int:
@@ -179,14 +180,14 @@ def apply(part: Part, limits: Sequence[KeyLimit], now: int) -> Part:
     by_tag = {limit.tag: limit._replace(expiry=0) for limit in limits if limit.lives(now)}
     if not by_tag:
         return part
-    marks = {tag for tag, marker in by_tag.items() if marker.window == MARK_WINDOW}
-    marked = {by_tag[tag].limit for tag in marks}  # the tags of the limits marked
+    keyings = {tag for tag, entry in by_tag.items() if entry.window == KEYING_WINDOW}
+    keyed = {by_tag[tag].limit for tag in keyings}  # the tags of the limits keyed so
     found: list[KeyLimit | None] = []
     made: list[RuleParams | None] = []
     for spec in part.specs:
         for rule in spec.rules:
             limit = by_tag.get(rule.tag)
-            if rule.tag in marked and rule.mark not in marks:
+            if rule.tag in keyed and rule.keying not in keyings:
                 limit = None  # set for another dimension's value: not this rule's
             params = None if limit is None else limited(spec.twin, rule, limit)
             if limit is not None and params is None:

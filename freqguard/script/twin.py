@@ -23,8 +23,8 @@ from typing import Any, Protocol
 from freqguard.script.calls import Part, Reply, report_of
 from freqguard.script.contract import (
     HIT,
+    KEYING_WINDOW,
     LIMIT,
-    MARK_WINDOW,
     REFUND,
     RESET,
 )
@@ -72,31 +72,32 @@ def change_limits(
 ) -> tuple[KeyLimit, ...]:
     """The record's per-key limits after the call: as stored, but for a LIMIT call with a
     change (:func:`~freqguard.script.limits.parse_change`), which sets one rule's limit
-    (``contract.LIMIT_CHANGE``, its expiry ``ttl`` after ``now``, with a marker of the
-    rule's mark: ``contract.MARK_WINDOW``) or clears it (its tag alone); either drops that
-    rule's markers. A change also drops the limits of tags it does not keep (rules no longer
-    in the policy), those of the part's rules that their strategy cannot read any more, and,
-    on the server's time, those expired (a pinned time that jumps ahead must not drop what it
-    would find coming back); a marker goes with the limit it marks, never left alone."""
+    (``contract.LIMIT_CHANGE``, its expiry ``ttl`` after ``now``, with a keying entry of
+    the rule's keying: ``contract.KEYING_WINDOW``) or clears it (its tag alone); either
+    drops that limit's keying entries. A change also drops the limits of tags it does not
+    keep (rules no longer in the policy), those of the part's rules that their strategy
+    cannot read any more, and, on the server's time, those expired (a pinned time that
+    jumps ahead must not drop what it would find coming back); a keying entry goes with its
+    limit, never left alone."""
     if mode != LIMIT or not change:
         return tuple(limits)
     keep, words = parse_change(change)
     own = {rule.tag: (spec.twin, rule) for spec in part.specs for rule in spec.rules}
     alive = [limit for limit in limits if pinned or limit.lives(now)]
-    tags = {  # the limits kept; a marker goes with the limit it marks
+    tags = {  # the limits kept; a keying entry goes with its limit
         limit.tag
         for limit in alive
-        if limit.window != MARK_WINDOW
+        if limit.window != KEYING_WINDOW
         and limit.tag != words[0]
         and limit.tag in keep
         and (limit.tag not in own or limited(*own[limit.tag], limit) is not None)
     }
-    kept = [e for e in alive if (e.limit if e.window == MARK_WINDOW else e.tag) in tags]
+    kept = [e for e in alive if (e.limit if e.window == KEYING_WINDOW else e.tag) in tags]
     if len(words) > 1:
-        tag, ttl, exempt, *numbers, mark = words  # contract.LIMIT_CHANGE
+        tag, ttl, exempt, *numbers, keying = words  # contract.LIMIT_CHANGE
         expiry = now + ttl if ttl else 0
         kept.append(KeyLimit(tag, expiry, exempt == 1, *numbers))
-        kept.append(KeyLimit(mark, expiry, False, tag, MARK_WINDOW, 0, 0))  # its marker
+        kept.append(KeyLimit(keying, expiry, False, tag, KEYING_WINDOW, 0, 0))  # its keying
     return tuple(kept)
 
 

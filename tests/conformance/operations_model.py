@@ -59,7 +59,7 @@ class Lim:
     exempt: bool
     expiry: int  # 0: never
     # the dimension it was set for (the rule's partition then): it applies while the rule
-    # is still kept by it, and again once keyed back (a marker, contract.MARK_WINDOW)
+    # is still kept by it, and again once keyed back (a keying entry, contract.KEYING_WINDOW)
     dim: str | None = None
 
     def lives(self, now: int) -> bool:

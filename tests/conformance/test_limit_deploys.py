@@ -3,7 +3,7 @@ for one value of the rule's partition (tenant ``17``); deployed keyed by the use
 partition is another dimension, and the limit must not become user ``17``'s (docs/limits.md,
 Parts: "user 17's limit and tenant 17's are two limits"). On every store, time pinned.
 
-A limit is stored by its rule's tag (from the rule's name) with a marker naming the
+A limit is stored by its rule's tag (from the rule's name) with a keying entry naming the
 partition's dimension it was set for (design note 117): read by the rule keyed by another
 dimension, it does not apply; keyed by its own again, it does.
 """
@@ -66,7 +66,7 @@ def test_an_exemption_keeps_to_its_keying_and_another_rules_limit_stays(
     any_store: SyncBackend,
 ) -> None:
     """Exempt under one keying, counted under the other; a change of one rule's limit keeps
-    another rule's limit and marker in the same record."""
+    another rule's limit and keying entry in the same record."""
     clock = ManualClock(START)
     by_tenant = Guard(any_store, [_policy("tenant")], clock=clock)
     by_tenant.set_limit("p", "d", None, tenant="17")

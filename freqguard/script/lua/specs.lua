@@ -9,7 +9,7 @@ local PARSED, PARSED_COUNT = {}, 0
 -- SPEC_RULE). Both return the next position.
 local function parse_rule(v, at)
   return {capacity = v[at], window = v[at + 1], interval = v[at + 2], shadow = v[at + 3] == 1,
-    tag = v[at + 4], reserve = v[at + 5], burst = v[at + 6], mark = v[at + 7]}, at + 8
+    tag = v[at + 4], reserve = v[at + 5], burst = v[at + 6], keying = v[at + 7]}, at + 8
 end
 
 -- A state's longest window and largest capacity, from its rules and `own`'s: the spec's

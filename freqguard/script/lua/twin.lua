@@ -17,11 +17,11 @@ end
 -- The record's per-key limits after the call (script/twin.py change_limits): as stored, but
 -- for a LIMIT call with a change: the number of tags it keeps and those tags (every rule of
 -- the policy), then either one rule's limit to set (tag, ttl µs from now or 0 for ever,
--- exempt, limit, window, capacity, interval, and the mark of the marker stored beside it:
--- MARK_WINDOW) or its tag alone, to clear it; either drops that rule's markers. A change
--- also drops the limits of tags it does not keep, those of this call's rules that their
--- strategy cannot read any more and, on the server's time, the expired ones; a marker goes
--- with the limit it marks, never left alone. Also returns whether they changed.
+-- exempt, limit, window, capacity, interval, and the keying of the keying entry stored
+-- beside it: KEYING_WINDOW) or its tag alone, to clear it; either drops that limit's keying
+-- entries. A change also drops the limits of tags it does not keep, those of this call's
+-- rules that their strategy cannot read any more and, on the server's time, the expired
+-- ones; a keying entry goes with its limit, never left alone. Also returns whether they changed.
 local function change_limits(meta, change, mode, now, pinned, specs)
   local entries = read_limits(meta)
   if mode ~= LIMIT or change == '' then return entries, false end
@@ -34,15 +34,15 @@ local function change_limits(meta, change, mode, now, pinned, specs)
     local rules = specs[k].rules
     for r = 1, #rules do own[rules[r].tag] = {specs[k].twin, rules[r]} end
   end
-  local tags = {}  -- the limits kept; a marker goes with the limit it marks
+  local tags = {}  -- the limits kept; a keying entry goes with its limit
   for i = 1, #entries do
     local e, mine = entries[i], own[entries[i][1]]
-    if (pinned or lives(e, now)) and e[5] ~= MARK_WINDOW and e[1] ~= tag and keep[e[1]]
+    if (pinned or lives(e, now)) and e[5] ~= KEYING_WINDOW and e[1] ~= tag and keep[e[1]]
       and (not mine or entry_rule(mine[1], mine[2], e)) then tags[e[1]] = true end
   end
   for i = 1, #entries do
     local e = entries[i]
-    if (pinned or lives(e, now)) and tags[e[5] == MARK_WINDOW and e[4] or e[1]] then
+    if (pinned or lives(e, now)) and tags[e[5] == KEYING_WINDOW and e[4] or e[1]] then
       kept[#kept + 1] = e
     end
   end
@@ -51,7 +51,7 @@ local function change_limits(meta, change, mode, now, pinned, specs)
     if words[w + 1] > 0 then expiry = now + words[w + 1] end
     kept[#kept + 1] = {tag, expiry, words[w + 2], words[w + 3], words[w + 4], words[w + 5],
       words[w + 6]}
-    kept[#kept + 1] = {words[w + 7], expiry, 0, tag, MARK_WINDOW, 0, 0}  -- its marker
+    kept[#kept + 1] = {words[w + 7], expiry, 0, tag, KEYING_WINDOW, 0, 0}  -- its keying
   end
   return kept, true
 end
@@ -83,21 +83,21 @@ end
 -- The specs as decided: each rule a limit living at now names, at its numbers.
 local function apply_limits(specs, entries, now)
   if #entries == 0 then return specs end
-  local by_tag, marked, found, any_marked = {}, {}, false, false
+  local by_tag, keyed, found, any_keyed = {}, {}, false, false
   for i = 1, #entries do
     local e = entries[i]
     if lives(e, now) then
       by_tag[e[1]], found = e, true
-      if e[5] == MARK_WINDOW then marked[e[4]], any_marked = true, true end
+      if e[5] == KEYING_WINDOW then keyed[e[4]], any_keyed = true, true end
     end
   end
   if not found then return specs end
-  if any_marked then  -- a limit set for another dimension's value is not this rule's
+  if any_keyed then  -- a limit set for another dimension's value is not this rule's
     for k = 1, #specs do
       local rules = specs[k].rules
       for r = 1, #rules do
         local rule = rules[r]
-        if marked[rule.tag] and not by_tag[rule.mark] then by_tag[rule.tag] = nil end
+        if keyed[rule.tag] and not by_tag[rule.keying] then by_tag[rule.tag] = nil end
       end
     end
   end

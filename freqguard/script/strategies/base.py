@@ -60,9 +60,9 @@ class RuleParams(NamedTuple):
     # a bucket rule's own burst (``Rule(burst=...)``), which a per-key limit keeps; 0: its
     # capacity follows its rate's limit (and any other strategy)
     burst: int = 0
-    # the rule's mark (script.limits.rule_marks): a limit stored with markers applies to the
-    # rule only where one of them is this (it was set for the rule's partition dimension)
-    mark: int = 0
+    # the rule's keying (script.limits.rule_keyings): a limit stored with keying entries
+    # applies to the rule only where one of them is this (set for its partition dimension)
+    keying: int = 0
 
 
 class StateSpec(NamedTuple):

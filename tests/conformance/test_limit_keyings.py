@@ -1,4 +1,4 @@
-"""Per-key limits and their markers (``contract.MARK_WINDOW``) where a re-keyed rule meets
+"""Per-key limits and their keying entries (``contract.KEYING_WINDOW``) where a re-keyed rule meets
 the rest of the engine: a ttl, exemptions, clears, keying back and forth, two partitions'
 equal values in one record, tiers, refunds, leases, batches, the lapsing-limit turn. On
 every store, time pinned; the memory backend is the reference (it runs the Python twin).
@@ -47,14 +47,14 @@ def _allowed(guard: Guard, n: int, **ctx: str) -> list[bool]:
 OWN = parse_rate("2/minute")
 
 
-def test_a_limit_and_its_marker_lapse_together_and_a_reset_ttl_holds(
+def test_a_limit_and_its_keying_entry_lapse_together_and_a_reset_ttl_holds(
     any_store: SyncBackend,
 ) -> None:
     clock, by_tenant, by_user = _guards(any_store)
     by_tenant.set_limit("p", "d", "1000/minute", tenant="17", ttl=5)
     assert by_user.limits_for("p", user="17")["d"] == OWN
     by_tenant.set_limit("p", "d", "500/minute", tenant="17", ttl=60)  # another ttl
-    clock.advance(10)  # past the first ttl: the second holds, with its marker
+    clock.advance(10)  # past the first ttl: the second holds, with its keying entry
     assert by_tenant.limits_for("p", tenant="17")["d"] == parse_rate("500/minute")
     assert by_user.limits_for("p", user="17")["d"] == OWN
     assert _allowed(by_user, 3, user="17") == [True, True, False]
@@ -80,7 +80,7 @@ def test_an_exemption_moves_with_its_keying_back_and_forth(any_store: SyncBacken
 
 def test_two_partitions_sharing_a_record_keep_their_own_limits(any_store: SyncBackend) -> None:
     """Anchor's limit is user 17's, d's tenant 17's: both in the record of 17. Re-keyed,
-    d reads neither; a change of anchor's keeps d's and its marker."""
+    d reads neither; a change of anchor's keeps d's and its keying entry."""
     _, by_tenant, by_user = _guards(any_store)
     by_tenant.set_limit("p", "anchor", "5/second", user="17")
     by_tenant.set_limit("p", "d", "1/minute", tenant="17")
@@ -207,7 +207,7 @@ def test_a_batch_decides_each_keying_by_its_own_limits(any_store: SyncBackend) -
     assert all(d.allowed for d in many)
 
 
-# -- records written by an older release's function (0.3.0: no markers) -------------------
+# -- records written by an older release's function (0.3.0: no keying entries) -------------------
 
 
 @pytest.fixture
@@ -237,7 +237,7 @@ def _upgrade(backend: _OldCalls, client: Redis) -> None:
 def test_an_old_releases_limit_applies_after_the_upgrade(
     old_guards: tuple[_OldCalls, Guard, Guard, Guard], redis_server: RedisServer
 ) -> None:
-    """0.3.0 stored no marker: its limit applies as it did, to the rule of its tag."""
+    """0.3.0 stored no keying entry: its limit applies as it did, to the rule of its tag."""
     backend, old, by_tenant, by_user = old_guards
     old.set_limit("p", "d", "1000/minute", tenant="17")
     old.set_limit("p", "anchor", None, user="17")
@@ -254,7 +254,7 @@ def test_an_old_releases_limit_applies_after_the_upgrade(
     assert by_user.limits_for("p", user="17")["d"] == parse_rate("1/minute")
 
 
-def test_an_old_releases_hits_keep_the_markers(
+def test_an_old_releases_hits_keep_the_keying_entries(
     old_guards: tuple[_OldCalls, Guard, Guard, Guard], redis_server: RedisServer
 ) -> None:
     backend, old, by_tenant, by_user = old_guards
@@ -273,7 +273,7 @@ def test_an_old_releases_change_of_the_same_limit_after_a_new_one(
     old_guards: tuple[_OldCalls, Guard, Guard, Guard], redis_server: RedisServer
 ) -> None:
     """A rolling deploy back and forth: 0.3.0 sets, then clears, the limit this release
-    set (and marked): no marker of it is left to hide or show another limit."""
+    set (and marked): no keying entry of it is left to hide or show another limit."""
     backend, old, by_tenant, by_user = old_guards
     _upgrade(backend, redis_server.client)
     by_tenant.set_limit("p", "d", "1000/minute", tenant="17", ttl=30)
@@ -295,7 +295,7 @@ def test_an_old_releases_change_of_the_same_limit_after_a_new_one(
 @pytest.mark.xfail(
     strict=True,
     reason="a LIMIT change by 0.3.0's function keeps only the limits of its policy's rule "
-    "tags, so it drops every marker in the record: a limit this release set then applies "
+    "tags, so it drops every keying entry in the record: a limit this release set then applies "
     "as an older release's, to its rule whatever its keying, until set again (0.3.0's code "
     "cannot be changed; a gap of rolling deploys from 0.3.0)",
 )
@@ -316,17 +316,19 @@ def test_an_old_releases_change_of_another_limit_keeps_a_limits_keying(
 
 
 def _stored(guard: Guard, store: SyncBackend, **ctx: object) -> list[KeyLimit]:
-    """Every entry the record of ``ctx``'s partition values stores, markers too."""
+    """Every entry the record of ``ctx``'s partition values stores, keying entries too."""
     plan = guard._policies.plan("p")
     now = guard.clock.now_us() if guard.clock is not None else None
     return [e for call in limits_calls(plan, ctx, now) for e in store.execute(call).limits]
 
 
-def test_a_limit_dropped_as_unreadable_takes_its_marker_with_it(any_store: SyncBackend) -> None:
+def test_a_limit_dropped_as_unreadable_takes_its_keying_entry_with_it(
+    any_store: SyncBackend,
+) -> None:
     """d was a bucket of 20,000 a minute for tenant 17, for ever; deployed as a sliding log
     it cannot read that rate, and the record's next change of limits (of another rule of
-    its part) drops it: its marker too, else a marker no limit needs holds the record for
-    ever (none of its limits expires)."""
+    its part) drops it: its keying entry too, else a keying entry no limit needs holds the
+    record for ever (none of its limits expires)."""
     clock = ManualClock(START)
 
     def policy(strategy: str) -> Policy:
