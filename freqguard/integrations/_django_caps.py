@@ -6,7 +6,6 @@ the middleware leaves to its view: named, not blocking, or for some methods).
 
 from __future__ import annotations
 
-import difflib
 import functools
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -103,7 +102,6 @@ def capped(
     if not isinstance(block, bool):
         raise ConfigError(f"block must be True or False, got {block!r}")
     chosen = view_methods(methods)
-    _check_spelling(chosen)
 
     # method_decorator applies the decorator on every call: one cap a view class
     per_class: dict[type, ViewCap] = {}
@@ -162,54 +160,13 @@ def _refuse_theirs(given: Mapping[str, object]) -> None:
         raise TypeError(f"capped() got an unexpected keyword argument {name!r}")
 
 
-#: RFC 9110's methods and PATCH: a name resembling one is taken for a misspelling of it.
-_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
-#: Extension methods a cap may count (WebDAV's, CalDAV's, a cache's): never misspellings.
-_EXTENSIONS = frozenset(
-    [
-        "PROPFIND",
-        "PROPPATCH",
-        "MKCOL",
-        "COPY",
-        "MOVE",
-        "LOCK",
-        "UNLOCK",
-        "REPORT",
-        "SEARCH",
-        "MKCALENDAR",
-        "PURGE",
-        "LINK",
-        "UNLINK",
-        "QUERY",
-        "BIND",
-        "REBIND",
-        "UNBIND",
-        "ACL",
-        "MERGE",
-    ]
-)
-
-
-def _check_spelling(chosen: frozenset[str] | None) -> None:
-    """A method resembling a standard one matches no request a client sends: the cap would
-    never count, and every request reach the view uncapped.
-
-    Raises:
-        ConfigError: naming the method and the one it resembles.
-    """
-    for method in sorted(chosen or ()):
-        if method in _METHODS or method in _EXTENSIONS:
-            continue
-        meant = difflib.get_close_matches(method, _METHODS, n=1, cutoff=0.6)
-        if meant:
-            raise ConfigError(
-                f"methods: {method!r} is not an HTTP method: did you mean {meant[0]!r}? "
-                "(it would match no request, leaving the view uncapped)"
-            )
-
-
 def _alone(target: Any) -> str:
-    """The policy of a cap decided on its own: ``django.view.<module>.<qualname>``."""
+    """The policy of a cap decided on its own: ``django.view.<module>.<qualname>``; of an
+    ``as_view()``, its view class's (Django sets ``view_class`` on the function it makes,
+    whose own name, ``View.as_view.<locals>.view``, names no view of the project)."""
+    owner = getattr(target, "view_class", None)
+    if isinstance(owner, type):
+        return numbered(f"django.view.{owner.__module__}.{owner.__qualname__}")
     return implicit_name(target, prefix="django.view")
 
 

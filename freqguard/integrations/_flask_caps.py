@@ -28,9 +28,10 @@ from freqguard.guard import Guard
 from freqguard.integrations._decide import KeyedRules, Route
 from freqguard.integrations._flask_application import check_served, static_files
 from freqguard.integrations._flask_habits import CapHabits, check_started
+from freqguard.integrations._flask_named import NamedBudgets
 from freqguard.integrations._http import KeyFunc
 from freqguard.integrations._rule_items import check_cost
-from freqguard.rates import Rate, written
+from freqguard.rates import Rate
 from freqguard.rules import Rule, fit_name
 
 __all__ = [
@@ -103,8 +104,8 @@ class Capping(CapHabits):
             named cap (its own budget, decided when the view runs).
         asked: what ``capped`` was asked.
         name: the view's budget, if given.
-        named: the extension's named budgets so far and their rates, to refuse one name
-            given two sets of rates.
+        named: the extension's named budgets so far, to refuse one name given two sets of
+            rates or two keys.
         apps: the apps the extension has set up, to refuse a blueprint capped once one
             of them has served requests.
     """
@@ -116,7 +117,7 @@ class Capping(CapHabits):
         hit: Callable[[Route, Deduct | None], None],
         asked: BlueprintCap,
         name: str | None,
-        named: dict[str, tuple[Rate | Rule, ...]],
+        named: NamedBudgets,
         methods: frozenset[str] | None = None,
         deduct: Deduct | None = None,
         made: list[Made] | None = None,
@@ -167,13 +168,7 @@ class Capping(CapHabits):
             )
         alone_name = implicit_name(view, prefix="flask.view")
         if self._name is not None:  # a budget of its own, shared by every cap naming it
-            given = self._named.setdefault(self._name, asked.rates)
-            if given != asked.rates:
-                raise ConfigError(
-                    f"name={self._name!r} is one budget: view {view.__qualname__!r} gives it "
-                    f"{_rates(asked.rates)}, another view {_rates(given)}; give every view "
-                    "of one name the same rates, or another name"
-                )
+            self._named.claim(self._name, view, asked.rates, asked.key)
         cap = FlaskViewCap(
             asked.rates, asked.key, asked.cost, self._name, alone_name, self._methods, self._deduct
         )
@@ -256,10 +251,6 @@ def run_over(app: Flask, endpoint: str, cap: FlaskViewCap | None) -> None:
         wrapper: Any = _wrapped(view, cap.decide)
         wrapper._freqguard_cap = cap
         app.view_functions[endpoint] = wrapper
-
-
-def _rates(rates: tuple[Rate | Rule, ...]) -> str:
-    return "; ".join(written(rate) if isinstance(rate, Rate) else repr(rate) for rate in rates)
 
 
 def check_view(method: str, target: object) -> None:

@@ -30,6 +30,7 @@ from freqguard.rules import Rule
 
 __all__ = [
     "CapHabits",
+    "check_limited",
     "check_once",
     "check_settings",
     "check_started",
@@ -326,7 +327,8 @@ def configured_guard(settings: Mapping[str, Any]) -> Guard | None:
 
 def check_settings(settings: Mapping[str, Any]) -> bool:
     """Refuse an unknown ``FREQGUARD_*`` key (naming the one meant), warn of Flask-Limiter's
-    ``RATELIMIT_*`` keys (naming freqguard's way); the app-wide switch.
+    ``RATELIMIT_*`` keys (naming freqguard's way; its limits' are :func:`check_limited`'s);
+    the app-wide switch.
 
     Raises:
         ConfigError: an unknown ``FREQGUARD_*`` key, or ``FREQGUARD_ENABLED`` not a bool.
@@ -336,12 +338,51 @@ def check_settings(settings: Mapping[str, Any]) -> bool:
         if unknown is not None:
             raise ConfigError(unknown)
         theirs = peer_setting(key, "Flask-Limiter", _MEANT, _WAYS, _PAGE)
-        if theirs is not None:
+        if theirs is not None and key not in _LIMITS:  # those: check_limited's
             _log.warning("%s", theirs)
     enabled = settings.get("FREQGUARD_ENABLED", True)
     if not isinstance(enabled, bool):
         raise ConfigError(f"FREQGUARD_ENABLED must be True or False, got {enabled!r}")
     return enabled
+
+
+#: Flask-Limiter's settings of limits: alone, the app is wholly uncapped (check_limited)
+_LIMITS = ("RATELIMIT_DEFAULT", "RATELIMIT_APPLICATION")
+
+
+def check_limited(app: Flask, guard: Guard, capped: bool) -> None:
+    """Refuse Flask-Limiter's ``RATELIMIT_DEFAULT`` or ``RATELIMIT_APPLICATION`` on an app
+    with no freqguard limit at all: freqguard never reads them, and every route would go
+    uncapped. Beside freqguard's limits (a migration running both), or read by
+    Flask-Limiter set up on the app, they are warned of, as the other ``RATELIMIT_*`` are.
+
+    Args:
+        capped: whether the extension has capped a view (of any app, so far).
+
+    Raises:
+        ConfigError: naming the setting, its value and freqguard's.
+    """
+    config = app.config
+    limited = (
+        capped
+        or bool(config.get("FREQGUARD_DEFAULT_LIMITS"))
+        or bool(config.get("FREQGUARD_APPLICATION_LIMITS"))
+        or bool(guard.policies)  # a configuration file's, or the guard's own
+        or "limiter" in app.extensions  # Flask-Limiter, which reads them
+        or any(hasattr(view, "_freqguard_cap") for view in app.view_functions.values())
+        or any(getattr(bp, "_freqguard_cap", None) for bp in app.blueprints.values())
+    )
+    for name in (name for name in _LIMITS if name in config):
+        if limited:
+            _log.warning("%s", peer_setting(name, "Flask-Limiter", _MEANT, _WAYS, _PAGE))
+            continue
+        raise ConfigError(
+            f"{name} = {config[name]!r} is Flask-Limiter's setting, which freqguard never "
+            f"reads, and app {app.name!r} has no freqguard limit at all (no "
+            "FREQGUARD_DEFAULT_LIMITS, FREQGUARD_APPLICATION_LIMITS, nor a view or blueprint "
+            f"capped by init_app): every route would go uncapped; write {_MEANT[name]} = "
+            f"{config[name]!r} ({_PAGE})"
+        )
 
 
 _peer = client_ip()

@@ -15,6 +15,7 @@ from freqguard.decision import Decision
 from freqguard.errors import ConfigError
 from freqguard.headers import whole_seconds
 from freqguard.integrations._client_ip import client_ip
+from freqguard.integrations._methods import check_methods, view_methods
 from freqguard.integrations._request import (
     BadRequest,
     KeyFunc,
@@ -53,49 +54,6 @@ __all__ = [
     "rekeyed",
     "view_methods",
 ]
-
-
-def _items(value: object) -> tuple[object, ...] | None:
-    """``value``'s items if it is iterable (a dict's keys: its names), else None."""
-    try:
-        return tuple(value)  # type: ignore[arg-type]
-    except TypeError:
-        return None
-
-
-def check_methods(methods: Iterable[str] | None) -> frozenset[str] | None:
-    """The HTTP methods a cap applies to, upper case (None: every method).
-
-    Raises:
-        ConfigError: not an iterable of method names (a bare string, ``"POST"``, would be
-            its letters, matching no request), or none at all.
-    """
-    if methods is None:
-        return None
-    given = None if isinstance(methods, (str, bytes)) else _items(methods)
-    names = [m for m in given or () if isinstance(m, str) and m.isascii() and m.isalpha()]
-    if given is None or len(names) != len(given):
-        theirs = bool(given) and all(m is None for m in given or ())  # django-ratelimit's ALL
-        raise ConfigError(
-            f"methods must be a list of HTTP methods (['POST']), got {methods!r}"
-            + (": that is django-ratelimit's ALL; leave methods= out for every method" * theirs)
-        )
-    if not names:
-        raise ConfigError("methods must name at least one HTTP method, got none (None: every)")
-    return frozenset(m.upper() for m in names)
-
-
-def view_methods(methods: Iterable[str] | None) -> frozenset[str] | None:
-    """A view cap's methods (Flask's and Django's ``capped(methods=...)``): as given, upper
-    case; GET brings HEAD (a GET without its body).
-
-    Raises:
-        ConfigError: not an iterable of method names (a bare string included).
-    """
-    chosen = check_methods(methods)
-    if chosen is None:
-        return None
-    return chosen | {"HEAD"} if "GET" in chosen else chosen
 
 
 class Limit:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from freqguard.errors import ConfigError, FreqGuardError
+from freqguard.integrations._raw import elsewhere
 from freqguard.rates import Rate
 from freqguard.rules import Rule
 
@@ -118,13 +119,7 @@ class RequestInfo:
                 raise AttributeError(name)
             if hasattr(type(self), name):  # a property that raised AttributeError: again
                 return object.__getattribute__(self, name)
-            raise AttributeError(
-                f"RequestInfo has no attribute {name!r}: a key function gets freqguard's "
-                "RequestInfo (method, path, path_params, headers, client), not the "
-                "framework's request, which is its .raw (under Starlette and FastAPI the "
-                f"ASGI scope: starlette.requests.Request(request.raw).{name}; the WSGI "
-                "environ under Flask, Django's HttpRequest)"
-            )
+            raise AttributeError(elsewhere(name, self.raw))
 
 
 class BadRequest(FreqGuardError):

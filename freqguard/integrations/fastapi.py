@@ -5,9 +5,12 @@ middleware's path (:mod:`freqguard.integrations.asgi`).
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
+import types
 from collections.abc import Awaitable, Callable, Sequence
-from typing import NoReturn, cast
+from typing import Any, NoReturn, cast
 
 from freqguard.errors import extra_missing
 
@@ -177,7 +180,7 @@ def limit_dependency(
     decider = Decider(aguard, [route], check_profile(headers))
 
     # an HTTPConnection: FastAPI gives one to a WebSocket route's dependency too
-    async def dependency(request: HTTPConnection, response: Response) -> Decision | None:
+    async def decide(request: HTTPConnection, response: Response) -> Decision | None:
         info = request_info(request.scope, dict(request.path_params))
         answer = await decider.adecide(aguard.hit, route, info)
         if not answer.allowed and request.scope["type"] == "websocket":
@@ -194,4 +197,38 @@ def limit_dependency(
         response.headers.update(answer.headers)
         return answer.decision  # None: the key skipped the request (SkipRequest)
 
-    return dependency
+    return _Dependency(decide, name)
+
+
+class _Dependency:
+    """What :func:`limit_dependency` returns: FastAPI awaits it, a coroutine function to
+    ``inspect`` (``decide``'s code, name and signature: the request and the response, as any
+    FastAPI release reads them); called with a function instead, as slowapi's
+    ``@limiter.limit(...)`` decorates an endpoint, it says how it is used, where a bare
+    ``TypeError`` named a missing ``response``."""
+
+    def __init__(self, decide: Callable[..., Awaitable[Decision | None]], name: str) -> None:
+        functools.update_wrapper(self, decide)
+        self.__code__ = decide.__code__
+        self.__defaults__ = decide.__defaults__
+        self.__kwdefaults__ = decide.__kwdefaults__
+        self.__globals__ = decide.__globals__  # where older FastAPI releases read the types
+        if hasattr(inspect, "markcoroutinefunction"):  # Python 3.12+: say it outright too
+            inspect.markcoroutinefunction(self)
+        self._decide, self._name = decide, name
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        """A descriptor, as a function is: ``inspect.isroutine`` takes it for one."""
+        return self if instance is None else types.MethodType(self, instance)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Decision | None]:
+        if len(args) == 1 and not kwargs and callable(args[0]):
+            given = getattr(args[0], "__name__", repr(args[0]))
+            raise ConfigError(
+                f"limit_dependency(...) makes a FastAPI dependency, not a decorator (given "
+                f"{given}): give it to Depends, @app.post('/login', dependencies="
+                f"[Depends(limit_dependency(guard, '5/minute', name={self._name!r}))]), or "
+                "as a parameter, decision: Decision = Depends(limit_dependency(...)) "
+                "(slowapi's @limiter.limit decorates; docs/coming-from/slowapi.md)"
+            )
+        return self._decide(*args, **kwargs)

@@ -12,7 +12,8 @@ Configuration (``app.config``):
 * ``FREQGUARD_ENABLED``: ``False`` switches every cap of the app off (default ``True``).
 
 Any other ``FREQGUARD_*`` key fails ``init_app`` naming the one it resembles (never a silent
-no-op); Flask-Limiter's ``RATELIMIT_*`` keys are logged as a warning naming freqguard's.
+no-op); Flask-Limiter's ``RATELIMIT_*`` keys are logged as a warning naming freqguard's, but
+``RATELIMIT_DEFAULT`` or ``RATELIMIT_APPLICATION`` on an app of no freqguard limit fail it.
 
 A route's default limits and its view's own cap are one policy, decided in one atomic hit
 before the view runs: a request denied by either consumes from neither. The policy is named
@@ -76,6 +77,7 @@ from freqguard.integrations._flask_errors import (
     warn_unseen,
 )
 from freqguard.integrations._flask_habits import (
+    check_limited,
     check_once,
     check_settings,
     check_started,
@@ -87,15 +89,10 @@ from freqguard.integrations._flask_habits import (
     remote_address,
     the_app,
 )
+from freqguard.integrations._flask_named import NamedBudgets
 from freqguard.integrations._held import HeldBody, leasing, release_each
-from freqguard.integrations._http import (
-    BadRequest,
-    KeyFunc,
-    SkipRequest,
-    client_ip,
-    header,
-    view_methods,
-)
+from freqguard.integrations._http import BadRequest, KeyFunc, SkipRequest, client_ip, header
+from freqguard.integrations._methods import view_methods
 from freqguard.integrations._request import check_key
 from freqguard.integrations._rule_items import check_cost, rule_items
 from freqguard.integrations.wsgi import request_info
@@ -157,7 +154,7 @@ class FreqGuard:
             raise not_a_guard(guard, "FreqGuard", "a Guard (Flask's requests are not awaited)")
         self._guard = guard
         self._key: KeyFunc = remote_address if key is None else check_key(key, "FreqGuard")
-        self._named: dict[str, tuple[Rate | Rule, ...]] = {}  # each name= budget's rates
+        self._named = NamedBudgets()  # each name= budget's views, rates and keys
         self._made: list[Made] = []  # the views capped, to find one capped over its route
         self._apps: weakref.WeakSet[Flask] = weakref.WeakSet()  # set up, for check_started
         self.enabled = True  # False: every app's caps off (as FREQGUARD_ENABLED = False)
@@ -170,10 +167,11 @@ class FreqGuard:
         Raises:
             ConfigError: for an app set up already (by this FreqGuard or another: its
                 requests would be hit twice), a bad ``FREQGUARD_DEFAULT_LIMITS``, header
-                profile, backend or
-                configuration file, ``FREQGUARD_CONFIG`` with ``FREQGUARD_BACKEND`` or a
-                guard, or a route registered already whose caps cannot be decided together
-                (see :meth:`capped`; the routes are checked again at the first request).
+                profile, backend or configuration file, ``FREQGUARD_CONFIG`` with
+                ``FREQGUARD_BACKEND`` or a guard, Flask-Limiter's ``RATELIMIT_DEFAULT`` or
+                ``RATELIMIT_APPLICATION`` on an app of no freqguard limit at all, or a route
+                registered already whose caps cannot be decided together (see
+                :meth:`capped`; the routes are checked again at the first request).
         """
         check_once(app, self)
         enabled = check_settings(app.config)
@@ -188,7 +186,9 @@ class FreqGuard:
         profile = check_profile(app.config.get("FREQGUARD_HEADERS", "ietf"), "FREQGUARD_HEADERS")
         defaults = default_limits(app.config.get("FREQGUARD_DEFAULT_LIMITS"), self._key)
         whole = application_route(app.config.get(SETTING), self._key)
-        state = _State(guard, Decider(guard, (), profile), defaults, whole, enabled, owner=self)
+        check_limited(app, guard, bool(self._made))
+        decider = Decider(guard, (), profile, self._named.registrar(guard))
+        state = _State(guard, decider, defaults, whole, enabled, owner=self)
         self._routes(state, app)  # checked now, built at the first request
         app.extensions["freqguard"] = state
         self._apps.add(app)

@@ -71,7 +71,15 @@ def test_an_unknown_setting_unlike_any_lists_them_all() -> None:
 
 def test_flask_limiters_keys_are_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="freqguard"):
-        FreqGuard(_app(RATELIMIT_DEFAULT="2/minute", RATELIMIT_STORAGE_URI="memory://"))
+        # beside a limit of freqguard's (alone, RATELIMIT_DEFAULT is refused: the app would
+        # be uncapped; test_coming_from_flask_limiter_review4.py)
+        FreqGuard(
+            _app(
+                RATELIMIT_DEFAULT="2/minute",
+                RATELIMIT_STORAGE_URI="memory://",
+                FREQGUARD_DEFAULT_LIMITS="5/minute",
+            )
+        )
     text = caplog.text
     assert "RATELIMIT_DEFAULT is Flask-Limiter's setting" in text
     assert "set FREQGUARD_DEFAULT_LIMITS" in text

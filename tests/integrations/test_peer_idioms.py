@@ -85,6 +85,9 @@ def test_every_flask_limiter_setting_is_warned_of(
 
     app = Flask("ported")
     app.config[name] = value
+    # a migration running both: alone, RATELIMIT_APPLICATION is refused (the app would be
+    # uncapped; test_coming_from_flask_limiter_review4.py)
+    app.config["FREQGUARD_DEFAULT_LIMITS"] = "5/minute"
     with caplog.at_level(logging.WARNING, logger="freqguard"):
         FreqGuard(app, guard=Guard(MemoryBackend(ManualClock(START))))
     assert name in caplog.text
