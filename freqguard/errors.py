@@ -33,9 +33,12 @@ __all__ = [
 
 def shown(value: object, most: int = 80) -> str:
     """``repr(value)`` as a message shows a value the caller gave: cut short, and an integer
-    of many digits by their count (past 4,300 digits, Python refuses to print one)."""
+    of many digits by their count and sign (past 4,300 digits, Python refuses to print one)."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
-        return f"an integer of {int(math.log10(abs(value))) + 1} digits"
+        size = abs(value)
+        digits = int(math.log10(size)) + 1  # log10 rounds 10**n - 1 up to n: checked
+        digits += (size >= 10**digits) - (size < 10 ** (digits - 1))
+        return f"{'a negative' if value < 0 else 'an'} integer of {digits} digits"
     try:
         text = repr(value)
     except ValueError:  # a container holding such an integer

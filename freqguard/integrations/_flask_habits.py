@@ -350,21 +350,20 @@ def check_settings(settings: Mapping[str, Any]) -> bool:
 _LIMITS = ("RATELIMIT_DEFAULT", "RATELIMIT_APPLICATION")
 
 
-def check_limited(app: Flask, guard: Guard, capped: bool) -> None:
+def check_limited(app: Flask, guard: Guard, capped: object, final: bool = False) -> bool:
     """Refuse Flask-Limiter's ``RATELIMIT_DEFAULT`` or ``RATELIMIT_APPLICATION`` on an app
-    with no freqguard limit at all: freqguard never reads them, and every route would go
-    uncapped. Beside freqguard's limits (a migration running both), or read by
-    Flask-Limiter set up on the app, they are warned of, as the other ``RATELIMIT_*`` are.
-
-    Args:
-        capped: whether the extension has capped a view (of any app, so far).
+    with no freqguard limit at all once setup is over (``final``: the first request, as
+    views and blueprints are capped after ``init_app`` too): freqguard never reads them,
+    and every route would go uncapped. Beside freqguard's limits (a migration running
+    both), or read by Flask-Limiter set up on the app, they are warned of. Returns whether
+    to check again at the first request (none found yet, not ``final``).
 
     Raises:
-        ConfigError: naming the setting, its value and freqguard's.
+        ConfigError: ``final``, naming the setting, its value and freqguard's.
     """
     config = app.config
     limited = (
-        capped
+        bool(capped)  # the extension has capped a view (of any app, so far)
         or bool(config.get("FREQGUARD_DEFAULT_LIMITS"))
         or bool(config.get("FREQGUARD_APPLICATION_LIMITS"))
         or bool(guard.policies)  # a configuration file's, or the guard's own
@@ -372,7 +371,10 @@ def check_limited(app: Flask, guard: Guard, capped: bool) -> None:
         or any(hasattr(view, "_freqguard_cap") for view in app.view_functions.values())
         or any(getattr(bp, "_freqguard_cap", None) for bp in app.blueprints.values())
     )
-    for name in (name for name in _LIMITS if name in config):
+    found = [name for name in _LIMITS if name in config]
+    if found and not (limited or final):
+        return True
+    for name in found:
         if limited:
             _log.warning("%s", peer_setting(name, "Flask-Limiter", _MEANT, _WAYS, _PAGE))
             continue
@@ -380,9 +382,10 @@ def check_limited(app: Flask, guard: Guard, capped: bool) -> None:
             f"{name} = {config[name]!r} is Flask-Limiter's setting, which freqguard never "
             f"reads, and app {app.name!r} has no freqguard limit at all (no "
             "FREQGUARD_DEFAULT_LIMITS, FREQGUARD_APPLICATION_LIMITS, nor a view or blueprint "
-            f"capped by init_app): every route would go uncapped; write {_MEANT[name]} = "
-            f"{config[name]!r} ({_PAGE})"
+            f"capped by its first request): every route would go uncapped; write "
+            f"{_MEANT[name]} = {config[name]!r} ({_PAGE})"
         )
+    return False
 
 
 _peer = client_ip()

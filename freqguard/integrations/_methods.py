@@ -6,6 +6,7 @@ without a word. Extension methods (WebDAV's, a cache's ``PURGE``) are a cap's to
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 from freqguard.errors import ConfigError
@@ -14,30 +15,48 @@ __all__ = ["EXTENSIONS", "STANDARD", "check_methods", "view_methods"]
 
 #: RFC 9110's methods and PATCH: a name resembling one is taken for a misspelling of it.
 STANDARD = ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
-#: Extension methods a cap may count (WebDAV's, CalDAV's, a cache's): never misspellings.
+#: Extension methods a cap may count, never misspellings: IANA's HTTP Method Registry (WebDAV's,
+#: CalDAV's, versioning's) and a cache's PURGE. Any other name is counted as written too,
+#: unless it resembles a standard method.
 EXTENSIONS = frozenset(
     [
+        "ACL",
+        "BASELINE-CONTROL",
+        "BIND",
+        "CHECKIN",
+        "CHECKOUT",
+        "COPY",
+        "LABEL",
+        "LINK",
+        "LOCK",
+        "MERGE",
+        "MKACTIVITY",
+        "MKCALENDAR",
+        "MKCOL",
+        "MKREDIRECTREF",
+        "MKWORKSPACE",
+        "MOVE",
+        "ORDERPATCH",
+        "PRI",
         "PROPFIND",
         "PROPPATCH",
-        "MKCOL",
-        "COPY",
-        "MOVE",
-        "LOCK",
-        "UNLOCK",
+        "PURGE",
+        "QUERY",
+        "REBIND",
         "REPORT",
         "SEARCH",
-        "MKCALENDAR",
-        "PURGE",
-        "LINK",
-        "UNLINK",
-        "QUERY",
-        "BIND",
-        "REBIND",
         "UNBIND",
-        "ACL",
-        "MERGE",
+        "UNCHECKOUT",
+        "UNLINK",
+        "UNLOCK",
+        "UPDATE",
+        "UPDATEREDIRECTREF",
+        "VERSION-CONTROL",
     ]
 )
+#: A method's name: letters, words joined by ``-`` or ``_`` (``VERSION-CONTROL``); RFC 9110's
+#: token allows more (``|``, ``+``, ``.``), which only a mistake (``"GET|POST"``) writes.
+_NAME = re.compile(r"[A-Za-z]+(?:[-_][A-Za-z]+)*")
 
 
 def _items(value: object) -> tuple[object, ...] | None:
@@ -59,7 +78,7 @@ def check_methods(methods: Iterable[str] | None) -> frozenset[str] | None:
     if methods is None:
         return None
     given = None if isinstance(methods, (str, bytes)) else _items(methods)
-    names = [m for m in given or () if isinstance(m, str) and m.isascii() and m.isalpha()]
+    names = [m for m in given or () if isinstance(m, str) and _NAME.fullmatch(m)]
     if given is None or len(names) != len(given):
         theirs = bool(given) and all(m is None for m in given or ())  # django-ratelimit's ALL
         raise ConfigError(

@@ -11,9 +11,9 @@ Configuration (``app.config``):
 * ``FREQGUARD_HEADERS``: the header profile (default ``"ietf"``).
 * ``FREQGUARD_ENABLED``: ``False`` switches every cap of the app off (default ``True``).
 
-Any other ``FREQGUARD_*`` key fails ``init_app`` naming the one it resembles (never a silent
-no-op); Flask-Limiter's ``RATELIMIT_*`` keys are logged as a warning naming freqguard's, but
-``RATELIMIT_DEFAULT`` or ``RATELIMIT_APPLICATION`` on an app of no freqguard limit fail it.
+Any other ``FREQGUARD_*`` key fails ``init_app`` naming the one it resembles; Flask-Limiter's
+``RATELIMIT_*`` keys are warned of naming freqguard's, but ``RATELIMIT_DEFAULT`` (or
+``_APPLICATION``) fails the first request of an app with no freqguard limit by then.
 
 A route's default limits and its view's own cap are one policy, decided in one atomic hit
 before the view runs: a request denied by either consumes from neither. The policy is named
@@ -119,6 +119,7 @@ class _State:
     routes: dict[str, Route | None] = field(default_factory=dict)  # by endpoint, built once
     caps: dict[str, FlaskViewCap | None] = field(default_factory=dict)  # the views', alike
     owner: object = None  # the FreqGuard that set the app up (its hooks hit this state)
+    unseen: bool = False  # RATELIMIT_DEFAULT, no freqguard limit at init_app: check again
 
 
 class FreqGuard:
@@ -165,13 +166,11 @@ class FreqGuard:
         """Set up ``app``.
 
         Raises:
-            ConfigError: for an app set up already (by this FreqGuard or another: its
-                requests would be hit twice), a bad ``FREQGUARD_DEFAULT_LIMITS``, header
-                profile, backend or configuration file, ``FREQGUARD_CONFIG`` with
-                ``FREQGUARD_BACKEND`` or a guard, Flask-Limiter's ``RATELIMIT_DEFAULT`` or
-                ``RATELIMIT_APPLICATION`` on an app of no freqguard limit at all, or a route
-                registered already whose caps cannot be decided together (see
-                :meth:`capped`; the routes are checked again at the first request).
+            ConfigError: for an app set up already (its requests would be hit twice), a bad
+                ``FREQGUARD_DEFAULT_LIMITS``, header profile, backend or configuration file,
+                ``FREQGUARD_CONFIG`` with ``FREQGUARD_BACKEND`` or a guard, or a route whose
+                caps cannot be decided together (see :meth:`capped`; checked again at the
+                first request, with ``RATELIMIT_DEFAULT`` beside no freqguard limit by then).
         """
         check_once(app, self)
         enabled = check_settings(app.config)
@@ -186,9 +185,9 @@ class FreqGuard:
         profile = check_profile(app.config.get("FREQGUARD_HEADERS", "ietf"), "FREQGUARD_HEADERS")
         defaults = default_limits(app.config.get("FREQGUARD_DEFAULT_LIMITS"), self._key)
         whole = application_route(app.config.get(SETTING), self._key)
-        check_limited(app, guard, bool(self._made))
+        unseen = check_limited(app, guard, self._made)  # else at the first request
         decider = Decider(guard, (), profile, self._named.registrar(guard))
-        state = _State(guard, decider, defaults, whole, enabled, owner=self)
+        state = _State(guard, decider, defaults, whole, enabled, owner=self, unseen=unseen)
         self._routes(state, app)  # checked now, built at the first request
         app.extensions["freqguard"] = state
         self._apps.add(app)
@@ -244,6 +243,8 @@ class FreqGuard:
             return
         state = self._state()
         if not state.routes:  # the first request: setup is over, every route is known now
+            if state.unseen:  # RATELIMIT_DEFAULT: a freqguard limit by now, or refused
+                state.unseen = check_limited(current_app, state.guard, self._made, True)
             state.routes = self._routes(state, current_app)
             warn_unseen(current_app)  # and every error handler
         if endpoint not in state.routes:
@@ -338,12 +339,11 @@ class FreqGuard:
                 of its own decided when the view runs, as ``name``'s (Flask-Limiter's).
 
         Raises:
-            ConfigError: at decoration, for a rate that does not parse, a bad name, one
-                name given two sets of rates, a bad cost or flag, ``shared`` or
-                ``defaults`` on a view, ``name`` on a blueprint, a blueprint capped twice
-                or once its app has served requests, or something neither a view nor a
-                Blueprint; at ``init_app`` or the first request, for a shared cap over a
-                route with a cap of its own, or ``methods`` its route never serves.
+            ConfigError: at decoration, for a rate that does not parse, a bad name, one name
+                given two sets of rates, a bad cost or flag, ``shared`` or ``defaults`` on a
+                view, ``name`` on a blueprint, a blueprint capped twice or once its app has
+                served, or neither a view nor a Blueprint; at ``init_app`` or the first
+                request, a shared cap over a route capped itself or ``methods`` it never serves.
         """
         refuse_theirs(theirs)
         rates = rule_items(rule, "fg.capped", policy=False)

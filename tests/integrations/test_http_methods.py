@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -144,7 +145,7 @@ def test_a_limits_methods_are_a_set_of_names_or_a_config_error(methods: object) 
     with contextlib.suppress(ConfigError):
         limit = Limit("/sms", "2/minute", methods=methods)  # type: ignore[arg-type]
         assert limit.methods is None or (
-            limit.methods and all(m.isalpha() and m.isupper() for m in limit.methods)
+            limit.methods and all(re.fullmatch(r"[A-Z]+(?:[-_][A-Z]+)*", m) for m in limit.methods)
         )
         return
     with pytest.raises(ConfigError, match="methods must"):

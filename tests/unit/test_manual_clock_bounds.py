@@ -67,7 +67,7 @@ def test_an_integer_of_many_digits_is_refused_shown_short(call: str, digits: int
         "set": clock.set,
         "advance": clock.advance,
     }
-    with pytest.raises(ConfigError, match=r"got an integer of \d+ digits") as refused:
+    with pytest.raises(ConfigError, match=r"got (an|a negative) integer of \d+ digits") as refused:
         calls[call](seconds)
     assert len(str(refused.value)) < 200
     assert clock.now() == 0
