@@ -66,7 +66,7 @@ def check_clock(clock: Clock | None, where: str) -> Clock | None:
         return clock
     raise ConfigError(
         f"{where} must be a clock (its now_us() read; freqguard.SystemClock() or "
-        f"ManualClock(start)), got {clock!r}"
+        f"ManualClock(start)), got {shown(clock)}"
     )
 
 

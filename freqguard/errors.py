@@ -43,6 +43,10 @@ def shown(value: object, most: int = 80) -> str:
         text = repr(value)
     except ValueError:  # a container holding such an integer
         return f"a {type(value).__name__} holding an integer of more than 4,300 digits"
+    except RecursionError:
+        return f"a {type(value).__name__} nested too deep to show"
+    except Exception:  # the value's own __repr__ failed: its type is what can be said
+        return f"a {type(value).__name__} (its repr() raised)"
     return text if len(text) <= most else f"{text[: most - 20]}... ({len(text)} characters)"
 
 

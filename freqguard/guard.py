@@ -6,7 +6,7 @@ once (``freqguard/_async/guard.py``) and ``Guard`` generated from it.
 
 from freqguard._async.guard import AsyncGuard
 from freqguard._sync.guard import Guard
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.policy import Policy
 
 __all__ = ["AsyncGuard", "Guard", "not_a_guard"]
@@ -26,5 +26,5 @@ def not_a_guard(value: object, where: str, takes: str = "a Guard or an AsyncGuar
     elif isinstance(value, Policy):
         fix = "a policy goes to the guard: Guard(backend, [policy])"
     else:
-        fix = f"got {value!r:.60}"
+        fix = f"got {shown(value, 60)}"
     return ConfigError(f"{where}: guard= takes {takes}, not {kind} ({fix})", argument="guard")

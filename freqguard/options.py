@@ -87,8 +87,8 @@ def dimension_names(by: str | Sequence[str]) -> tuple[str, ...]:
             listed = [part.strip() for part in name.split(",")] if isinstance(name, str) else []
             hint = f"; several dimensions are a list: by={listed!r}" if len(listed) > 1 else ""
             raise ConfigError(
-                f"dimension {name!r} is not allowed: use a Python identifier of at most 64 "
-                f"characters that is not a keyword nor one of {reserved}{hint}"
+                f"dimension {shown(name)} is not allowed (by=): use a Python identifier of at "
+                f"most 64 characters that is not a keyword nor one of {reserved}{hint}"
             )
     if len(set(names)) != len(names):
         raise ConfigError(f"dimensions must be distinct, got {shown(names)}")

@@ -213,7 +213,7 @@ class Rule:
         set_(self, "by", dimension_names(by))
         set_(self, "strategy", strategy)
         set_(self, "name", name)
-        set_(self, "burst", burst)
+        set_(self, "burst", None if burst is None else int(burst))  # an int subclass: plain
         set_(self, "shadow", shadow)
         set_(self, "calendar", calendar)
         set_(self, "tz", tz)

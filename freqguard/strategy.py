@@ -55,13 +55,13 @@ class Strategy(str, Enum):
                 if member.value == wanted:
                     return member
         allowed = ", ".join(repr(m.value) for m in cls)
-        name = str(value).strip().lower().replace("_", "-")
+        name = value.strip().lower().replace("_", "-") if isinstance(value, str) else ""
         meant = (
             f"; {peer_name(name)} is strategy={PEER_NAMES[name][1]!r} here{_PEER_WHY.get(name, '')}"
             if (name in PEER_NAMES)
             else ""
         )
-        raise ConfigError(f"unknown strategy {value!r}{meant}; allowed: {allowed}")
+        raise ConfigError(f"unknown strategy {shown(value)}{meant}; allowed: {allowed}")
 
 
 #: Peers' names of strategies, and ours for them: (whose, ours). ``limits`` (and

@@ -15,7 +15,7 @@ from typing import Any
 from redis.client import NEVER_DECODE
 
 from freqguard.backends._library import FUNCTIONS, Library
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.script.calls import ScriptCall
 from freqguard.script.contract import ARGV, BIN_RECORD, MARK_SEPARATOR, grows, widths
 from freqguard.script.strategies.base import Mark
@@ -211,7 +211,7 @@ def check_bins(bins: object) -> int:
     if isinstance(bins, bool) or not isinstance(bins, int) or not 0 <= bins <= MAX_BINS:
         raise ConfigError(
             f"bins must be an integer from 1 to {MAX_BINS} (records shared in that "
-            f"many hashes a policy), or 0 (a hash each), got {bins!r}"
+            f"many hashes a policy), or 0 (a hash each), got {shown(bins)}"
         )
     return bins
 
@@ -252,7 +252,8 @@ def check_client(client: object, kinds: tuple[type, ...], owner: str) -> None:
     wanted = " or ".join(named(kind) for kind in kinds)
     got, hint = (repr(client), "") if client is None else (f"a {named(type(client))}", "")
     if isinstance(client, (str, bytes)):
-        got, hint = repr(client), f"; a URL is made a backend by backend_from_url({client!r})"
+        got = shown(client)
+        hint = f"; a URL is made a backend by backend_from_url({shown(client)})"
     raise ConfigError(f"{owner} takes a redis-py client ({wanted}), got {got}{hint}")
 
 
@@ -274,10 +275,10 @@ def wait_frame(replicas: object, timeout: object) -> bytes:
     ):
         raise ConfigError(
             f"wait_replicas must be an integer from 0 (no WAIT) to {MAX_WAIT_REPLICAS}, "
-            f"got {replicas!r}"
+            f"got {shown(replicas)}"
         )
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise ConfigError(f"wait_timeout must be seconds, got {timeout!r}")
+        raise ConfigError(f"wait_timeout must be seconds, got {shown(timeout)}")
     if not 0.001 <= timeout <= 60:  # also refuses nan
         raise ConfigError(
             f"wait_timeout must be from 0.001 to 60 seconds (WAIT's 0 blocks for ever), "

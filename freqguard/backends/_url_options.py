@@ -90,7 +90,9 @@ def _shown(url: str) -> str:
     # to the last @ of the address: a user or a password may hold an @ unescaped
     url = re.sub(r"^([^:/?#]*://)([^/?#]*)@", _user_shown, url)
     # a value ends at the next & (or #): a secret's whole
-    return re.sub(r"([?&])([^=&#]*)=([^&#]*)", _option_shown, url)
+    masked = re.sub(r"([?&])([^=&#]*)=([^&#]*)", _option_shown, url)
+    # cut once masked (no secret's head is left): a URL of any length, a message's line
+    return masked if len(masked) <= 160 else f"{masked[:140]}... ({len(masked)} characters)"
 
 
 def _user_shown(found: re.Match[str]) -> str:

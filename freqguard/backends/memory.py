@@ -21,7 +21,7 @@ from typing import Any
 from freqguard.backends._horizons import HorizonStore
 from freqguard.bounds import check_time
 from freqguard.clock import Clock, SystemClock, check_clock
-from freqguard.errors import BackendUnavailable, ConfigError
+from freqguard.errors import BackendUnavailable, ConfigError, shown
 from freqguard.script.calls import Reply, ScriptCall
 from freqguard.script.contract import HIT, LIMIT
 from freqguard.script.strategies.calendar import OutsidePeriods
@@ -81,9 +81,9 @@ class MemoryBackend:
         if max_keys is not None and (
             isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1
         ):
-            raise ConfigError(f"max_keys must be None or an integer >= 1, got {max_keys!r}")
-        if when_full not in WHEN_FULL:
-            raise ConfigError(f"when_full must be one of {WHEN_FULL}, got {when_full!r}")
+            raise ConfigError(f"max_keys must be None or an integer >= 1, got {shown(max_keys)}")
+        if not isinstance(when_full, str) or when_full not in WHEN_FULL:
+            raise ConfigError(f"when_full must be one of {WHEN_FULL}, got {shown(when_full)}")
         self.clock: Clock = check_clock(clock, f"{type(self).__name__}(clock=...)") or SystemClock()
         self.max_keys = max_keys
         self.when_full = when_full

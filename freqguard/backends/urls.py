@@ -53,7 +53,7 @@ from freqguard.backends._url_options import (
     _shown,
 )
 from freqguard.backends.memory import MemoryBackend
-from freqguard.errors import ConfigError, install
+from freqguard.errors import ConfigError, install, shown
 
 if TYPE_CHECKING:
     from freqguard.backends.redis import AsyncRedisBackend, RedisBackend
@@ -119,7 +119,7 @@ def _scheme(url: object) -> str:
         )
     if scheme not in _SCHEMES:
         raise ConfigError(
-            f"unsupported backend URL scheme {scheme!r} in {_shown(url)!r}; "
+            f"unsupported backend URL scheme {shown(scheme, 40)} in {_shown(url)!r}; "
             f"{_theirs(scheme)}use {_LISTED}"
         )
     return scheme

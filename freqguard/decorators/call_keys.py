@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.guard import AsyncGuard, Guard
 
 __all__ = ["Arguments", "CallKey", "KeyArgument", "Path", "check_fit", "function_of"]
@@ -36,7 +36,9 @@ class Path:
         self.text = text
         self.parts = text.split(".")
         if not all(part.isidentifier() for part in self.parts):
-            raise ConfigError(f"key path {text!r} must be dotted identifiers like 'msg.recipient'")
+            raise ConfigError(
+                f"key path {shown(text)} must be dotted identifiers like 'msg.recipient'"
+            )
 
     def resolve(self, arguments: Mapping[str, object]) -> object:
         """The value at this path: attributes or mapping items, from the named argument; a
@@ -124,7 +126,7 @@ class CallKey:
             first = path.split(".")[0]
             if first not in params and not takes_any:
                 raise ConfigError(
-                    f"@capped on {getattr(func, '__qualname__', func)!r}: key {path!r} names "
+                    f"@capped on {getattr(func, '__qualname__', func)!r}: key {shown(path)} names "
                     "no parameter "
                     f"(parameters: {', '.join(params) or 'none'})"
                 )
@@ -165,7 +167,8 @@ def _reader(key: KeyArgument) -> Reader | None:
             if not isinstance(dimension, str) or not (callable(value) or isinstance(value, str)):
                 raise ConfigError(
                     "key= as a mapping takes dimension names to parameter paths ('msg.to') or "
-                    f"functions of the call's arguments, got {dimension!r:.40}: {value!r:.40}"
+                    "functions of the call's arguments, got "
+                    f"{shown(dimension, 40)}: {shown(value, 40)}"
                 )
         paths = {d: (v if callable(v) else Path(v)) for d, v in key.items()}
 
@@ -188,7 +191,7 @@ def _reader(key: KeyArgument) -> Reader | None:
 
         return call
     raise ConfigError(
-        f"key must be a parameter name, a dotted path, a mapping or a callable, got {key!r}"
+        f"key must be a parameter name, a dotted path, a mapping or a callable, got {shown(key)}"
     )
 
 

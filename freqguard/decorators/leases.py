@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping, Sequence
 
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.guard import AsyncGuard, Guard
 from freqguard.rules import Rule
 from freqguard.strategy import Strategy
@@ -23,9 +23,11 @@ def check_exceeded(on_exceeded: object, timeout: object, rules: Sequence[object]
     Raises:
         ConfigError: naming what is taken.
     """
-    if not callable(on_exceeded) and on_exceeded not in ("raise", "skip", "wait"):
+    if not callable(on_exceeded) and (
+        not isinstance(on_exceeded, str) or on_exceeded not in ("raise", "skip", "wait")
+    ):
         raise ConfigError(
-            f"on_exceeded must be 'raise', 'skip', 'wait' or a callable, got {on_exceeded!r}"
+            f"on_exceeded must be 'raise', 'skip', 'wait' or a callable, got {shown(on_exceeded)}"
         )
     if callable(on_exceeded):
         try:
@@ -39,7 +41,7 @@ def check_exceeded(on_exceeded: object, timeout: object, rules: Sequence[object]
             pass
     if timeout is not None and on_exceeded != "wait":
         raise ConfigError(
-            f"timeout={timeout!r} is how long on_exceeded='wait' waits for the call's turn; "
+            f"timeout={shown(timeout)} is how long on_exceeded='wait' waits for the call's turn; "
             f"with on_exceeded={on_exceeded!r} nothing waits: add on_exceeded='wait', or "
             "drop timeout"
         )
@@ -56,13 +58,13 @@ def check_context(context: object, decorating: bool = False) -> None:
     function (``decorating``), whose calls' keys come from ``key=``: nothing reads it."""
     if decorating and context is not None:
         raise ConfigError(
-            f"context={context!r:.60} is the with-block's (with capped(..., context=...)); a "
+            f"context={shown(context, 60)} is the with-block's (with capped(..., context=...)); a "
             "decorated function's calls are keyed by key= (key='user' reads its argument)"
         )
     if context is not None and not isinstance(context, Mapping):
         raise ConfigError(
             f"context must be a mapping of dimension to value ({{'user': 'ann'}}), got "
-            f"{context!r:.60}"
+            f"{shown(context, 60)}"
         )
 
 

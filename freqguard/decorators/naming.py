@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 import limits
 
 from freqguard.decorators.defaults import default_guard
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.guard import AsyncGuard, Guard, not_a_guard
 from freqguard.rates import item_rate, parse_rates, peer_rate, written
 from freqguard.rules import NAME_PATTERN, Rule, fit_name
@@ -79,8 +79,8 @@ def parse_target(
     )
     if not items or not all(isinstance(r, str | Rule) for r in items):
         raise ConfigError(
-            f"rule must be a rate string, a Rule, a list of them or a policy name, got {rule!r}"
-            f"{peer_rate(rule)}"
+            "rule must be a rate string, a Rule, a list of them or a policy name, got "
+            f"{shown(rule)}{peer_rate(rule)}"
         )
     for item in items:
         if isinstance(item, str):

@@ -31,7 +31,11 @@ class Denials:
         self.cache: DenyCache | None
         if isinstance(deny_cache, DenyCache):
             self.cache = deny_cache
-        elif deny_cache == 0 and not isinstance(deny_cache, bool):
+        elif (
+            isinstance(deny_cache, (int, float))
+            and not isinstance(deny_cache, bool)
+            and deny_cache == 0
+        ):
             self.cache = None
         elif clock is None:
             self.cache = DenyCache(deny_cache)  # type: ignore[arg-type] # (checked there)

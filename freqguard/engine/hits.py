@@ -27,7 +27,6 @@ from freqguard.engine.plan import PolicyPlan
 from freqguard.engine.registry import PolicyRegistry
 from freqguard.engine.requests import Unfit
 from freqguard.engine.resets import reset_calls
-from freqguard.engine.settings import shortened
 from freqguard.errors import CapExceeded, ConfigError, shown
 from freqguard.rules import Rule
 from freqguard.script.calls import Reply, ScriptCall
@@ -206,7 +205,13 @@ class Hits:
             raise ConfigError(
                 f"hit_many takes a list of contexts (dicts of dimension values, "
                 f"[{{'recipient': 'a'}}, ...]), got one {type(contexts).__name__}: "
-                f"{shortened(repr(contexts), 60)}; for one hit, hit(policy, **context)",
+                f"{shown(contexts, 60)}; for one hit, hit(policy, **context)",
+                argument="contexts",
+            )
+        if not isinstance(contexts, Iterable):
+            raise ConfigError(
+                f"hit_many takes a list of contexts (dicts of dimension values), got "
+                f"{shown(contexts)}",
                 argument="contexts",
             )
         hits = []
@@ -214,7 +219,7 @@ class Hits:
             if not isinstance(ctx, Mapping):
                 raise ConfigError(
                     f"hit_many's context {index} must be a dict of dimension values, got "
-                    f"{type(ctx).__name__}: {shortened(repr(ctx), 60)}",
+                    f"{type(ctx).__name__}: {shown(ctx, 60)}",
                     argument=f"contexts[{index}]",
                 )
             try:

@@ -12,7 +12,7 @@ from freqguard.engine.failover import Failover, elsewhere, resilient
 from freqguard.engine.ops import Op, refund_op
 from freqguard.engine.plan import PolicyPlan
 from freqguard.engine.registry import PolicyRegistry
-from freqguard.errors import BackendUnavailable, ConfigError
+from freqguard.errors import BackendUnavailable, ConfigError, shown
 
 __all__ = ["Receipts", "maybe_applied", "unspend"]
 
@@ -73,6 +73,10 @@ class Receipts:
         """Claim ``decision``'s receipt and give back what ``sent`` makes of it; with
         ``leases``, by the plan it was taken under though the policy was replaced since (a
         lease is a time in a log: the same, whatever limit or lease the rule has now)."""
+        if not isinstance(decision, Decision):  # release(...)'s only argument
+            raise TypeError(
+                f"release takes the Decision of a hit (its take_lease's), got {shown(decision)}"
+            )
         receipt = decision.receipt
         if receipt is None:
             return decision

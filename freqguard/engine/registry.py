@@ -132,7 +132,7 @@ class PolicyRegistry:
         Raises:
             ConfigError: no policy of that name is registered.
         """
-        plan = self._plans.get(name)
+        plan = self._plans.get(name) if isinstance(name, str) else None  # (no foreign hash)
         if plan is None:
             known = ", ".join(sorted(self._plans)) or "none"
             if isinstance(name, Policy):
@@ -143,17 +143,17 @@ class PolicyRegistry:
                 )
             if not isinstance(name, str):  # limits' hit(item, key), say
                 raise ConfigError(
-                    f"hit takes a policy's name, got {type(name).__name__} {name!r}: register "
+                    f"hit takes a policy's name, got {type(name).__name__} {shown(name)}: register "
                     f"a Policy of its rules, then give its name (registered: {known})"
                 )
             close = difflib.get_close_matches(name[:64], list(self._by_name), n=1)
             if close:
                 raise ConfigError(
-                    f"unknown policy {name!r} (did you mean {close[0]!r}? registered: {known})"
+                    f"unknown policy {shown(name)} (did you mean {close[0]!r}? registered: {known})"
                 )
             raise ConfigError(
-                f"unknown policy {name!r} (registered: {known}): register it first, "
-                f"guard.add_policy(Policy({name[:64]!r}, Rule(...), ...)) or "
+                f"unknown policy {shown(name)} (registered: {known}): register it first, "
+                f"guard.add_policy(Policy({shown(name[:64])}, Rule(...), ...)) or "
                 "Guard(backend, policies=[...])"
             )
         return plan

@@ -114,7 +114,7 @@ class Requests:
         for _, rule, takes, turn in narrower:
             if takes > 0 and not turn:  # none: a per-key limit below the reserve of other
                 raise Unfit(  # priorities, a denial (no cost is at fault)
-                    f"cost {cost} exceeds the capacity {takes} of rule {rule.id!r} "
+                    f"cost {shown(cost)} exceeds the capacity {takes} of rule {rule.id!r} "
                     f"(policy {self.name!r}) for this hit: no hit of that cost could ever "
                     "be allowed",
                     decision,

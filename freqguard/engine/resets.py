@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from freqguard.engine.plan import PolicyPlan
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.rules import Rule
 from freqguard.script.calls import Part, ScriptCall
 from freqguard.script.contract import RESET
@@ -90,6 +90,11 @@ def _chosen(
         return found
     if isinstance(rules, (str, Rule)):
         rules = [rules]
+    elif not isinstance(rules, Iterable):
+        raise ConfigError(
+            f"rules takes a list of rules (their names or Rules), got {shown(rules)}",
+            argument="rules",
+        )
     ids = {rule.id: i for i, rule in enumerate(policy.rules)}
     found_named: set[int] = set()
     for at, named in enumerate(rules):
@@ -100,7 +105,7 @@ def _chosen(
         if index is None:
             known = ", ".join(repr(r.id) for r in policy.rules)
             raise ConfigError(
-                f"policy {plan.name!r} has no rule {named!r} (its rules: {known})",
+                f"policy {plan.name!r} has no rule {shown(named)} (its rules: {known})",
                 argument=f"rules[{at}]",
             )
         rule = policy.rules[index]

@@ -47,7 +47,7 @@ def check_backend(guard: str, backend: object, methods: tuple[str, ...]) -> None
         got = "a Policy: pass policies=[...]"
     elif isinstance(backend, str):
         maker = "backend_from_url" if guard == "Guard" else "async_backend_from_url"
-        got = f"the string {backend!r}: pass {maker}({backend!r})"
+        got = f"the string {shown(backend)}: pass {maker}({shown(backend)})"
     elif type(backend).__module__.startswith(("limits.storage", "limits.aio.storage")):
         maker = "backend_from_url" if guard == "Guard" else "async_backend_from_url"
         got = (  # limits' MemoryStorage(), or limits.aio's
@@ -55,7 +55,7 @@ def check_backend(guard: str, backend: object, methods: tuple[str, ...]) -> None
             f"MemoryBackend() and {maker}('redis://...')"
         )
     else:
-        got = shortened(repr(backend))
+        got = shown(backend)
         other = "AsyncGuard" if guard == "Guard" else "Guard"
         theirs = ("aexecute", "aexecute_many") if guard == "Guard" else ("execute", "execute_many")
         if all(callable(getattr(backend, name, None)) for name in theirs):
@@ -83,6 +83,8 @@ def check_policies(policies: Iterable[Policy]) -> Iterable[Policy]:
         raise TypeError(
             f"policies takes a list of policies: pass policies=[policy], got {shown(policies)}"
         )
+    if not isinstance(policies, Iterable):
+        raise TypeError(f"policies takes a list of policies, got {shown(policies)}")
     return policies
 
 
@@ -99,7 +101,7 @@ def check_breaker(breaker: object) -> Breaker | None:
 def check_observers(observers: Iterable[Observer]) -> tuple[Observer, ...]:
     """The observers, each checked to be one."""
     if isinstance(observers, Observer) or not isinstance(observers, Iterable):
-        raise TypeError(f"observers takes a list: pass observers=[{observers!r}]")
+        raise TypeError(f"observers takes a list: pass observers=[{shown(observers)}]")
     checked = tuple(observers)
     for observer in checked:
         if not isinstance(observer, Observer):

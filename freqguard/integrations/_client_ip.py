@@ -15,7 +15,7 @@ import ipaddress
 import re
 from collections.abc import Iterable, Iterator
 
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.integrations._request import KEY_MAKERS, KeyFunc, RequestInfo, declared
 
 __all__ = ["FORWARDING_HEADERS", "client_ip", "hop_key"]
@@ -72,12 +72,12 @@ def client_ip(
     networks = _networks(trusted_proxies)
     wanted = "x-forwarded-for" if header is None else header
     wanted = wanted.lower() if isinstance(wanted, str) else wanted
-    if wanted not in FORWARDING_HEADERS:
+    if not isinstance(wanted, str) or wanted not in FORWARDING_HEADERS:
         allowed = ", ".join(FORWARDING_HEADERS)
-        raise ConfigError(f"client_ip header must be one of {allowed}; got {header!r}")
+        raise ConfigError(f"client_ip header must be one of {allowed}; got {shown(header)}")
     if header is not None and not networks:
         raise ConfigError(
-            f"client_ip(header={header!r:.40}) reads the header only from a trusted proxy, "
+            f"client_ip(header={shown(header, 40)}) reads the header only from a trusted proxy, "
             "and trusted_proxies names none: give your proxies' addresses, "
             "client_ip(['10.0.0.0/8'], header=...), or leave header= out"
         )
@@ -123,7 +123,7 @@ def _networks(trusted: str | Iterable[str]) -> tuple[_Network, ...]:
     if not isinstance(trusted, (str, Iterable, *_ADDRESSES)) or isinstance(trusted, bytes):
         raise ConfigError(
             "trusted_proxies must be an address or network, or a list of them "
-            f"(['10.0.0.0/8']), got {trusted!r:.60}"
+            f"(['10.0.0.0/8']), got {shown(trusted, 60)}"
         )
     one = (str, *_ADDRESSES)  # a network is iterable too: its addresses, one by one
     items = [trusted] if isinstance(trusted, one) else list(trusted)
@@ -135,14 +135,15 @@ def _networks(trusted: str | Iterable[str]) -> tuple[_Network, ...]:
             networks.append(ipaddress.ip_network(item, strict=False))
         except (TypeError, ValueError):
             raise ConfigError(
-                f"trusted_proxies must be IP addresses or networks like '10.0.0.0/8', got {item!r}"
+                "trusted_proxies must be IP addresses or networks like '10.0.0.0/8', got "
+                f"{shown(item)}"
             ) from None
     return tuple(networks)
 
 
 def _prefix(name: str, value: object, most: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
-        raise ConfigError(f"{name} must be an integer from 0 to {most}, got {value!r}")
+        raise ConfigError(f"{name} must be an integer from 0 to {most}, got {shown(value)}")
     return value
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.integrations._decide import Route, compile_limit
 from freqguard.integrations._http import Limit
 from freqguard.integrations._routes import check_pattern, probe_paths
@@ -131,5 +131,6 @@ def checked_limits(limits: object) -> tuple[Limit, ...]:
             return found
     one = ": one Limit goes in a list" if isinstance(limits, Limit) else ""
     raise ConfigError(
-        f"limits= takes a list of Limit (limits=[Limit('/x', '5/minute')]), got {limits!r:.80}{one}"
+        "limits= takes a list of Limit (limits=[Limit('/x', '5/minute')]), got "
+        f"{shown(limits, 80)}{one}"
     )

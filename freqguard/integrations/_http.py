@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from freqguard.decision import Decision
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.headers import whole_seconds
 from freqguard.integrations._client_ip import client_ip
 from freqguard.integrations._methods import check_methods, view_methods
@@ -113,13 +113,13 @@ class Limit:
         on_error: object = None,
         **theirs: NoReturn,
     ) -> None:
-        refuse_slowapi(theirs, "Limit", f"Limit({path!r})")
+        refuse_slowapi(theirs, "Limit", f"Limit({shown(path)})")
         chosen = check_methods(methods)
         methods_text = "-".join(sorted(chosen or ["ANY"]))
         fields = {
             "path": check_pattern(path),
             "rule": rule,
-            "key": client_ip() if key is None else check_key(key, f"Limit({path!r})"),
+            "key": client_ip() if key is None else check_key(key, f"Limit({shown(path)})"),
             "methods": chosen,
             "cost": cost,
             "name": check_name(
@@ -130,7 +130,8 @@ class Limit:
             "on_error": _check_on_error(on_error, rule, path),
         }
         items: Any = fields["items"]
-        check_cost(cost, items.rules if isinstance(items, Policy) else items, f"Limit({path!r}): ")
+        rules = items.rules if isinstance(items, Policy) else items
+        check_cost(cost, rules, f"Limit({shown(path)}): ")
         for field, value in fields.items():
             object.__setattr__(self, field, value)
 
@@ -196,11 +197,11 @@ def _check_on_error(on_error: object, rule: object, path: str) -> object:
         return None
     if isinstance(rule, Policy):
         raise ConfigError(
-            f"Limit({path!r}): on_error={on_error!r} goes on the Policy it is given "
+            f"Limit({shown(path)}): on_error={on_error!r} goes on the Policy it is given "
             f"(Policy({rule.name!r}, ..., on_error=...))"
         )
 
-    return check_on_error(on_error, f"Limit({path!r})")
+    return check_on_error(on_error, f"Limit({shown(path)})")
 
 
 def keyed_items(rule: object, key: KeyFunc | None, where: str) -> tuple[Rate | Rule, ...]:

@@ -9,7 +9,7 @@ import difflib
 import re
 from collections.abc import Iterable
 
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 
 __all__ = ["EXTENSIONS", "STANDARD", "check_methods", "view_methods"]
 
@@ -82,7 +82,7 @@ def check_methods(methods: Iterable[str] | None) -> frozenset[str] | None:
     if given is None or len(names) != len(given):
         theirs = bool(given) and all(m is None for m in given or ())  # django-ratelimit's ALL
         raise ConfigError(
-            f"methods must be a list of HTTP methods (['POST']), got {methods!r}"
+            f"methods must be a list of HTTP methods (['POST']), got {shown(methods)}"
             + (": that is django-ratelimit's ALL; leave methods= out for every method" * theirs)
         )
     if not names:

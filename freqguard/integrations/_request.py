@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from freqguard.errors import ConfigError, FreqGuardError
+from freqguard.errors import ConfigError, FreqGuardError, shown
 from freqguard.integrations._raw import elsewhere
 from freqguard.rates import Rate
 from freqguard.rules import Rule
@@ -271,7 +271,7 @@ def check_key(key: object, where: str) -> KeyFunc:
             with the fix, instead of a 500 at every request.
     """
     if not callable(key):
-        raise ConfigError(f"{where}: key must be a key function (client_ip()), got {key!r}")
+        raise ConfigError(f"{where}: key must be a key function (client_ip()), got {shown(key)}")
     if any(key is maker for maker in KEY_MAKERS):
         name = getattr(key, "__name__", "")
         raise ConfigError(f"{where}: key={name} makes a key function: call it, key={name}(...)")
@@ -347,7 +347,7 @@ def header(name: str, *, missing: str | KeyFunc = "deny") -> KeyFunc:
     if not isinstance(name, str) or not _TOKEN.fullmatch(name):
         raise ConfigError(
             f"header(name) takes a header's name (letters, digits and !#$%&'*+-.^_`|~, as "
-            f"HTTP writes one: 'X-User'), got {name!r:.60}"
+            f"HTTP writes one: 'X-User'), got {shown(name, 60)}"
         )
     lower = name.lower()
     dimension = re.sub(r"\W", "_", lower)

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 
 __all__ = [
     "PathPattern",
@@ -83,7 +83,7 @@ def _convertors() -> Mapping[str, str]:
 def _parts(pattern: str) -> list[tuple[str, str, str]]:
     """``(literal before, parameter, convertor)`` per parameter; raises ConfigError."""
     if not pattern.startswith("/"):
-        raise ConfigError(f"a route pattern starts with '/', got {pattern!r}")
+        raise ConfigError(f"a route pattern starts with '/', got {shown(pattern)}")
     _refuse_werkzeug(pattern)
     known = _convertors()
     parts: list[tuple[str, str, str]] = []
@@ -163,7 +163,7 @@ def check_pattern(pattern: str, wanted: object = None) -> str:
     """``pattern``, if it is a route pattern that can match (see the module's docstring)
     and names the parameter ``wanted`` (a ``path_param`` key's), if any."""
     if not isinstance(pattern, str):
-        raise ConfigError(f"a route pattern is a string starting with '/', got {pattern!r}")
+        raise ConfigError(f"a route pattern is a string starting with '/', got {shown(pattern)}")
     names = [name for _, name, _ in _parts(pattern) if name]
     if wanted is not None and wanted not in names:
         raise ConfigError(

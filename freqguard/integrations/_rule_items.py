@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 import limits
 
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.policy import Policy
 from freqguard.rates import Rate, parse_rates, peer_rate
 from freqguard.rules import Rule
@@ -47,7 +47,7 @@ def rule_items(
         else:
             raise ConfigError(_not_a_rule(item, where, policy, page))
     if not parsed:
-        raise ConfigError(f"{where} needs at least one rule, got {rule!r}")
+        raise ConfigError(f"{where} needs at least one rule, got {shown(rule)}")
     return tuple(parsed)
 
 
@@ -55,7 +55,7 @@ def _not_a_rule(item: object, where: str, policy: bool, page: str) -> str:
     takes = "a rate string ('5/minute'), a Rule or a list of them"
     if policy:
         takes += ", or a Policy on its own"
-    found = f"{where} takes {takes}, got {item!r}{peer_rate(item)}"
+    found = f"{where} takes {takes}, got {shown(item)}{peer_rate(item)}"
     if isinstance(item, Policy):
         fix = (
             "a Policy goes on its own, not in a list"
@@ -93,7 +93,7 @@ def check_cost(cost: object, items: Iterable[Rate | Rule] = (), where: str = "")
             "Flask-Limiter's) is not taken; a route of another cost is a cap of its own"
         )
     if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
-        raise ConfigError(f"{where}cost must be an integer >= 0, got {cost!r}")
+        raise ConfigError(f"{where}cost must be an integer >= 0, got {shown(cost)}")
     held = [  # the rules that bind every request at their own rate (not a tier's: it may
         item.capacity if isinstance(item, Rule) else item.limit  # be raised; not one for
         for item in items  # some priorities only)
@@ -101,7 +101,7 @@ def check_cost(cost: object, items: Iterable[Rate | Rule] = (), where: str = "")
     ]
     if held and cost > min(held):
         raise ConfigError(
-            f"{where}cost {cost} exceeds the capacity {min(held)} of its narrowest rule: "
+            f"{where}cost {shown(cost)} exceeds the capacity {min(held)} of its narrowest rule: "
             "no request of that cost could ever be admitted"
         )
     return cost

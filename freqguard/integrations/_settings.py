@@ -10,7 +10,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from freqguard.config import Config, load
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 
 __all__ = ["COMMON", "GUARDS", "MEANT", "configured", "peer_setting", "unknown_setting"]
 
@@ -100,6 +100,6 @@ def configured(settings: Mapping[str, Any]) -> Config | None:
     if not isinstance(given, (str, os.PathLike)):
         raise ConfigError(
             "FREQGUARD_CONFIG takes a configuration file's path (a str or a Path) or a "
-            f"loaded Config, got {given!r:.60}"
+            f"loaded Config, got {shown(given, 60)}"
         )
     return load(given)

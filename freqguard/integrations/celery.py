@@ -45,7 +45,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypedDict, cast
 
-from freqguard.errors import extra_missing
+from freqguard.errors import extra_missing, shown
 
 try:  # the extra named (an ImportError saying how to install it)
     from celery import Celery, Task
@@ -158,7 +158,7 @@ def capped_task(
             ``autoretry_for=(CapExceeded,)`` with ``on_denied="raise"`` (that is ``"defer"``).
     """
     if not callable(getattr(app, "task", None)):
-        raise ConfigError(f"app must be a Celery app (Celery('proj')), got {app!r:.60}")
+        raise ConfigError(f"app must be a Celery app (Celery('proj')), got {shown(app, 60)}")
     if on_denied not in ON_DENIED:
         allowed = ", ".join(repr(value) for value in ON_DENIED)
         raise ConfigError(f"on_denied must be one of {allowed}, got {on_denied!r}")

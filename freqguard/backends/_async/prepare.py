@@ -22,7 +22,7 @@ from freqguard.backends._library import (
 from freqguard.backends._resp import record_key
 from freqguard.backends._settle import refusal
 from freqguard.backends._shared_run import AsyncSharedRun
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.script.calls import ScriptCall
 
 __all__ = ["AsyncPreparation", "check_scripts"]
@@ -34,11 +34,11 @@ def check_scripts(scripts: object) -> str:
     Raises:
         ConfigError: anything else, naming what is allowed.
     """
-    if scripts not in SCRIPT_KINDS:
+    if not isinstance(scripts, str) or scripts not in SCRIPT_KINDS:
         allowed = ", ".join(repr(kind) for kind in SCRIPT_KINDS)
         raise ConfigError(
             f"scripts must be one of {allowed} (auto: Redis Functions where the store runs "
-            f"them, else EVAL scripts), got {scripts!r}"
+            f"them, else EVAL scripts), got {shown(scripts)}"
         )
     return str(scripts)
 
