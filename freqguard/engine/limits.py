@@ -138,12 +138,18 @@ def _own_rate(rule: Rule, texts: Mapping[str, str]) -> Rate:
 
 def _rule_index(plan: PolicyPlan, rule: object) -> int:
     rules = plan.policy.rules
-    for index, known in enumerate(rules):
-        if rule == known.id or rule is known:
-            return index
     names = ", ".join(repr(r.id) for r in rules)
+    if not isinstance(rule, (str, Rule)):  # before comparing it: its == may be anything
+        raise ConfigError(
+            f"rule must be a rule's name or the Rule, got {shown(rule)} "
+            f"(policy {plan.name!r} has: {names})",
+            argument="rule",
+        )
+    for index, known in enumerate(rules):
+        if rule is known or (isinstance(rule, str) and str.__eq__(rule, known.id)):
+            return index
     raise ConfigError(
-        f"policy {plan.name!r} has no rule {rule!r} (its rules: {names})", argument="rule"
+        f"policy {plan.name!r} has no rule {shown(rule)} (its rules: {names})", argument="rule"
     )
 
 

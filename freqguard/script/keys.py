@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from hashlib import blake2b as _blake2b
 from typing import NamedTuple
 
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.policy import Policy
 from freqguard.rules import Rule, Strategy, check_name
 from freqguard.script.contract import OLD_TAG_BYTES, WIDE_TAG_BYTES
@@ -71,7 +71,7 @@ def value_text(policy: str, dimension: str, value: object) -> str:
         return str(value)  # a subclass's (a request's Address) as a plain str
     if isinstance(value, int) and not isinstance(value, bool):
         try:
-            return str(value)
+            return int.__repr__(value)  # an int subclass's own __str__ is not asked
         except ValueError:  # the digit limit; never repr() the value in the message
             raise ConfigError(
                 f"dimension {dimension!r} of policy {policy!r} must be an int of at most "
@@ -80,7 +80,7 @@ def value_text(policy: str, dimension: str, value: object) -> str:
                 argument=f"context.{dimension}",
             ) from None
     raise ConfigError(
-        f"dimension {dimension!r} of policy {policy!r} must be a str or an int, got {value!r}",
+        f"dimension {dimension!r} of policy {policy!r} must be a str or an int, got {shown(value)}",
         argument=f"context.{dimension}",
     )
 
