@@ -20,7 +20,6 @@ from fractions import Fraction
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from redis import Redis
 
 from freqguard import (
     ConfigError,
@@ -30,9 +29,7 @@ from freqguard import (
     Policy,
     Rate,
     Rule,
-    backend_from_url,
 )
-from freqguard.backends.redis import RedisBackend
 from freqguard.decorators import capped
 from freqguard.errors import shown
 from freqguard.integrations.starlette import Limit, client_ip
@@ -162,12 +159,6 @@ CALLS: dict[str, tuple[str, Call]] = {
         "context|dimension",
         lambda g, v: capped("5/minute", "u", guard=g, context=v).__enter__(),  # type: ignore[arg-type]
     ),
-    "RedisBackend wait_replicas": (
-        "wait_replicas",
-        lambda g, v: RedisBackend(Redis(port=1), wait_replicas=v),  # type: ignore[arg-type]
-    ),
-    "RedisBackend bins": ("bins", lambda g, v: RedisBackend(Redis(port=1), bins=v)),  # type: ignore[arg-type]
-    "RedisBackend scripts": ("scripts", lambda g, v: RedisBackend(Redis(port=1), scripts=v)),  # type: ignore[arg-type]
 }
 
 
@@ -188,8 +179,10 @@ def _refusal_is_ours(argument: str, error: BaseException) -> None:
     assert re.search(argument, message, re.IGNORECASE), f"{argument!r} not in {message!r}"
 
 
-def _taken_or_refused_naming_it(name: str, value: object) -> None:
-    argument, call = CALLS[name]
+def _taken_or_refused_naming_it(
+    name: str, value: object, calls: dict[str, tuple[str, Call]] = CALLS
+) -> None:
+    argument, call = calls[name]
     guard = _guard()
     before = _state(guard)
     started = time.perf_counter()
@@ -219,21 +212,3 @@ def test_a_drawn_hostile_value_is_taken_or_refused_naming_it(name: str, value: o
 @pytest.mark.parametrize("value", FIXED, ids=lambda v: type(v).__name__)
 def test_shown_shows_any_value_short(value: object) -> None:
     assert len(shown(value)) <= 100
-
-
-@pytest.mark.parametrize(
-    ("argument", "url"),
-    [
-        (name, f"redis://localhost:1/0?{name}={'9' * 5001}")
-        for name in ("bins", "socket_timeout", "wait_replicas", "max_connections")
-    ]
-    + [
-        ("port", f"redis://localhost:{'9' * 5001}/0"),
-        ("db", f"redis://localhost:1/{'9' * 5001}"),
-        ("scheme", f"{'x' * 1_000_000}://localhost"),
-    ],
-)
-def test_a_long_url_is_refused_short_naming_the_option(argument: str, url: str) -> None:
-    with pytest.raises(ConfigError, match=argument) as refused:
-        backend_from_url(url)
-    assert len(str(refused.value)) < 500
