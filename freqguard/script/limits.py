@@ -137,7 +137,7 @@ def rule_keyings(
         ConfigError: two keyings alike, or a keying alike another rule's tag (1 in 2^32 a pair).
     """
     keyings = tuple(
-        65_536 + _long_tag(f"{rule_id}@{partition or ''}", b"freqguard-mark")
+        65_536 + _long_tag(f"{rule_id}@{partition or ''}", b"freqguard-keying")
         for rule_id, partition in zip(ids, partitions, strict=True)
     )
     if len(set(keyings)) != len(keyings) or set(keyings) & set(tags):

@@ -21,7 +21,8 @@ end
 -- beside it: KEYING_WINDOW) or its tag alone, to clear it; either drops that limit's keying
 -- entries. A change also drops the limits of tags it does not keep, those of this call's
 -- rules that their strategy cannot read any more and, on the server's time, the expired
--- ones; a keying entry goes with its limit, never left alone. Also returns whether they changed.
+-- ones; a keying entry goes with its limit, never left alone. Also returns whether they
+-- changed.
 local function change_limits(meta, change, mode, now, pinned, specs)
   local entries = read_limits(meta)
   if mode ~= LIMIT or change == '' then return entries, false end
