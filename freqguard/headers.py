@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.rules import Rule
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def check_profile(profile: str, given: str = "headers") -> str:
     """Validate a header profile name (``given``: the argument or setting it came from)."""
     if not isinstance(profile, str) or profile not in PROFILES:
         raise ConfigError(
-            f"{given}: unknown header profile {profile!r}; allowed: {', '.join(PROFILES)}"
+            f"{given}: unknown header profile {shown(profile)}; allowed: {', '.join(PROFILES)}"
         )
     return profile
 

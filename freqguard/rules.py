@@ -56,13 +56,14 @@ def _leased(
         if lease is not None:
             raise ConfigError(
                 f"lease={shown(lease)} applies to a concurrency rule only: write its rate as "
-                f"'N concurrent', e.g. Rule('10 concurrent', by='user', lease=60), not {rate!r}"
+                f"'N concurrent', e.g. Rule('10 concurrent', by='user', lease=60), "
+                f"not {shown(rate)}"
             )
         concurrency = strategy is not None and Strategy.parse(strategy) is Strategy.CONCURRENCY
         if concurrency and isinstance(rate, str):  # a Rate: its window is the lease
             raise ConfigError(
                 f"a concurrency rule's rate is written 'N concurrent' with lease=SECONDS, "
-                f"e.g. Rule('10 concurrent', by='user', lease=60), not {rate!r}"
+                f"e.g. Rule('10 concurrent', by='user', lease=60), not {shown(rate)}"
             )
         return rate, strategy
     if lease is None:

@@ -31,8 +31,8 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from freqguard.cli import operate, replay, store, words
-from freqguard.cli.output import EXIT_OK, EXIT_STORE, EXIT_USAGE, masked, out, say
-from freqguard.errors import BackendUnavailable, ConfigError
+from freqguard.cli.output import EXIT_OK, EXIT_STORE, EXIT_USAGE, Parser, masked, out, say
+from freqguard.errors import BackendUnavailable, ConfigError, shown
 from freqguard.rates import Rate
 from freqguard.rules import Rule, Strategy
 from freqguard.script.strategies import rolling_window
@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="freqguard",
         description="freqguard: frequency capping and rate limiting",
         epilog="the store: the configuration's backend, or FREQGUARD_URL when it is set; "
@@ -227,7 +227,7 @@ def _described(commands: Any, name: str, text: str) -> argparse.ArgumentParser:
 _STORE = " (the store is the configuration's backend, or FREQGUARD_URL when it is set)"
 
 
-class _Command(argparse.ArgumentParser):
+class _Command(Parser):
     """A command's parser that names an option it does not know under its own usage first:
     argparse left an unknown option to the top-level parser (``freqguard: error``, the
     usage of every command), or named only a missing argument when one was missing too."""
@@ -280,7 +280,7 @@ def _within(low: int, high: int) -> Any:
     def integer(text: str) -> int:
         if re.fullmatch(r"\s*-?[0-9]{1,9}\s*", text) is None or not low <= int(text) <= high:
             raise argparse.ArgumentTypeError(
-                f"must be an integer from {low} to {high}, got {text!r}"
+                f"must be an integer from {low} to {high}, got {shown(text)}"
             )
         return int(text)
 
@@ -295,7 +295,8 @@ def _ttl(text: str) -> float:
         seconds = float("nan")
     if not 0 < seconds < float("inf"):
         raise argparse.ArgumentTypeError(
-            f"must be seconds > 0 (leave --ttl out for a limit that holds for ever), got {text!r}"
+            "must be seconds > 0 (leave --ttl out for a limit that holds for ever), "
+            f"got {shown(text)}"
         )
     return seconds
 

@@ -8,15 +8,18 @@ import json
 import re
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from freqguard.backends._url_options import _shown
 
-__all__ = ["EXIT_OK", "EXIT_STORE", "EXIT_USAGE", "masked", "out", "say"]
+__all__ = ["EXIT_OK", "EXIT_STORE", "EXIT_USAGE", "Parser", "masked", "out", "say"]
 
 EXIT_OK, EXIT_STORE, EXIT_USAGE = 0, 1, 2
 
-# a URL in a text (a message quotes one, a redis-py error may), to the next space
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S*")
+# a URL in a text (a message quotes one, a redis-py error may), to the next space; tried
+# only where a scheme can begin (not inside a run of its characters): from every position
+# of a long word, the search was quadratic in its length (a 1 MB word: hours)
+_URL = re.compile(r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*://\S*")
 
 
 def masked(text: str) -> str:
@@ -53,3 +56,18 @@ def out(args: argparse.Namespace, data: object, table: Callable[[], list[list[st
         print("  ".join(cells).rstrip())
         if n == 0:
             print("  ".join("-" * width for width in widths))
+
+
+# a word past any name or number the commands take: argparse's refusals quote it whole
+_LONG = re.compile(r"\S{81,}")
+
+
+class Parser(argparse.ArgumentParser):
+    """A parser whose refusals (an invalid choice, unrecognized arguments) show each
+    over-long word cut short, as :func:`~freqguard.errors.shown` cuts a value (argparse
+    quoted it already), on one line: argparse printed a 1 MB word whole, and a newline in
+    one as a line of its own."""
+
+    def error(self, message: str) -> NoReturn:
+        cut = _LONG.sub(lambda w: f"{w.group()[:60]}... ({len(w.group())} characters)", message)
+        super().error(cut.replace("\n", "\\n").replace("\r", "\\r"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from freqguard.cli.logs import Entry, entries
 from freqguard.cli.output import EXIT_OK, out
 from freqguard.cli.words import checked_names, policy_named
 from freqguard.clock import ManualClock
+from freqguard.config.places import named_path
 from freqguard.errors import ConfigError
 from freqguard.guard import Guard
 
@@ -93,7 +95,9 @@ def replay(
     try:
         file = log.open("rb")
     except OSError as exc:
-        raise ConfigError(f"{log}: cannot be read: {exc.strerror or exc}") from None
+        raise ConfigError(
+            f"{named_path(str(log))}: cannot be read: {exc.strerror or exc}"
+        ) from None
     with file, _bar(log, file, progress) as advance:
         for entry in entries(file, kind, policy):
             allowed, denied = first.decide(entry)
@@ -143,6 +147,15 @@ class _bar:
             self._progress.stop()
 
 
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file: not when no file can have its name (too long
+    for the system, or holding a NUL: stat() raises for those)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def command(args: argparse.Namespace) -> int:
     """The ``replay`` command: the report of :func:`replay`."""
     import contextlib
@@ -152,9 +165,9 @@ def command(args: argparse.Namespace) -> int:
     config = load(args.config)
     other = None if args.what_if is None else load(args.what_if)
     log = Path(args.log)
-    if not log.is_file():  # a file: its size is the progress bar's measure
-        why = "not a regular file" if log.exists() else "no such file"
-        raise ConfigError(f"the log {args.log}: {why} (a log is a file of lines)")
+    if not _is_file(log):  # a file: its size is the progress bar's measure
+        why = "not a regular file" if os.path.exists(log) else "no such file"
+        raise ConfigError(f"the log {named_path(args.log)}: {why} (a log is a file of lines)")
     with contextlib.ExitStack() as stack:
         written = None
         if args.decisions is not None:
@@ -162,7 +175,7 @@ def command(args: argparse.Namespace) -> int:
                 written = stack.enter_context(open(args.decisions, "w", encoding="utf-8"))
             except OSError as exc:
                 raise ConfigError(
-                    f"{args.decisions}: cannot be written: {exc.strerror or exc}"
+                    f"{named_path(args.decisions)}: cannot be written: {exc.strerror or exc}"
                 ) from None
         first, second, changed = replay(
             config,

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from freqguard.cli.output import EXIT_OK, masked, out, say
 from freqguard.cli.words import SHARED_STORE, shared_store, with_policies
-from freqguard.errors import ConfigError, install
+from freqguard.config.places import named_path
+from freqguard.errors import ConfigError, install, shown
 from freqguard.rules import Rule, check_name
 from freqguard.script.keys import digest, partition_token
 
@@ -232,6 +233,11 @@ def serve(args: argparse.Namespace) -> int:
         )
     if args.token_file:
         _readable(args.token_file)
+    if len(args.host) > 253 or not args.host.isprintable() or " " in args.host:
+        raise ConfigError(  # no address or host name is longer, or holds a space
+            f"--host must be an address or a host name (at most 253 characters), "
+            f"got {shown(args.host)}"
+        )
     os.environ[CONFIG_ENV] = os.path.abspath(args.config)
     if args.token_file:
         os.environ[f"{TOKENS_ENV}_FILE"] = os.path.abspath(args.token_file)
@@ -296,12 +302,14 @@ def _readable(path: str) -> None:
     import os
 
     if not os.path.isfile(path):
-        raise ConfigError(f"--token-file {path}: no such file")
+        raise ConfigError(f"--token-file {named_path(path)}: no such file")
     try:
         with open(path, "rb"):
             pass
     except OSError as exc:
-        raise ConfigError(f"--token-file {path}: cannot be read: {exc.strerror or exc}") from None
+        raise ConfigError(
+            f"--token-file {named_path(path)}: cannot be read: {exc.strerror or exc}"
+        ) from None
 
 
 def _run(args: argparse.Namespace, wire: Wire, bound: Callable[[], object]) -> None:

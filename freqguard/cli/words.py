@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from freqguard.config import ENV, Config
 from freqguard.config.schema import shown
 from freqguard.errors import ConfigError
+from freqguard.errors import shown as value_shown
 from freqguard.policy import Policy
 
 __all__ = [
@@ -89,7 +90,7 @@ def policy_named(config: Config, name: str) -> Policy:
         if policy.name == name:
             return policy
     known = ", ".join(repr(policy.name) for policy in config.policies) or "none"
-    raise ConfigError(f"unknown policy {name!r} (the configuration has: {known})")
+    raise ConfigError(f"unknown policy {value_shown(name)} (the configuration has: {known})")
 
 
 def context(pairs: Sequence[str], policy: Policy) -> dict[str, str]:
@@ -105,9 +106,9 @@ def context(pairs: Sequence[str], policy: Policy) -> dict[str, str]:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name:
-            raise ConfigError(f"context values are name=value, got {pair!r}")
+            raise ConfigError(f"context values are name=value, got {value_shown(pair)}")
         if name in found:
-            raise ConfigError(f"context value {name!r} given twice")
+            raise ConfigError(f"context value {value_shown(name)} given twice")
         found[name] = value
     checked_names(found, policy)
     return found

@@ -28,6 +28,7 @@ from freqguard.config.places import (
     Where,
     key_named,
     listed,
+    named_path,
     parse_yaml,
     place_of,
     toml_lines,
@@ -193,19 +194,27 @@ def load(path: str | os.PathLike[str]) -> Config:
             key, a value of the wrong kind), or a policy or rule is invalid.
     """
     path = Path(path)
+    named = named_path(str(path))
     kind = {".toml": "toml", ".yaml": "yaml", ".yml": "yaml"}.get(path.suffix.lower())
     if kind is None:
-        raise ConfigError(f"{path}: a configuration file is .toml, .yaml or .yml")
-    if path.exists() and not path.is_file():  # a folder, or a FIFO, whose open() blocks
-        raise ConfigError(f"{path}: not a file")
-    try:
-        with path.open("rb") as file:
-            raw = file.read(MAX_FILE + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+        raise ConfigError(f"{named}: a configuration file is .toml, .yaml or .yml")
+    raw = _read(path, named)
     if len(raw) > MAX_FILE:
-        raise ConfigError(f"{path}: larger than {MAX_FILE >> 20} MiB: not a configuration")
-    return loads(_text(raw, str(path)), kind, str(path))
+        raise ConfigError(f"{named}: larger than {MAX_FILE >> 20} MiB: not a configuration")
+    return loads(_text(raw, named), kind, named)
+
+
+def _read(path: Path, named: str) -> bytes:
+    """The first bytes of a file, past the largest configuration's."""
+    try:
+        if not path.exists() or path.is_file():  # not a folder, nor a FIFO (open() blocks)
+            with path.open("rb") as file:
+                return file.read(MAX_FILE + 1)
+    except OSError as exc:  # a name too long for the system too
+        raise ConfigError(f"{named}: cannot be read: {exc.strerror or exc}") from None
+    except ValueError:  # stat() and open() refuse a NUL
+        raise ConfigError(f"{named}: a path holds no NUL character") from None
+    raise ConfigError(f"{named}: not a file")
 
 
 def _text(raw: bytes, source: str) -> str:

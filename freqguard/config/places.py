@@ -9,11 +9,21 @@ from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
+from freqguard import errors
 from freqguard.config.schema import SchemaError, shown
 from freqguard.engine.settings import shortened
 from freqguard.errors import ConfigError, install
 
-__all__ = ["MOST_PROBLEMS", "Where", "key_named", "listed", "parse_yaml", "place_of", "toml_lines"]
+__all__ = [
+    "MOST_PROBLEMS",
+    "Where",
+    "key_named",
+    "listed",
+    "named_path",
+    "parse_yaml",
+    "place_of",
+    "toml_lines",
+]
 
 Where = Callable[[tuple[str | int, ...]], int | None]  # a path in the document -> its line
 
@@ -298,3 +308,10 @@ def listed(problems: list[str], source: str) -> ConfigError:
     more = "" if len(problems) <= MOST_PROBLEMS else "\n  and more"
     head = f"{source}: {len(shown)}{'+' * bool(more)} problems:\n  "
     return ConfigError(head + "\n  ".join(shown) + more)
+
+
+def named_path(path: str) -> str:
+    """A path as a message names it: whole (no quotes: ``app.toml:3: ...``), or, longer than
+    a file's usual or holding what does not print (a newline, a NUL, a byte not UTF-8), as
+    :func:`~freqguard.errors.shown` shows a value: cut short, escaped, on one line."""
+    return path if len(path) <= 200 and path.isprintable() else errors.shown(path)

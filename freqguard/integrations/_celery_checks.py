@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import Celery
 
-from freqguard.errors import CapExceeded, ConfigError
+from freqguard.errors import CapExceeded, ConfigError, shown
 from freqguard.policy import Policy
 
 __all__ = ["check_options", "check_signature", "raise_options"]
@@ -61,9 +61,9 @@ def check_options(app: Celery, options: Mapping[str, Any]) -> None:
     if rate is not None:
         given = "" if "rate_limit" in options else f", from the base class {base.__name__}"
         raise ConfigError(
-            f"capped_task takes no rate_limit= (got {rate!r}{given}): Celery's rate_limit is per "
-            f"worker (each worker its own {rate!r}, and a deferred run takes a token of it "
-            f"again); one rate for every worker is a rule of the policy, Rule({rate!r}, "
+            f"capped_task takes no rate_limit= (got {shown(rate)}{given}): Celery's rate_limit "
+            f"is per worker (each worker its own rate, and a deferred run takes a token of it "
+            f"again); one rate for every worker is a rule of the policy, Rule({shown(rate)}, "
             "name=...) (docs/celery.md, Celery's rate_limit)"
         )
     known = [*(name for name in dir(app.Task) if not name.startswith("_")), *_DECORATOR_OPTIONS]
@@ -73,8 +73,8 @@ def check_options(app: Celery, options: Mapping[str, Any]) -> None:
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
         if name not in known and close:
             raise ConfigError(
-                f"capped_task option {name!r} is not Celery's: did you mean {close[0]}? (app.task "
-                "would keep it as an attribute no worker reads)"
+                f"capped_task option {shown(name)} is not Celery's: did you mean {close[0]}? "
+                "(app.task would keep it as an attribute no worker reads)"
             )
 
 

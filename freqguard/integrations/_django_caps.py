@@ -17,7 +17,7 @@ from django.views import View
 
 from freqguard.decision import Decision
 from freqguard.decorators.naming import implicit_name, numbered
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.integrations._django_leases import aanswered, answered
 from freqguard.integrations._django_requests import (
     RequestNotes,
@@ -96,11 +96,13 @@ def capped(
         check_name("policy name", name)
     check_cost(cost, items)
     if key is not None and not callable(key):
-        raise ConfigError(f"key must be a key function (client_ip()), got {key!r}{their_key(key)}")
+        raise ConfigError(
+            f"key must be a key function (client_ip()), got {shown(key)}{their_key(key)}"
+        )
     if key is not None:
         check_key(key, "capped")
     if not isinstance(block, bool):
-        raise ConfigError(f"block must be True or False, got {block!r}")
+        raise ConfigError(f"block must be True or False, got {shown(block)}")
     chosen = view_methods(methods)
 
     # method_decorator applies the decorator on every call: one cap a view class
@@ -152,10 +154,10 @@ def _refuse_theirs(given: Mapping[str, object]) -> None:
                 ours = "leave methods= out (every method)"
             raise ConfigError(f"django-ratelimit's method= is methods= here: {ours}")
         if name == "group":
-            raise ConfigError(f"django-ratelimit's group= is name= here: name={value!r}")
+            raise ConfigError(f"django-ratelimit's group= is name= here: name={shown(value)}")
         if name == "rate":
             raise ConfigError(
-                f"django-ratelimit's rate= is the first argument here: capped({value!r})"
+                f"django-ratelimit's rate= is the first argument here: capped({shown(value)})"
             )
         raise TypeError(f"capped() got an unexpected keyword argument {name!r}")
 
@@ -194,10 +196,12 @@ def exempt(target: V) -> V:
 def _check_target(method: str, target: object) -> None:
     if isinstance(target, type) and not issubclass(target, View):
         raise ConfigError(
-            f"{method} takes a view function or a class-based view (a View), got {target!r}"
+            f"{method} takes a view function or a class-based view (a View), got {shown(target)}"
         )
     if not callable(target):
-        raise ConfigError(f"{method} takes a view function or a class-based view, got {target!r}")
+        raise ConfigError(
+            f"{method} takes a view function or a class-based view, got {shown(target)}"
+        )
 
 
 def _request_in(args: tuple[Any, ...]) -> Any:
@@ -205,7 +209,7 @@ def _request_in(args: tuple[Any, ...]) -> Any:
     for arg in args[:2]:
         if hasattr(arg, "META"):
             return arg
-    raise ConfigError(f"@capped view called without a request: {args!r}")
+    raise ConfigError(f"@capped view called without a request: {shown(args)}")
 
 
 def _cap_view(view: Callable[..., Any], cap: ViewCap) -> Callable[..., Any]:

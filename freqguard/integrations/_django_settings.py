@@ -18,7 +18,7 @@ from django.core import checks
 
 from freqguard.backends.urls import parse_url
 from freqguard.config import Config
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.guard import Guard
 from freqguard.headers import check_profile
 from freqguard.integrations._drf_settings import setting_checks as drf_setting_checks
@@ -193,7 +193,7 @@ _NOT_BOTH = "FREQGUARD_CONFIG names the backend: set it or FREQGUARD_BACKEND, no
 def _enabled(values: Mapping[str, Any]) -> None:
     enabled = values.get("FREQGUARD_ENABLED", True)
     if not isinstance(enabled, bool):
-        raise ConfigError(f"FREQGUARD_ENABLED must be True or False, got {enabled!r}")
+        raise ConfigError(f"FREQGUARD_ENABLED must be True or False, got {shown(enabled)}")
 
 
 def _backend(values: Mapping[str, Any]) -> None:
@@ -201,7 +201,7 @@ def _backend(values: Mapping[str, Any]) -> None:
     if not isinstance(backend, (str, Guard)):
         raise ConfigError(
             f"FREQGUARD_BACKEND must be a backend URL (memory://, redis://...) or a Guard, "
-            f"got {backend!r}"
+            f"got {shown(backend)}"
         )
     if isinstance(backend, str):
         parse_url(backend)  # checked now (no I/O): the guard is made at first use
@@ -210,7 +210,9 @@ def _backend(values: Mapping[str, Any]) -> None:
 def _default_limits(values: Mapping[str, Any]) -> None:
     default = values.get("FREQGUARD_DEFAULT_LIMITS")
     if default is not None and not isinstance(default, str):
-        raise ConfigError(f"FREQGUARD_DEFAULT_LIMITS must be rates ('100/hour'), got {default!r}")
+        raise ConfigError(
+            f"FREQGUARD_DEFAULT_LIMITS must be rates ('100/hour'), got {shown(default)}"
+        )
     if default:
         parse_rates(default)
 
@@ -219,7 +221,7 @@ def _key(values: Mapping[str, Any]) -> None:
     key = values.get("FREQGUARD_KEY")
     if key is not None and not callable(key):
         raise ConfigError(
-            f"FREQGUARD_KEY must be a key function (client_ip()), got {key!r}{their_key(key)}"
+            f"FREQGUARD_KEY must be a key function (client_ip()), got {shown(key)}{their_key(key)}"
         )
     if key is not None:  # as capped(key=...) checks its own: one argument, not async
         check_key(key, "FREQGUARD_KEY")
@@ -259,7 +261,7 @@ def their_key(key: object) -> str:
             read = f"request.raw.{kind.upper()}.get({field!r}, '')"
             meant = f"lambda request: {{{field!r}: {read}}}"
         if meant is not None:
-            return f"; django-ratelimit's key={key!r} is key={meant} here"
+            return f"; django-ratelimit's key={shown(key)} is key={meant} here"
         module, dot, function = key.rpartition(".")
         if dot and module and all(part.isidentifier() for part in key.split(".")):
             return (

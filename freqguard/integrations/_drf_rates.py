@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.integrations._drf_walk import Use, dotted
 from freqguard.integrations._rule_items import check_cost
 from freqguard.options import fit_name
@@ -98,7 +98,7 @@ def drf_rates(rate: str) -> tuple[Rate, ...]:
 def parsed(text: object, where: str) -> tuple[Rate, ...]:
     """``text`` parsed, an error naming ``where`` it was given."""
     if not isinstance(text, str):
-        raise ConfigError(f"{where} must be a rate ('100/hour') or None, got {text!r}")
+        raise ConfigError(f"{where} must be a rate ('100/hour') or None, got {shown(text)}")
     try:
         return drf_rates(text)
     except ConfigError as error:
@@ -143,9 +143,9 @@ def unheld(use: Use, where: Given) -> str | None:
     at = (
         f"{dotted(use.throttle)}.rate"
         if where.scope is None
-        else f"REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'][{where.scope!r}]"
+        else f"REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'][{shown(where.scope)}]"
     )
-    read = f"{at} = {where.text!r}, read by {dotted(use.throttle)}"
+    read = f"{at} = {shown(where.text)}, read by {dotted(use.throttle)}"
     try:
         rules_of(rates, getattr(use.throttle, "strategy", None), use.throttle, read)
         cost = inspect.getattr_static(use.throttle, "cost", 1)  # a property: the request's

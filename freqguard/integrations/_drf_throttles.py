@@ -52,7 +52,7 @@ from typing import Any, NoReturn
 from django.conf import settings as django_settings
 from django.core import checks
 
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.integrations._django_budgets import budget_checks, cost_checks, middleware_checks
 from freqguard.integrations._drf_rates import DRF as _DRF
 from freqguard.integrations._drf_rates import coded as _coded
@@ -223,7 +223,7 @@ def _of_the_walk(walked: Walk) -> list[checks.CheckMessage]:
 def _unscoped(where: str, scope: str, throttles: tuple[Any, ...]) -> str:
     have = ", ".join(map(dotted, throttles)) or "none (DEFAULT_THROTTLE_CLASSES names none)"
     return (
-        f"{where}: throttle_scope {scope!r} is read by none of its throttles ({have}), "
+        f"{where}: throttle_scope {shown(scope)} is read by none of its throttles ({have}), "
         "so its rate applies to nothing, as in DRF: add "
         "freqguard.integrations.drf.FreqGuardScopedThrottle to the view's throttle_classes "
         "(or to DEFAULT_THROTTLE_CLASSES), or drop throttle_scope"
@@ -243,7 +243,8 @@ def _bad_rates(rates: object) -> dict[object, str]:
                 parse_rates(rate)
         except ConfigError as error:
             problems[scope] = (
-                f"REST_FRAMEWORK's DEFAULT_THROTTLE_RATES[{scope!r}] = {rate!r}: {error}. {_WHOLE}"
+                f"REST_FRAMEWORK's DEFAULT_THROTTLE_RATES[{shown(scope)}] = {shown(rate)}: "
+                f"{error}. {_WHOLE}"
             )
     return problems
 
@@ -257,7 +258,7 @@ def _bad_rate(uses: list[Use], text: object) -> list[checks.CheckMessage]:
         parse_rates(text)
     except ConfigError as error:
         who = _who([use.view for use in uses])
-        where = f"{dotted(uses[0].throttle)}.rate = {text!r}"
+        where = f"{dotted(uses[0].throttle)}.rate = {shown(text)}"
         return [checks.Error(f"{who}: {where}: {error}. {_WHOLE}", id="freqguard.E003")]
     return []
 
@@ -271,8 +272,8 @@ def _meant(scope: object, rates: object) -> str | None:
 def _defaulted(use: Use, guess: str) -> str:
     """W005's message: a scope no rate names, one close to it named, the default taken."""
     return (
-        f"{_who([use.view])}: {dotted(use.throttle)} reads the scope {use.scope!r}, which "
-        f"REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'] does not name (did you mean {guess!r}?): "
+        f"{_who([use.view])}: {dotted(use.throttle)} reads the scope {shown(use.scope)}, which "
+        f"REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'] does not name (did you mean {shown(guess)}?): "
         "it takes FREQGUARD_DEFAULT_LIMITS instead, quietly; name the scope, or silence "
         "freqguard.W005 if the default is meant"
     )
@@ -285,13 +286,13 @@ def _unnamed(uses: list[Use], rates: object) -> str:
     who = _who([each.view for each in uses])
     them = "them" if len(uses) > 1 else "the view"
     guess = _meant(use.scope, rates)
-    hint = f" (did you mean {guess!r}?)" if guess else ""
+    hint = f" (did you mean {shown(guess)}?)" if guess else ""
     what = f"the view's {use.attr}" if use.attr else "the scope"
     return (
-        f"{who}: {dotted(use.throttle)} reads {what} {use.scope!r}, which "
+        f"{who}: {dotted(use.throttle)} reads {what} {shown(use.scope)}, which "
         f"REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'] does not name{hint}, and "
         f"FREQGUARD_DEFAULT_LIMITS is not set: every request to {them} would fail "
-        f"(ConfigError, a 500). Name it there ({use.scope!r}: '100/hour', or None for no "
+        f"(ConfigError, a 500). Name it there ({shown(use.scope)}: '100/hour', or None for no "
         "throttling), "
         + (
             "or fix the view's throttle_scope, or set FREQGUARD_DEFAULT_LIMITS"

@@ -23,7 +23,7 @@ from flask import Blueprint, Flask, Response, g, request
 
 from freqguard.decision import Decision
 from freqguard.decorators.naming import implicit_name
-from freqguard.errors import BackendUnavailable, ConfigError
+from freqguard.errors import BackendUnavailable, ConfigError, shown
 from freqguard.guard import Guard
 from freqguard.integrations._decide import KeyedRules, Route
 from freqguard.integrations._flask_application import check_served, static_files
@@ -163,7 +163,7 @@ class Capping(CapHabits):
         asked = self._asked
         if asked.shared or asked.defaults:
             raise ConfigError(
-                f"shared= and defaults= apply to a Blueprint, not to view {view!r}: a view's "
+                f"shared= and defaults= apply to a Blueprint, not to view {shown(view)}: a view's "
                 "cap always adds to the limits around it, on its route's own policy"
             )
         alone_name = implicit_name(view, prefix="flask.view")
@@ -263,7 +263,9 @@ def check_view(method: str, target: object) -> None:
         hint = ""
     else:
         return
-    raise ConfigError(f"fg.{method} takes a view function or a Blueprint, got {target!r}{hint}")
+    raise ConfigError(
+        f"fg.{method} takes a view function or a Blueprint, got {shown(target)}{hint}"
+    )
 
 
 def check_not_both(blueprint: Blueprint, cap: BlueprintCap | None, exempt: bool) -> None:

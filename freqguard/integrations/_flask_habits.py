@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from flask import Blueprint, Flask
 
-from freqguard.errors import ConfigError
+from freqguard.errors import ConfigError, shown
 from freqguard.guard import Guard
 from freqguard.integrations._http import KeyFunc, RequestInfo, check_keyed, client_ip
 from freqguard.integrations._request import declared, dimensions_of
@@ -203,7 +203,7 @@ def the_app(app: object, theirs: Mapping[str, object]) -> Flask | None:
     if app is not None and not isinstance(app, Flask):
         raise ConfigError(
             "FreqGuard's first argument is the Flask app (or None, to call init_app "
-            f"later), got {app!r}"
+            f"later), got {shown(app)}"
         )
     return app
 
@@ -342,7 +342,7 @@ def check_settings(settings: Mapping[str, Any]) -> bool:
             _log.warning("%s", theirs)
     enabled = settings.get("FREQGUARD_ENABLED", True)
     if not isinstance(enabled, bool):
-        raise ConfigError(f"FREQGUARD_ENABLED must be True or False, got {enabled!r}")
+        raise ConfigError(f"FREQGUARD_ENABLED must be True or False, got {shown(enabled)}")
     return enabled
 
 
@@ -379,11 +379,11 @@ def check_limited(app: Flask, guard: Guard, capped: object, final: bool = False)
             _log.warning("%s", peer_setting(name, "Flask-Limiter", _MEANT, _WAYS, _PAGE))
             continue
         raise ConfigError(
-            f"{name} = {config[name]!r} is Flask-Limiter's setting, which freqguard never "
+            f"{name} = {shown(config[name])} is Flask-Limiter's setting, which freqguard never "
             f"reads, and app {app.name!r} has no freqguard limit at all (no "
             "FREQGUARD_DEFAULT_LIMITS, FREQGUARD_APPLICATION_LIMITS, nor a view or blueprint "
             f"capped by its first request): every route would go uncapped; write "
-            f"{_MEANT[name]} = {config[name]!r} ({_PAGE})"
+            f"{_MEANT[name]} = {shown(config[name])} ({_PAGE})"
         )
     return False
 

@@ -159,15 +159,15 @@ def capped_task(
     """
     if not callable(getattr(app, "task", None)):
         raise ConfigError(f"app must be a Celery app (Celery('proj')), got {shown(app, 60)}")
-    if on_denied not in ON_DENIED:
+    if not isinstance(on_denied, str) or on_denied not in ON_DENIED:
         allowed = ", ".join(repr(value) for value in ON_DENIED)
-        raise ConfigError(f"on_denied must be one of {allowed}, got {on_denied!r}")
+        raise ConfigError(f"on_denied must be one of {allowed}, got {shown(on_denied)}")
     check_options(app, task_options)
     if on_denied == "raise":  # a denial by design: no traceback, no retry on Celery's back-off
         raise_options(app, task_options, TaskDenied)
     if not isinstance(guard, Guard):
         raise ConfigError(
-            f"guard must be a freqguard Guard (Celery runs tasks sync), got {guard!r}"
+            f"guard must be a freqguard Guard (Celery runs tasks sync), got {shown(guard)}"
         )
     resolved = _policy(guard, policy)
     guard.add_policy(TASK_ONCE)  # for acks_late, known only when the task runs
@@ -205,10 +205,10 @@ def _policy(guard: Guard, policy: Policy | str) -> Policy:
         return guard.policies[policy]
     known = ", ".join(sorted(guard.policies)) or "none"
     rate = isinstance(policy, str) and "/" in policy  # a rate: a rule of a policy
-    hint = f": a rate is a rule, Policy('sends', Rule({policy!r}, by=...))" if rate else ""
+    hint = f": a rate is a rule, Policy('sends', Rule({shown(policy)}, by=...))" if rate else ""
     raise ConfigError(
         f"policy must be a Policy or the name of one registered on the guard "
-        f"(registered: {known}), got {policy!r}{hint}"
+        f"(registered: {known}), got {shown(policy)}{hint}"
     )
 
 

@@ -51,7 +51,7 @@ except ModuleNotFoundError as missing:
 
 from freqguard.backends.urls import backend_from_url
 from freqguard.decision import Decision
-from freqguard.errors import CapExceeded, ConfigError
+from freqguard.errors import CapExceeded, ConfigError, shown
 from freqguard.guard import Guard, not_a_guard
 from freqguard.headers import check_profile
 from freqguard.integrations._decide import Decider, Route
@@ -353,7 +353,7 @@ class FreqGuard:
             check_cost(cost, rates)
         for flag, value in (("shared", shared), ("defaults", defaults)):
             if not isinstance(value, bool):
-                raise ConfigError(f"{flag} must be True or False, got {value!r}")
+                raise ConfigError(f"{flag} must be True or False, got {shown(value)}")
         if shared and defaults:
             raise ConfigError(
                 "shared=True with defaults=True: one hit on the blueprint's shared budget "
@@ -364,7 +364,7 @@ class FreqGuard:
         asked = BlueprintCap(rates, key or self._key, cost, shared, defaults)
         if deduct_when is not None and not callable(deduct_when):
             raise ConfigError(
-                f"deduct_when must be a callable of the response, got {deduct_when!r}"
+                f"deduct_when must be a callable of the response, got {shown(deduct_when)}"
             )
         methods_, apps = view_methods(methods), self._apps
         return Capping(self._hit, asked, name, self._named, methods_, deduct_when, self._made, apps)

@@ -18,7 +18,7 @@ from typing import Any
 
 import uvicorn
 
-from freqguard.errors import ConfigError, install
+from freqguard.errors import ConfigError, install, shown
 
 __all__ = ["APP", "LOOPS", "PARSERS", "Wire", "listener", "pick", "run"]
 
@@ -72,8 +72,8 @@ def pick(loop: str = "auto", parser: str = "auto") -> Wire:
     """
     if loop not in LOOPS or parser not in PARSERS:
         raise ConfigError(
-            f"loop must be one of {', '.join(LOOPS)}, got {loop!r}; "
-            f"http one of {', '.join(PARSERS)}, got {parser!r}"
+            f"loop must be one of {', '.join(LOOPS)}, got {shown(loop)}; "
+            f"http one of {', '.join(PARSERS)}, got {shown(parser)}"
         )
     for name, asked in (("uvloop", loop), ("httptools", parser)):
         if asked == name and find_spec(name) is None:

@@ -210,3 +210,30 @@ def test_a_path_that_is_not_a_file_is_refused_without_waiting(tmp_path: Path) ->
     (tmp_path / "folder.toml").mkdir()
     with pytest.raises(ConfigError, match=r"folder.toml: not a file"):
         load(tmp_path / "folder.toml")
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["x" * 5000 + ".toml", "9" * 1_000_000 + ".yaml", "a\x00b.toml", "x" * 1_000_000],
+    ids=["5,000 characters", "1 MB", "a NUL", "1 MB, no suffix"],
+)
+def test_a_path_no_file_can_have_is_a_config_error_showing_it_short(path: str) -> None:
+    """A name longer than the system's (OSError "File name too long", from the check that
+    the path is a file) or holding a NUL (ValueError "embedded null byte") raised past
+    load(): a traceback from ``freqguard check``; a 1 MB path was a 1 MB message."""
+    with pytest.raises(ConfigError) as refused:
+        load(path)
+    assert len(str(refused.value)) < 300, str(refused.value)[:300]
+
+
+def test_a_rule_of_a_lease_shows_a_long_rate_short() -> None:
+    """``lease=30`` beside a rate not 'N concurrent' printed the rate whole (a 1 MB rate
+    in a configuration file, a 1 MB message)."""
+    rate = "x" * 1_000_000
+    with pytest.raises(ConfigError, match=r"lease=30") as refused:
+        Rule(rate, lease=30)
+    assert len(str(refused.value)) < 300
+    text = '[[policy]]\nname = "p"\nrules = [{ rate = "' + rate + '", lease = 30 }]\n'
+    with pytest.raises(ConfigError, match=r"^c.toml:3: .*lease=30") as refused:
+        loads(text, source="c.toml")
+    assert len(str(refused.value)) < 400
