@@ -263,9 +263,8 @@ def check_view(method: str, target: object) -> None:
         hint = ""
     else:
         return
-    raise ConfigError(
-        f"fg.{method} takes a view function or a Blueprint, got {shown(target)}{hint}"
-    )
+    got = f"the class {shown(target.__qualname__)}" if isinstance(target, type) else shown(target)
+    raise ConfigError(f"fg.{method} takes a view function or a Blueprint, got {got}{hint}")
 
 
 def check_not_both(blueprint: Blueprint, cap: BlueprintCap | None, exempt: bool) -> None:

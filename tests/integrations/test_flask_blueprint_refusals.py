@@ -29,7 +29,7 @@ def _class_view() -> type:
     [
         (lambda: Flask(__name__), "got <Flask .*FREQGUARD_DEFAULT_LIMITS"),
         (lambda: "api", "fg.capped takes a view function or a Blueprint, got 'api'"),
-        (_class_view, "got <class .*View'>; for a class-based view"),
+        (_class_view, "got the class '_class_view.<locals>.View'; for a class-based view"),
     ],
 )
 def test_capping_what_is_neither_a_view_nor_a_blueprint_fails(

@@ -83,13 +83,18 @@ def _refused_short(argv: list[str], err: str, code: int) -> None:
 @pytest.mark.parametrize("place", [" ".join(p) for p in PLACES])
 @pytest.mark.parametrize("word", list(WORDS))
 def test_a_hostile_word_is_refused_in_one_short_line(
-    tmp_path: Path, memory_config: Path, redis_config: Path, place: str, word: str
+    tmp_path: Path,
+    memory_config: Path,
+    redis_config: Path,
+    place: str,
+    word: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if word == "not UTF-8" and place.startswith("replay M M"):
         return  # a path of such a name is a file that is not there: refused, shown escaped
     given = {"R": str(redis_config), "M": str(memory_config)}
     argv = [given.get(w, w.replace("{}", WORDS[word])) for w in place.split(" ")]
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)  # put back after: the suite's other tests read the clone
     started = time.perf_counter()
     done = run(*argv)
     assert time.perf_counter() - started < 5.0
@@ -99,9 +104,9 @@ def test_a_hostile_word_is_refused_in_one_short_line(
 def test_masking_a_long_word_is_linear() -> None:
     """``masked`` found URLs with ``[A-Za-z][A-Za-z0-9+.\\-]*://``, from every position of
     a word without one: 1 MB of letters, 10^12 steps (30,000: seconds; linear: 1 ms)."""
-    started = time.perf_counter()
-    assert masked("x" * 30_000) == "x" * 30_000
-    assert time.perf_counter() - started < 0.5
+    started = time.perf_counter()  # a hang detector, not a speed test: linear is ~30 ms
+    assert masked("x" * 1_000_000) == "x" * 1_000_000
+    assert time.perf_counter() - started < 10.0
     assert masked("at redis://u:secret@h:1/0 and") == "at redis://u:***@h:1/0 and"
 
 
