@@ -5,16 +5,13 @@ options, port, database or scheme are thousands of characters long."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
 from redis import Redis
 
 from freqguard import ConfigError, backend_from_url
 from freqguard.backends.redis import RedisBackend
 from tests.unit.test_hostile_arguments import (
-    FIXED,
-    GENERATED,
     Call,
-    _taken_or_refused_naming_it,
+    sweep,
 )
 
 CALLS: dict[str, tuple[str, Call]] = {
@@ -27,19 +24,10 @@ CALLS: dict[str, tuple[str, Call]] = {
 }
 
 
-@pytest.mark.parametrize(
-    ("name", "index"),
-    [(name, index) for name in CALLS for index in range(len(FIXED))],
-)
-def test_each_hostile_value_is_taken_or_refused_naming_it(name: str, index: int) -> None:
-    _taken_or_refused_naming_it(name, FIXED[index], CALLS)
-
-
-@pytest.mark.parametrize("name", list(CALLS))
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(value=GENERATED)
-def test_a_drawn_hostile_value_is_taken_or_refused_naming_it(name: str, value: object) -> None:
-    _taken_or_refused_naming_it(name, value, CALLS)
+(
+    test_each_hostile_value_is_taken_or_refused_naming_it,
+    test_a_drawn_hostile_value_is_taken_or_refused_naming_it,
+) = sweep(CALLS, 25)
 
 
 @pytest.mark.parametrize(

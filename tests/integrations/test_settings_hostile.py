@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 from flask import Flask
-from hypothesis import HealthCheck, given, settings
 
 from freqguard import Guard, MemoryBackend, Policy, Rule
 from freqguard.integrations.flask import FreqGuard
-from tests.unit.test_hostile_arguments import FIXED, GENERATED, Call, _taken_or_refused_naming_it
+from tests.unit.test_hostile_arguments import (
+    Call,
+    sweep,
+)
 
 _SETTINGS = [
     "FREQGUARD_DEFAULT_LIMITS",
@@ -108,16 +110,7 @@ CALLS: dict[str, tuple[str, Call]] = {
 }
 
 
-@pytest.mark.parametrize(
-    ("name", "index"),
-    [(name, index) for name in CALLS for index in range(len(FIXED))],
-)
-def test_each_hostile_value_is_taken_or_refused_naming_it(name: str, index: int) -> None:
-    _taken_or_refused_naming_it(name, FIXED[index], CALLS)
-
-
-@pytest.mark.parametrize("name", list(CALLS))
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
-@given(value=GENERATED)
-def test_a_drawn_hostile_value_is_taken_or_refused_naming_it(name: str, value: object) -> None:
-    _taken_or_refused_naming_it(name, value, CALLS)
+(
+    test_each_hostile_value_is_taken_or_refused_naming_it,
+    test_a_drawn_hostile_value_is_taken_or_refused_naming_it,
+) = sweep(CALLS, 10)

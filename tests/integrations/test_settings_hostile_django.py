@@ -24,7 +24,7 @@ from tests.unit.test_hostile_arguments import (  # noqa: E402
     FIXED,
     GENERATED,
     Call,
-    _taken_or_refused_naming_it,
+    sweep,
 )
 
 _SETTINGS = [
@@ -77,19 +77,10 @@ CALLS: dict[str, tuple[str, Call]] = {
 }
 
 
-@pytest.mark.parametrize(
-    ("name", "index"),
-    [(name, index) for name in CALLS for index in range(len(FIXED))],
-)
-def test_each_hostile_value_is_taken_or_refused_naming_it(name: str, index: int) -> None:
-    _taken_or_refused_naming_it(name, FIXED[index], CALLS)
-
-
-@pytest.mark.parametrize("name", list(CALLS))
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
-@given(value=GENERATED)
-def test_a_drawn_hostile_value_is_taken_or_refused_naming_it(name: str, value: object) -> None:
-    _taken_or_refused_naming_it(name, value, CALLS)
+(
+    test_each_hostile_value_is_taken_or_refused_naming_it,
+    test_a_drawn_hostile_value_is_taken_or_refused_naming_it,
+) = sweep(CALLS, 10)
 
 
 def _checked(**given: Any) -> None:

@@ -194,19 +194,32 @@ def _taken_or_refused_naming_it(
     assert time.perf_counter() - started < 2.0
 
 
-@pytest.mark.parametrize(
-    ("name", "index"),
-    [(name, index) for name in CALLS for index in range(len(FIXED))],
-)
-def test_each_hostile_value_is_taken_or_refused_naming_it(name: str, index: int) -> None:
-    _taken_or_refused_naming_it(name, FIXED[index])
+def sweep(
+    calls: dict[str, tuple[str, Call]], drawn: int
+) -> tuple[Callable[..., None], Callable[..., None]]:
+    """The two tests of a table of calls: each of :data:`FIXED` given to each, and
+    ``drawn`` values of :data:`GENERATED` each (a module binds them to ``test_`` names)."""
+
+    @pytest.mark.parametrize(
+        ("name", "index"),
+        [(name, index) for name in calls for index in range(len(FIXED))],
+    )
+    def each(name: str, index: int) -> None:
+        _taken_or_refused_naming_it(name, FIXED[index], calls)
+
+    @pytest.mark.parametrize("name", list(calls))
+    @settings(max_examples=drawn, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(value=GENERATED)
+    def drawn_one(name: str, value: object) -> None:
+        _taken_or_refused_naming_it(name, value, calls)
+
+    return each, drawn_one
 
 
-@pytest.mark.parametrize("name", list(CALLS))
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(value=GENERATED)
-def test_a_drawn_hostile_value_is_taken_or_refused_naming_it(name: str, value: object) -> None:
-    _taken_or_refused_naming_it(name, value)
+(
+    test_each_hostile_value_is_taken_or_refused_naming_it,
+    test_a_drawn_hostile_value_is_taken_or_refused_naming_it,
+) = sweep(CALLS, 25)
 
 
 @pytest.mark.parametrize("value", FIXED, ids=lambda v: type(v).__name__)
