@@ -72,7 +72,10 @@ def test_an_unlike_name_lists_what_freqguard_reads() -> None:
     [
         ({"FREQGUARD_ENABLED": "no"}, "FREQGUARD_ENABLED must be True or False, got 'no'"),
         ({"FREQGUARD_HEADERS": "fancy"}, "unknown header profile 'fancy'"),
-        ({"FREQGUARD_DEFAULT_LIMITS": "often"}, "often"),
+        (
+            {"FREQGUARD_DEFAULT_LIMITS": "often"},
+            "FREQGUARD_DEFAULT_LIMITS: cannot parse rate 'often'",
+        ),
         ({"FREQGUARD_DEFAULT_LIMITS": 5}, "FREQGUARD_DEFAULT_LIMITS must be rates"),
         ({"FREQGUARD_BACKEND": "mongodb://x"}, "mongodb"),
         ({"FREQGUARD_BACKEND": 42}, "FREQGUARD_BACKEND must be a backend URL"),
