@@ -214,7 +214,10 @@ def _default_limits(values: Mapping[str, Any]) -> None:
             f"FREQGUARD_DEFAULT_LIMITS must be rates ('100/hour'), got {shown(default)}"
         )
     if default:
-        parse_rates(default)
+        try:
+            parse_rates(default)
+        except ConfigError as exc:  # the rate parser's words, named where they were written
+            raise ConfigError(f"FREQGUARD_DEFAULT_LIMITS: {exc}") from None
 
 
 def _key(values: Mapping[str, Any]) -> None:
