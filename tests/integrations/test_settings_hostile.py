@@ -33,7 +33,7 @@ _SETTINGS = [
 #: What a refusal of each setting names: the setting (the backend's and the configuration
 #: file's name what they read, a backend URL or a configuration file).
 _NAMES = {
-    "FREQGUARD_BACKEND": "FREQGUARD_BACKEND|backend URL",
+    "FREQGUARD_BACKEND": "FREQGUARD_BACKEND",
     "FREQGUARD_CONFIG": "FREQGUARD_CONFIG|configuration file",
 }
 
