@@ -16,7 +16,6 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core import checks
 
-from freqguard.backends.urls import parse_url
 from freqguard.config import Config
 from freqguard.errors import ConfigError, shown
 from freqguard.guard import Guard
@@ -27,6 +26,7 @@ from freqguard.integrations._request import KeyFunc, check_key
 from freqguard.integrations._settings import (
     COMMON,
     MEANT,
+    backend_url,
     configured,
     peer_setting,
     unknown_setting,
@@ -198,13 +198,8 @@ def _enabled(values: Mapping[str, Any]) -> None:
 
 def _backend(values: Mapping[str, Any]) -> None:
     backend = values.get("FREQGUARD_BACKEND", "memory://")
-    if not isinstance(backend, (str, Guard)):
-        raise ConfigError(
-            f"FREQGUARD_BACKEND must be a backend URL (memory://, redis://...) or a Guard, "
-            f"got {shown(backend)}"
-        )
-    if isinstance(backend, str):
-        parse_url(backend)  # checked now (no I/O): the guard is made at first use
+    if not isinstance(backend, Guard):
+        backend_url(backend, " or a Guard")
 
 
 def _default_limits(values: Mapping[str, Any]) -> None:

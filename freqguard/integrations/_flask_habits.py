@@ -20,7 +20,6 @@ from freqguard.integrations._rule_items import rule_items
 from freqguard.integrations._settings import (
     COMMON,
     MEANT,
-    configured,
     peer_setting,
     unknown_setting,
 )
@@ -34,7 +33,6 @@ __all__ = [
     "check_once",
     "check_settings",
     "check_started",
-    "configured_guard",
     "default_limits",
     "refuse_attribute",
     "refuse_exempt",
@@ -317,12 +315,6 @@ def check_started(blueprint: Blueprint, apps: Iterable[Flask], method: str) -> N
                 "and this would never apply; cap or exempt the blueprint before the app's "
                 "first request (where it is made, or before register_blueprint)"
             )
-
-
-def configured_guard(settings: Mapping[str, Any]) -> Guard | None:
-    """The guard ``FREQGUARD_CONFIG`` makes (None: not set)."""
-    config = configured(settings)
-    return None if config is None else config.guard()
 
 
 def check_settings(settings: Mapping[str, Any]) -> bool:

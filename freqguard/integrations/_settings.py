@@ -9,10 +9,19 @@ import os
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from freqguard.backends.urls import parse_url
 from freqguard.config import Config, load
 from freqguard.errors import ConfigError, shown
 
-__all__ = ["COMMON", "GUARDS", "MEANT", "configured", "peer_setting", "unknown_setting"]
+__all__ = [
+    "COMMON",
+    "GUARDS",
+    "MEANT",
+    "backend_url",
+    "configured",
+    "peer_setting",
+    "unknown_setting",
+]
 
 #: The settings every integration reads (Django adds FREQGUARD_KEY).
 COMMON = frozenset(
@@ -48,6 +57,25 @@ GUARDS = {
     "FREQGUARD_BREAKER": "breaker",
     "FREQGUARD_OBSERVERS": "observers",
 }
+
+
+def backend_url(value: object, also: str = "") -> str:
+    """``FREQGUARD_BACKEND``'s URL, checked (no I/O: the guard is made from it later).
+
+    Raises:
+        ConfigError: not a string, or not a backend URL, naming the setting (``also``:
+            what else it may be, said in the first case).
+    """
+    if not isinstance(value, str):
+        raise ConfigError(
+            f"FREQGUARD_BACKEND must be a backend URL (memory://, redis://...){also}, "
+            f"got {shown(value)}"
+        )
+    try:
+        parse_url(value)
+    except ConfigError as exc:
+        raise ConfigError(f"FREQGUARD_BACKEND: {exc}") from None
+    return value
 
 
 def unknown_setting(name: str, known: Collection[str], meant: Mapping[str, str]) -> str | None:

@@ -81,7 +81,6 @@ from freqguard.integrations._flask_habits import (
     check_once,
     check_settings,
     check_started,
-    configured_guard,
     default_limits,
     refuse_attribute,
     refuse_exempt,
@@ -95,6 +94,7 @@ from freqguard.integrations._http import BadRequest, KeyFunc, SkipRequest, clien
 from freqguard.integrations._methods import view_methods
 from freqguard.integrations._request import check_key
 from freqguard.integrations._rule_items import check_cost, rule_items
+from freqguard.integrations._settings import backend_url, configured
 from freqguard.integrations.wsgi import request_info
 from freqguard.rates import Rate
 from freqguard.rules import Rule, check_name
@@ -174,11 +174,10 @@ class FreqGuard:
         """
         check_once(app, self)
         enabled = check_settings(app.config)
-        guard = (
-            self._guard
-            or configured_guard(app.config)
-            or Guard(backend_from_url(app.config.get("FREQGUARD_BACKEND", "memory://")))
-        )
+        guard = self._guard
+        if guard is None:
+            config, url = configured(app.config), app.config.get("FREQGUARD_BACKEND", "memory://")
+            guard = Guard(backend_from_url(backend_url(url))) if config is None else config.guard()
         for made_by in ("FREQGUARD_CONFIG", "FREQGUARD_BACKEND"):
             if self._guard is not None and made_by in app.config:
                 raise ConfigError(f"{made_by} makes the guard: pass guard= or it, not both")
