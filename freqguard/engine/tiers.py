@@ -40,7 +40,8 @@ def tables_keep(rules: Sequence[Rule], window: int, cap: int) -> tuple[int, int]
     ``TierRates`` table's rates are known before any hit, so a state that keeps what its
     own rules need (a log, a rolling window) keeps what each tier's needs too, and one hit
     at the rule's own rate never makes a tier of a longer window forget its older hits.
-    A ``rate_for`` function's rates are not known: those a hit meets are kept from then."""
+    A ``rate_for`` function's rates are not known: a state remembers those its hits meet
+    (``StateSpec.base_window``, design note 118)."""
     for rule in rules:
         if isinstance(rule.rate_for, TierRates):
             for rate in rule.rate_for.rates.values():
@@ -52,11 +53,14 @@ class Tiers:
     """The variants of a policy's parts, one per distinct tuple of rates its ``rate_for``
     rules return, made when first met."""
 
-    __slots__ = ("_made", "_parts", "_policy", "_rates", "_rules", "_tags")
+    __slots__ = ("_made", "_parts", "_policy", "_rates", "_remembers", "_rules", "_tags")
 
     def __init__(self, policy: Policy, parts: tuple[Part, ...], tags: Sequence[int]) -> None:
         self._policy, self._parts, self._tags = policy, parts, tuple(tags)
         self._rules = tuple((i, r) for i, r in enumerate(policy.rules) if r.rate_for is not None)
+        # a state remembers a longer window or a larger count a tier kept (design note 118),
+        # but under rates that trim their history as they change (DRF's per-request rates)
+        self._remembers = not all(getattr(r.rate_for, "TRIMS", False) for _, r in self._rules)
         self._made: dict[tuple[Rate | None, ...], tuple[Part, ...]] = {}
         self._rates: dict[str, Rate] = {}  # rate strings parsed once
 
@@ -113,17 +117,28 @@ class Tiers:
             limits.append(
                 KeyLimit(self._tags[index], 0, False, rate.limit, window, capacity, interval)
             )
-        made = tuple(_variant(part, limits) for part in self._parts)
+        made = tuple(_variant(part, limits, self._remembers) for part in self._parts)
         if len(self._made) >= MAX_VARIANTS:
             self._made.clear()
         self._made[key] = made
         return made
 
 
-def _variant(part: Part, limits: Sequence[KeyLimit]) -> Part:
+def _variant(part: Part, limits: Sequence[KeyLimit], remembers: bool = True) -> Part:
     """``part`` with these rates in its specs, which the script reads. A state keeps what
     the base rates need too (a log's window and count, a rolling window's carry), as under
     a per-key limit: a caller back on the rule's own rate finds its older hits (design
-    notes 87 and 103)."""
+    notes 87 and 103). Its specs say the base rates' window and count (``base_window``):
+    a log or a rolling window remembers what a tier kept past them, and keeps it at the
+    rule's own rate too (design note 118); not ``remembers``: the tier's are its base."""
     made = apply(part, limits, 0)
-    return part if made is part else made._replace(spec_text=spec_text(made.specs))
+    if made is part:
+        return part
+    specs = []
+    for own, spec in zip(part.specs, made.specs, strict=True):
+        if getattr(spec.twin, "KEEPS_OWN", False):  # its base: the rule's own, not the tier's
+            base = (own.window, own.cap) if remembers else (spec.window, spec.cap)
+            spec = spec._replace(base_window=base[0], base_cap=base[1])
+        specs.append(spec)
+    made = made._replace(specs=tuple(specs))
+    return made._replace(spec_text=spec_text(made.specs))

@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import inspect
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from freqguard.errors import ConfigError, shown
 from freqguard.integrations._drf_walk import Use, dotted
@@ -193,7 +193,11 @@ def rate_text(rates: tuple[Rate, ...]) -> str:
 class Nth:
     """The ``rate_for`` of a per-request throttle's rule ``index``: that rate of the hit's
     (its last, while a throttle whose number of rates changed is registered anew). Equal
-    by ``index``: two throttles of one scope make one policy."""
+    by ``index``: two throttles of one scope make one policy. A state keeps what the rate
+    in force needs, and remembers no longer one it met (``TRIMS``, ``engine/tiers.py``):
+    a plan change trims the history as DRF's throttle does."""
+
+    TRIMS: ClassVar[bool] = True
 
     index: int
 

@@ -79,8 +79,8 @@ def spec_text(specs: Sequence[StateSpec], kept: bool = True) -> str:
             "code": spec.twin.code,
             "shadow": int(spec.shadow),
             "rule_count": len(spec.rules),
-            "window": spec.window,
-            "cap": spec.cap,
+            "window": spec.base_window or spec.window,
+            "cap": spec.base_cap or spec.cap,
         }
         words += [state[name] for name in names]
         for rule in spec.rules:  # RuleParams' fields are contract.SPEC_RULE

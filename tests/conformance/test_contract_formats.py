@@ -133,6 +133,14 @@ def test_the_python_twin_reads_a_packed_log_as_the_contract_says() -> None:
     raw = width.to_bytes(1, "big") + base.to_bytes(7, "big")
     raw += b"".join(offset.to_bytes(width, "big") for offset in (0, 5, 2**20))
     assert list(TWINS[Strategy.SLIDING_LOG].decode(raw)) == [base, base + 5, base + 2**20]
+    # a keep (the window and count it keeps at least) after the header, when flagged so
+    assert contract.widths(sliding_log.KEEP_FORMAT) == (7, 4)
+    keep, cap = 3_600_000_000, 100
+    kept = (width + sliding_log.KEPT).to_bytes(1, "big") + raw[1:8]
+    kept += keep.to_bytes(7, "big") + cap.to_bytes(4, "big") + raw[8:]
+    log = sliding_log.decode(kept)
+    assert list(log) == [base, base + 5, base + 2**20]
+    assert (log.window, log.cap, log.after(base + 4)) == (keep, cap, 2)
 
 
 @pytest.mark.parametrize("width", [1, 2, 3, 4])
@@ -146,13 +154,21 @@ def test_the_python_twin_reads_a_packed_ring_as_the_contract_says(width: int) ->
     raw = b"".join(v.to_bytes(w, "big") for v, w in header)
     packed = b"".join(count.to_bytes(width, "big") for count in counts)
     decode = KINDS["rolling-window"].decode
-    assert decode(raw + packed) == (grain, born, head, counts, 0, 0)
-    assert decode(raw) == (grain, born, head, (), 0, 0)
+    assert decode(raw + packed) == (grain, born, head, counts, 0, 0, 0)
+    assert decode(raw) == (grain, born, head, (), 0, 0, 0)
     carry, until = 2**56 - 1, 2**55 + 9
     flagged = (width + rolling_window.CARRIED).to_bytes(1, "big") + raw[1:]
     flagged += carry.to_bytes(7, "big") + until.to_bytes(7, "big")
-    assert decode(flagged + packed) == (grain, born, head, counts, carry, until)
-    assert decode(flagged) == (grain, born, head, (), carry, until)
+    assert decode(flagged + packed) == (grain, born, head, counts, carry, until, 0)
+    assert decode(flagged) == (grain, born, head, (), carry, until, 0)
+    # a keep (the window it carries for at least) after the carry, when flagged so
+    assert contract.widths(rolling_window.KEEP_FORMAT) == (7,)
+    keep = 3_600_000_000
+    both = (width + rolling_window.CARRIED + rolling_window.KEPT).to_bytes(1, "big")
+    both += flagged[1:] + keep.to_bytes(7, "big")
+    assert decode(both + packed) == (grain, born, head, counts, carry, until, keep)
+    kept = (width + rolling_window.KEPT).to_bytes(1, "big") + raw[1:] + keep.to_bytes(7, "big")
+    assert decode(kept + packed) == (grain, born, head, counts, 0, 0, keep)
 
 
 @settings(max_examples=examples(100))

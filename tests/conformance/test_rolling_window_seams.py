@@ -216,3 +216,39 @@ def test_a_function_s_tier_of_a_longer_window_is_not_forgotten_by_a_hit_at_the_o
     clock.advance(30)
     pro += [guard.hit("p", u="a", plan="pro") for _ in range(100)]
     assert max_in_any_window(_units(pro), 3600 * US) <= 100
+
+
+def test_a_state_remembers_a_tier_s_window_not_a_per_key_limit_s(clock: ManualClock) -> None:
+    """A keep is written for what a tier kept past the rule's own rate only: a per-key
+    limit applies at every call of its record while it lives, so a state under one stays
+    as 0.3.0 wrote it, which a 0.3.0 client reads while a deploy rolls (docs/upgrading.md)."""
+    from freqguard.script.strategies import rolling_window, sliding_log
+
+    def states(backend: MemoryBackend) -> list[object]:
+        return [
+            entry[2]
+            for store in backend._stores
+            for queue in store.queues.values()
+            for entry in queue.entries.values()
+        ]
+
+    for strategy in ("sliding-log", "rolling-window"):
+        backend = MemoryBackend(clock)
+        rule = Rule(
+            "10/minute",
+            by="u",
+            name="r",
+            strategy=strategy,
+            rate_for=lambda context: "100/hour" if context.get("plan") == "pro" else None,
+            reads="plan",
+        )
+        guard = Guard(backend, [Policy("p", rule)], clock=clock)
+        guard.set_limit("p", "r", "50/hour", u="a")
+        assert guard.hit("p", u="a").allowed
+        assert guard.hit("p", u="b", plan="pro").allowed
+        by_keep = sorted(
+            (isinstance(s, sliding_log.Kept) or (isinstance(s, tuple) and s[6] > 0))
+            for s in states(backend)
+        )
+        assert by_keep == [False, True], strategy
+        assert rolling_window.KEPT & rolling_window.CARRIED == 0

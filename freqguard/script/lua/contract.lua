@@ -72,6 +72,9 @@ local fixed_window = {code = 1, state_bytes = 18, short_bytes = 14}
 
 -- sliding-log (freqguard/script/strategies/sliding_log.py)
 local SLIDING_LOG_STATE = '>BI7'
+local SLIDING_LOG_KEPT = 128
+local SLIDING_LOG_KEEP = '>I7I4'
+local SLIDING_LOG_KEEP_BYTES = 11
 local sliding_log = {code = 2, state_bytes = 8, keeps_own = true}
 
 -- token-bucket (freqguard/script/strategies/token_bucket.py)
@@ -95,6 +98,9 @@ local ROLLING_WINDOW_MOST = 4294967295
 local ROLLING_WINDOW_CARRIED = 128
 local ROLLING_WINDOW_CARRY = '>I7I7'
 local ROLLING_WINDOW_CARRY_BYTES = 14
+local ROLLING_WINDOW_KEPT = 64
+local ROLLING_WINDOW_KEEP = '>I7'
+local ROLLING_WINDOW_KEEP_BYTES = 7
 local rolling_window = {code = 8, state_bytes = 22, keeps_own = true}
 
 -- calendar (freqguard/script/strategies/calendar.py)

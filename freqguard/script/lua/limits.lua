@@ -56,6 +56,8 @@ end
 -- count): a stricter limit never makes it forget what they count once it is gone.
 local function limited_spec(spec, by_tag)
   local rules, found = {}, false
+  -- a limit's own numbers are the state's base while it lives (script/limits.py _spec)
+  local base_window, base_cap = spec.base_window, spec.base_cap
   for r = 1, #spec.rules do
     local rule = spec.rules[r]
     local e = by_tag[rule.tag]
@@ -64,11 +66,12 @@ local function limited_spec(spec, by_tag)
     if made then
       rules[r] = made
       found = true
+      base_window, base_cap = max(base_window, made.window), max(base_cap, made.capacity)
     end
   end
   if not found then return spec end
   local copy = {code = spec.code, twin = spec.twin, rule_count = spec.rule_count, rules = rules,
-    bounds = spec.bounds}
+    bounds = spec.bounds, base_window = base_window, base_cap = base_cap}
   copy.shadow = spec.shadow or (#rules == 1 and rules[1].shadow)
   return measure(copy, spec.twin.keeps_own and spec or nil)
 end

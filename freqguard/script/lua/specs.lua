@@ -38,6 +38,9 @@ end
 local function parse_state(v, at)
   local spec = {code = v[at], shadow = v[at + 1] == 1, rule_count = v[at + 2],
     window = v[at + 3], cap = v[at + 4], rules = {}}
+  -- the words as written: what every call of the state keeps (a log or a rolling window
+  -- remembers what a call kept past them: StateSpec.base_window)
+  spec.base_window, spec.base_cap = spec.window, spec.cap
   local define = DEFERRED[spec.code]  -- an EVAL script's strategy, defined on first use
   if define then
     DEFERRED[spec.code] = nil

@@ -80,6 +80,13 @@ class StateSpec(NamedTuple):
     # a calendar state's periods (strategies.calendar: BOUNDS instants, µs), set per call;
     # empty for any other state
     bounds: tuple[int, ...] = ()
+    # what every call of the state keeps, whatever tier it is decided at (its own rules'
+    # and their tier tables', and a living per-key limit's: the spec text's ``window`` and
+    # ``cap`` words); a log or a rolling window remembers in its state a longer window or a
+    # larger count a call kept past these (a tier a ``rate_for`` function returned), until
+    # it expires (design note 118). 0: the spec's own ``window`` and ``cap``
+    base_window: int = 0
+    base_cap: int = 0
 
 
 class Twin(Protocol):

@@ -4,9 +4,10 @@
 -- count per sub-window of grain µs, oldest first, the last head's; each count as wide as the
 -- largest needs, 1 to 4 bytes (a log entry's format: sliding_log.lua's FORMATS), saturating
 -- at ROLLING_WINDOW_MOST; a carry (ROLLING_WINDOW_CARRY: its units, the last µs of the newest)
--- between them when the width byte has the CARRIED flag. A view: {grain, born, the
--- sub-window of now, counts, carry, last}, the counts of every sub-window that still counts
--- (its last µs inside the window), up to now's.
+-- between them when the width byte has the CARRIED flag, then a keep (ROLLING_WINDOW_KEEP:
+-- a window it carries for at least, past its spec's base) when it has the KEPT flag. A
+-- view: {grain, born, the sub-window of now, counts, carry, last, keep}, the counts of every
+-- sub-window that still counts (its last µs inside the window), up to now's.
 
 local function ring_view(g, born, now, window)  -- every sub-window that counts, empty
   local cur = now - now % g
@@ -14,16 +15,22 @@ local function ring_view(g, born, now, window)  -- every sub-window that counts,
   local first = earliest + (-earliest) % g  -- rolling_window.py oldest
   local counts = {}
   for i = 1, (cur - first) / g + 1 do counts[i] = 0 end
-  return {g, born, cur, counts, 0, 0}
+  return {g, born, cur, counts, 0, 0, 0}
 end
 
-local function ring_read(raw)  -- a packed ring's grain, born, head, counts, carry and last
+-- a packed ring's grain, born, head, counts, carry, last and keep
+local function ring_read(raw)
   local width, g, born, head = sunpack(ROLLING_WINDOW_STATE, raw)
-  local at, carry, last = rolling_window.state_bytes + 1, 0, 0
+  local at, carry, last, keep = rolling_window.state_bytes + 1, 0, 0, 0
   if width >= ROLLING_WINDOW_CARRIED then
     width = width - ROLLING_WINDOW_CARRIED
     carry, last = sunpack(ROLLING_WINDOW_CARRY, raw, at)
     at = at + ROLLING_WINDOW_CARRY_BYTES
+  end
+  if width >= ROLLING_WINDOW_KEPT then
+    width = width - ROLLING_WINDOW_KEPT
+    keep = sunpack(ROLLING_WINDOW_KEEP, raw, at)
+    at = at + ROLLING_WINDOW_KEEP_BYTES
   end
   local n = (#raw - at + 1) / width
   local counts = {}
@@ -31,7 +38,7 @@ local function ring_read(raw)  -- a packed ring's grain, born, head, counts, car
     counts = {sunpack(rep(FORMATS[width], n), raw, at)}
     counts[n + 1] = nil  -- the position unpack returns after the values
   end
-  return g, born, head, counts, carry, last
+  return g, born, head, counts, carry, last, keep
 end
 
 -- A ring kept at another grain (rolling_window.py _regrained), into a view at this one:
@@ -67,25 +74,38 @@ local function ring_pack(view, counts)
   while lo <= n and counts[lo] == 0 do lo = lo + 1 end
   for i = lo, n do most = max(most, counts[i]) end
   while width < 4 and 256 ^ width <= most do width = width + 1 end
-  local head
+  local flags, carried, kept = width, '', ''
   if view[5] > 0 then
-    head = pack(ROLLING_WINDOW_STATE, width + ROLLING_WINDOW_CARRIED, view[1], view[2], view[3])
-      .. pack(ROLLING_WINDOW_CARRY, view[5], view[6])
-  else
-    head = pack(ROLLING_WINDOW_STATE, width, view[1], view[2], view[3])
+    flags, carried = flags + ROLLING_WINDOW_CARRIED, pack(ROLLING_WINDOW_CARRY, view[5], view[6])
   end
+  if view[7] > 0 then
+    flags, kept = flags + ROLLING_WINDOW_KEPT, pack(ROLLING_WINDOW_KEEP, view[7])
+  end
+  local head = pack(ROLLING_WINDOW_STATE, flags, view[1], view[2], view[3]) .. carried .. kept
   if lo > n then return head end
   return head .. pack(rep(FORMATS[width], n - lo + 1), tunpack(counts, lo, n))
 end
 
+-- The keep a ring that remembered keep stores: that, or the window the spec keeps past its
+-- base (a tier's) if longer; 0: none (rolling_window.py _keeping).
+local function ring_keeping(keep, spec)
+  if spec.window > spec.base_window then return max(keep, spec.window) end
+  return keep
+end
+
 -- The ring is of the rate in force (a limit's); the spec's window, the rule's own when
--- longer (keeps_own): the units that leave the ring inside it are carried, and go back into
--- the ring once it is of that window again (rolling_window.py load).
+-- longer (keeps_own), or the keep's: the units that leave the ring inside it are carried,
+-- and go back into the ring once it is of that window again (rolling_window.py load).
 function rolling_window.load(raw, now, spec)
   local window = spec.rules[1].window
   local g = ceil(window / ROLLING_WINDOW_SUB_WINDOWS)
-  if not raw then return ring_view(g, now, now, window) end
-  local old, born, head, counts, carry, last = ring_read(raw)
+  if not raw then
+    local view = ring_view(g, now, now, window)
+    view[7] = ring_keeping(0, spec)
+    return view
+  end
+  local old, born, head, counts, carry, last, keep = ring_read(raw)
+  local own = max(spec.window, keep)  -- what it carries for
   local view, left = ring_view(g, born, now, window), {}
   if old ~= g then
     ring_regrained(view, old, head, counts, now, left)
@@ -97,10 +117,10 @@ function rolling_window.load(raw, now, spec)
     local start = head - (#counts - 1) * g  -- the sub-windows before kept left the ring
     for i = 1, #counts - kept do left[i] = {start + (i - 1) * g + g - 1, counts[i]} end
   end
-  if last + spec.window <= now then carry, last = 0, 0 end  -- it left the own window
+  if last + own <= now then carry, last = 0, 0 end  -- it left the own window
   for i = 1, #left do  -- still inside the own window: carried
     local ends, units = left[i][1], left[i][2]
-    if units > 0 and ends + spec.window > now then
+    if units > 0 and ends + own > now then
       carry, last = min(ROLLING_WINDOW_MOST, carry + units), max(last, ends)
     end
   end
@@ -110,7 +130,7 @@ function rolling_window.load(raw, now, spec)
     view[4][k] = min(ROLLING_WINDOW_MOST, view[4][k] + carry)
     carry, last = 0, 0
   end
-  view[5], view[6] = carry, last
+  view[5], view[6], view[7] = carry, last, ring_keeping(keep, spec)
   return view
 end
 
@@ -162,8 +182,15 @@ function rolling_window.newest(raw)  -- the latest time it names: its ring's bir
 end
 
 function rolling_window.ttl(raw, now, spec)  -- when the newest sub-window leaves
-  local _, g, _, head = sunpack(ROLLING_WINDOW_STATE, raw)
-  return head + g - 1 + spec.window - now
+  local width, g, _, head = sunpack(ROLLING_WINDOW_STATE, raw)
+  local window, at = spec.window, rolling_window.state_bytes + 1
+  if width >= ROLLING_WINDOW_CARRIED then
+    width, at = width - ROLLING_WINDOW_CARRIED, at + ROLLING_WINDOW_CARRY_BYTES
+  end
+  if width >= ROLLING_WINDOW_KEPT then  -- a keep: it carries for that long
+    window = max(window, (sunpack(ROLLING_WINDOW_KEEP, raw, at)))
+  end
+  return head + g - 1 + window - now
 end
 
 function rolling_window.limited(rule, n, w)

@@ -38,6 +38,12 @@ between), the carry goes back into the sub-window of that µs (or of ``now``): n
 earlier than any of them came, so a stricter limit never makes the rule forget its own
 window (design notes 88 and 102). A carry is stored only while it holds units (the width byte's
 ``CARRIED`` flag, then :data:`CARRY_FORMAT`).
+
+A window longer than the spec's base (``StateSpec.base_window``) that a tier the state was
+decided at kept (one a ``rate_for`` function returned) is its *keep*:
+the state remembers it (the width byte's ``KEPT`` flag, then :data:`KEEP_FORMAT`, after
+any carry) and carries for at least that window until it expires, so a hit at the rule's
+own rate between a tier's hits never makes it forget the tier's (design note 118).
 """
 
 from __future__ import annotations
@@ -57,11 +63,16 @@ SUB_WINDOWS = 60
 CARRIED = 128
 #: A carry, after the header when flagged: its units, and the last µs of the newest.
 CARRY_FORMAT = ">I7I7"
+#: The flag in the header's width byte that says a keep follows the header (and any carry).
+KEPT = 64
+#: A keep, when flagged: the window (µs) the state carries for at least.
+KEEP_FORMAT = ">I7"
 #: A count saturates here: more than any rule's limit and cost together, so a count past it
 #: decides as it would (a carry gone back into one sub-window may hold more).
 MOST = 2**32 - 1
 _HEADER = sum(widths(STATE_FORMAT))
 _CARRY = sum(widths(CARRY_FORMAT))
+_KEEP = sum(widths(KEEP_FORMAT))
 #: The numbers the Lua reads besides its formats (``ROLLING_WINDOW_SUB_WINDOWS``...).
 NUMBERS = {
     "SUB_WINDOWS": SUB_WINDOWS,
@@ -69,11 +80,15 @@ NUMBERS = {
     "CARRIED": CARRIED,
     "CARRY": CARRY_FORMAT,
     "CARRY_BYTES": _CARRY,
+    "KEPT": KEPT,
+    "KEEP": KEEP_FORMAT,
+    "KEEP_BYTES": _KEEP,
 }
 #: A state keeps what its rule's own window needs under a limit of a shorter one.
 KEEPS_OWN = True
 
-State = tuple[int, int, int, tuple[int, ...], int, int]  # grain, born, head, counts, carry, last
+# grain, born, head, counts, carry, last, keep (0: none)
+State = tuple[int, int, int, tuple[int, ...], int, int, int]
 _header = unpacker(STATE_FORMAT)
 _carry = unpacker(CARRY_FORMAT)
 
@@ -91,16 +106,20 @@ def oldest(now: int, window: int, g: int) -> int:
 
 
 def decode(raw: bytes) -> State:
-    """The state as the Lua twin packs it (:data:`STATE_FORMAT`, a carry if flagged, then
-    the counts)."""
+    """The state as the Lua twin packs it (:data:`STATE_FORMAT`, a carry if flagged, a keep
+    if flagged, then the counts)."""
     width, g, born, head = _header(raw)
-    at, carry, last = _HEADER, 0, 0
+    at, carry, last, keep = _HEADER, 0, 0, 0
     if width & CARRIED:
         width -= CARRIED
         carry, last = _carry(raw[at : at + _CARRY])
         at += _CARRY
+    if width & KEPT:
+        width -= KEPT
+        keep = int.from_bytes(raw[at : at + _KEEP], "big")
+        at += _KEEP
     counts = tuple([int.from_bytes(raw[i : i + width], "big") for i in range(at, len(raw), width)])
-    return (g, born, head, counts, carry, last)
+    return (g, born, head, counts, carry, last, keep)
 
 
 def load(state: State | None, now: int, spec: StateSpec) -> State:
@@ -109,8 +128,9 @@ def load(state: State | None, now: int, spec: StateSpec) -> State:
     cur = now - now % g
     size = (cur - oldest(now, window, g)) // g + 1  # the sub-windows that count, to now's
     if state is None:
-        return (g, now, cur, (0,) * size, 0, 0)
-    old, born, head, counts, carry, last = state
+        return (g, now, cur, (0,) * size, 0, 0, _keeping(0, spec))
+    old, born, head, counts, carry, last, keep = state
+    own = max(spec.window, keep)  # what it carries for: the spec's, or what it remembers
     if old != g:
         view, left = _regrained(state, now, g, size)
     else:
@@ -120,18 +140,18 @@ def load(state: State | None, now: int, spec: StateSpec) -> State:
         view = (g, born, cur, (0,) * (room - len(kept)) + kept + (0,) * min(after, size))
         start = head - (len(counts) - 1) * g  # the sub-windows before kept left the ring
         left = [(start + i * g + g - 1, n) for i, n in enumerate(counts[: -len(kept) or None])]
-    if last + spec.window <= now:  # the carry left the own window
+    if last + own <= now:  # the carry left the own window
         carry = last = 0
     for end, units in left:  # still inside the own window: carried
-        if units and end + spec.window > now:
+        if units and end + own > now:
             carry, last = min(MOST, carry + units), max(last, end)
     if carry and last + window > now:  # inside the ring's window again: back into it
         at = min(last, now)
         out = list(view[3])
         k = (at - at % g - (cur - (size - 1) * g)) // g
         out[k] = min(MOST, out[k] + carry)
-        return (*view[:3], tuple(out), 0, 0)
-    return (*view, carry, last)
+        return (*view[:3], tuple(out), 0, 0, _keeping(keep, spec))
+    return (*view, carry, last, _keeping(keep, spec))
 
 
 def check(view: State, now: int, need: int, rule: RuleParams) -> int:
@@ -151,8 +171,8 @@ def check(view: State, now: int, need: int, rule: RuleParams) -> int:
 
 
 def consume(view: State, now: int, cost: int, spec: StateSpec) -> State:
-    g, born, cur, counts, carry, last = view
-    return _trimmed(g, born, cur, (*counts[:-1], counts[-1] + cost), carry, last)
+    g, born, cur, counts, carry, last, keep = view
+    return _trimmed(g, born, cur, (*counts[:-1], counts[-1] + cost), carry, last, keep)
 
 
 def mark(view: State, now: int, spec: StateSpec) -> tuple[int, int]:
@@ -163,7 +183,7 @@ def mark(view: State, now: int, spec: StateSpec) -> tuple[int, int]:
 def refund(
     view: State, now: int, cost: int, spec: StateSpec, mark: tuple[int, ...] | None
 ) -> State:
-    g, born, cur, counts, carry, last = view
+    g, born, cur, counts, carry, last, keep = view
     out = list(counts)
     if mark is None:  # the newest units inside the window, whoever's they are
         for i in range(len(out) - 1, -1, -1):
@@ -175,7 +195,7 @@ def refund(
         i = len(out) - 1 - (cur - mark[1]) // g
         if 0 <= i < len(out):
             out[i] = max(0, out[i] - cost)
-    return _trimmed(g, born, cur, tuple(out), carry, last)
+    return _trimmed(g, born, cur, tuple(out), carry, last, keep)
 
 
 def report(view: State, now: int, rule: RuleParams) -> tuple[int, int]:
@@ -193,7 +213,7 @@ def newest(state: State) -> int:
 
 def ttl(state: State, now: int, spec: StateSpec) -> int:
     # when the newest sub-window leaves the own window (the carry leaves before it)
-    return state[2] + state[0] - 1 + spec.window - now
+    return state[2] + state[0] - 1 + max(spec.window, state[6]) - now
 
 
 def limited(rule: RuleParams, limit: int, window: int) -> RuleParams | None:
@@ -219,12 +239,20 @@ def _emptied(view: State, window: int) -> int:
     return _leaves(view, newest, window)
 
 
-def _trimmed(g: int, born: int, head: int, counts: tuple[int, ...], carry: int, last: int) -> State:
+def _keeping(keep: int, spec: StateSpec) -> int:
+    """The keep a state that remembered ``keep`` stores: that, or the window this call's
+    spec keeps past its base (a tier's) if longer; 0: none."""
+    return max(keep, spec.window) if spec.window > (spec.base_window or spec.window) else keep
+
+
+def _trimmed(
+    g: int, born: int, head: int, counts: tuple[int, ...], carry: int, last: int, keep: int
+) -> State:
     """A state as stored: from the oldest sub-window that is not empty."""
     for i, count in enumerate(counts):
         if count:
-            return (g, born, head, counts[i:], carry, last)
-    return (g, born, head, (), carry, last)
+            return (g, born, head, counts[i:], carry, last, keep)
+    return (g, born, head, (), carry, last, keep)
 
 
 def _regrained(

@@ -5,6 +5,13 @@ inside the longest window and at most ``max(limit)`` of them; packed (``array('q
 binary string in Redis), never one object per hit. Rules of a policy with the same
 dimensions share one log: every one of them admits exactly the hits the policy admits.
 
+A log also keeps what a tier it was decided at asked of it past its spec's base
+(``StateSpec.base_window``: a tier a ``rate_for`` function returned of a longer window or
+a larger count than the rule's own): it remembers that window and count (:data:`KEEP_FORMAT`,
+after the header when its width byte has the :data:`KEPT` flag; a :class:`Kept` log here)
+and keeps at least them until it expires, so a hit at the rule's own rate between a
+tier's hits never makes it forget the tier's (design note 118).
+
 Guarantee: in every interval of length ``window`` at most ``limit`` cost units are admitted,
 and a hit is denied only if admitting it would break that. A timestamp ``t`` counts while
 ``now - window < t``.
@@ -28,9 +35,48 @@ STATE_FORMAT = ">BI7"
 #: counts the entries of its own window, so the longer window kept costs the limit nothing
 #: (script/limits.py ``_spec``).
 KEEPS_OWN = True
+#: The flag in the header's width byte that says a keep follows the header.
+KEPT = 128
+#: A keep, after the header when flagged: the window (µs) and the count the log keeps at
+#: least, past its spec's (the longest and largest a tier it was decided at asked of it).
+KEEP_FORMAT = ">I7I4"
+_KEEP = sum(widths(KEEP_FORMAT))
+#: The numbers the Lua reads besides its format (``SLIDING_LOG_KEPT``...).
+NUMBERS = {"KEPT": KEPT, "KEEP": KEEP_FORMAT, "KEEP_BYTES": _KEEP}
 
 _WIDTH, _BASE = widths(STATE_FORMAT)  # the header's fields
 _HEADER = _WIDTH + _BASE
+
+
+class Kept(array):  # type: ignore[type-arg]
+    """A log that remembers a longer window and a larger count than its spec's base: it
+    keeps at least ``window`` µs of entries and ``cap`` of them (the Lua's keep)."""
+
+    __slots__ = ("cap", "window")
+
+    window: int
+    cap: int
+
+
+def kept(log: Sequence[int], spec: StateSpec) -> tuple[int, int]:
+    """The window and count ``log`` keeps under ``spec``: the spec's, or what it remembers."""
+    if isinstance(log, (Kept, PackedLog)):
+        return max(spec.window, log.window), max(spec.cap, log.cap)
+    return spec.window, spec.cap
+
+
+def _keeping(out: array[int], log: Sequence[int], spec: StateSpec) -> array[int]:
+    """``out`` as stored: remembering what ``log`` did, and the window and count this
+    call's spec keeps past its base (a tier's), 0 each where it keeps none."""
+    window = spec.window if spec.window > (spec.base_window or spec.window) else 0
+    cap = spec.cap if spec.cap > (spec.base_cap or spec.cap) else 0
+    if isinstance(log, Kept):
+        window, cap = max(window, log.window), max(cap, log.cap)
+    if not (window or cap):
+        return out
+    made = Kept("q", out)
+    made.window, made.cap = window, cap
+    return made
 
 
 class PackedLog(Sequence[int]):
@@ -38,13 +84,19 @@ class PackedLog(Sequence[int]):
     then one big-endian offset from base per entry. Read in place: a report bisects it, so
     only a handful of entries are ever decoded."""
 
-    __slots__ = ("_base", "_len", "_raw", "_width")
+    __slots__ = ("_at", "_base", "_len", "_raw", "_width", "cap", "window")
 
     def __init__(self, raw: bytes) -> None:
         self._raw = raw
         self._width = int.from_bytes(raw[:_WIDTH], "big")
         self._base = int.from_bytes(raw[_WIDTH:_HEADER], "big")
-        self._len = (len(raw) - _HEADER) // self._width
+        self._at, self.window, self.cap = _HEADER, 0, 0  # where the entries begin; the keep
+        if self._width & KEPT:
+            self._width -= KEPT
+            self.window = int.from_bytes(raw[_HEADER : _HEADER + 7], "big")
+            self.cap = int.from_bytes(raw[_HEADER + 7 : _HEADER + _KEEP], "big")
+            self._at += _KEEP
+        self._len = (len(raw) - self._at) // self._width
 
     def __len__(self) -> int:
         return self._len
@@ -62,7 +114,7 @@ class PackedLog(Sequence[int]):
             index += self._len
         if not 0 <= index < self._len:
             raise IndexError(index)
-        at = _HEADER + index * self._width
+        at = self._at + index * self._width
         return self._base + int.from_bytes(self._raw[at : at + self._width], "big")
 
     def last(self) -> int:
@@ -81,7 +133,7 @@ class PackedLog(Sequence[int]):
         lo, hi = 0, self._len
         while lo < hi:
             mid = (lo + hi) // 2
-            at = _HEADER + mid * width
+            at = self._at + mid * width
             if raw[at : at + width] <= key:
                 lo = mid + 1
             else:
@@ -113,11 +165,12 @@ def consume(log: array[int], now: int, cost: int, spec: StateSpec) -> array[int]
     # a new log: the stored one stays as it is until the call has written every state (the
     # memory store puts them all back if a Ctrl-C cuts it). Time per state never goes back
     # (see twin.run), so every entry is <= now: append
-    out = log[bisect_right(log, now - spec.window) :]
+    window, cap = kept(log, spec)
+    out = log[bisect_right(log, now - window) :]
     out.extend(array("q", (now,)) * cost)
-    if len(out) > spec.cap:
-        del out[: len(out) - spec.cap]
-    return out
+    if len(out) > cap:
+        del out[: len(out) - cap]
+    return _keeping(out, log, spec)
 
 
 def mark(log: array[int], now: int, spec: StateSpec) -> int:
@@ -125,11 +178,19 @@ def mark(log: array[int], now: int, spec: StateSpec) -> int:
 
 
 def refund(log: array[int], now: int, cost: int, spec: StateSpec, mark: int | None) -> array[int]:
+    # a refund keeps what the log remembers as it is (it records no rate's)
+    window = kept(log, spec)[0]
     if mark is None:  # the newest units inside the window, whoever's they are
-        lo = bisect_right(log, now - spec.window)
-        return log[lo : max(lo, len(log) - cost)]
-    hi = bisect_right(log, mark)  # the hit's own units: entries equal to its time
-    return log[: max(bisect_left(log, mark), hi - cost)] + log[hi:]
+        lo = bisect_right(log, now - window)
+        out = log[lo : max(lo, len(log) - cost)]
+    else:
+        hi = bisect_right(log, mark)  # the hit's own units: entries equal to its time
+        out = log[: max(bisect_left(log, mark), hi - cost)] + log[hi:]
+    if isinstance(log, Kept):
+        made = Kept("q", out)
+        made.window, made.cap = log.window, log.cap
+        return made
+    return out
 
 
 def report(log: Sequence[int], now: int, rule: RuleParams) -> tuple[int, int]:
@@ -145,7 +206,7 @@ def report(log: Sequence[int], now: int, rule: RuleParams) -> tuple[int, int]:
 
 
 def ttl(log: array[int], now: int, spec: StateSpec) -> int:
-    return log[-1] + spec.window - now
+    return log[-1] + kept(log, spec)[0] - now
 
 
 def limited(rule: RuleParams, limit: int, window: int) -> RuleParams | None:
