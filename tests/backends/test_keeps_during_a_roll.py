@@ -54,9 +54,10 @@ def test_an_old_releases_call_on_a_state_with_a_keep_fails_and_writes_nothing(
     old = Guard(backend, [_policy(strategy)], clock=clock)
     _deploy(client, RELEASE_0_3_0)
     clock.advance(1)
-    for context in ({"u": "a"}, {"u": "a", "plan": "pro"}):
+    contexts: list[dict[str, object]] = [{"u": "a"}, {"u": "a", "plan": "pro"}]
+    for context in contexts:
         with pytest.raises(BackendUnavailable):
-            old.hit("p", **context)
+            old.hit("p", 1, **context)
     assert {key: client.dump(key) for key in client.keys("*")} == before
     _deploy(client, LIBRARY)
     left = new.peek("p", u="a", plan="pro").rules[0].remaining
