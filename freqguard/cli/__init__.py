@@ -8,7 +8,7 @@
     freqguard limit show|set|clear CONFIG POLICY [RULE [RATE]] k=v ... [--ttl S]
     freqguard replay CONFIG LOG [--what-if CONFIG2]   a log decided again (see .replay)
     freqguard ping CONFIG|URL                   reach the store, load the function
-    freqguard flush CONFIG [--prefix P] --yes   delete freqguard's keys (Cluster too)
+    freqguard flush CONFIG|URL [--prefix P] --yes   delete freqguard's keys (Cluster too)
     freqguard serve CONFIG [--port P] [--workers N] [--access-log json] [--history off]
                                                 the decision service
 
@@ -142,14 +142,13 @@ def _parser() -> argparse.ArgumentParser:
     again.add_argument("--no-progress", action="store_true", help="no progress bar")
     again.set_defaults(run=replay.command)
 
-    ping = _described(
+    ping = _command(
         commands,
         "ping",
         "reach the store, load its function where it is missing, time a call that reads "
         "(and writes nothing)",
+        url=True,
     )
-    ping.add_argument("config", metavar="CONFIG|URL", help="a configuration file or a URL")
-    ping.add_argument("--json", action="store_true", help="JSON output, for machines")
     ping.set_defaults(run=store.ping)
 
     flush = _command(
@@ -157,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
         "flush",
         "delete freqguard's keys under the prefix (records and per-key limits, bins settings, "
         "the service's history), never another program's; a dry run but --yes",
+        url=True,
     )
     flush.add_argument("--prefix", help="the key prefix (default: the configuration's)")
     flush.add_argument("--yes", action="store_true", help="delete; without it, only count")
@@ -250,9 +250,10 @@ class _Command(Parser):
         return super().parse_known_args(words, namespace)
 
 
-def _command(commands: Any, name: str, text: str) -> argparse.ArgumentParser:
+def _command(commands: Any, name: str, text: str, url: bool = False) -> argparse.ArgumentParser:
     made = _described(commands, name, text)
-    made.add_argument("config", help="a configuration file (TOML, or YAML)")
+    what = "a configuration file or a URL" if url else "a configuration file (TOML, or YAML)"
+    made.add_argument("config", metavar="CONFIG|URL" if url else None, help=what)
     made.add_argument("--json", action="store_true", help="JSON output, for machines")
     return made
 
