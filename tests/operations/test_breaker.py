@@ -92,3 +92,20 @@ def test_with_on_error_raise_an_open_breaker_raises_at_once(clock: ManualClock) 
     with pytest.raises(BackendUnavailable, match="circuit is open"):
         guard.hit("sms", **CTX)
     assert store.calls == 1
+
+
+def test_the_line_that_opens_the_circuit_names_the_last_failure_s_cause(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A guard has no observer by default, so the breaker's line is the only one an app
+    whose store is down logs (a new user's pass: thirty 503s and one line, "circuit open
+    after 5 consecutive store failures", with no word of what failed): it says the cause."""
+    breaker = Breaker(failures=2, cooldown=5.0, clock=clock.now)
+    guard, store = make(clock, "allow", breaker)
+    store.down = True
+    with caplog.at_level("WARNING", logger="freqguard"):
+        for i in range(3):
+            guard.hit("sms", recipient=f"r{i}", content="c")
+    opened = [r.getMessage() for r in caplog.records if "circuit open" in r.getMessage()]
+    assert len(opened) == 1
+    assert "the last: " in opened[0] and "down" in opened[0], opened
