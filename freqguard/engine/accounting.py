@@ -144,7 +144,7 @@ class Accounting:
         breaker = self._breaker
         if breaker is None:
             return
-        down: set[object] = set()
+        down: dict[object, BaseException] = {}  # by node: its last failure
         up: set[object] = set()
         if nodes is None:  # named now; a failure names its own (the map may have changed)
             nodes = [
@@ -156,12 +156,14 @@ class Accounting:
         for node, result in zip(nodes, results, strict=True):
             if isinstance(result, CircuitOpen):
                 continue  # not called
-            failed = isinstance(result, BackendUnavailable) and not result.answered
-            (down if failed else up).add(node)
-        for node in up - down:
+            if isinstance(result, BackendUnavailable) and not result.answered:
+                down[node] = result
+            else:
+                up.add(node)
+        for node in up - down.keys():
             breaker.succeeded(node)
-        for node in down:
-            breaker.failed(node)
+        for node, error in down.items():
+            breaker.failed(node, error)
 
 
 class _Sent(list[ScriptCall]):

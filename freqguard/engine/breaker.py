@@ -158,8 +158,9 @@ class Breaker:
             where = "the store" if node is None else f"store node {node}"
             _log.warning("freqguard: %s answers again; circuit closed", where)
 
-    def failed(self, node: object = None) -> None:
-        """A call to ``node`` got no answer."""
+    def failed(self, node: object = None, error: BaseException | None = None) -> None:
+        """A call to ``node`` got no answer (``error``: what failed, which the line that
+        opens the circuit names: a guard without observers logs no other)."""
         with self._lock:
             now = self._clock()
             circuit = self._circuits.get(node)
@@ -177,10 +178,13 @@ class Breaker:
             self._sweep(now)
         if opened:
             where = "store" if node is None else f"store node {node}"
+            last = "" if error is None else f" (the last: {str(error)[:300]})"
             _log.warning(
-                "freqguard: circuit open after %d consecutive %s failures; probing again in %.1fs",
+                "freqguard: circuit open after %d consecutive %s failures%s; "
+                "probing again in %.1fs",
                 count,
                 where,
+                last,
                 self.cooldown,
             )
 
