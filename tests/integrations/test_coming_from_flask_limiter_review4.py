@@ -76,20 +76,67 @@ def test_one_name_given_two_declared_keys_is_refused_at_decoration(clock: Manual
     _names_both(refused.value)
 
 
-def test_one_name_given_two_undeclared_keys_names_the_views(clock: ManualClock) -> None:
-    """Lambdas say no dimensions: known at the second view's first request, where the
-    error names both views and the rule (not ``add_policy``)."""
-    app, fg = _app(clock)
+def test_one_name_given_two_undeclared_keys_is_refused_at_decoration(clock: ManualClock) -> None:
+    """Lambdas say no dimensions: two of them on one name were told apart only at the
+    second view's first request, a 500 to its client. Two key functions (not one object)
+    that cannot be compared are refused as the second view is capped, naming both views
+    and the fix."""
+    _, fg = _app(clock)
     by_user = fg.capped("2/minute", name="s2", key=lambda r: {"user": r.headers["x-user"]})
     by_ip = fg.capped("2/minute", name="s2", key=lambda r: {"ip": r.client})
 
-    app.get("/a")(by_user(first))
-    app.get("/b")(by_ip(second))
-    client = app.test_client()
-    assert client.get("/a", headers={"x-user": "u"}).status_code == 200
+    by_user(first)
     with pytest.raises(ConfigError) as refused:
-        client.get("/b")
+        by_ip(second)
     _names_both(refused.value)
+    said = str(refused.value)
+    assert "same key function object" in said, said
+    assert "<lambda>" in said, said
+
+
+def test_a_declared_key_beside_a_lambda_on_one_name_is_refused_at_decoration(
+    clock: ManualClock,
+) -> None:
+    """``client_ip()`` says its dimension, a lambda none: they cannot be compared either."""
+    _, fg = _app(clock)
+    fg.capped("2/minute", name="s2", key=client_ip())(first)
+    with pytest.raises(ConfigError) as refused:
+        fg.capped("2/minute", name="s2", key=lambda r: {"client": r.client})(second)
+    _names_both(refused.value)
+
+
+def test_one_key_function_object_on_both_views_is_one_budget(clock: ManualClock) -> None:
+    """The fix the error names: one function, passed to each view's cap."""
+    app, fg = _app(clock)
+
+    def by_user(request: Any) -> dict[str, str]:
+        return {"user": request.headers["x-user"]}
+
+    app.get("/a")(fg.capped("2/minute", name="s2", key=by_user)(first))
+    app.get("/b")(fg.capped("2/minute", name="s2", key=by_user)(second))
+    client = app.test_client()
+    asked = [client.get(p, headers={"x-user": "u"}).status_code for p in ("/a", "/b", "/a")]
+    assert asked == [200, 200, 429]
+    assert client.get("/b", headers={"x-user": "v"}).status_code == 200
+
+
+def test_one_key_in_an_app_factory_called_twice_is_still_one_budget(clock: ManualClock) -> None:
+    """An app factory run twice (an app per test) on one extension makes its views and
+    their lambda anew, from the same source: the same key, never refused."""
+    fg = FreqGuard(guard=Guard(MemoryBackend(clock)))
+
+    def create_app() -> Flask:
+        app = Flask(__name__)
+        app.testing = True
+        by_user = fg.capped("2/minute", name="s2", key=lambda r: {"user": r.headers["x-user"]})
+        app.get("/a")(by_user(first))
+        fg.init_app(app)
+        return app
+
+    create_app()
+    client = create_app().test_client()
+    asked = [client.get("/a", headers={"x-user": "u"}).status_code for _ in range(3)]
+    assert asked == [200, 200, 429]
 
 
 def test_one_name_keyed_alike_is_still_one_budget(clock: ManualClock) -> None:
