@@ -1,11 +1,14 @@
 """Flask's named budgets (``fg.capped(..., name="s2")``, Flask-Limiter's ``shared_limit``):
 one policy that every view naming it hits, so one set of rates and one key for them all.
 
-Checked as each view is capped: the rates, and the keys when both say their dimensions
-(``client_ip()``, ``header(...)``, the default key). A key that says none (a lambda) is
-known at its view's first request, when the policy it makes is registered: a policy of
-that name keyed otherwise is refused there, naming the views (not ``add_policy``'s
-``replace=True``, a hint for no Flask user).
+Checked as each view is capped: the rates, and the keys: by their dimensions when both say
+them (``client_ip()``, ``header(...)``, the default key); else they must be one key
+function (one object, or equal, or made from the same source: an app factory run again),
+or the second view is refused there, naming both views and the fix (two lambdas were told
+apart only at the second view's first request, a 500 to its client). A policy of that
+name registered otherwise (``FREQGUARD_CONFIG``'s, or a factory's lambda whose closure
+keys it otherwise) is still refused at the request that registers it, naming the views
+(not ``add_policy``'s ``replace=True``, a hint for no Flask user).
 """
 
 from __future__ import annotations
@@ -60,10 +63,20 @@ class NamedBudgets:
                     f"view {first!r} {_rates(their_rates)}; {_FIX}"
                 )
             ours, theirs = dimensions_of(key), dimensions_of(their_key)
-            if key is not their_key and None not in (ours, theirs) and ours != theirs:
+            if None not in (ours, theirs):
+                if ours != theirs:
+                    raise ConfigError(
+                        f"name={name!r} is one budget: view {mine!r} keys it by "
+                        f"{_shown(ours)}, view {first!r} by {_shown(theirs)}; {_FIX}"
+                    )
+            elif not _one_key(key, their_key):
                 raise ConfigError(
-                    f"name={name!r} is one budget: view {mine!r} keys it by "
-                    f"{_shown(ours)}, view {first!r} by {_shown(theirs)}; {_FIX}"
+                    f"name={name!r} is one budget: view {mine!r} is keyed by "
+                    f"{_function(key)}, view {first!r} by {_function(their_key)}, two key "
+                    "functions whose dimensions are known only at a request; views sharing a "
+                    "name must have the same rates and key: define the key function once and "
+                    "pass the same key function object to each view, or give each a name of "
+                    "its own"
                 )
         given.append((mine, rates, key))
 
@@ -86,6 +99,30 @@ class NamedBudgets:
             )
 
         return register
+
+
+def _one_key(key: KeyFunc, other: KeyFunc) -> bool:
+    """Whether ``key`` and ``other`` are one key function: the same object, equal (a bound
+    method of one object, taken twice), or functions of the same code (a lambda made again
+    as an app factory runs again; its closure is the request's to check)."""
+    if key is other:
+        return True
+    try:
+        if bool(key == other):
+            return True
+    except Exception:  # an __eq__ that refuses: not known to be one
+        return False
+    code = getattr(key, "__code__", None)
+    return code is not None and code is getattr(other, "__code__", None)
+
+
+def _function(key: KeyFunc) -> str:
+    """``key`` as its author finds it: its name, and where a function is written."""
+    named = getattr(key, "__qualname__", None) or type(key).__qualname__
+    code = getattr(key, "__code__", None)
+    if code is None:
+        return repr(named)
+    return f"{named!r} ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno})"
 
 
 def _rates(rates: tuple[Rate | Rule, ...]) -> str:
