@@ -47,11 +47,19 @@ def guard(redis_server: RedisServer) -> Iterator[Guard]:
     yield from _guard(redis_server, LLM)
 
 
+#: The guard's socket timeout: past every wait of the rig (each ``servers.wait_for`` is
+#: bounded by STARTUP_SECONDS, and the rig resumes the server however it ends), so that a
+#: call out on the stopped server is answered however slowly the machine runs the rig. At
+#: 5 s a stall between the take's send and the resume (a loaded CI machine) timed the take
+#: out: the server ran it once resumed, and one lease of two was held after (the flake).
+PATIENT = 3 * servers.STARTUP_SECONDS
+
+
 def _guard(redis_server: RedisServer, policy: Policy) -> Iterator[Guard]:
     """A sync guard of leases on the suite's server, its connections made and its prefix
     claimed (a first lease taken and given back): the next call is the one interrupted."""
     flush([redis_server])
-    made = Guard(RedisBackend(Redis(port=redis_server.port, socket_timeout=5)), [policy])
+    made = Guard(RedisBackend(Redis(port=redis_server.port, socket_timeout=PATIENT)), [policy])
     made.clock = ManualClock(START)
     with made.lease("llm", user="u"):
         pass
@@ -172,7 +180,7 @@ def test_a_second_ctrl_c_interrupts_a_sync_take_at_once(redis_server: RedisServe
     socket timeout past the thread's wait), which the thread resumes only once the
     interrupt was raised: its wait would fail the test."""
     flush([redis_server])
-    client = Redis(port=redis_server.port, socket_timeout=60)  # longer than a test's wait
+    client = Redis(port=redis_server.port, socket_timeout=PATIENT)
     guard = Guard(RedisBackend(client), [LLM])
     guard.clock = ManualClock(START)
     try:
