@@ -108,4 +108,4 @@ def test_the_line_that_opens_the_circuit_names_the_last_failure_s_cause(
             guard.hit("sms", recipient=f"r{i}", content="c")
     opened = [r.getMessage() for r in caplog.records if "circuit open" in r.getMessage()]
     assert len(opened) == 1
-    assert "the last: " in opened[0] and "down" in opened[0], opened
+    assert "(the last: store down)" in opened[0], opened
