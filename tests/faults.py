@@ -89,11 +89,16 @@ def loopback(port: int) -> str:
 
 def input_waiting(server: RedisServer, peer_port: int | None = None) -> bool:
     """Whether a client's connection to ``server`` (the one from ``peer_port``, or any)
-    holds data the server has not read: with the server stopped, a call sent sits there."""
+    holds data the server has not read: with the server stopped, a call sent sits there.
+    An established connection's only (state 01): a listening socket's rx_queue counts the
+    connections waiting to be accepted, which would say a call is out before it is."""
     own = loopback(server.port)
     peer = None if peer_port is None else loopback(peer_port)
     return any(
-        row[1] == own and (peer is None or row[2] == peer) and int(row[4].split(":")[1], 16) > 0
+        row[1] == own
+        and row[3] == "01"
+        and (peer is None or row[2] == peer)
+        and int(row[4].split(":")[1], 16) > 0
         for row in tcp_rows()
     )
 
