@@ -138,7 +138,11 @@ def _variant(part: Part, limits: Sequence[KeyLimit], remembers: bool = True) -> 
     for own, spec in zip(part.specs, made.specs, strict=True):
         if getattr(spec.twin, "KEEPS_OWN", False):  # its base: the rule's own, not the tier's
             base = (own.window, own.cap) if remembers else (spec.window, spec.cap)
-            spec = spec._replace(base_window=base[0], base_cap=base[1])
+            keep_window = spec.window if spec.window > base[0] else 0  # what it remembers
+            keep_cap = spec.cap if spec.cap > base[1] else 0
+            spec = spec._replace(
+                base_window=base[0], base_cap=base[1], keep_window=keep_window, keep_cap=keep_cap
+            )
         specs.append(spec)
     made = made._replace(specs=tuple(specs))
     return made._replace(spec_text=spec_text(made.specs))

@@ -245,17 +245,27 @@ def _spec(spec: StateSpec, made: Sequence[RuleParams | None]) -> StateSpec:
     shadow = spec.shadow or (len(rules) == 1 and rules[0].shadow)
     window = max(r.window for r in rules)
     cap = max(r.capacity for r in rules)
-    base_window, base_cap = 0, 0  # its own numbers: nothing to remember past them
+    base_window, base_cap, keep_window, keep_cap = 0, 0, 0, 0
     if getattr(spec.twin, "KEEPS_OWN", False):
         # a log (or a rolling window): each rule counts by its own window, so the state
         # keeps what its own rules need too, and a stricter limit (a shorter window, a
-        # smaller count) never makes it forget what they count once it is gone; what it
-        # keeps past its base it remembers (StateSpec.base_window)
+        # smaller count) never makes it forget what they count once it is gone
         window, cap = max(window, spec.window), max(cap, spec.cap)
-        # a limit's own numbers are the state's base while it lives: a state remembers a
-        # tier's (engine/tiers.py), not a limit's, which every call of its record applies
-        base_window = max([spec.base_window or spec.window] + [m.window for m in made if m])
-        base_cap = max([spec.base_cap or spec.cap] + [m.capacity for m in made if m])
+        # what a tier asks the state to remember stays as the tier asked it, a limit's
+        # numbers aside: a state remembers a tier's (engine/tiers.py), never a limit's,
+        # and a limit that covers a tier's numbers does not hide them (design note 119)
+        base_window, base_cap = spec.base_window, spec.base_cap
+        keep_window, keep_cap = spec.keep_window, spec.keep_cap
     return StateSpec(
-        spec.twin, rules, spec.horizon, shadow, window, cap, spec.bounds, base_window, base_cap
+        spec.twin,
+        rules,
+        spec.horizon,
+        shadow,
+        window,
+        cap,
+        spec.bounds,
+        base_window,
+        base_cap,
+        keep_window,
+        keep_cap,
     )

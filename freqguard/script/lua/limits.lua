@@ -56,8 +56,6 @@ end
 -- count): a stricter limit never makes it forget what they count once it is gone.
 local function limited_spec(spec, by_tag)
   local rules, found = {}, false
-  -- a limit's own numbers are the state's base while it lives (script/limits.py _spec)
-  local base_window, base_cap = spec.base_window, spec.base_cap
   for r = 1, #spec.rules do
     local rule = spec.rules[r]
     local e = by_tag[rule.tag]
@@ -66,12 +64,14 @@ local function limited_spec(spec, by_tag)
     if made then
       rules[r] = made
       found = true
-      base_window, base_cap = max(base_window, made.window), max(base_cap, made.capacity)
     end
   end
   if not found then return spec end
+  -- what a tier asks the state to remember stays as the tier asked it, a limit's numbers
+  -- aside (script/limits.py _spec)
   local copy = {code = spec.code, twin = spec.twin, rule_count = spec.rule_count, rules = rules,
-    bounds = spec.bounds, base_window = base_window, base_cap = base_cap}
+    bounds = spec.bounds, base_window = spec.base_window, base_cap = spec.base_cap,
+    keep_window = spec.keep_window, keep_cap = spec.keep_cap}
   copy.shadow = spec.shadow or (#rules == 1 and rules[1].shadow)
   return measure(copy, spec.twin.keeps_own and spec or nil)
 end

@@ -39,7 +39,7 @@ local function parse_state(v, at)
   local spec = {code = v[at], shadow = v[at + 1] == 1, rule_count = v[at + 2],
     window = v[at + 3], cap = v[at + 4], rules = {}}
   -- the words as written: what every call of the state keeps (a log or a rolling window
-  -- remembers what a call kept past them: StateSpec.base_window)
+  -- remembers what a call kept past them: StateSpec.keep_window)
   spec.base_window, spec.base_cap = spec.window, spec.cap
   local define = DEFERRED[spec.code]  -- an EVAL script's strategy, defined on first use
   if define then
@@ -51,7 +51,12 @@ local function parse_state(v, at)
     spec.rules[r], at = parse_rule(v, at)
   end
   spec.bounds, at = parse_bounds(spec.code, v, at)
-  return measure(spec, spec), at  -- what it keeps: at least what its rules need
+  measure(spec, spec)  -- what it keeps: at least what its rules need
+  -- what its rules (a tier's) keep past the words, which a log or a rolling window remembers
+  -- (StateSpec.keep_window; a per-key limit leaves it as it is: limits.lua limited_spec)
+  spec.keep_window = spec.window > spec.base_window and spec.window or 0
+  spec.keep_cap = spec.cap > spec.base_cap and spec.cap or 0
+  return spec, at
 end
 
 local function parse_specs(text)

@@ -81,12 +81,16 @@ class StateSpec(NamedTuple):
     # empty for any other state
     bounds: tuple[int, ...] = ()
     # what every call of the state keeps, whatever tier it is decided at (its own rules'
-    # and their tier tables', and a living per-key limit's: the spec text's ``window`` and
-    # ``cap`` words); a log or a rolling window remembers in its state a longer window or a
-    # larger count a call kept past these (a tier a ``rate_for`` function returned), until
-    # it expires (design note 118). 0: the spec's own ``window`` and ``cap``
+    # and their tier tables': the spec text's ``window`` and ``cap`` words); 0: the spec's
+    # own ``window`` and ``cap``
     base_window: int = 0
     base_cap: int = 0
+    # what a call's tier (one a ``rate_for`` function returned) keeps past the base, which
+    # a log or a rolling window remembers in its state until it expires (design note 118);
+    # 0: nothing. A per-key limit leaves it as the tier asked it: a limit that covers the
+    # tier's window or count does not hide the tier from the state (design note 119)
+    keep_window: int = 0
+    keep_cap: int = 0
 
 
 class Twin(Protocol):

@@ -89,8 +89,7 @@ end
 -- The keep a ring that remembered keep stores: that, or the window the spec keeps past its
 -- base (a tier's) if longer; 0: none (rolling_window.py _keeping).
 local function ring_keeping(keep, spec)
-  if spec.window > spec.base_window then return max(keep, spec.window) end
-  return keep
+  return max(keep, spec.keep_window)
 end
 
 -- The ring is of the rate in force (a limit's); the spec's window, the rule's own when

@@ -39,11 +39,12 @@ earlier than any of them came, so a stricter limit never makes the rule forget i
 window (design notes 88 and 102). A carry is stored only while it holds units (the width byte's
 ``CARRIED`` flag, then :data:`CARRY_FORMAT`).
 
-A window longer than the spec's base (``StateSpec.base_window``) that a tier the state was
-decided at kept (one a ``rate_for`` function returned) is its *keep*:
+A window longer than the spec's base that a tier the state was decided at kept (one a
+``rate_for`` function returned; ``StateSpec.keep_window``, under a per-key limit too) is its
+*keep*:
 the state remembers it (the width byte's ``KEPT`` flag, then :data:`KEEP_FORMAT`, after
 any carry) and carries for at least that window until it expires, so a hit at the rule's
-own rate between a tier's hits never makes it forget the tier's (design note 118).
+own rate between a tier's hits never makes it forget the tier's (design notes 118, 119).
 """
 
 from __future__ import annotations
@@ -242,7 +243,7 @@ def _emptied(view: State, window: int) -> int:
 def _keeping(keep: int, spec: StateSpec) -> int:
     """The keep a state that remembered ``keep`` stores: that, or the window this call's
     spec keeps past its base (a tier's) if longer; 0: none."""
-    return max(keep, spec.window) if spec.window > (spec.base_window or spec.window) else keep
+    return max(keep, spec.keep_window)
 
 
 def _trimmed(

@@ -59,9 +59,8 @@ local function log_keeps(view, spec)
     width = log_width(window)
     range = 256 ^ width
   end
-  local keep_window, keep_cap = view.keep_window, view.keep_cap
-  if spec.window > spec.base_window then keep_window = max(keep_window, spec.window) end
-  if spec.cap > spec.base_cap then keep_cap = max(keep_cap, spec.cap) end
+  local keep_window = max(view.keep_window, spec.keep_window)
+  local keep_cap = max(view.keep_cap, spec.keep_cap)
   if keep_window > 0 or keep_cap > 0 then keep = pack(SLIDING_LOG_KEEP, keep_window, keep_cap) end
   return window, cap, width, range, keep
 end

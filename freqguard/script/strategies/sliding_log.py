@@ -6,11 +6,12 @@ binary string in Redis), never one object per hit. Rules of a policy with the sa
 dimensions share one log: every one of them admits exactly the hits the policy admits.
 
 A log also keeps what a tier it was decided at asked of it past its spec's base
-(``StateSpec.base_window``: a tier a ``rate_for`` function returned of a longer window or
-a larger count than the rule's own): it remembers that window and count (:data:`KEEP_FORMAT`,
-after the header when its width byte has the :data:`KEPT` flag; a :class:`Kept` log here)
-and keeps at least them until it expires, so a hit at the rule's own rate between a
-tier's hits never makes it forget the tier's (design note 118).
+(``StateSpec.keep_window``: a tier a ``rate_for`` function returned of a longer window or
+a larger count than the rule's own, under a per-key limit too): it remembers that window
+and count (:data:`KEEP_FORMAT`, after the header when its width byte has the :data:`KEPT`
+flag; a :class:`Kept` log here) and keeps at least them until it expires, so a hit at the
+rule's own rate between a tier's hits never makes it forget the tier's (design notes 118
+and 119).
 
 Guarantee: in every interval of length ``window`` at most ``limit`` cost units are admitted,
 and a hit is denied only if admitting it would break that. A timestamp ``t`` counts while
@@ -68,8 +69,7 @@ def kept(log: Sequence[int], spec: StateSpec) -> tuple[int, int]:
 def _keeping(out: array[int], log: Sequence[int], spec: StateSpec) -> array[int]:
     """``out`` as stored: remembering what ``log`` did, and the window and count this
     call's spec keeps past its base (a tier's), 0 each where it keeps none."""
-    window = spec.window if spec.window > (spec.base_window or spec.window) else 0
-    cap = spec.cap if spec.cap > (spec.base_cap or spec.cap) else 0
+    window, cap = spec.keep_window, spec.keep_cap
     if isinstance(log, Kept):
         window, cap = max(window, log.window), max(cap, log.cap)
     if not (window or cap):
