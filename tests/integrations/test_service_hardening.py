@@ -180,6 +180,21 @@ def test_a_token_file_that_holds_no_token_is_refused(
     assert str(file) in str(caught.value)
 
 
+@pytest.mark.parametrize("text", ["", "\n", "  \n  "])
+def test_a_tokens_variable_set_but_holding_no_token_is_refused(
+    monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    """``FREQGUARD_TOKENS`` set to nothing (a secret not mounted into the variable) turned
+    authentication off without a word, as an empty token file did (an operator's first
+    hour): set means tokens are meant; unset it for a service without tokens."""
+    monkeypatch.delenv("FREQGUARD_TOKENS_FILE", raising=False)
+    monkeypatch.setenv("FREQGUARD_TOKENS", text)
+    with pytest.raises(ConfigError, match="FREQGUARD_TOKENS is set but holds no token"):
+        svc.tokens_from_env()
+    monkeypatch.delenv("FREQGUARD_TOKENS")
+    assert svc.tokens_from_env() == []
+
+
 def test_create_app_refuses_a_token_that_could_never_be_sent() -> None:
     guard = AsyncGuard(MemoryBackend(), [SMS])
     with pytest.raises(ConfigError, match="token 2") as caught:

@@ -49,6 +49,17 @@ def test_serve_on_memory_is_one_process_or_refused(
     assert done.code == 0, done.err
     assert [call["workers"] for call in served] == [1]
     assert "listening on http://127.0.0.1:8123" in done.err
+    assert "no token" in done.err  # the start line says whether calls need one
+
+
+def test_serve_says_how_many_tokens_it_requires(
+    cli: Any, memory_config: Path, served: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FREQGUARD_TOKENS", "s3cretA\ns3cretB")
+    done = cli("serve", str(memory_config), "--port", "8123")
+    assert done.code == 0, done.err
+    assert "2 tokens" in done.err
+    assert "s3cret" not in done.err
 
 
 def test_serve_with_workers_on_a_shared_store_says_where_it_listens(
