@@ -244,17 +244,19 @@ def serve(args: argparse.Namespace) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     workers = "1 worker" if args.workers == 1 else f"{args.workers} workers"
     wire = pick(args.loop, args.http)
+    # the tokens read once here (a bad line fails now, not in each worker), and a service
+    # reachable beyond this machine without any said so loudly
+    tokens = tokens_from_env()
+    needs = f"{len(tokens)} token{'s' * (len(tokens) > 1)}" if tokens else "no token"
     listening = (
-        f"freqguard serve: listening on http://{host}:{args.port} ({workers}, {wire}), "
-        f"{masked(config.backend)}"
+        f"freqguard serve: listening on http://{host}:{args.port} ({workers}, {wire}, "
+        f"{needs}), {masked(config.backend)}"
     )
     os.environ[HISTORY_ENV] = args.history
     os.environ.pop(ACCESS_LOG_ENV, None)
     if args.access_log == "json":
         os.environ[ACCESS_LOG_ENV] = _access_key(os.environ.get(f"{ACCESS_LOG_ENV}_KEY"))
-    # the tokens read once here (a bad line fails now, not in each worker), and a service
-    # reachable beyond this machine without any said so loudly
-    for line in startup_warnings(args.host, tokens_from_env()):
+    for line in startup_warnings(args.host, tokens):
         say(line)
     names = served_names(args.host, args.allow_host or ())  # DNS rebinding: see the gate
     os.environ.pop(HOSTS_ENV, None)

@@ -91,11 +91,17 @@ def tokens_from_env() -> list[str]:
     """The tokens :data:`TOKENS_ENV` and the file ``FREQGUARD_TOKENS_FILE`` names hold.
 
     Raises:
-        ConfigError: a file that cannot be read or holds no token, or a line that is not one
-            token.
+        ConfigError: a file that cannot be read or holds no token, the variable set to no
+            token (and no file), or a line that is not one token.
     """
-    tokens = parse_tokens(os.environ.get(TOKENS_ENV, ""), TOKENS_ENV)
+    given = os.environ.get(TOKENS_ENV)
+    tokens = parse_tokens(given or "", TOKENS_ENV)
     path = os.environ.get(f"{TOKENS_ENV}_FILE")
+    if given is not None and not tokens and not path:  # a secret not mounted: never open
+        raise ConfigError(
+            f"{TOKENS_ENV} is set but holds no token: set means tokens are meant (one a "
+            "line); fill it, or unset it for a service without tokens"
+        )
     if path:
         try:
             text = Path(path).read_text(encoding="utf-8")

@@ -48,7 +48,8 @@ class Served:
 
 @contextmanager
 def serving(config: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[Served]:
-    """``freqguard serve config args``, up (``/healthz`` answers) within 30 s."""
+    """``freqguard serve config args``, up (``/healthz`` answers) within 30 s; ``env``: its
+    environment's additions to this process's, whose tokens it never inherits."""
     port = free_port()
     stderr = config.parent / f"serve-{port}.log"
     with stderr.open("wb") as sink:
@@ -57,7 +58,7 @@ def serving(config: Path, *args: str, env: dict[str, str] | None = None) -> Iter
             stdout=subprocess.DEVNULL,
             stderr=sink,
             start_new_session=True,
-            env={**os.environ, **(env or {})},
+            env={**_untokened(), **(env or {})},
         )
     served = Served(f"http://127.0.0.1:{port}", process, stderr)
     try:
@@ -94,3 +95,7 @@ def refused(directory: Path, *args: str, env: dict[str, str] | None = None) -> s
     )
     assert ran.returncode == 2, ran.stderr
     return ran.stderr
+
+
+def _untokened() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("FREQGUARD_TOKENS")}

@@ -69,7 +69,7 @@ def config(tmp_path: Path) -> Path:
 
 
 def test_the_page_lists_sets_and_clears_a_key_s_limit(config: Path, tmp_path: Path) -> None:
-    with serving(config, env={"FREQGUARD_TOKENS": ""}) as served, Browser(tmp_path / "p") as page:
+    with serving(config) as served, Browser(tmp_path / "p") as page:
         page.open(served.url + LINK)
         page.until("document.querySelectorAll('#limits tbody tr').length", "the limits")
         assert page.run(ROWS) == [
@@ -96,7 +96,7 @@ def test_the_page_lists_sets_and_clears_a_key_s_limit(config: Path, tmp_path: Pa
 def test_a_bad_rate_is_the_api_s_problem_shown_and_nothing_is_set(
     config: Path, tmp_path: Path
 ) -> None:
-    with serving(config, env={"FREQGUARD_TOKENS": ""}) as served, Browser(tmp_path / "p") as page:
+    with serving(config) as served, Browser(tmp_path / "p") as page:
         page.open(served.url + LINK)
         page.until("document.querySelectorAll('#limits tbody tr').length", "the limits")
         _type(page, limit_rule="rcpt-1m", limit_rate="often")
@@ -153,7 +153,7 @@ def test_a_global_rule_s_limit_is_set_and_cleared_from_the_page(tmp_path: Path) 
     takes the recipient."""
     config = tmp_path / "global.toml"
     config.write_text(GLOBAL_CONFIG)
-    with serving(config, env={"FREQGUARD_TOKENS": ""}) as served, Browser(tmp_path / "p") as page:
+    with serving(config) as served, Browser(tmp_path / "p") as page:
         page.open(served.url + "/?policy=sms&recipient=%2B1555")
         page.until("document.querySelectorAll('#limits tbody tr').length", "the limits")
         _type(page, limit_rule="all", limit_rate="50/second", limit_ttl="")
@@ -197,7 +197,7 @@ def test_a_rule_of_the_policy_s_second_partition_is_listed_set_and_cleared(
     with its own partition's value."""
     config = tmp_path / "parts.toml"
     config.write_text(PARTS_CONFIG)
-    with serving(config, env={"FREQGUARD_TOKENS": ""}) as served, Browser(tmp_path / "p") as page:
+    with serving(config) as served, Browser(tmp_path / "p") as page:
         page.open(served.url + "/?policy=api&user=u1&tenant=t1")
         page.until("document.querySelectorAll('#limits tbody tr').length > 1", "both rules")
         assert [row[0] for row in page.run(ROWS)] == ["per-user", "per-tenant"]

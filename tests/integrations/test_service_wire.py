@@ -196,9 +196,9 @@ def test_readyz_is_a_503_problem_when_the_store_is_gone() -> None:
 def test_serve_says_which_loop_and_parser_run(tmp_path: Path, redis_server: RedisServer) -> None:
     config = sms_config(tmp_path, redis_server.port)
     with serving(config, "--workers", "2") as fast:
-        assert "(2 workers, loop uvloop, parser httptools)" in fast.log()
+        assert "(2 workers, loop uvloop, parser httptools, no token)" in fast.log()
     with serving(config, "--loop", "asyncio", "--http", "h11") as plain:
-        assert "(1 worker, loop asyncio, parser h11)" in plain.log()
+        assert "(1 worker, loop asyncio, parser h11, no token)" in plain.log()
 
 
 def _paused_calls(redis_server: RedisServer) -> int:
