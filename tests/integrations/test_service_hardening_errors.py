@@ -288,3 +288,16 @@ def test_a_store_that_refused_part_of_a_batch_does_not_say_nothing_was_applied()
     detail = store_failed(failure, "sms", RepeatFilter(60.0)).detail
     assert "nothing was applied" not in detail
     assert "applied" in detail
+
+
+@pytest.mark.parametrize(
+    ("answered", "sent"), [(False, False), (False, True), (True, False), (True, True)]
+)
+def test_every_store_503_says_when_to_retry(answered: bool, sent: bool) -> None:
+    """An operator's first hour: only the open circuit's 503 carried Retry-After; the
+    store unreachable or silent said nothing of when to come back. Every store 503 does
+    (a second, or the circuit's wait)."""
+    failure = BackendUnavailable("down", answered=answered, sent=sent)
+    problem = store_failed(failure, "sms", RepeatFilter(60.0))
+    assert problem.status == 503
+    assert problem.headers["retry-after"] == "1"

@@ -19,13 +19,15 @@ import pytest
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from freqguard import AsyncGuard, MemoryBackend
+from freqguard import AsyncGuard, ManualClock, MemoryBackend
 from freqguard.config import loads
 from freqguard.errors import ConfigError
+from freqguard.failure import Breaker
 from freqguard.service import create_app
 from freqguard.service.server import listener as server_listener
 from freqguard.service.server import pick
 from tests.conftest import flush
+from tests.faults import stopped
 from tests.integrations.service_process import SMS, refused, serving, sms_config
 from tests.servers import RedisServer, free_port
 
@@ -187,6 +189,38 @@ def test_readyz_is_a_503_problem_when_the_store_is_gone() -> None:
         "not ready: the store could not be reached or refused the probe"
     )
     assert health.status_code == 200  # up, not ready: a balancer keeps it, sends it nothing
+
+
+def test_readyz_is_a_503_while_the_breaker_holds_the_store_off() -> None:
+    """An operator's first hour: after a store's outage, /readyz said ready while every hit
+    was a 503 ("the circuit is open"): the probe has no breaker, the hits have. Ready
+    means the decisions are the store's: not while the circuit is open and waiting (its
+    probe due later), with Retry-After; ready again once the probe is due."""
+    clock = ManualClock(1_700_000_000)
+    breaker = Breaker(failures=2, cooldown=5.0, clock=clock.now)
+    guard = AsyncGuard(MemoryBackend(clock), loads(SMS).policies, clock=clock, breaker=breaker)
+    breaker.failed(None, ConnectionError("refused"))
+    breaker.failed(None, ConnectionError("refused"))
+    clock.advance(1.5)
+    answer, health = _get(guard, "/readyz", "/healthz")
+    assert answer.status_code == 503
+    assert answer.headers["retry-after"] == "4"
+    assert "circuit is open" in answer.json()["detail"]
+    assert health.status_code == 200
+    clock.advance(3.5)  # the probe is due: a hit now goes to the store
+    guard = AsyncGuard(MemoryBackend(clock), loads(SMS).policies, clock=clock, breaker=breaker)
+    assert _get(guard, "/readyz")[0].status_code == 200
+
+
+def test_readyz_says_a_store_that_does_not_answer_in_time(redis_server: RedisServer) -> None:
+    """A stopped store (SIGSTOP): the client's own timeout came first and the answer said
+    "could not be reached or refused the probe"; it did not answer in time."""
+    url = f"redis://127.0.0.1:{redis_server.port}?socket_timeout=0.2"
+    guard = loads(f'backend = "{url}"\n{SMS}').async_guard()
+    with stopped(redis_server):
+        answer = _get(guard, "/readyz")[0]
+    assert answer.status_code == 503
+    assert answer.json()["detail"].startswith("not ready: the store did not answer in time")
 
 
 # -- serve: what runs, and a graceful stop ----------------------------------------------------
