@@ -198,6 +198,17 @@ class Breaker:
         self.counting = bool(self._circuits)
         self.tripped = any(c.open_until is not None for c in self._circuits.values())
 
+    def holding_off(self) -> float | None:
+        """Seconds until the first open circuit's probe is due (None: none is open and
+        waiting): while it waits, calls to its node are answered at once, unsent."""
+        now = self._clock()
+        waits = [
+            c.open_until - now
+            for c in list(self._circuits.values())
+            if c.open_until is not None and not c.probing and c.open_until > now
+        ]
+        return min(waits) if waits else None
+
     def retry_after(self, node: object = None) -> float:
         """Seconds until ``node`` is probed (the cool-down when its circuit is closed)."""
         circuit = self._circuits.get(node)

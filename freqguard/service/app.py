@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from importlib import resources
@@ -231,18 +232,33 @@ class Service:
         return JSON(schema.Health(status="ok", policies=sorted(self.guard.policies)))
 
     async def readyz(self, request: Request) -> Response:
-        """Ready if the store answered :data:`PROBE`'s peek in time; else a 503 saying whether
-        it failed (what it said goes to the log, as for any call) or was too slow."""
+        """Ready if the store answered :data:`PROBE`'s peek in time and the guard's breaker
+        lets calls go to it; else a 503 saying whether it failed (what it said goes to the
+        log, as for any call), was too slow, or is held off (the circuit's wait)."""
+        breaker, wait = self.guard.breaker, 1
         try:
             await asyncio.wait_for(self.probe.peek(PROBE), READY_TIMEOUT)
-        except asyncio.TimeoutError:
-            detail = f"the store did not answer within {READY_TIMEOUT:g} s"
-        except (BackendUnavailable, ConfigError) as exc:  # ConfigError: a node's MOVED
-            log.warning("freqguard serve: /readyz: %s", exc)
-            detail = "the store could not be reached or refused the probe"
+        except (asyncio.TimeoutError, BackendUnavailable, ConfigError) as exc:
+            if not isinstance(exc, asyncio.TimeoutError):  # ConfigError: a node's MOVED
+                log.warning("freqguard serve: /readyz: %s", exc)
+            silent = not isinstance(exc, ConfigError) and not getattr(exc, "answered", False)
+            detail = (
+                f"the store did not answer in time (within {READY_TIMEOUT:g} s, or the "
+                "client's own timeout)"
+                if silent and getattr(exc, "sent", True)
+                else "the store could not be reached or refused the probe"
+            )
         else:
-            return JSON(schema.Ready(status="ready", store=type(self.guard.backend).__name__))
-        raise Problem(503, f"not ready: {detail}", headers={"retry-after": "1"})
+            held = None if breaker is None else breaker.holding_off()
+            if held is None:
+                store = type(self.guard.backend).__name__
+                return JSON(schema.Ready(status="ready", store=store))
+            wait = max(1, math.ceil(held))
+            detail = (
+                "the store failed repeatedly and is given a rest (the circuit is open): "
+                f"decisions are not the store's until its probe in {held:.1f} s"
+            )
+        raise Problem(503, f"not ready: {detail}", headers={"retry-after": str(wait)})
 
     async def metrics(self, request: Request) -> Response:
         if self.registry is None:

@@ -93,7 +93,7 @@ def store_failed(exc: BackendUnavailable, policy: str, logged: RepeatFilter) -> 
     ports, a client's repr) goes to the log, through ``logged``: at once, then at most once
     a while per policy and kind, saying how many were not logged meanwhile (an outage
     answers every request with a 503, and a line each would flood the log)."""
-    headers = {}
+    headers = {"retry-after": "1"}  # a store that failed: a second before a retry
     if isinstance(exc, CircuitOpen):
         detail = "the store failed repeatedly and is given a rest (the circuit is open)"
         headers["retry-after"] = str(max(1, math.ceil(exc.retry_after)))
