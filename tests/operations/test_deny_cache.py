@@ -103,3 +103,20 @@ def test_the_deny_cache_decides_exactly_as_the_store(seed: int) -> None:
         a_clock.advance(dt)
         b_clock.advance(dt)
     assert store.calls < 3000  # it did save calls
+
+
+def test_a_cached_denial_s_waits_are_whole_microseconds_as_the_store_s(
+    clock: ManualClock,
+) -> None:
+    """An operator's first hour: a deny-cache answer read ``"retry_after":
+    45.332014176000484`` beside its rule's ``45.332015``: a float's difference of two times,
+    where every other answer is whole µs. The cached denial's top-level waits are µs too,
+    and the binding rule's retry_after is the top-level one."""
+    guard, _ = make(clock, deny_cache=100)
+    for _ in range(3):
+        guard.hit("sms", **CTX)
+    clock.advance(0.123456789)  # a time between two µs
+    cached = guard.hit("sms", **CTX)
+    assert cached.source == "deny-cache"
+    assert cached.retry_after == round(cached.retry_after, 6)
+    assert cached.retry_after == max(r.retry_after for r in cached.rules)
