@@ -136,12 +136,14 @@ class _Denial(NamedTuple):
 
 
 def _aged(policy: str, denial: _Denial, until: float, now: float) -> Decision:
-    """The denial as it reads at ``now``: every wait shorter by the time gone by since."""
-    gone = int((denial.retry_after - (until - now)) * _US)
+    """The denial as it reads at ``now``: every wait shorter by the time gone by since, in
+    whole µs, as the store's answers are."""
+    left = max(round((until - now) * _US), 1)
+    gone = round(denial.retry_after * _US) - left
     raw = tuple(
         (rule, remaining, max(reset - gone, 0), max(retry - gone, 1) if retry else 0)
         for rule, remaining, reset, retry in denial.raw
     )
     denied = tuple(rule for rule, _, _, retry in raw if retry > 1 and not rule.shadow)
-    made = make_decision(policy, False, until - now, denied or denial.denied_by, lambda: raw)
+    made = make_decision(policy, False, left / _US, denied or denial.denied_by, lambda: raw)
     return with_source(made, "deny-cache")
