@@ -313,6 +313,7 @@ def _no_leases(policy: Policy) -> None:
             f"rule {rule!r}): a lease is held by the process making the call until "
             "it ends, which this service never sees; take it there, with freqguard's "
             "lease block (peek, reset and limits serve the policy here)",
+            field="policy",
         )
 
 
