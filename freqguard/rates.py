@@ -29,8 +29,9 @@ T = TypeVar("T")
 _GRAMMAR = (
     "'N per M unit' or 'N/M unit' (M optional, unit one of second, minute, hour, day, "
     "week, month, year, plural allowed; or, as django-ratelimit and DRF write them, s, m, h or d "
-    "('5/m', '100/10s'), sec, min or hr, plural allowed), several joined by ';', ',' or '|'"
+    "('5/m', '100/10s'), sec, min or hr, plural allowed)"
 )
+_SEVERAL = ", several joined by ';', ',' or '|'"
 #: django-ratelimit's and DRF's short units, read as they read them; a month and a year
 #: are spelled out (DRF reads any word by its first letter: "1/month" is 1 a minute there).
 _SHORT_UNITS = {"s": "second", "sec": "second", "m": "minute", "min": "minute"}
@@ -101,13 +102,15 @@ def _us(window: timedelta) -> int:
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 
 
-def parse_rates(text: str | limits.RateLimitItem) -> tuple[Rate, ...]:
+def parse_rates(text: str | limits.RateLimitItem, several: bool = True) -> tuple[Rate, ...]:
     """Parse one or several rates: ``"15/minute; 50 per day"`` (or one rate item of
     ``limits``, ``RateLimitItemPerMinute(10)``, as a Rule takes it).
 
     Raises:
-        ConfigError: naming the text and the grammar when it does not parse.
+        ConfigError: naming the text and the grammar when it does not parse (``several``:
+            the grammar says rates may be joined).
     """
+    grammar = _GRAMMAR + _SEVERAL * several
     if isinstance(text, limits.RateLimitItem):
         return (item_rate(text),)
     if not isinstance(text, str):
@@ -125,7 +128,7 @@ def parse_rates(text: str | limits.RateLimitItem) -> tuple[Rate, ...]:
             f"({text[:20]!r}...)"
         )
     if not text.isascii():  # no digit or letter of another script reads as an ASCII one
-        raise ConfigError(f"cannot parse rate {text!r}: expected {_GRAMMAR}, in ASCII")
+        raise ConfigError(f"cannot parse rate {text!r}: expected {grammar}, in ASCII")
     normalized = _SHORT.sub(_long_unit, text.strip().lower())
     normalized = _WEEKS.sub(_in_days, normalized)
     if _ZERO_MULTIPLE.search(normalized):
@@ -148,7 +151,7 @@ def parse_rates(text: str | limits.RateLimitItem) -> tuple[Rate, ...]:
                 meant = head.strip()[:40]
             dotted = f"; a burst is a bucket rule's burst=: Rule({meant!r}, strategy='gcra', "
             dotted += f"burst={tail.strip()[:12] or 'N'})"
-        raise ConfigError(f"cannot parse rate {text!r}: expected {_GRAMMAR}{dotted}") from None
+        raise ConfigError(f"cannot parse rate {text!r}: expected {grammar}{dotted}") from None
     rates = []
     for item in items:
         if item.amount < 1:
@@ -250,11 +253,11 @@ def parse_rate(text: str) -> Rate:
     Raises:
         ConfigError: when the text does not parse or holds more than one rate.
     """
-    rates = parse_rates(text)
+    rates = parse_rates(text, several=False)
     if len(rates) != 1:
         raise ConfigError(
-            f"expected exactly one rate, got {len(rates)} in {text!r}; "
-            "use parse_rates() or one Rule per rate"
+            f"expected one rate, got {len(rates)} in {text!r}: a rule, a tier and a "
+            "per-key limit each take one (several rates: one rule each)"
         )
     return rates[0]
 

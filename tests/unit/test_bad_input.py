@@ -27,7 +27,7 @@ from tests.conftest import SMS
         (lambda: parse_rate("15 per fortnight"), "cannot parse rate '15 per fortnight'"),
         (lambda: parse_rate("0/minute"), "limit 0"),
         (lambda: parse_rate("5/0 minutes"), "window of 0"),
-        (lambda: parse_rate("1/second; 2/minute"), "exactly one rate"),
+        (lambda: parse_rate("1/second; 2/minute"), "expected one rate, got 2"),
         (lambda: parse_rate(15), "must be a string"),  # type: ignore[arg-type]
         # Flask-Limiter's list of rates: found by a new user's first hour
         (
