@@ -63,6 +63,22 @@ def test_every_operation_has_an_id_and_documents_its_problems() -> None:
             }, (path, status)
 
 
+def test_the_headers_a_problem_carries_are_declared() -> None:
+    """An operator's first hour: the document declared no response header, so a client
+    generated from it could not see Retry-After (503: when to come back),
+    WWW-Authenticate (401) or Allow (405)."""
+    doc = document()
+    expected = {"401": "WWW-Authenticate", "405": "Allow", "503": "Retry-After"}
+    for path, _, operation in _operations(doc):
+        for status, header in expected.items():
+            answer = operation["responses"].get(status)
+            if answer is not None:
+                assert answer["headers"][header]["schema"]["type"] in ("string", "integer"), (
+                    path,
+                    status,
+                )
+
+
 def test_the_policy_is_a_plain_string_and_the_schemas_are_shared_components() -> None:
     doc = document()
     for path, item in doc["paths"].items():
