@@ -120,9 +120,22 @@ def _answer(description: str, media: str, schema: dict[str, Any]) -> dict[str, A
     return {"description": description, "content": {media: {"schema": schema}}}
 
 
+#: The headers a problem of a status carries, as a client generated from the document sees.
+_HEADERS = {
+    "401": ("WWW-Authenticate", "string", "Bearer"),
+    "405": ("Allow", "string", "the methods the path takes"),
+    "503": ("Retry-After", "integer", "seconds before a retry"),
+}
+
+
 def _problems(problems: dict[str, str]) -> dict[str, Any]:
     ref = {"$ref": _REF.format(name="Problem")}
-    return {s: _answer(d, "application/problem+json", ref) for s, d in problems.items()}
+    answers = {s: _answer(d, "application/problem+json", ref) for s, d in problems.items()}
+    for status, (name, kind, description) in _HEADERS.items():
+        if status in answers:
+            header = {"description": description, "schema": {"type": kind}}
+            answers[status]["headers"] = {name: header}
+    return answers
 
 
 def _json(description: str, struct: type[msgspec.Struct]) -> dict[str, Any]:
