@@ -65,6 +65,23 @@ def test_a_line_per_request_with_the_recipient_digested(caplog: pytest.LogCaptur
     assert (lost["status"], lost["path"]) == (404, "/nowhere")
 
 
+def test_a_refused_call_s_line_names_its_policy_and_field_and_a_denial_its_rules(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An operator's first hour: a 422's line held neither the policy nor the field at
+    fault, and a denial's no word of which rule denied; the log is where an operator
+    reads a client's mistakes and a limit's bite."""
+    caplog.set_level(logging.INFO, LOGGER)
+    hit = ("POST", "/v1/policies/sms/hit", {"context": {"recipient": "+4917612345678"}})
+    bad = ("POST", "/v1/policies/sms/hit", {"context": {"recipient": "r"}, "cost": -1})
+    _send([hit, hit, bad])
+    _, denied, refused_line = _lines(caplog)
+    assert denied["denied_by"] == ["rcpt-1m"]
+    assert (refused_line["status"], refused_line["policy"]) == (422, "sms")
+    assert refused_line["field"] == "cost"
+    assert "context" not in refused_line  # never a value the call was refused for
+
+
 def test_digests_depend_on_the_key() -> None:
     context = {"recipient": "+1555"}
     assert digested(context, b"one") != digested(context, b"two")
