@@ -158,20 +158,30 @@ class Service:
                 if note is not None:  # an access log is kept
                     _note(note, policy, body, answer)
                 return JSON(answer)
-            except Problem:
-                raise
-            except BackendUnavailable as exc:
-                raise store_failed(exc, policy, self.logged) from None
-            except ConfigError as exc:
-                if from_store(exc):  # the store answered (MOVED): it applied nothing
-                    failed = BackendUnavailable(str(exc), answered=True, sent=False)
-                    raise store_failed(failed, policy, self.logged) from None
-                field = exc.argument or kind.__struct_fields__[0]
-                raise invalid(field, str(exc)) from None
             except Exception as exc:
-                raise unforeseen(exc, request) from None
+                problem = self._problem(exc, policy, kind, request)
+                note = notes(request.scope) if policy in self.guard.policies else None
+                if note is not None:  # the access log's: the policy, the field at fault
+                    note["policy"], note["field"] = policy, problem.field
+                raise problem from None
 
         return handle
+
+    def _problem(
+        self, exc: Exception, policy: str, kind: type[msgspec.Struct], request: Request
+    ) -> Problem:
+        """A call's answer to ``exc``: a refusal as it is, the store's failure (a node's MOVED
+        too: nothing applied), a field the guard refuses (the one its error names, else the
+        body's first), or an exception nobody foresaw."""
+        if isinstance(exc, Problem):
+            return exc
+        if isinstance(exc, ConfigError) and from_store(exc):
+            exc = BackendUnavailable(str(exc), answered=True, sent=False)
+        if isinstance(exc, BackendUnavailable):
+            return store_failed(exc, policy, self.logged)
+        if isinstance(exc, ConfigError):
+            return invalid(exc.argument or kind.__struct_fields__[0], str(exc))
+        return unforeseen(exc, request)
 
     async def hit(self, policy: str, names: Names, body: Any, rule: str | None) -> Any:
         _no_leases(names.policy)
@@ -331,14 +341,14 @@ async def _store_answers(what: str) -> AsyncIterator[None]:
 
 def _note(note: dict[str, Any], policy: str, body: Any, answer: Any) -> None:
     """What the access log tells of a call: its policy, its context or a batch's size, and
-    a decision's outcome."""
+    a decision's outcome (and the rules that denied)."""
     note["policy"] = policy
     if isinstance(body, ManyCall):
         note["contexts"] = len(body.contexts)
     else:
         note["context"] = body.context
     if isinstance(answer, schema.Decision):
-        note["allowed"] = answer.allowed
+        note["allowed"], note["denied_by"] = answer.allowed, answer.denied_by
 
 
 def _method(operation: str) -> str:
