@@ -95,6 +95,13 @@ class ConfigError(FreqGuardError, ValueError):
         super().__init__(*args)
         self.argument = argument
 
+    def in_batch(self, index: int) -> None:
+        """Name the fault of a batch's context ``index`` by its place (``context.tz``:
+        ``contexts[3].tz``); an argument not of the context stays as it is."""
+        argument = self.argument
+        if argument is not None and argument.startswith("context"):
+            self.argument = f"contexts[{index}]{argument.removeprefix('context')}"
+
     def __reduce__(self) -> tuple[object, ...]:  # picklable, e.g. across process pools
         # not ``results``: replies, bound to their compiled policy, are for the engine only
         state = {name: v for name, v in self.__dict__.items() if name != "results"}

@@ -213,7 +213,7 @@ class Calendar:
                 raise ContextError(
                     f"policy {self._policy.name!r}: {what} in the zone the hit names as "
                     f"{read!r}; give {read}=... (an IANA name like 'Europe/Berlin')",
-                    argument="context",
+                    argument=f"context.{read}",
                 )
         exempt = quiet is not None and texts.get(PRIORITY) in quiet.exempt
         kind = rule.period if quiet is None else ("quiet-exempt" if exempt else "quiet")
@@ -231,7 +231,7 @@ class Calendar:
                 lo, hi = period_bounds("day", tz, now)[1:3]
         except ConfigError as exc:  # a zone the hit names (a rule's own was checked when made)
             where = f"rule {rule.id!r}" if read is None else f"context value {read!r}"
-            argument = None if read is None else "context"
+            argument = None if read is None else f"context.{read}"
             raise ContextError(
                 f"policy {self._policy.name!r}, {where}: {exc}", argument=argument
             ) from None

@@ -225,9 +225,7 @@ class Hits:
             try:
                 hits.append(self.hit(policy, cost, ctx))
             except ConfigError as exc:  # a context's fault is named by its place in the batch
-                if exc.argument is None or not exc.argument.startswith("context"):
-                    raise
-                exc.argument = f"contexts[{index}]{exc.argument.removeprefix('context')}"
+                exc.in_batch(index)
                 raise
         sent = [hit for hit in hits if hit.cached is None]
         checked = plan.check_cost(cost)

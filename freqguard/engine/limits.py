@@ -84,7 +84,7 @@ def limits_calls(plan: PolicyPlan, ctx: Mapping[str, object], now: int | None) -
         raise ConfigError(
             f"policy {plan.name!r}: {', '.join(unknown)} is no dimension of it; a per-key "
             f"limit is kept per value of its partition ({', '.join(partitions) or 'none'})",
-            argument="context",
+            argument=f"context.{unknown[0]}",
         )
     ctx = {name: value for name, value in ctx.items() if name in plan.dimensions}
     calls = []

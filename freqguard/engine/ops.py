@@ -277,14 +277,22 @@ def many_op(
                 results.append(exc)
             except GeneratorExit:
                 raise
-            except BaseException:  # cancelled, refused: the hits decided so far go back
+            except BaseException as exc:  # cancelled, refused: the hits decided so far go back
                 taken = [r.receipt for r in results if isinstance(r, Decision) and r.receipt]
                 yield from give_back([c for t in taken for c in plan.refund_calls(t, now())])
+                if isinstance(exc, ConfigError):
+                    exc.in_batch(len(results))
                 raise
         return results
     at = now()
     width = len(plan.parts)
-    calls = [call for t in texts for call in plan.calls(t, at, cost, HIT)]
+    calls = []
+    for index, t in enumerate(texts):
+        try:
+            calls += plan.calls(t, at, cost, HIT)
+        except ConfigError as exc:  # a zone the context misses: named by its place
+            exc.in_batch(index)
+            raise
     try:
         replies: list[Any] = yield calls
     except PartialFailure as exc:  # some nodes answered

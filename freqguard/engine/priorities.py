@@ -58,7 +58,7 @@ class Priorities:
         raise ContextError(
             f"policy {self._policy.name!r} decides by priority: give priority=... (one of "
             f"{listed}), got {got}",
-            argument="context",
+            argument=f"context.{PRIORITY}",
         )
 
     def parts(self, parts: tuple[Part, ...], texts: Mapping[str, str]) -> tuple[Part, ...]:
