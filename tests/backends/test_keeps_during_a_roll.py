@@ -10,27 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from freqguard import BackendUnavailable, Guard, ManualClock, Policy, Rule
+from freqguard import BackendUnavailable, Guard, ManualClock
 from freqguard.backends._library import LIBRARY
 from freqguard.backends.redis import RedisBackend
 from tests.backends.test_wide_names import RELEASE_0_3_0
 from tests.backends.upgrade_rig import _deploy, _OldCalls, _wide_tag
+from tests.conformance.test_keeps_adversarial import keeps_policy
 from tests.conftest import START
 from tests.servers import RedisServer
-
-PLANS = {"pro": "100/hour"}
-
-
-def _policy(strategy: str) -> Policy:
-    rule = Rule(
-        "10/minute",
-        by="u",
-        name="r",
-        strategy=strategy,
-        rate_for=lambda context: PLANS.get(str(context.get("plan", ""))),
-        reads="plan",
-    )
-    return Policy("p", rule)
 
 
 @pytest.fixture
@@ -46,12 +33,12 @@ def test_an_old_releases_call_on_a_state_with_a_keep_fails_and_writes_nothing(
     redis_backend: RedisBackend, redis_server: RedisServer, strategy: str, pro_hits: int
 ) -> None:
     clock = ManualClock(START)
-    new = Guard(redis_backend, [_policy(strategy)], clock=clock)
+    new = Guard(redis_backend, [keeps_policy(strategy)], clock=clock)
     assert all(new.hit("p", u="a", plan="pro").allowed for _ in range(pro_hits))
     client = redis_server.client
     before = {key: client.dump(key) for key in client.keys("*")}
     backend = _OldCalls(redis_backend, True, _wide_tag)
-    old = Guard(backend, [_policy(strategy)], clock=clock)
+    old = Guard(backend, [keeps_policy(strategy)], clock=clock)
     _deploy(client, RELEASE_0_3_0)
     clock.advance(1)
     contexts: list[dict[str, object]] = [{"u": "a"}, {"u": "a", "plan": "pro"}]

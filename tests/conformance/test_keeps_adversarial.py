@@ -23,11 +23,13 @@ HOUR = 3600 * US
 PLANS = {"pro": "100/hour"}
 
 
-def _policy(strategy: str, own: str = "10/minute", plans: dict[str, str] = PLANS) -> Policy:
+def keeps_policy(
+    strategy: str, own: str = "10/minute", plans: dict[str, str] = PLANS, by: str = "u"
+) -> Policy:
     """``own`` a rule's rate, a ``rate_for`` function giving a plan's rate by the context."""
     rule = Rule(
         own,
-        by="u",
+        by=by,
         name="r",
         strategy=strategy,
         rate_for=lambda context: plans.get(context.get("plan", "")),
@@ -61,7 +63,7 @@ def test_a_tier_met_under_a_limit_that_covers_it_is_remembered_once_the_limit_go
     remembered, and the own rate's write forgot the hour: 100 more pro hits admitted within
     the hour (200 under 100 an hour; a ``TierRates`` table's rates, kept ahead, admit none).
     A limit of a shorter window but a larger count hides the tier's count alike (90 more)."""
-    guard = Guard(any_store, [_policy(strategy)], clock=clock)
+    guard = Guard(any_store, [keeps_policy(strategy)], clock=clock)
     guard.set_limit("p", "r", limit, ttl=60 if lapses else None, u="a")
     pro = [guard.hit("p", u="a", plan="pro") for _ in range(100)]
     assert all(d.allowed for d in pro)
@@ -112,7 +114,7 @@ def test_a_keep_set_before_a_limit_outlives_the_limit_longer_or_shorter(
     """A keep first (100 pro hits), then a per-key limit of a shorter window (5 a second)
     and one of a longer (500 a day), each with hits at the rule's own rate under it, then
     cleared: the pro hour still counts its 100 (the case note 118 left untested)."""
-    guard = Guard(any_store, [_policy(strategy)], clock=clock)
+    guard = Guard(any_store, [keeps_policy(strategy)], clock=clock)
     pro = [guard.hit("p", 100, u="a", plan="pro")]
     for limit in ("5 per 1 second", "500/day"):
         clock.advance(120)
@@ -134,7 +136,7 @@ def test_a_peek_at_a_tier_writes_no_keep(
 ) -> None:
     """A peek (and a denied hit) at a tier of a longer window leaves the store as it was:
     no keep is written by a call that consumes nothing."""
-    guard = Guard(any_store, [_policy(strategy)], clock=clock)
+    guard = Guard(any_store, [keeps_policy(strategy)], clock=clock)
     assert guard.hit("p", 10, u="a").allowed
     before = _snapshot(any_store)
     assert guard.peek("p", u="a", plan="pro").allowed
@@ -150,7 +152,7 @@ def test_a_reset_forgets_the_keep(any_store: SyncBackend, strategy: str, pinned:
     keep, and a receipt from before it gives back nothing."""
     clock = ManualClock(START)
     store = MemoryBackend(clock) if isinstance(any_store, MemoryBackend) else any_store
-    guard = Guard(store, [_policy(strategy)], clock=clock if pinned else None)
+    guard = Guard(store, [keeps_policy(strategy)], clock=clock if pinned else None)
     # a millisecond between calls, a server's own clock too (at the very µs a sliding log's
     # receipt matches the state begun after a reset: design note 102's named gap)
     before = guard.hit("p", 5, u="a", plan="pro")
@@ -174,7 +176,7 @@ def test_refunds_by_receipt_before_and_after_the_keep(
     that wrote it (at pro) each give back what they took and no more: a sliding log then
     admits exactly what the pro hour has room for; a rolling window, whose ring moved to
     another grain since, gives back nothing of a ring it left (the safe side), never more."""
-    guard = Guard(any_store, [_policy(strategy)], clock=clock)
+    guard = Guard(any_store, [keeps_policy(strategy)], clock=clock)
     own = guard.hit("p", 5, u="a")
     clock.advance(120)
     pro = guard.hit("p", 60, u="a", plan="pro")  # the keep: an hour, 100
@@ -198,7 +200,7 @@ def test_a_keep_outlives_deploys_of_the_own_rate_and_of_rate_for(
     rate made shorter and ``rate_for`` taken away, hits at that rate for most of the hour,
     then ``rate_for`` back: the pro hour still counts its 100. A receipt from before a
     deploy that changed the rule is refused (nothing given back)."""
-    guard = Guard(any_store, [_policy(strategy)], clock=clock)
+    guard = Guard(any_store, [keeps_policy(strategy)], clock=clock)
     pro = guard.hit("p", 100, u="a", plan="pro")
     clock.advance(120)
     assert guard.hit("p", u="a").allowed  # the keep written again
@@ -209,7 +211,7 @@ def test_a_keep_outlives_deploys_of_the_own_rate_and_of_rate_for(
     for _ in range(5):  # every ten minutes: the state never expires, the keep goes on
         clock.advance(600)
         assert guard.hit("p", u="a").allowed
-    guard = Guard(any_store, [_policy(strategy)], clock=clock)
+    guard = Guard(any_store, [keeps_policy(strategy)], clock=clock)
     clock.advance(60)  # 53 minutes after the 100
     later = [guard.hit("p", u="a", plan="pro") for _ in range(5)]
     assert not any(d.allowed for d in later)
@@ -221,7 +223,7 @@ def test_a_keep_holds_when_the_clock_steps_back(
 ) -> None:
     """A clock set back a second after the keep's write: the call is judged at the state's
     latest time, the keep goes on, the pro hour counts its 100."""
-    guard = Guard(any_store, [_policy(strategy)], clock=clock)
+    guard = Guard(any_store, [keeps_policy(strategy)], clock=clock)
     pro = [guard.hit("p", 100, u="a", plan="pro")]
     clock.advance(120)
     assert guard.hit("p", u="a").allowed
@@ -241,7 +243,7 @@ def test_a_keep_at_the_bounds_of_its_encoding(
     a day later, past hits at the own rate, the tier has room for exactly what is left."""
     most = MAX_LOG_LIMIT
     plans = {"pro": f"{most} per 3650 days"}
-    guard = Guard(any_store, [_policy(strategy, plans=plans)], clock=clock)
+    guard = Guard(any_store, [keeps_policy(strategy, plans=plans)], clock=clock)
     pro = [guard.hit("p", most - 10, u="a", plan="pro")]
     assert pro[0].allowed
     for _ in range(3):
@@ -261,7 +263,7 @@ def test_the_ttl_of_a_state_with_a_keep_is_the_keep_s_on_every_store(
     """A write at the own rate keeps a log's state as long as its keep asks (an hour from
     its newest entry), in memory (its expiry) as in Redis (the record's, or the bin's,
     TTL): a minute's would drop the pro hour's hits."""
-    guard = Guard(any_store, [_policy("sliding-log")], clock=clock)
+    guard = Guard(any_store, [keeps_policy("sliding-log")], clock=clock)
     guard.hit("p", 100, u="a", plan="pro")
     clock.advance(120)
     assert guard.hit("p", u="a").allowed
@@ -296,7 +298,7 @@ def test_a_refund_on_a_log_full_at_its_count_exposes_the_entries_it_dropped(
     refunded by its receipt: 24 in the hour, 19 in the log, so a pro hit is admitted where
     the exact list has no room for it (25 within an hour under 20 an hour)."""
     plans = {"pro": "20/hour"}
-    guard = Guard(any_store, [_policy("sliding-log", "5/minute", plans)], clock=clock)
+    guard = Guard(any_store, [keeps_policy("sliding-log", "5/minute", plans)], clock=clock)
     pro = [guard.hit("p", u="a", plan="pro") for _ in range(20)]
     clock.advance(61)
     own = [guard.hit("p", u="a") for _ in range(5)]

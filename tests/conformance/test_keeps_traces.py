@@ -14,6 +14,7 @@ import pytest
 
 from freqguard import ConfigError, Decision, Guard, ManualClock, MemoryBackend, Policy, Rule
 from freqguard.backends.base import SyncBackend
+from tests.conformance.test_keeps_adversarial import keeps_policy
 
 US = 1_000_000
 HOUR = 3600 * US
@@ -27,15 +28,7 @@ WEIGHTS = (20, 1, 2, 3, 0.3, 1.5, 1.5, 0.5, 0.5, 10)
 
 
 def _policy(strategy: str, own: str) -> Policy:
-    rule = Rule(
-        own,
-        by="user",
-        name="r",
-        strategy=strategy,
-        rate_for=lambda context: PLANS.get(context.get("plan", "")),
-        reads="plan",
-    )
-    return Policy("p", rule)
+    return keeps_policy(strategy, own, PLANS, by="user")
 
 
 class _Caller:
