@@ -35,6 +35,7 @@ from freqguard.service.history import TOP_MINUTES, History
 from freqguard.service.openapi import BASE, CALLS, READS, document
 from freqguard.service.problems import (
     HANDLERS,
+    RESTING,
     Problem,
     from_store,
     invalid,
@@ -248,14 +249,14 @@ class Service:
         breaker, wait = self.guard.breaker, 1
         try:
             await asyncio.wait_for(self.probe.peek(PROBE), READY_TIMEOUT)
-        except (asyncio.TimeoutError, BackendUnavailable, ConfigError) as exc:
-            if not isinstance(exc, asyncio.TimeoutError):  # ConfigError: a node's MOVED
-                log.warning("freqguard serve: /readyz: %s", exc)
-            silent = not isinstance(exc, ConfigError) and not getattr(exc, "answered", False)
+        except asyncio.TimeoutError:
+            detail = f"the store did not answer in time (within {READY_TIMEOUT:g} s)"
+        except (BackendUnavailable, ConfigError) as exc:  # ConfigError: a node's MOVED
+            log.warning("freqguard serve: /readyz: %s", exc)
+            late = isinstance(exc, BackendUnavailable) and exc.sent and not exc.answered
             detail = (
-                f"the store did not answer in time (within {READY_TIMEOUT:g} s, or the "
-                "client's own timeout)"
-                if silent and getattr(exc, "sent", True)
+                "the store did not answer in time (the client's own timeout)"
+                if late
                 else "the store could not be reached or refused the probe"
             )
         else:
@@ -264,10 +265,7 @@ class Service:
                 store = type(self.guard.backend).__name__
                 return JSON(schema.Ready(status="ready", store=store))
             wait = max(1, math.ceil(held))
-            detail = (
-                "the store failed repeatedly and is given a rest (the circuit is open): "
-                f"decisions are not the store's until its probe in {held:.1f} s"
-            )
+            detail = f"{RESTING}: decisions are not the store's until its probe in {held:.1f} s"
         raise Problem(503, f"not ready: {detail}", headers={"retry-after": str(wait)})
 
     async def metrics(self, request: Request) -> Response:

@@ -26,6 +26,7 @@ from freqguard.observe.base import RepeatFilter
 
 __all__ = [
     "HANDLERS",
+    "RESTING",
     "Problem",
     "from_store",
     "invalid",
@@ -41,6 +42,7 @@ MEDIA_TYPE = "application/problem+json"
 _TITLES = {413: "Content Too Large", 422: "Unprocessable Content"}
 MAX_DETAIL = 500  # characters of a problem's detail
 UNFORESEEN = "the service failed unexpectedly; the details are in its log"
+RESTING = "the store failed repeatedly and is given a rest (the circuit is open)"
 
 
 class Problem(Exception):
@@ -95,7 +97,7 @@ def store_failed(exc: BackendUnavailable, policy: str, logged: RepeatFilter) -> 
     answers every request with a 503, and a line each would flood the log)."""
     headers = {"retry-after": "1"}  # a store that failed: a second before a retry
     if isinstance(exc, CircuitOpen):
-        detail = "the store failed repeatedly and is given a rest (the circuit is open)"
+        detail = RESTING
         headers["retry-after"] = str(max(1, math.ceil(exc.retry_after)))
     elif isinstance(exc, PartialFailure):
         detail = "part of the store failed: some of the calls were applied, some were not"

@@ -72,6 +72,11 @@ def _keeping(out: array[int], log: Sequence[int], spec: StateSpec) -> array[int]
     window, cap = spec.keep_window, spec.keep_cap
     if isinstance(log, Kept):
         window, cap = max(window, log.window), max(cap, log.cap)
+    return _remembering(out, window, cap)
+
+
+def _remembering(out: array[int], window: int, cap: int) -> array[int]:
+    """``out``, remembering ``window`` and ``cap`` (0 each: nothing, a plain log)."""
     if not (window or cap):
         return out
     made = Kept("q", out)
@@ -186,11 +191,7 @@ def refund(log: array[int], now: int, cost: int, spec: StateSpec, mark: int | No
     else:
         hi = bisect_right(log, mark)  # the hit's own units: entries equal to its time
         out = log[: max(bisect_left(log, mark), hi - cost)] + log[hi:]
-    if isinstance(log, Kept):
-        made = Kept("q", out)
-        made.window, made.cap = log.window, log.cap
-        return made
-    return out
+    return _remembering(out, log.window, log.cap) if isinstance(log, Kept) else out
 
 
 def report(log: Sequence[int], now: int, rule: RuleParams) -> tuple[int, int]:
