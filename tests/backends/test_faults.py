@@ -132,10 +132,12 @@ def test_a_killed_server_restarted_on_its_port_is_found_by_the_same_guards(
     errors = _hits_while_dead(raising, failing_open)
     for client in (raising, failing_open):
         # refused connections fail fast; the breaker still spares the store the reconnections
-        # (redis-py before 8 may say so as its cluster client's failure to learn its nodes)
+        # (redis-py before 8 may say so as its cluster client's failure to learn its nodes;
+        # a loaded machine may not run a refused connect within the 0.2 s connect timeout:
+        # a TimeoutError, CI's slow job once; what counts is FAILURES of them and no more)
         failures = client.tally.failures
         assert sum(failures.values()) == FAILURES
-        assert set(failures) <= {"ConnectionError", "RedisClusterException"}
+        assert set(failures) <= {"ConnectionError", "RedisClusterException", "TimeoutError"}
     assert all(type(e) is BackendUnavailable for e in errors[:FAILURES])
     assert all(type(e) is CircuitOpen for e in errors[FAILURES:])
     assert all(0 < e.retry_after <= COOLDOWN for e in errors[FAILURES:])  # type: ignore[attr-defined]
